@@ -1,0 +1,68 @@
+/*
+ * acl_emu.h - test controls of acl-emu, the host-memory emulator of the
+ * AscendCL memory ABI (built as libascendcl.so).
+ *
+ * The ACL types and prototypes come from the project's own declarations
+ * (src/sys/acl_decls.h; put src/sys on the include path). The functions
+ * below exist only in the emulator; resolve them with dlsym when the
+ * library is loaded with dlopen. Device ids are validated: a bad one gives
+ * ACL_ERROR_RT_INVALID_DEVICEID (107001); a NULL out-pointer gives
+ * ACL_ERROR_INVALID_PARAM (100000).
+ */
+#ifndef ACL_EMU_H
+#define ACL_EMU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "acl_decls.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The ACL device synchronize call (not in acl_decls.h): finishes the queued
+ * work of every stream of the current device and counts a sync. */
+aclError aclrtSynchronizeDevice(void);
+
+/* Later work on `stream` (NULL = the current device's default stream) stays
+ * queued until released or synchronized. 0 on success. */
+int32_t  aclemu_stream_hold(aclrtStream stream);      /* 0 on success */
+
+/* Ends a hold: queued work on the stream completes (once any event it waits
+ * for has completed). 0 on success. */
+int32_t  aclemu_stream_release(aclrtStream stream);   /* queued work on the stream completes */
+
+/* Runs one op on `stream` through its registered allocator, the way the
+ * graph engine does: alloc + get_addr per size, overlap and pattern checks,
+ * the op queued on the stream, then free of every block.
+ * 0; 100000 if nothing is registered for the stream; 207001 if alloc
+ * returned NULL; 507000 if blocks overlap or a pattern did not read back. */
+aclError aclemu_run_op(aclrtStream stream, const size_t *sizes, size_t n);
+
+/* Makes the n-th next call of the ACL function named `function` (e.g.
+ * "aclrtMalloc") fail without side effects: 207001 for aclrtMalloc,
+ * aclrtMallocHost and aclrtMallocPhysical, NULL for aclrtAllocatorCreateDesc,
+ * 507000 otherwise. Process-wide. 0, or -1 for an unknown name. */
+int32_t  aclemu_fail_nth(const char *function, int32_t n);   /* n >= 1 arms, 0 disarms */
+
+typedef struct aclemu_usage {
+  uint64_t malloc_bytes, malloc_count;       /* live aclrtMalloc memory */
+  uint64_t physical_bytes, physical_count;   /* live aclrtMallocPhysical handles */
+  uint64_t mapped_bytes, reserved_ranges;    /* live mappings and reserved address ranges */
+  uint64_t streams, events, descs;           /* live streams, events, allocator descs */
+  uint64_t syncs;                            /* stream/event/device synchronize calls so far */
+} aclemu_usage;
+
+/* Copies a device's usage counters into *out. 0 on success. */
+int32_t  aclemu_get_usage(int32_t device, aclemu_usage *out);
+
+/* Sets a device's memory capacity in bytes; allowed below current usage
+ * (later allocations then fail). 0 on success. */
+int32_t  aclemu_set_device_memory(int32_t device, uint64_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACL_EMU_H */

@@ -1,0 +1,171 @@
+//! aclrtMemcpy2d / aclrtMemcpy2dAsync: the documented checks (reference/
+//! acl-api.md §5), then a row-by-row copy of host memory. The async call
+//! queues the copy on its stream, so a held stream performs it only at
+//! release or synchronize.
+//!
+//! Check order, as in the runtime: width or height 0 succeeds before any
+//! other check; NULL pointers, width > pitch and bad kinds are ACL-layer
+//! errors (100000); the 5242880-row and 5000000-byte limits and pitch
+//! arithmetic overflow are runtime errors (107000); a sync D2D copy is not
+//! supported (207000).
+
+use crate::error::{
+    require, AclResult, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_PARAM_INVALID,
+};
+use crate::faults::Api;
+use crate::ffi::acl_entry;
+use crate::queue::Work;
+use crate::{memory, stream, vmm};
+use std::ffi::c_void;
+
+const H2D: u32 = 1;
+const D2H: u32 = 2;
+const D2D: u32 = 3;
+const DEFAULT: u32 = 4;
+const MAX_HEIGHT: usize = 5 * 1024 * 1024;
+const MAX_WIDTH: usize = 5_000_000;
+
+/// A validated 2D copy (addresses kept as integers so it can be queued).
+#[derive(Clone, Copy, Debug)]
+pub struct Copy2d {
+    dst: usize,
+    dpitch: usize,
+    src: usize,
+    spitch: usize,
+    width: usize,
+    height: usize,
+}
+
+impl Copy2d {
+    /// Copies `height` rows of `width` bytes.
+    ///
+    /// # Safety
+    /// Both buffers must still be valid for the pitched extent.
+    pub unsafe fn run(&self) {
+        for row in 0..self.height {
+            let src = (self.src + row * self.spitch) as *const u8;
+            let dst = (self.dst + row * self.dpitch) as *mut u8;
+            // SAFETY: validated extent; `copy` tolerates overlap.
+            unsafe { std::ptr::copy(src, dst, self.width) };
+        }
+    }
+}
+
+/// Where a copy goes, after DEFAULT is resolved.
+#[derive(Debug, PartialEq, Eq)]
+enum Direction {
+    HostOrUnknown,
+    DeviceToDevice,
+}
+
+/// The pure checks. `Ok(None)` means an allowed no-op.
+pub fn check(
+    dst: usize,
+    dpitch: usize,
+    src: usize,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: u32,
+) -> AclResult<Option<Copy2d>> {
+    if width == 0 || height == 0 {
+        return Ok(None);
+    }
+    require(dst != 0 && src != 0)?;
+    require(width <= spitch && width <= dpitch)?;
+    require(matches!(kind, H2D | D2H | D2D | DEFAULT))?;
+    if height > MAX_HEIGHT || width > MAX_WIDTH {
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
+    let span = |base: usize, pitch: usize| {
+        pitch.checked_mul(height - 1).and_then(|n| n.checked_add(width)).and_then(|n| base.checked_add(n))
+    };
+    span(dst, dpitch).zip(span(src, spitch)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    Ok(Some(Copy2d { dst, dpitch, src, spitch, width, height }))
+}
+
+fn is_device(addr: usize) -> bool {
+    memory::is_device_block(addr) || vmm::is_mapped(addr)
+}
+
+/// D2D or, for DEFAULT, both ends in device memory. A DEFAULT copy between
+/// host buffers is accepted (the emulator cannot tell pinned from device).
+fn direction(kind: u32, copy: &Copy2d) -> Direction {
+    let d2d = match kind {
+        D2D => true,
+        DEFAULT => is_device(copy.dst) && is_device(copy.src),
+        _ => false,
+    };
+    if d2d {
+        Direction::DeviceToDevice
+    } else {
+        Direction::HostOrUnknown
+    }
+}
+
+fn memcpy_2d(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32) -> AclResult<()> {
+    let Some(copy) = check(dst as usize, dpitch, src as usize, spitch, width, height, kind)? else {
+        return Ok(());
+    };
+    if direction(kind, &copy) == Direction::DeviceToDevice {
+        return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    }
+    // SAFETY: the caller passes buffers valid for the pitched extent.
+    unsafe { copy.run() };
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn memcpy_2d_async(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32, stream: *mut c_void) -> AclResult<()> {
+    let Some(copy) = check(dst as usize, dpitch, src as usize, spitch, width, height, kind)? else {
+        return Ok(());
+    };
+    stream::submit(stream, Work::Copy(copy)).map(|_| ())
+}
+
+/// Synchronous 2D copy: H2D and D2H (D2D gives 207000).
+///
+/// # Safety
+/// Buffers must be valid for `pitch * (height - 1) + width` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemcpy2d(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32) -> crate::aclError {
+    acl_entry!(Api::Memcpy2d, { memcpy_2d(dst, dpitch, src, spitch, width, height, kind) })
+}
+
+/// Asynchronous 2D copy (H2D, D2H, D2D) queued on `stream` (NULL = default).
+///
+/// # Safety
+/// Buffers must be valid for the pitched extent until the stream finishes.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn aclrtMemcpy2dAsync(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32, stream: *mut c_void) -> crate::aclError {
+    acl_entry!(Api::Memcpy2dAsync, { memcpy_2d_async(dst, dpitch, src, spitch, width, height, kind, stream) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_extent_wins_over_null() {
+        assert!(check(0, 0, 0, 0, 0, 5, 9).unwrap().is_none());
+        assert!(check(0, 0, 0, 0, 5, 0, 9).unwrap().is_none());
+    }
+
+    #[test]
+    fn limits_are_runtime_errors() {
+        assert_eq!(check(8, 16, 8, 16, 8, MAX_HEIGHT + 1, H2D).unwrap_err(), ACL_ERROR_RT_PARAM_INVALID);
+        assert_eq!(check(8, usize::MAX, 8, usize::MAX, MAX_WIDTH + 1, 1, H2D).unwrap_err(), ACL_ERROR_RT_PARAM_INVALID);
+        assert_eq!(check(8, usize::MAX, 8, 16, 8, 3, H2D).unwrap_err(), ACL_ERROR_RT_PARAM_INVALID);
+    }
+
+    #[test]
+    fn kinds() {
+        for kind in [0, 5, 6, 7, 99] {
+            assert_eq!(check(8, 16, 8, 16, 8, 1, kind).unwrap_err(), crate::error::ACL_ERROR_INVALID_PARAM);
+        }
+        for kind in [H2D, D2H, D2D, DEFAULT] {
+            assert!(check(8, 16, 8, 16, 8, 1, kind).unwrap().is_some());
+        }
+    }
+}

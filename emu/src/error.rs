@@ -1,0 +1,41 @@
+//! The aclError numbers the emulator returns (reference/acl-api.md §2).
+//!
+//! Which layer a check lives in decides its code: argument checks of the ACL
+//! layer give 100000, state checks of the runtime layer give 107xxx, and
+//! out-of-memory is always 207001.
+
+/// `aclError` is a C `int`.
+#[allow(non_camel_case_types)]
+pub type aclError = i32;
+
+/// Result of an internal operation; `Err` carries the aclError to return.
+pub type AclResult<T> = Result<T, aclError>;
+
+pub const ACL_SUCCESS: aclError = 0;
+pub const ACL_ERROR_INVALID_PARAM: aclError = 100_000;
+pub const ACL_ERROR_REPEAT_INITIALIZE: aclError = 100_002;
+pub const ACL_ERROR_REPEAT_FINALIZE: aclError = 100_037;
+pub const ACL_ERROR_RT_PARAM_INVALID: aclError = 107_000;
+pub const ACL_ERROR_RT_INVALID_DEVICEID: aclError = 107_001;
+pub const ACL_ERROR_RT_CONTEXT_NULL: aclError = 107_002;
+pub const ACL_ERROR_RT_INVALID_HANDLE: aclError = 107_017;
+pub const ACL_ERROR_RT_FEATURE_NOT_SUPPORT: aclError = 207_000;
+pub const ACL_ERROR_RT_MEMORY_ALLOCATION: aclError = 207_001;
+pub const ACL_ERROR_RT_INTERNAL_ERROR: aclError = 507_000;
+
+/// Turns an internal result into the status a C caller sees.
+pub fn status(result: AclResult<()>) -> aclError {
+    match result {
+        Ok(()) => ACL_SUCCESS,
+        Err(code) => code,
+    }
+}
+
+/// `Err(INVALID_PARAM)` unless `cond` holds: the ACL layer's argument check.
+pub fn require(cond: bool) -> AclResult<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(ACL_ERROR_INVALID_PARAM)
+    }
+}

@@ -1,0 +1,150 @@
+//! Fault injection: `aclemu_fail_nth("aclrtMalloc", n)` makes the n-th next
+//! call of that ACL function fail with its out-of-memory code (207001 for the
+//! allocating calls) or 507000, before the call does anything else.
+//!
+//! One armed count per function, process-wide. The check on every call is a
+//! single relaxed atomic load while nothing is armed.
+
+use crate::error::{
+    aclError, AclResult, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION,
+};
+use std::ffi::{c_char, CStr};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+macro_rules! apis {
+    ($($variant:ident = $name:literal,)*) => {
+        /// Every ACL function the emulator exports.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Api { $($variant,)* }
+
+        const NAMES: &[&str] = &[$($name,)*];
+        const ALL: &[Api] = &[$(Api::$variant,)*];
+    };
+}
+
+apis! {
+    Init = "aclInit",
+    Finalize = "aclFinalize",
+    SetDevice = "aclrtSetDevice",
+    GetDevice = "aclrtGetDevice",
+    ResetDevice = "aclrtResetDevice",
+    GetMemInfo = "aclrtGetMemInfo",
+    Malloc = "aclrtMalloc",
+    Free = "aclrtFree",
+    MallocHost = "aclrtMallocHost",
+    FreeHost = "aclrtFreeHost",
+    CreateStream = "aclrtCreateStream",
+    DestroyStream = "aclrtDestroyStream",
+    SynchronizeStream = "aclrtSynchronizeStream",
+    SynchronizeDevice = "aclrtSynchronizeDevice",
+    CreateEvent = "aclrtCreateEvent",
+    CreateEventWithFlag = "aclrtCreateEventWithFlag",
+    RecordEvent = "aclrtRecordEvent",
+    QueryEventStatus = "aclrtQueryEventStatus",
+    SynchronizeEvent = "aclrtSynchronizeEvent",
+    DestroyEvent = "aclrtDestroyEvent",
+    StreamWaitEvent = "aclrtStreamWaitEvent",
+    Memcpy2d = "aclrtMemcpy2d",
+    Memcpy2dAsync = "aclrtMemcpy2dAsync",
+    ReserveMemAddress = "aclrtReserveMemAddress",
+    ReleaseMemAddress = "aclrtReleaseMemAddress",
+    MallocPhysical = "aclrtMallocPhysical",
+    FreePhysical = "aclrtFreePhysical",
+    MapMem = "aclrtMapMem",
+    UnmapMem = "aclrtUnmapMem",
+    MemGetAllocationGranularity = "aclrtMemGetAllocationGranularity",
+    AllocatorCreateDesc = "aclrtAllocatorCreateDesc",
+    AllocatorDestroyDesc = "aclrtAllocatorDestroyDesc",
+    AllocatorSetObjToDesc = "aclrtAllocatorSetObjToDesc",
+    AllocatorSetAllocFuncToDesc = "aclrtAllocatorSetAllocFuncToDesc",
+    AllocatorSetFreeFuncToDesc = "aclrtAllocatorSetFreeFuncToDesc",
+    AllocatorSetAllocAdviseFuncToDesc = "aclrtAllocatorSetAllocAdviseFuncToDesc",
+    AllocatorSetGetAddrFromBlockFuncToDesc = "aclrtAllocatorSetGetAddrFromBlockFuncToDesc",
+    AllocatorRegister = "aclrtAllocatorRegister",
+    AllocatorUnregister = "aclrtAllocatorUnregister",
+    AllocatorGetByStream = "aclrtAllocatorGetByStream",
+}
+
+const COUNT: usize = NAMES.len();
+
+/// Remaining calls until the armed failure, per function; 0 = disarmed.
+static ARMED: [AtomicI32; COUNT] = [const { AtomicI32::new(0) }; COUNT];
+
+impl Api {
+    /// The exact ACL name of the function.
+    #[cfg(test)]
+    pub fn name(self) -> &'static str {
+        NAMES[self as usize]
+    }
+
+    /// The code an injected failure returns: the documented out-of-memory
+    /// code for the allocating calls, an internal error for the rest.
+    pub fn fault_code(self) -> aclError {
+        match self {
+            Api::Malloc | Api::MallocHost | Api::MallocPhysical => ACL_ERROR_RT_MEMORY_ALLOCATION,
+            _ => ACL_ERROR_RT_INTERNAL_ERROR,
+        }
+    }
+
+    fn by_name(name: &str) -> Option<Api> {
+        NAMES.iter().position(|n| *n == name).map(|i| ALL[i])
+    }
+}
+
+/// True if this call of `api` is the armed one (and disarms it).
+pub fn should_fail(api: Api) -> bool {
+    let slot = &ARMED[api as usize];
+    if slot.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    // Count down; only the call that takes the count from 1 to 0 fails.
+    let prev = slot.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n > 0).then(|| n - 1));
+    prev == Ok(1)
+}
+
+/// `Err(fault code)` if this call of `api` must fail.
+pub fn check(api: Api) -> AclResult<()> {
+    if should_fail(api) {
+        Err(api.fault_code())
+    } else {
+        Ok(())
+    }
+}
+
+/// Arms (n >= 1) or disarms (n = 0) a failure of the n-th next call of the
+/// ACL function named `function`. Returns 0, or -1 for an unknown name, a
+/// NULL name or a negative n.
+///
+/// # Safety
+/// `function` must be NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclemu_fail_nth(function: *const c_char, n: i32) -> i32 {
+    let run = || {
+        if function.is_null() || n < 0 {
+            return -1;
+        }
+        // SAFETY: non-NULL and NUL-terminated per the contract above.
+        let name = unsafe { CStr::from_ptr(function) };
+        match name.to_str().ok().and_then(Api::by_name) {
+            Some(api) => {
+                ARMED[api as usize].store(n, Ordering::Release);
+                0
+            }
+            None => -1,
+        }
+    };
+    std::panic::catch_unwind(run).unwrap_or(-1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for &api in ALL {
+            assert_eq!(Api::by_name(api.name()), Some(api));
+        }
+        assert_eq!(Api::by_name("aclrtNope"), None);
+    }
+}

@@ -1,0 +1,78 @@
+//! acl-emu: the AscendCL (ACL) memory ABI on host memory.
+//!
+//! Built as `libascendcl.so` (cdylib) exporting the real ACL symbol names, so
+//! npualloc loads it with dlopen exactly as it would load CANN's library, and
+//! as an rlib whose root re-exports the same functions for Rust tests.
+//! Every call follows reference/acl-api.md: the same aclError for the same
+//! mistake, and the same rejections.
+//!
+//! Modules, one concern each:
+//! - `device`: device count, capacity (`ACLEMU_DEVICE_COUNT`, default 8;
+//!   `ACLEMU_DEVICE_MEMORY`, default 64 GiB), thread-local current device,
+//!   aclrtGetMemInfo, `aclemu_set_device_memory`.
+//! - `memory`: aclrtMalloc/Free/MallocHost/FreeHost.
+//! - `queue`: stream work queues and event positions; `stream`, `event`:
+//!   their ACL calls and the hold/release test controls.
+//! - `copy`: 2D copies. `vmm`: reserve/physical/map/unmap on one sparse
+//!   memfd per device (`ranges` allocates within it).
+//! - `allocator_desc`: the aclrtAllocator* family; `run_op`: the graph-engine
+//!   driver `aclemu_run_op`.
+//! - `faults`: `aclemu_fail_nth`. `usage`: `aclemu_get_usage`.
+//! - `ffi`: panic boundary, out-pointers, handles; `error`: the codes.
+//!
+//! Handles (streams, events, descs, physical handles) are tagged ids, never
+//! dereferenced, validated against registries: a bad handle is an error
+//! (107017 for streams/events/physical handles, 100000 for descs).
+//! State is process-global; the current device is per thread.
+
+// ACL's C names are kept verbatim.
+#![allow(non_snake_case)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod allocator_desc;
+mod copy;
+mod device;
+pub mod error;
+mod event;
+mod faults;
+mod ffi;
+mod host_map;
+mod init;
+mod memory;
+mod queue;
+mod ranges;
+mod run_op;
+mod stream;
+mod usage;
+mod vmm;
+
+pub use error::aclError;
+
+pub use allocator_desc::{
+    aclrtAllocatorAllocAdviseFunc, aclrtAllocatorAllocFunc, aclrtAllocatorCreateDesc, aclrtAllocatorDestroyDesc,
+    aclrtAllocatorFreeFunc, aclrtAllocatorGetAddrFromBlockFunc, aclrtAllocatorGetByStream, aclrtAllocatorRegister,
+    aclrtAllocatorSetAllocAdviseFuncToDesc, aclrtAllocatorSetAllocFuncToDesc, aclrtAllocatorSetFreeFuncToDesc,
+    aclrtAllocatorSetGetAddrFromBlockFuncToDesc, aclrtAllocatorSetObjToDesc, aclrtAllocatorUnregister,
+};
+pub use copy::{aclrtMemcpy2d, aclrtMemcpy2dAsync};
+pub use device::{
+    aclemu_set_device_memory, aclrtGetDevice, aclrtGetMemInfo, aclrtResetDevice, aclrtSetDevice,
+};
+pub use event::{
+    aclrtCreateEvent, aclrtCreateEventWithFlag, aclrtDestroyEvent, aclrtQueryEventStatus, aclrtRecordEvent,
+    aclrtStreamWaitEvent, aclrtSynchronizeEvent, ACL_EVENT_RECORDED_STATUS_COMPLETE,
+    ACL_EVENT_RECORDED_STATUS_NOT_READY,
+};
+pub use faults::aclemu_fail_nth;
+pub use init::{aclFinalize, aclInit};
+pub use memory::{aclrtFree, aclrtFreeHost, aclrtMalloc, aclrtMallocHost};
+pub use run_op::aclemu_run_op;
+pub use stream::{
+    aclemu_stream_hold, aclemu_stream_release, aclrtCreateStream, aclrtDestroyStream, aclrtSynchronizeDevice,
+    aclrtSynchronizeStream,
+};
+pub use usage::{aclemu_get_usage, aclemu_usage};
+pub use vmm::{
+    aclrtFreePhysical, aclrtMallocPhysical, aclrtMapMem, aclrtMemGetAllocationGranularity, aclrtMemLocation,
+    aclrtPhysicalMemProp, aclrtReleaseMemAddress, aclrtReserveMemAddress, aclrtUnmapMem,
+};

@@ -1,0 +1,120 @@
+//! Streams: create/destroy/synchronize, device synchronize, and the test
+//! controls `aclemu_stream_hold` / `aclemu_stream_release`.
+//!
+//! A stream belongs to the device current when it was created. NULL means the
+//! current device's default stream where ACL allows it. Unknown or destroyed
+//! handles give 107017 ACL_ERROR_RT_INVALID_HANDLE.
+
+use crate::device;
+use crate::error::{require, AclResult};
+use crate::faults::Api;
+use crate::ffi::{acl_entry, emu_entry, handle, write_out, Kind};
+use crate::queue::engine;
+use crate::usage;
+use std::ffi::c_void;
+
+unsafe fn create(stream: *mut *mut c_void) -> AclResult<()> {
+    require(!stream.is_null())?;
+    let dev = device::current()?;
+    let id = engine().create_stream(dev);
+    usage::add(&usage::of(dev).streams, 1);
+    // SAFETY: checked non-NULL; the caller promises it is writable.
+    unsafe { write_out(stream, handle(Kind::Stream, id)) }
+}
+
+fn destroy(stream: *mut c_void) -> AclResult<()> {
+    require(!stream.is_null())?;
+    let mut eng = engine();
+    let key = eng.resolve(stream)?;
+    let dev = eng.destroy_stream(key);
+    usage::sub(&usage::of(dev).streams, 1);
+    Ok(())
+}
+
+fn synchronize(stream: *mut c_void) -> AclResult<()> {
+    let mut eng = engine();
+    let key = eng.resolve(stream)?;
+    eng.finish(key, u64::MAX);
+    usage::add(&usage::of(eng.device_of(key)).syncs, 1);
+    Ok(())
+}
+
+fn synchronize_device() -> AclResult<()> {
+    let dev = device::current()?;
+    engine().finish_device(dev);
+    usage::add(&usage::of(dev).syncs, 1);
+    Ok(())
+}
+
+fn set_held(stream: *mut c_void, held: bool) -> AclResult<()> {
+    let mut eng = engine();
+    let key = eng.resolve(stream)?;
+    eng.set_held(key, held);
+    Ok(())
+}
+
+/// Creates a stream on the current device (107002 without one).
+///
+/// # Safety
+/// `stream` must be NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtCreateStream(stream: *mut *mut c_void) -> crate::aclError {
+    // SAFETY: forwarded caller contract.
+    acl_entry!(Api::CreateStream, { unsafe { create(stream) } })
+}
+
+/// Destroys a stream after finishing its queued work. Allocator
+/// registrations on it stay, as in the runtime.
+///
+/// # Safety
+/// Plain handle argument; no pointer is dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtDestroyStream(stream: *mut c_void) -> crate::aclError {
+    acl_entry!(Api::DestroyStream, { destroy(stream) })
+}
+
+/// Finishes the stream's queued work (held or not) and counts a sync.
+///
+/// # Safety
+/// Plain handle argument; no pointer is dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> crate::aclError {
+    acl_entry!(Api::SynchronizeStream, { synchronize(stream) })
+}
+
+/// Finishes the queued work of every stream of the current device and
+/// counts a sync.
+///
+/// # Safety
+/// No pointer arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtSynchronizeDevice() -> crate::aclError {
+    acl_entry!(Api::SynchronizeDevice, { synchronize_device() })
+}
+
+/// Test control: later work on `stream` (NULL = default stream) stays
+/// queued until released or synchronized. 0 on success.
+///
+/// # Safety
+/// Plain handle argument; no pointer is dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclemu_stream_hold(stream: *mut c_void) -> i32 {
+    emu_entry!({ set_held(stream, true) })
+}
+
+/// Test control: ends a hold; the stream's queued work completes (once any
+/// event it waits for completes). 0 on success.
+///
+/// # Safety
+/// Plain handle argument; no pointer is dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclemu_stream_release(stream: *mut c_void) -> i32 {
+    emu_entry!({ set_held(stream, false) })
+}
+
+/// Queues work on the stream a C handle names (NULL = default stream).
+pub fn submit(stream: *mut c_void, work: crate::queue::Work) -> AclResult<u64> {
+    let mut eng = engine();
+    let key = eng.resolve(stream)?;
+    Ok(eng.submit(key, work))
+}

@@ -1,0 +1,110 @@
+//! The VMM family: reserved address ranges, physical handles and mappings
+//! between them, on host memory.
+//!
+//! - A reservation is a PROT_NONE, MAP_NORESERVE anonymous range, 2 MiB
+//!   aligned, owned by the device current at reserve time.
+//! - A physical handle is a range of its device's memfd (`pool`).
+//! - A mapping is a MAP_SHARED|MAP_FIXED view of a handle's range placed over
+//!   a reservation, so two mappings of one handle see the same bytes.
+//!   Unmapping puts PROT_NONE anonymous memory back, keeping the reservation.
+//!
+//! Freeing a still-mapped handle is accepted and postponed (as documented):
+//! the handle keeps counting as live (`physical_count`, capacity) until its
+//! last mapping goes. Error codes: ACL-layer argument checks give 100000;
+//! state checks (address outside a reservation, overlap, size mismatch,
+//! release while mapped, unknown address) give 107000; unknown or already
+//! freed handles give 107017.
+
+mod address;
+mod map;
+mod physical;
+mod pool;
+
+pub use address::{aclrtReleaseMemAddress, aclrtReserveMemAddress};
+pub use map::{aclrtMapMem, aclrtUnmapMem};
+pub use physical::{
+    aclrtFreePhysical, aclrtMallocPhysical, aclrtMemGetAllocationGranularity, aclrtMemLocation, aclrtPhysicalMemProp,
+};
+
+use crate::ffi::lock;
+use pool::Pool;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+/// The VMM granularity for huge and normal HBM; HUGE1G uses 1 GiB.
+pub const GRANULARITY: u64 = 2 << 20;
+pub const GRANULARITY_1G: u64 = 1 << 30;
+
+struct Phys {
+    device: i32,
+    offset: u64,
+    size: u64,
+    mappings: u32,
+    /// aclrtFreePhysical was called while mapped.
+    freed: bool,
+}
+
+struct Mapping {
+    len: usize,
+    handle: u64,
+}
+
+struct Reservation {
+    len: usize,
+    device: i32,
+    mappings: BTreeMap<usize, Mapping>,
+}
+
+struct Vmm {
+    pools: HashMap<i32, Pool>,
+    handles: HashMap<u64, Phys>,
+    reservations: BTreeMap<usize, Reservation>,
+    next_handle: u64,
+}
+
+static VMM: LazyLock<Mutex<Vmm>> = LazyLock::new(|| {
+    Mutex::new(Vmm {
+        pools: HashMap::new(),
+        handles: HashMap::new(),
+        reservations: BTreeMap::new(),
+        next_handle: 1,
+    })
+});
+
+fn vmm() -> MutexGuard<'static, Vmm> {
+    lock(&VMM)
+}
+
+impl Vmm {
+    /// The reservation holding `[addr, addr + len)`, by start address.
+    fn reservation_of(&self, addr: usize, len: usize) -> Option<usize> {
+        let (&start, r) = self.reservations.range(..=addr).next_back()?;
+        let end = addr.checked_add(len)?;
+        (end <= start + r.len).then_some(start)
+    }
+
+    /// Drops a handle for good: its range, its charge, its counters.
+    fn release_handle(&mut self, id: u64) {
+        let Some(p) = self.handles.remove(&id) else { return };
+        if let Some(pool) = self.pools.get_mut(&p.device) {
+            pool.release(p.offset, p.size);
+        }
+        if let Ok(dev) = crate::device::get(p.device) {
+            dev.uncharge(p.size);
+        }
+        let counters = crate::usage::of(p.device);
+        crate::usage::sub(&counters.physical_bytes, p.size);
+        crate::usage::sub(&counters.physical_count, 1);
+    }
+}
+
+/// True if `addr` lies inside a live mapping (device memory for 2D copies).
+pub fn is_mapped(addr: usize) -> bool {
+    let v = vmm();
+    let Some(start) = v.reservation_of(addr, 1) else { return false };
+    v.reservations[&start]
+        .mappings
+        .range(..=addr)
+        .next_back()
+        .is_some_and(|(&m, mapping)| addr < m + mapping.len)
+}

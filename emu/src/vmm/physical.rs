@@ -1,0 +1,155 @@
+//! aclrtMallocPhysical, aclrtFreePhysical and
+//! aclrtMemGetAllocationGranularity, with the runtime's checks of the
+//! physical memory properties (reference/acl-api.md §5).
+
+use super::{vmm, Phys, Pool, GRANULARITY, GRANULARITY_1G};
+use crate::device;
+use crate::error::{require, AclResult, ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_MEMORY_ALLOCATION};
+use crate::faults::Api;
+use crate::ffi::{acl_entry, handle, handle_id, write_out, Kind};
+use crate::usage;
+use std::ffi::c_void;
+
+/// `aclrtMemLocation` (size 8: id@0, type@4).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(non_camel_case_types)]
+pub struct aclrtMemLocation {
+    pub id: u32,
+    pub type_: u32,
+}
+
+/// `aclrtPhysicalMemProp` (size 32: handleType@0, allocationType@4,
+/// memAttr@8, location@12, reserve@24). Enum fields are plain `u32` because
+/// C may pass any value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(non_camel_case_types, non_snake_case)]
+pub struct aclrtPhysicalMemProp {
+    pub handleType: u32,
+    pub allocationType: u32,
+    pub memAttr: u32,
+    pub location: aclrtMemLocation,
+    pub reserve: u64,
+}
+
+const LOCATION_DEVICE: u32 = 1;
+
+/// Validates `prop` like the runtime and returns the granularity of its
+/// memAttr: HBM (and generic) huge/normal attrs map to 2 MiB, HUGE1G attrs to
+/// 1 GiB; DDR attrs and ACL_HBM_MEM itself are not physical-memory attrs.
+fn granularity_of(prop: &aclrtPhysicalMemProp) -> AclResult<u64> {
+    require(prop.handleType == 0 && prop.allocationType == 0)?;
+    require(prop.location.type_ == LOCATION_DEVICE)?;
+    require((prop.location.id as usize) < device::count())?;
+    match prop.memAttr {
+        // ACL_HBM_MEM_HUGE1G, ACL_HBM_MEM_P2P_HUGE1G, ACL_MEM_HUGE1G, ACL_MEM_P2P_HUGE1G
+        10 | 11 | 14 | 17 => Ok(GRANULARITY_1G),
+        // ACL_HBM_MEM_{HUGE,NORMAL}, their P2P forms, ACL_MEM_{NORMAL,HUGE}, P2P forms
+        4 | 5 | 8 | 9 | 12 | 13 | 15 | 16 => Ok(GRANULARITY),
+        _ => require(false).map(|_| 0),
+    }
+}
+
+unsafe fn malloc_physical(out: *mut *mut c_void, size: usize, prop: *const aclrtPhysicalMemProp, flags: u64) -> AclResult<()> {
+    require(!out.is_null() && !prop.is_null() && size != 0)?;
+    require(flags == 0)?;
+    // SAFETY: checked non-NULL; the caller promises a readable prop.
+    let prop = unsafe { prop.read() };
+    let granularity = granularity_of(&prop)?;
+    let size = size as u64;
+    require(size.is_multiple_of(granularity))?;
+    device::current()?;
+    let dev_id = prop.location.id as i32;
+    let dev = device::get(dev_id)?;
+    dev.charge(size)?;
+    let mut v = vmm();
+    let offset = match v.pools.get_mut(&dev_id) {
+        Some(pool) => pool.alloc(size),
+        None => Pool::new(dev_id).and_then(|mut pool| {
+            let offset = pool.alloc(size);
+            v.pools.insert(dev_id, pool);
+            offset
+        }),
+    };
+    let Some(offset) = offset else {
+        dev.uncharge(size);
+        return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
+    };
+    let id = v.next_handle;
+    v.next_handle += 1;
+    v.handles.insert(id, Phys { device: dev_id, offset, size, mappings: 0, freed: false });
+    drop(v);
+    let counters = usage::of(dev_id);
+    usage::add(&counters.physical_bytes, size);
+    usage::add(&counters.physical_count, 1);
+    // SAFETY: checked non-NULL; the caller promises it is writable.
+    unsafe { write_out(out, handle(Kind::Physical, id)) }
+}
+
+fn free_physical(h: *mut c_void) -> AclResult<()> {
+    require(!h.is_null())?;
+    let mut v = vmm();
+    let id = handle_id(Kind::Physical, h).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+    let phys = v.handles.get_mut(&id).filter(|p| !p.freed).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+    if phys.mappings > 0 {
+        // [doc] The real release waits until the memory is unmapped.
+        phys.freed = true;
+    } else {
+        v.release_handle(id);
+    }
+    Ok(())
+}
+
+unsafe fn granularity(prop: *mut aclrtPhysicalMemProp, option: u32, out: *mut usize) -> AclResult<()> {
+    require(!prop.is_null() && !out.is_null())?;
+    // MINIMUM or RECOMMENDED; both are the page size here.
+    require(option <= 1)?;
+    // SAFETY: checked non-NULL; the caller promises a readable prop.
+    let g = granularity_of(&unsafe { prop.read() })?;
+    // SAFETY: checked non-NULL; the caller promises it is writable.
+    unsafe { write_out(out, g as usize) }
+}
+
+/// Allocates a physical handle of `size` bytes (a multiple of the
+/// granularity) on `prop->location.id`; charged against its capacity.
+///
+/// # Safety
+/// `handle` must be NULL or writable, `prop` NULL or readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMallocPhysical(handle: *mut *mut c_void, size: usize, prop: *const aclrtPhysicalMemProp, flags: u64) -> crate::aclError {
+    // SAFETY: forwarded caller contract.
+    acl_entry!(Api::MallocPhysical, { unsafe { malloc_physical(handle, size, prop, flags) } })
+}
+
+/// Frees a physical handle; postponed while it is mapped.
+///
+/// # Safety
+/// Plain handle argument; no pointer is dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtFreePhysical(handle: *mut c_void) -> crate::aclError {
+    acl_entry!(Api::FreePhysical, { free_physical(handle) })
+}
+
+/// Reports 2 MiB for huge/normal HBM attrs and 1 GiB for HUGE1G attrs.
+///
+/// # Safety
+/// `prop` must be NULL or readable, `granularity` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMemGetAllocationGranularity(prop: *mut aclrtPhysicalMemProp, option: u32, granularity: *mut usize) -> crate::aclError {
+    // SAFETY: forwarded caller contract.
+    acl_entry!(Api::MemGetAllocationGranularity, { unsafe { self::granularity(prop, option, granularity) } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_matches_c() {
+        assert_eq!(std::mem::size_of::<aclrtPhysicalMemProp>(), 32);
+        assert_eq!(std::mem::offset_of!(aclrtPhysicalMemProp, location), 12);
+        assert_eq!(std::mem::offset_of!(aclrtPhysicalMemProp, reserve), 24);
+        assert_eq!(std::mem::size_of::<aclrtMemLocation>(), 8);
+    }
+}

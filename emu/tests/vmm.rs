@@ -1,0 +1,255 @@
+//! The VMM family: reserve / malloc physical / map / unmap / free / release
+//! and the granularity query (reference/acl-api.md §5 "Virtual memory").
+
+mod common;
+use ascendcl::*;
+use common::*;
+use std::ffi::c_void;
+use std::ptr::{null, null_mut};
+
+#[test]
+fn reserve_rules() {
+    let dev = Dev::take();
+    unsafe {
+        let mut p = null_mut();
+        assert_eq!(aclrtReserveMemAddress(null_mut(), 2 * MIB, 0, null_mut(), 0), INVALID_PARAM);
+        assert_eq!(aclrtReserveMemAddress(&mut p, 0, 0, null_mut(), 0), INVALID_PARAM);
+        assert_eq!(aclrtReserveMemAddress(&mut p, 2 * MIB, 0, null_mut(), 2), INVALID_PARAM);
+        let want = 0x1000_0000_0000usize as *mut c_void;
+        assert_eq!(aclrtReserveMemAddress(&mut p, 2 * MIB, 0, want, 0), INVALID_PARAM);
+        assert_eq!(dev.usage().reserved_ranges, 0);
+        // flags 1 is kept for older callers; alignment is ignored; sizes
+        // need not be granularity multiples.
+        assert_eq!(aclrtReserveMemAddress(&mut p, 3 * MIB + 5, 12345, null_mut(), 1), 0);
+        assert_eq!(p as usize % (2 * MIB), 0);
+        assert_eq!(dev.usage().reserved_ranges, 1);
+        assert_eq!(aclrtReleaseMemAddress(null_mut()), INVALID_PARAM);
+        assert_eq!(aclrtReleaseMemAddress(p.cast::<u8>().add(2 * MIB).cast()), RT_PARAM_INVALID);
+        assert_eq!(aclrtReleaseMemAddress(p), 0);
+        assert_eq!(aclrtReleaseMemAddress(p), RT_PARAM_INVALID);
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn malloc_physical_prop_checks() {
+    let dev = Dev::take();
+    unsafe {
+        let mut h = null_mut();
+        let good = dev.prop(ACL_HBM_MEM_HUGE);
+        assert_eq!(aclrtMallocPhysical(null_mut(), 2 * MIB, &good, 0), INVALID_PARAM);
+        assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, null(), 0), INVALID_PARAM);
+        assert_eq!(aclrtMallocPhysical(&mut h, 0, &good, 0), INVALID_PARAM);
+        assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &good, 1), INVALID_PARAM);
+        assert_eq!(aclrtMallocPhysical(&mut h, 3 * MIB, &good, 0), INVALID_PARAM);
+        assert_eq!(aclrtMallocPhysical(&mut h, 4096, &good, 0), INVALID_PARAM);
+        let bad: [aclrtPhysicalMemProp; 9] = [
+            aclrtPhysicalMemProp { handleType: 2, ..good },
+            aclrtPhysicalMemProp { allocationType: 1, ..good },
+            aclrtPhysicalMemProp { location: aclrtMemLocation { id: dev.id as u32, type_: 0 }, ..good },
+            aclrtPhysicalMemProp { location: aclrtMemLocation { id: dev.id as u32, type_: 2 }, ..good },
+            aclrtPhysicalMemProp { location: aclrtMemLocation { id: 99, type_: 1 }, ..good },
+            aclrtPhysicalMemProp { memAttr: 0, ..good },
+            aclrtPhysicalMemProp { memAttr: 1, ..good },
+            aclrtPhysicalMemProp { memAttr: 2, ..good },
+            aclrtPhysicalMemProp { memAttr: 18, ..good },
+        ];
+        for (i, prop) in bad.iter().enumerate() {
+            assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, prop, 0), INVALID_PARAM, "bad prop {i}");
+            let mut g = 0;
+            assert_eq!(aclrtMemGetAllocationGranularity(prop as *const _ as *mut _, 0, &mut g), INVALID_PARAM);
+        }
+        // HUGE1G attrs need 1 GiB multiples.
+        let g1 = dev.prop(ACL_HBM_MEM_HUGE1G);
+        assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &g1, 0), INVALID_PARAM);
+        assert_eq!(dev.usage().physical_count, 0);
+        assert_eq!(aclrtMallocPhysical(&mut h, GIB, &g1, 0), 0);
+        assert_eq!(dev.usage().physical_bytes, GIB as u64);
+        assert_eq!(aclrtFreePhysical(h), 0);
+        // Every HBM / generic huge-or-normal attr works with 2 MiB.
+        for attr in [4, 5, 8, 9, 12, 13, 15, 16] {
+            let prop = dev.prop(attr);
+            assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &prop, 0), 0, "attr {attr}");
+            assert_eq!(aclrtFreePhysical(h), 0);
+        }
+        assert_eq!(aclrtFreePhysical(null_mut()), INVALID_PARAM);
+        assert_eq!(aclrtFreePhysical(h), RT_INVALID_HANDLE);
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn granularity_query() {
+    let dev = Dev::take();
+    unsafe {
+        let mut g = 0usize;
+        let mut huge = dev.prop(ACL_HBM_MEM_HUGE);
+        let mut normal = dev.prop(ACL_HBM_MEM_NORMAL);
+        let mut g1 = dev.prop(ACL_HBM_MEM_HUGE1G);
+        assert_eq!(aclrtMemGetAllocationGranularity(&mut huge, 0, &mut g), 0);
+        assert_eq!(g, 2 * MIB);
+        assert_eq!(aclrtMemGetAllocationGranularity(&mut normal, 1, &mut g), 0);
+        assert_eq!(g, 2 * MIB);
+        assert_eq!(aclrtMemGetAllocationGranularity(&mut g1, 0, &mut g), 0);
+        assert_eq!(g, GIB);
+        assert_eq!(aclrtMemGetAllocationGranularity(null_mut(), 0, &mut g), INVALID_PARAM);
+        assert_eq!(aclrtMemGetAllocationGranularity(&mut huge, 0, null_mut()), INVALID_PARAM);
+        assert_eq!(aclrtMemGetAllocationGranularity(&mut huge, 0xFFFF, &mut g), INVALID_PARAM);
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn map_rules() {
+    let dev = Dev::take();
+    unsafe {
+        let base = reserve(8 * MIB);
+        let b = base.cast::<u8>();
+        let h = physical(&dev, 2 * MIB);
+        let h4 = physical(&dev, 4 * MIB);
+        assert_eq!(aclrtMapMem(null_mut(), 2 * MIB, 0, h, 0), INVALID_PARAM);
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, null_mut(), 0), INVALID_PARAM);
+        assert_eq!(aclrtMapMem(base, 0, 0, h, 0), INVALID_PARAM);
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h, 1), INVALID_PARAM);
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 2 * MIB, h, 0), INVALID_PARAM);
+        // Size must equal the handle's size.
+        assert_eq!(aclrtMapMem(base, 4 * MIB, 0, h, 0), RT_PARAM_INVALID);
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h4, 0), RT_PARAM_INVALID);
+        // Outside the reservation, straddling its end, misaligned.
+        let mut local = [0u8; 64];
+        assert_eq!(aclrtMapMem(local.as_mut_ptr().cast(), 2 * MIB, 0, h, 0), RT_PARAM_INVALID);
+        assert_eq!(aclrtMapMem(b.add(8 * MIB).cast(), 2 * MIB, 0, h, 0), RT_PARAM_INVALID);
+        assert_eq!(aclrtMapMem(b.add(6 * MIB).cast(), 4 * MIB, 0, h4, 0), RT_PARAM_INVALID);
+        assert_eq!(aclrtMapMem(b.add(4096).cast(), 2 * MIB, 0, h, 0), RT_PARAM_INVALID);
+        // Unknown handles.
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, 0x1234usize as *mut c_void, 0), RT_INVALID_HANDLE);
+        assert_eq!(dev.usage().mapped_bytes, 0);
+        // Any granule-aligned offset inside works; overlaps do not.
+        assert_eq!(aclrtMapMem(b.add(2 * MIB).cast(), 4 * MIB, 0, h4, 0), 0);
+        assert_eq!(aclrtMapMem(b.add(4 * MIB).cast(), 2 * MIB, 0, h, 0), RT_PARAM_INVALID);
+        assert_eq!(aclrtMapMem(base, 4 * MIB, 0, h4, 0), RT_PARAM_INVALID);
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h, 0), 0);
+        assert_eq!(dev.usage().mapped_bytes, (6 * MIB) as u64);
+        *b = 1;
+        *b.add(6 * MIB - 1) = 2;
+        // Unmap takes a mapping's start address.
+        assert_eq!(aclrtUnmapMem(null_mut()), INVALID_PARAM);
+        assert_eq!(aclrtUnmapMem(b.add(4 * MIB).cast()), RT_PARAM_INVALID);
+        assert_eq!(aclrtUnmapMem(b.add(6 * MIB).cast()), RT_PARAM_INVALID);
+        assert_eq!(aclrtUnmapMem(local.as_mut_ptr().cast()), RT_PARAM_INVALID);
+        // Release is refused while anything is mapped.
+        assert_eq!(aclrtReleaseMemAddress(base), RT_PARAM_INVALID);
+        assert_eq!(aclrtUnmapMem(base), 0);
+        assert_eq!(aclrtUnmapMem(base), RT_PARAM_INVALID);
+        assert_eq!(aclrtReleaseMemAddress(base), RT_PARAM_INVALID);
+        assert_eq!(aclrtUnmapMem(b.add(2 * MIB).cast()), 0);
+        assert_eq!(aclrtReleaseMemAddress(base), 0);
+        assert_eq!(aclrtFreePhysical(h), 0);
+        assert_eq!(aclrtFreePhysical(h4), 0);
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn two_mappings_of_one_handle_share_bytes() {
+    let dev = Dev::take();
+    unsafe {
+        let base = reserve(4 * MIB).cast::<u8>();
+        let h = physical(&dev, 2 * MIB);
+        assert_eq!(aclrtMapMem(base.cast(), 2 * MIB, 0, h, 0), 0);
+        assert_eq!(aclrtMapMem(base.add(2 * MIB).cast(), 2 * MIB, 0, h, 0), 0);
+        *base.add(12345) = 0x77;
+        assert_eq!(*base.add(2 * MIB + 12345), 0x77);
+        assert_eq!(aclrtUnmapMem(base.cast()), 0);
+        assert_eq!(*base.add(2 * MIB + 12345), 0x77);
+        assert_eq!(aclrtUnmapMem(base.add(2 * MIB).cast()), 0);
+        assert_eq!(aclrtFreePhysical(h), 0);
+        assert_eq!(aclrtReleaseMemAddress(base.cast()), 0);
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn freeing_a_mapped_handle_waits_for_the_unmap() {
+    let dev = Dev::take();
+    unsafe {
+        let base = reserve(4 * MIB);
+        let h = physical(&dev, 2 * MIB);
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h, 0), 0);
+        assert_eq!(aclrtFreePhysical(h), 0);
+        // Still live (and still charged) until unmapped; but gone for users.
+        assert_eq!(dev.usage().physical_count, 1);
+        *base.cast::<u8>() = 5;
+        assert_eq!(aclrtFreePhysical(h), RT_INVALID_HANDLE);
+        let b = base.cast::<u8>().add(2 * MIB).cast();
+        assert_eq!(aclrtMapMem(b, 2 * MIB, 0, h, 0), RT_INVALID_HANDLE);
+        assert_eq!(aclrtUnmapMem(base), 0);
+        assert_eq!(dev.usage().physical_count, 0);
+        assert_eq!(aclrtReleaseMemAddress(base), 0);
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn physical_capacity_exhaustion_and_recovery() {
+    let dev = Dev::take();
+    unsafe {
+        assert_eq!(aclemu_set_device_memory(dev.id, (4 * MIB) as u64), 0);
+        let a = physical(&dev, 2 * MIB);
+        let b = physical(&dev, 2 * MIB);
+        let mut c = null_mut();
+        let prop = dev.prop(ACL_HBM_MEM_HUGE);
+        assert_eq!(aclrtMallocPhysical(&mut c, 2 * MIB, &prop, 0), RT_MEMORY_ALLOCATION);
+        // aclrtMalloc shares the same budget.
+        assert_eq!(aclrtMalloc(&mut c, 64, 0), RT_MEMORY_ALLOCATION);
+        assert_eq!(aclrtFreePhysical(a), 0);
+        assert_eq!(aclrtMallocPhysical(&mut c, 2 * MIB, &prop, 0), 0);
+        assert_eq!(aclrtFreePhysical(b), 0);
+        assert_eq!(aclrtFreePhysical(c), 0);
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn sync_copy_between_mapped_ranges_is_d2d() {
+    let dev = Dev::take();
+    unsafe {
+        let base = reserve(2 * MIB);
+        let h = physical(&dev, 2 * MIB);
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h, 0), 0);
+        let d = malloc(64);
+        assert_eq!(aclrtMemcpy2d(base, 64, d, 64, 64, 1, 4), RT_FEATURE_NOT_SUPPORT);
+        let src = [9u8; 64];
+        assert_eq!(aclrtMemcpy2d(base, 64, src.as_ptr().cast(), 64, 64, 1, 4), 0);
+        assert_eq!(*base.cast::<u8>().add(63), 9);
+        assert_eq!(aclrtFree(d), 0);
+        assert_eq!(aclrtUnmapMem(base), 0);
+        assert_eq!(aclrtFreePhysical(h), 0);
+        assert_eq!(aclrtReleaseMemAddress(base), 0);
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn one_reservation_holds_one_device() {
+    let dev = Dev::take();
+    let other = Dev::take_besides(&dev);
+    unsafe {
+        assert_eq!(aclrtSetDevice(dev.id), 0);
+        let base = reserve(4 * MIB);
+        let mine = physical(&dev, 2 * MIB);
+        let theirs = physical(&other, 2 * MIB);
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, mine, 0), 0);
+        let b = base.cast::<u8>().add(2 * MIB).cast();
+        assert_eq!(aclrtMapMem(b, 2 * MIB, 0, theirs, 0), RT_PARAM_INVALID);
+        assert_eq!(aclrtUnmapMem(base), 0);
+        assert_eq!(aclrtMapMem(b, 2 * MIB, 0, theirs, 0), 0);
+        assert_eq!(other.usage().mapped_bytes, (2 * MIB) as u64);
+        assert_eq!(aclrtUnmapMem(b), 0);
+        assert_eq!(aclrtFreePhysical(mine), 0);
+        assert_eq!(aclrtFreePhysical(theirs), 0);
+        assert_eq!(aclrtReleaseMemAddress(base), 0);
+    }
+    dev.assert_clean();
+    other.assert_clean();
+}

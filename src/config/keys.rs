@@ -1,0 +1,249 @@
+//! The one table of configuration keys.
+//!
+//! The parser looks keys up here, error messages list the valid names from
+//! here, and `help_text` renders the same rows for documentation and
+//! `--help`. Adding a key means: a `Key` variant, a row in `KEYS` (same
+//! position), a field in `Config`, and a value parser in `parse.rs`.
+
+/// A configuration key. The discriminant is the key's row in [`KEYS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Key {
+    ExpandableSegments,
+    MaxSplitSizeMb,
+    GarbageCollectionThreshold,
+    RoundupPower2Divisions,
+    PerProcessMemoryFraction,
+    PageSize,
+    ReleaseThresholdMb,
+    Trace,
+    AclLibrary,
+}
+
+impl Key {
+    /// The key's row in the table.
+    #[inline]
+    pub fn spec(self) -> &'static KeySpec {
+        &KEYS[self as usize]
+    }
+
+    /// The key as users write it.
+    #[inline]
+    pub fn name(self) -> &'static str {
+        self.spec().name
+    }
+
+    /// Looks a key up by its exact (case-sensitive) name.
+    pub fn from_name(name: &str) -> Option<Key> {
+        KEYS.iter().find(|spec| spec.name == name).map(|spec| spec.key)
+    }
+
+    /// A bit unique to this key, for "seen" sets.
+    #[inline]
+    pub(crate) fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+/// The shape of a key's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueKind {
+    /// `true`/`false` in any letter case, or `1`/`0`.
+    Bool,
+    /// An integer in MiB, or an integer with a unit suffix (see `size.rs`).
+    SizeMib,
+    /// A decimal number in a range stated by the key's doc.
+    Number,
+    /// A single division count, or a bracketed `size_mb:divisions` list.
+    Divisions,
+    /// One of `2m`, `20m`, `1g`.
+    PageSize,
+    /// A file path (may contain `:`, may not contain `,`).
+    Path,
+}
+
+impl ValueKind {
+    /// How the value is written, for help text.
+    pub fn syntax(self) -> &'static str {
+        match self {
+            ValueKind::Bool => "true|false",
+            ValueKind::SizeMib => "integer[k|m|g|t]",
+            ValueKind::Number => "number",
+            ValueKind::Divisions => "n | [size_mb:n,...,>:n]",
+            ValueKind::PageSize => "2m|20m|1g",
+            ValueKind::Path => "path",
+        }
+    }
+}
+
+/// One row of the key table.
+#[derive(Debug)]
+pub struct KeySpec {
+    pub key: Key,
+    pub name: &'static str,
+    pub kind: ValueKind,
+    /// The default, as it would be written in a config string, or a word
+    /// describing the behaviour when the key is absent.
+    pub default: &'static str,
+    /// The unit of a bare number, or "" when the value has no unit.
+    pub unit: &'static str,
+    pub doc: &'static str,
+}
+
+/// Every key npualloc accepts, in `Key` order.
+pub const KEYS: &[KeySpec] = &[
+    KeySpec {
+        key: Key::ExpandableSegments,
+        name: "expandable_segments",
+        kind: ValueKind::Bool,
+        default: "auto",
+        unit: "",
+        doc: "Grow segments by mapping physical pages into a reserved virtual range instead of \
+              allocating new segments. Absent: on when the runtime has the virtual-memory API. \
+              Cannot be combined with max_split_size_mb.",
+    },
+    KeySpec {
+        key: Key::MaxSplitSizeMb,
+        name: "max_split_size_mb",
+        kind: ValueKind::SizeMib,
+        default: "unlimited",
+        unit: "MiB",
+        doc: "Cached blocks at least this large are never split for a smaller request. \
+              At least 20 (the large-segment size).",
+    },
+    KeySpec {
+        key: Key::GarbageCollectionThreshold,
+        name: "garbage_collection_threshold",
+        kind: ValueKind::Number,
+        default: "off",
+        unit: "",
+        doc: "When reserved memory exceeds this fraction of the allowed memory, free cached blocks \
+              that were not reused recently. Strictly between 0 and 1.",
+    },
+    KeySpec {
+        key: Key::RoundupPower2Divisions,
+        name: "roundup_power2_divisions",
+        kind: ValueKind::Divisions,
+        default: "0",
+        unit: "",
+        doc: "Round a request in [2^k, 2^(k+1)) up to a multiple of 2^k/n. One n for all sizes, \
+              or a list [256:1,512:2,>:4]: each entry gives n for sizes below that many MiB, \
+              '>' for all larger sizes. Sizes and n must be powers of two; 0 or 1 means no rounding.",
+    },
+    KeySpec {
+        key: Key::PerProcessMemoryFraction,
+        name: "per_process_memory_fraction",
+        kind: ValueKind::Number,
+        default: "1",
+        unit: "",
+        doc: "Largest share of the device memory this allocator may reserve. Greater than 0, at most 1.",
+    },
+    KeySpec {
+        key: Key::PageSize,
+        name: "page_size",
+        kind: ValueKind::PageSize,
+        default: "20m",
+        unit: "",
+        doc: "Mapping unit of the large pool's expandable segments: 2m, 20m or 1g (letter case ignored).",
+    },
+    KeySpec {
+        key: Key::ReleaseThresholdMb,
+        name: "release_threshold_mb",
+        kind: ValueKind::SizeMib,
+        default: "never",
+        unit: "MiB",
+        doc: "Cached, unused memory above this amount is returned to the runtime eagerly.",
+    },
+    KeySpec {
+        key: Key::Trace,
+        name: "trace",
+        kind: ValueKind::Path,
+        default: "off",
+        unit: "",
+        doc: "Record an allocation trace to this file.",
+    },
+    KeySpec {
+        key: Key::AclLibrary,
+        name: "acl_library",
+        kind: ValueKind::Path,
+        default: "libascendcl.so",
+        unit: "",
+        doc: "Path of the ACL runtime library to load.",
+    },
+];
+
+/// Allocator keys of PyTorch or torch_npu that npualloc does not take; named
+/// in the error so users porting a config know the key is not a typo.
+pub(crate) const FOREIGN_KEYS: &[&str] = &[
+    "backend",
+    "base_addr_aligned_kb",
+    "graph_capture_record_stream_reuse",
+    "large_segment_size_mb",
+    "max_non_split_rounding_mb",
+    "multi_stream_lazy_reclaim",
+    "pin_memory_expandable_segments",
+    "pinned_max_cached_size_mb",
+    "pinned_max_round_threshold_mb",
+    "pinned_mem_register",
+    "pinned_num_register_threads",
+    "pinned_reserve_segment_size_mb",
+    "pinned_use_background_threads",
+    "pinned_use_cuda_host_register",
+    "release_lock_on_cudamalloc",
+    "release_lock_on_npumalloc",
+    "segment_size_mb",
+    "throw_on_cudamalloc_oom",
+    "throw_on_npumalloc_oom",
+];
+
+/// The valid key names, comma separated.
+pub fn key_list() -> String {
+    let names: Vec<&str> = KEYS.iter().map(|spec| spec.name).collect();
+    names.join(", ")
+}
+
+/// A plain-text table of the keys, for documentation and `--help`.
+pub fn help_text() -> String {
+    let mut out = String::from("npualloc configuration: \"key:value,key:value\"\n\n");
+    for spec in KEYS {
+        let unit = if spec.unit.is_empty() { String::new() } else { format!(", unit {}", spec.unit) };
+        out.push_str(&format!(
+            "  {}:{}  (default {}{})\n      {}\n",
+            spec.name,
+            spec.kind.syntax(),
+            spec.default,
+            unit,
+            spec.doc
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_rows_match_key_order() {
+        for (i, spec) in KEYS.iter().enumerate() {
+            assert_eq!(spec.key as usize, i, "row {i} ({}) is out of place", spec.name);
+            assert_eq!(Key::from_name(spec.name), Some(spec.key));
+            assert_eq!(spec.key.name(), spec.name);
+        }
+        assert!(KEYS.len() <= 32, "the seen-set is a u32");
+    }
+
+    #[test]
+    fn foreign_keys_are_not_ours() {
+        for name in FOREIGN_KEYS {
+            assert_eq!(Key::from_name(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn help_mentions_every_key() {
+        let help = help_text();
+        for spec in KEYS {
+            assert!(help.contains(spec.name), "{}", spec.name);
+        }
+    }
+}

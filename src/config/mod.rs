@@ -1,0 +1,204 @@
+//! Allocator configuration, parsed once into an immutable value.
+//!
+//! A config string has the grammar users of `PYTORCH_NPU_ALLOC_CONF` know:
+//!
+//! ```text
+//! config  = entry *( "," entry )
+//! entry   = key ":" value | ""            ; empty entries are skipped
+//! ```
+//!
+//! - Whitespace around keys and values is ignored; an empty string, or one of
+//!   only commas and whitespace, gives the defaults.
+//! - An entry is split at its first `:`, so path values (`trace`,
+//!   `acl_library`) may contain `:`. They may not contain `,`, and leading or
+//!   trailing whitespace in a path is dropped.
+//! - A value that starts with `[` runs to the matching `]`: commas inside the
+//!   brackets belong to the value (`roundup_power2_divisions:[256:1,>:4]`).
+//! - Each key may appear once. Key names are case-sensitive.
+//! - Every problem is an [`Error::BadConfig`] naming the key (or, for an entry
+//!   without a key, the entry) and saying what is allowed and what was given.
+//!
+//! The keys, their defaults and units are listed once, in [`keys::KEYS`]; see
+//! [`keys::help_text`]. The allocator receives a `&Config` and never reads the
+//! environment afterwards.
+//!
+//! One combination is refused: `expandable_segments:true` with
+//! `max_split_size_mb`. Splitting is what lets expandable segments reuse
+//! their mapped pages; forbidding splits of large blocks makes every new large
+//! request map more pages, so reserved memory grows without bound (PyTorch
+//! issue #123548). torch_npu refuses the combination too.
+
+pub mod keys;
+mod parse;
+pub mod roundup;
+mod size;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::error::Error;
+
+pub use keys::{Key, KeySpec, ValueKind, KEYS};
+pub use roundup::{DivisionsError, RoundupDivisions};
+
+/// The environment variable read when no config string is given.
+pub const ENV_VAR: &str = "NPUALLOC_CONF";
+
+/// The mapping unit of the large pool's expandable segments.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PageSize {
+    /// 2 MiB (`page_size:2m`): the runtime's huge page.
+    Mib2,
+    /// 20 MiB (`page_size:20m`): PyTorch's large-segment size; the default.
+    #[default]
+    Mib20,
+    /// 1 GiB (`page_size:1g`): needs the runtime's 1 GiB huge pages.
+    Gib1,
+}
+
+impl PageSize {
+    /// The page size in bytes.
+    #[inline]
+    pub fn bytes(self) -> usize {
+        match self {
+            PageSize::Mib2 => 2 << 20,
+            PageSize::Mib20 => 20 << 20,
+            PageSize::Gib1 => 1 << 30,
+        }
+    }
+
+    /// The spelling used in config strings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PageSize::Mib2 => "2m",
+            PageSize::Mib20 => "20m",
+            PageSize::Gib1 => "1g",
+        }
+    }
+
+    /// Reads `2m`, `20m` or `1g` in any letter case.
+    pub fn from_name(s: &str) -> Option<PageSize> {
+        [PageSize::Mib2, PageSize::Mib20, PageSize::Gib1]
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+impl fmt::Display for PageSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The allocator's configuration. `Default` is what an empty string gives.
+///
+/// Fields are public for reading; a value built by hand skips validation, and
+/// its `Display` form is only guaranteed to parse back when every field holds a
+/// value the parser could have produced (paths without `,`, valid numbers).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Config {
+    /// `expandable_segments`. `None`: on when the runtime has the
+    /// virtual-memory API, off otherwise.
+    pub expandable_segments: Option<bool>,
+    /// `max_split_size_mb`, in bytes: cached blocks at least this large are
+    /// not split. `None`: no limit. At least 20 MiB.
+    pub max_split_size: Option<usize>,
+    /// `garbage_collection_threshold`, strictly between 0 and 1. `None`: off.
+    pub garbage_collection_threshold: Option<f64>,
+    /// `roundup_power2_divisions`. Default: no rounding.
+    pub roundup_power2_divisions: RoundupDivisions,
+    /// `per_process_memory_fraction`, in (0, 1]. `None`: the whole device.
+    pub per_process_memory_fraction: Option<f64>,
+    /// `page_size`: the large pool's mapping unit for expandable segments.
+    pub page_size: PageSize,
+    /// `release_threshold_mb`, in bytes: cached memory above it is released
+    /// eagerly. `None`: cached memory is kept until `empty_cache` or OOM.
+    pub release_threshold: Option<usize>,
+    /// `trace`: where to record an allocation trace. `None`: no trace.
+    pub trace: Option<PathBuf>,
+    /// `acl_library`: the ACL runtime library to load. `None`: the default search.
+    pub acl_library: Option<String>,
+}
+
+impl Config {
+    /// Parses a config string (grammar in the module doc).
+    pub fn parse(s: &str) -> Result<Config, Error> {
+        parse::parse(s)
+    }
+
+    /// Reads [`ENV_VAR`]; unset or empty gives the defaults.
+    pub fn from_env() -> Result<Config, Error> {
+        from_env_value(std::env::var_os(ENV_VAR))
+    }
+
+    /// The config for `npualloc_create`: the given string, or when there is
+    /// none (a NULL pointer), the environment. An empty string gives the
+    /// defaults without looking at the environment.
+    pub fn from_c(config: Option<&str>) -> Result<Config, Error> {
+        match config {
+            Some(s) => Config::parse(s),
+            None => Config::from_env(),
+        }
+    }
+}
+
+/// `from_env` with the variable's value passed in (testable without touching
+/// the process environment).
+fn from_env_value(value: Option<OsString>) -> Result<Config, Error> {
+    let Some(value) = value else {
+        return Ok(Config::default());
+    };
+    let Ok(value) = value.into_string() else {
+        return Err(Error::bad_config(ENV_VAR, "the variable is not valid UTF-8"));
+    };
+    Config::parse(&value).map_err(|e| match e {
+        Error::BadConfig { key, reason } => Error::BadConfig { key, reason: format!("{reason} (in {ENV_VAR})") },
+        other => other,
+    })
+}
+
+/// The canonical string: the keys whose values differ from the default, in
+/// table order, as `key:value,...` (the default config is the empty string).
+/// `Config::parse` reads it back to an equal value.
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut sep = "";
+        let mut entry = |f: &mut fmt::Formatter<'_>, key: Key, value: &dyn fmt::Display| {
+            let r = write!(f, "{sep}{}:{value}", key.name());
+            sep = ",";
+            r
+        };
+        if let Some(on) = self.expandable_segments {
+            entry(f, Key::ExpandableSegments, &on)?;
+        }
+        if let Some(bytes) = self.max_split_size {
+            entry(f, Key::MaxSplitSizeMb, &size::format_mib(bytes))?;
+        }
+        if let Some(t) = self.garbage_collection_threshold {
+            entry(f, Key::GarbageCollectionThreshold, &t)?;
+        }
+        if self.roundup_power2_divisions != RoundupDivisions::none() {
+            entry(f, Key::RoundupPower2Divisions, &self.roundup_power2_divisions)?;
+        }
+        if let Some(fraction) = self.per_process_memory_fraction {
+            entry(f, Key::PerProcessMemoryFraction, &fraction)?;
+        }
+        if self.page_size != PageSize::default() {
+            entry(f, Key::PageSize, &self.page_size)?;
+        }
+        if let Some(bytes) = self.release_threshold {
+            entry(f, Key::ReleaseThresholdMb, &size::format_mib(bytes))?;
+        }
+        if let Some(path) = &self.trace {
+            entry(f, Key::Trace, &path.display())?;
+        }
+        if let Some(path) = &self.acl_library {
+            entry(f, Key::AclLibrary, path)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+//! The config-string grammar (described in the module doc of `config`) and
+//! the value parser of each key.
+
+use std::path::PathBuf;
+
+use super::keys::{self, Key, FOREIGN_KEYS};
+use super::roundup::RoundupDivisions;
+use super::size::{self, SizeError, MIB};
+use super::{Config, PageSize};
+use crate::error::Error;
+
+/// The smallest `max_split_size_mb`: PyTorch requires it to exceed the 20 MiB
+/// large-segment size (kLargeBuffer; reference/anchors.md §b); we accept 20
+/// itself, since a split limit equal to the segment size is well defined.
+const MIN_MAX_SPLIT_SIZE: usize = 20 * MIB;
+
+pub(super) fn parse(s: &str) -> Result<Config, Error> {
+    let mut config = Config::default();
+    let mut seen = 0u32;
+    for entry in Entries::new(s) {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let Some((name, value)) = entry.split_once(':') else {
+            return Err(Error::bad_config(
+                entry,
+                format!("expected 'key:value', got '{entry}' (no ':'); valid keys: {}", keys::key_list()),
+            ));
+        };
+        let (name, value) = (name.trim(), value.trim());
+        if name.is_empty() {
+            return Err(Error::bad_config(entry, format!("entry '{entry}' has no key before ':'")));
+        }
+        let key = Key::from_name(name).ok_or_else(|| unknown_key(name))?;
+        if seen & key.bit() != 0 {
+            return Err(Error::bad_config(name, "given more than once; each key may appear only once"));
+        }
+        seen |= key.bit();
+        apply(&mut config, key, value)?;
+    }
+    check_conflicts(&config)?;
+    Ok(config)
+}
+
+fn unknown_key(name: &str) -> Error {
+    let reason = if FOREIGN_KEYS.contains(&name) {
+        format!("a PyTorch/torch_npu allocator key that npualloc does not support; valid keys: {}", keys::key_list())
+    } else {
+        format!("unknown key; valid keys: {}", keys::key_list())
+    };
+    Error::bad_config(name, reason)
+}
+
+/// Keys that are valid alone but not together.
+fn check_conflicts(config: &Config) -> Result<(), Error> {
+    if config.expandable_segments == Some(true) && config.max_split_size.is_some() {
+        return Err(Error::bad_config(
+            Key::MaxSplitSizeMb.name(),
+            "cannot be combined with expandable_segments:true: expandable segments rely on splitting \
+             to reuse mapped pages, so a split limit makes reserved memory grow without bound \
+             (PyTorch issue #123548; torch_npu refuses this combination too)",
+        ));
+    }
+    Ok(())
+}
+
+fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
+    match key {
+        Key::ExpandableSegments => config.expandable_segments = Some(parse_bool(key, value)?),
+        Key::MaxSplitSizeMb => {
+            let bytes = parse_size(key, value)?;
+            if bytes < MIN_MAX_SPLIT_SIZE {
+                return Err(Error::bad_config(
+                    key.name(),
+                    format!("must be at least 20 (MiB, the large-segment size), got '{value}'"),
+                ));
+            }
+            config.max_split_size = Some(bytes);
+        }
+        Key::GarbageCollectionThreshold => {
+            let t = parse_number(key, value, "a number between 0 and 1 (exclusive)")?;
+            // Written so that NaN fails too.
+            if !(t > 0.0 && t < 1.0) {
+                return Err(bad_value(key, "a number between 0 and 1 (exclusive)", value));
+            }
+            config.garbage_collection_threshold = Some(t);
+        }
+        Key::RoundupPower2Divisions => config.roundup_power2_divisions = parse_divisions(key, value)?,
+        Key::PerProcessMemoryFraction => {
+            let what = "a number greater than 0 and at most 1";
+            let fraction = parse_number(key, value, what)?;
+            if !(fraction > 0.0 && fraction <= 1.0) {
+                return Err(bad_value(key, what, value));
+            }
+            config.per_process_memory_fraction = Some(fraction);
+        }
+        Key::PageSize => {
+            config.page_size =
+                PageSize::from_name(value).ok_or_else(|| bad_value(key, "one of 2m, 20m, 1g", value))?;
+        }
+        Key::ReleaseThresholdMb => config.release_threshold = Some(parse_size(key, value)?),
+        Key::Trace => config.trace = Some(PathBuf::from(parse_path(key, value)?)),
+        Key::AclLibrary => config.acl_library = Some(parse_path(key, value)?.to_string()),
+    }
+    Ok(())
+}
+
+/// "KEY must be WHAT, got 'VALUE'".
+fn bad_value(key: Key, what: &str, value: &str) -> Error {
+    Error::bad_config(key.name(), format!("{} must be {what}, got '{value}'", key.name()))
+}
+
+fn parse_bool(key: Key, value: &str) -> Result<bool, Error> {
+    // PyTorch takes True/False; lower case and 1/0 are accepted too.
+    if value.eq_ignore_ascii_case("true") || value == "1" {
+        Ok(true)
+    } else if value.eq_ignore_ascii_case("false") || value == "0" {
+        Ok(false)
+    } else {
+        Err(bad_value(key, "true or false (True/False/1/0 also accepted)", value))
+    }
+}
+
+fn parse_size(key: Key, value: &str) -> Result<usize, Error> {
+    size::parse_mib(value).map_err(|e| match e {
+        SizeError::Syntax => bad_value(
+            key,
+            "a whole number of MiB, or a number with a unit suffix (b, k, m, g, t)",
+            value,
+        ),
+        SizeError::TooLarge => {
+            Error::bad_config(key.name(), format!("{} is too large: '{value}' bytes overflow", key.name()))
+        }
+    })
+}
+
+fn parse_number(key: Key, value: &str, what: &str) -> Result<f64, Error> {
+    match value.parse::<f64>() {
+        Ok(x) if x.is_finite() => Ok(x),
+        _ => Err(bad_value(key, what, value)),
+    }
+}
+
+fn parse_path(key: Key, value: &str) -> Result<&str, Error> {
+    if value.is_empty() {
+        Err(Error::bad_config(key.name(), format!("{} needs a path, got an empty value", key.name())))
+    } else {
+        Ok(value)
+    }
+}
+
+/// `n` or `[bound_mib:n, ..., >:n]`.
+fn parse_divisions(key: Key, value: &str) -> Result<RoundupDivisions, Error> {
+    let bad = |detail: String| {
+        Error::bad_config(
+            key.name(),
+            format!("{} must be 0, a power of two, or a list like [256:1,512:2,>:4]: {detail}", key.name()),
+        )
+    };
+    let number = |s: &str| -> Result<usize, Error> {
+        let s = s.trim();
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad(format!("'{s}' is not a whole number")));
+        }
+        s.parse::<usize>().map_err(|_| bad(format!("'{s}' is too large")))
+    };
+
+    let Some(inner) = value.strip_prefix('[') else {
+        let divisions = number(value)?;
+        return RoundupDivisions::uniform(divisions).map_err(|e| bad(format!("{e} (in '{value}')")));
+    };
+    let Some(inner) = inner.strip_suffix(']') else {
+        return Err(bad(format!("'{value}' has no closing ']'")));
+    };
+    let mut entries = Vec::new();
+    let mut rest: Option<usize> = None;
+    for item in inner.split(',') {
+        let item = item.trim();
+        if item.is_empty() {
+            return Err(bad(format!("empty entry in '{value}'")));
+        }
+        let Some((bound, divisions)) = item.split_once(':') else {
+            return Err(bad(format!("entry '{item}' is not 'size_mb:divisions'")));
+        };
+        if rest.is_some() {
+            return Err(bad(format!("entry '{item}' follows the '>' entry, which must be last")));
+        }
+        let divisions = number(divisions)?;
+        if bound.trim() == ">" {
+            rest = Some(divisions);
+        } else {
+            entries.push((number(bound)?, divisions));
+        }
+    }
+    RoundupDivisions::from_list(&entries, rest.unwrap_or(0)).map_err(|e| bad(format!("{e} (in '{value}')")))
+}
+
+/// Splits a config string into entries at top-level commas. A value that
+/// starts with `[` (after the entry's first `:` and any whitespace) runs to
+/// the next `]`, commas included. An unclosed `[` takes the rest of the
+/// string, and the value parser reports it.
+struct Entries<'a> {
+    rest: &'a str,
+    done: bool,
+}
+
+impl<'a> Entries<'a> {
+    fn new(s: &'a str) -> Self {
+        Entries { rest: s, done: false }
+    }
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        if self.done {
+            return None;
+        }
+        let mut seen_colon = false;
+        let mut value_start = false;
+        let mut in_brackets = false;
+        for (i, c) in self.rest.char_indices() {
+            if in_brackets {
+                in_brackets = c != ']';
+                continue;
+            }
+            match c {
+                ',' => {
+                    let entry = &self.rest[..i];
+                    self.rest = &self.rest[i + 1..];
+                    return Some(entry);
+                }
+                ':' if !seen_colon => {
+                    seen_colon = true;
+                    value_start = true;
+                }
+                c if value_start && c.is_whitespace() => {}
+                '[' if value_start => {
+                    in_brackets = true;
+                    value_start = false;
+                }
+                _ => value_start = false,
+            }
+        }
+        self.done = true;
+        Some(self.rest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(s: &str) -> Vec<&str> {
+        Entries::new(s).collect()
+    }
+
+    #[test]
+    fn entries_split_at_top_level_commas() {
+        assert_eq!(split(""), vec![""]);
+        assert_eq!(split("a:1,b:2"), vec!["a:1", "b:2"]);
+        assert_eq!(split(",,"), vec!["", "", ""]);
+        assert_eq!(split("r:[1:2,4:8],p:2m"), vec!["r:[1:2,4:8]", "p:2m"]);
+        assert_eq!(split("r: \t[1:2, >:4] ,p:2m"), vec!["r: \t[1:2, >:4] ", "p:2m"]);
+        // '[' only opens a bracket at the start of a value.
+        assert_eq!(split("t:/a[1,b:2"), vec!["t:/a[1", "b:2"]);
+        assert_eq!(split("a[,b"), vec!["a[", "b"]);
+        // An unclosed bracket runs to the end.
+        assert_eq!(split("r:[1:2,4:8"), vec!["r:[1:2,4:8"]);
+    }
+}

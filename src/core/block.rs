@@ -1,0 +1,86 @@
+//! Blocks and the arena that holds them.
+//!
+//! A block is a piece of one segment: allocated to a caller, free (in a free
+//! index), or pending (freed by the caller, waiting for events on other
+//! streams). Blocks are addressed by index, never by pointer, and slots are
+//! reused through a free-slot list, so the hot path never allocates.
+//!
+//! Invariants (checked by `invariants`): the blocks of a segment tile it in
+//! address order through `prev`/`next`; no two adjacent blocks are both free.
+
+use super::policy::PoolKind;
+
+/// Index of a block in the arena.
+pub type BlockId = u32;
+/// "No block" in link fields.
+pub const NIL: BlockId = u32::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockState {
+    Free,
+    Allocated,
+    /// Freed by the caller, not reusable until events on other streams complete.
+    Pending,
+}
+
+#[derive(Debug, Clone)]
+pub struct Block {
+    pub addr: usize,
+    pub size: usize,
+    /// Bytes the caller asked for (0 unless allocated or pending).
+    pub requested: usize,
+    pub segment: u32,
+    /// Address-order neighbours inside the segment.
+    pub prev: BlockId,
+    pub next: BlockId,
+    /// Links of the free list this block is on (when free).
+    pub free_prev: BlockId,
+    pub free_next: BlockId,
+    pub state: BlockState,
+    pub kind: PoolKind,
+    /// Stream slot of the owning stream (see `streams`).
+    pub stream_slot: u16,
+    /// Other streams used this block (record_stream); see `stream_order`.
+    pub has_other_streams: bool,
+}
+
+/// Slab of blocks with reusable slots.
+#[derive(Debug, Default)]
+pub struct BlockArena {
+    blocks: Vec<Block>,
+    free_slots: Vec<BlockId>,
+}
+
+impl BlockArena {
+    pub fn insert(&mut self, block: Block) -> BlockId {
+        if let Some(id) = self.free_slots.pop() {
+            self.blocks[id as usize] = block;
+            id
+        } else {
+            self.blocks.push(block);
+            (self.blocks.len() - 1) as BlockId
+        }
+    }
+
+    /// Returns the slot to the arena. The caller has unlinked the block.
+    pub fn remove(&mut self, id: BlockId) {
+        debug_assert!(!self.free_slots.contains(&id));
+        self.blocks[id as usize].segment = u32::MAX;
+        self.free_slots.push(id);
+    }
+
+    #[inline]
+    pub fn get(&self, id: BlockId) -> &Block {
+        &self.blocks[id as usize]
+    }
+
+    #[inline]
+    pub fn get_mut(&mut self, id: BlockId) -> &mut Block {
+        &mut self.blocks[id as usize]
+    }
+
+    /// Number of live blocks.
+    pub fn live(&self) -> usize {
+        self.blocks.len() - self.free_slots.len()
+    }
+}

@@ -1,0 +1,263 @@
+//! The caching allocator core: safe Rust, no exported symbols.
+//!
+//! Glossary:
+//! - *segment*: one contiguous range obtained from the runtime in one call
+//!   (`aclrtMalloc`); it belongs to one stream and one pool kind.
+//! - *block*: a piece of a segment, allocated, free (cached) or pending.
+//! - *pool*: the free blocks of one (stream, kind); small blocks (≤ 1 MiB)
+//!   live in 2 MiB segments, large ones in their own (see `policy`).
+//! - *stream use*: a stream other than the owner that touched a block
+//!   (record_stream); see Note [stream-ordered reuse] in `stream_order`.
+//!
+//! One `Mutex` per device allocator guards all state; nothing inside takes
+//! another lock. Calls that may wait on the device (stream synchronization
+//! before releasing memory, the OOM ladder, teardown) run under that lock,
+//! as their docs say.
+
+pub mod block;
+pub mod free_index;
+mod invariants;
+pub mod policy;
+mod reclaim;
+pub mod registry;
+pub mod segment;
+mod snapshot;
+pub mod size_class;
+pub mod state;
+pub mod stats;
+pub mod stream_order;
+pub mod streams;
+
+#[cfg(test)]
+mod tests;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::runtime::{Runtime, Stream};
+use policy::Policy;
+use state::State;
+pub use stats::Stats;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// What `query` reports about a live block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockInfo {
+    pub addr: usize,
+    pub size: usize,
+    pub requested: usize,
+    pub stream: Stream,
+}
+
+/// What was still live when an allocator was torn down.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TeardownReport {
+    pub live_blocks: usize,
+    pub live_bytes: usize,
+}
+
+/// A caching allocator for one device.
+pub struct DeviceAllocator {
+    state: Mutex<State>,
+    device: i32,
+    rt: Arc<Runtime>,
+    config: Config,
+}
+
+impl std::fmt::Debug for DeviceAllocator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceAllocator").field("device", &self.device).finish()
+    }
+}
+
+impl DeviceAllocator {
+    /// Loads the runtime named by the config (or the default one) and
+    /// creates an allocator for `device`.
+    pub fn new(config: Config, device: i32) -> Result<Self> {
+        let rt = Runtime::load(config.acl_library.as_deref())?;
+        Self::with_runtime(config, device, rt)
+    }
+
+    pub fn with_runtime(config: Config, device: i32, rt: Arc<Runtime>) -> Result<Self> {
+        if device < 0 {
+            return Err(Error::InvalidArgument(format!("device {device} is negative")));
+        }
+        if config.expandable_segments == Some(true) {
+            return Err(Error::Unsupported(
+                "expandable_segments:true is not available in this build; use expandable_segments:false".into(),
+            ));
+        }
+        let (_, total) = rt
+            .on_device(device, || rt.mem_info())
+            .map_err(|e| Error::runtime(e, format!("querying device {device}")))?;
+        let limit = config.per_process_memory_fraction.map(|f| (f * total as f64) as usize);
+        let state = State {
+            rt: rt.clone(),
+            device,
+            policy: Policy::new(&config),
+            limit,
+            gc_threshold: config.garbage_collection_threshold,
+            release_threshold: config.release_threshold,
+            blocks: Default::default(),
+            segments: Default::default(),
+            streams: Default::default(),
+            pools: Vec::new(),
+            registry: Default::default(),
+            order: Default::default(),
+            stats: Default::default(),
+            broken: None,
+            #[cfg(debug_assertions)]
+            transitions: 0,
+        };
+        Ok(DeviceAllocator { state: Mutex::new(state), device, rt, config })
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, State>> {
+        let state = self
+            .state
+            .lock()
+            .map_err(|_| Error::Internal("the allocator is unusable after an earlier internal error".into()))?;
+        if let Some(why) = &state.broken {
+            return Err(Error::Internal(format!("the allocator is unusable: {why}")));
+        }
+        Ok(state)
+    }
+
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.rt
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Allocates `size` bytes for work on `stream`; returns the address.
+    #[inline]
+    pub fn malloc(&self, size: usize, stream: Stream) -> Result<usize> {
+        self.lock()?.malloc(size, stream)
+    }
+
+    /// Frees a block by its start address (stream-ordered on its stream).
+    #[inline]
+    pub fn free(&self, addr: usize) -> Result<()> {
+        self.lock()?.free(addr)
+    }
+
+    /// Notes that work on `stream` uses the block at `addr`.
+    pub fn record_stream(&self, addr: usize, stream: Stream) -> Result<()> {
+        self.lock()?.record_stream(addr, stream)
+    }
+
+    /// Returns cached, unused segments to the device (may synchronize the
+    /// streams that used them).
+    pub fn empty_cache(&self) -> Result<usize> {
+        self.lock()?.empty_cache()
+    }
+
+    /// Caps this allocator's reserved memory at `fraction` of the device.
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(Error::InvalidArgument(format!("memory fraction must be in (0, 1], got {fraction}")));
+        }
+        let mut st = self.lock()?;
+        let rt = self.rt.clone();
+        let (_, total) = rt
+            .on_device(self.device, || rt.mem_info())
+            .map_err(|e| Error::runtime(e, "querying device memory"))?;
+        st.limit = Some((fraction * total as f64) as usize);
+        Ok(())
+    }
+
+    /// The live block containing `addr` (interior pointers allowed).
+    pub fn query(&self, addr: usize) -> Result<BlockInfo> {
+        let st = self.lock()?;
+        let Some(id) = st.allocated_block_at(addr) else {
+            return Err(st.unknown_pointer(addr, "query"));
+        };
+        let b = st.blocks.get(id);
+        Ok(BlockInfo { addr: b.addr, size: b.size, requested: b.requested, stream: st.streams.stream(b.stream_slot) })
+    }
+
+    /// Start and size of the segment holding the live block at `addr`.
+    pub fn segment_of(&self, addr: usize) -> Result<(usize, usize)> {
+        let st = self.lock()?;
+        let Some(id) = st.allocated_block_at(addr) else {
+            return Err(st.unknown_pointer(addr, "segment look-up"));
+        };
+        let seg = st.segments.get(st.blocks.get(id).segment);
+        Ok((seg.base, seg.size))
+    }
+
+    pub fn stats(&self) -> Result<Stats> {
+        let st = self.lock()?;
+        let mut s = *st.stats.get();
+        s.largest_free_block = st.largest_free() as u64;
+        Ok(s)
+    }
+
+    pub fn reset_peak_stats(&self) -> Result<()> {
+        self.lock()?.stats.reset_peaks();
+        Ok(())
+    }
+
+    pub fn snapshot_json(&self) -> Result<String> {
+        Ok(self.lock()?.snapshot_json())
+    }
+
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let st = self.state.lock().map_err(|_| "lock poisoned".to_string())?;
+        st.check_invariants()
+    }
+
+    /// Releases everything: synchronizes every stream the allocator used,
+    /// returns all segments (live blocks included) and events. The allocator
+    /// refuses further work afterwards.
+    pub fn teardown(&self) -> Result<TeardownReport> {
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = &mut *guard;
+        let rt = self.rt.clone();
+        let report = TeardownReport {
+            live_blocks: st.stats.get().active_blocks as usize,
+            live_bytes: st.stats.get().allocated_bytes as usize,
+        };
+        let mut streams: Vec<Stream> = st.streams.all().to_vec();
+        for seg in st.segments.ids() {
+            for &s in &st.segments.get(seg).other_streams {
+                if !streams.contains(&s) {
+                    streams.push(s);
+                }
+            }
+        }
+        let mut first_error = None;
+        let result = rt.on_device(self.device, || {
+            for &s in &streams {
+                if let Err(e) = rt.synchronize_stream(s) {
+                    first_error.get_or_insert(Error::runtime(e, "synchronizing a stream at teardown"));
+                }
+            }
+            for ev in st.order.take_all_events() {
+                let _ = rt.destroy_event(ev);
+            }
+            let segs: Vec<u32> = st.segments.ids().collect();
+            for s in segs {
+                let seg = st.segments.remove(s);
+                if let Err(e) = rt.free(seg.base) {
+                    first_error.get_or_insert(Error::runtime(e, "returning a segment at teardown"));
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            first_error.get_or_insert(Error::runtime(e, "selecting the device at teardown"));
+        }
+        st.broken = Some("it was destroyed".into());
+        st.registry.clear();
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+}

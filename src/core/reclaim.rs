@@ -1,0 +1,203 @@
+//! Getting memory back: the out-of-memory ladder, empty_cache and garbage
+//! collection.
+//!
+//! The ladder runs cheapest step first and searches the pools again after
+//! every step, so a block freed by a completed event is never missed
+//! (the PyTorch bug where an OOM was raised while a fitting block sat in
+//! the pool came from skipping that re-search):
+//! 1. reap frees whose events completed;
+//! 2. grow: a new segment from the device (after garbage collection when a
+//!    threshold is set);
+//! 3. release cached segments that are entirely free, after synchronizing
+//!    only the streams that used them, then grow again;
+//! 4. wait for the events of pending frees, reap them, release again, grow;
+//! 5. fail with a message that says what was tried and where memory is.
+
+use super::block::{BlockId, BlockState, NIL};
+use super::policy::PoolKind;
+use super::state::{GrowError, State};
+use crate::error::{Error, Result};
+use crate::runtime::Stream;
+
+impl State {
+    pub(super) fn alloc_slow(&mut self, size: usize, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId> {
+        if self.reap_pending() > 0 {
+            if let Some(id) = self.find_free(slot, kind, rounded) {
+                return Ok(id);
+            }
+        }
+        self.collect_garbage(rounded);
+        let mut last = match self.grow(rounded, kind, slot) {
+            Ok(id) => return Ok(id),
+            Err(e) if e.is_out_of_memory() => e,
+            Err(GrowError::Runtime(call)) => {
+                return Err(Error::runtime(call, format!("allocating a segment for {size} bytes")))
+            }
+            Err(e) => e,
+        };
+        self.stats.retried();
+        let mut step = "releasing cached segments";
+        for wait_for_pending in [false, true] {
+            if wait_for_pending {
+                step = "waiting for pending cross-stream frees";
+                if !self.order.has_pending() {
+                    break;
+                }
+                self.wait_pending();
+                if let Some(id) = self.find_free(slot, kind, rounded) {
+                    return Ok(id);
+                }
+            }
+            let all: Vec<u32> = self.segments.ids().collect();
+            let _ = self.release_segments(&all);
+            match self.grow(rounded, kind, slot) {
+                Ok(id) => return Ok(id),
+                Err(e) if e.is_out_of_memory() => last = e,
+                Err(GrowError::Runtime(call)) => {
+                    return Err(Error::runtime(call, format!("allocating a segment for {size} bytes")))
+                }
+                Err(e) => last = e,
+            }
+        }
+        self.stats.oom();
+        Err(Error::OutOfMemory(self.oom_message(size, rounded, &last, step)))
+    }
+
+    fn oom_message(&self, size: usize, rounded: usize, last: &GrowError, step: &str) -> String {
+        let rt = self.rt.clone();
+        let info = rt.on_device(self.device, || rt.mem_info());
+        let device = match info {
+            Ok((free, total)) => format!("device {} has {} free of {}", self.device, mib(free), mib(total)),
+            Err(e) => format!("device {} memory info unavailable ({e})", self.device),
+        };
+        let s = self.stats.get();
+        let cause = match last {
+            GrowError::OverLimit { size, limit } => {
+                format!("a new {} segment would exceed the memory fraction limit of {}", mib(*size), mib(*limit))
+            }
+            GrowError::Runtime(e) => format!("{e}"),
+        };
+        format!(
+            "cannot allocate {size} bytes (rounded to {rounded}) on device {}: {device}; this allocator has {} allocated, \
+             {} reserved, largest free block {}, {} waiting on cross-stream events; last step tried: {step}; {cause}",
+            self.device,
+            mib(s.allocated_bytes as usize),
+            mib(s.reserved_bytes as usize),
+            mib(self.largest_free()),
+            mib(self.order.pending_bytes),
+        )
+    }
+
+    /// Synchronizes every pending free's events, then reaps them all.
+    fn wait_pending(&mut self) {
+        let rt = self.rt.clone();
+        let events: Vec<_> = self.order.pending().iter().flat_map(|p| p.events.iter().copied()).collect();
+        for ev in events {
+            let _ = rt.on_device(self.device, || rt.synchronize_event(ev));
+            self.stats.synced();
+        }
+        self.reap_pending();
+    }
+
+    /// With `garbage_collection_threshold` and a memory limit: before
+    /// growing past threshold × limit, release the oldest entirely free
+    /// segments until the growth fits under the threshold.
+    fn collect_garbage(&mut self, rounded: usize) {
+        let (Some(t), Some(limit)) = (self.gc_threshold, self.limit) else {
+            return;
+        };
+        let target = (t * limit as f64) as usize;
+        let needed = self.policy.segment_size(rounded);
+        let reserved = self.stats.get().reserved_bytes as usize;
+        if reserved + needed <= target {
+            return;
+        }
+        let mut candidates: Vec<u32> = self.segments.ids().filter(|&s| self.segment_is_free(s)).collect();
+        candidates.sort_by_key(|&s| self.segments.get(s).serial);
+        let mut to_free = reserved + needed - target;
+        let mut chosen = Vec::new();
+        for s in candidates {
+            if to_free == 0 {
+                break;
+            }
+            to_free = to_free.saturating_sub(self.segments.get(s).size);
+            chosen.push(s);
+        }
+        let _ = self.release_segments(&chosen);
+    }
+
+    pub fn segment_is_free(&self, seg: u32) -> bool {
+        let first = self.segments.get(seg).first;
+        let b = self.blocks.get(first);
+        b.state == BlockState::Free && b.next == NIL
+    }
+
+    /// Releases those of `candidates` that are entirely free: synchronizes
+    /// each stream that used them once, then returns them to the runtime.
+    /// Returns the bytes released; the first runtime error, if any, after
+    /// trying all of them.
+    pub fn release_segments(&mut self, candidates: &[u32]) -> Result<usize> {
+        let free: Vec<u32> = candidates.iter().copied().filter(|&s| self.segment_is_free(s)).collect();
+        if free.is_empty() {
+            return Ok(0);
+        }
+        let mut streams: Vec<Stream> = Vec::new();
+        for &s in &free {
+            let seg = self.segments.get(s);
+            for st in std::iter::once(self.streams.stream(seg.stream_slot)).chain(seg.other_streams.iter().copied()) {
+                if !streams.contains(&st) {
+                    streams.push(st);
+                }
+            }
+        }
+        let rt = self.rt.clone();
+        let mut first_error = None;
+        for st in streams {
+            if let Err(e) = rt.on_device(self.device, || rt.synchronize_stream(st)) {
+                first_error.get_or_insert(Error::runtime(e, "synchronizing a stream before releasing memory"));
+            }
+            self.stats.synced();
+        }
+        if let Some(e) = first_error {
+            // Not known to be idle: keep the memory rather than free it under work.
+            return Err(e);
+        }
+        let mut released = 0;
+        for s in free {
+            let (base, size, kind, slot, first) = {
+                let seg = self.segments.get(s);
+                (seg.base, seg.size, seg.kind, seg.stream_slot, seg.first)
+            };
+            if let Err(e) = rt.on_device(self.device, || rt.free(base)) {
+                first_error.get_or_insert(Error::runtime(e, "returning a cached segment to the device"));
+                continue;
+            }
+            self.pools[slot as usize][kind as usize].remove(&mut self.blocks, first);
+            self.blocks.remove(first);
+            self.segments.remove(s);
+            self.stats.segment_removed(size, false);
+            released += size;
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(released),
+        }
+    }
+
+    /// Returns every cached, unused segment to the device.
+    pub fn empty_cache(&mut self) -> Result<usize> {
+        self.reap_pending();
+        let all: Vec<u32> = self.segments.ids().collect();
+        let r = self.release_segments(&all);
+        self.after_transition();
+        r
+    }
+}
+
+fn mib(bytes: usize) -> String {
+    if bytes >= 1 << 20 {
+        format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
+    } else {
+        format!("{bytes} bytes")
+    }
+}

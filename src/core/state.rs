@@ -1,0 +1,397 @@
+//! The allocator state behind one device allocator's lock, and its
+//! transitions: take a block (with split), return a block (with coalesce),
+//! add a segment, defer a cross-stream free.
+
+use super::block::{Block, BlockArena, BlockId, BlockState, NIL};
+use super::free_index::FreeIndex;
+use super::policy::{Policy, PoolKind, MAX_REQUEST};
+use super::registry::Registry;
+use super::segment::{Segment, SegmentTable};
+use super::stats::StatsRecorder;
+use super::stream_order::{PendingFree, StreamOrder};
+use super::streams::StreamSlots;
+use crate::error::{Error, Result};
+use crate::runtime::{Runtime, Stream};
+use std::sync::Arc;
+
+/// Free indices of one stream: one per pool kind.
+pub type StreamPools = [FreeIndex; 2];
+
+pub struct State {
+    pub rt: Arc<Runtime>,
+    pub device: i32,
+    pub policy: Policy,
+    /// Device bytes this allocator may hold (memory fraction), if limited.
+    pub limit: Option<usize>,
+    pub gc_threshold: Option<f64>,
+    pub release_threshold: Option<usize>,
+    pub blocks: BlockArena,
+    pub segments: SegmentTable,
+    pub streams: StreamSlots,
+    pub pools: Vec<StreamPools>,
+    pub registry: Registry,
+    pub order: StreamOrder,
+    pub stats: StatsRecorder,
+    /// Set once a broken invariant is found: the allocator refuses work.
+    pub broken: Option<String>,
+    #[cfg(debug_assertions)]
+    pub transitions: u64,
+}
+
+impl State {
+    #[inline]
+    pub fn stream_slot(&mut self, stream: Stream) -> u16 {
+        let (slot, added) = self.streams.slot(stream);
+        if added {
+            self.pools.push(Default::default());
+        }
+        slot
+    }
+
+    /// Allocates `size` bytes on `stream`; returns the device address.
+    pub fn malloc(&mut self, size: usize, stream: Stream) -> Result<usize> {
+        if size == 0 {
+            return Err(Error::InvalidArgument("size is 0; allocations must be at least 1 byte".into()));
+        }
+        if size >= MAX_REQUEST {
+            return Err(Error::InvalidArgument(format!(
+                "size {size} exceeds the largest supported request ({MAX_REQUEST} bytes)"
+            )));
+        }
+        let rounded = self.policy.round(size);
+        let kind = self.policy.pool_for(rounded);
+        let slot = self.stream_slot(stream);
+        let found = self.find_free(slot, kind, rounded);
+        let id = match found {
+            Some(id) => id,
+            None => self.alloc_slow(size, rounded, kind, slot)?,
+        };
+        Ok(self.take_block(id, rounded, size))
+    }
+
+    #[inline]
+    pub fn find_free(&self, slot: u16, kind: PoolKind, rounded: usize) -> Option<BlockId> {
+        let policy = &self.policy;
+        self.pools[slot as usize][kind as usize].find(&self.blocks, rounded, |b| policy.may_use(b, rounded))
+    }
+
+    /// Moves a free block to allocated, splitting off what it does not need.
+    pub fn take_block(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
+        let (kind, slot, size) = {
+            let b = self.blocks.get(id);
+            (b.kind, b.stream_slot, b.size)
+        };
+        let index = &mut self.pools[slot as usize][kind as usize];
+        index.remove(&mut self.blocks, id);
+        let size = if self.policy.should_split(kind, size, rounded) {
+            let b = self.blocks.get(id).clone();
+            let rest = self.blocks.insert(Block {
+                addr: b.addr + rounded,
+                size: b.size - rounded,
+                requested: 0,
+                prev: id,
+                next: b.next,
+                free_prev: NIL,
+                free_next: NIL,
+                state: BlockState::Free,
+                has_other_streams: false,
+                ..b
+            });
+            if b.next != NIL {
+                self.blocks.get_mut(b.next).prev = rest;
+            }
+            let blk = self.blocks.get_mut(id);
+            blk.next = rest;
+            blk.size = rounded;
+            index.insert(&mut self.blocks, rest);
+            rounded
+        } else {
+            size
+        };
+        let b = self.blocks.get_mut(id);
+        b.state = BlockState::Allocated;
+        b.requested = requested;
+        let addr = b.addr;
+        self.registry.insert(addr, id);
+        self.stats.block_allocated(size, requested);
+        self.after_transition();
+        addr
+    }
+
+    /// Frees the block at `addr` (its exact start address).
+    pub fn free(&mut self, addr: usize) -> Result<()> {
+        let Some(id) = self.registry.remove(&addr) else {
+            return Err(self.unknown_pointer(addr, "free"));
+        };
+        let (size, requested, other) = {
+            let b = self.blocks.get(id);
+            (b.size, b.requested, b.has_other_streams)
+        };
+        self.stats.block_freed(size, requested);
+        if other {
+            self.defer_free(id);
+        } else {
+            self.return_block(id);
+        }
+        if self.order.should_poll() {
+            self.reap_pending();
+        }
+        self.after_transition();
+        Ok(())
+    }
+
+    /// A message for a pointer this allocator does not hand out.
+    pub fn unknown_pointer(&self, addr: usize, what: &str) -> Error {
+        let detail = match self.segments.containing(addr) {
+            Some(seg) => {
+                let inside = self.block_containing(seg, addr).map(|id| self.blocks.get(id));
+                match inside {
+                    Some(b) if b.addr == addr && b.state == BlockState::Pending => {
+                        "it was already freed (its free waits for other streams)".to_string()
+                    }
+                    Some(b) if b.addr == addr => "it was already freed".to_string(),
+                    Some(b) if b.state == BlockState::Allocated => {
+                        format!("it points {} bytes inside the block at {:#x}; pass the block's start", addr - b.addr, b.addr)
+                    }
+                    _ => "it lies in this allocator's memory but not at a live block".to_string(),
+                }
+            }
+            None => "this allocator did not allocate it".to_string(),
+        };
+        Error::UnknownPointer(format!("{what} of {addr:#x} on device {}: {detail}", self.device))
+    }
+
+    /// Puts a block back into its pool, merging it with free neighbours.
+    pub fn return_block(&mut self, mut id: BlockId) {
+        {
+            let b = self.blocks.get_mut(id);
+            b.state = BlockState::Free;
+            b.requested = 0;
+            b.has_other_streams = false;
+        }
+        let (kind, slot) = {
+            let b = self.blocks.get(id);
+            (b.kind, b.stream_slot)
+        };
+        let prev = self.blocks.get(id).prev;
+        if prev != NIL && self.blocks.get(prev).state == BlockState::Free {
+            self.pools[slot as usize][kind as usize].remove(&mut self.blocks, prev);
+            self.absorb_next(prev);
+            id = prev;
+        }
+        let next = self.blocks.get(id).next;
+        if next != NIL && self.blocks.get(next).state == BlockState::Free {
+            self.pools[slot as usize][kind as usize].remove(&mut self.blocks, next);
+            self.absorb_next(id);
+        }
+        self.pools[slot as usize][kind as usize].insert(&mut self.blocks, id);
+        if let Some(threshold) = self.release_threshold {
+            let seg = self.blocks.get(id).segment;
+            let cached = self.stats.get().reserved_bytes - self.stats.get().allocated_bytes;
+            if self.segments.get(seg).first == id && self.blocks.get(id).next == NIL && cached > threshold as u64 {
+                let _ = self.release_segments(&[seg]);
+            }
+        }
+    }
+
+    /// Merges `id`'s next neighbour (free, already off its list) into `id`.
+    fn absorb_next(&mut self, id: BlockId) {
+        let next = self.blocks.get(id).next;
+        let (next_size, next_next) = {
+            let n = self.blocks.get(next);
+            (n.size, n.next)
+        };
+        let b = self.blocks.get_mut(id);
+        b.size += next_size;
+        b.next = next_next;
+        if next_next != NIL {
+            self.blocks.get_mut(next_next).prev = id;
+        }
+        self.blocks.remove(next);
+    }
+
+    /// Frees a block other streams used: it waits for an event on each.
+    fn defer_free(&mut self, id: BlockId) {
+        let uses = self.order.take_uses(id);
+        let owner = self.streams.stream(self.blocks.get(id).stream_slot);
+        let mut events = Vec::with_capacity(uses.len());
+        for stream in uses.into_iter().filter(|&s| s != owner) {
+            match self.record_on(stream) {
+                Ok(ev) => events.push(ev),
+                Err(_) => {
+                    // No event: fall back to waiting for the stream now, so
+                    // the block is never reused under that stream's work.
+                    let _ = self.rt.on_device(self.device, || self.rt.synchronize_stream(stream));
+                    self.stats.synced();
+                }
+            }
+        }
+        let size = self.blocks.get(id).size;
+        if events.is_empty() {
+            self.return_block(id);
+            return;
+        }
+        self.blocks.get_mut(id).state = BlockState::Pending;
+        self.order.push_pending(PendingFree { block: id, events }, size);
+    }
+
+    fn record_on(&mut self, stream: Stream) -> Result<crate::runtime::Event, crate::runtime::AclCallError> {
+        let rt = self.rt.clone();
+        let pooled = self.order.pooled_event();
+        rt.on_device(self.device, || {
+            let ev = match pooled {
+                Some(ev) => ev,
+                None => rt.create_event()?,
+            };
+            match rt.record_event(ev, stream) {
+                Ok(()) => Ok(ev),
+                Err(e) => {
+                    let _ = rt.destroy_event(ev);
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    /// Returns to their pools the pending frees whose events completed.
+    pub fn reap_pending(&mut self) -> usize {
+        if !self.order.has_pending() {
+            return 0;
+        }
+        let rt = self.rt.clone();
+        let done = self.order.drain_completed(|p| p.events.iter().all(|&ev| rt.event_complete(ev).unwrap_or(false)));
+        let n = done.len();
+        for p in done {
+            let size = self.blocks.get(p.block).size;
+            self.order.settle_bytes(size);
+            for ev in p.events {
+                self.order.return_event(ev);
+            }
+            self.return_block(p.block);
+        }
+        n
+    }
+
+    /// Marks that `stream` uses the allocated block at `addr`.
+    pub fn record_stream(&mut self, addr: usize, stream: Stream) -> Result<()> {
+        let Some(&id) = self.registry.get(&addr) else {
+            return Err(self.unknown_pointer(addr, "record_stream"));
+        };
+        let (slot, seg) = {
+            let b = self.blocks.get(id);
+            (b.stream_slot, b.segment)
+        };
+        if self.streams.stream(slot) == stream {
+            return Ok(());
+        }
+        if self.order.add_use(id, stream) {
+            self.blocks.get_mut(id).has_other_streams = true;
+            let others = &mut self.segments.get_mut(seg).other_streams;
+            if !others.contains(&stream) {
+                others.push(stream);
+            }
+        }
+        Ok(())
+    }
+
+    /// Obtains a new segment able to hold `rounded` bytes and puts its one
+    /// free block in the pool. Fails without side effects.
+    pub fn grow(&mut self, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId, GrowError> {
+        let size = self.policy.segment_size(rounded);
+        let reserved = self.stats.get().reserved_bytes as usize;
+        if let Some(limit) = self.limit {
+            if reserved + size > limit {
+                return Err(GrowError::OverLimit { size, limit });
+            }
+        }
+        let rt = self.rt.clone();
+        let base = rt.on_device(self.device, || rt.malloc(size)).map_err(GrowError::Runtime)?;
+        self.stats.segment_added(size, false);
+        let block = self.blocks.insert(Block {
+            addr: base,
+            size,
+            requested: 0,
+            segment: 0,
+            prev: NIL,
+            next: NIL,
+            free_prev: NIL,
+            free_next: NIL,
+            state: BlockState::Free,
+            kind,
+            stream_slot: slot,
+            has_other_streams: false,
+        });
+        let seg = self.segments.insert(Segment {
+            base,
+            size,
+            kind,
+            stream_slot: slot,
+            first: block,
+            other_streams: Vec::new(),
+            serial: 0,
+        });
+        self.blocks.get_mut(block).segment = seg;
+        self.pools[slot as usize][kind as usize].insert(&mut self.blocks, block);
+        Ok(block)
+    }
+
+    /// The block of segment `seg` that contains `addr`.
+    pub fn block_containing(&self, seg: u32, addr: usize) -> Option<BlockId> {
+        let mut id = self.segments.get(seg).first;
+        while id != NIL {
+            let b = self.blocks.get(id);
+            if addr >= b.addr && addr < b.addr + b.size {
+                return Some(id);
+            }
+            id = b.next;
+        }
+        None
+    }
+
+    /// The allocated block containing `addr` (interior pointers allowed).
+    pub fn allocated_block_at(&self, addr: usize) -> Option<BlockId> {
+        if let Some(&id) = self.registry.get(&addr) {
+            return Some(id);
+        }
+        let seg = self.segments.containing(addr)?;
+        let id = self.block_containing(seg, addr)?;
+        (self.blocks.get(id).state == BlockState::Allocated).then_some(id)
+    }
+
+    /// Size of the largest free block in any pool.
+    pub fn largest_free(&self) -> usize {
+        self.pools.iter().flat_map(|p| p.iter()).map(|ix| ix.largest(&self.blocks)).max().unwrap_or(0)
+    }
+
+    #[inline]
+    pub fn after_transition(&mut self) {
+        #[cfg(debug_assertions)]
+        {
+            // Full checks are O(blocks): run them on every transition while
+            // the state is small, and periodically once it is large.
+            self.transitions += 1;
+            if self.blocks.live() < 512 || self.transitions % 1024 == 0 {
+                if let Err(e) = self.check_invariants() {
+                    panic!("allocator invariant broken: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Why a segment could not be added.
+#[derive(Debug)]
+pub enum GrowError {
+    /// The memory fraction limit would be exceeded.
+    OverLimit { size: usize, limit: usize },
+    Runtime(crate::runtime::AclCallError),
+}
+
+impl GrowError {
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            GrowError::OverLimit { .. } => true,
+            GrowError::Runtime(e) => e.is_out_of_memory(),
+        }
+    }
+}

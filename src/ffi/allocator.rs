@@ -1,0 +1,198 @@
+//! Lifecycle and direct use: create, destroy, malloc, free, record_stream,
+//! empty_cache, set_memory_fraction, query.
+
+use super::handle::{npualloc_allocator, Allocator};
+use super::last_error::set_last_error;
+use super::status::npualloc_status;
+use crate::config::Config;
+use crate::core::DeviceAllocator;
+use crate::error::Error;
+use crate::runtime::Stream;
+use crate::sys::aclrtStream;
+use std::ffi::{c_char, c_void};
+
+/// What `npualloc_query` reports about a live block.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct npualloc_block_info {
+    /// Start address of the block.
+    pub addr: u64,
+    /// Size of the block as rounded by the allocator.
+    pub size: u64,
+    /// Bytes the caller asked for.
+    pub requested: u64,
+    /// Stream the block belongs to (NULL: the default stream).
+    pub stream: aclrtStream,
+}
+
+/// Creates an allocator for ACL device `device`.
+///
+/// `config` is `"key:value,key:value"` (see the README for the keys); NULL
+/// reads `NPUALLOC_CONF` from the environment, else uses the defaults. The
+/// ACL runtime is loaded on first use (config key `acl_library`, else
+/// `NPUALLOC_ACL_LIBRARY`, else `$ASCEND_HOME_PATH/lib64/libascendcl.so`,
+/// else the loader's search).
+///
+/// Returns NPUALLOC_OK and writes `*out`; NPUALLOC_ERR_INVALID_ARGUMENT (NULL
+/// `out`, negative device), NPUALLOC_ERR_BAD_CONFIG (unknown key, bad value,
+/// conflicting keys), NPUALLOC_ERR_UNSUPPORTED, NPUALLOC_ERR_RUNTIME (e.g. no
+/// such device), NPUALLOC_ERR_RUNTIME_UNAVAILABLE (libascendcl missing).
+/// Thread-safe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_create(
+    config: *const c_char,
+    device: i32,
+    out: *mut *mut npualloc_allocator,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_create", {
+        let out = try_out!(out, "out");
+        let text = if config.is_null() { None } else { Some(try_str!(config, "config")) };
+        let config = Config::from_c(text)?;
+        let core = DeviceAllocator::new(config, device)?;
+        // SAFETY: out was checked non-NULL and aligned.
+        unsafe { out.write(Allocator::new(core).into_raw()) };
+        Ok(())
+    })
+}
+
+/// Destroys an allocator: unregisters it from every stream it was registered
+/// on, synchronizes the streams it used, and returns all device memory. Live
+/// blocks are released too; their count and bytes are reported on stderr and
+/// in `npualloc_last_error()` (the call still returns NPUALLOC_OK).
+/// `npualloc_destroy(NULL)` is a no-op returning NPUALLOC_OK. No other thread
+/// may use the allocator during or after this call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npualloc_status {
+    ffi_boundary!(status "npualloc_destroy", {
+        if a.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the caller hands the allocator over for destruction.
+        let allocator = unsafe { Allocator::take(a) }?;
+        let unregister = super::desc::unregister_all(&allocator);
+        let report = allocator.core.teardown();
+        drop(allocator);
+        unregister?;
+        let report = report?;
+        if report.live_blocks > 0 {
+            let msg = format!(
+                "npualloc: destroy released {} live block(s) holding {} bytes",
+                report.live_blocks, report.live_bytes
+            );
+            eprintln!("{msg}");
+            set_last_error(&msg);
+        }
+        Ok(())
+    })
+}
+
+/// Allocates `size` bytes for work on `stream` (NULL: the default stream)
+/// and writes the device address to `*out_ptr`. Addresses are at least
+/// 512-byte aligned.
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out_ptr`, size 0
+/// or a size no device can hold; NPUALLOC_ERR_OUT_OF_MEMORY after every
+/// recovery step failed (the message says where memory is);
+/// NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise. Thread-safe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_malloc(
+    a: *mut npualloc_allocator,
+    size: usize,
+    stream: aclrtStream,
+    out_ptr: *mut *mut c_void,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_malloc", {
+        // SAFETY: handle validity is the caller's contract; NULL and dead handles are refused.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let out = try_out!(out_ptr, "out_ptr");
+        let addr = allocator.core.malloc(size, Stream::from_raw(stream))?;
+        // SAFETY: out was checked non-NULL and aligned.
+        unsafe { out.write(addr as *mut c_void) };
+        Ok(())
+    })
+}
+
+/// Frees a block by its start address. The memory is reusable at once by
+/// later work on the block's stream; if other streams used it
+/// (`npualloc_record_stream`), only after their work recorded so far completes.
+///
+/// Returns NPUALLOC_ERR_UNKNOWN_POINTER (state unchanged) for NULL, a pointer
+/// this allocator did not return, an interior pointer, or a block already freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_free(a: *mut npualloc_allocator, ptr: *mut c_void) -> npualloc_status {
+    ffi_boundary!(status "npualloc_free", {
+        // SAFETY: as in npualloc_malloc.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        if ptr.is_null() {
+            return Err(Error::UnknownPointer("free of NULL".into()));
+        }
+        allocator.core.free(ptr as usize)
+    })
+}
+
+/// Notes that work queued on `stream` uses the block at `ptr`, so freeing it
+/// waits for that work. Recording the block's own stream is a no-op.
+///
+/// Returns NPUALLOC_ERR_UNKNOWN_POINTER if `ptr` is not the start of a live block.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_record_stream(
+    a: *mut npualloc_allocator,
+    ptr: *mut c_void,
+    stream: aclrtStream,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_record_stream", {
+        // SAFETY: as in npualloc_malloc.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        allocator.core.record_stream(ptr as usize, Stream::from_raw(stream))
+    })
+}
+
+/// Returns every cached, unused segment to the runtime, after synchronizing
+/// only the streams that used them. Blocks in use are untouched.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_empty_cache(a: *mut npualloc_allocator) -> npualloc_status {
+    ffi_boundary!(status "npualloc_empty_cache", {
+        // SAFETY: as in npualloc_malloc.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        allocator.core.empty_cache().map(|_| ())
+    })
+}
+
+/// Caps the device memory this allocator reserves at `fraction` (in (0, 1])
+/// of the device's total. Memory already reserved is not released by this call.
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a fraction outside (0, 1] or NaN.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_set_memory_fraction(a: *mut npualloc_allocator, fraction: f64) -> npualloc_status {
+    ffi_boundary!(status "npualloc_set_memory_fraction", {
+        // SAFETY: as in npualloc_malloc.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        allocator.core.set_memory_fraction(fraction)
+    })
+}
+
+/// Describes the live block containing `ptr` (any address inside it).
+///
+/// Returns NPUALLOC_ERR_UNKNOWN_POINTER if no live block contains `ptr`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_query(
+    a: *const npualloc_allocator,
+    ptr: *const c_void,
+    out: *mut npualloc_block_info,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_query", {
+        // SAFETY: as in npualloc_malloc.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let out = try_out!(out, "out");
+        let info = allocator.core.query(ptr as usize)?;
+        let value = npualloc_block_info {
+            addr: info.addr as u64,
+            size: info.size as u64,
+            requested: info.requested as u64,
+            stream: info.stream.raw(),
+        };
+        // SAFETY: out was checked non-NULL and aligned.
+        unsafe { out.write(value) };
+        Ok(())
+    })
+}

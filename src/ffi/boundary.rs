@@ -1,0 +1,271 @@
+//! The panic boundary and the pointer checks every export uses.
+//!
+//! **The rule:** the whole body of every `#[unsafe(no_mangle)]` function is
+//! the argument of one [`ffi_boundary!`] call, nothing before or after it
+//! (`tests/ffi_boundary.rs` checks this). Since Rust 1.81 a panic unwinding out
+//! of an `extern "C"` function aborts the process; an allocator plugin must
+//! never take its host down, so the boundary catches the panic, records
+//! "internal error: panic in <function>: <message>" as the thread's last error
+//! and returns `NPUALLOC_ERR_INTERNAL`, or the function's documented fallback
+//! (NULL, nothing). The default panic hook still prints the panic to stderr,
+//! which is what a user reporting the bug needs.
+//!
+//! Three forms, by what the function returns:
+//! - `ffi_boundary!(status "npualloc_x", { ... })`: the body is a
+//!   `Result<(), Error>` block (so `?` works); `Ok` becomes `NPUALLOC_OK`, `Err`
+//!   is recorded and mapped by [`fail`](super::last_error::fail).
+//! - `ffi_boundary!(fallible "npualloc_x", fallback, { ... })`: the body is a
+//!   `Result<T, Error>` block; `Err` is recorded and `fallback` returned
+//!   (e.g. NULL from an allocation callback).
+//! - `ffi_boundary!("npualloc_x", fallback, { ... })`: the body cannot fail
+//!   and yields `T`; `fallback` is returned only after a panic.
+//!
+//! The two fallible forms clear the thread's last error first, so a
+//! successful call leaves "" behind. The body runs in a closure: `return`
+//! inside it returns from the closure, which is the function's result.
+//!
+//! Inside a fallible body, [`try_ref!`], [`try_mut!`], [`try_out!`] and
+//! [`try_str!`] turn a NULL (or misaligned, or non-UTF-8) argument into
+//! `Error::InvalidArgument` naming the parameter.
+
+use super::last_error::{clear_last_error, fail, set_last_error};
+use super::status::npualloc_status;
+use crate::error::{Error, Result};
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Runs an export's body; see the module docs for the three forms.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! ffi_boundary {
+    (status $name:literal, $body:block) => {
+        $crate::ffi::boundary::run_status($name, || -> $crate::error::Result<()> { $body })
+    };
+    (fallible $name:literal, $fallback:expr, $body:block) => {
+        $crate::ffi::boundary::run_fallible($name, $fallback, || $body)
+    };
+    ($name:literal, $fallback:expr, $body:block) => {
+        $crate::ffi::boundary::run_infallible($name, $fallback, || $body)
+    };
+}
+
+/// `&T` from a pointer argument, or an early `Err(InvalidArgument)` naming it.
+/// Must be used where the pointer is valid for reads when non-NULL.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! try_ref {
+    ($ptr:expr, $param:literal) => {{
+        let ptr = $ptr;
+        $crate::ffi::boundary::check_ptr(ptr, $param)?;
+        // SAFETY: non-NULL and aligned (checked above); the caller's contract
+        // says it points to a live value.
+        unsafe { &*ptr }
+    }};
+}
+
+/// `&mut T` from a pointer argument, or an early `Err(InvalidArgument)`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! try_mut {
+    ($ptr:expr, $param:literal) => {{
+        let ptr = $ptr;
+        $crate::ffi::boundary::check_ptr(ptr.cast_const(), $param)?;
+        // SAFETY: as for try_ref!, and the caller grants exclusive access.
+        unsafe { &mut *ptr }
+    }};
+}
+
+/// An out-parameter, checked non-NULL and aligned but left raw: the memory
+/// may be uninitialised, and it is written (`out.write(v)`) only on success.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! try_out {
+    ($ptr:expr, $param:literal) => {{
+        let ptr = $ptr;
+        $crate::ffi::boundary::check_ptr(ptr.cast_const(), $param)?;
+        ptr
+    }};
+}
+
+/// `&str` from a `const char *` argument, or an early `Err(InvalidArgument)`
+/// for NULL or text that is not UTF-8.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! try_str {
+    ($ptr:expr, $param:literal) => {{
+        let ptr: *const ::std::ffi::c_char = $ptr;
+        $crate::ffi::boundary::check_ptr(ptr, $param)?;
+        // SAFETY: non-NULL; the caller's contract says it is NUL-terminated.
+        $crate::ffi::boundary::utf8(unsafe { ::std::ffi::CStr::from_ptr(ptr) }, $param)?
+    }};
+}
+
+/// NULL and alignment check shared by the `try_*!` macros.
+#[doc(hidden)]
+#[inline]
+pub fn check_ptr<T>(ptr: *const T, param: &str) -> Result<()> {
+    if ptr.is_null() {
+        Err(Error::InvalidArgument(format!("{param} must not be NULL")))
+    } else if !ptr.is_aligned() {
+        Err(Error::InvalidArgument(format!(
+            "{param} ({ptr:p}) is not aligned to {} bytes",
+            std::mem::align_of::<T>()
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+#[doc(hidden)]
+pub fn utf8<'a>(s: &'a std::ffi::CStr, param: &str) -> Result<&'a str> {
+    s.to_str().map_err(|e| Error::InvalidArgument(format!("{param} is not valid UTF-8: {e}")))
+}
+
+#[doc(hidden)]
+#[inline]
+pub fn run_status(name: &'static str, body: impl FnOnce() -> Result<()>) -> npualloc_status {
+    clear_last_error();
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => npualloc_status::NPUALLOC_OK,
+        Ok(Err(err)) => fail(err),
+        Err(payload) => record_panic(name, payload),
+    }
+}
+
+#[doc(hidden)]
+#[inline]
+pub fn run_fallible<T>(name: &'static str, fallback: T, body: impl FnOnce() -> Result<T>) -> T {
+    clear_last_error();
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(value)) => value,
+        Ok(Err(err)) => {
+            let _ = fail(err);
+            fallback
+        }
+        Err(payload) => {
+            let _ = record_panic(name, payload);
+            fallback
+        }
+    }
+}
+
+#[doc(hidden)]
+#[inline]
+pub fn run_infallible<T>(name: &'static str, fallback: T, body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(value) => value,
+        Err(payload) => {
+            let _ = record_panic(name, payload);
+            fallback
+        }
+    }
+}
+
+/// Records a caught panic and returns `NPUALLOC_ERR_INTERNAL`.
+#[cold]
+fn record_panic(name: &'static str, payload: Box<dyn Any + Send>) -> npualloc_status {
+    let message = if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic payload that is not a string".to_string()
+    };
+    // Dropping a payload runs arbitrary code that could panic again, outside
+    // any catch; a leaked box per (already fatal-for-the-allocator) bug is
+    // the cheaper risk.
+    std::mem::forget(payload);
+    let status = npualloc_status::NPUALLOC_ERR_INTERNAL;
+    set_last_error(&Error::Internal(format!("panic in {name}: {message}")).to_string());
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::last_error::{last_error_message, set_last_error};
+    use npualloc_status::*;
+    use std::ffi::{c_char, c_void};
+
+    #[test]
+    fn status_form() {
+        set_last_error("stale");
+        assert_eq!(ffi_boundary!(status "npualloc_test_ok", { Ok(()) }), NPUALLOC_OK);
+        assert_eq!(last_error_message(), "", "a status call clears the last error");
+
+        let st = ffi_boundary!(status "npualloc_test_err", {
+            Err(Error::OutOfMemory("no room for 4096 bytes".into()))
+        });
+        assert_eq!(st, NPUALLOC_ERR_OUT_OF_MEMORY);
+        assert_eq!(last_error_message(), "out of memory: no room for 4096 bytes");
+
+        let st = ffi_boundary!(status "npualloc_test_panic", { panic!("boom {}", 7) });
+        assert_eq!(st, NPUALLOC_ERR_INTERNAL);
+        assert_eq!(last_error_message(), "internal error: panic in npualloc_test_panic: boom 7");
+    }
+
+    #[test]
+    fn fallible_and_infallible_forms() {
+        let p: *mut c_void = ffi_boundary!(fallible "npualloc_test_alloc", std::ptr::null_mut(), {
+            Err(Error::InvalidArgument("size must not be 0".into()))
+        });
+        assert!(p.is_null());
+        assert_eq!(last_error_message(), "invalid argument: size must not be 0");
+
+        let n = ffi_boundary!(fallible "npualloc_test_value", 0u32, { Ok(5u32) });
+        assert_eq!((n, last_error_message().as_str()), (5, ""));
+
+        set_last_error("kept");
+        let v = ffi_boundary!("npualloc_test_get", 0u32, { 3u32 });
+        assert_eq!((v, last_error_message().as_str()), (3, "kept"), "infallible calls keep the message");
+
+        let v = ffi_boundary!("npualloc_test_get", 0u32, { panic!("static str") });
+        assert_eq!(v, 0);
+        assert_eq!(last_error_message(), "internal error: panic in npualloc_test_get: static str");
+
+        let v = ffi_boundary!("npualloc_test_any", 1u8, { std::panic::panic_any(42u64) });
+        assert_eq!(v, 1);
+        assert!(last_error_message().contains("not a string"));
+    }
+
+    fn takes_ptrs(r: *const u64, m: *mut u64, out: *mut u64, s: *const c_char) -> npualloc_status {
+        ffi_boundary!(status "npualloc_test_ptrs", {
+            let r = try_ref!(r, "r");
+            let m = try_mut!(m, "m");
+            let out = try_out!(out, "out");
+            let s = try_str!(s, "s");
+            *m += *r + s.len() as u64;
+            // SAFETY: checked by try_out!.
+            unsafe { out.write(*m) };
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn pointer_checks_name_the_parameter() {
+        let r = 1u64;
+        let mut m = 10u64;
+        let mut out = 0u64;
+        let s = c"abc";
+        assert_eq!(takes_ptrs(&r, &mut m, &mut out, s.as_ptr()), NPUALLOC_OK);
+        assert_eq!((m, out), (14, 14));
+
+        out = 0;
+        assert_eq!(takes_ptrs(std::ptr::null(), &mut m, &mut out, s.as_ptr()), NPUALLOC_ERR_INVALID_ARGUMENT);
+        assert_eq!(last_error_message(), "invalid argument: r must not be NULL");
+        assert_eq!(takes_ptrs(&r, &mut m, std::ptr::null_mut(), s.as_ptr()), NPUALLOC_ERR_INVALID_ARGUMENT);
+        assert_eq!(last_error_message(), "invalid argument: out must not be NULL");
+        assert_eq!(takes_ptrs(&r, &mut m, &mut out, std::ptr::null()), NPUALLOC_ERR_INVALID_ARGUMENT);
+        assert_eq!(last_error_message(), "invalid argument: s must not be NULL");
+        assert_eq!((m, out), (14, 0), "nothing written on failure");
+
+        let bytes = [0u8; 16];
+        let misaligned = bytes.as_ptr().wrapping_add(1).cast::<u64>();
+        assert_eq!(takes_ptrs(misaligned, &mut m, &mut out, s.as_ptr()), NPUALLOC_ERR_INVALID_ARGUMENT);
+        assert!(last_error_message().contains("r (0x") && last_error_message().contains("not aligned"));
+
+        let bad = [0xffu8, 0];
+        assert_eq!(takes_ptrs(&r, &mut m, &mut out, bad.as_ptr().cast()), NPUALLOC_ERR_INVALID_ARGUMENT);
+        assert!(last_error_message().starts_with("invalid argument: s is not valid UTF-8"));
+    }
+}

@@ -1,0 +1,229 @@
+//! The drop-in `aclrtAllocatorDesc`: registration on streams and the four
+//! callbacks the runtime (GE's executors) calls.
+//!
+//! A block handle is the block's device address. That makes
+//! `npualloc_desc_get_addr` O(1) and unable to crash on a bad handle, and
+//! `npualloc_desc_free` resolves the block through the allocator's pointer
+//! registry in O(1).
+
+use super::handle::{npualloc_allocator, Allocator, Registration};
+use super::status::npualloc_status;
+use crate::error::{Error, Result};
+use crate::runtime::{DescCallbacks, Stream};
+use crate::sys::aclrtStream;
+use std::ffi::c_void;
+
+/// What a desc's `obj` points to: the allocator and the stream its blocks
+/// belong to.
+pub struct Binding {
+    magic: u64,
+    allocator: *const Allocator,
+    stream: Stream,
+}
+
+const LIVE: u64 = 0x6269_6e64_696e_6721; // "binding!"
+
+impl Binding {
+    /// # Safety
+    /// A non-NULL `b` must be readable for a `Binding`.
+    unsafe fn from_raw<'a>(b: *const c_void) -> Result<&'a Binding> {
+        let ptr = b.cast::<Binding>();
+        if ptr.is_null() || !ptr.is_aligned() {
+            return Err(Error::InvalidArgument(format!("{b:p} is not an npualloc binding")));
+        }
+        // SAFETY: non-NULL and aligned; validity is the caller's contract.
+        let binding = unsafe { &*ptr };
+        if binding.magic != LIVE {
+            return Err(Error::InvalidArgument(format!("{b:p} is not a live npualloc binding")));
+        }
+        Ok(binding)
+    }
+
+    fn allocator(&self) -> &Allocator {
+        // SAFETY: a binding never outlives its allocator: destroy unregisters
+        // and frees every registered binding first, and hosts that build their
+        // own descs must destroy their bindings before the allocator.
+        unsafe { &*self.allocator }
+    }
+}
+
+fn new_binding(allocator: &Allocator, stream: Stream) -> *mut Binding {
+    Box::into_raw(Box::new(Binding { magic: LIVE, allocator, stream }))
+}
+
+fn callbacks(binding: *mut Binding) -> DescCallbacks {
+    DescCallbacks {
+        obj: binding.cast(),
+        alloc: npualloc_desc_alloc,
+        free: npualloc_desc_free,
+        alloc_advise: npualloc_desc_alloc_advise,
+        get_addr: npualloc_desc_get_addr,
+    }
+}
+
+/// Registers the allocator on `stream` through an `aclrtAllocatorDesc` with
+/// all four callbacks set; blocks the runtime allocates through it belong to
+/// `stream`. Registering a stream twice is OK (no duplicate).
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or NULL stream (the
+/// runtime cannot apply an allocator to the default stream), NPUALLOC_ERR_RUNTIME
+/// if an ACL call failed (nothing stays registered then).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
+    ffi_boundary!(status "npualloc_register", {
+        // SAFETY: handle validity is the caller's contract; NULL and dead handles are refused.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        if stream.is_null() {
+            return Err(Error::InvalidArgument(
+                "stream must not be NULL: the runtime cannot apply an allocator to the default stream".into(),
+            ));
+        }
+        let stream = Stream::from_raw(stream);
+        let mut regs = allocator.registrations.lock().unwrap_or_else(|e| e.into_inner());
+        if regs.contains_key(&stream) {
+            return Ok(());
+        }
+        let rt = allocator.core.runtime();
+        let binding = new_binding(allocator, stream);
+        let registered = rt
+            .create_desc(&callbacks(binding))
+            .and_then(|desc| match rt.register_desc(stream, desc) {
+                Ok(()) => Ok(desc),
+                Err(e) => {
+                    let _ = rt.destroy_desc(desc);
+                    Err(e)
+                }
+            });
+        match registered {
+            Ok(desc) => {
+                regs.insert(stream, Registration { desc, binding });
+                Ok(())
+            }
+            Err(e) => {
+                // SAFETY: binding came from Box::into_raw above and was never shared.
+                drop(unsafe { Box::from_raw(binding) });
+                Err(Error::runtime(e, "registering the allocator on a stream"))
+            }
+        }
+    })
+}
+
+/// Unregisters the allocator from `stream` and destroys that desc. An
+/// unknown stream is OK.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_unregister(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
+    ffi_boundary!(status "npualloc_unregister", {
+        // SAFETY: as in npualloc_register.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let stream = Stream::from_raw(stream);
+        let mut regs = allocator.registrations.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(reg) = regs.remove(&stream) else {
+            return Ok(());
+        };
+        release(allocator, stream, reg)
+    })
+}
+
+fn release(allocator: &Allocator, stream: Stream, reg: Registration) -> Result<()> {
+    let rt = allocator.core.runtime();
+    let unregistered = rt.unregister_desc(stream);
+    let destroyed = rt.destroy_desc(reg.desc);
+    // SAFETY: the binding was made by npualloc_register and is no longer
+    // reachable from the runtime once unregistered.
+    drop(unsafe { Box::from_raw(reg.binding) });
+    unregistered.and(destroyed).map_err(|e| Error::runtime(e, "unregistering the allocator"))
+}
+
+/// Unregisters every stream (used by destroy). Returns the first error.
+pub(crate) fn unregister_all(allocator: &Allocator) -> Result<()> {
+    let regs: Vec<_> = allocator.registrations.lock().unwrap_or_else(|e| e.into_inner()).drain().collect();
+    let mut first = Ok(());
+    for (stream, reg) in regs {
+        let r = release(allocator, stream, reg);
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
+}
+
+/// The desc's allocation callback: allocates `size` bytes on the binding's
+/// stream and returns a block handle, or NULL with the thread's last error set.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_desc_alloc(binding: *mut c_void, size: usize) -> *mut c_void {
+    ffi_boundary!(fallible "npualloc_desc_alloc", std::ptr::null_mut(), {
+        // SAFETY: the runtime passes back the obj we registered.
+        let b = unsafe { Binding::from_raw(binding) }?;
+        Ok(b.allocator().core.malloc(size, b.stream)? as *mut c_void)
+    })
+}
+
+/// The desc's free callback: frees a block handle. An unknown or already
+/// freed block changes nothing; the error goes to stderr and the last error.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_desc_free(binding: *mut c_void, block: *mut c_void) {
+    ffi_boundary!(fallible "npualloc_desc_free", (), {
+        // SAFETY: as in npualloc_desc_alloc.
+        let b = unsafe { Binding::from_raw(binding) }?;
+        b.allocator().core.free(block as usize).inspect_err(|e| eprintln!("npualloc: desc free refused: {e}"))
+    })
+}
+
+/// The desc's advise callback: like alloc; `addr_hint` (may be NULL) is a
+/// wish for an address and is not promised.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_desc_alloc_advise(
+    binding: *mut c_void,
+    size: usize,
+    addr_hint: *mut c_void,
+) -> *mut c_void {
+    let _ = addr_hint;
+    ffi_boundary!(fallible "npualloc_desc_alloc_advise", std::ptr::null_mut(), {
+        // SAFETY: as in npualloc_desc_alloc.
+        let b = unsafe { Binding::from_raw(binding) }?;
+        Ok(b.allocator().core.malloc(size, b.stream)? as *mut c_void)
+    })
+}
+
+/// The desc's address callback: the device address of a block handle (the
+/// handle itself). O(1).
+#[unsafe(no_mangle)]
+pub extern "C" fn npualloc_desc_get_addr(block: *mut c_void) -> *mut c_void {
+    ffi_boundary!("npualloc_desc_get_addr", std::ptr::null_mut(), { block })
+}
+
+/// Makes a binding (the `obj` for a host-built desc or GE's external
+/// allocator shim) whose blocks belong to `stream` (NULL: default stream).
+/// Destroy it with `npualloc_binding_destroy` before destroying the allocator.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_binding_create(
+    a: *mut npualloc_allocator,
+    stream: aclrtStream,
+    binding: *mut *mut c_void,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_binding_create", {
+        // SAFETY: as in npualloc_register.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let out = try_out!(binding, "binding");
+        let b = new_binding(allocator, Stream::from_raw(stream));
+        // SAFETY: out was checked non-NULL and aligned.
+        unsafe { out.write(b.cast()) };
+        Ok(())
+    })
+}
+
+/// Destroys a binding made by `npualloc_binding_create`. NULL is a no-op.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_binding_destroy(binding: *mut c_void) -> npualloc_status {
+    ffi_boundary!(status "npualloc_binding_destroy", {
+        if binding.is_null() {
+            return Ok(());
+        }
+        // SAFETY: validity is the caller's contract; dead bindings are refused.
+        unsafe { Binding::from_raw(binding) }?;
+        // SAFETY: made by Box::into_raw in new_binding, checked live above.
+        let mut b = unsafe { Box::from_raw(binding.cast::<Binding>()) };
+        b.magic = 0;
+        Ok(())
+    })
+}

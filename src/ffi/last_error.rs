@@ -1,0 +1,141 @@
+//! The thread-local last-error message behind `npualloc_last_error()`.
+//!
+//! One byte buffer per thread, always NUL-terminated when non-empty and reused
+//! from call to call, so recording an error allocates only when a message is
+//! longer than any before it on that thread. A pointer handed to C stays valid
+//! until the next npualloc call on the same thread records or clears a message.
+//!
+//! The buffer is a `thread_local!` with a destructor (it owns heap memory).
+//! glibc keeps a shared library loaded while threads that registered such
+//! destructors live, so `dlclose` of npualloc does not unload it under them.
+
+use super::status::npualloc_status;
+use crate::error::Error;
+use std::cell::RefCell;
+use std::ffi::c_char;
+
+thread_local! {
+    static LAST_ERROR: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+const EMPTY: &[u8] = b"\0";
+
+/// Records `msg` as this thread's last error (interior NUL bytes become '?').
+pub(crate) fn set_last_error(msg: &str) {
+    // During thread teardown the buffer may be gone already; then there is
+    // nowhere to keep a message and nobody left to read it.
+    let _ = LAST_ERROR.try_with(|cell| {
+        if let Ok(mut buf) = cell.try_borrow_mut() {
+            buf.clear();
+            buf.extend(msg.bytes().map(|b| if b == 0 { b'?' } else { b }));
+            buf.push(0);
+        }
+    });
+}
+
+/// Forgets this thread's last error: `npualloc_last_error()` returns "" again.
+/// Keeps the buffer's capacity for the next message.
+pub(crate) fn clear_last_error() {
+    let _ = LAST_ERROR.try_with(|cell| {
+        if let Ok(mut buf) = cell.try_borrow_mut() {
+            buf.clear();
+        }
+    });
+}
+
+/// Records `err` (its `Display` text) and returns the status it maps to. A
+/// `Runtime` error's text names the ACL function and its aclError number.
+pub(crate) fn fail(err: Error) -> npualloc_status {
+    let status = npualloc_status::from(&err);
+    set_last_error(&err.to_string());
+    status
+}
+
+/// This thread's last error as a Rust string ("" when there is none).
+pub fn last_error_message() -> String {
+    LAST_ERROR
+        .try_with(|cell| match cell.try_borrow() {
+            Ok(buf) if !buf.is_empty() => String::from_utf8_lossy(&buf[..buf.len() - 1]).into_owned(),
+            _ => String::new(),
+        })
+        .unwrap_or_default()
+}
+
+/// The message recorded by the most recent failing npualloc call on this
+/// thread, or "" when there is none.
+///
+/// Every function that returns a status clears the message when it starts,
+/// so after `NPUALLOC_OK` it is "" (unless the function documents a note it
+/// leaves on success, such as `npualloc_destroy` reporting live blocks). Never
+/// returns NULL. The string belongs to the library: do not free it; it stays
+/// valid until the next npualloc call on this thread, so copy it to keep it.
+/// Thread-safe: each thread has its own message. Does not change the message.
+#[unsafe(no_mangle)]
+pub extern "C" fn npualloc_last_error() -> *const c_char {
+    ffi_boundary!("npualloc_last_error", EMPTY.as_ptr().cast(), {
+        LAST_ERROR
+            .try_with(|cell| match cell.try_borrow() {
+                // The pointer outlives the borrow: the buffer is only changed
+                // by later npualloc calls on this thread, which end its validity.
+                Ok(buf) if !buf.is_empty() => buf.as_ptr().cast::<c_char>(),
+                _ => EMPTY.as_ptr().cast(),
+            })
+            .unwrap_or(EMPTY.as_ptr().cast())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn c_last_error() -> String {
+        // SAFETY: npualloc_last_error never returns NULL and always NUL-terminates.
+        unsafe { CStr::from_ptr(npualloc_last_error()) }.to_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn empty_until_set_then_cleared() {
+        std::thread::spawn(|| {
+            assert_eq!(c_last_error(), "");
+            set_last_error("first");
+            assert_eq!(c_last_error(), "first");
+            set_last_error("a\0b");
+            assert_eq!(c_last_error(), "a?b");
+            clear_last_error();
+            assert_eq!(c_last_error(), "");
+            assert_eq!(last_error_message(), "");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn buffer_is_reused() {
+        std::thread::spawn(|| {
+            set_last_error(&"x".repeat(100));
+            let first = npualloc_last_error();
+            set_last_error("short");
+            assert_eq!(npualloc_last_error(), first, "a shorter message reuses the buffer");
+            assert_eq!(c_last_error(), "short");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn per_thread() {
+        set_last_error("main thread");
+        std::thread::spawn(|| assert_eq!(c_last_error(), "")).join().unwrap();
+        assert_eq!(last_error_message(), "main thread");
+    }
+
+    #[test]
+    fn fail_records_and_maps() {
+        let call = crate::runtime::AclCallError { function: "aclrtMallocPhysical", code: 207001 };
+        let status = fail(Error::runtime(call, "mapping a page"));
+        assert_eq!(status, npualloc_status::NPUALLOC_ERR_RUNTIME);
+        let msg = last_error_message();
+        assert!(msg.contains("aclrtMallocPhysical") && msg.contains("207001"), "{msg}");
+    }
+}

@@ -1,0 +1,33 @@
+//! The C ABI: the only module with exported (`#[unsafe(no_mangle)]`) symbols.
+//!
+//! Conventions every export follows (README "API conventions" repeats them for
+//! users; `include/npualloc.h` is generated from the doc comments here):
+//! - The body runs inside [`ffi_boundary!`](crate::ffi_boundary): no panic ever
+//!   unwinds into C; a caught panic becomes `NPUALLOC_ERR_INTERNAL` (or the
+//!   function's documented fallback value) and a last-error message.
+//! - A function that can fail returns [`npualloc_status`]; on failure it
+//!   changes nothing, writes no out-parameter, and records a message that
+//!   [`npualloc_last_error`] returns on the same thread.
+//! - Out-parameters come last and are written only on success.
+//! - A NULL pointer where a value is required is `NPUALLOC_ERR_INVALID_ARGUMENT`
+//!   with a message naming the parameter ([`try_ref!`](crate::try_ref) and
+//!   friends); destructors accept NULL.
+//! - Everything is thread-safe unless its doc comment says otherwise.
+//!
+//! Shims stay thin: they check pointers, convert types and call safe code in
+//! `core`/`config`/`memcpy2d`, mapping [`crate::error::Error`] to a status with
+//! [`last_error::fail`].
+
+#[macro_use]
+pub mod boundary;
+pub mod allocator;
+pub mod desc;
+pub mod handle;
+pub mod last_error;
+pub mod stats;
+pub mod status;
+pub mod version;
+
+pub use last_error::npualloc_last_error;
+pub use status::{npualloc_status, npualloc_status_name};
+pub use version::{npualloc_abi_version, npualloc_version, NPUALLOC_ABI_VERSION};

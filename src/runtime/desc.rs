@@ -1,0 +1,74 @@
+//! The `aclrtAllocatorDesc` family: building a desc and registering it on a stream.
+
+use super::{check, AclCallError, Runtime, Stream};
+use crate::sys;
+
+/// The four callbacks and the object a desc carries.
+#[derive(Clone, Copy)]
+pub struct DescCallbacks {
+    pub obj: sys::aclrtAllocator,
+    pub alloc: unsafe extern "C" fn(sys::aclrtAllocator, usize) -> *mut std::os::raw::c_void,
+    pub free: unsafe extern "C" fn(sys::aclrtAllocator, sys::aclrtAllocatorBlock),
+    pub alloc_advise:
+        unsafe extern "C" fn(sys::aclrtAllocator, usize, sys::aclrtAllocatorAddr) -> *mut std::os::raw::c_void,
+    pub get_addr: unsafe extern "C" fn(sys::aclrtAllocatorBlock) -> *mut std::os::raw::c_void,
+}
+
+impl Runtime {
+    /// Creates a desc with the object and all four callbacks set. The advise
+    /// callback is always set: the runtime leaves unset callbacks
+    /// uninitialised and GE's fallback for a NULL one deadlocks (acl-api.md §6.3).
+    pub fn create_desc(&self, cb: &DescCallbacks) -> Result<usize, AclCallError> {
+        // SAFETY: no arguments.
+        let desc = unsafe { (self.api.aclrtAllocatorCreateDesc)() };
+        if desc.is_null() {
+            return Err(AclCallError { function: "aclrtAllocatorCreateDesc", code: sys::ACL_ERROR_BAD_ALLOC });
+        }
+        let filled = (|| {
+            // SAFETY: desc is live; the callbacks are valid extern "C" functions.
+            unsafe {
+                check("aclrtAllocatorSetObjToDesc", (self.api.aclrtAllocatorSetObjToDesc)(desc, cb.obj))?;
+                check(
+                    "aclrtAllocatorSetAllocFuncToDesc",
+                    (self.api.aclrtAllocatorSetAllocFuncToDesc)(desc, Some(cb.alloc)),
+                )?;
+                check(
+                    "aclrtAllocatorSetFreeFuncToDesc",
+                    (self.api.aclrtAllocatorSetFreeFuncToDesc)(desc, Some(cb.free)),
+                )?;
+                check(
+                    "aclrtAllocatorSetAllocAdviseFuncToDesc",
+                    (self.api.aclrtAllocatorSetAllocAdviseFuncToDesc)(desc, Some(cb.alloc_advise)),
+                )?;
+                check(
+                    "aclrtAllocatorSetGetAddrFromBlockFuncToDesc",
+                    (self.api.aclrtAllocatorSetGetAddrFromBlockFuncToDesc)(desc, Some(cb.get_addr)),
+                )
+            }
+        })();
+        match filled {
+            Ok(()) => Ok(desc as usize),
+            Err(e) => {
+                let _ = self.destroy_desc(desc as usize);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn destroy_desc(&self, desc: usize) -> Result<(), AclCallError> {
+        // SAFETY: desc came from create_desc and is destroyed once.
+        check("aclrtAllocatorDestroyDesc", unsafe { (self.api.aclrtAllocatorDestroyDesc)(desc as sys::aclrtAllocatorDesc) })
+    }
+
+    pub fn register_desc(&self, stream: Stream, desc: usize) -> Result<(), AclCallError> {
+        // SAFETY: desc is live; the runtime validates the stream.
+        check("aclrtAllocatorRegister", unsafe {
+            (self.api.aclrtAllocatorRegister)(stream.raw(), desc as sys::aclrtAllocatorDesc)
+        })
+    }
+
+    pub fn unregister_desc(&self, stream: Stream) -> Result<(), AclCallError> {
+        // SAFETY: the runtime validates the stream; unknown streams are a no-op.
+        check("aclrtAllocatorUnregister", unsafe { (self.api.aclrtAllocatorUnregister)(stream.raw()) })
+    }
+}

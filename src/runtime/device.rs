@@ -1,0 +1,158 @@
+//! Devices, device memory, streams, events and 2D copies.
+
+use super::{check, AclCallError, Event, Runtime, Stream};
+use crate::sys;
+use std::os::raw::c_void;
+
+impl Runtime {
+    /// The calling thread's current device, if one is set.
+    pub fn current_device(&self) -> Option<i32> {
+        let mut dev = -1i32;
+        // SAFETY: dev is a valid out-pointer for the call.
+        let code = unsafe { (self.api.aclrtGetDevice)(&mut dev) };
+        (code == sys::ACL_SUCCESS).then_some(dev)
+    }
+
+    pub fn set_device(&self, device: i32) -> Result<(), AclCallError> {
+        // SAFETY: plain value argument.
+        check("aclrtSetDevice", unsafe { (self.api.aclrtSetDevice)(device) })
+    }
+
+    /// Runs `f` with `device` current on this thread, restoring the previous
+    /// device afterwards. ACL allocates on the current device, and the host
+    /// thread may have another one current.
+    pub fn on_device<T>(
+        &self,
+        device: i32,
+        f: impl FnOnce() -> Result<T, AclCallError>,
+    ) -> Result<T, AclCallError> {
+        let previous = self.current_device();
+        if previous != Some(device) {
+            self.set_device(device)?;
+        }
+        let result = f();
+        if let Some(prev) = previous.filter(|&p| p != device) {
+            // Restoring can only fail if the runtime is going away; the
+            // result of `f` is what the caller needs either way.
+            let _ = self.set_device(prev);
+        }
+        result
+    }
+
+    /// Free and total bytes of the current device's HBM.
+    pub fn mem_info(&self) -> Result<(usize, usize), AclCallError> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: both out-pointers are valid.
+        check("aclrtGetMemInfo", unsafe { (self.api.aclrtGetMemInfo)(sys::ACL_HBM_MEM, &mut free, &mut total) })?;
+        Ok((free, total))
+    }
+
+    /// `aclrtMalloc` with huge pages first (what PyTorch on NPU uses).
+    pub fn malloc(&self, size: usize) -> Result<usize, AclCallError> {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: ptr is a valid out-pointer; size was checked non-zero by the caller.
+        check("aclrtMalloc", unsafe { (self.api.aclrtMalloc)(&mut ptr, size, sys::ACL_MEM_MALLOC_HUGE_FIRST) })?;
+        Ok(ptr as usize)
+    }
+
+    /// `aclrtFree`. Does not wait for queued work: callers sync first.
+    pub fn free(&self, ptr: usize) -> Result<(), AclCallError> {
+        // SAFETY: ptr came from `malloc` and is freed once.
+        check("aclrtFree", unsafe { (self.api.aclrtFree)(ptr as *mut c_void) })
+    }
+
+    pub fn create_stream(&self) -> Result<Stream, AclCallError> {
+        let mut s: sys::aclrtStream = std::ptr::null_mut();
+        // SAFETY: s is a valid out-pointer.
+        check("aclrtCreateStream", unsafe { (self.api.aclrtCreateStream)(&mut s) })?;
+        Ok(Stream::from_raw(s))
+    }
+
+    pub fn destroy_stream(&self, stream: Stream) -> Result<(), AclCallError> {
+        // SAFETY: the stream handle is passed through; the runtime validates it.
+        check("aclrtDestroyStream", unsafe { (self.api.aclrtDestroyStream)(stream.raw()) })
+    }
+
+    pub fn synchronize_stream(&self, stream: Stream) -> Result<(), AclCallError> {
+        // SAFETY: as above.
+        check("aclrtSynchronizeStream", unsafe { (self.api.aclrtSynchronizeStream)(stream.raw()) })
+    }
+
+    /// An event usable for queries and stream waits.
+    pub fn create_event(&self) -> Result<Event, AclCallError> {
+        let mut e: sys::aclrtEvent = std::ptr::null_mut();
+        // SAFETY: e is a valid out-pointer.
+        check("aclrtCreateEventWithFlag", unsafe {
+            (self.api.aclrtCreateEventWithFlag)(&mut e, sys::ACL_EVENT_SYNC as u32)
+        })?;
+        Ok(Event(e as usize))
+    }
+
+    pub fn record_event(&self, event: Event, stream: Stream) -> Result<(), AclCallError> {
+        // SAFETY: handles are passed through; the runtime validates them.
+        check("aclrtRecordEvent", unsafe { (self.api.aclrtRecordEvent)(event.0 as sys::aclrtEvent, stream.raw()) })
+    }
+
+    /// True once all work captured by the event's last record has finished.
+    pub fn event_complete(&self, event: Event) -> Result<bool, AclCallError> {
+        let mut status: sys::aclrtEventRecordedStatus = sys::ACL_EVENT_RECORDED_STATUS_NOT_READY;
+        // SAFETY: status is a valid out-pointer.
+        check("aclrtQueryEventStatus", unsafe {
+            (self.api.aclrtQueryEventStatus)(event.0 as sys::aclrtEvent, &mut status)
+        })?;
+        // aclrtQueryEventStatus reports aclrtEventRecordedStatus, where
+        // COMPLETE is 1 (the reverse of the deprecated aclrtEventStatus).
+        Ok(status == sys::ACL_EVENT_RECORDED_STATUS_COMPLETE)
+    }
+
+    pub fn synchronize_event(&self, event: Event) -> Result<(), AclCallError> {
+        // SAFETY: handle passed through.
+        check("aclrtSynchronizeEvent", unsafe { (self.api.aclrtSynchronizeEvent)(event.0 as sys::aclrtEvent) })
+    }
+
+    pub fn destroy_event(&self, event: Event) -> Result<(), AclCallError> {
+        // SAFETY: handle passed through.
+        check("aclrtDestroyEvent", unsafe { (self.api.aclrtDestroyEvent)(event.0 as sys::aclrtEvent) })
+    }
+
+    /// `aclrtMemcpy2d`, after the caller has validated the arguments.
+    ///
+    /// # Safety
+    /// The regions must be valid for the copy the arguments describe.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn memcpy2d(
+        &self,
+        dst: *mut c_void,
+        dpitch: usize,
+        src: *const c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: u32,
+    ) -> Result<(), AclCallError> {
+        // SAFETY: forwarded from the caller's contract.
+        check("aclrtMemcpy2d", unsafe { (self.api.aclrtMemcpy2d)(dst, dpitch, src, spitch, width, height, kind) })
+    }
+
+    /// `aclrtMemcpy2dAsync`, after the caller has validated the arguments.
+    ///
+    /// # Safety
+    /// The regions must stay valid until the copy completes on `stream`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn memcpy2d_async(
+        &self,
+        dst: *mut c_void,
+        dpitch: usize,
+        src: *const c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: u32,
+        stream: Stream,
+    ) -> Result<(), AclCallError> {
+        // SAFETY: forwarded from the caller's contract.
+        check("aclrtMemcpy2dAsync", unsafe {
+            (self.api.aclrtMemcpy2dAsync)(dst, dpitch, src, spitch, width, height, kind, stream.raw())
+        })
+    }
+}

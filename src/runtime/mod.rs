@@ -1,0 +1,136 @@
+//! The ACL runtime as the allocator sees it.
+//!
+//! Everything here goes through one table of function pointers loaded at run
+//! time (see `loader`); every failing call becomes an [`AclCallError`] that
+//! names the function and its aclError. Contract notes for each call cite
+//! reference/acl-api.md:
+//! - `aclrtMalloc` never synchronizes; `aclrtFree` does not wait for queued
+//!   work (§5), so memory is freed only after the streams that used it are
+//!   known complete.
+//! - Out of memory is 207001 (`ACL_ERROR_RT_MEMORY_ALLOCATION`) from both
+//!   `aclrtMalloc` and `aclrtMallocPhysical` (§2).
+//! - Calls that allocate act on the calling thread's current device, so they
+//!   run inside [`Runtime::on_device`].
+
+mod device;
+mod desc;
+pub mod loader;
+pub mod symbols;
+mod vmm;
+
+pub use desc::DescCallbacks;
+pub use symbols::AclApi;
+pub use vmm::PhysicalHandle;
+
+use crate::sys;
+use std::sync::Arc;
+
+/// A failed ACL call: which function, and the aclError it returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{function} failed with aclError {code}")]
+pub struct AclCallError {
+    pub function: &'static str,
+    pub code: i32,
+}
+
+impl AclCallError {
+    /// True for the codes the runtime uses for exhausted device memory.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(
+            self.code,
+            sys::ACL_ERROR_RT_MEMORY_ALLOCATION | sys::ACL_ERROR_RT_DEVICE_OOM | sys::ACL_ERROR_BAD_ALLOC
+        )
+    }
+}
+
+/// Why the ACL runtime could not be used at all.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("cannot load the ACL runtime library '{path}': {reason}")]
+    Unavailable { path: String, reason: String },
+    #[error("the ACL runtime library '{path}' lacks the required function {symbol}")]
+    MissingSymbol { path: String, symbol: &'static str },
+}
+
+/// A stream handle as the allocator keeps it (an `aclrtStream` value; 0 is the
+/// default stream). Plain data so allocator state stays `Send`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Stream(pub usize);
+
+impl Stream {
+    pub const DEFAULT: Stream = Stream(0);
+    pub fn raw(self) -> sys::aclrtStream {
+        self.0 as sys::aclrtStream
+    }
+    pub fn from_raw(s: sys::aclrtStream) -> Self {
+        Stream(s as usize)
+    }
+}
+
+/// An `aclrtEvent` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Event(pub usize);
+
+/// The loaded ACL runtime: a symbol table plus what it supports.
+pub struct Runtime {
+    api: AclApi,
+    has_vmm: bool,
+    source: String,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("source", &self.source).field("has_vmm", &self.has_vmm).finish()
+    }
+}
+
+impl Runtime {
+    /// Loads libascendcl (see `loader` for the search order).
+    pub fn load(path: Option<&str>) -> Result<Arc<Runtime>, RuntimeError> {
+        let lib = loader::load(path)?;
+        Ok(Arc::new(Runtime { api: lib.api, has_vmm: lib.has_vmm(), source: lib.path.clone() }))
+    }
+
+    /// A runtime over an already resolved table.
+    pub fn from_api(api: AclApi, source: &str) -> Arc<Runtime> {
+        let has_vmm = api.aclrtReserveMemAddress.is_some()
+            && api.aclrtReleaseMemAddress.is_some()
+            && api.aclrtMallocPhysical.is_some()
+            && api.aclrtFreePhysical.is_some()
+            && api.aclrtMapMem.is_some()
+            && api.aclrtUnmapMem.is_some()
+            && api.aclrtMemGetAllocationGranularity.is_some();
+        Arc::new(Runtime { api, has_vmm, source: source.to_string() })
+    }
+
+    /// The emulator linked into this test binary.
+    #[cfg(test)]
+    pub fn emulated() -> Arc<Runtime> {
+        Self::from_api(AclApi::linked(), "linked emulator")
+    }
+
+    /// The raw table, for the few callers that need a function directly.
+    pub fn api(&self) -> &AclApi {
+        &self.api
+    }
+
+    /// Whether the virtual-memory functions (expandable segments) exist.
+    pub fn has_vmm(&self) -> bool {
+        self.has_vmm
+    }
+
+    /// Where the table came from (a library path).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+/// Turns an aclError into a Result naming the function.
+#[inline]
+pub(crate) fn check(function: &'static str, code: sys::aclError) -> Result<(), AclCallError> {
+    if code == sys::ACL_SUCCESS {
+        Ok(())
+    } else {
+        Err(AclCallError { function, code })
+    }
+}
