@@ -5,6 +5,8 @@
 //! - `runtime`: the ACL runtime loaded at run time, with safe wrappers.
 //! - `core`, `config`, `memcpy2d`: the allocator itself, safe Rust.
 //! - `ffi`: the `extern "C"` shims; the only place with exported symbols.
+//! - `trace`, `replay`: allocation traces (record, parse) and their replay
+//!   through an allocator configuration, for the tools and benchmarks.
 pub mod config;
 pub mod core;
 pub mod error;
@@ -12,6 +14,7 @@ pub mod ffi;
 pub mod memcpy2d;
 pub mod runtime;
 pub mod sys;
+pub mod trace;
 
 #[cfg(test)]
 extern crate ascendcl as _;

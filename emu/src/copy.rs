@@ -78,10 +78,22 @@ pub fn check(
         return Err(ACL_ERROR_RT_PARAM_INVALID);
     }
     let span = |base: usize, pitch: usize| {
-        pitch.checked_mul(height - 1).and_then(|n| n.checked_add(width)).and_then(|n| base.checked_add(n))
+        pitch
+            .checked_mul(height - 1)
+            .and_then(|n| n.checked_add(width))
+            .and_then(|n| base.checked_add(n))
     };
-    span(dst, dpitch).zip(span(src, spitch)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
-    Ok(Some(Copy2d { dst, dpitch, src, spitch, width, height }))
+    span(dst, dpitch)
+        .zip(span(src, spitch))
+        .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    Ok(Some(Copy2d {
+        dst,
+        dpitch,
+        src,
+        spitch,
+        width,
+        height,
+    }))
 }
 
 fn is_device(addr: usize) -> bool {
@@ -103,8 +115,25 @@ fn direction(kind: u32, copy: &Copy2d) -> Direction {
     }
 }
 
-fn memcpy_2d(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32) -> AclResult<()> {
-    let Some(copy) = check(dst as usize, dpitch, src as usize, spitch, width, height, kind)? else {
+fn memcpy_2d(
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: u32,
+) -> AclResult<()> {
+    let Some(copy) = check(
+        dst as usize,
+        dpitch,
+        src as usize,
+        spitch,
+        width,
+        height,
+        kind,
+    )?
+    else {
         return Ok(());
     };
     if direction(kind, &copy) == Direction::DeviceToDevice {
@@ -116,8 +145,26 @@ fn memcpy_2d(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize,
 }
 
 #[allow(clippy::too_many_arguments)]
-fn memcpy_2d_async(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32, stream: *mut c_void) -> AclResult<()> {
-    let Some(copy) = check(dst as usize, dpitch, src as usize, spitch, width, height, kind)? else {
+fn memcpy_2d_async(
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: u32,
+    stream: *mut c_void,
+) -> AclResult<()> {
+    let Some(copy) = check(
+        dst as usize,
+        dpitch,
+        src as usize,
+        spitch,
+        width,
+        height,
+        kind,
+    )?
+    else {
         return Ok(());
     };
     stream::submit(stream, Work::Copy(copy)).map(|_| ())
@@ -128,8 +175,18 @@ fn memcpy_2d_async(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: 
 /// # Safety
 /// Buffers must be valid for `pitch * (height - 1) + width` bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtMemcpy2d(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32) -> crate::aclError {
-    acl_entry!(Api::Memcpy2d, { memcpy_2d(dst, dpitch, src, spitch, width, height, kind) })
+pub unsafe extern "C" fn aclrtMemcpy2d(
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: u32,
+) -> crate::aclError {
+    acl_entry!(Api::Memcpy2d, {
+        memcpy_2d(dst, dpitch, src, spitch, width, height, kind)
+    })
 }
 
 /// Asynchronous 2D copy (H2D, D2H, D2D) queued on `stream` (NULL = default).
@@ -138,8 +195,19 @@ pub unsafe extern "C" fn aclrtMemcpy2d(dst: *mut c_void, dpitch: usize, src: *co
 /// Buffers must be valid for the pitched extent until the stream finishes.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn aclrtMemcpy2dAsync(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32, stream: *mut c_void) -> crate::aclError {
-    acl_entry!(Api::Memcpy2dAsync, { memcpy_2d_async(dst, dpitch, src, spitch, width, height, kind, stream) })
+pub unsafe extern "C" fn aclrtMemcpy2dAsync(
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: u32,
+    stream: *mut c_void,
+) -> crate::aclError {
+    acl_entry!(Api::Memcpy2dAsync, {
+        memcpy_2d_async(dst, dpitch, src, spitch, width, height, kind, stream)
+    })
 }
 
 #[cfg(test)]
@@ -154,15 +222,27 @@ mod tests {
 
     #[test]
     fn limits_are_runtime_errors() {
-        assert_eq!(check(8, 16, 8, 16, 8, MAX_HEIGHT + 1, H2D).unwrap_err(), ACL_ERROR_RT_PARAM_INVALID);
-        assert_eq!(check(8, usize::MAX, 8, usize::MAX, MAX_WIDTH + 1, 1, H2D).unwrap_err(), ACL_ERROR_RT_PARAM_INVALID);
-        assert_eq!(check(8, usize::MAX, 8, 16, 8, 3, H2D).unwrap_err(), ACL_ERROR_RT_PARAM_INVALID);
+        assert_eq!(
+            check(8, 16, 8, 16, 8, MAX_HEIGHT + 1, H2D).unwrap_err(),
+            ACL_ERROR_RT_PARAM_INVALID
+        );
+        assert_eq!(
+            check(8, usize::MAX, 8, usize::MAX, MAX_WIDTH + 1, 1, H2D).unwrap_err(),
+            ACL_ERROR_RT_PARAM_INVALID
+        );
+        assert_eq!(
+            check(8, usize::MAX, 8, 16, 8, 3, H2D).unwrap_err(),
+            ACL_ERROR_RT_PARAM_INVALID
+        );
     }
 
     #[test]
     fn kinds() {
         for kind in [0, 5, 6, 7, 99] {
-            assert_eq!(check(8, 16, 8, 16, 8, 1, kind).unwrap_err(), crate::error::ACL_ERROR_INVALID_PARAM);
+            assert_eq!(
+                check(8, 16, 8, 16, 8, 1, kind).unwrap_err(),
+                crate::error::ACL_ERROR_INVALID_PARAM
+            );
         }
         for kind in [H2D, D2H, D2D, DEFAULT] {
             assert!(check(8, 16, 8, 16, 8, 1, kind).unwrap().is_some());

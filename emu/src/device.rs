@@ -50,7 +50,8 @@ impl Device {
     }
 
     pub fn free_bytes(&self) -> u64 {
-        self.capacity().saturating_sub(self.used.load(Ordering::Acquire))
+        self.capacity()
+            .saturating_sub(self.used.load(Ordering::Acquire))
     }
 }
 
@@ -81,7 +82,10 @@ fn devices() -> &'static [Device] {
 /// optional trailing `b`/`ib` is allowed).
 pub fn parse_size(text: &str) -> Option<u64> {
     let s = text.trim().to_ascii_lowercase();
-    let s = s.strip_suffix("ib").or_else(|| s.strip_suffix('b')).unwrap_or(&s);
+    let s = s
+        .strip_suffix("ib")
+        .or_else(|| s.strip_suffix('b'))
+        .unwrap_or(&s);
     let (digits, shift) = match s.chars().last()? {
         'k' => (&s[..s.len() - 1], 10),
         'm' => (&s[..s.len() - 1], 20),
@@ -189,14 +193,22 @@ fn is_hbm_info_attr(attr: u32) -> AclResult<bool> {
 /// # Safety
 /// `free` and `total` must be NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtGetMemInfo(attr: u32, free: *mut usize, total: *mut usize) -> crate::aclError {
+pub unsafe extern "C" fn aclrtGetMemInfo(
+    attr: u32,
+    free: *mut usize,
+    total: *mut usize,
+) -> crate::aclError {
     acl_entry!(Api::GetMemInfo, {
         if free.is_null() || total.is_null() {
             return Err(ACL_ERROR_INVALID_PARAM);
         }
         let hbm = is_hbm_info_attr(attr)?;
         let dev = get(current()?)?;
-        let (f, t) = if hbm { (dev.free_bytes(), dev.capacity()) } else { (0, 0) };
+        let (f, t) = if hbm {
+            (dev.free_bytes(), dev.capacity())
+        } else {
+            (0, 0)
+        };
         let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         // SAFETY: both checked non-NULL; the caller promises they are writable.
         unsafe {

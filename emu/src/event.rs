@@ -45,9 +45,16 @@ unsafe fn query(event: *mut c_void, status: *mut u32) -> AclResult<()> {
     require(!event.is_null() && !status.is_null())?;
     let eng = engine();
     let id = eng.event_id(event)?;
-    let done = eng.event(id).at.is_none_or(|(key, seq)| eng.is_done(key, seq));
+    let done = eng
+        .event(id)
+        .at
+        .is_none_or(|(key, seq)| eng.is_done(key, seq));
     drop(eng);
-    let value = if done { ACL_EVENT_RECORDED_STATUS_COMPLETE } else { ACL_EVENT_RECORDED_STATUS_NOT_READY };
+    let value = if done {
+        ACL_EVENT_RECORDED_STATUS_COMPLETE
+    } else {
+        ACL_EVENT_RECORDED_STATUS_NOT_READY
+    };
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { write_out(status, value) }
 }
@@ -76,7 +83,13 @@ fn stream_wait(stream: *mut c_void, event: *mut c_void) -> AclResult<()> {
     require(rec.flags & ACL_EVENT_SYNC != 0)?;
     if let Some((wait_on, seq)) = rec.at {
         if !eng.is_done(wait_on, seq) {
-            eng.submit(key, Work::Wait { stream: wait_on, seq });
+            eng.submit(
+                key,
+                Work::Wait {
+                    stream: wait_on,
+                    seq,
+                },
+            );
         }
     }
     Ok(())
@@ -98,7 +111,9 @@ fn destroy(event: *mut c_void) -> AclResult<()> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtCreateEvent(event: *mut *mut c_void) -> crate::aclError {
     // SAFETY: forwarded caller contract.
-    acl_entry!(Api::CreateEvent, { unsafe { create(event, ACL_EVENT_SYNC) } })
+    acl_entry!(Api::CreateEvent, {
+        unsafe { create(event, ACL_EVENT_SYNC) }
+    })
 }
 
 /// Creates an event with flags; unknown flag bits give 100000. Without
@@ -107,7 +122,10 @@ pub unsafe extern "C" fn aclrtCreateEvent(event: *mut *mut c_void) -> crate::acl
 /// # Safety
 /// `event` must be NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtCreateEventWithFlag(event: *mut *mut c_void, flag: u32) -> crate::aclError {
+pub unsafe extern "C" fn aclrtCreateEventWithFlag(
+    event: *mut *mut c_void,
+    flag: u32,
+) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     acl_entry!(Api::CreateEventWithFlag, { unsafe { create(event, flag) } })
 }
@@ -117,7 +135,10 @@ pub unsafe extern "C" fn aclrtCreateEventWithFlag(event: *mut *mut c_void, flag:
 /// # Safety
 /// Plain handle arguments; no pointer is dereferenced.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtRecordEvent(event: *mut c_void, stream: *mut c_void) -> crate::aclError {
+pub unsafe extern "C" fn aclrtRecordEvent(
+    event: *mut c_void,
+    stream: *mut c_void,
+) -> crate::aclError {
     acl_entry!(Api::RecordEvent, { record(event, stream) })
 }
 
@@ -126,7 +147,10 @@ pub unsafe extern "C" fn aclrtRecordEvent(event: *mut c_void, stream: *mut c_voi
 /// # Safety
 /// `status` must be NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtQueryEventStatus(event: *mut c_void, status: *mut u32) -> crate::aclError {
+pub unsafe extern "C" fn aclrtQueryEventStatus(
+    event: *mut c_void,
+    status: *mut u32,
+) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     acl_entry!(Api::QueryEventStatus, { unsafe { query(event, status) } })
 }
@@ -146,7 +170,10 @@ pub unsafe extern "C" fn aclrtSynchronizeEvent(event: *mut c_void) -> crate::acl
 /// # Safety
 /// Plain handle arguments; no pointer is dereferenced.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtStreamWaitEvent(stream: *mut c_void, event: *mut c_void) -> crate::aclError {
+pub unsafe extern "C" fn aclrtStreamWaitEvent(
+    stream: *mut c_void,
+    event: *mut c_void,
+) -> crate::aclError {
     acl_entry!(Api::StreamWaitEvent, { stream_wait(stream, event) })
 }
 

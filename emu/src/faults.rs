@@ -98,7 +98,9 @@ pub fn should_fail(api: Api) -> bool {
         return false;
     }
     // Count down; only the call that takes the count from 1 to 0 fails.
-    let prev = slot.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n > 0).then(|| n - 1));
+    let prev = slot.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+        (n > 0).then(|| n - 1)
+    });
     prev == Ok(1)
 }
 

@@ -38,7 +38,10 @@ struct Blocks {
     host: BTreeMap<usize, Block>,
 }
 
-static BLOCKS: Mutex<Blocks> = Mutex::new(Blocks { device: BTreeMap::new(), host: BTreeMap::new() });
+static BLOCKS: Mutex<Blocks> = Mutex::new(Blocks {
+    device: BTreeMap::new(),
+    host: BTreeMap::new(),
+});
 
 /// The size ACL charges for an aclrtMalloc of `size` under `policy`.
 pub fn charged_size(size: usize, policy: u32) -> Option<u64> {
@@ -74,7 +77,14 @@ unsafe fn malloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32) -> AclResu
         dev.uncharge(charged);
         return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
     };
-    lock(&BLOCKS).device.insert(ptr as usize, Block { len, charged, device: id });
+    lock(&BLOCKS).device.insert(
+        ptr as usize,
+        Block {
+            len,
+            charged,
+            device: id,
+        },
+    );
     let counters = usage::of(id);
     usage::add(&counters.malloc_bytes, charged);
     usage::add(&counters.malloc_count, 1);
@@ -84,7 +94,10 @@ unsafe fn malloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32) -> AclResu
 
 fn free(ptr: *mut c_void) -> AclResult<()> {
     require(!ptr.is_null())?;
-    let block = lock(&BLOCKS).device.remove(&(ptr as usize)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    let block = lock(&BLOCKS)
+        .device
+        .remove(&(ptr as usize))
+        .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
     // SAFETY: the block was ours and is now out of the registry; aclrtFree
     // does not wait for queued work, as on a device.
     unsafe { host_map::unmap(ptr, block.len) };
@@ -99,14 +112,24 @@ unsafe fn malloc_host(host_ptr: *mut *mut c_void, size: usize) -> AclResult<()> 
     require(!host_ptr.is_null() && size != 0)?;
     let len = host_map::page_round(size).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
     let ptr = host_map::map_rw(len).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
-    lock(&BLOCKS).host.insert(ptr as usize, Block { len, charged: 0, device: -1 });
+    lock(&BLOCKS).host.insert(
+        ptr as usize,
+        Block {
+            len,
+            charged: 0,
+            device: -1,
+        },
+    );
     // SAFETY: host_ptr checked non-NULL; the caller promises it is writable.
     unsafe { write_out(host_ptr, ptr) }
 }
 
 fn free_host(ptr: *mut c_void) -> AclResult<()> {
     require(!ptr.is_null())?;
-    let block = lock(&BLOCKS).host.remove(&(ptr as usize)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    let block = lock(&BLOCKS)
+        .host
+        .remove(&(ptr as usize))
+        .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
     // SAFETY: the block was ours and is now out of the registry.
     unsafe { host_map::unmap(ptr, block.len) };
     Ok(())
@@ -117,7 +140,11 @@ fn free_host(ptr: *mut c_void) -> AclResult<()> {
 /// # Safety
 /// `dev_ptr` must be NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtMalloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32) -> crate::aclError {
+pub unsafe extern "C" fn aclrtMalloc(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    policy: u32,
+) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     acl_entry!(Api::Malloc, { unsafe { malloc(dev_ptr, size, policy) } })
 }
@@ -136,7 +163,10 @@ pub unsafe extern "C" fn aclrtFree(dev_ptr: *mut c_void) -> crate::aclError {
 /// # Safety
 /// `host_ptr` must be NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtMallocHost(host_ptr: *mut *mut c_void, size: usize) -> crate::aclError {
+pub unsafe extern "C" fn aclrtMallocHost(
+    host_ptr: *mut *mut c_void,
+    size: usize,
+) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     acl_entry!(Api::MallocHost, { unsafe { malloc_host(host_ptr, size) } })
 }

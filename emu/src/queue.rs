@@ -135,7 +135,10 @@ impl Engine {
             Work::Wait { stream, seq } => self.is_done(stream, seq),
             _ => true,
         };
-        let s = self.streams.get_mut(&key).expect("stream resolved by the caller");
+        let s = self
+            .streams
+            .get_mut(&key)
+            .expect("stream resolved by the caller");
         s.submitted += 1;
         let seq = s.submitted;
         if ready && !s.held && s.queue.is_empty() {
@@ -185,12 +188,18 @@ impl Engine {
     fn pump(&mut self, key: u64, force: Option<u64>, depth: u32) -> bool {
         let mut progressed = false;
         while let Some(s) = self.streams.get(&key) {
-            let Some(&(seq, work)) = s.queue.front() else { break };
+            let Some(&(seq, work)) = s.queue.front() else {
+                break;
+            };
             let forced = force.is_some_and(|limit| seq <= limit);
             if s.held && !forced {
                 break;
             }
-            if let Work::Wait { stream, seq: wanted } = work {
+            if let Work::Wait {
+                stream,
+                seq: wanted,
+            } = work
+            {
                 if !self.is_done(stream, wanted) {
                     if !forced {
                         break;
@@ -233,7 +242,14 @@ impl Engine {
     pub fn create_event(&mut self, device: i32, flags: u32) -> u64 {
         let id = self.next_event;
         self.next_event += 1;
-        self.events.insert(id, EventRec { device, flags, at: None });
+        self.events.insert(
+            id,
+            EventRec {
+                device,
+                flags,
+                at: None,
+            },
+        );
         id
     }
 
@@ -249,7 +265,9 @@ impl Engine {
     }
 
     pub fn event_mut(&mut self, id: u64) -> &mut EventRec {
-        self.events.get_mut(&id).expect("event resolved by the caller")
+        self.events
+            .get_mut(&id)
+            .expect("event resolved by the caller")
     }
 
     pub fn remove_event(&mut self, id: u64) -> Option<EventRec> {
@@ -259,6 +277,12 @@ impl Engine {
 
 impl StreamQ {
     fn new(device: i32) -> Self {
-        StreamQ { device, held: false, submitted: 0, completed: 0, queue: VecDeque::new() }
+        StreamQ {
+            device,
+            held: false,
+            submitted: 0,
+            completed: 0,
+            queue: VecDeque::new(),
+        }
     }
 }

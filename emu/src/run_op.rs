@@ -12,7 +12,8 @@
 
 use crate::allocator_desc::{registration, Fields};
 use crate::error::{
-    require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION,
+    require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_INTERNAL_ERROR,
+    ACL_ERROR_RT_MEMORY_ALLOCATION,
 };
 use crate::ffi::emu_entry;
 use crate::queue::{engine, Work};
@@ -29,7 +30,9 @@ const CHUNK: usize = 4096;
 
 /// The pattern word of block `i` (splitmix64, so neighbours differ).
 fn pattern_word(i: usize) -> u64 {
-    let mut z = (i as u64).wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut z = (i as u64)
+        .wrapping_add(1)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -38,7 +41,12 @@ fn pattern_word(i: usize) -> u64 {
 /// Byte `a` of a block holds byte `a % 8` of the word, `a` being the
 /// absolute address; a chunk template is copied at the block's phase.
 fn template(word: u64) -> Vec<u8> {
-    word.to_le_bytes().iter().copied().cycle().take(CHUNK + 8).collect()
+    word.to_le_bytes()
+        .iter()
+        .copied()
+        .cycle()
+        .take(CHUNK + 8)
+        .collect()
 }
 
 /// Writes block `i`'s pattern.
@@ -52,7 +60,9 @@ unsafe fn fill(b: &Live, i: usize) {
     while off < b.size {
         let n = CHUNK.min(b.size - off);
         // SAFETY: inside the block per the caller; the template is long enough.
-        unsafe { std::ptr::copy_nonoverlapping(tpl[phase..].as_ptr(), (b.addr + off) as *mut u8, n) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(tpl[phase..].as_ptr(), (b.addr + off) as *mut u8, n)
+        };
         off += n;
     }
 }
@@ -79,8 +89,11 @@ unsafe fn holds_pattern(b: &Live, i: usize) -> bool {
 
 /// True if two non-empty blocks share a byte.
 fn any_overlap(blocks: &[Live]) -> bool {
-    let mut spans: Vec<(usize, usize)> =
-        blocks.iter().filter(|b| b.size > 0).map(|b| (b.addr, b.addr.saturating_add(b.size))).collect();
+    let mut spans: Vec<(usize, usize)> = blocks
+        .iter()
+        .filter(|b| b.size > 0)
+        .map(|b| (b.addr, b.addr.saturating_add(b.size)))
+        .collect();
     spans.sort_unstable();
     spans.windows(2).any(|w| w[0].1 > w[1].0)
 }
@@ -157,7 +170,11 @@ unsafe fn run_op(stream: *mut c_void, sizes: *const usize, n: usize) -> AclResul
 /// `sizes` must be NULL or point to `n` readable values; the registered
 /// callbacks must honour the ACL allocator contract.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclemu_run_op(stream: *mut c_void, sizes: *const usize, n: usize) -> crate::aclError {
+pub unsafe extern "C" fn aclemu_run_op(
+    stream: *mut c_void,
+    sizes: *const usize,
+    n: usize,
+) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     emu_entry!({ unsafe { run_op(stream, sizes, n) } })
 }
@@ -168,7 +185,11 @@ mod tests {
 
     #[test]
     fn overlap_detection() {
-        let b = |addr, size| Live { block: std::ptr::null_mut(), addr, size };
+        let b = |addr, size| Live {
+            block: std::ptr::null_mut(),
+            addr,
+            size,
+        };
         assert!(!any_overlap(&[b(0, 10), b(10, 10)]));
         assert!(any_overlap(&[b(0, 11), b(10, 10)]));
         assert!(any_overlap(&[b(100, 8), b(100, 8)]));
@@ -180,7 +201,12 @@ mod tests {
         let mut buf = vec![0u8; 3 * CHUNK + 40];
         let base = buf.as_mut_ptr() as usize;
         for phase in 0..8 {
-            let live = Live { block: std::ptr::null_mut(), addr: base + phase, size: 2 * CHUNK + 13 };
+            let live = Live {
+                block: std::ptr::null_mut(),
+                addr: base + phase,
+                size: 2 * CHUNK + 13,
+            };
+            // SAFETY: the block lies inside `buf`.
             unsafe { fill(&live, 3) };
             assert!(unsafe { holds_pattern(&live, 3) });
             assert!(!unsafe { holds_pattern(&live, 4) });

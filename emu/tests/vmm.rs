@@ -12,19 +12,37 @@ fn reserve_rules() {
     let dev = Dev::take();
     unsafe {
         let mut p = null_mut();
-        assert_eq!(aclrtReserveMemAddress(null_mut(), 2 * MIB, 0, null_mut(), 0), INVALID_PARAM);
-        assert_eq!(aclrtReserveMemAddress(&mut p, 0, 0, null_mut(), 0), INVALID_PARAM);
-        assert_eq!(aclrtReserveMemAddress(&mut p, 2 * MIB, 0, null_mut(), 2), INVALID_PARAM);
+        assert_eq!(
+            aclrtReserveMemAddress(null_mut(), 2 * MIB, 0, null_mut(), 0),
+            INVALID_PARAM
+        );
+        assert_eq!(
+            aclrtReserveMemAddress(&mut p, 0, 0, null_mut(), 0),
+            INVALID_PARAM
+        );
+        assert_eq!(
+            aclrtReserveMemAddress(&mut p, 2 * MIB, 0, null_mut(), 2),
+            INVALID_PARAM
+        );
         let want = 0x1000_0000_0000usize as *mut c_void;
-        assert_eq!(aclrtReserveMemAddress(&mut p, 2 * MIB, 0, want, 0), INVALID_PARAM);
+        assert_eq!(
+            aclrtReserveMemAddress(&mut p, 2 * MIB, 0, want, 0),
+            INVALID_PARAM
+        );
         assert_eq!(dev.usage().reserved_ranges, 0);
         // flags 1 is kept for older callers; alignment is ignored; sizes
         // need not be granularity multiples.
-        assert_eq!(aclrtReserveMemAddress(&mut p, 3 * MIB + 5, 12345, null_mut(), 1), 0);
+        assert_eq!(
+            aclrtReserveMemAddress(&mut p, 3 * MIB + 5, 12345, null_mut(), 1),
+            0
+        );
         assert_eq!(p as usize % (2 * MIB), 0);
         assert_eq!(dev.usage().reserved_ranges, 1);
         assert_eq!(aclrtReleaseMemAddress(null_mut()), INVALID_PARAM);
-        assert_eq!(aclrtReleaseMemAddress(p.cast::<u8>().add(2 * MIB).cast()), RT_PARAM_INVALID);
+        assert_eq!(
+            aclrtReleaseMemAddress(p.cast::<u8>().add(2 * MIB).cast()),
+            RT_PARAM_INVALID
+        );
         assert_eq!(aclrtReleaseMemAddress(p), 0);
         assert_eq!(aclrtReleaseMemAddress(p), RT_PARAM_INVALID);
     }
@@ -37,27 +55,70 @@ fn malloc_physical_prop_checks() {
     unsafe {
         let mut h = null_mut();
         let good = dev.prop(ACL_HBM_MEM_HUGE);
-        assert_eq!(aclrtMallocPhysical(null_mut(), 2 * MIB, &good, 0), INVALID_PARAM);
-        assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, null(), 0), INVALID_PARAM);
+        assert_eq!(
+            aclrtMallocPhysical(null_mut(), 2 * MIB, &good, 0),
+            INVALID_PARAM
+        );
+        assert_eq!(
+            aclrtMallocPhysical(&mut h, 2 * MIB, null(), 0),
+            INVALID_PARAM
+        );
         assert_eq!(aclrtMallocPhysical(&mut h, 0, &good, 0), INVALID_PARAM);
-        assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &good, 1), INVALID_PARAM);
-        assert_eq!(aclrtMallocPhysical(&mut h, 3 * MIB, &good, 0), INVALID_PARAM);
+        assert_eq!(
+            aclrtMallocPhysical(&mut h, 2 * MIB, &good, 1),
+            INVALID_PARAM
+        );
+        assert_eq!(
+            aclrtMallocPhysical(&mut h, 3 * MIB, &good, 0),
+            INVALID_PARAM
+        );
         assert_eq!(aclrtMallocPhysical(&mut h, 4096, &good, 0), INVALID_PARAM);
         let bad: [aclrtPhysicalMemProp; 9] = [
-            aclrtPhysicalMemProp { handleType: 2, ..good },
-            aclrtPhysicalMemProp { allocationType: 1, ..good },
-            aclrtPhysicalMemProp { location: aclrtMemLocation { id: dev.id as u32, type_: 0 }, ..good },
-            aclrtPhysicalMemProp { location: aclrtMemLocation { id: dev.id as u32, type_: 2 }, ..good },
-            aclrtPhysicalMemProp { location: aclrtMemLocation { id: 99, type_: 1 }, ..good },
+            aclrtPhysicalMemProp {
+                handleType: 2,
+                ..good
+            },
+            aclrtPhysicalMemProp {
+                allocationType: 1,
+                ..good
+            },
+            aclrtPhysicalMemProp {
+                location: aclrtMemLocation {
+                    id: dev.id as u32,
+                    type_: 0,
+                },
+                ..good
+            },
+            aclrtPhysicalMemProp {
+                location: aclrtMemLocation {
+                    id: dev.id as u32,
+                    type_: 2,
+                },
+                ..good
+            },
+            aclrtPhysicalMemProp {
+                location: aclrtMemLocation { id: 99, type_: 1 },
+                ..good
+            },
             aclrtPhysicalMemProp { memAttr: 0, ..good },
             aclrtPhysicalMemProp { memAttr: 1, ..good },
             aclrtPhysicalMemProp { memAttr: 2, ..good },
-            aclrtPhysicalMemProp { memAttr: 18, ..good },
+            aclrtPhysicalMemProp {
+                memAttr: 18,
+                ..good
+            },
         ];
         for (i, prop) in bad.iter().enumerate() {
-            assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, prop, 0), INVALID_PARAM, "bad prop {i}");
+            assert_eq!(
+                aclrtMallocPhysical(&mut h, 2 * MIB, prop, 0),
+                INVALID_PARAM,
+                "bad prop {i}"
+            );
             let mut g = 0;
-            assert_eq!(aclrtMemGetAllocationGranularity(prop as *const _ as *mut _, 0, &mut g), INVALID_PARAM);
+            assert_eq!(
+                aclrtMemGetAllocationGranularity(prop as *const _ as *mut _, 0, &mut g),
+                INVALID_PARAM
+            );
         }
         // HUGE1G attrs need 1 GiB multiples.
         let g1 = dev.prop(ACL_HBM_MEM_HUGE1G);
@@ -69,7 +130,11 @@ fn malloc_physical_prop_checks() {
         // Every HBM / generic huge-or-normal attr works with 2 MiB.
         for attr in [4, 5, 8, 9, 12, 13, 15, 16] {
             let prop = dev.prop(attr);
-            assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &prop, 0), 0, "attr {attr}");
+            assert_eq!(
+                aclrtMallocPhysical(&mut h, 2 * MIB, &prop, 0),
+                0,
+                "attr {attr}"
+            );
             assert_eq!(aclrtFreePhysical(h), 0);
         }
         assert_eq!(aclrtFreePhysical(null_mut()), INVALID_PARAM);
@@ -92,9 +157,18 @@ fn granularity_query() {
         assert_eq!(g, 2 * MIB);
         assert_eq!(aclrtMemGetAllocationGranularity(&mut g1, 0, &mut g), 0);
         assert_eq!(g, GIB);
-        assert_eq!(aclrtMemGetAllocationGranularity(null_mut(), 0, &mut g), INVALID_PARAM);
-        assert_eq!(aclrtMemGetAllocationGranularity(&mut huge, 0, null_mut()), INVALID_PARAM);
-        assert_eq!(aclrtMemGetAllocationGranularity(&mut huge, 0xFFFF, &mut g), INVALID_PARAM);
+        assert_eq!(
+            aclrtMemGetAllocationGranularity(null_mut(), 0, &mut g),
+            INVALID_PARAM
+        );
+        assert_eq!(
+            aclrtMemGetAllocationGranularity(&mut huge, 0, null_mut()),
+            INVALID_PARAM
+        );
+        assert_eq!(
+            aclrtMemGetAllocationGranularity(&mut huge, 0xFFFF, &mut g),
+            INVALID_PARAM
+        );
     }
     dev.assert_clean();
 }
@@ -117,16 +191,34 @@ fn map_rules() {
         assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h4, 0), RT_PARAM_INVALID);
         // Outside the reservation, straddling its end, misaligned.
         let mut local = [0u8; 64];
-        assert_eq!(aclrtMapMem(local.as_mut_ptr().cast(), 2 * MIB, 0, h, 0), RT_PARAM_INVALID);
-        assert_eq!(aclrtMapMem(b.add(8 * MIB).cast(), 2 * MIB, 0, h, 0), RT_PARAM_INVALID);
-        assert_eq!(aclrtMapMem(b.add(6 * MIB).cast(), 4 * MIB, 0, h4, 0), RT_PARAM_INVALID);
-        assert_eq!(aclrtMapMem(b.add(4096).cast(), 2 * MIB, 0, h, 0), RT_PARAM_INVALID);
+        assert_eq!(
+            aclrtMapMem(local.as_mut_ptr().cast(), 2 * MIB, 0, h, 0),
+            RT_PARAM_INVALID
+        );
+        assert_eq!(
+            aclrtMapMem(b.add(8 * MIB).cast(), 2 * MIB, 0, h, 0),
+            RT_PARAM_INVALID
+        );
+        assert_eq!(
+            aclrtMapMem(b.add(6 * MIB).cast(), 4 * MIB, 0, h4, 0),
+            RT_PARAM_INVALID
+        );
+        assert_eq!(
+            aclrtMapMem(b.add(4096).cast(), 2 * MIB, 0, h, 0),
+            RT_PARAM_INVALID
+        );
         // Unknown handles.
-        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, 0x1234usize as *mut c_void, 0), RT_INVALID_HANDLE);
+        assert_eq!(
+            aclrtMapMem(base, 2 * MIB, 0, 0x1234usize as *mut c_void, 0),
+            RT_INVALID_HANDLE
+        );
         assert_eq!(dev.usage().mapped_bytes, 0);
         // Any granule-aligned offset inside works; overlaps do not.
         assert_eq!(aclrtMapMem(b.add(2 * MIB).cast(), 4 * MIB, 0, h4, 0), 0);
-        assert_eq!(aclrtMapMem(b.add(4 * MIB).cast(), 2 * MIB, 0, h, 0), RT_PARAM_INVALID);
+        assert_eq!(
+            aclrtMapMem(b.add(4 * MIB).cast(), 2 * MIB, 0, h, 0),
+            RT_PARAM_INVALID
+        );
         assert_eq!(aclrtMapMem(base, 4 * MIB, 0, h4, 0), RT_PARAM_INVALID);
         assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h, 0), 0);
         assert_eq!(dev.usage().mapped_bytes, (6 * MIB) as u64);
@@ -199,7 +291,10 @@ fn physical_capacity_exhaustion_and_recovery() {
         let b = physical(&dev, 2 * MIB);
         let mut c = null_mut();
         let prop = dev.prop(ACL_HBM_MEM_HUGE);
-        assert_eq!(aclrtMallocPhysical(&mut c, 2 * MIB, &prop, 0), RT_MEMORY_ALLOCATION);
+        assert_eq!(
+            aclrtMallocPhysical(&mut c, 2 * MIB, &prop, 0),
+            RT_MEMORY_ALLOCATION
+        );
         // aclrtMalloc shares the same budget.
         assert_eq!(aclrtMalloc(&mut c, 64, 0), RT_MEMORY_ALLOCATION);
         assert_eq!(aclrtFreePhysical(a), 0);
@@ -218,9 +313,15 @@ fn sync_copy_between_mapped_ranges_is_d2d() {
         let h = physical(&dev, 2 * MIB);
         assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h, 0), 0);
         let d = malloc(64);
-        assert_eq!(aclrtMemcpy2d(base, 64, d, 64, 64, 1, 4), RT_FEATURE_NOT_SUPPORT);
+        assert_eq!(
+            aclrtMemcpy2d(base, 64, d, 64, 64, 1, 4),
+            RT_FEATURE_NOT_SUPPORT
+        );
         let src = [9u8; 64];
-        assert_eq!(aclrtMemcpy2d(base, 64, src.as_ptr().cast(), 64, 64, 1, 4), 0);
+        assert_eq!(
+            aclrtMemcpy2d(base, 64, src.as_ptr().cast(), 64, 64, 1, 4),
+            0
+        );
         assert_eq!(*base.cast::<u8>().add(63), 9);
         assert_eq!(aclrtFree(d), 0);
         assert_eq!(aclrtUnmapMem(base), 0);

@@ -23,7 +23,15 @@ impl State {
         let mut pending = 0usize;
         for seg_id in self.segments.ids() {
             let seg = self.segments.get(seg_id);
-            reserved += seg.size as u64;
+            match &seg.vmm {
+                Some(r) => {
+                    reserved += (r.mapped * r.page_size) as u64;
+                    if r.pages.iter().filter(|p| p.is_some()).count() != r.mapped {
+                        return Err(format!("range {:#x}: mapped count disagrees with its pages", seg.base));
+                    }
+                }
+                None => reserved += seg.size as u64,
+            }
             let mut expect = seg.base;
             let mut prev = NIL;
             let mut prev_free = false;
@@ -51,6 +59,13 @@ impl State {
                         }
                     }
                     BlockState::Allocated => {
+                        if let Some(r) = &seg.vmm {
+                            let first = (b.addr - seg.base) / r.page_size;
+                            let last = (b.addr + b.size - 1 - seg.base) / r.page_size;
+                            if (first..=last).any(|i| r.pages[i].is_none()) {
+                                return Err(format!("allocated block {:#x} is not fully mapped", b.addr));
+                            }
+                        }
                         allocated += b.size as u64;
                         requested += b.requested as u64;
                         active += 1;
@@ -73,6 +88,9 @@ impl State {
             if expect != seg.base + seg.size {
                 return Err(format!("segment {:#x}: blocks end at {expect:#x}, not at its end", seg.base));
             }
+        }
+        for (&size, handles) in &self.handle_cache {
+            reserved += (size * handles.len()) as u64;
         }
         let indexed: usize = self.pools.iter().flat_map(|p| p.iter()).map(|ix| ix.count).sum();
         let walked: usize = self.pools.iter().flat_map(|p| p.iter()).map(|ix| ix.iter(&self.blocks).count()).sum();

@@ -15,6 +15,7 @@
 //! as their docs say.
 
 pub mod block;
+mod expandable;
 pub mod free_index;
 mod invariants;
 pub mod policy;
@@ -34,6 +35,7 @@ mod tests;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::runtime::{Runtime, Stream};
+use crate::trace::TraceRecorder;
 use policy::Policy;
 use state::State;
 pub use stats::Stats;
@@ -61,6 +63,9 @@ pub struct DeviceAllocator {
     device: i32,
     rt: Arc<Runtime>,
     config: Config,
+    /// Config key `trace`. Locked only while `state` is held, so the trace
+    /// lists events in the allocator's order.
+    trace: Option<Mutex<TraceRecorder>>,
 }
 
 impl std::fmt::Debug for DeviceAllocator {
@@ -81,14 +86,28 @@ impl DeviceAllocator {
         if device < 0 {
             return Err(Error::InvalidArgument(format!("device {device} is negative")));
         }
-        if config.expandable_segments == Some(true) {
-            return Err(Error::Unsupported(
-                "expandable_segments:true is not available in this build; use expandable_segments:false".into(),
-            ));
-        }
         let (_, total) = rt
             .on_device(device, || rt.mem_info())
             .map_err(|e| Error::runtime(e, format!("querying device {device}")))?;
+        let expandable = match config.expandable_segments {
+            Some(true) if !rt.has_vmm() => {
+                return Err(Error::Unsupported(format!(
+                    "expandable_segments:true needs the ACL virtual-memory API, which {} lacks",
+                    rt.source()
+                )))
+            }
+            Some(on) => on,
+            None => {
+                if !rt.has_vmm() {
+                    eprintln!(
+                        "npualloc: {} lacks the ACL virtual-memory API; using fixed segments",
+                        rt.source()
+                    );
+                }
+                rt.has_vmm() && config.max_split_size.is_none()
+            }
+        };
+        let large_page = expandable::large_page_spec(&rt, device, &config)?;
         let limit = config.per_process_memory_fraction.map(|f| (f * total as f64) as usize);
         let state = State {
             rt: rt.clone(),
@@ -104,11 +123,20 @@ impl DeviceAllocator {
             registry: Default::default(),
             order: Default::default(),
             stats: Default::default(),
+            expandable,
+            ranges: Vec::new(),
+            large_page,
+            handle_cache: Default::default(),
+            device_total: total,
             broken: None,
             #[cfg(debug_assertions)]
             transitions: 0,
         };
-        Ok(DeviceAllocator { state: Mutex::new(state), device, rt, config })
+        let trace = match &config.trace {
+            Some(path) => Some(Mutex::new(TraceRecorder::create(path, device, &config)?)),
+            None => None,
+        };
+        Ok(DeviceAllocator { state: Mutex::new(state), device, rt, config, trace })
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, State>> {
@@ -120,6 +148,11 @@ impl DeviceAllocator {
             return Err(Error::Internal(format!("the allocator is unusable: {why}")));
         }
         Ok(state)
+    }
+
+    /// Whether this allocator uses expandable segments.
+    pub fn is_expandable(&self) -> bool {
+        self.state.lock().map(|s| s.expandable).unwrap_or(false)
     }
 
     pub fn device(&self) -> i32 {
@@ -137,18 +170,42 @@ impl DeviceAllocator {
     /// Allocates `size` bytes for work on `stream`; returns the address.
     #[inline]
     pub fn malloc(&self, size: usize, stream: Stream) -> Result<usize> {
-        self.lock()?.malloc(size, stream)
+        let mut st = self.lock()?;
+        let addr = st.malloc(size, stream)?;
+        if let Some(t) = &self.trace {
+            lock_trace(t).alloc(addr, size, stream);
+        }
+        Ok(addr)
     }
 
     /// Frees a block by its start address (stream-ordered on its stream).
     #[inline]
     pub fn free(&self, addr: usize) -> Result<()> {
-        self.lock()?.free(addr)
+        let mut st = self.lock()?;
+        st.free(addr)?;
+        if let Some(t) = &self.trace {
+            lock_trace(t).free(addr);
+        }
+        Ok(())
     }
 
     /// Notes that work on `stream` uses the block at `addr`.
     pub fn record_stream(&self, addr: usize, stream: Stream) -> Result<()> {
-        self.lock()?.record_stream(addr, stream)
+        let mut st = self.lock()?;
+        st.record_stream(addr, stream)?;
+        if let Some(t) = &self.trace {
+            lock_trace(t).record_stream(addr, stream);
+        }
+        Ok(())
+    }
+
+    /// Writes the buffered trace events to the `trace` file (no-op without one).
+    pub fn flush_trace(&self) -> Result<()> {
+        let _st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &self.trace {
+            Some(t) => lock_trace(t).flush(),
+            None => Ok(()),
+        }
     }
 
     /// Returns cached, unused segments to the device (may synchronize the
@@ -243,15 +300,28 @@ impl DeviceAllocator {
             }
             let segs: Vec<u32> = st.segments.ids().collect();
             for s in segs {
+                if st.segments.get(s).vmm.is_some() {
+                    if let Err(e) = st.destroy_range(s) {
+                        first_error.get_or_insert(e);
+                    }
+                    st.segments.remove(s);
+                    continue;
+                }
                 let seg = st.segments.remove(s);
                 if let Err(e) = rt.free(seg.base) {
                     first_error.get_or_insert(Error::runtime(e, "returning a segment at teardown"));
                 }
             }
+            if let Err(e) = st.free_cached_handles() {
+                first_error.get_or_insert(e);
+            }
             Ok(())
         });
         if let Err(e) = result {
             first_error.get_or_insert(Error::runtime(e, "selecting the device at teardown"));
+        }
+        if let Some(Err(e)) = self.trace.as_ref().map(|t| lock_trace(t).flush()) {
+            first_error.get_or_insert(e);
         }
         st.broken = Some("it was destroyed".into());
         st.registry.clear();
@@ -260,4 +330,9 @@ impl DeviceAllocator {
             None => Ok(report),
         }
     }
+}
+
+/// The recorder survives a panic elsewhere: its buffer is still valid text.
+fn lock_trace(t: &Mutex<TraceRecorder>) -> MutexGuard<'_, TraceRecorder> {
+    t.lock().unwrap_or_else(|e| e.into_inner())
 }

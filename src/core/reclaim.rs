@@ -21,46 +21,70 @@ use crate::runtime::Stream;
 
 impl State {
     pub(super) fn alloc_slow(&mut self, size: usize, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId> {
+        let fail_runtime = |call| Error::runtime(call, format!("obtaining device memory for {size} bytes"));
         if self.reap_pending() > 0 {
-            if let Some(id) = self.find_free(slot, kind, rounded) {
-                return Ok(id);
+            match self.try_alloc(rounded, kind, slot) {
+                Ok(id) => return Ok(id),
+                Err(GrowError::Runtime(call)) if !call.is_out_of_memory() => return Err(fail_runtime(call)),
+                Err(_) => {}
             }
         }
         self.collect_garbage(rounded);
-        let mut last = match self.grow(rounded, kind, slot) {
+        let mut last = match self.try_alloc(rounded, kind, slot) {
             Ok(id) => return Ok(id),
-            Err(e) if e.is_out_of_memory() => e,
-            Err(GrowError::Runtime(call)) => {
-                return Err(Error::runtime(call, format!("allocating a segment for {size} bytes")))
-            }
+            Err(GrowError::Runtime(call)) if !call.is_out_of_memory() => return Err(fail_runtime(call)),
             Err(e) => e,
         };
         self.stats.retried();
-        let mut step = "releasing cached segments";
-        for wait_for_pending in [false, true] {
-            if wait_for_pending {
-                step = "waiting for pending cross-stream frees";
-                if !self.order.has_pending() {
-                    break;
+        let steps = ["releasing cached memory", "freeing cached physical pages", "waiting for pending cross-stream frees"];
+        let mut step = steps[0];
+        for (i, name) in steps.into_iter().enumerate() {
+            step = name;
+            match i {
+                0 => {
+                    let all: Vec<u32> = self.segments.ids().collect();
+                    let _ = self.release_segments(&all);
+                    if self.expandable {
+                        let _ = self.unmap_free_pages();
+                    }
                 }
-                self.wait_pending();
-                if let Some(id) = self.find_free(slot, kind, rounded) {
-                    return Ok(id);
+                1 => {
+                    if !self.expandable {
+                        continue;
+                    }
+                    let _ = self.free_cached_handles();
+                }
+                _ => {
+                    if !self.order.has_pending() {
+                        break;
+                    }
+                    self.wait_pending();
+                    let all: Vec<u32> = self.segments.ids().collect();
+                    let _ = self.release_segments(&all);
+                    if self.expandable {
+                        let _ = self.unmap_free_pages();
+                        let _ = self.free_cached_handles();
+                    }
                 }
             }
-            let all: Vec<u32> = self.segments.ids().collect();
-            let _ = self.release_segments(&all);
-            match self.grow(rounded, kind, slot) {
+            match self.try_alloc(rounded, kind, slot) {
                 Ok(id) => return Ok(id),
-                Err(e) if e.is_out_of_memory() => last = e,
-                Err(GrowError::Runtime(call)) => {
-                    return Err(Error::runtime(call, format!("allocating a segment for {size} bytes")))
-                }
+                Err(GrowError::Runtime(call)) if !call.is_out_of_memory() => return Err(fail_runtime(call)),
                 Err(e) => last = e,
             }
         }
         self.stats.oom();
         Err(Error::OutOfMemory(self.oom_message(size, rounded, &last, step)))
+    }
+
+    /// One attempt: a free block that fits (mapping its pages in an
+    /// expandable segment), else growth.
+    fn try_alloc(&mut self, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId, GrowError> {
+        if let Some(id) = self.find_free(slot, kind, rounded) {
+            self.map_block(id, rounded)?;
+            return Ok(id);
+        }
+        self.grow(rounded, kind, slot)
     }
 
     fn oom_message(&self, size: usize, rounded: usize, last: &GrowError, step: &str) -> String {
@@ -75,6 +99,7 @@ impl State {
             GrowError::OverLimit { size, limit } => {
                 format!("a new {} segment would exceed the memory fraction limit of {}", mib(*size), mib(*limit))
             }
+            GrowError::AddressSpace => "the stream's reserved address range has no free range that large".into(),
             GrowError::Runtime(e) => format!("{e}"),
         };
         format!(
@@ -126,7 +151,12 @@ impl State {
         let _ = self.release_segments(&chosen);
     }
 
+    /// Whether a fixed segment holds no live block (expandable segments are
+    /// never released whole; their pages are).
     pub fn segment_is_free(&self, seg: u32) -> bool {
+        if self.segments.get(seg).vmm.is_some() {
+            return false;
+        }
         let first = self.segments.get(seg).first;
         let b = self.blocks.get(first);
         b.state == BlockState::Free && b.next == NIL
@@ -175,7 +205,7 @@ impl State {
             self.pools[slot as usize][kind as usize].remove(&mut self.blocks, first);
             self.blocks.remove(first);
             self.segments.remove(s);
-            self.stats.segment_removed(size, false);
+            self.stats.segment_removed(size);
             released += size;
         }
         match first_error {
@@ -188,9 +218,13 @@ impl State {
     pub fn empty_cache(&mut self) -> Result<usize> {
         self.reap_pending();
         let all: Vec<u32> = self.segments.ids().collect();
-        let r = self.release_segments(&all);
+        let mut released = self.release_segments(&all)?;
+        if self.expandable {
+            self.unmap_free_pages()?;
+            released += self.free_cached_handles()?;
+        }
         self.after_transition();
-        r
+        Ok(released)
     }
 }
 

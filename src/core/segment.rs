@@ -22,6 +22,8 @@ pub struct Segment {
     pub other_streams: Vec<Stream>,
     /// Creation order, for releasing the oldest cached segments first.
     pub serial: u64,
+    /// Present for an expandable segment (a reserved range mapped page by page).
+    pub vmm: Option<Box<super::expandable::VmmRange>>,
 }
 
 #[derive(Debug, Default)]

@@ -14,7 +14,7 @@ impl State {
              \"requested_bytes_peak\":{},\"reserved_bytes\":{},\"reserved_bytes_peak\":{},\"active_blocks\":{},\
              \"segments\":{},\"num_allocs\":{},\"num_frees\":{},\"num_device_mallocs\":{},\"num_device_frees\":{},\
              \"num_maps\":{},\"num_unmaps\":{},\"num_alloc_retries\":{},\"num_ooms\":{},\"num_syncs\":{},\
-             \"largest_free_block\":{},\"pending_free_bytes\":{}}},\"segments\":[",
+             \"num_physical_mallocs\":{},\"num_physical_frees\":{},\"largest_free_block\":{},\"pending_free_bytes\":{}}},\"segments\":[",
             self.device,
             s.allocated_bytes,
             s.allocated_bytes_peak,
@@ -33,6 +33,8 @@ impl State {
             s.num_alloc_retries,
             s.num_ooms,
             s.num_syncs,
+            s.num_physical_mallocs,
+            s.num_physical_frees,
             self.largest_free(),
             self.order.pending_bytes,
         );
@@ -40,12 +42,14 @@ impl State {
             let seg = self.segments.get(seg_id);
             let _ = write!(
                 out,
-                "{}{{\"address\":{},\"size\":{},\"pool\":\"{}\",\"stream\":{},\"blocks\":[",
+                "{}{{\"address\":{},\"size\":{},\"pool\":\"{}\",\"stream\":{},\"expandable\":{},\"mapped_bytes\":{},\"blocks\":[",
                 if i > 0 { "," } else { "" },
                 seg.base,
                 seg.size,
                 seg.kind.name(),
                 self.streams.stream(seg.stream_slot).0,
+                seg.vmm.is_some(),
+                seg.vmm.as_ref().map_or(seg.size, |r| r.mapped * r.page_size),
             );
             let mut id = seg.first;
             let mut first = true;

@@ -11,7 +11,9 @@ use super::stats::StatsRecorder;
 use super::stream_order::{PendingFree, StreamOrder};
 use super::streams::StreamSlots;
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, Stream};
+use super::expandable::PageSpec;
+use crate::runtime::{PhysicalHandle, Runtime, Stream};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Free indices of one stream: one per pool kind.
@@ -32,6 +34,15 @@ pub struct State {
     pub registry: Registry,
     pub order: StreamOrder,
     pub stats: StatsRecorder,
+    /// Expandable mode: one reserved range per (stream slot, kind).
+    pub expandable: bool,
+    pub ranges: Vec<[Option<u32>; 2]>,
+    /// The large pool's page in expandable mode.
+    pub large_page: PageSpec,
+    /// Unmapped physical pages kept for reuse, by page size.
+    pub handle_cache: HashMap<usize, Vec<PhysicalHandle>>,
+    /// Total device memory, sizing expandable ranges.
+    pub device_total: usize,
     /// Set once a broken invariant is found: the allocator refuses work.
     pub broken: Option<String>,
     #[cfg(debug_assertions)]
@@ -44,6 +55,7 @@ impl State {
         let (slot, added) = self.streams.slot(stream);
         if added {
             self.pools.push(Default::default());
+            self.ranges.push([None, None]);
         }
         slot
     }
@@ -61,12 +73,29 @@ impl State {
         let rounded = self.policy.round(size);
         let kind = self.policy.pool_for(rounded);
         let slot = self.stream_slot(stream);
-        let found = self.find_free(slot, kind, rounded);
-        let id = match found {
-            Some(id) => id,
+        let id = match self.find_free(slot, kind, rounded) {
+            Some(id) if !self.expandable => id,
+            Some(id) => match self.map_block(id, rounded) {
+                Ok(()) => id,
+                Err(_) => self.alloc_slow(size, rounded, kind, slot)?,
+            },
             None => self.alloc_slow(size, rounded, kind, slot)?,
         };
         Ok(self.take_block(id, rounded, size))
+    }
+
+    /// In an expandable segment, maps the pages the first `rounded` bytes of
+    /// free block `id` need. Fixed segments are always mapped.
+    #[inline]
+    pub fn map_block(&mut self, id: BlockId, rounded: usize) -> Result<(), GrowError> {
+        let (seg, addr) = {
+            let b = self.blocks.get(id);
+            (b.segment, b.addr)
+        };
+        if self.segments.get(seg).vmm.is_none() {
+            return Ok(());
+        }
+        self.ensure_mapped(seg, addr, rounded)
     }
 
     #[inline]
@@ -83,7 +112,15 @@ impl State {
         };
         let index = &mut self.pools[slot as usize][kind as usize];
         index.remove(&mut self.blocks, id);
-        let size = if self.policy.should_split(kind, size, rounded) {
+        // Inside an expandable segment every remainder splits: unmapped tails
+        // cost nothing, and the oversize rules exist for fixed segments.
+        let seg_is_vmm = self.segments.get(self.blocks.get(id).segment).vmm.is_some();
+        let split = if seg_is_vmm {
+            size - rounded >= super::policy::MIN_BLOCK_SIZE
+        } else {
+            self.policy.should_split(kind, size, rounded)
+        };
+        let size = if split {
             let b = self.blocks.get(id).clone();
             let rest = self.blocks.insert(Block {
                 addr: b.addr + rounded,
@@ -188,7 +225,8 @@ impl State {
         if let Some(threshold) = self.release_threshold {
             let seg = self.blocks.get(id).segment;
             let cached = self.stats.get().reserved_bytes - self.stats.get().allocated_bytes;
-            if self.segments.get(seg).first == id && self.blocks.get(id).next == NIL && cached > threshold as u64 {
+            let whole = self.segments.get(seg).first == id && self.blocks.get(id).next == NIL;
+            if whole && self.segments.get(seg).vmm.is_none() && cached > threshold as u64 {
                 let _ = self.release_segments(&[seg]);
             }
         }
@@ -297,6 +335,16 @@ impl State {
     /// Obtains a new segment able to hold `rounded` bytes and puts its one
     /// free block in the pool. Fails without side effects.
     pub fn grow(&mut self, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId, GrowError> {
+        if self.expandable {
+            // The range is created once; after that a miss means no free
+            // block of this size exists in it at all.
+            if self.ranges[slot as usize][kind as usize].is_none() {
+                self.range_for(kind, slot)?;
+            }
+            let id = self.find_free(slot, kind, rounded).ok_or(GrowError::AddressSpace)?;
+            self.map_block(id, rounded)?;
+            return Ok(id);
+        }
         let size = self.policy.segment_size(rounded);
         let reserved = self.stats.get().reserved_bytes as usize;
         if let Some(limit) = self.limit {
@@ -306,7 +354,7 @@ impl State {
         }
         let rt = self.rt.clone();
         let base = rt.on_device(self.device, || rt.malloc(size)).map_err(GrowError::Runtime)?;
-        self.stats.segment_added(size, false);
+        self.stats.segment_added(size);
         let block = self.blocks.insert(Block {
             addr: base,
             size,
@@ -329,6 +377,7 @@ impl State {
             first: block,
             other_streams: Vec::new(),
             serial: 0,
+            vmm: None,
         });
         self.blocks.get_mut(block).segment = seg;
         self.pools[slot as usize][kind as usize].insert(&mut self.blocks, block);
@@ -360,6 +409,9 @@ impl State {
 
     /// Size of the largest free block in any pool.
     pub fn largest_free(&self) -> usize {
+        if self.expandable {
+            return self.largest_mapped_free();
+        }
         self.pools.iter().flat_map(|p| p.iter()).map(|ix| ix.largest(&self.blocks)).max().unwrap_or(0)
     }
 
@@ -384,13 +436,15 @@ impl State {
 pub enum GrowError {
     /// The memory fraction limit would be exceeded.
     OverLimit { size: usize, limit: usize },
+    /// An expandable segment's address range has no free block that large.
+    AddressSpace,
     Runtime(crate::runtime::AclCallError),
 }
 
 impl GrowError {
     pub fn is_out_of_memory(&self) -> bool {
         match self {
-            GrowError::OverLimit { .. } => true,
+            GrowError::OverLimit { .. } | GrowError::AddressSpace => true,
             GrowError::Runtime(e) => e.is_out_of_memory(),
         }
     }

@@ -1,6 +1,7 @@
 //! Statistics, with exactly one writer: the allocator state calls these
-//! methods at its transitions (block allocate/free, segment map/unmap, sync,
-//! retry, OOM) and nothing else touches the counters.
+//! methods at its transitions (block allocate/free, segment add/remove, page
+//! obtain/map/unmap/free, sync, retry, OOM) and nothing else touches the
+//! counters.
 
 /// Counters in PyTorch's `memory_stats()` vocabulary.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -22,6 +23,8 @@ pub struct Stats {
     pub num_alloc_retries: u64,
     pub num_ooms: u64,
     pub num_syncs: u64,
+    pub num_physical_mallocs: u64,
+    pub num_physical_frees: u64,
     /// Filled on read (not a counter).
     pub largest_free_block: u64,
 }
@@ -52,28 +55,51 @@ impl StatsRecorder {
         s.num_frees += 1;
     }
 
-    /// A segment obtained with `aclrtMalloc` (`mapped` false) or a page mapped.
-    pub fn segment_added(&mut self, size: usize, mapped: bool) {
+    /// A fixed segment obtained with `aclrtMalloc`.
+    pub fn segment_added(&mut self, size: usize) {
         let s = &mut self.s;
         s.reserved_bytes += size as u64;
         s.reserved_bytes_peak = s.reserved_bytes_peak.max(s.reserved_bytes);
         s.segments += 1;
-        if mapped {
-            s.num_maps += 1;
-        } else {
-            s.num_device_mallocs += 1;
-        }
+        s.num_device_mallocs += 1;
     }
 
-    pub fn segment_removed(&mut self, size: usize, mapped: bool) {
+    /// A fixed segment returned with `aclrtFree`.
+    pub fn segment_removed(&mut self, size: usize) {
         let s = &mut self.s;
         s.reserved_bytes -= size as u64;
         s.segments -= 1;
-        if mapped {
-            s.num_unmaps += 1;
-        } else {
-            s.num_device_frees += 1;
-        }
+        s.num_device_frees += 1;
+    }
+
+    /// An expandable segment (address range) was created; it holds no memory yet.
+    pub fn range_added(&mut self) {
+        self.s.segments += 1;
+    }
+
+    pub fn range_removed(&mut self) {
+        self.s.segments -= 1;
+    }
+
+    /// A physical page was obtained: it is reserved until freed.
+    pub fn physical_allocated(&mut self, size: usize) {
+        let s = &mut self.s;
+        s.reserved_bytes += size as u64;
+        s.reserved_bytes_peak = s.reserved_bytes_peak.max(s.reserved_bytes);
+        s.num_physical_mallocs += 1;
+    }
+
+    pub fn physical_freed(&mut self, size: usize) {
+        self.s.reserved_bytes -= size as u64;
+        self.s.num_physical_frees += 1;
+    }
+
+    pub fn page_mapped(&mut self) {
+        self.s.num_maps += 1;
+    }
+
+    pub fn page_unmapped(&mut self) {
+        self.s.num_unmaps += 1;
     }
 
     pub fn synced(&mut self) {

@@ -67,7 +67,7 @@ fn drop_stream(a: &DeviceAllocator, s: Stream) {
 fn same_stream_reuse_is_immediate() {
     let _g = emu_lock();
     set_capacity(1 << 30);
-    let a = allocator("");
+    let a = allocator("expandable_segments:false");
     let p = a.malloc(1000, Stream::DEFAULT).unwrap();
     assert_eq!(p % 512, 0);
     a.free(p).unwrap();
@@ -85,7 +85,7 @@ fn same_stream_reuse_is_immediate() {
 fn split_and_coalesce_restore_one_free_block() {
     let _g = emu_lock();
     set_capacity(1 << 30);
-    let a = allocator("");
+    let a = allocator("expandable_segments:false");
     let ptrs: Vec<usize> = (0..8).map(|i| a.malloc(512 * (i + 1), Stream::DEFAULT).unwrap()).collect();
     assert_eq!(a.stats().unwrap().segments, 1, "small blocks pack into one 2 MiB segment");
     for w in ptrs.windows(2) {
@@ -105,7 +105,7 @@ fn split_and_coalesce_restore_one_free_block() {
 fn pools_get_their_segment_sizes() {
     let _g = emu_lock();
     set_capacity(1 << 32);
-    let a = allocator("");
+    let a = allocator("expandable_segments:false");
     let big = a.malloc((11 << 20) + 1, Stream::DEFAULT).unwrap();
     let mid = a.malloc(3 << 20, Stream::DEFAULT).unwrap();
     let small = a.malloc(1 << 20, Stream::DEFAULT).unwrap();
@@ -126,7 +126,7 @@ fn pools_get_their_segment_sizes() {
 fn other_streams_do_not_reuse_freed_blocks() {
     let _g = emu_lock();
     set_capacity(1 << 30);
-    let a = allocator("");
+    let a = allocator("expandable_segments:false");
     let s1 = new_stream(&a);
     let p = a.malloc(4096, Stream::DEFAULT).unwrap();
     a.free(p).unwrap();
@@ -145,7 +145,7 @@ fn other_streams_do_not_reuse_freed_blocks() {
 fn record_stream_defers_reuse_until_the_event_completes() {
     let _g = emu_lock();
     set_capacity(1 << 30);
-    let a = allocator("");
+    let a = allocator("expandable_segments:false");
     let s1 = new_stream(&a);
     let p = a.malloc(8192, Stream::DEFAULT).unwrap();
     a.record_stream(p, s1).unwrap();
@@ -174,7 +174,7 @@ fn record_stream_defers_reuse_until_the_event_completes() {
 fn empty_cache_syncs_only_streams_that_used_the_memory() {
     let _g = emu_lock();
     set_capacity(1 << 30);
-    let a = allocator("");
+    let a = allocator("expandable_segments:false");
     let s1 = new_stream(&a);
     let s2 = new_stream(&a);
     let p = a.malloc(4096, s1).unwrap();
@@ -194,7 +194,7 @@ fn empty_cache_syncs_only_streams_that_used_the_memory() {
 fn oom_ladder_releases_cache_then_fails_cleanly() {
     let _g = emu_lock();
     set_capacity(64 << 20);
-    let a = allocator("");
+    let a = allocator("expandable_segments:false");
     let p = a.malloc(40 << 20, Stream::DEFAULT).unwrap();
     a.free(p).unwrap();
     let q = a.malloc(50 << 20, Stream::DEFAULT).unwrap();
@@ -219,7 +219,7 @@ fn oom_ladder_releases_cache_then_fails_cleanly() {
 fn injected_device_failure_is_retried() {
     let _g = emu_lock();
     set_capacity(1 << 30);
-    let a = allocator("");
+    let a = allocator("expandable_segments:false");
     fail_nth("aclrtMalloc", 1);
     let p = a.malloc(4096, Stream::DEFAULT).unwrap();
     assert_eq!(a.stats().unwrap().num_alloc_retries, 1);
@@ -250,7 +250,7 @@ fn memory_fraction_caps_reserved_memory() {
 fn bad_input_changes_nothing() {
     let _g = emu_lock();
     set_capacity(1 << 30);
-    let a = allocator("");
+    let a = allocator("expandable_segments:false");
     let p = a.malloc(2048, Stream::DEFAULT).unwrap();
     let before = a.stats().unwrap();
     assert!(matches!(a.malloc(0, Stream::DEFAULT), Err(Error::InvalidArgument(_))));
@@ -271,7 +271,7 @@ fn bad_input_changes_nothing() {
 fn teardown_with_live_blocks_reports_and_releases_them() {
     let _g = emu_lock();
     set_capacity(1 << 30);
-    let a = allocator("");
+    let a = allocator("expandable_segments:false");
     a.malloc(1 << 20, Stream::DEFAULT).unwrap();
     a.malloc(30 << 20, Stream::DEFAULT).unwrap();
     let report = a.teardown().unwrap();
@@ -284,7 +284,7 @@ fn teardown_with_live_blocks_reports_and_releases_them() {
 fn max_split_size_keeps_oversize_blocks_whole() {
     let _g = emu_lock();
     set_capacity(1 << 32);
-    let a = allocator("max_split_size_mb:64");
+    let a = allocator("expandable_segments:false,max_split_size_mb:64");
     let big = a.malloc(100 << 20, Stream::DEFAULT).unwrap();
     a.free(big).unwrap();
     let small = a.malloc(30 << 20, Stream::DEFAULT).unwrap();
@@ -310,14 +310,25 @@ impl Rng {
     }
 }
 
+const FAULTS: [&str; 6] = ["aclrtMalloc", "aclrtFree", "aclrtRecordEvent", "aclrtMallocPhysical", "aclrtMapMem", "aclrtUnmapMem"];
+
+const CONFIGS: [&str; 6] = [
+    "expandable_segments:false",
+    "expandable_segments:false,max_split_size_mb:24",
+    "expandable_segments:false,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
+    "expandable_segments:true",
+    "expandable_segments:true,page_size:20m",
+    "expandable_segments:true,per_process_memory_fraction:0.8",
+];
+
 #[test]
 fn model_based_random_sequences() {
     let _g = emu_lock();
-    for seed in 1..=24u64 {
+    for seed in 1..=36u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let capacity = [48u64 << 20, 96 << 20, 1 << 30][rng.below(3) as usize];
         set_capacity(capacity);
-        let a = allocator(["", "max_split_size_mb:24", "garbage_collection_threshold:0.6,per_process_memory_fraction:0.9"][rng.below(3) as usize]);
+        let a = allocator(CONFIGS[rng.below(CONFIGS.len() as u64) as usize]);
         let streams: Vec<Stream> = std::iter::once(Stream::DEFAULT)
             .chain((0..rng.below(3)).map(|_| new_stream(&a)))
             .collect();
@@ -333,7 +344,7 @@ fn model_based_random_sequences() {
                         _ => (10 << 20) + rng.below(30 << 20) as usize,
                     };
                     if rng.below(20) == 0 {
-                        fail_nth(["aclrtMalloc", "aclrtFree", "aclrtRecordEvent"][rng.below(3) as usize], 1 + rng.below(2) as i32);
+                        fail_nth(FAULTS[rng.below(FAULTS.len() as u64) as usize], 1 + rng.below(2) as i32);
                     }
                     let stream = streams[rng.below(streams.len() as u64) as usize];
                     let before = a.stats().unwrap();
@@ -346,9 +357,12 @@ fn model_based_random_sequences() {
                             fill(p, size.min(4096), byte);
                             live.push((p, size, byte));
                         }
-                        Err(Error::OutOfMemory(_)) => {
+                        // An injected non-OOM runtime failure surfaces as a
+                        // runtime error; either way nothing may have changed.
+                        Err(Error::OutOfMemory(_) | Error::Runtime { .. }) => {
                             let after = a.stats().unwrap();
                             assert_eq!(after.allocated_bytes, before.allocated_bytes);
+                            assert_eq!(after.active_blocks, before.active_blocks);
                         }
                         Err(e) => panic!("seed {seed} step {step}: unexpected {e}"),
                     }
@@ -372,7 +386,7 @@ fn model_based_random_sequences() {
             let s = a.stats().unwrap();
             assert_eq!(s.requested_bytes, live.iter().map(|l| l.1 as u64).sum::<u64>());
         }
-        for f in ["aclrtMalloc", "aclrtFree", "aclrtRecordEvent"] {
+        for f in FAULTS {
             fail_nth(f, 0);
         }
         for (p, size, byte) in live.drain(..) {
@@ -384,7 +398,11 @@ fn model_based_random_sequences() {
             drop_stream(&a, s);
         }
         let u = usage(DEV);
-        assert_eq!((u.malloc_count, u.events), (0, 0), "seed {seed}: leaks");
+        assert_eq!(
+            (u.malloc_count, u.events, u.physical_count, u.mapped_bytes, u.reserved_ranges),
+            (0, 0, 0, 0, 0),
+            "seed {seed}: leaks"
+        );
     }
     set_capacity(1 << 30);
 }
@@ -393,7 +411,7 @@ fn model_based_random_sequences() {
 fn two_threads_stress() {
     let _g = emu_lock();
     set_capacity(8 << 30);
-    let a = std::sync::Arc::new(allocator(""));
+    let a = std::sync::Arc::new(allocator("expandable_segments:false"));
     let streams = [new_stream(&a), new_stream(&a)];
     let ops = if cfg!(debug_assertions) { 20_000 } else { 50_000 };
     let handles: Vec<_> = (0..2u8)

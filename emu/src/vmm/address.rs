@@ -3,7 +3,9 @@
 
 use super::{vmm, Reservation, GRANULARITY};
 use crate::device;
-use crate::error::{require, AclResult, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVALID};
+use crate::error::{
+    require, AclResult, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVALID,
+};
 use crate::faults::Api;
 use crate::ffi::{acl_entry, write_out};
 use crate::host_map;
@@ -45,16 +47,31 @@ fn map_none_aligned(len: usize) -> Option<usize> {
     Some(start)
 }
 
-unsafe fn reserve(out: *mut *mut c_void, size: usize, expect: *mut c_void, flags: u64) -> AclResult<()> {
+unsafe fn reserve(
+    out: *mut *mut c_void,
+    size: usize,
+    expect: *mut c_void,
+    flags: u64,
+) -> AclResult<()> {
     require(!out.is_null() && size != 0)?;
     // flags: 0, or 1 (kept for older callers that passed the huge-page flag).
     require(flags <= 1)?;
     // expectPtr: only NULL ("let the system choose") is supported here.
     require(expect.is_null())?;
     let dev = device::current()?;
-    let len = size.checked_add(ALIGN - 1).map(|n| n & !(ALIGN - 1)).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
+    let len = size
+        .checked_add(ALIGN - 1)
+        .map(|n| n & !(ALIGN - 1))
+        .ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
     let start = map_none_aligned(len).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
-    vmm().reservations.insert(start, Reservation { len, device: dev, mappings: BTreeMap::new() });
+    vmm().reservations.insert(
+        start,
+        Reservation {
+            len,
+            device: dev,
+            mappings: BTreeMap::new(),
+        },
+    );
     usage::add(&usage::of(dev).reserved_ranges, 1);
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { write_out(out, start as *mut c_void) }
@@ -63,12 +80,18 @@ unsafe fn reserve(out: *mut *mut c_void, size: usize, expect: *mut c_void, flags
 fn release(ptr: *mut c_void) -> AclResult<()> {
     require(!ptr.is_null())?;
     let mut v = vmm();
-    let r = v.reservations.get(&(ptr as usize)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    let r = v
+        .reservations
+        .get(&(ptr as usize))
+        .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
     // [doc] Unmap everything in the range first.
     if !r.mappings.is_empty() {
         return Err(ACL_ERROR_RT_PARAM_INVALID);
     }
-    let r = v.reservations.remove(&(ptr as usize)).expect("looked up above");
+    let r = v
+        .reservations
+        .remove(&(ptr as usize))
+        .expect("looked up above");
     // SAFETY: the range was ours, has no mappings and left the registry.
     unsafe { host_map::unmap(ptr, r.len) };
     usage::sub(&usage::of(r.device).reserved_ranges, 1);
@@ -82,9 +105,17 @@ fn release(ptr: *mut c_void) -> AclResult<()> {
 /// `virPtr` must be NULL or writable.
 #[unsafe(no_mangle)]
 #[allow(non_snake_case)]
-pub unsafe extern "C" fn aclrtReserveMemAddress(virPtr: *mut *mut c_void, size: usize, _alignment: usize, expectPtr: *mut c_void, flags: u64) -> crate::aclError {
+pub unsafe extern "C" fn aclrtReserveMemAddress(
+    virPtr: *mut *mut c_void,
+    size: usize,
+    _alignment: usize,
+    expectPtr: *mut c_void,
+    flags: u64,
+) -> crate::aclError {
     // SAFETY: forwarded caller contract.
-    acl_entry!(Api::ReserveMemAddress, { unsafe { reserve(virPtr, size, expectPtr, flags) } })
+    acl_entry!(Api::ReserveMemAddress, {
+        unsafe { reserve(virPtr, size, expectPtr, flags) }
+    })
 }
 
 /// Releases a reservation by its start address; refused (107000) while

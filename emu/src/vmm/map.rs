@@ -3,7 +3,8 @@
 
 use super::{vmm, Mapping, GRANULARITY};
 use crate::error::{
-    require, AclResult, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_PARAM_INVALID,
+    require, AclResult, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE,
+    ACL_ERROR_RT_PARAM_INVALID,
 };
 use crate::faults::Api;
 use crate::ffi::{acl_entry, handle_id, Kind};
@@ -24,19 +25,37 @@ fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64)
     require(flags == 0 && offset == 0)?;
     let mut v = vmm();
     let id = handle_id(Kind::Physical, h).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
-    let phys = v.handles.get(&id).filter(|p| !p.freed).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+    let phys = v
+        .handles
+        .get(&id)
+        .filter(|p| !p.freed)
+        .ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
     let (device, file_offset) = (phys.device, phys.offset);
     require_state(size as u64 == phys.size)?;
     let addr = ptr as usize;
     require_state(addr.is_multiple_of(GRANULARITY as usize))?;
-    let start = v.reservation_of(addr, size).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    let start = v
+        .reservation_of(addr, size)
+        .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
     let fd = v.pools[&device].raw_fd();
     let r = &v.reservations[&start];
-    let overlaps_prev = r.mappings.range(..=addr).next_back().is_some_and(|(&m, mp)| m + mp.len > addr);
-    let overlaps_next = r.mappings.range(addr..).next().is_some_and(|(&m, _)| m < addr + size);
+    let overlaps_prev = r
+        .mappings
+        .range(..=addr)
+        .next_back()
+        .is_some_and(|(&m, mp)| m + mp.len > addr);
+    let overlaps_next = r
+        .mappings
+        .range(addr..)
+        .next()
+        .is_some_and(|(&m, _)| m < addr + size);
     require_state(!overlaps_prev && !overlaps_next)?;
     // [doc] One reservation must not hold memory of two devices at once.
-    require_state(r.mappings.values().all(|m| v.handles[&m.handle].device == device))?;
+    require_state(
+        r.mappings
+            .values()
+            .all(|m| v.handles[&m.handle].device == device),
+    )?;
     // SAFETY: [addr, addr + size) lies inside our own reservation and no
     // mapping covers it; the memfd range belongs to this handle.
     let p = unsafe {
@@ -53,7 +72,13 @@ fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64)
         return Err(ACL_ERROR_RT_INTERNAL_ERROR);
     }
     let r = v.reservations.get_mut(&start).expect("looked up above");
-    r.mappings.insert(addr, Mapping { len: size, handle: id });
+    r.mappings.insert(
+        addr,
+        Mapping {
+            len: size,
+            handle: id,
+        },
+    );
     v.handles.get_mut(&id).expect("looked up above").mappings += 1;
     usage::add(&usage::of(device).mapped_bytes, size as u64);
     Ok(())
@@ -63,7 +88,9 @@ fn unmap(ptr: *mut c_void) -> AclResult<()> {
     require(!ptr.is_null())?;
     let addr = ptr as usize;
     let mut v = vmm();
-    let start = v.reservation_of(addr, 1).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    let start = v
+        .reservation_of(addr, 1)
+        .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
     let mapping = v
         .reservations
         .get_mut(&start)
@@ -84,7 +111,10 @@ fn unmap(ptr: *mut c_void) -> AclResult<()> {
         )
     };
     debug_assert_ne!(p, libc::MAP_FAILED, "re-reserving an unmapped range failed");
-    let phys = v.handles.get_mut(&mapping.handle).expect("mapped handles stay registered");
+    let phys = v
+        .handles
+        .get_mut(&mapping.handle)
+        .expect("mapped handles stay registered");
     phys.mappings -= 1;
     let (device, release) = (phys.device, phys.freed && phys.mappings == 0);
     usage::sub(&usage::of(device).mapped_bytes, mapping.len as u64);
@@ -101,7 +131,13 @@ fn unmap(ptr: *mut c_void) -> AclResult<()> {
 /// Plain address/handle arguments; the emulator validates them.
 #[unsafe(no_mangle)]
 #[allow(non_snake_case)]
-pub unsafe extern "C" fn aclrtMapMem(virPtr: *mut c_void, size: usize, offset: usize, handle: *mut c_void, flags: u64) -> crate::aclError {
+pub unsafe extern "C" fn aclrtMapMem(
+    virPtr: *mut c_void,
+    size: usize,
+    offset: usize,
+    handle: *mut c_void,
+    flags: u64,
+) -> crate::aclError {
     acl_entry!(Api::MapMem, { map(virPtr, size, offset, handle, flags) })
 }
 

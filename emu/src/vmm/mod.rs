@@ -23,7 +23,8 @@ mod pool;
 pub use address::{aclrtReleaseMemAddress, aclrtReserveMemAddress};
 pub use map::{aclrtMapMem, aclrtUnmapMem};
 pub use physical::{
-    aclrtFreePhysical, aclrtMallocPhysical, aclrtMemGetAllocationGranularity, aclrtMemLocation, aclrtPhysicalMemProp,
+    aclrtFreePhysical, aclrtMallocPhysical, aclrtMemGetAllocationGranularity, aclrtMemLocation,
+    aclrtPhysicalMemProp,
 };
 
 use crate::ffi::lock;
@@ -85,7 +86,9 @@ impl Vmm {
 
     /// Drops a handle for good: its range, its charge, its counters.
     fn release_handle(&mut self, id: u64) {
-        let Some(p) = self.handles.remove(&id) else { return };
+        let Some(p) = self.handles.remove(&id) else {
+            return;
+        };
         if let Some(pool) = self.pools.get_mut(&p.device) {
             pool.release(p.offset, p.size);
         }
@@ -101,7 +104,9 @@ impl Vmm {
 /// True if `addr` lies inside a live mapping (device memory for 2D copies).
 pub fn is_mapped(addr: usize) -> bool {
     let v = vmm();
-    let Some(start) = v.reservation_of(addr, 1) else { return false };
+    let Some(start) = v.reservation_of(addr, 1) else {
+        return false;
+    };
     v.reservations[&start]
         .mappings
         .range(..=addr)

@@ -4,7 +4,9 @@
 
 use super::{vmm, Phys, Pool, GRANULARITY, GRANULARITY_1G};
 use crate::device;
-use crate::error::{require, AclResult, ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_MEMORY_ALLOCATION};
+use crate::error::{
+    require, AclResult, ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_MEMORY_ALLOCATION,
+};
 use crate::faults::Api;
 use crate::ffi::{acl_entry, handle, handle_id, write_out, Kind};
 use crate::usage;
@@ -51,7 +53,12 @@ fn granularity_of(prop: &aclrtPhysicalMemProp) -> AclResult<u64> {
     }
 }
 
-unsafe fn malloc_physical(out: *mut *mut c_void, size: usize, prop: *const aclrtPhysicalMemProp, flags: u64) -> AclResult<()> {
+unsafe fn malloc_physical(
+    out: *mut *mut c_void,
+    size: usize,
+    prop: *const aclrtPhysicalMemProp,
+    flags: u64,
+) -> AclResult<()> {
     require(!out.is_null() && !prop.is_null() && size != 0)?;
     require(flags == 0)?;
     // SAFETY: checked non-NULL; the caller promises a readable prop.
@@ -78,7 +85,16 @@ unsafe fn malloc_physical(out: *mut *mut c_void, size: usize, prop: *const aclrt
     };
     let id = v.next_handle;
     v.next_handle += 1;
-    v.handles.insert(id, Phys { device: dev_id, offset, size, mappings: 0, freed: false });
+    v.handles.insert(
+        id,
+        Phys {
+            device: dev_id,
+            offset,
+            size,
+            mappings: 0,
+            freed: false,
+        },
+    );
     drop(v);
     let counters = usage::of(dev_id);
     usage::add(&counters.physical_bytes, size);
@@ -91,7 +107,11 @@ fn free_physical(h: *mut c_void) -> AclResult<()> {
     require(!h.is_null())?;
     let mut v = vmm();
     let id = handle_id(Kind::Physical, h).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
-    let phys = v.handles.get_mut(&id).filter(|p| !p.freed).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+    let phys = v
+        .handles
+        .get_mut(&id)
+        .filter(|p| !p.freed)
+        .ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
     if phys.mappings > 0 {
         // [doc] The real release waits until the memory is unmapped.
         phys.freed = true;
@@ -101,7 +121,11 @@ fn free_physical(h: *mut c_void) -> AclResult<()> {
     Ok(())
 }
 
-unsafe fn granularity(prop: *mut aclrtPhysicalMemProp, option: u32, out: *mut usize) -> AclResult<()> {
+unsafe fn granularity(
+    prop: *mut aclrtPhysicalMemProp,
+    option: u32,
+    out: *mut usize,
+) -> AclResult<()> {
     require(!prop.is_null() && !out.is_null())?;
     // MINIMUM or RECOMMENDED; both are the page size here.
     require(option <= 1)?;
@@ -117,9 +141,16 @@ unsafe fn granularity(prop: *mut aclrtPhysicalMemProp, option: u32, out: *mut us
 /// # Safety
 /// `handle` must be NULL or writable, `prop` NULL or readable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtMallocPhysical(handle: *mut *mut c_void, size: usize, prop: *const aclrtPhysicalMemProp, flags: u64) -> crate::aclError {
+pub unsafe extern "C" fn aclrtMallocPhysical(
+    handle: *mut *mut c_void,
+    size: usize,
+    prop: *const aclrtPhysicalMemProp,
+    flags: u64,
+) -> crate::aclError {
     // SAFETY: forwarded caller contract.
-    acl_entry!(Api::MallocPhysical, { unsafe { malloc_physical(handle, size, prop, flags) } })
+    acl_entry!(Api::MallocPhysical, {
+        unsafe { malloc_physical(handle, size, prop, flags) }
+    })
 }
 
 /// Frees a physical handle; postponed while it is mapped.
@@ -136,9 +167,15 @@ pub unsafe extern "C" fn aclrtFreePhysical(handle: *mut c_void) -> crate::aclErr
 /// # Safety
 /// `prop` must be NULL or readable, `granularity` NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtMemGetAllocationGranularity(prop: *mut aclrtPhysicalMemProp, option: u32, granularity: *mut usize) -> crate::aclError {
+pub unsafe extern "C" fn aclrtMemGetAllocationGranularity(
+    prop: *mut aclrtPhysicalMemProp,
+    option: u32,
+    granularity: *mut usize,
+) -> crate::aclError {
     // SAFETY: forwarded caller contract.
-    acl_entry!(Api::MemGetAllocationGranularity, { unsafe { self::granularity(prop, option, granularity) } })
+    acl_entry!(Api::MemGetAllocationGranularity, {
+        unsafe { self::granularity(prop, option, granularity) }
+    })
 }
 
 #[cfg(test)]

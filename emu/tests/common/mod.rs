@@ -59,7 +59,10 @@ impl Dev {
         };
         let lock = LOCKS[id].lock().unwrap_or_else(|e| e.into_inner());
         let id = id as i32;
-        assert_eq!(unsafe { aclemu_set_device_memory(id, DEFAULT_TEST_CAPACITY) }, 0);
+        assert_eq!(
+            unsafe { aclemu_set_device_memory(id, DEFAULT_TEST_CAPACITY) },
+            0
+        );
         assert_eq!(unsafe { aclrtSetDevice(id) }, 0);
         Dev { id, _lock: lock }
     }
@@ -77,7 +80,15 @@ impl Dev {
     /// Everything created on the device was released (syncs aside).
     pub fn assert_clean(&self) {
         let u = self.usage();
-        assert_eq!(u, aclemu_usage { syncs: u.syncs, ..Default::default() }, "leak on device {}", self.id);
+        assert_eq!(
+            u,
+            aclemu_usage {
+                syncs: u.syncs,
+                ..Default::default()
+            },
+            "leak on device {}",
+            self.id
+        );
     }
 
     /// A valid physical-memory prop for this device.
@@ -86,7 +97,10 @@ impl Dev {
             handleType: 0,
             allocationType: 0,
             memAttr: mem_attr,
-            location: aclrtMemLocation { id: self.id as u32, type_: 1 },
+            location: aclrtMemLocation {
+                id: self.id as u32,
+                type_: 1,
+            },
             reserve: 0,
         }
     }
@@ -122,7 +136,10 @@ pub fn malloc(size: usize) -> *mut c_void {
 
 pub fn reserve(size: usize) -> *mut c_void {
     let mut p = null_mut();
-    assert_eq!(unsafe { aclrtReserveMemAddress(&mut p, size, 0, null_mut(), 0) }, 0);
+    assert_eq!(
+        unsafe { aclrtReserveMemAddress(&mut p, size, 0, null_mut(), 0) },
+        0
+    );
     p
 }
 

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the system tools the build needs when they are missing:
+# cmake, libclang (for bindgen in build.rs), pkg-config and a C/C++ compiler.
+# Sourced by test.sh and demo.sh; safe to run on its own.
+set -euo pipefail
+
+npualloc_as_root() {
+    if [[ "$(id -u)" -eq 0 ]]; then
+        "$@"
+    else
+        sudo "$@"
+    fi
+}
+
+npualloc_have_libclang() {
+    # bindgen loads libclang.so at run time; LIBCLANG_PATH points at it explicitly.
+    if [[ -n "${LIBCLANG_PATH:-}" ]] && compgen -G "${LIBCLANG_PATH}/libclang*.so*" >/dev/null; then
+        return 0
+    fi
+    ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' && return 0
+    compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null
+}
+
+npualloc_ensure_tools() {
+    local missing=()
+    command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+    command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+    npualloc_have_libclang || missing+=(libclang-dev)
+    command -v cc >/dev/null 2>&1 || missing+=(gcc)
+    command -v c++ >/dev/null 2>&1 || missing+=(g++)
+    if ((${#missing[@]})); then
+        echo "installing missing build tools: ${missing[*]}"
+        npualloc_as_root apt-get update
+        npualloc_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y cmake libclang-dev pkg-config "${missing[@]}"
+    fi
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    npualloc_ensure_tools
+fi
