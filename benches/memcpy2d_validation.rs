@@ -38,8 +38,12 @@ fn rules_and_bounds(c: &Copy2d) -> bool {
 fn bench(c: &mut Criterion) {
     let copy = typical();
     assert!(rules_and_bounds(&copy));
-    c.bench_function("check_rules", |b| b.iter(|| check_rules(black_box(&copy)).is_ok()));
-    c.bench_function("check_rules+check_within_block", |b| b.iter(|| rules_and_bounds(black_box(&copy))));
+    c.bench_function("check_rules", |b| {
+        b.iter(|| check_rules(black_box(&copy)).is_ok())
+    });
+    c.bench_function("check_rules+check_within_block", |b| {
+        b.iter(|| rules_and_bounds(black_box(&copy)))
+    });
     c.bench_function("check_copy (one-block lookup)", |b| {
         b.iter(|| {
             check_copy(black_box(&copy), |addr| {
@@ -49,7 +53,10 @@ fn bench(c: &mut Criterion) {
             .is_ok()
         })
     });
-    let bad = Copy2d { height: 4096, ..typical() };
+    let bad = Copy2d {
+        height: 4096,
+        ..typical()
+    };
     c.bench_function("check_within_block (error path)", |b| {
         b.iter(|| rules_and_bounds(black_box(&bad)))
     });

@@ -25,6 +25,16 @@
 typedef void *aclrtStream;
 
 /**
+ * How many devices the pluggable entry points can serve (ids 0 to this - 1).
+ */
+#define NPUALLOC_PLUGGABLE_MAX_DEVICES 64
+
+/**
+ * Version of the `npualloc_stats` layout this library fills.
+ */
+#define NPUALLOC_STATS_VERSION 1
+
+/**
  * Major version of the library (semantic versioning).
  */
 #define NPUALLOC_VERSION_MAJOR 0
@@ -106,9 +116,267 @@ typedef int32_t npualloc_status;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+/**
+ * Opaque allocator handle (C sees only a pointer to it).
+ */
+typedef struct npualloc_allocator npualloc_allocator;
+
+/**
+ * What `npualloc_query` reports about a live block.
+ */
+typedef struct npualloc_block_info {
+    /**
+     * Start address of the block.
+     */
+    uint64_t addr;
+    /**
+     * Size of the block as rounded by the allocator.
+     */
+    uint64_t size;
+    /**
+     * Bytes the caller asked for.
+     */
+    uint64_t requested;
+    /**
+     * Stream the block belongs to (NULL: the default stream).
+     */
+    aclrtStream stream;
+} npualloc_block_info;
+
+/**
+ * Allocator statistics (PyTorch `memory_stats()` vocabulary). The caller
+ * sets `struct_size` to `sizeof(npualloc_stats)`; fields past it are not
+ * written, so older callers keep working when fields are added.
+ */
+typedef struct npualloc_stats {
+    uint32_t struct_size;
+    /**
+     * Filled by the library.
+     */
+    uint32_t version;
+    /**
+     * Live blocks, as rounded.
+     */
+    uint64_t allocated_bytes;
+    uint64_t allocated_bytes_peak;
+    /**
+     * Live blocks, as asked.
+     */
+    uint64_t requested_bytes;
+    uint64_t requested_bytes_peak;
+    /**
+     * Device memory held (mapped or malloc'ed).
+     */
+    uint64_t reserved_bytes;
+    uint64_t reserved_bytes_peak;
+    uint64_t active_blocks;
+    uint64_t segments;
+    uint64_t num_allocs;
+    uint64_t num_frees;
+    uint64_t num_device_mallocs;
+    uint64_t num_device_frees;
+    uint64_t num_maps;
+    uint64_t num_unmaps;
+    uint64_t num_alloc_retries;
+    uint64_t num_ooms;
+    uint64_t num_syncs;
+    /**
+     * Largest block a request could get without growing.
+     */
+    uint64_t largest_free_block;
+} npualloc_stats;
+
+/**
+ * The function table of one ABI version (see `npualloc_get_api`). Each field
+ * points to the function of the same name without the `npualloc_` prefix.
+ */
+typedef struct npualloc_api {
+    /**
+     * `sizeof(npualloc_api)` in the library that made the table.
+     */
+    uint32_t struct_size;
+    /**
+     * The ABI version the table follows.
+     */
+    uint32_t abi_version;
+    const char *(*status_name)(npualloc_status);
+    const char *(*last_error)(void);
+    npualloc_status (*create)(const char*, int32_t, struct npualloc_allocator**);
+    npualloc_status (*destroy)(struct npualloc_allocator*);
+    npualloc_status (*register_)(struct npualloc_allocator*, aclrtStream);
+    npualloc_status (*unregister)(struct npualloc_allocator*, aclrtStream);
+    void *(*desc_alloc)(void*, size_t);
+    void (*desc_free)(void*, void*);
+    void *(*desc_alloc_advise)(void*, size_t, void*);
+    void *(*desc_get_addr)(void*);
+    npualloc_status (*binding_create)(struct npualloc_allocator*, aclrtStream, void**);
+    npualloc_status (*binding_destroy)(void*);
+    npualloc_status (*malloc)(struct npualloc_allocator*, size_t, aclrtStream, void**);
+    npualloc_status (*free)(struct npualloc_allocator*, void*);
+    npualloc_status (*record_stream)(struct npualloc_allocator*, void*, aclrtStream);
+    npualloc_status (*empty_cache)(struct npualloc_allocator*);
+    npualloc_status (*set_memory_fraction)(struct npualloc_allocator*, double);
+    npualloc_status (*query)(const struct npualloc_allocator*,
+                             const void*,
+                             struct npualloc_block_info*);
+    npualloc_status (*get_stats)(const struct npualloc_allocator*, struct npualloc_stats*);
+    npualloc_status (*reset_peak_stats)(struct npualloc_allocator*);
+    npualloc_status (*snapshot_json)(const struct npualloc_allocator*, char**);
+    void (*string_free)(char*);
+    void *(*pluggable_malloc)(size_t, int, aclrtStream);
+    void (*pluggable_free)(void*, size_t, int, aclrtStream);
+    void (*pluggable_init)(int);
+    void (*pluggable_empty_cache)(bool);
+    void (*pluggable_set_memory_fraction)(double, int);
+    void *(*pluggable_base_alloc)(void*, size_t*);
+    void (*pluggable_reset_peak_stats)(int);
+    uint32_t (*abi_version_fn)(void);
+    const char *(*version)(void);
+} npualloc_api;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Creates an allocator for ACL device `device`.
+ *
+ * `config` is `"key:value,key:value"` (see the README for the keys); NULL
+ * reads `NPUALLOC_CONF` from the environment, else uses the defaults. The
+ * ACL runtime is loaded on first use (config key `acl_library`, else
+ * `NPUALLOC_ACL_LIBRARY`, else `$ASCEND_HOME_PATH/lib64/libascendcl.so`,
+ * else the loader's search).
+ *
+ * Returns NPUALLOC_OK and writes `*out`; NPUALLOC_ERR_INVALID_ARGUMENT (NULL
+ * `out`, negative device), NPUALLOC_ERR_BAD_CONFIG (unknown key, bad value,
+ * conflicting keys), NPUALLOC_ERR_UNSUPPORTED, NPUALLOC_ERR_RUNTIME (e.g. no
+ * such device), NPUALLOC_ERR_RUNTIME_UNAVAILABLE (libascendcl missing).
+ * Thread-safe.
+ */
+npualloc_status npualloc_create(const char *config,
+                                int32_t device,
+                                struct npualloc_allocator **out);
+
+/**
+ * Destroys an allocator: unregisters it from every stream it was registered
+ * on, synchronizes the streams it used, and returns all device memory. Live
+ * blocks are released too; their count and bytes are reported on stderr and
+ * in `npualloc_last_error()` (the call still returns NPUALLOC_OK).
+ * `npualloc_destroy(NULL)` is a no-op returning NPUALLOC_OK. No other thread
+ * may use the allocator during or after this call.
+ */
+npualloc_status npualloc_destroy(struct npualloc_allocator *a);
+
+/**
+ * Allocates `size` bytes for work on `stream` (NULL: the default stream)
+ * and writes the device address to `*out_ptr`. Addresses are at least
+ * 512-byte aligned.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out_ptr`, size 0
+ * or a size no device can hold; NPUALLOC_ERR_OUT_OF_MEMORY after every
+ * recovery step failed (the message says where memory is);
+ * NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise. Thread-safe.
+ */
+npualloc_status npualloc_malloc(struct npualloc_allocator *a,
+                                size_t size,
+                                aclrtStream stream,
+                                void **out_ptr);
+
+/**
+ * Frees a block by its start address. The memory is reusable at once by
+ * later work on the block's stream; if other streams used it
+ * (`npualloc_record_stream`), only after their work recorded so far completes.
+ *
+ * Returns NPUALLOC_ERR_UNKNOWN_POINTER (state unchanged) for NULL, a pointer
+ * this allocator did not return, an interior pointer, or a block already freed.
+ */
+npualloc_status npualloc_free(struct npualloc_allocator *a, void *ptr);
+
+/**
+ * Notes that work queued on `stream` uses the block at `ptr`, so freeing it
+ * waits for that work. Recording the block's own stream is a no-op.
+ *
+ * Returns NPUALLOC_ERR_UNKNOWN_POINTER if `ptr` is not the start of a live block.
+ */
+npualloc_status npualloc_record_stream(struct npualloc_allocator *a, void *ptr, aclrtStream stream);
+
+/**
+ * Returns every cached, unused segment to the runtime, after synchronizing
+ * only the streams that used them. Blocks in use are untouched.
+ */
+npualloc_status npualloc_empty_cache(struct npualloc_allocator *a);
+
+/**
+ * Caps the device memory this allocator reserves at `fraction` (in (0, 1])
+ * of the device's total. Memory already reserved is not released by this call.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a fraction outside (0, 1] or NaN.
+ */
+npualloc_status npualloc_set_memory_fraction(struct npualloc_allocator *a, double fraction);
+
+/**
+ * Describes the live block containing `ptr` (any address inside it).
+ *
+ * Returns NPUALLOC_ERR_UNKNOWN_POINTER if no live block contains `ptr`.
+ */
+npualloc_status npualloc_query(const struct npualloc_allocator *a,
+                               const void *ptr,
+                               struct npualloc_block_info *out);
+
+/**
+ * Registers the allocator on `stream` through an `aclrtAllocatorDesc` with
+ * all four callbacks set; blocks the runtime allocates through it belong to
+ * `stream`. Registering a stream twice is OK (no duplicate).
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or NULL stream (the
+ * runtime cannot apply an allocator to the default stream), NPUALLOC_ERR_RUNTIME
+ * if an ACL call failed (nothing stays registered then).
+ */
+npualloc_status npualloc_register(struct npualloc_allocator *a, aclrtStream stream);
+
+/**
+ * Unregisters the allocator from `stream` and destroys that desc. An
+ * unknown stream is OK.
+ */
+npualloc_status npualloc_unregister(struct npualloc_allocator *a, aclrtStream stream);
+
+/**
+ * The desc's allocation callback: allocates `size` bytes on the binding's
+ * stream and returns a block handle, or NULL with the thread's last error set.
+ */
+void *npualloc_desc_alloc(void *binding, size_t size);
+
+/**
+ * The desc's free callback: frees a block handle. An unknown or already
+ * freed block changes nothing; the error goes to stderr and the last error.
+ */
+void npualloc_desc_free(void *binding, void *block);
+
+/**
+ * The desc's advise callback: like alloc; `addr_hint` (may be NULL) is a
+ * wish for an address and is not promised.
+ */
+void *npualloc_desc_alloc_advise(void *binding, size_t size, void *addr_hint);
+
+/**
+ * The desc's address callback: the device address of a block handle (the
+ * handle itself). O(1).
+ */
+void *npualloc_desc_get_addr(void *block);
+
+/**
+ * Makes a binding (the `obj` for a host-built desc or GE's external
+ * allocator shim) whose blocks belong to `stream` (NULL: default stream).
+ * Destroy it with `npualloc_binding_destroy` before destroying the allocator.
+ */
+npualloc_status npualloc_binding_create(struct npualloc_allocator *a,
+                                        aclrtStream stream,
+                                        void **binding);
+
+/**
+ * Destroys a binding made by `npualloc_binding_create`. NULL is a no-op.
+ */
+npualloc_status npualloc_binding_destroy(void *binding);
 
 /**
  * The message recorded by the most recent failing npualloc call on this
@@ -122,6 +390,179 @@ extern "C" {
  * Thread-safe: each thread has its own message. Does not change the message.
  */
 const char *npualloc_last_error(void);
+
+/**
+ * Checks a 2D copy without performing it: the rules `npualloc_memcpy2d`
+ * (`is_async == 0`) or `npualloc_memcpy2d_async` (`is_async != 0`) would
+ * apply.
+ *
+ * `a` may be NULL: then only the runtime's documented rules are checked.
+ * Those are: width 0 or height 0 is a successful no-op (checked first, so
+ * NULL pointers are then accepted); otherwise a NULL `dst` or `src`,
+ * `width > dpitch`, `width > spitch`, a kind other than
+ * ACL_MEMCPY_HOST_TO_DEVICE (1) / ACL_MEMCPY_DEVICE_TO_HOST (2) (plus
+ * ACL_MEMCPY_DEVICE_TO_DEVICE (3) for the async call), `height > 5242880`
+ * and `width > 5000000` are NPUALLOC_ERR_INVALID_ARGUMENT with a message
+ * naming the rule. With an allocator, each device side of the copy must
+ * also lie in a live block it owns (NPUALLOC_ERR_UNKNOWN_POINTER otherwise;
+ * interior pointers are fine) and the last byte touched,
+ * `(height-1)*pitch + width - 1` past the pointer, computed without
+ * overflow, must lie inside that same block
+ * (NPUALLOC_ERR_COPY_OUT_OF_BOUNDS otherwise). A non-NULL `a` that is not a
+ * live allocator is NPUALLOC_ERR_INVALID_ARGUMENT.
+ *
+ * Returns NPUALLOC_OK if the copy would be attempted (or is a no-op).
+ * Never calls the runtime. Thread-safe.
+ */
+npualloc_status npualloc_check_memcpy2d(const struct npualloc_allocator *a,
+                                        const void *dst,
+                                        size_t dpitch,
+                                        const void *src,
+                                        size_t spitch,
+                                        size_t width,
+                                        size_t height,
+                                        int32_t kind,
+                                        int32_t is_async);
+
+/**
+ * Validates a 2D copy as `npualloc_check_memcpy2d(a, ..., is_async = 0)`
+ * does, then performs it with `aclrtMemcpy2d` (synchronous).
+ *
+ * `a` may be NULL (only the documented rules are checked, and the copy uses
+ * the default ACL library: `NPUALLOC_ACL_LIBRARY`, else
+ * `$ASCEND_HOME_PATH/lib64/libascendcl.so`, else the loader's search);
+ * with an allocator the copy uses the allocator's runtime. Width 0 or
+ * height 0 returns NPUALLOC_OK without calling the runtime.
+ *
+ * Returns NPUALLOC_OK; NPUALLOC_ERR_INVALID_ARGUMENT,
+ * NPUALLOC_ERR_UNKNOWN_POINTER or NPUALLOC_ERR_COPY_OUT_OF_BOUNDS from
+ * validation (nothing is copied); NPUALLOC_ERR_RUNTIME_UNAVAILABLE if `a`
+ * is NULL and libascendcl cannot be loaded; NPUALLOC_ERR_RUNTIME if
+ * `aclrtMemcpy2d` fails (the message names it and its aclError).
+ * Thread-safe.
+ */
+npualloc_status npualloc_memcpy2d(const struct npualloc_allocator *a,
+                                  void *dst,
+                                  size_t dpitch,
+                                  const void *src,
+                                  size_t spitch,
+                                  size_t width,
+                                  size_t height,
+                                  int32_t kind);
+
+/**
+ * Validates a 2D copy as `npualloc_check_memcpy2d(a, ..., is_async = 1)`
+ * does, then enqueues it on `stream` (NULL: the default stream) with
+ * `aclrtMemcpy2dAsync`. The copy is complete only once the stream has been
+ * synchronized; both regions must stay valid until then.
+ *
+ * `a` may be NULL, with the same meaning as for `npualloc_memcpy2d`. Width 0
+ * or height 0 returns NPUALLOC_OK without calling the runtime.
+ *
+ * Returns NPUALLOC_OK; NPUALLOC_ERR_INVALID_ARGUMENT,
+ * NPUALLOC_ERR_UNKNOWN_POINTER or NPUALLOC_ERR_COPY_OUT_OF_BOUNDS from
+ * validation (nothing is enqueued); NPUALLOC_ERR_RUNTIME_UNAVAILABLE if `a`
+ * is NULL and libascendcl cannot be loaded; NPUALLOC_ERR_RUNTIME if
+ * `aclrtMemcpy2dAsync` fails (the message names it and its aclError).
+ * Thread-safe.
+ */
+npualloc_status npualloc_memcpy2d_async(const struct npualloc_allocator *a,
+                                        void *dst,
+                                        size_t dpitch,
+                                        const void *src,
+                                        size_t spitch,
+                                        size_t width,
+                                        size_t height,
+                                        int32_t kind,
+                                        aclrtStream stream);
+
+/**
+ * torch_npu's allocation hook: `size` bytes on `device` for work on `stream`
+ * (NULL: the device's default stream). Returns the device address, or NULL
+ * with the thread's last error set (out of memory, bad device, the device's
+ * allocator could not be created). Size 0 returns NULL and is not an error.
+ * Thread-safe.
+ */
+void *npualloc_pluggable_malloc(size_t size, int device, aclrtStream stream);
+
+/**
+ * torch_npu's free hook: frees `ptr`, returned by `npualloc_pluggable_malloc`
+ * for `device`. `size` and `stream` are the values torch passes back (the
+ * block's own stream is known; they are not needed). NULL is a no-op. A
+ * pointer this device's allocator does not own (another device's, unknown,
+ * already freed) changes nothing: the last error says why and a line goes
+ * to stderr. Thread-safe.
+ */
+void npualloc_pluggable_free(void *ptr, size_t size, int device, aclrtStream stream);
+
+/**
+ * torch_npu's init hook: the process will use devices `0..device_count`.
+ * Later calls naming a device outside that range fail. Allocators are still
+ * created lazily, on a device's first use. A count outside 1..=64 is refused
+ * (last error and stderr); calling it again replaces the count.
+ */
+void npualloc_pluggable_init(int device_count);
+
+/**
+ * torch_npu's empty-cache hook: returns every cached, unused segment of
+ * every device's allocator to the runtime. Errors are recorded as the last
+ * error (the first one) and, when `check_error` is true, printed on stderr.
+ */
+void npualloc_pluggable_empty_cache(bool check_error);
+
+/**
+ * torch_npu's memory-fraction hook: caps `device`'s allocator at `fraction`
+ * (in (0, 1]) of the device memory, creating the allocator if needed. A bad
+ * fraction or device changes nothing: last error and stderr.
+ */
+void npualloc_pluggable_set_memory_fraction(double fraction, int device);
+
+/**
+ * torch_npu's base-allocation hook: for a pointer into a live block of any
+ * device's pluggable allocator, writes the size of the segment holding it
+ * to `*size` and returns the segment's base address. Returns NULL (nothing
+ * written, last error set) for NULL `size` or a pointer no allocator owns.
+ */
+void *npualloc_pluggable_base_alloc(void *ptr, size_t *size);
+
+/**
+ * torch_npu's reset-peak hook: resets the peak statistics of `device`'s
+ * allocator (nothing to do when it has not been created). A bad device:
+ * last error and stderr.
+ */
+void npualloc_pluggable_reset_peak_stats(int device);
+
+/**
+ * The function table for C ABI version `abi_version`, or NULL (last error
+ * set) when this library does not provide that version. The table is
+ * static: never free it. Thread-safe.
+ */
+const struct npualloc_api *npualloc_get_api(uint32_t abi_version);
+
+/**
+ * Fills `*out` up to `out->struct_size` bytes.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out`, or a
+ * `struct_size` smaller than the two header fields.
+ */
+npualloc_status npualloc_get_stats(const struct npualloc_allocator *a, struct npualloc_stats *out);
+
+/**
+ * Resets the peak counters to the current values.
+ */
+npualloc_status npualloc_reset_peak_stats(struct npualloc_allocator *a);
+
+/**
+ * Writes a JSON snapshot (segments, their blocks with address, size, state
+ * — active / cached / pending-free — and stream, and the stats) to
+ * `*out_json`. Free it with `npualloc_string_free`. Costs O(blocks).
+ */
+npualloc_status npualloc_snapshot_json(const struct npualloc_allocator *a, char **out_json);
+
+/**
+ * Frees a string returned by npualloc. NULL is a no-op.
+ */
+void npualloc_string_free(char *s);
 
 /**
  * The name of a status code as a static string, e.g. "NPUALLOC_ERR_OUT_OF_MEMORY".

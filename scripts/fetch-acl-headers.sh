@@ -71,6 +71,11 @@ if [[ ! -f "$STAGE/torch_npu/include/acl/acl.h" ]]; then
     exit 1
 fi
 
+# unzip restores the wheel's file times, which may predate an earlier build
+# made without these headers; give them the current time so cargo reruns
+# build.rs (it watches acl/acl.h) and switches to them.
+find "$STAGE/torch_npu/include/acl" -exec touch {} +
+
 mkdir -p "$DEST"
 rm -rf "$DEST/acl"
 mv "$STAGE/torch_npu/include/acl" "$DEST/acl"

@@ -12,6 +12,7 @@ pub mod core;
 pub mod error;
 pub mod ffi;
 pub mod memcpy2d;
+pub mod replay;
 pub mod runtime;
 pub mod sys;
 pub mod trace;

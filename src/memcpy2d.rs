@@ -93,7 +93,10 @@ impl DeviceSides {
 
     #[inline]
     pub fn includes(self, side: Side) -> bool {
-        matches!((self, side), (DeviceSides::Both, _) | (DeviceSides::Dst, Side::Dst) | (DeviceSides::Src, Side::Src))
+        matches!(
+            (self, side),
+            (DeviceSides::Both, _) | (DeviceSides::Dst, Side::Dst) | (DeviceSides::Src, Side::Src)
+        )
     }
 }
 
@@ -128,8 +131,16 @@ impl Copy2d {
     #[inline]
     pub fn region(&self, side: Side) -> DeviceRegion {
         match side {
-            Side::Dst => DeviceRegion { addr: self.dst, pitch: self.dpitch, side },
-            Side::Src => DeviceRegion { addr: self.src, pitch: self.spitch, side },
+            Side::Dst => DeviceRegion {
+                addr: self.dst,
+                pitch: self.dpitch,
+                side,
+            },
+            Side::Src => DeviceRegion {
+                addr: self.src,
+                pitch: self.spitch,
+                side,
+            },
         }
     }
 
@@ -139,8 +150,12 @@ impl Copy2d {
     #[inline]
     pub fn device_regions(&self) -> impl Iterator<Item = DeviceRegion> {
         let sides = DeviceSides::for_kind(self.kind);
-        let dst = sides.filter(|s| s.includes(Side::Dst)).map(|_| self.region(Side::Dst));
-        let src = sides.filter(|s| s.includes(Side::Src)).map(|_| self.region(Side::Src));
+        let dst = sides
+            .filter(|s| s.includes(Side::Dst))
+            .map(|_| self.region(Side::Dst));
+        let src = sides
+            .filter(|s| s.includes(Side::Src))
+            .map(|_| self.region(Side::Src));
         dst.into_iter().chain(src)
     }
 }
@@ -221,13 +236,22 @@ pub fn check_within_block(
     if width == 0 || height == 0 {
         return Ok(());
     }
-    let end = match (region.addr.checked_sub(block_start), last_byte_offset(region.pitch, width, height)) {
+    let end = match (
+        region.addr.checked_sub(block_start),
+        last_byte_offset(region.pitch, width, height),
+    ) {
         (Some(offset), Some(last)) => offset.checked_add(last),
         _ => None,
     };
     match end {
         Some(end) if end < block_size => Ok(()),
-        _ => Err(out_of_bounds(region, width, height, block_start, block_size)),
+        _ => Err(out_of_bounds(
+            region,
+            width,
+            height,
+            block_start,
+            block_size,
+        )),
     }
 }
 
@@ -307,13 +331,19 @@ fn bad_kind(c: &Copy2d) -> Error {
     } else {
         "ACL_MEMCPY_HOST_TO_DEVICE (1) or ACL_MEMCPY_DEVICE_TO_HOST (2)"
     };
-    Error::InvalidArgument(format!("{}: kind {shown} is not supported; allowed: {allowed}", c.call_name()))
+    Error::InvalidArgument(format!(
+        "{}: kind {shown} is not supported; allowed: {allowed}",
+        c.call_name()
+    ))
 }
 
 #[cold]
 #[inline(never)]
 fn over_limit(c: &Copy2d, what: &str, value: usize, limit: usize) -> Error {
-    Error::InvalidArgument(format!("{}: {what} {value} > {limit} (the runtime's largest {what})", c.call_name()))
+    Error::InvalidArgument(format!(
+        "{}: {what} {value} > {limit} (the runtime's largest {what})",
+        c.call_name()
+    ))
 }
 
 #[cold]
@@ -329,9 +359,18 @@ fn unknown_pointer(c: &Copy2d, region: &DeviceRegion) -> Error {
 
 #[cold]
 #[inline(never)]
-fn out_of_bounds(region: &DeviceRegion, width: usize, height: usize, block_start: usize, block_size: usize) -> Error {
+fn out_of_bounds(
+    region: &DeviceRegion,
+    width: usize,
+    height: usize,
+    block_start: usize,
+    block_size: usize,
+) -> Error {
     let side = region.side.name();
-    let shape = format!("{side} pitch {}, width {width}, height {height}", region.pitch);
+    let shape = format!(
+        "{side} pitch {}, width {width}, height {height}",
+        region.pitch
+    );
     if region.addr < block_start {
         return Error::CopyOutOfBounds(format!(
             "{side} {:#x} is before the start {block_start:#x} of its block of {block_size} bytes ({shape})",
@@ -401,39 +440,200 @@ mod tests {
             // No-op before pointer checks.
             ("width 0", with(|c| c.width = 0), NoOp),
             ("height 0", with(|c| c.height = 0), NoOp),
-            ("width 0, NULL dst", with(|c| { c.width = 0; c.dst = 0 }), NoOp),
-            ("height 0, NULL src", with(|c| { c.height = 0; c.src = 0 }), NoOp),
-            ("width 0, both NULL, bad kind", with(|c| { c.width = 0; c.dst = 0; c.src = 0; c.kind = 9 }), NoOp),
-            ("height 0, width over pitch", with(|c| { c.height = 0; c.width = 9000 }), NoOp),
+            (
+                "width 0, NULL dst",
+                with(|c| {
+                    c.width = 0;
+                    c.dst = 0
+                }),
+                NoOp,
+            ),
+            (
+                "height 0, NULL src",
+                with(|c| {
+                    c.height = 0;
+                    c.src = 0
+                }),
+                NoOp,
+            ),
+            (
+                "width 0, both NULL, bad kind",
+                with(|c| {
+                    c.width = 0;
+                    c.dst = 0;
+                    c.src = 0;
+                    c.kind = 9
+                }),
+                NoOp,
+            ),
+            (
+                "height 0, width over pitch",
+                with(|c| {
+                    c.height = 0;
+                    c.width = 9000
+                }),
+                NoOp,
+            ),
             // NULL pointers.
             ("NULL dst", with(|c| c.dst = 0), Invalid("dst is NULL")),
             ("NULL src", with(|c| c.src = 0), Invalid("src is NULL")),
-            ("NULL both", with(|c| { c.dst = 0; c.src = 0 }), Invalid("dst is NULL")),
-            ("NULL dst, D2H", with(|c| { c.dst = 0; c.kind = ACL_MEMCPY_DEVICE_TO_HOST }), Invalid("dst is NULL")),
+            (
+                "NULL both",
+                with(|c| {
+                    c.dst = 0;
+                    c.src = 0
+                }),
+                Invalid("dst is NULL"),
+            ),
+            (
+                "NULL dst, D2H",
+                with(|c| {
+                    c.dst = 0;
+                    c.kind = ACL_MEMCPY_DEVICE_TO_HOST
+                }),
+                Invalid("dst is NULL"),
+            ),
             // Pitches, both sides of each boundary.
-            ("width == dpitch", with(|c| c.width = 4096), Copy(DeviceSides::Dst)),
-            ("width == dpitch + 1", with(|c| { c.width = 4097; c.spitch = 8192 }), Invalid("width 4097 > dpitch 4096")),
-            ("width == spitch + 1", with(|c| { c.width = 4097; c.dpitch = 8192 }), Invalid("width 4097 > spitch 4096")),
-            ("width > dpitch (doc example)", with(|c| { c.width = 4096; c.dpitch = 4000 }), Invalid("width 4096 > dpitch 4000")),
-            ("width == spitch", with(|c| { c.width = 100; c.spitch = 100 }), Copy(DeviceSides::Dst)),
+            (
+                "width == dpitch",
+                with(|c| c.width = 4096),
+                Copy(DeviceSides::Dst),
+            ),
+            (
+                "width == dpitch + 1",
+                with(|c| {
+                    c.width = 4097;
+                    c.spitch = 8192
+                }),
+                Invalid("width 4097 > dpitch 4096"),
+            ),
+            (
+                "width == spitch + 1",
+                with(|c| {
+                    c.width = 4097;
+                    c.dpitch = 8192
+                }),
+                Invalid("width 4097 > spitch 4096"),
+            ),
+            (
+                "width > dpitch (doc example)",
+                with(|c| {
+                    c.width = 4096;
+                    c.dpitch = 4000
+                }),
+                Invalid("width 4096 > dpitch 4000"),
+            ),
+            (
+                "width == spitch",
+                with(|c| {
+                    c.width = 100;
+                    c.spitch = 100
+                }),
+                Copy(DeviceSides::Dst),
+            ),
             ("dpitch 0", with(|c| c.dpitch = 0), Invalid("> dpitch 0")),
             ("spitch 0", with(|c| c.spitch = 0), Invalid("> spitch 0")),
-            ("width 1, pitches 1", with(|c| { c.width = 1; c.dpitch = 1; c.spitch = 1 }), Copy(DeviceSides::Dst)),
+            (
+                "width 1, pitches 1",
+                with(|c| {
+                    c.width = 1;
+                    c.dpitch = 1;
+                    c.spitch = 1
+                }),
+                Copy(DeviceSides::Dst),
+            ),
             // Height limit.
-            ("height 5242880", with(|c| c.height = MAX_HEIGHT), Copy(DeviceSides::Dst)),
-            ("height 5242881", with(|c| c.height = MAX_HEIGHT + 1), Invalid("height 5242881 > 5242880")),
-            ("height usize::MAX", with(|c| c.height = usize::MAX), Invalid("height")),
-            ("height limit, async", with(|c| { c.height = MAX_HEIGHT + 1; c.is_async = true }), Invalid("height 5242881 > 5242880")),
+            (
+                "height 5242880",
+                with(|c| c.height = MAX_HEIGHT),
+                Copy(DeviceSides::Dst),
+            ),
+            (
+                "height 5242881",
+                with(|c| c.height = MAX_HEIGHT + 1),
+                Invalid("height 5242881 > 5242880"),
+            ),
+            (
+                "height usize::MAX",
+                with(|c| c.height = usize::MAX),
+                Invalid("height"),
+            ),
+            (
+                "height limit, async",
+                with(|c| {
+                    c.height = MAX_HEIGHT + 1;
+                    c.is_async = true
+                }),
+                Invalid("height 5242881 > 5242880"),
+            ),
             // Width limit.
-            ("width 5000000", with(|c| { c.width = MAX_WIDTH; c.dpitch = MAX_WIDTH; c.spitch = MAX_WIDTH }), Copy(DeviceSides::Dst)),
-            ("width 5000001", with(|c| { c.width = MAX_WIDTH + 1; c.dpitch = 1 << 23; c.spitch = 1 << 23 }), Invalid("width 5000001 > 5000000")),
-            ("width limit, async", with(|c| { c.width = MAX_WIDTH + 1; c.dpitch = 1 << 23; c.spitch = 1 << 23; c.is_async = true }), Invalid("width 5000001 > 5000000")),
-            ("width usize::MAX", with(|c| { c.width = usize::MAX; c.dpitch = usize::MAX; c.spitch = usize::MAX }), Invalid("width")),
+            (
+                "width 5000000",
+                with(|c| {
+                    c.width = MAX_WIDTH;
+                    c.dpitch = MAX_WIDTH;
+                    c.spitch = MAX_WIDTH
+                }),
+                Copy(DeviceSides::Dst),
+            ),
+            (
+                "width 5000001",
+                with(|c| {
+                    c.width = MAX_WIDTH + 1;
+                    c.dpitch = 1 << 23;
+                    c.spitch = 1 << 23
+                }),
+                Invalid("width 5000001 > 5000000"),
+            ),
+            (
+                "width limit, async",
+                with(|c| {
+                    c.width = MAX_WIDTH + 1;
+                    c.dpitch = 1 << 23;
+                    c.spitch = 1 << 23;
+                    c.is_async = true
+                }),
+                Invalid("width 5000001 > 5000000"),
+            ),
+            (
+                "width usize::MAX",
+                with(|c| {
+                    c.width = usize::MAX;
+                    c.dpitch = usize::MAX;
+                    c.spitch = usize::MAX
+                }),
+                Invalid("width"),
+            ),
             // Rule order: pitch before kind before limits.
-            ("pitch before kind", with(|c| { c.width = 5000; c.kind = 0 }), Invalid("dpitch")),
-            ("kind before limits", with(|c| { c.height = MAX_HEIGHT + 1; c.kind = 0 }), Invalid("kind 0")),
-            ("sync message", with(|c| c.dst = 0), Invalid("aclrtMemcpy2d: ")),
-            ("async message", with(|c| { c.dst = 0; c.is_async = true }), Invalid("aclrtMemcpy2dAsync: ")),
+            (
+                "pitch before kind",
+                with(|c| {
+                    c.width = 5000;
+                    c.kind = 0
+                }),
+                Invalid("dpitch"),
+            ),
+            (
+                "kind before limits",
+                with(|c| {
+                    c.height = MAX_HEIGHT + 1;
+                    c.kind = 0
+                }),
+                Invalid("kind 0"),
+            ),
+            (
+                "sync message",
+                with(|c| c.dst = 0),
+                Invalid("aclrtMemcpy2d: "),
+            ),
+            (
+                "async message",
+                with(|c| {
+                    c.dst = 0;
+                    c.is_async = true
+                }),
+                Invalid("aclrtMemcpy2dAsync: "),
+            ),
         ];
         for (name, c, want) in &rows {
             expect(name, c, want);
@@ -459,7 +659,11 @@ mod tests {
                 if let Err(Error::InvalidArgument(msg)) = check_rules(&c) {
                     assert!(msg.contains(&format!("kind {kind} (")), "{msg}");
                     assert!(msg.contains("ACL_MEMCPY_HOST_TO_DEVICE (1)"), "{msg}");
-                    assert_eq!(msg.contains("ACL_MEMCPY_DEVICE_TO_DEVICE (3)"), is_async, "{msg}");
+                    assert_eq!(
+                        msg.contains("ACL_MEMCPY_DEVICE_TO_DEVICE (3)"),
+                        is_async,
+                        "{msg}"
+                    );
                     if let Some(name) = kind_name(kind) {
                         assert!(msg.contains(name), "{msg}");
                     } else {
@@ -473,8 +677,16 @@ mod tests {
     #[test]
     fn device_regions_follow_the_kind() {
         let regions = |kind| with(|c| c.kind = kind).device_regions().collect::<Vec<_>>();
-        let dst = DeviceRegion { addr: DST, pitch: 4096, side: Side::Dst };
-        let src = DeviceRegion { addr: SRC, pitch: 4096, side: Side::Src };
+        let dst = DeviceRegion {
+            addr: DST,
+            pitch: 4096,
+            side: Side::Dst,
+        };
+        let src = DeviceRegion {
+            addr: SRC,
+            pitch: 4096,
+            side: Side::Src,
+        };
         assert_eq!(regions(ACL_MEMCPY_HOST_TO_DEVICE), vec![dst]);
         assert_eq!(regions(ACL_MEMCPY_DEVICE_TO_HOST), vec![src]);
         assert_eq!(regions(ACL_MEMCPY_DEVICE_TO_DEVICE), vec![dst, src]);
@@ -489,7 +701,10 @@ mod tests {
         assert_eq!(last_byte_offset(0, 1, 1000), Some(0));
         assert_eq!(last_byte_offset(4096, 0, 16), None);
         assert_eq!(last_byte_offset(4096, 16, 0), None);
-        assert_eq!(last_byte_offset(usize::MAX, usize::MAX, 1), Some(usize::MAX - 1));
+        assert_eq!(
+            last_byte_offset(usize::MAX, usize::MAX, 1),
+            Some(usize::MAX - 1)
+        );
         assert_eq!(last_byte_offset(usize::MAX, 1, 2), Some(usize::MAX));
         assert_eq!(last_byte_offset(usize::MAX, 2, 2), None);
         assert_eq!(last_byte_offset(usize::MAX, 1, 3), None);
@@ -497,7 +712,11 @@ mod tests {
     }
 
     fn region(addr: usize, pitch: usize) -> DeviceRegion {
-        DeviceRegion { addr, pitch, side: Side::Dst }
+        DeviceRegion {
+            addr,
+            pitch,
+            side: Side::Dst,
+        }
     }
 
     fn oob(r: Result<(), Error>) -> String {
@@ -513,19 +732,43 @@ mod tests {
         // Last byte = start + 15*4096 + 4095 = the block's last byte.
         assert!(check_within_block(&region(start, 4096), 4096, 16, start, size).is_ok());
         // One more byte of width, or one more row: one past the end.
-        let msg = oob(check_within_block(&region(start, 4096), 4097, 16, start, size));
+        let msg = oob(check_within_block(
+            &region(start, 4096),
+            4097,
+            16,
+            start,
+            size,
+        ));
         assert_eq!(
             msg,
             format!("copy touches bytes up to offset {} of a block of {size} bytes (dst pitch 4096, width 4097, height 16)", size)
         );
-        oob(check_within_block(&region(start, 4096), 4096, 17, start, size));
+        oob(check_within_block(
+            &region(start, 4096),
+            4096,
+            17,
+            start,
+            size,
+        ));
         // Interior pointer: room for exactly the rest of the block.
         assert!(check_within_block(&region(start + 100, 4096), 3996, 16, start, size).is_ok());
         assert!(check_within_block(&region(start + 100, 4096), 3997, 16, start, size).is_err());
         assert!(check_within_block(&region(start + size - 1, 4096), 1, 1, start, size).is_ok());
-        oob(check_within_block(&region(start + size, 4096), 1, 1, start, size));
+        oob(check_within_block(
+            &region(start + size, 4096),
+            1,
+            1,
+            start,
+            size,
+        ));
         // A pointer before the block.
-        let msg = oob(check_within_block(&region(start - 1, 4096), 1, 1, start, size));
+        let msg = oob(check_within_block(
+            &region(start - 1, 4096),
+            1,
+            1,
+            start,
+            size,
+        ));
         assert!(msg.contains("before the start"), "{msg}");
         // Nothing touched, nothing to check.
         assert!(check_within_block(&region(start + size + 5, 4096), 0, 16, start, size).is_ok());
@@ -540,10 +783,31 @@ mod tests {
         assert!(check_within_block(&region(start, 1), 4096, 1, start, size).is_ok());
         oob(check_within_block(&region(start, 1), 4097, 1, start, size));
         // Products that would wrap.
-        let msg = oob(check_within_block(&region(start, usize::MAX), 2, 2, start, size));
-        assert!(msg.contains(&format!("{}", (u128::from(u64::MAX) + 1))), "{msg}");
-        oob(check_within_block(&region(0, usize::MAX), usize::MAX, usize::MAX, 0, usize::MAX));
-        oob(check_within_block(&region(usize::MAX, usize::MAX), usize::MAX, usize::MAX, 0, usize::MAX));
+        let msg = oob(check_within_block(
+            &region(start, usize::MAX),
+            2,
+            2,
+            start,
+            size,
+        ));
+        assert!(
+            msg.contains(&format!("{}", (u128::from(u64::MAX) + 1))),
+            "{msg}"
+        );
+        oob(check_within_block(
+            &region(0, usize::MAX),
+            usize::MAX,
+            usize::MAX,
+            0,
+            usize::MAX,
+        ));
+        oob(check_within_block(
+            &region(usize::MAX, usize::MAX),
+            usize::MAX,
+            usize::MAX,
+            0,
+            usize::MAX,
+        ));
         // The whole address space as one block.
         assert!(check_within_block(&region(0, 1), usize::MAX, 1, 0, usize::MAX).is_ok());
         assert!(check_within_block(&region(1, 1), usize::MAX, 1, 0, usize::MAX).is_err());
@@ -557,18 +821,34 @@ mod tests {
                 .into_iter()
                 .find(|&(start, size)| addr >= start && addr - start < size)
         };
-        assert_eq!(check_copy(&copy(), blocks).unwrap(), Checked::Copy { device_sides: DeviceSides::Dst });
+        assert_eq!(
+            check_copy(&copy(), blocks).unwrap(),
+            Checked::Copy {
+                device_sides: DeviceSides::Dst
+            }
+        );
         // 17 rows do not fit.
         let c = with(|c| c.height = 17);
-        assert!(matches!(check_copy(&c, blocks), Err(Error::CopyOutOfBounds(_))));
+        assert!(matches!(
+            check_copy(&c, blocks),
+            Err(Error::CopyOutOfBounds(_))
+        ));
         // D2H checks src with spitch.
-        let c = with(|c| { c.kind = ACL_MEMCPY_DEVICE_TO_HOST; c.spitch = 8192; c.dpitch = 1 << 20 });
+        let c = with(|c| {
+            c.kind = ACL_MEMCPY_DEVICE_TO_HOST;
+            c.spitch = 8192;
+            c.dpitch = 1 << 20
+        });
         match check_copy(&c, blocks) {
             Err(Error::CopyOutOfBounds(msg)) => assert!(msg.contains("src pitch 8192"), "{msg}"),
             other => panic!("{other:?}"),
         }
         // D2D checks both; an unknown device pointer is UnknownPointer.
-        let c = with(|c| { c.kind = ACL_MEMCPY_DEVICE_TO_DEVICE; c.is_async = true; c.src = 0x3_0000_0000 });
+        let c = with(|c| {
+            c.kind = ACL_MEMCPY_DEVICE_TO_DEVICE;
+            c.is_async = true;
+            c.src = 0x3_0000_0000
+        });
         match check_copy(&c, blocks) {
             Err(Error::UnknownPointer(msg)) => assert!(msg.contains("src 0x300000000"), "{msg}"),
             other => panic!("{other:?}"),
@@ -578,18 +858,37 @@ mod tests {
         assert!(check_copy(&c, blocks).is_ok());
         // No-ops and rule failures never reach the lookup.
         let mut calls = 0;
-        let _ = check_copy(&with(|c| c.width = 0), |_| { calls += 1; None });
-        let _ = check_copy(&with(|c| c.kind = 0), |_| { calls += 1; None });
+        let _ = check_copy(&with(|c| c.width = 0), |_| {
+            calls += 1;
+            None
+        });
+        let _ = check_copy(&with(|c| c.kind = 0), |_| {
+            calls += 1;
+            None
+        });
         assert_eq!(calls, 0);
     }
 
     /// Reference: does [addr, addr + (h-1)*pitch + w) lie in [start, start + size)?
-    fn inside(addr: usize, pitch: usize, width: usize, height: usize, start: usize, size: usize) -> bool {
+    fn inside(
+        addr: usize,
+        pitch: usize,
+        width: usize,
+        height: usize,
+        start: usize,
+        size: usize,
+    ) -> bool {
         if width == 0 || height == 0 {
             return true;
         }
-        let (addr, pitch, width, height, start, size) =
-            (addr as u128, pitch as u128, width as u128, height as u128, start as u128, size as u128);
+        let (addr, pitch, width, height, start, size) = (
+            addr as u128,
+            pitch as u128,
+            width as u128,
+            height as u128,
+            start as u128,
+            size as u128,
+        );
         addr >= start && addr + (height - 1) * pitch + width <= start + size
     }
 

@@ -95,10 +95,7 @@ fn generate(header: &Path, include_dir: Option<&Path>) -> String {
     for item in FUNCTIONS {
         builder = builder.allowlist_function(format!("^{item}$"));
     }
-    builder
-        .generate()
-        .unwrap_or_else(|e| panic!("bindgen failed on {}: {e}", header.display()))
-        .to_string()
+    builder.generate().unwrap_or_else(|e| panic!("bindgen failed on {}: {e}", header.display())).to_string()
 }
 
 /// Splits bindgen output into items keyed by name, each rendered as a
@@ -125,14 +122,12 @@ fn split_items(source: &str, what: &str) -> BTreeMap<String, String> {
                         syn::ForeignItem::Fn(mut f) => {
                             for input in f.sig.inputs.iter_mut() {
                                 if let syn::FnArg::Typed(arg) = input {
-                                    arg.pat = Box::new(syn::parse_quote!(_));
+                                    *arg.pat = syn::parse_quote!(_);
                                 }
                             }
                             add(f.sig.ident.to_string(), f.to_token_stream().to_string());
                         }
-                        syn::ForeignItem::Static(s) => {
-                            add(s.ident.to_string(), s.to_token_stream().to_string())
-                        }
+                        syn::ForeignItem::Static(s) => add(s.ident.to_string(), s.to_token_stream().to_string()),
                         other => panic!("{what}: unexpected foreign item {}", other.to_token_stream()),
                     }
                 }
@@ -171,9 +166,7 @@ fn own_declarations_agree_with_real_headers() {
     let names: std::collections::BTreeSet<&String> = own.keys().chain(real.keys()).collect();
     for name in names {
         match (own.get(name), real.get(name)) {
-            (Some(a), Some(b)) if a != b => {
-                problems.push(format!("{name} differs:\n    ours: {a}\n    real: {b}"))
-            }
+            (Some(a), Some(b)) if a != b => problems.push(format!("{name} differs:\n    ours: {a}\n    real: {b}")),
             (Some(a), None) => problems.push(format!("{name} only in src/sys/acl_decls.h: {a}")),
             (None, Some(b)) => problems.push(format!("{name} only in the real headers: {b}")),
             _ => {}

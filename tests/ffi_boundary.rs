@@ -22,8 +22,7 @@ fn is_no_mangle(attr: &syn::Attribute) -> bool {
         return true;
     }
     // #[unsafe(no_mangle)]
-    attr.path().is_ident("unsafe")
-        && attr.parse_args::<syn::Path>().is_ok_and(|p| p.is_ident("no_mangle"))
+    attr.path().is_ident("unsafe") && attr.parse_args::<syn::Path>().is_ok_and(|p| p.is_ident("no_mangle"))
 }
 
 fn has_doc(attrs: &[syn::Attribute]) -> bool {

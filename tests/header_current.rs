@@ -101,9 +101,11 @@ fn header_version_macros_match_cargo_toml() {
     let core = version.split(['-', '+']).next().unwrap();
     let parts: Vec<&str> = core.split('.').collect();
     assert_eq!(parts.len(), 3, "Cargo.toml version {version} is not MAJOR.MINOR.PATCH");
-    for (name, expected) in
-        [("NPUALLOC_VERSION_MAJOR", parts[0]), ("NPUALLOC_VERSION_MINOR", parts[1]), ("NPUALLOC_VERSION_PATCH", parts[2])]
-    {
+    for (name, expected) in [
+        ("NPUALLOC_VERSION_MAJOR", parts[0]),
+        ("NPUALLOC_VERSION_MINOR", parts[1]),
+        ("NPUALLOC_VERSION_PATCH", parts[2]),
+    ] {
         let value = define(&header, name).unwrap_or_else(|| panic!("include/npualloc.h has no {name}"));
         assert_eq!(
             value, expected,
@@ -116,28 +118,169 @@ fn header_version_macros_match_cargo_toml() {
     assert_eq!(npualloc::ffi::npualloc_abi_version(), npualloc::ffi::NPUALLOC_ABI_VERSION);
 }
 
+/// The names `header` declares at file scope: macros, functions, typedefs,
+/// struct/enum/union tags and enum constants (not fields or parameters).
+fn declared_names(header: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    // Drop comments, keep #define names, drop other preprocessor lines.
+    let mut code = String::new();
+    let mut rest = header;
+    while let Some(start) = rest.find("/*") {
+        code.push_str(&rest[..start]);
+        rest = rest[start..].find("*/").map_or("", |end| &rest[start + end + 2..]);
+    }
+    code.push_str(rest);
+    let mut lines = Vec::new();
+    for line in code.lines().map(|line| line.split("//").next().unwrap()) {
+        match line.trim_start().strip_prefix('#') {
+            Some(directive) => {
+                if let Some(def) = directive.trim_start().strip_prefix("define") {
+                    names.push(def.split_whitespace().next().unwrap_or_default().to_string());
+                }
+            }
+            None => lines.push(line),
+        }
+    }
+    let code = lines.join("\n");
+
+    // Tokens: identifiers, string literals and single punctuation characters.
+    let mut tokens: Vec<String> = Vec::new();
+    let mut chars = code.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_alphanumeric() || c == '_' {
+            let mut word = c.to_string();
+            while let Some(&d) = chars.peek().filter(|d| d.is_alphanumeric() || **d == '_') {
+                word.push(d);
+                chars.next();
+            }
+            tokens.push(word);
+        } else if c == '"' {
+            let mut lit = String::from("\"");
+            for d in chars.by_ref() {
+                lit.push(d);
+                if d == '"' {
+                    break;
+                }
+            }
+            tokens.push(lit);
+        } else if !c.is_whitespace() {
+            tokens.push(c.to_string());
+        }
+    }
+
+    let is_ident = |t: &str| t.starts_with(|c: char| c.is_alphabetic() || c == '_');
+    // One entry per open brace: what its body holds.
+    #[derive(PartialEq)]
+    enum Body {
+        Linkage,
+        Enum,
+        Record,
+    }
+    // One entry per open brace: what its body holds, and the statement the
+    // brace interrupted (`typedef struct tag { ... } name;` goes on after it).
+    let mut braces: Vec<(Body, Vec<&str>)> = Vec::new();
+    let mut parens = 0usize;
+    let mut statement: Vec<&str> = Vec::new();
+    for (i, tok) in tokens.iter().enumerate() {
+        let tok = tok.as_str();
+        let next = tokens.get(i + 1).map(String::as_str);
+        let in_record = braces.iter().any(|(b, _)| *b != Body::Linkage);
+        match tok {
+            "(" => parens += 1,
+            ")" => parens -= 1,
+            "{" => {
+                let body = if statement.contains(&"extern") {
+                    Body::Linkage
+                } else if statement.contains(&"enum") {
+                    Body::Enum
+                } else {
+                    Body::Record
+                };
+                let saved = if body == Body::Linkage { Vec::new() } else { std::mem::take(&mut statement) };
+                statement.clear();
+                braces.push((body, saved));
+            }
+            "}" => {
+                if let Some((_, saved)) = braces.pop() {
+                    statement = saved;
+                }
+            }
+            ";" if !in_record => {
+                // `typedef ... name;` declares its last identifier.
+                if statement.first() == Some(&"typedef") {
+                    if let Some(name) = statement.iter().rev().find(|t| is_ident(t)) {
+                        names.push(name.to_string());
+                    }
+                }
+                statement.clear();
+            }
+            ";" => statement.clear(),
+            _ if is_ident(tok) && parens == 0 => {
+                let prev = statement.last().copied();
+                if braces.last().is_some_and(|(b, _)| *b == Body::Enum) && matches!(next, Some("=" | "," | "}")) {
+                    names.push(tok.to_string()); // an enum constant
+                } else if !in_record && matches!(prev, Some("struct" | "enum" | "union")) {
+                    names.push(tok.to_string()); // a tag
+                } else if !in_record && next == Some("(") {
+                    names.push(tok.to_string()); // a function
+                }
+            }
+            _ => {}
+        }
+        if !matches!(tok, "{" | "}" | ";") {
+            statement.push(tok);
+        }
+    }
+    names
+}
+
 #[test]
 fn header_exports_only_the_npualloc_api() {
     let header = std::fs::read_to_string(header_path()).expect("read include/npualloc.h");
-    // Every declared name must carry the npualloc prefix; the ACL handle
-    // typedefs in after_includes are the one allowed exception.
-    for line in header.lines() {
-        let line = line.trim();
-        let name = if let Some(rest) = line.strip_prefix("#define ") {
-            rest.split_whitespace().next()
-        } else if line.starts_with("typedef ") && line.ends_with(';') {
-            line.trim_end_matches(';').rsplit([' ', '*']).next()
-        } else if !line.starts_with(['*', '/', '#', '}']) && line.ends_with(");") || line.ends_with("(void);") {
-            line.split('(').next().and_then(|head| head.rsplit([' ', '*']).next())
-        } else {
-            None
-        };
-        if let Some(name) = name {
-            let ok = name.starts_with("npualloc_")
-                || name.starts_with("NPUALLOC_")
-                || name == "NPUALLOC_H"
-                || name == "aclrtStream";
-            assert!(ok, "include/npualloc.h declares {name}, which is not part of the npualloc API: {line}");
-        }
+    let names = declared_names(&header);
+    for expected in ["NPUALLOC_H", "NPUALLOC_OK", "npualloc_status", "npualloc_last_error", "aclrtStream"] {
+        assert!(names.iter().any(|n| n == expected), "the header scan missed {expected}: {names:?}");
     }
+    // Every name must carry the npualloc prefix; the ACL handle typedef from
+    // cbindgen.toml's after_includes is the one exception.
+    let foreign: Vec<&String> = names
+        .iter()
+        .filter(|n| !(n.starts_with("npualloc_") || n.starts_with("NPUALLOC_") || *n == "aclrtStream"))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "include/npualloc.h declares names outside the npualloc API: {foreign:?} (a public type in \
+         src/ffi/ without the npualloc_ prefix? keep helpers private or outside src/ffi/)"
+    );
+}
+
+#[test]
+fn header_scan_sees_what_c_declares() {
+    let sample = r#"
+#ifndef G_H
+#define G_H
+typedef void *aclrtStream; /* a comment naming fake_name( */
+enum e_tag
+#if defined(__cplusplus)
+  : int32_t
+#endif
+ { A_ONE = 1, A_TWO, };
+typedef struct s_tag { uint64_t field; void (*cb)(int x); } s_type;
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+int first_fn(const struct s_tag *a,
+             size_t size);   // wrapped
+void second_fn(void);
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+#endif
+"#;
+    let mut names = declared_names(sample);
+    names.sort();
+    let mut expected =
+        vec!["G_H", "aclrtStream", "e_tag", "A_ONE", "A_TWO", "s_tag", "s_type", "first_fn", "second_fn"];
+    expected.sort();
+    assert_eq!(names, expected);
 }

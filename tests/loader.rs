@@ -105,10 +105,8 @@ fn library_without_acl_symbols_names_the_first_missing_function() {
 #[test]
 fn library_with_only_acl_init_names_the_next_required_function() {
     assert_eq!(REQUIRED_SYMBOLS[0], "aclInit", "the symbol list's first entry changed; update this test");
-    let so = compile_shared_library(
-        "aclinit_only",
-        "int aclInit(const char *configPath) { (void)configPath; return 0; }\n",
-    );
+    let so =
+        compile_shared_library("aclinit_only", "int aclInit(const char *configPath) { (void)configPath; return 0; }\n");
     let err = load_error(&so);
     match &err {
         RuntimeError::MissingSymbol { path, symbol } => {
@@ -141,10 +139,7 @@ fn emulator_loads_with_vmm_and_its_functions_work() {
     // the ACL signatures; every pointer passed is valid for the call.
     unsafe {
         let init = (api.aclInit)(std::ptr::null());
-        assert!(
-            init == sys::ACL_SUCCESS || init == sys::ACL_ERROR_REPEAT_INITIALIZE,
-            "aclInit failed with {init}"
-        );
+        assert!(init == sys::ACL_SUCCESS || init == sys::ACL_ERROR_REPEAT_INITIALIZE, "aclInit failed with {init}");
         assert_eq!((api.aclrtSetDevice)(0), sys::ACL_SUCCESS);
         let mut device = -1;
         assert_eq!((api.aclrtGetDevice)(&mut device), sys::ACL_SUCCESS);

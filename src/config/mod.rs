@@ -150,10 +150,16 @@ fn from_env_value(value: Option<OsString>) -> Result<Config, Error> {
         return Ok(Config::default());
     };
     let Ok(value) = value.into_string() else {
-        return Err(Error::bad_config(ENV_VAR, "the variable is not valid UTF-8"));
+        return Err(Error::bad_config(
+            ENV_VAR,
+            "the variable is not valid UTF-8",
+        ));
     };
     Config::parse(&value).map_err(|e| match e {
-        Error::BadConfig { key, reason } => Error::BadConfig { key, reason: format!("{reason} (in {ENV_VAR})") },
+        Error::BadConfig { key, reason } => Error::BadConfig {
+            key,
+            reason: format!("{reason} (in {ENV_VAR})"),
+        },
         other => other,
     })
 }
@@ -179,7 +185,11 @@ impl fmt::Display for Config {
             entry(f, Key::GarbageCollectionThreshold, &t)?;
         }
         if self.roundup_power2_divisions != RoundupDivisions::none() {
-            entry(f, Key::RoundupPower2Divisions, &self.roundup_power2_divisions)?;
+            entry(
+                f,
+                Key::RoundupPower2Divisions,
+                &self.roundup_power2_divisions,
+            )?;
         }
         if let Some(fraction) = self.per_process_memory_fraction {
             entry(f, Key::PerProcessMemoryFraction, &fraction)?;

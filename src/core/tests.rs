@@ -413,7 +413,7 @@ fn two_threads_stress() {
     set_capacity(8 << 30);
     let a = std::sync::Arc::new(allocator("expandable_segments:false"));
     let streams = [new_stream(&a), new_stream(&a)];
-    let ops = if cfg!(debug_assertions) { 20_000 } else { 50_000 };
+    let ops = 50_000; // per thread: 100k operations in all
     let handles: Vec<_> = (0..2u8)
         .map(|t| {
             let a = a.clone();

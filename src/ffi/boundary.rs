@@ -107,10 +107,7 @@ pub fn check_ptr<T>(ptr: *const T, param: &str) -> Result<()> {
     if ptr.is_null() {
         Err(Error::InvalidArgument(format!("{param} must not be NULL")))
     } else if !ptr.is_aligned() {
-        Err(Error::InvalidArgument(format!(
-            "{param} ({ptr:p}) is not aligned to {} bytes",
-            std::mem::align_of::<T>()
-        )))
+        Err(Error::InvalidArgument(format!("{param} ({ptr:p}) is not aligned to {} bytes", std::mem::align_of::<T>())))
     } else {
         Ok(())
     }

@@ -11,7 +11,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// Opaque allocator handle (C sees only a pointer to it).
-#[repr(C)]
+// No #[repr(C)]: cbindgen then declares an incomplete struct type
+// (`typedef struct npualloc_allocator npualloc_allocator;`) instead of a
+// zero-length array, which -pedantic C rejects.
+#[allow(non_camel_case_types)]
 pub struct npualloc_allocator {
     _private: [u8; 0],
 }

@@ -122,10 +122,7 @@ const UNKNOWN_STATUS: &str = "NPUALLOC_UNKNOWN_STATUS\0";
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_status_name(status: npualloc_status_raw) -> *const c_char {
     ffi_boundary!("npualloc_status_name", UNKNOWN_STATUS.as_ptr().cast(), {
-        npualloc_status::from_raw(status)
-            .map_or(UNKNOWN_STATUS, npualloc_status::name_with_nul)
-            .as_ptr()
-            .cast()
+        npualloc_status::from_raw(status).map_or(UNKNOWN_STATUS, npualloc_status::name_with_nul).as_ptr().cast()
     })
 }
 

@@ -48,12 +48,8 @@ mod tests {
     #[test]
     fn constants_match_cargo_version() {
         let parts = [NPUALLOC_VERSION_MAJOR, NPUALLOC_VERSION_MINOR, NPUALLOC_VERSION_PATCH];
-        let cargo = [
-            env!("CARGO_PKG_VERSION_MAJOR"),
-            env!("CARGO_PKG_VERSION_MINOR"),
-            env!("CARGO_PKG_VERSION_PATCH"),
-        ]
-        .map(|p| p.parse::<u32>().unwrap());
+        let cargo = [env!("CARGO_PKG_VERSION_MAJOR"), env!("CARGO_PKG_VERSION_MINOR"), env!("CARGO_PKG_VERSION_PATCH")]
+            .map(|p| p.parse::<u32>().unwrap());
         assert_eq!(parts, cargo, "update the NPUALLOC_VERSION_* constants to Cargo.toml's version");
         let c = unsafe { CStr::from_ptr(npualloc_version()) };
         assert_eq!(c.to_str().unwrap(), env!("CARGO_PKG_VERSION"));

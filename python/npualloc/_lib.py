@@ -1,0 +1,91 @@
+"""Loads libnpualloc.so and declares the C functions the package uses."""
+
+import ctypes
+import os
+from pathlib import Path
+
+LIBRARY_NAME = "libnpualloc.so"
+
+OK = 0
+ERR_INVALID_ARGUMENT = 1
+ERR_UNKNOWN_POINTER = 3
+ERR_OUT_OF_MEMORY = 100
+
+
+def _candidates():
+    env = os.environ.get("NPUALLOC_LIBRARY")
+    if env:
+        yield Path(env)
+        return
+    here = Path(__file__).resolve().parent
+    yield here / LIBRARY_NAME
+    # A source checkout: python/npualloc/ -> the repository's target/.
+    root = here.parent.parent
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or root / "target")
+    if not target.is_absolute():
+        target = root / target
+    for profile in ("release", "debug"):
+        yield target / profile / LIBRARY_NAME
+
+
+def find_library():
+    """The path of libnpualloc.so: $NPUALLOC_LIBRARY, next to the package, or
+    the build tree's target/{release,debug}/."""
+    tried = []
+    for path in _candidates():
+        if path.is_file():
+            return path
+        tried.append(str(path))
+    raise OSError(f"{LIBRARY_NAME} not found (tried: {', '.join(tried)}); set NPUALLOC_LIBRARY")
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("version", ctypes.c_uint32)] + [
+        (name, ctypes.c_uint64)
+        for name in (
+            "allocated_bytes", "allocated_bytes_peak", "requested_bytes", "requested_bytes_peak",
+            "reserved_bytes", "reserved_bytes_peak", "active_blocks", "segments",
+            "num_allocs", "num_frees", "num_device_mallocs", "num_device_frees",
+            "num_maps", "num_unmaps", "num_alloc_retries", "num_ooms", "num_syncs",
+            "largest_free_block",
+        )
+    ]
+
+
+_lib = None
+
+
+def lib():
+    """The loaded library (loaded on first use)."""
+    global _lib
+    if _lib is None:
+        handle = ctypes.CDLL(str(find_library()))
+        P, S, I = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32
+        status = ctypes.c_int32
+        sigs = {
+            "npualloc_status_name": (ctypes.c_char_p, [status]),
+            "npualloc_last_error": (ctypes.c_char_p, []),
+            "npualloc_create": (status, [ctypes.c_char_p, I, ctypes.POINTER(P)]),
+            "npualloc_destroy": (status, [P]),
+            "npualloc_malloc": (status, [P, S, P, ctypes.POINTER(P)]),
+            "npualloc_free": (status, [P, P]),
+            "npualloc_empty_cache": (status, [P]),
+            "npualloc_get_stats": (status, [P, ctypes.POINTER(Stats)]),
+            "npualloc_snapshot_json": (status, [P, ctypes.POINTER(P)]),
+            "npualloc_string_free": (None, [P]),
+            "npualloc_version": (ctypes.c_char_p, []),
+        }
+        for name, (restype, argtypes) in sigs.items():
+            fn = getattr(handle, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+        _lib = handle
+    return _lib
+
+
+def last_error():
+    return lib().npualloc_last_error().decode("utf-8", "replace")
+
+
+def status_name(status):
+    return lib().npualloc_status_name(status).decode()

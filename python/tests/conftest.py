@@ -1,0 +1,50 @@
+"""Test setup: the package from this checkout, the ACL emulator as runtime."""
+
+import ctypes
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+PYTHON_DIR = Path(__file__).resolve().parent.parent
+ROOT = PYTHON_DIR.parent
+sys.path.insert(0, str(PYTHON_DIR))
+
+
+def _emulator():
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+    if not target.is_absolute():
+        target = ROOT / target
+    for profile in ("debug", "release"):
+        path = target / profile / "libascendcl.so"
+        if path.is_file():
+            return path
+    return None
+
+
+if "NPUALLOC_ACL_LIBRARY" not in os.environ:
+    found = _emulator()
+    if found is not None:
+        os.environ["NPUALLOC_ACL_LIBRARY"] = str(found)
+os.environ.setdefault("ACLEMU_DEVICE_MEMORY", "8g")
+os.environ.pop("NPUALLOC_CONF", None)
+
+
+@pytest.fixture(scope="session")
+def emu():
+    """The emulator library (the same instance npualloc loads)."""
+    path = os.environ.get("NPUALLOC_ACL_LIBRARY")
+    if not path or not Path(path).is_file():
+        pytest.skip("the ACL emulator is not built (cargo build --workspace)")
+    lib = ctypes.CDLL(path)
+    lib.aclemu_set_device_memory.argtypes = [ctypes.c_int32, ctypes.c_uint64]
+    lib.aclemu_set_device_memory.restype = ctypes.c_int32
+    lib.aclrtCreateStream.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    lib.aclrtCreateStream.restype = ctypes.c_int32
+    lib.aclrtDestroyStream.argtypes = [ctypes.c_void_p]
+    lib.aclrtDestroyStream.restype = ctypes.c_int32
+    lib.aclrtSetDevice.argtypes = [ctypes.c_int32]
+    lib.aclrtSetDevice.restype = ctypes.c_int32
+    assert lib.aclrtSetDevice(0) == 0
+    return lib

@@ -1,0 +1,146 @@
+import abc
+import os
+import subprocess
+import sys
+
+import pytest
+
+import npualloc
+from conftest import PYTHON_DIR
+
+MIB = 1 << 20
+
+
+def test_memblock_is_read_only():
+    b = npualloc.MemBlock(0x1000, 64)
+    assert (b.addr, b.size) == (0x1000, 64)
+    with pytest.raises(AttributeError):
+        b.addr = 5
+    with pytest.raises(AttributeError):
+        b.size = 5
+
+
+def test_abc_needs_both_methods():
+    base = npualloc.Allocator
+    assert isinstance(base, abc.ABCMeta)
+    with pytest.raises(TypeError):
+        base()
+
+    class OnlyMalloc(base):
+        def malloc(self, size):
+            return npualloc.MemBlock(0, size)
+
+    class OnlyFree(base):
+        def free(self, block):
+            pass
+
+    with pytest.raises(TypeError):
+        OnlyMalloc()
+    with pytest.raises(TypeError):
+        OnlyFree()
+
+    class Both(OnlyMalloc):
+        def free(self, block):
+            pass
+
+    Both()
+    assert issubclass(npualloc.CachingAllocator, base)
+
+
+def test_malloc_free_stats_snapshot(emu):
+    with npualloc.CachingAllocator(device=0, config="") as alloc:
+        blocks = [alloc.malloc(size) for size in (1, 512, 4096, 3 * MIB)]
+        for b in blocks:
+            assert b.addr % 512 == 0
+        s = alloc.stats()
+        assert s["active_blocks"] == 4
+        assert s["requested_bytes"] == 1 + 512 + 4096 + 3 * MIB
+        snap = alloc.snapshot()
+        assert isinstance(snap, dict) and snap
+        for b in blocks:
+            alloc.free(b)
+        s = alloc.stats()
+        assert s["allocated_bytes"] == 0 and s["num_allocs"] == s["num_frees"] == 4
+        alloc.empty_cache()
+        assert alloc.stats()["reserved_bytes"] == 0
+
+
+def test_bad_sizes_raise_value_error(emu):
+    with npualloc.CachingAllocator(config="") as alloc:
+        before = alloc.stats()
+        for bad in (0, -1, 2**64, 2**64 - 1, 1.5, "10", True):
+            with pytest.raises(ValueError):
+                alloc.malloc(bad)
+        assert alloc.stats() == before
+
+
+def test_double_and_foreign_free_refused(emu):
+    with npualloc.CachingAllocator(config="") as a, npualloc.CachingAllocator(config="") as b:
+        block = a.malloc(4096)
+        theirs = b.malloc(4096)
+        before = a.stats()
+        with pytest.raises(ValueError):
+            a.free(theirs)
+        with pytest.raises(ValueError):
+            a.free(npualloc.MemBlock(0x1234, 16))
+        with pytest.raises(ValueError):
+            a.free(npualloc.MemBlock(block.addr + 512, 16))
+        with pytest.raises(ValueError):
+            a.free("not a block")
+        assert a.stats() == before
+        a.free(block)
+        after = a.stats()
+        with pytest.raises(ValueError, match="unknown pointer"):
+            a.free(block)
+        assert a.stats() == after
+        b.free(theirs)
+
+
+def test_memory_error_when_the_device_is_full(emu):
+    assert emu.aclemu_set_device_memory(0, 64 * MIB) == 0
+    try:
+        with npualloc.CachingAllocator(config="") as alloc:
+            blocks = []
+            with pytest.raises(MemoryError):
+                for _ in range(64):
+                    blocks.append(alloc.malloc(8 * MIB))
+            assert 4 <= len(blocks) <= 8
+            assert alloc.stats()["num_ooms"] >= 1
+            alloc.free(blocks.pop())
+            blocks.append(alloc.malloc(8 * MIB))
+            for b in blocks:
+                alloc.free(b)
+    finally:
+        assert emu.aclemu_set_device_memory(0, 8 << 30) == 0
+
+
+def test_closed_allocator_refuses_work(emu):
+    alloc = npualloc.CachingAllocator(config="")
+    alloc.malloc(4096)  # a live block: close releases it
+    alloc.close()
+    alloc.close()
+    with pytest.raises(ValueError):
+        alloc.malloc(16)
+
+
+def test_bad_config(emu):
+    with pytest.raises(npualloc.NpuallocError, match="no_such_key"):
+        npualloc.CachingAllocator(config="no_such_key:1")
+
+
+def test_subclasses_ge_allocator_when_importable(emu):
+    code = (
+        "import ge.allocator, npualloc\n"
+        "assert npualloc.Allocator is ge.allocator.Allocator\n"
+        "assert issubclass(npualloc.CachingAllocator, ge.allocator.Allocator)\n"
+        "with npualloc.CachingAllocator(config='') as a:\n"
+        "    b = a.malloc(1024)\n"
+        "    assert isinstance(a, ge.allocator.Allocator)\n"
+        "    a.free(b)\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(PYTHON_DIR / "tests" / "fake_ge"), str(PYTHON_DIR)])
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

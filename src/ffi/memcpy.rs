@@ -1,0 +1,230 @@
+//! Validated 2D copies: `npualloc_check_memcpy2d`, `npualloc_memcpy2d`,
+//! `npualloc_memcpy2d_async` (api.md "2D copies").
+//!
+//! The checks live in [`crate::memcpy2d`]; these shims convert the arguments,
+//! supply the allocator's block lookup, and call the runtime.
+
+use super::handle::{npualloc_allocator, Allocator};
+use super::status::npualloc_status;
+use crate::error::{Error, Result};
+use crate::memcpy2d::{check_copy, check_rules, Checked, Copy2d};
+use crate::runtime::{Runtime, Stream};
+use crate::sys::aclrtStream;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// Runs the documented rules, and with an allocator the bounds checks.
+/// Returns the allocator (if any) for the caller to pick its runtime.
+///
+/// # Safety
+/// A non-NULL `a` must satisfy [`Allocator::from_handle`].
+#[inline]
+unsafe fn validate<'a>(a: *const npualloc_allocator, c: &Copy2d) -> Result<(Checked, Option<&'a Allocator>)> {
+    if a.is_null() {
+        return Ok((check_rules(c)?, None));
+    }
+    // SAFETY: forwarded from the caller's contract.
+    let allocator = unsafe { Allocator::from_handle(a) }?;
+    // An unusable allocator (e.g. a poisoned lock) must surface as its own
+    // error, not as "unknown pointer": remember it and prefer it below.
+    let mut lookup_error: Option<Error> = None;
+    let checked = check_copy(c, |addr| match allocator.core.block_range(addr) {
+        Ok(range) => range,
+        Err(e) => {
+            lookup_error.get_or_insert(e);
+            None
+        }
+    });
+    match (checked, lookup_error) {
+        (Ok(checked), _) => Ok((checked, Some(allocator))),
+        (Err(_), Some(e)) => Err(e),
+        (Err(e), None) => Err(e),
+    }
+}
+
+/// The runtime a copy runs on: the allocator's, else the default library
+/// (loaded once per process and cached by the loader).
+fn runtime_for(allocator: Option<&Allocator>) -> Result<Arc<Runtime>> {
+    match allocator {
+        Some(a) => Ok(a.core.runtime().clone()),
+        None => Ok(Runtime::load(None)?),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn copy2d(
+    dst: *const c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: i32,
+    is_async: bool,
+) -> Copy2d {
+    Copy2d { dst: dst as usize, dpitch, src: src as usize, spitch, width, height, kind, is_async }
+}
+
+/// Checks a 2D copy without performing it: the rules `npualloc_memcpy2d`
+/// (`is_async == 0`) or `npualloc_memcpy2d_async` (`is_async != 0`) would
+/// apply.
+///
+/// `a` may be NULL: then only the runtime's documented rules are checked.
+/// Those are: width 0 or height 0 is a successful no-op (checked first, so
+/// NULL pointers are then accepted); otherwise a NULL `dst` or `src`,
+/// `width > dpitch`, `width > spitch`, a kind other than
+/// ACL_MEMCPY_HOST_TO_DEVICE (1) / ACL_MEMCPY_DEVICE_TO_HOST (2) (plus
+/// ACL_MEMCPY_DEVICE_TO_DEVICE (3) for the async call), `height > 5242880`
+/// and `width > 5000000` are NPUALLOC_ERR_INVALID_ARGUMENT with a message
+/// naming the rule. With an allocator, each device side of the copy must
+/// also lie in a live block it owns (NPUALLOC_ERR_UNKNOWN_POINTER otherwise;
+/// interior pointers are fine) and the last byte touched,
+/// `(height-1)*pitch + width - 1` past the pointer, computed without
+/// overflow, must lie inside that same block
+/// (NPUALLOC_ERR_COPY_OUT_OF_BOUNDS otherwise). A non-NULL `a` that is not a
+/// live allocator is NPUALLOC_ERR_INVALID_ARGUMENT.
+///
+/// Returns NPUALLOC_OK if the copy would be attempted (or is a no-op).
+/// Never calls the runtime. Thread-safe.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn npualloc_check_memcpy2d(
+    a: *const npualloc_allocator,
+    dst: *const c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: i32,
+    is_async: i32,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_check_memcpy2d", {
+        let c = copy2d(dst, dpitch, src, spitch, width, height, kind, is_async != 0);
+        // SAFETY: handle validity is the caller's contract; dead handles are refused.
+        unsafe { validate(a, &c) }?;
+        Ok(())
+    })
+}
+
+/// Validates a 2D copy as `npualloc_check_memcpy2d(a, ..., is_async = 0)`
+/// does, then performs it with `aclrtMemcpy2d` (synchronous).
+///
+/// `a` may be NULL (only the documented rules are checked, and the copy uses
+/// the default ACL library: `NPUALLOC_ACL_LIBRARY`, else
+/// `$ASCEND_HOME_PATH/lib64/libascendcl.so`, else the loader's search);
+/// with an allocator the copy uses the allocator's runtime. Width 0 or
+/// height 0 returns NPUALLOC_OK without calling the runtime.
+///
+/// Returns NPUALLOC_OK; NPUALLOC_ERR_INVALID_ARGUMENT,
+/// NPUALLOC_ERR_UNKNOWN_POINTER or NPUALLOC_ERR_COPY_OUT_OF_BOUNDS from
+/// validation (nothing is copied); NPUALLOC_ERR_RUNTIME_UNAVAILABLE if `a`
+/// is NULL and libascendcl cannot be loaded; NPUALLOC_ERR_RUNTIME if
+/// `aclrtMemcpy2d` fails (the message names it and its aclError).
+/// Thread-safe.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn npualloc_memcpy2d(
+    a: *const npualloc_allocator,
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: i32,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_memcpy2d", {
+        let c = copy2d(dst, dpitch, src, spitch, width, height, kind, false);
+        // SAFETY: handle validity is the caller's contract; dead handles are refused.
+        let (checked, allocator) = unsafe { validate(a, &c) }?;
+        if checked == Checked::NoOp {
+            return Ok(());
+        }
+        let rt = runtime_for(allocator)?;
+        // SAFETY: the arguments passed the runtime's documented rules (and,
+        // with an allocator, the bounds of the owning block); the host side
+        // is the caller's contract. kind is 1 or 2 here, so the cast is exact.
+        unsafe { rt.memcpy2d(dst, dpitch, src, spitch, width, height, kind as u32) }
+            .map_err(|e| Error::runtime(e, "2D copy"))
+    })
+}
+
+/// Validates a 2D copy as `npualloc_check_memcpy2d(a, ..., is_async = 1)`
+/// does, then enqueues it on `stream` (NULL: the default stream) with
+/// `aclrtMemcpy2dAsync`. The copy is complete only once the stream has been
+/// synchronized; both regions must stay valid until then.
+///
+/// `a` may be NULL, with the same meaning as for `npualloc_memcpy2d`. Width 0
+/// or height 0 returns NPUALLOC_OK without calling the runtime.
+///
+/// Returns NPUALLOC_OK; NPUALLOC_ERR_INVALID_ARGUMENT,
+/// NPUALLOC_ERR_UNKNOWN_POINTER or NPUALLOC_ERR_COPY_OUT_OF_BOUNDS from
+/// validation (nothing is enqueued); NPUALLOC_ERR_RUNTIME_UNAVAILABLE if `a`
+/// is NULL and libascendcl cannot be loaded; NPUALLOC_ERR_RUNTIME if
+/// `aclrtMemcpy2dAsync` fails (the message names it and its aclError).
+/// Thread-safe.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn npualloc_memcpy2d_async(
+    a: *const npualloc_allocator,
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: i32,
+    stream: aclrtStream,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_memcpy2d_async", {
+        let c = copy2d(dst, dpitch, src, spitch, width, height, kind, true);
+        // SAFETY: handle validity is the caller's contract; dead handles are refused.
+        let (checked, allocator) = unsafe { validate(a, &c) }?;
+        if checked == Checked::NoOp {
+            return Ok(());
+        }
+        let rt = runtime_for(allocator)?;
+        // SAFETY: validated as in npualloc_memcpy2d; keeping both regions
+        // alive until the stream completes is the caller's contract. kind is
+        // 1, 2 or 3 here, so the cast is exact.
+        unsafe { rt.memcpy2d_async(dst, dpitch, src, spitch, width, height, kind as u32, Stream::from_raw(stream)) }
+            .map_err(|e| Error::runtime(e, "2D copy (async)"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use npualloc_status::*;
+
+    #[test]
+    fn null_allocator_rules_only() {
+        let p = 0x1000 as *const c_void;
+        // SAFETY: a is NULL; pointers are never dereferenced by the check.
+        unsafe {
+            assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 1, 0), NPUALLOC_OK);
+            assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 65, 4, 1, 0), NPUALLOC_ERR_INVALID_ARGUMENT);
+            assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 3, 0), NPUALLOC_ERR_INVALID_ARGUMENT);
+            assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 3, 1), NPUALLOC_OK);
+            let null = std::ptr::null();
+            assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), null, 64, null, 64, 0, 4, 1, 0), NPUALLOC_OK);
+            assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), null, 64, p, 64, 8, 4, 1, 0), NPUALLOC_ERR_INVALID_ARGUMENT);
+            // A zero-size copy never reaches the runtime, even with NULL pointers.
+            assert_eq!(npualloc_memcpy2d(std::ptr::null(), std::ptr::null_mut(), 0, null, 0, 0, 0, 99), NPUALLOC_OK);
+            assert_eq!(
+                npualloc_memcpy2d_async(std::ptr::null(), std::ptr::null_mut(), 0, null, 0, 5, 0, 99, std::ptr::null_mut()),
+                NPUALLOC_OK
+            );
+        }
+    }
+
+    #[test]
+    fn bad_handle_is_invalid_argument() {
+        let junk = [0u64; 8];
+        let p = 0x1000 as *const c_void;
+        // SAFETY: junk is readable memory that is not an allocator.
+        let st = unsafe { npualloc_check_memcpy2d(junk.as_ptr().cast(), p, 64, p, 64, 64, 4, 1, 0) };
+        assert_eq!(st, NPUALLOC_ERR_INVALID_ARGUMENT);
+    }
+}

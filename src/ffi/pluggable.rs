@@ -1,0 +1,199 @@
+//! The torch_npu pluggable-allocator entry points.
+//!
+//! `torch_npu.npu.NPUPluggableAllocator(path, "npualloc_pluggable_malloc",
+//! "npualloc_pluggable_free")` and its optional hooks call these with a device
+//! id instead of an allocator handle, so they share one process-wide
+//! allocator per device. Each is created on first use from `NPUALLOC_CONF`;
+//! a creation failure is remembered (creation is not retried) and reported
+//! through the thread's last error by every later call for that device.
+//!
+//! The hooks return `void` or a pointer, so a failure is visible only as NULL
+//! (allocation, base look-up) or through `npualloc_last_error()`; refused
+//! frees and failed hooks also print one line on stderr, because torch never
+//! reads the last error.
+
+use crate::config::Config;
+use crate::core::DeviceAllocator;
+use crate::error::{Error, Result};
+use crate::runtime::Stream;
+use crate::sys::aclrtStream;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// How many devices the pluggable entry points can serve (ids 0 to this - 1).
+pub const NPUALLOC_PLUGGABLE_MAX_DEVICES: usize = 64;
+
+type Slot = OnceLock<Result<DeviceAllocator>>;
+
+static SLOTS: [Slot; NPUALLOC_PLUGGABLE_MAX_DEVICES] = [const { OnceLock::new() }; NPUALLOC_PLUGGABLE_MAX_DEVICES];
+
+/// The device count `npualloc_pluggable_init` was given; 0: not called.
+static DEVICE_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+fn check_device(device: c_int) -> Result<usize> {
+    let limit = match DEVICE_COUNT.load(Ordering::Acquire) {
+        0 => NPUALLOC_PLUGGABLE_MAX_DEVICES,
+        n => n,
+    };
+    match usize::try_from(device) {
+        Ok(d) if d < limit => Ok(d),
+        _ => Err(Error::InvalidArgument(format!("device {device} is not in 0..{limit}"))),
+    }
+}
+
+/// The allocator of `device`, created from `NPUALLOC_CONF` on first use.
+fn allocator(device: c_int) -> Result<&'static DeviceAllocator> {
+    let d = check_device(device)?;
+    let created = SLOTS[d].get_or_init(|| Config::from_env().and_then(|c| DeviceAllocator::new(c, device)));
+    created.as_ref().map_err(|e| e.clone())
+}
+
+/// The allocator of `device` if one was created successfully.
+fn existing(device: c_int) -> Result<Option<&'static DeviceAllocator>> {
+    let d = check_device(device)?;
+    Ok(SLOTS[d].get().and_then(|r| r.as_ref().ok()))
+}
+
+/// Every allocator created successfully so far.
+fn created() -> impl Iterator<Item = &'static DeviceAllocator> {
+    SLOTS.iter().filter_map(|s| s.get().and_then(|r| r.as_ref().ok()))
+}
+
+fn report(hook: &str, e: &Error) {
+    eprintln!("npualloc: {hook}: {e}");
+}
+
+/// torch_npu's allocation hook: `size` bytes on `device` for work on `stream`
+/// (NULL: the device's default stream). Returns the device address, or NULL
+/// with the thread's last error set (out of memory, bad device, the device's
+/// allocator could not be created). Size 0 returns NULL and is not an error.
+/// Thread-safe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pluggable_malloc(size: usize, device: c_int, stream: aclrtStream) -> *mut c_void {
+    ffi_boundary!(fallible "npualloc_pluggable_malloc", std::ptr::null_mut(), {
+        if size == 0 {
+            return Ok(std::ptr::null_mut());
+        }
+        let a = allocator(device)?;
+        Ok(a.malloc(size, Stream::from_raw(stream))? as *mut c_void)
+    })
+}
+
+/// torch_npu's free hook: frees `ptr`, returned by `npualloc_pluggable_malloc`
+/// for `device`. `size` and `stream` are the values torch passes back (the
+/// block's own stream is known; they are not needed). NULL is a no-op. A
+/// pointer this device's allocator does not own (another device's, unknown,
+/// already freed) changes nothing: the last error says why and a line goes
+/// to stderr. Thread-safe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pluggable_free(ptr: *mut c_void, size: usize, device: c_int, stream: aclrtStream) {
+    let _ = size;
+    let _ = stream;
+    ffi_boundary!(fallible "npualloc_pluggable_free", (), {
+        if ptr.is_null() {
+            return Ok(());
+        }
+        let result = match existing(device) {
+            Ok(Some(a)) => a.free(ptr as usize),
+            Ok(None) => Err(Error::UnknownPointer(format!(
+                "free of {ptr:p} on device {device}, which has allocated nothing"
+            ))),
+            Err(e) => Err(e),
+        };
+        result.inspect_err(|e| report("free refused", e))
+    })
+}
+
+/// torch_npu's init hook: the process will use devices `0..device_count`.
+/// Later calls naming a device outside that range fail. Allocators are still
+/// created lazily, on a device's first use. A count outside 1..=64 is refused
+/// (last error and stderr); calling it again replaces the count.
+#[unsafe(no_mangle)]
+pub extern "C" fn npualloc_pluggable_init(device_count: c_int) {
+    ffi_boundary!(fallible "npualloc_pluggable_init", (), {
+        match usize::try_from(device_count) {
+            Ok(n) if (1..=NPUALLOC_PLUGGABLE_MAX_DEVICES).contains(&n) => {
+                DEVICE_COUNT.store(n, Ordering::Release);
+                Ok(())
+            }
+            _ => {
+                let e = Error::InvalidArgument(format!(
+                    "device_count {device_count} is not in 1..={NPUALLOC_PLUGGABLE_MAX_DEVICES}"
+                ));
+                report("init", &e);
+                Err(e)
+            }
+        }
+    })
+}
+
+/// torch_npu's empty-cache hook: returns every cached, unused segment of
+/// every device's allocator to the runtime. Errors are recorded as the last
+/// error (the first one) and, when `check_error` is true, printed on stderr.
+#[unsafe(no_mangle)]
+pub extern "C" fn npualloc_pluggable_empty_cache(check_error: bool) {
+    ffi_boundary!(fallible "npualloc_pluggable_empty_cache", (), {
+        let mut first = Ok(());
+        for a in created() {
+            if let Err(e) = a.empty_cache() {
+                if check_error {
+                    report("empty_cache", &e);
+                }
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    })
+}
+
+/// torch_npu's memory-fraction hook: caps `device`'s allocator at `fraction`
+/// (in (0, 1]) of the device memory, creating the allocator if needed. A bad
+/// fraction or device changes nothing: last error and stderr.
+#[unsafe(no_mangle)]
+pub extern "C" fn npualloc_pluggable_set_memory_fraction(fraction: f64, device: c_int) {
+    ffi_boundary!(fallible "npualloc_pluggable_set_memory_fraction", (), {
+        allocator(device)
+            .and_then(|a| a.set_memory_fraction(fraction))
+            .inspect_err(|e| report("set_memory_fraction", e))
+    })
+}
+
+/// torch_npu's base-allocation hook: for a pointer into a live block of any
+/// device's pluggable allocator, writes the size of the segment holding it
+/// to `*size` and returns the segment's base address. Returns NULL (nothing
+/// written, last error set) for NULL `size` or a pointer no allocator owns.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pluggable_base_alloc(ptr: *mut c_void, size: *mut usize) -> *mut c_void {
+    ffi_boundary!(fallible "npualloc_pluggable_base_alloc", std::ptr::null_mut(), {
+        let out = try_out!(size, "size");
+        let Some((base, len)) = created().find_map(|a| a.segment_of(ptr as usize).ok()) else {
+            return Err(Error::UnknownPointer(format!("{ptr:p} is not inside a live block of any device")));
+        };
+        // SAFETY: out was checked non-NULL and aligned.
+        unsafe { out.write(len) };
+        Ok(base as *mut c_void)
+    })
+}
+
+/// torch_npu's reset-peak hook: resets the peak statistics of `device`'s
+/// allocator (nothing to do when it has not been created). A bad device:
+/// last error and stderr.
+#[unsafe(no_mangle)]
+pub extern "C" fn npualloc_pluggable_reset_peak_stats(device: c_int) {
+    ffi_boundary!(fallible "npualloc_pluggable_reset_peak_stats", (), {
+        match existing(device) {
+            Ok(Some(a)) => a.reset_peak_stats(),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        }
+        .inspect_err(|e| report("reset_peak_stats", e))
+    })
+}
+
+/// Test access: the statistics of `device`'s pluggable allocator.
+pub fn stats(device: c_int) -> Result<Option<crate::core::Stats>> {
+    existing(device)?.map(|a| a.stats()).transpose()
+}

@@ -1,0 +1,130 @@
+//! The plugin table: every function of the C API behind one `dlsym`.
+//!
+//! A host that loads the library with `dlopen` resolves `npualloc_get_api`
+//! alone and calls through the table it returns. The table for ABI version 1
+//! lists the functions in the order of the API contract; later fields may be
+//! appended in a later library, never reordered, so a host reads
+//! `struct_size` before using a field past the ones it knows.
+
+use super::allocator::npualloc_block_info;
+use super::handle::npualloc_allocator;
+use super::stats::npualloc_stats;
+use super::status::{npualloc_status, npualloc_status_raw};
+use super::version::NPUALLOC_ABI_VERSION;
+use crate::error::Error;
+use crate::sys::aclrtStream;
+use std::ffi::{c_char, c_int, c_void};
+
+/// The function table of one ABI version (see `npualloc_get_api`). Each field
+/// points to the function of the same name without the `npualloc_` prefix.
+#[repr(C)]
+pub struct npualloc_api {
+    /// `sizeof(npualloc_api)` in the library that made the table.
+    pub struct_size: u32,
+    /// The ABI version the table follows.
+    pub abi_version: u32,
+    pub status_name: extern "C" fn(npualloc_status_raw) -> *const c_char,
+    pub last_error: extern "C" fn() -> *const c_char,
+    pub create: unsafe extern "C" fn(*const c_char, i32, *mut *mut npualloc_allocator) -> npualloc_status,
+    pub destroy: unsafe extern "C" fn(*mut npualloc_allocator) -> npualloc_status,
+    pub register: unsafe extern "C" fn(*mut npualloc_allocator, aclrtStream) -> npualloc_status,
+    pub unregister: unsafe extern "C" fn(*mut npualloc_allocator, aclrtStream) -> npualloc_status,
+    pub desc_alloc: unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void,
+    pub desc_free: unsafe extern "C" fn(*mut c_void, *mut c_void),
+    pub desc_alloc_advise: unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> *mut c_void,
+    pub desc_get_addr: extern "C" fn(*mut c_void) -> *mut c_void,
+    pub binding_create: unsafe extern "C" fn(*mut npualloc_allocator, aclrtStream, *mut *mut c_void) -> npualloc_status,
+    pub binding_destroy: unsafe extern "C" fn(*mut c_void) -> npualloc_status,
+    pub malloc: unsafe extern "C" fn(*mut npualloc_allocator, usize, aclrtStream, *mut *mut c_void) -> npualloc_status,
+    pub free: unsafe extern "C" fn(*mut npualloc_allocator, *mut c_void) -> npualloc_status,
+    pub record_stream: unsafe extern "C" fn(*mut npualloc_allocator, *mut c_void, aclrtStream) -> npualloc_status,
+    pub empty_cache: unsafe extern "C" fn(*mut npualloc_allocator) -> npualloc_status,
+    pub set_memory_fraction: unsafe extern "C" fn(*mut npualloc_allocator, f64) -> npualloc_status,
+    pub query:
+        unsafe extern "C" fn(*const npualloc_allocator, *const c_void, *mut npualloc_block_info) -> npualloc_status,
+    pub get_stats: unsafe extern "C" fn(*const npualloc_allocator, *mut npualloc_stats) -> npualloc_status,
+    pub reset_peak_stats: unsafe extern "C" fn(*mut npualloc_allocator) -> npualloc_status,
+    pub snapshot_json: unsafe extern "C" fn(*const npualloc_allocator, *mut *mut c_char) -> npualloc_status,
+    pub string_free: unsafe extern "C" fn(*mut c_char),
+    // check_memcpy2d, memcpy2d and memcpy2d_async belong here (the API
+    // contract's order) once their exports exist.
+    pub pluggable_malloc: unsafe extern "C" fn(usize, c_int, aclrtStream) -> *mut c_void,
+    pub pluggable_free: unsafe extern "C" fn(*mut c_void, usize, c_int, aclrtStream),
+    pub pluggable_init: extern "C" fn(c_int),
+    pub pluggable_empty_cache: extern "C" fn(bool),
+    pub pluggable_set_memory_fraction: extern "C" fn(f64, c_int),
+    pub pluggable_base_alloc: unsafe extern "C" fn(*mut c_void, *mut usize) -> *mut c_void,
+    pub pluggable_reset_peak_stats: extern "C" fn(c_int),
+    pub abi_version_fn: extern "C" fn() -> u32,
+    pub version: extern "C" fn() -> *const c_char,
+}
+
+static API_V1: npualloc_api = npualloc_api {
+    struct_size: std::mem::size_of::<npualloc_api>() as u32,
+    abi_version: NPUALLOC_ABI_VERSION,
+    status_name: super::status::npualloc_status_name,
+    last_error: super::last_error::npualloc_last_error,
+    create: super::allocator::npualloc_create,
+    destroy: super::allocator::npualloc_destroy,
+    register: super::desc::npualloc_register,
+    unregister: super::desc::npualloc_unregister,
+    desc_alloc: super::desc::npualloc_desc_alloc,
+    desc_free: super::desc::npualloc_desc_free,
+    desc_alloc_advise: super::desc::npualloc_desc_alloc_advise,
+    desc_get_addr: super::desc::npualloc_desc_get_addr,
+    binding_create: super::desc::npualloc_binding_create,
+    binding_destroy: super::desc::npualloc_binding_destroy,
+    malloc: super::allocator::npualloc_malloc,
+    free: super::allocator::npualloc_free,
+    record_stream: super::allocator::npualloc_record_stream,
+    empty_cache: super::allocator::npualloc_empty_cache,
+    set_memory_fraction: super::allocator::npualloc_set_memory_fraction,
+    query: super::allocator::npualloc_query,
+    get_stats: super::stats::npualloc_get_stats,
+    reset_peak_stats: super::stats::npualloc_reset_peak_stats,
+    snapshot_json: super::stats::npualloc_snapshot_json,
+    string_free: super::stats::npualloc_string_free,
+    // (the three memcpy2d entries, see the struct)
+    pluggable_malloc: super::pluggable::npualloc_pluggable_malloc,
+    pluggable_free: super::pluggable::npualloc_pluggable_free,
+    pluggable_init: super::pluggable::npualloc_pluggable_init,
+    pluggable_empty_cache: super::pluggable::npualloc_pluggable_empty_cache,
+    pluggable_set_memory_fraction: super::pluggable::npualloc_pluggable_set_memory_fraction,
+    pluggable_base_alloc: super::pluggable::npualloc_pluggable_base_alloc,
+    pluggable_reset_peak_stats: super::pluggable::npualloc_pluggable_reset_peak_stats,
+    abi_version_fn: super::version::npualloc_abi_version,
+    version: super::version::npualloc_version,
+};
+
+/// The function table for C ABI version `abi_version`, or NULL (last error
+/// set) when this library does not provide that version. The table is
+/// static: never free it. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn npualloc_get_api(abi_version: u32) -> *const npualloc_api {
+    ffi_boundary!(fallible "npualloc_get_api", std::ptr::null(), {
+        if abi_version != NPUALLOC_ABI_VERSION {
+            return Err(Error::Unsupported(format!(
+                "ABI version {abi_version} is not provided; this library implements {NPUALLOC_ABI_VERSION}"
+            )));
+        }
+        Ok(&API_V1 as *const npualloc_api)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_for_version_1_only() {
+        let api = npualloc_get_api(1);
+        assert!(!api.is_null());
+        // SAFETY: a non-NULL result points to the static table.
+        let api = unsafe { &*api };
+        assert_eq!(api.struct_size as usize, std::mem::size_of::<npualloc_api>());
+        assert_eq!(api.abi_version, 1);
+        assert_eq!((api.abi_version_fn)(), 1);
+        assert!(npualloc_get_api(2).is_null());
+        assert!(npualloc_get_api(0).is_null());
+    }
+}

@@ -1,0 +1,315 @@
+//! Replays allocation traces through allocator configurations on the ACL
+//! emulator, and reports what each needed (shared by `npualloc-replay` and
+//! the benchmarks).
+//!
+//! Per (trace, configuration):
+//! - one observed run at the default capacity: peak reserved, device calls,
+//!   syncs, OOMs, and with `series` the reserved bytes after every step;
+//! - with `segment_map` (first configuration only), a second run stopped at
+//!   the step where reserved first reached its peak, for a snapshot;
+//! - `repeat` timed runs: only the loop of allocator calls is timed, the best
+//!   run is kept (the emulator's streams and the allocator are set up before);
+//! - with `min_capacity`, a bisection over the emulator's device capacity,
+//!   each probe stopping at its first OOM.
+//!
+//! Runs are sequential: the emulator's devices are process-wide.
+
+mod capacity;
+pub mod emulator;
+mod engine;
+pub mod json;
+pub mod prepared;
+pub mod snapshot;
+pub mod svg;
+pub mod table;
+
+pub use emulator::{Emulator, EmulatorError};
+pub use prepared::{Prepared, Step};
+pub use snapshot::SegmentMap;
+
+use crate::config::Config;
+use crate::core::DeviceAllocator;
+use emulator::{DEFAULT_CAPACITY, DEVICE};
+use engine::{Npu, Outcome, Passthrough, Quiet, Series};
+use std::time::Duration;
+
+/// What to replay a trace through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// npualloc with a config string (empty: the defaults).
+    Npualloc { label: String, config: String },
+    /// `aclrtMalloc`/`aclrtFree` for every request, no cache.
+    Passthrough,
+}
+
+impl Target {
+    /// npualloc as configured by `config`.
+    pub fn npualloc(config: &str) -> Target {
+        let label = if config.trim().is_empty() { "npualloc".to_string() } else { format!("npualloc[{config}]") };
+        Target::Npualloc { label, config: config.to_string() }
+    }
+
+    /// npualloc with PyTorch's published policy: fixed segments, PyTorch's
+    /// rounding and split rules.
+    pub fn pytorch_policy() -> Target {
+        // Builds without the key already have no other policy.
+        let config = if Config::parse("expandable_segments:false").is_ok() { "expandable_segments:false" } else { "" };
+        Target::Npualloc { label: "pytorch-policy".into(), config: config.into() }
+    }
+
+    pub fn label(&self) -> &str {
+        match self {
+            Target::Npualloc { label, .. } => label,
+            Target::Passthrough => "passthrough",
+        }
+    }
+
+    /// The config string, or a word for the passthrough.
+    pub fn config_text(&self) -> &str {
+        match self {
+            Target::Npualloc { config, .. } => config,
+            Target::Passthrough => "(no cache)",
+        }
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Timed runs per configuration (the best is kept); at least 1.
+    pub repeat: usize,
+    pub min_capacity: bool,
+    /// Keep reserved bytes after every step (for pictures).
+    pub series: bool,
+    /// Snapshot the first configuration's segments at its peak.
+    pub segment_map: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { repeat: 3, min_capacity: true, series: false, segment_map: false }
+    }
+}
+
+/// Counters of one configuration on one trace.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    pub peak_reserved: u64,
+    pub device_mallocs: u64,
+    pub device_frees: u64,
+    pub maps: u64,
+    pub unmaps: u64,
+    pub physical_mallocs: u64,
+    pub physical_frees: u64,
+    /// Host syncs the allocator made (not the trace's `w` events).
+    pub syncs: u64,
+    /// Allocations that failed with out of memory at the default capacity.
+    pub ooms: u64,
+    /// Best timed run / steps.
+    pub ns_per_op: f64,
+    /// `None` when not asked for.
+    pub min_capacity: Option<Result<u64, String>>,
+    /// Reserved bytes after each step (with `Options::series`).
+    pub reserved_series: Vec<u64>,
+    pub segment_map: Option<SegmentMap>,
+}
+
+/// One row: a trace replayed through one configuration.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub trace: String,
+    pub target: Target,
+    pub ops: usize,
+    pub peak_requested: u64,
+    /// An error when the configuration could not run the trace at all.
+    pub result: Result<Measured, String>,
+}
+
+impl Report {
+    /// peak reserved / peak requested.
+    pub fn ratio(&self) -> Option<f64> {
+        let m = self.result.as_ref().ok()?;
+        (self.peak_requested > 0).then(|| m.peak_reserved as f64 / self.peak_requested as f64)
+    }
+}
+
+/// Replays `trace` through every target; `progress` hears what is running.
+pub fn replay_trace(
+    emu: &Emulator,
+    trace: &Prepared,
+    targets: &[Target],
+    opts: &Options,
+    progress: &mut dyn FnMut(&str),
+) -> Vec<Report> {
+    let _ = emu.runtime().set_device(DEVICE);
+    let reports = targets
+        .iter()
+        .enumerate()
+        .map(|(k, target)| {
+            let mut say = |what: &str| progress(&format!("{} | {} | {what}", trace.name, target.label()));
+            let result = measure(emu, trace, target, opts, opts.segment_map && k == 0, &mut say);
+            Report { trace: trace.name.clone(), target: target.clone(), ops: trace.steps.len(), peak_requested: trace.peak_requested, result }
+        })
+        .collect();
+    let _ = emu.set_capacity(DEFAULT_CAPACITY);
+    reports
+}
+
+fn measure(
+    emu: &Emulator,
+    trace: &Prepared,
+    target: &Target,
+    opts: &Options,
+    want_map: bool,
+    say: &mut dyn FnMut(&str),
+) -> Result<Measured, String> {
+    let runner = Runner::new(emu, trace, target)?;
+    say("observed run");
+    let observed = runner.run(&Spec { series: opts.series || want_map, finish: true, ..Spec::default() })?;
+    let mut m = observed.counters;
+    m.ooms = observed.outcome.ooms;
+    m.reserved_series = observed.series;
+    if want_map && matches!(target, Target::Npualloc { .. }) {
+        if let Some(peak) = m.reserved_series.iter().copied().max() {
+            let step = m.reserved_series.iter().position(|&r| r == peak).unwrap_or(0);
+            say("snapshot at peak");
+            let snap = runner.run(&Spec { limit: Some(step + 1), snapshot: true, ..Spec::default() })?;
+            m.segment_map = snap.snapshot.map(|s| snapshot::parse(&s, step)).transpose()?;
+        }
+    }
+    if !opts.series {
+        m.reserved_series = Vec::new();
+    }
+    let mut best = Duration::MAX;
+    let mut executed = 0;
+    for i in 0..opts.repeat.max(1) {
+        say(&format!("timing {}/{}", i + 1, opts.repeat.max(1)));
+        let r = runner.run(&Spec::default())?;
+        if r.outcome.elapsed < best {
+            best = r.outcome.elapsed;
+            executed = r.outcome.executed;
+        }
+    }
+    m.ns_per_op = if executed > 0 { best.as_nanos() as f64 / executed as f64 } else { 0.0 };
+    if opts.min_capacity {
+        m.min_capacity = Some(capacity::bisect(&runner, m.peak_reserved, say));
+    }
+    Ok(m)
+}
+
+/// One run's settings.
+#[derive(Debug, Clone)]
+struct Spec {
+    capacity: u64,
+    stop_on_oom: bool,
+    /// Run only the first this-many steps.
+    limit: Option<usize>,
+    series: bool,
+    snapshot: bool,
+    /// Read the counters afterwards.
+    finish: bool,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Spec { capacity: DEFAULT_CAPACITY, stop_on_oom: false, limit: None, series: false, snapshot: false, finish: false }
+    }
+}
+
+struct RunResult {
+    outcome: Outcome,
+    series: Vec<u64>,
+    counters: Measured,
+    snapshot: Option<String>,
+}
+
+/// A target bound to a trace, ready to run again and again.
+struct Runner<'a> {
+    emu: &'a Emulator,
+    trace: &'a Prepared,
+    config: Option<Config>,
+}
+
+impl<'a> Runner<'a> {
+    fn new(emu: &'a Emulator, trace: &'a Prepared, target: &Target) -> Result<Self, String> {
+        let config = match target {
+            Target::Npualloc { config, .. } => Some(Config::parse(config).map_err(|e| e.to_string())?),
+            Target::Passthrough => None,
+        };
+        Ok(Runner { emu, trace, config })
+    }
+
+    fn run(&self, spec: &Spec) -> Result<RunResult, String> {
+        let emu = self.emu;
+        emu.set_capacity(spec.capacity).map_err(|e| e.to_string())?;
+        let streams = emu.create_streams(self.trace.streams).map_err(|e| e.to_string())?;
+        let result = self.run_on(spec, &streams);
+        emu.destroy_streams(&streams);
+        result
+    }
+
+    fn run_on(&self, spec: &Spec, streams: &[crate::runtime::Stream]) -> Result<RunResult, String> {
+        let steps = &self.trace.steps[..spec.limit.unwrap_or(self.trace.steps.len()).min(self.trace.steps.len())];
+        let mut addrs = vec![0usize; self.trace.slots];
+        let mut series = Series(Vec::new());
+        if spec.series {
+            series.0.reserve_exact(steps.len());
+        }
+        let rt = self.emu.runtime();
+        match &self.config {
+            Some(config) => {
+                let alloc = DeviceAllocator::with_runtime(config.clone(), DEVICE, rt.clone()).map_err(|e| e.to_string())?;
+                let mut b = Npu { alloc: &alloc };
+                let outcome = if spec.series {
+                    engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut series)
+                } else {
+                    engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut Quiet)
+                };
+                let mut counters = Measured::default();
+                let mut snapshot = None;
+                if outcome.is_ok() && (spec.finish || spec.snapshot) {
+                    let s = alloc.stats().map_err(|e| e.to_string())?;
+                    let json = alloc.snapshot_json().map_err(|e| e.to_string())?;
+                    counters = Measured {
+                        peak_reserved: s.reserved_bytes_peak,
+                        device_mallocs: s.num_device_mallocs,
+                        device_frees: s.num_device_frees,
+                        maps: s.num_maps,
+                        unmaps: s.num_unmaps,
+                        // Read by name: builds without physical pages lack them.
+                        physical_mallocs: snapshot::stat(&json, "num_physical_mallocs"),
+                        physical_frees: snapshot::stat(&json, "num_physical_frees"),
+                        syncs: s.num_syncs,
+                        ..Measured::default()
+                    };
+                    if spec.snapshot {
+                        snapshot = Some(json);
+                    }
+                }
+                let torn = alloc.teardown();
+                let outcome = outcome?;
+                torn.map_err(|e| format!("teardown: {e}"))?;
+                Ok(RunResult { outcome, series: series.0, counters, snapshot })
+            }
+            None => {
+                let mut b = Passthrough { rt, emu: self.emu, track_peak: spec.finish, peak: 0, mallocs: 0, frees: 0 };
+                let outcome = if spec.series {
+                    engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut series)
+                } else {
+                    engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut Quiet)
+                };
+                let counters = Measured {
+                    peak_reserved: b.peak,
+                    device_mallocs: b.mallocs,
+                    device_frees: b.frees,
+                    ..Measured::default()
+                };
+                // What the trace leaves live, returned outside the timed loop.
+                for &a in addrs.iter().filter(|&&a| a != 0) {
+                    let _ = rt.free(a);
+                }
+                Ok(RunResult { outcome: outcome?, series: series.0, counters, snapshot: None })
+            }
+        }
+    }
+}
