@@ -85,6 +85,17 @@ int main(void) {
     api->desc_free(binding, advised);
     CHECK_API(api->binding_destroy(binding), NPUALLOC_OK);
 
+    /* 2D copies through the table: a host-to-device copy into the live block,
+     * one past its end, and the rules alone (no allocator). */
+    {
+        char host[4 * 256];
+        memset(host, 7, sizeof host);
+        CHECK_API(api->check_memcpy2d(a, p, 256, host, 256, 256, 4, 1, 0), NPUALLOC_OK);
+        CHECK_API(api->memcpy2d(a, p, 256, host, 256, 256, 3, 1), NPUALLOC_OK);
+        CHECK_API(api->check_memcpy2d(a, p, 256, host, 256, 256, 5, 1, 0), NPUALLOC_ERR_COPY_OUT_OF_BOUNDS);
+        CHECK_API(api->check_memcpy2d(NULL, p, 256, host, 256, 257, 1, 1, 0), NPUALLOC_ERR_INVALID_ARGUMENT);
+        CHECK_API(api->memcpy2d_async(a, host, 256, p, 256, 256, 3, 2, s), NPUALLOC_OK);
+    }
     CHECK_API(api->record_stream(a, p, s), NPUALLOC_OK);
     CHECK_API(api->free(a, p), NPUALLOC_OK);
     CHECK_API(api->free(a, p), NPUALLOC_ERR_UNKNOWN_POINTER);

@@ -223,6 +223,32 @@ typedef struct npualloc_api {
     npualloc_status (*reset_peak_stats)(struct npualloc_allocator*);
     npualloc_status (*snapshot_json)(const struct npualloc_allocator*, char**);
     void (*string_free)(char*);
+    npualloc_status (*check_memcpy2d)(const struct npualloc_allocator*,
+                                      const void*,
+                                      size_t,
+                                      const void*,
+                                      size_t,
+                                      size_t,
+                                      size_t,
+                                      int32_t,
+                                      int32_t);
+    npualloc_status (*memcpy2d)(const struct npualloc_allocator*,
+                                void*,
+                                size_t,
+                                const void*,
+                                size_t,
+                                size_t,
+                                size_t,
+                                int32_t);
+    npualloc_status (*memcpy2d_async)(const struct npualloc_allocator*,
+                                      void*,
+                                      size_t,
+                                      const void*,
+                                      size_t,
+                                      size_t,
+                                      size_t,
+                                      int32_t,
+                                      aclrtStream);
     void *(*pluggable_malloc)(size_t, int, aclrtStream);
     void (*pluggable_free)(void*, size_t, int, aclrtStream);
     void (*pluggable_init)(int);

@@ -63,9 +63,6 @@ pub struct DeviceAllocator {
     device: i32,
     rt: Arc<Runtime>,
     config: Config,
-    /// Config key `trace`. Locked only while `state` is held, so the trace
-    /// lists events in the allocator's order.
-    trace: Option<Mutex<TraceRecorder>>,
 }
 
 impl std::fmt::Debug for DeviceAllocator {
@@ -109,6 +106,10 @@ impl DeviceAllocator {
         };
         let large_page = expandable::large_page_spec(&rt, device, &config)?;
         let limit = config.per_process_memory_fraction.map(|f| (f * total as f64) as usize);
+        let trace = match &config.trace {
+            Some(path) => Some(TraceRecorder::create(path, device, &config)?),
+            None => None,
+        };
         let state = State {
             rt: rt.clone(),
             device,
@@ -129,14 +130,11 @@ impl DeviceAllocator {
             handle_cache: Default::default(),
             device_total: total,
             broken: None,
+            trace,
             #[cfg(debug_assertions)]
             transitions: 0,
         };
-        let trace = match &config.trace {
-            Some(path) => Some(Mutex::new(TraceRecorder::create(path, device, &config)?)),
-            None => None,
-        };
-        Ok(DeviceAllocator { state: Mutex::new(state), device, rt, config, trace })
+        Ok(DeviceAllocator { state: Mutex::new(state), device, rt, config })
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, State>> {
@@ -172,8 +170,8 @@ impl DeviceAllocator {
     pub fn malloc(&self, size: usize, stream: Stream) -> Result<usize> {
         let mut st = self.lock()?;
         let addr = st.malloc(size, stream)?;
-        if let Some(t) = &self.trace {
-            lock_trace(t).alloc(addr, size, stream);
+        if let Some(t) = &mut st.trace {
+            t.alloc(addr, size, stream);
         }
         Ok(addr)
     }
@@ -183,8 +181,8 @@ impl DeviceAllocator {
     pub fn free(&self, addr: usize) -> Result<()> {
         let mut st = self.lock()?;
         st.free(addr)?;
-        if let Some(t) = &self.trace {
-            lock_trace(t).free(addr);
+        if let Some(t) = &mut st.trace {
+            t.free(addr);
         }
         Ok(())
     }
@@ -193,17 +191,17 @@ impl DeviceAllocator {
     pub fn record_stream(&self, addr: usize, stream: Stream) -> Result<()> {
         let mut st = self.lock()?;
         st.record_stream(addr, stream)?;
-        if let Some(t) = &self.trace {
-            lock_trace(t).record_stream(addr, stream);
+        if let Some(t) = &mut st.trace {
+            t.record_stream(addr, stream);
         }
         Ok(())
     }
 
     /// Writes the buffered trace events to the `trace` file (no-op without one).
     pub fn flush_trace(&self) -> Result<()> {
-        let _st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        match &self.trace {
-            Some(t) => lock_trace(t).flush(),
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &mut st.trace {
+            Some(t) => t.flush(),
             None => Ok(()),
         }
     }
@@ -332,7 +330,7 @@ impl DeviceAllocator {
         if let Err(e) = result {
             first_error.get_or_insert(Error::runtime(e, "selecting the device at teardown"));
         }
-        if let Some(Err(e)) = self.trace.as_ref().map(|t| lock_trace(t).flush()) {
+        if let Some(Err(e)) = st.trace.as_mut().map(|t| t.flush()) {
             first_error.get_or_insert(e);
         }
         st.broken = Some("it was destroyed".into());
@@ -342,9 +340,4 @@ impl DeviceAllocator {
             None => Ok(report),
         }
     }
-}
-
-/// The recorder survives a panic elsewhere: its buffer is still valid text.
-fn lock_trace(t: &Mutex<TraceRecorder>) -> MutexGuard<'_, TraceRecorder> {
-    t.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -45,6 +45,9 @@ pub struct State {
     pub device_total: usize,
     /// Set once a broken invariant is found: the allocator refuses work.
     pub broken: Option<String>,
+    /// Config key `trace`: recorded under this lock, so the trace lists
+    /// events in the allocator's order.
+    pub trace: Option<crate::trace::TraceRecorder>,
     #[cfg(debug_assertions)]
     pub transitions: u64,
 }
