@@ -44,6 +44,27 @@ pub struct Block {
     pub has_other_streams: bool,
 }
 
+impl Block {
+    /// The one free block covering a new segment (its `segment` is set once
+    /// the segment has an id).
+    pub fn segment_root(addr: usize, size: usize, kind: PoolKind, stream_slot: u16) -> Block {
+        Block {
+            addr,
+            size,
+            requested: 0,
+            segment: 0,
+            prev: NIL,
+            next: NIL,
+            free_prev: NIL,
+            free_next: NIL,
+            state: BlockState::Free,
+            kind,
+            stream_slot,
+            has_other_streams: false,
+        }
+    }
+}
+
 /// Slab of blocks with reusable slots.
 #[derive(Debug, Default)]
 pub struct BlockArena {

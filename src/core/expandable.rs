@@ -81,20 +81,7 @@ impl State {
         let va = (self.device_total / 8 * 9).div_ceil(spec.size).max(1) * spec.size;
         let rt = self.rt.clone();
         let base = rt.on_device(self.device, || rt.reserve(va)).map_err(GrowError::Runtime)?;
-        let block = self.blocks.insert(Block {
-            addr: base,
-            size: va,
-            requested: 0,
-            segment: 0,
-            prev: NIL,
-            next: NIL,
-            free_prev: NIL,
-            free_next: NIL,
-            state: BlockState::Free,
-            kind,
-            stream_slot: slot,
-            has_other_streams: false,
-        });
+        let block = self.blocks.insert(Block::segment_root(base, va, kind, slot));
         let seg = self.segments.insert(Segment {
             base,
             size: va,

@@ -358,20 +358,7 @@ impl State {
         let rt = self.rt.clone();
         let base = rt.on_device(self.device, || rt.malloc(size)).map_err(GrowError::Runtime)?;
         self.stats.segment_added(size);
-        let block = self.blocks.insert(Block {
-            addr: base,
-            size,
-            requested: 0,
-            segment: 0,
-            prev: NIL,
-            next: NIL,
-            free_prev: NIL,
-            free_next: NIL,
-            state: BlockState::Free,
-            kind,
-            stream_slot: slot,
-            has_other_streams: false,
-        });
+        let block = self.blocks.insert(Block::segment_root(base, size, kind, slot));
         let seg = self.segments.insert(Segment {
             base,
             size,
