@@ -197,7 +197,7 @@ fn segment_map(out: &mut String, label: &str, map: &SegmentMap, steps: usize, to
     const GAP: f64 = 4.0;
     const LABEL_W: f64 = 190.0;
     let mut segs: Vec<_> = map.segments.iter().filter(|s| s.extent > 0).collect();
-    segs.sort_by(|a, b| b.extent.cmp(&a.extent));
+    segs.sort_by_key(|s| std::cmp::Reverse(s.extent));
     let largest = segs.first().map_or(1, |s| s.extent).max(1) as f64;
     let any_expandable = segs.iter().any(|s| s.expandable);
     let bar_max = WIDTH - LEFT - RIGHT - LABEL_W + 60.0;
