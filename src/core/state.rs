@@ -78,10 +78,13 @@ impl State {
         let slot = self.stream_slot(stream);
         let id = match self.find_free(slot, kind, rounded) {
             Some(id) if !self.expandable => id,
-            Some(id) => match self.map_block(id, rounded) {
-                Ok(()) => id,
-                Err(_) => self.alloc_slow(size, rounded, kind, slot)?,
-            },
+            Some(best_fit) => {
+                let id = self.prefer_mapped(best_fit, slot, kind, rounded);
+                match self.map_block(id, rounded) {
+                    Ok(()) => id,
+                    Err(_) => self.alloc_slow(size, rounded, kind, slot)?,
+                }
+            }
             None => self.alloc_slow(size, rounded, kind, slot)?,
         };
         Ok(self.take_block(id, rounded, size))
@@ -276,7 +279,7 @@ impl State {
         self.order.push_pending(PendingFree { block: id, events }, size);
     }
 
-    fn record_on(&mut self, stream: Stream) -> Result<crate::runtime::Event, crate::runtime::AclCallError> {
+    pub(super) fn record_on(&mut self, stream: Stream) -> Result<crate::runtime::Event, crate::runtime::AclCallError> {
         let rt = self.rt.clone();
         let pooled = self.order.pooled_event();
         rt.on_device(self.device, || {
