@@ -260,13 +260,11 @@ impl State {
     /// new pages, a free block that needs fewer (ideally none) wins, then the
     /// smaller one. Keeping requests on mapped memory is what stops pages
     /// from moving back and forth between holes and the tail.
-    pub(super) fn prefer_mapped(&self, id: BlockId, slot: u16, kind: PoolKind, rounded: usize) -> BlockId {
-        if !self.expandable {
-            return id;
-        }
+    /// Returns the block and how many of its pages still need mapping.
+    pub(super) fn prefer_mapped(&self, id: BlockId, slot: u16, kind: PoolKind, rounded: usize) -> (BlockId, usize) {
         let missing = self.unmapped_under(id, rounded);
         if missing == 0 {
-            return id;
+            return (id, 0);
         }
         let policy = &self.policy;
         let mut best = (missing, self.blocks.get(id).size, id);
@@ -283,7 +281,7 @@ impl State {
                 }
             }
         }
-        best.2
+        (best.2, best.0)
     }
 
     /// Unmaps up to `wanted` free pages of size `page` from holes (never

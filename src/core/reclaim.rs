@@ -81,9 +81,7 @@ impl State {
     /// expandable segment), else growth.
     fn try_alloc(&mut self, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId, GrowError> {
         if let Some(id) = self.find_free(slot, kind, rounded) {
-            let id = self.prefer_mapped(id, slot, kind, rounded);
-            self.map_block(id, rounded)?;
-            return Ok(id);
+            return self.place(id, slot, kind, rounded);
         }
         self.grow(rounded, kind, slot)
     }

@@ -78,30 +78,32 @@ impl State {
         let slot = self.stream_slot(stream);
         let id = match self.find_free(slot, kind, rounded) {
             Some(id) if !self.expandable => id,
-            Some(best_fit) => {
-                let id = self.prefer_mapped(best_fit, slot, kind, rounded);
-                match self.map_block(id, rounded) {
-                    Ok(()) => id,
-                    Err(_) => self.alloc_slow(size, rounded, kind, slot)?,
-                }
-            }
+            Some(best_fit) => match self.place(best_fit, slot, kind, rounded) {
+                Ok(id) => id,
+                Err(_) => self.alloc_slow(size, rounded, kind, slot)?,
+            },
             None => self.alloc_slow(size, rounded, kind, slot)?,
         };
         Ok(self.take_block(id, rounded, size))
     }
 
-    /// In an expandable segment, maps the pages the first `rounded` bytes of
-    /// free block `id` need. Fixed segments are always mapped.
+    /// Chooses where a request of `rounded` bytes goes, starting from the
+    /// best fit, and maps what it needs (expandable segments only; fixed
+    /// segments are always mapped).
     #[inline]
-    pub fn map_block(&mut self, id: BlockId, rounded: usize) -> Result<(), GrowError> {
-        let (seg, addr) = {
-            let b = self.blocks.get(id);
-            (b.segment, b.addr)
-        };
-        if self.segments.get(seg).vmm.is_none() {
-            return Ok(());
+    pub fn place(&mut self, best_fit: BlockId, slot: u16, kind: PoolKind, rounded: usize) -> Result<BlockId, GrowError> {
+        if !self.expandable {
+            return Ok(best_fit);
         }
-        self.ensure_mapped(seg, addr, rounded)
+        let (id, missing) = self.prefer_mapped(best_fit, slot, kind, rounded);
+        if missing > 0 {
+            let (seg, addr) = {
+                let b = self.blocks.get(id);
+                (b.segment, b.addr)
+            };
+            self.ensure_mapped(seg, addr, rounded)?;
+        }
+        Ok(id)
     }
 
     #[inline]
@@ -348,8 +350,7 @@ impl State {
                 self.range_for(kind, slot)?;
             }
             let id = self.find_free(slot, kind, rounded).ok_or(GrowError::AddressSpace)?;
-            self.map_block(id, rounded)?;
-            return Ok(id);
+            return self.place(id, slot, kind, rounded);
         }
         let size = self.policy.segment_size(rounded);
         let reserved = self.stats.get().reserved_bytes as usize;
