@@ -31,6 +31,8 @@ pub mod streams;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_expandable;
 
 use crate::config::Config;
 use crate::error::{Error, Result};

@@ -19,62 +19,100 @@ use super::state::{GrowError, State};
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 
+/// The recovery steps after a failed growth, cheapest first.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    ReleaseCached,
+    FreeCachedPages,
+    WaitPending,
+}
+
+impl Step {
+    const LADDER: [Step; 3] = [Step::ReleaseCached, Step::FreeCachedPages, Step::WaitPending];
+
+    fn name(self) -> &'static str {
+        match self {
+            Step::ReleaseCached => "releasing cached memory",
+            Step::FreeCachedPages => "freeing cached physical pages",
+            Step::WaitPending => "waiting for pending cross-stream frees",
+        }
+    }
+}
+
 impl State {
     pub(super) fn alloc_slow(&mut self, size: usize, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId> {
-        let fail_runtime = |call| Error::runtime(call, format!("obtaining device memory for {size} bytes"));
         if self.reap_pending() > 0 {
-            match self.try_alloc(rounded, kind, slot) {
-                Ok(id) => return Ok(id),
-                Err(GrowError::Runtime(call)) if !call.is_out_of_memory() => return Err(fail_runtime(call)),
-                Err(_) => {}
+            if let Some(id) = self.attempt(size, rounded, kind, slot)?.ok() {
+                return Ok(id);
             }
         }
         self.collect_garbage(rounded);
-        let mut last = match self.try_alloc(rounded, kind, slot) {
+        let mut last = match self.attempt(size, rounded, kind, slot)? {
             Ok(id) => return Ok(id),
-            Err(GrowError::Runtime(call)) if !call.is_out_of_memory() => return Err(fail_runtime(call)),
             Err(e) => e,
         };
         self.stats.retried();
-        let steps = ["releasing cached memory", "freeing cached physical pages", "waiting for pending cross-stream frees"];
-        let mut step = steps[0];
-        for (i, name) in steps.into_iter().enumerate() {
-            step = name;
-            match i {
-                0 => {
-                    let all: Vec<u32> = self.segments.ids().collect();
-                    let _ = self.release_segments(&all);
-                    if self.expandable {
-                        let _ = self.unmap_free_pages();
-                    }
-                }
-                1 => {
-                    if !self.expandable {
-                        continue;
-                    }
-                    let _ = self.free_cached_handles();
-                }
-                _ => {
-                    if !self.order.has_pending() {
-                        break;
-                    }
-                    self.wait_pending();
-                    let all: Vec<u32> = self.segments.ids().collect();
-                    let _ = self.release_segments(&all);
-                    if self.expandable {
-                        let _ = self.unmap_free_pages();
-                        let _ = self.free_cached_handles();
-                    }
-                }
+        let mut tried = Step::ReleaseCached;
+        for step in Step::LADDER {
+            if !self.reclaim(step) {
+                continue;
             }
-            match self.try_alloc(rounded, kind, slot) {
+            tried = step;
+            match self.attempt(size, rounded, kind, slot)? {
                 Ok(id) => return Ok(id),
-                Err(GrowError::Runtime(call)) if !call.is_out_of_memory() => return Err(fail_runtime(call)),
                 Err(e) => last = e,
             }
         }
         self.stats.oom();
-        Err(Error::OutOfMemory(self.oom_message(size, rounded, &last, step)))
+        Err(Error::OutOfMemory(self.oom_message(size, rounded, &last, tried.name())))
+    }
+
+    /// Runs one recovery step; false when it had nothing to do.
+    fn reclaim(&mut self, step: Step) -> bool {
+        match step {
+            Step::ReleaseCached => {}
+            Step::FreeCachedPages => {
+                if !self.expandable {
+                    return false;
+                }
+                let _ = self.free_cached_handles();
+                return true;
+            }
+            Step::WaitPending => {
+                if !self.order.has_pending() {
+                    return false;
+                }
+                self.wait_pending();
+            }
+        }
+        // Failures here only mean less memory came back; the next attempt says.
+        let all: Vec<u32> = self.segments.ids().collect();
+        let _ = self.release_segments(&all);
+        if self.expandable {
+            let _ = self.unmap_free_pages();
+            if matches!(step, Step::WaitPending) {
+                let _ = self.free_cached_handles();
+            }
+        }
+        true
+    }
+
+    /// `try_alloc`, with a runtime failure other than out-of-memory turned
+    /// into the caller's error (outer `Err`); an out-of-memory growth failure
+    /// is the inner `Err`, for the ladder to act on.
+    fn attempt(
+        &mut self,
+        size: usize,
+        rounded: usize,
+        kind: PoolKind,
+        slot: u16,
+    ) -> Result<Result<BlockId, GrowError>> {
+        match self.try_alloc(rounded, kind, slot) {
+            Err(GrowError::Runtime(call)) if !call.is_out_of_memory() => {
+                Err(Error::runtime(call, format!("obtaining device memory for {size} bytes")))
+            }
+            other => Ok(other),
+        }
     }
 
     /// One attempt: a free block that fits (mapping its pages in an

@@ -11,49 +11,49 @@ pub(crate) fn emu_lock() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-const DEV: i32 = 1;
+pub(super) const DEV: i32 = 1;
 
-fn usage(device: i32) -> aclemu_usage {
+pub(super) fn usage(device: i32) -> aclemu_usage {
     let mut u: aclemu_usage = unsafe { std::mem::zeroed() };
     // SAFETY: u is a valid out-pointer.
     assert_eq!(unsafe { aclemu_get_usage(device, &mut u) }, 0);
     u
 }
 
-fn set_capacity(bytes: u64) {
+pub(super) fn set_capacity(bytes: u64) {
     // SAFETY: plain values.
     assert_eq!(unsafe { aclemu_set_device_memory(DEV, bytes) }, 0);
 }
 
-fn fail_nth(name: &str, n: i32) {
+pub(super) fn fail_nth(name: &str, n: i32) {
     let c = std::ffi::CString::new(name).unwrap();
     // SAFETY: c is a valid C string.
     assert_eq!(unsafe { aclemu_fail_nth(c.as_ptr(), n) }, 0);
 }
 
-fn allocator(config: &str) -> DeviceAllocator {
+pub(super) fn allocator(config: &str) -> DeviceAllocator {
     DeviceAllocator::with_runtime(Config::parse(config).unwrap(), DEV, Runtime::emulated()).unwrap()
 }
 
-fn finish(a: DeviceAllocator) {
+pub(super) fn finish(a: DeviceAllocator) {
     a.check_invariants().unwrap();
     a.teardown().unwrap();
     let u = usage(DEV);
     assert_eq!((u.malloc_count, u.malloc_bytes, u.events), (0, 0, 0), "emulator reports leaks");
 }
 
-fn fill(addr: usize, len: usize, byte: u8) {
+pub(super) fn fill(addr: usize, len: usize, byte: u8) {
     // SAFETY: the emulator's device memory is host memory; the block is live and at least len bytes.
     unsafe { std::ptr::write_bytes(addr as *mut u8, byte, len) }
 }
 
-fn check_fill(addr: usize, len: usize, byte: u8) -> bool {
+pub(super) fn check_fill(addr: usize, len: usize, byte: u8) -> bool {
     // SAFETY: as in `fill`.
     let s = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
     s.iter().all(|&b| b == byte)
 }
 
-fn new_stream(a: &DeviceAllocator) -> Stream {
+pub(super) fn new_stream(a: &DeviceAllocator) -> Stream {
     let rt = a.runtime().clone();
     rt.on_device(DEV, || rt.create_stream()).unwrap()
 }

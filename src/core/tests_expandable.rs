@@ -1,0 +1,975 @@
+//! Tests of expandable segments (Note [expandable segments on ACL VMM]), through the emulator.
+//!
+//! Every expectation is computed from the scenario (page counts from block
+//! sizes and offsets) and checked against the emulator's own counters, not
+//! only against the allocator's statistics. The emulator is process-wide, so
+//! each test takes `emu_lock()` and compares the emulator's counters with the
+//! values it read at its start.
+
+use super::tests::{
+    allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, usage, DEV,
+};
+use super::*;
+use ascendcl::{aclemu_stream_hold, aclemu_stream_release, aclemu_usage};
+
+const MIB: usize = 1 << 20;
+const GIB: usize = 1 << 30;
+/// The small pool's page, and the large pool's with `page_size:2m`.
+const PAGE: usize = 2 * MIB;
+const EXP_2M: &str = "expandable_segments:true,page_size:2m";
+
+/// The emulator's VMM counters relative to a test's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Vmm {
+    physical_count: i64,
+    physical_bytes: i64,
+    mapped_bytes: i64,
+    reserved_ranges: i64,
+}
+
+struct Baseline(aclemu_usage);
+
+impl Baseline {
+    fn take() -> Self {
+        Baseline(usage(DEV))
+    }
+
+    fn vmm(&self) -> Vmm {
+        let (u, b) = (usage(DEV), &self.0);
+        let d = |now: u64, then: u64| now as i64 - then as i64;
+        Vmm {
+            physical_count: d(u.physical_count, b.physical_count),
+            physical_bytes: d(u.physical_bytes, b.physical_bytes),
+            mapped_bytes: d(u.mapped_bytes, b.mapped_bytes),
+            reserved_ranges: d(u.reserved_ranges, b.reserved_ranges),
+        }
+    }
+
+    fn syncs(&self) -> u64 {
+        usage(DEV).syncs - self.0.syncs
+    }
+}
+
+/// Gives the device `bytes` of room on top of what it already holds.
+fn budget(bytes: usize) {
+    let u = usage(DEV);
+    set_capacity(u.malloc_bytes + u.physical_bytes + bytes as u64);
+}
+
+/// The allocator's own accounting: (bytes mapped in its ranges, bytes of
+/// unmapped handles in its cache).
+fn own_accounting(a: &DeviceAllocator) -> (usize, usize) {
+    let st = a.state.lock().unwrap();
+    let mapped = st
+        .segments
+        .ids()
+        .filter_map(|s| {
+            st.segments
+                .get(s)
+                .vmm
+                .as_ref()
+                .map(|r| r.mapped * r.page_size)
+        })
+        .sum();
+    let cached = st
+        .handle_cache
+        .iter()
+        .map(|(size, hs)| size * hs.len())
+        .sum();
+    (mapped, cached)
+}
+
+/// Distinct pages of `page` bytes (relative to `base`) under the given blocks.
+fn pages_under(base: usize, page: usize, blocks: &[(usize, usize)]) -> usize {
+    let mut pages: Vec<usize> = blocks
+        .iter()
+        .flat_map(|&(addr, size)| (addr - base) / page..=(addr + size - 1 - base) / page)
+        .collect();
+    pages.sort_unstable();
+    pages.dedup();
+    pages.len()
+}
+
+/// Accounting that must hold after any call, failed or not: the emulator
+/// maps exactly what the allocator thinks it maps, holds exactly the
+/// physical memory the allocator counts as reserved, and mapped + cached
+/// pages are that reserved memory.
+/// `page`: the one page size in use, if only one is.
+fn check_accounting(a: &DeviceAllocator, base: &Baseline, page: Option<usize>, what: &str) {
+    a.check_invariants()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let s = a.stats().unwrap();
+    let emu = base.vmm();
+    let (mapped, cached) = own_accounting(a);
+    if let Some(page) = page {
+        let by_count = ((s.num_maps - s.num_unmaps) as usize * page) as i64;
+        assert_eq!(
+            emu.mapped_bytes, by_count,
+            "{what}: emulator mapped bytes vs maps - unmaps"
+        );
+    }
+    assert_eq!(
+        emu.mapped_bytes, mapped as i64,
+        "{what}: emulator mapped bytes vs the allocator's ranges"
+    );
+    assert_eq!(
+        emu.physical_bytes, s.reserved_bytes as i64,
+        "{what}: emulator physical bytes vs reserved"
+    );
+    assert_eq!(
+        (mapped + cached) as u64,
+        s.reserved_bytes,
+        "{what}: mapped + cached vs reserved"
+    );
+    assert_eq!(
+        emu.physical_count,
+        (s.num_physical_mallocs - s.num_physical_frees) as i64,
+        "{what}: live handles vs physical mallocs - frees"
+    );
+}
+
+/// Teardown, then nothing of ours may be left in the emulator.
+fn teardown_clean(a: DeviceAllocator, base: &Baseline) {
+    a.check_invariants().unwrap();
+    a.teardown().unwrap();
+    let zero = Vmm {
+        physical_count: 0,
+        physical_bytes: 0,
+        mapped_bytes: 0,
+        reserved_ranges: 0,
+    };
+    assert_eq!(base.vmm(), zero, "teardown left VMM resources behind");
+    let u = usage(DEV);
+    assert_eq!(
+        (
+            u.malloc_count - base.0.malloc_count,
+            u.events - base.0.events
+        ),
+        (0, 0),
+        "teardown leaked"
+    );
+}
+
+#[test]
+fn growth_maps_pages_one_range_per_stream_and_kind() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator(EXP_2M);
+    assert!(a.is_expandable());
+
+    let p1 = a.malloc(4096, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!(
+        (
+            s.num_maps,
+            s.num_physical_mallocs,
+            s.reserved_bytes,
+            s.segments
+        ),
+        (1, 1, PAGE as u64, 1)
+    );
+    assert_eq!(s.num_device_mallocs, 0, "no aclrtMalloc in expandable mode");
+    assert_eq!(
+        base.vmm(),
+        Vmm {
+            physical_count: 1,
+            physical_bytes: PAGE as i64,
+            mapped_bytes: PAGE as i64,
+            reserved_ranges: 1
+        }
+    );
+
+    // A large block in its own range: 3 MiB at offset 0 needs pages 0 and 1.
+    let p2 = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!(
+        (
+            s.num_maps,
+            s.num_physical_mallocs,
+            s.reserved_bytes,
+            s.segments
+        ),
+        (3, 3, 3 * PAGE as u64, 2)
+    );
+    let (range_base, range_size) = a.segment_of(p2).unwrap();
+    assert_eq!(p2, range_base, "the first block starts the range");
+    assert_ne!(
+        a.segment_of(p1).unwrap().0,
+        range_base,
+        "small and large blocks use different ranges"
+    );
+    assert!(
+        range_size >= (1 << 30),
+        "the range covers the whole device ({range_size} bytes)"
+    );
+
+    // The next 3 MiB follow at once: [3, 6) MiB shares page 1, maps page 2.
+    let p3 = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(p3, p2 + 3 * MIB);
+    let s = a.stats().unwrap();
+    assert_eq!(
+        (
+            s.num_maps,
+            s.num_physical_mallocs,
+            s.reserved_bytes,
+            s.segments
+        ),
+        (4, 4, 4 * PAGE as u64, 2)
+    );
+
+    // More small blocks fit the mapped small page.
+    let p4 = a.malloc(5000, Stream::DEFAULT).unwrap();
+    assert_eq!(a.segment_of(p4).unwrap(), a.segment_of(p1).unwrap());
+    assert_eq!(a.stats().unwrap().num_maps, 4);
+
+    // A second stream gets its own ranges: one small, one large.
+    let s1 = new_stream(&a);
+    let q1 = a.malloc(4096, s1).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_maps, s.segments), (5, 3));
+    assert_ne!(a.segment_of(q1).unwrap().0, a.segment_of(p1).unwrap().0);
+    let q2 = a.malloc(12 * MIB, s1).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!(
+        (s.num_maps, s.num_physical_mallocs, s.segments),
+        (11, 11, 4)
+    );
+    assert_eq!(s.reserved_bytes, 11 * PAGE as u64);
+    assert_eq!(
+        s.allocated_bytes as usize,
+        4096 + 3 * MIB + 3 * MIB + 5120 + 4096 + 12 * MIB
+    );
+    assert_eq!(
+        base.vmm(),
+        Vmm {
+            physical_count: 11,
+            physical_bytes: 11 * PAGE as i64,
+            mapped_bytes: 11 * PAGE as i64,
+            reserved_ranges: 4
+        }
+    );
+    check_accounting(&a, &base, Some(PAGE), "after growth");
+
+    // Freeing maps and unmaps nothing: pages stay until reclaimed.
+    for p in [p1, p2, p3, p4, q1, q2] {
+        a.free(p).unwrap();
+    }
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_unmaps, s.reserved_bytes), (0, 11 * PAGE as u64));
+    teardown_clean(a, &base);
+    drop_stream_after_teardown(s1);
+    set_capacity(1 << 30);
+}
+
+/// Destroys a stream after its allocator was torn down.
+fn drop_stream_after_teardown(s: Stream) {
+    let rt = crate::runtime::Runtime::emulated();
+    rt.on_device(DEV, || rt.destroy_stream(s)).unwrap();
+}
+
+#[test]
+fn growth_with_20m_pages() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator("expandable_segments:true,page_size:20m");
+    let big = 20 * MIB;
+    let p1 = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!(
+        (s.num_maps, s.reserved_bytes),
+        (1, big as u64),
+        "one 20 MiB page under a 3 MiB block"
+    );
+    let p2 = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(p2, p1 + 3 * MIB);
+    assert_eq!(
+        a.stats().unwrap().num_maps,
+        1,
+        "the second block fits the mapped page"
+    );
+    // [6, 25) MiB crosses into the second page.
+    let p3 = a.malloc(19 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!(
+        (s.num_maps, s.num_physical_mallocs, s.reserved_bytes),
+        (2, 2, 2 * big as u64)
+    );
+    // The small pool keeps 2 MiB pages.
+    let p4 = a.malloc(100, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!(
+        (s.num_maps, s.reserved_bytes, s.segments),
+        (3, (2 * big + PAGE) as u64, 2)
+    );
+    assert_eq!(base.vmm().mapped_bytes, (2 * big + PAGE) as i64);
+    check_accounting(&a, &base, None, "20 MiB and 2 MiB pages");
+    for p in [p1, p2, p3, p4] {
+        a.free(p).unwrap();
+    }
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn a_hole_is_filled_before_the_tail() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator(EXP_2M);
+    let x = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
+    let y = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
+    let z = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!((y, z), (x + 4 * MIB, x + 8 * MIB));
+    assert_eq!(a.stats().unwrap().num_maps, 6);
+    a.free(y).unwrap();
+    let mapped_before = base.vmm().mapped_bytes;
+    let before = a.stats().unwrap();
+    assert_eq!(before.num_unmaps, 0, "a free unmaps nothing");
+
+    let h = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    assert!(
+        h >= y && h + 3 * MIB <= z,
+        "the request went to the hole [{y:#x}, {z:#x}), got {h:#x}"
+    );
+    let after = a.stats().unwrap();
+    assert_eq!(
+        (
+            after.num_maps,
+            after.num_physical_mallocs,
+            after.reserved_bytes
+        ),
+        (
+            before.num_maps,
+            before.num_physical_mallocs,
+            before.reserved_bytes
+        ),
+        "filling a mapped hole maps nothing new"
+    );
+    assert_eq!(base.vmm().mapped_bytes, mapped_before);
+
+    // The 1 MiB left of the hole cannot take 5 MiB: the tail grows by
+    // [12, 17) MiB = pages 6, 7 and 8.
+    let t = a.malloc(5 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(t, z + 4 * MIB);
+    assert_eq!(a.stats().unwrap().num_maps, before.num_maps + 3);
+    check_accounting(&a, &base, Some(PAGE), "after hole filling");
+    for p in [x, z, h, t] {
+        a.free(p).unwrap();
+    }
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn reused_holes_are_mapped_whichever_hole_is_chosen() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator(EXP_2M);
+    // x [0, 4) | y [4, 8) | z [8, 16) | w [16, 20) MiB.
+    let x = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
+    let y = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
+    let z = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
+    let w = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
+    a.free(x).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(
+        a.stats().unwrap().reserved_bytes as usize,
+        8 * PAGE,
+        "x's two pages were returned"
+    );
+    a.free(z).unwrap();
+    // Two holes fit 3 MiB: x's (smaller, unmapped) and z's (mapped). Either
+    // choice is fine; the block must be mapped and usable.
+    let maps = a.stats().unwrap().num_maps;
+    let h = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    a.check_invariants().unwrap();
+    assert!(h == x || h == z, "{h:#x} is in neither hole");
+    let new_pages = if h == x { 2 } else { 0 };
+    assert_eq!(a.stats().unwrap().num_maps, maps + new_pages);
+    fill(h, 3 * MIB, 0x4B);
+    assert!(check_fill(h, 3 * MIB, 0x4B));
+    check_accounting(&a, &base, Some(PAGE), "after reusing a hole");
+    for p in [y, w, h] {
+        a.free(p).unwrap();
+    }
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn pages_freed_elsewhere_are_recycled_without_new_physical_memory() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    // Room for exactly 12 pages.
+    budget(24 * MIB);
+    let a = allocator(EXP_2M);
+    let x = a.malloc(16 * MIB, Stream::DEFAULT).unwrap();
+    let y = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
+    fill(y, 8 * MIB, 0x3C);
+    let s = a.stats().unwrap();
+    assert_eq!(
+        (s.num_physical_mallocs, s.reserved_bytes),
+        (12, 24 * MIB as u64)
+    );
+    a.free(x).unwrap();
+
+    // Another stream's range needs 8 pages; the device has none left, so the
+    // 8 pages under x must move.
+    let s1 = new_stream(&a);
+    let z = a.malloc(16 * MIB, s1).unwrap();
+    assert_ne!(a.segment_of(z).unwrap().0, a.segment_of(y).unwrap().0);
+    fill(z, 16 * MIB, 0xC3);
+    let s = a.stats().unwrap();
+    assert_eq!(
+        s.num_physical_mallocs, 12,
+        "no new physical memory: x's pages were reused"
+    );
+    assert_eq!(s.num_physical_frees, 0);
+    assert_eq!(s.num_unmaps, 8, "exactly x's pages were unmapped");
+    assert_eq!(s.num_maps, 12 + 8);
+    assert!(s.num_physical_mallocs < s.num_maps);
+    assert_eq!(s.reserved_bytes, 24 * MIB as u64, "reserved did not grow");
+    assert_eq!(s.num_ooms, 0);
+    assert_eq!(
+        base.vmm(),
+        Vmm {
+            physical_count: 12,
+            physical_bytes: 24 * MIB as i64,
+            mapped_bytes: 24 * MIB as i64,
+            reserved_ranges: 2,
+        }
+    );
+    assert!(
+        check_fill(y, 8 * MIB, 0x3C),
+        "a live block lost its data while pages moved"
+    );
+    check_accounting(&a, &base, Some(PAGE), "after recycling");
+    a.free(y).unwrap();
+    a.free(z).unwrap();
+    teardown_clean(a, &base);
+    drop_stream_after_teardown(s1);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn empty_cache_returns_every_free_page() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator(EXP_2M);
+    // Large range: x [0, 3) MiB, y [3, 5.5) MiB, z [5.5, 13.5) MiB.
+    let x = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    let y = a.malloc(5 * MIB / 2, Stream::DEFAULT).unwrap();
+    let z = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
+    let (large_base, _) = a.segment_of(x).unwrap();
+    assert_eq!((y, z), (x + 3 * MIB, x + 11 * MIB / 2));
+    // Small range: two blocks on one page, one freed.
+    let s1 = a.malloc(4096, Stream::DEFAULT).unwrap();
+    let s2 = a.malloc(4096, Stream::DEFAULT).unwrap();
+    let (small_base, _) = a.segment_of(s1).unwrap();
+    fill(y, 5 * MIB / 2, 0x77);
+    assert_eq!(a.stats().unwrap().num_maps as usize, 7 + 1);
+    a.free(x).unwrap();
+    a.free(z).unwrap();
+    a.free(s2).unwrap();
+
+    a.empty_cache().unwrap();
+    // Pages under live blocks: y's pages 1 and 2 (each shared with a freed
+    // block) and the small page.
+    let live_pages = pages_under(large_base, PAGE, &[(y, 5 * MIB / 2)])
+        + pages_under(small_base, PAGE, &[(s1, 4096)]);
+    assert_eq!(live_pages, 3);
+    let s = a.stats().unwrap();
+    assert_eq!(
+        s.reserved_bytes as usize,
+        live_pages * PAGE,
+        "empty_cache kept a page no live block uses"
+    );
+    assert_eq!(s.num_unmaps, 8 - 3);
+    assert_eq!(
+        s.num_physical_frees,
+        8 - 3,
+        "the unmapped pages went back to the runtime"
+    );
+    assert_eq!(
+        base.vmm(),
+        Vmm {
+            physical_count: live_pages as i64,
+            physical_bytes: (live_pages * PAGE) as i64,
+            mapped_bytes: (live_pages * PAGE) as i64,
+            reserved_ranges: 2,
+        }
+    );
+    assert_eq!(
+        own_accounting(&a),
+        (live_pages * PAGE, 0),
+        "no handle left in the cache"
+    );
+    assert!(
+        check_fill(y, 5 * MIB / 2, 0x77),
+        "a live block lost data in empty_cache"
+    );
+    check_accounting(&a, &base, Some(PAGE), "after the first empty_cache");
+
+    a.free(y).unwrap();
+    a.free(s1).unwrap();
+    a.empty_cache().unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.reserved_bytes, s.allocated_bytes), (0, 0));
+    let emu = base.vmm();
+    assert_eq!(
+        (emu.physical_count, emu.physical_bytes, emu.mapped_bytes),
+        (0, 0, 0),
+        "pages left after empty_cache"
+    );
+    assert_eq!(
+        emu.reserved_ranges, 2,
+        "the ranges stay reserved until teardown"
+    );
+    check_accounting(&a, &base, Some(PAGE), "after the second empty_cache");
+
+    // The allocator still works on the emptied ranges.
+    let again = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(again, large_base);
+    a.free(again).unwrap();
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn teardown_leaks_nothing() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(24 * MIB);
+    let a = allocator(EXP_2M);
+    let s1 = new_stream(&a);
+    let s2 = new_stream(&a);
+    // Live blocks in four ranges, a freed block with mapped pages, handles
+    // moved by the OOM ladder, and a free waiting for a held stream.
+    let x = a.malloc(16 * MIB, Stream::DEFAULT).unwrap();
+    let _y = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
+    let _small = a.malloc(512, Stream::DEFAULT).unwrap();
+    a.free(x).unwrap();
+    let _z = a.malloc(6 * MIB, s1).unwrap();
+    let _small1 = a.malloc(1000, s1).unwrap();
+    let w = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
+    a.record_stream(w, s2).unwrap();
+    // SAFETY: s2 is a live emulator stream.
+    assert_eq!(unsafe { aclemu_stream_hold(s2.raw()) }, 0);
+    a.free(w).unwrap();
+    check_accounting(&a, &base, Some(PAGE), "before teardown");
+    let emu = base.vmm();
+    assert!(emu.mapped_bytes > 0 && emu.reserved_ranges == 4, "{emu:?}");
+
+    let report = a.teardown().unwrap();
+    assert_eq!(report.live_blocks, 4);
+    let zero = Vmm {
+        physical_count: 0,
+        physical_bytes: 0,
+        mapped_bytes: 0,
+        reserved_ranges: 0,
+    };
+    assert_eq!(base.vmm(), zero, "teardown left VMM resources behind");
+    let u = usage(DEV);
+    assert_eq!(u.events, base.0.events, "teardown left an event behind");
+    // SAFETY: as above.
+    assert_eq!(unsafe { aclemu_stream_release(s2.raw()) }, 0);
+    drop_stream_after_teardown(s1);
+    drop_stream_after_teardown(s2);
+    set_capacity(1 << 30);
+}
+
+/// One mid-growth failure: `prepare` makes the request's growth fail at its
+/// n-th new page, then the request runs and everything is checked.
+fn growth_failure_case(config: &str, fault: &str, n: usize, first_on_range: bool) {
+    const K: usize = 5;
+    let what = format!("{fault} failing at new page {n}, first_on_range={first_on_range}");
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator(config);
+    // With x: [0, 3) MiB, the request [3, 13) MiB shares page 1 and needs
+    // pages 2..=6 (five new). Without x: [0, 10) MiB needs pages 0..=4.
+    let x = (!first_on_range).then(|| a.malloc(3 * MIB, Stream::DEFAULT).unwrap());
+    if let Some(x) = x {
+        fill(x, 3 * MIB, 0x11);
+    }
+    let held_pages = if first_on_range { 0 } else { 2 };
+    let before = a.stats().unwrap();
+    assert_eq!(before.num_physical_mallocs as usize, held_pages);
+
+    match fault {
+        "capacity" => budget((n - 1) * PAGE),
+        f => fail_nth(f, n as i32),
+    }
+    let r = a.malloc(10 * MIB, Stream::DEFAULT);
+    check_accounting(&a, &base, Some(PAGE), &what);
+    let s = a.stats().unwrap();
+    let (mapped, _) = own_accounting(&a);
+    match &r {
+        Ok(p) => {
+            assert_ne!(
+                fault, "capacity",
+                "{what}: the device had no room, yet the request succeeded"
+            );
+            assert_eq!(
+                s.allocated_bytes,
+                before.allocated_bytes + 10 * MIB as u64,
+                "{what}"
+            );
+            assert_eq!(mapped, (held_pages + K) * PAGE, "{what}: mapped pages");
+            assert_eq!(
+                s.num_physical_mallocs as usize,
+                held_pages + K,
+                "{what}: pages obtained before the failure must be reused, not leaked into the cache"
+            );
+            assert_eq!(s.reserved_bytes as usize, (held_pages + K) * PAGE, "{what}");
+            fill(*p, 10 * MIB, 0x22);
+        }
+        Err(e) => {
+            assert!(
+                matches!(e, Error::OutOfMemory(_) | Error::Runtime { .. }),
+                "{what}: {e}"
+            );
+            assert_eq!(
+                s.allocated_bytes, before.allocated_bytes,
+                "{what}: a failed call changed allocated bytes"
+            );
+            assert_eq!(s.active_blocks, before.active_blocks, "{what}");
+            assert_eq!(
+                mapped,
+                held_pages * PAGE,
+                "{what}: pages left mapped after a failed growth"
+            );
+        }
+    }
+    if fault == "capacity" {
+        assert!(matches!(r, Err(Error::OutOfMemory(_))), "{what}: {r:?}");
+    }
+    if let Some(x) = x {
+        assert!(
+            check_fill(x, 3 * MIB, 0x11),
+            "{what}: the neighbour's data changed"
+        );
+    }
+    // The fault has cleared: a fresh request succeeds.
+    for f in ["aclrtMallocPhysical", "aclrtMapMem"] {
+        fail_nth(f, 0);
+    }
+    budget(GIB);
+    let q = a
+        .malloc(10 * MIB, Stream::DEFAULT)
+        .unwrap_or_else(|e| panic!("{what}: retry after the fault: {e}"));
+    fill(q, 10 * MIB, 0x33);
+    check_accounting(&a, &base, Some(PAGE), &format!("{what}, after the retry"));
+    let s = a.stats().unwrap();
+    // q needs five new pages whatever r did ([13, 23) shares page 6 with r,
+    // [10, 20) starts on a page boundary).
+    let live_pages = held_pages + K + if r.is_ok() { K } else { 0 };
+    assert_eq!(
+        s.reserved_bytes as usize,
+        live_pages * PAGE,
+        "{what}: after the retry"
+    );
+    let obtained = s.num_physical_mallocs as usize;
+    if fault == "capacity" {
+        // The ladder gave back the n - 1 pages of the failed attempt.
+        assert_eq!(
+            (obtained, s.num_physical_frees as usize),
+            (live_pages + n - 1, n - 1),
+            "{what}"
+        );
+    } else {
+        assert_eq!(
+            (obtained, s.num_physical_frees),
+            (live_pages, 0),
+            "{what}: pages of the failed attempt were not reused"
+        );
+    }
+    if let Ok(p) = r {
+        assert!(check_fill(p, 10 * MIB, 0x22), "{what}");
+        a.free(p).unwrap();
+    }
+    a.free(q).unwrap();
+    if let Some(x) = x {
+        a.free(x).unwrap();
+    }
+    teardown_clean(a, &base);
+}
+
+#[test]
+fn failed_growth_leaves_no_half_mapped_state() {
+    let _g = emu_lock();
+    for first_on_range in [false, true] {
+        for fault in ["aclrtMallocPhysical", "aclrtMapMem", "capacity"] {
+            for n in 1..=5 {
+                growth_failure_case(EXP_2M, fault, n, first_on_range);
+            }
+        }
+    }
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn data_survives_a_neighbours_growth() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    for config in [EXP_2M, "expandable_segments:true,page_size:20m"] {
+        let a = allocator(config);
+        // Large pool: a ends inside a page that b's growth shares.
+        let a_size = 3 * MIB + 4096;
+        let pa = a.malloc(a_size, Stream::DEFAULT).unwrap();
+        fill(pa, a_size, 0xA1);
+        let maps = a.stats().unwrap().num_maps;
+        let pb = a.malloc(40 * MIB, Stream::DEFAULT).unwrap();
+        assert_eq!(pb, pa + a_size, "{config}: b follows a directly");
+        assert!(
+            a.stats().unwrap().num_maps > maps,
+            "{config}: b needed new pages"
+        );
+        assert!(
+            check_fill(pa, a_size, 0xA1),
+            "{config}: a's data changed when b grew the range"
+        );
+        fill(pb, 40 * MIB, 0xB2);
+        assert!(
+            check_fill(pa, a_size, 0xA1),
+            "{config}: writing b changed a"
+        );
+
+        // Small pool: two 1 MiB blocks fill page 0, a third maps page 1.
+        let s1 = a.malloc(MIB, Stream::DEFAULT).unwrap();
+        fill(s1, MIB, 0xC1);
+        let s2 = a.malloc(MIB - 512, Stream::DEFAULT).unwrap();
+        fill(s2, MIB - 512, 0xC2);
+        let s3 = a.malloc(MIB, Stream::DEFAULT).unwrap();
+        fill(s3, MIB, 0xC3);
+        assert!(
+            check_fill(s1, MIB, 0xC1) && check_fill(s2, MIB - 512, 0xC2),
+            "{config}: small blocks corrupted"
+        );
+
+        // Freeing and reclaiming the neighbours keeps the survivors intact.
+        a.free(pa).unwrap();
+        a.free(s2).unwrap();
+        a.empty_cache().unwrap();
+        assert!(
+            check_fill(pb, 40 * MIB, 0xB2),
+            "{config}: b lost data when a's pages were unmapped"
+        );
+        assert!(
+            check_fill(s1, MIB, 0xC1) && check_fill(s3, MIB, 0xC3),
+            "{config}"
+        );
+        for p in [pb, s1, s3] {
+            a.free(p).unwrap();
+        }
+        teardown_clean(a, &base);
+    }
+    set_capacity(1 << 30);
+}
+
+/// Queues a device-to-host copy of `len` bytes at `src` into `dst` on `stream`.
+fn queue_copy_out(a: &DeviceAllocator, dst: &mut [u8], src: usize, stream: Stream) {
+    let rt = a.runtime().clone();
+    let kind = crate::memcpy2d::ACL_MEMCPY_DEVICE_TO_HOST as u32;
+    // SAFETY: dst outlives the copy (the test synchronizes the stream before
+    // reading it); src is a live block of at least dst.len() bytes.
+    rt.on_device(DEV, || unsafe {
+        rt.memcpy2d_async(
+            dst.as_mut_ptr().cast(),
+            dst.len(),
+            src as *const _,
+            dst.len(),
+            dst.len(),
+            1,
+            kind,
+            stream,
+        )
+    })
+    .unwrap();
+}
+
+#[test]
+fn held_stream_pages_are_unmapped_only_after_its_sync() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator(EXP_2M);
+    let s = new_stream(&a);
+    let s2 = new_stream(&a);
+    // s2's memory is live; s's will be freed while work on s is held.
+    let other = a.malloc(4 * MIB, s2).unwrap();
+    let p = a.malloc(6 * MIB, s).unwrap();
+    let q = a.malloc(4096, s).unwrap();
+    fill(p, 6 * MIB, 0x5E);
+    let mut out = vec![0u8; 64 << 10];
+    // SAFETY: s is a live emulator stream.
+    assert_eq!(unsafe { aclemu_stream_hold(s.raw()) }, 0);
+    let tail = p + 6 * MIB - out.len();
+    queue_copy_out(&a, &mut out, tail, s);
+    assert!(out.iter().all(|&b| b == 0), "the held copy ran early");
+    a.free(p).unwrap();
+    a.free(q).unwrap();
+    let pages_of_s = 3 + 1;
+
+    // Growth elsewhere must not take s's pages while s has work queued.
+    let maps_before = a.stats().unwrap();
+    let g = a.malloc(6 * MIB, s2).unwrap();
+    let s_now = a.stats().unwrap();
+    assert_eq!(
+        s_now.num_unmaps, maps_before.num_unmaps,
+        "pages of a busy stream were unmapped without a sync"
+    );
+    assert_eq!(base.syncs(), 0, "nothing needed a sync yet");
+    assert!(out.iter().all(|&b| b == 0));
+
+    // A failed synchronize: nothing may be unmapped.
+    let mapped = base.vmm().mapped_bytes;
+    fail_nth("aclrtSynchronizeStream", 1);
+    assert!(
+        a.empty_cache().is_err(),
+        "empty_cache must report the failed synchronize"
+    );
+    fail_nth("aclrtSynchronizeStream", 0);
+    assert_eq!(
+        a.stats().unwrap().num_unmaps,
+        s_now.num_unmaps,
+        "pages unmapped although s was not synchronized"
+    );
+    assert_eq!(base.vmm().mapped_bytes, mapped);
+    assert!(
+        out.iter().all(|&b| b == 0),
+        "the held copy ran without a sync"
+    );
+    check_accounting(&a, &base, Some(PAGE), "after a failed synchronize");
+
+    // empty_cache synchronizes s (its held copy completes, reading pages that
+    // are still mapped) and only s: s2's memory is all live.
+    let syncs = base.syncs();
+    let stat_syncs = a.stats().unwrap().num_syncs;
+    a.empty_cache().unwrap();
+    assert_eq!(
+        base.syncs() - syncs,
+        1,
+        "empty_cache must synchronize s, and only s"
+    );
+    assert_eq!(a.stats().unwrap().num_syncs - stat_syncs, 1);
+    assert!(
+        out.iter().all(|&b| b == 0x5E),
+        "the held copy did not run before its pages were unmapped"
+    );
+    let s_after = a.stats().unwrap();
+    assert_eq!(s_after.num_unmaps - s_now.num_unmaps, pages_of_s as u64);
+    // s2: `other` [0, 4) MiB and g [4, 10) MiB: five pages stay.
+    assert_eq!(s_after.reserved_bytes as usize, 5 * PAGE);
+    assert_eq!(base.vmm().mapped_bytes, (5 * PAGE) as i64);
+    check_accounting(&a, &base, Some(PAGE), "after empty_cache");
+
+    // SAFETY: as above.
+    assert_eq!(unsafe { aclemu_stream_release(s.raw()) }, 0);
+    a.free(other).unwrap();
+    a.free(g).unwrap();
+    teardown_clean(a, &base);
+    drop_stream_after_teardown(s);
+    drop_stream_after_teardown(s2);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn empty_cache_syncs_only_the_streams_whose_pages_it_unmaps() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator(EXP_2M);
+    let s1 = new_stream(&a);
+    let s2 = new_stream(&a);
+    let p = a.malloc(6 * MIB, s1).unwrap();
+    let ps = a.malloc(512, s1).unwrap();
+    let q = a.malloc(6 * MIB, s2).unwrap();
+    a.free(p).unwrap();
+    a.free(ps).unwrap();
+    let syncs = base.syncs();
+    a.empty_cache().unwrap();
+    assert_eq!(
+        base.syncs() - syncs,
+        1,
+        "two ranges of s1 need one sync of s1, and s2 none"
+    );
+    assert_eq!(
+        a.stats().unwrap().reserved_bytes as usize,
+        3 * PAGE,
+        "only q's pages stay"
+    );
+    a.free(q).unwrap();
+    let syncs = base.syncs();
+    a.empty_cache().unwrap();
+    assert_eq!(base.syncs() - syncs, 1, "now s2, once");
+    assert_eq!(a.stats().unwrap().reserved_bytes, 0);
+    teardown_clean(a, &base);
+    drop_stream_after_teardown(s1);
+    drop_stream_after_teardown(s2);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn one_gib_pages_in_the_large_pool() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(8 * GIB);
+    let a = allocator("expandable_segments:true,page_size:1g");
+    let x = a.malloc(100 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!(
+        (s.num_maps, s.num_physical_mallocs, s.reserved_bytes),
+        (1, 1, GIB as u64)
+    );
+    assert_eq!(base.vmm().mapped_bytes, GIB as i64);
+    assert_eq!(
+        base.vmm().physical_count,
+        1,
+        "one 1 GiB handle, not 512 small ones"
+    );
+    let (range_base, _) = a.segment_of(x).unwrap();
+
+    // [100 MiB, 1124 MiB) crosses into the second page.
+    let y = a.malloc(GIB, Stream::DEFAULT).unwrap();
+    assert_eq!(y, x + 100 * MIB);
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_maps, s.reserved_bytes), (2, 2 * GIB as u64));
+    // Data across the page boundary.
+    let edge = range_base + GIB - 4096;
+    fill(edge, 8192, 0x9D);
+    assert!(check_fill(edge, 8192, 0x9D));
+
+    // The small pool still maps 2 MiB pages.
+    let z = a.malloc(4096, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_maps, s.reserved_bytes), (3, (2 * GIB + PAGE) as u64));
+    assert_eq!(
+        base.vmm(),
+        Vmm {
+            physical_count: 3,
+            physical_bytes: (2 * GIB + PAGE) as i64,
+            mapped_bytes: (2 * GIB + PAGE) as i64,
+            reserved_ranges: 2,
+        }
+    );
+    check_accounting(&a, &base, None, "1 GiB and 2 MiB pages");
+    a.free(x).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(
+        a.stats().unwrap().reserved_bytes as usize,
+        2 * GIB + PAGE,
+        "both 1 GiB pages hold part of y"
+    );
+    a.free(y).unwrap();
+    a.free(z).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(base.vmm().physical_count, 0);
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
