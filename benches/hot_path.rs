@@ -1,8 +1,21 @@
 //! The allocator's hot path: warm malloc+free of common sizes through
 //! `DeviceAllocator` on the ACL emulator, next to glibc malloc/free of the
 //! same sizes as a reference, on one thread and on two threads (one stream
-//! each). `npualloc+trace` is the same loop with the trace recorder on
-//! (writing to /dev/null), to measure its overhead.
+//! each).
+//!
+//! The trace recorder's cost, on the same one-thread loop with `trace:` set to
+//! a temporary file, in two variants:
+//! - `npualloc+trace`: everything recording costs. The timed loop includes the
+//!   recorder's conversions and writes each time its buffer fills, plus a
+//!   final `flush_trace`, so every event timed is also converted and written.
+//! - `npualloc+trace-append`: the hot path alone. The loop runs in chunks
+//!   that fit the recorder's buffer, with a `flush_trace` between chunks
+//!   outside the timing, so the timed part only appends events.
+//!
+//! After the criterion groups, `trace_overhead` measures the same three loops
+//! interleaved in short rounds (recording off / append / everything) and
+//! prints the median ratio to the untraced loop, which a machine shared with
+//! other work distorts less than back-to-back criterion runs.
 //!
 //! Needs the release emulator: `cargo build --workspace --release` first.
 
@@ -11,8 +24,9 @@ use npualloc::config::Config;
 use npualloc::core::DeviceAllocator;
 use npualloc::replay::Emulator;
 use npualloc::runtime::Stream;
+use npualloc::trace::record::EVENT_BOUND;
 use std::hint::black_box;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -36,11 +50,74 @@ fn warm(a: &DeviceAllocator, size: usize, stream: Stream) {
     a.free(p).unwrap();
 }
 
+/// A trace file in the temporary directory, removed on drop.
+struct TempTrace(PathBuf);
+
+impl TempTrace {
+    fn new(name: &str) -> TempTrace {
+        TempTrace(std::env::temp_dir().join(format!("npualloc-bench-{}-{name}.trace", std::process::id())))
+    }
+
+    fn config(&self) -> String {
+        format!("trace:{}", self.0.display())
+    }
+
+    /// Drops the text written so far, so a long benchmark does not fill the
+    /// disk. The recorder keeps writing at its offset (the file becomes
+    /// sparse), which costs the same as writing at the end.
+    fn truncate(&self) {
+        std::fs::OpenOptions::new().write(true).open(&self.0).and_then(|f| f.set_len(0)).expect("truncate the trace");
+    }
+}
+
+impl Drop for TempTrace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn pairs(a: &DeviceAllocator, size: usize, stream: Stream, n: u64) {
+    for _ in 0..n {
+        let p = a.malloc(black_box(size), stream).unwrap();
+        a.free(black_box(p)).unwrap();
+    }
+}
+
+/// `n` pairs with recording on, counting the conversion and write of every
+/// event they record.
+fn traced_pairs_all(a: &DeviceAllocator, file: &TempTrace, size: usize, stream: Stream, n: u64) -> Duration {
+    a.flush_trace().unwrap();
+    file.truncate();
+    let start = Instant::now();
+    pairs(a, size, stream, n);
+    a.flush_trace().unwrap();
+    start.elapsed()
+}
+
+/// `n` pairs with recording on, timing only the appends: chunks that fit
+/// the recorder's buffer, flushed outside the timing.
+fn traced_pairs_append(a: &DeviceAllocator, file: &TempTrace, size: usize, stream: Stream, n: u64) -> Duration {
+    const CHUNK: u64 = (EVENT_BOUND / 2 - 1) as u64; // two events per pair
+    let mut total = Duration::ZERO;
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(CHUNK);
+        a.flush_trace().unwrap();
+        file.truncate();
+        let start = Instant::now();
+        pairs(a, size, stream, k);
+        total += start.elapsed();
+        left -= k;
+    }
+    total
+}
+
 fn one_thread(c: &mut Criterion) {
     let emu = emulator();
     let stream = emu.create_streams(1).unwrap()[0];
+    let file = TempTrace::new("one-thread");
     let plain = allocator(&emu, "");
-    let traced = allocator(&emu, "trace:/dev/null");
+    let traced = allocator(&emu, &file.config());
     let mut g = c.benchmark_group("malloc_free_1_thread");
     for (size, name) in SIZES {
         warm(&plain, size, stream);
@@ -52,10 +129,10 @@ fn one_thread(c: &mut Criterion) {
             })
         });
         g.bench_with_input(BenchmarkId::new("npualloc+trace", name), &size, |b, &size| {
-            b.iter(|| {
-                let p = traced.malloc(black_box(size), stream).unwrap();
-                traced.free(black_box(p)).unwrap();
-            })
+            b.iter_custom(|iters| traced_pairs_all(&traced, &file, size, stream, iters))
+        });
+        g.bench_with_input(BenchmarkId::new("npualloc+trace-append", name), &size, |b, &size| {
+            b.iter_custom(|iters| traced_pairs_append(&traced, &file, size, stream, iters))
         });
         g.bench_with_input(BenchmarkId::new("glibc", name), &size, |b, &size| {
             b.iter(|| unsafe {
@@ -68,6 +145,63 @@ fn one_thread(c: &mut Criterion) {
     g.finish();
     plain.teardown().unwrap();
     traced.teardown().unwrap();
+}
+
+/// Recording off, append only, and everything, interleaved in rounds of
+/// `pairs` pairs each; prints the median per-round ratio to the untraced
+/// loop. Two round lengths: 5 000 pairs (10 000 events, 240 KB of buffer:
+/// stays in cache between flushes) and 200 000 pairs (400 000 events, 9.6 MB:
+/// the appends stream through memory). Runs whatever criterion filter is given.
+fn trace_overhead(_: &mut Criterion) {
+    const ROUNDS: usize = 41;
+    let emu = emulator();
+    let stream = emu.create_streams(1).unwrap()[0];
+    let file = TempTrace::new("overhead");
+    let plain = allocator(&emu, "");
+    let traced = allocator(&emu, &file.config());
+    for pairs_per_round in [5_000u64, 200_000] {
+        println!("trace_overhead: median of {ROUNDS} interleaved rounds of {pairs_per_round} warm malloc+free pairs");
+        println!("{:>6} {:>9} {:>12} {:>8} {:>12} {:>8}", "size", "off ns", "append ns", "ratio", "all ns", "ratio");
+        for (size, name) in SIZES {
+            warm(&plain, size, stream);
+            warm(&traced, size, stream);
+            let (mut off, mut app, mut all) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..ROUNDS {
+                let start = Instant::now();
+                pairs(&plain, size, stream, pairs_per_round);
+                let t_off = start.elapsed().as_secs_f64();
+                let t_app = traced_pairs_append(&traced, &file, size, stream, pairs_per_round).as_secs_f64();
+                let t_all = traced_pairs_all(&traced, &file, size, stream, pairs_per_round).as_secs_f64();
+                off.push(t_off);
+                app.push(t_app / t_off);
+                all.push(t_all / t_off);
+            }
+            let off_ns = median(&mut off) * 1e9 / pairs_per_round as f64;
+            let (r_app, r_all) = (median(&mut app), median(&mut all));
+            println!(
+                "{name:>6} {off_ns:>9.1} {:>12.1} {r_app:>8.3} {:>12.1} {r_all:>8.3}",
+                off_ns * r_app,
+                off_ns * r_all
+            );
+        }
+    }
+    plain.teardown().unwrap();
+    traced.teardown().unwrap();
+    check_trace(&file.0);
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// What the recorder wrote last still parses (the file was truncated between
+/// rounds, so only its tail is text).
+fn check_trace(path: &Path) {
+    let bytes = std::fs::read(path).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    let tail = text.trim_start_matches('\0');
+    assert!(tail.lines().all(|l| l.starts_with("a ") || l.starts_with("f ")), "unexpected trace text");
 }
 
 /// Wall time for each of two threads to run `iters` malloc+free pairs.
@@ -124,8 +258,11 @@ fn two_streams(c: &mut Criterion) {
 
 fn config() -> Criterion {
     // Two shared cores: short, repeated measurements.
-    Criterion::default().measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500)).sample_size(50)
+    Criterion::default()
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500))
+        .sample_size(50)
 }
 
-criterion_group! { name = benches; config = config(); targets = one_thread, two_streams }
+criterion_group! { name = benches; config = config(); targets = one_thread, two_streams, trace_overhead }
 criterion_main!(benches);

@@ -122,8 +122,7 @@ impl State {
         index.remove(&mut self.blocks, id);
         // Inside an expandable segment every remainder splits: unmapped tails
         // cost nothing, and the oversize rules exist for fixed segments.
-        let seg_is_vmm = self.segments.get(self.blocks.get(id).segment).vmm.is_some();
-        let split = if seg_is_vmm {
+        let split = if self.expandable {
             size - rounded >= super::policy::MIN_BLOCK_SIZE
         } else {
             self.policy.should_split(kind, size, rounded)

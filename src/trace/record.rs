@@ -1,12 +1,24 @@
 //! Records what a live allocator serves as an acl-trace v1 file.
 //!
 //! The allocator calls the recorder under its state lock, so the hot path
-//! only appends a 32-byte event to a batch. A full batch (64 KiB) goes to a
-//! writer thread, which names each live address with a fresh id (ids are
-//! never reused, addresses are), numbers streams in order of first
-//! appearance, formats the lines and writes them once its text passes
-//! [`FLUSH_AT`]. `flush` waits until everything so far is in the file; drop
-//! flushes and stops the writer.
+//! does as little as possible: it appends one 24-byte binary event (address,
+//! size with the op in its top bits, stream) to a buffer reserved when the
+//! recorder is created. There is no thread, and nothing is formatted or
+//! written per event.
+//!
+//! Turning events into text happens only when the buffer is flushed, on the
+//! calling thread: it names each live address with a fresh id (ids are never
+//! reused, addresses are), numbers streams in order of first appearance,
+//! formats the lines and writes them. That happens
+//! - on [`TraceRecorder::flush`] (`DeviceAllocator::flush_trace`, teardown),
+//! - on drop,
+//! - and when the buffer holds [`EVENT_BOUND`] events: the call that fills
+//!   it converts and writes them before returning. This rare pause (tens of
+//!   milliseconds for a full buffer) happens under the allocator's lock; a
+//!   write error there is kept and reported by the next `flush`.
+//!
+//! The buffer costs `EVENT_BOUND * 24` bytes of address space (24 MiB) per
+//! recording allocator; pages are touched as events arrive.
 
 use super::format::HEADER;
 use crate::config::Config;
@@ -17,53 +29,70 @@ use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::thread::JoinHandle;
 
-/// Buffered bytes that trigger a hand-off (events) or a write (text).
-pub const FLUSH_AT: usize = 64 * 1024;
-const BATCH: usize = FLUSH_AT / std::mem::size_of::<Event>();
+/// Events buffered before the recording call converts and writes them.
+pub const EVENT_BOUND: usize = 1 << 20;
 
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    Alloc,
-    Free,
-    Use,
-    Wait,
-}
+/// Text bytes gathered before each write while converting.
+const WRITE_AT: usize = 1 << 20;
 
+/// The op, in the top two bits of [`Event::word`].
+const KIND_SHIFT: u32 = 62;
+const BYTES_MASK: u64 = (1 << KIND_SHIFT) - 1;
+const ALLOC: u64 = 0;
+const FREE: u64 = 1;
+const USE: u64 = 2;
+const WAIT: u64 = 3;
+
+/// One recorded call, as the allocator saw it.
 #[derive(Debug, Clone, Copy)]
 struct Event {
-    kind: Kind,
-    addr: usize,
-    bytes: usize,
-    stream: Stream,
+    addr: u64,
+    /// The op (top two bits) and, for an allocation, its size in bytes.
+    word: u64,
+    stream: u64,
 }
 
-enum Msg {
-    Batch(Vec<Event>),
-    /// Write everything received so far, then answer.
-    Flush(Sender<Result<(), String>>),
+const _: () = assert!(std::mem::size_of::<Event>() == 24);
+
+impl Event {
+    #[inline]
+    fn new(kind: u64, addr: usize, bytes: usize, stream: Stream) -> Event {
+        Event { addr: addr as u64, word: (kind << KIND_SHIFT) | (bytes as u64 & BYTES_MASK), stream: stream.0 as u64 }
+    }
+
+    fn kind(&self) -> u64 {
+        self.word >> KIND_SHIFT
+    }
+
+    fn bytes(&self) -> u64 {
+        self.word & BYTES_MASK
+    }
 }
 
 /// Writes one allocator's events to a trace file.
 pub struct TraceRecorder {
     path: PathBuf,
+    /// Reserved for `bound` events; never grows.
     events: Vec<Event>,
-    tx: Option<Sender<Msg>>,
-    writer: Option<JoinHandle<()>>,
+    bound: usize,
+    text: Text,
 }
 
 impl std::fmt::Debug for TraceRecorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TraceRecorder").field("path", &self.path).finish()
+        f.debug_struct("TraceRecorder").field("path", &self.path).field("buffered", &self.events.len()).finish()
     }
 }
 
 impl TraceRecorder {
-    /// Creates (truncates) `path`, writes the header and starts the writer.
-    /// A file that cannot be created is a `BadConfig` naming the `trace` key.
+    /// Creates (truncates) `path` and writes the header. A file that cannot
+    /// be created is a `BadConfig` naming the `trace` key.
     pub fn create(path: &Path, device: i32, config: &Config) -> Result<Self> {
+        Self::with_bound(path, device, config, EVENT_BOUND)
+    }
+
+    fn with_bound(path: &Path, device: i32, config: &Config, bound: usize) -> Result<Self> {
         let bad = |why: String| Error::bad_config("trace", why);
         let mut file = File::create(path).map_err(|e| bad(format!("cannot create '{}': {e}", path.display())))?;
         // The trace's own path says nothing about the run; leave it out.
@@ -74,17 +103,12 @@ impl TraceRecorder {
             if config == Config::default() { "(default)".to_string() } else { config.to_string() },
         );
         file.write_all(header.as_bytes()).map_err(|e| bad(format!("writing '{}': {e}", path.display())))?;
-        let (tx, rx) = mpsc::channel();
-        let mut w = Writer::new(file, path);
-        let writer = std::thread::Builder::new()
-            .name("npualloc-trace".into())
-            .spawn(move || w.run(rx))
-            .map_err(|e| bad(format!("cannot start the trace writer thread: {e}")))?;
+        let bound = bound.max(1);
         Ok(TraceRecorder {
             path: path.to_path_buf(),
-            events: Vec::with_capacity(BATCH),
-            tx: Some(tx),
-            writer: Some(writer),
+            events: Vec::with_capacity(bound),
+            bound,
+            text: Text::new(file, path),
         })
     }
 
@@ -96,93 +120,91 @@ impl TraceRecorder {
     /// `a <id> <bytes> <stream>` for a block just served at `addr`.
     #[inline]
     pub fn alloc(&mut self, addr: usize, bytes: usize, stream: Stream) {
-        self.push(Event { kind: Kind::Alloc, addr, bytes, stream });
+        self.push(Event::new(ALLOC, addr, bytes, stream));
     }
 
     /// `f <id>` for the block at `addr`; unknown addresses are ignored.
     #[inline]
     pub fn free(&mut self, addr: usize) {
-        self.push(Event { kind: Kind::Free, addr, bytes: 0, stream: Stream::DEFAULT });
+        self.push(Event::new(FREE, addr, 0, Stream::DEFAULT));
     }
 
     /// `u <id> <stream>`: work on `stream` uses the block at `addr`.
     #[inline]
     pub fn record_stream(&mut self, addr: usize, stream: Stream) {
-        self.push(Event { kind: Kind::Use, addr, bytes: 0, stream });
+        self.push(Event::new(USE, addr, 0, stream));
     }
 
     /// `w <stream>`: the host waited for `stream`.
     #[inline]
     pub fn wait(&mut self, stream: Stream) {
-        self.push(Event { kind: Kind::Wait, addr: 0, bytes: 0, stream });
+        self.push(Event::new(WAIT, 0, 0, stream));
     }
 
-    /// Returns once everything recorded so far is in the file.
+    /// Converts and writes everything recorded so far; returns the first
+    /// write error since the recorder was created, if any.
     pub fn flush(&mut self) -> Result<()> {
-        self.hand_off();
-        let (reply_tx, reply) = mpsc::channel();
-        let answer = self
-            .tx
-            .as_ref()
-            .and_then(|tx| tx.send(Msg::Flush(reply_tx)).ok())
-            .and_then(|()| reply.recv().ok())
-            .unwrap_or_else(|| Err("the trace writer thread has stopped".into()));
-        answer.map_err(|why| Error::bad_config("trace", why))
+        self.convert();
+        self.text.write();
+        match &self.text.failed {
+            Some(why) => Err(Error::bad_config("trace", why.clone())),
+            None => Ok(()),
+        }
     }
 
     #[inline]
     fn push(&mut self, e: Event) {
-        self.events.push(e);
-        if self.events.len() >= BATCH {
-            self.hand_off();
+        if self.events.len() >= self.bound {
+            self.spill();
         }
+        // Capacity was reserved for `bound` events: this never reallocates.
+        self.events.push(e);
     }
 
+    /// The buffer is full: convert and write it on this thread.
     #[cold]
-    fn hand_off(&mut self) {
-        if self.events.is_empty() {
-            return;
+    #[inline(never)]
+    fn spill(&mut self) {
+        self.convert();
+        self.text.write();
+    }
+
+    /// Turns the buffered events into text (written in `WRITE_AT` pieces)
+    /// and empties the buffer, keeping its memory.
+    fn convert(&mut self) {
+        for e in &self.events {
+            self.text.line(e);
         }
-        // A fresh buffer, not one recycled from the writer: reusing memory the
-        // other core just read costs a cache-line transfer per event (measured:
-        // about 4x the overhead of a new allocation).
-        let full = std::mem::replace(&mut self.events, Vec::with_capacity(BATCH));
-        if let Some(tx) = &self.tx {
-            // A stopped writer has kept its error; `flush` reports it.
-            let _ = tx.send(Msg::Batch(full));
-        }
+        self.events.clear();
     }
 }
 
 impl Drop for TraceRecorder {
     fn drop(&mut self) {
-        self.hand_off();
-        drop(self.tx.take()); // the writer drains the channel, writes, and ends
-        if let Some(w) = self.writer.take() {
-            let _ = w.join();
-        }
+        // Nobody is left to hear about a write error.
+        let _ = self.flush();
     }
 }
 
-/// The writer thread's state: ids, stream numbers, text, the file.
-struct Writer {
+/// The conversion's state: ids, stream numbers, pending text, the file.
+struct Text {
     file: File,
     path: PathBuf,
-    text: Vec<u8>,
-    ids: HashMap<usize, u64, BuildHasherDefault<AddrHasher>>,
+    buf: Vec<u8>,
+    ids: HashMap<u64, u64, BuildHasherDefault<AddrHasher>>,
     next_id: u64,
     /// Index = the stream's number in the trace.
-    streams: Vec<Stream>,
+    streams: Vec<u64>,
     /// The first write error; later text is dropped.
     failed: Option<String>,
 }
 
-impl Writer {
-    fn new(file: File, path: &Path) -> Writer {
-        Writer {
+impl Text {
+    fn new(file: File, path: &Path) -> Text {
+        Text {
             file,
             path: path.to_path_buf(),
-            text: Vec::with_capacity(2 * FLUSH_AT),
+            buf: Vec::new(),
             ids: HashMap::default(),
             next_id: 0,
             streams: Vec::new(),
@@ -190,30 +212,10 @@ impl Writer {
         }
     }
 
-    fn run(&mut self, rx: Receiver<Msg>) {
-        for msg in rx {
-            match msg {
-                Msg::Batch(batch) => {
-                    for e in &batch {
-                        self.line(e);
-                    }
-                    if self.text.len() >= FLUSH_AT {
-                        self.write();
-                    }
-                }
-                Msg::Flush(reply) => {
-                    self.write();
-                    let _ = reply.send(self.failed.clone().map_or(Ok(()), Err));
-                }
-            }
-        }
-        self.write();
-    }
-
     fn line(&mut self, e: &Event) {
-        let t = &mut self.text;
-        match e.kind {
-            Kind::Alloc => {
+        let t = &mut self.buf;
+        match e.kind() {
+            ALLOC => {
                 let id = self.next_id;
                 self.next_id += 1;
                 self.ids.insert(e.addr, id);
@@ -221,16 +223,16 @@ impl Writer {
                 t.extend_from_slice(b"a ");
                 push_u64(t, id);
                 t.push(b' ');
-                push_u64(t, e.bytes as u64);
+                push_u64(t, e.bytes());
                 t.push(b' ');
                 push_u64(t, s as u64);
             }
-            Kind::Free => {
+            FREE => {
                 let Some(id) = self.ids.remove(&e.addr) else { return };
                 t.extend_from_slice(b"f ");
                 push_u64(t, id);
             }
-            Kind::Use => {
+            USE => {
                 let Some(&id) = self.ids.get(&e.addr) else { return };
                 let s = stream_number(&mut self.streams, e.stream);
                 t.extend_from_slice(b"u ");
@@ -238,27 +240,30 @@ impl Writer {
                 t.push(b' ');
                 push_u64(t, s as u64);
             }
-            Kind::Wait => {
+            _ => {
                 let s = stream_number(&mut self.streams, e.stream);
                 t.extend_from_slice(b"w ");
                 push_u64(t, s as u64);
             }
         }
         t.push(b'\n');
+        if t.len() >= WRITE_AT {
+            self.write();
+        }
     }
 
     fn write(&mut self) {
-        if self.failed.is_none() && !self.text.is_empty() {
-            if let Err(e) = self.file.write_all(&self.text) {
+        if self.failed.is_none() && !self.buf.is_empty() {
+            if let Err(e) = self.file.write_all(&self.buf) {
                 self.failed = Some(format!("writing '{}': {e}", self.path.display()));
             }
         }
-        self.text.clear();
+        self.buf.clear();
     }
 }
 
 /// The stream's number in the trace, assigned in order of first appearance.
-fn stream_number(streams: &mut Vec<Stream>, stream: Stream) -> usize {
+fn stream_number(streams: &mut Vec<u64>, stream: u64) -> usize {
     // A handful of streams: a linear scan beats hashing.
     match streams.iter().position(|&s| s == stream) {
         Some(n) => n,
@@ -286,7 +291,7 @@ fn push_u64(buf: &mut Vec<u8>, mut v: u64) {
 }
 
 /// Block addresses are distinct, aligned integers: one multiply mixes them
-/// well enough, and SipHash would dominate the recorder's cost.
+/// well enough, and SipHash would dominate the conversion's cost.
 #[derive(Default)]
 pub struct AddrHasher(u64);
 
@@ -299,9 +304,12 @@ impl Hasher for AddrHasher {
             self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         }
     }
-    fn write_usize(&mut self, v: usize) {
-        let x = (v as u64) ^ ((v as u64) >> 29);
+    fn write_u64(&mut self, v: u64) {
+        let x = v ^ (v >> 29);
         self.0 = x.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(26);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
     }
 }
 
@@ -323,6 +331,17 @@ mod tests {
             push_u64(&mut b, v);
             assert_eq!(String::from_utf8(b).unwrap(), v.to_string());
         }
+    }
+
+    #[test]
+    fn events_pack_op_and_size() {
+        let e = Event::new(USE, 0x1234, 0, Stream(7));
+        assert_eq!((e.kind(), e.bytes(), e.addr, e.stream), (USE, 0, 0x1234, 7));
+        let big = (1usize << 40) + 3;
+        let e = Event::new(ALLOC, 0x10, big, Stream(0));
+        assert_eq!((e.kind(), e.bytes()), (ALLOC, big as u64));
+        assert_eq!(Event::new(WAIT, 0, 0, Stream(1)).kind(), WAIT);
+        assert_eq!(Event::new(FREE, 0, 0, Stream(1)).kind(), FREE);
     }
 
     #[test]
@@ -358,22 +377,45 @@ mod tests {
     }
 
     #[test]
-    fn flushes_when_the_buffer_fills() {
-        let path = temp("big.trace");
+    fn nothing_is_written_until_a_flush() {
+        let path = temp("lazy.trace");
         let mut r = TraceRecorder::create(&path, 0, &Config::default()).unwrap();
-        for i in 0..10_000usize {
+        let header = std::fs::metadata(&path).unwrap().len();
+        for i in 0..1000usize {
             r.alloc(i * 512 + 512, 512, Stream(0));
         }
-        // Full batches reach the file without a flush (the writer is asynchronous).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let mut on_disk = 0;
-        while on_disk < FLUSH_AT && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-            on_disk = std::fs::metadata(&path).unwrap().len() as usize;
-        }
-        assert!(on_disk >= FLUSH_AT, "only {on_disk} bytes written before flush");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), header);
         r.flush().unwrap();
-        assert_eq!(parse_file(&path).unwrap().ops.len(), 10_000);
+        assert_eq!(parse_file(&path).unwrap().ops.len(), 1000);
+        drop(r);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_full_buffer_is_written_by_the_call_that_fills_it() {
+        let path = temp("big.trace");
+        let bound = 1000;
+        let mut r = TraceRecorder::with_bound(&path, 0, &Config::default(), bound).unwrap();
+        let cap = r.events.capacity();
+        // Ids continue across spills: the same addresses come back.
+        for round in 0..5usize {
+            for i in 0..bound {
+                if round % 2 == 0 {
+                    r.alloc(i * 512 + 512, 512, Stream(round));
+                } else {
+                    r.free(i * 512 + 512);
+                }
+            }
+        }
+        // 4 full buffers were written without a flush; the fifth is pending.
+        assert_eq!(r.events.len(), bound);
+        assert_eq!(r.events.capacity(), cap, "the buffer never grows");
+        assert_eq!(parse_file(&path).unwrap().ops.len(), 4 * bound);
+        r.flush().unwrap();
+        let t = parse_file(&path).unwrap();
+        assert_eq!(t.ops.len(), 5 * bound);
+        assert_eq!(t.ops[2 * bound], Op::Alloc { id: bound as u64, bytes: 512, stream: 1 });
+        assert_eq!(t.ops[5 * bound - 1], Op::Alloc { id: 3 * bound as u64 - 1, bytes: 512, stream: 2 });
         drop(r);
         std::fs::remove_file(&path).unwrap();
     }
@@ -382,5 +424,23 @@ mod tests {
     fn uncreatable_file_is_a_config_error() {
         let e = TraceRecorder::create(Path::new("/nonexistent-dir/x.trace"), 0, &Config::default()).unwrap_err();
         assert!(matches!(&e, Error::BadConfig { key, .. } if key == "trace"), "{e}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn write_errors_surface_on_flush() {
+        let path = temp("full.trace");
+        let mut r = TraceRecorder::create(&path, 0, &Config::default()).unwrap();
+        r.text.file = File::options().write(true).open("/dev/full").unwrap();
+        r.alloc(0x1000, 1, Stream(0));
+        let e = r.flush().unwrap_err();
+        assert!(
+            matches!(&e, Error::BadConfig { key, .. } if key == "trace") && e.to_string().contains("full.trace"),
+            "{e}"
+        );
+        // The error stays: a later flush reports it too.
+        assert!(r.flush().is_err());
+        drop(r);
+        std::fs::remove_file(&path).unwrap();
     }
 }
