@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system tools the build needs when they are missing:
-# cmake, libclang (for bindgen in build.rs), pkg-config and a C/C++ compiler.
+# cmake, libclang (for bindgen in build.rs), pkg-config, a C/C++ compiler and
+# valgrind (the memcheck pass over the C tests).
 # Sourced by test.sh and demo.sh; safe to run on its own.
 set -euo pipefail
 
@@ -28,6 +29,7 @@ npualloc_ensure_tools() {
     npualloc_have_libclang || missing+=(libclang-dev)
     command -v cc >/dev/null 2>&1 || missing+=(gcc)
     command -v c++ >/dev/null 2>&1 || missing+=(g++)
+    command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
     if ((${#missing[@]})); then
         echo "installing missing build tools: ${missing[*]}"
         npualloc_as_root apt-get update

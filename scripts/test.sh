@@ -18,11 +18,27 @@ echo "== cargo build"
 cargo build --workspace --locked
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== concurrency stress, optimised build"
+cargo build --workspace --locked --release
+cargo test --locked --release --test concurrency
 
 echo "== CMake + ctest"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Debug
 cmake --build build -j "$(nproc 2>/dev/null || echo 2)"
 (cd build && ctest --output-on-failure)
+
+# Every C test again under valgrind's memcheck: any memory error or definite
+# leak fails its test (c_tests/valgrind.supp lists, with reasons, what is
+# suppressed). The optimised build: the emulator's pattern checks touch every
+# byte of every block, which the debug build makes too slow under valgrind.
+echo "== valgrind memcheck over the C tests"
+root=$PWD
+cmake -S . -B build-memcheck -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build-memcheck -j "$(nproc 2>/dev/null || echo 2)"
+(cd build-memcheck && ctest -T memcheck --output-on-failure \
+    --overwrite "MemoryCheckCommand=$(command -v valgrind)" \
+    --overwrite "MemoryCheckCommandOptions=--error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --keep-debuginfo=yes" \
+    --overwrite "MemoryCheckSuppressionFile=$root/c_tests/valgrind.supp")
 
 if [[ -d python/tests ]]; then
     echo "== pytest"

@@ -46,6 +46,12 @@ aclError aclemu_run_op(aclrtStream stream, const size_t *sizes, size_t n);
  * 507000 otherwise. Process-wide. 0, or -1 for an unknown name. */
 int32_t  aclemu_fail_nth(const char *function, int32_t n);   /* n >= 1 arms, 0 disarms */
 
+/* How many calls of `function` remain until its armed failure: n right after
+ * aclemu_fail_nth(function, n), 0 once it fired or when nothing is armed.
+ * Arming a large n and reading this back counts the calls a scenario makes.
+ * -1 for an unknown or NULL name. */
+int32_t  aclemu_fault_pending(const char *function);
+
 typedef struct aclemu_usage {
   uint64_t malloc_bytes, malloc_count;       /* live aclrtMalloc memory */
   uint64_t physical_bytes, physical_count;   /* live aclrtMallocPhysical handles */

@@ -2,6 +2,8 @@
 //! call of that ACL function fail with its out-of-memory code (207001 for the
 //! allocating calls) or 507000, before the call does anything else.
 //!
+//! `aclemu_fault_pending` reads the remaining count back.
+//!
 //! One armed count per function, process-wide. The check on every call is a
 //! single relaxed atomic load while nothing is armed.
 
@@ -138,6 +140,30 @@ pub unsafe extern "C" fn aclemu_fail_nth(function: *const c_char, n: i32) -> i32
     std::panic::catch_unwind(run).unwrap_or(-1)
 }
 
+/// How many calls of the ACL function named `function` remain until its
+/// armed failure (n for the n-th next call; 0 once it fired or when nothing is
+/// armed). Lets a test learn whether an armed fault was reached, and, armed
+/// with a large n, how many calls a scenario made. -1 for an unknown or NULL
+/// name.
+///
+/// # Safety
+/// `function` must be NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclemu_fault_pending(function: *const c_char) -> i32 {
+    let run = || {
+        if function.is_null() {
+            return -1;
+        }
+        // SAFETY: non-NULL and NUL-terminated per the contract above.
+        let name = unsafe { CStr::from_ptr(function) };
+        match name.to_str().ok().and_then(Api::by_name) {
+            Some(api) => ARMED[api as usize].load(Ordering::Acquire),
+            None => -1,
+        }
+    };
+    std::panic::catch_unwind(run).unwrap_or(-1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +174,26 @@ mod tests {
             assert_eq!(Api::by_name(api.name()), Some(api));
         }
         assert_eq!(Api::by_name("aclrtNope"), None);
+    }
+
+    #[test]
+    fn pending_counts_down_to_the_armed_call() {
+        // aclrtAllocatorGetByStream is called by no other emulator test.
+        let name = c"aclrtAllocatorGetByStream";
+        let api = Api::by_name("aclrtAllocatorGetByStream").unwrap();
+        // SAFETY: valid C strings.
+        unsafe {
+            assert_eq!(aclemu_fault_pending(name.as_ptr()), 0);
+            assert_eq!(aclemu_fault_pending(c"aclrtNope".as_ptr()), -1);
+            assert_eq!(aclemu_fault_pending(std::ptr::null()), -1);
+            assert_eq!(aclemu_fail_nth(name.as_ptr(), 3), 0);
+            assert_eq!(aclemu_fault_pending(name.as_ptr()), 3);
+            assert!(!should_fail(api));
+            assert_eq!(aclemu_fault_pending(name.as_ptr()), 2);
+            assert!(!should_fail(api));
+            assert!(should_fail(api));
+            assert_eq!(aclemu_fault_pending(name.as_ptr()), 0);
+            assert!(!should_fail(api));
+        }
     }
 }

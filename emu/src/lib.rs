@@ -17,7 +17,7 @@
 //!   memfd per device (`ranges` allocates within it).
 //! - `allocator_desc`: the aclrtAllocator* family; `run_op`: the graph-engine
 //!   driver `aclemu_run_op`.
-//! - `faults`: `aclemu_fail_nth`. `usage`: `aclemu_get_usage`.
+//! - `faults`: `aclemu_fail_nth`, `aclemu_fault_pending`. `usage`: `aclemu_get_usage`.
 //! - `ffi`: panic boundary, out-pointers, handles; `error`: the codes.
 //!
 //! Handles (streams, events, descs, physical handles) are tagged ids, never
@@ -65,7 +65,7 @@ pub use event::{
     aclrtRecordEvent, aclrtStreamWaitEvent, aclrtSynchronizeEvent,
     ACL_EVENT_RECORDED_STATUS_COMPLETE, ACL_EVENT_RECORDED_STATUS_NOT_READY,
 };
-pub use faults::aclemu_fail_nth;
+pub use faults::{aclemu_fail_nth, aclemu_fault_pending};
 pub use init::{aclFinalize, aclInit};
 pub use memory::{aclrtFree, aclrtFreeHost, aclrtMalloc, aclrtMallocHost};
 pub use run_op::aclemu_run_op;

@@ -381,26 +381,6 @@ impl State {
         Ok(n)
     }
 
-    /// Synchronizes, once each, every stream that used any of `segs`.
-    pub(super) fn sync_streams_of(&mut self, segs: &[u32]) -> Result<()> {
-        let mut streams: Vec<Stream> = Vec::new();
-        for &s in segs {
-            let seg = self.segments.get(s);
-            for st in std::iter::once(self.streams.stream(seg.stream_slot)).chain(seg.other_streams.iter().copied()) {
-                if !streams.contains(&st) {
-                    streams.push(st);
-                }
-            }
-        }
-        let rt = self.rt.clone();
-        for st in streams {
-            self.stats.synced();
-            rt.on_device(self.device, || rt.synchronize_stream(st))
-                .map_err(|e| Error::runtime(e, "synchronizing a stream before releasing memory"))?;
-        }
-        Ok(())
-    }
-
     /// Gives every cached physical handle back to the runtime.
     pub(super) fn free_cached_handles(&mut self) -> Result<usize> {
         let rt = self.rt.clone();

@@ -208,27 +208,10 @@ impl State {
         if free.is_empty() {
             return Ok(0);
         }
-        let mut streams: Vec<Stream> = Vec::new();
-        for &s in &free {
-            let seg = self.segments.get(s);
-            for st in std::iter::once(self.streams.stream(seg.stream_slot)).chain(seg.other_streams.iter().copied()) {
-                if !streams.contains(&st) {
-                    streams.push(st);
-                }
-            }
-        }
+        // Not known to be idle: keep the memory rather than free it under work.
+        self.sync_streams_of(&free)?;
         let rt = self.rt.clone();
         let mut first_error = None;
-        for st in streams {
-            if let Err(e) = rt.on_device(self.device, || rt.synchronize_stream(st)) {
-                first_error.get_or_insert(Error::runtime(e, "synchronizing a stream before releasing memory"));
-            }
-            self.stats.synced();
-        }
-        if let Some(e) = first_error {
-            // Not known to be idle: keep the memory rather than free it under work.
-            return Err(e);
-        }
         let mut released = 0;
         for s in free {
             let (base, size, kind, slot, first) = {
@@ -249,6 +232,31 @@ impl State {
             Some(e) => Err(e),
             None => Ok(released),
         }
+    }
+
+    /// Synchronizes, once each, every stream that used any of `segs`. A
+    /// stream the host has already destroyed counts as idle: ACL requires a
+    /// synchronize before destroying a stream, so none of its work is queued.
+    pub(super) fn sync_streams_of(&mut self, segs: &[u32]) -> Result<()> {
+        let mut streams: Vec<Stream> = Vec::new();
+        for &s in segs {
+            let seg = self.segments.get(s);
+            for st in std::iter::once(self.streams.stream(seg.stream_slot)).chain(seg.other_streams.iter().copied()) {
+                if !streams.contains(&st) {
+                    streams.push(st);
+                }
+            }
+        }
+        let rt = self.rt.clone();
+        for st in streams {
+            self.stats.synced();
+            match rt.on_device(self.device, || rt.synchronize_stream(st)) {
+                Ok(()) => {}
+                Err(e) if e.is_invalid_handle() => {}
+                Err(e) => return Err(Error::runtime(e, "synchronizing a stream before releasing memory")),
+            }
+        }
+        Ok(())
     }
 
     /// Returns every cached, unused segment to the device.

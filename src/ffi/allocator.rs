@@ -102,6 +102,8 @@ pub unsafe extern "C" fn npualloc_malloc(
     out_ptr: *mut *mut c_void,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_malloc", {
+        #[cfg(test)]
+        tests::panic_if_armed();
         // SAFETY: handle validity is the caller's contract; NULL and dead handles are refused.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         let out = try_out!(out_ptr, "out_ptr");
@@ -195,4 +197,40 @@ pub unsafe extern "C" fn npualloc_query(
         unsafe { out.write(value) };
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::last_error::last_error_message;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Test-only: makes this thread's next `npualloc_malloc` panic inside its body.
+        static PANIC_IN_MALLOC: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub(super) fn panic_if_armed() {
+        if PANIC_IN_MALLOC.with(|armed| armed.replace(false)) {
+            panic!("forced by a test");
+        }
+    }
+
+    #[test]
+    fn a_panic_inside_an_export_becomes_internal_error() {
+        let sentinel = 0x1234usize as *mut c_void;
+        let mut out = sentinel;
+        PANIC_IN_MALLOC.with(|armed| armed.set(true));
+        // SAFETY: a NULL handle is refused (were the body to get that far); out is valid.
+        let st = unsafe { npualloc_malloc(std::ptr::null_mut(), 4096, std::ptr::null_mut(), &mut out) };
+        assert_eq!(st, npualloc_status::NPUALLOC_ERR_INTERNAL);
+        assert_eq!(last_error_message(), "internal error: panic in npualloc_malloc: forced by a test");
+        assert_eq!(out, sentinel, "no out-parameter is written after a panic");
+
+        // The process and the export keep working: the next call takes the ordinary path.
+        // SAFETY: as above.
+        let st = unsafe { npualloc_malloc(std::ptr::null_mut(), 4096, std::ptr::null_mut(), &mut out) };
+        assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+        assert!(last_error_message().contains("handle must not be NULL"), "{}", last_error_message());
+    }
 }

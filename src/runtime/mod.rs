@@ -34,6 +34,12 @@ pub struct AclCallError {
 }
 
 impl AclCallError {
+    /// True for the codes the runtime uses for a handle it does not know
+    /// (for a stream: one already destroyed).
+    pub fn is_invalid_handle(&self) -> bool {
+        matches!(self.code, sys::ACL_ERROR_RT_INVALID_HANDLE | sys::ACL_ERROR_INVALID_RESOURCE_HANDLE)
+    }
+
     /// True for the codes the runtime uses for exhausted device memory.
     pub fn is_out_of_memory(&self) -> bool {
         matches!(

@@ -1,7 +1,7 @@
 //! Reads acl-trace v1 text (plain or gzip) and checks it line by line.
 //!
-//! Checks: known op letter, field count, numeric fields, `bytes` > 0, `f` and
-//! `u` naming a live id, `a` never reusing an id. The first problem stops the
+//! Checks: UTF-8 text, known op letter, field count, numeric fields,
+//! `bytes` > 0, `f` and `u` naming a live id, `a` never reusing an id. The first problem stops the
 //! read with its 1-based line number. A missing `# acl-trace v1` header is
 //! accepted; a header naming another version is not.
 
@@ -30,6 +30,8 @@ pub enum LineError {
     StreamTooLarge(u64),
     #[error("unsupported format '{0}' (expected '{HEADER}')")]
     Version(String),
+    #[error("the line is not UTF-8 text (invalid byte at column {column})")]
+    NotUtf8 { column: usize },
 }
 
 /// Why a trace could not be read.
@@ -78,20 +80,22 @@ pub fn parse_file(path: &Path) -> Result<Trace, ParseError> {
 /// Reads trace text from `reader`; `name` labels errors.
 pub fn parse_reader<R: BufRead>(mut reader: R, name: &str) -> Result<Trace, ParseError> {
     let mut parser = Parser::default();
-    let mut buf = String::new();
+    let mut buf = Vec::new();
     let mut line_no = 0usize;
     loop {
         buf.clear();
+        // Bytes, not `read_line`: text that is not UTF-8 is a problem of one
+        // line, reported with its number like any other.
         let n = reader
-            .read_line(&mut buf)
+            .read_until(b'\n', &mut buf)
             .map_err(|source| ParseError::Io { name: name.to_string(), source })?;
         if n == 0 {
             break;
         }
         line_no += 1;
-        parser
-            .line(buf.trim_end_matches(['\n', '\r']), line_no)
-            .map_err(|error| ParseError::Line { name: name.to_string(), line: line_no, error })?;
+        let line_err = |error| ParseError::Line { name: name.to_string(), line: line_no, error };
+        let text = std::str::from_utf8(&buf).map_err(|e| line_err(LineError::NotUtf8 { column: e.valid_up_to() + 1 }))?;
+        parser.line(text.trim_end_matches(['\n', '\r']), line_no).map_err(line_err)?;
     }
     Ok(parser.trace)
 }
@@ -248,6 +252,8 @@ mod tests {
         assert_eq!(err(&format!("{h}a +1 5 0\n")).1, LineError::NotANumber { field: "id", value: "+1".into() });
         assert_eq!(err(&format!("{h}w 99999999\n")), (3, LineError::StreamTooLarge(99999999)));
         assert!(matches!(err("# acl-trace v2\n").1, LineError::Version(_)));
+        let bad_utf8 = parse_reader(&b"# acl-trace v1\na 0 10 0\nf \xff0\n"[..], "t").unwrap_err();
+        assert_eq!((bad_utf8.line(), bad_utf8.line_error()), (Some(3), Some(&LineError::NotUtf8 { column: 3 })));
     }
 
     #[test]

@@ -1,0 +1,375 @@
+//! Fault sweep: a realistic scenario replayed with one ACL call failing at a
+//! time, for every ACL function the allocator calls and every (or, past the
+//! first few hundred, evenly sampled) position of that call in the scenario.
+//!
+//! The scenario: the first 600 events of `traces/resnet-like-infer.trace.gz`
+//! (frees and uses of ids allocated past the cut dropped), replayed through
+//! the C API on two streams (allocation stream by id parity), every fifth
+//! block also used on the other stream (`npualloc_record_stream`), the second
+//! stream held so those frees stay pending, `npualloc_empty_cache` every 150
+//! events; once with expandable segments and once without. Each run creates
+//! its allocator with the fault already armed, so creation is swept too.
+//!
+//! After each run, with the fault disarmed: every refused call returned a
+//! documented status (OUT_OF_MEMORY or RUNTIME, nothing else); the blocks the
+//! scenario holds are intact (query reports each, none overlap) and the stats
+//! agree with them; the allocator still serves fresh requests and frees; and
+//! after destroy the emulator reports no live memory, physical handles,
+//! mappings, reserved ranges or events.
+//!
+//! How many calls the scenario makes of each function is measured first, by
+//! arming every function at a count never reached and reading back what is
+//! left (`aclemu_fault_pending`); each sweep run then checks through the same
+//! control whether its fault actually fired.
+//!
+//! The emulator's faults are process-wide: this binary holds this one test.
+
+mod common;
+
+use common::{create, destroy, emu, empty_cache, free, malloc, query, record_stream, stats, Emu};
+use npualloc::ffi::npualloc_status::{self, *};
+use npualloc::runtime::Stream;
+use npualloc::trace::{parse_file, Op};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::Instant;
+
+/// This binary's own device, away from the ones other tests use.
+const DEVICE: i32 = 5;
+/// Trace events replayed.
+const EVENTS: usize = 600;
+/// Every call position up to this one is tried; past it, `SAMPLES` evenly
+/// spaced ones (the debug build checks the core's invariants after every
+/// transition, so a run costs ~0.2 s there).
+const DENSE: i32 = 12;
+const SAMPLES: i32 = 8;
+
+/// Every ACL function the allocator may call while it serves the scenario.
+const FUNCTIONS: &[&str] = &[
+    "aclrtMalloc",
+    "aclrtFree",
+    "aclrtMallocPhysical",
+    "aclrtFreePhysical",
+    "aclrtMapMem",
+    "aclrtUnmapMem",
+    "aclrtReserveMemAddress",
+    "aclrtReleaseMemAddress",
+    "aclrtRecordEvent",
+    "aclrtCreateEventWithFlag",
+    "aclrtCreateEvent",
+    "aclrtQueryEventStatus",
+    "aclrtSynchronizeStream",
+    "aclrtSynchronizeEvent",
+    "aclrtDestroyEvent",
+    "aclrtGetMemInfo",
+    "aclrtSetDevice",
+    "aclrtGetDevice",
+    "aclrtMemGetAllocationGranularity",
+];
+
+/// The first `EVENTS` events, with frees and uses of ids allocated past the cut dropped.
+fn scenario_ops() -> Vec<Op> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/resnet-like-infer.trace.gz");
+    let trace = parse_file(&path).unwrap_or_else(|e| panic!("{e}"));
+    let head = &trace.ops[..EVENTS.min(trace.ops.len())];
+    let allocated: HashSet<u64> = head
+        .iter()
+        .filter_map(|op| match *op {
+            Op::Alloc { id, .. } => Some(id),
+            _ => None,
+        })
+        .collect();
+    head.iter()
+        .filter(|op| match **op {
+            Op::Free { id } | Op::Use { id, .. } => allocated.contains(&id),
+            _ => true,
+        })
+        .copied()
+        .collect()
+}
+
+/// What one run saw.
+#[derive(Default)]
+struct Run {
+    /// The armed fault was reached (or, for the counting run: never).
+    fired: bool,
+    /// Calls the allocator refused (all with a documented status, or a problem is recorded).
+    refused: usize,
+    problems: Vec<String>,
+}
+
+fn documented(st: npualloc_status) -> bool {
+    matches!(st, NPUALLOC_ERR_OUT_OF_MEMORY | NPUALLOC_ERR_RUNTIME)
+}
+
+struct Sweep<'a> {
+    emu: &'a Emu,
+    ops: &'a [Op],
+    config: &'a str,
+    streams: [Stream; 2],
+}
+
+impl Sweep<'_> {
+    /// One run with `arm` applied right before the allocator is created.
+    fn run(&self, label: &str, arm: &dyn Fn(), disarm: &dyn Fn() -> bool) -> Run {
+        let emu = self.emu;
+        let [s0, s1] = self.streams;
+        let mut run = Run::default();
+        let problem = |run: &mut Run, what: String| run.problems.push(format!("{label}: {what}"));
+        let before = emu.usage(DEVICE);
+        assert!(before.malloc_count == 0 && before.physical_count == 0 && before.events == 0, "{label}: dirty start {before:?}");
+        emu.hold(s1);
+        arm();
+        let a = match create(self.config, DEVICE) {
+            Ok(a) => Some(a),
+            Err((st, msg)) => {
+                run.refused += 1;
+                if !documented(st) {
+                    problem(&mut run, format!("create returned {st:?}: {msg}"));
+                }
+                None
+            }
+        };
+        let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
+        if let Some(a) = a {
+            for (i, op) in self.ops.iter().enumerate() {
+                match *op {
+                    Op::Alloc { id, bytes, .. } => {
+                        let (own, other) = if id % 2 == 0 { (s0, s1) } else { (s1, s0) };
+                        match malloc(a, bytes as usize, own) {
+                            Ok(p) => {
+                                live.insert(id, (p, bytes));
+                                if id % 5 == 0 {
+                                    let st = record_stream(a, p, other);
+                                    if st != NPUALLOC_OK {
+                                        run.refused += 1;
+                                        if !documented(st) {
+                                            problem(&mut run, format!("record_stream(id {id}) returned {st:?}"));
+                                        }
+                                    }
+                                }
+                            }
+                            Err((st, msg)) => {
+                                run.refused += 1;
+                                if !documented(st) {
+                                    problem(&mut run, format!("malloc({bytes}) for id {id} returned {st:?}: {msg}"));
+                                }
+                            }
+                        }
+                    }
+                    Op::Free { id } => {
+                        if let Some(&(p, _)) = live.get(&id) {
+                            match free(a, p) {
+                                NPUALLOC_OK => {
+                                    live.remove(&id);
+                                }
+                                st => {
+                                    run.refused += 1;
+                                    if !documented(st) {
+                                        problem(&mut run, format!("free(id {id}) returned {st:?}"));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Op::Use { id, stream } => {
+                        if let Some(&(p, _)) = live.get(&id) {
+                            let st = record_stream(a, p, self.streams[stream as usize % 2]);
+                            if st != NPUALLOC_OK {
+                                run.refused += 1;
+                                if !documented(st) {
+                                    problem(&mut run, format!("record_stream(id {id}) returned {st:?}"));
+                                }
+                            }
+                        }
+                    }
+                    Op::Wait { .. } => {}
+                }
+                if i % 150 == 149 {
+                    let st = empty_cache(a);
+                    if st != NPUALLOC_OK {
+                        run.refused += 1;
+                        if !documented(st) {
+                            problem(&mut run, format!("empty_cache after event {i} returned {st:?}"));
+                        }
+                    }
+                }
+            }
+        }
+        run.fired = disarm();
+        emu.release(s1);
+
+        // The fault is gone: whatever the allocator kept must be intact and usable.
+        let a = match a {
+            Some(a) => a,
+            None => match create(self.config, DEVICE) {
+                Ok(a) => a,
+                Err((st, msg)) => {
+                    problem(&mut run, format!("create after the fault cleared returned {st:?}: {msg}"));
+                    return run;
+                }
+            },
+        };
+        let mut blocks: Vec<(usize, u64, u64)> = Vec::new();
+        for (&id, &(p, bytes)) in &live {
+            match query(a, p) {
+                Ok(info) if info.addr == p as u64 && info.requested == bytes && info.size >= bytes => {
+                    blocks.push((p, info.size, bytes))
+                }
+                Ok(info) => problem(&mut run, format!("id {id} at {p:#x} ({bytes} bytes) queries as {info:?}")),
+                Err(st) => problem(&mut run, format!("id {id} at {p:#x} is live but query returned {st:?}")),
+            }
+        }
+        blocks.sort_unstable();
+        for w in blocks.windows(2) {
+            if w[0].0 as u64 + w[0].1 > w[1].0 as u64 {
+                problem(&mut run, format!("blocks overlap: {:#x}+{} and {:#x}", w[0].0, w[0].1, w[1].0));
+            }
+        }
+        let s = stats(a);
+        let (sizes, requested): (u64, u64) = blocks.iter().fold((0, 0), |(x, y), b| (x + b.1, y + b.2));
+        if (s.active_blocks, s.allocated_bytes, s.requested_bytes) != (live.len() as u64, sizes, requested)
+            || s.reserved_bytes < s.allocated_bytes
+            || s.num_allocs - s.num_frees != live.len() as u64
+        {
+            problem(
+                &mut run,
+                format!(
+                    "stats disagree with the {} live blocks ({sizes} bytes, {requested} requested): {s:?}",
+                    live.len()
+                ),
+            );
+        }
+        for (size, stream) in [(4usize << 20, s0), (1000, s1), (24 << 20, s0)] {
+            match malloc(a, size, stream) {
+                Ok(p) => {
+                    if free(a, p) != NPUALLOC_OK {
+                        problem(&mut run, format!("free of a fresh {size}-byte block failed"));
+                    }
+                }
+                Err((st, msg)) => problem(&mut run, format!("fresh malloc({size}) after the fault returned {st:?}: {msg}")),
+            }
+        }
+        for (_, (p, _)) in live.drain() {
+            if free(a, p) != NPUALLOC_OK {
+                problem(&mut run, format!("free of {p:#x} after the fault failed"));
+            }
+        }
+        if empty_cache(a) != NPUALLOC_OK {
+            problem(&mut run, "empty_cache after the fault failed".into());
+        }
+        let s = stats(a);
+        if (s.active_blocks, s.allocated_bytes, s.reserved_bytes) != (0, 0, 0) {
+            problem(&mut run, format!("after freeing everything and emptying the cache: {s:?}"));
+        }
+        let st = destroy(a);
+        if st != NPUALLOC_OK {
+            problem(&mut run, format!("destroy returned {st:?}"));
+        }
+        let u = emu.usage(DEVICE);
+        let kept = (u.malloc_bytes, u.malloc_count, u.physical_count, u.mapped_bytes, u.reserved_ranges, u.events, u.descs);
+        if kept != (0, 0, 0, 0, 0, 0, 0) || u.streams != 2 {
+            problem(&mut run, format!("emulator still holds resources after destroy: {u:?}"));
+        }
+        run
+    }
+}
+
+/// The call positions tried for a function the scenario calls `n` times:
+/// every one up to `DENSE`, evenly spaced ones past it, and `n + 1` (which
+/// must not fire: it checks the count).
+fn positions(n: i32) -> Vec<i32> {
+    let mut ks: Vec<i32> = (1..=n.min(DENSE)).collect();
+    if n > DENSE {
+        let span = n - DENSE;
+        for i in 1..=SAMPLES {
+            let k = DENSE + (span as i64 * i as i64 / SAMPLES as i64) as i32;
+            if ks.last() != Some(&k) {
+                ks.push(k);
+            }
+        }
+    }
+    ks.push(n + 1);
+    ks
+}
+
+#[test]
+fn every_injected_fault_is_refused_cleanly_and_leaves_nothing_behind() {
+    let started = Instant::now();
+    let emu = emu();
+    emu.set_capacity(DEVICE, 1 << 30);
+    let ops = scenario_ops();
+    assert!(ops.len() > 500, "the trace is shorter than expected: {} events", ops.len());
+    emu.rt.set_device(DEVICE).expect("select the sweep's device");
+    let streams = [emu.create_stream(DEVICE), emu.create_stream(DEVICE)];
+
+    let mut problems: Vec<String> = Vec::new();
+    let (mut runs, mut injected, mut refused) = (0usize, 0usize, 0usize);
+    let mut table = Vec::new();
+    for config in ["expandable_segments:false", "expandable_segments:true"] {
+        let sweep = Sweep { emu, ops: &ops, config, streams };
+
+        // The counting run: every function armed at a call it never reaches,
+        // read back (and disarmed) when the scenario ends.
+        const FAR: i32 = i32::MAX;
+        let counts = std::cell::RefCell::new(Vec::new());
+        let counting = sweep.run(
+            &format!("{config}, counting run"),
+            &|| FUNCTIONS.iter().for_each(|f| emu.fail_nth(f, FAR)),
+            &|| {
+                let left: Vec<i32> = FUNCTIONS.iter().map(|f| emu.fault_pending(f)).collect();
+                FUNCTIONS.iter().for_each(|f| emu.fail_nth(f, 0));
+                *counts.borrow_mut() = left.iter().map(|&n| FAR - n).collect();
+                left.contains(&0)
+            },
+        );
+        let counts = counts.into_inner();
+        runs += 1;
+        assert!(!counting.fired, "{config}: a count of {FAR} calls was reached");
+        assert_eq!(counting.refused, 0, "{config}: the scenario fails without faults: {:?}", counting.problems);
+        assert!(counting.problems.is_empty(), "{config}: {:#?}", counting.problems);
+
+        for (f, &n) in FUNCTIONS.iter().zip(&counts) {
+            let mut fired_here = 0;
+            let mut tried = 0;
+            for k in positions(n) {
+                let label = format!("{config}, {f} failing at call {k} of {n}");
+                let run = sweep.run(&label, &|| emu.fail_nth(f, k), &|| {
+                    let fired = emu.fault_pending(f) == 0;
+                    emu.fail_nth(f, 0);
+                    fired
+                });
+                runs += 1;
+                tried += 1;
+                refused += run.refused;
+                if run.fired {
+                    fired_here += 1;
+                    injected += 1;
+                }
+                if run.fired != (k <= n) {
+                    problems.push(format!("{label}: the fault {} fire", if run.fired { "did" } else { "did not" }));
+                }
+                problems.extend(run.problems);
+                if !run.fired {
+                    break;
+                }
+            }
+            table.push(format!("  {config:<26} {f:<34} calls {n:>5}  runs {tried:>4}  fired {fired_here:>4}"));
+        }
+    }
+    for s in streams {
+        emu.destroy_stream(DEVICE, s);
+    }
+    assert!(emu.usage(DEVICE).is_clean(), "{:?}", emu.usage(DEVICE));
+
+    eprintln!("fault sweep over {} trace events:", ops.len());
+    for line in &table {
+        eprintln!("{line}");
+    }
+    eprintln!(
+        "fault sweep: {runs} runs, {injected} faults injected, {refused} calls refused, {} problems, {:.1} s",
+        problems.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.iter().take(40).cloned().collect::<Vec<_>>().join("\n"));
+}
