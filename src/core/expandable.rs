@@ -11,15 +11,13 @@
 //!   2 MiB in the small pool, `page_size` in the large pool.
 //! - Best fit over the range's free blocks naturally fills holes before the
 //!   tail, since the tail is the largest free block.
-//! - Placement prefers free blocks whose pages are already mapped; among
-//!   those, best fit. Only when nothing mapped fits are new pages needed.
 //! - Physical page recycling: pages unmapped from free blocks go to a
 //!   per-size handle cache and are mapped again wherever a block needs them
 //!   (any range of the same page size), so one allocation can be backed by
 //!   pages freed anywhere — without a second address range per allocation.
-//!   When new pages would raise reserved memory past its peak, whole free
-//!   pages are first moved out of holes (from segments whose streams are
-//!   idle, checked with an event, never by waiting). Only `empty_cache` and
+//!   Pages move this way under memory pressure (the OOM ladder); moving
+//!   them eagerly on every growth was measured to cost 3x in speed on the
+//!   shipped traces for a few percent of peak memory. Only `empty_cache` and
 //!   teardown give handles back to the runtime.
 //! - Pages are unmapped only after synchronizing the streams that used them.
 //! - A mapping attempt that fails part-way unmaps what it mapped, keeping the
@@ -31,7 +29,7 @@ use super::policy::PoolKind;
 use super::segment::Segment;
 use super::state::{GrowError, State};
 use crate::error::{Error, Result};
-use crate::runtime::{PhysicalHandle, Stream};
+use crate::runtime::PhysicalHandle;
 use crate::sys;
 
 /// Virtual-memory bookkeeping of one expandable segment.
@@ -125,16 +123,6 @@ impl State {
         };
         let first = (addr - base) / page;
         let last = (addr + size - 1 - base) / page;
-        let missing = (first..=last).filter(|&i| self.range(seg).pages[i].is_none()).count();
-        let cached = self.handle_cache.get(&page).map_or(0, Vec::len);
-        if missing > cached {
-            let s = self.stats.get();
-            // Growing past the peak: move free pages out of holes first, so
-            // reserved memory tracks live memory instead of piling up.
-            if s.reserved_bytes as usize + (missing - cached) * page > s.reserved_bytes_peak as usize {
-                self.steal_free_pages(page, missing - cached, seg, first..=last);
-            }
-        }
         let mut mapped_now = Vec::new();
         for i in first..=last {
             if self.range(seg).pages[i].is_some() {
@@ -247,94 +235,13 @@ impl State {
     }
 
     /// Pages under the first `size` bytes of free block `id` that are not mapped.
-    fn unmapped_under(&self, id: BlockId, size: usize) -> usize {
+    pub(super) fn unmapped_under(&self, id: BlockId, size: usize) -> usize {
         let b = self.blocks.get(id);
         let s = self.segments.get(b.segment);
         let Some(r) = &s.vmm else { return 0 };
         let first = (b.addr - s.base) / r.page_size;
         let last = (b.addr + size - 1 - s.base) / r.page_size;
         (first..=last).filter(|&i| r.pages[i].is_none()).count()
-    }
-
-    /// Placement in an expandable segment: when the best fit `id` would need
-    /// new pages, a free block that needs fewer (ideally none) wins, then the
-    /// smaller one. Keeping requests on mapped memory is what stops pages
-    /// from moving back and forth between holes and the tail.
-    /// Returns the block and how many of its pages still need mapping.
-    pub(super) fn prefer_mapped(&self, id: BlockId, slot: u16, kind: PoolKind, rounded: usize) -> (BlockId, usize) {
-        let missing = self.unmapped_under(id, rounded);
-        if missing == 0 {
-            return (id, 0);
-        }
-        let policy = &self.policy;
-        let mut best = (missing, self.blocks.get(id).size, id);
-        for cand in self.pools[slot as usize][kind as usize].iter(&self.blocks) {
-            let size = self.blocks.get(cand).size;
-            if size < rounded || !policy.may_use(size, rounded) {
-                continue;
-            }
-            let key = (self.unmapped_under(cand, rounded), size, cand);
-            if key < best {
-                best = key;
-                if key.0 == 0 && size == rounded {
-                    break;
-                }
-            }
-        }
-        (best.2, best.0)
-    }
-
-    /// Unmaps up to `wanted` free pages of size `page` from holes (never
-    /// pages `skip` of `target`), putting their handles in the cache. Only
-    /// segments whose streams have finished all queued work are touched: an
-    /// event recorded now on each of their streams must already be complete,
-    /// so nothing waits. Returns the pages moved.
-    fn steal_free_pages(&mut self, page: usize, wanted: usize, target: u32, skip: std::ops::RangeInclusive<usize>) -> usize {
-        let candidates: Vec<u32> = self
-            .segments
-            .ids()
-            .filter(|&s| self.segments.get(s).vmm.as_ref().is_some_and(|r| r.page_size == page && r.mapped > 0))
-            .collect();
-        let mut moved = 0;
-        for seg in candidates {
-            if moved == wanted {
-                break;
-            }
-            let pages: Vec<usize> = self
-                .free_mapped_pages(seg)
-                .into_iter()
-                .filter(|i| seg != target || !skip.contains(i))
-                .rev()
-                .take(wanted - moved)
-                .collect();
-            if pages.is_empty() || !self.segment_idle(seg) {
-                continue;
-            }
-            for i in pages {
-                if self.unmap_page(seg, i).is_err() {
-                    return moved;
-                }
-                moved += 1;
-            }
-        }
-        moved
-    }
-
-    /// Whether every stream that used `seg` has finished its queued work,
-    /// found without waiting (an event recorded now, queried once).
-    fn segment_idle(&mut self, seg: u32) -> bool {
-        let s = self.segments.get(seg);
-        let streams: Vec<Stream> =
-            std::iter::once(self.streams.stream(s.stream_slot)).chain(s.other_streams.iter().copied()).collect();
-        let rt = self.rt.clone();
-        streams.into_iter().all(|st| match self.record_on(st) {
-            Ok(ev) => {
-                let done = rt.on_device(self.device, || rt.event_complete(ev)).unwrap_or(false);
-                self.order.return_event(ev);
-                done
-            }
-            Err(_) => false,
-        })
     }
 
     /// Pages of `seg` that lie entirely inside free blocks and are mapped.

@@ -119,7 +119,7 @@ impl State {
     /// expandable segment), else growth.
     fn try_alloc(&mut self, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId, GrowError> {
         if let Some(id) = self.find_free(slot, kind, rounded) {
-            return self.place(id, slot, kind, rounded);
+            return self.place(id, rounded);
         }
         self.grow(rounded, kind, slot)
     }

@@ -78,7 +78,7 @@ impl State {
         let slot = self.stream_slot(stream);
         let id = match self.find_free(slot, kind, rounded) {
             Some(id) if !self.expandable => id,
-            Some(best_fit) => match self.place(best_fit, slot, kind, rounded) {
+            Some(best_fit) => match self.place(best_fit, rounded) {
                 Ok(id) => id,
                 Err(_) => self.alloc_slow(size, rounded, kind, slot)?,
             },
@@ -87,23 +87,21 @@ impl State {
         Ok(self.take_block(id, rounded, size))
     }
 
-    /// Chooses where a request of `rounded` bytes goes, starting from the
-    /// best fit, and maps what it needs (expandable segments only; fixed
-    /// segments are always mapped).
+    /// Maps what the best fit needs for a request of `rounded` bytes
+    /// (expandable segments only; fixed segments are always mapped).
     #[inline]
-    pub fn place(&mut self, best_fit: BlockId, slot: u16, kind: PoolKind, rounded: usize) -> Result<BlockId, GrowError> {
+    pub fn place(&mut self, best_fit: BlockId, rounded: usize) -> Result<BlockId, GrowError> {
         if !self.expandable {
             return Ok(best_fit);
         }
-        let (id, missing) = self.prefer_mapped(best_fit, slot, kind, rounded);
-        if missing > 0 {
+        if self.unmapped_under(best_fit, rounded) > 0 {
             let (seg, addr) = {
-                let b = self.blocks.get(id);
+                let b = self.blocks.get(best_fit);
                 (b.segment, b.addr)
             };
             self.ensure_mapped(seg, addr, rounded)?;
         }
-        Ok(id)
+        Ok(best_fit)
     }
 
     #[inline]
@@ -280,7 +278,7 @@ impl State {
         self.order.push_pending(PendingFree { block: id, events }, size);
     }
 
-    pub(super) fn record_on(&mut self, stream: Stream) -> Result<crate::runtime::Event, crate::runtime::AclCallError> {
+    fn record_on(&mut self, stream: Stream) -> Result<crate::runtime::Event, crate::runtime::AclCallError> {
         let rt = self.rt.clone();
         let pooled = self.order.pooled_event();
         rt.on_device(self.device, || {
@@ -349,7 +347,7 @@ impl State {
                 self.range_for(kind, slot)?;
             }
             let id = self.find_free(slot, kind, rounded).ok_or(GrowError::AddressSpace)?;
-            return self.place(id, slot, kind, rounded);
+            return self.place(id, rounded);
         }
         let size = self.policy.segment_size(rounded);
         let reserved = self.stats.get().reserved_bytes as usize;
