@@ -18,9 +18,9 @@ echo "== cargo build"
 cargo build --workspace --locked
 echo "== cargo test"
 cargo test --workspace --locked
-echo "== concurrency stress, optimised build"
+echo "== concurrency stress and the full fault sweep, optimised build"
 cargo build --workspace --locked --release
-cargo test --locked --release --test concurrency
+cargo test --locked --release --test concurrency --test fault_sweep
 
 echo "== CMake + ctest"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Debug
