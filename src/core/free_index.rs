@@ -175,24 +175,11 @@ impl FreeIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::block::{Block, BlockState};
+    use crate::core::block::Block;
     use crate::core::policy::PoolKind;
 
     fn block(size: usize, addr: usize) -> Block {
-        Block {
-            addr,
-            size,
-            requested: 0,
-            segment: 0,
-            prev: NIL,
-            next: NIL,
-            free_prev: NIL,
-            free_next: NIL,
-            state: BlockState::Free,
-            kind: PoolKind::Large,
-            stream_slot: 0,
-            has_other_streams: false,
-        }
+        Block::segment_root(addr, size, PoolKind::Large, 0)
     }
 
     fn index_of(sizes: &[usize]) -> (BlockArena, FreeIndex, Vec<BlockId>) {
