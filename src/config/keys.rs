@@ -17,6 +17,8 @@ pub enum Key {
     ReleaseThresholdMb,
     Trace,
     AclLibrary,
+    ReuseCacheMb,
+    ReservedHeadroom,
 }
 
 impl Key {
@@ -143,9 +145,10 @@ pub const KEYS: &[KeySpec] = &[
         key: Key::PageSize,
         name: "page_size",
         kind: ValueKind::PageSize,
-        default: "20m",
+        default: "2m",
         unit: "",
-        doc: "Mapping unit of the large pool's expandable segments: 2m, 20m or 1g (letter case ignored).",
+        doc: "Mapping unit of the large pool's expandable segments: 2m, 20m or 1g (letter case ignored). \
+              Growth maps physical handles of up to 4 MiB (or one unit, if larger).",
     },
     KeySpec {
         key: Key::ReleaseThresholdMb,
@@ -170,6 +173,25 @@ pub const KEYS: &[KeySpec] = &[
         default: "libascendcl.so",
         unit: "",
         doc: "Path of the ACL runtime library to load.",
+    },
+    KeySpec {
+        key: Key::ReuseCacheMb,
+        name: "reuse_cache_mb",
+        kind: ValueKind::SizeMib,
+        default: "64",
+        unit: "MiB",
+        doc: "Freed small blocks (up to 1 MiB) held whole for the next request of the same size on \
+              the same stream, skipping the free-block search, split and merge. 0 turns it off.",
+    },
+    KeySpec {
+        key: Key::ReservedHeadroom,
+        name: "reserved_headroom",
+        kind: ValueKind::Number,
+        default: "off",
+        unit: "",
+        doc: "Expandable segments: keep reserved memory within this fraction above the peak of \
+              allocated bytes by moving free pages instead of mapping new ones (0.02 = 2%). Each \
+              move synchronizes the streams that used the pages. At least 0.",
     },
 ];
 

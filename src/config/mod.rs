@@ -48,10 +48,10 @@ pub const ENV_VAR: &str = "NPUALLOC_CONF";
 /// The mapping unit of the large pool's expandable segments.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum PageSize {
-    /// 2 MiB (`page_size:2m`): the runtime's huge page.
-    Mib2,
-    /// 20 MiB (`page_size:20m`): PyTorch's large-segment size; the default.
+    /// 2 MiB (`page_size:2m`): the runtime's huge page; the default.
     #[default]
+    Mib2,
+    /// 20 MiB (`page_size:20m`): PyTorch's large-segment size.
     Mib20,
     /// 1 GiB (`page_size:1g`): needs the runtime's 1 GiB huge pages.
     Gib1,
@@ -119,12 +119,24 @@ pub struct Config {
     pub trace: Option<PathBuf>,
     /// `acl_library`: the ACL runtime library to load. `None`: the default search.
     pub acl_library: Option<String>,
+    /// `reuse_cache_mb`, in bytes. `None`: the default, 64 MiB.
+    pub reuse_cache: Option<usize>,
+    /// `reserved_headroom`, at least 0. `None`: off.
+    pub reserved_headroom: Option<f64>,
 }
+
+/// Bytes of freed small blocks held for exact-size reuse by default.
+pub const DEFAULT_REUSE_CACHE: usize = 64 << 20;
 
 impl Config {
     /// Parses a config string (grammar in the module doc).
     pub fn parse(s: &str) -> Result<Config, Error> {
         parse::parse(s)
+    }
+
+    /// Bytes of freed small blocks held for exact-size reuse.
+    pub fn reuse_cache_bytes(&self) -> usize {
+        self.reuse_cache.unwrap_or(DEFAULT_REUSE_CACHE)
     }
 
     /// Reads [`ENV_VAR`]; unset or empty gives the defaults.
@@ -205,6 +217,12 @@ impl fmt::Display for Config {
         }
         if let Some(path) = &self.acl_library {
             entry(f, Key::AclLibrary, path)?;
+        }
+        if let Some(bytes) = self.reuse_cache {
+            entry(f, Key::ReuseCacheMb, &size::format_mib(bytes))?;
+        }
+        if let Some(h) = self.reserved_headroom {
+            entry(f, Key::ReservedHeadroom, &h)?;
         }
         Ok(())
     }

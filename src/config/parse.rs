@@ -120,6 +120,15 @@ fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
         Key::ReleaseThresholdMb => config.release_threshold = Some(parse_size(key, value)?),
         Key::Trace => config.trace = Some(PathBuf::from(parse_path(key, value)?)),
         Key::AclLibrary => config.acl_library = Some(parse_path(key, value)?.to_string()),
+        Key::ReuseCacheMb => config.reuse_cache = Some(parse_size(key, value)?),
+        Key::ReservedHeadroom => {
+            let what = "a number of at least 0 (a fraction: 0.02 = 2%)";
+            let h = parse_number(key, value, what)?;
+            if !(h >= 0.0) {
+                return Err(bad_value(key, what, value));
+            }
+            config.reserved_headroom = Some(h);
+        }
     }
     Ok(())
 }

@@ -39,11 +39,13 @@ fn defaults() {
     assert_eq!(c.garbage_collection_threshold, None);
     assert!(c.roundup_power2_divisions.is_none());
     assert_eq!(c.per_process_memory_fraction, None);
-    assert_eq!(c.page_size, PageSize::Mib20);
-    assert_eq!(c.page_size.bytes(), 20 * MIB);
+    assert_eq!(c.page_size, PageSize::Mib2);
+    assert_eq!(c.page_size.bytes(), 2 * MIB);
     assert_eq!(c.release_threshold, None);
     assert_eq!(c.trace, None);
     assert_eq!(c.acl_library, None);
+    assert_eq!((c.reuse_cache, c.reuse_cache_bytes()), (None, 64 * MIB));
+    assert_eq!(c.reserved_headroom, None);
 }
 
 #[test]
@@ -405,7 +407,7 @@ fn display_is_canonical() {
     assert_eq!(Config::default().to_string(), "");
     // Values equal to the default are not written.
     assert_eq!(
-        ok(" page_size : 20m , roundup_power2_divisions:0").to_string(),
+        ok(" page_size : 2m , roundup_power2_divisions:0").to_string(),
         ""
     );
     // Equal configs display the same, whatever the spelling.

@@ -21,6 +21,9 @@ pub enum BlockState {
     Allocated,
     /// Freed by the caller, not reusable until events on other streams complete.
     Pending,
+    /// Freed by the caller and held whole for a request of the same size
+    /// (see Note [exact-size reuse] in `reuse`).
+    Held,
 }
 
 #[derive(Debug, Clone)]

@@ -158,6 +158,17 @@ impl FreeIndex {
         })
     }
 
+    /// Every block of at least `size` bytes' class or above (some blocks of
+    /// the first class may be smaller than `size`).
+    pub fn iter_from<'a>(&'a self, arena: &'a BlockArena, size: usize) -> impl Iterator<Item = BlockId> + 'a {
+        self.heads[class_of(size)..].iter().flat_map(move |&head| {
+            std::iter::successors((head != NIL).then_some(head), move |&id| {
+                let next = arena.get(id).free_next;
+                (next != NIL).then_some(next)
+            })
+        })
+    }
+
     /// Whether `id` sits on the list of its class.
     pub fn contains(&self, arena: &BlockArena, id: BlockId) -> bool {
         let class = class_of(arena.get(id).size);

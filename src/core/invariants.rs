@@ -6,7 +6,8 @@
 //! - no two neighbours are both free;
 //! - every free block is on its pool's index, and the index holds nothing
 //!   else (counts and bytes agree);
-//! - the registry maps exactly the allocated blocks, by start address;
+//! - the registry maps exactly the allocated and held blocks, by start
+//!   address; the reuse lists hold exactly the held blocks;
 //! - pending blocks are exactly those waiting in the stream order;
 //! - the statistics equal a recount.
 
@@ -21,6 +22,7 @@ impl State {
         let mut reserved = 0u64;
         let mut free_count = 0usize;
         let mut pending = 0usize;
+        let (mut held, mut held_bytes) = (0usize, 0usize);
         for seg_id in self.segments.ids() {
             let seg = self.segments.get(seg_id);
             match &seg.vmm {
@@ -62,7 +64,7 @@ impl State {
                         if let Some(r) = &seg.vmm {
                             let first = (b.addr - seg.base) / r.page_size;
                             let last = (b.addr + b.size - 1 - seg.base) / r.page_size;
-                            if (first..=last).any(|i| r.pages[i].is_none()) {
+                            if (first..=last).any(|i| r.page(i).is_none()) {
                                 return Err(format!("allocated block {:#x} is not fully mapped", b.addr));
                             }
                         }
@@ -71,6 +73,13 @@ impl State {
                         active += 1;
                         if self.registry.get(&b.addr) != Some(&id) {
                             return Err(format!("allocated block {:#x} is missing from the registry", b.addr));
+                        }
+                    }
+                    BlockState::Held => {
+                        held += 1;
+                        held_bytes += b.size;
+                        if self.registry.get(&b.addr) != Some(&id) {
+                            return Err(format!("held block {:#x} is missing from the registry", b.addr));
                         }
                     }
                     BlockState::Pending => {
@@ -97,8 +106,19 @@ impl State {
         if indexed != free_count || walked != free_count {
             return Err(format!("free index holds {indexed} ({walked} walked) blocks, segments have {free_count}"));
         }
-        if self.registry.len() as u64 != active {
-            return Err(format!("registry holds {} pointers, {} blocks are allocated", self.registry.len(), active));
+        if self.registry.len() as u64 != active + held as u64 {
+            return Err(format!(
+                "registry holds {} pointers, {} blocks are allocated and {held} held",
+                self.registry.len(),
+                active
+            ));
+        }
+        let listed = self.reuse.iter(&self.blocks).filter(|&id| self.blocks.get(id).state == BlockState::Held).count();
+        if listed != held || self.reuse.count != held || self.reuse.bytes != held_bytes {
+            return Err(format!(
+                "reuse lists hold {} blocks ({} bytes, {listed} held), segments have {held} ({held_bytes} bytes)",
+                self.reuse.count, self.reuse.bytes
+            ));
         }
         if self.order.pending().len() != pending {
             return Err(format!("{} pending frees, {} pending blocks", self.order.pending().len(), pending));

@@ -21,6 +21,7 @@ mod invariants;
 pub mod policy;
 mod reclaim;
 pub mod registry;
+mod reuse;
 pub mod segment;
 mod snapshot;
 pub mod size_class;
@@ -124,6 +125,9 @@ impl DeviceAllocator {
             streams: Default::default(),
             pools: Vec::new(),
             registry: Default::default(),
+            reuse: reuse::ReuseLists::new(config.reuse_cache_bytes()),
+            reserved_headroom: config.reserved_headroom,
+            max_piece: expandable::MAX_PIECE_BYTES,
             order: Default::default(),
             stats: Default::default(),
             expandable,

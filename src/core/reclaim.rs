@@ -41,6 +41,7 @@ impl Step {
 
 impl State {
     pub(super) fn alloc_slow(&mut self, size: usize, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId> {
+        self.drain_reuse();
         if self.reap_pending() > 0 {
             if let Some(id) = self.attempt(size, rounded, kind, slot)?.ok() {
                 return Ok(id);
@@ -261,6 +262,7 @@ impl State {
 
     /// Returns every cached, unused segment to the device.
     pub fn empty_cache(&mut self) -> Result<usize> {
+        self.drain_reuse();
         self.reap_pending();
         let all: Vec<u32> = self.segments.ids().collect();
         let mut released = self.release_segments(&all)?;

@@ -1,7 +1,8 @@
 //! Pointer registry: device address of an allocated block → its id.
 //!
-//! A hash map with a multiplicative hash of the address. Addresses are
-//! 512-byte aligned, so the low bits carry nothing and are shifted out first.
+//! A hash map with a multiplicative hash of the address, its high half
+//! folded into the low half: addresses are at least 512-byte aligned (large
+//! blocks often 2 MiB aligned), so their own low bits carry nothing.
 //! Frees by pointer, queries and 2D-copy checks resolve in O(1).
 
 use super::block::BlockId;
@@ -24,7 +25,11 @@ impl Hasher for AddrHasher {
     }
     #[inline]
     fn write_usize(&mut self, addr: usize) {
-        self.0 = ((addr as u64) >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // The product's high half carries the entropy; fold it into the low
+        // bits too, since the table indexes buckets by the low bits (and
+        // page-aligned addresses would otherwise all share them).
+        let h = (addr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 32);
     }
 }
 

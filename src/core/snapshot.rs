@@ -57,7 +57,7 @@ impl State {
                 let b = self.blocks.get(id);
                 let state = match b.state {
                     BlockState::Allocated => "active",
-                    BlockState::Free => "cached",
+                    BlockState::Free | BlockState::Held => "cached",
                     BlockState::Pending => "pending-free",
                 };
                 let _ = write!(

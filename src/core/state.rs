@@ -32,6 +32,12 @@ pub struct State {
     pub streams: StreamSlots,
     pub pools: Vec<StreamPools>,
     pub registry: Registry,
+    /// Freed blocks held for exact-size reuse.
+    pub reuse: super::reuse::ReuseLists,
+    /// Config key `reserved_headroom` (expandable segments only).
+    pub reserved_headroom: Option<f64>,
+    /// The largest physical handle growth allocates (expandable segments).
+    pub max_piece: usize,
     pub order: StreamOrder,
     pub stats: StatsRecorder,
     /// Expandable mode: one reserved range per (stream slot, kind).
@@ -74,9 +80,18 @@ impl State {
             )));
         }
         let rounded = self.policy.round(size);
-        let kind = self.policy.pool_for(rounded);
         let slot = self.stream_slot(stream);
-        let id = match self.find_free(slot, kind, rounded) {
+        if let Some(id) = self.reuse.pop(&self.blocks, slot, rounded) {
+            return Ok(self.reuse_block(id, size));
+        }
+        let kind = self.policy.pool_for(rounded);
+        let mut found = self.find_free(slot, kind, rounded);
+        if self.reuse.count > 0 && found.is_none_or(|id| self.needs_mapping(id, rounded)) {
+            // Held blocks may coalesce into a fit: return them before growing.
+            self.drain_reuse();
+            found = self.find_free(slot, kind, rounded);
+        }
+        let id = match found {
             Some(id) if !self.expandable => id,
             Some(best_fit) => match self.place(best_fit, rounded) {
                 Ok(id) => id,
@@ -87,21 +102,45 @@ impl State {
         Ok(self.take_block(id, rounded, size))
     }
 
-    /// Maps what the best fit needs for a request of `rounded` bytes
+    /// Hands out held block `id` again (see Note [exact-size reuse]).
+    #[inline]
+    fn reuse_block(&mut self, id: BlockId, requested: usize) -> usize {
+        let b = self.blocks.get_mut(id);
+        b.state = BlockState::Allocated;
+        b.requested = requested;
+        let (addr, size) = (b.addr, b.size);
+        self.stats.block_allocated(size, requested);
+        self.after_transition();
+        addr
+    }
+
+    /// Returns every held block to its pool, coalescing.
+    pub fn drain_reuse(&mut self) {
+        if self.reuse.count == 0 {
+            return;
+        }
+        for id in self.reuse.take_all(&self.blocks) {
+            let addr = self.blocks.get(id).addr;
+            self.registry.remove(&addr);
+            self.return_block(id);
+        }
+        self.after_transition();
+    }
+
+    /// Whether block `id` has unmapped pages under its first `rounded` bytes.
+    #[inline]
+    fn needs_mapping(&self, id: BlockId, rounded: usize) -> bool {
+        self.expandable && self.unmapped_under(id, rounded) > 0
+    }
+
+    /// Maps what a request of `rounded` bytes needs, given its best fit
     /// (expandable segments only; fixed segments are always mapped).
     #[inline]
     pub fn place(&mut self, best_fit: BlockId, rounded: usize) -> Result<BlockId, GrowError> {
         if !self.expandable {
             return Ok(best_fit);
         }
-        if self.unmapped_under(best_fit, rounded) > 0 {
-            let (seg, addr) = {
-                let b = self.blocks.get(best_fit);
-                (b.segment, b.addr)
-            };
-            self.ensure_mapped(seg, addr, rounded)?;
-        }
-        Ok(best_fit)
+        self.place_in_range(best_fit, rounded)
     }
 
     #[inline]
@@ -160,16 +199,54 @@ impl State {
         addr
     }
 
+    /// Splits free block `id` at `off` bytes; both parts stay free and
+    /// indexed (the caller takes the back part at once). Returns the back.
+    pub fn split_front(&mut self, id: BlockId, off: usize) -> BlockId {
+        let (kind, slot) = {
+            let b = self.blocks.get(id);
+            (b.kind, b.stream_slot)
+        };
+        let index = &mut self.pools[slot as usize][kind as usize];
+        index.remove(&mut self.blocks, id);
+        let b = self.blocks.get(id).clone();
+        let back = self.blocks.insert(Block {
+            addr: b.addr + off,
+            size: b.size - off,
+            prev: id,
+            free_prev: NIL,
+            free_next: NIL,
+            ..b
+        });
+        if b.next != NIL {
+            self.blocks.get_mut(b.next).prev = back;
+        }
+        let front = self.blocks.get_mut(id);
+        front.next = back;
+        front.size = off;
+        index.insert(&mut self.blocks, id);
+        index.insert(&mut self.blocks, back);
+        back
+    }
+
     /// Frees the block at `addr` (its exact start address).
     pub fn free(&mut self, addr: usize) -> Result<()> {
-        let Some(id) = self.registry.remove(&addr) else {
-            return Err(self.unknown_pointer(addr, "free"));
+        let id = match self.registry.get(&addr) {
+            Some(&id) if self.blocks.get(id).state == BlockState::Allocated => id,
+            _ => return Err(self.unknown_pointer(addr, "free")),
         };
-        let (size, requested, other) = {
+        let (size, requested, other, slot) = {
             let b = self.blocks.get(id);
-            (b.size, b.requested, b.has_other_streams)
+            (b.size, b.requested, b.has_other_streams, b.stream_slot)
         };
         self.stats.block_freed(size, requested);
+        if !other && self.reuse.push(&mut self.blocks, slot, id, size) {
+            let b = self.blocks.get_mut(id);
+            b.state = BlockState::Held;
+            b.requested = 0;
+            self.after_transition();
+            return Ok(());
+        }
+        self.registry.remove(&addr);
         if other {
             self.defer_free(id);
         } else {
@@ -191,6 +268,7 @@ impl State {
                     Some(b) if b.addr == addr && b.state == BlockState::Pending => {
                         "it was already freed (its free waits for other streams)".to_string()
                     }
+                    Some(b) if b.addr == addr && b.state == BlockState::Held => "it was already freed".to_string(),
                     Some(b) if b.addr == addr => "it was already freed".to_string(),
                     Some(b) if b.state == BlockState::Allocated => {
                         format!("it points {} bytes inside the block at {:#x}; pass the block's start", addr - b.addr, b.addr)
@@ -317,8 +395,9 @@ impl State {
 
     /// Marks that `stream` uses the allocated block at `addr`.
     pub fn record_stream(&mut self, addr: usize, stream: Stream) -> Result<()> {
-        let Some(&id) = self.registry.get(&addr) else {
-            return Err(self.unknown_pointer(addr, "record_stream"));
+        let id = match self.registry.get(&addr) {
+            Some(&id) if self.blocks.get(id).state == BlockState::Allocated => id,
+            _ => return Err(self.unknown_pointer(addr, "record_stream")),
         };
         let (slot, seg) = {
             let b = self.blocks.get(id);
@@ -391,7 +470,7 @@ impl State {
     /// The allocated block containing `addr` (interior pointers allowed).
     pub fn allocated_block_at(&self, addr: usize) -> Option<BlockId> {
         if let Some(&id) = self.registry.get(&addr) {
-            return Some(id);
+            return (self.blocks.get(id).state == BlockState::Allocated).then_some(id);
         }
         let seg = self.segments.containing(addr)?;
         let id = self.block_containing(seg, addr)?;

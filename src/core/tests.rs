@@ -85,7 +85,8 @@ fn same_stream_reuse_is_immediate() {
 fn split_and_coalesce_restore_one_free_block() {
     let _g = emu_lock();
     set_capacity(1 << 30);
-    let a = allocator("expandable_segments:false");
+    // No reuse lists: every free coalesces at once.
+    let a = allocator("expandable_segments:false,reuse_cache_mb:0");
     let ptrs: Vec<usize> = (0..8).map(|i| a.malloc(512 * (i + 1), Stream::DEFAULT).unwrap()).collect();
     assert_eq!(a.stats().unwrap().segments, 1, "small blocks pack into one 2 MiB segment");
     for w in ptrs.windows(2) {

@@ -50,6 +50,15 @@ impl Baseline {
     }
 }
 
+/// An allocator whose growth maps one page per physical handle, so counts
+/// of maps and handles equal counts of pages (handles of several pages have
+/// their own tests).
+fn paged(config: &str) -> DeviceAllocator {
+    let a = allocator(config);
+    a.state.lock().unwrap().max_piece = PAGE;
+    a
+}
+
 /// Gives the device `bytes` of room on top of what it already holds.
 fn budget(bytes: usize) {
     let u = usage(DEV);
@@ -155,7 +164,7 @@ fn growth_maps_pages_one_range_per_stream_and_kind() {
     let _g = emu_lock();
     let base = Baseline::take();
     budget(GIB);
-    let a = allocator(EXP_2M);
+    let a = paged(EXP_2M);
     assert!(a.is_expandable());
 
     let p1 = a.malloc(4096, Stream::DEFAULT).unwrap();
@@ -317,7 +326,7 @@ fn a_hole_is_filled_before_the_tail() {
     let _g = emu_lock();
     let base = Baseline::take();
     budget(GIB);
-    let a = allocator(EXP_2M);
+    let a = paged(EXP_2M);
     let x = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
     let y = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
     let z = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
@@ -367,7 +376,7 @@ fn reused_holes_are_mapped_whichever_hole_is_chosen() {
     let _g = emu_lock();
     let base = Baseline::take();
     budget(GIB);
-    let a = allocator(EXP_2M);
+    let a = paged(EXP_2M);
     // x [0, 4) | y [4, 8) | z [8, 16) | w [16, 20) MiB.
     let x = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
     let y = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
@@ -405,7 +414,7 @@ fn pages_freed_elsewhere_are_recycled_without_new_physical_memory() {
     let base = Baseline::take();
     // Room for exactly 12 pages.
     budget(24 * MIB);
-    let a = allocator(EXP_2M);
+    let a = paged(EXP_2M);
     let x = a.malloc(16 * MIB, Stream::DEFAULT).unwrap();
     let y = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
     fill(y, 8 * MIB, 0x3C);
@@ -459,7 +468,7 @@ fn empty_cache_returns_every_free_page() {
     let _g = emu_lock();
     let base = Baseline::take();
     budget(GIB);
-    let a = allocator(EXP_2M);
+    let a = paged(EXP_2M);
     // Large range: x [0, 3) MiB, y [3, 5.5) MiB, z [5.5, 13.5) MiB.
     let x = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
     let y = a.malloc(5 * MIB / 2, Stream::DEFAULT).unwrap();
@@ -544,7 +553,7 @@ fn teardown_leaks_nothing() {
     let _g = emu_lock();
     let base = Baseline::take();
     budget(24 * MIB);
-    let a = allocator(EXP_2M);
+    let a = paged(EXP_2M);
     let s1 = new_stream(&a);
     let s2 = new_stream(&a);
     // Live blocks in four ranges, a freed block with mapped pages, handles
@@ -589,7 +598,7 @@ fn growth_failure_case(config: &str, fault: &str, n: usize, first_on_range: bool
     let what = format!("{fault} failing at new page {n}, first_on_range={first_on_range}");
     let base = Baseline::take();
     budget(GIB);
-    let a = allocator(config);
+    let a = paged(config);
     // With x: [0, 3) MiB, the request [3, 13) MiB shares page 1 and needs
     // pages 2..=6 (five new). Without x: [0, 10) MiB needs pages 0..=4.
     let x = (!first_on_range).then(|| a.malloc(3 * MIB, Stream::DEFAULT).unwrap());
@@ -798,7 +807,7 @@ fn held_stream_pages_are_unmapped_only_after_its_sync() {
     let _g = emu_lock();
     let base = Baseline::take();
     budget(GIB);
-    let a = allocator(EXP_2M);
+    let a = paged(EXP_2M);
     let s = new_stream(&a);
     let s2 = new_stream(&a);
     // s2's memory is live; s's will be freed while work on s is held.
@@ -884,7 +893,7 @@ fn empty_cache_syncs_only_the_streams_whose_pages_it_unmaps() {
     let _g = emu_lock();
     let base = Baseline::take();
     budget(GIB);
-    let a = allocator(EXP_2M);
+    let a = paged(EXP_2M);
     let s1 = new_stream(&a);
     let s2 = new_stream(&a);
     let p = a.malloc(6 * MIB, s1).unwrap();

@@ -42,6 +42,9 @@ pub enum Target {
     Passthrough,
 }
 
+/// The config that gives PyTorch's policy.
+pub const PYTORCH_POLICY: &str = "expandable_segments:false,reuse_cache_mb:0";
+
 impl Target {
     /// npualloc as configured by `config`.
     pub fn npualloc(config: &str) -> Target {
@@ -50,11 +53,9 @@ impl Target {
     }
 
     /// npualloc with PyTorch's published policy: fixed segments, PyTorch's
-    /// rounding and split rules.
+    /// rounding and split rules, no exact-size reuse lists (PyTorch has none).
     pub fn pytorch_policy() -> Target {
-        // Builds without the key already have no other policy.
-        let config = if Config::parse("expandable_segments:false").is_ok() { "expandable_segments:false" } else { "" };
-        Target::Npualloc { label: "pytorch-policy".into(), config: config.into() }
+        Target::Npualloc { label: "pytorch-policy".into(), config: PYTORCH_POLICY.into() }
     }
 
     pub fn label(&self) -> &str {

@@ -51,10 +51,13 @@ fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64)
         .is_some_and(|(&m, _)| m < addr + size);
     require_state(!overlaps_prev && !overlaps_next)?;
     // [doc] One reservation must not hold memory of two devices at once.
+    // Every mapping already there shares one device, so the first speaks
+    // for all of them.
     require_state(
         r.mappings
             .values()
-            .all(|m| v.handles[&m.handle].device == device),
+            .next()
+            .is_none_or(|m| v.handles[&m.handle].device == device),
     )?;
     // SAFETY: [addr, addr + size) lies inside our own reservation and no
     // mapping covers it; the memfd range belongs to this handle.

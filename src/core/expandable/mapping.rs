@@ -1,0 +1,156 @@
+//! Mapping pages under a block and unmapping free pieces: which handle backs
+//! which pages (cached or fresh), and rolling back a partial mapping.
+
+use super::{PageSpec, Piece};
+use crate::core::state::{GrowError, State};
+use crate::error::{Error, Result};
+use crate::runtime::PhysicalHandle;
+
+/// One placement being mapped: a request of `size` bytes at `addr` of
+/// segment `seg`.
+pub(in crate::core) struct Placement {
+    pub(super) seg: u32,
+    pub(super) addr: usize,
+    pub(super) size: usize,
+    /// Segments whose streams were synchronized for a page move (once per
+    /// placement).
+    pub(super) synced: Vec<u32>,
+    /// Free pieces that may move here, as (pages, address, segment, head),
+    /// found on the first move.
+    pub(super) victims: Option<Vec<(usize, usize, u32, usize)>>,
+}
+
+impl State {
+    /// Maps every unmapped page under [addr, addr + size) of segment `seg`,
+    /// each run of unmapped pages with as few handles as the cache allows.
+    /// The free block being placed spans [addr, addr + room): a cached handle
+    /// may reach past `size` into its unmapped pages.
+    /// On failure, unmaps what this call mapped (handles go to the cache).
+    pub(in crate::core) fn ensure_mapped(&mut self, seg: u32, addr: usize, size: usize, room: usize) -> Result<(), GrowError> {
+        let (base, page, piece_pages) = {
+            let s = self.segments.get(seg);
+            (s.base, s.vmm.as_ref().expect("expandable segment").page_size, self.piece_pages(seg))
+        };
+        let first = (addr - base) / page;
+        let end = (addr + size - 1 - base) / page + 1;
+        // Whole pages inside the free block. Its first page may be shared
+        // with the previous block, but then that page is mapped already.
+        let room_end = (addr + room - base) / page;
+        let mut ctx = Placement { seg, addr, size, synced: Vec::new(), victims: None };
+        let mut mapped_now = Vec::new();
+        let mut i = first;
+        while i < end {
+            if let Some(p) = self.range(seg).page(i) {
+                i = p.end();
+                continue;
+            }
+            let mut run = 1;
+            while i + run < end && self.range(seg).page(i + run).is_none() {
+                run += 1;
+            }
+            let mut avail = run;
+            let reach = room_end.min(i + piece_pages.max(run));
+            while i + avail < reach && self.range(seg).page(i + avail).is_none() {
+                avail += 1;
+            }
+            match self.map_piece(&mut ctx, i, run, avail) {
+                Ok(units) => {
+                    mapped_now.push(i);
+                    i += units;
+                }
+                Err(e) => {
+                    for head in mapped_now {
+                        // Undo: the pages were never used, no sync needed.
+                        let _ = self.unmap_piece(seg, head);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Maps one handle at page `i`, which starts `run` pages that need
+    /// mapping and `avail` unmapped free pages. Returns the pages covered.
+    fn map_piece(&mut self, ctx: &mut Placement, i: usize, run: usize, avail: usize) -> Result<usize, GrowError> {
+        let (base, spec, piece_pages) = {
+            let s = self.segments.get(ctx.seg);
+            let r = s.vmm.as_ref().expect("expandable segment");
+            (s.base, PageSpec { size: r.page_size, attr: r.attr }, self.piece_pages(ctx.seg))
+        };
+        let mut cached = self.cached_handle(spec.size, run, avail);
+        if cached.is_none() && self.over_headroom(ctx, run.min(piece_pages) * spec.size) {
+            self.make_room(ctx, spec.size, run, avail);
+            cached = self.cached_handle(spec.size, run, avail);
+        }
+        let (handle, bytes) = match cached {
+            Some(cached) => cached,
+            None => {
+                let bytes = run.min(piece_pages) * spec.size;
+                let reserved = self.stats.get().reserved_bytes as usize;
+                if let Some(limit) = self.limit {
+                    if reserved + bytes > limit {
+                        return Err(GrowError::OverLimit { size: bytes, limit });
+                    }
+                }
+                let rt = self.rt.clone();
+                let h = rt
+                    .on_device(self.device, || rt.malloc_physical(self.device, spec.attr, bytes))
+                    .map_err(GrowError::Runtime)?;
+                self.stats.physical_allocated(bytes);
+                (h, bytes)
+            }
+        };
+        let rt = self.rt.clone();
+        let addr = base + i * spec.size;
+        if let Err(e) = rt.on_device(self.device, || rt.map(addr, bytes, handle)) {
+            self.handle_cache.entry(bytes).or_default().push(handle);
+            return Err(GrowError::Runtime(e));
+        }
+        let units = bytes / spec.size;
+        let piece = Piece { handle, head: i as u32, units: units as u32 };
+        let r = self.range_mut(ctx.seg);
+        if r.pages.len() < i + units {
+            r.pages.resize(i + units, None);
+        }
+        r.pages[i..i + units].fill(Some(piece));
+        r.mapped += units;
+        self.stats.page_mapped();
+        Ok(units)
+    }
+
+    /// A cached handle for `run` pages that need mapping followed by
+    /// `avail` unmapped free pages: the largest of at most `run` pages, else
+    /// the smallest of at most `avail`. Taken off the cache.
+    pub(super) fn cached_handle(&mut self, page: usize, run: usize, avail: usize) -> Option<(PhysicalHandle, usize)> {
+        let sizes = |limit: usize| {
+            self.handle_cache
+                .iter()
+                .filter(move |(&bytes, hs)| !hs.is_empty() && bytes % page == 0 && bytes / page <= limit)
+                .map(|(&bytes, _)| bytes)
+        };
+        let bytes = sizes(run).max().or_else(|| sizes(avail).min())?;
+        let h = self.handle_cache.get_mut(&bytes).and_then(Vec::pop)?;
+        Some((h, bytes))
+    }
+
+    /// Unmaps the piece whose first page is `head`; its handle goes to the
+    /// cache. The caller has made sure no queued work uses it.
+    pub(super) fn unmap_piece(&mut self, seg: u32, head: usize) -> Result<()> {
+        let (addr, page, piece) = {
+            let s = self.segments.get(seg);
+            let r = s.vmm.as_ref().expect("expandable segment");
+            (s.base + head * r.page_size, r.page_size, r.page(head).expect("mapped page"))
+        };
+        debug_assert_eq!(piece.head as usize, head);
+        let rt = self.rt.clone();
+        rt.on_device(self.device, || rt.unmap(addr)).map_err(|e| Error::runtime(e, "unmapping a free page"))?;
+        let units = piece.units as usize;
+        let r = self.range_mut(seg);
+        r.pages[head..head + units].fill(None);
+        r.mapped -= units;
+        self.handle_cache.entry(units * page).or_default().push(piece.handle);
+        self.stats.page_unmapped();
+        Ok(())
+    }
+}

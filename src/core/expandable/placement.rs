@@ -1,0 +1,134 @@
+//! Where a request goes inside an expandable range, and what the range's
+//! free blocks hold mapped.
+
+use crate::core::block::{BlockId, BlockState, NIL};
+use crate::core::policy::PoolKind;
+use crate::core::state::{GrowError, State};
+
+/// Free blocks the mapped-first search looks at, smallest classes first.
+const MAPPED_FIT_SCAN: usize = 64;
+
+impl State {
+    /// Places a request of `rounded` bytes given its best fit: as is when
+    /// its pages are mapped; else in a free block with a mapped run that
+    /// fits (no mapping at all); else at the best fit, mapping what it lacks.
+    /// Returns the free block to take (its first `rounded` bytes mapped).
+    pub(in crate::core) fn place_in_range(&mut self, best_fit: BlockId, rounded: usize) -> Result<BlockId, GrowError> {
+        if self.unmapped_under(best_fit, rounded) == 0 {
+            return Ok(best_fit);
+        }
+        let (slot, kind, seg, addr, room) = {
+            let b = self.blocks.get(best_fit);
+            (b.stream_slot, b.kind, b.segment, b.addr, b.size)
+        };
+        if let Some((id, off)) = self.find_mapped_fit(slot, kind, rounded) {
+            return Ok(if off > 0 { self.split_front(id, off) } else { id });
+        }
+        self.ensure_mapped(seg, addr, rounded, room)?;
+        Ok(best_fit)
+    }
+
+    /// A free block of (slot, kind) holding a fully mapped run of at least
+    /// `size` bytes, and the run's offset in it.
+    fn find_mapped_fit(&self, slot: u16, kind: PoolKind, size: usize) -> Option<(BlockId, usize)> {
+        let candidates = self.pools[slot as usize][kind as usize]
+            .iter_from(&self.blocks, size)
+            .filter(|&id| self.blocks.get(id).size >= size)
+            .take(MAPPED_FIT_SCAN);
+        // Candidates come smallest class first: the first run that fits is a
+        // good enough fit.
+        for id in candidates {
+            let b = self.blocks.get(id);
+            let s = self.segments.get(b.segment);
+            let Some(r) = &s.vmm else { continue };
+            let (lo, hi) = (b.addr - s.base, b.addr + b.size - s.base);
+            let page = r.page_size;
+            let (mut i, end) = (lo / page, hi.div_ceil(page).min(r.top()));
+            while i < end {
+                if r.pages[i].is_none() {
+                    i += 1;
+                    continue;
+                }
+                let start = i;
+                while i < end && r.pages[i].is_some() {
+                    i += 1;
+                }
+                // The run in bytes, clipped to the block.
+                let run_lo = (start * page).max(lo);
+                if (i * page).min(hi) - run_lo >= size {
+                    return Some((id, run_lo - lo));
+                }
+            }
+        }
+        None
+    }
+
+    /// Pages under the first `size` bytes of free block `id` that are not mapped.
+    #[inline]
+    pub(in crate::core) fn unmapped_under(&self, id: BlockId, size: usize) -> usize {
+        let b = self.blocks.get(id);
+        let s = self.segments.get(b.segment);
+        let Some(r) = &s.vmm else { return 0 };
+        let first = (b.addr - s.base) / r.page_size;
+        let last = (b.addr + size - 1 - s.base) / r.page_size;
+        (first..=last).filter(|&i| r.page(i).is_none()).count()
+    }
+
+    /// The longest run of mapped bytes inside one free block, over all
+    /// expandable segments: what a request can get without mapping.
+    pub(in crate::core) fn largest_mapped_free(&self) -> usize {
+        let mut best = 0;
+        for seg in self.segments.ids() {
+            let s = self.segments.get(seg);
+            let Some(r) = &s.vmm else { continue };
+            let mut id = s.first;
+            while id != NIL {
+                let b = self.blocks.get(id);
+                if b.state == BlockState::Free {
+                    let (mut run, mut at) = (0usize, b.addr);
+                    let stop = (b.addr + b.size).min(s.base + r.top() * r.page_size);
+                    while at < stop {
+                        let page = (at - s.base) / r.page_size;
+                        let page_end = (s.base + (page + 1) * r.page_size).min(b.addr + b.size);
+                        if r.page(page).is_some() {
+                            run += page_end - at;
+                            best = best.max(run);
+                        } else {
+                            run = 0;
+                        }
+                        at = page_end;
+                    }
+                }
+                id = b.next;
+            }
+        }
+        best
+    }
+
+    /// Pieces of `seg` that lie entirely inside free blocks, as (head, pages).
+    pub(super) fn free_pieces(&self, seg: u32) -> Vec<(usize, usize)> {
+        let s = self.segments.get(seg);
+        let r = s.vmm.as_ref().expect("expandable segment");
+        let mut out = Vec::new();
+        let mut id = s.first;
+        while id != NIL {
+            let b = self.blocks.get(id);
+            if b.state == BlockState::Free {
+                let end = ((b.addr + b.size - s.base) / r.page_size).min(r.top());
+                let mut i = (b.addr - s.base).div_ceil(r.page_size);
+                while i < end {
+                    match r.page(i) {
+                        Some(p) if p.head as usize == i && p.end() <= end => {
+                            out.push((i, p.units as usize));
+                            i = p.end();
+                        }
+                        Some(p) => i = p.end().max(i + 1),
+                        None => i += 1,
+                    }
+                }
+            }
+            id = b.next;
+        }
+        out
+    }
+}
