@@ -34,6 +34,10 @@ pub mod streams;
 mod tests;
 #[cfg(test)]
 mod tests_expandable;
+#[cfg(test)]
+mod tests_pieces;
+#[cfg(test)]
+mod tests_reuse;
 
 use crate::config::Config;
 use crate::error::{Error, Result};

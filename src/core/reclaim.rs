@@ -41,7 +41,6 @@ impl Step {
 
 impl State {
     pub(super) fn alloc_slow(&mut self, size: usize, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId> {
-        self.drain_reuse();
         if self.reap_pending() > 0 {
             if let Some(id) = self.attempt(size, rounded, kind, slot)?.ok() {
                 return Ok(id);
@@ -70,6 +69,9 @@ impl State {
 
     /// Runs one recovery step; false when it had nothing to do.
     fn reclaim(&mut self, step: Step) -> bool {
+        // Held blocks of every stream go back first: they may complete free
+        // segments or pages.
+        self.drain_reuse(None);
         match step {
             Step::ReleaseCached => {}
             Step::FreeCachedPages => {
@@ -175,6 +177,7 @@ impl State {
         if reserved + needed <= target {
             return;
         }
+        self.drain_reuse(None);
         let mut candidates: Vec<u32> = self.segments.ids().filter(|&s| self.segment_is_free(s)).collect();
         candidates.sort_by_key(|&s| self.segments.get(s).serial);
         let mut to_free = reserved + needed - target;
@@ -262,7 +265,7 @@ impl State {
 
     /// Returns every cached, unused segment to the device.
     pub fn empty_cache(&mut self) -> Result<usize> {
-        self.drain_reuse();
+        self.drain_reuse(None);
         self.reap_pending();
         let all: Vec<u32> = self.segments.ids().collect();
         let mut released = self.release_segments(&all)?;

@@ -34,3 +34,21 @@ impl Hasher for AddrHasher {
 }
 
 pub type Registry = HashMap<usize, BlockId, BuildHasherDefault<AddrHasher>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hash::BuildHasher;
+
+    /// The table picks buckets by the hash's low bits: addresses 2 MiB apart
+    /// (large blocks of an expandable range) must still spread over them.
+    #[test]
+    fn page_aligned_addresses_spread_over_the_low_bits() {
+        let build = BuildHasherDefault::<AddrHasher>::default();
+        let mut buckets = std::collections::HashSet::new();
+        for i in 0..1024usize {
+            buckets.insert(build.hash_one(0x7f00_0000_0000usize + (i << 21)) & 1023);
+        }
+        assert!(buckets.len() > 600, "1024 addresses fell in {} of 1024 buckets", buckets.len());
+    }
+}

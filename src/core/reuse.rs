@@ -13,7 +13,9 @@
 //! - A held block is not in any free index and does not coalesce, so every
 //!   path that needs free memory to be whole (growth, page moves, the OOM
 //!   ladder, empty_cache, release, teardown) first returns the held blocks
-//!   to their pools (`State::drain_reuse`).
+//!   to their pools (`State::drain_reuse`): a request that would grow its
+//!   stream's pool drains that stream's lists; the OOM ladder and
+//!   empty_cache drain them all.
 //! - Blocks other streams used (record_stream) never enter: their frees wait
 //!   for events.
 //! - Bounded: small-pool blocks only, a few per size, and a cap on held
@@ -108,10 +110,20 @@ impl ReuseLists {
         true
     }
 
-    /// Empties every list; returns the blocks that were held.
-    pub fn take_all(&mut self, arena: &BlockArena) -> Vec<BlockId> {
-        let mut out = Vec::with_capacity(self.count);
-        for lists in &mut self.slots {
+    /// Whether stream slot `slot` holds any block.
+    #[inline]
+    pub fn holds(&self, slot: u16) -> bool {
+        self.slots.get(slot as usize).is_some_and(|l| l.used.iter().any(|&w| w != 0))
+    }
+
+    /// Empties the lists of `slot`, or of every slot; returns the blocks
+    /// that were held.
+    pub fn take(&mut self, arena: &BlockArena, slot: Option<u16>) -> Vec<BlockId> {
+        let mut out = Vec::new();
+        for (i, lists) in self.slots.iter_mut().enumerate() {
+            if slot.is_some_and(|s| s as usize != i) {
+                continue;
+            }
             for w in 0..WORDS {
                 let mut bits = std::mem::take(&mut lists.used[w]);
                 while bits != 0 {
@@ -120,14 +132,14 @@ impl ReuseLists {
                     let mut id = std::mem::replace(&mut lists.heads[class], NIL);
                     while id != NIL {
                         out.push(id);
+                        self.bytes -= arena.get(id).size;
                         id = arena.get(id).free_next;
                     }
                     lists.counts[class] = 0;
                 }
             }
         }
-        self.count = 0;
-        self.bytes = 0;
+        self.count -= out.len();
         out
     }
 

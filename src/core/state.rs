@@ -86,9 +86,9 @@ impl State {
         }
         let kind = self.policy.pool_for(rounded);
         let mut found = self.find_free(slot, kind, rounded);
-        if self.reuse.count > 0 && found.is_none_or(|id| self.needs_mapping(id, rounded)) {
+        if self.reuse.count > 0 && found.is_none_or(|id| self.needs_mapping(id, rounded)) && self.reuse.holds(slot) {
             // Held blocks may coalesce into a fit: return them before growing.
-            self.drain_reuse();
+            self.drain_reuse(Some(slot));
             found = self.find_free(slot, kind, rounded);
         }
         let id = match found {
@@ -114,12 +114,13 @@ impl State {
         addr
     }
 
-    /// Returns every held block to its pool, coalescing.
-    pub fn drain_reuse(&mut self) {
+    /// Returns the blocks held for stream slot `slot` (or for every slot)
+    /// to their pools, coalescing.
+    pub fn drain_reuse(&mut self, slot: Option<u16>) {
         if self.reuse.count == 0 {
             return;
         }
-        for id in self.reuse.take_all(&self.blocks) {
+        for id in self.reuse.take(&self.blocks, slot) {
             let addr = self.blocks.get(id).addr;
             self.registry.remove(&addr);
             self.return_block(id);

@@ -12,29 +12,29 @@ use super::tests::{
 use super::*;
 use ascendcl::{aclemu_stream_hold, aclemu_stream_release, aclemu_usage};
 
-const MIB: usize = 1 << 20;
-const GIB: usize = 1 << 30;
+pub(super) const MIB: usize = 1 << 20;
+pub(super) const GIB: usize = 1 << 30;
 /// The small pool's page, and the large pool's with `page_size:2m`.
-const PAGE: usize = 2 * MIB;
+pub(super) const PAGE: usize = 2 * MIB;
 const EXP_2M: &str = "expandable_segments:true,page_size:2m";
 
 /// The emulator's VMM counters relative to a test's start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Vmm {
-    physical_count: i64,
-    physical_bytes: i64,
-    mapped_bytes: i64,
-    reserved_ranges: i64,
+pub(super) struct Vmm {
+    pub(super) physical_count: i64,
+    pub(super) physical_bytes: i64,
+    pub(super) mapped_bytes: i64,
+    pub(super) reserved_ranges: i64,
 }
 
-struct Baseline(aclemu_usage);
+pub(super) struct Baseline(aclemu_usage);
 
 impl Baseline {
-    fn take() -> Self {
+    pub(super) fn take() -> Self {
         Baseline(usage(DEV))
     }
 
-    fn vmm(&self) -> Vmm {
+    pub(super) fn vmm(&self) -> Vmm {
         let (u, b) = (usage(DEV), &self.0);
         let d = |now: u64, then: u64| now as i64 - then as i64;
         Vmm {
@@ -45,7 +45,7 @@ impl Baseline {
         }
     }
 
-    fn syncs(&self) -> u64 {
+    pub(super) fn syncs(&self) -> u64 {
         usage(DEV).syncs - self.0.syncs
     }
 }
@@ -53,21 +53,21 @@ impl Baseline {
 /// An allocator whose growth maps one page per physical handle, so counts
 /// of maps and handles equal counts of pages (handles of several pages have
 /// their own tests).
-fn paged(config: &str) -> DeviceAllocator {
+pub(super) fn paged(config: &str) -> DeviceAllocator {
     let a = allocator(config);
     a.state.lock().unwrap().max_piece = PAGE;
     a
 }
 
 /// Gives the device `bytes` of room on top of what it already holds.
-fn budget(bytes: usize) {
+pub(super) fn budget(bytes: usize) {
     let u = usage(DEV);
     set_capacity(u.malloc_bytes + u.physical_bytes + bytes as u64);
 }
 
 /// The allocator's own accounting: (bytes mapped in its ranges, bytes of
 /// unmapped handles in its cache).
-fn own_accounting(a: &DeviceAllocator) -> (usize, usize) {
+pub(super) fn own_accounting(a: &DeviceAllocator) -> (usize, usize) {
     let st = a.state.lock().unwrap();
     let mapped = st
         .segments
@@ -104,7 +104,7 @@ fn pages_under(base: usize, page: usize, blocks: &[(usize, usize)]) -> usize {
 /// physical memory the allocator counts as reserved, and mapped + cached
 /// pages are that reserved memory.
 /// `page`: the one page size in use, if only one is.
-fn check_accounting(a: &DeviceAllocator, base: &Baseline, page: Option<usize>, what: &str) {
+pub(super) fn check_accounting(a: &DeviceAllocator, base: &Baseline, page: Option<usize>, what: &str) {
     a.check_invariants()
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     let s = a.stats().unwrap();
@@ -138,7 +138,7 @@ fn check_accounting(a: &DeviceAllocator, base: &Baseline, page: Option<usize>, w
 }
 
 /// Teardown, then nothing of ours may be left in the emulator.
-fn teardown_clean(a: DeviceAllocator, base: &Baseline) {
+pub(super) fn teardown_clean(a: DeviceAllocator, base: &Baseline) {
     a.check_invariants().unwrap();
     a.teardown().unwrap();
     let zero = Vmm {

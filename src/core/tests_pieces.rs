@@ -1,0 +1,152 @@
+//! Tests of multi-page physical handles, mapped-first placement, the
+//! address-space size and `reserved_headroom` (Note [expandable segments on
+//! ACL VMM]), through the emulator, with the default 2 MiB pages and handles
+//! of up to 4 MiB.
+
+use super::tests::{allocator, check_fill, emu_lock, fill, set_capacity, DEV};
+use super::tests_expandable::{budget, check_accounting, teardown_clean, Baseline, GIB, MIB, PAGE};
+use super::*;
+
+#[test]
+fn growth_maps_handles_of_several_pages() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator("");
+    assert!(a.is_expandable());
+    // 10 MiB at the start of the large range: pages 0..5, as 4 + 4 + 2 MiB.
+    let p = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (3, 3, 10 * MIB as u64));
+    let v = base.vmm();
+    assert_eq!((v.physical_count, v.mapped_bytes), (3, 10 * MIB as i64));
+    check_accounting(&a, &base, None, "after a multi-handle growth");
+    fill(p, 10 * MIB, 0x5A);
+    assert!(check_fill(p, 10 * MIB, 0x5A), "every page of the block is backed");
+    // Freed and asked again at a smaller size: the mapped pages serve it.
+    a.free(p).unwrap();
+    let q = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(q, p);
+    assert_eq!(a.stats().unwrap().num_maps, 3);
+    a.free(q).unwrap();
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn handles_in_a_hole_move_whole_under_memory_pressure() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator("");
+    let x = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
+    let sep = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
+    fill(sep, 2 * MIB, 0x77);
+    a.free(x).unwrap();
+    let before = a.stats().unwrap();
+    assert_eq!(before.reserved_bytes, 10 * MIB as u64);
+    // Room for one more 4 MiB handle only: 12 MiB at the tail must reuse
+    // the two 4 MiB handles of the 8 MiB hole.
+    budget(4 * MIB);
+    let c = a.malloc(12 * MIB, Stream::DEFAULT).unwrap();
+    assert!(c > sep, "the request does not fit the hole; it goes past the separator");
+    let s = a.stats().unwrap();
+    assert!(
+        s.num_physical_mallocs - before.num_physical_mallocs <= 1,
+        "the hole's handles backed the request: {} new handles",
+        s.num_physical_mallocs - before.num_physical_mallocs
+    );
+    assert!(s.num_unmaps >= 2, "the hole's two handles were unmapped");
+    assert_eq!(s.reserved_bytes, 14 * MIB as u64);
+    assert!(base.syncs() >= 1, "unmapping synchronized the stream first");
+    check_accounting(&a, &base, None, "after moving handles");
+    fill(c, 12 * MIB, 0x33);
+    assert!(check_fill(sep, 2 * MIB, 0x77), "the separator's data survived the moves");
+    a.free(c).unwrap();
+    a.free(sep).unwrap();
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn a_mapped_hole_wins_over_a_better_fitting_unmapped_one() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator("");
+    // An unmapped 6 MiB hole: freed, then emptied.
+    let h2 = a.malloc(6 * MIB, Stream::DEFAULT).unwrap();
+    let sep1 = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
+    a.free(h2).unwrap();
+    a.empty_cache().unwrap();
+    // A mapped 8 MiB hole after it.
+    let h1 = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
+    assert!(h1 > sep1, "8 MiB does not fit the 6 MiB hole");
+    let sep2 = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
+    a.free(h1).unwrap();
+    let maps = a.stats().unwrap().num_maps;
+    // Best fit is the 6 MiB hole, which would need three new handles.
+    let r = a.malloc(5 * MIB, Stream::DEFAULT).unwrap();
+    assert!(r >= h1 && r + 5 * MIB <= h1 + 8 * MIB, "placed in the mapped hole, got {r:#x} (hole at {h1:#x})");
+    assert_eq!(a.stats().unwrap().num_maps, maps, "nothing was mapped");
+    check_accounting(&a, &base, None, "after a mapped-first placement");
+    for p in [r, sep1, sep2] {
+        a.free(p).unwrap();
+    }
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn the_large_range_reserves_twice_the_device() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator("");
+    let rt = a.runtime().clone();
+    let (_, total) = rt.on_device(DEV, || rt.mem_info()).unwrap();
+    let big = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
+    let small = a.malloc(4096, Stream::DEFAULT).unwrap();
+    let round = |n: usize| n.div_ceil(PAGE) * PAGE;
+    assert_eq!(a.segment_of(big).unwrap().1, round(total / 8 * 16));
+    assert_eq!(a.segment_of(small).unwrap().1, round(total / 8 * 9));
+    a.free(big).unwrap();
+    a.free(small).unwrap();
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+/// 8 MiB freed behind a 2 MiB separator, then 12 MiB: reserved bytes after.
+fn hole_then_larger_request(config: &str) -> (u64, u64, u64) {
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator(config);
+    let x = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
+    let sep = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
+    a.free(x).unwrap();
+    let c = a.malloc(12 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    check_accounting(&a, &base, None, config);
+    let syncs = base.syncs();
+    a.free(c).unwrap();
+    a.free(sep).unwrap();
+    teardown_clean(a, &base);
+    (s.reserved_bytes, s.num_unmaps, syncs)
+}
+
+#[test]
+fn reserved_headroom_moves_free_handles_instead_of_growing() {
+    let _g = emu_lock();
+    // Without a headroom the hole stays mapped and the request maps 12 MiB.
+    let (reserved, unmaps, _) = hole_then_larger_request("");
+    assert_eq!((reserved, unmaps), (22 * MIB as u64, 0));
+    // With headroom 0, reserved may not pass the peak allocated (14 MiB):
+    // the hole's two 4 MiB handles move, one 4 MiB handle is new.
+    let (reserved, unmaps, syncs) = hole_then_larger_request("reserved_headroom:0");
+    assert_eq!((reserved, unmaps), (14 * MIB as u64, 2));
+    assert!(syncs >= 1, "the stream was synchronized before the unmaps");
+    // A headroom wide enough for the growth moves nothing.
+    let (reserved, unmaps, _) = hole_then_larger_request("reserved_headroom:1");
+    assert_eq!((reserved, unmaps), (22 * MIB as u64, 0));
+    set_capacity(1 << 30);
+}

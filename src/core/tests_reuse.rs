@@ -1,0 +1,162 @@
+//! Tests of the exact-size reuse lists (Note [exact-size reuse] in `reuse`).
+
+use super::tests::{allocator, emu_lock, finish, new_stream, set_capacity};
+use super::*;
+
+const FIXED: &str = "expandable_segments:false";
+
+/// Blocks the allocator holds for reuse right now.
+fn held(a: &DeviceAllocator) -> usize {
+    a.state.lock().unwrap().reuse.count
+}
+
+#[test]
+fn a_freed_small_block_serves_the_next_request_of_its_size() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    for config in [FIXED, ""] {
+        let a = allocator(config);
+        let p = a.malloc(4000, Stream::DEFAULT).unwrap();
+        let q = a.malloc(4000, Stream::DEFAULT).unwrap();
+        a.free(p).unwrap();
+        assert_eq!(held(&a), 1, "{config}");
+        let s = a.stats().unwrap();
+        assert_eq!((s.allocated_bytes, s.active_blocks, s.num_frees), (4096, 1, 1), "{config}: a held block is freed");
+        // 4000 rounds to 4096 like the held block: exact size, same stream.
+        let r = a.malloc(4090, Stream::DEFAULT).unwrap();
+        assert_eq!(r, p, "{config}");
+        assert_eq!(held(&a), 0);
+        let s = a.stats().unwrap();
+        assert_eq!((s.allocated_bytes, s.requested_bytes, s.active_blocks), (8192, 8090, 2), "{config}");
+        a.free(q).unwrap();
+        a.free(r).unwrap();
+        a.check_invariants().unwrap();
+        finish(a);
+    }
+}
+
+#[test]
+fn a_held_block_is_freed_memory_to_every_other_call() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator(FIXED);
+    let p = a.malloc(8192, Stream::DEFAULT).unwrap();
+    a.free(p).unwrap();
+    assert_eq!(held(&a), 1);
+    match a.free(p) {
+        Err(Error::UnknownPointer(m)) => assert!(m.contains("already freed"), "{m}"),
+        other => panic!("double free of a held block: {other:?}"),
+    }
+    assert!(matches!(a.record_stream(p, Stream::DEFAULT), Err(Error::UnknownPointer(_))));
+    assert!(a.query(p).is_err());
+    assert_eq!(a.block_range(p + 100).unwrap(), None);
+    assert!(a.segment_of(p).is_err());
+    // Nothing above changed the state.
+    assert_eq!(held(&a), 1);
+    assert_eq!(a.stats().unwrap().num_frees, 1);
+    a.check_invariants().unwrap();
+    finish(a);
+}
+
+#[test]
+fn another_size_or_stream_does_not_take_a_held_block() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator(FIXED);
+    let s1 = new_stream(&a);
+    let p = a.malloc(8192, Stream::DEFAULT).unwrap();
+    a.free(p).unwrap();
+    let q = a.malloc(8192 + 512, Stream::DEFAULT).unwrap();
+    let r = a.malloc(8192, s1).unwrap();
+    assert_ne!(q, p);
+    assert_ne!(r, p);
+    assert_eq!(held(&a), 1, "still held for its own size and stream");
+    for x in [q, r] {
+        a.free(x).unwrap();
+    }
+    a.check_invariants().unwrap();
+    finish(a);
+    let rt = crate::runtime::Runtime::emulated();
+    rt.on_device(super::tests::DEV, || rt.destroy_stream(s1)).unwrap();
+}
+
+#[test]
+fn only_small_blocks_used_by_one_stream_are_held() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator(FIXED);
+    let s1 = new_stream(&a);
+    let big = a.malloc(2 << 20, Stream::DEFAULT).unwrap();
+    a.free(big).unwrap();
+    assert_eq!(held(&a), 0, "large blocks go back to the free index");
+    let shared = a.malloc(4096, Stream::DEFAULT).unwrap();
+    a.record_stream(shared, s1).unwrap();
+    a.free(shared).unwrap();
+    assert_eq!(held(&a), 0, "a block other streams used waits for their events instead");
+    let limit1 = a.malloc(1 << 20, Stream::DEFAULT).unwrap();
+    a.free(limit1).unwrap();
+    assert_eq!(held(&a), 1, "1 MiB is the largest small block");
+    a.check_invariants().unwrap();
+    finish(a);
+    let rt = crate::runtime::Runtime::emulated();
+    rt.on_device(super::tests::DEV, || rt.destroy_stream(s1)).unwrap();
+}
+
+#[test]
+fn held_blocks_coalesce_before_the_allocator_grows() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator(FIXED);
+    // Four 512 KiB blocks fill one 2 MiB small segment.
+    let ps: Vec<usize> = (0..4).map(|_| a.malloc(512 << 10, Stream::DEFAULT).unwrap()).collect();
+    assert_eq!(a.stats().unwrap().segments, 1);
+    for p in ps {
+        a.free(p).unwrap();
+    }
+    assert_eq!(held(&a), 4);
+    // 1 MiB fits only once the held blocks merge: no new segment.
+    let q = a.malloc(1 << 20, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.segments, s.num_device_mallocs), (1, 1));
+    assert_eq!(held(&a), 0);
+    a.free(q).unwrap();
+    a.check_invariants().unwrap();
+    finish(a);
+}
+
+#[test]
+fn empty_cache_returns_held_blocks_to_the_device() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    for config in [FIXED, ""] {
+        let a = allocator(config);
+        let p = a.malloc(4096, Stream::DEFAULT).unwrap();
+        a.free(p).unwrap();
+        assert_eq!(held(&a), 1);
+        a.empty_cache().unwrap();
+        assert_eq!(held(&a), 0);
+        assert_eq!(a.stats().unwrap().reserved_bytes, 0, "{config}");
+        finish(a);
+    }
+}
+
+#[test]
+fn the_byte_limit_bounds_what_is_held() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false,reuse_cache_mb:0");
+    let p = a.malloc(4096, Stream::DEFAULT).unwrap();
+    a.free(p).unwrap();
+    assert_eq!(held(&a), 0, "reuse_cache_mb:0 turns reuse off");
+    finish(a);
+
+    let a = allocator("expandable_segments:false,reuse_cache_mb:1");
+    let ps: Vec<usize> = (0..3).map(|_| a.malloc(512 << 10, Stream::DEFAULT).unwrap()).collect();
+    for p in ps {
+        a.free(p).unwrap();
+    }
+    assert_eq!(held(&a), 2, "two 512 KiB blocks fill a 1 MiB limit");
+    assert_eq!(a.state.lock().unwrap().reuse.bytes, 1 << 20);
+    a.check_invariants().unwrap();
+    finish(a);
+}
