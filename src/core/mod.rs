@@ -3,7 +3,8 @@
 //! Glossary:
 //! - *segment*: one contiguous range obtained from the runtime in one call
 //!   (`aclrtMalloc`); it belongs to one stream and one pool kind.
-//! - *block*: a piece of a segment, allocated, free (cached) or pending.
+//! - *block*: a piece of a segment, allocated, free (cached), pending, or
+//!   held for a same-size request (see Note [exact-size reuse] in `reuse`).
 //! - *pool*: the free blocks of one (stream, kind); small blocks (≤ 1 MiB)
 //!   live in 2 MiB segments, large ones in their own (see `policy`).
 //! - *stream use*: a stream other than the owner that touched a block
