@@ -231,14 +231,17 @@ impl State {
 
     /// Frees the block at `addr` (its exact start address).
     pub fn free(&mut self, addr: usize) -> Result<()> {
-        let id = match self.registry.get(&addr) {
-            Some(&id) if self.blocks.get(id).state == BlockState::Allocated => id,
-            _ => return Err(self.unknown_pointer(addr, "free")),
+        use std::collections::hash_map::Entry;
+        // One hash look-up: a held block keeps its entry, any other leaves.
+        let Entry::Occupied(entry) = self.registry.entry(addr) else {
+            return Err(self.unknown_pointer(addr, "free"));
         };
-        let (size, requested, other, slot) = {
-            let b = self.blocks.get(id);
-            (b.size, b.requested, b.has_other_streams, b.stream_slot)
-        };
+        let id = *entry.get();
+        let b = self.blocks.get(id);
+        if b.state != BlockState::Allocated {
+            return Err(self.unknown_pointer(addr, "free"));
+        }
+        let (size, requested, other, slot) = (b.size, b.requested, b.has_other_streams, b.stream_slot);
         self.stats.block_freed(size, requested);
         if !other && self.reuse.push(&mut self.blocks, slot, id, size) {
             let b = self.blocks.get_mut(id);
@@ -247,7 +250,7 @@ impl State {
             self.after_transition();
             return Ok(());
         }
-        self.registry.remove(&addr);
+        entry.remove();
         if other {
             self.defer_free(id);
         } else {
