@@ -1,10 +1,12 @@
 //! Records what a live allocator serves as an acl-trace v1 file.
 //!
 //! The allocator calls the recorder under its state lock, so the hot path
-//! does as little as possible: it appends one 24-byte binary event (address,
-//! size with the op in its top bits, stream) to a buffer reserved when the
-//! recorder is created. There is no thread, and nothing is formatted or
-//! written per event.
+//! does as little as possible: it appends one 16-byte binary event (address,
+//! size with the op in its top bits) to a buffer reserved when the recorder
+//! is created. The stream is not stored per event: a stream event goes in
+//! only when it differs from the previous event's (rare: most programs
+//! allocate on one or two streams). There is no thread, and nothing is
+//! formatted or written per event.
 //!
 //! Turning events into text happens only when the buffer is flushed, on the
 //! calling thread: it names each live address with a fresh id (ids are never
@@ -17,7 +19,7 @@
 //!   milliseconds for a full buffer) happens under the allocator's lock; a
 //!   write error there is kept and reported by the next `flush`.
 //!
-//! The buffer costs `EVENT_BOUND * 24` bytes of address space (24 MiB) per
+//! The buffer costs `EVENT_BOUND * 16` bytes of address space (16 MiB) per
 //! recording allocator; pages are touched as events arrive.
 
 use super::format::HEADER;
@@ -36,13 +38,15 @@ pub const EVENT_BOUND: usize = 1 << 20;
 /// Text bytes gathered before each write while converting.
 const WRITE_AT: usize = 1 << 20;
 
-/// The op, in the top two bits of [`Event::word`].
-const KIND_SHIFT: u32 = 62;
+/// The op, in the top three bits of [`Event::word`].
+const KIND_SHIFT: u32 = 61;
 const BYTES_MASK: u64 = (1 << KIND_SHIFT) - 1;
 const ALLOC: u64 = 0;
 const FREE: u64 = 1;
 const USE: u64 = 2;
 const WAIT: u64 = 3;
+/// The following allocs, uses and waits are on the stream in `addr`.
+const STREAM: u64 = 4;
 
 /// One recorded call, as the allocator saw it.
 #[derive(Debug, Clone, Copy)]
@@ -50,15 +54,14 @@ struct Event {
     addr: u64,
     /// The op (top two bits) and, for an allocation, its size in bytes.
     word: u64,
-    stream: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<Event>() == 24);
+const _: () = assert!(std::mem::size_of::<Event>() == 16);
 
 impl Event {
     #[inline]
-    fn new(kind: u64, addr: usize, bytes: usize, stream: Stream) -> Event {
-        Event { addr: addr as u64, word: (kind << KIND_SHIFT) | (bytes as u64 & BYTES_MASK), stream: stream.0 as u64 }
+    fn new(kind: u64, addr: u64, bytes: usize) -> Event {
+        Event { addr, word: (kind << KIND_SHIFT) | (bytes as u64 & BYTES_MASK) }
     }
 
     fn kind(&self) -> u64 {
@@ -76,6 +79,8 @@ pub struct TraceRecorder {
     /// Reserved for `bound` events; never grows.
     events: Vec<Event>,
     bound: usize,
+    /// The stream of the last stream event buffered or converted.
+    stream: Option<u64>,
     text: Text,
 }
 
@@ -108,6 +113,7 @@ impl TraceRecorder {
             path: path.to_path_buf(),
             events: Vec::with_capacity(bound),
             bound,
+            stream: None,
             text: Text::new(file, path),
         })
     }
@@ -120,25 +126,38 @@ impl TraceRecorder {
     /// `a <id> <bytes> <stream>` for a block just served at `addr`.
     #[inline]
     pub fn alloc(&mut self, addr: usize, bytes: usize, stream: Stream) {
-        self.push(Event::new(ALLOC, addr, bytes, stream));
+        self.on_stream(stream);
+        self.push(Event::new(ALLOC, addr as u64, bytes));
     }
 
     /// `f <id>` for the block at `addr`; unknown addresses are ignored.
     #[inline]
     pub fn free(&mut self, addr: usize) {
-        self.push(Event::new(FREE, addr, 0, Stream::DEFAULT));
+        self.push(Event::new(FREE, addr as u64, 0));
     }
 
     /// `u <id> <stream>`: work on `stream` uses the block at `addr`.
     #[inline]
     pub fn record_stream(&mut self, addr: usize, stream: Stream) {
-        self.push(Event::new(USE, addr, 0, stream));
+        self.on_stream(stream);
+        self.push(Event::new(USE, addr as u64, 0));
     }
 
     /// `w <stream>`: the host waited for `stream`.
     #[inline]
     pub fn wait(&mut self, stream: Stream) {
-        self.push(Event::new(WAIT, 0, 0, stream));
+        self.on_stream(stream);
+        self.push(Event::new(WAIT, 0, 0));
+    }
+
+    /// Buffers a stream event if `stream` is not the current one.
+    #[inline]
+    fn on_stream(&mut self, stream: Stream) {
+        let s = stream.0 as u64;
+        if self.stream != Some(s) {
+            self.stream = Some(s);
+            self.push(Event::new(STREAM, s, 0));
+        }
     }
 
     /// Converts and writes everything recorded so far; returns the first
@@ -195,6 +214,8 @@ struct Text {
     next_id: u64,
     /// Index = the stream's number in the trace.
     streams: Vec<u64>,
+    /// The number of the stream the next alloc, use or wait is on.
+    stream: usize,
     /// The first write error; later text is dropped.
     failed: Option<String>,
 }
@@ -208,6 +229,7 @@ impl Text {
             ids: HashMap::default(),
             next_id: 0,
             streams: Vec::new(),
+            stream: 0,
             failed: None,
         }
     }
@@ -215,11 +237,15 @@ impl Text {
     fn line(&mut self, e: &Event) {
         let t = &mut self.buf;
         match e.kind() {
+            STREAM => {
+                self.stream = stream_number(&mut self.streams, e.addr);
+                return;
+            }
             ALLOC => {
                 let id = self.next_id;
                 self.next_id += 1;
                 self.ids.insert(e.addr, id);
-                let s = stream_number(&mut self.streams, e.stream);
+                let s = self.stream;
                 t.extend_from_slice(b"a ");
                 push_u64(t, id);
                 t.push(b' ');
@@ -234,14 +260,14 @@ impl Text {
             }
             USE => {
                 let Some(&id) = self.ids.get(&e.addr) else { return };
-                let s = stream_number(&mut self.streams, e.stream);
+                let s = self.stream;
                 t.extend_from_slice(b"u ");
                 push_u64(t, id);
                 t.push(b' ');
                 push_u64(t, s as u64);
             }
             _ => {
-                let s = stream_number(&mut self.streams, e.stream);
+                let s = self.stream;
                 t.extend_from_slice(b"w ");
                 push_u64(t, s as u64);
             }
@@ -335,13 +361,32 @@ mod tests {
 
     #[test]
     fn events_pack_op_and_size() {
-        let e = Event::new(USE, 0x1234, 0, Stream(7));
-        assert_eq!((e.kind(), e.bytes(), e.addr, e.stream), (USE, 0, 0x1234, 7));
+        let e = Event::new(USE, 0x1234, 0);
+        assert_eq!((e.kind(), e.bytes(), e.addr), (USE, 0, 0x1234));
         let big = (1usize << 40) + 3;
-        let e = Event::new(ALLOC, 0x10, big, Stream(0));
+        let e = Event::new(ALLOC, 0x10, big);
         assert_eq!((e.kind(), e.bytes()), (ALLOC, big as u64));
-        assert_eq!(Event::new(WAIT, 0, 0, Stream(1)).kind(), WAIT);
-        assert_eq!(Event::new(FREE, 0, 0, Stream(1)).kind(), FREE);
+        assert_eq!(Event::new(WAIT, 0, 0).kind(), WAIT);
+        assert_eq!(Event::new(FREE, 0, 0).kind(), FREE);
+        assert_eq!(Event::new(STREAM, 7, 0).kind(), STREAM);
+    }
+
+    #[test]
+    fn a_stream_event_goes_in_only_when_the_stream_changes() {
+        let path = temp("streams.trace");
+        let mut r = TraceRecorder::create(&path, 0, &Config::default()).unwrap();
+        r.alloc(0x1000, 512, Stream(5));
+        r.alloc(0x2000, 512, Stream(5));
+        r.free(0x1000);
+        r.record_stream(0x2000, Stream(5));
+        assert_eq!(r.events.len(), 5, "one stream event, then four calls");
+        r.wait(Stream(6));
+        r.alloc(0x3000, 512, Stream(5));
+        assert_eq!(r.events.len(), 9, "each change of stream adds one");
+        r.flush().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let body: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(body, ["a 0 512 0", "a 1 512 0", "f 0", "u 1 0", "w 1", "a 2 512 0"]);
     }
 
     #[test]
@@ -407,10 +452,13 @@ mod tests {
                 }
             }
         }
-        // 4 full buffers were written without a flush; the fifth is pending.
-        assert_eq!(r.events.len(), bound);
+        // 5 * bound calls plus 3 stream events (streams 0, 2, 4): five full
+        // buffers were written without a flush; the rest is pending.
+        assert_eq!(r.events.len(), 3);
         assert_eq!(r.events.capacity(), cap, "the buffer never grows");
-        assert_eq!(parse_file(&path).unwrap().ops.len(), 4 * bound);
+        // The three stream events were written too, as no lines.
+        let written = parse_file(&path).unwrap().ops.len();
+        assert_eq!(written, 5 * bound - 3);
         r.flush().unwrap();
         let t = parse_file(&path).unwrap();
         assert_eq!(t.ops.len(), 5 * bound);
