@@ -166,25 +166,7 @@ impl State {
             self.policy.should_split(kind, size, rounded)
         };
         let size = if split {
-            let b = self.blocks.get(id).clone();
-            let rest = self.blocks.insert(Block {
-                addr: b.addr + rounded,
-                size: b.size - rounded,
-                requested: 0,
-                prev: id,
-                next: b.next,
-                free_prev: NIL,
-                free_next: NIL,
-                state: BlockState::Free,
-                has_other_streams: false,
-                ..b
-            });
-            if b.next != NIL {
-                self.blocks.get_mut(b.next).prev = rest;
-            }
-            let blk = self.blocks.get_mut(id);
-            blk.next = rest;
-            blk.size = rounded;
+            let rest = split_off(&mut self.blocks, id, rounded);
             index.insert(&mut self.blocks, rest);
             rounded
         } else {
@@ -209,21 +191,7 @@ impl State {
         };
         let index = &mut self.pools[slot as usize][kind as usize];
         index.remove(&mut self.blocks, id);
-        let b = self.blocks.get(id).clone();
-        let back = self.blocks.insert(Block {
-            addr: b.addr + off,
-            size: b.size - off,
-            prev: id,
-            free_prev: NIL,
-            free_next: NIL,
-            ..b
-        });
-        if b.next != NIL {
-            self.blocks.get_mut(b.next).prev = back;
-        }
-        let front = self.blocks.get_mut(id);
-        front.next = back;
-        front.size = off;
+        let back = split_off(&mut self.blocks, id, off);
         index.insert(&mut self.blocks, id);
         index.insert(&mut self.blocks, back);
         back
@@ -503,6 +471,30 @@ impl State {
             }
         }
     }
+}
+
+/// Cuts block `id` (off every free list) at `at` bytes: `id` keeps the
+/// front, a new free block (on no list) gets the rest. Returns the new block.
+fn split_off(blocks: &mut BlockArena, id: BlockId, at: usize) -> BlockId {
+    let b = blocks.get(id).clone();
+    let rest = blocks.insert(Block {
+        addr: b.addr + at,
+        size: b.size - at,
+        requested: 0,
+        prev: id,
+        free_prev: NIL,
+        free_next: NIL,
+        state: BlockState::Free,
+        has_other_streams: false,
+        ..b
+    });
+    if b.next != NIL {
+        blocks.get_mut(b.next).prev = rest;
+    }
+    let front = blocks.get_mut(id);
+    front.next = rest;
+    front.size = at;
+    rest
 }
 
 /// Why a segment could not be added.

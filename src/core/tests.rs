@@ -58,7 +58,7 @@ pub(super) fn new_stream(a: &DeviceAllocator) -> Stream {
     rt.on_device(DEV, || rt.create_stream()).unwrap()
 }
 
-fn drop_stream(a: &DeviceAllocator, s: Stream) {
+pub(super) fn drop_stream(a: &DeviceAllocator, s: Stream) {
     let rt = a.runtime().clone();
     rt.on_device(DEV, || rt.destroy_stream(s)).unwrap()
 }

@@ -1,6 +1,6 @@
 //! Tests of the exact-size reuse lists (Note [exact-size reuse] in `reuse`).
 
-use super::tests::{allocator, emu_lock, finish, new_stream, set_capacity};
+use super::tests::{allocator, drop_stream, emu_lock, finish, new_stream, set_capacity};
 use super::*;
 
 const FIXED: &str = "expandable_segments:false";
@@ -75,9 +75,8 @@ fn another_size_or_stream_does_not_take_a_held_block() {
         a.free(x).unwrap();
     }
     a.check_invariants().unwrap();
+    drop_stream(&a, s1);
     finish(a);
-    let rt = crate::runtime::Runtime::emulated();
-    rt.on_device(super::tests::DEV, || rt.destroy_stream(s1)).unwrap();
 }
 
 #[test]
@@ -97,9 +96,8 @@ fn only_small_blocks_used_by_one_stream_are_held() {
     a.free(limit1).unwrap();
     assert_eq!(held(&a), 1, "1 MiB is the largest small block");
     a.check_invariants().unwrap();
+    drop_stream(&a, s1);
     finish(a);
-    let rt = crate::runtime::Runtime::emulated();
-    rt.on_device(super::tests::DEV, || rt.destroy_stream(s1)).unwrap();
 }
 
 #[test]
