@@ -591,3 +591,33 @@ proptest! {
         check_outcome(&input);
     }
 }
+
+// ---- reuse_cache_mb, reserved_headroom ----
+
+#[test]
+fn reuse_cache_mb_values() {
+    assert_eq!(ok("reuse_cache_mb:0").reuse_cache_bytes(), 0);
+    assert_eq!(ok("reuse_cache_mb:16").reuse_cache_bytes(), 16 * MIB);
+    assert_eq!(ok("reuse_cache_mb:512k").reuse_cache_bytes(), 512 * KIB);
+    for s in ["-1", "x", "", "1.5"] {
+        bad(&format!("reuse_cache_mb:{s}"), "reuse_cache_mb");
+    }
+}
+
+#[test]
+fn reserved_headroom_values() {
+    assert_eq!(ok("reserved_headroom:0").reserved_headroom, Some(0.0));
+    assert_eq!(ok("reserved_headroom:0.02").reserved_headroom, Some(0.02));
+    assert_eq!(ok("reserved_headroom:3").reserved_headroom, Some(3.0));
+    for s in ["-0.01", "nan", "inf", "", "some"] {
+        let reason = bad(&format!("reserved_headroom:{s}"), "reserved_headroom");
+        assert!(reason.contains("at least 0"), "{reason}");
+    }
+}
+
+#[test]
+fn new_keys_round_trip_through_display() {
+    let c = ok("reuse_cache_mb:8,reserved_headroom:0.05");
+    assert_eq!(c.to_string(), "reuse_cache_mb:8,reserved_headroom:0.05");
+    assert_eq!(ok(&c.to_string()), c);
+}
