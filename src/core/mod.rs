@@ -10,8 +10,8 @@
 //! - *stream use*: a stream other than the owner that touched a block
 //!   (record_stream); see Note [stream-ordered reuse] in `stream_order`.
 //!
-//! One `Mutex` per device allocator guards all state; nothing inside takes
-//! another lock. Calls that may wait on the device (stream synchronization
+//! One lock per device allocator (`lock`) guards all state; nothing inside
+//! takes another lock. Calls that may wait on the device (stream synchronization
 //! before releasing memory, the OOM ladder, teardown) run under that lock,
 //! as their docs say.
 
@@ -19,6 +19,7 @@ pub mod block;
 mod expandable;
 pub mod free_index;
 mod invariants;
+mod lock;
 pub mod policy;
 mod reclaim;
 pub mod registry;
@@ -47,7 +48,7 @@ use crate::trace::TraceRecorder;
 use policy::Policy;
 use state::State;
 pub use stats::Stats;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 /// What `query` reports about a live block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +68,7 @@ pub struct TeardownReport {
 
 /// A caching allocator for one device.
 pub struct DeviceAllocator {
-    state: Mutex<State>,
+    state: lock::StateLock<State>,
     device: i32,
     rt: Arc<Runtime>,
     config: Config,
@@ -145,10 +146,10 @@ impl DeviceAllocator {
             #[cfg(debug_assertions)]
             transitions: 0,
         };
-        Ok(DeviceAllocator { state: Mutex::new(state), device, rt, config })
+        Ok(DeviceAllocator { state: lock::StateLock::new(state), device, rt, config })
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, State>> {
+    fn lock(&self) -> Result<lock::StateGuard<'_, State>> {
         let state = self
             .state
             .lock()
