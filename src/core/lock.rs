@@ -2,48 +2,66 @@
 //!
 //! Every allocator call takes it once, so its cost is on the hot path. A
 //! `std::sync::Mutex` costs two atomic read-modify-writes per call (take, and
-//! release checking for sleepers); each drains the store buffer and they were
-//! the largest single cost of a replay (10% of its samples). This lock takes
-//! with one compare-exchange and releases with a plain store.
+//! release checking for sleepers); each drains the store buffer, and they
+//! were the largest single cost of a replay (10% of its samples). This lock
+//! takes with one compare-exchange, and while nobody has waited lately a
+//! release is a plain load and a plain store.
 //!
-//! Waiting: spin briefly, then yield, then nap 50 µs at a time. Naps matter
-//! because a holder may be waiting on the device (a stream synchronization
-//! before memory is released runs under the lock); no waiter burns a core
-//! for that long.
+//! The state word is 0 (free), 1 (held) or 2 (held, someone may sleep on the
+//! word, a futex). A waiter spins briefly, then marks the word 2 and sleeps;
+//! a release that finds 2 wakes one sleeper. Once a waiter has slept,
+//! releases swap the word (a read-modify-write that cannot miss a mark) for
+//! the next `RECENT` releases. Before that, a waiter that marks the word
+//! between a release's load and store is not woken: sleeps are bounded
+//! (`NAP`) so that rare miss costs at most one nap.
 //!
 //! Poisoning as in std: a panic while the lock is held marks it, and every
 //! later `lock` returns `Err` with the guard inside.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{LockResult, PoisonError};
 use std::time::Duration;
 
-/// Spins before yielding, and yields before napping.
-const SPINS: u32 = 64;
-const YIELDS: u32 = 256;
-const NAP: Duration = Duration::from_micros(50);
+const FREE: u32 = 0;
+const HELD: u32 = 1;
+const CONTENDED: u32 = 2;
+
+/// Spins before sleeping.
+const SPINS: u32 = 100;
+/// Releases that stay on the read-modify-write path after a sleep.
+const RECENT: u32 = 1 << 16;
+/// The longest sleep between looks at the lock.
+const NAP: Duration = Duration::from_millis(1);
 
 pub struct StateLock<T> {
-    locked: AtomicBool,
+    state: AtomicU32,
+    /// Releases left on the read-modify-write path.
+    recent: AtomicU32,
     poisoned: AtomicBool,
     value: UnsafeCell<T>,
 }
 
 // SAFETY: the value is only reached through a guard, and at most one guard
-// exists at a time (`locked`), so sharing the lock shares no `T` between
-// threads at once; `T: Send` lets the value move to whichever thread locks.
+// exists at a time (the thread that moved `state` off FREE), so sharing the
+// lock shares no `T` between threads at once; `T: Send` lets the value move
+// to whichever thread locks.
 unsafe impl<T: Send> Sync for StateLock<T> {}
 
 impl<T> StateLock<T> {
     pub fn new(value: T) -> Self {
-        StateLock { locked: AtomicBool::new(false), poisoned: AtomicBool::new(false), value: UnsafeCell::new(value) }
+        StateLock {
+            state: AtomicU32::new(FREE),
+            recent: AtomicU32::new(0),
+            poisoned: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
     }
 
     #[inline]
     pub fn lock(&self) -> LockResult<StateGuard<'_, T>> {
-        if self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if self.state.compare_exchange_weak(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).is_err() {
             self.wait();
         }
         let guard = StateGuard { lock: self, panicking: std::thread::panicking() };
@@ -57,24 +75,97 @@ impl<T> StateLock<T> {
     #[cold]
     #[inline(never)]
     fn wait(&self) {
-        let mut rounds = 0u32;
+        let mut state = self.spin();
+        if state == FREE
+            && self.state.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        {
+            return;
+        }
+        self.recent.store(RECENT, Ordering::Relaxed);
         loop {
-            while self.locked.load(Ordering::Relaxed) {
-                if rounds < SPINS {
-                    std::hint::spin_loop();
-                } else if rounds < SPINS + YIELDS {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(NAP);
-                }
-                rounds = rounds.saturating_add(1);
-            }
-            if self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            // Taken as CONTENDED: this thread cannot tell whether others
+            // sleep, so its own release must wake one.
+            if state != CONTENDED && self.state.swap(CONTENDED, Ordering::Acquire) == FREE {
                 return;
             }
+            sleep_while(&self.state, CONTENDED, NAP);
+            state = self.spin();
+        }
+    }
+
+    /// Spins while the lock is held with nobody asleep; returns the state.
+    fn spin(&self) -> u32 {
+        let mut left = SPINS;
+        loop {
+            let state = self.state.load(Ordering::Relaxed);
+            if state != HELD || left == 0 {
+                return state;
+            }
+            std::hint::spin_loop();
+            left -= 1;
+        }
+    }
+
+    #[inline]
+    fn release(&self) {
+        let recent = self.recent.load(Ordering::Relaxed);
+        if recent == 0 && self.state.load(Ordering::Relaxed) == HELD {
+            self.state.store(FREE, Ordering::Release);
+        } else {
+            self.release_contended(recent);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn release_contended(&self, recent: u32) {
+        let woke = self.state.swap(FREE, Ordering::Release) == CONTENDED;
+        if woke {
+            wake_one(&self.state);
+        } else if recent > 0 {
+            // Count down only releases nobody waited for; a waiter's reset
+            // lost to this store costs at most one nap later.
+            self.recent.store(recent - 1, Ordering::Relaxed);
         }
     }
 }
+
+/// Sleeps until `word` is woken, no longer holds `value`, or `nap` passes.
+#[cfg(target_os = "linux")]
+fn sleep_while(word: &AtomicU32, value: u32, nap: Duration) {
+    let ts = libc::timespec { tv_sec: nap.as_secs() as libc::time_t, tv_nsec: nap.subsec_nanos() as libc::c_long };
+    // SAFETY: FUTEX_WAIT reads the u32 at `word` (a live atomic) and the
+    // timespec on our stack; it writes nothing. Any error (EAGAIN when the
+    // value changed, EINTR, ETIMEDOUT) just means: look again.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            value,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+/// Wakes one thread sleeping on `word`.
+#[cfg(target_os = "linux")]
+fn wake_one(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key; `word` is live.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn sleep_while(word: &AtomicU32, value: u32, _nap: Duration) {
+    if word.load(Ordering::Relaxed) == value {
+        std::thread::yield_now();
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn wake_one(_word: &AtomicU32) {}
 
 /// Access to the locked value; releases the lock when dropped.
 pub struct StateGuard<'a, T> {
@@ -107,7 +198,7 @@ impl<T> Drop for StateGuard<'_, T> {
         if !self.panicking && std::thread::panicking() {
             self.lock.poisoned.store(true, Ordering::Relaxed);
         }
-        self.lock.locked.store(false, Ordering::Release);
+        self.lock.release();
     }
 }
 
