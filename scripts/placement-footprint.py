@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Footprint of a trace under simple placement rules, without page moves.
+
+Replays an acl-trace file (see traces/FORMAT.md) through one address range per
+pool (small: <= 1 MiB, large; optionally a third for blocks >= HUGE MiB) with
+best fit or address-ordered first fit, freed neighbours merging, and counts the
+2 MiB pages any block ever touched: what an expandable range maps when it
+never moves a page. Prints that footprint over the trace's peak requested
+bytes.
+
+    scripts/placement-footprint.py TRACE.gz [--first-fit] [--huge MIB]
+"""
+import argparse
+import bisect
+import gzip
+
+PAGE = 2 << 20
+
+
+def rounded(n):
+    return max(512, (n + 511) // 512 * 512)
+
+
+class Range:
+    def __init__(self, first_fit):
+        self.free = [(0, 1 << 50)]  # (address, size), by address
+        self.touched = set()
+        self.first_fit = first_fit
+
+    def alloc(self, size):
+        pick = None
+        for i, (_, sz) in enumerate(self.free):
+            if sz >= size:
+                if self.first_fit:
+                    pick = i
+                    break
+                if pick is None or sz < self.free[pick][1]:
+                    pick = i
+        addr, sz = self.free[pick]
+        if sz == size:
+            self.free.pop(pick)
+        else:
+            self.free[pick] = (addr + size, sz - size)
+        self.touched.update(range(addr // PAGE, (addr + size - 1) // PAGE + 1))
+        return addr
+
+    def release(self, addr, size):
+        i = bisect.bisect(self.free, (addr, 0))
+        self.free.insert(i, (addr, size))
+        if i + 1 < len(self.free) and addr + size == self.free[i + 1][0]:
+            self.free[i] = (addr, size + self.free[i + 1][1])
+            self.free.pop(i + 1)
+        if i > 0 and self.free[i - 1][0] + self.free[i - 1][1] == addr:
+            self.free[i - 1] = (self.free[i - 1][0], self.free[i - 1][1] + self.free[i][1])
+            self.free.pop(i)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--first-fit", action="store_true")
+    ap.add_argument("--huge", type=int, default=0, help="MiB; blocks this large get their own range")
+    args = ap.parse_args()
+    ranges, live, cur, peak = {}, {}, 0, 0
+    opener = gzip.open if args.trace.endswith(".gz") else open
+    with opener(args.trace, "rt") as f:
+        for line in f:
+            if line.startswith("#"):
+                continue
+            op = line.split()
+            if op[0] == "a":
+                n = int(op[2])
+                r = rounded(n)
+                kind = "small" if r <= 1 << 20 else "huge" if args.huge and r >= args.huge << 20 else "large"
+                rng = ranges.setdefault(kind, Range(args.first_fit))
+                live[op[1]] = (kind, rng.alloc(r), r, n)
+                cur += n
+                peak = max(peak, cur)
+            elif op[0] == "f":
+                kind, addr, r, n = live.pop(op[1])
+                ranges[kind].release(addr, r)
+                cur -= n
+    pages = sum(len(r.touched) for r in ranges.values())
+    print(f"footprint {pages * PAGE / (1 << 20):.1f} MiB / peak requested {peak / (1 << 20):.1f} MiB = {pages * PAGE / peak:.3f}")
+
+
+if __name__ == "__main__":
+    main()
