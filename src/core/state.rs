@@ -85,21 +85,27 @@ impl State {
             return Ok(self.reuse_block(id, size));
         }
         let kind = self.policy.pool_for(rounded);
-        let mut found = self.find_free(slot, kind, rounded);
-        if self.reuse.count > 0 && found.is_none_or(|id| self.needs_mapping(id, rounded)) && self.reuse.holds(slot) {
-            // Held blocks may coalesce into a fit: return them before growing.
-            self.drain_reuse(Some(slot));
-            found = self.find_free(slot, kind, rounded);
-        }
-        let id = match found {
-            Some(id) if !self.expandable => id,
-            Some(best_fit) => match self.place(best_fit, rounded) {
-                Ok(id) => id,
-                Err(_) => self.alloc_slow(size, rounded, kind, slot)?,
-            },
-            None => self.alloc_slow(size, rounded, kind, slot)?,
+        let id = match self.find_free(slot, kind, rounded) {
+            Some(id) if !self.needs_mapping(id, rounded) => id,
+            _ => self.place_or_grow(size, rounded, kind, slot)?,
         };
         Ok(self.take_block(id, rounded, size))
+    }
+
+    /// No free block fits without mapping pages or a new segment: first the
+    /// stream's held blocks, which may coalesce into a fit, then the best
+    /// fit with what it lacks mapped, then growth (and the OOM ladder).
+    fn place_or_grow(&mut self, size: usize, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId> {
+        if self.reuse.holds(slot) {
+            self.drain_reuse(Some(slot));
+        }
+        match self.find_free(slot, kind, rounded) {
+            Some(best_fit) => match self.place(best_fit, rounded) {
+                Ok(id) => Ok(id),
+                Err(_) => self.alloc_slow(size, rounded, kind, slot),
+            },
+            None => self.alloc_slow(size, rounded, kind, slot),
+        }
     }
 
     /// Hands out held block `id` again (see Note [exact-size reuse]).

@@ -82,16 +82,14 @@ impl State {
             .map(|(&b, _)| b)
             .collect();
         sizes.sort_unstable_by(|a, b| b.cmp(a));
-        let rt = self.rt.clone();
         let mut freed = 0;
         for size in sizes {
             while freed < bytes {
                 let Some(h) = self.handle_cache.get_mut(&size).and_then(Vec::pop) else { break };
-                if rt.on_device(self.device, || rt.free_physical(h)).is_err() {
+                if self.free_handle(h, size).is_err() {
                     self.handle_cache.entry(size).or_default().push(h);
                     return;
                 }
-                self.stats.physical_freed(size);
                 freed += size;
             }
         }

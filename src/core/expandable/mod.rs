@@ -200,7 +200,6 @@ impl State {
 
     /// Gives every cached physical handle back to the runtime.
     pub(super) fn free_cached_handles(&mut self) -> Result<usize> {
-        let rt = self.rt.clone();
         let mut freed = 0;
         let mut first_error = None;
         let sizes: Vec<usize> = self.handle_cache.keys().copied().collect();
@@ -208,11 +207,8 @@ impl State {
             let handles = std::mem::take(self.handle_cache.get_mut(&size).expect("listed size"));
             let mut kept = Vec::new();
             for h in handles {
-                match rt.on_device(self.device, || rt.free_physical(h)) {
-                    Ok(()) => {
-                        self.stats.physical_freed(size);
-                        freed += size;
-                    }
+                match self.free_handle(h, size) {
+                    Ok(()) => freed += size,
                     Err(e) => {
                         first_error.get_or_insert(Error::runtime(e, "freeing a cached physical page"));
                         kept.push(h);
@@ -225,6 +221,14 @@ impl State {
             Some(e) => Err(e),
             None => Ok(freed),
         }
+    }
+
+    /// Gives one unmapped handle of `size` bytes back to the runtime.
+    fn free_handle(&mut self, h: PhysicalHandle, size: usize) -> Result<(), crate::runtime::AclCallError> {
+        let rt = self.rt.clone();
+        rt.on_device(self.device, || rt.free_physical(h))?;
+        self.stats.physical_freed(size);
+        Ok(())
     }
 
     /// Teardown of one expandable segment: unmap, free physical, release
