@@ -133,7 +133,7 @@ impl DeviceAllocator {
             registry: Default::default(),
             reuse: reuse::ReuseLists::new(config.reuse_cache_bytes()),
             reserved_headroom: config.reserved_headroom,
-            max_piece: expandable::MAX_PIECE_BYTES,
+            pieces: expandable::PieceRule::default(),
             order: Default::default(),
             stats: Default::default(),
             expandable,

@@ -36,8 +36,8 @@ pub struct State {
     pub reuse: super::reuse::ReuseLists,
     /// Config key `reserved_headroom` (expandable segments only).
     pub reserved_headroom: Option<f64>,
-    /// The largest physical handle growth allocates (expandable segments).
-    pub max_piece: usize,
+    /// How big the physical handles growth allocates are (expandable segments).
+    pub pieces: super::expandable::PieceRule,
     pub order: StreamOrder,
     pub stats: StatsRecorder,
     /// Expandable mode: one reserved range per (stream slot, kind).

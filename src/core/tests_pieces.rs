@@ -1,34 +1,94 @@
 //! Tests of multi-page physical handles, mapped-first placement, the
 //! address-space size and `reserved_headroom` (Note [expandable segments on
-//! ACL VMM]), through the emulator, with the default 2 MiB pages and handles
-//! of up to 4 MiB.
+//! ACL VMM]), through the emulator, with the default 2 MiB pages. Tests of
+//! moving handles pin fresh handles to 4 MiB (`floor_pieces`).
 
-use super::tests::{allocator, check_fill, emu_lock, fill, set_capacity, DEV};
+use super::expandable::PieceRule;
+use super::tests::{allocator, check_fill, emu_lock, fail_nth, fill, set_capacity, DEV};
 use super::tests_expandable::{budget, check_accounting, teardown_clean, Baseline, GIB, MIB, PAGE};
 use super::*;
 
+/// An allocator whose fresh handles are always 4 MiB (two pages) at most,
+/// however empty the device.
+fn floor_pieces(config: &str) -> DeviceAllocator {
+    let a = allocator(config);
+    a.state.lock().unwrap().pieces = PieceRule { floor: 4 * MIB, share: 0 };
+    a
+}
+
 #[test]
-fn growth_maps_handles_of_several_pages() {
+fn growth_maps_what_a_block_lacks_with_one_handle_on_a_roomy_device() {
     let _g = emu_lock();
     let base = Baseline::take();
     budget(GIB);
     let a = allocator("");
     assert!(a.is_expandable());
-    // 10 MiB at the start of the large range: pages 0..5, as 4 + 4 + 2 MiB.
+    // 10 MiB at the start of the large range: pages 0..5, one handle (a
+    // 16th of the free gigabyte is 64 MiB).
     let p = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
-    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (3, 3, 10 * MIB as u64));
+    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (1, 1, 10 * MIB as u64));
     let v = base.vmm();
-    assert_eq!((v.physical_count, v.mapped_bytes), (3, 10 * MIB as i64));
-    check_accounting(&a, &base, None, "after a multi-handle growth");
+    assert_eq!((v.physical_count, v.mapped_bytes), (1, 10 * MIB as i64));
+    check_accounting(&a, &base, None, "after a one-handle growth");
     fill(p, 10 * MIB, 0x5A);
     assert!(check_fill(p, 10 * MIB, 0x5A), "every page of the block is backed");
     // Freed and asked again at a smaller size: the mapped pages serve it.
     a.free(p).unwrap();
     let q = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
     assert_eq!(q, p);
-    assert_eq!(a.stats().unwrap().num_maps, 3);
+    assert_eq!(a.stats().unwrap().num_maps, 1);
     a.free(q).unwrap();
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn fresh_handles_shrink_to_4_mib_as_the_device_fills() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator("");
+    // 1000 MiB of a 1 GiB device: handles start at 64 MiB and shrink with
+    // the memory left; far fewer than the 250 a 4 MiB rule would map.
+    let big = a.malloc(1000 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert!(s.num_maps > 1 && s.num_maps < 100, "{} handles for 1000 MiB", s.num_maps);
+    assert_eq!(s.num_maps, s.num_physical_mallocs);
+    // 24 MiB left: a 16th of it is under the floor, so 8 MiB is two 4 MiB
+    // handles.
+    let small = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
+    let t = a.stats().unwrap();
+    assert_eq!((t.num_maps - s.num_maps, t.num_physical_mallocs - s.num_physical_mallocs), (2, 2));
+    assert_eq!(base.vmm().physical_bytes, 1008 * MIB as i64);
+    check_accounting(&a, &base, None, "after growth on a filling device");
+    fill(small, 8 * MIB, 0x11);
+    assert!(check_fill(small, 8 * MIB, 0x11));
+    a.free(big).unwrap();
+    a.free(small).unwrap();
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn a_refused_large_handle_is_retried_at_4_mib() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = allocator("");
+    // The runtime refuses the one 10 MiB handle (as a device whose free
+    // memory is fragmented or held elsewhere would): a 4 MiB handle is
+    // tried instead, and the next six MiB ask afresh.
+    fail_nth("aclrtMallocPhysical", 1);
+    let p = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (2, 2, 10 * MIB as u64));
+    assert_eq!(s.num_alloc_retries, 0, "no OOM retry: the smaller handle fit at once");
+    assert_eq!(base.vmm().physical_count, 2);
+    check_accounting(&a, &base, None, "after a refused handle");
+    fill(p, 10 * MIB, 0x42);
+    assert!(check_fill(p, 10 * MIB, 0x42));
+    a.free(p).unwrap();
     teardown_clean(a, &base);
     set_capacity(1 << 30);
 }
@@ -38,7 +98,7 @@ fn handles_in_a_hole_move_whole_under_memory_pressure() {
     let _g = emu_lock();
     let base = Baseline::take();
     budget(GIB);
-    let a = allocator("");
+    let a = floor_pieces("");
     let x = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
     let sep = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
     fill(sep, 2 * MIB, 0x77);
@@ -120,7 +180,7 @@ fn the_large_range_reserves_twice_the_device() {
 fn hole_then_larger_request(config: &str) -> (u64, u64, u64) {
     let base = Baseline::take();
     budget(GIB);
-    let a = allocator(config);
+    let a = floor_pieces(config);
     let x = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
     let sep = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
     a.free(x).unwrap();

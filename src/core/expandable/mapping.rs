@@ -27,9 +27,9 @@ impl State {
     /// may reach past `size` into its unmapped pages.
     /// On failure, unmaps what this call mapped (handles go to the cache).
     pub(in crate::core) fn ensure_mapped(&mut self, seg: u32, addr: usize, size: usize, room: usize) -> Result<(), GrowError> {
-        let (base, page, piece_pages) = {
+        let (base, page, floor_pages) = {
             let s = self.segments.get(seg);
-            (s.base, s.vmm.as_ref().expect("expandable segment").page_size, self.piece_pages(seg))
+            (s.base, s.vmm.as_ref().expect("expandable segment").page_size, self.floor_pages(seg))
         };
         let first = (addr - base) / page;
         let end = (addr + size - 1 - base) / page + 1;
@@ -49,7 +49,7 @@ impl State {
                 run += 1;
             }
             let mut avail = run;
-            let reach = room_end.min(i + piece_pages.max(run));
+            let reach = room_end.min(i + floor_pages.max(run));
             while i + avail < reach && self.range(seg).page(i + avail).is_none() {
                 avail += 1;
             }
@@ -73,32 +73,28 @@ impl State {
     /// Maps one handle at page `i`, which starts `run` pages that need
     /// mapping and `avail` unmapped free pages. Returns the pages covered.
     fn map_piece(&mut self, ctx: &mut Placement, i: usize, run: usize, avail: usize) -> Result<usize, GrowError> {
-        let (base, spec, piece_pages) = {
+        let (base, spec, fresh_pages) = {
             let s = self.segments.get(ctx.seg);
             let r = s.vmm.as_ref().expect("expandable segment");
-            (s.base, PageSpec { size: r.page_size, attr: r.attr }, self.piece_pages(ctx.seg))
+            (s.base, PageSpec { size: r.page_size, attr: r.attr }, self.fresh_piece_pages(ctx.seg))
         };
         let mut cached = self.cached_handle(spec.size, run, avail);
-        if cached.is_none() && self.over_headroom(ctx, run.min(piece_pages) * spec.size) {
+        if cached.is_none() && self.over_headroom(ctx, run.min(fresh_pages) * spec.size) {
             self.make_room(ctx, spec.size, run, avail);
             cached = self.cached_handle(spec.size, run, avail);
         }
         let (handle, bytes) = match cached {
             Some(cached) => cached,
             None => {
-                let bytes = run.min(piece_pages) * spec.size;
-                let reserved = self.stats.get().reserved_bytes as usize;
-                if let Some(limit) = self.limit {
-                    if reserved + bytes > limit {
-                        return Err(GrowError::OverLimit { size: bytes, limit });
-                    }
+                let pages = run.min(fresh_pages);
+                let floor = run.min(self.floor_pages(ctx.seg));
+                match self.fresh_handle(spec, pages) {
+                    // The estimate of free memory was too kind (another
+                    // process holds some, or physical memory is fragmented):
+                    // a floor-sized handle may still fit.
+                    Err(e) if e.is_out_of_memory() && pages > floor => self.fresh_handle(spec, floor)?,
+                    r => r?,
                 }
-                let rt = self.rt.clone();
-                let h = rt
-                    .on_device(self.device, || rt.malloc_physical(self.device, spec.attr, bytes))
-                    .map_err(GrowError::Runtime)?;
-                self.stats.physical_allocated(bytes);
-                (h, bytes)
             }
         };
         let rt = self.rt.clone();
@@ -117,6 +113,23 @@ impl State {
         r.mapped += units;
         self.stats.page_mapped();
         Ok(units)
+    }
+
+    /// A new physical handle of `pages` pages, within the memory limit.
+    fn fresh_handle(&mut self, spec: PageSpec, pages: usize) -> Result<(PhysicalHandle, usize), GrowError> {
+        let bytes = pages * spec.size;
+        let reserved = self.stats.get().reserved_bytes as usize;
+        if let Some(limit) = self.limit {
+            if reserved + bytes > limit {
+                return Err(GrowError::OverLimit { size: bytes, limit });
+            }
+        }
+        let rt = self.rt.clone();
+        let h = rt
+            .on_device(self.device, || rt.malloc_physical(self.device, spec.attr, bytes))
+            .map_err(GrowError::Runtime)?;
+        self.stats.physical_allocated(bytes);
+        Ok((h, bytes))
     }
 
     /// A cached handle for `run` pages that need mapping followed by

@@ -9,9 +9,13 @@
 //! - Pages: the mapping unit is `page_size` in the large pool (2 MiB by
 //!   default) and 2 MiB in the small pool. A physical handle
 //!   (`aclrtMallocPhysical`, mapped whole) covers one or more consecutive
-//!   pages: a *piece*. Growth maps pieces of up to `MAX_PIECE_BYTES`, so a
-//!   large block costs a few calls, not one per page; pieces stay small
-//!   enough that a hole usually holds whole pieces that can move.
+//!   pages: a *piece*. How big a fresh piece may be (`PieceRule`) trades
+//!   runtime calls against movable memory: a piece is never split, so a
+//!   small live block pins all of it. While the device has plenty of room,
+//!   growth maps what a block lacks with one handle (a 300 MiB block: two
+//!   calls, not 150 pairs). As free device memory shrinks, so do fresh
+//!   pieces, down to 4 MiB: near a full device, where moving pages is what
+//!   lets a request fit, a hole holds whole pieces that can move.
 //! - Placement (`placement`): best fit over the range's free blocks; when
 //!   that would map pages, a free block with a mapped run that fits wins
 //!   instead (mapped first), so holes are reused before the range grows.
@@ -45,8 +49,23 @@ use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 use crate::sys;
 
-/// The largest physical handle growth allocates (see the Note).
-pub(super) const MAX_PIECE_BYTES: usize = 4 << 20;
+/// How big a fresh physical handle may be (see the Note): at most
+/// `1/share` of the device memory not yet reserved, but never less than
+/// `floor` bytes (nor more than the pages a placement lacks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PieceRule {
+    pub floor: usize,
+    /// 0: always `floor`.
+    pub share: usize,
+}
+
+impl Default for PieceRule {
+    /// 4 MiB and 1/16: measured on the traces in BENCHMARKS.md, 1/8 pins
+    /// enough pages to push min capacity past 1.05x peak, 1/32 maps no less.
+    fn default() -> Self {
+        PieceRule { floor: 4 << 20, share: 16 }
+    }
+}
 
 /// One physical handle mapped over `units` consecutive pages from `head`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,9 +178,20 @@ impl State {
         }
     }
 
-    /// Pages one fresh handle of `seg` covers at most.
-    fn piece_pages(&self, seg: u32) -> usize {
-        (self.max_piece / self.range(seg).page_size).max(1)
+    /// Pages one fresh handle of `seg` covers at most, now. Free device
+    /// memory is estimated as total minus reserved: a wrong guess (another
+    /// process holds memory) costs one refused call and a retry at the floor.
+    fn fresh_piece_pages(&self, seg: u32) -> usize {
+        let PieceRule { floor, share } = self.pieces;
+        let unreserved = self.device_total.saturating_sub(self.stats.get().reserved_bytes as usize);
+        let bytes = if share == 0 { floor } else { floor.max(unreserved / share) };
+        (bytes / self.range(seg).page_size).max(1)
+    }
+
+    /// Pages of a handle of the floor size: how far a cached handle may
+    /// reach past what a placement needs.
+    fn floor_pages(&self, seg: u32) -> usize {
+        (self.pieces.floor / self.range(seg).page_size).max(1)
     }
 
     fn range(&self, seg: u32) -> &VmmRange {
