@@ -43,6 +43,13 @@ impl State {
             let Some(r) = &s.vmm else { continue };
             let (lo, hi) = (b.addr - s.base, b.addr + b.size - s.base);
             let page = r.page_size;
+            if r.mapped == r.top() {
+                // Mapped exactly below the top: the block's run starts at it.
+                if (r.top() * page).min(hi).saturating_sub(lo) >= size {
+                    return Some((id, 0));
+                }
+                continue;
+            }
             let (mut i, end) = (lo / page, hi.div_ceil(page).min(r.top()));
             while i < end {
                 if r.pages[i].is_none() {
@@ -71,6 +78,11 @@ impl State {
         let Some(r) = &s.vmm else { return 0 };
         let first = (b.addr - s.base) / r.page_size;
         let last = (b.addr + size - 1 - s.base) / r.page_size;
+        // Every page below the top mapped (the range never gave one back):
+        // no need to look at the pages one by one.
+        if r.mapped == r.top() {
+            return (last + 1).saturating_sub(r.top().max(first));
+        }
         (first..=last).filter(|&i| r.page(i).is_none()).count()
     }
 
