@@ -133,7 +133,7 @@ impl DeviceAllocator {
             registry: Default::default(),
             reuse: reuse::ReuseLists::new(config.reuse_cache_bytes()),
             reserved_headroom: config.reserved_headroom,
-            pieces: expandable::PieceRule::default(),
+            pieces: expandable::PieceRule::for_config(&config),
             order: Default::default(),
             stats: Default::default(),
             expandable,

@@ -59,11 +59,15 @@ pub struct PieceRule {
     pub share: usize,
 }
 
-impl Default for PieceRule {
+impl PieceRule {
     /// 4 MiB and 1/16: measured on the traces in BENCHMARKS.md, 1/8 pins
     /// enough pages to push min capacity past 1.05x peak, 1/32 maps no less.
-    fn default() -> Self {
-        PieceRule { floor: 4 << 20, share: 16 }
+    /// With `reserved_headroom`, always 4 MiB: moving pages to stay within
+    /// the headroom is that mode's point, and large pieces rarely fit the
+    /// place they would move to.
+    pub fn for_config(config: &crate::config::Config) -> Self {
+        let share = if config.reserved_headroom.is_some() { 0 } else { 16 };
+        PieceRule { floor: 4 << 20, share }
     }
 }
 
