@@ -55,7 +55,7 @@ fn padded(bytes: u64) -> u64 {
 }
 
 fn quick() -> Options {
-    Options { repeat: 1, min_capacity: false, series: false, segment_map: false }
+    Options { repeat: 1, min_capacity: false, series: false, segment_map: false, warm: false }
 }
 
 fn measured(r: &Report) -> &npualloc::replay::Measured {
@@ -175,7 +175,7 @@ fn synthetic_trace_replays_to_known_answers() {
     assert_eq!(p.steps.len(), 10);
     // Live after a 3: 4096 + 100 + 3000000 (1000 was freed just before).
     assert_eq!(p.peak_requested, 4096 + 100 + 3_000_000);
-    let opts = Options { repeat: 2, min_capacity: true, series: true, segment_map: false };
+    let opts = Options { repeat: 2, min_capacity: true, series: true, segment_map: false, warm: false };
     let reports = replay_trace(&emu, &p, &[Target::npualloc(""), Target::Passthrough], &opts, &mut |_| {});
     assert_eq!(reports.len(), 2);
 
@@ -199,6 +199,26 @@ fn synthetic_trace_replays_to_known_answers() {
 }
 
 #[test]
+fn a_warm_pass_frees_what_the_first_left_live_and_leaks_nothing() {
+    let (_g, emu) = emulator();
+    let p = synthetic();
+    let before = emu.usage();
+    let opts = Options { repeat: 2, warm: true, ..quick() };
+    let targets = [Target::npualloc(""), Target::npualloc("expandable_segments:false"), Target::Passthrough];
+    let reports = replay_trace(&emu, &p, &targets, &opts, &mut |_| {});
+    for r in &reports {
+        let m = measured(r);
+        assert!(m.ns_per_op > 0.0, "{}", r.target.label());
+        assert_eq!(m.ooms, 0);
+    }
+    // The trace leaves two blocks live; each timed run frees its first
+    // pass's before the second, or the passthrough would leak them.
+    let after = emu.usage();
+    let held = |u: &npualloc::replay::emulator::Usage| (u.malloc_count, u.physical_count, u.mapped_bytes, u.reserved_ranges);
+    assert_eq!(held(&after), held(&before));
+}
+
+#[test]
 fn a_configuration_that_cannot_run_is_an_error_row() {
     let (_g, emu) = emulator();
     let p = synthetic();
@@ -218,7 +238,7 @@ fn svg_is_well_formed_with_one_line_per_configuration() {
     let (_g, emu) = emulator();
     let p = synthetic();
     let targets = [Target::npualloc(""), Target::pytorch_policy(), Target::Passthrough];
-    let opts = Options { repeat: 1, min_capacity: false, series: true, segment_map: true };
+    let opts = Options { repeat: 1, min_capacity: false, series: true, segment_map: true, warm: false };
     let reports = replay_trace(&emu, &p, &targets, &opts, &mut |_| {});
     let doc = svg::render(&[Figure { trace: &p, reports: &reports }]);
     let xml = roxmltree::Document::parse(&doc).expect("well-formed SVG");

@@ -24,6 +24,10 @@ options:
                       else libascendcl.so next to this executable)
   --repeat N          timed runs per configuration, best kept (default 3)
   --no-min-capacity   skip the min-capacity bisection
+  --warm              time a second pass over each trace on the same
+                      allocator (what the first pass left live freed in
+                      between): the hot path without growth. Only ns/op
+                      changes; the other columns come from a first pass
   --json              print one JSON document instead of the table
   --svg FILE          write charts of requested vs reserved bytes and the
                       first configuration's segments at its peak
@@ -37,6 +41,7 @@ struct Args {
     library: Option<PathBuf>,
     repeat: usize,
     min_capacity: bool,
+    warm: bool,
     json: bool,
     svg: Option<PathBuf>,
     progress: bool,
@@ -50,6 +55,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, Stri
         library: None,
         repeat: 3,
         min_capacity: true,
+        warm: false,
         json: false,
         svg: None,
         progress: false,
@@ -76,6 +82,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, Stri
                 a.repeat = v.parse().ok().filter(|&n| n >= 1).ok_or(format!("--repeat needs a positive integer, got '{v}'"))?;
             }
             "--no-min-capacity" => a.min_capacity = false,
+            "--warm" => a.warm = true,
             "--json" => a.json = true,
             "--svg" => a.svg = Some(PathBuf::from(value("--svg")?)),
             "--progress" => a.progress = true,
@@ -178,6 +185,7 @@ fn main() -> ExitCode {
         min_capacity: args.min_capacity,
         series: args.svg.is_some(),
         segment_map: args.svg.is_some(),
+        warm: args.warm,
     };
     let mut progress = Progress { on: args.progress || std::io::stderr().is_terminal(), width: 0 };
     let mut all: Vec<Vec<Report>> = Vec::new();

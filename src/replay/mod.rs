@@ -84,11 +84,15 @@ pub struct Options {
     pub series: bool,
     /// Snapshot the first configuration's segments at its peak.
     pub segment_map: bool,
+    /// Time a second pass over the trace on the same allocator, after a
+    /// first pass and freeing what it left live: the steady state, with
+    /// segments and pages already there.
+    pub warm: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { repeat: 3, min_capacity: true, series: false, segment_map: false }
+        Options { repeat: 3, min_capacity: true, series: false, segment_map: false, warm: false }
     }
 }
 
@@ -185,7 +189,7 @@ fn measure(
     let mut executed = 0;
     for i in 0..opts.repeat.max(1) {
         say(&format!("timing {}/{}", i + 1, opts.repeat.max(1)));
-        let r = runner.run(&Spec::default())?;
+        let r = runner.run(&Spec { warm: opts.warm, ..Spec::default() })?;
         if r.outcome.elapsed < best {
             best = r.outcome.elapsed;
             executed = r.outcome.executed;
@@ -209,11 +213,22 @@ struct Spec {
     snapshot: bool,
     /// Read the counters afterwards.
     finish: bool,
+    /// Run the steps twice on one allocator (freeing what the first pass
+    /// left live in between); report the second pass.
+    warm: bool,
 }
 
 impl Default for Spec {
     fn default() -> Self {
-        Spec { capacity: DEFAULT_CAPACITY, stop_on_oom: false, limit: None, series: false, snapshot: false, finish: false }
+        Spec {
+            capacity: DEFAULT_CAPACITY,
+            stop_on_oom: false,
+            limit: None,
+            series: false,
+            snapshot: false,
+            finish: false,
+            warm: false,
+        }
     }
 }
 
@@ -261,6 +276,12 @@ impl<'a> Runner<'a> {
             Some(config) => {
                 let alloc = DeviceAllocator::with_runtime(config.clone(), DEVICE, rt.clone()).map_err(|e| e.to_string())?;
                 let mut b = Npu { alloc: &alloc };
+                if spec.warm {
+                    engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut Quiet)?;
+                    for a in addrs.iter_mut().filter(|a| **a != 0) {
+                        alloc.free(std::mem::take(a)).map_err(|e| e.to_string())?;
+                    }
+                }
                 let outcome = if spec.series {
                     engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut series)
                 } else {
@@ -294,6 +315,12 @@ impl<'a> Runner<'a> {
             }
             None => {
                 let mut b = Passthrough { rt, emu: self.emu, track_peak: spec.finish, peak: 0, mallocs: 0, frees: 0 };
+                if spec.warm {
+                    engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut Quiet)?;
+                    for a in addrs.iter_mut().filter(|a| **a != 0) {
+                        let _ = rt.free(std::mem::take(a));
+                    }
+                }
                 let outcome = if spec.series {
                     engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut series)
                 } else {
