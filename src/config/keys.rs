@@ -148,7 +148,8 @@ pub const KEYS: &[KeySpec] = &[
         default: "2m",
         unit: "",
         doc: "Mapping unit of the large pool's expandable segments: 2m, 20m or 1g (letter case ignored). \
-              Growth maps physical handles of up to 4 MiB (or one unit, if larger).",
+              A growth maps what a block lacks with one physical handle of up to a 16th of the device \
+              memory not yet reserved, and at least 4 MiB (or one unit, if larger).",
     },
     KeySpec {
         key: Key::ReleaseThresholdMb,
