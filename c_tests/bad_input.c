@@ -108,6 +108,13 @@ static void direct_use(npualloc_allocator *other) {
     REFUSED(npualloc_malloc(A, SIZE_MAX, NULL, &out), NPUALLOC_ERR_INVALID_ARGUMENT);
     REFUSED(npualloc_malloc(A, SIZE_MAX - 511, NULL, &out), NPUALLOC_ERR_INVALID_ARGUMENT);
     REFUSED(npualloc_malloc(A, SIZE_MAX / 2 + 1, NULL, &out), NPUALLOC_ERR_INVALID_ARGUMENT);
+    /* A stream handle the runtime does not know, and a destroyed stream. */
+    REFUSED(npualloc_malloc(A, 64, (aclrtStream)not_a_handle, &out), NPUALLOC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(last, "not a live stream") != NULL);
+    aclrtStream gone = NULL;
+    CHECK_EQ_INT(aclrtCreateStream(&gone), 0);
+    CHECK_EQ_INT(aclrtDestroyStream(gone), 0);
+    REFUSED(npualloc_malloc(A, 64, gone, &out), NPUALLOC_ERR_INVALID_ARGUMENT);
     CHECK(out == not_a_handle);
 
     /* free */
@@ -127,6 +134,8 @@ static void direct_use(npualloc_allocator *other) {
     REFUSED(npualloc_record_stream(A, p, s), NPUALLOC_ERR_UNKNOWN_POINTER);
     REFUSED(npualloc_record_stream(A, &on_stack, s), NPUALLOC_ERR_UNKNOWN_POINTER);
     REFUSED(npualloc_record_stream(A, theirs, s), NPUALLOC_ERR_UNKNOWN_POINTER);
+    REFUSED(npualloc_record_stream(A, q, (aclrtStream)not_a_handle), NPUALLOC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(last, "not a live stream") != NULL);
 
     /* empty_cache, set_memory_fraction */
     REFUSED(npualloc_empty_cache(NULL), NPUALLOC_ERR_INVALID_ARGUMENT);

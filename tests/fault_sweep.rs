@@ -66,6 +66,7 @@ const FUNCTIONS: &[&str] = &[
     "aclrtSetDevice",
     "aclrtGetDevice",
     "aclrtMemGetAllocationGranularity",
+    "aclrtStreamQuery",
 ];
 
 /// The first `EVENTS` events, with frees and uses of ids allocated past the cut dropped.

@@ -39,6 +39,7 @@ apis! {
     DestroyStream = "aclrtDestroyStream",
     SynchronizeStream = "aclrtSynchronizeStream",
     SynchronizeDevice = "aclrtSynchronizeDevice",
+    StreamQuery = "aclrtStreamQuery",
     CreateEvent = "aclrtCreateEvent",
     CreateEventWithFlag = "aclrtCreateEventWithFlag",
     RecordEvent = "aclrtRecordEvent",

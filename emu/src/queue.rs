@@ -123,6 +123,11 @@ impl Engine {
         self.streams.get(&key).map_or(-1, |s| s.device)
     }
 
+    /// True if `key` has no queued work.
+    pub fn is_idle(&self, key: u64) -> bool {
+        self.streams.get(&key).is_none_or(|s| s.completed >= s.submitted)
+    }
+
     /// True if `key` finished work `seq` (a destroyed stream finished all).
     pub fn is_done(&self, key: u64, seq: u64) -> bool {
         self.streams.get(&key).is_none_or(|s| s.completed >= seq)

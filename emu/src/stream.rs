@@ -1,5 +1,5 @@
-//! Streams: create/destroy/synchronize, device synchronize, and the test
-//! controls `aclemu_stream_hold` / `aclemu_stream_release`.
+//! Streams: create/destroy/synchronize/query, device synchronize, and the
+//! test controls `aclemu_stream_hold` / `aclemu_stream_release`.
 //!
 //! A stream belongs to the device current when it was created. NULL means the
 //! current device's default stream where ACL allows it. Unknown or destroyed
@@ -37,6 +37,21 @@ fn synchronize(stream: *mut c_void) -> AclResult<()> {
     eng.finish(key, u64::MAX);
     usage::add(&usage::of(eng.device_of(key)).syncs, 1);
     Ok(())
+}
+
+/// aclrtStreamStatus: COMPLETE 0, NOT_READY 1.
+const STREAM_STATUS_COMPLETE: u32 = 0;
+const STREAM_STATUS_NOT_READY: u32 = 1;
+
+unsafe fn query(stream: *mut c_void, status: *mut u32) -> AclResult<()> {
+    require(!status.is_null())?;
+    let mut eng = engine();
+    let key = eng.resolve(stream)?;
+    let idle = eng.is_idle(key);
+    drop(eng);
+    let value = if idle { STREAM_STATUS_COMPLETE } else { STREAM_STATUS_NOT_READY };
+    // SAFETY: checked non-NULL; the caller promises it is writable.
+    unsafe { write_out(status, value) }
 }
 
 fn synchronize_device() -> AclResult<()> {
@@ -80,6 +95,17 @@ pub unsafe extern "C" fn aclrtDestroyStream(stream: *mut c_void) -> crate::aclEr
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> crate::aclError {
     acl_entry!(Api::SynchronizeStream, { synchronize(stream) })
+}
+
+/// Whether the stream (NULL = default stream) has queued work:
+/// COMPLETE (0) or NOT_READY (1); 107017 for an unknown handle.
+///
+/// # Safety
+/// `status` must be NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtStreamQuery(stream: *mut c_void, status: *mut u32) -> crate::aclError {
+    // SAFETY: forwarded caller contract.
+    acl_entry!(Api::StreamQuery, { unsafe { query(stream, status) } })
 }
 
 /// Finishes the queued work of every stream of the current device and

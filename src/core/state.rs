@@ -59,14 +59,38 @@ pub struct State {
 }
 
 impl State {
+    /// The slot of `stream`; a stream met for the first time is checked
+    /// with the runtime first, so a bad handle fails here, changing nothing,
+    /// rather than in a later synchronization.
     #[inline]
-    pub fn stream_slot(&mut self, stream: Stream) -> u16 {
-        let (slot, added) = self.streams.slot(stream);
-        if added {
-            self.pools.push(Default::default());
-            self.ranges.push([None, None]);
+    pub fn stream_slot(&mut self, stream: Stream) -> Result<u16> {
+        match self.streams.known(stream) {
+            Some(slot) => Ok(slot),
+            None => self.add_stream(stream),
         }
-        slot
+    }
+
+    #[cold]
+    fn add_stream(&mut self, stream: Stream) -> Result<u16> {
+        // The default stream (NULL) always exists.
+        if stream != Stream::DEFAULT {
+            let rt = self.rt.clone();
+            if let Err(e) = rt.on_device(self.device, || rt.check_stream(stream)) {
+                return Err(if e.is_invalid_handle() || e.code == crate::sys::ACL_ERROR_RT_PARAM_INVALID {
+                    Error::InvalidArgument(format!(
+                        "stream {:#x} is not a live stream of device {} ({e})",
+                        stream.raw() as usize,
+                        self.device
+                    ))
+                } else {
+                    Error::runtime(e, "checking a stream used for the first time")
+                });
+            }
+        }
+        let slot = self.streams.add(stream);
+        self.pools.push(Default::default());
+        self.ranges.push([None, None]);
+        Ok(slot)
     }
 
     /// Allocates `size` bytes on `stream`; returns the device address.
@@ -80,7 +104,7 @@ impl State {
             )));
         }
         let rounded = self.policy.round(size);
-        let slot = self.stream_slot(stream);
+        let slot = self.stream_slot(stream)?;
         if let Some(id) = self.reuse.pop(&self.blocks, slot, rounded) {
             return Ok(self.reuse_block(id, size));
         }
@@ -384,6 +408,8 @@ impl State {
         if self.streams.stream(slot) == stream {
             return Ok(());
         }
+        // A stream the allocator has not met is checked (and given a slot).
+        self.stream_slot(stream)?;
         if self.order.add_use(id, stream) {
             self.blocks.get_mut(id).has_other_streams = true;
             let others = &mut self.segments.get_mut(seg).other_streams;

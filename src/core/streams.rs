@@ -10,19 +10,23 @@ pub struct StreamSlots {
 }
 
 impl StreamSlots {
-    /// The slot of `stream`, adding it if new. Returns (slot, was_added).
+    /// The slot of `stream` if it has one; remembered for the next call.
     #[inline]
-    pub fn slot(&mut self, stream: Stream) -> (u16, bool) {
+    pub fn known(&mut self, stream: Stream) -> Option<u16> {
         if self.streams.get(self.last) == Some(&stream) {
-            return (self.last as u16, false);
+            return Some(self.last as u16);
         }
-        if let Some(i) = self.streams.iter().position(|&s| s == stream) {
-            self.last = i;
-            return (i as u16, false);
-        }
+        let i = self.streams.iter().position(|&s| s == stream)?;
+        self.last = i;
+        Some(i as u16)
+    }
+
+    /// Gives `stream` (not known yet) the next slot.
+    pub fn add(&mut self, stream: Stream) -> u16 {
+        debug_assert!(!self.streams.contains(&stream));
         self.streams.push(stream);
         self.last = self.streams.len() - 1;
-        (self.last as u16, true)
+        self.last as u16
     }
 
     /// The slot of `stream` if it has one.

@@ -64,6 +64,35 @@ pub(super) fn drop_stream(a: &DeviceAllocator, s: Stream) {
 }
 
 #[test]
+fn a_stream_the_runtime_does_not_know_is_refused_changing_nothing() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("");
+    let p = a.malloc(4096, Stream::DEFAULT).unwrap();
+    let gone = new_stream(&a);
+    drop_stream(&a, gone);
+    let bogus = Stream::from_raw(0x5eed_0000 as crate::sys::aclrtStream);
+    let before = a.stats().unwrap();
+    for s in [bogus, gone] {
+        let e = a.malloc(4096, s).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("not a live stream")), "{e}");
+        let e = a.record_stream(p, s).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("not a live stream")), "{e}");
+    }
+    assert_eq!(a.stats().unwrap(), before, "nothing changed");
+    assert_eq!(a.state.lock().unwrap().streams.all().len(), 1, "no slot was given to a bad stream");
+    // A live stream met for the first time passes the check, once.
+    let s = new_stream(&a);
+    let q = a.malloc(4096, s).unwrap();
+    a.record_stream(p, s).unwrap();
+    assert_eq!(a.state.lock().unwrap().streams.all().len(), 2);
+    a.free(q).unwrap();
+    a.free(p).unwrap();
+    drop_stream(&a, s);
+    finish(a);
+}
+
+#[test]
 fn same_stream_reuse_is_immediate() {
     let _g = emu_lock();
     set_capacity(1 << 30);

@@ -78,6 +78,18 @@ impl Runtime {
         check("aclrtSynchronizeStream", unsafe { (self.api.aclrtSynchronizeStream)(stream.raw()) })
     }
 
+    /// Checks that `stream` names a live stream (`aclrtStreamQuery`, which
+    /// does not wait). `Ok(false)`: the runtime lacks the call, nothing was
+    /// checked.
+    pub fn check_stream(&self, stream: Stream) -> Result<bool, AclCallError> {
+        let Some(query) = self.api.aclrtStreamQuery else { return Ok(false) };
+        let mut status: sys::aclrtStreamStatus = sys::ACL_STREAM_STATUS_COMPLETE;
+        // SAFETY: the handle is passed through (the runtime validates it);
+        // status is a valid out-pointer.
+        check("aclrtStreamQuery", unsafe { query(stream.raw(), &mut status) })?;
+        Ok(true)
+    }
+
     /// An event usable for queries and stream waits.
     pub fn create_event(&self) -> Result<Event, AclCallError> {
         let mut e: sys::aclrtEvent = std::ptr::null_mut();

@@ -116,6 +116,8 @@ acl_symbols! {
         aclrtMapMem: fn(*mut c_void, usize, usize, aclrtDrvMemHandle, u64) -> aclError;
         aclrtUnmapMem: fn(*mut c_void) -> aclError;
         aclrtMemGetAllocationGranularity: fn(*mut aclrtPhysicalMemProp, aclrtMemGranularityOptions, *mut usize) -> aclError;
+        // Validates stream handles the allocator meets for the first time.
+        aclrtStreamQuery: fn(aclrtStream, *mut aclrtStreamStatus) -> aclError;
     }
 }
 
