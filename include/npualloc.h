@@ -298,8 +298,10 @@ npualloc_status npualloc_destroy(struct npualloc_allocator *a);
  * and writes the device address to `*out_ptr`. Addresses are at least
  * 512-byte aligned.
  *
- * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out_ptr`, size 0
- * or a size no device can hold; NPUALLOC_ERR_OUT_OF_MEMORY after every
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out_ptr`, size 0,
+ * a size no device can hold, or a stream the runtime does not know (each
+ * stream is checked with aclrtStreamQuery the first time this allocator
+ * meets it, when the runtime has that call); NPUALLOC_ERR_OUT_OF_MEMORY after every
  * recovery step failed (the message says where memory is);
  * NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise. Thread-safe.
  */
@@ -322,7 +324,9 @@ npualloc_status npualloc_free(struct npualloc_allocator *a, void *ptr);
  * Notes that work queued on `stream` uses the block at `ptr`, so freeing it
  * waits for that work. Recording the block's own stream is a no-op.
  *
- * Returns NPUALLOC_ERR_UNKNOWN_POINTER if `ptr` is not the start of a live block.
+ * Returns NPUALLOC_ERR_UNKNOWN_POINTER if `ptr` is not the start of a live block;
+ * NPUALLOC_ERR_INVALID_ARGUMENT for a stream the runtime does not know (checked
+ * as in npualloc_malloc).
  */
 npualloc_status npualloc_record_stream(struct npualloc_allocator *a, void *ptr, aclrtStream stream);
 
