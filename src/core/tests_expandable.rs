@@ -55,7 +55,7 @@ impl Baseline {
 /// their own tests).
 pub(super) fn paged(config: &str) -> DeviceAllocator {
     let a = allocator(config);
-    a.state.lock().unwrap().pieces = expandable::PieceRule { floor: PAGE, share: 0 };
+    a.state.lock().unwrap().pieces = expandable::PieceRule { floor: PAGE, share: 0, ceiling: PAGE };
     a
 }
 

@@ -12,7 +12,7 @@ use super::*;
 /// however empty the device.
 fn floor_pieces(config: &str) -> DeviceAllocator {
     let a = allocator(config);
-    a.state.lock().unwrap().pieces = PieceRule { floor: 4 * MIB, share: 0 };
+    a.state.lock().unwrap().pieces = PieceRule { floor: 4 * MIB, share: 0, ceiling: 4 * MIB };
     a
 }
 
@@ -24,7 +24,7 @@ fn growth_maps_what_a_block_lacks_with_one_handle_on_a_roomy_device() {
     let a = allocator("");
     assert!(a.is_expandable());
     // 10 MiB at the start of the large range: pages 0..5, one handle (a
-    // 16th of the free gigabyte is 64 MiB).
+    // 16th of the free gigabyte is 64 MiB, over the 16 MiB ceiling).
     let p = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
     assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (1, 1, 10 * MIB as u64));
@@ -38,6 +38,14 @@ fn growth_maps_what_a_block_lacks_with_one_handle_on_a_roomy_device() {
     let q = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
     assert_eq!(q, p);
     assert_eq!(a.stats().unwrap().num_maps, 1);
+    // 40 MiB more, right after q: [3, 43) MiB lacks pages 5..21, 34 MiB,
+    // mapped at most 16 MiB a handle: 16 + 16 + 2.
+    let r = a.malloc(40 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(r, q + 3 * MIB);
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (4, 4, 44 * MIB as u64));
+    check_accounting(&a, &base, None, "after growth past the ceiling");
+    a.free(r).unwrap();
     a.free(q).unwrap();
     teardown_clean(a, &base);
     set_capacity(1 << 30);
@@ -49,8 +57,9 @@ fn fresh_handles_shrink_to_4_mib_as_the_device_fills() {
     let base = Baseline::take();
     budget(GIB);
     let a = allocator("");
-    // 1000 MiB of a 1 GiB device: handles start at 64 MiB and shrink with
-    // the memory left; far fewer than the 250 a 4 MiB rule would map.
+    // 1000 MiB of a 1 GiB device: 16 MiB handles until a 16th of the memory
+    // left is less, then shrinking ones; far fewer than the 250 a 4 MiB
+    // rule would map.
     let big = a.malloc(1000 * MIB, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
     assert!(s.num_maps > 1 && s.num_maps < 100, "{} handles for 1000 MiB", s.num_maps);

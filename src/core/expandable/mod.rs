@@ -12,10 +12,12 @@
 //!   pages: a *piece*. How big a fresh piece may be (`PieceRule`) trades
 //!   runtime calls against movable memory: a piece is never split, so a
 //!   small live block pins all of it. While the device has plenty of room,
-//!   growth maps what a block lacks with one handle (a 300 MiB block: two
-//!   calls, not 150 pairs). As free device memory shrinks, so do fresh
-//!   pieces, down to 4 MiB: near a full device, where moving pages is what
-//!   lets a request fit, a hole holds whole pieces that can move.
+//!   growth maps what a block lacks with handles of up to 16 MiB (a 300 MiB
+//!   block: 19 pairs of calls, not 150); a live block then pins at most
+//!   that much that `empty_cache` cannot return. As free device memory
+//!   shrinks, so do fresh pieces, down to 4 MiB: near a full device, where
+//!   moving pages is what lets a request fit, a hole holds whole pieces
+//!   that can move.
 //! - Placement (`placement`): best fit over the range's free blocks; when
 //!   that would map pages, a free block with a mapped run that fits wins
 //!   instead (mapped first), so holes are reused before the range grows.
@@ -49,25 +51,28 @@ use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 use crate::sys;
 
-/// How big a fresh physical handle may be (see the Note): at most
-/// `1/share` of the device memory not yet reserved, but never less than
-/// `floor` bytes (nor more than the pages a placement lacks).
+/// How big a fresh physical handle may be (see the Note): `1/share` of the
+/// device memory not yet reserved, within [`floor`, `ceiling`] bytes (and
+/// never more than the pages a placement lacks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PieceRule {
     pub floor: usize,
     /// 0: always `floor`.
     pub share: usize,
+    pub ceiling: usize,
 }
 
 impl PieceRule {
-    /// 4 MiB and 1/16: measured on the traces in BENCHMARKS.md, 1/8 pins
-    /// enough pages to push min capacity past 1.05x peak, 1/32 maps no less.
-    /// With `reserved_headroom`, always 4 MiB: moving pages to stay within
-    /// the headroom is that mode's point, and large pieces rarely fit the
-    /// place they would move to.
+    /// 4 MiB to 16 MiB, a 16th of what is unreserved; measured on the traces
+    /// in BENCHMARKS.md. A share of 1/8 pins enough pages to push min
+    /// capacity past 1.05x peak; a ceiling of 64 MiB left up to 30% more
+    /// memory that `empty_cache` could not return mid-trace for 20% fewer
+    /// maps. With `reserved_headroom`, always 4 MiB: moving pages to stay
+    /// within the headroom is that mode's point, and large pieces rarely fit
+    /// the place they would move to.
     pub fn for_config(config: &crate::config::Config) -> Self {
         let share = if config.reserved_headroom.is_some() { 0 } else { 16 };
-        PieceRule { floor: 4 << 20, share }
+        PieceRule { floor: 4 << 20, share, ceiling: 16 << 20 }
     }
 }
 
@@ -186,9 +191,9 @@ impl State {
     /// memory is estimated as total minus reserved: a wrong guess (another
     /// process holds memory) costs one refused call and a retry at the floor.
     fn fresh_piece_pages(&self, seg: u32) -> usize {
-        let PieceRule { floor, share } = self.pieces;
+        let PieceRule { floor, share, ceiling } = self.pieces;
         let unreserved = self.device_total.saturating_sub(self.stats.get().reserved_bytes as usize);
-        let bytes = if share == 0 { floor } else { floor.max(unreserved / share) };
+        let bytes = if share == 0 { floor } else { (unreserved / share).clamp(floor, ceiling.max(floor)) };
         (bytes / self.range(seg).page_size).max(1)
     }
 
