@@ -6,9 +6,10 @@ pool (small: <= 1 MiB, large; optionally a third for blocks >= HUGE MiB) with
 best fit or address-ordered first fit, freed neighbours merging, and counts the
 2 MiB pages any block ever touched: what an expandable range maps when it
 never moves a page. Prints that footprint over the trace's peak requested
-bytes.
+bytes. With --two-ended MIB, large-pool blocks of at least MIB go to the top
+end of the highest free hole that fits (the range fills from both ends).
 
-    scripts/placement-footprint.py TRACE.gz [--first-fit] [--huge MIB]
+    scripts/placement-footprint.py TRACE.gz [--first-fit] [--huge MIB] [--two-ended MIB]
 """
 import argparse
 import bisect
@@ -22,12 +23,15 @@ def rounded(n):
 
 
 class Range:
-    def __init__(self, first_fit):
+    def __init__(self, first_fit, top_from=0):
         self.free = [(0, 1 << 50)]  # (address, size), by address
         self.touched = set()
         self.first_fit = first_fit
+        self.top_from = top_from
 
     def alloc(self, size):
+        if self.top_from and size >= self.top_from:
+            return self.alloc_top(size)
         pick = None
         for i, (_, sz) in enumerate(self.free):
             if sz >= size:
@@ -43,6 +47,17 @@ class Range:
             self.free[pick] = (addr + size, sz - size)
         self.touched.update(range(addr // PAGE, (addr + size - 1) // PAGE + 1))
         return addr
+
+    def alloc_top(self, size):
+        i = max(i for i, (_, sz) in enumerate(self.free) if sz >= size)
+        addr, sz = self.free[i]
+        at = addr + sz - size
+        if sz == size:
+            self.free.pop(i)
+        else:
+            self.free[i] = (addr, sz - size)
+        self.touched.update(range(at // PAGE, (at + size - 1) // PAGE + 1))
+        return at
 
     def release(self, addr, size):
         i = bisect.bisect(self.free, (addr, 0))
@@ -60,6 +75,7 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--first-fit", action="store_true")
     ap.add_argument("--huge", type=int, default=0, help="MiB; blocks this large get their own range")
+    ap.add_argument("--two-ended", type=int, default=0, help="MiB; large blocks this large fill from the top")
     args = ap.parse_args()
     ranges, live, cur, peak = {}, {}, 0, 0
     opener = gzip.open if args.trace.endswith(".gz") else open
@@ -72,7 +88,8 @@ def main():
                 n = int(op[2])
                 r = rounded(n)
                 kind = "small" if r <= 1 << 20 else "huge" if args.huge and r >= args.huge << 20 else "large"
-                rng = ranges.setdefault(kind, Range(args.first_fit))
+                top_from = args.two_ended << 20 if kind == "large" else 0
+                rng = ranges.setdefault(kind, Range(args.first_fit, top_from))
                 live[op[1]] = (kind, rng.alloc(r), r, n)
                 cur += n
                 peak = max(peak, cur)
