@@ -484,8 +484,14 @@ fn empty_cache_returns_every_free_page() {
     a.free(x).unwrap();
     a.free(z).unwrap();
     a.free(s2).unwrap();
+    // Every page below each range's top is mapped: z's free run reaches
+    // from 5.5 MiB to the top (page 6 ends at 14 MiB).
+    assert_eq!(a.stats().unwrap().largest_free_block, 17 * MIB as u64 / 2);
 
     a.empty_cache().unwrap();
+    // Holes now: only y's pages 1 and 2 and the small page stay mapped, so
+    // the longest mapped free run is the small page past s1.
+    assert_eq!(a.stats().unwrap().largest_free_block, (PAGE - 4096) as u64);
     // Pages under live blocks: y's pages 1 and 2 (each shared with a freed
     // block) and the small page.
     let live_pages = pages_under(large_base, PAGE, &[(y, 5 * MIB / 2)])

@@ -93,10 +93,16 @@ impl State {
         for seg in self.segments.ids() {
             let s = self.segments.get(seg);
             let Some(r) = &s.vmm else { continue };
+            // Mapped exactly below the top: a free block's run is its part
+            // below the top.
+            let dense = r.mapped == r.top();
+            let top = s.base + r.top() * r.page_size;
             let mut id = s.first;
             while id != NIL {
                 let b = self.blocks.get(id);
-                if b.state == BlockState::Free {
+                if b.state == BlockState::Free && dense {
+                    best = best.max((b.addr + b.size).min(top).saturating_sub(b.addr));
+                } else if b.state == BlockState::Free {
                     let (mut run, mut at) = (0usize, b.addr);
                     let stop = (b.addr + b.size).min(s.base + r.top() * r.page_size);
                     while at < stop {
