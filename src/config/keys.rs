@@ -148,8 +148,8 @@ pub const KEYS: &[KeySpec] = &[
         default: "2m",
         unit: "",
         doc: "Mapping unit of the large pool's expandable segments: 2m, 20m or 1g (letter case ignored). \
-              A growth maps what a block lacks with one physical handle of up to a 16th of the device \
-              memory not yet reserved, and at least 4 MiB (or one unit, if larger).",
+              A growth maps what a block lacks with physical handles of a 16th of the device memory \
+              not yet reserved, between 4 and 16 MiB (or one unit, if larger).",
     },
     KeySpec {
         key: Key::ReleaseThresholdMb,
