@@ -30,10 +30,12 @@ fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64)
         .get(&id)
         .filter(|p| !p.freed)
         .ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
-    let (device, file_offset) = (phys.device, phys.offset);
+    let (device, file_offset, granularity) = (phys.device, phys.offset, phys.granularity);
     require_state(size as u64 == phys.size)?;
     let addr = ptr as usize;
-    require_state(addr.is_multiple_of(GRANULARITY as usize))?;
+    // [doc] Sizes and addresses follow the attr's granularity: a 1 GiB page
+    // maps at a 1 GiB boundary, while reservations are only 2 MiB-aligned.
+    require_state(addr.is_multiple_of(granularity.max(GRANULARITY) as usize))?;
     let start = v
         .reservation_of(addr, size)
         .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;

@@ -40,6 +40,9 @@ struct Phys {
     device: i32,
     offset: u64,
     size: u64,
+    /// The memAttr's granularity: the handle maps only at addresses aligned
+    /// to it.
+    granularity: u64,
     mappings: u32,
     /// aclrtFreePhysical was called while mapped.
     freed: bool,

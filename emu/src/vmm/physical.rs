@@ -91,6 +91,7 @@ unsafe fn malloc_physical(
             device: dev_id,
             offset,
             size,
+            granularity,
             mappings: 0,
             freed: false,
         },

@@ -101,6 +101,9 @@ pub struct VmmRange {
     pub pages: Vec<Option<Piece>>,
     /// Pages mapped.
     pub mapped: usize,
+    /// The address `aclrtReserveMemAddress` returned: the range may start
+    /// above it, at the page attr's alignment (`reserve_aligned`).
+    pub reserved_at: usize,
 }
 
 impl VmmRange {
@@ -160,8 +163,10 @@ impl State {
             PoolKind::Small => 9,
         };
         let va = (self.device_total / 8 * eighths).div_ceil(spec.size).max(1) * spec.size;
-        let rt = self.rt.clone();
-        let base = rt.on_device(self.device, || rt.reserve(va)).map_err(GrowError::Runtime)?;
+        // A 1 GiB page maps only at a 1 GiB boundary; other pages at their
+        // handles' 2 MiB granularity, which every reservation has.
+        let align = if spec.attr == sys::ACL_HBM_MEM_HUGE1G { spec.size } else { super::policy::SMALL_BUFFER };
+        let (reserved_at, base) = self.reserve_aligned(va, align)?;
         let block = self.blocks.insert(Block::segment_root(base, va, kind, slot));
         let seg = self.segments.insert(Segment {
             base,
@@ -171,13 +176,35 @@ impl State {
             first: block,
             other_streams: Vec::new(),
             serial: 0,
-            vmm: Some(Box::new(VmmRange { page_size: spec.size, attr: spec.attr, pages: Vec::new(), mapped: 0 })),
+            vmm: Some(Box::new(VmmRange {
+                page_size: spec.size,
+                attr: spec.attr,
+                pages: Vec::new(),
+                mapped: 0,
+                reserved_at,
+            })),
         });
         self.blocks.get_mut(block).segment = seg;
         self.pools[slot as usize][kind as usize].insert(&mut self.blocks, block);
         self.ranges[slot as usize][kind as usize] = Some(seg);
         self.stats.range_added();
         Ok(seg)
+    }
+
+    /// Reserves `va` bytes of address space starting at an `align` boundary:
+    /// (address to release, aligned start). The runtime only promises its
+    /// own granularity, so an unaligned reservation is given back and taken
+    /// again `align` larger, its start rounded up.
+    fn reserve_aligned(&self, va: usize, align: usize) -> Result<(usize, usize), GrowError> {
+        let rt = self.rt.clone();
+        let at = rt.on_device(self.device, || rt.reserve(va)).map_err(GrowError::Runtime)?;
+        if at % align == 0 {
+            return Ok((at, at));
+        }
+        rt.on_device(self.device, || rt.release(at)).map_err(GrowError::Runtime)?;
+        let padded = va.checked_add(align).ok_or(GrowError::AddressSpace)?;
+        let at = rt.on_device(self.device, || rt.reserve(padded)).map_err(GrowError::Runtime)?;
+        Ok((at, at.next_multiple_of(align)))
     }
 
     pub(super) fn page_spec(&self, kind: PoolKind) -> PageSpec {
@@ -286,9 +313,9 @@ impl State {
         if let Err(e) = self.free_cached_handles() {
             first_error.get_or_insert(e);
         }
-        let base = self.segments.get(seg).base;
+        let reserved_at = self.range(seg).reserved_at;
         let rt = self.rt.clone();
-        if let Err(e) = rt.on_device(self.device, || rt.release(base)) {
+        if let Err(e) = rt.on_device(self.device, || rt.release(reserved_at)) {
             first_error.get_or_insert(Error::runtime(e, "releasing a reserved address range"));
         }
         match first_error {
