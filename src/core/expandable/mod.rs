@@ -63,13 +63,13 @@ pub struct PieceRule {
 }
 
 impl PieceRule {
-    /// 4 MiB to 16 MiB, a 16th of what is unreserved; measured on the traces
-    /// in BENCHMARKS.md. A share of 1/8 pins enough pages to push min
-    /// capacity past 1.05x peak; a ceiling of 64 MiB left up to 30% more
-    /// memory that `empty_cache` could not return mid-trace for 20% fewer
-    /// maps. With `reserved_headroom`, always 4 MiB: moving pages to stay
-    /// within the headroom is that mode's point, and large pieces rarely fit
-    /// the place they would move to.
+    /// 4 MiB to 16 MiB, a 16th of what is unreserved (BENCHMARKS.md). A
+    /// larger share pinned enough pages to push min capacity past 1.05x peak
+    /// on bert; higher ceilings saved a fifth of the maps but kept several
+    /// times more memory from a mid-trace `empty_cache`. With
+    /// `reserved_headroom`, always 4 MiB: moving pages to stay within the
+    /// headroom is that mode's point, and large pieces rarely fit the place
+    /// they would move to.
     pub fn for_config(config: &crate::config::Config) -> Self {
         let share = if config.reserved_headroom.is_some() { 0 } else { 16 };
         PieceRule { floor: 4 << 20, share, ceiling: 16 << 20 }
