@@ -192,7 +192,8 @@ pub const KEYS: &[KeySpec] = &[
         unit: "",
         doc: "Expandable segments: keep reserved memory within this fraction above the peak of \
               allocated bytes by moving free pages instead of mapping new ones (0.02 = 2%). Each \
-              move synchronizes the streams that used the pages. At least 0.",
+              move synchronizes the streams that used the pages; physical handles stay at 4 MiB so \
+              they can move. At least 0.",
     },
 ];
 
