@@ -244,11 +244,14 @@ mod tests {
         let g = lock.lock().unwrap();
         let l = lock.clone();
         let t = std::thread::spawn(move || drop(l.lock().unwrap()));
-        std::thread::sleep(Duration::from_millis(20));
+        // The waiter sets `contended` just before it sleeps.
+        let start = std::time::Instant::now();
+        while !lock.contended.load(Ordering::Relaxed) {
+            assert!(start.elapsed() < Duration::from_secs(30), "the waiter never went to sleep");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         drop(g);
         t.join().unwrap();
-        // The waiter had to sleep: releases swap from now on.
-        assert!(lock.contended.load(Ordering::Relaxed));
         drop(lock.lock().unwrap());
         assert_eq!(lock.state.load(Ordering::Relaxed), FREE);
     }
