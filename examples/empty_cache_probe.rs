@@ -15,7 +15,7 @@
 
 use npualloc::config::Config;
 use npualloc::core::DeviceAllocator;
-use npualloc::replay::{Emulator, Prepared, Step};
+use npualloc::replay::{replay_steps, Emulator, Prepared};
 use npualloc::trace::parse_file;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -54,28 +54,14 @@ fn run(trace: &Path, config: &str) -> Result<(), String> {
     let a = DeviceAllocator::with_runtime(config, 0, emu.runtime().clone()).map_err(|e| e.to_string())?;
     let streams = emu.create_streams(p.streams).map_err(|e| e.to_string())?;
     let mut addrs = vec![0usize; p.slots];
-    let half = p.steps.len() / 2;
-    for (i, step) in p.steps.iter().enumerate() {
-        match *step {
-            Step::Alloc { slot, bytes, stream } => {
-                addrs[slot as usize] = a.malloc(bytes, streams[stream as usize]).map_err(|e| e.to_string())?;
-            }
-            Step::Free { slot } => {
-                let addr = std::mem::take(&mut addrs[slot as usize]);
-                if addr != 0 {
-                    a.free(addr).map_err(|e| e.to_string())?;
-                }
-            }
-            Step::Use { slot, stream } => {
-                a.record_stream(addrs[slot as usize], streams[stream as usize]).map_err(|e| e.to_string())?;
-            }
-            Step::Wait { .. } => {}
-        }
-        if i + 1 == half {
-            report(&a, "middle")?;
-        }
-    }
+    let (first, second) = p.steps.split_at(p.steps.len() / 2);
+    let mut ooms = replay_steps(&a, first, &streams, &mut addrs)?;
+    report(&a, "middle")?;
+    ooms += replay_steps(&a, second, &streams, &mut addrs)?;
     report(&a, "end")?;
+    if ooms > 0 {
+        println!("({ooms} allocations failed with out of memory)");
+    }
     a.teardown().map_err(|e| e.to_string())?;
     emu.destroy_streams(&streams);
     Ok(())

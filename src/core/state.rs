@@ -111,19 +111,30 @@ impl State {
         let kind = self.policy.pool_for(rounded);
         let id = match self.find_free(slot, kind, rounded) {
             Some(id) if !self.needs_mapping(id, rounded) => id,
-            _ => self.place_or_grow(size, rounded, kind, slot)?,
+            best_fit => self.place_or_grow(size, rounded, kind, slot, best_fit)?,
         };
         Ok(self.take_block(id, rounded, size))
     }
 
     /// No free block fits without mapping pages or a new segment: first the
     /// stream's held blocks, which may coalesce into a fit, then the best
-    /// fit with what it lacks mapped, then growth (and the OOM ladder).
-    fn place_or_grow(&mut self, size: usize, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId> {
-        if self.reuse.holds(slot) {
+    /// fit (`best_fit` unless held blocks were returned) with what it lacks
+    /// mapped, then growth (and the OOM ladder).
+    fn place_or_grow(
+        &mut self,
+        size: usize,
+        rounded: usize,
+        kind: PoolKind,
+        slot: u16,
+        best_fit: Option<BlockId>,
+    ) -> Result<BlockId> {
+        let best_fit = if self.reuse.holds(slot) {
             self.drain_reuse(Some(slot));
-        }
-        match self.find_free(slot, kind, rounded) {
+            self.find_free(slot, kind, rounded)
+        } else {
+            best_fit
+        };
+        match best_fit {
             Some(best_fit) => match self.place(best_fit, rounded) {
                 Ok(id) => Ok(id),
                 Err(_) => self.alloc_slow(size, rounded, kind, slot),

@@ -160,6 +160,19 @@ pub fn replay_trace(
     reports
 }
 
+/// Replays `steps` through `alloc` once, untimed (trace stream i is
+/// `streams[i]`). `addrs[slot]` holds each slot's live address across calls,
+/// so a trace can be replayed in parts with other work in between. Returns
+/// the allocations that failed with out of memory (their frees are skipped).
+pub fn replay_steps(
+    alloc: &DeviceAllocator,
+    steps: &[Step],
+    streams: &[crate::runtime::Stream],
+    addrs: &mut [usize],
+) -> Result<u64, String> {
+    engine::run(&mut Npu { alloc }, steps, streams, addrs, false, &mut Quiet).map(|o| o.ooms)
+}
+
 fn measure(
     emu: &Emulator,
     trace: &Prepared,
