@@ -219,3 +219,41 @@ fn reserved_headroom_moves_free_handles_instead_of_growing() {
     assert_eq!((reserved, unmaps), (22 * MIB as u64, 0));
     set_capacity(1 << 30);
 }
+
+/// A free 16 MiB hole whose first 8 MiB `empty_cache` unmapped, and the
+/// unmapped tail above a 2 MiB separator; then `want` bytes. Returns the
+/// request's offset from the hole and the maps it made.
+fn half_mapped_hole_then(config: &str, want: usize) -> (usize, u64) {
+    let base = Baseline::take();
+    budget(GIB);
+    let a = floor_pieces(config);
+    let x = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
+    let y = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
+    let sep = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
+    a.free(x).unwrap();
+    a.empty_cache().unwrap();
+    a.free(y).unwrap();
+    let maps = a.stats().unwrap().num_maps;
+    let q = a.malloc(want, Stream::DEFAULT).unwrap();
+    let made = a.stats().unwrap().num_maps - maps;
+    check_accounting(&a, &base, None, config);
+    fill(q, want, 0x3C);
+    assert!(check_fill(q, want, 0x3C), "{config}: every page under the request is backed");
+    a.free(q).unwrap();
+    a.free(sep).unwrap();
+    teardown_clean(a, &base);
+    (q - x, made)
+}
+
+#[test]
+fn with_a_headroom_a_request_goes_where_the_fewest_pages_are_missing() {
+    let _g = emu_lock();
+    // 10 MiB: no mapped run fits. Best fit is the hole's start, which lacks
+    // four pages (two 4 MiB handles); its end lacks one.
+    assert_eq!(half_mapped_hole_then("", 10 * MIB), (0, 2));
+    assert_eq!(half_mapped_hole_then("reserved_headroom:100", 10 * MIB), (6 * MIB, 1));
+    // 8 MiB fits the mapped half: mapped-first placement, with or without.
+    assert_eq!(half_mapped_hole_then("", 8 * MIB), (8 * MIB, 0));
+    assert_eq!(half_mapped_hole_then("reserved_headroom:100", 8 * MIB), (8 * MIB, 0));
+    set_capacity(1 << 30);
+}

@@ -6,7 +6,9 @@
 //! cached handles too large to serve it are freed first, then free pieces
 //! elsewhere are unmapped (largest first) so their handles back the request.
 //! Unmapping needs the streams that used those pieces synchronized: once per
-//! placement, and never when the headroom is not exceeded. Off by default:
+//! placement, and never when the headroom is not exceeded. Placement helps:
+//! with a headroom a request that needs pages goes where the fewest are
+//! missing (`placement`), so fewer pieces move. Off by default:
 //! on a busy device those synchronizations cost more than the memory they
 //! save (see BENCHMARKS.md).
 

@@ -21,6 +21,9 @@
 //! - Placement (`placement`): best fit over the range's free blocks; when
 //!   that would map pages, a free block with a mapped run that fits wins
 //!   instead (mapped first), so holes are reused before the range grows.
+//!   With `reserved_headroom`, when no mapped run fits, the request goes
+//!   where the fewest pages are missing (a page mapped there is one fewer
+//!   to move); without it that rule saved no maps and cost min capacity.
 //! - Physical page recycling (`mapping`): pieces unmapped from free blocks go
 //!   to a handle cache (by size) and are mapped again wherever a block needs
 //!   them; one allocation can be backed by pieces freed anywhere, with no

@@ -11,7 +11,9 @@ const MAPPED_FIT_SCAN: usize = 64;
 impl State {
     /// Places a request of `rounded` bytes given its best fit: as is when
     /// its pages are mapped; else in a free block with a mapped run that
-    /// fits (no mapping at all); else at the best fit, mapping what it lacks.
+    /// fits (no mapping at all); else, with a headroom, where the fewest
+    /// pages are missing, and without one at the best fit, mapping what it
+    /// lacks.
     /// Returns the free block to take (its first `rounded` bytes mapped).
     pub(in crate::core) fn place_in_range(&mut self, best_fit: BlockId, rounded: usize) -> Result<BlockId, GrowError> {
         if self.unmapped_under(best_fit, rounded) == 0 {
@@ -24,8 +26,52 @@ impl State {
         if let Some((id, off)) = self.find_mapped_fit(slot, kind, rounded) {
             return Ok(if off > 0 { self.split_front(id, off) } else { id });
         }
+        if self.reserved_headroom.is_some() {
+            if let Some((id, off)) = self.find_most_mapped(slot, kind, rounded) {
+                let id = if off > 0 { self.split_front(id, off) } else { id };
+                let (seg, addr, room) = {
+                    let b = self.blocks.get(id);
+                    (b.segment, b.addr, b.size)
+                };
+                self.ensure_mapped(seg, addr, rounded, room)?;
+                return Ok(id);
+            }
+        }
         self.ensure_mapped(seg, addr, rounded, room)?;
         Ok(best_fit)
+    }
+
+    /// With a headroom, where every page mapped is one fewer to move: the
+    /// free block of (slot, kind) and offset (its start, or its end for a
+    /// block below the range's top) where `size` bytes lack the fewest
+    /// mapped pages. Smaller blocks win ties.
+    fn find_most_mapped(&self, slot: u16, kind: PoolKind, size: usize) -> Option<(BlockId, usize)> {
+        let mut best: Option<(usize, BlockId, usize)> = None;
+        let candidates = self.pools[slot as usize][kind as usize]
+            .iter_from(&self.blocks, size)
+            .filter(|&id| self.blocks.get(id).size >= size)
+            .take(MAPPED_FIT_SCAN);
+        for id in candidates {
+            let b = self.blocks.get(id);
+            let s = self.segments.get(b.segment);
+            let Some(r) = &s.vmm else { continue };
+            let page = r.page_size;
+            let lacking = |at: usize| {
+                let (first, last) = ((at - s.base) / page, (at + size - 1 - s.base) / page);
+                (first..=last).filter(|&i| r.page(i).is_none()).count()
+            };
+            // The end only below the top: the range's last block ends far
+            // past anything mapped.
+            let below_top = b.addr + b.size <= s.base + r.top() * page;
+            let end = if below_top && b.size > size { Some(b.size - size) } else { None };
+            for off in std::iter::once(0).chain(end) {
+                let n = lacking(b.addr + off);
+                if best.is_none_or(|(m, _, _)| n < m) {
+                    best = Some((n, id, off));
+                }
+            }
+        }
+        best.map(|(_, id, off)| (id, off))
     }
 
     /// A free block of (slot, kind) holding a fully mapped run of at least
