@@ -14,12 +14,14 @@
 //! sleep also sets `contended`, and from then on every release swaps the
 //! word (a read-modify-write that cannot miss a mark), as std's mutex does.
 //! A release that read `contended` before it was set may still overwrite
-//! a mark with its plain store and wake nobody; only that first waiter can
-//! meet such a release (later ones reach the holder through the lock's
-//! acquire and release), so its sleep alone is bounded (`NAP`): the rare
-//! miss costs one nap, after which it takes the lock marked and wakes the
-//! next sleeper. Other sleeps are unbounded: a futex wait with a timeout
-//! arms a kernel timer each time, which made two busy threads twice as slow.
+//! a mark with its plain store and wake nobody, however late that store
+//! lands (its thread may be descheduled in between). Once the thread that
+//! set `contended` has taken the lock, every later holder is ordered after
+//! that set and swaps; until then that thread alone sleeps in naps (`NAP`),
+//! every time it sleeps, so a lost wake costs at most a nap: it then takes
+//! the lock marked and its release wakes the next sleeper. Other sleeps are
+//! unbounded: a futex wait with a timeout arms a kernel timer each time,
+//! which made two busy threads twice as slow.
 //! Releases stay swaps for good: switching back and forth cost two busy
 //! threads on small blocks about 1.5x.
 //!
@@ -87,6 +89,10 @@ impl<T> StateLock<T> {
         {
             return;
         }
+        // Whether this thread set `contended`: it then sleeps in naps until
+        // it has the lock, however many times it wakes (see the module
+        // comment).
+        let mut first = false;
         loop {
             // Taken as CONTENDED: this thread cannot tell whether others
             // sleep, so its own release must wake one.
@@ -95,7 +101,7 @@ impl<T> StateLock<T> {
             }
             // Releases were plain stores until now: one may overwrite the
             // mark unseen (see the module comment).
-            let first = !self.contended.swap(true, Ordering::SeqCst);
+            first = first || !self.contended.swap(true, Ordering::SeqCst);
             sleep_while(&self.state, CONTENDED, first.then_some(NAP));
             state = self.spin();
         }
@@ -116,7 +122,15 @@ impl<T> StateLock<T> {
 
     #[inline]
     fn release(&self) {
+        self.release_with(|| ());
+    }
+
+    /// `release`, running `between` between its look at the lock and a
+    /// plain store (tests stretch that window).
+    #[inline]
+    fn release_with(&self, between: impl FnOnce()) {
         if !self.contended.load(Ordering::Relaxed) && self.state.load(Ordering::Relaxed) == HELD {
+            between();
             self.state.store(FREE, Ordering::Release);
         } else {
             self.release_contended();
@@ -254,6 +268,38 @@ mod tests {
         t.join().unwrap();
         drop(lock.lock().unwrap());
         assert_eq!(lock.state.load(Ordering::Relaxed), FREE);
+    }
+
+    #[test]
+    fn a_plain_release_that_lands_after_the_waiter_slept_twice_loses_no_wake() {
+        let lock = Arc::new(StateLock::new(()));
+        std::mem::forget(lock.lock().unwrap());
+        let done = Arc::new(AtomicBool::new(false));
+        let (l, d) = (lock.clone(), done.clone());
+        // The holder looks at the lock (no sleeper yet: a plain release),
+        // then is held up past several naps before its store, which
+        // overwrites the waiter's mark and wakes nobody.
+        lock.release_with(|| {
+            std::thread::spawn(move || {
+                drop(l.lock().unwrap());
+                d.store(true, Ordering::SeqCst);
+            });
+            let start = std::time::Instant::now();
+            while !lock.contended.load(Ordering::SeqCst) {
+                assert!(start.elapsed() < Duration::from_secs(30), "the waiter never went to sleep");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(NAP * 20);
+            assert_eq!(lock.state.load(Ordering::SeqCst), CONTENDED, "the waiter is still waiting");
+        });
+        // The waiter must get in by itself: nothing will wake it.
+        let start = std::time::Instant::now();
+        while !done.load(Ordering::SeqCst) {
+            assert!(start.elapsed() < Duration::from_secs(30), "the waiter slept through the lost wake");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(lock.lock().unwrap());
+        assert_eq!(lock.state.load(Ordering::SeqCst), FREE);
     }
 
     #[test]
