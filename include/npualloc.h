@@ -287,7 +287,13 @@ npualloc_status npualloc_create(const char *config,
  * Destroys an allocator: unregisters it from every stream it was registered
  * on, synchronizes the streams it used, and returns all device memory. Live
  * blocks are released too; their count and bytes are reported on stderr and
- * in `npualloc_last_error()` (the call still returns NPUALLOC_OK).
+ * in `npualloc_last_error()` (the call still returns NPUALLOC_OK), as is any
+ * runtime call that failed while giving memory back: past unregistration,
+ * destroy always completes and the handle is gone.
+ * If a stream cannot be unregistered, destroy returns NPUALLOC_ERR_RUNTIME
+ * before anything else and the allocator stays usable (still registered on
+ * that stream, whose runtime would otherwise call into freed memory); call
+ * it again later.
  * `npualloc_destroy(NULL)` is a no-op returning NPUALLOC_OK. No other thread
  * may use the allocator during or after this call.
  */
@@ -366,7 +372,8 @@ npualloc_status npualloc_register(struct npualloc_allocator *a, aclrtStream stre
 
 /**
  * Unregisters the allocator from `stream` and destroys that desc. An
- * unknown stream is OK.
+ * unknown stream is OK. If the runtime refuses to unregister, nothing
+ * changes: the stream keeps the allocator (and its callbacks stay valid).
  */
 npualloc_status npualloc_unregister(struct npualloc_allocator *a, aclrtStream stream);
 

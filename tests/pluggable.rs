@@ -24,6 +24,13 @@ fn pluggable_hooks_on_the_emulator() {
     npualloc_pluggable_init(2);
     assert_eq!(last_error_message(), "");
 
+    // A refused fraction changes nothing: device 1's allocator is not made.
+    for bad in [1.5, 0.0, f64::NAN] {
+        npualloc_pluggable_set_memory_fraction(bad, 1);
+        assert!(last_error_message().contains("fraction"), "{bad}: {}", last_error_message());
+        assert!(stats(1).unwrap().is_none(), "set_memory_fraction({bad}) created device 1's allocator");
+    }
+
     // SAFETY (all calls below): arguments are what torch_npu would pass.
     unsafe {
         let sizes = [512usize, 1, 4096, 1 << 20, 3 << 20, 100_000];

@@ -226,9 +226,7 @@ impl DeviceAllocator {
 
     /// Caps this allocator's reserved memory at `fraction` of the device.
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
-        if !(fraction > 0.0 && fraction <= 1.0) {
-            return Err(Error::InvalidArgument(format!("memory fraction must be in (0, 1], got {fraction}")));
-        }
+        check_memory_fraction(fraction)?;
         let mut st = self.lock()?;
         let rt = self.rt.clone();
         let (_, total) = rt
@@ -351,5 +349,14 @@ impl DeviceAllocator {
             Some(e) => Err(e),
             None => Ok(report),
         }
+    }
+}
+
+/// A memory fraction `set_memory_fraction` accepts: in (0, 1] (NaN is not).
+pub fn check_memory_fraction(fraction: f64) -> Result<()> {
+    if fraction > 0.0 && fraction <= 1.0 {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!("memory fraction must be in (0, 1], got {fraction}")))
     }
 }

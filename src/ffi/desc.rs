@@ -7,10 +7,12 @@
 //! registry in O(1).
 
 use super::handle::{npualloc_allocator, Allocator, Registration};
+use super::last_error::set_last_error;
 use super::status::npualloc_status;
 use crate::error::{Error, Result};
 use crate::runtime::{DescCallbacks, Stream};
 use crate::sys::aclrtStream;
+use std::collections::HashMap;
 use std::ffi::c_void;
 
 /// What a desc's `obj` points to: the allocator and the stream its blocks
@@ -109,7 +111,8 @@ pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: a
 }
 
 /// Unregisters the allocator from `stream` and destroys that desc. An
-/// unknown stream is OK.
+/// unknown stream is OK. If the runtime refuses to unregister, nothing
+/// changes: the stream keeps the allocator (and its callbacks stay valid).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_unregister(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_unregister", {
@@ -117,29 +120,41 @@ pub unsafe extern "C" fn npualloc_unregister(a: *mut npualloc_allocator, stream:
         let allocator = unsafe { Allocator::from_handle(a) }?;
         let stream = Stream::from_raw(stream);
         let mut regs = allocator.registrations.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(reg) = regs.remove(&stream) else {
+        if !regs.contains_key(&stream) {
             return Ok(());
-        };
-        release(allocator, stream, reg)
+        }
+        release(allocator, stream, &mut regs)
     })
 }
 
-fn release(allocator: &Allocator, stream: Stream, reg: Registration) -> Result<()> {
+/// Unregisters `stream`'s registration. The runtime keeps calling the
+/// binding until `aclrtAllocatorUnregister` succeeds, so the registration
+/// (binding and desc) is dropped only then; a desc the runtime then fails
+/// to destroy is left to it and reported, the stream being unregistered.
+fn release(allocator: &Allocator, stream: Stream, regs: &mut HashMap<Stream, Registration>) -> Result<()> {
     let rt = allocator.core.runtime();
-    let unregistered = rt.unregister_desc(stream);
+    rt.unregister_desc(stream).map_err(|e| Error::runtime(e, "unregistering the allocator (it stays registered)"))?;
+    let reg = regs.remove(&stream).expect("a registered stream");
     let destroyed = rt.destroy_desc(reg.desc);
     // SAFETY: the binding was made by npualloc_register and is no longer
     // reachable from the runtime once unregistered.
     drop(unsafe { Box::from_raw(reg.binding) });
-    unregistered.and(destroyed).map_err(|e| Error::runtime(e, "unregistering the allocator"))
+    if let Err(e) = destroyed {
+        let msg = format!("npualloc: the stream is unregistered, but its allocator descriptor was not destroyed: {e}");
+        eprintln!("{msg}");
+        set_last_error(&msg);
+    }
+    Ok(())
 }
 
-/// Unregisters every stream (used by destroy). Returns the first error.
+/// Unregisters every stream (used by destroy). A stream the runtime refuses
+/// to unregister keeps its registration; returns the first such error.
 pub(crate) fn unregister_all(allocator: &Allocator) -> Result<()> {
-    let regs: Vec<_> = allocator.registrations.lock().unwrap_or_else(|e| e.into_inner()).drain().collect();
+    let mut regs = allocator.registrations.lock().unwrap_or_else(|e| e.into_inner());
+    let streams: Vec<Stream> = regs.keys().copied().collect();
     let mut first = Ok(());
-    for (stream, reg) in regs {
-        let r = release(allocator, stream, reg);
+    for stream in streams {
+        let r = release(allocator, stream, &mut regs);
         if first.is_ok() {
             first = r;
         }

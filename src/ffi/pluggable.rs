@@ -155,7 +155,9 @@ pub extern "C" fn npualloc_pluggable_empty_cache(check_error: bool) {
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_pluggable_set_memory_fraction(fraction: f64, device: c_int) {
     ffi_boundary!(fallible "npualloc_pluggable_set_memory_fraction", (), {
-        allocator(device)
+        // Checked first: a refused fraction must not create the allocator.
+        crate::core::check_memory_fraction(fraction)
+            .and_then(|()| allocator(device))
             .and_then(|a| a.set_memory_fraction(fraction))
             .inspect_err(|e| report("set_memory_fraction", e))
     })
