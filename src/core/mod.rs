@@ -309,17 +309,34 @@ impl DeviceAllocator {
         }
         let mut first_error = None;
         let result = rt.on_device(self.device, || {
+            // Streams that may still have work queued: memory they used is
+            // left to the runtime rather than freed under that work.
+            let mut busy: Vec<Stream> = Vec::new();
             for &s in &streams {
-                // A stream the host already destroyed has no queued work left
-                // (ACL requires a synchronize before destroying one), so its
-                // failure here is no reason to keep the memory.
-                let _ = rt.synchronize_stream(s);
+                match rt.synchronize_stream(s) {
+                    Ok(()) => {}
+                    // A stream the host already destroyed has no queued work
+                    // left (ACL requires a synchronize before destroying one).
+                    Err(e) if e.is_invalid_handle() => {}
+                    Err(e) => {
+                        first_error.get_or_insert(Error::runtime(
+                            e,
+                            "synchronizing a stream at teardown (the memory it used is left allocated)",
+                        ));
+                        busy.push(s);
+                    }
+                }
             }
             for ev in st.order.take_all_events() {
                 let _ = rt.destroy_event(ev);
             }
             let segs: Vec<u32> = st.segments.ids().collect();
             for s in segs {
+                let seg = st.segments.get(s);
+                let owner = st.streams.stream(seg.stream_slot);
+                if busy.contains(&owner) || seg.other_streams.iter().any(|o| busy.contains(o)) {
+                    continue;
+                }
                 if st.segments.get(s).vmm.is_some() {
                     if let Err(e) = st.destroy_range(s) {
                         first_error.get_or_insert(e);

@@ -87,7 +87,14 @@ impl State {
                 });
             }
         }
-        let slot = self.streams.add(stream);
+        let Some(slot) = self.streams.add(stream) else {
+            return Err(Error::Unsupported(format!(
+                "this allocator has already served {} streams on device {}, its most; it keeps each stream's pools \
+                 for good, so reuse streams rather than create one per request",
+                self.streams.all().len(),
+                self.device
+            )));
+        };
         self.pools.push(Default::default());
         self.ranges.push([None, None]);
         Ok(slot)
@@ -251,18 +258,22 @@ impl State {
             return Err(self.unknown_pointer(addr, "free"));
         }
         let (size, requested, other, slot) = (b.size, b.requested, b.has_other_streams, b.stream_slot);
-        self.stats.block_freed(size, requested);
-        if !other && self.reuse.push(&mut self.blocks, slot, id, size) {
-            let b = self.blocks.get_mut(id);
-            b.state = BlockState::Held;
-            b.requested = 0;
-            self.after_transition();
-            return Ok(());
-        }
-        entry.remove();
         if other {
-            self.defer_free(id);
+            // Fails before anything changes (see `other_stream_events`).
+            let events = self.other_stream_events(id)?;
+            self.registry.remove(&addr);
+            self.stats.block_freed(size, requested);
+            self.defer_free(id, events);
         } else {
+            self.stats.block_freed(size, requested);
+            if self.reuse.push(&mut self.blocks, slot, id, size) {
+                let b = self.blocks.get_mut(id);
+                b.state = BlockState::Held;
+                b.requested = 0;
+                self.after_transition();
+                return Ok(());
+            }
+            entry.remove();
             self.return_block(id);
         }
         if self.order.should_poll() {
@@ -344,27 +355,46 @@ impl State {
         self.blocks.remove(next);
     }
 
-    /// Frees a block other streams used: it waits for an event on each.
-    fn defer_free(&mut self, id: BlockId) {
-        let uses = self.order.take_uses(id);
+    /// An event recorded on each other stream that used block `id`, so its
+    /// free can wait for their work. A stream no event can be recorded on
+    /// is waited for now instead; if that fails too, the events go back to
+    /// the pool and the block stays allocated (the caller changes nothing).
+    fn other_stream_events(&mut self, id: BlockId) -> Result<Vec<crate::runtime::Event>> {
         let owner = self.streams.stream(self.blocks.get(id).stream_slot);
-        let mut events = Vec::with_capacity(uses.len());
-        for stream in uses.into_iter().filter(|&s| s != owner) {
-            match self.record_on(stream) {
-                Ok(ev) => events.push(ev),
-                Err(_) => {
-                    // No event: fall back to waiting for the stream now, so
-                    // the block is never reused under that stream's work.
-                    let _ = self.rt.on_device(self.device, || self.rt.synchronize_stream(stream));
-                    self.stats.synced();
+        let others: Vec<Stream> = self.order.uses(id).iter().copied().filter(|&s| s != owner).collect();
+        let mut events = Vec::with_capacity(others.len());
+        for stream in others {
+            if let Ok(ev) = self.record_on(stream) {
+                events.push(ev);
+                continue;
+            }
+            match self.rt.on_device(self.device, || self.rt.synchronize_stream(stream)) {
+                Ok(()) => self.stats.synced(),
+                // A destroyed stream has no work left.
+                Err(e) if e.is_invalid_handle() => {}
+                Err(e) => {
+                    for ev in events {
+                        self.order.return_event(ev);
+                    }
+                    return Err(Error::runtime(
+                        e,
+                        "waiting for another stream's work on the block (no event could be recorded); it stays allocated",
+                    ));
                 }
             }
         }
-        let size = self.blocks.get(id).size;
+        Ok(events)
+    }
+
+    /// Frees a block other streams used, given an event on each: pending
+    /// until they complete (at once when there are none).
+    fn defer_free(&mut self, id: BlockId, events: Vec<crate::runtime::Event>) {
+        self.order.take_uses(id);
         if events.is_empty() {
             self.return_block(id);
             return;
         }
+        let size = self.blocks.get(id).size;
         self.blocks.get_mut(id).state = BlockState::Pending;
         self.order.push_pending(PendingFree { block: id, events }, size);
     }

@@ -21,12 +21,13 @@ impl StreamSlots {
         Some(i as u16)
     }
 
-    /// Gives `stream` (not known yet) the next slot.
-    pub fn add(&mut self, stream: Stream) -> u16 {
-        debug_assert!(!self.streams.contains(&stream));
+    /// Gives `stream` (the caller found it unknown) the next slot; None once every slot
+    /// is taken (slots are never given back: pools keep their blocks).
+    pub fn add(&mut self, stream: Stream) -> Option<u16> {
+        let slot = u16::try_from(self.streams.len()).ok()?;
         self.streams.push(stream);
-        self.last = self.streams.len() - 1;
-        self.last as u16
+        self.last = slot as usize;
+        Some(slot)
     }
 
     /// The slot of `stream` if it has one.
@@ -41,5 +42,22 @@ impl StreamSlots {
 
     pub fn all(&self) -> &[Stream] {
         &self.streams
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_run_out_instead_of_wrapping() {
+        let mut slots = StreamSlots::default();
+        let stream = |i: usize| Stream::from_raw((0x1000 + i * 16) as crate::sys::aclrtStream);
+        for i in 0..=u16::MAX as usize {
+            assert_eq!(slots.add(stream(i)), Some(i as u16));
+        }
+        assert_eq!(slots.add(stream(1 << 20)), None);
+        assert_eq!(slots.known(stream(0)), Some(0));
+        assert_eq!(slots.find(stream(u16::MAX as usize)), Some(u16::MAX));
     }
 }

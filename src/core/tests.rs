@@ -201,6 +201,64 @@ fn record_stream_defers_reuse_until_the_event_completes() {
 }
 
 #[test]
+fn a_cross_stream_free_that_can_neither_record_nor_wait_changes_nothing() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let s1 = new_stream(&a);
+    let p = a.malloc(8192, Stream::DEFAULT).unwrap();
+    a.record_stream(p, s1).unwrap();
+    let before = a.stats().unwrap();
+    // No event on s1, and no waiting for it either: reusing the block could
+    // race s1's work, so the free is refused and the block stays live.
+    fail_nth("aclrtRecordEvent", 1);
+    fail_nth("aclrtSynchronizeStream", 1);
+    assert!(matches!(a.free(p), Err(e @ Error::Runtime { .. }) if e.to_string().contains("stays allocated")));
+    assert_eq!(a.stats().unwrap(), before);
+    assert_eq!(a.query(p).unwrap().addr, p);
+    a.check_invariants().unwrap();
+    // Freed for real once the runtime answers again; it waits for s1.
+    // SAFETY: s1 is a live emulator stream.
+    assert_eq!(unsafe { aclemu_stream_hold(s1.raw()) }, 0);
+    a.free(p).unwrap();
+    assert_ne!(a.malloc(8192, Stream::DEFAULT).map(|q| { a.free(q).unwrap(); q }).unwrap(), p);
+    // SAFETY: as above.
+    assert_eq!(unsafe { aclemu_stream_release(s1.raw()) }, 0);
+    a.check_invariants().unwrap();
+    a.teardown().unwrap();
+    drop_stream(&a, s1);
+    let u = usage(DEV);
+    assert_eq!((u.malloc_count, u.events), (0, 0));
+}
+
+#[test]
+fn teardown_leaves_memory_a_stream_it_could_not_wait_for_may_still_use() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let (s1, s2) = (new_stream(&a), new_stream(&a));
+    let p = a.malloc(4096, s1).unwrap();
+    let q = a.malloc(4096, s2).unwrap();
+    let (busy_base, _) = a.segment_of(p).unwrap();
+    // SAFETY: s1 is a live emulator stream.
+    assert_eq!(unsafe { aclemu_stream_hold(s1.raw()) }, 0);
+    // Teardown synchronizes s1 first (it was met first): that wait fails.
+    fail_nth("aclrtSynchronizeStream", 1);
+    let e = a.teardown().expect_err("a failed wait is reported");
+    assert!(e.to_string().contains("left allocated"), "{e}");
+    // s1's segment is still there; s2's (synchronized) was returned.
+    assert_eq!(usage(DEV).malloc_count, 1);
+    let _ = q;
+    // SAFETY: as above.
+    assert_eq!(unsafe { aclemu_stream_release(s1.raw()) }, 0);
+    let rt = a.runtime().clone();
+    rt.on_device(DEV, || rt.free(busy_base)).unwrap();
+    drop_stream(&a, s1);
+    drop_stream(&a, s2);
+    assert_eq!(usage(DEV).malloc_count, 0);
+}
+
+#[test]
 fn empty_cache_syncs_only_streams_that_used_the_memory() {
     let _g = emu_lock();
     set_capacity(1 << 30);

@@ -257,3 +257,30 @@ fn with_a_headroom_a_request_goes_where_the_fewest_pages_are_missing() {
     assert_eq!(half_mapped_hole_then("reserved_headroom:100", 8 * MIB), (8 * MIB, 0));
     set_capacity(1 << 30);
 }
+
+#[test]
+fn a_refused_growth_at_the_most_mapped_spot_leaves_the_free_block_whole() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = floor_pieces("reserved_headroom:100");
+    let x = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
+    let y = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
+    let sep = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
+    a.free(x).unwrap();
+    a.empty_cache().unwrap();
+    a.free(y).unwrap();
+    // The hole's end lacks one page, but the device has none left.
+    budget(0);
+    assert!(matches!(a.malloc(10 * MIB, Stream::DEFAULT), Err(Error::OutOfMemory(_))));
+    a.check_invariants().expect("the refused request left the hole split");
+    budget(GIB);
+    // The OOM ladder gave the hole's pages back; the request fits again.
+    let q = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
+    fill(q, 10 * MIB, 0x6B);
+    assert!(check_fill(q, 10 * MIB, 0x6B));
+    a.free(q).unwrap();
+    a.free(sep).unwrap();
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}

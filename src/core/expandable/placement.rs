@@ -28,13 +28,13 @@ impl State {
         }
         if self.reserved_headroom.is_some() {
             if let Some((id, off)) = self.find_most_mapped(slot, kind, rounded) {
-                let id = if off > 0 { self.split_front(id, off) } else { id };
-                let (seg, addr, room) = {
+                // Mapped before the split: a failure leaves the block whole.
+                let (seg, addr, size) = {
                     let b = self.blocks.get(id);
                     (b.segment, b.addr, b.size)
                 };
-                self.ensure_mapped(seg, addr, rounded, room)?;
-                return Ok(id);
+                self.ensure_mapped(seg, addr + off, rounded, size - off)?;
+                return Ok(if off > 0 { self.split_front(id, off) } else { id });
             }
         }
         self.ensure_mapped(seg, addr, rounded, room)?;
