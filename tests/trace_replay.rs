@@ -330,3 +330,29 @@ fn tool_prints_a_table_and_json() {
     assert_eq!(rows[0].get("peak_requested").unwrap().as_u64(), Some(4096 + 100 + 3_000_000));
     std::fs::remove_file(&good).unwrap();
 }
+
+#[test]
+fn a_trace_larger_than_any_device_gets_no_min_capacity_and_no_crash() {
+    let (_g, emu) = emulator();
+    // 128 GiB at once: past the emulated device's 64 GiB.
+    let t = npualloc::trace::parse_str("# acl-trace v1\na 0 137438953472 0\nf 0\n", "huge.trace").unwrap();
+    let p = Prepared::new("huge.trace", &t);
+    let opts = Options { repeat: 1, min_capacity: true, series: false, segment_map: false, warm: false };
+    let reports = replay_trace(&emu, &p, &[Target::Passthrough], &opts, &mut |_| {});
+    let m = measured(&reports[0]);
+    assert_eq!(m.ooms, 1);
+    let cap = m.min_capacity.as_ref().expect("bisection ran");
+    assert!(cap.as_ref().is_err_and(|e| e.contains("more than")), "{cap:?}");
+}
+
+#[test]
+fn svg_stays_well_formed_for_names_with_control_characters() {
+    let (_g, emu) = emulator();
+    let t = npualloc::trace::parse_str("a 0 4096 0\nf 0\n", "t").unwrap();
+    let p = Prepared::new("odd\u{1}name\u{1b}.trace", &t);
+    let opts = Options { repeat: 1, min_capacity: false, series: true, segment_map: true, warm: false };
+    let reports = replay_trace(&emu, &p, &[Target::npualloc("")], &opts, &mut |_| {});
+    let doc = svg::render(&[Figure { trace: &p, reports: &reports }]);
+    let xml = roxmltree::Document::parse(&doc).expect("well-formed SVG");
+    assert!(xml.descendants().any(|n| n.text().is_some_and(|t| t.contains("odd\u{FFFD}name\u{FFFD}.trace"))));
+}

@@ -93,7 +93,11 @@ class CachingAllocator(Allocator):
     def __init__(self, device=0, config=None):
         self._lib = _lib.lib()
         handle = ctypes.c_void_p()
-        cfg = None if config is None else str(config).encode()
+        cfg = None if config is None else str(config)
+        if cfg is not None and "\0" in cfg:
+            # C would read the string only up to the NUL and ignore the rest.
+            raise ValueError("the config string contains a NUL character")
+        cfg = None if cfg is None else cfg.encode()
         _check(self._lib.npualloc_create(cfg, int(device), ctypes.byref(handle)))
         self._handle = handle
         self.device = int(device)

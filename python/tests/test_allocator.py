@@ -126,6 +126,9 @@ def test_closed_allocator_refuses_work(emu):
 def test_bad_config(emu):
     with pytest.raises(npualloc.NpuallocError, match="no_such_key"):
         npualloc.CachingAllocator(config="no_such_key:1")
+    # C would stop reading at the NUL and never see the bad key.
+    with pytest.raises(ValueError, match="NUL"):
+        npualloc.CachingAllocator(config="reuse_cache_mb:8\0,no_such_key:1")
 
 
 def test_subclasses_ge_allocator_when_importable(emu):

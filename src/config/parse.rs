@@ -242,9 +242,9 @@ fn parse_divisions(key: Key, value: &str) -> Result<RoundupDivisions, Error> {
         .map_err(|e| bad(format!("{e} (in '{value}')")))
 }
 
-/// Splits a config string into entries at top-level commas. A value that
-/// starts with `[` (after the entry's first `:` and any whitespace) runs to
-/// the next `]`, commas included. An unclosed `[` takes the rest of the
+/// Splits a config string into entries at top-level commas. A
+/// `roundup_power2_divisions` value that starts with `[` (after the entry's
+/// first `:` and any whitespace) runs to the next `]`, commas included. An unclosed `[` takes the rest of the
 /// string, and the value parser reports it.
 struct Entries<'a> {
     rest: &'a str,
@@ -283,7 +283,9 @@ impl<'a> Iterator for Entries<'a> {
                 }
                 ':' if !seen_colon => {
                     seen_colon = true;
-                    value_start = true;
+                    // Only this key's value is a bracketed list: a path may
+                    // start with '[' and must not swallow the keys after it.
+                    value_start = self.rest[..i].trim() == "roundup_power2_divisions";
                 }
                 c if value_start && c.is_whitespace() => {}
                 '[' if value_start => {
@@ -308,18 +310,19 @@ mod tests {
 
     #[test]
     fn entries_split_at_top_level_commas() {
+        const R: &str = "roundup_power2_divisions";
         assert_eq!(split(""), vec![""]);
         assert_eq!(split("a:1,b:2"), vec!["a:1", "b:2"]);
         assert_eq!(split(",,"), vec!["", "", ""]);
-        assert_eq!(split("r:[1:2,4:8],p:2m"), vec!["r:[1:2,4:8]", "p:2m"]);
-        assert_eq!(
-            split("r: \t[1:2, >:4] ,p:2m"),
-            vec!["r: \t[1:2, >:4] ", "p:2m"]
-        );
-        // '[' only opens a bracket at the start of a value.
+        let (list, spaced) = (format!("{R}:[1:2,4:8]"), format!(" {R} : \t[1:2, >:4] "));
+        assert_eq!(split(&format!("{list},p:2m")), vec![list.as_str(), "p:2m"]);
+        assert_eq!(split(&format!("{spaced},p:2m")), vec![spaced.as_str(), "p:2m"]);
+        // '[' only opens a bracket at the start of that key's value.
         assert_eq!(split("t:/a[1,b:2"), vec!["t:/a[1", "b:2"]);
+        assert_eq!(split("t:[1,b:2"), vec!["t:[1", "b:2"]);
         assert_eq!(split("a[,b"), vec!["a[", "b"]);
         // An unclosed bracket runs to the end.
-        assert_eq!(split("r:[1:2,4:8"), vec!["r:[1:2,4:8"]);
+        let open = format!("{R}:[1:2,4:8");
+        assert_eq!(split(&open), vec![open.as_str()]);
     }
 }

@@ -289,6 +289,14 @@ fn paths_may_contain_colons() {
     let c = ok("trace:/tmp/run[1.trace,page_size:2m");
     assert_eq!(c.trace, Some(PathBuf::from("/tmp/run[1.trace")));
     assert_eq!(c.page_size, PageSize::Mib2);
+    // Nor does one at the start of a path: only roundup_power2_divisions
+    // takes a bracketed list.
+    let c = ok("trace:[run1,expandable_segments:false");
+    assert_eq!(c.trace, Some(PathBuf::from("[run1")));
+    assert_eq!(c.expandable_segments, Some(false));
+    let c = ok("acl_library: [x]/lib.so,page_size:20m");
+    assert_eq!(c.acl_library.as_deref(), Some("[x]/lib.so"));
+    assert_eq!(c.page_size, PageSize::Mib20);
 }
 
 #[test]

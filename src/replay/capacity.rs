@@ -20,14 +20,17 @@ pub(super) fn bisect(runner: &Runner<'_>, peak_reserved: u64, say: &mut dyn FnMu
         Ok(r.outcome.completed)
     };
     let mut lo = runner.trace.peak_requested;
+    if lo >= DEFAULT_CAPACITY {
+        return Err(format!("asks for more than {} MiB at once", DEFAULT_CAPACITY / MIB));
+    }
     // Headroom over the unconstrained peak for the emulator's per-allocation padding.
-    let mut hi = peak_reserved.max(lo) + peak_reserved / 64 + MIB;
+    let mut hi = peak_reserved.max(lo).saturating_add(peak_reserved / 64 + MIB).min(DEFAULT_CAPACITY);
     while !fits(hi)? {
         lo = hi;
         if hi >= DEFAULT_CAPACITY {
             return Err(format!("does not fit in {} MiB", hi / MIB));
         }
-        hi = (hi * 2).min(DEFAULT_CAPACITY);
+        hi = hi.saturating_mul(2).min(DEFAULT_CAPACITY);
     }
     while hi - lo > MIB.max(lo / 200) {
         let mid = lo + (hi - lo) / 2;

@@ -392,9 +392,23 @@ fn shorten(s: &str, n: usize) -> String {
     }
 }
 
-/// Escapes text for XML content and attributes.
+/// Escapes text for XML content and attributes. Control characters other
+/// than tab and newline cannot appear in XML 1.0 at all, not even escaped:
+/// they become U+FFFD.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            c if c.is_control() => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -70,18 +70,19 @@ impl Trace {
     /// Live requested bytes after each event (one entry per op).
     pub fn requested_series(&self) -> Vec<u64> {
         let mut live = std::collections::HashMap::new();
-        let mut sum = 0u64;
+        // Wide: a trace built by hand may hold more than 2^64 bytes live.
+        let mut sum = 0u128;
         let mut out = Vec::with_capacity(self.ops.len());
         for op in &self.ops {
             match *op {
                 Op::Alloc { id, bytes, .. } => {
                     live.insert(id, bytes);
-                    sum += bytes;
+                    sum += bytes as u128;
                 }
-                Op::Free { id } => sum -= live.remove(&id).unwrap_or(0),
+                Op::Free { id } => sum -= live.remove(&id).unwrap_or(0) as u128,
                 Op::Use { .. } | Op::Wait { .. } => {}
             }
-            out.push(sum);
+            out.push(u64::try_from(sum).unwrap_or(u64::MAX));
         }
         out
     }

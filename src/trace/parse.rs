@@ -1,9 +1,10 @@
 //! Reads acl-trace v1 text (plain or gzip) and checks it line by line.
 //!
 //! Checks: UTF-8 text, known op letter, field count, numeric fields,
-//! `bytes` > 0, `f` and `u` naming a live id, `a` never reusing an id. The first problem stops the
-//! read with its 1-based line number. A missing `# acl-trace v1` header is
-//! accepted; a header naming another version is not.
+//! 0 < `bytes` < 2^60, streams below 1024, `f` and `u` naming a live id, `a`
+//! never reusing an id. The first problem stops the read with its 1-based
+//! line number. A missing `# acl-trace v1` header is accepted; a header
+//! naming another version is not, wherever it stands.
 
 use super::format::{Op, Trace, HEADER};
 use std::collections::HashSet;
@@ -22,6 +23,8 @@ pub enum LineError {
     NotANumber { field: &'static str, value: String },
     #[error("allocation {0} has size 0")]
     ZeroSize(u64),
+    #[error("allocation {id} asks for {bytes} bytes, more than any device holds (at most {MAX_BYTES})")]
+    SizeTooLarge { id: u64, bytes: u64 },
     #[error("'{op}' names id {id}, which is not live")]
     UnknownId { op: char, id: u64 },
     #[error("id {0} is allocated a second time (ids are never reused)")]
@@ -61,8 +64,12 @@ impl ParseError {
     }
 }
 
-/// Stream numbers index a table of runtime streams; this bounds it.
-const MAX_STREAM: u64 = 1 << 16;
+/// Stream numbers index a table of runtime streams (a replay creates one per
+/// number up to the highest); this bounds it.
+const MAX_STREAM: u64 = 1 << 10;
+/// The largest allocation a trace may ask for: the allocator's own limit,
+/// which also keeps sums of live bytes far from overflowing.
+pub const MAX_BYTES: u64 = 1 << 60;
 
 /// Reads a `.trace` or `.trace.gz` file (gzip is recognised by its magic bytes).
 pub fn parse_file(path: &Path) -> Result<Trace, ParseError> {
@@ -95,7 +102,7 @@ pub fn parse_reader<R: BufRead>(mut reader: R, name: &str) -> Result<Trace, Pars
         line_no += 1;
         let line_err = |error| ParseError::Line { name: name.to_string(), line: line_no, error };
         let text = std::str::from_utf8(&buf).map_err(|e| line_err(LineError::NotUtf8 { column: e.valid_up_to() + 1 }))?;
-        parser.line(text.trim_end_matches(['\n', '\r']), line_no).map_err(line_err)?;
+        parser.line(text.trim_end_matches(['\n', '\r'])).map_err(line_err)?;
     }
     Ok(parser.trace)
 }
@@ -113,11 +120,10 @@ struct Parser {
 }
 
 impl Parser {
-    fn line(&mut self, line: &str, line_no: usize) -> Result<(), LineError> {
+    fn line(&mut self, line: &str) -> Result<(), LineError> {
         if let Some(comment) = line.strip_prefix('#') {
-            if line_no == 1 {
-                check_header(line)?;
-            }
+            // Wherever it stands (blank lines may come first).
+            check_header(line)?;
             self.trace.comments.push(comment.to_string());
             return Ok(());
         }
@@ -141,6 +147,9 @@ impl Parser {
                 let stream = stream(rest[2])?;
                 if bytes == 0 {
                     return Err(LineError::ZeroSize(id));
+                }
+                if bytes >= MAX_BYTES {
+                    return Err(LineError::SizeTooLarge { id, bytes });
                 }
                 if !self.seen.insert(id) {
                     return Err(LineError::ReusedId(id));
@@ -251,9 +260,24 @@ mod tests {
         assert_eq!(err(&format!("{h}a -1 5 0\n")), (3, LineError::NotANumber { field: "id", value: "-1".into() }));
         assert_eq!(err(&format!("{h}a +1 5 0\n")).1, LineError::NotANumber { field: "id", value: "+1".into() });
         assert_eq!(err(&format!("{h}w 99999999\n")), (3, LineError::StreamTooLarge(99999999)));
+        assert_eq!(err(&format!("{h}w 1024\n")), (3, LineError::StreamTooLarge(1024)));
+        let huge = MAX_BYTES;
+        assert_eq!(err(&format!("{h}a 1 {huge} 0\n")), (3, LineError::SizeTooLarge { id: 1, bytes: huge }));
+        assert_eq!(err(&format!("{h}a 1 {} 0\n", u64::MAX)).0, 3);
         assert!(matches!(err("# acl-trace v2\n").1, LineError::Version(_)));
+        assert_eq!(err("\n# acl-trace v2\na 0 1 0\n").0, 2, "a header after a blank line counts");
         let bad_utf8 = parse_reader(&b"# acl-trace v1\na 0 10 0\nf \xff0\n"[..], "t").unwrap_err();
         assert_eq!((bad_utf8.line(), bad_utf8.line_error()), (Some(3), Some(&LineError::NotUtf8 { column: 3 })));
+    }
+
+    #[test]
+    fn live_bytes_past_2_to_the_64_do_not_wrap() {
+        // 17 allocations just under the limit hold more than u64::MAX.
+        let text: String = (0..17).map(|i| format!("a {i} {} 0\n", MAX_BYTES - 1)).collect();
+        let t = parse_str(&text, "t").unwrap();
+        let series = t.requested_series();
+        assert_eq!(series[15], 16 * (MAX_BYTES - 1));
+        assert_eq!((series[16], t.peak_requested()), (u64::MAX, u64::MAX), "clamped, not wrapped");
     }
 
     #[test]

@@ -105,7 +105,7 @@ impl TraceRecorder {
         let header = format!(
             "{HEADER}\n# source: npualloc {} device {device} config {}\n",
             env!("CARGO_PKG_VERSION"),
-            if config == Config::default() { "(default)".to_string() } else { config.to_string() },
+            if config == Config::default() { "(default)".to_string() } else { one_line(&config.to_string()) },
         );
         file.write_all(header.as_bytes()).map_err(|e| bad(format!("writing '{}': {e}", path.display())))?;
         let bound = bound.max(1);
@@ -302,6 +302,12 @@ fn stream_number(streams: &mut Vec<u64>, stream: u64) -> usize {
 
 /// Appends the decimal digits of `v`.
 #[inline]
+/// `s` with control characters escaped, so it stays one comment line (a
+/// path in the config may hold a newline).
+fn one_line(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
 fn push_u64(buf: &mut Vec<u8>, mut v: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
@@ -418,6 +424,20 @@ mod tests {
         );
         let source = t.source().unwrap();
         assert!(source.starts_with("npualloc ") && source.contains("device 3 config max_split_size_mb:64"), "{source}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_config_with_a_newline_still_makes_a_one_line_header() {
+        let path = temp("newline.trace");
+        let cfg = Config::parse("acl_library:/opt/lib\na 0 1 0/libascendcl.so").unwrap();
+        {
+            let mut r = TraceRecorder::create(&path, 0, &cfg).unwrap();
+            r.alloc(0x10_0000, 100, Stream(0x1000));
+        }
+        let t = parse_file(&path).unwrap();
+        assert_eq!(t.ops, vec![Op::Alloc { id: 0, bytes: 100, stream: 0 }], "the path injected no event");
+        assert!(t.source().unwrap().contains("/opt/lib\\na 0 1 0/libascendcl.so"), "{:?}", t.source());
         std::fs::remove_file(&path).unwrap();
     }
 
