@@ -39,6 +39,8 @@ mod tests_expandable;
 #[cfg(test)]
 mod tests_pieces;
 #[cfg(test)]
+mod tests_random;
+#[cfg(test)]
 mod tests_reuse;
 
 use crate::config::Config;

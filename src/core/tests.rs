@@ -384,17 +384,24 @@ fn max_split_size_keeps_oversize_blocks_whole() {
     finish(a);
 }
 
-/// A tiny deterministic generator, so failures replay.
-struct Rng(u64);
+/// A tiny deterministic generator (xorshift), so failures replay.
+pub(super) struct Rng(pub(super) u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn new(seed: u64) -> Self {
+        // Xorshift never leaves zero: keep the state odd.
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+    pub(super) fn index(&mut self, len: usize) -> usize {
+        self.below(len as u64) as usize
     }
 }
 
