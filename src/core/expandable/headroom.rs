@@ -38,8 +38,8 @@ impl State {
             None => self.movable_pieces(ctx, page),
         };
         let mut victims = victims;
-        // Ascending order: the largest piece that fits is the last that does.
-        if let Some(pos) = victims.iter().rposition(|v| v.0 <= avail) {
+        // Largest first, then lowest address: the first piece that fits.
+        if let Some(pos) = victims.iter().position(|v| v.0 <= avail) {
             let (_, _, seg, head) = victims.remove(pos);
             let synced = ctx.synced.contains(&seg) || self.sync_streams_of(&[seg]).is_ok();
             if synced {
@@ -53,7 +53,10 @@ impl State {
     }
 
     /// Free pieces of `page`-sized ranges outside the request, as
-    /// (pages, address, segment, head), ascending.
+    /// (pages, address, segment, head): largest first (fewest calls per
+    /// byte moved), then by segment and lowest page. Which of equal pieces
+    /// goes first changes how many move later by a fifth either way on bert
+    /// (BENCHMARKS.md); none was better on every trace.
     fn movable_pieces(&self, ctx: &Placement, page: usize) -> Vec<(usize, usize, u32, usize)> {
         let mut found = Vec::new();
         for seg in self.segments.ids() {
@@ -69,7 +72,7 @@ impl State {
                 found.push((units, lo, seg, head));
             }
         }
-        found.sort_unstable();
+        found.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3)));
         found
     }
 
