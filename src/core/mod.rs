@@ -180,7 +180,7 @@ impl DeviceAllocator {
     }
 
     /// Allocates `size` bytes for work on `stream`; returns the address.
-    #[inline]
+    #[inline(always)]
     pub fn malloc(&self, size: usize, stream: Stream) -> Result<usize> {
         let mut st = self.lock()?;
         let addr = st.malloc(size, stream)?;

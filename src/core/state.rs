@@ -359,6 +359,8 @@ impl State {
     /// free can wait for their work. A stream no event can be recorded on
     /// is waited for now instead; if that fails too, the events go back to
     /// the pool and the block stays allocated (the caller changes nothing).
+    #[cold]
+    #[inline(never)]
     fn other_stream_events(&mut self, id: BlockId) -> Result<Vec<crate::runtime::Event>> {
         let owner = self.streams.stream(self.blocks.get(id).stream_slot);
         let others: Vec<Stream> = self.order.uses(id).iter().copied().filter(|&s| s != owner).collect();
@@ -388,6 +390,8 @@ impl State {
 
     /// Frees a block other streams used, given an event on each: pending
     /// until they complete (at once when there are none).
+    #[cold]
+    #[inline(never)]
     fn defer_free(&mut self, id: BlockId, events: Vec<crate::runtime::Event>) {
         self.order.take_uses(id);
         if events.is_empty() {
