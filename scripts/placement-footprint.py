@@ -6,7 +6,9 @@ pool (small: <= 1 MiB, large; optionally a third for blocks >= HUGE MiB) with
 best fit or address-ordered first fit, freed neighbours merging, and counts the
 2 MiB pages any block ever touched: what an expandable range maps when it
 never moves a page. Prints that footprint over the trace's peak requested
-bytes. With --two-ended MIB, large-pool blocks of at least MIB go to the top
+bytes, and the growths: allocations that touch a page no block touched
+before (the fewest mapping calls a range can make without mapping ahead,
+whatever its handle size). With --two-ended MIB, large-pool blocks of at least MIB go to the top
 end of the highest free hole that fits (the range fills from both ends).
 
     scripts/placement-footprint.py TRACE.gz [--first-fit] [--huge MIB] [--two-ended MIB]
@@ -26,6 +28,7 @@ class Range:
     def __init__(self, first_fit, top_from=0):
         self.free = [(0, 1 << 50)]  # (address, size), by address
         self.touched = set()
+        self.growths = 0
         self.first_fit = first_fit
         self.top_from = top_from
 
@@ -45,8 +48,14 @@ class Range:
             self.free.pop(pick)
         else:
             self.free[pick] = (addr + size, sz - size)
-        self.touched.update(range(addr // PAGE, (addr + size - 1) // PAGE + 1))
+        self.touch(addr, size)
         return addr
+
+    def touch(self, addr, size):
+        pages = set(range(addr // PAGE, (addr + size - 1) // PAGE + 1))
+        if not pages <= self.touched:
+            self.growths += 1
+            self.touched |= pages
 
     def alloc_top(self, size):
         i = max(i for i, (_, sz) in enumerate(self.free) if sz >= size)
@@ -56,7 +65,7 @@ class Range:
             self.free.pop(i)
         else:
             self.free[i] = (addr, sz - size)
-        self.touched.update(range(at // PAGE, (at + size - 1) // PAGE + 1))
+        self.touch(at, size)
         return at
 
     def release(self, addr, size):
@@ -98,7 +107,9 @@ def main():
                 ranges[kind].release(addr, r)
                 cur -= n
     pages = sum(len(r.touched) for r in ranges.values())
-    print(f"footprint {pages * PAGE / (1 << 20):.1f} MiB / peak requested {peak / (1 << 20):.1f} MiB = {pages * PAGE / peak:.3f}")
+    growths = sum(r.growths for r in ranges.values())
+    print(f"footprint {pages * PAGE / (1 << 20):.1f} MiB / peak requested {peak / (1 << 20):.1f} MiB = {pages * PAGE / peak:.3f}, "
+          f"{growths} growths")
 
 
 if __name__ == "__main__":
