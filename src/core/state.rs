@@ -406,18 +406,18 @@ impl State {
     fn record_on(&mut self, stream: Stream) -> Result<crate::runtime::Event, crate::runtime::AclCallError> {
         let rt = self.rt.clone();
         let pooled = self.order.pooled_event();
-        rt.on_device(self.device, || {
+        let recorded = rt.on_device(self.device, || {
             let ev = match pooled {
                 Some(ev) => ev,
                 None => rt.create_event()?,
             };
-            match rt.record_event(ev, stream) {
-                Ok(()) => Ok(ev),
-                Err(e) => {
-                    let _ = rt.destroy_event(ev);
-                    Err(e)
-                }
-            }
+            Ok(rt.record_event(ev, stream).map(|()| ev).map_err(|e| (e, ev)))
+        })?;
+        recorded.map_err(|(e, ev)| {
+            // Never recorded: as good as new. Pooled, it is reused or
+            // destroyed at teardown; destroying it here could fail and leak it.
+            self.order.return_event(ev);
+            e
         })
     }
 

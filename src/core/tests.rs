@@ -232,6 +232,26 @@ fn a_cross_stream_free_that_can_neither_record_nor_wait_changes_nothing() {
 }
 
 #[test]
+fn an_event_that_could_not_be_recorded_is_kept_for_reuse() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let s1 = new_stream(&a);
+    let p = a.malloc(8192, Stream::DEFAULT).unwrap();
+    a.record_stream(p, s1).unwrap();
+    // The record fails (the free waits for s1 instead); destroying the
+    // unrecorded event would fail too.
+    fail_nth("aclrtRecordEvent", 1);
+    fail_nth("aclrtDestroyEvent", 1);
+    a.free(p).unwrap();
+    fail_nth("aclrtDestroyEvent", 0);
+    assert_eq!(usage(DEV).events, 1, "the event is held, in the pool");
+    a.teardown().unwrap();
+    drop_stream(&a, s1);
+    assert_eq!(usage(DEV).events, 0, "teardown destroyed it");
+}
+
+#[test]
 fn teardown_leaves_memory_a_stream_it_could_not_wait_for_may_still_use() {
     let _g = emu_lock();
     set_capacity(1 << 30);
