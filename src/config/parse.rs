@@ -244,8 +244,8 @@ fn parse_divisions(key: Key, value: &str) -> Result<RoundupDivisions, Error> {
 
 /// Splits a config string into entries at top-level commas. A
 /// `roundup_power2_divisions` value that starts with `[` (after the entry's
-/// first `:` and any whitespace) runs to the next `]`, commas included. An unclosed `[` takes the rest of the
-/// string, and the value parser reports it.
+/// first `:` and any whitespace) runs to the next `]`, commas included. An
+/// unclosed `[` takes the rest of the string, and the value parser reports it.
 struct Entries<'a> {
     rest: &'a str,
     done: bool,
@@ -285,7 +285,7 @@ impl<'a> Iterator for Entries<'a> {
                     seen_colon = true;
                     // Only this key's value is a bracketed list: a path may
                     // start with '[' and must not swallow the keys after it.
-                    value_start = self.rest[..i].trim() == "roundup_power2_divisions";
+                    value_start = Key::from_name(self.rest[..i].trim()) == Some(Key::RoundupPower2Divisions);
                 }
                 c if value_start && c.is_whitespace() => {}
                 '[' if value_start => {

@@ -334,12 +334,15 @@ impl DeviceAllocator {
             }
             let segs: Vec<u32> = st.segments.ids().collect();
             for s in segs {
-                let seg = st.segments.get(s);
-                let owner = st.streams.stream(seg.stream_slot);
-                if busy.contains(&owner) || seg.other_streams.iter().any(|o| busy.contains(o)) {
+                let (in_use, expandable) = {
+                    let seg = st.segments.get(s);
+                    let owner = st.streams.stream(seg.stream_slot);
+                    (busy.contains(&owner) || seg.other_streams.iter().any(|o| busy.contains(o)), seg.vmm.is_some())
+                };
+                if in_use {
                     continue;
                 }
-                if st.segments.get(s).vmm.is_some() {
+                if expandable {
                     if let Err(e) = st.destroy_range(s) {
                         first_error.get_or_insert(e);
                     }

@@ -220,11 +220,10 @@ fn reserved_headroom_moves_free_handles_instead_of_growing() {
     set_capacity(1 << 30);
 }
 
-/// A free 16 MiB hole whose first 8 MiB `empty_cache` unmapped, and the
-/// unmapped tail above a 2 MiB separator; then `want` bytes. Returns the
-/// request's offset from the hole and the maps it made.
-fn half_mapped_hole_then(config: &str, want: usize) -> (usize, u64) {
-    let base = Baseline::take();
+/// An allocator with a free 16 MiB hole whose first 8 MiB `empty_cache`
+/// unmapped, and the unmapped tail above a 2 MiB separator: (allocator,
+/// hole address, separator).
+fn half_mapped_hole(config: &str) -> (DeviceAllocator, usize, usize) {
     budget(GIB);
     let a = floor_pieces(config);
     let x = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
@@ -233,6 +232,14 @@ fn half_mapped_hole_then(config: &str, want: usize) -> (usize, u64) {
     a.free(x).unwrap();
     a.empty_cache().unwrap();
     a.free(y).unwrap();
+    (a, x, sep)
+}
+
+/// `want` bytes asked of `half_mapped_hole`: the request's offset from the
+/// hole and the maps it made.
+fn half_mapped_hole_then(config: &str, want: usize) -> (usize, u64) {
+    let base = Baseline::take();
+    let (a, x, sep) = half_mapped_hole(config);
     let maps = a.stats().unwrap().num_maps;
     let q = a.malloc(want, Stream::DEFAULT).unwrap();
     let made = a.stats().unwrap().num_maps - maps;
@@ -262,14 +269,7 @@ fn with_a_headroom_a_request_goes_where_the_fewest_pages_are_missing() {
 fn a_refused_growth_at_the_most_mapped_spot_leaves_the_free_block_whole() {
     let _g = emu_lock();
     let base = Baseline::take();
-    budget(GIB);
-    let a = floor_pieces("reserved_headroom:100");
-    let x = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
-    let y = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
-    let sep = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
-    a.free(x).unwrap();
-    a.empty_cache().unwrap();
-    a.free(y).unwrap();
+    let (a, _, sep) = half_mapped_hole("reserved_headroom:100");
     // The hole's end lacks one page, but the device has none left.
     budget(0);
     assert!(matches!(a.malloc(10 * MIB, Stream::DEFAULT), Err(Error::OutOfMemory(_))));

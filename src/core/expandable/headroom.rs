@@ -72,7 +72,7 @@ impl State {
                 found.push((units, lo, seg, head));
             }
         }
-        found.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3)));
+        found.sort_unstable_by_key(|&(units, _, seg, head)| (std::cmp::Reverse(units), seg, head));
         found
     }
 

@@ -19,26 +19,33 @@ impl State {
         if self.unmapped_under(best_fit, rounded) == 0 {
             return Ok(best_fit);
         }
-        let (slot, kind, seg, addr, room) = {
+        let (slot, kind) = {
             let b = self.blocks.get(best_fit);
-            (b.stream_slot, b.kind, b.segment, b.addr, b.size)
+            (b.stream_slot, b.kind)
         };
         if let Some((id, off)) = self.find_mapped_fit(slot, kind, rounded) {
             return Ok(if off > 0 { self.split_front(id, off) } else { id });
         }
-        if self.reserved_headroom.is_some() {
-            if let Some((id, off)) = self.find_most_mapped(slot, kind, rounded) {
-                // Mapped before the split: a failure leaves the block whole.
-                let (seg, addr, size) = {
-                    let b = self.blocks.get(id);
-                    (b.segment, b.addr, b.size)
-                };
-                self.ensure_mapped(seg, addr + off, rounded, size - off)?;
-                return Ok(if off > 0 { self.split_front(id, off) } else { id });
-            }
-        }
-        self.ensure_mapped(seg, addr, rounded, room)?;
-        Ok(best_fit)
+        let (id, off) = match self.reserved_headroom {
+            Some(_) => self.find_most_mapped(slot, kind, rounded).unwrap_or((best_fit, 0)),
+            None => (best_fit, 0),
+        };
+        // Mapped before the split: a failure leaves the block whole.
+        let (seg, addr, size) = {
+            let b = self.blocks.get(id);
+            (b.segment, b.addr, b.size)
+        };
+        self.ensure_mapped(seg, addr + off, rounded, size - off)?;
+        Ok(if off > 0 { self.split_front(id, off) } else { id })
+    }
+
+    /// Free blocks of (slot, kind) that can hold `size` bytes, smallest
+    /// classes first, at most `MAPPED_FIT_SCAN` of them.
+    fn fit_candidates(&self, slot: u16, kind: PoolKind, size: usize) -> impl Iterator<Item = BlockId> + '_ {
+        self.pools[slot as usize][kind as usize]
+            .iter_from(&self.blocks, size)
+            .filter(move |&id| self.blocks.get(id).size >= size)
+            .take(MAPPED_FIT_SCAN)
     }
 
     /// With a headroom, where every page mapped is one fewer to move: the
@@ -47,11 +54,7 @@ impl State {
     /// mapped pages. Smaller blocks win ties.
     fn find_most_mapped(&self, slot: u16, kind: PoolKind, size: usize) -> Option<(BlockId, usize)> {
         let mut best: Option<(usize, BlockId, usize)> = None;
-        let candidates = self.pools[slot as usize][kind as usize]
-            .iter_from(&self.blocks, size)
-            .filter(|&id| self.blocks.get(id).size >= size)
-            .take(MAPPED_FIT_SCAN);
-        for id in candidates {
+        for id in self.fit_candidates(slot, kind, size) {
             let b = self.blocks.get(id);
             let s = self.segments.get(b.segment);
             let Some(r) = &s.vmm else { continue };
@@ -77,13 +80,9 @@ impl State {
     /// A free block of (slot, kind) holding a fully mapped run of at least
     /// `size` bytes, and the run's offset in it.
     fn find_mapped_fit(&self, slot: u16, kind: PoolKind, size: usize) -> Option<(BlockId, usize)> {
-        let candidates = self.pools[slot as usize][kind as usize]
-            .iter_from(&self.blocks, size)
-            .filter(|&id| self.blocks.get(id).size >= size)
-            .take(MAPPED_FIT_SCAN);
         // Candidates come smallest class first: the first run that fits is a
         // good enough fit.
-        for id in candidates {
+        for id in self.fit_candidates(slot, kind, size) {
             let b = self.blocks.get(id);
             let s = self.segments.get(b.segment);
             let Some(r) = &s.vmm else { continue };
