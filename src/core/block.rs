@@ -1,22 +1,22 @@
 //! Blocks and the arena that holds them.
 //!
 //! A block is a piece of one segment: allocated to a caller, free (in a free
-//! index), or pending (freed by the caller, waiting for events on other
-//! streams). Blocks are addressed by index, never by pointer, and slots are
+//! index), pending (freed by the caller, waiting for events on other
+//! streams), held for reuse, or being given back to the device. Blocks are addressed by index, never by pointer, and slots are
 //! reused through a free-slot list, so the hot path never allocates.
 //!
 //! Invariants (checked by `invariants`): the blocks of a segment tile it in
 //! address order through `prev`/`next`; no two adjacent blocks are both free.
 
-use super::policy::PoolKind;
+use super::segment::SegmentId;
 
 /// Index of a block in the arena.
-pub type BlockId = u32;
+pub(crate) type BlockId = u32;
 /// "No block" in link fields.
-pub const NIL: BlockId = u32::MAX;
+pub(crate) const NIL: BlockId = u32::MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BlockState {
+pub(crate) enum BlockState {
     Free,
     Allocated,
     /// Freed by the caller, not reusable until events on other streams complete.
@@ -24,15 +24,18 @@ pub enum BlockState {
     /// Freed by the caller and held whole for a request of the same size
     /// (see Note [exact-size reuse] in `reuse`).
     Held,
+    /// Taken out of the pool while its memory is given back to the device
+    /// with no lock held (see `reclaim`); nobody else may use or merge it.
+    Reclaiming,
 }
 
 #[derive(Debug, Clone)]
-pub struct Block {
+pub(crate) struct Block {
     pub addr: usize,
     pub size: usize,
     /// Bytes the caller asked for (0 unless allocated or pending).
     pub requested: usize,
-    pub segment: u32,
+    pub segment: SegmentId,
     /// Address-order neighbours inside the segment.
     pub prev: BlockId,
     pub next: BlockId,
@@ -40,9 +43,6 @@ pub struct Block {
     pub free_prev: BlockId,
     pub free_next: BlockId,
     pub state: BlockState,
-    pub kind: PoolKind,
-    /// Stream slot of the owning stream (see `streams`).
-    pub stream_slot: u16,
     /// Other streams used this block (record_stream); see `stream_order`.
     pub has_other_streams: bool,
 }
@@ -50,19 +50,17 @@ pub struct Block {
 impl Block {
     /// The one free block covering a new segment (its `segment` is set once
     /// the segment has an id).
-    pub fn segment_root(addr: usize, size: usize, kind: PoolKind, stream_slot: u16) -> Block {
+    pub fn segment_root(addr: usize, size: usize) -> Block {
         Block {
             addr,
             size,
             requested: 0,
-            segment: 0,
+            segment: SegmentId(u32::MAX),
             prev: NIL,
             next: NIL,
             free_prev: NIL,
             free_next: NIL,
             state: BlockState::Free,
-            kind,
-            stream_slot,
             has_other_streams: false,
         }
     }
@@ -70,7 +68,7 @@ impl Block {
 
 /// Slab of blocks with reusable slots.
 #[derive(Debug, Default)]
-pub struct BlockArena {
+pub(crate) struct BlockArena {
     blocks: Vec<Block>,
     free_slots: Vec<BlockId>,
 }
@@ -89,7 +87,7 @@ impl BlockArena {
     /// Returns the slot to the arena. The caller has unlinked the block.
     pub fn remove(&mut self, id: BlockId) {
         debug_assert!(!self.free_slots.contains(&id));
-        self.blocks[id as usize].segment = u32::MAX;
+        self.blocks[id as usize].segment = SegmentId(u32::MAX);
         self.free_slots.push(id);
     }
 

@@ -187,10 +187,9 @@ impl FreeIndex {
 mod tests {
     use super::*;
     use crate::core::block::Block;
-    use crate::core::policy::PoolKind;
 
     fn block(size: usize, addr: usize) -> Block {
-        Block::segment_root(addr, size, PoolKind::Large, 0)
+        Block::segment_root(addr, size)
     }
 
     fn index_of(sizes: &[usize]) -> (BlockArena, FreeIndex, Vec<BlockId>) {

@@ -1,36 +1,47 @@
 //! The caching allocator core: safe Rust, no exported symbols.
 //!
 //! Glossary:
-//! - *segment*: one contiguous range obtained from the runtime in one call
-//!   (`aclrtMalloc`); it belongs to one stream and one pool kind.
-//! - *block*: a piece of a segment, allocated, free (cached), pending, or
-//!   held for a same-size request (see Note [exact-size reuse] in `reuse`).
-//! - *pool*: the free blocks of one (stream, kind); small blocks (≤ 1 MiB)
-//!   live in 2 MiB segments, large ones in their own (see `policy`).
+//! - *shard*: one stream's pool of one kind (small or large) behind its own
+//!   lock (`shard`, `pool`). A malloc or free served from its cache takes
+//!   that lock and no other; frees find their shard through the address
+//!   directory (`directory`), with no lock.
+//! - *segment*: one contiguous range the backing obtained for a shard; its
+//!   blocks tile it.
+//! - *block*: a piece of a segment, allocated, free (cached), pending, held
+//!   for a same-size request (see Note [exact-size reuse] in `reuse`), or
+//!   being given back (`Reclaiming`).
+//! - *backing* (`backing`): where memory comes from and how it goes back,
+//!   fixed segments or expandable ranges; it owns growth, page placement,
+//!   the memory limit and teardown.
 //! - *stream use*: a stream other than the owner that touched a block
 //!   (record_stream); see Note [stream-ordered reuse] in `stream_order`.
+//! - *ladder* (`reclaim`): the out-of-memory recovery, and everything else
+//!   that visits every shard (garbage collection, empty_cache, teardown),
+//!   serialized by one lock that no cache hit takes.
 //!
-//! One lock per device allocator (`lock`) guards all state; nothing inside
-//! takes another lock. Calls that may wait on the device (stream synchronization
-//! before releasing memory, the OOM ladder, teardown) run under that lock,
-//! as their docs say.
+//! `device` says which lock guards what; no shard lock is held across a
+//! device call made for another stream.
 
-pub mod block;
-mod expandable;
-pub mod free_index;
+mod backing;
+mod block;
+mod device;
+mod directory;
+mod free_index;
 mod invariants;
 mod lock;
-pub mod policy;
+pub(crate) mod policy;
+mod pool;
 mod reclaim;
-pub mod registry;
+mod registry;
 mod reuse;
-pub mod segment;
+mod segment;
+mod shard;
+mod shared;
+mod size_class;
 mod snapshot;
-pub mod size_class;
-pub mod state;
-pub mod stats;
-pub mod stream_order;
-pub mod streams;
+mod stats;
+mod stream_order;
+mod streams;
 
 #[cfg(test)]
 mod tests;
@@ -47,8 +58,10 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::runtime::{Runtime, Stream};
 use crate::trace::TraceRecorder;
+use backing::{Backing, ExpandableRanges, FixedSegments, MemoryLimit};
+use device::Device;
 use policy::Policy;
-use state::State;
+use shared::Shared;
 pub use stats::Stats;
 use std::sync::Arc;
 
@@ -68,9 +81,25 @@ pub struct TeardownReport {
     pub live_bytes: usize,
 }
 
+/// The device allocator over the backing it was created with.
+enum Engine {
+    Fixed(Device<FixedSegments>),
+    Expandable(Device<ExpandableRanges>),
+}
+
+/// Runs `$body` with `$d` bound to the engine's device, whichever backing.
+macro_rules! with_device {
+    ($engine:expr, $d:ident => $body:expr) => {
+        match $engine {
+            Engine::Fixed($d) => $body,
+            Engine::Expandable($d) => $body,
+        }
+    };
+}
+
 /// A caching allocator for one device.
 pub struct DeviceAllocator {
-    state: lock::StateLock<State>,
+    engine: Engine,
     device: i32,
     rt: Arc<Runtime>,
     config: Config,
@@ -91,6 +120,10 @@ impl DeviceAllocator {
     }
 
     pub fn with_runtime(config: Config, device: i32, rt: Arc<Runtime>) -> Result<Self> {
+        Self::build(config, device, rt, streams::MAX_STREAMS)
+    }
+
+    fn build(config: Config, device: i32, rt: Arc<Runtime>, max_streams: usize) -> Result<Self> {
         if device < 0 {
             return Err(Error::InvalidArgument(format!("device {device} is negative")));
         }
@@ -115,56 +148,42 @@ impl DeviceAllocator {
                 rt.has_vmm() && config.max_split_size.is_none()
             }
         };
-        let large_page = expandable::large_page_spec(&rt, device, &config)?;
+        let large_page =
+            if rt.has_vmm() { Some(backing::expandable::large_page_spec(&rt, device, &config)?) } else { None };
         let limit = config.per_process_memory_fraction.map(|f| (f * total as f64) as usize);
         let trace = match &config.trace {
-            Some(path) => Some(TraceRecorder::create(path, device, &config)?),
+            Some(path) => Some(lock::StateLock::new(TraceRecorder::create(path, device, &config)?)),
             None => None,
         };
-        let state = State {
-            rt: rt.clone(),
-            device,
-            policy: Policy::new(&config),
-            limit,
-            gc_threshold: config.garbage_collection_threshold,
-            release_threshold: config.release_threshold,
-            blocks: Default::default(),
-            segments: Default::default(),
-            streams: Default::default(),
-            pools: Vec::new(),
-            registry: Default::default(),
-            reuse: reuse::ReuseLists::new(config.reuse_cache_bytes()),
-            reserved_headroom: config.reserved_headroom,
-            pieces: expandable::PieceRule::for_config(&config),
-            order: Default::default(),
-            stats: Default::default(),
-            expandable,
-            ranges: Vec::new(),
-            large_page,
-            handle_cache: Default::default(),
-            device_total: total,
-            broken: None,
-            trace,
-            #[cfg(debug_assertions)]
-            transitions: 0,
-        };
-        Ok(DeviceAllocator { state: lock::StateLock::new(state), device, rt, config })
-    }
-
-    fn lock(&self) -> Result<lock::StateGuard<'_, State>> {
-        let state = self
-            .state
-            .lock()
-            .map_err(|_| Error::Internal("the allocator is unusable after an earlier internal error".into()))?;
-        if let Some(why) = &state.broken {
-            return Err(Error::Internal(format!("the allocator is unusable: {why}")));
+        fn shared<B: Backing>(rt: &Arc<Runtime>, device: i32, config: &Config, limit: Option<usize>, trace: Option<lock::StateLock<TraceRecorder>>, backing: B) -> Shared<B> {
+            Shared {
+                rt: rt.clone(),
+                device,
+                policy: Policy::new(config),
+                counters: Default::default(),
+                limit: MemoryLimit::new(limit),
+                directory: Default::default(),
+                backing,
+                release_threshold: config.release_threshold,
+                gc_threshold: config.garbage_collection_threshold,
+                reuse_bytes: config.reuse_cache_bytes(),
+                trace,
+                next_serial: Default::default(),
+            }
         }
-        Ok(state)
+        let engine = match (expandable, large_page) {
+            (true, Some(page)) => {
+                let b = ExpandableRanges::new(&config, page, total);
+                Engine::Expandable(Device::new(shared(&rt, device, &config, limit, trace, b), max_streams))
+            }
+            _ => Engine::Fixed(Device::new(shared(&rt, device, &config, limit, trace, FixedSegments), max_streams)),
+        };
+        Ok(DeviceAllocator { engine, device, rt, config })
     }
 
     /// Whether this allocator uses expandable segments.
     pub fn is_expandable(&self) -> bool {
-        self.state.lock().map(|s| s.expandable).unwrap_or(false)
+        matches!(self.engine, Engine::Expandable(_))
     }
 
     pub fn device(&self) -> i32 {
@@ -182,40 +201,25 @@ impl DeviceAllocator {
     /// Allocates `size` bytes for work on `stream`; returns the address.
     #[inline(always)]
     pub fn malloc(&self, size: usize, stream: Stream) -> Result<usize> {
-        let mut st = self.lock()?;
-        let addr = st.malloc(size, stream)?;
-        if let Some(t) = &mut st.trace {
-            t.alloc(addr, size, stream);
-        }
-        Ok(addr)
+        with_device!(&self.engine, d => d.malloc(size, stream))
     }
 
     /// Frees a block by its start address (stream-ordered on its stream).
     #[inline]
     pub fn free(&self, addr: usize) -> Result<()> {
-        let mut st = self.lock()?;
-        st.free(addr)?;
-        if let Some(t) = &mut st.trace {
-            t.free(addr);
-        }
-        Ok(())
+        with_device!(&self.engine, d => d.free(addr))
     }
 
     /// Notes that work on `stream` uses the block at `addr`.
     pub fn record_stream(&self, addr: usize, stream: Stream) -> Result<()> {
-        let mut st = self.lock()?;
-        st.record_stream(addr, stream)?;
-        if let Some(t) = &mut st.trace {
-            t.record_stream(addr, stream);
-        }
-        Ok(())
+        with_device!(&self.engine, d => d.record_stream(addr, stream))
     }
 
     /// Writes the buffered trace events to the `trace` file (no-op without one).
     pub fn flush_trace(&self) -> Result<()> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        match &mut st.trace {
-            Some(t) => t.flush(),
+        let trace = with_device!(&self.engine, d => &d.sh.trace);
+        match trace {
+            Some(t) => t.lock().unwrap_or_else(|e| e.into_inner()).flush(),
             None => Ok(()),
         }
     }
@@ -223,154 +227,90 @@ impl DeviceAllocator {
     /// Returns cached, unused segments to the device (may synchronize the
     /// streams that used them).
     pub fn empty_cache(&self) -> Result<usize> {
-        self.lock()?.empty_cache()
+        with_device!(&self.engine, d => d.empty_cache())
     }
 
     /// Caps this allocator's reserved memory at `fraction` of the device.
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
         check_memory_fraction(fraction)?;
-        let mut st = self.lock()?;
-        let rt = self.rt.clone();
+        let rt = &self.rt;
         let (_, total) = rt
             .on_device(self.device, || rt.mem_info())
             .map_err(|e| Error::runtime(e, "querying device memory"))?;
-        st.limit = Some((fraction * total as f64) as usize);
-        Ok(())
+        with_device!(&self.engine, d => d.set_limit((fraction * total as f64) as usize))
     }
 
     /// The live block containing `addr` (interior pointers allowed).
     pub fn query(&self, addr: usize) -> Result<BlockInfo> {
-        let st = self.lock()?;
-        let Some(id) = st.allocated_block_at(addr) else {
-            return Err(st.unknown_pointer(addr, "query"));
-        };
-        let b = st.blocks.get(id);
-        Ok(BlockInfo { addr: b.addr, size: b.size, requested: b.requested, stream: st.streams.stream(b.stream_slot) })
+        with_device!(&self.engine, d => d.query(addr))
     }
 
     /// Start and size of the live block containing `addr` (interior
     /// pointers allowed), or None if no live block contains it.
     #[inline]
     pub fn block_range(&self, addr: usize) -> Result<Option<(usize, usize)>> {
-        let st = self.lock()?;
-        Ok(st.allocated_block_at(addr).map(|id| {
-            let b = st.blocks.get(id);
-            (b.addr, b.size)
-        }))
+        with_device!(&self.engine, d => d.block_range(addr))
     }
 
     /// Start and size of the segment holding the live block at `addr`.
     pub fn segment_of(&self, addr: usize) -> Result<(usize, usize)> {
-        let st = self.lock()?;
-        let Some(id) = st.allocated_block_at(addr) else {
-            return Err(st.unknown_pointer(addr, "segment look-up"));
-        };
-        let seg = st.segments.get(st.blocks.get(id).segment);
-        Ok((seg.base, seg.size))
+        with_device!(&self.engine, d => d.segment_of(addr))
     }
 
     pub fn stats(&self) -> Result<Stats> {
-        let st = self.lock()?;
-        let mut s = *st.stats.get();
-        s.largest_free_block = st.largest_free() as u64;
-        Ok(s)
+        with_device!(&self.engine, d => d.stats())
     }
 
     pub fn reset_peak_stats(&self) -> Result<()> {
-        self.lock()?.stats.reset_peaks();
-        Ok(())
+        with_device!(&self.engine, d => d.reset_peak_stats())
     }
 
     pub fn snapshot_json(&self) -> Result<String> {
-        Ok(self.lock()?.snapshot_json())
+        with_device!(&self.engine, d => d.snapshot_json())
     }
 
     pub fn check_invariants(&self) -> Result<(), String> {
-        let st = self.state.lock().map_err(|_| "lock poisoned".to_string())?;
-        st.check_invariants()
+        with_device!(&self.engine, d => d.check_invariants())
     }
 
     /// Releases everything: synchronizes every stream the allocator used,
     /// returns all segments (live blocks included) and events. The allocator
     /// refuses further work afterwards.
     pub fn teardown(&self) -> Result<TeardownReport> {
-        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let st = &mut *guard;
-        let rt = self.rt.clone();
-        let report = TeardownReport {
-            live_blocks: st.stats.get().active_blocks as usize,
-            live_bytes: st.stats.get().allocated_bytes as usize,
-        };
-        let mut streams: Vec<Stream> = st.streams.all().to_vec();
-        for seg in st.segments.ids() {
-            for &s in &st.segments.get(seg).other_streams {
-                if !streams.contains(&s) {
-                    streams.push(s);
-                }
-            }
+        with_device!(&self.engine, d => d.teardown())
+    }
+}
+
+/// What tests look at inside an allocator.
+#[cfg(test)]
+impl DeviceAllocator {
+    /// Streams the allocator has given shards to.
+    pub(crate) fn streams_served(&self) -> usize {
+        with_device!(&self.engine, d => d.streams.len())
+    }
+
+    /// Pins the expandable backing's handle-size rule.
+    pub(crate) fn set_piece_rule(&self, rule: backing::expandable::PieceRule) {
+        match &self.engine {
+            Engine::Expandable(d) => d.sh.backing.set_pieces(rule),
+            Engine::Fixed(_) => panic!("fixed segments have no physical handles"),
         }
-        let mut first_error = None;
-        let result = rt.on_device(self.device, || {
-            // Streams that may still have work queued: memory they used is
-            // left to the runtime rather than freed under that work.
-            let mut busy: Vec<Stream> = Vec::new();
-            for &s in &streams {
-                match rt.synchronize_stream(s) {
-                    Ok(()) => {}
-                    // A stream the host already destroyed has no queued work
-                    // left (ACL requires a synchronize before destroying one).
-                    Err(e) if e.is_invalid_handle() => {}
-                    Err(e) => {
-                        first_error.get_or_insert(Error::runtime(
-                            e,
-                            "synchronizing a stream at teardown (the memory it used is left allocated)",
-                        ));
-                        busy.push(s);
-                    }
-                }
-            }
-            for ev in st.order.take_all_events() {
-                let _ = rt.destroy_event(ev);
-            }
-            let segs: Vec<u32> = st.segments.ids().collect();
-            for s in segs {
-                let (in_use, expandable) = {
-                    let seg = st.segments.get(s);
-                    let owner = st.streams.stream(seg.stream_slot);
-                    (busy.contains(&owner) || seg.other_streams.iter().any(|o| busy.contains(o)), seg.vmm.is_some())
-                };
-                if in_use {
-                    continue;
-                }
-                if expandable {
-                    if let Err(e) = st.destroy_range(s) {
-                        first_error.get_or_insert(e);
-                    }
-                    st.segments.remove(s);
-                    continue;
-                }
-                let seg = st.segments.remove(s);
-                if let Err(e) = rt.free(seg.base) {
-                    first_error.get_or_insert(Error::runtime(e, "returning a segment at teardown"));
-                }
-            }
-            if let Err(e) = st.free_cached_handles() {
-                first_error.get_or_insert(e);
-            }
-            Ok(())
-        });
-        if let Err(e) = result {
-            first_error.get_or_insert(Error::runtime(e, "selecting the device at teardown"));
-        }
-        if let Some(Err(e)) = st.trace.as_mut().map(|t| t.flush()) {
-            first_error.get_or_insert(e);
-        }
-        st.broken = Some("it was destroyed".into());
-        st.registry.clear();
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(report),
-        }
+    }
+
+    /// (bytes mapped or held in segments, bytes of cached handles).
+    pub(crate) fn own_accounting(&self) -> (usize, usize) {
+        with_device!(&self.engine, d => {
+            let held = d.streams.shards().map(|s| s.lock_anyway().held_bytes()).sum();
+            (held, d.sh.backing.cached_bytes())
+        })
+    }
+
+    /// (blocks, bytes) held in every shard's reuse lists.
+    pub(crate) fn held_blocks(&self) -> (usize, usize) {
+        with_device!(&self.engine, d => d.streams.shards().fold((0, 0), |(n, b), s| {
+            let pool = s.lock_anyway();
+            (n + pool.reuse.count, b + pool.reuse.bytes)
+        }))
     }
 }
 

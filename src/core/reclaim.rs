@@ -1,23 +1,34 @@
-//! Getting memory back: the out-of-memory ladder, empty_cache and garbage
-//! collection.
+//! Getting memory back across shards: the out-of-memory ladder, garbage
+//! collection, `empty_cache`, the release threshold and teardown.
 //!
-//! The ladder runs cheapest step first and searches the pools again after
-//! every step, so a block freed by a completed event is never missed
-//! (the PyTorch bug where an OOM was raised while a fitting block sat in
-//! the pool came from skipping that re-search):
-//! 1. reap frees whose events completed;
-//! 2. grow: a new segment from the device (after garbage collection when a
-//!    threshold is set);
-//! 3. release cached segments that are entirely free, after synchronizing
-//!    only the streams that used them, then grow again;
-//! 4. wait for the events of pending frees, reap them, release again, grow;
-//! 5. fail with a message that says what was tried and where memory is.
+//! Each of these visits every shard, so they are serialized by the device's
+//! `ladder` lock; none holds a shard lock across a device call. Memory goes
+//! back in three steps (see `backing`): detach under each shard's lock,
+//! synchronize and give back with no shard lock held, settle under the lock
+//! again. Meanwhile the other streams' hits go on.
+//!
+//! The ladder runs cheapest step first and retries the request after every
+//! step, so a block freed by a completed event is never missed (the PyTorch
+//! bug where an OOM was raised while a fitting block sat in the pool came
+//! from skipping that retry):
+//! 1. garbage collection, when `garbage_collection_threshold` asks for it;
+//! 2. release cached memory of every shard (held blocks and completed
+//!    cross-stream frees first), after synchronizing only the streams that
+//!    used it, then retry;
+//! 3. free cached physical handles, retry;
+//! 4. wait for the events of pending frees, release again, retry;
+//! 5. fail with a message that says what was tried and where memory is,
+//!    having given back the handles the failed request obtained.
 
-use super::block::{BlockId, BlockState, NIL};
-use super::policy::PoolKind;
-use super::state::{GrowError, State};
+use super::backing::{Backing, Detached, GrowError, Scope};
+use super::device::Device;
+use super::lock::StateGuard;
+use super::pool::Pool;
+use super::shard::Shard;
+use super::TeardownReport;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
+use std::sync::atomic::Ordering;
 
 /// The recovery steps after a failed growth, cheapest first.
 #[derive(Debug, Clone, Copy)]
@@ -39,242 +50,329 @@ impl Step {
     }
 }
 
-impl State {
-    pub(super) fn alloc_slow(&mut self, size: usize, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId> {
-        if self.reap_pending() > 0 {
-            if let Some(id) = self.attempt(size, rounded, kind, slot)?.ok() {
-                return Ok(id);
+impl GrowError {
+    /// The caller's error for a failure that is not a memory shortage.
+    fn into_error(self, size: usize) -> Error {
+        match self {
+            GrowError::Runtime(call) => Error::runtime(call, format!("obtaining device memory for {size} bytes")),
+            GrowError::Other(e) => e,
+            other => Error::OutOfMemory(format!("cannot allocate {size} bytes: {other:?}")),
+        }
+    }
+}
+
+impl<B: Backing> Device<B> {
+    /// The request of `size` bytes on `shard` could not grow: run the
+    /// ladder (see the module comment).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn ladder(&self, shard: &Shard<B>, size: usize, rounded: usize, first: GrowError) -> Result<usize> {
+        if !first.is_out_of_memory() {
+            return Err(first.into_error(size));
+        }
+        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = first;
+        if matches!(last, GrowError::Collect) {
+            self.collect_garbage(rounded);
+            match self.attempt(shard, size, rounded)? {
+                Ok(addr) => return Ok(addr),
+                Err(e) => last = e,
             }
         }
-        self.collect_garbage(rounded);
-        let mut last = match self.attempt(size, rounded, kind, slot)? {
-            Ok(id) => return Ok(id),
-            Err(e) => e,
-        };
-        self.stats.retried();
+        self.sh.counters.retried();
         let mut tried = Step::ReleaseCached;
         for step in Step::LADDER {
             if !self.reclaim(step) {
                 continue;
             }
             tried = step;
-            match self.attempt(size, rounded, kind, slot)? {
-                Ok(id) => return Ok(id),
+            match self.attempt(shard, size, rounded)? {
+                Ok(addr) => return Ok(addr),
                 Err(e) => last = e,
             }
         }
-        self.stats.oom();
-        Err(Error::OutOfMemory(self.oom_message(size, rounded, &last, tried.name())))
+        self.sh.counters.oom();
+        let message = self.oom_message(size, rounded, &last, tried.name());
+        Err(Error::OutOfMemory(message))
+    }
+
+    /// One retry of a request: an out-of-memory failure is the inner
+    /// `Err`, for the ladder to act on; any other fails the call.
+    fn attempt(&self, shard: &Shard<B>, size: usize, rounded: usize) -> Result<Result<usize, GrowError>> {
+        let mut pool = shard.lock()?;
+        match self.grow(shard, &mut pool, size, rounded, false) {
+            Ok(addr) => {
+                self.published(shard, &pool);
+                let stream = pool.stream();
+                self.sh.trace(|t| t.alloc(addr, size, stream));
+                Ok(Ok(addr))
+            }
+            Err(e) if e.is_out_of_memory() => Ok(Err(e)),
+            Err(e) => Err(e.into_error(size)),
+        }
     }
 
     /// Runs one recovery step; false when it had nothing to do.
-    fn reclaim(&mut self, step: Step) -> bool {
-        // Held blocks of every stream go back first: they may complete free
-        // segments or pages.
-        self.drain_reuse(None);
+    fn reclaim(&self, step: Step) -> bool {
         match step {
-            Step::ReleaseCached => {}
-            Step::FreeCachedPages => {
-                if !self.expandable {
-                    return false;
-                }
-                let _ = self.free_cached_handles();
-                return true;
+            Step::ReleaseCached => {
+                // Failures only mean less came back; the retry says.
+                let _ = self.release_free(Scope::All);
+                true
             }
+            Step::FreeCachedPages => B::free_cached(&self.sh).is_ok_and(|freed| freed > 0),
             Step::WaitPending => {
-                if !self.order.has_pending() {
+                if !self.streams.shards().any(|s| s.lock_anyway().pending_bytes() > 0) {
                     return false;
                 }
                 self.wait_pending();
+                let _ = self.release_free(Scope::All);
+                let _ = B::free_cached(&self.sh);
+                true
             }
-        }
-        // Failures here only mean less memory came back; the next attempt says.
-        let all: Vec<u32> = self.segments.ids().collect();
-        let _ = self.release_segments(&all);
-        if self.expandable {
-            let _ = self.unmap_free_pages();
-            if matches!(step, Step::WaitPending) {
-                let _ = self.free_cached_handles();
-            }
-        }
-        true
-    }
-
-    /// `try_alloc`, with a runtime failure other than out-of-memory turned
-    /// into the caller's error (outer `Err`); an out-of-memory growth failure
-    /// is the inner `Err`, for the ladder to act on.
-    fn attempt(
-        &mut self,
-        size: usize,
-        rounded: usize,
-        kind: PoolKind,
-        slot: u16,
-    ) -> Result<Result<BlockId, GrowError>> {
-        match self.try_alloc(rounded, kind, slot) {
-            Err(GrowError::Runtime(call)) if !call.is_out_of_memory() => {
-                Err(Error::runtime(call, format!("obtaining device memory for {size} bytes")))
-            }
-            other => Ok(other),
         }
     }
 
-    /// One attempt: a free block that fits (mapping its pages in an
-    /// expandable segment), else growth.
-    fn try_alloc(&mut self, rounded: usize, kind: PoolKind, slot: u16) -> Result<BlockId, GrowError> {
-        if let Some(id) = self.find_free(slot, kind, rounded) {
-            return self.place(id, rounded);
+    /// Returns every shard's held blocks and completed cross-stream frees
+    /// to its pool, then gives back what `scope` covers. Returns the bytes
+    /// given back to the device; the first error after trying everything.
+    fn release_free(&self, scope: Scope) -> Result<usize> {
+        let mut taken: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
+        for shard in self.streams.shards() {
+            let mut pool = shard.lock_anyway();
+            pool.drain_reuse();
+            pool.reap_pending();
+            let detached = B::detach(&mut pool, scope);
+            pool.after_transition();
+            if !detached.is_empty() {
+                taken.push((shard, detached));
+            }
         }
-        self.grow(rounded, kind, slot)
+        self.give_back_all(taken)
+    }
+
+    /// Synchronizes the streams that used `taken`, gives back what no busy
+    /// stream may use, and settles each shard.
+    fn give_back_all(&self, taken: Vec<(&Shard<B>, Vec<Detached>)>) -> Result<usize> {
+        let mut streams: Vec<Stream> = Vec::new();
+        for d in taken.iter().flat_map(|(_, ds)| ds) {
+            for &s in &d.streams {
+                if !streams.contains(&s) {
+                    streams.push(s);
+                }
+            }
+        }
+        let (busy, mut first_error) = self.synchronize(&streams, "synchronizing a stream before releasing memory");
+        let mut released = 0;
+        for (shard, detached) in taken {
+            let mut outcomes = Vec::with_capacity(detached.len());
+            for d in &detached {
+                let ok = if d.streams.iter().any(|s| busy.contains(s)) {
+                    false
+                } else {
+                    match B::give_back(&self.sh, d) {
+                        Ok(bytes) => {
+                            released += bytes;
+                            true
+                        }
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                            false
+                        }
+                    }
+                };
+                outcomes.push(ok);
+            }
+            let mut pool = shard.lock_anyway();
+            for (d, ok) in detached.into_iter().zip(outcomes) {
+                B::settle(&mut pool, d, ok);
+            }
+            pool.after_transition();
+        }
+        first_error.map_or(Ok(released), Err)
+    }
+
+    /// Synchronizes each of `streams` once; returns those that could not be
+    /// waited for, and the first error. A stream the host already destroyed
+    /// counts as idle: ACL requires a synchronize before destroying one.
+    fn synchronize(&self, streams: &[Stream], what: &str) -> (Vec<Stream>, Option<Error>) {
+        let (rt, device) = (&self.sh.rt, self.sh.device);
+        let mut busy = Vec::new();
+        let mut first_error = None;
+        for &s in streams {
+            self.sh.counters.synced();
+            match rt.on_device(device, || rt.synchronize_stream(s)) {
+                Ok(()) => {}
+                Err(e) if e.is_invalid_handle() => {}
+                Err(e) => {
+                    first_error.get_or_insert(Error::runtime(e, what.to_string()));
+                    busy.push(s);
+                }
+            }
+        }
+        (busy, first_error)
+    }
+
+    /// Synchronizes every pending free's events (no shard lock held: the
+    /// events stay owned by their shards), then reaps them all.
+    fn wait_pending(&self) {
+        let (rt, device) = (&self.sh.rt, self.sh.device);
+        let events: Vec<_> = self.streams.shards().flat_map(|s| s.lock_anyway().pending_events()).collect();
+        for ev in events {
+            let _ = rt.on_device(device, || rt.synchronize_event(ev));
+            self.sh.counters.synced();
+        }
+        for shard in self.streams.shards() {
+            shard.lock_anyway().reap_pending();
+        }
+    }
+
+    /// With `garbage_collection_threshold` and a memory limit: before
+    /// growing past threshold × limit, give back the oldest entirely free
+    /// segments until the growth fits under the threshold.
+    fn collect_garbage(&self, rounded: usize) {
+        let (Some(t), Some(limit)) = (self.sh.gc_threshold, self.sh.limit.get()) else {
+            return;
+        };
+        let target = (t * limit as f64) as usize;
+        let needed = self.sh.policy.segment_size(rounded);
+        let reserved = self.sh.counters.reserved();
+        if reserved + needed <= target {
+            return;
+        }
+        let mut all: Vec<(&Shard<B>, Detached)> = Vec::new();
+        for shard in self.streams.shards() {
+            let mut pool = shard.lock_anyway();
+            pool.drain_reuse();
+            all.extend(B::detach(&mut pool, Scope::WholeSegments).into_iter().map(|d| (shard, d)));
+        }
+        all.sort_by_key(|(_, d)| d.serial);
+        let mut to_free = reserved + needed - target;
+        let mut keep: Vec<(&Shard<B>, Detached)> = Vec::new();
+        let mut chosen: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
+        for (shard, d) in all {
+            if to_free == 0 {
+                keep.push((shard, d));
+                continue;
+            }
+            to_free = to_free.saturating_sub(d.size);
+            chosen.push((shard, vec![d]));
+        }
+        for (shard, d) in keep {
+            B::settle(&mut shard.lock_anyway(), d, false);
+        }
+        let _ = self.give_back_all(chosen);
+    }
+
+    /// Returns every cached, unused segment and handle to the device (may
+    /// synchronize the streams that used them).
+    pub fn empty_cache(&self) -> Result<usize> {
+        if self.broken.load(Ordering::Relaxed) {
+            return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
+        }
+        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        let released = self.release_free(Scope::All)?;
+        Ok(released + B::free_cached(&self.sh)?)
+    }
+
+    /// After a free, with `release_threshold`: when cached memory passes
+    /// it, give back the shard's entirely free segments (after dropping its
+    /// lock for the device calls).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn release_over_threshold(&self, shard: &Shard<B>, mut pool: StateGuard<'_, Pool<B>>) {
+        let Some(threshold) = self.sh.release_threshold else { return };
+        let allocated: u64 = self.streams.shards().map(|s| s.lane.allocated()).sum();
+        let cached = (self.sh.counters.reserved() as u64).saturating_sub(allocated);
+        if cached <= threshold as u64 {
+            return;
+        }
+        let detached = pool.detach_for_threshold();
+        drop(pool);
+        if !detached.is_empty() {
+            let _ = self.give_back_all(vec![(shard, detached)]);
+        }
     }
 
     fn oom_message(&self, size: usize, rounded: usize, last: &GrowError, step: &str) -> String {
-        let rt = self.rt.clone();
-        let info = rt.on_device(self.device, || rt.mem_info());
-        let device = match info {
-            Ok((free, total)) => format!("device {} has {} free of {}", self.device, mib(free), mib(total)),
-            Err(e) => format!("device {} memory info unavailable ({e})", self.device),
+        let (rt, device) = (&self.sh.rt, self.sh.device);
+        let info = rt.on_device(device, || rt.mem_info());
+        let free = match info {
+            Ok((free, total)) => format!("device {device} has {} free of {}", mib(free), mib(total)),
+            Err(e) => format!("device {device} memory info unavailable ({e})"),
         };
-        let s = self.stats.get();
+        let (mut allocated, mut largest, mut pending) = (0u64, 0usize, 0usize);
+        for shard in self.streams.shards() {
+            let pool = shard.lock_anyway();
+            allocated += pool.counters().allocated;
+            largest = largest.max(B::largest_free(&pool));
+            pending += pool.pending_bytes();
+        }
         let cause = match last {
             GrowError::OverLimit { size, limit } => {
                 format!("a new {} segment would exceed the memory fraction limit of {}", mib(*size), mib(*limit))
             }
             GrowError::AddressSpace => "the stream's reserved address range has no free range that large".into(),
+            GrowError::Collect => "garbage collection could not make room under its threshold".into(),
             GrowError::Runtime(e) => format!("{e}"),
+            GrowError::Other(e) => format!("{e}"),
         };
         format!(
-            "cannot allocate {size} bytes (rounded to {rounded}) on device {}: {device}; this allocator has {} allocated, \
+            "cannot allocate {size} bytes (rounded to {rounded}) on device {device}: {free}; this allocator has {} allocated, \
              {} reserved, largest free block {}, {} waiting on cross-stream events; last step tried: {step}; {cause}",
-            self.device,
-            mib(s.allocated_bytes as usize),
-            mib(s.reserved_bytes as usize),
-            mib(self.largest_free()),
-            mib(self.order.pending_bytes),
+            mib(allocated as usize),
+            mib(self.sh.counters.reserved()),
+            mib(largest),
+            mib(pending),
         )
     }
 
-    /// Synchronizes every pending free's events, then reaps them all.
-    fn wait_pending(&mut self) {
-        let rt = self.rt.clone();
-        let events: Vec<_> = self.order.pending().iter().flat_map(|p| p.events.iter().copied()).collect();
-        for ev in events {
-            let _ = rt.on_device(self.device, || rt.synchronize_event(ev));
-            self.stats.synced();
-        }
-        self.reap_pending();
-    }
-
-    /// With `garbage_collection_threshold` and a memory limit: before
-    /// growing past threshold × limit, release the oldest entirely free
-    /// segments until the growth fits under the threshold.
-    fn collect_garbage(&mut self, rounded: usize) {
-        let (Some(t), Some(limit)) = (self.gc_threshold, self.limit) else {
-            return;
-        };
-        let target = (t * limit as f64) as usize;
-        let needed = self.policy.segment_size(rounded);
-        let reserved = self.stats.get().reserved_bytes as usize;
-        if reserved + needed <= target {
-            return;
-        }
-        self.drain_reuse(None);
-        let mut candidates: Vec<u32> = self.segments.ids().filter(|&s| self.segment_is_free(s)).collect();
-        candidates.sort_by_key(|&s| self.segments.get(s).serial);
-        let mut to_free = reserved + needed - target;
-        let mut chosen = Vec::new();
-        for s in candidates {
-            if to_free == 0 {
-                break;
-            }
-            to_free = to_free.saturating_sub(self.segments.get(s).size);
-            chosen.push(s);
-        }
-        let _ = self.release_segments(&chosen);
-    }
-
-    /// Whether a fixed segment holds no live block (expandable segments are
-    /// never released whole; their pages are).
-    pub fn segment_is_free(&self, seg: u32) -> bool {
-        if self.segments.get(seg).vmm.is_some() {
-            return false;
-        }
-        let first = self.segments.get(seg).first;
-        let b = self.blocks.get(first);
-        b.state == BlockState::Free && b.next == NIL
-    }
-
-    /// Releases those of `candidates` that are entirely free: synchronizes
-    /// each stream that used them once, then returns them to the runtime.
-    /// Returns the bytes released; the first runtime error, if any, after
-    /// trying all of them.
-    pub fn release_segments(&mut self, candidates: &[u32]) -> Result<usize> {
-        let free: Vec<u32> = candidates.iter().copied().filter(|&s| self.segment_is_free(s)).collect();
-        if free.is_empty() {
-            return Ok(0);
-        }
-        // Not known to be idle: keep the memory rather than free it under work.
-        self.sync_streams_of(&free)?;
-        let rt = self.rt.clone();
-        let mut first_error = None;
-        let mut released = 0;
-        for s in free {
-            let (base, size, kind, slot, first) = {
-                let seg = self.segments.get(s);
-                (seg.base, seg.size, seg.kind, seg.stream_slot, seg.first)
-            };
-            if let Err(e) = rt.on_device(self.device, || rt.free(base)) {
-                first_error.get_or_insert(Error::runtime(e, "returning a cached segment to the device"));
-                continue;
-            }
-            self.pools[slot as usize][kind as usize].remove(&mut self.blocks, first);
-            self.blocks.remove(first);
-            self.segments.remove(s);
-            self.stats.segment_removed(size);
-            released += size;
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(released),
-        }
-    }
-
-    /// Synchronizes, once each, every stream that used any of `segs`. A
-    /// stream the host has already destroyed counts as idle: ACL requires a
-    /// synchronize before destroying a stream, so none of its work is queued.
-    pub(super) fn sync_streams_of(&mut self, segs: &[u32]) -> Result<()> {
+    /// Releases everything: synchronizes every stream the allocator used,
+    /// returns all segments (live blocks included) and events. The allocator
+    /// refuses further work afterwards.
+    pub fn teardown(&self) -> Result<TeardownReport> {
+        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        // Every shard at once: nothing else may run during teardown.
+        let mut pools: Vec<StateGuard<'_, Pool<B>>> = self.streams.shards().map(|s| s.lock_anyway()).collect();
+        let mut report = TeardownReport::default();
         let mut streams: Vec<Stream> = Vec::new();
-        for &s in segs {
-            let seg = self.segments.get(s);
-            for st in std::iter::once(self.streams.stream(seg.stream_slot)).chain(seg.other_streams.iter().copied()) {
-                if !streams.contains(&st) {
-                    streams.push(st);
+        for pool in &pools {
+            let (blocks, bytes) = pool.live();
+            report.live_blocks += blocks as usize;
+            report.live_bytes += bytes as usize;
+            for s in pool.all_streams() {
+                if !streams.contains(&s) {
+                    streams.push(s);
                 }
             }
         }
-        let rt = self.rt.clone();
-        for st in streams {
-            self.stats.synced();
-            match rt.on_device(self.device, || rt.synchronize_stream(st)) {
-                Ok(()) => {}
-                Err(e) if e.is_invalid_handle() => {}
-                Err(e) => return Err(Error::runtime(e, "synchronizing a stream before releasing memory")),
+        // Streams that may still have work queued: memory they used is left
+        // to the runtime rather than freed under that work.
+        let (busy, mut first_error) = self.synchronize(
+            &streams,
+            "synchronizing a stream at teardown (the memory it used is left allocated)",
+        );
+        let (rt, device) = (&self.sh.rt, self.sh.device);
+        for pool in &mut pools {
+            for ev in pool.take_all_events() {
+                let _ = rt.on_device(device, || rt.destroy_event(ev));
             }
         }
-        Ok(())
-    }
-
-    /// Returns every cached, unused segment to the device.
-    pub fn empty_cache(&mut self) -> Result<usize> {
-        self.drain_reuse(None);
-        self.reap_pending();
-        let all: Vec<u32> = self.segments.ids().collect();
-        let mut released = self.release_segments(&all)?;
-        if self.expandable {
-            self.unmap_free_pages()?;
-            released += self.free_cached_handles()?;
+        for pool in &mut pools {
+            if let Err(e) = B::teardown(pool, &busy) {
+                first_error.get_or_insert(e);
+            }
         }
-        self.after_transition();
-        Ok(released)
+        if let Err(e) = B::free_cached(&self.sh) {
+            first_error.get_or_insert(e);
+        }
+        if let Some(t) = &self.sh.trace {
+            if let Err(e) = t.lock().unwrap_or_else(|e| e.into_inner()).flush() {
+                first_error.get_or_insert(e);
+            }
+        }
+        self.broken.store(true, Ordering::Relaxed);
+        first_error.map_or(Ok(report), Err)
     }
 }
 

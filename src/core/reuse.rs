@@ -7,19 +7,20 @@
 //! size. A hit touches one list head and the block: no free-index search, no
 //! split, no coalescing, no registry update.
 //!
-//! - Lists are per stream slot and size class, LIFO, intrusive through the
-//!   block's free-list links; only the head is looked at, and it must match
+//! - Lists are per shard (so per stream) and size class, LIFO, intrusive
+//!   through the block's free-list links; only the head is looked at, and it must match
 //!   the rounded size exactly.
 //! - A held block is not in any free index and does not coalesce, so every
 //!   path that needs free memory to be whole (growth, page moves, the OOM
 //!   ladder, empty_cache, release, teardown) first returns the held blocks
-//!   to their pools (`State::drain_reuse`): a request that would grow its
-//!   stream's pool drains that stream's lists; the OOM ladder and
-//!   empty_cache drain them all.
+//!   to their pool (`Pool::drain_reuse`): a request that would grow its
+//!   shard drains that shard's lists; the OOM ladder and empty_cache drain
+//!   every shard's.
 //! - Blocks other streams used (record_stream) never enter: their frees wait
 //!   for events.
 //! - Bounded: small-pool blocks only, a few per size, and a cap on held
-//!   bytes (`reuse_cache_mb`), so the lists stay a small, hot working set.
+//!   bytes per stream (`reuse_cache_mb`), so the lists stay a small, hot
+//!   working set.
 
 use super::block::{BlockArena, BlockId, NIL};
 use super::size_class::{class_of, CLASS_COUNT};
@@ -34,43 +35,40 @@ const MAX_BLOCK: usize = super::policy::SMALL_SIZE;
 
 const WORDS: usize = CLASS_COUNT.div_ceil(64);
 
-/// Reuse lists of one stream slot.
+/// The reuse lists of one shard.
 #[derive(Debug)]
-struct Lists {
+pub(crate) struct ReuseLists {
     heads: Box<[BlockId; CLASS_COUNT]>,
     counts: Box<[u8; CLASS_COUNT]>,
     /// Bit c set when class c's list is non-empty (for draining).
     used: [u64; WORDS],
-}
-
-impl Default for Lists {
-    fn default() -> Self {
-        Lists { heads: Box::new([NIL; CLASS_COUNT]), counts: Box::new([0; CLASS_COUNT]), used: [0; WORDS] }
-    }
-}
-
-/// The reuse lists of one allocator.
-#[derive(Debug, Default)]
-pub struct ReuseLists {
-    slots: Vec<Lists>,
     /// Held blocks and their bytes.
     pub count: usize,
     pub bytes: usize,
     /// Held bytes at most; 0 turns reuse off.
-    pub limit: usize,
+    limit: usize,
 }
 
 impl ReuseLists {
     pub fn new(limit: usize) -> Self {
-        ReuseLists { limit, ..Default::default() }
+        ReuseLists {
+            heads: Box::new([NIL; CLASS_COUNT]),
+            counts: Box::new([0; CLASS_COUNT]),
+            used: [0; WORDS],
+            count: 0,
+            bytes: 0,
+            limit,
+        }
     }
 
-    /// A held block of exactly `size` bytes on `slot`, taken off its list.
+    /// A held block of exactly `size` bytes, taken off its list.
     #[inline]
-    pub fn pop(&mut self, arena: &BlockArena, slot: u16, size: usize) -> Option<BlockId> {
-        let lists = self.slots.get_mut(slot as usize)?;
+    pub fn pop(&mut self, arena: &BlockArena, size: usize) -> Option<BlockId> {
+        if self.count == 0 {
+            return None;
+        }
         let class = class_of(size);
-        let id = lists.heads[class];
+        let id = self.heads[class];
         if id == NIL {
             return None;
         }
@@ -78,79 +76,67 @@ impl ReuseLists {
         if b.size != size {
             return None;
         }
-        lists.heads[class] = b.free_next;
-        lists.counts[class] -= 1;
+        self.heads[class] = b.free_next;
+        self.counts[class] -= 1;
         self.count -= 1;
         self.bytes -= size;
         Some(id)
     }
 
-    /// Holds block `id` (of `size` bytes on `slot`) if there is room.
+    /// Holds block `id` (of `size` bytes) if there is room.
     #[inline]
-    pub fn push(&mut self, arena: &mut BlockArena, slot: u16, id: BlockId, size: usize) -> bool {
+    pub fn push(&mut self, arena: &mut BlockArena, id: BlockId, size: usize) -> bool {
         if self.bytes + size > self.limit || size > MAX_BLOCK {
             return false;
         }
-        if self.slots.len() <= slot as usize {
-            self.slots.resize_with(slot as usize + 1, Lists::default);
-        }
-        let lists = &mut self.slots[slot as usize];
         let class = class_of(size);
-        if lists.counts[class] >= PER_CLASS {
+        if self.counts[class] >= PER_CLASS {
             return false;
         }
         let b = arena.get_mut(id);
         b.free_prev = NIL;
-        b.free_next = lists.heads[class];
-        lists.heads[class] = id;
-        lists.counts[class] += 1;
-        lists.used[class / 64] |= 1 << (class % 64);
+        b.free_next = self.heads[class];
+        self.heads[class] = id;
+        self.counts[class] += 1;
+        self.used[class / 64] |= 1 << (class % 64);
         self.count += 1;
         self.bytes += size;
         true
     }
 
-    /// Whether stream slot `slot` holds any block.
+    /// Whether any block is held.
     #[inline]
-    pub fn holds(&self, slot: u16) -> bool {
-        self.slots.get(slot as usize).is_some_and(|l| l.used.iter().any(|&w| w != 0))
+    pub fn holds(&self) -> bool {
+        self.count != 0
     }
 
-    /// Empties the lists of `slot`, or of every slot; returns the blocks
-    /// that were held.
-    pub fn take(&mut self, arena: &BlockArena, slot: Option<u16>) -> Vec<BlockId> {
-        let mut out = Vec::new();
-        for (i, lists) in self.slots.iter_mut().enumerate() {
-            if slot.is_some_and(|s| s as usize != i) {
-                continue;
-            }
-            for w in 0..WORDS {
-                let mut bits = std::mem::take(&mut lists.used[w]);
-                while bits != 0 {
-                    let class = w * 64 + bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    let mut id = std::mem::replace(&mut lists.heads[class], NIL);
-                    while id != NIL {
-                        out.push(id);
-                        self.bytes -= arena.get(id).size;
-                        id = arena.get(id).free_next;
-                    }
-                    lists.counts[class] = 0;
+    /// Empties the lists; returns the blocks that were held.
+    pub fn take(&mut self, arena: &BlockArena) -> Vec<BlockId> {
+        let mut out = Vec::with_capacity(self.count);
+        for w in 0..WORDS {
+            let mut bits = std::mem::take(&mut self.used[w]);
+            while bits != 0 {
+                let class = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let mut id = std::mem::replace(&mut self.heads[class], NIL);
+                while id != NIL {
+                    out.push(id);
+                    id = arena.get(id).free_next;
                 }
+                self.counts[class] = 0;
             }
         }
-        self.count -= out.len();
+        self.count = 0;
+        self.bytes = 0;
         out
     }
 
     /// Every held block, for the invariant checker.
     pub fn iter<'a>(&'a self, arena: &'a BlockArena) -> impl Iterator<Item = BlockId> + 'a {
-        self.slots.iter().flat_map(move |lists| {
-            lists.heads.iter().flat_map(move |&head| {
-                std::iter::successors((head != NIL).then_some(head), move |&id| {
-                    let next = arena.get(id).free_next;
-                    (next != NIL).then_some(next)
-                })
+        self.heads.iter().flat_map(move |&head| {
+            std::iter::successors((head != NIL).then_some(head), move |&id| {
+                let next = arena.get(id).free_next;
+                (next != NIL).then_some(next)
             })
         })
     }

@@ -1,13 +1,15 @@
-//! A snapshot of segments and blocks as JSON (an explicitly expensive call).
+//! A snapshot of segments and blocks as JSON (an explicitly expensive call:
+//! it locks each shard in turn).
 
+use super::backing::Backing;
 use super::block::{BlockState, NIL};
-use super::state::State;
+use super::device::Device;
 use std::fmt::Write;
 
-impl State {
-    pub fn snapshot_json(&self) -> String {
-        let mut out = String::with_capacity(256 + 128 * self.blocks.live());
-        let s = self.stats.get();
+impl<B: Backing> Device<B> {
+    pub fn snapshot_json(&self) -> crate::error::Result<String> {
+        let s = self.stats()?;
+        let mut out = String::with_capacity(1024);
         let _ = write!(
             out,
             "{{\"device\":{},\"stats\":{{\"allocated_bytes\":{},\"allocated_bytes_peak\":{},\"requested_bytes\":{},\
@@ -15,7 +17,7 @@ impl State {
              \"segments\":{},\"num_allocs\":{},\"num_frees\":{},\"num_device_mallocs\":{},\"num_device_frees\":{},\
              \"num_maps\":{},\"num_unmaps\":{},\"num_alloc_retries\":{},\"num_ooms\":{},\"num_syncs\":{},\
              \"num_physical_mallocs\":{},\"num_physical_frees\":{},\"largest_free_block\":{},\"pending_free_bytes\":{}}},\"segments\":[",
-            self.device,
+            self.sh.device,
             s.allocated_bytes,
             s.allocated_bytes_peak,
             s.requested_bytes,
@@ -35,46 +37,49 @@ impl State {
             s.num_syncs,
             s.num_physical_mallocs,
             s.num_physical_frees,
-            self.largest_free(),
-            self.order.pending_bytes,
+            s.largest_free_block,
+            self.pending_bytes(),
         );
-        for (i, seg_id) in self.segments.ids().enumerate() {
-            let seg = self.segments.get(seg_id);
-            let _ = write!(
-                out,
-                "{}{{\"address\":{},\"size\":{},\"pool\":\"{}\",\"stream\":{},\"expandable\":{},\"mapped_bytes\":{},\"blocks\":[",
-                if i > 0 { "," } else { "" },
-                seg.base,
-                seg.size,
-                seg.kind.name(),
-                self.streams.stream(seg.stream_slot).0,
-                seg.vmm.is_some(),
-                seg.vmm.as_ref().map_or(seg.size, |r| r.mapped * r.page_size),
-            );
-            let mut id = seg.first;
-            let mut first = true;
-            while id != NIL {
-                let b = self.blocks.get(id);
-                let state = match b.state {
-                    BlockState::Allocated => "active",
-                    BlockState::Free | BlockState::Held => "cached",
-                    BlockState::Pending => "pending-free",
-                };
+        let mut first_segment = true;
+        for shard in self.streams.shards() {
+            let pool = shard.lock_anyway();
+            let stream = pool.stream().0;
+            for seg_id in pool.segments.ids() {
+                let seg = pool.segments.get(seg_id);
+                let (expandable, mapped) = B::describe(seg);
                 let _ = write!(
                     out,
-                    "{}{{\"address\":{},\"size\":{},\"requested\":{},\"state\":\"{state}\",\"stream\":{}}}",
-                    if first { "" } else { "," },
-                    b.addr,
-                    b.size,
-                    b.requested,
-                    self.streams.stream(b.stream_slot).0,
+                    "{}{{\"address\":{},\"size\":{},\"pool\":\"{}\",\"stream\":{stream},\"expandable\":{expandable},\"mapped_bytes\":{mapped},\"blocks\":[",
+                    if first_segment { "" } else { "," },
+                    seg.base,
+                    seg.size,
+                    pool.kind.name(),
                 );
-                first = false;
-                id = b.next;
+                first_segment = false;
+                let mut id = seg.first;
+                let mut first = true;
+                while id != NIL {
+                    let b = pool.blocks.get(id);
+                    let state = match b.state {
+                        BlockState::Allocated => "active",
+                        BlockState::Free | BlockState::Held | BlockState::Reclaiming => "cached",
+                        BlockState::Pending => "pending-free",
+                    };
+                    let _ = write!(
+                        out,
+                        "{}{{\"address\":{},\"size\":{},\"requested\":{},\"state\":\"{state}\",\"stream\":{stream}}}",
+                        if first { "" } else { "," },
+                        b.addr,
+                        b.size,
+                        b.requested,
+                    );
+                    first = false;
+                    id = b.next;
+                }
+                out.push_str("]}");
             }
-            out.push_str("]}");
         }
         out.push_str("]}");
-        out
+        Ok(out)
     }
 }

@@ -1,41 +1,57 @@
 //! Note [stream-ordered reuse]
 //!
-//! Every block belongs to the stream it was allocated on. Work on one stream
-//! runs in order, so a block freed by the host is safe for *later* work on
-//! the same stream at once: it goes straight back to that stream's pool.
-//! Other streams may still be using it if the caller said so with
-//! `record_stream`; then the free records an event on each of those streams
-//! and the block waits here until all of them complete. Completion is polled
-//! lazily — on an allocation miss, or when more than
-//! `POLL_THRESHOLD` frees wait — never on every malloc.
+//! Every block belongs to the stream it was allocated on, and lives in that
+//! stream's shard. Work on one stream runs in order, so a block freed by the
+//! host is safe for *later* work on the same stream at once: it goes straight
+//! back to the shard's pool. Other streams may still be using it if the
+//! caller said so with `record_stream`; then the free records an event on
+//! each of those streams and the block waits here until all of them
+//! complete. Completion is polled lazily (on a miss, or when more than
+//! `POLL_THRESHOLD` frees wait), never on every malloc.
+//!
+//! This module is the whole of stream ordering: a shard calls `note_use`
+//! (record_stream), `free_events` then `defer` (a free with stream uses),
+//! `poll` (completed frees), and the reclaim paths call `pending_events` /
+//! `take_all_events`. Each shard has its own `StreamOrder` under its lock.
 
 use super::block::BlockId;
-use crate::runtime::{Event, Stream};
+use super::stats::DeviceCounters;
+use crate::error::{Error, Result};
+use crate::runtime::{Event, Runtime, Stream};
 use std::collections::HashMap;
 
 /// Poll pending frees once this many wait, even without a miss.
-pub const POLL_THRESHOLD: usize = 64;
+pub(crate) const POLL_THRESHOLD: usize = 64;
 
 #[derive(Debug)]
-pub struct PendingFree {
-    pub block: BlockId,
-    pub events: Vec<Event>,
+struct PendingFree {
+    block: BlockId,
+    events: Vec<Event>,
+    size: usize,
+}
+
+/// The runtime calls stream ordering makes, on one device.
+pub(crate) struct DeviceCalls<'a> {
+    pub rt: &'a Runtime,
+    pub device: i32,
+    pub counters: &'a DeviceCounters,
 }
 
 #[derive(Debug, Default)]
-pub struct StreamOrder {
+pub(crate) struct StreamOrder {
     /// Streams other than the owner recorded on allocated blocks.
-    other_streams: HashMap<BlockId, Vec<Stream>>,
+    uses: HashMap<BlockId, Vec<Stream>>,
     pending: Vec<PendingFree>,
-    pub pending_bytes: usize,
-    /// Completed events kept for reuse (creating one costs a runtime call).
+    pending_bytes: usize,
+    /// Events kept for reuse (creating one costs a runtime call).
     event_pool: Vec<Event>,
 }
 
 impl StreamOrder {
-    /// Notes that `stream` uses `block`. Returns false if already noted.
-    pub fn add_use(&mut self, block: BlockId, stream: Stream) -> bool {
-        let uses = self.other_streams.entry(block).or_default();
+    /// Notes that `stream` (not the owner) uses `block`. Returns false if
+    /// already noted.
+    pub fn note_use(&mut self, block: BlockId, stream: Stream) -> bool {
+        let uses = self.uses.entry(block).or_default();
         if uses.contains(&stream) {
             return false;
         }
@@ -43,30 +59,64 @@ impl StreamOrder {
         true
     }
 
-    /// Takes the other-stream list of a block being freed.
-    pub fn take_uses(&mut self, block: BlockId) -> Vec<Stream> {
-        self.other_streams.remove(&block).unwrap_or_default()
+    /// An event recorded on each other stream that used `block`, so its
+    /// free can wait for their work. A stream no event can be recorded on
+    /// is waited for now instead; if that fails too, the events go back to
+    /// the pool and nothing changes (the caller keeps the block allocated).
+    #[cold]
+    #[inline(never)]
+    pub fn free_events(&mut self, calls: &DeviceCalls<'_>, block: BlockId) -> Result<Vec<Event>> {
+        let others = self.uses.get(&block).cloned().unwrap_or_default();
+        let mut events = Vec::with_capacity(others.len());
+        for stream in others {
+            if let Ok(ev) = self.record_on(calls, stream) {
+                events.push(ev);
+                continue;
+            }
+            match calls.rt.on_device(calls.device, || calls.rt.synchronize_stream(stream)) {
+                Ok(()) => calls.counters.synced(),
+                // A destroyed stream has no work left.
+                Err(e) if e.is_invalid_handle() => {}
+                Err(e) => {
+                    self.event_pool.extend(events);
+                    return Err(Error::runtime(
+                        e,
+                        "waiting for another stream's work on the block (no event could be recorded); it stays allocated",
+                    ));
+                }
+            }
+        }
+        Ok(events)
     }
 
-    pub fn uses(&self, block: BlockId) -> &[Stream] {
-        self.other_streams.get(&block).map(Vec::as_slice).unwrap_or(&[])
-    }
-
-    pub fn pooled_event(&mut self) -> Option<Event> {
-        self.event_pool.pop()
-    }
-
-    pub fn return_event(&mut self, event: Event) {
-        self.event_pool.push(event);
-    }
-
-    pub fn push_pending(&mut self, pending: PendingFree, size: usize) {
+    /// Frees `block` (of `size` bytes) once `events` complete; forgets its
+    /// uses. Returns true when it must wait (false: no events, reuse now).
+    pub fn defer(&mut self, block: BlockId, events: Vec<Event>, size: usize) -> bool {
+        self.uses.remove(&block);
+        if events.is_empty() {
+            return false;
+        }
         self.pending_bytes += size;
-        self.pending.push(pending);
+        self.pending.push(PendingFree { block, events, size });
+        true
     }
 
-    pub fn pending(&self) -> &[PendingFree] {
-        &self.pending
+    fn record_on(&mut self, calls: &DeviceCalls<'_>, stream: Stream) -> Result<Event, crate::runtime::AclCallError> {
+        let rt = calls.rt;
+        let pooled = self.event_pool.pop();
+        let recorded = rt.on_device(calls.device, || {
+            let ev = match pooled {
+                Some(ev) => ev,
+                None => rt.create_event()?,
+            };
+            Ok(rt.record_event(ev, stream).map(|()| ev).map_err(|e| (e, ev)))
+        })?;
+        recorded.map_err(|(e, ev)| {
+            // Never recorded: as good as new. Pooled, it is reused or
+            // destroyed at teardown; destroying it here could fail and leak it.
+            self.event_pool.push(ev);
+            e
+        })
     }
 
     pub fn has_pending(&self) -> bool {
@@ -77,25 +127,49 @@ impl StreamOrder {
         self.pending.len() > POLL_THRESHOLD
     }
 
-    /// Removes and returns the pending frees for which `done` is true.
-    pub fn drain_completed(&mut self, mut done: impl FnMut(&PendingFree) -> bool) -> Vec<PendingFree> {
-        let mut completed = Vec::new();
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
+    /// Whether `block` waits here.
+    pub fn is_pending(&self, block: BlockId) -> bool {
+        self.pending.iter().any(|p| p.block == block)
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The blocks whose frees' events have all completed, taken off the
+    /// pending list (their events go back to the pool).
+    pub fn poll(&mut self, rt: &Runtime) -> Vec<BlockId> {
+        let mut done = Vec::new();
         let mut i = 0;
         while i < self.pending.len() {
-            if done(&self.pending[i]) {
-                completed.push(self.pending.swap_remove(i));
+            if self.pending[i].events.iter().all(|&ev| rt.event_complete(ev).unwrap_or(false)) {
+                let p = self.pending.swap_remove(i);
+                self.pending_bytes -= p.size;
+                self.event_pool.extend(p.events);
+                done.push(p.block);
             } else {
                 i += 1;
             }
         }
-        completed
+        done
     }
 
-    pub fn settle_bytes(&mut self, size: usize) {
-        self.pending_bytes -= size;
+    /// The events pending frees wait for (to synchronize them outside the
+    /// shard's lock; they stay owned here).
+    pub fn pending_events(&self) -> Vec<Event> {
+        self.pending.iter().flat_map(|p| p.events.iter().copied()).collect()
     }
 
-    /// Every event this allocator owns (pending and pooled), for teardown.
+    /// The streams recorded on `block`.
+    pub fn uses(&self, block: BlockId) -> &[Stream] {
+        self.uses.get(&block).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Every event this shard owns (pending and pooled), for teardown.
     pub fn take_all_events(&mut self) -> Vec<Event> {
         let mut all: Vec<Event> = self.event_pool.drain(..).collect();
         for p in self.pending.drain(..) {
@@ -105,8 +179,8 @@ impl StreamOrder {
         all
     }
 
-    /// Number of blocks with other-stream uses (invariant checks).
+    /// Blocks with other-stream uses (invariant checks).
     pub fn blocks_with_uses(&self) -> impl Iterator<Item = BlockId> + '_ {
-        self.other_streams.keys().copied()
+        self.uses.keys().copied()
     }
 }

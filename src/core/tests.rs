@@ -80,12 +80,12 @@ fn a_stream_the_runtime_does_not_know_is_refused_changing_nothing() {
         assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("not a live stream")), "{e}");
     }
     assert_eq!(a.stats().unwrap(), before, "nothing changed");
-    assert_eq!(a.state.lock().unwrap().streams.all().len(), 1, "no slot was given to a bad stream");
+    assert_eq!(a.streams_served(), 1, "no slot was given to a bad stream");
     // A live stream met for the first time passes the check, once.
     let s = new_stream(&a);
     let q = a.malloc(4096, s).unwrap();
     a.record_stream(p, s).unwrap();
-    assert_eq!(a.state.lock().unwrap().streams.all().len(), 2);
+    assert_eq!(a.streams_served(), 2);
     a.free(q).unwrap();
     a.free(p).unwrap();
     drop_stream(&a, s);

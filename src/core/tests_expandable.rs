@@ -10,6 +10,7 @@ use super::tests::{
     allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, usage, DEV,
 };
 use super::*;
+use super::backing::expandable::PieceRule;
 use ascendcl::{aclemu_stream_hold, aclemu_stream_release, aclemu_usage};
 
 pub(super) const MIB: usize = 1 << 20;
@@ -55,7 +56,7 @@ impl Baseline {
 /// their own tests).
 pub(super) fn paged(config: &str) -> DeviceAllocator {
     let a = allocator(config);
-    a.state.lock().unwrap().pieces = expandable::PieceRule { floor: PAGE, share: 0, ceiling: PAGE };
+    a.set_piece_rule(PieceRule { floor: PAGE, share: 0, ceiling: PAGE });
     a
 }
 
@@ -68,24 +69,7 @@ pub(super) fn budget(bytes: usize) {
 /// The allocator's own accounting: (bytes mapped in its ranges, bytes of
 /// unmapped handles in its cache).
 pub(super) fn own_accounting(a: &DeviceAllocator) -> (usize, usize) {
-    let st = a.state.lock().unwrap();
-    let mapped = st
-        .segments
-        .ids()
-        .filter_map(|s| {
-            st.segments
-                .get(s)
-                .vmm
-                .as_ref()
-                .map(|r| r.mapped * r.page_size)
-        })
-        .sum();
-    let cached = st
-        .handle_cache
-        .iter()
-        .map(|(size, hs)| size * hs.len())
-        .sum();
-    (mapped, cached)
+    a.own_accounting()
 }
 
 /// Distinct pages of `page` bytes (relative to `base`) under the given blocks.

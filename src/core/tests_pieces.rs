@@ -3,7 +3,7 @@
 //! ACL VMM]), through the emulator, with the default 2 MiB pages. Tests of
 //! moving handles pin fresh handles to 4 MiB (`floor_pieces`).
 
-use super::expandable::PieceRule;
+use super::backing::expandable::PieceRule;
 use super::tests::{allocator, check_fill, emu_lock, fail_nth, fill, set_capacity, DEV};
 use super::tests_expandable::{budget, check_accounting, teardown_clean, Baseline, GIB, MIB, PAGE};
 use super::*;
@@ -12,7 +12,7 @@ use super::*;
 /// however empty the device.
 fn floor_pieces(config: &str) -> DeviceAllocator {
     let a = allocator(config);
-    a.state.lock().unwrap().pieces = PieceRule { floor: 4 * MIB, share: 0, ceiling: 4 * MIB };
+    a.set_piece_rule(PieceRule { floor: 4 * MIB, share: 0, ceiling: 4 * MIB });
     a
 }
 

@@ -7,7 +7,7 @@ const FIXED: &str = "expandable_segments:false";
 
 /// Blocks the allocator holds for reuse right now.
 fn held(a: &DeviceAllocator) -> usize {
-    a.state.lock().unwrap().reuse.count
+    a.held_blocks().0
 }
 
 #[test]
@@ -151,6 +151,6 @@ fn the_byte_limit_bounds_what_is_held() {
         a.free(p).unwrap();
     }
     assert_eq!(held(&a), 2, "two 512 KiB blocks fill a 1 MiB limit");
-    assert_eq!(a.state.lock().unwrap().reuse.bytes, 1 << 20);
+    assert_eq!(a.held_blocks().1, 1 << 20);
     finish(a);
 }

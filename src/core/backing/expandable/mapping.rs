@@ -1,43 +1,54 @@
 //! Mapping pages under a block and unmapping free pieces: which handle backs
 //! which pages (cached or fresh), and rolling back a partial mapping.
 
-use super::{PageSpec, Piece};
-use crate::core::state::{GrowError, State};
+use super::{PageSpec, Piece, RangePool};
+use crate::core::backing::{GrowContext, GrowError};
+use crate::core::segment::SegmentId;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 
 /// One placement being mapped: a request of `size` bytes at `addr` of
 /// segment `seg`.
-pub(in crate::core) struct Placement {
-    pub(super) seg: u32,
+pub(super) struct Placement<'a> {
+    pub(super) seg: SegmentId,
     pub(super) addr: usize,
     pub(super) size: usize,
     /// Segments whose streams were synchronized for a page move (once per
     /// placement).
-    pub(super) synced: Vec<u32>,
-    /// Free pieces that may move here, as (pages, address, segment, head),
-    /// found on the first move.
-    pub(super) victims: Option<Vec<(usize, usize, u32, usize)>>,
+    pub(super) synced: bool,
+    /// Free pieces that may move here, found on the first move.
+    pub(super) victims: Option<Vec<super::headroom::Victim>>,
+    /// Allocated bytes over the device and their peak.
+    pub(super) device: &'a GrowContext,
 }
 
-impl State {
+impl RangePool {
     /// Maps every unmapped page under [addr, addr + size) of segment `seg`,
     /// each run of unmapped pages with as few handles as the cache allows.
     /// The free block being placed spans [addr, addr + room): a cached handle
     /// may reach past `size` into its unmapped pages.
     /// On failure, unmaps what this call mapped (handles go to the cache).
-    pub(in crate::core) fn ensure_mapped(&mut self, seg: u32, addr: usize, size: usize, room: usize) -> Result<(), GrowError> {
+    pub(super) fn ensure_mapped(
+        &mut self,
+        seg: SegmentId,
+        addr: usize,
+        size: usize,
+        room: usize,
+        device: &GrowContext,
+    ) -> Result<(), GrowError> {
         let (base, page, floor_pages) = {
             let s = self.segments.get(seg);
-            (s.base, s.vmm.as_ref().expect("expandable segment").page_size, self.floor_pages(seg))
+            (s.base, s.extent.page_size, self.floor_pages(seg))
         };
         let first = (addr - base) / page;
         let end = (addr + size - 1 - base) / page + 1;
         // Whole pages inside the free block. Its first page may be shared
         // with the previous block, but then that page is mapped already.
         let room_end = (addr + room - base) / page;
-        let mut ctx = Placement { seg, addr, size, synced: Vec::new(), victims: None };
+        let mut ctx = Placement { seg, addr, size, synced: false, victims: None, device };
         let mut mapped_now = Vec::new();
+        // Handles obtained by this call, as (handle, bytes).
+        let mut fresh = Vec::new();
         let mut i = first;
         while i < end {
             if let Some(p) = self.range(seg).page(i) {
@@ -53,7 +64,7 @@ impl State {
             while i + avail < reach && self.range(seg).page(i + avail).is_none() {
                 avail += 1;
             }
-            match self.map_piece(&mut ctx, i, run, avail) {
+            match self.map_piece(&mut ctx, i, run, avail, &mut fresh) {
                 Ok(units) => {
                     mapped_now.push(i);
                     i += units;
@@ -63,6 +74,9 @@ impl State {
                         // Undo: the pages were never used, no sync needed.
                         let _ = self.unmap_piece(seg, head);
                     }
+                    // Nothing kept on failure: the handles this call
+                    // obtained go back to the device (cached ones stay).
+                    self.free_fresh(fresh);
                     return Err(e);
                 }
             }
@@ -72,10 +86,17 @@ impl State {
 
     /// Maps one handle at page `i`, which starts `run` pages that need
     /// mapping and `avail` unmapped free pages. Returns the pages covered.
-    fn map_piece(&mut self, ctx: &mut Placement, i: usize, run: usize, avail: usize) -> Result<usize, GrowError> {
+    fn map_piece(
+        &mut self,
+        ctx: &mut Placement<'_>,
+        i: usize,
+        run: usize,
+        avail: usize,
+        fresh: &mut Vec<(PhysicalHandle, usize)>,
+    ) -> Result<usize, GrowError> {
         let (base, spec, fresh_pages) = {
             let s = self.segments.get(ctx.seg);
-            let r = s.vmm.as_ref().expect("expandable segment");
+            let r = &s.extent;
             (s.base, PageSpec { size: r.page_size, attr: r.attr }, self.fresh_piece_pages(ctx.seg))
         };
         let mut cached = self.cached_handle(spec.size, run, avail);
@@ -88,19 +109,21 @@ impl State {
             None => {
                 let pages = run.min(fresh_pages);
                 let floor = run.min(self.floor_pages(ctx.seg));
-                match self.fresh_handle(spec, pages) {
+                let got = match self.fresh_handle(spec, pages) {
                     // The estimate of free memory was too kind (another
                     // process holds some, or physical memory is fragmented):
                     // a floor-sized handle may still fit.
                     Err(e) if e.is_out_of_memory() && pages > floor => self.fresh_handle(spec, floor)?,
                     r => r?,
-                }
+                };
+                fresh.push(got);
+                got
             }
         };
-        let rt = self.rt.clone();
+        let sh = self.sh.clone();
         let addr = base + i * spec.size;
-        if let Err(e) = rt.on_device(self.device, || rt.map(addr, bytes, handle)) {
-            self.handle_cache.entry(bytes).or_default().push(handle);
+        if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.map(addr, bytes, handle)) {
+            sh.backing.cache_handle(bytes, handle);
             return Err(GrowError::Runtime(e));
         }
         let units = bytes / spec.size;
@@ -111,59 +134,77 @@ impl State {
         }
         r.pages[i..i + units].fill(Some(piece));
         r.mapped += units;
-        self.stats.page_mapped();
+        sh.counters.page_mapped();
         Ok(units)
     }
 
     /// A new physical handle of `pages` pages, within the memory limit.
     fn fresh_handle(&mut self, spec: PageSpec, pages: usize) -> Result<(PhysicalHandle, usize), GrowError> {
         let bytes = pages * spec.size;
-        let reserved = self.stats.get().reserved_bytes as usize;
-        if let Some(limit) = self.limit {
-            if reserved + bytes > limit {
-                return Err(GrowError::OverLimit { size: bytes, limit });
+        let sh = &self.sh;
+        sh.limit.charge(bytes)?;
+        match sh.rt.on_device(sh.device, || sh.rt.malloc_physical(sh.device, spec.attr, bytes)) {
+            Ok(h) => {
+                sh.counters.physical_allocated(bytes);
+                Ok((h, bytes))
+            }
+            Err(e) => {
+                sh.limit.refund(bytes);
+                Err(GrowError::Runtime(e))
             }
         }
-        let rt = self.rt.clone();
-        let h = rt
-            .on_device(self.device, || rt.malloc_physical(self.device, spec.attr, bytes))
-            .map_err(GrowError::Runtime)?;
-        self.stats.physical_allocated(bytes);
-        Ok((h, bytes))
+    }
+
+    /// Frees the handles a failed placement obtained, wherever they are
+    /// now (unmapped: in the cache). One the cache no longer holds stays.
+    fn free_fresh(&mut self, fresh: Vec<(PhysicalHandle, usize)>) {
+        for (h, bytes) in fresh {
+            let taken = {
+                let mut cache = self.sh.backing.handles();
+                let list = cache.entry(bytes).or_default();
+                list.iter().position(|&c| c == h).map(|at| list.swap_remove(at))
+            };
+            if let Some(h) = taken {
+                if super::free_handle(&self.sh, h, bytes).is_err() {
+                    self.sh.backing.cache_handle(bytes, h);
+                }
+            }
+        }
     }
 
     /// A cached handle for `run` pages that need mapping followed by
     /// `avail` unmapped free pages: the largest of at most `run` pages, else
     /// the smallest of at most `avail`. Taken off the cache.
     pub(super) fn cached_handle(&mut self, page: usize, run: usize, avail: usize) -> Option<(PhysicalHandle, usize)> {
+        let mut cache = self.sh.backing.handles();
         let sizes = |limit: usize| {
-            self.handle_cache
+            cache
                 .iter()
                 .filter(move |(&bytes, hs)| !hs.is_empty() && bytes % page == 0 && bytes / page <= limit)
                 .map(|(&bytes, _)| bytes)
         };
         let bytes = sizes(run).max().or_else(|| sizes(avail).min())?;
-        let h = self.handle_cache.get_mut(&bytes).and_then(Vec::pop)?;
+        let h = cache.get_mut(&bytes).and_then(Vec::pop)?;
         Some((h, bytes))
     }
 
     /// Unmaps the piece whose first page is `head`; its handle goes to the
     /// cache. The caller has made sure no queued work uses it.
-    pub(super) fn unmap_piece(&mut self, seg: u32, head: usize) -> Result<()> {
+    pub(super) fn unmap_piece(&mut self, seg: SegmentId, head: usize) -> Result<()> {
         let (addr, page, piece) = {
             let s = self.segments.get(seg);
-            let r = s.vmm.as_ref().expect("expandable segment");
+            let r = &s.extent;
             (s.base + head * r.page_size, r.page_size, r.page(head).expect("mapped page"))
         };
         debug_assert_eq!(piece.head as usize, head);
-        let rt = self.rt.clone();
-        rt.on_device(self.device, || rt.unmap(addr)).map_err(|e| Error::runtime(e, "unmapping a free page"))?;
+        let sh = self.sh.clone();
+        sh.rt.on_device(sh.device, || sh.rt.unmap(addr)).map_err(|e| Error::runtime(e, "unmapping a free page"))?;
         let units = piece.units as usize;
         let r = self.range_mut(seg);
         r.pages[head..head + units].fill(None);
         r.mapped -= units;
-        self.handle_cache.entry(units * page).or_default().push(piece.handle);
-        self.stats.page_unmapped();
+        sh.backing.cache_handle(units * page, piece.handle);
+        sh.counters.page_unmapped();
         Ok(())
     }
 }

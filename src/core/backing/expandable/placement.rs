@@ -1,33 +1,35 @@
 //! Where a request goes inside an expandable range, and what the range's
 //! free blocks hold mapped.
 
+use super::RangePool;
+use crate::core::backing::{GrowContext, GrowError};
 use crate::core::block::{BlockId, BlockState, NIL};
-use crate::core::policy::PoolKind;
-use crate::core::state::{GrowError, State};
+use crate::core::segment::SegmentId;
 
 /// Free blocks the mapped-first search looks at, smallest classes first.
 const MAPPED_FIT_SCAN: usize = 64;
 
-impl State {
+impl RangePool {
     /// Places a request of `rounded` bytes given its best fit: as is when
     /// its pages are mapped; else in a free block with a mapped run that
     /// fits (no mapping at all); else, with a headroom, where the fewest
     /// pages are missing, and without one at the best fit, mapping what it
     /// lacks.
     /// Returns the free block to take (its first `rounded` bytes mapped).
-    pub(in crate::core) fn place_in_range(&mut self, best_fit: BlockId, rounded: usize) -> Result<BlockId, GrowError> {
+    pub(super) fn place_in_range(
+        &mut self,
+        best_fit: BlockId,
+        rounded: usize,
+        device: &GrowContext,
+    ) -> Result<BlockId, GrowError> {
         if self.unmapped_under(best_fit, rounded) == 0 {
             return Ok(best_fit);
         }
-        let (slot, kind) = {
-            let b = self.blocks.get(best_fit);
-            (b.stream_slot, b.kind)
-        };
-        if let Some((id, off)) = self.find_mapped_fit(slot, kind, rounded) {
+        if let Some((id, off)) = self.find_mapped_fit(rounded) {
             return Ok(if off > 0 { self.split_front(id, off) } else { id });
         }
-        let (id, off) = match self.reserved_headroom {
-            Some(_) => self.find_most_mapped(slot, kind, rounded).unwrap_or((best_fit, 0)),
+        let (id, off) = match self.sh.backing.reserved_headroom {
+            Some(_) => self.find_most_mapped(rounded).unwrap_or((best_fit, 0)),
             None => (best_fit, 0),
         };
         // Mapped before the split: a failure leaves the block whole.
@@ -35,29 +37,29 @@ impl State {
             let b = self.blocks.get(id);
             (b.segment, b.addr, b.size)
         };
-        self.ensure_mapped(seg, addr + off, rounded, size - off)?;
+        self.ensure_mapped(seg, addr + off, rounded, size - off, device)?;
         Ok(if off > 0 { self.split_front(id, off) } else { id })
     }
 
-    /// Free blocks of (slot, kind) that can hold `size` bytes, smallest
-    /// classes first, at most `MAPPED_FIT_SCAN` of them.
-    fn fit_candidates(&self, slot: u16, kind: PoolKind, size: usize) -> impl Iterator<Item = BlockId> + '_ {
-        self.pools[slot as usize][kind as usize]
+    /// Free blocks that can hold `size` bytes, smallest classes first, at
+    /// most `MAPPED_FIT_SCAN` of them.
+    fn fit_candidates(&self, size: usize) -> impl Iterator<Item = BlockId> + '_ {
+        self.index
             .iter_from(&self.blocks, size)
             .filter(move |&id| self.blocks.get(id).size >= size)
             .take(MAPPED_FIT_SCAN)
     }
 
     /// With a headroom, where every page mapped is one fewer to move: the
-    /// free block of (slot, kind) and offset (its start, or its end for a
+    /// free block and offset (its start, or its end for a
     /// block below the range's top) where `size` bytes lack the fewest
     /// mapped pages. Smaller blocks win ties.
-    fn find_most_mapped(&self, slot: u16, kind: PoolKind, size: usize) -> Option<(BlockId, usize)> {
+    fn find_most_mapped(&self, size: usize) -> Option<(BlockId, usize)> {
         let mut best: Option<(usize, BlockId, usize)> = None;
-        for id in self.fit_candidates(slot, kind, size) {
+        for id in self.fit_candidates(size) {
             let b = self.blocks.get(id);
             let s = self.segments.get(b.segment);
-            let Some(r) = &s.vmm else { continue };
+            let r = &s.extent;
             let page = r.page_size;
             let lacking = |at: usize| {
                 let (first, last) = ((at - s.base) / page, (at + size - 1 - s.base) / page);
@@ -77,15 +79,15 @@ impl State {
         best.map(|(_, id, off)| (id, off))
     }
 
-    /// A free block of (slot, kind) holding a fully mapped run of at least
+    /// A free block holding a fully mapped run of at least
     /// `size` bytes, and the run's offset in it.
-    fn find_mapped_fit(&self, slot: u16, kind: PoolKind, size: usize) -> Option<(BlockId, usize)> {
+    fn find_mapped_fit(&self, size: usize) -> Option<(BlockId, usize)> {
         // Candidates come smallest class first: the first run that fits is a
         // good enough fit.
-        for id in self.fit_candidates(slot, kind, size) {
+        for id in self.fit_candidates(size) {
             let b = self.blocks.get(id);
             let s = self.segments.get(b.segment);
-            let Some(r) = &s.vmm else { continue };
+            let r = &s.extent;
             let (lo, hi) = (b.addr - s.base, b.addr + b.size - s.base);
             let page = r.page_size;
             if r.mapped == r.top() {
@@ -117,10 +119,10 @@ impl State {
 
     /// Pages under the first `size` bytes of free block `id` that are not mapped.
     #[inline]
-    pub(in crate::core) fn unmapped_under(&self, id: BlockId, size: usize) -> usize {
+    pub(super) fn unmapped_under(&self, id: BlockId, size: usize) -> usize {
         let b = self.blocks.get(id);
         let s = self.segments.get(b.segment);
-        let Some(r) = &s.vmm else { return 0 };
+        let r = &s.extent;
         let first = (b.addr - s.base) / r.page_size;
         let last = (b.addr + size - 1 - s.base) / r.page_size;
         // Every page below the top mapped (the range never gave one back):
@@ -137,7 +139,7 @@ impl State {
         let mut best = 0;
         for seg in self.segments.ids() {
             let s = self.segments.get(seg);
-            let Some(r) = &s.vmm else { continue };
+            let r = &s.extent;
             // Mapped exactly below the top: a free block's run is its part
             // below the top.
             let dense = r.mapped == r.top();
@@ -169,9 +171,9 @@ impl State {
     }
 
     /// Pieces of `seg` that lie entirely inside free blocks, as (head, pages).
-    pub(super) fn free_pieces(&self, seg: u32) -> Vec<(usize, usize)> {
+    pub(super) fn free_pieces(&self, seg: SegmentId) -> Vec<(usize, usize)> {
         let s = self.segments.get(seg);
-        let r = s.vmm.as_ref().expect("expandable segment");
+        let r = &s.extent;
         let mut out = Vec::new();
         let mut id = s.first;
         while id != NIL {

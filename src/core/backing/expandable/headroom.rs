@@ -1,0 +1,106 @@
+//! `reserved_headroom`: keep reserved memory within a fraction over the peak
+//! of allocated bytes by moving free pieces instead of allocating new ones.
+//!
+//! When a placement needs a fresh handle and that would take reserved
+//! memory past `(1 + headroom) x peak allocated` (this request included),
+//! cached handles too large to serve it are freed first, then free pieces
+//! elsewhere in the shard's range are unmapped (largest first) so their
+//! handles back the request. Unmapping needs the streams that used the
+//! range synchronized: once per placement, and never when the headroom is
+//! not exceeded. Only the growing shard's own pieces move (its lock is
+//! held, so nobody else can take them meanwhile); other streams' free
+//! pieces reach it through the OOM ladder. Placement helps:
+//! with a headroom a request that needs pages goes where the fewest are
+//! missing (`placement`), so fewer pieces move. Off by default:
+//! on a busy device those synchronizations cost more than the memory they
+//! save (see BENCHMARKS.md).
+
+use super::mapping::Placement;
+use super::{free_handle, RangePool};
+
+/// A free piece that may move: its first page and length in pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Victim {
+    pub pages: usize,
+    pub head: usize,
+}
+
+impl RangePool {
+    /// Whether `extra` fresh bytes would take reserved memory past the
+    /// headroom (always false when `reserved_headroom` is off).
+    pub(super) fn over_headroom(&self, ctx: &Placement<'_>, extra: usize) -> bool {
+        let Some(headroom) = self.sh.backing.reserved_headroom else { return false };
+        let d = ctx.device;
+        let peak = d.allocated_peak.max(d.allocated + ctx.size as u64) as f64;
+        (self.sh.counters.reserved() + extra) as f64 > peak * (1.0 + headroom)
+    }
+
+    /// Puts a handle usable for `run` pages (of `avail` free) in the cache
+    /// if one can be had without allocating: frees cached handles no page
+    /// here can use, then moves the largest free piece that fits.
+    pub(super) fn make_room(&mut self, ctx: &mut Placement<'_>, page: usize, run: usize, avail: usize) {
+        self.trim_cache(page, avail, run * page);
+        if !self.over_headroom(ctx, run * page) {
+            return;
+        }
+        let mut victims = match ctx.victims.take() {
+            Some(v) => v,
+            None => self.movable_pieces(ctx),
+        };
+        // Largest first, then lowest address: the first piece that fits.
+        if let Some(pos) = victims.iter().position(|v| v.pages <= avail) {
+            let v = victims.remove(pos);
+            ctx.synced = ctx.synced || self.sync_streams_of(ctx.seg).is_ok();
+            if ctx.synced {
+                let _ = self.unmap_piece(ctx.seg, v.head);
+            }
+        }
+        ctx.victims = Some(victims);
+    }
+
+    /// Free pieces of the range outside the request: largest first (fewest
+    /// calls per byte moved), then lowest page. Which of equal pieces goes
+    /// first changes how many move later by a fifth either way on bert
+    /// (BENCHMARKS.md); none was better on every trace.
+    fn movable_pieces(&self, ctx: &Placement<'_>) -> Vec<Victim> {
+        let s = self.segments.get(ctx.seg);
+        let page = s.extent.page_size;
+        let mut found: Vec<Victim> = self
+            .free_pieces(ctx.seg)
+            .into_iter()
+            .filter(|&(head, units)| {
+                let (lo, hi) = (s.base + head * page, s.base + (head + units) * page);
+                hi <= ctx.addr || lo >= ctx.addr + ctx.size
+            })
+            .map(|(head, pages)| Victim { pages, head })
+            .collect();
+        found.sort_unstable_by_key(|v| (std::cmp::Reverse(v.pages), v.head));
+        found
+    }
+
+    /// Frees cached handles (of `page` multiples) larger than `avail` pages,
+    /// largest first, until `bytes` are freed: they cannot serve this
+    /// placement and only count against the headroom.
+    fn trim_cache(&mut self, page: usize, avail: usize, bytes: usize) {
+        let mut sizes: Vec<usize> = self
+            .sh
+            .backing
+            .handles()
+            .iter()
+            .filter(|(&b, hs)| b % page == 0 && b / page > avail && !hs.is_empty())
+            .map(|(&b, _)| b)
+            .collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        let mut freed = 0;
+        for size in sizes {
+            while freed < bytes {
+                let Some(h) = self.sh.backing.handles().get_mut(&size).and_then(Vec::pop) else { break };
+                if free_handle(&self.sh, h, size).is_err() {
+                    self.sh.backing.cache_handle(size, h);
+                    return;
+                }
+                freed += size;
+            }
+        }
+    }
+}

@@ -1,0 +1,492 @@
+//! Note [expandable segments on ACL VMM]
+//!
+//! In expandable mode each shard (stream and pool kind) owns one reserved
+//! virtual range (`aclrtReserveMemAddress`). Its blocks tile the whole range, mapped
+//! or not; the range starts as one free block. Physical memory is mapped
+//! only under blocks that are handed out, so free neighbours always coalesce
+//! and the range grows and shrinks instead of piling up fixed segments.
+//!
+//! - Pages: the mapping unit is `page_size` in the large pool (2 MiB by
+//!   default) and 2 MiB in the small pool. A physical handle
+//!   (`aclrtMallocPhysical`, mapped whole) covers one or more consecutive
+//!   pages: a *piece*. How big a fresh piece may be (`PieceRule`) trades
+//!   runtime calls against movable memory: a piece is never split, so a
+//!   small live block pins all of it. While the device has plenty of room,
+//!   growth maps what a block lacks with handles of up to 16 MiB (a 300 MiB
+//!   block: 19 pairs of calls, not 150); a live block then pins at most
+//!   that much that `empty_cache` cannot return. As free device memory
+//!   shrinks, so do fresh pieces, down to 4 MiB: near a full device, where
+//!   moving pages is what lets a request fit, a hole holds whole pieces
+//!   that can move.
+//! - Placement (`placement`): best fit over the range's free blocks; when
+//!   that would map pages, a free block with a mapped run that fits wins
+//!   instead (mapped first), so holes are reused before the range grows.
+//!   With `reserved_headroom`, when no mapped run fits, the request goes
+//!   where the fewest pages are missing (a page mapped there is one fewer
+//!   to move); without it that rule saved no maps and cost min capacity.
+//! - Physical page recycling (`mapping`): pieces unmapped from free blocks go
+//!   to a handle cache (by size, shared by every shard of the device) and
+//!   are mapped again wherever a block needs them; one allocation can be
+//!   backed by pieces freed by any stream, with no second address range. A cached handle may reach past the request into
+//!   the free block's unmapped pages: it is held anyway.
+//! - Pieces move under memory pressure (the OOM ladder, from every shard),
+//!   and, with `reserved_headroom`, whenever growth would take reserved
+//!   memory past that headroom over the peak of allocated bytes
+//!   (`headroom`; pieces of the growing shard's own range only, since
+//!   moving another stream's pages would need its lock across the calls).
+//! - Pages are unmapped only after synchronizing the streams that used them.
+//! - A mapping attempt that fails part-way unmaps what it mapped, keeping the
+//!   handles in the cache: no half-mapped block is ever left behind.
+//! - Reserved bytes count physical memory held (mapped or cached). Only
+//!   `empty_cache`, the OOM ladder and teardown give handles back.
+//! - The large pool reserves twice the device's memory of address space
+//!   (PyTorch reserves 9/8): holes in the address space cost nothing once
+//!   their pages have moved, so the range must hold a fragmented layout of a
+//!   nearly full device. The small pool reserves 9/8.
+
+mod headroom;
+mod mapping;
+mod placement;
+
+use super::{Backing, Detached, GrowContext, GrowError, Scope};
+use crate::core::block::{BlockId, BlockState, NIL};
+use crate::core::directory::ADDRESS_LIMIT;
+use crate::core::policy::{PoolKind, SMALL_BUFFER};
+use crate::core::pool::Pool;
+use crate::core::segment::{Segment, SegmentId};
+use crate::core::shared::Shared;
+use crate::error::{Error, Result};
+use crate::runtime::{PhysicalHandle, Stream};
+use crate::sys;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// How big a fresh physical handle may be (see the Note): `1/share` of the
+/// device memory not yet reserved, within [`floor`, `ceiling`] bytes (and
+/// never more than the pages a placement lacks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PieceRule {
+    pub floor: usize,
+    /// 0: always `floor`.
+    pub share: usize,
+    pub ceiling: usize,
+}
+
+impl PieceRule {
+    /// 4 MiB to 16 MiB, a 16th of what is unreserved (BENCHMARKS.md). A
+    /// larger share pinned enough pages to push min capacity past 1.05x peak
+    /// on bert; higher ceilings saved a fifth of the maps but kept several
+    /// times more memory from a mid-trace `empty_cache`. With
+    /// `reserved_headroom`, always 4 MiB: moving pages to stay within the
+    /// headroom is that mode's point, and large pieces rarely fit the place
+    /// they would move to.
+    pub fn for_config(config: &crate::config::Config) -> Self {
+        let share = if config.reserved_headroom.is_some() { 0 } else { 16 };
+        PieceRule { floor: 4 << 20, share, ceiling: 16 << 20 }
+    }
+}
+
+/// One physical handle mapped over `units` consecutive pages from `head`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub handle: PhysicalHandle,
+    pub head: u32,
+    pub units: u32,
+}
+
+impl Piece {
+    fn end(&self) -> usize {
+        (self.head + self.units) as usize
+    }
+}
+
+/// Virtual-memory bookkeeping of one expandable segment.
+#[derive(Debug, Clone)]
+pub struct VmmRange {
+    /// The mapping unit: every handle is a whole number of these.
+    pub page_size: usize,
+    pub attr: sys::aclrtMemAttr,
+    /// The piece mapped over each page, if any; pages past the end have
+    /// never been mapped (the vector grows with the highest mapping).
+    pub pages: Vec<Option<Piece>>,
+    /// Pages mapped.
+    pub mapped: usize,
+    /// The address `aclrtReserveMemAddress` returned: the range may start
+    /// above it, at the page attr's alignment (`reserve_aligned`).
+    pub reserved_at: usize,
+}
+
+impl VmmRange {
+    /// The piece mapped over page `i`, if any.
+    #[inline]
+    pub fn page(&self, i: usize) -> Option<Piece> {
+        self.pages.get(i).copied().flatten()
+    }
+
+    /// No page at or above this index has ever been mapped.
+    #[inline]
+    pub fn top(&self) -> usize {
+        self.pages.len()
+    }
+}
+
+/// Page geometry of one pool kind in expandable mode.
+#[derive(Debug, Clone, Copy)]
+pub struct PageSpec {
+    pub size: usize,
+    pub attr: sys::aclrtMemAttr,
+}
+
+/// The large pool's page for `page_size`, checked against the runtime's
+/// granularity.
+pub(crate) fn large_page_spec(rt: &crate::runtime::Runtime, device: i32, config: &crate::config::Config) -> Result<PageSpec> {
+    use crate::config::PageSize;
+    let attr = match config.page_size {
+        PageSize::Gib1 => sys::ACL_HBM_MEM_HUGE1G,
+        _ => sys::ACL_HBM_MEM_HUGE,
+    };
+    let spec = PageSpec { size: config.page_size.bytes(), attr };
+    let g = rt
+        .on_device(device, || rt.granularity(device, attr))
+        .map_err(|e| Error::runtime(e, "querying the physical memory granularity"))?;
+    if g == 0 || spec.size % g != 0 {
+        return Err(Error::bad_config(
+            "page_size",
+            format!("{} is not a multiple of the device's granularity of {g} bytes", config.page_size.as_str()),
+        ));
+    }
+    Ok(spec)
+}
+
+/// The expandable-range backing: what its shards share.
+#[derive(Debug)]
+pub(crate) struct ExpandableRanges {
+    /// Unmapped physical handles kept for reuse, by size.
+    handles: Mutex<HashMap<usize, Vec<PhysicalHandle>>>,
+    /// How big fresh handles are.
+    pieces: Mutex<PieceRule>,
+    /// The large pool's page.
+    large_page: PageSpec,
+    /// Total device memory, sizing ranges and fresh handles.
+    device_total: usize,
+    /// Config key `reserved_headroom`.
+    reserved_headroom: Option<f64>,
+}
+
+impl ExpandableRanges {
+    pub fn new(config: &crate::config::Config, large_page: PageSpec, device_total: usize) -> Self {
+        ExpandableRanges {
+            handles: Mutex::default(),
+            pieces: Mutex::new(PieceRule::for_config(config)),
+            large_page,
+            device_total,
+            reserved_headroom: config.reserved_headroom,
+        }
+    }
+
+    fn pieces(&self) -> PieceRule {
+        *self.pieces.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replaces the handle-size rule (tests pin it to study placement).
+    #[cfg(test)]
+    pub fn set_pieces(&self, rule: PieceRule) {
+        *self.pieces.lock().unwrap_or_else(|e| e.into_inner()) = rule;
+    }
+
+    fn handles(&self) -> std::sync::MutexGuard<'_, HashMap<usize, Vec<PhysicalHandle>>> {
+        self.handles.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps an unmapped handle of `size` bytes for reuse.
+    fn cache_handle(&self, size: usize, h: PhysicalHandle) {
+        self.handles().entry(size).or_default().push(h);
+    }
+
+    fn page_spec(&self, kind: PoolKind) -> PageSpec {
+        match kind {
+            PoolKind::Small => PageSpec { size: SMALL_BUFFER, attr: sys::ACL_HBM_MEM_HUGE },
+            PoolKind::Large => self.large_page,
+        }
+    }
+}
+
+/// A shard's range, once made.
+#[derive(Debug, Default)]
+pub(crate) struct RangeOf {
+    range: Option<SegmentId>,
+}
+
+type RangePool = Pool<ExpandableRanges>;
+
+impl Backing for ExpandableRanges {
+    type Extent = VmmRange;
+    type ShardState = RangeOf;
+
+    #[inline]
+    fn ready(pool: &RangePool, id: BlockId, rounded: usize) -> bool {
+        pool.unmapped_under(id, rounded) == 0
+    }
+
+    /// Inside a range every remainder splits: unmapped tails cost nothing,
+    /// and the oversize rules exist for fixed segments.
+    #[inline]
+    fn splits(_: &RangePool, size: usize, rounded: usize) -> bool {
+        size - rounded >= crate::core::policy::MIN_BLOCK_SIZE
+    }
+
+    fn obtain(
+        pool: &mut RangePool,
+        rounded: usize,
+        best_fit: Option<BlockId>,
+        ctx: &GrowContext,
+    ) -> Result<BlockId, GrowError> {
+        if let Some(id) = best_fit {
+            return pool.place_in_range(id, rounded, ctx);
+        }
+        // The range is made once; after that a miss means no free block of
+        // this size exists in it at all.
+        if pool.backing.range.is_none() {
+            pool.make_range()?;
+        }
+        let id = pool.find_free(rounded).ok_or(GrowError::AddressSpace)?;
+        pool.place_in_range(id, rounded, ctx)
+    }
+
+    /// Free pieces, each carved out as a block of its own.
+    fn detach(pool: &mut RangePool, scope: Scope) -> Vec<Detached> {
+        let Some(seg) = pool.backing.range else { return Vec::new() };
+        if scope == Scope::WholeSegments {
+            return Vec::new();
+        }
+        let pieces = pool.free_pieces(seg);
+        if pieces.is_empty() {
+            return Vec::new();
+        }
+        let (base, page, serial) = {
+            let s = pool.segments.get(seg);
+            (s.base, s.extent.page_size, s.serial)
+        };
+        let streams = pool.streams_of(seg);
+        let mut out = Vec::with_capacity(pieces.len());
+        for (head, units) in pieces {
+            let addr = base + head * page;
+            let size = units * page;
+            let Some(holder) = pool.block_containing(seg, addr) else { continue };
+            let block = pool.carve(holder, addr, size);
+            out.push(Detached { segment: seg, block, addr, size, serial, streams: streams.clone() });
+        }
+        out
+    }
+
+    fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize> {
+        sh.rt.on_device(sh.device, || sh.rt.unmap(d.addr)).map_err(|e| Error::runtime(e, "unmapping a free page"))?;
+        sh.counters.page_unmapped();
+        // The handle stays reserved, in the cache, until `free_cached`.
+        Ok(0)
+    }
+
+    fn settle(pool: &mut RangePool, d: Detached, given_back: bool) {
+        if given_back {
+            let (base, page) = {
+                let s = pool.segments.get(d.segment);
+                (s.base, s.extent.page_size)
+            };
+            let head = (d.addr - base) / page;
+            let piece = pool.range(d.segment).page(head).expect("a detached piece is mapped");
+            let units = piece.units as usize;
+            let r = pool.range_mut(d.segment);
+            r.pages[head..head + units].fill(None);
+            r.mapped -= units;
+            pool.sh.backing.cache_handle(units * page, piece.handle);
+        }
+        pool.return_block(d.block);
+    }
+
+    fn free_cached(sh: &Shared<Self>) -> Result<usize> {
+        let taken: Vec<(usize, Vec<PhysicalHandle>)> = sh.backing.handles().drain().collect();
+        let mut freed = 0;
+        let mut first_error = None;
+        for (size, handles) in taken {
+            for h in handles {
+                match free_handle(sh, h, size) {
+                    Ok(()) => freed += size,
+                    Err(e) => {
+                        first_error.get_or_insert(Error::runtime(e, "freeing a cached physical page"));
+                        sh.backing.cache_handle(size, h);
+                    }
+                }
+            }
+        }
+        first_error.map_or(Ok(freed), Err)
+    }
+
+    fn cached_bytes(&self) -> usize {
+        self.handles().iter().map(|(size, hs)| size * hs.len()).sum()
+    }
+
+    fn held_bytes(seg: &Segment<VmmRange>) -> usize {
+        seg.extent.mapped * seg.extent.page_size
+    }
+
+    fn largest_free(pool: &RangePool) -> usize {
+        pool.largest_mapped_free()
+    }
+
+    fn teardown(pool: &mut RangePool, busy: &[Stream]) -> Result<()> {
+        let Some(seg) = pool.backing.range else { return Ok(()) };
+        if pool.streams_of(seg).iter().any(|s| busy.contains(s)) {
+            return Ok(());
+        }
+        let result = pool.destroy_range(seg);
+        pool.sh.directory.remove(pool.segments.get(seg).base, pool.segments.get(seg).size);
+        pool.sh.counters.range_removed();
+        pool.backing.range = None;
+        result
+    }
+
+    fn check_segment(pool: &RangePool, seg: SegmentId) -> Result<(), String> {
+        let s = pool.segments.get(seg);
+        let r = &s.extent;
+        if r.pages.iter().filter(|p| p.is_some()).count() != r.mapped {
+            return Err(format!("range {:#x}: mapped count disagrees with its pages", s.base));
+        }
+        let mut id = s.first;
+        while id != NIL {
+            let b = pool.blocks.get(id);
+            if matches!(b.state, BlockState::Allocated | BlockState::Held | BlockState::Pending) {
+                let first = (b.addr - s.base) / r.page_size;
+                let last = (b.addr + b.size - 1 - s.base) / r.page_size;
+                if (first..=last).any(|i| r.page(i).is_none()) {
+                    return Err(format!("allocated block {:#x} is not fully mapped", b.addr));
+                }
+            }
+            id = b.next;
+        }
+        Ok(())
+    }
+
+    fn describe(seg: &Segment<VmmRange>) -> (bool, usize) {
+        (true, seg.extent.mapped * seg.extent.page_size)
+    }
+}
+
+/// Gives one unmapped handle of `size` bytes back to the runtime.
+fn free_handle(sh: &Shared<ExpandableRanges>, h: PhysicalHandle, size: usize) -> Result<(), crate::runtime::AclCallError> {
+    sh.rt.on_device(sh.device, || sh.rt.free_physical(h))?;
+    sh.limit.refund(size);
+    sh.counters.physical_freed(size);
+    Ok(())
+}
+
+impl RangePool {
+    /// Makes this shard's range: reserves its address space.
+    fn make_range(&mut self) -> Result<SegmentId, GrowError> {
+        let sh = self.sh.clone();
+        let spec = sh.backing.page_spec(self.kind);
+        // Address space, in eighths of the device (see the Note).
+        let eighths = match self.kind {
+            PoolKind::Large => 16,
+            PoolKind::Small => 9,
+        };
+        let va = (sh.backing.device_total / 8 * eighths).div_ceil(spec.size).max(1) * spec.size;
+        // A 1 GiB page maps only at a 1 GiB boundary; other pages at their
+        // handles' 2 MiB granularity, which every reservation has.
+        let align = if spec.attr == sys::ACL_HBM_MEM_HUGE1G { spec.size } else { SMALL_BUFFER };
+        let (reserved_at, base) = self.reserve_aligned(va, align)?;
+        if base + va > ADDRESS_LIMIT {
+            let _ = sh.rt.on_device(sh.device, || sh.rt.release(reserved_at));
+            return Err(GrowError::Other(Error::Unsupported(format!(
+                "the runtime reserved device addresses up to {:#x}, above the {ADDRESS_LIMIT:#x} this allocator supports",
+                base + va
+            ))));
+        }
+        let range = VmmRange { page_size: spec.size, attr: spec.attr, pages: Vec::new(), mapped: 0, reserved_at };
+        let (seg, _) = self.add_segment(base, va, range);
+        self.backing.range = Some(seg);
+        sh.counters.range_added();
+        Ok(seg)
+    }
+
+    /// Reserves `va` bytes of address space starting at an `align` boundary:
+    /// (address to release, aligned start). The runtime only promises its
+    /// own granularity, so an unaligned reservation is given back and taken
+    /// again `align` larger, its start rounded up.
+    fn reserve_aligned(&self, va: usize, align: usize) -> Result<(usize, usize), GrowError> {
+        let sh = &self.sh;
+        let rt = &sh.rt;
+        let at = rt.on_device(sh.device, || rt.reserve(va)).map_err(GrowError::Runtime)?;
+        if at % align == 0 {
+            return Ok((at, at));
+        }
+        rt.on_device(sh.device, || rt.release(at)).map_err(GrowError::Runtime)?;
+        let padded = va.checked_add(align).ok_or(GrowError::AddressSpace)?;
+        let at = rt.on_device(sh.device, || rt.reserve(padded)).map_err(GrowError::Runtime)?;
+        Ok((at, at.next_multiple_of(align)))
+    }
+
+    /// Pages one fresh handle of `seg` covers at most, now. Free device
+    /// memory is estimated as total minus reserved: a wrong guess (another
+    /// process holds memory) costs one refused call and a retry at the floor.
+    fn fresh_piece_pages(&self, seg: SegmentId) -> usize {
+        let PieceRule { floor, share, ceiling } = self.sh.backing.pieces();
+        let unreserved = self.sh.backing.device_total.saturating_sub(self.sh.counters.reserved());
+        let bytes = if share == 0 { floor } else { (unreserved / share).clamp(floor, ceiling.max(floor)) };
+        (bytes / self.range(seg).page_size).max(1)
+    }
+
+    /// Pages of a handle of the floor size: how far a cached handle may
+    /// reach past what a placement needs.
+    fn floor_pages(&self, seg: SegmentId) -> usize {
+        (self.sh.backing.pieces().floor / self.range(seg).page_size).max(1)
+    }
+
+    fn range(&self, seg: SegmentId) -> &VmmRange {
+        &self.segments.get(seg).extent
+    }
+
+    fn range_mut(&mut self, seg: SegmentId) -> &mut VmmRange {
+        &mut self.segments.get_mut(seg).extent
+    }
+
+    /// Synchronizes the streams that used segment `seg` (before unmapping
+    /// its pages under this shard's lock, for a headroom move).
+    fn sync_streams_of(&self, seg: SegmentId) -> Result<()> {
+        let sh = &self.sh;
+        for st in self.streams_of(seg) {
+            sh.counters.synced();
+            match sh.rt.on_device(sh.device, || sh.rt.synchronize_stream(st)) {
+                Ok(()) => {}
+                // A destroyed stream has no work left (ACL requires a
+                // synchronize before destroying one).
+                Err(e) if e.is_invalid_handle() => {}
+                Err(e) => return Err(Error::runtime(e, "synchronizing a stream before unmapping memory")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Teardown of the range: unmap, free physical, release (the
+    /// documented order). The caller synchronized the streams.
+    fn destroy_range(&mut self, seg: SegmentId) -> Result<()> {
+        let heads: Vec<usize> = {
+            let r = self.range(seg);
+            r.pages.iter().enumerate().filter_map(|(i, p)| p.filter(|p| p.head as usize == i).map(|_| i)).collect()
+        };
+        let mut first_error = None;
+        for head in heads {
+            if let Err(e) = self.unmap_piece(seg, head) {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Err(e) = ExpandableRanges::free_cached(&self.sh) {
+            first_error.get_or_insert(e);
+        }
+        let reserved_at = self.range(seg).reserved_at;
+        let sh = &self.sh;
+        if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.release(reserved_at)) {
+            first_error.get_or_insert(Error::runtime(e, "releasing a reserved address range"));
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}

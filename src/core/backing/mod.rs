@@ -1,0 +1,188 @@
+//! The device backing: where a shard's memory comes from and how it goes
+//! back (RMM's "upstream" seam). One trait, two implementations:
+//! - `FixedSegments` (`fixed`): one `aclrtMalloc` per segment, released
+//!   whole with `aclrtFree` once entirely free;
+//! - `ExpandableRanges` (`expandable`): one reserved address range per
+//!   shard, physical handles mapped under the blocks handed out, unmapped
+//!   and recycled when free (page placement, handle cache, headroom moves).
+//!
+//! The backing owns growth, page placement, giving memory back, the memory
+//! limit and teardown. Shards and the reclaim paths call only this trait;
+//! nothing outside this module asks which backing it has.
+//!
+//! Giving memory back runs in three steps so that no shard lock is held
+//! across a device call: `detach` (under the shard's lock: take free memory
+//! out of the pool, as `Reclaiming` blocks), `give_back` (no lock: the
+//! device calls, after the streams that used it were synchronized), and
+//! `settle` (under the lock again: forget what went back, or return to the
+//! pool what could not).
+
+pub(crate) mod expandable;
+pub(crate) mod fixed;
+
+use super::block::BlockId;
+use super::pool::Pool;
+use super::segment::{Segment, SegmentId};
+use super::shared::Shared;
+use crate::error::Result;
+use crate::runtime::Stream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub(crate) use expandable::ExpandableRanges;
+pub(crate) use fixed::FixedSegments;
+
+/// What a growth needs to know about the whole device.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GrowContext {
+    /// Bytes allocated over all shards, and their peak.
+    pub allocated: u64,
+    pub allocated_peak: u64,
+}
+
+/// Free memory taken out of a shard's pool to be given back.
+#[derive(Debug)]
+pub(crate) struct Detached {
+    pub segment: SegmentId,
+    /// The `Reclaiming` block covering it.
+    pub block: BlockId,
+    pub addr: usize,
+    pub size: usize,
+    /// The segment's age (oldest first for garbage collection).
+    pub serial: u64,
+    /// Streams whose work may still use it: synchronized first.
+    pub streams: Vec<Stream>,
+}
+
+/// Which free memory `detach` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Everything free that can go back.
+    All,
+    /// Only what returns device memory at once (whole fixed segments);
+    /// garbage collection and the release threshold use it.
+    WholeSegments,
+}
+
+pub(crate) trait Backing: Sized + Send + Sync + 'static {
+    /// What a segment of this backing keeps besides its blocks.
+    type Extent: Send + Sync + std::fmt::Debug;
+    /// What a shard of this backing keeps.
+    type ShardState: Default + Send + std::fmt::Debug;
+
+    /// Whether free block `id` serves `rounded` bytes with no device call.
+    fn ready(pool: &Pool<Self>, id: BlockId, rounded: usize) -> bool;
+
+    /// Whether taking `rounded` bytes of a free block of `size` splits off
+    /// the rest.
+    fn splits(pool: &Pool<Self>, size: usize, rounded: usize) -> bool;
+
+    /// A free block whose first `rounded` bytes are ready, from `best_fit`
+    /// or new device memory. Fails changing nothing (beyond handles cached).
+    fn obtain(
+        pool: &mut Pool<Self>,
+        rounded: usize,
+        best_fit: Option<BlockId>,
+        ctx: &GrowContext,
+    ) -> Result<BlockId, GrowError>;
+
+    /// Takes what `pool` can give back out of it (see the module comment).
+    fn detach(pool: &mut Pool<Self>, scope: Scope) -> Vec<Detached>;
+
+    /// The device calls that give `d` back; no lock is held. Returns the
+    /// bytes the device got back (0 when they stay cached as handles).
+    fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize>;
+
+    /// After `give_back`: forgets `d` if it went back, else returns it to
+    /// the pool.
+    fn settle(pool: &mut Pool<Self>, d: Detached, given_back: bool);
+
+    /// Gives back device memory held outside any block (cached physical
+    /// handles). Returns bytes freed.
+    fn free_cached(sh: &Shared<Self>) -> Result<usize>;
+
+    /// Bytes held outside any segment (cached handles).
+    fn cached_bytes(&self) -> usize;
+
+    /// Device memory `seg` holds (mapped bytes of a range, a fixed
+    /// segment's size).
+    fn held_bytes(seg: &Segment<Self::Extent>) -> usize;
+
+    /// The longest run a request could get from `pool` with no device call.
+    fn largest_free(pool: &Pool<Self>) -> usize;
+
+    /// Gives every segment of `pool` back (teardown; the streams were
+    /// synchronized), except those a `busy` stream (one that could not be
+    /// waited for) may still use. Returns the first error after trying all.
+    fn teardown(pool: &mut Pool<Self>, busy: &[Stream]) -> Result<()>;
+
+    /// Backing-specific invariants of segment `seg`.
+    fn check_segment(pool: &Pool<Self>, seg: SegmentId) -> Result<(), String>;
+
+    /// The segment's entry in a snapshot: (expandable, mapped bytes).
+    fn describe(seg: &Segment<Self::Extent>) -> (bool, usize);
+}
+
+/// Why memory could not be obtained.
+#[derive(Debug)]
+pub(crate) enum GrowError {
+    /// The memory fraction limit would be exceeded.
+    OverLimit { size: usize, limit: usize },
+    /// An expandable segment's address range has no free block that large.
+    AddressSpace,
+    /// Garbage collection is due before growing (see `reclaim`).
+    Collect,
+    Runtime(crate::runtime::AclCallError),
+    /// Not a memory shortage: fails the call as it is.
+    Other(crate::error::Error),
+}
+
+impl GrowError {
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            GrowError::OverLimit { .. } | GrowError::AddressSpace | GrowError::Collect => true,
+            GrowError::Runtime(e) => e.is_out_of_memory(),
+            GrowError::Other(_) => false,
+        }
+    }
+}
+
+/// The memory fraction limit and the device bytes charged against it.
+/// Bytes are charged before the device call that obtains them, so two
+/// shards growing at once cannot both pass the limit.
+#[derive(Debug)]
+pub(crate) struct MemoryLimit {
+    limit: AtomicUsize,
+    charged: AtomicUsize,
+}
+
+impl MemoryLimit {
+    pub fn new(limit: Option<usize>) -> Self {
+        MemoryLimit { limit: AtomicUsize::new(limit.unwrap_or(usize::MAX)), charged: AtomicUsize::new(0) }
+    }
+
+    pub fn get(&self) -> Option<usize> {
+        Some(self.limit.load(Ordering::Relaxed)).filter(|&l| l != usize::MAX)
+    }
+
+    pub fn set(&self, limit: usize) {
+        self.limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// Charges `size` bytes, or says the limit would be passed.
+    pub fn charge(&self, size: usize) -> Result<(), GrowError> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let mut cur = self.charged.load(Ordering::Relaxed);
+        loop {
+            let next = cur.checked_add(size).filter(|&n| n <= limit).ok_or(GrowError::OverLimit { size, limit })?;
+            match self.charged.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    /// Gives back a charge (the call failed, or the memory was freed).
+    pub fn refund(&self, size: usize) {
+        self.charged.fetch_sub(size, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,297 @@
+//! One device's allocator over one backing: its streams' shards, the
+//! shared part, and the calls that route to a shard.
+//!
+//! Locks, and what each guards:
+//! - a shard's lock: that shard's pool. A malloc or free served from the
+//!   shard's cache takes it and nothing else. Growth through the backing
+//!   runs under it, blocking only that stream's pool of that kind.
+//! - `ladder`: serializes the OOM ladder, garbage collection, `empty_cache`
+//!   and teardown (each visits every shard). It is held across device calls
+//!   but no hit ever takes it. Taken before any shard lock, never after.
+//! - short leaf locks no one holds across a call: the stream table's
+//!   `adding`, the handle cache, the peaks, the trace.
+//!
+//! A thread holds at most one shard lock at a time (teardown, which holds
+//! the ladder, excepted), so shard locks cannot deadlock.
+
+use super::backing::{Backing, GrowContext, GrowError};
+use super::policy::{PoolKind, MAX_REQUEST};
+use super::pool::Pool;
+use super::shard::Shard;
+use super::shared::Shared;
+use super::stats::{Peaks, Stats};
+use super::streams::{StreamEntry, StreamTable};
+use super::BlockInfo;
+use crate::error::{Error, Result};
+use crate::runtime::Stream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub(crate) struct Device<B: Backing> {
+    pub(super) sh: Arc<Shared<B>>,
+    pub(super) streams: StreamTable<B>,
+    pub(super) peaks: Peaks,
+    pub(super) ladder: Mutex<()>,
+    /// Set once torn down: every call is refused.
+    pub(super) broken: AtomicBool,
+}
+
+impl<B: Backing> Device<B> {
+    pub fn new(sh: Shared<B>, max_streams: usize) -> Self {
+        Device {
+            sh: Arc::new(sh),
+            streams: StreamTable::with_capacity(max_streams),
+            peaks: Peaks::default(),
+            ladder: Mutex::new(()),
+            broken: AtomicBool::new(false),
+        }
+    }
+
+    #[inline(always)]
+    fn check_usable(&self) -> Result<()> {
+        if self.broken.load(Ordering::Relaxed) {
+            return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
+        }
+        Ok(())
+    }
+
+    /// The shards of `stream`; a stream met for the first time is checked
+    /// with the runtime first, so a bad handle fails here, changing nothing,
+    /// rather than in a later synchronization.
+    #[inline(always)]
+    pub fn stream_entry(&self, stream: Stream) -> Result<&StreamEntry<B>> {
+        match self.streams.find(stream) {
+            Some(e) => Ok(e),
+            None => self.add_stream(stream),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn add_stream(&self, stream: Stream) -> Result<&StreamEntry<B>> {
+        // The default stream (NULL) always exists.
+        if stream != Stream::DEFAULT {
+            let rt = &self.sh.rt;
+            if let Err(e) = rt.on_device(self.sh.device, || rt.check_stream(stream)) {
+                return Err(if e.is_invalid_handle() || e.code == crate::sys::ACL_ERROR_RT_PARAM_INVALID {
+                    Error::InvalidArgument(format!(
+                        "stream {:#x} is not a live stream of device {} ({e})",
+                        stream.raw() as usize,
+                        self.sh.device
+                    ))
+                } else {
+                    Error::runtime(e, "checking a stream used for the first time")
+                });
+            }
+        }
+        let sh = &self.sh;
+        let made = self.streams.get_or_add(stream, |slot| {
+            let shard = |kind: PoolKind| Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream));
+            [shard(PoolKind::Small), shard(PoolKind::Large)]
+        });
+        made.ok_or_else(|| {
+            Error::Unsupported(format!(
+                "this allocator has already served {} streams on device {}, its most; it keeps each stream's pools \
+                 for good, so reuse streams rather than create one per request",
+                self.streams.len(),
+                self.sh.device
+            ))
+        })
+    }
+
+    /// Allocates `size` bytes for work on `stream`; returns the address.
+    #[inline(always)]
+    pub fn malloc(&self, size: usize, stream: Stream) -> Result<usize> {
+        self.check_usable()?;
+        if size == 0 {
+            return Err(Error::InvalidArgument("size is 0; allocations must be at least 1 byte".into()));
+        }
+        if size >= MAX_REQUEST {
+            return Err(Error::InvalidArgument(format!(
+                "size {size} exceeds the largest supported request ({MAX_REQUEST} bytes)"
+            )));
+        }
+        let rounded = self.sh.policy.round(size);
+        let kind = self.sh.policy.pool_for(rounded);
+        let shard = &self.stream_entry(stream)?.shards[kind as usize];
+        let mut pool = shard.lock()?;
+        let addr = match pool.malloc_cached(size, rounded) {
+            Ok(addr) => addr,
+            Err(_) => match self.grow(shard, &mut pool, size, rounded, true) {
+                Ok(addr) => addr,
+                Err(e) => {
+                    drop(pool);
+                    return self.ladder(shard, size, rounded, e);
+                }
+            },
+        };
+        self.published(shard, &pool);
+        self.sh.trace(|t| t.alloc(addr, size, stream));
+        Ok(addr)
+    }
+
+    /// The miss path under the shard's lock; an out-of-memory failure is
+    /// for the ladder (the caller drops the lock first).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn grow(&self, shard: &Shard<B>, pool: &mut Pool<B>, size: usize, rounded: usize, gc: bool) -> Result<usize, GrowError> {
+        let ctx = self.grow_context(shard, pool);
+        pool.grow(size, rounded, &ctx, gc)
+    }
+
+    /// Allocated bytes over all shards (this one's exact) and their peak.
+    fn grow_context(&self, shard: &Shard<B>, pool: &Pool<B>) -> GrowContext {
+        let others: u64 =
+            self.streams.shards().filter(|s| !std::ptr::eq(*s, shard)).map(|s| s.lane.allocated()).sum();
+        GrowContext { allocated: others + pool.counters().allocated, allocated_peak: self.peaks.allocated() }
+    }
+
+    /// Publishes `pool`'s counters to its lane (and raises the peaks when
+    /// it passed its budget).
+    #[inline(always)]
+    pub(super) fn published(&self, shard: &Shard<B>, pool: &Pool<B>) {
+        if shard.lane.publish(pool.counters()) {
+            self.peaks.raise(&shard.lane, self.streams.shards().map(|s| &s.lane));
+        }
+    }
+
+    /// Frees a block by its start address (stream-ordered on its stream).
+    #[inline(always)]
+    pub fn free(&self, addr: usize) -> Result<()> {
+        self.check_usable()?;
+        let shard = self.owner(addr, "free")?;
+        let mut pool = shard.lock()?;
+        pool.free(addr)?;
+        self.published(shard, &pool);
+        self.sh.trace(|t| t.free(addr));
+        if self.sh.release_threshold.is_some() {
+            self.release_over_threshold(shard, pool);
+        }
+        Ok(())
+    }
+
+    /// The shard owning `addr`, or the error for a pointer no shard owns.
+    #[inline(always)]
+    fn owner(&self, addr: usize, what: &str) -> Result<&Shard<B>> {
+        match self.sh.directory.owner(addr).and_then(|id| self.streams.by_id(id)) {
+            Some(shard) => Ok(shard),
+            None => Err(Error::UnknownPointer(format!(
+                "{what} of {addr:#x} on device {}: this allocator did not allocate it",
+                self.sh.device
+            ))),
+        }
+    }
+
+    /// Notes that work on `stream` uses the block at `addr`.
+    pub fn record_stream(&self, addr: usize, stream: Stream) -> Result<()> {
+        self.check_usable()?;
+        let shard = self.owner(addr, "record_stream")?;
+        // A stream met for the first time is checked (and gets its shards)
+        // before the block's shard is locked.
+        if let Err(e) = self.stream_entry(stream) {
+            // A bad pointer is the first thing to report.
+            let owner = shard_stream(shard);
+            shard.lock()?.record_stream(addr, owner)?;
+            return Err(e);
+        }
+        let mut pool = shard.lock()?;
+        pool.record_stream(addr, stream)?;
+        self.sh.trace(|t| t.record_stream(addr, stream));
+        Ok(())
+    }
+
+    /// The live block containing `addr` (interior pointers allowed).
+    pub fn query(&self, addr: usize) -> Result<BlockInfo> {
+        self.check_usable()?;
+        let shard = self.owner(addr, "query")?;
+        let pool = shard.lock()?;
+        let Some(id) = pool.allocated_block_at(addr) else {
+            return Err(pool.unknown_pointer(addr, "query"));
+        };
+        let b = pool.block(id);
+        Ok(BlockInfo { addr: b.addr, size: b.size, requested: b.requested, stream: pool.stream() })
+    }
+
+    /// Start and size of the live block containing `addr`, if any.
+    #[inline]
+    pub fn block_range(&self, addr: usize) -> Result<Option<(usize, usize)>> {
+        self.check_usable()?;
+        let Some(shard) = self.sh.directory.owner(addr).and_then(|id| self.streams.by_id(id)) else {
+            return Ok(None);
+        };
+        let pool = shard.lock()?;
+        Ok(pool.allocated_block_at(addr).map(|id| {
+            let b = pool.block(id);
+            (b.addr, b.size)
+        }))
+    }
+
+    /// Start and size of the segment holding the live block at `addr`.
+    pub fn segment_of(&self, addr: usize) -> Result<(usize, usize)> {
+        self.check_usable()?;
+        let shard = self.owner(addr, "segment look-up")?;
+        let pool = shard.lock()?;
+        let Some(id) = pool.allocated_block_at(addr) else {
+            return Err(pool.unknown_pointer(addr, "segment look-up"));
+        };
+        Ok(pool.segment_range(id))
+    }
+
+    /// Caps the device memory this allocator holds at `limit` bytes.
+    pub fn set_limit(&self, limit: usize) -> Result<()> {
+        self.check_usable()?;
+        self.sh.limit.set(limit);
+        Ok(())
+    }
+
+    pub fn stats(&self) -> Result<Stats> {
+        self.check_usable()?;
+        let mut s = Stats::default();
+        let mut largest = 0;
+        for shard in self.streams.shards() {
+            let pool = shard.lock()?;
+            pool.counters().add_to(&mut s);
+            largest = largest.max(B::largest_free(&pool));
+        }
+        self.sh.counters.add_to(&mut s);
+        self.peaks.add_to(&mut s);
+        s.largest_free_block = largest as u64;
+        Ok(s)
+    }
+
+    pub fn reset_peak_stats(&self) -> Result<()> {
+        self.check_usable()?;
+        self.sh.counters.reset_peak();
+        self.peaks.reset(self.streams.shards().map(|s| &s.lane));
+        Ok(())
+    }
+
+    /// Bytes waiting for cross-stream events, over all shards.
+    pub fn pending_bytes(&self) -> usize {
+        self.streams.shards().map(|s| s.lock_anyway().pending_bytes()).sum()
+    }
+
+    /// Runs every shard's invariant checks and the device-wide ones (the
+    /// reserved-bytes recount only holds while no other call runs).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut held = 0usize;
+        let mut stats = Stats::default();
+        for shard in self.streams.shards() {
+            let pool = shard.lock_anyway();
+            pool.check_invariants()?;
+            held += pool.held_bytes();
+            pool.counters().add_to(&mut stats);
+        }
+        held += self.sh.backing.cached_bytes();
+        let reserved = self.sh.counters.reserved();
+        if reserved != held {
+            return Err(format!("stats say {reserved} bytes reserved, segments and cached handles hold {held}"));
+        }
+        Ok(())
+    }
+}
+
+/// The stream that owns `shard` (for error paths).
+fn shard_stream<B: Backing>(shard: &Shard<B>) -> Stream {
+    shard.lock_anyway().stream()
+}

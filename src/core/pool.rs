@@ -1,0 +1,516 @@
+//! The state of one shard (one stream, one pool kind) and its transitions:
+//! take a block (with split), return a block (with coalesce), hold a block
+//! for exact-size reuse, free a block other streams used. Everything here
+//! runs under the shard's lock and touches only this shard; device calls
+//! made here (growth through the backing, events for cross-stream frees)
+//! block only this shard.
+
+use super::backing::{Backing, Detached, GrowContext, GrowError, Scope};
+use super::block::{Block, BlockArena, BlockId, BlockState, NIL};
+use super::free_index::FreeIndex;
+use super::policy::PoolKind;
+use super::registry::Registry;
+use super::reuse::ReuseLists;
+use super::segment::{Segment, SegmentId, SegmentTable};
+use super::shared::Shared;
+use super::stats::ShardCounters;
+use super::stream_order::StreamOrder;
+use crate::error::{Error, Result};
+use crate::runtime::Stream;
+use std::sync::Arc;
+
+/// Why a malloc left the hit path.
+#[derive(Debug)]
+pub(crate) enum Miss {
+    /// Serving it needs device calls (growth, mapping): see `Pool::grow`.
+    NeedsDevice,
+}
+
+pub(crate) struct Pool<B: Backing> {
+    pub(super) sh: Arc<Shared<B>>,
+    /// This shard's id in the directory.
+    pub(super) id: u32,
+    pub(super) kind: PoolKind,
+    pub(super) stream: Stream,
+    pub(super) blocks: BlockArena,
+    pub(super) segments: SegmentTable<B::Extent>,
+    pub(super) index: FreeIndex,
+    /// Freed blocks held for exact-size reuse.
+    pub(super) reuse: ReuseLists,
+    /// Start address of every allocated or held block.
+    pub(super) registry: Registry,
+    pub(super) order: StreamOrder,
+    pub(super) counters: ShardCounters,
+    pub(super) backing: B::ShardState,
+    #[cfg(debug_assertions)]
+    transitions: u64,
+}
+
+impl<B: Backing> std::fmt::Debug for Pool<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("id", &self.id).field("kind", &self.kind).finish()
+    }
+}
+
+impl<B: Backing> Pool<B> {
+    pub fn new(sh: Arc<Shared<B>>, id: u32, kind: PoolKind, stream: Stream) -> Self {
+        let reuse = ReuseLists::new(if kind == PoolKind::Small { sh.reuse_bytes } else { 0 });
+        Pool {
+            sh,
+            id,
+            kind,
+            stream,
+            blocks: Default::default(),
+            segments: Default::default(),
+            index: Default::default(),
+            reuse,
+            registry: Default::default(),
+            order: Default::default(),
+            counters: Default::default(),
+            backing: Default::default(),
+            #[cfg(debug_assertions)]
+            transitions: 0,
+        }
+    }
+
+    pub fn counters(&self) -> &ShardCounters {
+        &self.counters
+    }
+
+    pub fn stream(&self) -> Stream {
+        self.stream
+    }
+
+    /// Serves `size` bytes (rounded to `rounded`) from this shard's cache,
+    /// with no device call: a held block of that size, or a free block that
+    /// is ready.
+    #[inline(always)]
+    pub fn malloc_cached(&mut self, size: usize, rounded: usize) -> Result<usize, Miss> {
+        if let Some(id) = self.reuse.pop(&self.blocks, rounded) {
+            return Ok(self.reuse_block(id, size));
+        }
+        match self.find_free(rounded) {
+            Some(id) if B::ready(self, id, rounded) => Ok(self.take_block(id, rounded, size)),
+            _ => Err(Miss::NeedsDevice),
+        }
+    }
+
+    /// The miss path: held blocks go back first (they may coalesce into a
+    /// fit), completed cross-stream frees are reaped, then the backing
+    /// places the request or grows. `gc` says whether garbage collection may
+    /// be asked for first.
+    pub fn grow(&mut self, size: usize, rounded: usize, ctx: &GrowContext, gc: bool) -> Result<usize, GrowError> {
+        if self.reuse.holds() {
+            self.drain_reuse();
+        }
+        if self.order.has_pending() {
+            self.reap_pending();
+        }
+        let best_fit = self.find_free(rounded);
+        if let Some(id) = best_fit {
+            if B::ready(self, id, rounded) {
+                return Ok(self.take_block(id, rounded, size));
+            }
+        } else if gc && self.gc_due(rounded) {
+            return Err(GrowError::Collect);
+        }
+        let id = B::obtain(self, rounded, best_fit, ctx)?;
+        Ok(self.take_block(id, rounded, size))
+    }
+
+    /// With `garbage_collection_threshold` and a memory limit: whether a
+    /// new segment for `rounded` bytes would pass threshold × limit.
+    fn gc_due(&self, rounded: usize) -> bool {
+        let (Some(t), Some(limit)) = (self.sh.gc_threshold, self.sh.limit.get()) else {
+            return false;
+        };
+        let needed = self.sh.policy.segment_size(rounded);
+        self.sh.counters.reserved() + needed > (t * limit as f64) as usize
+    }
+
+    /// Hands out held block `id` again (see Note [exact-size reuse]).
+    #[inline]
+    fn reuse_block(&mut self, id: BlockId, requested: usize) -> usize {
+        let b = self.blocks.get_mut(id);
+        b.state = BlockState::Allocated;
+        b.requested = requested;
+        let (addr, size) = (b.addr, b.size);
+        self.counters.block_allocated(size, requested);
+        self.after_transition();
+        addr
+    }
+
+    /// Returns the held blocks to the pool, coalescing.
+    pub fn drain_reuse(&mut self) {
+        if !self.reuse.holds() {
+            return;
+        }
+        for id in self.reuse.take(&self.blocks) {
+            let addr = self.blocks.get(id).addr;
+            self.registry.remove(&addr);
+            self.return_block(id);
+        }
+        self.after_transition();
+    }
+
+    #[inline]
+    pub fn find_free(&self, rounded: usize) -> Option<BlockId> {
+        let policy = &self.sh.policy;
+        self.index.find(&self.blocks, rounded, |b| policy.may_use(b, rounded))
+    }
+
+    /// Moves a free block to allocated, splitting off what it does not need.
+    pub fn take_block(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
+        let size = self.blocks.get(id).size;
+        self.index.remove(&mut self.blocks, id);
+        let size = if B::splits(self, size, rounded) {
+            let rest = split_off(&mut self.blocks, id, rounded);
+            self.index.insert(&mut self.blocks, rest);
+            rounded
+        } else {
+            size
+        };
+        let b = self.blocks.get_mut(id);
+        b.state = BlockState::Allocated;
+        b.requested = requested;
+        let addr = b.addr;
+        self.registry.insert(addr, id);
+        self.counters.block_allocated(size, requested);
+        self.after_transition();
+        addr
+    }
+
+    /// Splits free block `id` at `off` bytes; both parts stay free and
+    /// indexed (the caller takes the back part at once). Returns the back.
+    pub fn split_front(&mut self, id: BlockId, off: usize) -> BlockId {
+        self.index.remove(&mut self.blocks, id);
+        let back = split_off(&mut self.blocks, id, off);
+        self.index.insert(&mut self.blocks, id);
+        self.index.insert(&mut self.blocks, back);
+        back
+    }
+
+    /// Cuts free block `id` (on the index) so that [addr, addr + size)
+    /// becomes a block of its own in state `Reclaiming`, off the index; the
+    /// parts around it stay free. Returns the new block.
+    pub fn carve(&mut self, id: BlockId, addr: usize, size: usize) -> BlockId {
+        self.index.remove(&mut self.blocks, id);
+        let b = self.blocks.get(id);
+        let (start, end) = (b.addr, b.addr + b.size);
+        let mid = if addr > start {
+            let back = split_off(&mut self.blocks, id, addr - start);
+            self.index.insert(&mut self.blocks, id);
+            back
+        } else {
+            id
+        };
+        if addr + size < end {
+            let rest = split_off(&mut self.blocks, mid, size);
+            self.index.insert(&mut self.blocks, rest);
+        }
+        self.blocks.get_mut(mid).state = BlockState::Reclaiming;
+        mid
+    }
+
+    /// Frees the block at `addr` (its exact start address). Returns a whole
+    /// fixed segment to give back when `release_threshold` asks for it.
+    #[inline]
+    pub fn free(&mut self, addr: usize) -> Result<()> {
+        use std::collections::hash_map::Entry;
+        // One hash look-up: a held block keeps its entry, any other leaves.
+        let Entry::Occupied(entry) = self.registry.entry(addr) else {
+            return Err(self.unknown_pointer(addr, "free"));
+        };
+        let id = *entry.get();
+        let b = self.blocks.get(id);
+        if b.state != BlockState::Allocated {
+            return Err(self.unknown_pointer(addr, "free"));
+        }
+        let (size, requested, other) = (b.size, b.requested, b.has_other_streams);
+        if other {
+            return self.free_used_elsewhere(id, addr);
+        }
+        self.counters.block_freed(size, requested);
+        if self.reuse.push(&mut self.blocks, id, size) {
+            let b = self.blocks.get_mut(id);
+            b.state = BlockState::Held;
+            b.requested = 0;
+            self.after_transition();
+            return Ok(());
+        }
+        entry.remove();
+        self.return_block(id);
+        if self.order.should_poll() {
+            self.reap_pending();
+        }
+        self.after_transition();
+        Ok(())
+    }
+
+    /// The free of a block other streams used: it waits for their work
+    /// (see Note [stream-ordered reuse]). Fails before anything changes.
+    #[cold]
+    #[inline(never)]
+    fn free_used_elsewhere(&mut self, id: BlockId, addr: usize) -> Result<()> {
+        let sh = self.sh.clone();
+        let events = self.order.free_events(&sh.calls(), id)?;
+        self.registry.remove(&addr);
+        let (size, requested) = {
+            let b = self.blocks.get(id);
+            (b.size, b.requested)
+        };
+        self.counters.block_freed(size, requested);
+        if self.order.defer(id, events, size) {
+            self.blocks.get_mut(id).state = BlockState::Pending;
+        } else {
+            self.return_block(id);
+        }
+        if self.order.should_poll() {
+            self.reap_pending();
+        }
+        self.after_transition();
+        Ok(())
+    }
+
+    /// A whole free fixed segment `release_threshold` should give back now,
+    /// detached (the caller gives it back with no lock held).
+    pub fn detach_for_threshold(&mut self) -> Vec<Detached> {
+        B::detach(self, Scope::WholeSegments)
+    }
+
+    /// A message for a pointer this shard does not hand out.
+    pub fn unknown_pointer(&self, addr: usize, what: &str) -> Error {
+        let detail = match self.segments.containing(addr) {
+            Some(seg) => {
+                let inside = self.block_containing(seg, addr).map(|id| self.blocks.get(id));
+                match inside {
+                    Some(b) if b.addr == addr && b.state == BlockState::Pending => {
+                        "it was already freed (its free waits for other streams)".to_string()
+                    }
+                    Some(b) if b.addr == addr => "it was already freed".to_string(),
+                    Some(b) if b.state == BlockState::Allocated => {
+                        format!("it points {} bytes inside the block at {:#x}; pass the block's start", addr - b.addr, b.addr)
+                    }
+                    _ => "it lies in this allocator's memory but not at a live block".to_string(),
+                }
+            }
+            None => "this allocator did not allocate it".to_string(),
+        };
+        Error::UnknownPointer(format!("{what} of {addr:#x} on device {}: {detail}", self.sh.device))
+    }
+
+    /// Puts a block back into the pool, merging it with free neighbours.
+    pub fn return_block(&mut self, mut id: BlockId) {
+        {
+            let b = self.blocks.get_mut(id);
+            b.state = BlockState::Free;
+            b.requested = 0;
+            b.has_other_streams = false;
+        }
+        let prev = self.blocks.get(id).prev;
+        if prev != NIL && self.blocks.get(prev).state == BlockState::Free {
+            self.index.remove(&mut self.blocks, prev);
+            self.absorb_next(prev);
+            id = prev;
+        }
+        let next = self.blocks.get(id).next;
+        if next != NIL && self.blocks.get(next).state == BlockState::Free {
+            self.index.remove(&mut self.blocks, next);
+            self.absorb_next(id);
+        }
+        self.index.insert(&mut self.blocks, id);
+    }
+
+    /// Merges `id`'s next neighbour (free, already off its list) into `id`.
+    fn absorb_next(&mut self, id: BlockId) {
+        let next = self.blocks.get(id).next;
+        let (next_size, next_next) = {
+            let n = self.blocks.get(next);
+            (n.size, n.next)
+        };
+        let b = self.blocks.get_mut(id);
+        b.size += next_size;
+        b.next = next_next;
+        if next_next != NIL {
+            self.blocks.get_mut(next_next).prev = id;
+        }
+        self.blocks.remove(next);
+    }
+
+    /// Returns to the pool the pending frees whose events completed.
+    pub fn reap_pending(&mut self) -> usize {
+        if !self.order.has_pending() {
+            return 0;
+        }
+        let done = self.order.poll(&self.sh.rt);
+        let n = done.len();
+        for id in done {
+            self.return_block(id);
+        }
+        n
+    }
+
+    /// Marks that `stream` (met before: the caller checked it) uses the
+    /// allocated block at `addr`.
+    pub fn record_stream(&mut self, addr: usize, stream: Stream) -> Result<()> {
+        let id = match self.registry.get(&addr) {
+            Some(&id) if self.blocks.get(id).state == BlockState::Allocated => id,
+            _ => return Err(self.unknown_pointer(addr, "record_stream")),
+        };
+        if self.stream == stream {
+            return Ok(());
+        }
+        if self.order.note_use(id, stream) {
+            let seg = self.blocks.get(id).segment;
+            self.blocks.get_mut(id).has_other_streams = true;
+            let others = &mut self.segments.get_mut(seg).other_streams;
+            if !others.contains(&stream) {
+                others.push(stream);
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a segment [base, base + size) with one free block over it,
+    /// registered in the directory. Returns the segment and its block.
+    pub fn add_segment(&mut self, base: usize, size: usize, extent: B::Extent) -> (SegmentId, BlockId) {
+        let block = self.blocks.insert(Block::segment_root(base, size));
+        let seg = self.segments.insert(Segment {
+            base,
+            size,
+            first: block,
+            other_streams: Vec::new(),
+            serial: self.sh.next_serial.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            extent,
+        });
+        self.blocks.get_mut(block).segment = seg;
+        self.index.insert(&mut self.blocks, block);
+        self.sh.directory.insert(base, size, self.id);
+        (seg, block)
+    }
+
+    /// Removes segment `seg`, whose one block `block` is off the index.
+    pub fn remove_segment(&mut self, seg: SegmentId) -> Segment<B::Extent> {
+        let s = self.segments.remove(seg);
+        self.blocks.remove(s.first);
+        s
+    }
+
+    /// Every stream whose work may use segment `seg`: its owner and the
+    /// streams recorded on its blocks.
+    pub fn streams_of(&self, seg: SegmentId) -> Vec<Stream> {
+        let mut out = vec![self.stream];
+        for &s in &self.segments.get(seg).other_streams {
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// The block of segment `seg` that contains `addr`.
+    pub fn block_containing(&self, seg: SegmentId, addr: usize) -> Option<BlockId> {
+        let mut id = self.segments.get(seg).first;
+        while id != NIL {
+            let b = self.blocks.get(id);
+            if addr >= b.addr && addr < b.addr + b.size {
+                return Some(id);
+            }
+            id = b.next;
+        }
+        None
+    }
+
+    /// The allocated block containing `addr` (interior pointers allowed).
+    pub fn allocated_block_at(&self, addr: usize) -> Option<BlockId> {
+        if let Some(&id) = self.registry.get(&addr) {
+            return (self.blocks.get(id).state == BlockState::Allocated).then_some(id);
+        }
+        let seg = self.segments.containing(addr)?;
+        let id = self.block_containing(seg, addr)?;
+        (self.blocks.get(id).state == BlockState::Allocated).then_some(id)
+    }
+
+    /// (address, size, requested) of block `id`.
+    pub fn block(&self, id: BlockId) -> &Block {
+        self.blocks.get(id)
+    }
+
+    /// (base, size) of the segment holding block `id`.
+    pub fn segment_range(&self, id: BlockId) -> (usize, usize) {
+        let s = self.segments.get(self.blocks.get(id).segment);
+        (s.base, s.size)
+    }
+
+    /// Bytes waiting for cross-stream events.
+    pub fn pending_bytes(&self) -> usize {
+        self.order.pending_bytes()
+    }
+
+    /// Events pending frees wait for (see `reclaim`).
+    pub fn pending_events(&self) -> Vec<crate::runtime::Event> {
+        self.order.pending_events()
+    }
+
+    /// Every event this shard owns, for teardown.
+    pub fn take_all_events(&mut self) -> Vec<crate::runtime::Event> {
+        self.order.take_all_events()
+    }
+
+    /// Streams any segment of this shard was used on (teardown).
+    pub fn all_streams(&self) -> Vec<Stream> {
+        let mut out = vec![self.stream];
+        for seg in self.segments.ids() {
+            for &s in &self.segments.get(seg).other_streams {
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+        }
+        out
+    }
+
+    /// Live (allocated) blocks and bytes.
+    pub fn live(&self) -> (u64, u64) {
+        (self.counters.active, self.counters.allocated)
+    }
+
+    #[inline]
+    pub fn after_transition(&mut self) {
+        #[cfg(debug_assertions)]
+        {
+            // Full checks are O(blocks): run them on every transition while
+            // the state is small, and periodically once it is large.
+            self.transitions += 1;
+            if self.blocks.live() < 512 || self.transitions % 1024 == 0 {
+                if let Err(e) = self.check_invariants() {
+                    panic!("allocator invariant broken: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Cuts block `id` (off every free list) at `at` bytes: `id` keeps the
+/// front, a new free block (on no list) gets the rest. Returns the new block.
+fn split_off(blocks: &mut BlockArena, id: BlockId, at: usize) -> BlockId {
+    let b = blocks.get(id).clone();
+    let rest = blocks.insert(Block {
+        addr: b.addr + at,
+        size: b.size - at,
+        requested: 0,
+        prev: id,
+        free_prev: NIL,
+        free_next: NIL,
+        state: BlockState::Free,
+        has_other_streams: false,
+        ..b
+    });
+    if b.next != NIL {
+        blocks.get_mut(b.next).prev = rest;
+    }
+    let front = blocks.get_mut(id);
+    front.next = rest;
+    front.size = at;
+    rest
+}

@@ -1,0 +1,33 @@
+//! A shard: one stream's pool of one kind behind its own lock, and what it
+//! publishes for the device-wide peaks (see Note [peaks without a shared
+//! counter] in `stats`). A cache hit takes this lock and no other.
+
+use super::backing::Backing;
+use super::lock::{StateGuard, StateLock};
+use super::pool::Pool;
+use super::stats::Lane;
+use crate::error::{Error, Result};
+
+pub(crate) struct Shard<B: Backing> {
+    pool: StateLock<Pool<B>>,
+    pub lane: Lane,
+}
+
+impl<B: Backing> Shard<B> {
+    pub fn new(pool: Pool<B>) -> Self {
+        Shard { pool: StateLock::new(pool), lane: Lane::default() }
+    }
+
+    /// Locks the shard's pool.
+    #[inline(always)]
+    pub fn lock(&self) -> Result<StateGuard<'_, Pool<B>>> {
+        self.pool
+            .lock()
+            .map_err(|_| Error::Internal("the allocator is unusable after an earlier internal error".into()))
+    }
+
+    /// Locks the pool even after a panic under its lock (teardown, checks).
+    pub fn lock_anyway(&self) -> StateGuard<'_, Pool<B>> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,50 @@
+//! What every shard of one device allocator shares: the runtime, the
+//! policy, the backing's shared part, device-wide counters, the address
+//! directory and the trace. Nothing here is written by a cache hit.
+
+use super::backing::{Backing, MemoryLimit};
+use super::directory::Directory;
+use super::lock::StateLock;
+use super::policy::Policy;
+use super::stats::DeviceCounters;
+use super::stream_order::DeviceCalls;
+use crate::runtime::Runtime;
+use crate::trace::TraceRecorder;
+use std::sync::Arc;
+
+pub(crate) struct Shared<B: Backing> {
+    pub rt: Arc<Runtime>,
+    pub device: i32,
+    pub policy: Policy,
+    pub counters: DeviceCounters,
+    pub limit: MemoryLimit,
+    pub directory: Directory,
+    pub backing: B,
+    /// Config key `release_threshold`.
+    pub release_threshold: Option<usize>,
+    /// Config key `garbage_collection_threshold`.
+    pub gc_threshold: Option<f64>,
+    /// Held bytes of each shard's reuse lists at most (`reuse_cache_mb`).
+    pub reuse_bytes: usize,
+    /// Config key `trace`. Events are recorded under the lock of the shard
+    /// that handles them, so a block's alloc is always listed before its free.
+    pub trace: Option<StateLock<TraceRecorder>>,
+    /// The next segment's serial (creation order over all shards).
+    pub next_serial: std::sync::atomic::AtomicU64,
+}
+
+impl<B: Backing> Shared<B> {
+    #[inline]
+    pub fn calls(&self) -> DeviceCalls<'_> {
+        DeviceCalls { rt: &self.rt, device: self.device, counters: &self.counters }
+    }
+
+    /// Runs `f` with the trace recorder, if tracing.
+    #[inline]
+    pub fn trace(&self, f: impl FnOnce(&mut TraceRecorder)) {
+        if let Some(t) = &self.trace {
+            let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut t);
+        }
+    }
+}
