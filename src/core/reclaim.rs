@@ -68,6 +68,7 @@ impl<B: Backing> Device<B> {
     #[inline(never)]
     pub(super) fn ladder(&self, shard: &Shard<B>, size: usize, rounded: usize, first: GrowError) -> Result<usize> {
         if !first.is_out_of_memory() {
+            let _ = B::free_cached(&self.sh);
             return Err(first.into_error(size));
         }
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
@@ -92,6 +93,9 @@ impl<B: Backing> Device<B> {
             }
         }
         self.sh.counters.oom();
+        // Nothing kept on failure: handles this request obtained and could
+        // not use go back to the device.
+        let _ = B::free_cached(&self.sh);
         let message = self.oom_message(size, rounded, &last, tried.name());
         Err(Error::OutOfMemory(message))
     }
@@ -108,7 +112,11 @@ impl<B: Backing> Device<B> {
                 Ok(Ok(addr))
             }
             Err(e) if e.is_out_of_memory() => Ok(Err(e)),
-            Err(e) => Err(e.into_error(size)),
+            Err(e) => {
+                drop(pool);
+                let _ = B::free_cached(&self.sh);
+                Err(e.into_error(size))
+            }
         }
     }
 

@@ -47,8 +47,6 @@ impl RangePool {
         let room_end = (addr + room - base) / page;
         let mut ctx = Placement { seg, addr, size, synced: false, victims: None, device };
         let mut mapped_now = Vec::new();
-        // Handles obtained by this call, as (handle, bytes).
-        let mut fresh = Vec::new();
         let mut i = first;
         while i < end {
             if let Some(p) = self.range(seg).page(i) {
@@ -64,7 +62,7 @@ impl RangePool {
             while i + avail < reach && self.range(seg).page(i + avail).is_none() {
                 avail += 1;
             }
-            match self.map_piece(&mut ctx, i, run, avail, &mut fresh) {
+            match self.map_piece(&mut ctx, i, run, avail) {
                 Ok(units) => {
                     mapped_now.push(i);
                     i += units;
@@ -74,9 +72,9 @@ impl RangePool {
                         // Undo: the pages were never used, no sync needed.
                         let _ = self.unmap_piece(seg, head);
                     }
-                    // Nothing kept on failure: the handles this call
-                    // obtained go back to the device (cached ones stay).
-                    self.free_fresh(fresh);
+                    // The handles stay cached: the ladder's retry maps them
+                    // again, and a request that fails for good gives them
+                    // back (`reclaim`).
                     return Err(e);
                 }
             }
@@ -92,7 +90,6 @@ impl RangePool {
         i: usize,
         run: usize,
         avail: usize,
-        fresh: &mut Vec<(PhysicalHandle, usize)>,
     ) -> Result<usize, GrowError> {
         let (base, spec, fresh_pages) = {
             let s = self.segments.get(ctx.seg);
@@ -109,15 +106,13 @@ impl RangePool {
             None => {
                 let pages = run.min(fresh_pages);
                 let floor = run.min(self.floor_pages(ctx.seg));
-                let got = match self.fresh_handle(spec, pages) {
+                match self.fresh_handle(spec, pages) {
                     // The estimate of free memory was too kind (another
                     // process holds some, or physical memory is fragmented):
                     // a floor-sized handle may still fit.
                     Err(e) if e.is_out_of_memory() && pages > floor => self.fresh_handle(spec, floor)?,
                     r => r?,
-                };
-                fresh.push(got);
-                got
+                }
             }
         };
         let sh = self.sh.clone();
@@ -151,23 +146,6 @@ impl RangePool {
             Err(e) => {
                 sh.limit.refund(bytes);
                 Err(GrowError::Runtime(e))
-            }
-        }
-    }
-
-    /// Frees the handles a failed placement obtained, wherever they are
-    /// now (unmapped: in the cache). One the cache no longer holds stays.
-    fn free_fresh(&mut self, fresh: Vec<(PhysicalHandle, usize)>) {
-        for (h, bytes) in fresh {
-            let taken = {
-                let mut cache = self.sh.backing.handles();
-                let list = cache.entry(bytes).or_default();
-                list.iter().position(|&c| c == h).map(|at| list.swap_remove(at))
-            };
-            if let Some(h) = taken {
-                if super::free_handle(&self.sh, h, bytes).is_err() {
-                    self.sh.backing.cache_handle(bytes, h);
-                }
             }
         }
     }
