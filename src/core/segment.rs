@@ -87,8 +87,4 @@ impl<E> SegmentTable<E> {
     pub fn ids(&self) -> impl Iterator<Item = SegmentId> + '_ {
         self.by_base.values().copied()
     }
-
-    pub fn len(&self) -> usize {
-        self.by_base.len()
-    }
 }

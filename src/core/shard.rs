@@ -8,6 +8,9 @@ use super::pool::Pool;
 use super::stats::Lane;
 use crate::error::{Error, Result};
 
+/// Aligned to two cache lines (adjacent-line prefetch pairs lines on x86)
+/// so that two shards' hot words never share one.
+#[repr(align(128))]
 pub(crate) struct Shard<B: Backing> {
     pool: StateLock<Pool<B>>,
     pub lane: Lane,

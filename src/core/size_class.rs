@@ -25,6 +25,7 @@ pub fn class_of(size: usize) -> usize {
 }
 
 /// The smallest size that falls in `class`.
+#[cfg(test)]
 pub fn class_floor(class: usize) -> usize {
     if class < SL_COUNT {
         return class << UNIT_SHIFT;

@@ -164,11 +164,6 @@ impl StreamOrder {
         self.pending.iter().flat_map(|p| p.events.iter().copied()).collect()
     }
 
-    /// The streams recorded on `block`.
-    pub fn uses(&self, block: BlockId) -> &[Stream] {
-        self.uses.get(&block).map(Vec::as_slice).unwrap_or(&[])
-    }
-
     /// Every event this shard owns (pending and pooled), for teardown.
     pub fn take_all_events(&mut self) -> Vec<Event> {
         let mut all: Vec<Event> = self.event_pool.drain(..).collect();

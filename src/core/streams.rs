@@ -8,7 +8,6 @@
 
 use super::backing::Backing;
 use super::directory::MAX_SHARDS;
-use super::policy::PoolKind;
 use super::shard::Shard;
 use crate::runtime::Stream;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -59,12 +58,6 @@ impl<B: Backing> StreamTable<B> {
     pub fn find(&self, stream: Stream) -> Option<&StreamEntry<B>> {
         let len = self.len.load(Ordering::Acquire);
         (0..len).map(|i| self.entry(i)).find(|e| e.stream == stream)
-    }
-
-    /// The shard of (`stream`, `kind`), if the stream has been met.
-    #[inline]
-    pub fn shard(&self, stream: Stream, kind: PoolKind) -> Option<&Shard<B>> {
-        self.find(stream).map(|e| &e.shards[kind as usize])
     }
 
     /// The entry of `stream`, made with `make(slot)` if the stream is new;
