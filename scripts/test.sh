@@ -18,9 +18,9 @@ echo "== cargo build"
 cargo build --workspace --locked
 echo "== cargo test"
 cargo test --workspace --locked
-echo "== concurrency stress and the full fault sweep, optimised build"
+echo "== concurrency stress, multi-thread C API stress and the full fault sweep, optimised build"
 cargo build --workspace --locked --release
-cargo test --locked --release --test concurrency --test fault_sweep
+cargo test --locked --release --test concurrency --test fault_sweep --test stress_threads
 
 echo "== CMake + ctest"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Debug
