@@ -16,10 +16,10 @@
 //! directory searched before them, the deepest existing directory on the way
 //! to its `acl/acl.h`, whose contents change when the header appears (a
 //! directory's watch covers every file and directory below it). Nothing
-//! above a search directory is watched, and in the repository nothing above
-//! `third_party/` (committed, holding only a README until headers are
-//! fetched): a watch on the repository root would see `target/` change on
-//! every build. `scripts/check-noop-build.sh` checks that a second build
+//! above the directory a variable names is watched, and in the repository
+//! nothing above `third_party/` (committed, holding only a README until
+//! headers are fetched): a watch on the repository root would see `target/`
+//! change on every build. `scripts/check-noop-build.sh` checks that a second build
 //! compiles nothing.
 
 use std::env;

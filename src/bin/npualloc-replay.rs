@@ -280,9 +280,15 @@ fn main() -> ExitCode {
     // Then every configuration is created once on the emulator: what only
     // creation finds (a trace file that cannot be created, expandable
     // segments on a runtime without them) stops the tool here too.
-    for target in &targets {
+    for (i, target) in targets.iter().enumerate() {
         if let Err(e) = replay::check_target(&emu, target) {
-            eprintln!("npualloc-replay: bad --config '{}': {e}", target.config_text());
+            if i < args.configs.len() {
+                eprintln!("npualloc-replay: bad --config '{}': {e}", target.config_text());
+            } else if i < targets.len() - args.baselines.len() {
+                eprintln!("npualloc-replay: npualloc's default configuration cannot run here: {e}");
+            } else {
+                eprintln!("npualloc-replay: the {} baseline cannot run here: {e}", target.label());
+            }
             return ExitCode::from(2);
         }
     }
