@@ -9,6 +9,18 @@
 //! No function is linked: the library loads libascendcl.so at run time. The
 //! prototypes are generated only so that tests can check the loader's table
 //! against them.
+//!
+//! Cargo reruns this script (and so recompiles the crate) when a path it was
+//! told to watch changes, and always when such a path does not exist. So
+//! only existing paths are watched: the headers in use, and for each
+//! directory searched before them, the deepest existing directory on the way
+//! to its `acl/acl.h`, whose contents change when the header appears (a
+//! directory's watch covers every file and directory below it). Nothing
+//! above the directory a variable names is watched, and in the repository
+//! nothing above `third_party/` (committed, holding only a README until
+//! headers are fetched): a watch on the repository root would see `target/`
+//! change on every build. `scripts/check-noop-build.sh` checks that a second build
+//! compiles nothing.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -25,13 +37,40 @@ fn main() {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let own = manifest.join("src/sys/acl_decls.h");
-    println!("cargo:rerun-if-changed={}", own.display());
-    println!("cargo:rerun-if-changed=src/sys/wrapper.h");
-    println!("cargo:rerun-if-changed=src/sys/acl_items.rs");
+    watch(&own);
+    watch(&manifest.join("src/sys/wrapper.h"));
+    watch(&manifest.join("src/sys/acl_items.rs"));
     let fetched = manifest.join("third_party/acl-headers/include");
-    println!("cargo:rerun-if-changed={}", fetched.join("acl/acl.h").display());
 
-    let (source, bindings) = match find_real_headers(&fetched) {
+    // (directory searched, the highest directory that may be watched for it)
+    let mut candidates: Vec<(PathBuf, PathBuf)> = Vec::new();
+    if let Ok(dir) = env::var("NPUALLOC_ACL_INCLUDE_DIR") {
+        let dir = PathBuf::from(dir);
+        candidates.push((dir.clone(), dir));
+    }
+    for var in ["ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"] {
+        if let Ok(home) = env::var(var) {
+            let home = PathBuf::from(home);
+            candidates.push((home.join("include"), home));
+        }
+    }
+    candidates.push((fetched, manifest.join("third_party")));
+
+    let mut real = None;
+    for (dir, limit) in &candidates {
+        if dir.join("acl/acl.h").is_file() {
+            // In use: every header under acl/ (wrapper.h includes several).
+            watch(&dir.join("acl"));
+            real = Some(dir.clone());
+            break;
+        }
+        // Searched first and missing: watch where the header would appear.
+        if let Some(existing) = deepest_existing(&dir.join("acl"), limit) {
+            watch(&existing);
+        }
+    }
+
+    let (source, bindings) = match real {
         Some(dir) => {
             let b = generate(&manifest.join("src/sys/wrapper.h"), Some(&dir));
             (format!("real headers in {}", dir.display()), b)
@@ -42,18 +81,21 @@ fn main() {
     println!("cargo:rustc-env=NPUALLOC_ACL_BINDINGS_SOURCE={source}");
 }
 
-fn find_real_headers(fetched: &Path) -> Option<PathBuf> {
-    let mut candidates = Vec::new();
-    if let Ok(dir) = env::var("NPUALLOC_ACL_INCLUDE_DIR") {
-        candidates.push(PathBuf::from(dir));
-    }
-    for var in ["ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"] {
-        if let Ok(home) = env::var(var) {
-            candidates.push(PathBuf::from(home).join("include"));
-        }
-    }
-    candidates.push(fetched.to_path_buf());
-    candidates.into_iter().find(|dir| dir.join("acl/acl.h").is_file())
+/// Asks cargo to rerun this script when `path` (a file, or anything below a
+/// directory) changes. Only called for paths that exist: cargo treats a
+/// missing one as changed on every build.
+fn watch(path: &Path) {
+    debug_assert!(path.exists(), "{} does not exist", path.display());
+    println!("cargo:rerun-if-changed={}", path.display());
+}
+
+/// The deepest existing directory among `path` and its ancestors, not above
+/// `limit`; `None` when even `limit` does not exist (or `path` is not below it).
+fn deepest_existing(path: &Path, limit: &Path) -> Option<PathBuf> {
+    path.ancestors()
+        .take_while(|p| p.starts_with(limit))
+        .find(|p| p.is_dir())
+        .map(Path::to_path_buf)
 }
 
 fn generate(header: &Path, include_dir: Option<&Path>) -> String {

@@ -72,6 +72,17 @@ static int has_error(void) {
         CHECK(unchanged()); \
     } while (0)
 
+/* A call that must succeed without doing anything: OK (for status calls),
+ * no message, statistics unchanged. Freeing NULL is such a call at every
+ * entry point, as with C's free. */
+#define NO_OP(expr)              \
+    do {                         \
+        snap();                  \
+        expr;                    \
+        CHECK(!has_error());     \
+        CHECK(unchanged());      \
+    } while (0)
+
 /* Aligned zeroed memory that is not an allocator, a binding or a block. */
 static uint64_t not_a_handle[512];
 
@@ -119,7 +130,7 @@ static void direct_use(npualloc_allocator *other) {
 
     /* free */
     REFUSED(npualloc_free(NULL, p), NPUALLOC_ERR_INVALID_ARGUMENT);
-    REFUSED(npualloc_free(A, NULL), NPUALLOC_ERR_UNKNOWN_POINTER);
+    NO_OP(CHECK_STATUS(npualloc_free(A, NULL), NPUALLOC_OK));
     REFUSED(npualloc_free(A, &on_stack), NPUALLOC_ERR_UNKNOWN_POINTER);
     REFUSED(npualloc_free(A, (char *)p + 512), NPUALLOC_ERR_UNKNOWN_POINTER);
     REFUSED(npualloc_free(A, theirs), NPUALLOC_ERR_UNKNOWN_POINTER);
@@ -191,10 +202,26 @@ static void desc_path(npualloc_allocator *other) {
     REFUSED(npualloc_register(NULL, s), NPUALLOC_ERR_INVALID_ARGUMENT);
     REFUSED(npualloc_register(A, NULL), NPUALLOC_ERR_INVALID_ARGUMENT);
     REFUSED(npualloc_unregister(NULL, s), NPUALLOC_ERR_INVALID_ARGUMENT);
+    /* A stream the runtime does not know, and a destroyed one: refused as
+     * npualloc_malloc refuses them, and no desc is created. */
+    aclemu_usage u0, u1;
+    CHECK_EQ_INT(aclemu_get_usage(0, &u0), 0);
+    REFUSED(npualloc_register(A, (aclrtStream)not_a_handle), NPUALLOC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(last, "not a live stream") != NULL);
+    aclrtStream gone = NULL;
+    CHECK_EQ_INT(aclrtCreateStream(&gone), 0);
+    CHECK_EQ_INT(aclrtDestroyStream(gone), 0);
+    REFUSED(npualloc_register(A, gone), NPUALLOC_ERR_INVALID_ARGUMENT);
+    CHECK_EQ_INT(aclemu_get_usage(0, &u1), 0);
+    CHECK_EQ_INT(u1.descs, u0.descs);
+    /* Unregistering a stream that was never registered is OK. */
+    CHECK_STATUS(npualloc_unregister(A, (aclrtStream)not_a_handle), NPUALLOC_OK);
 
     void *binding = not_a_handle;
     REFUSED(npualloc_binding_create(NULL, s, &binding), NPUALLOC_ERR_INVALID_ARGUMENT);
     REFUSED(npualloc_binding_create(A, s, NULL), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_binding_create(A, (aclrtStream)not_a_handle, &binding), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_binding_create(A, gone, &binding), NPUALLOC_ERR_INVALID_ARGUMENT);
     CHECK(binding == not_a_handle);
     CHECK_STATUS(npualloc_binding_destroy(NULL), NPUALLOC_OK);
     REFUSED(npualloc_binding_destroy(not_a_handle), NPUALLOC_ERR_INVALID_ARGUMENT);
@@ -218,7 +245,10 @@ static void desc_path(npualloc_allocator *other) {
     REFUSED_NULL(npualloc_desc_alloc_advise(binding, SIZE_MAX - 511, block));
 
     REFUSED_VOID(npualloc_desc_free(NULL, block));
-    REFUSED_VOID(npualloc_desc_free(binding, NULL));
+    NO_OP(npualloc_desc_free(binding, NULL));
+    /* The binding is still checked when the block is NULL. */
+    REFUSED_VOID(npualloc_desc_free(NULL, NULL));
+    REFUSED_VOID(npualloc_desc_free(not_a_handle, NULL));
     REFUSED_VOID(npualloc_desc_free(binding, &on_stack));
     REFUSED_VOID(npualloc_desc_free(binding, theirs));
     REFUSED_VOID(npualloc_desc_free(binding, (char *)block + 512));
@@ -263,8 +293,8 @@ static void pluggable(void) {
     npualloc_pluggable_free(p, 4096, 0, NULL);
     CHECK(!has_error());
     REFUSED_VOID(npualloc_pluggable_free(p, 4096, 0, NULL));
-    npualloc_pluggable_free(NULL, 0, 0, NULL);
-    CHECK(!has_error());
+    NO_OP(npualloc_pluggable_free(NULL, 0, 0, NULL));
+    NO_OP(npualloc_pluggable_free(NULL, 4096, 0, NULL));
 }
 
 int main(void) {

@@ -7,6 +7,11 @@
  *   (thread-local; never NULL; valid until the next npualloc call on that thread).
  * - Outputs are trailing out-parameters, written only on success.
  * - NULL where a value is required is NPUALLOC_ERR_INVALID_ARGUMENT; destructors accept NULL.
+ * - Freeing NULL is a successful no-op at every free (npualloc_free,
+ *   npualloc_desc_free, npualloc_pluggable_free), as with C's free; the
+ *   allocator handle or binding must still be valid.
+ * - A stream must be one the runtime knows (checked with aclrtStreamQuery the
+ *   first time a call meets it); an unknown one is NPUALLOC_ERR_INVALID_ARGUMENT.
  * - No panic or exception crosses this API; a caught bug is NPUALLOC_ERR_INTERNAL.
  * - All functions are thread-safe unless their comment says otherwise.
  */
@@ -321,8 +326,13 @@ npualloc_status npualloc_malloc(struct npualloc_allocator *a,
  * later work on the block's stream; if other streams used it
  * (`npualloc_record_stream`), only after their work recorded so far completes.
  *
- * Returns NPUALLOC_ERR_UNKNOWN_POINTER (state unchanged) for NULL, a pointer
- * this allocator did not return, an interior pointer, or a block already freed.
+ * Freeing NULL is a no-op returning NPUALLOC_OK, as with C's `free` and
+ * `cudaFree`; the same rule holds for `npualloc_desc_free` and
+ * `npualloc_pluggable_free`. The handle must still be valid.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle;
+ * NPUALLOC_ERR_UNKNOWN_POINTER (state unchanged) for a pointer this
+ * allocator did not return, an interior pointer, or a block already freed.
  */
 npualloc_status npualloc_free(struct npualloc_allocator *a, void *ptr);
 
@@ -364,9 +374,12 @@ npualloc_status npualloc_query(const struct npualloc_allocator *a,
  * all four callbacks set; blocks the runtime allocates through it belong to
  * `stream`. Registering a stream twice is OK (no duplicate).
  *
- * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or NULL stream (the
- * runtime cannot apply an allocator to the default stream), NPUALLOC_ERR_RUNTIME
- * if an ACL call failed (nothing stays registered then).
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle, a NULL stream (the
+ * runtime cannot apply an allocator to the default stream) or a stream the
+ * runtime does not know (checked as in npualloc_malloc: aclrtStreamQuery on
+ * the allocator's device, when the runtime has that call);
+ * NPUALLOC_ERR_RUNTIME if an ACL call failed. Nothing is registered or
+ * created when the call fails.
  */
 npualloc_status npualloc_register(struct npualloc_allocator *a, aclrtStream stream);
 
@@ -384,8 +397,10 @@ npualloc_status npualloc_unregister(struct npualloc_allocator *a, aclrtStream st
 void *npualloc_desc_alloc(void *binding, size_t size);
 
 /**
- * The desc's free callback: frees a block handle. An unknown or already
- * freed block changes nothing; the error goes to stderr and the last error.
+ * The desc's free callback: frees a block handle. A NULL block is a no-op
+ * (the rule of every npualloc free; the binding is still checked). An
+ * unknown or already freed block changes nothing; the error goes to stderr
+ * and the last error.
  */
 void npualloc_desc_free(void *binding, void *block);
 
@@ -405,6 +420,9 @@ void *npualloc_desc_get_addr(void *block);
  * Makes a binding (the `obj` for a host-built desc or GE's external
  * allocator shim) whose blocks belong to `stream` (NULL: default stream).
  * Destroy it with `npualloc_binding_destroy` before destroying the allocator.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `binding`, or a
+ * stream the runtime does not know (checked as in npualloc_register).
  */
 npualloc_status npualloc_binding_create(struct npualloc_allocator *a,
                                         aclrtStream stream,
@@ -525,7 +543,8 @@ void *npualloc_pluggable_malloc(size_t size, int device, aclrtStream stream);
 /**
  * torch_npu's free hook: frees `ptr`, returned by `npualloc_pluggable_malloc`
  * for `device`. `size` and `stream` are the values torch passes back (the
- * block's own stream is known; they are not needed). NULL is a no-op. A
+ * block's own stream is known; they are not needed). NULL is a no-op, as
+ * for every npualloc free (the device is not checked then either). A
  * pointer this device's allocator does not own (another device's, unknown,
  * already freed) changes nothing: the last error says why and a line goes
  * to stderr. Thread-safe.

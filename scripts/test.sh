@@ -16,6 +16,8 @@ export NPUALLOC_REQUIRE_REAL_HEADERS=1
 
 echo "== cargo build"
 cargo build --workspace --locked
+echo "== a second build with nothing changed compiles nothing"
+bash scripts/check-noop-build.sh --workspace --locked
 echo "== cargo test"
 cargo test --workspace --locked
 echo "== concurrency stress, multi-thread C API stress and the full fault sweep, optimised build"
@@ -25,6 +27,7 @@ cargo test --locked --release --test concurrency --test fault_sweep --test stres
 echo "== CMake + ctest"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Debug
 cmake --build build -j "$(nproc 2>/dev/null || echo 2)"
+bash scripts/check-noop-build.sh --cmake build
 (cd build && ctest --output-on-failure)
 
 # Every C test again under valgrind's memcheck: any memory error or definite

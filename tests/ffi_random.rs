@@ -256,6 +256,12 @@ fn step(w: &mut World, call: &Call) -> Result<(), TestCaseError> {
                     w.live.remove(&p);
                     w.freed.push(p);
                 }
+                // Freeing NULL is a no-op, as with C's free.
+                None if p == 0 => {
+                    prop_assert_eq!(st, NPUALLOC_OK, "free(NULL): {}", last_error_message());
+                    prop_assert_eq!(last_error_message(), "", "free(NULL) left a message");
+                    prop_assert_eq!(format!("{before:?}"), format!("{:?}", stats(a)), "free(NULL) changed the stats");
+                }
                 None => refused(st, &[NPUALLOC_ERR_UNKNOWN_POINTER], &before, a, &format!("free({p:#x}) [{t:?}]"))?,
             }
         }

@@ -356,3 +356,114 @@ fn svg_stays_well_formed_for_names_with_control_characters() {
     let xml = roxmltree::Document::parse(&doc).expect("well-formed SVG");
     assert!(xml.descendants().any(|n| n.text().is_some_and(|t| t.contains("odd\u{FFFD}name\u{FFFD}.trace"))));
 }
+
+/// Runs the tool on the synthetic trace with `args` (the emulator passed
+/// explicitly); returns (exit code, stdout, stderr).
+fn run_tool(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
+    let out = tool().arg("--acl-library").arg(emulator_path()).args(["--repeat", "1", "--no-min-capacity"]).args(args).output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn os(s: &str) -> &std::ffi::OsStr {
+    std::ffi::OsStr::new(s)
+}
+
+#[test]
+fn tool_refuses_a_bad_config_before_replaying_anything() {
+    let good = scratch("tool-config.trace");
+    std::fs::write(&good, SYNTHETIC).unwrap();
+    // An unknown key: refused by the parser, with a non-zero exit and no table.
+    let (code, stdout, stderr) = run_tool(&[os("--config"), os("foo:1"), good.as_os_str()]);
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert_eq!(stdout, "", "nothing is replayed");
+    assert!(stderr.contains("bad --config 'foo:1'") && stderr.contains("foo"), "{stderr}");
+
+    // A bad config after a good one: still nothing runs, not even the good one.
+    let (code, stdout, stderr) =
+        run_tool(&[os("--config"), os(""), os("--config"), os("page_size:3m"), good.as_os_str()]);
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("page_size"), "{stderr}");
+
+    // A config that parses but cannot create an allocator (its trace file
+    // cannot be created) is found before the replays too.
+    let (code, stdout, stderr) =
+        run_tool(&[os("--config"), os("trace:/nonexistent-dir/x.trace"), good.as_os_str()]);
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("trace"), "{stderr}");
+    std::fs::remove_file(&good).unwrap();
+}
+
+#[test]
+fn tool_says_cannot_open_for_a_missing_trace() {
+    let good = scratch("tool-missing.trace");
+    std::fs::write(&good, SYNTHETIC).unwrap();
+    let missing = scratch("no-such-file.trace");
+    let (code, stdout, stderr) = run_tool(&[good.as_os_str(), missing.as_os_str()]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert_eq!(stdout, "", "nothing is replayed, not even the good trace");
+    assert!(stderr.contains(&format!("cannot open {}", missing.display())), "{stderr}");
+    assert!(!stderr.contains("malformed"), "a missing file is not a malformed trace: {stderr}");
+
+    // A directory is not a trace either.
+    let dir = scratch("a-directory.trace");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (code, _, stderr) = run_tool(&[dir.as_os_str()]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("cannot open") && stderr.contains("directory"), "{stderr}");
+    std::fs::remove_dir(&dir).unwrap();
+    std::fs::remove_file(&good).unwrap();
+}
+
+#[test]
+fn tool_checks_the_svg_path_before_replaying() {
+    let good = scratch("tool-svg.trace");
+    std::fs::write(&good, SYNTHETIC).unwrap();
+    // A directory that does not exist, and a path that is a directory.
+    let dir = scratch("svg-dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    for bad in [PathBuf::from("/nonexistent-dir/x.svg"), dir.clone()] {
+        let (code, stdout, stderr) = run_tool(&[os("--svg"), bad.as_os_str(), good.as_os_str()]);
+        assert_eq!(code, Some(1), "{stdout}{stderr}");
+        assert_eq!(stdout, "", "nothing is replayed for {}", bad.display());
+        assert!(stderr.contains("--svg") && stderr.contains(&format!("cannot write '{}'", bad.display())), "{stderr}");
+    }
+    std::fs::remove_dir(&dir).unwrap();
+
+    // A usable path is not left behind when the run stops early (here: a
+    // missing trace), and an existing file keeps its contents.
+    let svg_path = scratch("early-stop.svg");
+    let missing = scratch("missing-for-svg.trace");
+    let (code, _, _) = run_tool(&[os("--svg"), svg_path.as_os_str(), missing.as_os_str()]);
+    assert_eq!(code, Some(1));
+    assert!(!svg_path.exists(), "the --svg file created for the check is removed again");
+    std::fs::write(&svg_path, "old").unwrap();
+    let (code, _, _) = run_tool(&[os("--svg"), svg_path.as_os_str(), missing.as_os_str()]);
+    assert_eq!(code, Some(1));
+    assert_eq!(std::fs::read_to_string(&svg_path).unwrap(), "old");
+
+    // And a good run replaces it with a well-formed SVG.
+    let (code, stdout, stderr) = run_tool(&[os("--svg"), svg_path.as_os_str(), good.as_os_str()]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let doc = std::fs::read_to_string(&svg_path).unwrap();
+    roxmltree::Document::parse(&doc).expect("well-formed SVG");
+    std::fs::remove_file(&svg_path).unwrap();
+    std::fs::remove_file(&good).unwrap();
+}
+
+#[test]
+fn tool_help_explains_every_column() {
+    let out = tool().arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let columns: Vec<&str> = help.lines().skip_while(|l| !l.starts_with("columns")).skip(1).collect();
+    assert!(!columns.is_empty(), "no columns section in:\n{help}");
+    for header in npualloc::replay::table::HEADERS {
+        // Each column is a line "  <header>  <explanation>".
+        let line = columns.iter().find(|l| l.strip_prefix("  ").and_then(|r| r.strip_prefix(header)).is_some_and(|rest| rest.starts_with("  ")));
+        let line = line.unwrap_or_else(|| panic!("--help does not explain the column '{header}':\n{help}"));
+        assert!(line.trim_start()[header.len()..].trim().len() > 10, "too short an explanation: {line}");
+    }
+    assert!(help.contains("exit status"), "{help}");
+}

@@ -125,6 +125,10 @@ class CachingAllocator(Allocator):
         allocator does not own or already freed."""
         if not isinstance(block, MemBlock):
             raise ValueError(f"expected a MemBlock, got {block!r}")
+        if block.addr == 0:
+            # npualloc_free(a, NULL) is a no-op, as with C's free; no block
+            # this allocator made has address 0, so it is not one of its own.
+            raise ValueError(f"{block!r} is not a block of this allocator")
         _check(self._lib.npualloc_free(self._live(), ctypes.c_void_p(block.addr)))
 
     def stats(self):

@@ -84,6 +84,8 @@ def test_double_and_foreign_free_refused(emu):
         with pytest.raises(ValueError):
             a.free(npualloc.MemBlock(0x1234, 16))
         with pytest.raises(ValueError):
+            a.free(npualloc.MemBlock(0, 16))
+        with pytest.raises(ValueError):
             a.free(npualloc.MemBlock(block.addr + 512, 16))
         with pytest.raises(ValueError):
             a.free("not a block")

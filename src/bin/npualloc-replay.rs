@@ -2,17 +2,20 @@
 //! configurations and baselines on the ACL emulator, and reports memory,
 //! device calls and allocator time. See `--help`.
 
+use npualloc::config::Config;
 use npualloc::replay::svg::{self, Figure};
-use npualloc::replay::{table, Emulator, Options, Prepared, Report, Target};
+use npualloc::replay::{self, table, Emulator, Options, Prepared, Report, Target};
 use npualloc::runtime::loader::ACL_LIBRARY_ENV;
+use std::fs::{File, OpenOptions};
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 const USAGE: &str = "\
 usage: npualloc-replay [options] TRACE...
 
-Replays acl-trace v1 files (.trace or .trace.gz) on the ACL emulator.
+Replays acl-trace v1 files (.trace or .trace.gz) on the ACL emulator and
+prints one row per (trace, configuration).
 
 options:
   --config STR        an npualloc config (\"key:value,...\"); repeatable.
@@ -28,11 +31,48 @@ options:
                       allocator (what the first pass left live freed in
                       between): the hot path without growth. Only ns/op
                       changes; the other columns come from a first pass
-  --json              print one JSON document instead of the table
+  --json              print one JSON document instead of the table (the
+                      same numbers, sizes in bytes)
   --svg FILE          write charts of requested vs reserved bytes and the
                       first configuration's segments at its peak
   --progress          show progress on stderr even when it is not a terminal
   -h, --help          this text
+
+Every argument is checked before anything is replayed: each config is parsed
+and an allocator created with it once, every trace is read, and the --svg
+file is opened for writing.
+
+columns (one observed run per row on a 64 GiB emulated device, unless noted):
+  trace         the trace's file name
+  config        npualloc (defaults), npualloc[CONFIG] for a --config,
+                pytorch-policy or passthrough for a --baseline
+  ops           steps in the trace: its a, f, u and w lines
+  peak req MiB  the most bytes live at once, as the trace asked for them
+  peak rsv MiB  the most device memory the configuration held at once
+                (mapped or aclrtMalloc'ed, what PyTorch calls reserved)
+  ratio         peak rsv / peak req: 1.000 would be no overhead at all
+  min cap MiB   the smallest emulated device on which the whole trace
+                replays without an out-of-memory failure (bisection, to
+                1 MiB or 0.5%); '-' with --no-min-capacity, a reason in
+                parentheses when no capacity fits
+  min cap x     min cap / peak req: the device a trace needs, relative
+                to what it asks for
+  ns/op         host time per step of the fastest of --repeat runs,
+                allocator calls only (the emulator's calls included)
+  malloc/free   aclrtMalloc / aclrtFree calls (fixed segments; the
+                passthrough makes one per request)
+  map/unmap     aclrtMapMem / aclrtUnmapMem calls (expandable segments)
+  phys m/f      aclrtMallocPhysical / aclrtFreePhysical calls: the
+                physical memory handles behind expandable segments
+  syncs         stream and event synchronizations the allocator made
+                itself (the trace's w steps are not counted)
+  OOMs          allocations refused as out of memory on the 64 GiB
+                device (their frees and uses are skipped)
+A configuration that fails part-way shows 'error: ...' after its name.
+
+exit status: 0 when every row was measured; 1 when a file cannot be read
+or written, the emulator cannot be loaded, or a row failed; 2 for a bad
+command line or a config npualloc refuses.
 ";
 
 struct Args {
@@ -132,6 +172,45 @@ impl Progress {
     }
 }
 
+/// The --svg file, opened before any replay so a bad path fails at once.
+/// Created empty when it did not exist; removed again if nothing is written.
+struct OutputFile {
+    path: PathBuf,
+    file: Option<File>,
+    created: bool,
+}
+
+impl OutputFile {
+    fn open(path: &Path) -> Result<OutputFile, String> {
+        let existed = path.exists();
+        // Not truncated yet: an existing file keeps its contents until the
+        // replays are done.
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| format!("cannot write '{}': {e}", path.display()))?;
+        Ok(OutputFile { path: path.to_path_buf(), file: Some(file), created: !existed })
+    }
+
+    fn write(mut self, bytes: &[u8]) -> Result<(), String> {
+        let mut file = self.file.take().expect("written once");
+        file.set_len(0)
+            .and_then(|()| file.write_all(bytes))
+            .and_then(|()| file.flush())
+            .map_err(|e| format!("cannot write '{}': {e}", self.path.display()))
+    }
+}
+
+impl Drop for OutputFile {
+    fn drop(&mut self) {
+        if self.file.take().is_some() && self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(Some(a)) => a,
@@ -142,6 +221,20 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("npualloc-replay: {e}\n\n{USAGE}");
             return ExitCode::from(2);
+        }
+    };
+    // Config strings first: a typo is found before anything is loaded.
+    for config in &args.configs {
+        if let Err(e) = Config::parse(config) {
+            eprintln!("npualloc-replay: bad --config '{config}': {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let svg_out = match args.svg.as_deref().map(OutputFile::open).transpose() {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("npualloc-replay: --svg: {e}");
+            return ExitCode::from(1);
         }
     };
     let library = args.library.clone().unwrap_or_else(default_library);
@@ -168,8 +261,12 @@ fn main() -> ExitCode {
                 let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
                 prepared.push(Prepared::new(&name, &t));
             }
-            Err(e) => {
+            Err(e) if e.line().is_some() => {
                 eprintln!("npualloc-replay: malformed trace: {e}");
+                return ExitCode::from(1);
+            }
+            Err(e) => {
+                eprintln!("npualloc-replay: {e}");
                 return ExitCode::from(1);
             }
         }
@@ -180,6 +277,21 @@ fn main() -> ExitCode {
         args.configs.iter().map(|c| Target::npualloc(c)).collect()
     };
     targets.extend(args.baselines.iter().cloned());
+    // Then every configuration is created once on the emulator: what only
+    // creation finds (a trace file that cannot be created, expandable
+    // segments on a runtime without them) stops the tool here too.
+    for (i, target) in targets.iter().enumerate() {
+        if let Err(e) = replay::check_target(&emu, target) {
+            if i < args.configs.len() {
+                eprintln!("npualloc-replay: bad --config '{}': {e}", target.config_text());
+            } else if i < targets.len() - args.baselines.len() {
+                eprintln!("npualloc-replay: npualloc's default configuration cannot run here: {e}");
+            } else {
+                eprintln!("npualloc-replay: the {} baseline cannot run here: {e}", target.label());
+            }
+            return ExitCode::from(2);
+        }
+    }
     let opts = Options {
         repeat: args.repeat,
         min_capacity: args.min_capacity,
@@ -191,7 +303,7 @@ fn main() -> ExitCode {
     let mut all: Vec<Vec<Report>> = Vec::new();
     let total = prepared.len();
     for (i, p) in prepared.iter().enumerate() {
-        let reports = npualloc::replay::replay_trace(&emu, p, &targets, &opts, &mut |msg| {
+        let reports = replay::replay_trace(&emu, p, &targets, &opts, &mut |msg| {
             progress.show(&format!("[{}/{total}] {msg}", i + 1))
         });
         all.push(reports);
@@ -203,12 +315,17 @@ fn main() -> ExitCode {
     } else {
         print!("{}", table::text_table(&flat));
     }
-    if let Some(path) = &args.svg {
+    if let Some(out) = svg_out {
         let figures: Vec<Figure<'_>> = prepared.iter().zip(&all).map(|(trace, reports)| Figure { trace, reports }).collect();
-        if let Err(e) = std::fs::write(path, svg::render(&figures)) {
-            eprintln!("npualloc-replay: cannot write '{}': {e}", path.display());
+        if let Err(e) = out.write(svg::render(&figures).as_bytes()) {
+            eprintln!("npualloc-replay: --svg: {e}");
             return ExitCode::from(1);
         }
+    }
+    let failed = flat.iter().filter(|r| r.result.is_err()).count();
+    if failed > 0 {
+        eprintln!("npualloc-replay: {failed} of {} rows failed (see 'error:' in the output)", flat.len());
+        return ExitCode::from(1);
     }
     ExitCode::SUCCESS
 }

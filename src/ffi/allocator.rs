@@ -6,7 +6,6 @@ use super::last_error::set_last_error;
 use super::status::npualloc_status;
 use crate::config::Config;
 use crate::core::DeviceAllocator;
-use crate::error::Error;
 use crate::runtime::Stream;
 use crate::sys::aclrtStream;
 use std::ffi::{c_char, c_void};
@@ -124,15 +123,20 @@ pub unsafe extern "C" fn npualloc_malloc(
 /// later work on the block's stream; if other streams used it
 /// (`npualloc_record_stream`), only after their work recorded so far completes.
 ///
-/// Returns NPUALLOC_ERR_UNKNOWN_POINTER (state unchanged) for NULL, a pointer
-/// this allocator did not return, an interior pointer, or a block already freed.
+/// Freeing NULL is a no-op returning NPUALLOC_OK, as with C's `free` and
+/// `cudaFree`; the same rule holds for `npualloc_desc_free` and
+/// `npualloc_pluggable_free`. The handle must still be valid.
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle;
+/// NPUALLOC_ERR_UNKNOWN_POINTER (state unchanged) for a pointer this
+/// allocator did not return, an interior pointer, or a block already freed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_free(a: *mut npualloc_allocator, ptr: *mut c_void) -> npualloc_status {
     ffi_boundary!(status "npualloc_free", {
         // SAFETY: as in npualloc_malloc.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         if ptr.is_null() {
-            return Err(Error::UnknownPointer("free of NULL".into()));
+            return Ok(());
         }
         allocator.core.free(ptr as usize)
     })

@@ -63,13 +63,38 @@ fn callbacks(binding: *mut Binding) -> DescCallbacks {
     }
 }
 
+/// Checks a stream the way `npualloc_malloc` checks one it meets for the
+/// first time: `aclrtStreamQuery` on the allocator's device (when the runtime
+/// has that call) must know it. Nothing changes either way.
+fn check_stream(allocator: &Allocator, stream: Stream) -> Result<()> {
+    if stream == Stream::DEFAULT {
+        return Ok(());
+    }
+    let core = &allocator.core;
+    let rt = core.runtime();
+    match rt.on_device(core.device(), || rt.check_stream(stream)) {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_invalid_handle() || e.code == crate::sys::ACL_ERROR_RT_PARAM_INVALID => {
+            Err(Error::InvalidArgument(format!(
+                "stream {:#x} is not a live stream of device {} ({e})",
+                stream.raw() as usize,
+                core.device()
+            )))
+        }
+        Err(e) => Err(Error::runtime(e, "checking the stream")),
+    }
+}
+
 /// Registers the allocator on `stream` through an `aclrtAllocatorDesc` with
 /// all four callbacks set; blocks the runtime allocates through it belong to
 /// `stream`. Registering a stream twice is OK (no duplicate).
 ///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or NULL stream (the
-/// runtime cannot apply an allocator to the default stream), NPUALLOC_ERR_RUNTIME
-/// if an ACL call failed (nothing stays registered then).
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle, a NULL stream (the
+/// runtime cannot apply an allocator to the default stream) or a stream the
+/// runtime does not know (checked as in npualloc_malloc: aclrtStreamQuery on
+/// the allocator's device, when the runtime has that call);
+/// NPUALLOC_ERR_RUNTIME if an ACL call failed. Nothing is registered or
+/// created when the call fails.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_register", {
@@ -85,6 +110,7 @@ pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: a
         if regs.contains_key(&stream) {
             return Ok(());
         }
+        check_stream(allocator, stream)?;
         let rt = allocator.core.runtime();
         let binding = new_binding(allocator, stream);
         let registered = rt
@@ -173,13 +199,18 @@ pub unsafe extern "C" fn npualloc_desc_alloc(binding: *mut c_void, size: usize) 
     })
 }
 
-/// The desc's free callback: frees a block handle. An unknown or already
-/// freed block changes nothing; the error goes to stderr and the last error.
+/// The desc's free callback: frees a block handle. A NULL block is a no-op
+/// (the rule of every npualloc free; the binding is still checked). An
+/// unknown or already freed block changes nothing; the error goes to stderr
+/// and the last error.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_desc_free(binding: *mut c_void, block: *mut c_void) {
     ffi_boundary!(fallible "npualloc_desc_free", (), {
         // SAFETY: as in npualloc_desc_alloc.
         let b = unsafe { Binding::from_raw(binding) }?;
+        if block.is_null() {
+            return Ok(());
+        }
         b.allocator().core.free(block as usize).inspect_err(|e| eprintln!("npualloc: desc free refused: {e}"))
     })
 }
@@ -210,6 +241,9 @@ pub extern "C" fn npualloc_desc_get_addr(block: *mut c_void) -> *mut c_void {
 /// Makes a binding (the `obj` for a host-built desc or GE's external
 /// allocator shim) whose blocks belong to `stream` (NULL: default stream).
 /// Destroy it with `npualloc_binding_destroy` before destroying the allocator.
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `binding`, or a
+/// stream the runtime does not know (checked as in npualloc_register).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_binding_create(
     a: *mut npualloc_allocator,
@@ -220,7 +254,9 @@ pub unsafe extern "C" fn npualloc_binding_create(
         // SAFETY: as in npualloc_register.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         let out = try_out!(binding, "binding");
-        let b = new_binding(allocator, Stream::from_raw(stream));
+        let stream = Stream::from_raw(stream);
+        check_stream(allocator, stream)?;
+        let b = new_binding(allocator, stream);
         // SAFETY: out was checked non-NULL and aligned.
         unsafe { out.write(b.cast()) };
         Ok(())

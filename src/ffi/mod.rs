@@ -11,7 +11,9 @@
 //! - Out-parameters come last and are written only on success.
 //! - A NULL pointer where a value is required is `NPUALLOC_ERR_INVALID_ARGUMENT`
 //!   with a message naming the parameter ([`try_ref!`](crate::try_ref) and
-//!   friends); destructors accept NULL.
+//!   friends); destructors accept NULL, and freeing NULL is a successful
+//!   no-op at every free (`npualloc_free`, `npualloc_desc_free`,
+//!   `npualloc_pluggable_free`), as with C's `free`.
 //! - Everything is thread-safe unless its doc comment says otherwise.
 //!
 //! Shims stay thin: they check pointers, convert types and call safe code in

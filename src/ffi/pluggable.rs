@@ -82,7 +82,8 @@ pub unsafe extern "C" fn npualloc_pluggable_malloc(size: usize, device: c_int, s
 
 /// torch_npu's free hook: frees `ptr`, returned by `npualloc_pluggable_malloc`
 /// for `device`. `size` and `stream` are the values torch passes back (the
-/// block's own stream is known; they are not needed). NULL is a no-op. A
+/// block's own stream is known; they are not needed). NULL is a no-op, as
+/// for every npualloc free (the device is not checked then either). A
 /// pointer this device's allocator does not own (another device's, unknown,
 /// already freed) changes nothing: the last error says why and a line goes
 /// to stderr. Thread-safe.

@@ -138,6 +138,18 @@ impl Report {
     }
 }
 
+/// Checks, before anything is replayed, that `target` can run at all: its
+/// config parses and an allocator can be created with it on the emulator
+/// (and is torn down at once). A `trace:PATH` key creates the file. Returns
+/// the reason it cannot run.
+pub fn check_target(emu: &Emulator, target: &Target) -> Result<(), String> {
+    let Target::Npualloc { config, .. } = target else { return Ok(()) };
+    let config = Config::parse(config).map_err(|e| e.to_string())?;
+    let _ = emu.runtime().set_device(DEVICE);
+    let alloc = DeviceAllocator::with_runtime(config, DEVICE, emu.runtime().clone()).map_err(|e| e.to_string())?;
+    alloc.teardown().map(|_| ()).map_err(|e| format!("teardown: {e}"))
+}
+
 /// Replays `trace` through every target; `progress` hears what is running.
 pub fn replay_trace(
     emu: &Emulator,

@@ -10,7 +10,9 @@ fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / MIB)
 }
 
-const HEADERS: [&str; 14] = [
+/// The text table's column headers, in order (`npualloc-replay --help`
+/// explains each).
+pub const HEADERS: [&str; 14] = [
     "trace",
     "config",
     "ops",

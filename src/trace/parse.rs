@@ -40,7 +40,11 @@ pub enum LineError {
 /// Why a trace could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
-    #[error("{name}: {source}")]
+    /// The file could not be opened (missing, a directory, no permission).
+    #[error("cannot open {name}: {source}")]
+    Open { name: String, source: io::Error },
+    /// Reading failed part-way (an I/O error, or a corrupt gzip stream).
+    #[error("cannot read {name}: {source}")]
     Io { name: String, source: io::Error },
     #[error("{name}:{line}: {error}")]
     Line { name: String, line: usize, error: LineError },
@@ -51,7 +55,7 @@ impl ParseError {
     pub fn line(&self) -> Option<usize> {
         match self {
             ParseError::Line { line, .. } => Some(*line),
-            ParseError::Io { .. } => None,
+            ParseError::Open { .. } | ParseError::Io { .. } => None,
         }
     }
 
@@ -59,8 +63,14 @@ impl ParseError {
     pub fn line_error(&self) -> Option<&LineError> {
         match self {
             ParseError::Line { error, .. } => Some(error),
-            ParseError::Io { .. } => None,
+            ParseError::Open { .. } | ParseError::Io { .. } => None,
         }
+    }
+
+    /// True when the file could not be opened at all (as opposed to a
+    /// read error or a malformed line).
+    pub fn is_open_error(&self) -> bool {
+        matches!(self, ParseError::Open { .. })
     }
 }
 
@@ -74,8 +84,13 @@ pub const MAX_BYTES: u64 = 1 << 60;
 /// Reads a `.trace` or `.trace.gz` file (gzip is recognised by its magic bytes).
 pub fn parse_file(path: &Path) -> Result<Trace, ParseError> {
     let name = path.display().to_string();
+    let file = File::open(path).map_err(|source| ParseError::Open { name: name.clone(), source })?;
+    // Opening a directory succeeds on Linux; reading it does not.
+    if file.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(ParseError::Open { name, source: io::Error::other("it is a directory") });
+    }
     let io_err = |source| ParseError::Io { name: name.clone(), source };
-    let mut file = BufReader::new(File::open(path).map_err(io_err)?);
+    let mut file = BufReader::new(file);
     let gz = file.fill_buf().map_err(io_err)?.starts_with(&[0x1f, 0x8b]);
     if gz {
         parse_reader(BufReader::new(flate2::bufread::MultiGzDecoder::new(file)), &name)
