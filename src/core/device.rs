@@ -69,21 +69,7 @@ impl<B: Backing> Device<B> {
     #[cold]
     #[inline(never)]
     fn add_stream(&self, stream: Stream) -> Result<&StreamEntry<B>> {
-        // The default stream (NULL) always exists.
-        if stream != Stream::DEFAULT {
-            let rt = &self.sh.rt;
-            if let Err(e) = rt.on_device(self.sh.device, || rt.check_stream(stream)) {
-                return Err(if e.is_invalid_handle() || e.code == crate::sys::ACL_ERROR_RT_PARAM_INVALID {
-                    Error::InvalidArgument(format!(
-                        "stream {:#x} is not a live stream of device {} ({e})",
-                        stream.raw() as usize,
-                        self.sh.device
-                    ))
-                } else {
-                    Error::runtime(e, "checking a stream used for the first time")
-                });
-            }
-        }
+        check_live_stream(&self.sh.rt, self.sh.device, stream)?;
         let sh = &self.sh;
         let made = self.streams.get_or_add(stream, |slot| {
             let shard = |kind: PoolKind| Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream));
@@ -288,6 +274,24 @@ impl<B: Backing> Device<B> {
             return Err(format!("stats say {reserved} bytes reserved, segments and cached handles hold {held}"));
         }
         Ok(())
+    }
+}
+
+/// Checks that the runtime knows `stream` on `device` (`aclrtStreamQuery`,
+/// when the runtime has it); the default stream (NULL) always exists.
+pub(crate) fn check_live_stream(rt: &crate::runtime::Runtime, device: i32, stream: Stream) -> Result<()> {
+    if stream == Stream::DEFAULT {
+        return Ok(());
+    }
+    match rt.on_device(device, || rt.check_stream(stream)) {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_invalid_handle() || e.code == crate::sys::ACL_ERROR_RT_PARAM_INVALID => {
+            Err(Error::InvalidArgument(format!(
+                "stream {:#x} is not a live stream of device {device} ({e})",
+                stream.raw() as usize
+            )))
+        }
+        Err(e) => Err(Error::runtime(e, "checking a stream used for the first time")),
     }
 }
 

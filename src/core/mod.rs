@@ -210,6 +210,12 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.free(addr))
     }
 
+    /// Checks that the runtime knows `stream` on this device, as a malloc on
+    /// a stream met for the first time does. Nothing changes either way.
+    pub fn check_stream(&self, stream: Stream) -> Result<()> {
+        device::check_live_stream(&self.rt, self.device, stream)
+    }
+
     /// Notes that work on `stream` uses the block at `addr`.
     pub fn record_stream(&self, addr: usize, stream: Stream) -> Result<()> {
         with_device!(&self.engine, d => d.record_stream(addr, stream))

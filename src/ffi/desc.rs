@@ -64,25 +64,9 @@ fn callbacks(binding: *mut Binding) -> DescCallbacks {
 }
 
 /// Checks a stream the way `npualloc_malloc` checks one it meets for the
-/// first time: `aclrtStreamQuery` on the allocator's device (when the runtime
-/// has that call) must know it. Nothing changes either way.
+/// first time. Nothing changes either way.
 fn check_stream(allocator: &Allocator, stream: Stream) -> Result<()> {
-    if stream == Stream::DEFAULT {
-        return Ok(());
-    }
-    let core = &allocator.core;
-    let rt = core.runtime();
-    match rt.on_device(core.device(), || rt.check_stream(stream)) {
-        Ok(_) => Ok(()),
-        Err(e) if e.is_invalid_handle() || e.code == crate::sys::ACL_ERROR_RT_PARAM_INVALID => {
-            Err(Error::InvalidArgument(format!(
-                "stream {:#x} is not a live stream of device {} ({e})",
-                stream.raw() as usize,
-                core.device()
-            )))
-        }
-        Err(e) => Err(Error::runtime(e, "checking the stream")),
-    }
+    allocator.core.check_stream(stream)
 }
 
 /// Registers the allocator on `stream` through an `aclrtAllocatorDesc` with

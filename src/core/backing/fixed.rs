@@ -63,27 +63,26 @@ impl Backing for FixedSegments {
         Ok(block)
     }
 
+    /// Whole free segments leave the shard entirely (its table and the
+    /// directory): once freed, their range may come straight back from the
+    /// runtime to this or another shard, before `settle` runs.
     fn detach(pool: &mut Pool<Self>, _: Scope) -> Vec<Detached> {
         let free: Vec<SegmentId> = pool.segments.ids().filter(|&s| is_whole_free(pool, s)).collect();
         let mut out = Vec::with_capacity(free.len());
         for seg in free {
-            let (base, size, first, serial) = {
-                let s = pool.segments.get(seg);
-                (s.base, s.size, s.first, s.serial)
-            };
-            let block = pool.carve(first, base, size);
             let streams = pool.streams_of(seg);
-            out.push(Detached { segment: seg, block, addr: base, size, serial, streams });
+            let first = pool.segments.get(seg).first;
+            pool.index.remove(&mut pool.blocks, first);
+            let s = pool.remove_segment(seg);
+            pool.sh.directory.remove(s.base, s.size);
+            out.push(Detached { segment: seg, block: NIL, addr: s.base, size: s.size, serial: s.serial, streams });
         }
         out
     }
 
     fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize> {
-        // Out of the directory first: once freed, the range may come back
-        // to another shard, whose registration must not be undone.
-        sh.directory.remove(d.addr, d.size);
         if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.free(d.addr)) {
-            // `settle` registers it again.
+            // `settle` puts it back.
             return Err(Error::runtime(e, "returning a cached segment to the device"));
         }
         sh.limit.refund(d.size);
@@ -93,11 +92,13 @@ impl Backing for FixedSegments {
 
     fn settle(pool: &mut Pool<Self>, d: Detached, given_back: bool) {
         if given_back {
-            pool.remove_segment(d.segment);
-        } else {
-            pool.sh.directory.insert(d.addr, d.size, pool.id);
-            pool.return_block(d.block);
+            return;
         }
+        let (seg, _) = pool.add_segment(d.addr, d.size, ());
+        let owner = pool.stream;
+        let s = pool.segments.get_mut(seg);
+        s.serial = d.serial;
+        s.other_streams = d.streams.into_iter().filter(|&st| st != owner).collect();
     }
 
     fn free_cached(_: &Shared<Self>) -> Result<usize> {

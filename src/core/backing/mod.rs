@@ -42,8 +42,9 @@ pub(crate) struct GrowContext {
 /// Free memory taken out of a shard's pool to be given back.
 #[derive(Debug)]
 pub(crate) struct Detached {
+    /// Its segment (stale when the whole segment left the shard).
     pub segment: SegmentId,
-    /// The `Reclaiming` block covering it.
+    /// The `Reclaiming` block covering it (NIL when the whole segment left).
     pub block: BlockId,
     pub addr: usize,
     pub size: usize,
