@@ -28,6 +28,7 @@ mod device;
 mod directory;
 mod free_index;
 mod invariants;
+mod ladder;
 mod lock;
 pub(crate) mod policy;
 mod pool;
@@ -42,6 +43,7 @@ mod snapshot;
 mod stats;
 mod stream_order;
 mod streams;
+mod teardown;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,61 @@
+//! Teardown: every stream the allocator used is synchronized, and all its
+//! memory (live blocks included) and events go back to the runtime.
+
+use super::backing::Backing;
+use super::device::Device;
+use super::lock::StateGuard;
+use super::pool::Pool;
+use super::TeardownReport;
+use crate::error::Result;
+use crate::runtime::Stream;
+use std::sync::atomic::Ordering;
+
+impl<B: Backing> Device<B> {
+    /// Releases everything: synchronizes every stream the allocator used,
+    /// returns all segments (live blocks included) and events. The allocator
+    /// refuses further work afterwards.
+    pub fn teardown(&self) -> Result<TeardownReport> {
+        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        // Every shard at once: nothing else may run during teardown.
+        let mut pools: Vec<StateGuard<'_, Pool<B>>> = self.streams.shards().map(|s| s.lock_anyway()).collect();
+        let mut report = TeardownReport::default();
+        let mut streams: Vec<Stream> = Vec::new();
+        for pool in &pools {
+            let (blocks, bytes) = pool.live();
+            report.live_blocks += blocks as usize;
+            report.live_bytes += bytes as usize;
+            for s in pool.all_streams() {
+                if !streams.contains(&s) {
+                    streams.push(s);
+                }
+            }
+        }
+        // Streams that may still have work queued: memory they used is left
+        // to the runtime rather than freed under that work.
+        let (busy, mut first_error) = self.synchronize(
+            &streams,
+            "synchronizing a stream at teardown (the memory it used is left allocated)",
+        );
+        let (rt, device) = (&self.sh.rt, self.sh.device);
+        for pool in &mut pools {
+            for ev in pool.take_all_events() {
+                let _ = rt.on_device(device, || rt.destroy_event(ev));
+            }
+        }
+        for pool in &mut pools {
+            if let Err(e) = B::teardown(pool, &busy) {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Err(e) = B::free_cached(&self.sh) {
+            first_error.get_or_insert(e);
+        }
+        if let Some(t) = &self.sh.trace {
+            if let Err(e) = t.lock().unwrap_or_else(|e| e.into_inner()).flush() {
+                first_error.get_or_insert(e);
+            }
+        }
+        self.broken.store(true, Ordering::Relaxed);
+        first_error.map_or(Ok(report), Err)
+    }
+}
