@@ -7,6 +7,7 @@
 use super::{Backing, Detached, GrowContext, GrowError, Scope};
 use crate::core::block::{BlockId, BlockState, NIL};
 use crate::core::directory::ADDRESS_LIMIT;
+use crate::core::policy::MIN_BLOCK_SIZE;
 use crate::core::pool::Pool;
 use crate::core::segment::{Segment, SegmentId};
 use crate::core::shared::Shared;
@@ -18,7 +19,7 @@ use crate::runtime::Stream;
 pub(crate) struct FixedSegments;
 
 impl Backing for FixedSegments {
-    type Extent = ();
+    type Extent = Raw;
     type ShardState = ();
 
     #[inline(always)]
@@ -42,24 +43,18 @@ impl Backing for FixedSegments {
         }
         let sh = pool.sh.clone();
         let size = sh.policy.segment_size(rounded);
-        sh.limit.charge(size)?;
-        let base = match sh.rt.on_device(sh.device, || sh.rt.malloc(size)) {
-            Ok(base) => base,
-            Err(e) => {
-                sh.limit.refund(size);
-                return Err(GrowError::Runtime(e));
-            }
-        };
+        let raw = obtain_aligned(&sh, size)?;
+        let base = raw.at.next_multiple_of(MIN_BLOCK_SIZE);
         if base.checked_add(size).is_none_or(|end| end > ADDRESS_LIMIT) {
             // The directory cannot hold it; give it straight back.
-            let _ = sh.rt.on_device(sh.device, || sh.rt.free(base));
-            sh.limit.refund(size);
+            let _ = sh.rt.on_device(sh.device, || sh.rt.free(raw.at));
+            sh.limit.refund(raw.len);
             return Err(GrowError::Other(Error::Unsupported(format!(
                 "the runtime returned device address {base:#x}, above the {ADDRESS_LIMIT:#x} this allocator supports"
             ))));
         }
-        sh.counters.segment_added(size);
-        let (_, block) = pool.add_segment(base, size, ());
+        sh.counters.segment_added(raw.len);
+        let (_, block) = pool.add_segment(base, size, raw);
         Ok(block)
     }
 
@@ -75,26 +70,35 @@ impl Backing for FixedSegments {
             pool.index.remove(&mut pool.blocks, first);
             let s = pool.remove_segment(seg);
             pool.sh.directory.remove(s.base, s.size);
-            out.push(Detached { segment: seg, block: NIL, addr: s.base, size: s.size, serial: s.serial, streams });
+            out.push(Detached {
+                segment: seg,
+                block: NIL,
+                addr: s.base,
+                size: s.size,
+                device: (s.extent.at, s.extent.len),
+                serial: s.serial,
+                streams,
+            });
         }
         out
     }
 
     fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize> {
-        if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.free(d.addr)) {
+        let (at, len) = d.device;
+        if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.free(at)) {
             // `settle` puts it back.
             return Err(Error::runtime(e, "returning a cached segment to the device"));
         }
-        sh.limit.refund(d.size);
-        sh.counters.segment_removed(d.size);
-        Ok(d.size)
+        sh.limit.refund(len);
+        sh.counters.segment_removed(len);
+        Ok(len)
     }
 
     fn settle(pool: &mut Pool<Self>, d: Detached, given_back: bool) {
         if given_back {
             return;
         }
-        let (seg, _) = pool.add_segment(d.addr, d.size, ());
+        let (seg, _) = pool.add_segment(d.addr, d.size, Raw { at: d.device.0, len: d.device.1 });
         let owner = pool.stream;
         let s = pool.segments.get_mut(seg);
         s.serial = d.serial;
@@ -109,8 +113,8 @@ impl Backing for FixedSegments {
         0
     }
 
-    fn held_bytes(seg: &Segment<()>) -> usize {
-        seg.size
+    fn held_bytes(seg: &Segment<Raw>) -> usize {
+        seg.extent.len
     }
 
     fn largest_free(pool: &Pool<Self>) -> usize {
@@ -125,15 +129,15 @@ impl Backing for FixedSegments {
             if pool.streams_of(seg).iter().any(|s| busy.contains(s)) {
                 continue;
             }
-            let (base, size) = {
+            let (base, size, raw) = {
                 let s = pool.segments.get(seg);
-                (s.base, s.size)
+                (s.base, s.size, s.extent)
             };
             sh.directory.remove(base, size);
-            match sh.rt.on_device(sh.device, || sh.rt.free(base)) {
+            match sh.rt.on_device(sh.device, || sh.rt.free(raw.at)) {
                 Ok(()) => {
-                    sh.limit.refund(size);
-                    sh.counters.segment_removed(size);
+                    sh.limit.refund(raw.len);
+                    sh.counters.segment_removed(raw.len);
                 }
                 Err(e) => {
                     first_error.get_or_insert(Error::runtime(e, "returning a segment at teardown"));
@@ -147,8 +151,46 @@ impl Backing for FixedSegments {
         Ok(())
     }
 
-    fn describe(seg: &Segment<()>) -> (bool, usize) {
-        (false, seg.size)
+    fn describe(seg: &Segment<Raw>) -> (bool, usize) {
+        (false, seg.extent.len)
+    }
+}
+
+/// What `aclrtMalloc` returned for a segment: the address to free and the
+/// bytes held. Blocks tile the segment from the first 512-byte boundary:
+/// the runtime documents only 64-byte alignment.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Raw {
+    at: usize,
+    len: usize,
+}
+
+/// `size` bytes from `aclrtMalloc` with room for a 512-byte-aligned start:
+/// an unaligned result is given back and `size + 512` asked for instead
+/// (so a runtime that aligns, as every one met so far does, costs nothing).
+/// The bytes are charged against the limit.
+fn obtain_aligned(sh: &Shared<FixedSegments>, size: usize) -> Result<Raw, GrowError> {
+    let rt = &sh.rt;
+    sh.limit.charge(size)?;
+    let at = rt.on_device(sh.device, || rt.malloc(size)).map_err(|e| {
+        sh.limit.refund(size);
+        GrowError::Runtime(e)
+    })?;
+    if at % MIN_BLOCK_SIZE == 0 {
+        return Ok(Raw { at, len: size });
+    }
+    let _ = rt.on_device(sh.device, || rt.free(at));
+    let len = size + MIN_BLOCK_SIZE;
+    if let Err(e) = sh.limit.charge(MIN_BLOCK_SIZE) {
+        sh.limit.refund(size);
+        return Err(e);
+    }
+    match rt.on_device(sh.device, || rt.malloc(len)) {
+        Ok(at) => Ok(Raw { at, len }),
+        Err(e) => {
+            sh.limit.refund(len);
+            Err(GrowError::Runtime(e))
+        }
     }
 }
 

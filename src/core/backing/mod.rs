@@ -48,6 +48,9 @@ pub(crate) struct Detached {
     pub block: BlockId,
     pub addr: usize,
     pub size: usize,
+    /// What goes back to the device: (address, bytes). A whole fixed
+    /// segment's allocation may start below `addr` (see `fixed`).
+    pub device: (usize, usize),
     /// The segment's age (oldest first for garbage collection).
     pub serial: u64,
     /// Streams whose work may still use it: synchronized first.

@@ -274,7 +274,7 @@ impl Backing for ExpandableRanges {
             let size = units * page;
             let Some(holder) = pool.block_containing(seg, addr) else { continue };
             let block = pool.carve(holder, addr, size);
-            out.push(Detached { segment: seg, block, addr, size, serial, streams: streams.clone() });
+            out.push(Detached { segment: seg, block, addr, size, device: (addr, size), serial, streams: streams.clone() });
         }
         out
     }
