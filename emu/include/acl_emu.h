@@ -52,6 +52,14 @@ int32_t  aclemu_fail_nth(const char *function, int32_t n);   /* n >= 1 arms, 0 d
  * -1 for an unknown or NULL name. */
 int32_t  aclemu_fault_pending(const char *function);
 
+/* Sets the cost of every later call of the ACL function named `function`:
+ * the call sleeps that long after its work, outside the emulator's locks,
+ * so calls on different threads overlap. Calls already sleeping measure
+ * again against the new cost. Also set by the environment variable
+ * ACLEMU_COST (e.g. "device,aclrtMalloc=1ms"; see emu/README.md), read at
+ * the first ACL call. 0, or -1 for an unknown or NULL name. */
+int32_t  aclemu_set_cost(const char *function, uint64_t nanoseconds);
+
 typedef struct aclemu_usage {
   uint64_t malloc_bytes, malloc_count;       /* live aclrtMalloc memory */
   uint64_t physical_bytes, physical_count;   /* live aclrtMallocPhysical handles */

@@ -18,6 +18,8 @@
 //! - `allocator_desc`: the aclrtAllocator* family; `run_op`: the graph-engine
 //!   driver `aclemu_run_op`.
 //! - `faults`: `aclemu_fail_nth`, `aclemu_fault_pending`. `usage`: `aclemu_get_usage`.
+//! - `cost`: per-function latencies (`ACLEMU_COST`, `aclemu_set_cost`).
+//! - `api`: the exported function names those per-function controls take.
 //! - `ffi`: panic boundary, out-pointers, handles; `error`: the codes.
 //!
 //! Handles (streams, events, descs, physical handles) are tagged ids, never
@@ -30,7 +32,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod allocator_desc;
+mod api;
 mod copy;
+mod cost;
 mod device;
 pub mod error;
 mod event;
@@ -57,6 +61,7 @@ pub use allocator_desc::{
     aclrtAllocatorUnregister,
 };
 pub use copy::{aclrtMemcpy2d, aclrtMemcpy2dAsync};
+pub use cost::aclemu_set_cost;
 pub use device::{
     aclemu_set_device_memory, aclrtGetDevice, aclrtGetMemInfo, aclrtResetDevice, aclrtSetDevice,
 };
