@@ -560,3 +560,58 @@ fn run_op_catches_aliased_physical_memory() {
     }
     dev.assert_clean();
 }
+
+/// GE's registration rules (RB "How GE uses a registered allocator").
+#[test]
+fn a_stream_that_ran_an_op_unregistered_keeps_ges_allocator() {
+    let dev = Dev::take();
+    let obj = TestAlloc::default();
+    let (early, late) = (stream(), stream());
+    let sizes = [64usize, 4096];
+    unsafe {
+        // Nothing registered: GE's own allocator runs the op.
+        assert_eq!(aclemu_run_op(early, sizes.as_ptr(), 2), 0);
+        let d = full_desc(&obj);
+        assert_eq!(aclrtAllocatorRegister(early, d), 0);
+        assert_eq!(aclrtAllocatorRegister(late, d), 0);
+        // `early` keeps it for good; `late` uses the registered one.
+        assert_eq!(aclemu_run_op(early, sizes.as_ptr(), 2), 0);
+        assert_eq!(obj.allocs.load(Ordering::SeqCst), 0);
+        assert_eq!(aclemu_run_op(late, sizes.as_ptr(), 2), 0);
+        assert_eq!(obj.allocs.load(Ordering::SeqCst), 2);
+        // A NULL stream always falls back to GE's allocator.
+        assert_eq!(aclemu_run_op(null_mut(), sizes.as_ptr(), 2), 0);
+        assert_eq!(obj.allocs.load(Ordering::SeqCst), 2);
+        assert_eq!(dev.usage().malloc_count, 0);
+        assert_eq!(aclrtAllocatorUnregister(early), 0);
+        assert_eq!(aclrtAllocatorUnregister(late), 0);
+        assert_eq!(aclrtAllocatorDestroyDesc(d), 0);
+        assert_eq!(aclrtDestroyStream(early), 0);
+        assert_eq!(aclrtDestroyStream(late), 0);
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn a_registration_without_alloc_advise_is_refused_by_run_op() {
+    let dev = Dev::take();
+    let obj = TestAlloc::default();
+    let s = stream();
+    unsafe {
+        let d = aclrtAllocatorCreateDesc();
+        let o = &obj as *const TestAlloc as *mut c_void;
+        assert_eq!(aclrtAllocatorSetObjToDesc(d, o), 0);
+        assert_eq!(aclrtAllocatorSetAllocFuncToDesc(d, Some(t_alloc)), 0);
+        assert_eq!(aclrtAllocatorSetFreeFuncToDesc(d, Some(t_free)), 0);
+        assert_eq!(aclrtAllocatorSetGetAddrFromBlockFuncToDesc(d, Some(t_get_addr)), 0);
+        // The runtime registers it (it does not check advise)...
+        assert_eq!(aclrtAllocatorRegister(s, d), 0);
+        // ...but GE would deadlock on it; the emulator refuses the op.
+        assert_eq!(aclemu_run_op(s, [64usize].as_ptr(), 1), INVALID_PARAM);
+        assert_eq!(obj.allocs.load(Ordering::SeqCst), 0);
+        assert_eq!(aclrtAllocatorUnregister(s), 0);
+        assert_eq!(aclrtAllocatorDestroyDesc(d), 0);
+        assert_eq!(aclrtDestroyStream(s), 0);
+    }
+    dev.assert_clean();
+}

@@ -285,3 +285,26 @@ fn events_and_streams_belong_to_their_creation_device() {
     }
     dev.assert_clean();
 }
+
+#[test]
+fn sync_events_are_limited_per_device() {
+    let dev = Dev::take();
+    let mut events = Vec::with_capacity(65536);
+    unsafe {
+        for _ in 0..65536 {
+            events.push(event());
+        }
+        let mut e = null_mut();
+        assert_eq!(aclrtCreateEvent(&mut e), RT_NO_EVENT_RESOURCE);
+        assert_eq!(aclrtCreateEventWithFlag(&mut e, 0x1 | 0x2), RT_NO_EVENT_RESOURCE);
+        // Events without SYNC do not count.
+        assert_eq!(aclrtCreateEventWithFlag(&mut e, 0x2), 0);
+        assert_eq!(aclrtDestroyEvent(e), 0);
+        assert_eq!(aclrtDestroyEvent(events.pop().unwrap()), 0);
+        events.push(event());
+        for e in events {
+            assert_eq!(aclrtDestroyEvent(e), 0);
+        }
+    }
+    dev.assert_clean();
+}
