@@ -47,7 +47,7 @@ const THREADS: usize = 6;
 /// to LARGEST bytes, about 14 MiB per thread on average, plus blocks in
 /// channels and copy rounds), so out-of-memory and its recovery run often.
 const CAPACITY: u64 = 64 << 20;
-const ITERATIONS: usize = if cfg!(debug_assertions) { 1_500 } else { 6_000 };
+const ITERATIONS: usize = if cfg!(debug_assertions) { 800 } else { 6_000 };
 const MAX_LIVE: usize = 16;
 const SMALLEST: usize = 1;
 const LARGEST: usize = 8 << 20;
