@@ -35,9 +35,12 @@ int32_t  aclemu_stream_release(aclrtStream stream);   /* queued work on the stre
 
 /* Runs one op on `stream` through its registered allocator, the way the
  * graph engine does: alloc + get_addr per size, overlap and pattern checks,
- * the op queued on the stream, then free of every block.
- * 0; 100000 if nothing is registered for the stream; 207001 if alloc
- * returned NULL; 507000 if blocks overlap or a pattern did not read back. */
+ * the op queued on the stream (pinning its blocks until it runs), then free
+ * of every block. A NULL stream, or a stream that ran an op while nothing
+ * was registered for it, uses the graph engine's own allocator for good.
+ * 0; 100000 if the registration has no alloc-advise callback; 207001 if
+ * alloc returned NULL; 507000 if blocks overlap or a pattern did not read
+ * back. */
 aclError aclemu_run_op(aclrtStream stream, const size_t *sizes, size_t n);
 
 /* Makes the n-th next call of the ACL function named `function` (e.g.
@@ -51,6 +54,29 @@ int32_t  aclemu_fail_nth(const char *function, int32_t n);   /* n >= 1 arms, 0 d
  * Arming a large n and reading this back counts the calls a scenario makes.
  * -1 for an unknown or NULL name. */
 int32_t  aclemu_fault_pending(const char *function);
+
+/* Sets the cost of every later call of the ACL function named `function`:
+ * the call sleeps that long after its work, outside the emulator's locks,
+ * so calls on different threads overlap. Calls already sleeping measure
+ * again against the new cost. Also set by the environment variable
+ * ACLEMU_COST (e.g. "device,aclrtMalloc=1ms"; see emu/README.md), read at
+ * the first ACL call. 0, or -1 for an unknown or NULL name. */
+int32_t  aclemu_set_cost(const char *function, uint64_t nanoseconds);
+
+/* Violations recorded so far, process-wide: memory that queued work (an op
+ * of aclemu_run_op, a queued 2D copy) still uses was written by another
+ * stream, freed with aclrtFree or unmapped, or queued work ran on memory
+ * no longer allocated or mapped. Each one also makes the next
+ * aclrtSynchronizeStream / aclemu_stream_release of the streams involved
+ * (and aclrtSynchronizeDevice of their device) return 507000. */
+int64_t  aclemu_violations(void);
+
+/* The first `queries` aclrtQueryEventStatus calls after an event's work
+ * completed still report NOT_READY (completion reported late, as in the
+ * runtime's threaded mode); a synchronize covering the event ends it.
+ * Applies to later records; 0 turns it off (the default, or
+ * ACLEMU_EVENT_LAG). Always 0. */
+int32_t  aclemu_set_event_lag(uint32_t queries);
 
 typedef struct aclemu_usage {
   uint64_t malloc_bytes, malloc_count;       /* live aclrtMalloc memory */

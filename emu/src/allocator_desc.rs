@@ -171,10 +171,13 @@ unsafe fn get_by_stream(stream: *mut c_void, outs: Outs) -> AclResult<()> {
 /// No pointer arguments.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtAllocatorCreateDesc() -> *mut c_void {
-    if faults::should_fail(Api::AllocatorCreateDesc) {
-        return std::ptr::null_mut();
-    }
-    std::panic::catch_unwind(create).unwrap_or(std::ptr::null_mut())
+    let desc = if faults::should_fail(Api::AllocatorCreateDesc) {
+        std::ptr::null_mut()
+    } else {
+        std::panic::catch_unwind(create).unwrap_or(std::ptr::null_mut())
+    };
+    crate::cost::spend(Api::AllocatorCreateDesc);
+    desc
 }
 
 /// Destroys a desc; a registration made from it stays.

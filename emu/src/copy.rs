@@ -8,15 +8,28 @@
 //! errors (100000); the 5242880-row and 5000000-byte limits and pitch
 //! arithmetic overflow are runtime errors (107000); a sync D2D copy is not
 //! supported (207000).
+//!
+//! DEFAULT is resolved from the addresses (RB "2D copies",
+//! `MemcpyKindAutoCorrect`): between two device buffers the sync call gives
+//! 107000, and between two host buffers both calls give 107000. A queued
+//! copy pins its device-side extents until it runs (Note [pins]).
+//!
+//! With pageable (not `aclrtMallocHost`) host memory the runtime
+//! synchronizes the stream and copies at once. The emulator does so only
+//! with `ACLEMU_PAGEABLE_COPY=sync`: by default such a copy is queued like a
+//! pinned one, because the allocator's own tests queue device-to-host copies
+//! into plain host buffers to keep memory in use on a held stream.
 
 use crate::error::{
     require, AclResult, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_PARAM_INVALID,
 };
 use crate::faults::Api;
 use crate::ffi::acl_entry;
-use crate::queue::Work;
-use crate::{memory, stream, vmm};
+use crate::queue::{engine, Work};
+use crate::violation::Span;
+use crate::{memory, vmm};
 use std::ffi::c_void;
+use std::sync::LazyLock;
 
 const H2D: u32 = 1;
 const D2H: u32 = 2;
@@ -37,6 +50,16 @@ pub struct Copy2d {
 }
 
 impl Copy2d {
+    /// The bytes from the first destination row's start to the last one's end.
+    pub fn dst_span(&self) -> Span {
+        (self.dst, self.dst + self.dpitch * (self.height - 1) + self.width)
+    }
+
+    /// The bytes from the first source row's start to the last one's end.
+    pub fn src_span(&self) -> Span {
+        (self.src, self.src + self.spitch * (self.height - 1) + self.width)
+    }
+
     /// Copies `height` rows of `width` bytes.
     ///
     /// # Safety
@@ -56,6 +79,7 @@ impl Copy2d {
 enum Direction {
     HostOrUnknown,
     DeviceToDevice,
+    HostToHost,
 }
 
 /// The pure checks. `Ok(None)` means an allowed no-op.
@@ -100,19 +124,38 @@ fn is_device(addr: usize) -> bool {
     memory::is_device_block(addr) || vmm::is_mapped(addr)
 }
 
-/// D2D or, for DEFAULT, both ends in device memory. A DEFAULT copy between
-/// host buffers is accepted (the emulator cannot tell pinned from device).
+/// D2D, or for DEFAULT what the two addresses say.
 fn direction(kind: u32, copy: &Copy2d) -> Direction {
-    let d2d = match kind {
-        D2D => true,
-        DEFAULT => is_device(copy.dst) && is_device(copy.src),
-        _ => false,
-    };
-    if d2d {
-        Direction::DeviceToDevice
-    } else {
-        Direction::HostOrUnknown
+    match kind {
+        D2D => Direction::DeviceToDevice,
+        DEFAULT => match (is_device(copy.dst), is_device(copy.src)) {
+            (true, true) => Direction::DeviceToDevice,
+            (false, false) => Direction::HostToHost,
+            _ => Direction::HostOrUnknown,
+        },
+        _ => Direction::HostOrUnknown,
     }
+}
+
+/// True with `ACLEMU_PAGEABLE_COPY=sync`: async copies touching pageable
+/// host memory run at once, after the stream's queued work.
+static PAGEABLE_SYNC: LazyLock<bool> = LazyLock::new(|| {
+    std::env::var("ACLEMU_PAGEABLE_COPY").is_ok_and(|v| v.trim() == "sync")
+});
+
+/// The device-side extents of a copy: what it pins while queued.
+fn device_extents(copy: &Copy2d) -> Vec<Span> {
+    [copy.dst_span(), copy.src_span()]
+        .into_iter()
+        .filter(|span| is_device(span.0))
+        .collect()
+}
+
+/// True if an end of the copy is host memory not from aclrtMallocHost.
+fn touches_pageable(copy: &Copy2d) -> bool {
+    [copy.dst, copy.src]
+        .into_iter()
+        .any(|addr| !is_device(addr) && !memory::is_host_block(addr))
 }
 
 fn memcpy_2d(
@@ -136,12 +179,17 @@ fn memcpy_2d(
     else {
         return Ok(());
     };
-    if direction(kind, &copy) == Direction::DeviceToDevice {
-        return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    match direction(kind, &copy) {
+        // DEFAULT resolved to D2D: the runtime's parameter check.
+        Direction::DeviceToDevice if kind == DEFAULT => Err(ACL_ERROR_RT_PARAM_INVALID),
+        Direction::DeviceToDevice => Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT),
+        Direction::HostToHost => Err(ACL_ERROR_RT_PARAM_INVALID),
+        Direction::HostOrUnknown => {
+            // SAFETY: the caller passes buffers valid for the pitched extent.
+            unsafe { copy.run() };
+            Ok(())
+        }
     }
-    // SAFETY: the caller passes buffers valid for the pitched extent.
-    unsafe { copy.run() };
-    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -167,7 +215,22 @@ fn memcpy_2d_async(
     else {
         return Ok(());
     };
-    stream::submit(stream, Work::Copy(copy)).map(|_| ())
+    if direction(kind, &copy) == Direction::HostToHost {
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
+    let pins = device_extents(&copy);
+    let pageable = *PAGEABLE_SYNC && touches_pageable(&copy);
+    let mut eng = engine();
+    let key = eng.resolve(stream)?;
+    if pageable {
+        // The runtime synchronizes the stream, then copies: queued last on
+        // an emptied stream, the copy runs at once even on a held stream.
+        eng.finish(key, u64::MAX);
+        eng.submit_now(key, Work::Copy { copy, pins });
+    } else {
+        eng.submit(key, Work::Copy { copy, pins });
+    }
+    Ok(())
 }
 
 /// Synchronous 2D copy: H2D and D2H (D2D gives 207000).

@@ -2,7 +2,17 @@
 //! thread's current device (thread-local, like an ACL context).
 //!
 //! Capacity is a budget, not a reservation: memory is consumed only where it
-//! is written, so multi-GiB traces replay on a small host.
+//! is written, so multi-GiB traces replay on a small host. What is charged
+//! is counted per page pool (huge, normal, 1 GiB), which `aclrtGetMemInfo`
+//! reports pool by pool (RB: `MemGetInfoEx`): free memory is shared, so each
+//! pool reports the device's free bytes, and as total what it holds plus
+//! those; `ACL_HBM_MEM`, the huge and the normal pool together, reports the
+//! capacity less the 1 GiB pool as total.
+//!
+//! Each device also has a finite address window that aclrtMalloc and
+//! reservations share (RB: all device addresses lie in 16-24 TiB, about
+//! 5 TiB usable): `ACLEMU_ADDRESS_SPACE=<size>`, default 5 TiB; running out
+//! gives 207001.
 
 use crate::error::{
     AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_CONTEXT_NULL, ACL_ERROR_RT_INVALID_DEVICEID,
@@ -17,6 +27,18 @@ use std::sync::OnceLock;
 
 const DEFAULT_DEVICE_COUNT: usize = 8;
 const DEFAULT_CAPACITY: u64 = 64 << 30;
+const DEFAULT_ADDRESS_SPACE: u64 = 5 << 40;
+
+/// The page pools of a device's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PagePool {
+    /// 2 MiB pages.
+    Huge = 0,
+    /// 4 KiB pages.
+    Normal = 1,
+    /// 1 GiB pages.
+    Giant = 2,
+}
 
 /// One emulated device.
 pub struct Device {
@@ -24,25 +46,51 @@ pub struct Device {
     capacity: AtomicU64,
     /// Bytes charged by live aclrtMalloc blocks and physical handles.
     used: AtomicU64,
+    /// `used`, split by `PagePool`.
+    pool_used: [AtomicU64; 3],
+    /// Bytes of the address window, and how many are taken.
+    address_space: u64,
+    address_used: AtomicU64,
     /// What `aclemu_get_usage` reports.
     pub usage: Counters,
 }
 
+/// Adds `bytes` to `counter` unless the sum would pass `limit`.
+fn take_within(counter: &AtomicU64, bytes: u64, limit: u64) -> AclResult<()> {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            used.checked_add(bytes).filter(|&total| total <= limit)
+        })
+        .map(|_| ())
+        .map_err(|_| ACL_ERROR_RT_MEMORY_ALLOCATION)
+}
+
 impl Device {
-    /// Charges `bytes` against the capacity, or fails with 207001.
-    pub fn charge(&self, bytes: u64) -> AclResult<()> {
-        let cap = self.capacity.load(Ordering::Acquire);
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes).filter(|&total| total <= cap)
-            })
-            .map(|_| ())
-            .map_err(|_| ACL_ERROR_RT_MEMORY_ALLOCATION)
+    /// Charges `bytes` of `pool` against the capacity, or fails with 207001.
+    pub fn charge(&self, bytes: u64, pool: PagePool) -> AclResult<()> {
+        take_within(&self.used, bytes, self.capacity.load(Ordering::Acquire))?;
+        self.pool_used[pool as usize].fetch_add(bytes, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Returns bytes charged earlier.
-    pub fn uncharge(&self, bytes: u64) {
+    pub fn uncharge(&self, bytes: u64, pool: PagePool) {
+        self.pool_used[pool as usize].fetch_sub(bytes, Ordering::AcqRel);
         self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Takes `bytes` of the address window, or fails with 207001.
+    pub fn take_address(&self, bytes: u64) -> AclResult<()> {
+        take_within(&self.address_used, bytes, self.address_space)
+    }
+
+    /// Returns address space taken earlier.
+    pub fn return_address(&self, bytes: u64) {
+        self.address_used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    fn pool(&self, pool: PagePool) -> u64 {
+        self.pool_used[pool as usize].load(Ordering::Acquire)
     }
 
     pub fn capacity(&self) -> u64 {
@@ -68,10 +116,17 @@ fn devices() -> &'static [Device] {
             .ok()
             .and_then(|s| parse_size(&s))
             .unwrap_or(DEFAULT_CAPACITY);
+        let address_space = std::env::var("ACLEMU_ADDRESS_SPACE")
+            .ok()
+            .and_then(|s| parse_size(&s))
+            .unwrap_or(DEFAULT_ADDRESS_SPACE);
         (0..count)
             .map(|_| Device {
                 capacity: AtomicU64::new(capacity),
                 used: AtomicU64::new(0),
+                pool_used: Default::default(),
+                address_space,
+                address_used: AtomicU64::new(0),
                 usage: Counters::default(),
             })
             .collect()
@@ -178,12 +233,17 @@ pub unsafe extern "C" fn aclrtResetDevice(device_id: i32) -> crate::aclError {
     })
 }
 
-/// HBM attrs report the device budget; DDR attrs report 0/0 (the emulated
-/// device has no DDR, and the docs say a missing attr gives 0/0).
-fn is_hbm_info_attr(attr: u32) -> AclResult<bool> {
+/// Which pools an `aclrtGetMemInfo` attr reports; empty for the DDR attrs
+/// (the emulated device has no DDR, and the docs say a missing attr gives
+/// 0/0).
+fn info_pools(attr: u32) -> AclResult<&'static [PagePool]> {
+    use PagePool::*;
     match attr {
-        0 | 2 | 3 | 6 | 7 => Ok(false),
-        1 | 4 | 5 | 8..=17 => Ok(true),
+        0 | 2 | 3 | 6 | 7 => Ok(&[]),
+        1 => Ok(&[Huge, Normal]),
+        4 | 8 | 13 | 16 => Ok(&[Huge]),
+        5 | 9 | 12 | 15 => Ok(&[Normal]),
+        10 | 11 | 14 | 17 => Ok(&[Giant]),
         _ => Err(ACL_ERROR_INVALID_PARAM),
     }
 }
@@ -202,12 +262,15 @@ pub unsafe extern "C" fn aclrtGetMemInfo(
         if free.is_null() || total.is_null() {
             return Err(ACL_ERROR_INVALID_PARAM);
         }
-        let hbm = is_hbm_info_attr(attr)?;
+        let pools = info_pools(attr)?;
         let dev = get(current()?)?;
-        let (f, t) = if hbm {
-            (dev.free_bytes(), dev.capacity())
-        } else {
-            (0, 0)
+        let avail = dev.free_bytes();
+        let (f, t) = match pools {
+            [] => (0, 0),
+            // Huge and normal pools: the device without its 1 GiB pages.
+            [_, _] => (avail, dev.capacity().saturating_sub(dev.pool(PagePool::Giant))),
+            [pool] => (avail, dev.pool(*pool).saturating_add(avail)),
+            _ => unreachable!("one or two pools per attr"),
         };
         let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         // SAFETY: both checked non-NULL; the caller promises they are writable.

@@ -1,8 +1,9 @@
 //! The aclError numbers the emulator returns (reference/acl-api.md §2).
 //!
 //! Which layer a check lives in decides its code: argument checks of the ACL
-//! layer give 100000, state checks of the runtime layer give 107xxx, and
-//! out-of-memory is always 207001.
+//! layer give 100000, state checks of the runtime layer and the driver's
+//! user-space library give 107xxx, checks inside the driver's kernel module
+//! give 507899, and out-of-memory is always 207001.
 
 /// `aclError` is a C `int`.
 #[allow(non_camel_case_types)]
@@ -21,7 +22,10 @@ pub const ACL_ERROR_RT_CONTEXT_NULL: aclError = 107_002;
 pub const ACL_ERROR_RT_INVALID_HANDLE: aclError = 107_017;
 pub const ACL_ERROR_RT_FEATURE_NOT_SUPPORT: aclError = 207_000;
 pub const ACL_ERROR_RT_MEMORY_ALLOCATION: aclError = 207_001;
+pub const ACL_ERROR_RT_NO_EVENT_RESOURCE: aclError = 207_007;
 pub const ACL_ERROR_RT_INTERNAL_ERROR: aclError = 507_000;
+/// A driver-kernel -EINVAL the runtime's error map lacks (RB).
+pub const ACL_ERROR_RT_DRV_INTERNAL_ERROR: aclError = 507_899;
 
 /// Turns an internal result into the status a C caller sees.
 pub fn status(result: AclResult<()>) -> aclError {

@@ -4,20 +4,59 @@
 //! marker on the stream, so the event completes once the work queued before
 //! it did (and the marker itself, which a held stream keeps pending). Query
 //! reports `aclrtEventRecordedStatus` (NOT_READY = 0, COMPLETE = 1 - the
-//! opposite of `aclrtEventStatus`); a never-recorded event is COMPLETE.
-//! Unknown or destroyed handles give 107017.
+//! opposite of `aclrtEventStatus`). Unknown or destroyed handles give 107017.
+//!
+//! The runtime's rules (RB "Events and streams"):
+//! - events of `aclrtCreateEvent` and `aclrtCreateEventWithFlag` are "old
+//!   mode": NOT_READY until first recorded;
+//! - `aclrtCreateEventWithFlag` refuses the flags 0 and 0x40 (107000);
+//! - `aclrtStreamWaitEvent` on an event without SYNC gives 207000, on a
+//!   never-recorded one 107000;
+//! - at most 65536 SYNC events live per device (207007 beyond);
+//! - completion may be reported late: with `ACLEMU_EVENT_LAG=<n>` or
+//!   `aclemu_set_event_lag(n)` the first n queries after an event's work
+//!   completed still say NOT_READY (the threaded runtime reads host-side
+//!   record state); synchronizing on the event, its stream or its device
+//!   ends the lag.
 
 use crate::device;
-use crate::error::{require, AclResult, ACL_ERROR_INVALID_PARAM};
+use crate::error::{
+    require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+    ACL_ERROR_RT_NO_EVENT_RESOURCE, ACL_ERROR_RT_PARAM_INVALID,
+};
 use crate::faults::Api;
-use crate::ffi::{acl_entry, handle, write_out, Kind};
+use crate::ffi::{acl_entry, emu_entry, handle, write_out, Kind};
 use crate::queue::{engine, Work};
 use crate::usage;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::LazyLock;
 
 pub const ACL_EVENT_SYNC: u32 = 0x1;
+const ACL_EVENT_IPC: u32 = 0x40;
 /// Every documented event flag bit (reference/acl-api.md §3).
 const KNOWN_FLAGS: u32 = 0x1 | 0x2 | 0x8 | 0x10 | 0x20 | 0x40;
+/// Live SYNC events per device on A2/A3 (docs 07).
+const MAX_SYNC_EVENTS: usize = 65536;
+
+/// Queries that still report NOT_READY after an event's work completed.
+static LAG: LazyLock<AtomicU32> = LazyLock::new(|| {
+    let lag = std::env::var("ACLEMU_EVENT_LAG")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    AtomicU32::new(lag)
+});
+
+fn lag() -> u32 {
+    LAG.load(Ordering::Relaxed)
+}
+
+/// True while completion is reported late (synchronize calls then end the
+/// lag of the events they cover).
+pub fn lag_on() -> bool {
+    lag() > 0
+}
 
 pub const ACL_EVENT_RECORDED_STATUS_NOT_READY: u32 = 0;
 pub const ACL_EVENT_RECORDED_STATUS_COMPLETE: u32 = 1;
@@ -25,7 +64,12 @@ pub const ACL_EVENT_RECORDED_STATUS_COMPLETE: u32 = 1;
 unsafe fn create(event: *mut *mut c_void, flags: u32) -> AclResult<()> {
     require(!event.is_null() && flags & !KNOWN_FLAGS == 0)?;
     let dev = device::current()?;
-    let id = engine().create_event(dev, flags);
+    let mut eng = engine();
+    if flags & ACL_EVENT_SYNC != 0 && eng.sync_events(dev) >= MAX_SYNC_EVENTS {
+        return Err(ACL_ERROR_RT_NO_EVENT_RESOURCE);
+    }
+    let id = eng.create_event(dev, flags);
+    drop(eng);
     usage::add(&usage::of(dev).events, 1);
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { write_out(event, handle(Kind::Event, id)) }
@@ -37,18 +81,26 @@ fn record(event: *mut c_void, stream: *mut c_void) -> AclResult<()> {
     let id = eng.event_id(event)?;
     let key = eng.resolve(stream)?;
     let seq = eng.submit(key, Work::Marker);
-    eng.event_mut(id).at = Some((key, seq));
+    let rec = eng.event_mut(id);
+    rec.at = Some((key, seq));
+    rec.lag_left = lag();
     Ok(())
 }
 
 unsafe fn query(event: *mut c_void, status: *mut u32) -> AclResult<()> {
     require(!event.is_null() && !status.is_null())?;
-    let eng = engine();
+    let mut eng = engine();
     let id = eng.event_id(event)?;
-    let done = eng
+    // Old-mode events: NOT_READY until first recorded.
+    let mut done = eng
         .event(id)
         .at
-        .is_none_or(|(key, seq)| eng.is_done(key, seq));
+        .is_some_and(|(key, seq)| eng.is_done(key, seq));
+    let rec = eng.event_mut(id);
+    if done && rec.lag_left > 0 {
+        rec.lag_left -= 1;
+        done = false;
+    }
     drop(eng);
     let value = if done {
         ACL_EVENT_RECORDED_STATUS_COMPLETE
@@ -68,6 +120,7 @@ fn synchronize(event: *mut c_void) -> AclResult<()> {
     if let Some((key, seq)) = at {
         eng.finish(key, seq);
     }
+    eng.event_mut(id).lag_left = 0;
     usage::add(&usage::of(dev).syncs, 1);
     Ok(())
 }
@@ -79,9 +132,13 @@ fn stream_wait(stream: *mut c_void, event: *mut c_void) -> AclResult<()> {
     let key = eng.resolve(stream)?;
     let rec = eng.event(id);
     // [doc] events created with a flag but without ACL_EVENT_SYNC cannot be
-    // waited on.
-    require(rec.flags & ACL_EVENT_SYNC != 0)?;
-    if let Some((wait_on, seq)) = rec.at {
+    // waited on (the runtime: not supported).
+    if rec.flags & ACL_EVENT_SYNC == 0 {
+        return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    }
+    // `Event::Wait`: "has not been recorded".
+    let (wait_on, seq) = rec.at.ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    {
         if !eng.is_done(wait_on, seq) {
             eng.submit(
                 key,
@@ -116,8 +173,9 @@ pub unsafe extern "C" fn aclrtCreateEvent(event: *mut *mut c_void) -> crate::acl
     })
 }
 
-/// Creates an event with flags; unknown flag bits give 100000. Without
-/// ACL_EVENT_SYNC the event cannot be waited on.
+/// Creates an event with flags; unknown flag bits give 100000, the flags 0
+/// and ACL_EVENT_IPC alone 107000. Without ACL_EVENT_SYNC the event cannot
+/// be waited on.
 ///
 /// # Safety
 /// `event` must be NULL or writable.
@@ -127,7 +185,12 @@ pub unsafe extern "C" fn aclrtCreateEventWithFlag(
     flag: u32,
 ) -> crate::aclError {
     // SAFETY: forwarded caller contract.
-    acl_entry!(Api::CreateEventWithFlag, { unsafe { create(event, flag) } })
+    acl_entry!(Api::CreateEventWithFlag, {
+        if flag == 0 || flag == ACL_EVENT_IPC {
+            return Err(ACL_ERROR_RT_PARAM_INVALID);
+        }
+        unsafe { create(event, flag) }
+    })
 }
 
 /// Records the event at the current end of `stream` (NULL = default stream).
@@ -165,7 +228,7 @@ pub unsafe extern "C" fn aclrtSynchronizeEvent(event: *mut c_void) -> crate::acl
 }
 
 /// Makes later work on `stream` (NULL = default stream) wait for the event.
-/// An event created with flags lacking ACL_EVENT_SYNC gives 100000.
+/// An event lacking ACL_EVENT_SYNC gives 207000, a never-recorded one 107000.
 ///
 /// # Safety
 /// Plain handle arguments; no pointer is dereferenced.
@@ -184,4 +247,18 @@ pub unsafe extern "C" fn aclrtStreamWaitEvent(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtDestroyEvent(event: *mut c_void) -> crate::aclError {
     acl_entry!(Api::DestroyEvent, { destroy(event) })
+}
+
+/// Test control: the first `queries` queries of an event after its work
+/// completed report NOT_READY (0 turns the lag off). Applies to later
+/// records. Always 0.
+///
+/// # Safety
+/// No pointer arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclemu_set_event_lag(queries: u32) -> i32 {
+    emu_entry!({
+        LAG.store(queries, Ordering::Relaxed);
+        Ok(())
+    })
 }

@@ -10,87 +10,21 @@
 use crate::error::{
     aclError, AclResult, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION,
 };
-use std::ffi::{c_char, CStr};
+use std::ffi::c_char;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-macro_rules! apis {
-    ($($variant:ident = $name:literal,)*) => {
-        /// Every ACL function the emulator exports.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        pub enum Api { $($variant,)* }
-
-        const NAMES: &[&str] = &[$($name,)*];
-        const ALL: &[Api] = &[$(Api::$variant,)*];
-    };
-}
-
-apis! {
-    Init = "aclInit",
-    Finalize = "aclFinalize",
-    SetDevice = "aclrtSetDevice",
-    GetDevice = "aclrtGetDevice",
-    ResetDevice = "aclrtResetDevice",
-    GetMemInfo = "aclrtGetMemInfo",
-    Malloc = "aclrtMalloc",
-    Free = "aclrtFree",
-    MallocHost = "aclrtMallocHost",
-    FreeHost = "aclrtFreeHost",
-    CreateStream = "aclrtCreateStream",
-    DestroyStream = "aclrtDestroyStream",
-    SynchronizeStream = "aclrtSynchronizeStream",
-    SynchronizeDevice = "aclrtSynchronizeDevice",
-    StreamQuery = "aclrtStreamQuery",
-    CreateEvent = "aclrtCreateEvent",
-    CreateEventWithFlag = "aclrtCreateEventWithFlag",
-    RecordEvent = "aclrtRecordEvent",
-    QueryEventStatus = "aclrtQueryEventStatus",
-    SynchronizeEvent = "aclrtSynchronizeEvent",
-    DestroyEvent = "aclrtDestroyEvent",
-    StreamWaitEvent = "aclrtStreamWaitEvent",
-    Memcpy2d = "aclrtMemcpy2d",
-    Memcpy2dAsync = "aclrtMemcpy2dAsync",
-    ReserveMemAddress = "aclrtReserveMemAddress",
-    ReleaseMemAddress = "aclrtReleaseMemAddress",
-    MallocPhysical = "aclrtMallocPhysical",
-    FreePhysical = "aclrtFreePhysical",
-    MapMem = "aclrtMapMem",
-    UnmapMem = "aclrtUnmapMem",
-    MemGetAllocationGranularity = "aclrtMemGetAllocationGranularity",
-    AllocatorCreateDesc = "aclrtAllocatorCreateDesc",
-    AllocatorDestroyDesc = "aclrtAllocatorDestroyDesc",
-    AllocatorSetObjToDesc = "aclrtAllocatorSetObjToDesc",
-    AllocatorSetAllocFuncToDesc = "aclrtAllocatorSetAllocFuncToDesc",
-    AllocatorSetFreeFuncToDesc = "aclrtAllocatorSetFreeFuncToDesc",
-    AllocatorSetAllocAdviseFuncToDesc = "aclrtAllocatorSetAllocAdviseFuncToDesc",
-    AllocatorSetGetAddrFromBlockFuncToDesc = "aclrtAllocatorSetGetAddrFromBlockFuncToDesc",
-    AllocatorRegister = "aclrtAllocatorRegister",
-    AllocatorUnregister = "aclrtAllocatorUnregister",
-    AllocatorGetByStream = "aclrtAllocatorGetByStream",
-}
-
-const COUNT: usize = NAMES.len();
+pub use crate::api::Api;
+use crate::api::COUNT;
 
 /// Remaining calls until the armed failure, per function; 0 = disarmed.
 static ARMED: [AtomicI32; COUNT] = [const { AtomicI32::new(0) }; COUNT];
 
-impl Api {
-    /// The exact ACL name of the function.
-    #[cfg(test)]
-    pub fn name(self) -> &'static str {
-        NAMES[self as usize]
-    }
-
-    /// The code an injected failure returns: the documented out-of-memory
-    /// code for the allocating calls, an internal error for the rest.
-    pub fn fault_code(self) -> aclError {
-        match self {
-            Api::Malloc | Api::MallocHost | Api::MallocPhysical => ACL_ERROR_RT_MEMORY_ALLOCATION,
-            _ => ACL_ERROR_RT_INTERNAL_ERROR,
-        }
-    }
-
-    fn by_name(name: &str) -> Option<Api> {
-        NAMES.iter().position(|n| *n == name).map(|i| ALL[i])
+/// The code an injected failure returns: the documented out-of-memory code
+/// for the allocating calls, an internal error for the rest.
+fn fault_code(api: Api) -> aclError {
+    match api {
+        Api::Malloc | Api::MallocHost | Api::MallocPhysical => ACL_ERROR_RT_MEMORY_ALLOCATION,
+        _ => ACL_ERROR_RT_INTERNAL_ERROR,
     }
 }
 
@@ -110,7 +44,7 @@ pub fn should_fail(api: Api) -> bool {
 /// `Err(fault code)` if this call of `api` must fail.
 pub fn check(api: Api) -> AclResult<()> {
     if should_fail(api) {
-        Err(api.fault_code())
+        Err(fault_code(api))
     } else {
         Ok(())
     }
@@ -125,12 +59,11 @@ pub fn check(api: Api) -> AclResult<()> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclemu_fail_nth(function: *const c_char, n: i32) -> i32 {
     let run = || {
-        if function.is_null() || n < 0 {
+        if n < 0 {
             return -1;
         }
-        // SAFETY: non-NULL and NUL-terminated per the contract above.
-        let name = unsafe { CStr::from_ptr(function) };
-        match name.to_str().ok().and_then(Api::by_name) {
+        // SAFETY: NULL or NUL-terminated per the contract above.
+        match unsafe { Api::by_c_name(function) } {
             Some(api) => {
                 ARMED[api as usize].store(n, Ordering::Release);
                 0
@@ -152,12 +85,8 @@ pub unsafe extern "C" fn aclemu_fail_nth(function: *const c_char, n: i32) -> i32
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclemu_fault_pending(function: *const c_char) -> i32 {
     let run = || {
-        if function.is_null() {
-            return -1;
-        }
-        // SAFETY: non-NULL and NUL-terminated per the contract above.
-        let name = unsafe { CStr::from_ptr(function) };
-        match name.to_str().ok().and_then(Api::by_name) {
+        // SAFETY: NULL or NUL-terminated per the contract above.
+        match unsafe { Api::by_c_name(function) } {
             Some(api) => ARMED[api as usize].load(Ordering::Acquire),
             None => -1,
         }
@@ -168,14 +97,6 @@ pub unsafe extern "C" fn aclemu_fault_pending(function: *const c_char) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_round_trip() {
-        for &api in ALL {
-            assert_eq!(Api::by_name(api.name()), Some(api));
-        }
-        assert_eq!(Api::by_name("aclrtNope"), None);
-    }
 
     #[test]
     fn pending_counts_down_to_the_armed_call() {

@@ -6,18 +6,22 @@ use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
 
 /// Body of an exported ACL function: catches panics (a panic must never cross
-/// the C boundary), applies fault injection first, and turns the body's
-/// `AclResult<()>` into an aclError.
+/// the C boundary), applies fault injection first, turns the body's
+/// `AclResult<()>` into an aclError, and then spends the call's cost. The
+/// body has dropped every lock it took by then, so costs overlap across
+/// threads.
 macro_rules! acl_entry {
     ($api:expr, $body:block) => {{
         let run = || -> $crate::error::AclResult<()> {
             $crate::faults::check($api)?;
             $body
         };
-        match ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(run)) {
+        let status = match ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(run)) {
             Ok(result) => $crate::error::status(result),
             Err(_) => $crate::error::ACL_ERROR_RT_INTERNAL_ERROR,
-        }
+        };
+        $crate::cost::spend($api);
+        status
     }};
 }
 

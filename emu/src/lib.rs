@@ -18,6 +18,9 @@
 //! - `allocator_desc`: the aclrtAllocator* family; `run_op`: the graph-engine
 //!   driver `aclemu_run_op`.
 //! - `faults`: `aclemu_fail_nth`, `aclemu_fault_pending`. `usage`: `aclemu_get_usage`.
+//! - `cost`: per-function latencies (`ACLEMU_COST`, `aclemu_set_cost`).
+//! - `api`: the exported function names those per-function controls take.
+//! - `violation`: memory misused under queued work (`aclemu_violations`).
 //! - `ffi`: panic boundary, out-pointers, handles; `error`: the codes.
 //!
 //! Handles (streams, events, descs, physical handles) are tagged ids, never
@@ -30,7 +33,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod allocator_desc;
+mod api;
 mod copy;
+mod cost;
 mod device;
 pub mod error;
 mod event;
@@ -44,6 +49,7 @@ mod ranges;
 mod run_op;
 mod stream;
 mod usage;
+mod violation;
 mod vmm;
 
 pub use error::aclError;
@@ -57,11 +63,12 @@ pub use allocator_desc::{
     aclrtAllocatorUnregister,
 };
 pub use copy::{aclrtMemcpy2d, aclrtMemcpy2dAsync};
+pub use cost::aclemu_set_cost;
 pub use device::{
     aclemu_set_device_memory, aclrtGetDevice, aclrtGetMemInfo, aclrtResetDevice, aclrtSetDevice,
 };
 pub use event::{
-    aclrtCreateEvent, aclrtCreateEventWithFlag, aclrtDestroyEvent, aclrtQueryEventStatus,
+    aclemu_set_event_lag, aclrtCreateEvent, aclrtCreateEventWithFlag, aclrtDestroyEvent, aclrtQueryEventStatus,
     aclrtRecordEvent, aclrtStreamWaitEvent, aclrtSynchronizeEvent,
     ACL_EVENT_RECORDED_STATUS_COMPLETE, ACL_EVENT_RECORDED_STATUS_NOT_READY,
 };
@@ -74,6 +81,7 @@ pub use stream::{
     aclrtSynchronizeDevice, aclrtSynchronizeStream,
 };
 pub use usage::{aclemu_get_usage, aclemu_usage};
+pub use violation::aclemu_violations;
 pub use vmm::{
     aclrtFreePhysical, aclrtMallocPhysical, aclrtMapMem, aclrtMemGetAllocationGranularity,
     aclrtMemLocation, aclrtPhysicalMemProp, aclrtReleaseMemAddress, aclrtReserveMemAddress,

@@ -3,12 +3,18 @@
 //!
 //! Device blocks are charged their ACL "actual size" against the current
 //! device's capacity (reference/acl-api.md §5): round up to 32 and add 32,
-//! with no padding for the HUGE1G policies. Addresses are page aligned, which
-//! satisfies the documented 64-byte alignment.
+//! with no padding for the HUGE1G policies, in the page pool the policy
+//! selects (RB: HUGE_FIRST above 1 MiB uses huge pages). Their host mapping
+//! also takes device address space (`device`). Addresses are page aligned,
+//! which satisfies the documented 64-byte alignment; with
+//! `ACLEMU_MALLOC_ALIGN=random` (or `random:<seed>`) each block starts a
+//! random multiple of 64 bytes (1 to 63 of them) past a page boundary, so an
+//! allocator that assumes more than the documented alignment shows it.
 //!
-//! Freeing a pointer that these calls did not return gives 107000.
+//! Freeing a pointer that these calls did not return gives 107000; freeing
+//! memory that queued work still uses is a violation (`violation`).
 
-use crate::device;
+use crate::device::{self, PagePool};
 use crate::error::{
     require, AclResult, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVALID,
 };
@@ -16,19 +22,25 @@ use crate::faults::Api;
 use crate::ffi::{acl_entry, lock, write_out};
 use crate::host_map;
 use crate::usage;
+use crate::violation;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
 
 const HUGE1G_ONLY: u32 = 6;
 const HUGE1G_ONLY_P2P: u32 = 7;
 
-/// A live block: its mapping length, the bytes charged, and the owner device
-/// (-1 for host memory).
+/// A live block: its host mapping (`base`, `map_len`; the block starts
+/// `map_len - len` bytes into it), the bytes usable from its start, the
+/// bytes charged, the page pool, and the owner device (-1 for host memory).
 #[derive(Clone, Copy)]
 struct Block {
+    base: usize,
+    map_len: usize,
     len: usize,
     charged: u64,
+    pool: PagePool,
     device: i32,
 }
 
@@ -55,12 +67,65 @@ pub fn charged_size(size: usize, policy: u32) -> Option<u64> {
 
 /// True if `addr` lies inside a live aclrtMalloc block.
 pub fn is_device_block(addr: usize) -> bool {
+    covers((addr, addr + 1))
+}
+
+/// True if `[start, end)` lies inside one live aclrtMalloc block.
+pub fn covers((start, end): violation::Span) -> bool {
     let blocks = lock(&BLOCKS);
     blocks
         .device
+        .range(..=start)
+        .next_back()
+        .is_some_and(|(&block, b)| end <= block + b.len)
+}
+
+/// True if `addr` lies inside a live aclrtMallocHost block (pinned memory).
+pub fn is_host_block(addr: usize) -> bool {
+    let blocks = lock(&BLOCKS);
+    blocks
+        .host
         .range(..=addr)
         .next_back()
         .is_some_and(|(&start, b)| addr < start + b.len)
+}
+
+/// The page pool an aclrtMalloc policy draws from (the bandwidth bits
+/// above the low byte do not change it).
+fn pool_of(size: usize, policy: u32) -> PagePool {
+    const HUGE_PAGE_THRESHOLD: usize = 1 << 20;
+    match policy & 0xFF {
+        1 | 4 => PagePool::Huge,
+        2 | 5 => PagePool::Normal,
+        HUGE1G_ONLY | HUGE1G_ONLY_P2P => PagePool::Giant,
+        _ if size > HUGE_PAGE_THRESHOLD => PagePool::Huge,
+        _ => PagePool::Normal,
+    }
+}
+
+/// Where blocks start inside their mapping: at the page (the default) or a
+/// random multiple of 64 bytes past it (`ACLEMU_MALLOC_ALIGN=random`).
+static RANDOM_ALIGN: LazyLock<Option<AtomicU64>> = LazyLock::new(|| {
+    let value = std::env::var("ACLEMU_MALLOC_ALIGN").ok()?;
+    let seed = match value.trim() {
+        "random" => std::process::id() as u64 ^ (&RANDOM_ALIGN as *const _ as u64),
+        other => other.strip_prefix("random:")?.trim().parse().ok()?,
+    };
+    Some(AtomicU64::new(seed | 1))
+});
+
+/// The block's offset into its mapping: 0, or 64 to 4032 bytes.
+fn start_offset() -> usize {
+    let Some(state) = RANDOM_ALIGN.as_ref() else {
+        return 0;
+    };
+    // xorshift64; a lost update between threads only repeats an offset.
+    let mut x = state.load(Ordering::Relaxed);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    state.store(x, Ordering::Relaxed);
+    64 * (1 + (x % 63) as usize)
 }
 
 unsafe fn malloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32) -> AclResult<()> {
@@ -68,20 +133,32 @@ unsafe fn malloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32) -> AclResu
     let id = device::current()?;
     let dev = device::get(id)?;
     let charged = charged_size(size, policy).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
-    let len = usize::try_from(charged)
+    let offset = start_offset();
+    let map_len = usize::try_from(charged)
         .ok()
+        .and_then(|n| n.checked_add(offset))
         .and_then(host_map::page_round)
         .ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
-    dev.charge(charged)?;
-    let Some(ptr) = host_map::map_rw(len) else {
-        dev.uncharge(charged);
+    let pool = pool_of(size, policy);
+    dev.charge(charged, pool)?;
+    if let Err(e) = dev.take_address(map_len as u64) {
+        dev.uncharge(charged, pool);
+        return Err(e);
+    }
+    let Some(base) = host_map::map_rw(map_len) else {
+        dev.uncharge(charged, pool);
+        dev.return_address(map_len as u64);
         return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
     };
+    let ptr = (base as usize + offset) as *mut c_void;
     lock(&BLOCKS).device.insert(
         ptr as usize,
         Block {
-            len,
+            base: base as usize,
+            map_len,
+            len: map_len - offset,
             charged,
+            pool,
             device: id,
         },
     );
@@ -98,10 +175,15 @@ fn free(ptr: *mut c_void) -> AclResult<()> {
         .device
         .remove(&(ptr as usize))
         .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    let start = ptr as usize;
+    violation::check_release((start, start + block.len), "aclrtFree");
     // SAFETY: the block was ours and is now out of the registry; aclrtFree
-    // does not wait for queued work, as on a device.
-    unsafe { host_map::unmap(ptr, block.len) };
-    device::get(block.device)?.uncharge(block.charged);
+    // does not wait for queued work, as on a device (queued work that runs
+    // later finds the memory gone and skips it).
+    unsafe { host_map::unmap(block.base as *mut c_void, block.map_len) };
+    let dev = device::get(block.device)?;
+    dev.uncharge(block.charged, block.pool);
+    dev.return_address(block.map_len as u64);
     let counters = usage::of(block.device);
     usage::sub(&counters.malloc_bytes, block.charged);
     usage::sub(&counters.malloc_count, 1);
@@ -115,8 +197,11 @@ unsafe fn malloc_host(host_ptr: *mut *mut c_void, size: usize) -> AclResult<()> 
     lock(&BLOCKS).host.insert(
         ptr as usize,
         Block {
+            base: ptr as usize,
+            map_len: len,
             len,
             charged: 0,
+            pool: PagePool::Normal,
             device: -1,
         },
     );
@@ -131,7 +216,7 @@ fn free_host(ptr: *mut c_void) -> AclResult<()> {
         .remove(&(ptr as usize))
         .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
     // SAFETY: the block was ours and is now out of the registry.
-    unsafe { host_map::unmap(ptr, block.len) };
+    unsafe { host_map::unmap(ptr, block.map_len) };
     Ok(())
 }
 
@@ -183,6 +268,17 @@ pub unsafe extern "C" fn aclrtFreeHost(host_ptr: *mut c_void) -> crate::aclError
 #[cfg(test)]
 mod tests {
     use super::charged_size;
+
+    #[test]
+    fn pools_follow_the_policy() {
+        use super::{pool_of, PagePool};
+        assert_eq!(pool_of(2 << 20, 0), PagePool::Huge);
+        assert_eq!(pool_of(1 << 20, 0), PagePool::Normal);
+        assert_eq!(pool_of(64, 1), PagePool::Huge);
+        assert_eq!(pool_of(64 << 20, 2), PagePool::Normal);
+        assert_eq!(pool_of(64, 6), PagePool::Giant);
+        assert_eq!(pool_of(64 << 20, 0x1000 | 2), PagePool::Normal);
+    }
 
     #[test]
     fn padding_follows_acl() {

@@ -15,49 +15,73 @@
 //! finishes queued work; the hold applies again to later work) and force the
 //! streams a forced `Wait` depends on, instead of hanging as a real device
 //! would if a test never released them.
+//!
+//! Queued ops and copies pin the device ranges they use until they run
+//! (Note [pins] in `violation`); this module answers which pins are pending
+//! and whether one piece of work is ordered after another, and keeps each
+//! stream's "a violation involved me" flag.
 
 use crate::copy::Copy2d;
 use crate::device;
 use crate::error::{AclResult, ACL_ERROR_RT_INVALID_HANDLE};
 use crate::ffi::{handle_id, lock, Kind};
+use crate::violation::{self, Span};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 /// One unit of stream work.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub enum Work {
-    /// Nothing to do but occupy a slot (event records, ops of `aclemu_run_op`).
+    /// Nothing to do but occupy a slot (event records).
     Marker,
-    /// A queued 2D copy, performed when the work runs.
-    Copy(Copy2d),
+    /// An op of `aclemu_run_op`, using (pinning) the device ranges `spans`.
+    Op { spans: Vec<Span> },
+    /// A queued 2D copy, performed when the work runs; `pins` are its
+    /// device-side extents.
+    Copy { copy: Copy2d, pins: Vec<Span> },
     /// Later work waits until `stream` completed `seq`.
     Wait { stream: u64, seq: u64 },
 }
 
 impl Work {
-    fn run(self) {
-        if let Work::Copy(copy) = self {
-            // SAFETY: the copy was validated when queued; the caller of the
-            // async copy keeps both buffers alive until the stream finishes it.
-            unsafe { copy.run() };
+    /// The device ranges this work uses while it is queued.
+    pub fn pins(&self) -> &[Span] {
+        match self {
+            Work::Op { spans } => spans,
+            Work::Copy { pins, .. } => pins,
+            _ => &[],
         }
     }
+}
+
+/// Queued pieces of work that pin ranges, process-wide; read without the
+/// engine lock so frees and unmaps skip the pin check when nothing is queued.
+static PINNED: AtomicUsize = AtomicUsize::new(0);
+
+/// True if some queued work may pin device memory.
+pub fn any_pinned() -> bool {
+    PINNED.load(Ordering::Acquire) > 0
 }
 
 struct StreamQ {
     device: i32,
     held: bool,
+    /// A violation involved this stream since its last synchronize/release.
+    faulted: bool,
     submitted: u64,
     completed: u64,
     queue: VecDeque<(u64, Work)>,
 }
 
-/// An event: the device current at creation, its flags, and the last record.
+/// An event: the device current at creation, its flags, the last record,
+/// and how many more queries report NOT_READY after its work completed.
 pub struct EventRec {
     pub device: i32,
     pub flags: u32,
     pub at: Option<(u64, u64)>,
+    pub lag_left: u32,
 }
 
 /// Streams keyed by id (default streams use `device + 1`, created streams
@@ -65,6 +89,8 @@ pub struct EventRec {
 pub struct Engine {
     streams: HashMap<u64, StreamQ>,
     events: HashMap<u64, EventRec>,
+    /// Live SYNC events per device (they count against a limit).
+    sync_events: HashMap<i32, usize>,
     next_stream: u64,
     next_event: u64,
 }
@@ -77,6 +103,7 @@ static ENGINE: LazyLock<Mutex<Engine>> = LazyLock::new(|| {
     Mutex::new(Engine {
         streams: HashMap::new(),
         events: HashMap::new(),
+        sync_events: HashMap::new(),
         next_stream: FIRST_CREATED,
         next_event: 1,
     })
@@ -148,11 +175,141 @@ impl Engine {
         let seq = s.submitted;
         if ready && !s.held && s.queue.is_empty() {
             s.completed = seq;
-            work.run();
+            self.run(key, seq, work);
         } else {
+            if !work.pins().is_empty() {
+                PINNED.fetch_add(1, Ordering::AcqRel);
+            }
             s.queue.push_back((seq, work));
         }
         seq
+    }
+
+    /// Appends work that runs at once, even on a held stream whose queue is
+    /// empty (a copy the runtime performs synchronously).
+    pub fn submit_now(&mut self, key: u64, work: Work) {
+        let s = self
+            .streams
+            .get_mut(&key)
+            .expect("stream resolved by the caller");
+        debug_assert!(s.queue.is_empty(), "the stream was finished first");
+        s.submitted += 1;
+        s.completed = s.submitted;
+        let seq = s.submitted;
+        self.run(key, seq, work);
+    }
+
+    /// Performs work `seq` of stream `key`, which has just left the queue
+    /// (or never entered it): checks its memory, then runs a copy.
+    fn run(&mut self, key: u64, seq: u64, work: Work) {
+        if !work.pins().is_empty() && !violation::still_device_memory(work.pins()) {
+            let what = "queued work ran on memory no longer allocated or mapped";
+            self.violation(&[key], what);
+            // A copy into unmapped memory would fault the host: skip it.
+            return;
+        }
+        if let Work::Copy { copy, .. } = work {
+            let dst = copy.dst_span();
+            // Fine when the pinning work waits for this copy.
+            let mut involved = self.conflicts(key, dst, |eng, pin_stream, pin_seq| {
+                eng.waits_for(pin_stream, pin_seq, key, seq, 0)
+            });
+            if !involved.is_empty() {
+                involved.push(key);
+                let what = "a copy wrote into memory another stream's queued work uses";
+                self.violation(&involved, what);
+            }
+            // SAFETY: the copy was validated when queued and its device
+            // extents are still allocated or mapped (checked above); the
+            // caller of the async copy keeps host buffers alive until the
+            // stream finishes it.
+            unsafe { copy.run() };
+        }
+    }
+
+    /// Records a violation involving `streams`: each one's next synchronize
+    /// or release reports it.
+    pub fn violation(&mut self, streams: &[u64], what: &str) {
+        for key in streams {
+            if let Some(s) = self.streams.get_mut(key) {
+                s.faulted = true;
+            }
+        }
+        violation::record(what);
+    }
+
+    /// Clears and returns `key`'s violation flag.
+    pub fn take_fault(&mut self, key: u64) -> bool {
+        self.streams
+            .get_mut(&key)
+            .is_some_and(|s| std::mem::take(&mut s.faulted))
+    }
+
+    /// Clears the violation flags of every stream of `device`; true if any
+    /// was set.
+    pub fn take_device_faults(&mut self, device: i32) -> bool {
+        let mut any = false;
+        for s in self.streams.values_mut().filter(|s| s.device == device) {
+            any |= std::mem::take(&mut s.faulted);
+        }
+        any
+    }
+
+    /// The streams other than `writer` whose queued work pins memory inside
+    /// `span`, leaving out pins for which `ordered(engine, stream, seq)`
+    /// holds.
+    pub fn conflicts(
+        &self,
+        writer: u64,
+        span: Span,
+        ordered: impl Fn(&Engine, u64, u64) -> bool,
+    ) -> Vec<u64> {
+        let mut hit = Vec::new();
+        if !any_pinned() {
+            return hit;
+        }
+        for (&key, s) in self.streams.iter().filter(|(&k, _)| k != writer) {
+            let clash = s.queue.iter().any(|(seq, w)| {
+                w.pins().iter().any(|p| violation::overlap(*p, span)) && !ordered(self, key, *seq)
+            });
+            if clash {
+                hit.push(key);
+            }
+        }
+        hit
+    }
+
+    /// The streams whose queued work pins memory inside `span` (memory
+    /// being freed or unmapped).
+    pub fn pinned_by(&self, span: Span) -> Vec<u64> {
+        self.conflicts(0, span, |_, _, _| false)
+    }
+
+    /// True if queued work before `before` on stream `key` waits, directly
+    /// or through other streams' queued waits, for `target` to complete
+    /// `target_seq`: then the later work runs after `target`'s work.
+    pub fn waits_for(
+        &self,
+        key: u64,
+        before: u64,
+        target: u64,
+        target_seq: u64,
+        depth: u32,
+    ) -> bool {
+        let Some(s) = self.streams.get(&key) else {
+            return false;
+        };
+        s.queue
+            .iter()
+            .take_while(|(seq, _)| *seq < before)
+            .any(|(_, w)| match *w {
+                Work::Wait { stream, seq } => {
+                    (stream == target && seq >= target_seq)
+                        || (depth < MAX_FORCE_DEPTH
+                            && self.waits_for(stream, seq + 1, target, target_seq, depth + 1))
+                }
+                _ => false,
+            })
     }
 
     /// Holds or releases a stream; releasing runs what may now run.
@@ -193,7 +350,7 @@ impl Engine {
     fn pump(&mut self, key: u64, force: Option<u64>, depth: u32) -> bool {
         let mut progressed = false;
         while let Some(s) = self.streams.get(&key) {
-            let Some(&(seq, work)) = s.queue.front() else {
+            let Some((seq, work)) = s.queue.front().cloned() else {
                 break;
             };
             let forced = force.is_some_and(|limit| seq <= limit);
@@ -217,7 +374,10 @@ impl Engine {
             let s = self.streams.get_mut(&key).expect("checked above");
             s.queue.pop_front();
             s.completed = seq;
-            work.run();
+            if !work.pins().is_empty() {
+                PINNED.fetch_sub(1, Ordering::AcqRel);
+            }
+            self.run(key, seq, work);
             progressed = true;
         }
         progressed
@@ -247,12 +407,16 @@ impl Engine {
     pub fn create_event(&mut self, device: i32, flags: u32) -> u64 {
         let id = self.next_event;
         self.next_event += 1;
+        if flags & crate::event::ACL_EVENT_SYNC != 0 {
+            *self.sync_events.entry(device).or_default() += 1;
+        }
         self.events.insert(
             id,
             EventRec {
                 device,
                 flags,
                 at: None,
+                lag_left: 0,
             },
         );
         id
@@ -276,7 +440,32 @@ impl Engine {
     }
 
     pub fn remove_event(&mut self, id: u64) -> Option<EventRec> {
-        self.events.remove(&id)
+        let rec = self.events.remove(&id)?;
+        if rec.flags & crate::event::ACL_EVENT_SYNC != 0 {
+            if let Some(n) = self.sync_events.get_mut(&rec.device) {
+                *n -= 1;
+            }
+        }
+        Some(rec)
+    }
+
+    /// Live events of `device` with the SYNC flag.
+    pub fn sync_events(&self, device: i32) -> usize {
+        self.sync_events.get(&device).copied().unwrap_or(0)
+    }
+
+    /// Ends the reporting lag of events recorded on streams `on` selects:
+    /// after a synchronization the host knows their work finished.
+    pub fn clear_lag(&mut self, on: impl Fn(&Engine, u64) -> bool) {
+        let keys: Vec<u64> = self
+            .events
+            .iter()
+            .filter(|(_, e)| e.lag_left > 0 && e.at.is_some_and(|(s, _)| on(self, s)))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in keys {
+            self.event_mut(id).lag_left = 0;
+        }
     }
 }
 
@@ -285,6 +474,7 @@ impl StreamQ {
         StreamQ {
             device,
             held: false,
+            faulted: false,
             submitted: 0,
             completed: 0,
             queue: VecDeque::new(),

@@ -9,15 +9,32 @@
 //! (pending on a held stream), and frees every block with its original
 //! handle, as GE does right after launching. No emulator lock is held while
 //! the callbacks run: they may call aclrt* functions.
+//!
+//! The queued op pins its blocks until it runs (Note [pins]); writing them
+//! at launch while another stream's queued work pins them is a violation,
+//! unless this stream waits for that work.
+//!
+//! GE's registration rules (RB "How GE uses a registered allocator"): a
+//! stream that ran an op while nothing was registered keeps GE's built-in
+//! allocator for good, and a NULL stream always uses it; the built-in
+//! allocator is modelled as host scratch memory outside the device budget.
+//! A registration without an alloc-advise callback is refused (100000),
+//! where GE would deadlock.
 
 use crate::allocator_desc::{registration, Fields};
 use crate::error::{
-    require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_INTERNAL_ERROR,
+    require, AclResult, ACL_ERROR_RT_INTERNAL_ERROR,
     ACL_ERROR_RT_MEMORY_ALLOCATION,
 };
-use crate::ffi::emu_entry;
+use crate::ffi::{emu_entry, lock};
 use crate::queue::{engine, Work};
+use crate::violation::Span;
+use std::collections::HashSet;
 use std::ffi::c_void;
+use std::sync::Mutex;
+
+/// Streams that ran an op with GE's built-in allocator.
+static BUILT_IN: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
 
 /// One allocation of the op.
 struct Live {
@@ -139,9 +156,74 @@ fn use_blocks(fields: &Fields, sizes: &[usize], blocks: &mut Vec<Live>) -> AclRe
     Ok(())
 }
 
+/// Runs the op with GE's built-in allocator: scratch memory the op fills
+/// and checks, queued as work that pins nothing.
+fn run_built_in(stream: *mut c_void, sizes: &[usize]) -> AclResult<()> {
+    let scratch: Vec<Vec<u8>> = sizes.iter().map(|&size| vec![0u8; size]).collect();
+    let blocks: Vec<Live> = scratch
+        .iter()
+        .map(|b| Live {
+            block: std::ptr::null_mut(),
+            addr: b.as_ptr() as usize,
+            size: b.len(),
+        })
+        .collect();
+    for (i, b) in blocks.iter().enumerate() {
+        // SAFETY: `b` describes a live buffer of `scratch`.
+        unsafe { fill(b, i) };
+    }
+    let mut eng = engine();
+    let key = eng.resolve(stream)?;
+    eng.submit(key, Work::Marker);
+    Ok(())
+}
+
+/// Queues the op on `stream`, after checking its writes against other
+/// streams' queued work.
+fn launch(stream: *mut c_void, blocks: &[Live]) -> AclResult<()> {
+    let spans: Vec<Span> = blocks
+        .iter()
+        .filter(|b| b.size > 0)
+        .map(|b| (b.addr, b.addr + b.size))
+        .collect();
+    let mut eng = engine();
+    let key = eng.resolve(stream)?;
+    let mut involved = Vec::new();
+    for &span in &spans {
+        // Fine when this stream's queue waits for the pinning work.
+        for other in eng.conflicts(key, span, |eng, pin_stream, pin_seq| {
+            eng.waits_for(key, u64::MAX, pin_stream, pin_seq, 0)
+        }) {
+            if !involved.contains(&other) {
+                involved.push(other);
+            }
+        }
+    }
+    if !involved.is_empty() {
+        involved.push(key);
+        let what = "an op wrote into memory another stream's queued work uses";
+        eng.violation(&involved, what);
+    }
+    eng.submit(key, Work::Op { spans });
+    Ok(())
+}
+
+/// True if `stream` keeps GE's built-in allocator: NULL, or it ran an op
+/// while nothing was registered (`remember` records that).
+fn uses_built_in(stream: *mut c_void, registered: bool) -> bool {
+    if stream.is_null() {
+        return true;
+    }
+    let mut set = lock(&BUILT_IN);
+    let set = set.get_or_insert_with(HashSet::new);
+    if !registered {
+        set.insert(stream as usize);
+    }
+    set.contains(&(stream as usize))
+}
+
 unsafe fn run_op(stream: *mut c_void, sizes: *const usize, n: usize) -> AclResult<()> {
     require(n == 0 || !sizes.is_null())?;
-    let reg = registration(stream).ok_or(ACL_ERROR_INVALID_PARAM)?;
     // Registrations outlive streams; running on a destroyed one is an error.
     engine().resolve(stream)?;
     let sizes = if n == 0 {
@@ -150,21 +232,24 @@ unsafe fn run_op(stream: *mut c_void, sizes: *const usize, n: usize) -> AclResul
         // SAFETY: non-NULL, and the caller promises `n` readable sizes.
         unsafe { std::slice::from_raw_parts(sizes, n) }
     };
+    let reg = registration(stream);
+    if uses_built_in(stream, reg.is_some()) {
+        return run_built_in(stream, sizes);
+    }
+    let reg = reg.expect("registered: checked above");
+    require(reg.fields.advise.is_some())?;
     let mut blocks = Vec::with_capacity(n);
-    let result = use_blocks(&reg.fields, sizes, &mut blocks).and_then(|()| {
-        let mut eng = engine();
-        let key = eng.resolve(stream)?;
-        eng.submit(key, Work::Marker);
-        Ok(())
-    });
+    let result = use_blocks(&reg.fields, sizes, &mut blocks).and_then(|()| launch(stream, &blocks));
     free_all(&reg.fields, &blocks);
     result
 }
 
 /// Runs one op on `stream` through its registered allocator, allocating
-/// `sizes[0..n]`. 0 on success; 100000 if no allocator is registered;
-/// 107017 for a destroyed stream; 207001 if alloc returned NULL; 507000 if
-/// blocks overlap, an address is NULL or a pattern did not read back.
+/// `sizes[0..n]`, or through GE's built-in allocator (NULL stream, or a
+/// stream that ran an op before anything was registered for it). 0 on
+/// success; 100000 if the registration lacks alloc-advise; 107017 for a
+/// destroyed stream; 207001 if alloc returned NULL; 507000 if blocks
+/// overlap, an address is NULL or a pattern did not read back.
 ///
 /// # Safety
 /// `sizes` must be NULL or point to `n` readable values; the registered

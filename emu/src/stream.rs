@@ -3,10 +3,12 @@
 //!
 //! A stream belongs to the device current when it was created. NULL means the
 //! current device's default stream where ACL allows it. Unknown or destroyed
-//! handles give 107017 ACL_ERROR_RT_INVALID_HANDLE.
+//! handles give 107017 ACL_ERROR_RT_INVALID_HANDLE. A violation involving a
+//! stream (Note [pins]) makes its next synchronize or release return 507000,
+//! and the next device synchronize of its device.
 
 use crate::device;
-use crate::error::{require, AclResult};
+use crate::error::{require, AclResult, ACL_ERROR_RT_INTERNAL_ERROR};
 use crate::faults::Api;
 use crate::ffi::{acl_entry, emu_entry, handle, write_out, Kind};
 use crate::queue::engine;
@@ -31,12 +33,24 @@ fn destroy(stream: *mut c_void) -> AclResult<()> {
     Ok(())
 }
 
+/// 507000 if a violation involved the stream since it was last reported.
+fn report(faulted: bool) -> AclResult<()> {
+    if faulted {
+        Err(ACL_ERROR_RT_INTERNAL_ERROR)
+    } else {
+        Ok(())
+    }
+}
+
 fn synchronize(stream: *mut c_void) -> AclResult<()> {
     let mut eng = engine();
     let key = eng.resolve(stream)?;
     eng.finish(key, u64::MAX);
+    if crate::event::lag_on() {
+        eng.clear_lag(|_, s| s == key);
+    }
     usage::add(&usage::of(eng.device_of(key)).syncs, 1);
-    Ok(())
+    report(eng.take_fault(key))
 }
 
 /// aclrtStreamStatus: COMPLETE 0, NOT_READY 1.
@@ -56,16 +70,24 @@ unsafe fn query(stream: *mut c_void, status: *mut u32) -> AclResult<()> {
 
 fn synchronize_device() -> AclResult<()> {
     let dev = device::current()?;
-    engine().finish_device(dev);
+    let mut eng = engine();
+    eng.finish_device(dev);
+    if crate::event::lag_on() {
+        eng.clear_lag(|eng, s| eng.device_of(s) == dev);
+    }
     usage::add(&usage::of(dev).syncs, 1);
-    Ok(())
+    report(eng.take_device_faults(dev))
 }
 
 fn set_held(stream: *mut c_void, held: bool) -> AclResult<()> {
     let mut eng = engine();
     let key = eng.resolve(stream)?;
     eng.set_held(key, held);
-    Ok(())
+    if held {
+        Ok(())
+    } else {
+        report(eng.take_fault(key))
+    }
 }
 
 /// Creates a stream on the current device (107002 without one).
@@ -88,7 +110,8 @@ pub unsafe extern "C" fn aclrtDestroyStream(stream: *mut c_void) -> crate::aclEr
     acl_entry!(Api::DestroyStream, { destroy(stream) })
 }
 
-/// Finishes the stream's queued work (held or not) and counts a sync.
+/// Finishes the stream's queued work (held or not) and counts a sync;
+/// 507000 if a violation involved the stream since it was last reported.
 ///
 /// # Safety
 /// Plain handle argument; no pointer is dereferenced.
@@ -109,7 +132,7 @@ pub unsafe extern "C" fn aclrtStreamQuery(stream: *mut c_void, status: *mut u32)
 }
 
 /// Finishes the queued work of every stream of the current device and
-/// counts a sync.
+/// counts a sync; 507000 if a violation involved one of them.
 ///
 /// # Safety
 /// No pointer arguments.
@@ -129,18 +152,12 @@ pub unsafe extern "C" fn aclemu_stream_hold(stream: *mut c_void) -> i32 {
 }
 
 /// Test control: ends a hold; the stream's queued work completes (once any
-/// event it waits for completes). 0 on success.
+/// event it waits for completes). 0 on success; 507000 if a violation
+/// involved the stream since it was last reported.
 ///
 /// # Safety
 /// Plain handle argument; no pointer is dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclemu_stream_release(stream: *mut c_void) -> i32 {
     emu_entry!({ set_held(stream, false) })
-}
-
-/// Queues work on the stream a C handle names (NULL = default stream).
-pub fn submit(stream: *mut c_void, work: crate::queue::Work) -> AclResult<u64> {
-    let mut eng = engine();
-    let key = eng.resolve(stream)?;
-    Ok(eng.submit(key, work))
 }

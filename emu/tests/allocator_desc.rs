@@ -23,6 +23,26 @@ struct TestAlloc {
     /// Record this event on the default stream from inside alloc.
     record_inside: Option<usize>,
     first_addr: Mutex<Option<usize>>,
+    /// Keep freed blocks' memory here (freed by `release_kept`) instead of
+    /// calling aclrtFree at once, as a caching allocator does.
+    keep: Option<Mutex<Vec<usize>>>,
+}
+
+impl TestAlloc {
+    /// An allocator that keeps freed memory until `release_kept`.
+    fn keeping() -> TestAlloc {
+        TestAlloc {
+            keep: Some(Mutex::new(Vec::new())),
+            ..Default::default()
+        }
+    }
+
+    /// aclrtFree of every block kept so far.
+    fn release_kept(&self) {
+        for ptr in self.keep.as_ref().unwrap().lock().unwrap().drain(..) {
+            assert_eq!(unsafe { aclrtFree(ptr as *mut c_void) }, 0);
+        }
+    }
 }
 
 /// What a block handle points to.
@@ -56,7 +76,10 @@ unsafe extern "C" fn t_free(obj: *mut c_void, block: *mut c_void) {
     let a = unsafe { &*(obj as *const TestAlloc) };
     a.frees.fetch_add(1, Ordering::SeqCst);
     let b = unsafe { Box::from_raw(block.cast::<Block>()) };
-    assert_eq!(unsafe { aclrtFree(b.ptr) }, 0);
+    match &a.keep {
+        Some(kept) => kept.lock().unwrap().push(b.ptr as usize),
+        None => assert_eq!(unsafe { aclrtFree(b.ptr) }, 0),
+    }
 }
 
 unsafe extern "C" fn t_advise(obj: *mut c_void, size: usize, _addr: *mut c_void) -> *mut c_void {
@@ -361,8 +384,6 @@ fn run_op_allocates_touches_and_frees_through_the_allocator() {
     let s = stream();
     unsafe {
         let sizes = [1usize, 4096, MIB + 3, 0, 77];
-        // Nothing registered yet.
-        assert_eq!(aclemu_run_op(s, sizes.as_ptr(), sizes.len()), INVALID_PARAM);
         let d = full_desc(&obj);
         assert_eq!(aclrtAllocatorRegister(s, d), 0);
         assert_eq!(aclemu_run_op(s, sizes.as_ptr(), sizes.len()), 0);
@@ -373,7 +394,6 @@ fn run_op_allocates_touches_and_frees_through_the_allocator() {
         assert_eq!(dev.usage().malloc_count, 0);
         assert_eq!(aclemu_run_op(s, null_mut(), 0), 0);
         assert_eq!(aclemu_run_op(s, null_mut(), 2), INVALID_PARAM);
-        assert_eq!(aclemu_run_op(null_mut(), sizes.as_ptr(), 1), INVALID_PARAM);
         assert_eq!(aclrtAllocatorUnregister(s), 0);
         assert_eq!(aclrtAllocatorDestroyDesc(d), 0);
         assert_eq!(aclrtDestroyStream(s), 0);
@@ -384,7 +404,7 @@ fn run_op_allocates_touches_and_frees_through_the_allocator() {
 #[test]
 fn run_op_on_a_held_stream_is_pending_work() {
     let dev = Dev::take();
-    let obj = TestAlloc::default();
+    let obj = TestAlloc::keeping();
     let (s, e) = (stream(), event());
     unsafe {
         let d = full_desc(&obj);
@@ -398,6 +418,7 @@ fn run_op_on_a_held_stream_is_pending_work() {
         assert_eq!(status(e), NOT_READY);
         assert_eq!(aclemu_stream_release(s), 0);
         assert_eq!(status(e), COMPLETE);
+        obj.release_kept();
         assert_eq!(aclrtAllocatorUnregister(s), 0);
         assert_eq!(aclrtAllocatorDestroyDesc(d), 0);
         assert_eq!(aclrtDestroyEvent(e), 0);
@@ -503,6 +524,9 @@ fn run_op_catches_aliased_physical_memory() {
     unsafe extern "C" fn v_addr(block: *mut c_void) -> *mut c_void {
         block
     }
+    unsafe extern "C" fn v_advise(obj: *mut c_void, size: usize, _: *mut c_void) -> *mut c_void {
+        unsafe { v_alloc(obj, size) }
+    }
     let s = stream();
     unsafe {
         let v = Vmm {
@@ -517,6 +541,7 @@ fn run_op_catches_aliased_physical_memory() {
         );
         assert_eq!(aclrtAllocatorSetAllocFuncToDesc(d, Some(v_alloc)), 0);
         assert_eq!(aclrtAllocatorSetFreeFuncToDesc(d, Some(v_free)), 0);
+        assert_eq!(aclrtAllocatorSetAllocAdviseFuncToDesc(d, Some(v_advise)), 0);
         assert_eq!(
             aclrtAllocatorSetGetAddrFromBlockFuncToDesc(d, Some(v_addr)),
             0
@@ -531,6 +556,61 @@ fn run_op_catches_aliased_physical_memory() {
         assert_eq!(aclrtAllocatorDestroyDesc(d), 0);
         assert_eq!(aclrtFreePhysical(v.handle as *mut c_void), 0);
         assert_eq!(aclrtReleaseMemAddress(v.base as *mut c_void), 0);
+        assert_eq!(aclrtDestroyStream(s), 0);
+    }
+    dev.assert_clean();
+}
+
+/// GE's registration rules (RB "How GE uses a registered allocator").
+#[test]
+fn a_stream_that_ran_an_op_unregistered_keeps_ges_allocator() {
+    let dev = Dev::take();
+    let obj = TestAlloc::default();
+    let (early, late) = (stream(), stream());
+    let sizes = [64usize, 4096];
+    unsafe {
+        // Nothing registered: GE's own allocator runs the op.
+        assert_eq!(aclemu_run_op(early, sizes.as_ptr(), 2), 0);
+        let d = full_desc(&obj);
+        assert_eq!(aclrtAllocatorRegister(early, d), 0);
+        assert_eq!(aclrtAllocatorRegister(late, d), 0);
+        // `early` keeps it for good; `late` uses the registered one.
+        assert_eq!(aclemu_run_op(early, sizes.as_ptr(), 2), 0);
+        assert_eq!(obj.allocs.load(Ordering::SeqCst), 0);
+        assert_eq!(aclemu_run_op(late, sizes.as_ptr(), 2), 0);
+        assert_eq!(obj.allocs.load(Ordering::SeqCst), 2);
+        // A NULL stream always falls back to GE's allocator.
+        assert_eq!(aclemu_run_op(null_mut(), sizes.as_ptr(), 2), 0);
+        assert_eq!(obj.allocs.load(Ordering::SeqCst), 2);
+        assert_eq!(dev.usage().malloc_count, 0);
+        assert_eq!(aclrtAllocatorUnregister(early), 0);
+        assert_eq!(aclrtAllocatorUnregister(late), 0);
+        assert_eq!(aclrtAllocatorDestroyDesc(d), 0);
+        assert_eq!(aclrtDestroyStream(early), 0);
+        assert_eq!(aclrtDestroyStream(late), 0);
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn a_registration_without_alloc_advise_is_refused_by_run_op() {
+    let dev = Dev::take();
+    let obj = TestAlloc::default();
+    let s = stream();
+    unsafe {
+        let d = aclrtAllocatorCreateDesc();
+        let o = &obj as *const TestAlloc as *mut c_void;
+        assert_eq!(aclrtAllocatorSetObjToDesc(d, o), 0);
+        assert_eq!(aclrtAllocatorSetAllocFuncToDesc(d, Some(t_alloc)), 0);
+        assert_eq!(aclrtAllocatorSetFreeFuncToDesc(d, Some(t_free)), 0);
+        assert_eq!(aclrtAllocatorSetGetAddrFromBlockFuncToDesc(d, Some(t_get_addr)), 0);
+        // The runtime registers it (it does not check advise)...
+        assert_eq!(aclrtAllocatorRegister(s, d), 0);
+        // ...but GE would deadlock on it; the emulator refuses the op.
+        assert_eq!(aclemu_run_op(s, [64usize].as_ptr(), 1), INVALID_PARAM);
+        assert_eq!(obj.allocs.load(Ordering::SeqCst), 0);
+        assert_eq!(aclrtAllocatorUnregister(s), 0);
+        assert_eq!(aclrtAllocatorDestroyDesc(d), 0);
         assert_eq!(aclrtDestroyStream(s), 0);
     }
     dev.assert_clean();

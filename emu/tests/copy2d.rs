@@ -94,12 +94,19 @@ fn sync_copy_directions() {
             aclrtMemcpy2d(a, 16, b, 16, 16, 4, D2D),
             RT_FEATURE_NOT_SUPPORT
         );
-        // DEFAULT between two device blocks resolves to D2D.
-        assert_eq!(
-            aclrtMemcpy2d(a, 16, b, 16, 16, 4, DEFAULT),
-            RT_FEATURE_NOT_SUPPORT
-        );
+        // DEFAULT between two device blocks resolves to D2D, which the
+        // runtime's parameter check refuses for the sync call.
+        assert_eq!(aclrtMemcpy2d(a, 16, b, 16, 16, 4, DEFAULT), RT_PARAM_INVALID);
         let src = buf(64, 3);
+        // DEFAULT between two host buffers is host-to-host: refused by both.
+        let mut other = vec![0u8; 64];
+        let o = other.as_mut_ptr().cast();
+        assert_eq!(aclrtMemcpy2d(o, 16, src.as_ptr().cast(), 16, 16, 4, DEFAULT), RT_PARAM_INVALID);
+        assert_eq!(
+            aclrtMemcpy2dAsync(o, 16, src.as_ptr().cast(), 16, 16, 4, DEFAULT, null_mut()),
+            RT_PARAM_INVALID
+        );
+        assert!(other.iter().all(|&b| b == 0));
         assert_eq!(
             aclrtMemcpy2d(a, 16, src.as_ptr().cast(), 16, 16, 4, DEFAULT),
             0
@@ -184,24 +191,22 @@ fn async_copy_runs_at_synchronize_and_on_the_default_stream() {
     let src = buf(64, 1);
     let mut dst = vec![0u8; 64];
     unsafe {
+        let d = malloc(64);
         assert_eq!(aclemu_stream_hold(null_mut()), 0);
+        // DEFAULT from host to device memory is H2D.
         assert_eq!(
-            aclrtMemcpy2dAsync(
-                dst.as_mut_ptr().cast(),
-                8,
-                src.as_ptr().cast(),
-                8,
-                8,
-                8,
-                DEFAULT,
-                null_mut()
-            ),
+            aclrtMemcpy2dAsync(d, 8, src.as_ptr().cast(), 8, 8, 8, DEFAULT, null_mut()),
+            0
+        );
+        assert_eq!(
+            aclrtMemcpy2dAsync(dst.as_mut_ptr().cast(), 8, d, 8, 8, 8, DEFAULT, null_mut()),
             0
         );
         assert!(dst.iter().all(|&b| b == 0));
         assert_eq!(aclrtSynchronizeStream(null_mut()), 0);
         assert_eq!(dst, src);
         assert_eq!(aclemu_stream_release(null_mut()), 0);
+        assert_eq!(aclrtFree(d), 0);
         let junk = 0x1234usize as *mut c_void;
         assert_eq!(
             aclrtMemcpy2dAsync(

@@ -89,9 +89,32 @@ fn mem_info_reports_capacity_and_use() {
         assert_eq!(aclrtGetMemInfo(1, &mut free, &mut total), 0);
         assert_eq!(total as u64, DEFAULT_TEST_CAPACITY);
         assert_eq!(free, total);
+        // Up to 1 MiB, HUGE_FIRST takes normal pages; above, huge pages.
         let p = malloc(1000);
-        assert_eq!(aclrtGetMemInfo(ACL_HBM_MEM_HUGE, &mut free, &mut total), 0);
+        assert_eq!(aclrtGetMemInfo(ACL_HBM_MEM_NORMAL, &mut free, &mut total), 0);
         assert_eq!(total - free, 1024 + 32);
+        assert_eq!(aclrtGetMemInfo(ACL_HBM_MEM_HUGE, &mut free, &mut total), 0);
+        assert_eq!(total, free);
+        let q = malloc(2 * MIB);
+        assert_eq!(aclrtGetMemInfo(ACL_HBM_MEM_HUGE, &mut free, &mut total), 0);
+        assert_eq!(total - free, 2 * MIB + 32);
+        // ACL_HBM_MEM: both pools.
+        assert_eq!(aclrtGetMemInfo(1, &mut free, &mut total), 0);
+        assert_eq!(total - free, 1024 + 32 + 2 * MIB + 32);
+        assert_eq!(total as u64, DEFAULT_TEST_CAPACITY);
+        // 1 GiB pages count in their own pool only.
+        let h = {
+            let mut h = null_mut();
+            let prop = dev.prop(ACL_HBM_MEM_HUGE1G);
+            assert_eq!(aclrtMallocPhysical(&mut h, GIB, &prop, 0), 0);
+            h
+        };
+        assert_eq!(aclrtGetMemInfo(ACL_HBM_MEM_HUGE1G, &mut free, &mut total), 0);
+        assert_eq!(total - free, GIB);
+        assert_eq!(aclrtGetMemInfo(1, &mut free, &mut total), 0);
+        assert_eq!(total as u64, DEFAULT_TEST_CAPACITY - GIB as u64);
+        assert_eq!(aclrtFreePhysical(h), 0);
+        assert_eq!(aclrtFree(q), 0);
         assert_eq!(aclrtGetMemInfo(1, null_mut(), &mut total), INVALID_PARAM);
         assert_eq!(aclrtGetMemInfo(1, &mut free, null_mut()), INVALID_PARAM);
         assert_eq!(aclrtGetMemInfo(99, &mut free, &mut total), INVALID_PARAM);

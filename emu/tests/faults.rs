@@ -131,10 +131,15 @@ fn stream_and_event_calls_fail_with_internal_error() {
         let s = stream();
         let e = event();
         assert_eq!(aclemu_stream_hold(s), 0);
-        // A failed record does not move the event: it stays COMPLETE.
+        // A failed record does not move the event: never recorded, it stays
+        // NOT_READY (an old-mode event).
         arm(c"aclrtRecordEvent", 1);
         assert_eq!(aclrtRecordEvent(e, s), RT_INTERNAL_ERROR);
+        assert_eq!(status(e), NOT_READY);
+        assert_eq!(aclemu_stream_release(s), 0);
+        assert_eq!(aclrtRecordEvent(e, s), 0);
         assert_eq!(status(e), COMPLETE);
+        assert_eq!(aclemu_stream_hold(s), 0);
         assert_eq!(aclrtRecordEvent(e, s), 0);
         assert_eq!(status(e), NOT_READY);
         arm(c"aclrtQueryEventStatus", 1);

@@ -17,8 +17,8 @@ fn recorded_status_enum_values() {
 fn free_running_stream_completes_at_once() {
     let dev = Dev::take();
     let (s, e) = (stream(), event());
-    // Never recorded: COMPLETE.
-    assert_eq!(status(e), COMPLETE);
+    // Never recorded: an old-mode event is NOT_READY.
+    assert_eq!(status(e), NOT_READY);
     assert_eq!(unsafe { aclrtRecordEvent(e, s) }, 0);
     assert_eq!(status(e), COMPLETE);
     assert_eq!(dev.usage().streams, 1);
@@ -136,12 +136,12 @@ fn stream_wait_event_blocks_later_work_until_the_event_completes() {
         assert_eq!(aclemu_stream_release(a), 0);
         assert_eq!(status(e), COMPLETE);
         assert_eq!(status(f), COMPLETE);
-        // Waiting on a complete or never-recorded event is a no-op; the NULL
-        // stream is the default stream.
+        // Waiting on a complete event is a no-op; the NULL stream is the
+        // default stream; a never-recorded event cannot be waited on.
         assert_eq!(aclrtStreamWaitEvent(b, e), 0);
         assert_eq!(aclrtStreamWaitEvent(null_mut(), e), 0);
         let g = event();
-        assert_eq!(aclrtStreamWaitEvent(b, g), 0);
+        assert_eq!(aclrtStreamWaitEvent(b, g), RT_PARAM_INVALID);
         assert_eq!(aclrtRecordEvent(f, b), 0);
         assert_eq!(status(f), COMPLETE);
         for x in [e, f, g] {
@@ -184,10 +184,14 @@ fn event_flags() {
         assert_eq!(aclrtCreateEventWithFlag(&mut e, 0x4), INVALID_PARAM);
         assert_eq!(aclrtCreateEventWithFlag(&mut e, 0x8000_0000), INVALID_PARAM);
         assert_eq!(aclrtCreateEvent(null_mut()), INVALID_PARAM);
-        // Without ACL_EVENT_SYNC an event cannot be waited on.
+        // The runtime refuses the flags 0 and ACL_EVENT_IPC alone.
+        assert_eq!(aclrtCreateEventWithFlag(&mut e, 0), RT_PARAM_INVALID);
+        assert_eq!(aclrtCreateEventWithFlag(&mut e, 0x40), RT_PARAM_INVALID);
+        assert_eq!(dev.usage().events, 0);
+        // Without ACL_EVENT_SYNC an event cannot be waited on: not supported.
         assert_eq!(aclrtCreateEventWithFlag(&mut e, 0x2), 0);
         assert_eq!(aclrtRecordEvent(e, s), 0);
-        assert_eq!(aclrtStreamWaitEvent(s, e), INVALID_PARAM);
+        assert_eq!(aclrtStreamWaitEvent(s, e), RT_FEATURE_NOT_SUPPORT);
         assert_eq!(aclrtDestroyEvent(e), 0);
         assert_eq!(aclrtCreateEventWithFlag(&mut e, 0x1 | 0x2), 0);
         assert_eq!(aclrtRecordEvent(e, s), 0);
@@ -278,6 +282,29 @@ fn events_and_streams_belong_to_their_creation_device() {
     unsafe {
         assert_eq!(aclrtDestroyEvent(e), 0);
         assert_eq!(aclrtDestroyStream(s), 0);
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn sync_events_are_limited_per_device() {
+    let dev = Dev::take();
+    let mut events = Vec::with_capacity(65536);
+    unsafe {
+        for _ in 0..65536 {
+            events.push(event());
+        }
+        let mut e = null_mut();
+        assert_eq!(aclrtCreateEvent(&mut e), RT_NO_EVENT_RESOURCE);
+        assert_eq!(aclrtCreateEventWithFlag(&mut e, 0x1 | 0x2), RT_NO_EVENT_RESOURCE);
+        // Events without SYNC do not count.
+        assert_eq!(aclrtCreateEventWithFlag(&mut e, 0x2), 0);
+        assert_eq!(aclrtDestroyEvent(e), 0);
+        assert_eq!(aclrtDestroyEvent(events.pop().unwrap()), 0);
+        events.push(event());
+        for e in events {
+            assert_eq!(aclrtDestroyEvent(e), 0);
+        }
     }
     dev.assert_clean();
 }

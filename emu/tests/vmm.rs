@@ -30,10 +30,21 @@ fn reserve_rules() {
             INVALID_PARAM
         );
         assert_eq!(dev.usage().reserved_ranges, 0);
-        // flags 1 is kept for older callers; alignment is ignored; sizes
-        // need not be granularity multiples.
+        // The driver refuses any alignment.
         assert_eq!(
-            aclrtReserveMemAddress(&mut p, 3 * MIB + 5, 12345, null_mut(), 1),
+            aclrtReserveMemAddress(&mut p, 2 * MIB, 2 * MIB, null_mut(), 0),
+            RT_PARAM_INVALID
+        );
+        // One reservation is at most 8 TiB.
+        assert_eq!(
+            aclrtReserveMemAddress(&mut p, (8usize << 40) + 1, 0, null_mut(), 0),
+            RT_MEMORY_ALLOCATION
+        );
+        assert_eq!(dev.usage().reserved_ranges, 0);
+        // flags 1 is kept for older callers; sizes need not be granularity
+        // multiples.
+        assert_eq!(
+            aclrtReserveMemAddress(&mut p, 3 * MIB + 5, 0, null_mut(), 1),
             0
         );
         assert_eq!(p as usize % (2 * MIB), 0);
@@ -45,6 +56,19 @@ fn reserve_rules() {
         );
         assert_eq!(aclrtReleaseMemAddress(p), 0);
         assert_eq!(aclrtReleaseMemAddress(p), RT_PARAM_INVALID);
+        // Above 512 MiB: from the base heap, in whole GiB at a GiB boundary.
+        for size in [512 * MIB + 1, GIB + 2 * MIB, 3 * GIB] {
+            assert_eq!(aclrtReserveMemAddress(&mut p, size, 0, null_mut(), 0), 0);
+            assert_eq!(p as usize % GIB, 0, "{size}");
+            // The whole rounded range is usable: map its last 2 MiB.
+            let rounded = size.div_ceil(GIB) * GIB;
+            let h = physical(&dev, 2 * MIB);
+            let last = p.cast::<u8>().add(rounded - 2 * MIB).cast();
+            assert_eq!(aclrtMapMem(last, 2 * MIB, 0, h, 0), 0);
+            assert_eq!(aclrtUnmapMem(last), 0);
+            assert_eq!(aclrtFreePhysical(h), 0);
+            assert_eq!(aclrtReleaseMemAddress(p), 0);
+        }
     }
     dev.assert_clean();
 }
@@ -68,11 +92,23 @@ fn malloc_physical_prop_checks() {
             aclrtMallocPhysical(&mut h, 2 * MIB, &good, 1),
             INVALID_PARAM
         );
-        assert_eq!(
-            aclrtMallocPhysical(&mut h, 3 * MIB, &good, 0),
-            INVALID_PARAM
-        );
-        assert_eq!(aclrtMallocPhysical(&mut h, 4096, &good, 0), INVALID_PARAM);
+        // Off the 2 MiB granularity: the kernel refuses it.
+        assert_eq!(aclrtMallocPhysical(&mut h, 3 * MIB, &good, 0), RT_DRV_INTERNAL);
+        assert_eq!(aclrtMallocPhysical(&mut h, 4096, &good, 0), RT_DRV_INTERNAL);
+        // A non-zero reserve field: the driver's property check.
+        let reserved = aclrtPhysicalMemProp { reserve: 1, ..good };
+        assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &reserved, 0), RT_PARAM_INVALID);
+        let mut g = 0;
+        let r = &reserved as *const _ as *mut _;
+        assert_eq!(aclrtMemGetAllocationGranularity(r, 0, &mut g), RT_PARAM_INVALID);
+        // The P2P HBM attrs have no handler; P2P 1 GiB pages are unsupported.
+        for attr in [8, 9, 11] {
+            let prop = dev.prop(attr);
+            assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &prop, 0), INVALID_PARAM, "{attr}");
+        }
+        let p2p_1g = dev.prop(17);
+        assert_eq!(aclrtMallocPhysical(&mut h, GIB, &p2p_1g, 0), RT_FEATURE_NOT_SUPPORT);
+        assert_eq!(dev.usage().physical_count, 0);
         let bad: [aclrtPhysicalMemProp; 9] = [
             aclrtPhysicalMemProp {
                 handleType: 2,
@@ -120,15 +156,16 @@ fn malloc_physical_prop_checks() {
                 INVALID_PARAM
             );
         }
-        // HUGE1G attrs need 1 GiB multiples.
+        // HUGE1G sizes are rounded up to whole GiB.
         let g1 = dev.prop(ACL_HBM_MEM_HUGE1G);
-        assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &g1, 0), INVALID_PARAM);
-        assert_eq!(dev.usage().physical_count, 0);
+        assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &g1, 0), 0);
+        assert_eq!(dev.usage().physical_bytes, GIB as u64);
+        assert_eq!(aclrtFreePhysical(h), 0);
         assert_eq!(aclrtMallocPhysical(&mut h, GIB, &g1, 0), 0);
         assert_eq!(dev.usage().physical_bytes, GIB as u64);
         assert_eq!(aclrtFreePhysical(h), 0);
-        // Every HBM / generic huge-or-normal attr works with 2 MiB.
-        for attr in [4, 5, 8, 9, 12, 13, 15, 16] {
+        // Every other huge-or-normal attr works with 2 MiB.
+        for attr in [4, 5, 12, 13, 15, 16] {
             let prop = dev.prop(attr);
             assert_eq!(
                 aclrtMallocPhysical(&mut h, 2 * MIB, &prop, 0),
@@ -184,28 +221,29 @@ fn map_rules() {
         assert_eq!(aclrtMapMem(null_mut(), 2 * MIB, 0, h, 0), INVALID_PARAM);
         assert_eq!(aclrtMapMem(base, 2 * MIB, 0, null_mut(), 0), INVALID_PARAM);
         assert_eq!(aclrtMapMem(base, 0, 0, h, 0), INVALID_PARAM);
-        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h, 1), INVALID_PARAM);
-        assert_eq!(aclrtMapMem(base, 2 * MIB, 2 * MIB, h, 0), INVALID_PARAM);
-        // Size must equal the handle's size.
-        assert_eq!(aclrtMapMem(base, 4 * MIB, 0, h, 0), RT_PARAM_INVALID);
-        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h4, 0), RT_PARAM_INVALID);
-        // Outside the reservation, straddling its end, misaligned.
+        // Flags and offset: the driver library's check.
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h, 1), RT_PARAM_INVALID);
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 2 * MIB, h, 0), RT_PARAM_INVALID);
+        // Everything else is the kernel's: size other than the handle's...
+        assert_eq!(aclrtMapMem(base, 4 * MIB, 0, h, 0), RT_DRV_INTERNAL);
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h4, 0), RT_DRV_INTERNAL);
+        // ...outside the reservation, straddling its end, misaligned.
         let mut local = [0u8; 64];
         assert_eq!(
             aclrtMapMem(local.as_mut_ptr().cast(), 2 * MIB, 0, h, 0),
-            RT_PARAM_INVALID
+            RT_DRV_INTERNAL
         );
         assert_eq!(
             aclrtMapMem(b.add(8 * MIB).cast(), 2 * MIB, 0, h, 0),
-            RT_PARAM_INVALID
+            RT_DRV_INTERNAL
         );
         assert_eq!(
             aclrtMapMem(b.add(6 * MIB).cast(), 4 * MIB, 0, h4, 0),
-            RT_PARAM_INVALID
+            RT_DRV_INTERNAL
         );
         assert_eq!(
             aclrtMapMem(b.add(4096).cast(), 2 * MIB, 0, h, 0),
-            RT_PARAM_INVALID
+            RT_DRV_INTERNAL
         );
         // Unknown handles.
         assert_eq!(
@@ -217,22 +255,22 @@ fn map_rules() {
         assert_eq!(aclrtMapMem(b.add(2 * MIB).cast(), 4 * MIB, 0, h4, 0), 0);
         assert_eq!(
             aclrtMapMem(b.add(4 * MIB).cast(), 2 * MIB, 0, h, 0),
-            RT_PARAM_INVALID
+            RT_DRV_INTERNAL
         );
-        assert_eq!(aclrtMapMem(base, 4 * MIB, 0, h4, 0), RT_PARAM_INVALID);
+        assert_eq!(aclrtMapMem(base, 4 * MIB, 0, h4, 0), RT_DRV_INTERNAL);
         assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h, 0), 0);
         assert_eq!(dev.usage().mapped_bytes, (6 * MIB) as u64);
         *b = 1;
         *b.add(6 * MIB - 1) = 2;
         // Unmap takes a mapping's start address.
         assert_eq!(aclrtUnmapMem(null_mut()), INVALID_PARAM);
-        assert_eq!(aclrtUnmapMem(b.add(4 * MIB).cast()), RT_PARAM_INVALID);
-        assert_eq!(aclrtUnmapMem(b.add(6 * MIB).cast()), RT_PARAM_INVALID);
-        assert_eq!(aclrtUnmapMem(local.as_mut_ptr().cast()), RT_PARAM_INVALID);
+        assert_eq!(aclrtUnmapMem(b.add(4 * MIB).cast()), RT_DRV_INTERNAL);
+        assert_eq!(aclrtUnmapMem(b.add(6 * MIB).cast()), RT_DRV_INTERNAL);
+        assert_eq!(aclrtUnmapMem(local.as_mut_ptr().cast()), RT_DRV_INTERNAL);
         // Release is refused while anything is mapped.
         assert_eq!(aclrtReleaseMemAddress(base), RT_PARAM_INVALID);
         assert_eq!(aclrtUnmapMem(base), 0);
-        assert_eq!(aclrtUnmapMem(base), RT_PARAM_INVALID);
+        assert_eq!(aclrtUnmapMem(base), RT_DRV_INTERNAL);
         assert_eq!(aclrtReleaseMemAddress(base), RT_PARAM_INVALID);
         assert_eq!(aclrtUnmapMem(b.add(2 * MIB).cast()), 0);
         assert_eq!(aclrtReleaseMemAddress(base), 0);
@@ -272,11 +310,18 @@ fn freeing_a_mapped_handle_waits_for_the_unmap() {
         // Still live (and still charged) until unmapped; but gone for users.
         assert_eq!(dev.usage().physical_count, 1);
         *base.cast::<u8>() = 5;
-        assert_eq!(aclrtFreePhysical(h), RT_INVALID_HANDLE);
+        // Freeing again while mapped: "too many times".
+        assert_eq!(aclrtFreePhysical(h), RT_PARAM_INVALID);
+        // Mapping it again is allowed (reference counted).
         let b = base.cast::<u8>().add(2 * MIB).cast();
-        assert_eq!(aclrtMapMem(b, 2 * MIB, 0, h, 0), RT_INVALID_HANDLE);
+        assert_eq!(aclrtMapMem(b, 2 * MIB, 0, h, 0), 0);
+        assert_eq!(*b.cast::<u8>(), 5);
         assert_eq!(aclrtUnmapMem(base), 0);
+        assert_eq!(dev.usage().physical_count, 1);
+        assert_eq!(aclrtUnmapMem(b), 0);
         assert_eq!(dev.usage().physical_count, 0);
+        // Released for good: the handle is unknown now.
+        assert_eq!(aclrtFreePhysical(h), RT_INVALID_HANDLE);
         assert_eq!(aclrtReleaseMemAddress(base), 0);
     }
     dev.assert_clean();
@@ -313,10 +358,8 @@ fn sync_copy_between_mapped_ranges_is_d2d() {
         let h = physical(&dev, 2 * MIB);
         assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h, 0), 0);
         let d = malloc(64);
-        assert_eq!(
-            aclrtMemcpy2d(base, 64, d, 64, 64, 1, 4),
-            RT_FEATURE_NOT_SUPPORT
-        );
+        // DEFAULT between device buffers: refused by the sync call.
+        assert_eq!(aclrtMemcpy2d(base, 64, d, 64, 64, 1, 4), RT_PARAM_INVALID);
         let src = [9u8; 64];
         assert_eq!(
             aclrtMemcpy2d(base, 64, src.as_ptr().cast(), 64, 64, 1, 4),
@@ -342,11 +385,19 @@ fn one_reservation_holds_one_device() {
         let theirs = physical(&other, 2 * MIB);
         assert_eq!(aclrtMapMem(base, 2 * MIB, 0, mine, 0), 0);
         let b = base.cast::<u8>().add(2 * MIB).cast();
-        assert_eq!(aclrtMapMem(b, 2 * MIB, 0, theirs, 0), RT_PARAM_INVALID);
+        assert_eq!(aclrtMapMem(b, 2 * MIB, 0, theirs, 0), RT_DRV_INTERNAL);
+        // The first map fixed the reservation's device: unmapping does not
+        // clear it.
         assert_eq!(aclrtUnmapMem(base), 0);
-        assert_eq!(aclrtMapMem(b, 2 * MIB, 0, theirs, 0), 0);
-        assert_eq!(other.usage().mapped_bytes, (2 * MIB) as u64);
+        assert_eq!(aclrtMapMem(b, 2 * MIB, 0, theirs, 0), RT_DRV_INTERNAL);
+        assert_eq!(aclrtMapMem(b, 2 * MIB, 0, mine, 0), 0);
         assert_eq!(aclrtUnmapMem(b), 0);
+        // A fresh reservation takes the other device's memory.
+        let fresh = reserve(2 * MIB);
+        assert_eq!(aclrtMapMem(fresh, 2 * MIB, 0, theirs, 0), 0);
+        assert_eq!(other.usage().mapped_bytes, (2 * MIB) as u64);
+        assert_eq!(aclrtUnmapMem(fresh), 0);
+        assert_eq!(aclrtReleaseMemAddress(fresh), 0);
         assert_eq!(aclrtFreePhysical(mine), 0);
         assert_eq!(aclrtFreePhysical(theirs), 0);
         assert_eq!(aclrtReleaseMemAddress(base), 0);

@@ -1,7 +1,11 @@
 //! aclrtReserveMemAddress / aclrtReleaseMemAddress: PROT_NONE,
-//! MAP_NORESERVE ranges aligned to 2 MiB, owned by the current device.
+//! MAP_NORESERVE ranges owned by the current device, with the driver's rules
+//! (RB "Virtual memory"): a non-zero alignment is refused (107000); one
+//! reservation is at most 8 TiB (207001); above 512 MiB the size is rounded
+//! up to 1 GiB and the address 1 GiB-aligned, below it 2 MiB; every range
+//! takes the device's address window (207001 when it is full).
 
-use super::{vmm, Reservation, GRANULARITY};
+use super::{vmm, Reservation, GRANULARITY, GRANULARITY_1G};
 use crate::device;
 use crate::error::{
     require, AclResult, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVALID,
@@ -13,11 +17,23 @@ use crate::usage;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 
-const ALIGN: usize = GRANULARITY as usize;
+/// The largest reservation the driver accepts (`max_conti_size`).
+const MAX_RESERVATION: usize = 8 << 40;
+/// Above this size reservations come from the base heap, in whole GiB.
+const BASE_HEAP_THRESHOLD: usize = 512 << 20;
 
-/// Maps `len` bytes of inaccessible address space at an ALIGN boundary.
-fn map_none_aligned(len: usize) -> Option<usize> {
-    let padded = len.checked_add(ALIGN)?;
+/// The alignment (and size granule) of a reservation of `size` bytes.
+fn align_for(size: usize) -> usize {
+    if size > BASE_HEAP_THRESHOLD {
+        GRANULARITY_1G as usize
+    } else {
+        GRANULARITY as usize
+    }
+}
+
+/// Maps `len` bytes of inaccessible address space at an `align` boundary.
+fn map_none_aligned(len: usize, align: usize) -> Option<usize> {
+    let padded = len.checked_add(align)?;
     // SAFETY: a fresh anonymous mapping touches no existing memory.
     let p = unsafe {
         libc::mmap(
@@ -33,7 +49,7 @@ fn map_none_aligned(len: usize) -> Option<usize> {
         return None;
     }
     let base = p as usize;
-    let start = (base + ALIGN - 1) & !(ALIGN - 1);
+    let start = (base + align - 1) & !(align - 1);
     let end = start + len;
     // SAFETY: trimming the unaligned head and the tail of our own mapping.
     unsafe {
@@ -50,6 +66,7 @@ fn map_none_aligned(len: usize) -> Option<usize> {
 unsafe fn reserve(
     out: *mut *mut c_void,
     size: usize,
+    alignment: usize,
     expect: *mut c_void,
     flags: u64,
 ) -> AclResult<()> {
@@ -58,21 +75,35 @@ unsafe fn reserve(
     require(flags <= 1)?;
     // expectPtr: only NULL ("let the system choose") is supported here.
     require(expect.is_null())?;
-    let dev = device::current()?;
+    // The driver's parameter check refuses any alignment (RB).
+    if alignment != 0 {
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
+    let dev_id = device::current()?;
+    let dev = device::get(dev_id)?;
+    if size > MAX_RESERVATION {
+        return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
+    }
+    let align = align_for(size);
     let len = size
-        .checked_add(ALIGN - 1)
-        .map(|n| n & !(ALIGN - 1))
+        .checked_add(align - 1)
+        .map(|n| n & !(align - 1))
         .ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
-    let start = map_none_aligned(len).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
+    dev.take_address(len as u64)?;
+    let Some(start) = map_none_aligned(len, align) else {
+        dev.return_address(len as u64);
+        return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
+    };
     vmm().reservations.insert(
         start,
         Reservation {
             len,
-            device: dev,
+            device: dev_id,
+            mapped_device: None,
             mappings: BTreeMap::new(),
         },
     );
-    usage::add(&usage::of(dev).reserved_ranges, 1);
+    usage::add(&usage::of(dev_id).reserved_ranges, 1);
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { write_out(out, start as *mut c_void) }
 }
@@ -92,14 +123,19 @@ fn release(ptr: *mut c_void) -> AclResult<()> {
         .reservations
         .remove(&(ptr as usize))
         .expect("looked up above");
+    drop(v);
     // SAFETY: the range was ours, has no mappings and left the registry.
     unsafe { host_map::unmap(ptr, r.len) };
+    if let Ok(dev) = device::get(r.device) {
+        dev.return_address(r.len as u64);
+    }
     usage::sub(&usage::of(r.device).reserved_ranges, 1);
     Ok(())
 }
 
-/// Reserves `size` bytes of address space (rounded up to 2 MiB). alignment
-/// is ignored (documented as reserved); expectPtr must be NULL; flags 0 or 1.
+/// Reserves `size` bytes of address space (rounded up to 2 MiB, or to
+/// 1 GiB above 512 MiB). alignment must be 0 (107000); expectPtr must be
+/// NULL; flags 0 or 1; over 8 TiB or beyond the address window: 207001.
 ///
 /// # Safety
 /// `virPtr` must be NULL or writable.
@@ -108,13 +144,13 @@ fn release(ptr: *mut c_void) -> AclResult<()> {
 pub unsafe extern "C" fn aclrtReserveMemAddress(
     virPtr: *mut *mut c_void,
     size: usize,
-    _alignment: usize,
+    alignment: usize,
     expectPtr: *mut c_void,
     flags: u64,
 ) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     acl_entry!(Api::ReserveMemAddress, {
-        unsafe { reserve(virPtr, size, expectPtr, flags) }
+        unsafe { reserve(virPtr, size, alignment, expectPtr, flags) }
     })
 }
 

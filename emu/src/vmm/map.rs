@@ -1,44 +1,49 @@
 //! aclrtMapMem / aclrtUnmapMem: place a physical handle's memfd range over
 //! part of a reservation, and put inaccessible memory back.
+//!
+//! Offset or flags other than 0 fail the driver library's check (107000);
+//! everything the kernel checks fails with 507899 (RB: `svm_master_mem_map.c`,
+//! `halMemUnmap`). Unmapping memory that queued work uses is a violation.
 
 use super::{vmm, Mapping, GRANULARITY};
 use crate::error::{
-    require, AclResult, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE,
-    ACL_ERROR_RT_PARAM_INVALID,
+    require, AclResult, ACL_ERROR_RT_DRV_INTERNAL_ERROR, ACL_ERROR_RT_INTERNAL_ERROR,
+    ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_PARAM_INVALID,
 };
 use crate::faults::Api;
 use crate::ffi::{acl_entry, handle_id, Kind};
 use crate::usage;
+use crate::violation;
 use std::ffi::c_void;
 
-/// `Err(107000)` unless `cond` holds: a runtime-layer state check.
-fn require_state(cond: bool) -> AclResult<()> {
+/// `Err(507899)` unless `cond` holds: a check inside the kernel module,
+/// whose -EINVAL the runtime's error map lacks.
+fn require_kernel(cond: bool) -> AclResult<()> {
     if cond {
         Ok(())
     } else {
-        Err(ACL_ERROR_RT_PARAM_INVALID)
+        Err(ACL_ERROR_RT_DRV_INTERNAL_ERROR)
     }
 }
 
 fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64) -> AclResult<()> {
     require(!ptr.is_null() && !h.is_null() && size != 0)?;
-    require(flags == 0 && offset == 0)?;
+    if flags != 0 || offset != 0 {
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
     let mut v = vmm();
     let id = handle_id(Kind::Physical, h).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
-    let phys = v
-        .handles
-        .get(&id)
-        .filter(|p| !p.freed)
-        .ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+    // A handle freed while mapped may be mapped again (reference counted).
+    let phys = v.handles.get(&id).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
     let (device, file_offset, granularity) = (phys.device, phys.offset, phys.granularity);
-    require_state(size as u64 == phys.size)?;
+    require_kernel(size as u64 == phys.size)?;
     let addr = ptr as usize;
     // [doc] Sizes and addresses follow the attr's granularity: a 1 GiB page
-    // maps at a 1 GiB boundary, while reservations are only 2 MiB-aligned.
-    require_state(addr.is_multiple_of(granularity.max(GRANULARITY) as usize))?;
+    // maps at a 1 GiB boundary.
+    require_kernel(addr.is_multiple_of(granularity.max(GRANULARITY) as usize))?;
     let start = v
         .reservation_of(addr, size)
-        .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+        .ok_or(ACL_ERROR_RT_DRV_INTERNAL_ERROR)?;
     let fd = v.pools[&device].raw_fd();
     let r = &v.reservations[&start];
     let overlaps_prev = r
@@ -51,16 +56,10 @@ fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64)
         .range(addr..)
         .next()
         .is_some_and(|(&m, _)| m < addr + size);
-    require_state(!overlaps_prev && !overlaps_next)?;
-    // [doc] One reservation must not hold memory of two devices at once.
-    // Every mapping already there shares one device, so the first speaks
-    // for all of them.
-    require_state(
-        r.mappings
-            .values()
-            .next()
-            .is_none_or(|m| v.handles[&m.handle].device == device),
-    )?;
+    require_kernel(!overlaps_prev && !overlaps_next)?;
+    // The first map fixes the reservation's device, and unmapping does not
+    // clear it (RB: "Don't clear the first bitmap status").
+    require_kernel(r.mapped_device.is_none_or(|d| d == device))?;
     // SAFETY: [addr, addr + size) lies inside our own reservation and no
     // mapping covers it; the memfd range belongs to this handle.
     let p = unsafe {
@@ -77,6 +76,7 @@ fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64)
         return Err(ACL_ERROR_RT_INTERNAL_ERROR);
     }
     let r = v.reservations.get_mut(&start).expect("looked up above");
+    r.mapped_device = Some(device);
     r.mappings.insert(
         addr,
         Mapping {
@@ -95,14 +95,14 @@ fn unmap(ptr: *mut c_void) -> AclResult<()> {
     let mut v = vmm();
     let start = v
         .reservation_of(addr, 1)
-        .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+        .ok_or(ACL_ERROR_RT_DRV_INTERNAL_ERROR)?;
     let mapping = v
         .reservations
         .get_mut(&start)
         .expect("looked up above")
         .mappings
         .remove(&addr)
-        .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+        .ok_or(ACL_ERROR_RT_DRV_INTERNAL_ERROR)?;
     // SAFETY: the range is one of our mappings inside our reservation;
     // replacing it keeps the address space reserved.
     let p = unsafe {
@@ -126,6 +126,9 @@ fn unmap(ptr: *mut c_void) -> AclResult<()> {
     if release {
         v.release_handle(mapping.handle);
     }
+    // The engine lock comes before the VMM lock: check after dropping it.
+    drop(v);
+    violation::check_release((addr, addr + mapping.len), "aclrtUnmapMem");
     Ok(())
 }
 

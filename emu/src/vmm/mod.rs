@@ -2,7 +2,8 @@
 //! between them, on host memory.
 //!
 //! - A reservation is a PROT_NONE, MAP_NORESERVE anonymous range, 2 MiB
-//!   aligned, owned by the device current at reserve time.
+//!   aligned (1 GiB-aligned and a 1 GiB multiple above 512 MiB), owned by
+//!   the device current at reserve time, taking the device's address window.
 //! - A physical handle is a range of its device's memfd (`pool`).
 //! - A mapping is a MAP_SHARED|MAP_FIXED view of a handle's range placed over
 //!   a reservation, so two mappings of one handle see the same bytes.
@@ -10,10 +11,15 @@
 //!
 //! Freeing a still-mapped handle is accepted and postponed (as documented):
 //! the handle keeps counting as live (`physical_count`, capacity) until its
-//! last mapping goes. Error codes: ACL-layer argument checks give 100000;
-//! state checks (address outside a reservation, overlap, size mismatch,
-//! release while mapped, unknown address) give 107000; unknown or already
-//! freed handles give 107017.
+//! last mapping goes; freeing it again meanwhile gives 107000. Error codes
+//! follow the layer a check lives in (RB "How errors reach the caller"):
+//! ACL-layer argument checks give 100000, the driver library's argument
+//! checks 107000 (reserve alignment, `prop.reserve`, map offset and flags,
+//! releasing a reservation that still has mappings), and the kernel's
+//! checks 507899 (a physical size off the 2 MiB granularity; map or unmap
+//! at an unaligned, out-of-range, overlapping or unknown address, of the
+//! wrong size, or of another device's memory); unknown handles give 107017.
+//! The first map fixes a reservation's device for good.
 
 mod address;
 mod map;
@@ -38,6 +44,8 @@ pub const GRANULARITY_1G: u64 = 1 << 30;
 
 struct Phys {
     device: i32,
+    /// The page pool charged for it.
+    pool: crate::device::PagePool,
     offset: u64,
     size: u64,
     /// The memAttr's granularity: the handle maps only at addresses aligned
@@ -56,6 +64,8 @@ struct Mapping {
 struct Reservation {
     len: usize,
     device: i32,
+    /// The device of the first handle mapped here; never cleared.
+    mapped_device: Option<i32>,
     mappings: BTreeMap<usize, Mapping>,
 }
 
@@ -96,7 +106,7 @@ impl Vmm {
             pool.release(p.offset, p.size);
         }
         if let Ok(dev) = crate::device::get(p.device) {
-            dev.uncharge(p.size);
+            dev.uncharge(p.size, p.pool);
         }
         let counters = crate::usage::of(p.device);
         crate::usage::sub(&counters.physical_bytes, p.size);
@@ -106,13 +116,28 @@ impl Vmm {
 
 /// True if `addr` lies inside a live mapping (device memory for 2D copies).
 pub fn is_mapped(addr: usize) -> bool {
+    mapped_covers((addr, addr + 1))
+}
+
+/// True if every byte of `[start, end)` lies in live mappings of one
+/// reservation (neighbouring mappings may cover it together).
+pub fn mapped_covers((start, end): (usize, usize)) -> bool {
     let v = vmm();
-    let Some(start) = v.reservation_of(addr, 1) else {
+    let Some(res) = v.reservation_of(start, end.saturating_sub(start).max(1)) else {
         return false;
     };
-    v.reservations[&start]
-        .mappings
-        .range(..=addr)
-        .next_back()
-        .is_some_and(|(&m, mapping)| addr < m + mapping.len)
+    let mut at = start;
+    for (&m, mapping) in v.reservations[&res].mappings.range(..end) {
+        if m + mapping.len <= at {
+            continue;
+        }
+        if m > at {
+            return false;
+        }
+        at = m + mapping.len;
+        if at >= end {
+            return true;
+        }
+    }
+    false
 }

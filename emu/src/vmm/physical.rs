@@ -1,16 +1,29 @@
 //! aclrtMallocPhysical, aclrtFreePhysical and
 //! aclrtMemGetAllocationGranularity, with the runtime's checks of the
-//! physical memory properties (reference/acl-api.md §5).
+//! physical memory properties (reference/acl-api.md §5) and the driver's
+//! (RB "Virtual memory"):
+//! - `prop.reserve` other than 0: 107000, in the granularity query too;
+//! - the P2P HBM attrs (8, 9, 11) have no handler in the runtime: 100000;
+//!   `ACL_MEM_P2P_HUGE1G` (17) is documented as unsupported on A2: 207000;
+//! - a size off the granularity: 507899 for 2 MiB pages (the kernel refuses
+//!   it), rounded up for 1 GiB pages;
+//! - with `ACLEMU_HUGE1G=0` the device lacks 1 GiB pages: allocating them
+//!   gives 207000 while the granularity query still reports 1 GiB;
+//! - `ACL_HBM_MEM_NORMAL` handles are made of huge pages (docs), so they
+//!   count in the huge pool.
 
 use super::{vmm, Phys, Pool, GRANULARITY, GRANULARITY_1G};
-use crate::device;
+use crate::device::{self, PagePool};
 use crate::error::{
-    require, AclResult, ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_MEMORY_ALLOCATION,
+    require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+    ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_INVALID_HANDLE,
+    ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVALID,
 };
 use crate::faults::Api;
 use crate::ffi::{acl_entry, handle, handle_id, write_out, Kind};
 use crate::usage;
 use std::ffi::c_void;
+use std::sync::LazyLock;
 
 /// `aclrtMemLocation` (size 8: id@0, type@4).
 #[repr(C)]
@@ -44,14 +57,24 @@ fn granularity_of(prop: &aclrtPhysicalMemProp) -> AclResult<u64> {
     require(prop.handleType == 0 && prop.allocationType == 0)?;
     require(prop.location.type_ == LOCATION_DEVICE)?;
     require((prop.location.id as usize) < device::count())?;
+    if prop.reserve != 0 {
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
     match prop.memAttr {
-        // ACL_HBM_MEM_HUGE1G, ACL_HBM_MEM_P2P_HUGE1G, ACL_MEM_HUGE1G, ACL_MEM_P2P_HUGE1G
-        10 | 11 | 14 | 17 => Ok(GRANULARITY_1G),
-        // ACL_HBM_MEM_{HUGE,NORMAL}, their P2P forms, ACL_MEM_{NORMAL,HUGE}, P2P forms
-        4 | 5 | 8 | 9 | 12 | 13 | 15 | 16 => Ok(GRANULARITY),
-        _ => require(false).map(|_| 0),
+        // ACL_HBM_MEM_HUGE1G, ACL_MEM_HUGE1G
+        10 | 14 => Ok(GRANULARITY_1G),
+        // ACL_MEM_P2P_HUGE1G
+        17 => Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT),
+        // ACL_HBM_MEM_{HUGE,NORMAL}, ACL_MEM_{NORMAL,HUGE} and their P2P forms
+        4 | 5 | 12 | 13 | 15 | 16 => Ok(GRANULARITY),
+        // ACL_HBM_MEM_P2P_{HUGE,NORMAL,HUGE1G}, DDR attrs, ACL_HBM_MEM itself
+        _ => Err(ACL_ERROR_INVALID_PARAM),
     }
 }
+
+/// False when `ACLEMU_HUGE1G=0`: the chip or driver lacks 1 GiB pages.
+static HUGE1G: LazyLock<bool> =
+    LazyLock::new(|| std::env::var("ACLEMU_HUGE1G").map_or(true, |v| v.trim() != "0"));
 
 unsafe fn malloc_physical(
     out: *mut *mut c_void,
@@ -64,12 +87,23 @@ unsafe fn malloc_physical(
     // SAFETY: checked non-NULL; the caller promises a readable prop.
     let prop = unsafe { prop.read() };
     let granularity = granularity_of(&prop)?;
-    let size = size as u64;
-    require(size.is_multiple_of(granularity))?;
+    let (size, pool) = if granularity == GRANULARITY_1G {
+        // `CheckIfSupport1GHugePage` runs in the allocation only.
+        if !*HUGE1G {
+            return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+        }
+        let rounded = (size as u64).checked_next_multiple_of(granularity);
+        (rounded.ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?, PagePool::Giant)
+    } else {
+        if !(size as u64).is_multiple_of(granularity) {
+            return Err(ACL_ERROR_RT_DRV_INTERNAL_ERROR);
+        }
+        (size as u64, PagePool::Huge)
+    };
     device::current()?;
     let dev_id = prop.location.id as i32;
     let dev = device::get(dev_id)?;
-    dev.charge(size)?;
+    dev.charge(size, pool)?;
     let mut v = vmm();
     let offset = match v.pools.get_mut(&dev_id) {
         Some(pool) => pool.alloc(size),
@@ -80,7 +114,7 @@ unsafe fn malloc_physical(
         }),
     };
     let Some(offset) = offset else {
-        dev.uncharge(size);
+        dev.uncharge(size, pool);
         return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
     };
     let id = v.next_handle;
@@ -89,6 +123,7 @@ unsafe fn malloc_physical(
         id,
         Phys {
             device: dev_id,
+            pool,
             offset,
             size,
             granularity,
@@ -108,11 +143,11 @@ fn free_physical(h: *mut c_void) -> AclResult<()> {
     require(!h.is_null())?;
     let mut v = vmm();
     let id = handle_id(Kind::Physical, h).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
-    let phys = v
-        .handles
-        .get_mut(&id)
-        .filter(|p| !p.freed)
-        .ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+    let phys = v.handles.get_mut(&id).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+    // Freed while mapped and freed again: "too many times" (RB).
+    if phys.freed {
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
     if phys.mappings > 0 {
         // [doc] The real release waits until the memory is unmapped.
         phys.freed = true;

@@ -27,6 +27,8 @@ pub const RT_INVALID_HANDLE: i32 = 107_017;
 pub const RT_FEATURE_NOT_SUPPORT: i32 = 207_000;
 pub const RT_MEMORY_ALLOCATION: i32 = 207_001;
 pub const RT_INTERNAL_ERROR: i32 = 507_000;
+pub const RT_DRV_INTERNAL: i32 = 507_899;
+pub const RT_NO_EVENT_RESOURCE: i32 = 207_007;
 
 pub const NOT_READY: u32 = 0;
 pub const COMPLETE: u32 = 1;

@@ -1,0 +1,113 @@
+//! Rules switched by environment variables, read once per process: this
+//! binary sets them before its first emulator call.
+//! - `ACLEMU_ADDRESS_SPACE=64g`: a small device address window;
+//! - `ACLEMU_HUGE1G=0`: a device without 1 GiB pages;
+//! - `ACLEMU_MALLOC_ALIGN=random:42`: aclrtMalloc results only 64-byte aligned;
+//! - `ACLEMU_PAGEABLE_COPY=sync`: async copies with pageable memory run at once.
+
+mod common;
+use ascendcl::*;
+use common::*;
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::sync::Once;
+
+fn setup() -> Dev {
+    static ENV: Once = Once::new();
+    ENV.call_once(|| {
+        std::env::set_var("ACLEMU_ADDRESS_SPACE", "64g");
+        std::env::set_var("ACLEMU_HUGE1G", "0");
+        std::env::set_var("ACLEMU_MALLOC_ALIGN", "random:42");
+        std::env::set_var("ACLEMU_PAGEABLE_COPY", "sync");
+    });
+    Dev::take()
+}
+
+#[test]
+fn reservations_and_malloc_share_a_finite_address_window() {
+    let dev = setup();
+    unsafe {
+        let big = reserve(40 * GIB);
+        let mut p = null_mut();
+        assert_eq!(
+            aclrtReserveMemAddress(&mut p, 30 * GIB, 0, null_mut(), 0),
+            RT_MEMORY_ALLOCATION
+        );
+        let rest = reserve(24 * GIB - 4 * MIB);
+        // Memory is there, address space is not.
+        assert_eq!(aclrtMalloc(&mut p, 8 * MIB, 0), RT_MEMORY_ALLOCATION);
+        assert_eq!(dev.usage().malloc_count, 0);
+        assert_eq!(aclrtReleaseMemAddress(rest), 0);
+        let q = malloc(8 * MIB);
+        assert_eq!(aclrtFree(q), 0);
+        assert_eq!(aclrtReleaseMemAddress(big), 0);
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn without_huge1g_support_only_the_allocation_fails() {
+    let dev = setup();
+    unsafe {
+        let mut prop = dev.prop(ACL_HBM_MEM_HUGE1G);
+        let mut g = 0usize;
+        assert_eq!(aclrtMemGetAllocationGranularity(&mut prop, 0, &mut g), 0);
+        assert_eq!(g, GIB);
+        let mut h = null_mut();
+        assert_eq!(aclrtMallocPhysical(&mut h, GIB, &prop, 0), RT_FEATURE_NOT_SUPPORT);
+        // 2 MiB pages still work.
+        let h = physical(&dev, 2 * MIB);
+        assert_eq!(aclrtFreePhysical(h), 0);
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn malloc_results_are_only_64_byte_aligned() {
+    let dev = setup();
+    unsafe {
+        let blocks: Vec<*mut c_void> = (0..64).map(|i| malloc(1 + i * 1000)).collect();
+        for (i, &p) in blocks.iter().enumerate() {
+            assert_eq!(p as usize % 64, 0);
+            assert_ne!(p as usize % 4096, 0, "block {i} is page aligned");
+            // Every requested byte is usable.
+            std::ptr::write_bytes(p.cast::<u8>(), 0xAB, 1 + i * 1000);
+        }
+        assert_eq!(dev.usage().malloc_count, 64);
+        for p in blocks {
+            assert_eq!(aclrtFree(p), 0);
+        }
+    }
+    dev.assert_clean();
+}
+
+#[test]
+fn async_copies_with_pageable_memory_run_at_once() {
+    let dev = setup();
+    let (s, e) = (stream(), event());
+    const H2D: u32 = 1;
+    unsafe {
+        let d = malloc(64);
+        let src = [5u8; 64];
+        assert_eq!(aclemu_stream_hold(s), 0);
+        assert_eq!(aclrtRecordEvent(e, s), 0);
+        assert_eq!(status(e), NOT_READY);
+        // The runtime synchronizes the stream, then copies.
+        assert_eq!(aclrtMemcpy2dAsync(d, 64, src.as_ptr().cast(), 64, 64, 1, H2D, s), 0);
+        assert_eq!(status(e), COMPLETE);
+        assert_eq!(*d.cast::<u8>().add(63), 5);
+        // Pinned memory keeps the copy queued.
+        let mut pinned = null_mut();
+        assert_eq!(aclrtMallocHost(&mut pinned, 64), 0);
+        std::ptr::write_bytes(pinned.cast::<u8>(), 9, 64);
+        assert_eq!(aclrtMemcpy2dAsync(d, 64, pinned, 64, 64, 1, H2D, s), 0);
+        assert_eq!(*d.cast::<u8>(), 5);
+        assert_eq!(aclemu_stream_release(s), 0);
+        assert_eq!(*d.cast::<u8>(), 9);
+        assert_eq!(aclrtFreeHost(pinned), 0);
+        assert_eq!(aclrtFree(d), 0);
+        assert_eq!(aclrtDestroyEvent(e), 0);
+        assert_eq!(aclrtDestroyStream(s), 0);
+    }
+    dev.assert_clean();
+}
