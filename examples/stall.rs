@@ -11,9 +11,11 @@
 //! time spent waiting for something A is doing.
 //!
 //! Reported for B with A running, and for B alone in the same run as the
-//! baseline: the share of B's wall time spent in pairs slower than 100 us,
-//! p50 / p99 / p99.9 / max pair latency, and how many iterations A
-//! completed. Target from the sharded-core issue (reported, not asserted):
+//! baseline (the two interleaved for `--rounds` rounds: a busy machine
+//! preempts B too, and that shows in both rows): the share of B's wall time
+//! spent in pairs slower than 100 us (median round), p50 / p99 / p99.9 / max
+//! pair latency over all rounds, how many iterations A completed, and B's
+//! CPU share and context switches (sleeps waiting for a lock, preemptions). Target from the sharded-core issue (reported, not asserted):
 //! the share stays under 5%.
 //!
 //! Device calls take card-like time through the emulator's cost model:
@@ -25,15 +27,15 @@
 //!
 //! ```sh
 //! cargo build --workspace --release
-//! cargo run --release --example stall                          # 2 s per run, ACLEMU_COST=device
-//! cargo run --release --example stall -- --secs 1 --config expandable_segments:true
+//! cargo run --release --example stall                          # 3 rounds x 1 s per row, ACLEMU_COST=device
+//! cargo run --release --example stall -- --rounds 5 --secs 0.5 --config expandable_segments:true
 //! ACLEMU_COST=aclrtMalloc=50us,aclrtSynchronizeStream=2ms cargo run --release --example stall
 //! cargo run --release --example stall -- --cost none           # host time only
 //! ```
 
 mod mt_common;
 
-use mt_common::{bytes, cores, duration_ns, load_emulator, si, CostControl, Flags, Histogram};
+use mt_common::{bytes, cores, duration_ns, has_cost_model, load_emulator, median, si, Flags, Histogram};
 use npualloc::config::Config;
 use npualloc::core::DeviceAllocator;
 use npualloc::runtime::Stream;
@@ -43,8 +45,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: stall [--secs S] [--config CONFIG] [--cost COSTS] [--big BYTES] [--small BYTES] [--resident BYTES] [--slow-us US]
-  --secs      seconds B is timed in each run (default 2)
+const USAGE: &str = "usage: stall [--rounds R] [--secs S] [--config CONFIG] [--cost COSTS] [--big BYTES] [--small BYTES] [--resident BYTES] [--slow-us US]
+  --rounds    interleaved rounds of both runs (default 3)
+  --secs      seconds B is timed in each run of each round (default 1)
   --config    npualloc config string (default: the defaults)
   --cost      ACLEMU_COST to set when the environment has none (default device; none = no costs)
   --big       A's allocation (default 67108864 = 64 MiB)
@@ -143,7 +146,46 @@ fn run(a: &DeviceAllocator, streams: &[Stream], with_a: bool, flags: &Settings) 
     })
 }
 
+/// One row's rounds together.
+struct Total {
+    hist: Histogram,
+    shares: Vec<f64>,
+    wall: Duration,
+    slow_pairs: u64,
+    a_iterations: u64,
+    cpu: Duration,
+    voluntary: i64,
+    involuntary: i64,
+}
+
+impl Total {
+    fn new() -> Total {
+        Total {
+            hist: Histogram::new(),
+            shares: Vec::new(),
+            wall: Duration::ZERO,
+            slow_pairs: 0,
+            a_iterations: 0,
+            cpu: Duration::ZERO,
+            voluntary: 0,
+            involuntary: 0,
+        }
+    }
+
+    fn add(&mut self, b: &BResult, a_iterations: u64) {
+        self.hist.merge(&b.hist);
+        self.shares.push(b.slow_ns as f64 / b.wall.as_nanos() as f64);
+        self.wall += b.wall;
+        self.slow_pairs += b.slow_pairs;
+        self.a_iterations += a_iterations;
+        self.cpu += b.cpu;
+        self.voluntary += b.voluntary;
+        self.involuntary += b.involuntary;
+    }
+}
+
 struct Settings {
+    rounds: usize,
     secs: f64,
     big: usize,
     small: usize,
@@ -152,16 +194,17 @@ struct Settings {
 }
 
 fn main_result() -> Result<(), String> {
-    let flags = Flags::parse(&["secs", "config", "cost", "big", "small", "resident", "slow-us"], USAGE);
+    let flags = Flags::parse(&["rounds", "secs", "config", "cost", "big", "small", "resident", "slow-us"], USAGE);
     let s = Settings {
-        secs: flags.get("secs", 2.0),
+        rounds: flags.get("rounds", 3),
+        secs: flags.get("secs", 1.0),
         big: flags.get("big", 64 << 20),
         small: flags.get("small", 4096),
         resident: flags.get("resident", 512 << 10),
         slow_ns: flags.get::<u64>("slow-us", 100) * 1000,
     };
     let config = flags.string("config", "");
-    if s.secs <= 0.0 || s.big == 0 || s.small == 0 || s.resident == 0 {
+    if s.rounds == 0 || s.secs <= 0.0 || s.big == 0 || s.small == 0 || s.resident == 0 {
         return Err(format!("nothing to measure with these flags\n{USAGE}"));
     }
 
@@ -178,9 +221,10 @@ fn main_result() -> Result<(), String> {
         }
     };
     let emu = load_emulator()?;
-    let cost_line = match CostControl::find() {
-        Some(_) => format!("emulator cost model: ACLEMU_COST={cost}"),
-        None => format!(
+    let cost_line = match has_cost_model() {
+        true if cost == "none" || cost.is_empty() => "emulator cost model: no costs (--cost none)".to_string(),
+        true => format!("emulator cost model: ACLEMU_COST={cost}"),
+        false => format!(
             "emulator cost model: NOT AVAILABLE in this emulator (ACLEMU_COST={cost} ignored): device calls take host time only"
         ),
     };
@@ -201,10 +245,11 @@ fn main_result() -> Result<(), String> {
 
     println!(
         "stall: A loops malloc {} / free / empty_cache on its stream; B times warm {} pairs on its own, holding {} \
-         ({} s per run, {} cores, npualloc config {:?})",
+         ({} x {} s per row, {} cores, npualloc config {:?})",
         bytes(s.big),
         bytes(s.small),
         bytes(s.resident),
+        s.rounds,
         s.secs,
         cores(),
         config
@@ -212,42 +257,54 @@ fn main_result() -> Result<(), String> {
     println!("{cost_line}");
     println!();
     println!(
-        "| run | B pairs/s | B wall in pairs > {} | slow pairs | p50 | p99 | p99.9 | max | A iterations | B on CPU | B slept / preempted |",
+        "| run | B wall in pairs > {} | slow pairs | p50 | p99 | p99.9 | max | B pairs/s | A iterations | B on CPU | B slept / preempted |",
         duration_ns(s.slow_ns)
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let rows = [("B alone", false), ("B while A loops", true)];
+    let mut totals: Vec<Total> = rows.iter().map(|_| Total::new()).collect();
     let before = a.stats().map_err(|e| e.to_string())?;
-    let mut device_calls = Vec::new();
-    for (label, with_a) in [("B alone", false), ("B while A loops", true)] {
-        let (b, a_iters) = run(&a, &streams, with_a, &s);
-        let h = &b.hist;
-        let share = b.slow_ns as f64 / b.wall.as_nanos() as f64;
+    for round in 0..s.rounds {
+        for (i, &(_, with_a)) in rows.iter().enumerate() {
+            let (b, a_iters) = run(&a, &streams, with_a, &s);
+            totals[i].add(&b, a_iters);
+        }
+        eprint!("\rround {}/{} done", round + 1, s.rounds);
+    }
+    eprintln!();
+    let after = a.stats().map_err(|e| e.to_string())?;
+    for (&(label, with_a), t) in rows.iter().zip(&totals) {
+        let h = &t.hist;
+        let wall = t.wall.as_secs_f64();
+        let (lo, hi) = t.shares.iter().fold((f64::INFINITY, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
         println!(
-            "| {label} | {} | {:.1}% | {} of {} | {} | {} | {} | {} | {} | {:.0}% | {} / {} |",
-            si(h.samples as f64 / b.wall.as_secs_f64()),
-            100.0 * share,
-            b.slow_pairs,
+            "| {label} | {:.1}% ({:.1} .. {:.1}) | {} of {} | {} | {} | {} | {} | {} | {} | {:.0}% | {} / {} |",
+            100.0 * median(&t.shares),
+            100.0 * lo,
+            100.0 * hi,
+            t.slow_pairs,
             h.samples,
             duration_ns(h.quantile(0.5)),
             duration_ns(h.quantile(0.99)),
             duration_ns(h.quantile(0.999)),
             duration_ns(h.max),
-            if with_a { format!("{a_iters} ({:.0}/s)", a_iters as f64 / b.wall.as_secs_f64()) } else { "-".to_string() },
-            100.0 * b.cpu.as_secs_f64() / b.wall.as_secs_f64(),
-            b.voluntary,
-            b.involuntary
+            si(h.samples as f64 / wall),
+            if with_a { format!("{} ({:.0}/s)", t.a_iterations, t.a_iterations as f64 / wall) } else { "-".to_string() },
+            100.0 * t.cpu.as_secs_f64() / wall,
+            t.voluntary,
+            t.involuntary
         );
-        let st = a.stats().map_err(|e| e.to_string())?;
-        device_calls.push((label, st.num_device_mallocs + st.num_maps, st.num_syncs));
     }
     println!();
     println!(
-        "Latencies from a histogram with 1.6% buckets (max exact). Target: B's share under 5%. \
-         B on CPU below 100% with many preemptions means the machine was busy (the baseline row shows how busy); \
-         sleeps are B waiting for a lock. Allocator device allocations (mallocs + maps) / syncs before: {} / {}; {}",
-        before.num_device_mallocs + before.num_maps,
-        before.num_syncs,
-        device_calls.iter().map(|(l, m, y)| format!("after {l}: {m} / {y}")).collect::<Vec<_>>().join("; ")
+        "{} interleaved rounds of {} s per row. Share: median round (slowest .. fastest round); latencies over all \
+         rounds, from a histogram with 1.6% buckets (max exact). Target: B's share under 5%. B on CPU well below \
+         100% with many preemptions means the machine was busy (the B-alone row shows how busy); sleeps are B \
+         waiting for a lock. The allocator made {} device allocations (mallocs + maps) and {} syncs while timed.",
+        s.rounds,
+        s.secs,
+        (after.num_device_mallocs + after.num_maps) - (before.num_device_mallocs + before.num_maps),
+        after.num_syncs - before.num_syncs
     );
 
     a.free(resident).map_err(|e| e.to_string())?;
