@@ -7,7 +7,7 @@
 
 use npualloc::replay::Emulator;
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void, CString};
+use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
 /// The emulator: `$NPUALLOC_ACL_LIBRARY`, else `libascendcl.so` next to the
@@ -28,40 +28,17 @@ pub fn load_emulator() -> Result<Emulator, String> {
     Emulator::load(&path).map_err(|e| format!("{} ({}; run `cargo build --workspace --release` first)", e, path.display()))
 }
 
-/// The emulator's cost-model control, `int32_t aclemu_set_cost(const char *function, uint64_t ns)`,
-/// when the loaded emulator has it (older emulators do not: device calls then
-/// take only the host time they take).
-pub struct CostControl {
-    set_cost: unsafe extern "C" fn(*const c_char, u64) -> i32,
-}
-
-impl CostControl {
-    /// Looks the control up in the emulator that is already loaded.
-    pub fn find() -> Option<CostControl> {
-        let path = CString::new(emulator_path().to_string_lossy().into_owned()).ok()?;
-        // SAFETY: a valid C string; RTLD_NOLOAD only returns an already loaded library.
-        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-        if handle.is_null() {
-            return None;
-        }
-        // SAFETY: a live handle and a valid C string.
-        let sym = unsafe { libc::dlsym(handle, c"aclemu_set_cost".as_ptr()) };
-        if sym.is_null() {
-            return None;
-        }
-        // SAFETY: the signature the emulator's header declares.
-        Some(CostControl { set_cost: unsafe { std::mem::transmute::<*mut c_void, _>(sym) } })
-    }
-
-    /// Sets the cost of one ACL function (0: no cost).
-    pub fn set(&self, function: &str, nanoseconds: u64) -> Result<(), String> {
-        let c = CString::new(function).map_err(|_| format!("bad function name {function:?}"))?;
-        // SAFETY: a valid C string and a plain value.
-        match unsafe { (self.set_cost)(c.as_ptr(), nanoseconds) } {
-            0 => Ok(()),
-            code => Err(format!("aclemu_set_cost({function}, {nanoseconds}) returned {code}")),
-        }
-    }
+/// Whether the loaded emulator has the cost model: its control
+/// `aclemu_set_cost` is exported. Older emulators lack it and ignore
+/// `ACLEMU_COST`; device calls then take only the host time they take.
+pub fn has_cost_model() -> bool {
+    let Ok(path) = CString::new(emulator_path().to_string_lossy().into_owned()) else {
+        return false;
+    };
+    // SAFETY: a valid C string; RTLD_NOLOAD only returns an already loaded library.
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    // SAFETY: a live handle and a valid C string.
+    !handle.is_null() && !unsafe { libc::dlsym(handle, c"aclemu_set_cost".as_ptr()) }.is_null()
 }
 
 /// `--key value` flags; `--help` prints `usage`.
@@ -186,6 +163,14 @@ impl Histogram {
         self.counts[Self::index(ns)] += 1;
         self.samples += 1;
         self.max = self.max.max(ns);
+    }
+
+    pub fn merge(&mut self, other: &Histogram) {
+        for (c, o) in self.counts.iter_mut().zip(&other.counts) {
+            *c += o;
+        }
+        self.samples += other.samples;
+        self.max = self.max.max(other.max);
     }
 
     /// The q-quantile (0 <= q <= 1), capped at the exact maximum.
