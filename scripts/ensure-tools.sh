@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system tools the build needs when they are missing:
 # cmake, libclang (for bindgen in build.rs), pkg-config, a C/C++ compiler and
-# valgrind (the memcheck pass over the C tests).
+# valgrind (the memcheck pass over the C tests), and Python's venv module
+# (test-python.sh installs the wheel into a fresh virtual environment).
 # Sourced by test.sh and demo.sh; safe to run on its own.
 set -euo pipefail
 
@@ -30,6 +31,12 @@ npualloc_ensure_tools() {
     command -v cc >/dev/null 2>&1 || missing+=(gcc)
     command -v c++ >/dev/null 2>&1 || missing+=(g++)
     command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
+    # Debian ships venv's pip bootstrap (ensurepip) in a separate package.
+    if command -v python3 >/dev/null 2>&1; then
+        python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+    else
+        missing+=(python3 python3-venv)
+    fi
     if ((${#missing[@]})); then
         echo "installing missing build tools: ${missing[*]}"
         npualloc_as_root apt-get update

@@ -7,6 +7,9 @@ subclasses it when the ``ge`` package is importable::
         block = alloc.malloc(1 << 20)
         ...
         alloc.free(block)
+
+``npualloc.torch_npu.enable()`` makes npualloc torch_npu's NPU allocator.
+The package carries libnpualloc.so; ``NPUALLOC_LIBRARY`` names another.
 """
 
 import abc

@@ -8,8 +8,19 @@ LIBRARY_NAME = "libnpualloc.so"
 
 OK = 0
 ERR_INVALID_ARGUMENT = 1
+ERR_BAD_CONFIG = 2
 ERR_UNKNOWN_POINTER = 3
 ERR_OUT_OF_MEMORY = 100
+
+
+def _checkout_target():
+    """The cargo target directory when this package is imported from a
+    checkout of the repository (python/npualloc/), else None."""
+    root = Path(__file__).resolve().parent.parent.parent
+    if not (root / "Cargo.toml").is_file() or not (root / "python" / "setup.py").is_file():
+        return None
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or root / "target")
+    return target if target.is_absolute() else root / target
 
 
 def _candidates():
@@ -17,26 +28,30 @@ def _candidates():
     if env:
         yield Path(env)
         return
-    here = Path(__file__).resolve().parent
-    yield here / LIBRARY_NAME
-    # A source checkout: python/npualloc/ -> the repository's target/.
-    root = here.parent.parent
-    target = Path(os.environ.get("CARGO_TARGET_DIR") or root / "target")
-    if not target.is_absolute():
-        target = root / target
-    for profile in ("release", "debug"):
-        yield target / profile / LIBRARY_NAME
+    # An installed package (pip install ./python) carries its own copy.
+    yield Path(__file__).resolve().parent / LIBRARY_NAME
+    target = _checkout_target()
+    if target is not None:
+        for profile in ("release", "debug"):
+            yield target / profile / LIBRARY_NAME
 
 
 def find_library():
-    """The path of libnpualloc.so: $NPUALLOC_LIBRARY, next to the package, or
-    the build tree's target/{release,debug}/."""
+    """The path of libnpualloc.so: $NPUALLOC_LIBRARY when set, else the copy
+    inside this package, else (imported from a checkout) the build tree's
+    target/{release,debug}/."""
     tried = []
     for path in _candidates():
         if path.is_file():
             return path
         tried.append(str(path))
-    raise OSError(f"{LIBRARY_NAME} not found (tried: {', '.join(tried)}); set NPUALLOC_LIBRARY")
+    if os.environ.get("NPUALLOC_LIBRARY"):
+        hint = "NPUALLOC_LIBRARY names no file"
+    elif _checkout_target() is not None:
+        hint = "build it with `cargo build --release -p npualloc --lib`, or set NPUALLOC_LIBRARY"
+    else:
+        hint = "this installation lacks its library: reinstall with `pip install ./python` from a checkout, or set NPUALLOC_LIBRARY"
+    raise OSError(f"{LIBRARY_NAME} not found (tried: {', '.join(tried)}); {hint}")
 
 
 class Stats(ctypes.Structure):

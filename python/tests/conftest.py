@@ -1,4 +1,8 @@
-"""Test setup: the package from this checkout, the ACL emulator as runtime."""
+"""Test setup: the ACL emulator as runtime, and the package under test.
+
+By default the package is imported from this checkout (python/npualloc/,
+its library from target/). With NPUALLOC_TEST_INSTALLED=1 (scripts/test.sh)
+it must come from the environment's site-packages, as pip installed it."""
 
 import ctypes
 import os
@@ -9,7 +13,9 @@ import pytest
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent
 ROOT = PYTHON_DIR.parent
-sys.path.insert(0, str(PYTHON_DIR))
+INSTALLED = os.environ.get("NPUALLOC_TEST_INSTALLED") == "1"
+if not INSTALLED:
+    sys.path.insert(0, str(PYTHON_DIR))
 
 
 def _emulator():
@@ -48,3 +54,13 @@ def emu():
     lib.aclrtSetDevice.restype = ctypes.c_int32
     assert lib.aclrtSetDevice(0) == 0
     return lib
+
+
+def pytest_report_header(config):
+    import npualloc
+
+    try:
+        library = npualloc.find_library()
+    except OSError as e:
+        library = f"not found ({e})"
+    return [f"npualloc package: {Path(npualloc.__file__).parent}", f"npualloc library: {library}"]

@@ -1,0 +1,109 @@
+"""Builds libnpualloc.so with cargo and ships it inside the ``npualloc`` package.
+
+Everything else about the package is declared in pyproject.toml. The library
+is loaded with ctypes, not imported as an extension module, so it does not
+depend on the Python version: the wheel is tagged ``py3-none-<platform>``.
+
+The Rust crate is this directory's parent (``../Cargo.toml``); build from a
+checkout of the repository (``pip install ./python``, ``pip wheel ./python``).
+Cargo's usual target directory (``CARGO_TARGET_DIR`` or ``target/``) is used,
+so a build that is already up to date costs nothing.
+"""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.bdist_wheel import bdist_wheel
+from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
+
+HERE = Path(__file__).resolve().parent
+MANIFEST = HERE.parent / "Cargo.toml"
+CRATE = "npualloc"
+LIBRARY = "libnpualloc.so"
+
+
+def cargo_build():
+    """Runs cargo and returns the path of the shared library it produced."""
+    if not MANIFEST.is_file():
+        raise SystemExit(
+            f"npualloc: {MANIFEST} not found. The Python package is built from a "
+            "checkout of the npualloc repository (pip install ./python); a source "
+            "archive of python/ alone does not carry the Rust sources."
+        )
+    cargo = os.environ.get("CARGO", "cargo")
+    command = [
+        cargo, "build", "--release", "--locked", "-p", CRATE, "--lib",
+        "--manifest-path", str(MANIFEST), "--message-format=json-render-diagnostics",
+    ]
+    print("npualloc: " + " ".join(command), flush=True)
+    try:
+        # Diagnostics go to stderr as usual; stdout carries cargo's JSON messages.
+        done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    except FileNotFoundError:
+        raise SystemExit(
+            f"npualloc: '{cargo}' not found. Building the package needs a Rust "
+            "toolchain (cargo) on PATH, and libclang for bindgen "
+            "(scripts/ensure-tools.sh installs it on Debian)."
+        ) from None
+    if done.returncode != 0:
+        raise SystemExit(f"npualloc: cargo build failed (exit {done.returncode}); see above")
+    for line in done.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        message = json.loads(line)
+        target = message.get("target") or {}
+        if (
+            message.get("reason") == "compiler-artifact"
+            and target.get("name") == CRATE
+            and "cdylib" in target.get("kind", [])
+        ):
+            for filename in message.get("filenames", []):
+                if Path(filename).name == LIBRARY:
+                    return Path(filename)
+    raise SystemExit(f"npualloc: cargo finished but reported no {LIBRARY}")
+
+
+class BuildPy(build_py):
+    """build_py, then the library next to the package's modules."""
+
+    def run(self):
+        super().run()
+        library = cargo_build()
+        if getattr(self, "editable_mode", False):
+            # An editable install imports python/npualloc/ in place; its loader
+            # falls back to the checkout's target/release/, which cargo just built.
+            return
+        dest = Path(self.build_lib) / "npualloc" / LIBRARY
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        self.copy_file(str(library), str(dest), preserve_mode=True)
+
+    def get_outputs(self, include_bytecode=True):
+        outputs = super().get_outputs(include_bytecode)
+        if not getattr(self, "editable_mode", False):
+            outputs.append(str(Path(self.build_lib) / "npualloc" / LIBRARY))
+        return outputs
+
+
+class BinaryDistribution(Distribution):
+    """Carries a native library: installed to platlib, platform-tagged wheel."""
+
+    def has_ext_modules(self):
+        return True
+
+
+class PlatformWheel(bdist_wheel):
+    """Any Python 3 on this platform: the library does not use the Python C API."""
+
+    def get_tag(self):
+        _, _, platform = super().get_tag()
+        return "py3", "none", platform
+
+
+setup(
+    distclass=BinaryDistribution,
+    cmdclass={"build_py": BuildPy, "bdist_wheel": PlatformWheel},
+)

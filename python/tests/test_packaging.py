@@ -1,0 +1,59 @@
+"""Where the package finds libnpualloc.so."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import npualloc
+from conftest import INSTALLED, PYTHON_DIR
+
+PACKAGE_DIR = Path(npualloc.__file__).resolve().parent
+
+
+@pytest.mark.skipif(not INSTALLED, reason="checks a pip-installed package (NPUALLOC_TEST_INSTALLED=1)")
+def test_installed_package_carries_its_library(monkeypatch):
+    monkeypatch.delenv("NPUALLOC_LIBRARY", raising=False)
+    assert PYTHON_DIR not in PACKAGE_DIR.parents, f"imported from the checkout: {PACKAGE_DIR}"
+    assert "site-packages" in PACKAGE_DIR.parts
+    assert npualloc.find_library() == PACKAGE_DIR / "libnpualloc.so"
+    assert npualloc.version() == "0.1.0"
+
+
+def test_environment_variable_overrides(monkeypatch, tmp_path):
+    monkeypatch.delenv("NPUALLOC_LIBRARY", raising=False)
+    copy = tmp_path / "libnpualloc-copy.so"
+    shutil.copyfile(npualloc.find_library(), copy)
+    monkeypatch.setenv("NPUALLOC_LIBRARY", str(copy))
+    assert npualloc.find_library() == copy
+
+
+def test_environment_variable_naming_no_file(monkeypatch, tmp_path):
+    missing = tmp_path / "nothing.so"
+    monkeypatch.setenv("NPUALLOC_LIBRARY", str(missing))
+    with pytest.raises(OSError) as e:
+        npualloc.find_library()
+    assert str(missing) in str(e.value)
+    assert "NPUALLOC_LIBRARY names no file" in str(e.value)
+
+
+def test_installed_package_without_library_says_so(tmp_path):
+    # The failure the issue reported: a package outside any checkout, with no
+    # library in it. The message must not send the user to target/ paths.
+    site = tmp_path / "site-packages"
+    shutil.copytree(PACKAGE_DIR, site / "npualloc", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k not in ("NPUALLOC_LIBRARY", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(site)
+    done = subprocess.run(
+        [sys.executable, "-c", "import npualloc; npualloc.CachingAllocator(device=0)"],
+        cwd=tmp_path, env=env, capture_output=True, text=True,
+    )
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("OSError: libnpualloc.so not found"), done.stderr
+    assert str(site / "npualloc" / "libnpualloc.so") in last
+    assert "target" not in last
+    assert "pip install ./python" in last

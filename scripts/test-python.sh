@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The Python package as a user gets it: builds the wheel (pip wheel ./python,
+# which runs cargo build --release -p npualloc --lib in the usual target
+# directory, so an up-to-date build costs nothing), installs it into a fresh
+# virtual environment and runs python/tests there against the installed
+# package, not the checkout (NPUALLOC_TEST_INSTALLED=1 makes the tests check
+# that). The ACL runtime is the emulator, built here if it is missing.
+# Called by test.sh; works on its own from any directory.
+# Environment: PYTHON (default python3), CARGO_TARGET_DIR as cargo reads it.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+python=${PYTHON:-python3}
+
+echo "== Python: the emulator as ACL runtime"
+cargo build --locked -p acl-emu
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+echo "== Python: a fresh virtual environment"
+"$python" -m venv "$work/venv"
+venv_python="$work/venv/bin/python"
+
+echo "== Python: pip wheel ./python"
+"$venv_python" -m pip wheel --no-deps --wheel-dir "$work/wheels" ./python
+wheel=$(find "$work/wheels" -name 'npualloc-*.whl' -print)
+echo "built $(basename "$wheel")"
+"$venv_python" - "$wheel" <<'PY'
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+if "npualloc/libnpualloc.so" not in names:
+    sys.exit(f"the wheel does not carry npualloc/libnpualloc.so: {names}")
+PY
+
+echo "== Python: pip install the wheel, pytest against it"
+"$venv_python" -m pip install --quiet "$wheel" pytest
+status=0
+# From the scratch directory: nothing of the checkout is importable from the
+# working directory. NPUALLOC_LIBRARY is unset: the package must find its own.
+(cd "$work" && env -u NPUALLOC_LIBRARY NPUALLOC_TEST_INSTALLED=1 \
+    "$venv_python" -m pytest -q -p no:cacheprovider "$root/python/tests") || status=$?
+# 5: no tests were collected; that is not a failure of anything tested.
+if [[ $status -ne 0 && $status -ne 5 ]]; then
+    exit "$status"
+fi
