@@ -120,16 +120,22 @@ impl<B: Backing> Device<B> {
     /// for the ladder (the caller drops the lock first).
     #[cold]
     #[inline(never)]
-    pub(super) fn grow(&self, shard: &Shard<B>, pool: &mut Pool<B>, size: usize, rounded: usize, gc: bool) -> Result<usize, GrowError> {
-        let ctx = self.grow_context(shard, pool);
-        pool.grow(size, rounded, &ctx, gc)
+    pub(super) fn grow(&self, shard: &Shard<B>, pool: &mut Pool<B>, size: usize, rounded: usize, first: bool) -> Result<usize, GrowError> {
+        // Borrowing needs another stream to borrow from.
+        let may_borrow = first && self.streams.len() > 1;
+        let ctx = GrowContext { may_borrow, ..self.grow_context(shard, pool) };
+        pool.grow(size, rounded, &ctx, first)
     }
 
     /// Allocated bytes over all shards (this one's exact) and their peak.
     fn grow_context(&self, shard: &Shard<B>, pool: &Pool<B>) -> GrowContext {
         let others: u64 =
             self.streams.shards().filter(|s| !std::ptr::eq(*s, shard)).map(|s| s.lane.allocated()).sum();
-        GrowContext { allocated: others + pool.counters().allocated, allocated_peak: self.peaks.allocated() }
+        GrowContext {
+            allocated: others + pool.counters().allocated,
+            allocated_peak: self.peaks.allocated(),
+            may_borrow: false,
+        }
     }
 
     /// Publishes `pool`'s counters to its lane (and raises the peaks when

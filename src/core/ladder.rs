@@ -63,6 +63,15 @@ impl<B: Backing> Device<B> {
         }
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         let mut last = first;
+        if let GrowError::NeedsRoom { bytes } = last {
+            // Not a shortage: `reserved_headroom` asks for other streams'
+            // free pieces, unmapped into the handle cache, before growing.
+            let _ = self.release_free_except(shard, Scope::Pieces(bytes));
+            match self.attempt(shard, size, rounded)? {
+                Ok(addr) => return Ok(addr),
+                Err(e) => last = e,
+            }
+        }
         if matches!(last, GrowError::Collect) {
             self.collect_garbage(rounded);
             match self.attempt(shard, size, rounded)? {
@@ -151,6 +160,7 @@ impl<B: Backing> Device<B> {
             }
             GrowError::AddressSpace => "the stream's reserved address range has no free range that large".into(),
             GrowError::Collect => "garbage collection could not make room under its threshold".into(),
+            GrowError::NeedsRoom { .. } => "moving other streams' free pages within reserved_headroom did not suffice".into(),
             GrowError::Runtime(e) => format!("{e}"),
             GrowError::Other(e) => format!("{e}"),
         };

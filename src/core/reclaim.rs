@@ -36,6 +36,31 @@ impl<B: Backing> Device<B> {
         self.give_back_all(taken)
     }
 
+    /// For a `reserved_headroom` move to `to`: free pieces of the other
+    /// shards of its pool kind, largest first, `bytes` of them in all,
+    /// unmapped into the handle cache (after synchronizing their streams).
+    pub(super) fn release_free_except(&self, to: &Shard<B>, scope: Scope) -> Result<usize> {
+        let Scope::Pieces(mut bytes) = scope else { return self.release_free(scope) };
+        let kind = to.lock_anyway().kind;
+        let mut taken: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
+        for shard in self.streams.shards().filter(|s| !std::ptr::eq(*s, to)) {
+            if bytes == 0 {
+                break;
+            }
+            let mut pool = shard.lock_anyway();
+            if pool.kind != kind {
+                continue;
+            }
+            let detached = B::detach(&mut pool, Scope::Pieces(bytes));
+            pool.after_transition();
+            bytes = bytes.saturating_sub(detached.iter().map(|d| d.size).sum());
+            if !detached.is_empty() {
+                taken.push((shard, detached));
+            }
+        }
+        self.give_back_all(taken)
+    }
+
     /// Synchronizes the streams that used `taken`, gives back what no busy
     /// stream may use, and settles each shard.
     fn give_back_all(&self, taken: Vec<(&Shard<B>, Vec<Detached>)>) -> Result<usize> {

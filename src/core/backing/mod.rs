@@ -37,6 +37,9 @@ pub(crate) struct GrowContext {
     /// Bytes allocated over all shards, and their peak.
     pub allocated: u64,
     pub allocated_peak: u64,
+    /// Whether a placement over `reserved_headroom` may stop and ask for
+    /// other shards' free pieces (`GrowError::NeedsRoom`) instead of growing.
+    pub may_borrow: bool,
 }
 
 /// Free memory taken out of a shard's pool to be given back.
@@ -65,6 +68,9 @@ pub(crate) enum Scope {
     /// Only what returns device memory at once (whole fixed segments);
     /// garbage collection and the release threshold use it.
     WholeSegments,
+    /// Free pieces of at least this many bytes in all, largest first (a
+    /// `reserved_headroom` move from other shards).
+    Pieces(usize),
 }
 
 pub(crate) trait Backing: Sized + Send + Sync + 'static {
@@ -135,6 +141,9 @@ pub(crate) enum GrowError {
     AddressSpace,
     /// Garbage collection is due before growing (see `reclaim`).
     Collect,
+    /// `reserved_headroom` wants `bytes` of other shards' free pieces moved
+    /// here rather than new memory (see `ladder`).
+    NeedsRoom { bytes: usize },
     Runtime(crate::runtime::AclCallError),
     /// Not a memory shortage: fails the call as it is.
     Other(crate::error::Error),
@@ -143,7 +152,9 @@ pub(crate) enum GrowError {
 impl GrowError {
     pub fn is_out_of_memory(&self) -> bool {
         match self {
-            GrowError::OverLimit { .. } | GrowError::AddressSpace | GrowError::Collect => true,
+            GrowError::OverLimit { .. } | GrowError::AddressSpace | GrowError::Collect | GrowError::NeedsRoom { .. } => {
+                true
+            }
             GrowError::Runtime(e) => e.is_out_of_memory(),
             GrowError::Other(_) => false,
         }

@@ -100,6 +100,13 @@ impl RangePool {
         if cached.is_none() && self.over_headroom(ctx, run.min(fresh_pages) * spec.size) {
             self.make_room(ctx, spec.size, run, avail);
             cached = self.cached_handle(spec.size, run, avail);
+            // Nothing here could move: other streams' free pieces may, but
+            // only with this shard's lock dropped (see `ladder`).
+            if cached.is_none() && ctx.device.may_borrow && self.over_headroom(ctx, run * spec.size) {
+                // Enough for the rest of the request, not just this run:
+                // the retry may not ask again.
+                return Err(GrowError::NeedsRoom { bytes: (ctx.addr + ctx.size - (base + i * spec.size)).max(run * spec.size) });
+            }
         }
         let (handle, bytes) = match cached {
             Some(cached) => cached,

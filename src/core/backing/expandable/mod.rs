@@ -256,10 +256,23 @@ impl Backing for ExpandableRanges {
     /// Free pieces, each carved out as a block of its own.
     fn detach(pool: &mut RangePool, scope: Scope) -> Vec<Detached> {
         let Some(seg) = pool.backing.range else { return Vec::new() };
-        if scope == Scope::WholeSegments {
-            return Vec::new();
-        }
-        let pieces = pool.free_pieces(seg);
+        let mut pieces = match scope {
+            Scope::WholeSegments => return Vec::new(),
+            Scope::All => pool.free_pieces(seg),
+            Scope::Pieces(bytes) => {
+                let page = pool.range(seg).page_size;
+                let mut all = pool.free_pieces(seg);
+                all.sort_unstable_by_key(|&(head, units)| (std::cmp::Reverse(units), head));
+                let mut taken = 0;
+                all.retain(|&(_, units)| {
+                    let keep = taken < bytes;
+                    taken += if keep { units * page } else { 0 };
+                    keep
+                });
+                all
+            }
+        };
+        pieces.sort_unstable();
         if pieces.is_empty() {
             return Vec::new();
         }
