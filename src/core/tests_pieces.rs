@@ -4,7 +4,7 @@
 //! moving handles pin fresh handles to 4 MiB (`floor_pieces`).
 
 use super::backing::expandable::PieceRule;
-use super::tests::{allocator, check_fill, emu_lock, fail_nth, fill, set_capacity, DEV};
+use super::tests::{allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, DEV};
 use super::tests_expandable::{budget, check_accounting, teardown_clean, Baseline, GIB, MIB, PAGE};
 use super::*;
 
@@ -217,6 +217,45 @@ fn reserved_headroom_moves_free_handles_instead_of_growing() {
     // A headroom wide enough for the growth moves nothing.
     let (reserved, unmaps, _) = hole_then_larger_request("reserved_headroom:1");
     assert_eq!((reserved, unmaps), (22 * MIB as u64, 0));
+    set_capacity(1 << 30);
+}
+
+/// Stream A leaves an 8 MiB free hole; stream B then asks for 12 MiB:
+/// (reserved, unmaps) after B's request.
+fn other_streams_hole_then_request(config: &str) -> (u64, u64) {
+    let base = Baseline::take();
+    budget(GIB);
+    let a = floor_pieces(config);
+    let (s_a, s_b) = (new_stream(&a), new_stream(&a));
+    let x = a.malloc(8 * MIB, s_a).unwrap();
+    let sep = a.malloc(2 * MIB, s_a).unwrap();
+    a.free(x).unwrap();
+    let c = a.malloc(12 * MIB, s_b).unwrap();
+    fill(c, 12 * MIB, 0x5A);
+    let s = a.stats().unwrap();
+    check_accounting(&a, &base, None, config);
+    assert!(check_fill(c, 12 * MIB, 0x5A), "{config}: data of the request");
+    a.free(c).unwrap();
+    a.free(sep).unwrap();
+    a.check_invariants().unwrap();
+    let rt = a.runtime().clone();
+    teardown_clean(a, &base);
+    for st in [s_a, s_b] {
+        rt.on_device(DEV, || rt.destroy_stream(st)).unwrap();
+    }
+    (s.reserved_bytes, s.num_unmaps)
+}
+
+#[test]
+fn reserved_headroom_moves_another_streams_free_handles() {
+    let _g = emu_lock();
+    // Without a headroom A's hole stays mapped and B maps all 12 MiB.
+    assert_eq!(other_streams_hole_then_request(""), (22 * MIB as u64, 0));
+    // With headroom 0 (peak allocated 14 MiB), B's growth takes A's two
+    // 4 MiB handles (A's stream synchronized, B's lock not held for it)
+    // and one new one. Three unmaps: A's two, and the new handle B had
+    // mapped before it stopped to ask (mapped again on the retry).
+    assert_eq!(other_streams_hole_then_request("reserved_headroom:0"), (14 * MIB as u64, 3));
     set_capacity(1 << 30);
 }
 
