@@ -371,9 +371,11 @@ impl<B: Backing> Pool<B> {
         Ok(())
     }
 
-    /// Adds a segment [base, base + size) with one free block over it,
-    /// registered in the directory. Returns the segment and its block.
-    pub fn add_segment(&mut self, base: usize, size: usize, extent: B::Extent) -> (SegmentId, BlockId) {
+    /// Adds a segment [base, base + size) with one free block over it; the
+    /// directory gets `claim` (the whole range the runtime gave, which holds
+    /// the segment: at least 2 MiB, see `directory`). Returns the segment
+    /// and its block.
+    pub fn add_segment(&mut self, base: usize, size: usize, extent: B::Extent, claim: (usize, usize)) -> (SegmentId, BlockId) {
         let block = self.blocks.insert(Block::segment_root(base, size));
         let seg = self.segments.insert(Segment {
             base,
@@ -385,7 +387,8 @@ impl<B: Backing> Pool<B> {
         });
         self.blocks.get_mut(block).segment = seg;
         self.index.insert(&mut self.blocks, block);
-        self.sh.directory.insert(base, size, self.id);
+        debug_assert!(claim.0 <= base && base + size <= claim.0 + claim.1);
+        self.sh.directory.insert(claim.0, claim.1, self.id);
         (seg, block)
     }
 

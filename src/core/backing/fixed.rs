@@ -42,9 +42,7 @@ impl Backing for FixedSegments {
             return Ok(id);
         }
         let sh = pool.sh.clone();
-        let size = sh.policy.segment_size(rounded);
-        let raw = obtain_aligned(&sh, size)?;
-        let base = raw.at.next_multiple_of(MIN_BLOCK_SIZE);
+        let (raw, base, size) = obtain_aligned(pool, sh.policy.segment_size(rounded), rounded)?;
         if base.checked_add(size).is_none_or(|end| end > ADDRESS_LIMIT) {
             // The directory cannot hold it; give it straight back.
             let _ = sh.rt.on_device(sh.device, || sh.rt.free(raw.at));
@@ -53,9 +51,7 @@ impl Backing for FixedSegments {
                 "the runtime returned device address {base:#x}, above the {ADDRESS_LIMIT:#x} this allocator supports"
             ))));
         }
-        sh.counters.segment_added(raw.len);
-        let (_, block) = pool.add_segment(base, size, raw);
-        Ok(block)
+        Ok(add_raw(pool, raw, base, size))
     }
 
     /// Whole free segments leave the shard entirely (its table and the
@@ -69,7 +65,7 @@ impl Backing for FixedSegments {
             let first = pool.segments.get(seg).first;
             pool.index.remove(&mut pool.blocks, first);
             let s = pool.remove_segment(seg);
-            pool.sh.directory.remove(s.base, s.size);
+            pool.sh.directory.remove(s.extent.at, s.extent.len);
             out.push(Detached {
                 segment: seg,
                 block: NIL,
@@ -98,7 +94,8 @@ impl Backing for FixedSegments {
         if given_back {
             return;
         }
-        let (seg, _) = pool.add_segment(d.addr, d.size, Raw { at: d.device.0, len: d.device.1 });
+        let raw = Raw { at: d.device.0, len: d.device.1 };
+        let (seg, _) = pool.add_segment(d.addr, d.size, raw, (raw.at, raw.len));
         let owner = pool.stream;
         let s = pool.segments.get_mut(seg);
         s.serial = d.serial;
@@ -129,11 +126,8 @@ impl Backing for FixedSegments {
             if pool.streams_of(seg).iter().any(|s| busy.contains(s)) {
                 continue;
             }
-            let (base, size, raw) = {
-                let s = pool.segments.get(seg);
-                (s.base, s.size, s.extent)
-            };
-            sh.directory.remove(base, size);
+            let raw = pool.segments.get(seg).extent;
+            sh.directory.remove(raw.at, raw.len);
             match sh.rt.on_device(sh.device, || sh.rt.free(raw.at)) {
                 Ok(()) => {
                     sh.limit.refund(raw.len);
@@ -165,33 +159,52 @@ pub(crate) struct Raw {
     len: usize,
 }
 
-/// `size` bytes from `aclrtMalloc` with room for a 512-byte-aligned start:
-/// an unaligned result is given back and `size + 512` asked for instead
-/// (so a runtime that aligns, as every one met so far does, costs nothing).
-/// The bytes are charged against the limit.
-fn obtain_aligned(sh: &Shared<FixedSegments>, size: usize) -> Result<Raw, GrowError> {
-    let rt = &sh.rt;
-    sh.limit.charge(size)?;
-    let at = rt.on_device(sh.device, || rt.malloc(size)).map_err(|e| {
-        sh.limit.refund(size);
-        GrowError::Runtime(e)
-    })?;
-    if at % MIN_BLOCK_SIZE == 0 {
-        return Ok(Raw { at, len: size });
+/// A segment of `size` bytes from `aclrtMalloc` able to hold `rounded`
+/// bytes from a 512-byte boundary: (allocation, first byte blocks may use,
+/// bytes blocks may use). The runtime promises only 64-byte alignment. An
+/// unaligned result loses its first partial 512 bytes, which is kept when
+/// the rest still serves the request; else the allocation is asked for
+/// again 512 bytes larger (and the first one freed, or, if that fails, kept
+/// as a segment of its own rather than lost). A runtime that aligns, as
+/// every one met so far does, costs nothing. Bytes are charged against the
+/// limit as they are obtained.
+fn obtain_aligned(pool: &mut Pool<FixedSegments>, size: usize, rounded: usize) -> Result<(Raw, usize, usize), GrowError> {
+    let sh = pool.sh.clone();
+    let first = malloc_charged(&sh, size)?;
+    if first.at % MIN_BLOCK_SIZE == 0 {
+        return Ok((first, first.at, size));
     }
-    let _ = rt.on_device(sh.device, || rt.free(at));
-    let len = size + MIN_BLOCK_SIZE;
-    if let Err(e) = sh.limit.charge(MIN_BLOCK_SIZE) {
-        sh.limit.refund(size);
-        return Err(e);
+    let usable = size - MIN_BLOCK_SIZE;
+    if usable >= rounded {
+        return Ok((first, first.at.next_multiple_of(MIN_BLOCK_SIZE), usable));
     }
-    match rt.on_device(sh.device, || rt.malloc(len)) {
+    let second = malloc_charged(&sh, size + MIN_BLOCK_SIZE);
+    if sh.rt.on_device(sh.device, || sh.rt.free(first.at)).is_ok() {
+        sh.limit.refund(size);
+    } else {
+        add_raw(pool, first, first.at.next_multiple_of(MIN_BLOCK_SIZE), usable);
+    }
+    let second = second?;
+    Ok((second, second.at.next_multiple_of(MIN_BLOCK_SIZE), size))
+}
+
+/// `len` bytes from `aclrtMalloc`, charged against the limit.
+fn malloc_charged(sh: &Shared<FixedSegments>, len: usize) -> Result<Raw, GrowError> {
+    sh.limit.charge(len)?;
+    match sh.rt.on_device(sh.device, || sh.rt.malloc(len)) {
         Ok(at) => Ok(Raw { at, len }),
         Err(e) => {
             sh.limit.refund(len);
             Err(GrowError::Runtime(e))
         }
     }
+}
+
+/// Adds a segment over `raw`, blocks at [base, base + size); returns its
+/// free block.
+fn add_raw(pool: &mut Pool<FixedSegments>, raw: Raw, base: usize, size: usize) -> BlockId {
+    pool.sh.counters.segment_added(raw.len);
+    pool.add_segment(base, size, raw, (raw.at, raw.len)).1
 }
 
 /// Whether fixed segment `seg` holds one free block and nothing else.

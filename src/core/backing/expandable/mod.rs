@@ -415,7 +415,7 @@ impl RangePool {
             ))));
         }
         let range = VmmRange { page_size: spec.size, attr: spec.attr, pages: Vec::new(), mapped: 0, reserved_at };
-        let (seg, _) = self.add_segment(base, va, range);
+        let (seg, _) = self.add_segment(base, va, range, (base, va));
         self.backing.range = Some(seg);
         sh.counters.range_added();
         Ok(seg)
