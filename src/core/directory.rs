@@ -207,6 +207,9 @@ mod tests {
     /// removed; a reader that saw a segment registered (through `state`)
     /// both before and after a look-up must get its shard. Each round starts
     /// from an empty directory, so threads also race to publish the leaf.
+    /// Real threads on x86 check the update logic and the leaf race; they
+    /// cannot show a memory ordering that is too weak (x86 orders loads and
+    /// stores more strongly than Rust's model asks).
     #[test]
     fn concurrent_inserts_and_removes_in_shared_granules_keep_owners() {
         const ZONES: usize = 3;
