@@ -200,6 +200,132 @@ mod tests {
         assert_eq!(d.owner(a + MIB), Some(7));
     }
 
+    /// Threads insert and remove segments that share granules (each in its
+    /// own zone, zones meeting inside granules, the segment's bounds moving
+    /// every round) while readers look addresses up. The segment's thread
+    /// sees its own addresses map to it while registered and to nothing once
+    /// removed; a reader that saw a segment registered (through `state`)
+    /// both before and after a look-up must get its shard. Each round starts
+    /// from an empty directory, so threads also race to publish the leaf.
+    /// Real threads on x86 check the update logic and the leaf race; they
+    /// cannot show a memory ordering that is too weak (x86 orders loads and
+    /// stores more strongly than Rust's model asks).
+    #[test]
+    fn concurrent_inserts_and_removes_in_shared_granules_keep_owners() {
+        const ZONES: usize = 3;
+        const READERS: usize = 1;
+        const ROUNDS: usize = 100;
+        const CYCLES: u64 = 500;
+        // Zones of 5 MiB + 12 KiB from just below a leaf boundary: each
+        // meets its neighbours inside a granule, and one segment may cross
+        // into the next leaf.
+        let leaf_span = GRANULE << LEAF_BITS;
+        let origin = 0x3000_0000_0000 + 5 * leaf_span - 7 * MIB - 4096;
+        let zone_len = 5 * MIB + 3 * 4096;
+        let zone = |z: usize| origin + z * zone_len;
+        // The segment of zone z in cycle c: at least 2 MiB, inside the zone,
+        // and one time in four the whole zone (meeting both neighbours').
+        let segment = |z: usize, c: u64| {
+            let h = (c.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (z as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9)) >> 16;
+            if h % 4 == 0 {
+                return (zone(z), zone_len);
+            }
+            let lead = (h % (zone_len - 2 * MIB) as u64) as usize & !511;
+            let len = 2 * MIB + ((h >> 24) as usize % (zone_len - 2 * MIB - lead + 1)) & !511;
+            (zone(z) + lead, len.max(2 * MIB))
+        };
+        let shard = |z: usize, c: u64| (z as u64 * 100_003 + c) as u32 % MAX_SHARDS as u32;
+        // The addresses checked in a segment: its ends, the bytes around
+        // each granule boundary inside it, its middle.
+        let probes = |base: usize, len: usize| {
+            let mut v = vec![base, base + len - 1, base + len / 2];
+            let mut g = (base + GRANULE) & !(GRANULE - 1);
+            while g < base + len {
+                v.extend([g - 1, g]);
+                g += GRANULE;
+            }
+            v
+        };
+        for round in 0..ROUNDS {
+            let d = Directory::default();
+            // Per zone: cycle << 1 | registered.
+            let state: Vec<AtomicU64> = (0..ZONES).map(|_| AtomicU64::new(0)).collect();
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            std::thread::scope(|s| {
+                let writers: Vec<_> = (0..ZONES)
+                    .map(|z| {
+                        let (d, state) = (&d, &state);
+                        s.spawn(move || {
+                            for c in 1..=CYCLES {
+                                let c = c + round as u64 * CYCLES;
+                                let (base, len) = segment(z, c);
+                                assert!(base >= zone(z) && base + len <= zone(z + 1), "segment leaves its zone");
+                                let id = shard(z, c);
+                                d.insert(base, len, id);
+                                state[z].store(c << 1 | 1, Ordering::Release);
+                                for a in probes(base, len) {
+                                    assert_eq!(d.owner(a), Some(id), "zone {z} cycle {c}: {a:#x} in {base:#x}+{len:#x}");
+                                }
+                                state[z].store(c << 1, Ordering::Release);
+                                d.remove(base, len);
+                                for a in probes(base, len) {
+                                    assert_eq!(d.owner(a), None, "zone {z} cycle {c}: {a:#x} after removal");
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                let readers: Vec<_> = (0..READERS)
+                    .map(|r| {
+                        let (d, state, stop) = (&d, &state, &stop);
+                        s.spawn(move || {
+                            let mut seen = 0u64;
+                            let mut z = r;
+                            while !stop.load(Ordering::Relaxed) {
+                                z = (z + 1) % ZONES;
+                                let before = state[z].load(Ordering::Acquire);
+                                if before & 1 == 0 {
+                                    continue;
+                                }
+                                let c = before >> 1;
+                                let (base, len) = segment(z, c);
+                                let found: Vec<_> = probes(base, len).into_iter().map(|a| (a, d.owner(a))).collect();
+                                if state[z].load(Ordering::Acquire) != before {
+                                    continue;
+                                }
+                                for (a, owner) in found {
+                                    assert_eq!(owner, Some(shard(z, c)), "zone {z} cycle {c}: {a:#x} seen by a reader");
+                                }
+                                seen += 1;
+                            }
+                            seen
+                        })
+                    })
+                    .collect();
+                // The readers stop even when a writer failed.
+                let written: Vec<_> = writers.into_iter().map(|w| w.join()).collect();
+                stop.store(true, Ordering::Relaxed);
+                for r in readers {
+                    r.join().unwrap();
+                }
+                for w in written {
+                    if let Err(panic) = w {
+                        std::panic::resume_unwind(panic);
+                    }
+                }
+            });
+            // Everything was removed: the zones' granules are empty again.
+            for z in 0..ZONES {
+                let mut g = zone(z) & !(GRANULE - 1);
+                while g < zone(z + 1) {
+                    assert_eq!(d.owner(g), None);
+                    assert_eq!(d.owner(g + GRANULE - 1), None);
+                    g += GRANULE;
+                }
+            }
+        }
+    }
+
     #[test]
     fn addresses_past_the_limit_have_no_owner() {
         let d = Directory::default();

@@ -104,3 +104,83 @@ impl<B: Backing> StreamTable<B> {
         self.len.load(Ordering::Acquire)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::core::tests::{emu_lock, set_capacity, usage, Rng, DEV};
+    use crate::core::DeviceAllocator;
+    use crate::error::Error;
+    use crate::runtime::{Runtime, Stream};
+
+    /// Threads meet the same new streams at once, each in its own order, on
+    /// an allocator that takes fewer streams than they use (past one chunk):
+    /// a stream gets an entry for every thread or for none, the table fills
+    /// exactly, and every block maps back (directory, then shard id) to the
+    /// stream it was allocated on, while look-ups run during the appends.
+    #[test]
+    fn threads_meeting_new_streams_at_once_agree_on_their_entries() {
+        const THREADS: usize = 4;
+        const STREAMS: usize = 40;
+        const CAP: usize = 34;
+        const ROUNDS: u64 = 20;
+        let _g = emu_lock();
+        set_capacity(1 << 30);
+        let rt = Runtime::emulated();
+        let streams: Vec<Stream> = (0..STREAMS).map(|_| rt.on_device(DEV, || rt.create_stream()).unwrap()).collect();
+        for round in 0..ROUNDS {
+            let config = Config::parse("expandable_segments:false").unwrap();
+            let a = DeviceAllocator::build(config, DEV, rt.clone(), CAP).unwrap();
+            // Per thread, per stream: the blocks it got (two passes).
+            let got: Vec<Vec<Vec<usize>>> = std::thread::scope(|s| {
+                let threads: Vec<_> = (0..THREADS)
+                    .map(|t| {
+                        let (a, streams) = (&a, &streams);
+                        s.spawn(move || {
+                            let mut rng = Rng::new(round * 100 + t as u64 + 1);
+                            let mut order: Vec<usize> = (0..STREAMS).collect();
+                            for i in (1..STREAMS).rev() {
+                                order.swap(i, rng.index(i + 1));
+                            }
+                            let mut got = vec![Vec::new(); STREAMS];
+                            for _pass in 0..2 {
+                                for &i in &order {
+                                    match a.malloc(512, streams[i]) {
+                                        Ok(addr) => got[i].push(addr),
+                                        Err(Error::Unsupported(m)) if m.contains("already served") => {}
+                                        Err(e) => panic!("round {round} thread {t} stream {i}: {e}"),
+                                    }
+                                }
+                            }
+                            got
+                        })
+                    })
+                    .collect();
+                threads.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let mut served = 0;
+            for i in 0..STREAMS {
+                let counts: Vec<usize> = got.iter().map(|g| g[i].len()).collect();
+                assert!(
+                    counts.iter().all(|&n| n == 2) || counts.iter().all(|&n| n == 0),
+                    "round {round}: stream {i} got blocks for some threads and not others: {counts:?}"
+                );
+                served += (counts[0] == 2) as usize;
+                for &addr in got.iter().flat_map(|g| &g[i]) {
+                    assert_eq!(a.query(addr).unwrap().stream, streams[i], "round {round}: block {addr:#x}");
+                }
+            }
+            assert_eq!((served, a.streams_served()), (CAP, CAP), "round {round}");
+            for addr in got.iter().flatten().flatten() {
+                a.free(*addr).unwrap();
+            }
+            a.check_invariants().unwrap();
+            a.teardown().unwrap();
+        }
+        for s in streams {
+            rt.on_device(DEV, || rt.destroy_stream(s)).unwrap();
+        }
+        let u = usage(DEV);
+        assert_eq!((u.malloc_count, u.events), (0, 0), "the emulator reports leaks");
+    }
+}
