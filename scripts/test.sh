@@ -33,8 +33,14 @@ bash scripts/check-noop-build.sh --cmake build
 # The Rust and C suites again with aclrtMalloc results only 64-byte aligned
 # (a random multiple of 64 bytes past a page boundary, as documented for the
 # real call), so an assumption of more alignment fails somewhere.
-echo "== cargo test + ctest with ACLEMU_MALLOC_ALIGN=random"
-ACLEMU_MALLOC_ALIGN=random cargo test --workspace --locked
+# The integration tests (they check the C API's contract: 512-byte aligned
+# blocks, intact data, no leaks) and the emulator's own; not the unit tests,
+# which pin exact byte and call counts of the default alignment, nor the
+# fault sweep, which counts calls in one run to fail the n-th in the next
+# (an unaligned result costs npualloc a second aclrtMalloc, at random).
+echo "== integration tests + ctest with ACLEMU_MALLOC_ALIGN=random"
+ACLEMU_MALLOC_ALIGN=random cargo test --workspace --locked --test '*' -- \
+    --skip every_injected_fault_is_refused_cleanly
 (cd build && ACLEMU_MALLOC_ALIGN=random ctest --output-on-failure)
 
 # Every C test again under valgrind's memcheck: any memory error or definite
