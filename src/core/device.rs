@@ -138,12 +138,19 @@ impl<B: Backing> Device<B> {
         }
     }
 
-    /// Publishes `pool`'s counters to its lane (and raises the peaks when
-    /// it passed its budget).
+    /// Publishes `pool`'s counters to its lane, and raises the peaks when
+    /// its stream passed its high-water mark (Note [peaks without a shared
+    /// counter]).
     #[inline(always)]
     pub(super) fn published(&self, shard: &Shard<B>, pool: &Pool<B>) {
-        if shard.lane.publish(pool.counters()) {
-            self.peaks.raise(&shard.lane, self.streams.shards().map(|s| &s.lane));
+        let c = pool.counters();
+        shard.lane.publish(c);
+        let id = pool.id;
+        let entry = self.streams.entry_of(id);
+        let sibling = &entry.shards[(id as usize + 1) % 2].lane;
+        let totals = (c.allocated + sibling.allocated(), c.requested + sibling.requested());
+        if entry.high.passed(totals.0, totals.1) {
+            self.peaks.raise(&entry.high, totals, self.streams.shards().map(|s| &s.lane));
         }
     }
 
@@ -254,7 +261,7 @@ impl<B: Backing> Device<B> {
     pub fn reset_peak_stats(&self) -> Result<()> {
         self.check_usable()?;
         self.sh.counters.reset_peak();
-        self.peaks.reset(self.streams.shards().map(|s| &s.lane));
+        self.peaks.reset(self.streams.iter().map(|e| (&e.high, [&e.shards[0].lane, &e.shards[1].lane])));
         Ok(())
     }
 

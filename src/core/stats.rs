@@ -10,7 +10,6 @@
 //! `Stats` is the sum, read by `DeviceAllocator::stats`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
 
 /// Counters in PyTorch's `memory_stats()` vocabulary.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -179,83 +178,89 @@ impl DeviceCounters {
 //
 // The peak of allocated bytes is a peak of a sum over shards. Adding every
 // change to one shared counter would make every hit on every stream write
-// the same cache line. Instead each shard publishes its own totals (a plain
-// store to its own line) and holds a *budget*: the budgets sum to at most
-// the peak, so while every shard stays within its budget the sum cannot
-// pass the peak and nothing shared is written. A shard that would pass its
-// budget takes the slow path: under `Peaks`' mutex it sums the others'
-// published totals, raises the peak if the sum passed it, and takes what
-// budget the others do not use. With one thread the peak is exact; with
-// several it can miss at most the block each other shard is handing out
-// at that instant (its budget was cut while it checked the old one).
+// the same cache line (and an exact peak over streams running at once needs
+// exactly that). Instead each shard publishes its own totals (a plain store
+// to its own line), and each stream keeps the high-water mark of its two
+// shards' sum. Only a stream passing its own high-water mark touches shared
+// state: it sums every shard's published totals and raises the device's
+// peak to that sum. So the peak is exact while one stream allocates (every
+// trace and program with one stream); with several, it is the highest sum
+// seen when some stream reached a new high of its own, and can miss a peak
+// that several streams, each below its own high, make together.
 
-/// What one shard publishes for the peaks, and its budget.
+/// What one shard publishes: its block totals.
 #[derive(Debug, Default)]
 pub(crate) struct Lane {
     allocated: AtomicU64,
     requested: AtomicU64,
-    budget_allocated: AtomicU64,
-    budget_requested: AtomicU64,
 }
 
 impl Lane {
-    /// Publishes a shard's totals; true when they pass its budget (the
-    /// caller then calls `Peaks::raise`).
     #[inline]
-    pub fn publish(&self, c: &ShardCounters) -> bool {
+    pub fn publish(&self, c: &ShardCounters) {
         self.allocated.store(c.allocated, Relaxed);
         self.requested.store(c.requested, Relaxed);
-        c.allocated > self.budget_allocated.load(Relaxed) || c.requested > self.budget_requested.load(Relaxed)
     }
 
     pub fn allocated(&self) -> u64 {
         self.allocated.load(Relaxed)
+    }
+
+    pub fn requested(&self) -> u64 {
+        self.requested.load(Relaxed)
+    }
+}
+
+/// A stream's high-water marks of its shards' summed totals.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct HighWater {
+    allocated: AtomicU64,
+    requested: AtomicU64,
+}
+
+impl HighWater {
+    /// Whether (allocated, requested) pass the marks.
+    #[inline]
+    pub fn passed(&self, allocated: u64, requested: u64) -> bool {
+        allocated > self.allocated.load(Relaxed) || requested > self.requested.load(Relaxed)
     }
 }
 
 /// The peaks of allocated and requested bytes over all shards.
 #[derive(Debug, Default)]
 pub(crate) struct Peaks {
-    /// (allocated, requested) peaks; the mutex also serializes budget moves.
-    peaks: Mutex<(u64, u64)>,
     allocated: AtomicU64,
     requested: AtomicU64,
 }
 
 impl Peaks {
-    /// Shard `me` passed its budget: raise the peaks if the sum passed them
-    /// and give `me` a budget covering its totals.
+    /// A stream passed its high-water mark with totals (allocated,
+    /// requested): raise its marks, and the peaks to the sums over `lanes`.
     #[cold]
     #[inline(never)]
-    pub fn raise<'a>(&self, me: &Lane, lanes: impl Iterator<Item = &'a Lane>) {
-        let mut peaks = self.peaks.lock().unwrap_or_else(|e| e.into_inner());
-        let others: Vec<&Lane> = lanes.filter(|l| !std::ptr::eq(*l, me)).collect();
-        peaks.0 = settle(
-            (&me.allocated, &me.budget_allocated),
-            peaks.0,
-            others.iter().map(|l| (&l.allocated, &l.budget_allocated)),
-        );
-        peaks.1 = settle(
-            (&me.requested, &me.budget_requested),
-            peaks.1,
-            others.iter().map(|l| (&l.requested, &l.budget_requested)),
-        );
-        self.allocated.store(peaks.0, Relaxed);
-        self.requested.store(peaks.1, Relaxed);
-    }
-
-    /// Peaks become the current sums; budgets their shards' totals.
-    pub fn reset<'a>(&self, lanes: impl Iterator<Item = &'a Lane>) {
-        let mut peaks = self.peaks.lock().unwrap_or_else(|e| e.into_inner());
+    pub fn raise<'a>(&self, high: &HighWater, totals: (u64, u64), lanes: impl Iterator<Item = &'a Lane>) {
+        high.allocated.fetch_max(totals.0, Relaxed);
+        high.requested.fetch_max(totals.1, Relaxed);
         let (mut a, mut r) = (0, 0);
         for l in lanes {
-            let (la, lr) = (l.allocated.load(Relaxed), l.requested.load(Relaxed));
-            l.budget_allocated.store(la, Relaxed);
-            l.budget_requested.store(lr, Relaxed);
+            a += l.allocated();
+            r += l.requested();
+        }
+        self.allocated.fetch_max(a, Relaxed);
+        self.requested.fetch_max(r, Relaxed);
+    }
+
+    /// Peaks become the current sums; each stream's marks its totals.
+    pub fn reset<'a>(&self, streams: impl Iterator<Item = (&'a HighWater, [&'a Lane; 2])>) {
+        let (mut a, mut r) = (0, 0);
+        for (high, lanes) in streams {
+            let (la, lr) = (lanes[0].allocated() + lanes[1].allocated(), lanes[0].requested() + lanes[1].requested());
+            high.allocated.store(la, Relaxed);
+            high.requested.store(lr, Relaxed);
             a += la;
             r += lr;
         }
-        *peaks = (a, r);
         self.allocated.store(a, Relaxed);
         self.requested.store(r, Relaxed);
     }
@@ -270,72 +275,46 @@ impl Peaks {
     }
 }
 
-/// One quantity of `Peaks::raise`: `me` is (total, budget) of the shard
-/// that passed its budget, `others` those of every other shard. Returns the
-/// new peak; budgets still sum to at most it.
-fn settle<'a>(
-    me: (&AtomicU64, &AtomicU64),
-    peak: u64,
-    others: impl Iterator<Item = (&'a AtomicU64, &'a AtomicU64)> + Clone,
-) -> u64 {
-    let want = me.0.load(Relaxed);
-    let given: u64 = others.clone().map(|(_, b)| b.load(Relaxed)).sum();
-    if want + given <= peak {
-        me.1.store(peak - given, Relaxed);
-        return peak;
-    }
-    // Take back what the others hold beyond their totals.
-    let mut used = 0;
-    for (total, budget) in others {
-        let t = total.load(Relaxed);
-        budget.store(t, Relaxed);
-        used += t;
-    }
-    let peak = peak.max(want + used);
-    me.1.store(peak - used, Relaxed);
-    peak
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn bump(l: &Lane, c: &mut ShardCounters, size: i64, peaks: &Peaks, all: &[&Lane]) {
-        if size > 0 {
-            c.block_allocated(size as usize, size as usize);
-        } else {
-            c.block_freed((-size) as usize, (-size) as usize);
-        }
-        if l.publish(c) {
-            peaks.raise(l, all.iter().copied());
-        }
-    }
-
-    /// Two shards from one thread: the peak is the highest sum, not the sum
-    /// of each shard's highest.
+    /// One stream (two shards) from one thread: the peak is exact, also
+    /// when the peak is made by both shards below their own highs.
     #[test]
-    fn peak_is_the_highest_sum_over_shards() {
-        let (a, b) = (Lane::default(), Lane::default());
-        let (mut ca, mut cb) = (ShardCounters::default(), ShardCounters::default());
-        let p = Peaks::default();
-        let all = [&a, &b];
-        bump(&a, &mut ca, 100, &p, &all);
-        bump(&a, &mut ca, -100, &p, &all);
-        bump(&b, &mut cb, 60, &p, &all);
+    fn one_streams_peak_is_exact() {
+        let (small, large) = (Lane::default(), Lane::default());
+        let (mut cs, mut cl) = (ShardCounters::default(), ShardCounters::default());
+        let (high, p) = (HighWater::default(), Peaks::default());
+        let mut step = |lane: &Lane, c: &mut ShardCounters, size: i64, other: &Lane| {
+            if size > 0 {
+                c.block_allocated(size as usize, size as usize);
+            } else {
+                c.block_freed((-size) as usize, (-size) as usize);
+            }
+            lane.publish(c);
+            let total = (c.allocated + other.allocated(), c.requested + other.requested());
+            if high.passed(total.0, total.1) {
+                p.raise(&high, total, [&small, &large].into_iter());
+            }
+        };
+        step(&small, &mut cs, 100, &large);
+        step(&small, &mut cs, -100, &large);
+        step(&large, &mut cl, 60, &small);
         assert_eq!(p.allocated(), 100, "60 after 100 was freed does not raise the peak");
-        bump(&a, &mut ca, 50, &p, &all);
+        step(&small, &mut cs, 50, &large);
         assert_eq!(p.allocated(), 110, "50 + 60 live together");
-        bump(&b, &mut cb, -60, &p, &all);
-        bump(&a, &mut ca, 40, &p, &all);
+        step(&large, &mut cl, -60, &small);
+        step(&small, &mut cs, 40, &large);
         assert_eq!(p.allocated(), 110);
-        bump(&b, &mut cb, 30, &p, &all);
+        step(&large, &mut cl, 30, &small);
         assert_eq!(p.allocated(), 120, "90 + 30");
-        p.reset(all.iter().copied());
+        p.reset([(&high, [&small, &large])].into_iter());
         assert_eq!(p.allocated(), 120);
-        bump(&b, &mut cb, -30, &p, &all);
-        p.reset(all.iter().copied());
+        step(&large, &mut cl, -30, &small);
+        p.reset([(&high, [&small, &large])].into_iter());
         assert_eq!(p.allocated(), 90);
-        bump(&b, &mut cb, 5, &p, &all);
+        step(&large, &mut cl, 5, &small);
         assert_eq!(p.allocated(), 95);
     }
 }

@@ -9,6 +9,7 @@
 use super::backing::Backing;
 use super::directory::MAX_SHARDS;
 use super::shard::Shard;
+use super::stats::HighWater;
 use crate::runtime::Stream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -23,6 +24,8 @@ const _: () = assert!(2 * MAX_STREAMS <= MAX_SHARDS);
 pub(crate) struct StreamEntry<B: Backing> {
     pub stream: Stream,
     pub shards: [Shard<B>; 2],
+    /// High-water marks for the device's peaks (see `stats`).
+    pub high: HighWater,
 }
 
 type Chunk<B> = [OnceLock<StreamEntry<B>>; CHUNK];
@@ -75,7 +78,7 @@ impl<B: Backing> StreamTable<B> {
             return None;
         }
         let chunk = self.chunks[slot >> CHUNK_BITS].get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())));
-        if chunk[slot & (CHUNK - 1)].set(StreamEntry { stream, shards: make(slot) }).is_err() {
+        if chunk[slot & (CHUNK - 1)].set(StreamEntry { stream, shards: make(slot), high: HighWater::default() }).is_err() {
             unreachable!("slot {slot} set twice under the adding lock");
         }
         self.len.store(slot + 1, Ordering::Release);
@@ -91,6 +94,12 @@ impl<B: Backing> StreamTable<B> {
     /// Every shard, by id (`2 * slot + kind`).
     pub fn shards(&self) -> impl Iterator<Item = &Shard<B>> + Clone + '_ {
         self.iter().flat_map(|e| e.shards.iter())
+    }
+
+    /// The entry of the stream whose shard has id `id`.
+    #[inline]
+    pub fn entry_of(&self, id: u32) -> &StreamEntry<B> {
+        self.entry(id as usize / 2)
     }
 
     /// The shard with id `id`.
