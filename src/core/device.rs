@@ -99,7 +99,8 @@ impl<B: Backing> Device<B> {
         }
         let rounded = self.sh.policy.round(size);
         let kind = self.sh.policy.pool_for(rounded);
-        let shard = &self.stream_entry(stream)?.shards[kind as usize];
+        let entry = self.stream_entry(stream)?;
+        let shard = &entry.shards[kind as usize];
         let mut pool = shard.lock()?;
         let addr = match pool.malloc_cached(size, rounded) {
             Ok(addr) => addr,
@@ -111,7 +112,7 @@ impl<B: Backing> Device<B> {
                 }
             },
         };
-        self.published(shard, &pool);
+        self.published(entry, kind as usize, &pool);
         self.sh.trace(|t| t.alloc(addr, size, stream));
         Ok(addr)
     }
@@ -142,12 +143,10 @@ impl<B: Backing> Device<B> {
     /// its stream passed its high-water mark (Note [peaks without a shared
     /// counter]).
     #[inline(always)]
-    pub(super) fn published(&self, shard: &Shard<B>, pool: &Pool<B>) {
+    pub(super) fn published(&self, entry: &StreamEntry<B>, kind: usize, pool: &Pool<B>) {
         let c = pool.counters();
-        shard.lane.publish(c);
-        let id = pool.id;
-        let entry = self.streams.entry_of(id);
-        let sibling = &entry.shards[(id as usize + 1) % 2].lane;
+        entry.shards[kind].lane.publish(c);
+        let sibling = &entry.shards[kind ^ 1].lane;
         let totals = (c.allocated + sibling.allocated(), c.requested + sibling.requested());
         if entry.high.passed(totals.0, totals.1) {
             self.peaks.raise(&entry.high, totals, self.streams.shards().map(|s| &s.lane));
@@ -158,10 +157,11 @@ impl<B: Backing> Device<B> {
     #[inline(always)]
     pub fn free(&self, addr: usize) -> Result<()> {
         self.check_usable()?;
-        let shard = self.owner(addr, "free")?;
+        let (entry, kind) = self.owner_entry(addr, "free")?;
+        let shard = &entry.shards[kind];
         let mut pool = shard.lock()?;
         pool.free(addr)?;
-        self.published(shard, &pool);
+        self.published(entry, kind, &pool);
         self.sh.trace(|t| t.free(addr));
         if self.sh.release_threshold.is_some() {
             self.release_over_threshold(shard, pool);
@@ -172,8 +172,14 @@ impl<B: Backing> Device<B> {
     /// The shard owning `addr`, or the error for a pointer no shard owns.
     #[inline(always)]
     fn owner(&self, addr: usize, what: &str) -> Result<&Shard<B>> {
-        match self.sh.directory.owner(addr).and_then(|id| self.streams.by_id(id)) {
-            Some(shard) => Ok(shard),
+        self.owner_entry(addr, what).map(|(e, kind)| &e.shards[kind])
+    }
+
+    /// The stream entry and pool kind of the shard owning `addr`.
+    #[inline(always)]
+    fn owner_entry(&self, addr: usize, what: &str) -> Result<(&StreamEntry<B>, usize)> {
+        match self.sh.directory.owner(addr).and_then(|id| self.streams.entry_by_id(id)) {
+            Some(found) => Ok(found),
             None => Err(Error::UnknownPointer(format!(
                 "{what} of {addr:#x} on device {}: this allocator did not allocate it",
                 self.sh.device

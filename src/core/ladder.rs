@@ -105,7 +105,7 @@ impl<B: Backing> Device<B> {
         let mut pool = shard.lock()?;
         match self.grow(shard, &mut pool, size, rounded, false) {
             Ok(addr) => {
-                self.published(shard, &pool);
+                self.published(self.streams.entry_of(pool.id), pool.kind as usize, &pool);
                 let stream = pool.stream();
                 self.sh.trace(|t| t.alloc(addr, size, stream));
                 Ok(Ok(addr))

@@ -102,6 +102,13 @@ impl<B: Backing> StreamTable<B> {
         self.entry(id as usize / 2)
     }
 
+    /// The entry and pool kind of the shard with id `id`.
+    #[inline]
+    pub fn entry_by_id(&self, id: u32) -> Option<(&StreamEntry<B>, usize)> {
+        let slot = id as usize / 2;
+        (slot < self.len.load(Ordering::Acquire)).then(|| (self.entry(slot), id as usize % 2))
+    }
+
     /// The shard with id `id`.
     #[inline]
     pub fn by_id(&self, id: u32) -> Option<&Shard<B>> {
