@@ -373,9 +373,9 @@ impl<B: Backing> Pool<B> {
 
     /// Adds a segment [base, base + size) with one free block over it; the
     /// directory gets `claim` (the whole range the runtime gave, which holds
-    /// the segment: at least 2 MiB, see `directory`). Returns the segment
-    /// and its block.
-    pub fn add_segment(&mut self, base: usize, size: usize, extent: B::Extent, claim: (usize, usize)) -> (SegmentId, BlockId) {
+    /// the segment: at least 2 MiB, see `directory`), if any. Returns the
+    /// segment and its block.
+    pub fn add_segment(&mut self, base: usize, size: usize, extent: B::Extent, claim: Option<(usize, usize)>) -> (SegmentId, BlockId) {
         let block = self.blocks.insert(Block::segment_root(base, size));
         let seg = self.segments.insert(Segment {
             base,
@@ -387,8 +387,10 @@ impl<B: Backing> Pool<B> {
         });
         self.blocks.get_mut(block).segment = seg;
         self.index.insert(&mut self.blocks, block);
-        debug_assert!(claim.0 <= base && base + size <= claim.0 + claim.1);
-        self.sh.directory.insert(claim.0, claim.1, self.id);
+        if let Some((at, len)) = claim {
+            debug_assert!(at <= base && base + size <= at + len);
+            self.sh.directory.insert(at, len, self.id);
+        }
         (seg, block)
     }
 

@@ -95,7 +95,7 @@ impl Backing for FixedSegments {
             return;
         }
         let raw = Raw { at: d.device.0, len: d.device.1 };
-        let (seg, _) = pool.add_segment(d.addr, d.size, raw, (raw.at, raw.len));
+        let (seg, _) = pool.add_segment(d.addr, d.size, raw, Some((raw.at, raw.len)));
         let owner = pool.stream;
         let s = pool.segments.get_mut(seg);
         s.serial = d.serial;
@@ -204,7 +204,7 @@ fn malloc_charged(sh: &Shared<FixedSegments>, len: usize) -> Result<Raw, GrowErr
 /// free block.
 fn add_raw(pool: &mut Pool<FixedSegments>, raw: Raw, base: usize, size: usize) -> BlockId {
     pool.sh.counters.segment_added(raw.len);
-    pool.add_segment(base, size, raw, (raw.at, raw.len)).1
+    pool.add_segment(base, size, raw, Some((raw.at, raw.len))).1
 }
 
 /// Whether fixed segment `seg` holds one free block and nothing else.

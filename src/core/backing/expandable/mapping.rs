@@ -128,6 +128,9 @@ impl RangePool {
             sh.backing.cache_handle(bytes, handle);
             return Err(GrowError::Runtime(e));
         }
+        // Blocks handed out here can now be freed by address. The entry stays
+        // when the pages are unmapped: the range is this shard's for good.
+        sh.directory.insert(addr, bytes, self.id);
         let units = bytes / spec.size;
         let piece = Piece { handle, head: i as u32, units: units as u32 };
         let r = self.range_mut(ctx.seg);

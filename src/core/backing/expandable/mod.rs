@@ -415,7 +415,9 @@ impl RangePool {
             ))));
         }
         let range = VmmRange { page_size: spec.size, attr: spec.attr, pages: Vec::new(), mapped: 0, reserved_at };
-        let (seg, _) = self.add_segment(base, va, range, (base, va));
+        // The directory learns a range's pages as they are mapped (`mapping`):
+        // registering a range of many GiB up front cost a millisecond.
+        let (seg, _) = self.add_segment(base, va, range, None);
         self.backing.range = Some(seg);
         sh.counters.range_added();
         Ok(seg)
