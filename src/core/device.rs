@@ -125,17 +125,24 @@ impl<B: Backing> Device<B> {
         // Borrowing needs another stream to borrow from.
         let may_borrow = first && self.streams.len() > 1;
         let ctx = GrowContext { may_borrow, ..self.grow_context(shard, pool) };
+        // The stream's blocks held for reuse go back before it grows, in
+        // both its pools (the other pool's free memory may then move here),
+        // unless another thread is using that pool right now.
+        if let Some(mut sibling) = ctx.sibling.and_then(|s| s.try_lock()) {
+            sibling.drain_reuse();
+        }
         pool.grow(size, rounded, &ctx, first)
     }
 
     /// Allocated bytes over all shards (this one's exact) and their peak.
-    fn grow_context(&self, shard: &Shard<B>, pool: &Pool<B>) -> GrowContext {
+    fn grow_context<'a>(&'a self, shard: &Shard<B>, pool: &Pool<B>) -> GrowContext<'a, B> {
         let others: u64 =
             self.streams.shards().filter(|s| !std::ptr::eq(*s, shard)).map(|s| s.lane.allocated()).sum();
         GrowContext {
             allocated: others + pool.counters().allocated,
             allocated_peak: self.peaks.allocated(),
             may_borrow: false,
+            sibling: Some(&self.streams.entry_of(pool.id).shards[(pool.kind as usize + 1) % 2]),
         }
     }
 

@@ -80,6 +80,15 @@ impl<T> StateLock<T> {
         }
     }
 
+    /// The lock if it is free now (never waits); None if held or poisoned.
+    pub fn try_lock(&self) -> Option<StateGuard<'_, T>> {
+        if self.state.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return None;
+        }
+        let guard = StateGuard { lock: self, panicking: std::thread::panicking() };
+        (!self.poisoned.load(Ordering::Relaxed)).then_some(guard)
+    }
+
     #[cold]
     #[inline(never)]
     fn wait(&self) {

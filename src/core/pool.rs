@@ -99,7 +99,7 @@ impl<B: Backing> Pool<B> {
     /// fit), completed cross-stream frees are reaped, then the backing
     /// places the request or grows. `gc` says whether garbage collection may
     /// be asked for first.
-    pub fn grow(&mut self, size: usize, rounded: usize, ctx: &GrowContext, gc: bool) -> Result<usize, GrowError> {
+    pub fn grow(&mut self, size: usize, rounded: usize, ctx: &GrowContext<'_, B>, gc: bool) -> Result<usize, GrowError> {
         if self.reuse.holds() {
             self.drain_reuse();
         }

@@ -29,6 +29,11 @@ impl<B: Backing> Shard<B> {
             .map_err(|_| Error::Internal("the allocator is unusable after an earlier internal error".into()))
     }
 
+    /// The pool if no one holds it now (never waits).
+    pub fn try_lock(&self) -> Option<StateGuard<'_, Pool<B>>> {
+        self.pool.try_lock()
+    }
+
     /// Locks the pool even after a panic under its lock (teardown, checks).
     pub fn lock_anyway(&self) -> StateGuard<'_, Pool<B>> {
         self.pool.lock().unwrap_or_else(|e| e.into_inner())

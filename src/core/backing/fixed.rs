@@ -36,7 +36,7 @@ impl Backing for FixedSegments {
         pool: &mut Pool<Self>,
         rounded: usize,
         best_fit: Option<BlockId>,
-        _: &GrowContext,
+        _: &GrowContext<'_, Self>,
     ) -> Result<BlockId, GrowError> {
         if let Some(id) = best_fit {
             return Ok(id);

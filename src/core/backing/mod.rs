@@ -32,11 +32,15 @@ pub(crate) use expandable::ExpandableRanges;
 pub(crate) use fixed::FixedSegments;
 
 /// What a growth needs to know about the whole device.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct GrowContext {
+pub(crate) struct GrowContext<'a, B: Backing> {
     /// Bytes allocated over all shards, and their peak.
     pub allocated: u64,
     pub allocated_peak: u64,
+    /// The growing stream's shard of the other pool kind: a
+    /// `reserved_headroom` move may take its free pieces when no one holds
+    /// it (it belongs to the same stream, so its lock may be held across the
+    /// calls; it is never waited for).
+    pub sibling: Option<&'a super::shard::Shard<B>>,
     /// Whether a placement over `reserved_headroom` may stop and ask for
     /// other shards' free pieces (`GrowError::NeedsRoom`) instead of growing.
     pub may_borrow: bool,
@@ -92,7 +96,7 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
         pool: &mut Pool<Self>,
         rounded: usize,
         best_fit: Option<BlockId>,
-        ctx: &GrowContext,
+        ctx: &GrowContext<'_, Self>,
     ) -> Result<BlockId, GrowError>;
 
     /// Takes what `pool` can give back out of it (see the module comment).

@@ -47,8 +47,14 @@ impl RangePool {
             Some(v) => v,
             None => self.movable_pieces(ctx),
         };
-        // Largest first, then lowest address: the first piece that fits.
-        if let Some(pos) = victims.iter().position(|v| v.pages <= avail) {
+        // Largest first, then lowest address: the first piece that fits,
+        // here or in the stream's other pool (see `move_from_sibling`).
+        let own = victims.iter().position(|v| v.pages <= avail);
+        if self.move_from_sibling(ctx, page, avail, own.map_or(0, |i| victims[i].pages)) {
+            ctx.victims = Some(victims);
+            return;
+        }
+        if let Some(pos) = own {
             let v = victims.remove(pos);
             ctx.synced = ctx.synced || self.sync_streams_of(ctx.seg).is_ok();
             if ctx.synced {
@@ -56,6 +62,31 @@ impl RangePool {
             }
         }
         ctx.victims = Some(victims);
+    }
+
+    /// Moves the largest free piece of the stream's other pool that fits
+    /// `avail` pages here, if it is larger than `beat` pages, no one holds
+    /// that pool now (it is never waited for; it belongs to the same stream,
+    /// so holding it across the calls stalls no other stream) and its pages
+    /// are whole pages here. Returns whether a piece moved.
+    fn move_from_sibling(&mut self, ctx: &mut Placement<'_>, page: usize, avail: usize, beat: usize) -> bool {
+        let Some(mut other) = ctx.device.sibling.and_then(|s| s.try_lock()) else { return false };
+        let Some(seg) = other.backing.range else { return false };
+        let theirs = other.range(seg).page_size;
+        if theirs % page != 0 {
+            return false;
+        }
+        // Its held blocks may coalesce into whole free pieces.
+        other.drain_reuse();
+        let mut pieces = other.free_pieces(seg);
+        pieces.sort_unstable_by_key(|&(head, units)| (std::cmp::Reverse(units), head));
+        let fits = |units: usize| units * theirs / page;
+        let Some(&(head, units)) = pieces.iter().find(|&&(_, units)| fits(units) <= avail) else { return false };
+        if fits(units) <= beat {
+            return false;
+        }
+        ctx.sibling_synced = ctx.sibling_synced || other.sync_streams_of(seg).is_ok();
+        ctx.sibling_synced && other.unmap_piece(seg, head).is_ok()
     }
 
     /// Free pieces of the range outside the request: largest first (fewest

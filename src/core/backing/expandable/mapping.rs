@@ -19,7 +19,9 @@ pub(super) struct Placement<'a> {
     /// Free pieces that may move here, found on the first move.
     pub(super) victims: Option<Vec<super::headroom::Victim>>,
     /// Allocated bytes over the device and their peak.
-    pub(super) device: &'a GrowContext,
+    pub(super) device: &'a GrowContext<'a, super::ExpandableRanges>,
+    /// Whether the sibling shard's streams were synchronized for a move.
+    pub(super) sibling_synced: bool,
 }
 
 impl RangePool {
@@ -34,7 +36,7 @@ impl RangePool {
         addr: usize,
         size: usize,
         room: usize,
-        device: &GrowContext,
+        device: &GrowContext<'_, super::ExpandableRanges>,
     ) -> Result<(), GrowError> {
         let (base, page, floor_pages) = {
             let s = self.segments.get(seg);
@@ -45,7 +47,7 @@ impl RangePool {
         // Whole pages inside the free block. Its first page may be shared
         // with the previous block, but then that page is mapped already.
         let room_end = (addr + room - base) / page;
-        let mut ctx = Placement { seg, addr, size, synced: false, victims: None, device };
+        let mut ctx = Placement { seg, addr, size, synced: false, victims: None, device, sibling_synced: false };
         let mut mapped_now = Vec::new();
         let mut i = first;
         while i < end {

@@ -239,7 +239,7 @@ impl Backing for ExpandableRanges {
         pool: &mut RangePool,
         rounded: usize,
         best_fit: Option<BlockId>,
-        ctx: &GrowContext,
+        ctx: &GrowContext<'_, Self>,
     ) -> Result<BlockId, GrowError> {
         if let Some(id) = best_fit {
             return pool.place_in_range(id, rounded, ctx);

@@ -20,7 +20,7 @@ impl RangePool {
         &mut self,
         best_fit: BlockId,
         rounded: usize,
-        device: &GrowContext,
+        device: &GrowContext<'_, super::ExpandableRanges>,
     ) -> Result<BlockId, GrowError> {
         if self.unmapped_under(best_fit, rounded) == 0 {
             return Ok(best_fit);
