@@ -163,6 +163,13 @@ typedef struct npualloc_stats {
      * Live blocks, as rounded.
      */
     uint64_t allocated_bytes;
+    /**
+     * The most live at once: exact while one stream allocates; with
+     * several, the highest total seen when some stream reached a new high
+     * of its own (kept without a counter every stream writes; a peak that
+     * streams each below their own high make together can be missed).
+     * Likewise `requested_bytes_peak`.
+     */
     uint64_t allocated_bytes_peak;
     /**
      * Live blocks, as asked.

@@ -19,6 +19,11 @@ pub struct npualloc_stats {
     pub version: u32,
     /// Live blocks, as rounded.
     pub allocated_bytes: u64,
+    /// The most live at once: exact while one stream allocates; with
+    /// several, the highest total seen when some stream reached a new high
+    /// of its own (kept without a counter every stream writes; a peak that
+    /// streams each below their own high make together can be missed).
+    /// Likewise `requested_bytes_peak`.
     pub allocated_bytes_peak: u64,
     /// Live blocks, as asked.
     pub requested_bytes: u64,
