@@ -228,6 +228,7 @@ fn run_seed(seed: u64, faults: bool) {
                 }
                 let si = rng.index(STREAMS);
                 let before = a.stats().unwrap();
+                let device_before = usage(DEV);
                 match a.malloc(size, m.streams[si]) {
                     Ok(addr) => {
                         // Only copies still queued constrain the placement.
@@ -243,6 +244,16 @@ fn run_seed(seed: u64, faults: bool) {
                         let after = a.stats().unwrap();
                         assert_eq!(after.allocated_bytes, before.allocated_bytes, "{at}");
                         assert_eq!(after.active_blocks, before.active_blocks, "{at}");
+                        // Nothing the refused request obtained stays with the
+                        // allocator (the ladder may have given memory back).
+                        // An injected failure to free can keep a handle.
+                        let u = usage(DEV);
+                        let held = |u: &ascendcl::aclemu_usage| (u.malloc_bytes, u.physical_bytes, u.mapped_bytes);
+                        let (was, now) = (held(&device_before), held(&u));
+                        assert!(
+                            faults || (now.0 <= was.0 && now.1 <= was.1 && now.2 <= was.2),
+                            "{at}: a refused request kept device memory: (malloc, physical, mapped) {was:?} -> {now:?}"
+                        );
                     }
                     Err(e) => panic!("{at}: unexpected {e}"),
                 }
