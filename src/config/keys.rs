@@ -182,7 +182,8 @@ pub const KEYS: &[KeySpec] = &[
         default: "64",
         unit: "MiB",
         doc: "Freed small blocks (up to 1 MiB) held whole for the next request of the same size on \
-              the same stream, skipping the free-block search, split and merge. 0 turns it off.",
+              the same stream, skipping the free-block search, split and merge; at most this many \
+              MiB per stream. 0 turns it off.",
     },
     KeySpec {
         key: Key::ReservedHeadroom,
