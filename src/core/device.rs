@@ -11,8 +11,11 @@
 //! - short leaf locks no one holds across a call: the stream table's
 //!   `adding`, the handle cache, the peaks, the trace.
 //!
-//! A thread holds at most one shard lock at a time (teardown, which holds
-//! the ladder, excepted), so shard locks cannot deadlock.
+//! A thread waits for at most one shard lock at a time and holds no other
+//! while it waits (teardown, which holds the ladder, excepted), so shard
+//! locks cannot deadlock. A growth may also take its stream's other shard,
+//! but only with `try_lock`, never waiting (to return that pool's held
+//! blocks, and for `reserved_headroom` moves within the stream).
 
 use super::backing::{Backing, GrowContext, GrowError};
 use super::policy::{PoolKind, MAX_REQUEST};
