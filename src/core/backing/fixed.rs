@@ -178,13 +178,13 @@ fn obtain_aligned(pool: &mut Pool<FixedSegments>, size: usize, rounded: usize) -
     if usable >= rounded {
         return Ok((first, first.at.next_multiple_of(MIN_BLOCK_SIZE), usable));
     }
-    let second = malloc_charged(&sh, size + MIN_BLOCK_SIZE);
+    // Freed first: on a nearly full device both may not fit at once.
     if sh.rt.on_device(sh.device, || sh.rt.free(first.at)).is_ok() {
         sh.limit.refund(size);
     } else {
         add_raw(pool, first, first.at.next_multiple_of(MIN_BLOCK_SIZE), usable);
     }
-    let second = second?;
+    let second = malloc_charged(&sh, size + MIN_BLOCK_SIZE)?;
     Ok((second, second.at.next_multiple_of(MIN_BLOCK_SIZE), size))
 }
 
