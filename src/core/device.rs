@@ -18,6 +18,7 @@
 //! blocks, and for `reserved_headroom` moves within the stream).
 
 use super::backing::{Backing, GrowContext, GrowError};
+use super::history::Action;
 use super::policy::{PoolKind, MAX_REQUEST};
 use super::pool::Pool;
 use super::shard::Shard;
@@ -117,6 +118,7 @@ impl<B: Backing> Device<B> {
         };
         self.published(entry, kind as usize, &pool);
         self.sh.trace(|t| t.alloc(addr, size, stream));
+        self.sh.history.record(Action::Alloc, addr, size, stream);
         Ok(addr)
     }
 

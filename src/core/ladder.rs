@@ -92,6 +92,10 @@ impl<B: Backing> Device<B> {
             }
         }
         self.sh.counters.oom();
+        self.sh.history.oom(size, shard.lock_anyway().stream(), || {
+            let rt = &self.sh.rt;
+            rt.on_device(self.sh.device, || rt.mem_info()).map_or(0, |(free, _)| free as u64)
+        });
         // Nothing kept on failure: handles this request obtained and could
         // not use go back to the device.
         let _ = B::free_cached(&self.sh);
@@ -108,6 +112,7 @@ impl<B: Backing> Device<B> {
                 self.published(self.streams.entry_of(pool.id), pool.kind as usize, &pool);
                 let stream = pool.stream();
                 self.sh.trace(|t| t.alloc(addr, size, stream));
+                self.sh.history.record(super::history::Action::Alloc, addr, size, stream);
                 Ok(Ok(addr))
             }
             Err(e) if e.is_out_of_memory() => Ok(Err(e)),

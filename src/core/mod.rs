@@ -27,11 +27,13 @@ mod block;
 mod device;
 mod directory;
 mod free_index;
+pub mod history;
 mod invariants;
 mod ladder;
 mod lock;
 pub(crate) mod policy;
 mod pool;
+pub mod pytorch_snapshot;
 mod reclaim;
 mod registry;
 mod reuse;
@@ -170,6 +172,7 @@ impl DeviceAllocator {
                 gc_threshold: config.garbage_collection_threshold,
                 reuse_bytes: config.reuse_cache_bytes(),
                 trace,
+                history: Default::default(),
                 next_serial: Default::default(),
             }
         }
@@ -275,6 +278,23 @@ impl DeviceAllocator {
 
     pub fn snapshot_json(&self) -> Result<String> {
         with_device!(&self.engine, d => d.snapshot_json())
+    }
+
+    /// Keeps the last `max_entries` allocator events (the memory history
+    /// of `pytorch_snapshot`); 0 turns recording off and drops them.
+    pub fn record_history(&self, max_entries: usize) {
+        with_device!(&self.engine, d => d.sh.history.set_capacity(max_entries))
+    }
+
+    /// The recorded history, oldest first (empty while off).
+    pub fn history(&self) -> Vec<history::Event> {
+        with_device!(&self.engine, d => d.sh.history.events())
+    }
+
+    /// Segments, blocks and the memory history in PyTorch's snapshot
+    /// format (see `pytorch_snapshot`). Locks each shard in turn.
+    pub fn pytorch_snapshot(&self) -> Result<pytorch_snapshot::Value> {
+        with_device!(&self.engine, d => d.pytorch_snapshot())
     }
 
     pub fn check_invariants(&self) -> Result<(), String> {

@@ -8,6 +8,7 @@
 use super::backing::{Backing, Detached, GrowContext, GrowError, Scope};
 use super::block::{Block, BlockArena, BlockId, BlockState, NIL};
 use super::free_index::FreeIndex;
+use super::history::Action;
 use super::policy::PoolKind;
 use super::registry::Registry;
 use super::reuse::ReuseLists;
@@ -231,6 +232,7 @@ impl<B: Backing> Pool<B> {
             return self.free_used_elsewhere(id, addr);
         }
         self.counters.block_freed(size, requested);
+        self.sh.history.freed(addr, requested, self.stream, true);
         if self.reuse.push(&mut self.blocks, id, size) {
             let b = self.blocks.get_mut(id);
             b.state = BlockState::Held;
@@ -260,7 +262,9 @@ impl<B: Backing> Pool<B> {
             (b.size, b.requested)
         };
         self.counters.block_freed(size, requested);
-        if self.order.defer(id, events, size) {
+        let deferred = self.order.defer(id, events, size);
+        self.sh.history.freed(addr, requested, self.stream, !deferred);
+        if deferred {
             self.blocks.get_mut(id).state = BlockState::Pending;
         } else {
             self.return_block(id);
@@ -345,6 +349,8 @@ impl<B: Backing> Pool<B> {
         let done = self.order.poll(&self.sh.rt);
         let n = done.len();
         for id in done {
+            let b = self.blocks.get(id);
+            self.sh.history.record(Action::FreeCompleted, b.addr, b.requested, self.stream);
             self.return_block(id);
         }
         n

@@ -29,6 +29,8 @@ pub(crate) struct Shared<B: Backing> {
     /// Config key `trace`. Events are recorded under the lock of the shard
     /// that handles them, so a block's alloc is always listed before its free.
     pub trace: Option<StateLock<TraceRecorder>>,
+    /// The memory history (`history`), off unless asked for.
+    pub history: super::history::History,
     /// The next segment's serial (creation order over all shards).
     pub next_serial: std::sync::atomic::AtomicU64,
 }

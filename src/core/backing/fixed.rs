@@ -7,6 +7,7 @@
 use super::{Backing, Detached, GrowContext, GrowError, Scope};
 use crate::core::block::{BlockId, BlockState, NIL};
 use crate::core::directory::ADDRESS_LIMIT;
+use crate::core::history::Action;
 use crate::core::policy::MIN_BLOCK_SIZE;
 use crate::core::pool::Pool;
 use crate::core::segment::{Segment, SegmentId};
@@ -92,6 +93,7 @@ impl Backing for FixedSegments {
 
     fn settle(pool: &mut Pool<Self>, d: Detached, given_back: bool) {
         if given_back {
+            pool.sh.history.record(Action::SegmentFree, d.addr, d.size, pool.stream);
             return;
         }
         let raw = Raw { at: d.device.0, len: d.device.1 };
@@ -147,6 +149,10 @@ impl Backing for FixedSegments {
 
     fn describe(seg: &Segment<Raw>) -> (bool, usize) {
         (false, seg.extent.len)
+    }
+
+    fn backed_runs(seg: &Segment<Raw>) -> Vec<(usize, usize)> {
+        vec![(seg.base, seg.size)]
     }
 }
 
@@ -204,6 +210,7 @@ fn malloc_charged(sh: &Shared<FixedSegments>, len: usize) -> Result<Raw, GrowErr
 /// free block.
 fn add_raw(pool: &mut Pool<FixedSegments>, raw: Raw, base: usize, size: usize) -> BlockId {
     pool.sh.counters.segment_added(raw.len);
+    pool.sh.history.record(Action::SegmentAlloc, base, size, pool.stream);
     pool.add_segment(base, size, raw, Some((raw.at, raw.len))).1
 }
 

@@ -134,6 +134,11 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
 
     /// The segment's entry in a snapshot: (expandable, mapped bytes).
     fn describe(seg: &Segment<Self::Extent>) -> (bool, usize);
+
+    /// The parts of `seg` backed by memory, as (address, bytes), lowest
+    /// first, each as long as it can be (PyTorch's snapshot format shows
+    /// each as a segment).
+    fn backed_runs(seg: &Segment<Self::Extent>) -> Vec<(usize, usize)>;
 }
 
 /// Why memory could not be obtained.

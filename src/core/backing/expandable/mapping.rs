@@ -3,6 +3,7 @@
 
 use super::{PageSpec, Piece, RangePool};
 use crate::core::backing::{GrowContext, GrowError};
+use crate::core::history::Action;
 use crate::core::segment::SegmentId;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
@@ -142,6 +143,7 @@ impl RangePool {
         r.pages[i..i + units].fill(Some(piece));
         r.mapped += units;
         sh.counters.page_mapped();
+        sh.history.record(Action::SegmentMap, addr, bytes, self.stream);
         Ok(units)
     }
 
@@ -195,6 +197,7 @@ impl RangePool {
         r.mapped -= units;
         sh.backing.cache_handle(units * page, piece.handle);
         sh.counters.page_unmapped();
+        sh.history.record(Action::SegmentUnmap, addr, units * page, self.stream);
         Ok(())
     }
 }

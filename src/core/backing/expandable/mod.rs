@@ -51,6 +51,7 @@ mod placement;
 use super::{Backing, Detached, GrowContext, GrowError, Scope};
 use crate::core::block::{BlockId, BlockState, NIL};
 use crate::core::directory::ADDRESS_LIMIT;
+use crate::core::history::Action;
 use crate::core::policy::{PoolKind, SMALL_BUFFER};
 use crate::core::pool::Pool;
 use crate::core::segment::{Segment, SegmentId};
@@ -312,6 +313,7 @@ impl Backing for ExpandableRanges {
             r.pages[head..head + units].fill(None);
             r.mapped -= units;
             pool.sh.backing.cache_handle(units * page, piece.handle);
+            pool.sh.history.record(Action::SegmentUnmap, d.addr, units * page, pool.stream);
         }
         pool.return_block(d.block);
     }
@@ -381,6 +383,19 @@ impl Backing for ExpandableRanges {
 
     fn describe(seg: &Segment<VmmRange>) -> (bool, usize) {
         (true, seg.extent.mapped * seg.extent.page_size)
+    }
+
+    fn backed_runs(seg: &Segment<VmmRange>) -> Vec<(usize, usize)> {
+        let r = &seg.extent;
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for i in (0..r.top()).filter(|&i| r.page(i).is_some()) {
+            let addr = seg.base + i * r.page_size;
+            match runs.last_mut() {
+                Some((start, len)) if *start + *len == addr => *len += r.page_size,
+                _ => runs.push((addr, r.page_size)),
+            }
+        }
+        runs
     }
 }
 

@@ -1,0 +1,285 @@
+//! The allocator's state and memory history in PyTorch's snapshot format:
+//! the dict `torch.cuda.memory._snapshot()` returns, which PyTorch's
+//! `_memory_viz.py` and the viewer at pytorch.org/memory_viz read.
+//!
+//! ```text
+//! {"segments": [{device, address, total_size, allocated_size, active_size,
+//!                requested_size, stream, segment_type, segment_pool_id,
+//!                is_expandable, frames, blocks: [{address, size,
+//!                requested_size, state, frames}]}],
+//!  "device_traces": [[{action, addr, size, stream, time_us, frames}]]}
+//! ```
+//!
+//! - A segment is memory backed by the device: a fixed segment whole, or
+//!   each run of mapped pages of an expandable range (PyTorch shows the
+//!   mapped part of its expandable segments the same way), so the segments'
+//!   `total_size` adds up to the reserved bytes minus the physical pages
+//!   cached unmapped (and minus the alignment slack a fixed segment may
+//!   carry, see `backing::fixed`).
+//! - Block states: `active_allocated` (handed out), `active_pending_free`
+//!   (freed, waiting for other streams' work), `inactive` (free, or held for
+//!   exact-size reuse: either way no user holds it).
+//! - `device_traces` has one list per device index up to this allocator's
+//!   device; only its own is filled, from the memory history (`history`),
+//!   oldest first. An `oom` entry carries `device_free` instead of `addr`,
+//!   as PyTorch's does. Taking a snapshot adds a `snapshot` entry.
+//! - `frames` are always empty: the allocator sees no Python stacks.
+//! - `segment_pool_id` is `(0, 0)`, PyTorch's id of the default pool.
+//!
+//! The shards are read one at a time, as by `snapshot_json`: calls running
+//! meanwhile on other threads may show up in some shards and not others.
+
+mod value;
+
+pub use value::Value;
+
+use super::backing::Backing;
+use super::block::{BlockState, NIL};
+use super::device::Device;
+use super::history::{Action, Event};
+
+/// A block's state in PyTorch's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    Allocated,
+    PendingFree,
+    Inactive,
+}
+
+impl State {
+    fn name(self) -> &'static str {
+        match self {
+            State::Allocated => "active_allocated",
+            State::PendingFree => "active_pending_free",
+            State::Inactive => "inactive",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BlockView {
+    pub addr: usize,
+    pub size: usize,
+    /// Bytes asked for (0 for an inactive block).
+    pub requested: usize,
+    pub state: State,
+}
+
+/// One segment as PyTorch shows it: memory backed from `addr` for `size`
+/// bytes, tiled by `blocks`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SegmentView {
+    pub addr: usize,
+    pub size: usize,
+    /// "small" or "large".
+    pub kind: &'static str,
+    pub stream: usize,
+    pub expandable: bool,
+    pub blocks: Vec<BlockView>,
+}
+
+impl<B: Backing> Device<B> {
+    /// The snapshot in PyTorch's format (see the module comment).
+    pub fn pytorch_snapshot(&self) -> crate::error::Result<Value> {
+        let mut segments = Vec::new();
+        for shard in self.streams.shards() {
+            let pool = shard.lock()?;
+            let stream = pool.stream().0;
+            for seg_id in pool.segments.ids() {
+                let seg = pool.segments.get(seg_id);
+                let mut blocks = Vec::new();
+                let mut id = seg.first;
+                while id != NIL {
+                    let b = pool.blocks.get(id);
+                    let state = match b.state {
+                        BlockState::Allocated => State::Allocated,
+                        BlockState::Pending => State::PendingFree,
+                        BlockState::Free | BlockState::Held | BlockState::Reclaiming => State::Inactive,
+                    };
+                    let requested = if state == State::Inactive { 0 } else { b.requested };
+                    blocks.push(BlockView { addr: b.addr, size: b.size, requested, state });
+                    id = b.next;
+                }
+                let (expandable, _) = B::describe(seg);
+                let runs = B::backed_runs(seg);
+                for (run, blocks) in runs.iter().zip(split_into_runs(&blocks, &runs)) {
+                    segments.push(SegmentView {
+                        addr: run.0,
+                        size: run.1,
+                        kind: pool.kind.name(),
+                        stream,
+                        expandable,
+                        blocks,
+                    });
+                }
+            }
+        }
+        segments.sort_by_key(|s| s.addr);
+        let allocated: usize =
+            segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state == State::Allocated).map(|b| b.size).sum();
+        self.sh.history.record(Action::Snapshot, 0, allocated, crate::runtime::Stream::DEFAULT);
+        Ok(document(self.sh.device, &segments, &self.sh.history.events()))
+    }
+}
+
+/// Cuts address-ordered `blocks` at the edges of `runs` (address-ordered,
+/// disjoint): for each run, the parts of blocks inside it. Parts of blocks
+/// outside every run (unmapped pages of free blocks) are dropped.
+pub(crate) fn split_into_runs(blocks: &[BlockView], runs: &[(usize, usize)]) -> Vec<Vec<BlockView>> {
+    let mut out = Vec::with_capacity(runs.len());
+    let mut first = 0;
+    for &(start, len) in runs {
+        let end = start + len;
+        // Blocks wholly below this run are below every later run too.
+        while first < blocks.len() && blocks[first].addr + blocks[first].size <= start {
+            first += 1;
+        }
+        let mut parts = Vec::new();
+        for b in blocks[first..].iter().take_while(|b| b.addr < end) {
+            let from = b.addr.max(start);
+            let to = (b.addr + b.size).min(end);
+            parts.push(BlockView { addr: from, size: to - from, ..*b });
+        }
+        out.push(parts);
+    }
+    out
+}
+
+fn sum(blocks: &[BlockView], pick: impl Fn(&BlockView) -> bool, field: impl Fn(&BlockView) -> usize) -> Value {
+    Value::int(blocks.iter().filter(|b| pick(b)).map(field).sum::<usize>())
+}
+
+fn segment_value(device: i32, s: &SegmentView) -> Value {
+    let blocks = s
+        .blocks
+        .iter()
+        .map(|b| {
+            Value::dict([
+                ("address", Value::int(b.addr)),
+                ("size", Value::int(b.size)),
+                ("requested_size", Value::int(b.requested)),
+                ("state", Value::str(b.state.name())),
+                ("frames", Value::List(Vec::new())),
+            ])
+        })
+        .collect();
+    let allocated = |b: &BlockView| b.state == State::Allocated;
+    let active = |b: &BlockView| b.state != State::Inactive;
+    Value::dict([
+        ("device", Value::int(device)),
+        ("address", Value::int(s.addr)),
+        ("total_size", Value::int(s.size)),
+        ("allocated_size", sum(&s.blocks, allocated, |b| b.size)),
+        ("active_size", sum(&s.blocks, active, |b| b.size)),
+        ("requested_size", sum(&s.blocks, allocated, |b| b.requested)),
+        ("stream", Value::int(s.stream)),
+        ("segment_type", Value::str(s.kind)),
+        ("segment_pool_id", Value::Tuple(vec![Value::int(0u8), Value::int(0u8)])),
+        ("is_expandable", Value::Bool(s.expandable)),
+        ("frames", Value::List(Vec::new())),
+        ("blocks", Value::List(blocks)),
+    ])
+}
+
+fn trace_entry(e: &Event) -> Value {
+    let place = if e.action == Action::Oom {
+        ("device_free", Value::int(e.device_free))
+    } else {
+        ("addr", Value::int(e.addr))
+    };
+    Value::dict([
+        ("action", Value::str(e.action.name())),
+        place,
+        ("size", Value::int(e.size)),
+        ("stream", Value::int(e.stream)),
+        ("time_us", Value::int(e.time_us)),
+        ("frames", Value::List(Vec::new())),
+    ])
+}
+
+/// The whole document for `device`.
+pub(crate) fn document(device: i32, segments: &[SegmentView], events: &[Event]) -> Value {
+    let mut traces: Vec<Value> = (0..device.max(0)).map(|_| Value::List(Vec::new())).collect();
+    traces.push(Value::List(events.iter().map(trace_entry).collect()));
+    Value::dict([
+        ("segments", Value::List(segments.iter().map(|s| segment_value(device, s)).collect())),
+        ("device_traces", Value::List(traces)),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(addr: usize, size: usize, requested: usize, state: State) -> BlockView {
+        BlockView { addr, size, requested, state }
+    }
+
+    #[test]
+    fn blocks_are_cut_at_run_edges_and_unbacked_parts_dropped() {
+        // [0x0, 0x100) allocated, [0x100, 0x500) free across a hole at
+        // [0x200, 0x400), [0x500, 0x600) pending.
+        let blocks = [
+            block(0x0, 0x100, 0x80, State::Allocated),
+            block(0x100, 0x400, 0, State::Inactive),
+            block(0x500, 0x100, 0x100, State::PendingFree),
+        ];
+        let runs = [(0x0, 0x200), (0x400, 0x200)];
+        let parts = split_into_runs(&blocks, &runs);
+        assert_eq!(
+            parts,
+            [
+                vec![block(0x0, 0x100, 0x80, State::Allocated), block(0x100, 0x100, 0, State::Inactive)],
+                vec![block(0x400, 0x100, 0, State::Inactive), block(0x500, 0x100, 0x100, State::PendingFree)],
+            ]
+        );
+        for (run, parts) in runs.iter().zip(&parts) {
+            assert_eq!(parts.iter().map(|b| b.size).sum::<usize>(), run.1, "blocks tile the run");
+        }
+    }
+
+    #[test]
+    fn segment_sums_and_names() {
+        let seg = SegmentView {
+            addr: 0x1000,
+            size: 0x400,
+            kind: "large",
+            stream: 7,
+            expandable: true,
+            blocks: vec![
+                block(0x1000, 0x200, 0x1f0, State::Allocated),
+                block(0x1200, 0x100, 0x100, State::PendingFree),
+                block(0x1300, 0x100, 0, State::Inactive),
+            ],
+        };
+        let v = segment_value(2, &seg);
+        let int = |k: &str| v.get(k).and_then(Value::as_int).unwrap();
+        assert_eq!(int("device"), 2);
+        assert_eq!(int("address"), 0x1000);
+        assert_eq!(int("total_size"), 0x400);
+        assert_eq!(int("allocated_size"), 0x200);
+        assert_eq!(int("active_size"), 0x300);
+        assert_eq!(int("requested_size"), 0x1f0);
+        assert_eq!(int("stream"), 7);
+        assert_eq!(v.get("segment_type").and_then(Value::as_str), Some("large"));
+        assert_eq!(v.get("is_expandable"), Some(&Value::Bool(true)));
+        let states: Vec<_> = v.get("blocks").and_then(Value::as_list).unwrap().iter().map(|b| b.get("state").and_then(Value::as_str).unwrap()).collect();
+        assert_eq!(states, ["active_allocated", "active_pending_free", "inactive"]);
+    }
+
+    #[test]
+    fn traces_sit_at_the_device_index_and_oom_has_device_free() {
+        let ev = |action, addr, device_free| Event { action, addr, size: 64, stream: 0, time_us: 5, device_free };
+        let doc = document(1, &[], &[ev(Action::Alloc, 0x10, 0), ev(Action::Oom, 0, 999)]);
+        let traces = doc.get("device_traces").and_then(Value::as_list).unwrap();
+        assert_eq!(traces.len(), 2);
+        assert_eq!(traces[0].as_list().map(<[Value]>::len), Some(0));
+        let mine = traces[1].as_list().unwrap();
+        assert_eq!(mine[0].get("action").and_then(Value::as_str), Some("alloc"));
+        assert_eq!(mine[0].get("addr").and_then(Value::as_int), Some(0x10));
+        assert_eq!(mine[1].get("action").and_then(Value::as_str), Some("oom"));
+        assert_eq!(mine[1].get("device_free").and_then(Value::as_int), Some(999));
+        assert_eq!(mine[1].get("addr"), None);
+        assert_eq!(mine[1].get("time_us").and_then(Value::as_int), Some(5));
+    }
+}
