@@ -35,6 +35,11 @@ options:
                       same numbers, sizes in bytes)
   --svg FILE          write charts of requested vs reserved bytes and the
                       first configuration's segments at its peak
+  --snapshot DIR      write DIR/NAME.pickle for each trace NAME.trace.gz: the
+                      first configuration's state at the trace's peak of
+                      reserved memory with the history of every event
+                      before it, in PyTorch's snapshot format (open it with
+                      torch/cuda/_memory_viz.py or pytorch.org/memory_viz)
   --progress          show progress on stderr even when it is not a terminal
   -h, --help          this text
 
@@ -84,6 +89,7 @@ struct Args {
     warm: bool,
     json: bool,
     svg: Option<PathBuf>,
+    snapshot: Option<PathBuf>,
     progress: bool,
     traces: Vec<PathBuf>,
 }
@@ -98,6 +104,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, Stri
         warm: false,
         json: false,
         svg: None,
+        snapshot: None,
         progress: false,
         traces: Vec::new(),
     };
@@ -125,6 +132,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, Stri
             "--warm" => a.warm = true,
             "--json" => a.json = true,
             "--svg" => a.svg = Some(PathBuf::from(value("--svg")?)),
+            "--snapshot" => a.snapshot = Some(PathBuf::from(value("--snapshot")?)),
             "--progress" => a.progress = true,
             f if f.starts_with('-') && f.len() > 1 => return Err(format!("unknown option '{f}'")),
             _ => a.traces.push(PathBuf::from(arg)),
@@ -237,6 +245,12 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Some(dir) = &args.snapshot {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("npualloc-replay: --snapshot: cannot create '{}': {e}", dir.display());
+            return ExitCode::from(1);
+        }
+    }
     let library = args.library.clone().unwrap_or_else(default_library);
     if !library.exists() {
         eprintln!(
@@ -320,6 +334,21 @@ fn main() -> ExitCode {
         if let Err(e) = out.write(svg::render(&figures).as_bytes()) {
             eprintln!("npualloc-replay: --svg: {e}");
             return ExitCode::from(1);
+        }
+    }
+    if let Some(dir) = &args.snapshot {
+        let config = args.configs.first().map_or("", String::as_str);
+        for p in &prepared {
+            progress.show(&format!("{} | snapshot at peak", p.name));
+            let path = dir.join(replay::peak_snapshot::file_name(&p.name));
+            let written = replay::peak_snapshot::snapshot_at_peak(&emu, p, config).and_then(|(snap, _)| {
+                std::fs::write(&path, replay::pickle::to_pickle(&snap)).map_err(|e| format!("cannot write: {e}"))
+            });
+            progress.clear();
+            if let Err(e) = written {
+                eprintln!("npualloc-replay: --snapshot '{}': {e}", path.display());
+                return ExitCode::from(1);
+            }
         }
     }
     let failed = flat.iter().filter(|r| r.result.is_err()).count();

@@ -52,6 +52,8 @@ mod tests;
 #[cfg(test)]
 mod tests_expandable;
 #[cfg(test)]
+mod tests_history;
+#[cfg(test)]
 mod tests_pieces;
 #[cfg(test)]
 mod tests_random;

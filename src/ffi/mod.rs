@@ -25,6 +25,7 @@ pub mod boundary;
 pub mod allocator;
 pub mod desc;
 pub mod handle;
+pub mod history;
 pub mod last_error;
 pub mod memcpy;
 pub mod pluggable;

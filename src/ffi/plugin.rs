@@ -87,6 +87,10 @@ pub struct npualloc_api {
     pub pluggable_reset_peak_stats: extern "C" fn(c_int),
     pub abi_version_fn: extern "C" fn() -> u32,
     pub version: extern "C" fn() -> *const c_char,
+    // Appended after the first release of ABI 1: present when `struct_size`
+    // reaches past them.
+    pub record_history: unsafe extern "C" fn(*mut npualloc_allocator, usize) -> npualloc_status,
+    pub snapshot_pytorch_json: unsafe extern "C" fn(*const npualloc_allocator, *mut *mut c_char) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -126,6 +130,8 @@ static API_V1: npualloc_api = npualloc_api {
     pluggable_reset_peak_stats: super::pluggable::npualloc_pluggable_reset_peak_stats,
     abi_version_fn: super::version::npualloc_abi_version,
     version: super::version::npualloc_version,
+    record_history: super::history::npualloc_record_history,
+    snapshot_pytorch_json: super::history::npualloc_snapshot_pytorch_json,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error
@@ -158,5 +164,20 @@ mod tests {
         assert_eq!((api.abi_version_fn)(), 1);
         assert!(npualloc_get_api(2).is_null());
         assert!(npualloc_get_api(0).is_null());
+    }
+
+    #[test]
+    fn appended_fields_sit_past_the_first_release() {
+        // The first ABI-1 table ended with `version`; hosts built against it
+        // read no further, and newer hosts find the appended functions there.
+        let first_release_end = std::mem::offset_of!(npualloc_api, version) + std::mem::size_of::<usize>();
+        assert_eq!(std::mem::offset_of!(npualloc_api, record_history), first_release_end);
+        assert!(std::mem::offset_of!(npualloc_api, snapshot_pytorch_json) > first_release_end);
+        // SAFETY: a non-NULL result points to the static table.
+        let api = unsafe { &*npualloc_get_api(1) };
+        let null = std::ptr::null_mut();
+        // SAFETY: a NULL handle is refused before anything is read.
+        let st = unsafe { (api.record_history)(null, 8) };
+        assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
     }
 }

@@ -19,6 +19,8 @@ pub mod emulator;
 mod engine;
 pub mod json;
 pub mod prepared;
+pub mod peak_snapshot;
+pub mod pickle;
 pub mod snapshot;
 pub mod svg;
 pub mod table;

@@ -1,0 +1,68 @@
+//! Memory history and the snapshot in PyTorch's format.
+
+use super::handle::{npualloc_allocator, Allocator};
+use super::status::npualloc_status;
+use crate::error::Error;
+use std::ffi::{c_char, CString};
+
+/// Starts, resizes or stops the memory history: the allocator keeps its last
+/// `max_entries` events (alloc, free requested, free completed, segment
+/// alloc/free or map/unmap, out of memory) for
+/// `npualloc_snapshot_pytorch_json`. 0 turns recording off and drops the
+/// entries kept; a smaller bound than before keeps the newest. Off when an
+/// allocator is created.
+///
+/// While off, a malloc or free pays one relaxed atomic load for it; while
+/// on, each event takes a lock shared by the allocator's streams. Memory for
+/// entries grows as they arrive (about 50 bytes each), up to the bound.
+///
+/// Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`.
+/// Thread-safe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_record_history(a: *mut npualloc_allocator, max_entries: usize) -> npualloc_status {
+    ffi_boundary!(status "npualloc_record_history", {
+        // SAFETY: from_handle refuses NULL and non-allocators; the caller
+        // promises a handle from npualloc_create.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        allocator.core.record_history(max_entries);
+        Ok(())
+    })
+}
+
+/// Writes a snapshot in the format of PyTorch's
+/// `torch.cuda.memory._snapshot()`, as JSON, to `*out_json`: an object with
+/// `segments` (each with `device`, `address`, `total_size`,
+/// `allocated_size`, `active_size`, `requested_size`, `stream`,
+/// `segment_type`, `segment_pool_id`, `is_expandable`, `frames` and
+/// `blocks`, each block with `address`, `size`, `requested_size`, `state`
+/// — active_allocated / active_pending_free / inactive — and `frames`) and
+/// `device_traces` (one list per device index up to this allocator's
+/// device; this device's holds the memory history, oldest first, each
+/// entry with `action`, `addr` (`device_free` for "oom"), `size`,
+/// `stream`, `time_us`, `frames`). Frames are always empty lists.
+///
+/// A segment is device-backed memory: a fixed segment, or each run of
+/// mapped pages of an expandable range (`is_expandable` true). The history
+/// is empty unless `npualloc_record_history` turned it on; taking a
+/// snapshot adds a "snapshot" entry to it. Free the string with
+/// `npualloc_string_free`. Costs O(blocks + entries) and locks each of the
+/// allocator's pools in turn.
+///
+/// Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a` or a NULL
+/// `out_json` (nothing written).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_snapshot_pytorch_json(
+    a: *const npualloc_allocator,
+    out_json: *mut *mut c_char,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_snapshot_pytorch_json", {
+        // SAFETY: as in npualloc_record_history.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let out = try_out!(out_json, "out_json");
+        let json = allocator.core.pytorch_snapshot()?.to_json();
+        let c = CString::new(json).map_err(|_| Error::Internal("snapshot contains a NUL byte".into()))?;
+        // SAFETY: out was checked non-NULL and aligned.
+        unsafe { out.write(c.into_raw()) };
+        Ok(())
+    })
+}
