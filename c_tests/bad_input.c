@@ -183,6 +183,25 @@ static void direct_use(npualloc_allocator *other) {
     CHECK(json == (char *)not_a_handle);
     npualloc_string_free(NULL);
 
+    /* memory history and the PyTorch-format snapshot */
+    REFUSED(npualloc_record_history(NULL, 10), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_record_history((npualloc_allocator *)not_a_handle, 10), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_snapshot_pytorch_json(NULL, &json), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_snapshot_pytorch_json(A, NULL), NPUALLOC_ERR_INVALID_ARGUMENT);
+    CHECK(json == (char *)not_a_handle);
+    REFUSED(npualloc_pluggable_record_history(-1, 10), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_pluggable_record_history(1 << 20, 10), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_pluggable_snapshot_pytorch_json(0, NULL), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_pluggable_snapshot_pytorch_json(-1, &json), NPUALLOC_ERR_INVALID_ARGUMENT);
+    CHECK(json == (char *)not_a_handle);
+    CHECK_STATUS(npualloc_record_history(A, 4), NPUALLOC_OK);
+    CHECK_STATUS(npualloc_snapshot_pytorch_json(A, &json), NPUALLOC_OK);
+    CHECK(strncmp(json, "{\"segments\":[", 13) == 0);
+    CHECK(strstr(json, "\"device_traces\":[") != NULL);
+    npualloc_string_free(json);
+    json = (char *)not_a_handle;
+    CHECK_STATUS(npualloc_record_history(A, 0), NPUALLOC_OK);
+
     /* names */
     CHECK(npualloc_status_name((npualloc_status)12345) != NULL);
     CHECK(strlen(npualloc_status_name((npualloc_status)12345)) > 0);

@@ -270,6 +270,10 @@ typedef struct npualloc_api {
     void (*pluggable_reset_peak_stats)(int);
     uint32_t (*abi_version_fn)(void);
     const char *(*version)(void);
+    npualloc_status (*record_history)(struct npualloc_allocator*, size_t);
+    npualloc_status (*snapshot_pytorch_json)(const struct npualloc_allocator*, char**);
+    npualloc_status (*pluggable_record_history)(int, size_t);
+    npualloc_status (*pluggable_snapshot_pytorch_json)(int, char**);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -439,6 +443,72 @@ npualloc_status npualloc_binding_create(struct npualloc_allocator *a,
  * Destroys a binding made by `npualloc_binding_create`. NULL is a no-op.
  */
 npualloc_status npualloc_binding_destroy(void *binding);
+
+/**
+ * Starts, resizes or stops the memory history: the allocator keeps its last
+ * `max_entries` events (alloc, free requested, free completed, segment
+ * alloc/free or map/unmap, out of memory) for
+ * `npualloc_snapshot_pytorch_json`. 0 turns recording off and drops the
+ * entries kept; a smaller bound than before keeps the newest. Off when an
+ * allocator is created.
+ *
+ * While off, a malloc or free pays one relaxed atomic load for it; while
+ * on, each event takes a lock shared by the allocator's streams. Memory for
+ * entries grows as they arrive (about 50 bytes each), up to the bound.
+ *
+ * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`.
+ * Thread-safe.
+ */
+npualloc_status npualloc_record_history(struct npualloc_allocator *a, size_t max_entries);
+
+/**
+ * Writes a snapshot in the format of PyTorch's
+ * `torch.cuda.memory._snapshot()`, as JSON, to `*out_json`: an object with
+ * `segments` (each with `device`, `address`, `total_size`,
+ * `allocated_size`, `active_size`, `requested_size`, `stream`,
+ * `segment_type`, `segment_pool_id`, `is_expandable`, `frames` and
+ * `blocks`, each block with `address`, `size`, `requested_size`, `state`
+ * — active_allocated / active_pending_free / inactive — and `frames`) and
+ * `device_traces` (one list per device index up to this allocator's
+ * device; this device's holds the memory history, oldest first, each
+ * entry with `action`, `addr` (`device_free` for "oom"), `size`,
+ * `stream`, `time_us`, `frames`). Frames are always empty lists.
+ *
+ * A segment is device-backed memory: a fixed segment, or each run of
+ * mapped pages of an expandable range (`is_expandable` true). The history
+ * is empty unless `npualloc_record_history` turned it on; taking a
+ * snapshot adds a "snapshot" entry to it. Free the string with
+ * `npualloc_string_free`. Costs O(blocks + entries) and locks each of the
+ * allocator's pools in turn.
+ *
+ * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a` or a NULL
+ * `out_json` (nothing written).
+ */
+npualloc_status npualloc_snapshot_pytorch_json(const struct npualloc_allocator *a, char **out_json);
+
+/**
+ * `npualloc_record_history` for the process-wide allocator of `device`
+ * that the torch_npu pluggable entry points use (created now from
+ * `NPUALLOC_CONF` if it does not exist yet, as their first allocation
+ * would).
+ *
+ * Statuses: OK; INVALID_ARGUMENT for a device outside the range
+ * `npualloc_pluggable_init` set (0..64 before it); the status of the
+ * creation failure when the device's allocator cannot be created.
+ * Thread-safe.
+ */
+npualloc_status npualloc_pluggable_record_history(int device, size_t max_entries);
+
+/**
+ * `npualloc_snapshot_pytorch_json` for the process-wide allocator of
+ * `device` that the torch_npu pluggable entry points use (created now from
+ * `NPUALLOC_CONF` if it does not exist yet). Free the string with
+ * `npualloc_string_free`.
+ *
+ * Statuses: as `npualloc_pluggable_record_history`, and INVALID_ARGUMENT
+ * for a NULL `out_json` (nothing written, nothing created).
+ */
+npualloc_status npualloc_pluggable_snapshot_pytorch_json(int device, char **out_json);
 
 /**
  * The message recorded by the most recent failing npualloc call on this

@@ -89,5 +89,23 @@ fn pluggable_hooks_on_the_emulator() {
         assert!(last_error_message().contains("fraction"));
         assert!(npualloc_pluggable_malloc(0, 0, null_mut()).is_null());
         assert_eq!(last_error_message(), "", "size 0 is not an error");
+
+        // Memory history of device 0's allocator, as torch users turn it on.
+        use npualloc::ffi::history::*;
+        use npualloc::ffi::npualloc_status::*;
+        assert_eq!(npualloc_pluggable_record_history(0, 100), NPUALLOC_OK);
+        let p = npualloc_pluggable_malloc(5000, 0, null_mut());
+        assert!(!p.is_null());
+        npualloc_pluggable_free(p, 5000, 0, null_mut());
+        let mut json: *mut std::ffi::c_char = null_mut();
+        assert_eq!(npualloc_pluggable_snapshot_pytorch_json(0, &mut json), NPUALLOC_OK);
+        let text = std::ffi::CStr::from_ptr(json).to_str().unwrap().to_string();
+        npualloc::ffi::stats::npualloc_string_free(json);
+        let alloc = format!("{{\"action\":\"alloc\",\"addr\":{},\"size\":5000,", p as usize);
+        assert!(text.contains(&alloc), "{text}");
+        assert!(text.contains("\"action\":\"free_completed\""), "{text}");
+        assert_eq!(npualloc_pluggable_record_history(2, 100), NPUALLOC_ERR_INVALID_ARGUMENT);
+        assert!(last_error_message().contains("device 2"), "{}", last_error_message());
+        assert_eq!(npualloc_pluggable_record_history(0, 0), NPUALLOC_OK);
     }
 }

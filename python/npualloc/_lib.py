@@ -88,6 +88,10 @@ def lib():
             "npualloc_get_stats": (status, [P, ctypes.POINTER(Stats)]),
             "npualloc_snapshot_json": (status, [P, ctypes.POINTER(P)]),
             "npualloc_string_free": (None, [P]),
+            "npualloc_record_history": (status, [P, S]),
+            "npualloc_snapshot_pytorch_json": (status, [P, ctypes.POINTER(P)]),
+            "npualloc_pluggable_record_history": (status, [ctypes.c_int, S]),
+            "npualloc_pluggable_snapshot_pytorch_json": (status, [ctypes.c_int, ctypes.POINTER(P)]),
             "npualloc_version": (ctypes.c_char_p, []),
         }
         for name, (restype, argtypes) in sigs.items():

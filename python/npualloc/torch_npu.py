@@ -15,15 +15,29 @@ The allocators behind the hooks are created on each device's first
 allocation, from ``NPUALLOC_CONF`` (``enable(config=...)`` sets it). The ACL
 runtime is found as for ``CachingAllocator``: the ``acl_library`` config key,
 ``NPUALLOC_ACL_LIBRARY``, ``$ASCEND_HOME_PATH/lib64``, then the loader's search.
+
+PyTorch's memory snapshots, under the names torch users know::
+
+    npualloc.torch_npu._record_memory_history(max_entries=100000)
+    ...
+    npualloc.torch_npu._dump_snapshot("snap.pickle")   # open with _memory_viz.py
+
+They act on the allocator of the current NPU that the hooks use (created
+from ``NPUALLOC_CONF`` if it does not exist yet); see ``npualloc.memory``.
 """
 
 import ctypes
 import importlib
 import os
+import pickle
+import sys
 
-from . import _lib
+from . import _lib, memory as _memory
 
-__all__ = ["enable", "is_enabled", "TorchNpuError", "MALLOC_FN", "FREE_FN", "HOOKS"]
+__all__ = [
+    "enable", "is_enabled", "TorchNpuError", "MALLOC_FN", "FREE_FN", "HOOKS",
+    "_record_memory_history", "_snapshot", "_dump_snapshot",
+]
 
 MALLOC_FN = "npualloc_pluggable_malloc"
 FREE_FN = "npualloc_pluggable_free"
@@ -221,3 +235,50 @@ def _address(handle, symbol, library):
     except AttributeError:
         raise TorchNpuError(f"{library} does not export {symbol}; is it an older libnpualloc?") from None
     return ctypes.cast(fn, ctypes.c_void_p).value
+
+
+def _device(device):
+    """``device`` as an index: an int, a ``torch.device``/string with an
+    index, or None for torch_npu's current device (0 without torch_npu)."""
+    if device is None:
+        try:
+            current = getattr(importlib.import_module("torch_npu").npu, "current_device", None)
+        except (ImportError, AttributeError):
+            current = None
+        return int(current()) if callable(current) else 0
+    if isinstance(device, bool):
+        raise ValueError(f"device must be an index, got {device!r}")
+    if isinstance(device, int):
+        return device
+    index = getattr(device, "index", None)
+    if index is None and isinstance(device, str) and ":" in device:
+        index = device.rsplit(":", 1)[1]
+    if index is None:
+        raise ValueError(f"device {device!r} has no index")
+    return int(index)
+
+
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None, **_):
+    """As ``torch.cuda.memory._record_memory_history``: ``enabled="all"`` (or
+    True) keeps the last ``max_entries`` allocator events of the device;
+    None, False or ``"state"`` turns the history off and drops it (the
+    snapshot always shows the current state). ``context`` and ``stacks`` are
+    accepted and ignored: npualloc records no stacks."""
+    if enabled not in ("all", "state", None, True, False):
+        raise ValueError(f"enabled must be 'all', 'state' or None, got {enabled!r}")
+    on = enabled in ("all", True)
+    _memory._pluggable_record_history(_device(device), max_entries if on else 0)
+
+
+def _snapshot(device=None):
+    """As ``torch.cuda.memory._snapshot``: the device's segments, blocks and
+    recorded history, in PyTorch's format."""
+    return _memory._pluggable_snapshot(_device(device))
+
+
+def _dump_snapshot(filename="dump_snapshot.pickle", device=None):
+    """As ``torch.cuda.memory._dump_snapshot``: ``_snapshot()`` pickled to
+    ``filename``, for ``_memory_viz.py`` or pytorch.org/memory_viz."""
+    snap = _snapshot(device)
+    with open(filename, "wb") as f:
+        pickle.dump(snap, f)

@@ -3,7 +3,8 @@
 use super::handle::{npualloc_allocator, Allocator};
 use super::status::npualloc_status;
 use crate::error::Error;
-use std::ffi::{c_char, CString};
+use crate::core::DeviceAllocator;
+use std::ffi::{c_char, c_int, CString};
 
 /// Starts, resizes or stops the memory history: the allocator keeps its last
 /// `max_entries` events (alloc, free requested, free completed, segment
@@ -59,8 +60,50 @@ pub unsafe extern "C" fn npualloc_snapshot_pytorch_json(
         // SAFETY: as in npualloc_record_history.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         let out = try_out!(out_json, "out_json");
-        let json = allocator.core.pytorch_snapshot()?.to_json();
-        let c = CString::new(json).map_err(|_| Error::Internal("snapshot contains a NUL byte".into()))?;
+        let c = snapshot_string(&allocator.core)?;
+        // SAFETY: out was checked non-NULL and aligned.
+        unsafe { out.write(c.into_raw()) };
+        Ok(())
+    })
+}
+
+fn snapshot_string(core: &DeviceAllocator) -> crate::error::Result<CString> {
+    let json = core.pytorch_snapshot()?.to_json();
+    CString::new(json).map_err(|_| Error::Internal("snapshot contains a NUL byte".into()))
+}
+
+/// `npualloc_record_history` for the process-wide allocator of `device`
+/// that the torch_npu pluggable entry points use (created now from
+/// `NPUALLOC_CONF` if it does not exist yet, as their first allocation
+/// would).
+///
+/// Statuses: OK; INVALID_ARGUMENT for a device outside the range
+/// `npualloc_pluggable_init` set (0..64 before it); the status of the
+/// creation failure when the device's allocator cannot be created.
+/// Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn npualloc_pluggable_record_history(device: c_int, max_entries: usize) -> npualloc_status {
+    ffi_boundary!(status "npualloc_pluggable_record_history", {
+        super::pluggable::allocator(device)?.record_history(max_entries);
+        Ok(())
+    })
+}
+
+/// `npualloc_snapshot_pytorch_json` for the process-wide allocator of
+/// `device` that the torch_npu pluggable entry points use (created now from
+/// `NPUALLOC_CONF` if it does not exist yet). Free the string with
+/// `npualloc_string_free`.
+///
+/// Statuses: as `npualloc_pluggable_record_history`, and INVALID_ARGUMENT
+/// for a NULL `out_json` (nothing written, nothing created).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pluggable_snapshot_pytorch_json(
+    device: c_int,
+    out_json: *mut *mut c_char,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_pluggable_snapshot_pytorch_json", {
+        let out = try_out!(out_json, "out_json");
+        let c = snapshot_string(super::pluggable::allocator(device)?)?;
         // SAFETY: out was checked non-NULL and aligned.
         unsafe { out.write(c.into_raw()) };
         Ok(())

@@ -43,7 +43,7 @@ fn check_device(device: c_int) -> Result<usize> {
 }
 
 /// The allocator of `device`, created from `NPUALLOC_CONF` on first use.
-fn allocator(device: c_int) -> Result<&'static DeviceAllocator> {
+pub(crate) fn allocator(device: c_int) -> Result<&'static DeviceAllocator> {
     let d = check_device(device)?;
     let created = SLOTS[d].get_or_init(|| Config::from_env().and_then(|c| DeviceAllocator::new(c, device)));
     created.as_ref().map_err(|e| e.clone())

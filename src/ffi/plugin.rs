@@ -91,6 +91,8 @@ pub struct npualloc_api {
     // reaches past them.
     pub record_history: unsafe extern "C" fn(*mut npualloc_allocator, usize) -> npualloc_status,
     pub snapshot_pytorch_json: unsafe extern "C" fn(*const npualloc_allocator, *mut *mut c_char) -> npualloc_status,
+    pub pluggable_record_history: extern "C" fn(c_int, usize) -> npualloc_status,
+    pub pluggable_snapshot_pytorch_json: unsafe extern "C" fn(c_int, *mut *mut c_char) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -132,6 +134,8 @@ static API_V1: npualloc_api = npualloc_api {
     version: super::version::npualloc_version,
     record_history: super::history::npualloc_record_history,
     snapshot_pytorch_json: super::history::npualloc_snapshot_pytorch_json,
+    pluggable_record_history: super::history::npualloc_pluggable_record_history,
+    pluggable_snapshot_pytorch_json: super::history::npualloc_pluggable_snapshot_pytorch_json,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error
