@@ -32,6 +32,14 @@ if "npualloc/libnpualloc.so" not in names:
     sys.exit(f"the wheel does not carry npualloc/libnpualloc.so: {names}")
 PY
 
+echo "== Python: PyTorch's _memory_viz.py, to open snapshots with"
+if viz=$("$python" scripts/fetch-memory-viz.py); then
+    export NPUALLOC_MEMORY_VIZ=$viz
+    echo "using $viz"
+else
+    echo "not available: the snapshot tests that open it will be skipped"
+fi
+
 echo "== Python: pip install the wheel, pytest against it"
 "$venv_python" -m pip install --quiet "$wheel" pytest
 status=0

@@ -250,10 +250,11 @@ def _device(device):
         raise ValueError(f"device must be an index, got {device!r}")
     if isinstance(device, int):
         return device
-    index = getattr(device, "index", None)
-    if index is None and isinstance(device, str) and ":" in device:
-        index = device.rsplit(":", 1)[1]
-    if index is None:
+    if isinstance(device, str):
+        index = device.rsplit(":", 1)[1] if ":" in device else None
+    else:
+        index = getattr(device, "index", None)
+    if not isinstance(index, (int, str)):
         raise ValueError(f"device {device!r} has no index")
     return int(index)
 
