@@ -17,6 +17,10 @@
 //! prints the median ratio to the untraced loop, which a machine shared with
 //! other work distorts less than back-to-back criterion runs.
 //!
+//! `history_overhead` does the same for the memory history on one allocator:
+//! rounds with the history off and on (a ring of 65,536 entries, full after
+//! the first round, so every event also drops the oldest) alternate.
+//!
 //! Needs the release emulator: `cargo build --workspace --release` first.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
@@ -190,6 +194,40 @@ fn trace_overhead(_: &mut Criterion) {
     check_trace(&file.0);
 }
 
+/// Memory history off and on, interleaved in rounds on one allocator;
+/// prints the median per-round ratio on / off.
+fn history_overhead(_: &mut Criterion) {
+    const ROUNDS: usize = 41;
+    const PAIRS: u64 = 20_000;
+    let emu = emulator();
+    let stream = emu.create_streams(1).unwrap()[0];
+    let a = allocator(&emu, "");
+    println!("history_overhead: median of {ROUNDS} interleaved rounds of {PAIRS} warm malloc+free pairs");
+    println!("{:>6} {:>9} {:>9} {:>8}", "size", "off ns", "on ns", "ratio");
+    for (size, name) in SIZES {
+        warm(&a, size, stream);
+        let (mut off, mut ratio) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            a.record_history(0);
+            let start = Instant::now();
+            pairs(&a, size, stream, PAIRS);
+            let t_off = start.elapsed().as_secs_f64();
+            a.record_history(1 << 16);
+            let start = Instant::now();
+            pairs(&a, size, stream, PAIRS);
+            let t_on = start.elapsed().as_secs_f64();
+            off.push(t_off);
+            ratio.push(t_on / t_off);
+        }
+        // Each pair records alloc, free_requested and free_completed.
+        assert_eq!(a.history().len(), 1 << 16, "the ring is full and bounded");
+        let off_ns = median(&mut off) * 1e9 / PAIRS as f64;
+        let r = median(&mut ratio);
+        println!("{name:>6} {off_ns:>9.1} {:>9.1} {r:>8.3}", off_ns * r);
+    }
+    a.teardown().unwrap();
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -264,5 +302,5 @@ fn config() -> Criterion {
         .sample_size(50)
 }
 
-criterion_group! { name = benches; config = config(); targets = one_thread, two_streams, trace_overhead }
+criterion_group! { name = benches; config = config(); targets = one_thread, two_streams, trace_overhead, history_overhead }
 criterion_main!(benches);
