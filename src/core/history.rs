@@ -115,7 +115,7 @@ impl History {
     #[inline(always)]
     pub fn record(&self, action: Action, addr: usize, size: usize, stream: Stream) {
         if self.is_on() {
-            self.push(action, addr, size, stream.0, 0);
+            self.push_all(&[(action, addr, size, stream.0, 0)]);
         }
     }
 
@@ -124,9 +124,12 @@ impl History {
     #[inline(always)]
     pub fn freed(&self, addr: usize, requested: usize, stream: Stream, completed: bool) {
         if self.is_on() {
-            self.push(Action::FreeRequested, addr, requested, stream.0, 0);
+            let requested_entry = (Action::FreeRequested, addr, requested, stream.0, 0);
             if completed {
-                self.push(Action::FreeCompleted, addr, requested, stream.0, 0);
+                // One lock and one clock read for both.
+                self.push_all(&[requested_entry, (Action::FreeCompleted, addr, requested, stream.0, 0)]);
+            } else {
+                self.push_all(&[requested_entry]);
             }
         }
     }
@@ -134,25 +137,29 @@ impl History {
     /// An out-of-memory failure; `device_free` is asked only when on.
     pub fn oom(&self, size: usize, stream: Stream, device_free: impl FnOnce() -> u64) {
         if self.is_on() {
-            self.push(Action::Oom, 0, size, stream.0, device_free());
+            self.push_all(&[(Action::Oom, 0, size, stream.0, device_free())]);
         }
     }
 
+    /// Appends (action, addr, size, stream, device_free) entries with one
+    /// time stamp.
     #[cold]
     #[inline(never)]
-    fn push(&self, action: Action, addr: usize, size: usize, stream: usize, device_free: u64) {
+    fn push_all(&self, entries: &[(Action, usize, usize, usize, u64)]) {
         let mut ring = self.lock();
         // Turned off between the load and the lock: nothing to keep.
         if ring.capacity == 0 {
             return;
         }
-        if ring.entries.len() == ring.capacity {
-            ring.entries.pop_front();
-        }
         // Taken under the lock, so times never go backwards along the ring
         // (unless the wall clock itself is set back).
         let time_us = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
-        ring.entries.push_back(Event { action, addr, size, stream, time_us, device_free });
+        for &(action, addr, size, stream, device_free) in entries {
+            if ring.entries.len() == ring.capacity {
+                ring.entries.pop_front();
+            }
+            ring.entries.push_back(Event { action, addr, size, stream, time_us, device_free });
+        }
     }
 
     /// The kept events, oldest first.
