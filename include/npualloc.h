@@ -57,7 +57,9 @@ typedef void *aclrtStream;
 /**
  * The C ABI version this header describes. It changes only when an existing
  * signature, struct layout or status number changes; `npualloc_abi_version()`
- * returns the library's.
+ * returns the library's. The shared library's SONAME is
+ * `libnpualloc.so.<NPUALLOC_ABI_VERSION>` (build.rs and CMakeLists.txt read
+ * the number from this line).
  */
 #define NPUALLOC_ABI_VERSION 1
 
