@@ -49,7 +49,7 @@ pub unsafe extern "C" fn npualloc_create(
         let config = Config::from_c(text)?;
         let core = DeviceAllocator::new(config, device)?;
         // SAFETY: out was checked non-NULL and aligned.
-        unsafe { out.write(Allocator::new(core).into_raw()) };
+        unsafe { out.write(Allocator::into_raw(core)) };
         Ok(())
     })
 }
