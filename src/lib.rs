@@ -7,6 +7,7 @@
 //! - `ffi`: the `extern "C"` shims; the only place with exported symbols.
 //! - `trace`, `replay`: allocation traces (record, parse) and their replay
 //!   through an allocator configuration, for the tools and benchmarks.
+pub mod addr_hash;
 pub mod config;
 pub mod core;
 pub mod error;
