@@ -1,5 +1,5 @@
 //! The aclrtAllocator* family: descriptors, setters, and the per-stream
-//! registration map, with the runtime's checks (reference/acl-api.md §6.1).
+//! registration map, with the runtime's checks (docs/acl-api.md §6.1).
 //!
 //! - Every setter rejects a NULL desc or value (100000).
 //! - Register checks stream, desc, obj, alloc, free and getAddr (not

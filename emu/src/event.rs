@@ -34,7 +34,7 @@ use std::sync::LazyLock;
 
 pub const ACL_EVENT_SYNC: u32 = 0x1;
 const ACL_EVENT_IPC: u32 = 0x40;
-/// Every documented event flag bit (reference/acl-api.md §3).
+/// Every documented event flag bit (docs/acl-api.md §3).
 const KNOWN_FLAGS: u32 = 0x1 | 0x2 | 0x8 | 0x10 | 0x20 | 0x40;
 /// Live SYNC events per device on A2/A3 (docs 07).
 const MAX_SYNC_EVENTS: usize = 65536;

@@ -1,4 +1,4 @@
-//! The aclrtAllocator* family (reference/acl-api.md §6.1) and
+//! The aclrtAllocator* family (docs/acl-api.md §6.1) and
 //! `aclemu_run_op`, which drives a registered allocator as GE does (§6.3).
 
 mod common;

@@ -1,6 +1,6 @@
 //! aclrtMemcpy2d / aclrtMemcpy2dAsync: every documented check in its
 //! documented order, row-by-row copies, and queued copies on held streams
-//! (reference/acl-api.md §5).
+//! (docs/acl-api.md §5).
 
 mod common;
 use ascendcl::*;

@@ -1,5 +1,5 @@
 //! Init, devices, the thread-local current device, aclrtGetMemInfo,
-//! capacity control and usage reporting (reference/acl-api.md §5).
+//! capacity control and usage reporting (docs/acl-api.md §5).
 
 mod common;
 use ascendcl::*;

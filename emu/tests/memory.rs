@@ -1,5 +1,5 @@
 //! aclrtMalloc / aclrtFree / aclrtMallocHost / aclrtFreeHost
-//! (reference/acl-api.md §5), capacity exhaustion and recovery.
+//! (docs/acl-api.md §5), capacity exhaustion and recovery.
 
 mod common;
 use ascendcl::*;

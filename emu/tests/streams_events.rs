@@ -1,6 +1,6 @@
 //! Streams and events: the recorded-status enum, holds, synchronize calls,
 //! stream waits, NULL (default) streams and handle validation
-//! (reference/acl-api.md §3, §5 "Streams and events").
+//! (docs/acl-api.md §3, §5 "Streams and events").
 
 mod common;
 use ascendcl::*;

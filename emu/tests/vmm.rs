@@ -1,5 +1,5 @@
 //! The VMM family: reserve / malloc physical / map / unmap / free / release
-//! and the granularity query (reference/acl-api.md §5 "Virtual memory").
+//! and the granularity query (docs/acl-api.md §5 "Virtual memory").
 
 mod common;
 use ascendcl::*;

@@ -10,7 +10,7 @@ use super::{Config, PageSize};
 use crate::error::Error;
 
 /// The smallest `max_split_size_mb`: PyTorch requires it to exceed the 20 MiB
-/// large-segment size (kLargeBuffer; reference/anchors.md §b); we accept 20
+/// large-segment size (kLargeBuffer; docs/anchors.md §b); we accept 20
 /// itself, since a split limit equal to the segment size is well defined.
 const MIN_MAX_SPLIT_SIZE: usize = 20 * MIB;
 

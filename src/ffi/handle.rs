@@ -184,7 +184,8 @@ mod tests {
         // SAFETY: h is live.
         assert_eq!(unsafe { Checked::<Probe>::borrow(h) }.unwrap().0, 7);
         // SAFETY: h is live and used by nobody else.
-        assert_eq!(unsafe { Checked::<Probe>::destroy(h) }.unwrap().0, 7);
+        let owned = unsafe { Checked::<Probe>::destroy(h) }.unwrap();
+        assert_eq!((*owned).0, 7);
         // (Borrowing h now would read freed memory: the destroyed-handle
         // check is shown on memory that stays allocated, below.)
     }

@@ -3,7 +3,7 @@
 //! Everything here goes through one table of function pointers loaded at run
 //! time (see `loader`); every failing call becomes an [`AclCallError`] that
 //! names the function and its aclError. Contract notes for each call cite
-//! reference/acl-api.md:
+//! docs/acl-api.md:
 //! - `aclrtMalloc` never synchronizes; `aclrtFree` does not wait for queued
 //!   work (§5), so memory is freed only after the streams that used it are
 //!   known complete.
