@@ -304,8 +304,8 @@ pub unsafe extern "C" fn aclrtAllocatorGetByStream(
         advise: allocAdviseFunc,
         get_addr: getAddrFromBlockFunc,
     };
-    // SAFETY: forwarded caller contract.
     acl_entry!(Api::AllocatorGetByStream, {
+        // SAFETY: forwarded caller contract.
         unsafe { get_by_stream(stream, outs) }
     })
 }

@@ -167,8 +167,8 @@ fn destroy(event: *mut c_void) -> AclResult<()> {
 /// `event` must be NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtCreateEvent(event: *mut *mut c_void) -> crate::aclError {
-    // SAFETY: forwarded caller contract.
     acl_entry!(Api::CreateEvent, {
+        // SAFETY: forwarded caller contract.
         unsafe { create(event, ACL_EVENT_SYNC) }
     })
 }
@@ -189,6 +189,7 @@ pub unsafe extern "C" fn aclrtCreateEventWithFlag(
         if flag == 0 || flag == ACL_EVENT_IPC {
             return Err(ACL_ERROR_RT_PARAM_INVALID);
         }
+        // SAFETY: forwarded caller contract.
         unsafe { create(event, flag) }
     })
 }

@@ -293,7 +293,9 @@ mod tests {
             };
             // SAFETY: the block lies inside `buf`.
             unsafe { fill(&live, 3) };
+            // SAFETY: as above.
             assert!(unsafe { holds_pattern(&live, 3) });
+            // SAFETY: as above.
             assert!(!unsafe { holds_pattern(&live, 4) });
         }
     }

@@ -124,7 +124,8 @@ fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
         Key::ReservedHeadroom => {
             let what = "a number of at least 0 (a fraction: 0.02 = 2%)";
             let h = parse_number(key, value, what)?;
-            if !(h >= 0.0) {
+            // NaN is refused too.
+            if h.is_nan() || h < 0.0 {
                 return Err(bad_value(key, what, value));
             }
             config.reserved_headroom = Some(h);

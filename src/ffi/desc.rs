@@ -76,6 +76,10 @@ fn check_stream(allocator: &Allocator, stream: Stream) -> Result<()> {
 /// the allocator's device, when the runtime has that call);
 /// NPUALLOC_ERR_RUNTIME if an ACL call failed. Nothing is registered or
 /// created when the call fails.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed. `stream`
+/// is checked with the runtime.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_register", {
@@ -120,6 +124,9 @@ pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: a
 /// Unregisters the allocator from `stream` and destroys that desc. An
 /// unknown stream is OK. If the runtime refuses to unregister, nothing
 /// changes: the stream keeps the allocator (and its callbacks stay valid).
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_unregister(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_unregister", {
@@ -171,6 +178,11 @@ pub(crate) fn unregister_all(allocator: &Allocator) -> Result<()> {
 
 /// The desc's allocation callback: allocates `size` bytes on the binding's
 /// stream and returns a block handle, or NULL with the thread's last error set.
+///
+/// # Safety
+/// `binding` is NULL or a binding from `npualloc_register` or
+/// `npualloc_binding_create` not yet destroyed (the runtime passes back the
+/// `obj` it was given).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_desc_alloc(binding: *mut c_void, size: usize) -> *mut c_void {
     ffi_boundary!(fallible "npualloc_desc_alloc", std::ptr::null_mut(), {
@@ -194,6 +206,10 @@ unsafe fn desc_malloc(binding: *mut c_void, size: usize) -> Result<*mut c_void> 
 /// (the rule of every npualloc free; the binding is still checked). An
 /// unknown or already freed block changes nothing; the error goes to stderr
 /// and the last error.
+///
+/// # Safety
+/// `binding` as for `npualloc_desc_alloc`. `block` is only looked up, never
+/// dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_desc_free(binding: *mut c_void, block: *mut c_void) {
     ffi_boundary!(fallible "npualloc_desc_free", (), {
@@ -208,6 +224,9 @@ pub unsafe extern "C" fn npualloc_desc_free(binding: *mut c_void, block: *mut c_
 
 /// The desc's advise callback: like alloc; `addr_hint` (may be NULL) is a
 /// wish for an address and is not promised.
+///
+/// # Safety
+/// `binding` as for `npualloc_desc_alloc`. `addr_hint` is never dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_desc_alloc_advise(
     binding: *mut c_void,
@@ -234,6 +253,10 @@ pub extern "C" fn npualloc_desc_get_addr(block: *mut c_void) -> *mut c_void {
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `binding`, or a
 /// stream the runtime does not know (checked as in npualloc_register).
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed; `binding`
+/// is NULL or valid for writing one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_binding_create(
     a: *mut npualloc_allocator,
@@ -254,6 +277,10 @@ pub unsafe extern "C" fn npualloc_binding_create(
 }
 
 /// Destroys a binding made by `npualloc_binding_create`. NULL is a no-op.
+///
+/// # Safety
+/// `binding` is NULL or a binding from `npualloc_binding_create` not yet
+/// destroyed, which no desc registered with the runtime still names.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_binding_destroy(binding: *mut c_void) -> npualloc_status {
     ffi_boundary!(status "npualloc_binding_destroy", {

@@ -192,22 +192,24 @@ mod tests {
 
     #[test]
     fn null_foreign_misaligned_and_destroyed_handles_are_refused() {
-        // SAFETY (each borrow below): NULL and misaligned pointers are not
-        // read; the others point at live, readable memory.
+        // SAFETY: NULL is not read.
         let null = message(unsafe { Checked::<Probe>::borrow(std::ptr::null::<u8>()) });
         assert_eq!(null, "probe must not be NULL");
 
         let foreign = [0u64; 4];
+        // SAFETY: 32 readable bytes, as many as a Checked<Probe>.
         let m = message(unsafe { Checked::<Probe>::borrow(foreign.as_ptr()) });
         assert_eq!(m, format!("{:p} is not an npualloc probe", foreign.as_ptr()));
 
         let misaligned = foreign.as_ptr().cast::<u8>().wrapping_add(1);
+        // SAFETY: a misaligned pointer is not read.
         let m = message(unsafe { Checked::<Probe>::borrow(misaligned) });
         assert_eq!(m, format!("{misaligned:p} is not an npualloc probe"));
 
         let mut dead = Checked { magic: Probe::LIVE, value: Probe(1) };
         dead.mark_destroyed();
         let p: *const Checked<Probe> = &dead;
+        // SAFETY: p points at a live Checked<Probe>.
         let m = message(unsafe { Checked::<Probe>::borrow(p) });
         assert_eq!(m, format!("{p:p} is a destroyed npualloc probe"));
     }
@@ -248,12 +250,13 @@ mod tests {
             (destroyed.as_mut_ptr().cast(), "is a destroyed npualloc"),
         ];
         for (p, what) in cases {
-            // SAFETY (all calls): each pointer is NULL or readable for a handle.
+            // SAFETY: each pointer is NULL or readable for a handle of either kind.
             let st = unsafe { npualloc_free(p.cast(), std::ptr::null_mut()) };
             assert_eq!(st, NPUALLOC_ERR_INVALID_ARGUMENT);
             let msg = last_error_message();
             assert!(msg.contains(what) && msg.contains("allocator handle"), "{msg}");
 
+            // SAFETY: as above.
             let block = unsafe { npualloc_desc_alloc(p, 64) };
             assert!(block.is_null());
             let msg = last_error_message();
@@ -261,8 +264,10 @@ mod tests {
 
             if !p.is_null() {
                 // Destructors accept NULL; anything else must be a live handle.
+                // SAFETY: as above; refused handles are not freed.
                 let st = unsafe { npualloc_destroy(p.cast()) };
                 assert_eq!((st, last_error_message().contains(what)), (NPUALLOC_ERR_INVALID_ARGUMENT, true));
+                // SAFETY: as above.
                 let st = unsafe { npualloc_binding_destroy(p) };
                 assert_eq!((st, last_error_message().contains(what)), (NPUALLOC_ERR_INVALID_ARGUMENT, true));
             }

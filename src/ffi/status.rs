@@ -169,10 +169,12 @@ mod tests {
     fn names_match_variants() {
         for status in npualloc_status::all() {
             assert_eq!(status.name(), format!("{status:?}"));
+            // SAFETY: npualloc_status_name returns a static NUL-terminated string.
             let c = unsafe { CStr::from_ptr(npualloc_status_name(status as i32)) };
             assert_eq!(c.to_str().unwrap(), status.name());
         }
         for bogus in [-1, 6, 99, 101, 202, 899, 901, i32::MIN, i32::MAX] {
+            // SAFETY: as above.
             let c = unsafe { CStr::from_ptr(npualloc_status_name(bogus)) };
             assert_eq!(c.to_str().unwrap(), "NPUALLOC_UNKNOWN_STATUS");
         }

@@ -183,8 +183,8 @@ pub unsafe extern "C" fn aclrtMallocPhysical(
     prop: *const aclrtPhysicalMemProp,
     flags: u64,
 ) -> crate::aclError {
-    // SAFETY: forwarded caller contract.
     acl_entry!(Api::MallocPhysical, {
+        // SAFETY: forwarded caller contract.
         unsafe { malloc_physical(handle, size, prop, flags) }
     })
 }
@@ -208,8 +208,8 @@ pub unsafe extern "C" fn aclrtMemGetAllocationGranularity(
     option: u32,
     granularity: *mut usize,
 ) -> crate::aclError {
-    // SAFETY: forwarded caller contract.
     acl_entry!(Api::MemGetAllocationGranularity, {
+        // SAFETY: forwarded caller contract.
         unsafe { self::granularity(prop, option, granularity) }
     })
 }
