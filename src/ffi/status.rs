@@ -223,6 +223,27 @@ mod tests {
         }
     }
 
+    /// The Python package names the statuses it tests for (`OK = 0`,
+    /// `ERR_OUT_OF_MEMORY = 100`, ...): each must be a status of the table,
+    /// with the table's number.
+    #[test]
+    fn python_status_constants_match_the_table() {
+        let module = include_str!("../../python/npualloc/_lib.py");
+        let mut seen = 0;
+        for line in module.lines() {
+            let Some((name, value)) = line.split_once(" = ") else { continue };
+            if !(name == "OK" || name.starts_with("ERR_")) {
+                continue;
+            }
+            let c_name = format!("NPUALLOC_{name}");
+            let status = npualloc_status::all().into_iter().find(|s| s.name() == c_name);
+            let status = status.unwrap_or_else(|| panic!("python/npualloc/_lib.py: {name} is not a status"));
+            assert_eq!(value.trim().parse::<i32>(), Ok(status as i32), "python/npualloc/_lib.py: {line}");
+            seen += 1;
+        }
+        assert!(seen >= 2, "no status constants found in python/npualloc/_lib.py");
+    }
+
     #[test]
     fn errors_map_to_statuses() {
         use npualloc_status::*;
