@@ -9,6 +9,7 @@
 //!   `trace`) and read back. Their replay (the `npualloc-replay` command and
 //!   the benchmarks built on it) lives in the `npualloc-tools` crate
 //!   (`tools/`), so the C library carries only the allocator.
+pub mod addr_hash;
 pub mod config;
 pub mod core;
 pub mod error;

@@ -43,7 +43,7 @@ const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
 
 /// The `device` profile: orders of magnitude of a card, not measurements.
-/// The sources (reference/runtime-behaviour.md, "Costs") give ranges; each
+/// The sources (docs/runtime-behaviour.md, "Costs") give ranges; each
 /// value sits inside its range, and `emu/README.md` explains each choice.
 const DEVICE_PROFILE: &[(Api, u64)] = &[
     // A driver call into the kernel that sets up device page tables; CUDA's

@@ -286,7 +286,7 @@ mod tests {
         let (small, large) = (Lane::default(), Lane::default());
         let (mut cs, mut cl) = (ShardCounters::default(), ShardCounters::default());
         let (high, p) = (HighWater::default(), Peaks::default());
-        let mut step = |lane: &Lane, c: &mut ShardCounters, size: i64, other: &Lane| {
+        let step = |lane: &Lane, c: &mut ShardCounters, size: i64, other: &Lane| {
             if size > 0 {
                 c.block_allocated(size as usize, size as usize);
             } else {

@@ -14,6 +14,7 @@ pub(crate) fn emu_lock() -> MutexGuard<'static, ()> {
 pub(super) const DEV: i32 = 1;
 
 pub(super) fn usage(device: i32) -> aclemu_usage {
+    // SAFETY: aclemu_usage is plain integers, for which all zeroes is a value.
     let mut u: aclemu_usage = unsafe { std::mem::zeroed() };
     // SAFETY: u is a valid out-pointer.
     assert_eq!(unsafe { aclemu_get_usage(device, &mut u) }, 0);
@@ -221,7 +222,7 @@ fn a_cross_stream_free_that_can_neither_record_nor_wait_changes_nothing() {
     // SAFETY: s1 is a live emulator stream.
     assert_eq!(unsafe { aclemu_stream_hold(s1.raw()) }, 0);
     a.free(p).unwrap();
-    assert_ne!(a.malloc(8192, Stream::DEFAULT).map(|q| { a.free(q).unwrap(); q }).unwrap(), p);
+    assert_ne!(a.malloc(8192, Stream::DEFAULT).inspect(|&q| a.free(q).unwrap()).unwrap(), p);
     // SAFETY: as above.
     assert_eq!(unsafe { aclemu_stream_release(s1.raw()) }, 0);
     a.check_invariants().unwrap();

@@ -50,6 +50,11 @@ pub struct npualloc_stats {
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out`, or a
 /// `struct_size` smaller than the two header fields.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out` is
+/// NULL or points to an `npualloc_stats` whose `struct_size` bytes are writable
+/// (at least its two header fields).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_get_stats(
     a: *const npualloc_allocator,
@@ -97,6 +102,9 @@ pub unsafe extern "C" fn npualloc_get_stats(
 }
 
 /// Resets the peak counters to the current values.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_reset_peak_stats(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_reset_peak_stats", {
@@ -109,6 +117,10 @@ pub unsafe extern "C" fn npualloc_reset_peak_stats(a: *mut npualloc_allocator) -
 /// Writes a JSON snapshot (segments, their blocks with address, size, state
 /// — active / cached / pending-free — and stream, and the stats) to
 /// `*out_json`. Free it with `npualloc_string_free`. Costs O(blocks).
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out_json`
+/// is NULL or valid for writing one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_snapshot_json(
     a: *const npualloc_allocator,
@@ -127,6 +139,9 @@ pub unsafe extern "C" fn npualloc_snapshot_json(
 }
 
 /// Frees a string returned by npualloc. NULL is a no-op.
+///
+/// # Safety
+/// `s` is NULL or a string returned by npualloc and not yet freed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_string_free(s: *mut c_char) {
     ffi_boundary!("npualloc_string_free", (), {

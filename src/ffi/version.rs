@@ -53,6 +53,7 @@ mod tests {
         let cargo = [env!("CARGO_PKG_VERSION_MAJOR"), env!("CARGO_PKG_VERSION_MINOR"), env!("CARGO_PKG_VERSION_PATCH")]
             .map(|p| p.parse::<u32>().unwrap());
         assert_eq!(parts, cargo, "update the NPUALLOC_VERSION_* constants to Cargo.toml's version");
+        // SAFETY: npualloc_version returns a static NUL-terminated string.
         let c = unsafe { CStr::from_ptr(npualloc_version()) };
         assert_eq!(c.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
         assert_eq!(npualloc_abi_version(), 1);

@@ -49,7 +49,7 @@ fn repo_file(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
 }
 
-/// The emulator's charge for an aclrtMalloc (reference/acl-api.md §5):
+/// The emulator's charge for an aclrtMalloc (docs/acl-api.md §5):
 /// round up to 32, then add 32.
 fn padded(bytes: u64) -> u64 {
     bytes.div_ceil(32) * 32 + 32

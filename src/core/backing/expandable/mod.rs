@@ -446,7 +446,7 @@ impl RangePool {
     fn fresh_piece_pages(&self, seg: SegmentId) -> usize {
         let PieceRule { floor, share, ceiling } = self.sh.backing.pieces();
         let unreserved = self.sh.backing.device_total.saturating_sub(self.sh.counters.reserved());
-        let bytes = if share == 0 { floor } else { (unreserved / share).clamp(floor, ceiling.max(floor)) };
+        let bytes = unreserved.checked_div(share).map_or(floor, |b| b.clamp(floor, ceiling.max(floor)));
         (bytes / self.range(seg).page_size).max(1)
     }
 
