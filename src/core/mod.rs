@@ -30,6 +30,7 @@ mod free_index;
 mod invariants;
 mod ladder;
 mod lock;
+mod oom_report;
 pub(crate) mod policy;
 mod pool;
 mod reclaim;
