@@ -7,6 +7,8 @@
 //!   `npualloc_malloc`, the desc's alloc callback and the pluggable malloc;
 //!   fixed and expandable, with `reserved_headroom`, with 20 MiB pages;
 //! - from an empty allocator, a refused 100 MiB request leaves nothing held;
+//! - the same through the pluggable malloc when a mapping fails (an
+//!   injected `aclrtMapMem` fault, expandable modes);
 //! - the message counts what the allocator holds after giving back what the
 //!   request took, and names the memory held outside it.
 
@@ -154,6 +156,19 @@ fn a_refused_request_through_the_pluggable_malloc_gives_back_what_it_took() {
         assert!(msg.contains("cannot allocate 40.00 MiB") && msg.contains("Tried: releasing cached memory"), "{config}: {msg}");
         no_more_memory(&before, &e.usage(device), config);
         second_allocator_gets_8_mib(device, config);
+        if config.contains("expandable_segments:true") {
+            // A growth whose mapping fails (not a shortage) is refused too,
+            // giving back the handle it obtained.
+            let before = e.usage(device);
+            e.fail_nth("aclrtMapMem", 1);
+            // SAFETY: as above.
+            let r = unsafe { npualloc_pluggable_malloc(12 * MIB, device, std::ptr::null_mut()) };
+            let fired = e.fault_pending("aclrtMapMem") == 0;
+            e.fail_nth("aclrtMapMem", 0);
+            assert!(fired && r.is_null(), "{config}: the mapping fault did not refuse the request");
+            assert!(last_error_message().contains("aclrtMapMem failed with"), "{config}: {}", last_error_message());
+            no_more_memory(&before, &e.usage(device), &format!("{config}, aclrtMapMem failing"));
+        }
         // SAFETY: p came from npualloc_pluggable_malloc on this device.
         unsafe { npualloc_pluggable_free(p, 30 * MIB, device, std::ptr::null_mut()) };
     }
