@@ -215,7 +215,7 @@ fn the_message_names_memory_held_outside_the_allocator() {
             "This allocator holds 0.00 MiB: 0.00 MiB allocated, 0.00 MiB cached in free blocks, \
              0.00 MiB cached as unmapped physical handles, 0.00 MiB freed but waiting for other streams' work; \
              its largest free block is 0.00 MiB. The device has {} in use that this allocator does not hold: \
-             another allocator or process on this device holds it.",
+             it may be held by another allocator in this process or by another process on the device.",
             mib(held_by_a)
         );
         assert!(msg.contains(&part), "{config}: the message lacks {part:?}: {msg}");

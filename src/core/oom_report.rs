@@ -1,7 +1,7 @@
 //! The message of a request refused for lack of memory: the request, what
 //! the device reports free, what this allocator holds and in which form,
 //! how much of the device's used memory this allocator does not hold (a
-//! MiB or more: another allocator or process holds it), and what the OOM
+//! MiB or more: another allocator or process may hold it), and what the OOM
 //! ladder tried.
 //!
 //! Sizes are in MiB (2^20 bytes, two decimals) throughout; the request is
@@ -73,8 +73,8 @@ impl fmt::Display for OomReport<'_> {
             if used >= s.reserved_bytes + (1 << 20) {
                 write!(
                     f,
-                    "The device has {} in use that this allocator does not hold: another allocator or process on \
-                     this device holds it. ",
+                    "The device has {} in use that this allocator does not hold: it may be held by another \
+                     allocator in this process or by another process on the device. ",
                     Mib(used - s.reserved_bytes)
                 )?;
             }
