@@ -35,9 +35,10 @@ typedef void *aclrtStream;
 #define NPUALLOC_PLUGGABLE_MAX_DEVICES 64
 
 /**
- * Version of the `npualloc_stats` layout this library fills.
+ * Version of the `npualloc_stats` layout this library fills: 2 added the
+ * fields from `num_physical_mallocs` on.
  */
-#define NPUALLOC_STATS_VERSION 1
+#define NPUALLOC_STATS_VERSION 2
 
 /**
  * Major version of the library (semantic versioning).
@@ -151,53 +152,126 @@ typedef struct npualloc_block_info {
 } npualloc_block_info;
 
 /**
- * Allocator statistics (PyTorch `memory_stats()` vocabulary). The caller
- * sets `struct_size` to `sizeof(npualloc_stats)`; fields past it are not
- * written, so older callers keep working when fields are added.
+ * Allocator statistics (PyTorch `memory_stats()` vocabulary, plus where the
+ * reserved memory is). The caller sets `struct_size` to
+ * `sizeof(npualloc_stats)`; fields past it are not written, so callers built
+ * against an older, smaller struct keep working. Fields are only ever added
+ * at the end. The same names are the keys of the snapshot's "stats" object.
+ *
+ * reserved_bytes = segment_bytes + cached_handle_bytes; the cached part of
+ * the segments is segment_bytes - allocated_bytes - pending_free_bytes.
  */
 typedef struct npualloc_stats {
     uint32_t struct_size;
     /**
-     * Filled by the library.
+     * Filled by the library: NPUALLOC_STATS_VERSION.
      */
     uint32_t version;
     /**
-     * Live blocks, as rounded.
+     * Bytes of live blocks, as rounded.
      */
     uint64_t allocated_bytes;
     /**
-     * The most live at once: exact while one stream allocates; with
-     * several, the highest total seen when some stream reached a new high
-     * of its own (kept without a counter every stream writes; a peak that
-     * streams each below their own high make together can be missed).
+     * The most `allocated_bytes` at once: exact while one stream allocates;
+     * with several, the highest total seen when some stream reached a new
+     * high of its own (kept without a counter every stream writes; a peak
+     * that streams each below their own high make together can be missed).
      * Likewise `requested_bytes_peak`.
      */
     uint64_t allocated_bytes_peak;
     /**
-     * Live blocks, as asked.
+     * Bytes of live blocks, as asked.
      */
     uint64_t requested_bytes;
+    /**
+     * The most `requested_bytes` at once.
+     */
     uint64_t requested_bytes_peak;
     /**
-     * Device memory held (mapped or malloc'ed).
+     * Device memory held: `segment_bytes` plus `cached_handle_bytes`.
      */
     uint64_t reserved_bytes;
+    /**
+     * The most `reserved_bytes` at once.
+     */
     uint64_t reserved_bytes_peak;
+    /**
+     * Live blocks.
+     */
     uint64_t active_blocks;
+    /**
+     * Fixed segments plus expandable ranges.
+     */
     uint64_t segments;
+    /**
+     * Allocations served.
+     */
     uint64_t num_allocs;
+    /**
+     * Frees (pending ones included).
+     */
     uint64_t num_frees;
+    /**
+     * aclrtMalloc calls that succeeded.
+     */
     uint64_t num_device_mallocs;
+    /**
+     * aclrtFree calls that succeeded.
+     */
     uint64_t num_device_frees;
+    /**
+     * aclrtMapMem calls that succeeded.
+     */
     uint64_t num_maps;
+    /**
+     * aclrtUnmapMem calls that succeeded.
+     */
     uint64_t num_unmaps;
+    /**
+     * Requests that went through the out-of-memory ladder.
+     */
     uint64_t num_alloc_retries;
+    /**
+     * Requests refused for lack of memory.
+     */
     uint64_t num_ooms;
+    /**
+     * Stream synchronizations made to give memory back.
+     */
     uint64_t num_syncs;
     /**
-     * Largest block a request could get without growing.
+     * Largest block a request could get without a device call.
      */
     uint64_t largest_free_block;
+    /**
+     * aclrtMallocPhysical calls that succeeded. (Version 2 from here on.)
+     */
+    uint64_t num_physical_mallocs;
+    /**
+     * aclrtFreePhysical calls that succeeded.
+     */
+    uint64_t num_physical_frees;
+    /**
+     * Bytes freed by the caller and waiting for work on other streams
+     * (record_stream) to complete.
+     */
+    uint64_t pending_free_bytes;
+    /**
+     * Device memory held by segments: whole fixed segments, and the mapped
+     * pages of expandable ranges. The snapshot's segment sizes add up to it.
+     */
+    uint64_t segment_bytes;
+    /**
+     * Physical handles unmapped and kept for reuse (expandable segments);
+     * 0 with fixed segments.
+     */
+    uint64_t cached_handle_bytes;
+    /**
+     * Address space of all segments: with expandable segments their
+     * reserved virtual ranges; with fixed segments the part of each that
+     * blocks tile (`segment_bytes` less any alignment slack).
+     */
+    uint64_t address_space_bytes;
 } npualloc_stats;
 
 /**

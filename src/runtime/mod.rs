@@ -12,12 +12,14 @@
 //! - Calls that allocate act on the calling thread's current device, so they
 //!   run inside [`Runtime::on_device`].
 
+pub mod acl_error;
 mod device;
 mod desc;
 pub mod loader;
 pub mod symbols;
 mod vmm;
 
+pub use acl_error::AclErrorCode;
 pub use desc::DescCallbacks;
 pub use symbols::{AclApi, AclFeatures};
 pub use vmm::PhysicalHandle;
@@ -27,7 +29,7 @@ use std::sync::Arc;
 
 /// A failed ACL call: which function, and the aclError it returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("{function} failed with aclError {code}")]
+#[error("{function} failed with {}", acl_error::AclErrorCode(*.code))]
 pub struct AclCallError {
     pub function: &'static str,
     pub code: i32,

@@ -148,6 +148,10 @@ impl Backing for FixedSegments {
     fn describe(seg: &Segment<Raw>) -> (bool, usize) {
         (false, seg.extent.len)
     }
+
+    fn mapped_runs(_: &Segment<Raw>, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
+        out.push((addr, size));
+    }
 }
 
 /// What `aclrtMalloc` returned for a segment: the address to free and the

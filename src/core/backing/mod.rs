@@ -134,6 +134,10 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
 
     /// The segment's entry in a snapshot: (expandable, mapped bytes).
     fn describe(seg: &Segment<Self::Extent>) -> (bool, usize);
+
+    /// Appends to `out` the (address, bytes) runs of [addr, addr + size),
+    /// a block of `seg`, that device memory backs (a snapshot's blocks).
+    fn mapped_runs(seg: &Segment<Self::Extent>, addr: usize, size: usize, out: &mut Vec<(usize, usize)>);
 }
 
 /// Why memory could not be obtained.

@@ -382,6 +382,23 @@ impl Backing for ExpandableRanges {
     fn describe(seg: &Segment<VmmRange>) -> (bool, usize) {
         (true, seg.extent.mapped * seg.extent.page_size)
     }
+
+    fn mapped_runs(seg: &Segment<VmmRange>, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
+        let (page, end) = (seg.extent.page_size, addr + size);
+        let first = (addr - seg.base) / page;
+        let last = (end - seg.base).div_ceil(page).min(seg.extent.top());
+        for i in first..last {
+            if seg.extent.page(i).is_none() {
+                continue;
+            }
+            let from = (seg.base + i * page).max(addr);
+            let to = (seg.base + (i + 1) * page).min(end);
+            match out.last_mut() {
+                Some((at, len)) if *at + *len == from => *len += to - from,
+                _ => out.push((from, to - from)),
+            }
+        }
+    }
 }
 
 /// Gives one unmapped handle of `size` bytes back to the runtime.
