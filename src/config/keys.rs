@@ -148,8 +148,9 @@ pub const KEYS: &[KeySpec] = &[
         default: "2m",
         unit: "",
         doc: "Mapping unit of the large pool's expandable segments: 2m, 20m or 1g (letter case ignored). \
-              A growth maps what a block lacks with physical handles of a 16th of the device memory \
-              not yet reserved, between 4 and 16 MiB (or one unit, if larger).",
+              A growth maps physical handles of 32 MiB or a sixth of what the device holds, up to \
+              256 MiB and at most a 128th of the memory not yet reserved, never below 4 MiB (or one \
+              unit, if larger), ahead of demand over the free pages after the block.",
     },
     KeySpec {
         key: Key::ReleaseThresholdMb,
