@@ -19,6 +19,7 @@ pub enum Key {
     AclLibrary,
     ReuseCacheMb,
     ReservedHeadroom,
+    MapAhead,
 }
 
 impl Key {
@@ -196,6 +197,17 @@ pub const KEYS: &[KeySpec] = &[
               allocated bytes by moving free pages instead of mapping new ones (0.02 = 2%). Each \
               move synchronizes the streams that used the pages; physical handles stay at 4 MiB so \
               they can move. At least 0.",
+    },
+    KeySpec {
+        key: Key::MapAhead,
+        name: "map_ahead",
+        kind: ValueKind::Bool,
+        default: "true",
+        unit: "",
+        doc: "Expandable segments: a growth maps whole fresh handles past the request, over the free \
+              pages after the block, so the next requests need no runtime call. false: map only the \
+              pages a request lacks (more calls, less memory held on a roomy device). Ignored with \
+              reserved_headroom, which never maps ahead.",
     },
 ];
 

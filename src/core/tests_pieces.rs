@@ -96,7 +96,8 @@ fn mapping_ahead_cuts_the_calls_of_a_growing_sequence() {
         set_capacity(1 << 30);
         (s.num_maps, s.num_physical_mallocs, s.reserved_bytes)
     };
-    let no_ahead = PieceRule { ahead: false, ..PieceRule::for_config(&crate::config::Config::default()) };
+    let no_ahead = PieceRule::for_config(&crate::config::Config::parse("map_ahead:false").unwrap());
+    assert!(!no_ahead.ahead);
     assert_eq!(run(Some(no_ahead)), (64, 64, 512 * MIB as u64));
     // Mapped ahead: 32 MiB handles until a sixth of what is held is more,
     // then growing ones (13, a fifth of the calls); the last reaches past

@@ -90,7 +90,8 @@ impl PieceRule {
     /// full device still gets pieces small enough to move (min capacity
     /// stayed within 1.04x peak on every trace; a 16th or a 32nd pushed it
     /// past 1.05x). The cost is memory mapped ahead on a roomy device
-    /// (BENCHMARKS.md, "Under device-like costs"). With `reserved_headroom`,
+    /// (BENCHMARKS.md, "Under device-like costs"); `map_ahead:false` maps
+    /// only what requests lack. With `reserved_headroom`,
     /// always 4 MiB and nothing ahead: moving pages to stay within the
     /// headroom is that mode's point, and large pieces rarely fit the place
     /// they would move to.
@@ -98,7 +99,8 @@ impl PieceRule {
         if config.reserved_headroom.is_some() {
             return PieceRule::fixed(4 << 20);
         }
-        PieceRule { floor: 4 << 20, share: 128, start: 32 << 20, growth: 6, ceiling: 256 << 20, ahead: true }
+        let ahead = config.map_ahead.unwrap_or(true);
+        PieceRule { floor: 4 << 20, share: 128, start: 32 << 20, growth: 6, ceiling: 256 << 20, ahead }
     }
 
     /// Every fresh handle `bytes` long, none mapped ahead.
