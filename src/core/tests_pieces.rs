@@ -399,3 +399,29 @@ fn a_refused_growth_at_the_most_mapped_spot_leaves_the_free_block_whole() {
     teardown_clean(a, &base);
     set_capacity(1 << 30);
 }
+
+#[test]
+fn a_failed_map_of_a_handle_mapped_ahead_leaves_nothing_behind() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(8 * GIB);
+    let a = allocator("");
+    // The 32 MiB handle (10 MiB asked, the rest ahead) is obtained, then its
+    // map fails: the request fails and gives the handle back.
+    fail_nth("aclrtMapMem", 1);
+    let r = a.malloc(10 * MIB, Stream::DEFAULT);
+    assert!(matches!(r, Err(Error::Runtime { .. })), "{r:?}");
+    let s = a.stats().unwrap();
+    assert_eq!((s.allocated_bytes, s.reserved_bytes), (0, 0));
+    assert_eq!((s.num_physical_mallocs, s.num_physical_frees, s.num_maps), (1, 1, 0));
+    let v = base.vmm();
+    assert_eq!((v.physical_count, v.physical_bytes, v.mapped_bytes), (0, 0, 0));
+    check_accounting(&a, &base, None, "after a failed map of a handle mapped ahead");
+    // The fault cleared: the same request maps one 32 MiB handle.
+    let p = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_maps, s.reserved_bytes), (1, 32 * MIB as u64));
+    a.free(p).unwrap();
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
