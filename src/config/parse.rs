@@ -130,6 +130,7 @@ fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
             }
             config.reserved_headroom = Some(h);
         }
+        Key::MapAhead => config.map_ahead = Some(parse_bool(key, value)?),
     }
     Ok(())
 }
