@@ -2,7 +2,7 @@
 //! an aclError shows it as "NAME (number)" through [`AclErrorCode`].
 //!
 //! Values are the ACL-level codes of `acl_base_rt.h` and the runtime-level
-//! codes of `rt_error_codes.h` (reference/acl-api.md §2). A code not listed
+//! codes of `rt_error_codes.h` (docs/acl-api.md §2). A code not listed
 //! is shown as "unnamed aclError (number)".
 
 use std::fmt;
