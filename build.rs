@@ -1,4 +1,5 @@
-//! Generates the raw ACL types and prototypes with bindgen.
+//! Generates the raw ACL types and prototypes with bindgen, and gives the
+//! shared library its SONAME.
 //!
 //! Header search order (the first that has `acl/acl.h` wins):
 //! 1. `NPUALLOC_ACL_INCLUDE_DIR`
@@ -79,6 +80,41 @@ fn main() {
     };
     std::fs::write(out.join("acl_bindings.rs"), bindings).expect("write acl_bindings.rs");
     println!("cargo:rustc-env=NPUALLOC_ACL_BINDINGS_SOURCE={source}");
+
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        let version_rs = manifest.join("src/ffi/version.rs");
+        watch(&version_rs);
+        let soname = format!("libnpualloc.so.{}", abi_version(&version_rs));
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
+        link_soname_in_output_dir(&out, &soname);
+    }
+}
+
+/// `NPUALLOC_ABI_VERSION` as `src/ffi/version.rs` defines it: the one place
+/// the ABI version is written (the header and CMake's install names take it
+/// from there too).
+fn abi_version(version_rs: &Path) -> u32 {
+    let text = std::fs::read_to_string(version_rs).expect("read src/ffi/version.rs");
+    text.lines()
+        .find_map(|line| line.trim().strip_prefix("pub const NPUALLOC_ABI_VERSION: u32 ="))
+        .and_then(|rest| rest.trim().strip_suffix(';'))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("src/ffi/version.rs has no `pub const NPUALLOC_ABI_VERSION: u32 = N;` line")
+}
+
+/// A program linked against `target/<profile>/libnpualloc.so` asks the
+/// dynamic loader for the SONAME, so the output directory carries that name
+/// too, as a link to the library cargo writes there. The only file this
+/// script writes outside OUT_DIR (`target/<profile>/build/<pkg>/out`).
+fn link_soname_in_output_dir(out: &Path, soname: &str) {
+    let Some(profile_dir) = out.ancestors().nth(3) else { return };
+    let link = profile_dir.join(soname);
+    if std::fs::read_link(&link).is_ok_and(|to| to == Path::new("libnpualloc.so")) {
+        return;
+    }
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("libnpualloc.so", &link)
+        .unwrap_or_else(|e| panic!("cannot link {} to libnpualloc.so: {e}", link.display()));
 }
 
 /// Asks cargo to rerun this script when `path` (a file, or anything below a

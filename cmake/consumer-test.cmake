@@ -3,14 +3,19 @@
 # Run by the ctest cases cmake_consumer_find_package and cmake_consumer_pkg_config:
 #
 #   cmake -DMODE=find_package|pkg_config -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=...
-#         -DEMU_LIB=... -DCXX_COMPILER=... -DGENERATOR=... [-DPKG_CONFIG=...]
-#         -P cmake/consumer-test.cmake
+#         -DEMU_LIB=... -DCXX_COMPILER=... -DGENERATOR=... -DREADELF=...
+#         -DSONAME=libnpualloc.so.<abi> -DREAL_NAME=libnpualloc.so.<abi>.<minor>.<patch>
+#         -DINSTALL_LIBDIR=... [-DPKG_CONFIG=...] -P cmake/consumer-test.cmake
 #
-# The consumer finds libnpualloc.so in the prefix through its rpath (nothing
-# points it at the build tree) and the ACL emulator through NPUALLOC_ACL_LIBRARY.
+# First checks the installed library as a Linux C library is installed: the
+# versioned file without debug information and with its SONAME, and the links
+# to it. The consumer must record the SONAME (not libnpualloc.so, not a path),
+# finds the library in the prefix through its rpath (nothing points it at the
+# build tree) and the ACL emulator through NPUALLOC_ACL_LIBRARY.
 cmake_minimum_required(VERSION 3.20)
 
-foreach(_var MODE BUILD_DIR SOURCE_DIR WORK_DIR EMU_LIB CXX_COMPILER GENERATOR)
+foreach(_var MODE BUILD_DIR SOURCE_DIR WORK_DIR EMU_LIB CXX_COMPILER GENERATOR READELF SONAME REAL_NAME
+             INSTALL_LIBDIR)
   if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
     message(FATAL_ERROR "consumer-test.cmake: -D${_var}=... is required")
   endif()
@@ -29,6 +34,44 @@ set(_consumer "${SOURCE_DIR}/examples/cmake-consumer")
 # A fresh prefix, so nothing left from an earlier install can satisfy the build.
 file(REMOVE_RECURSE "${_prefix}")
 run("cmake --install" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${_prefix}")
+
+# readelf's output for FILE (-d: the dynamic section, -S: the sections).
+function(readelf out what file)
+  execute_process(COMMAND "${READELF}" ${what} "${file}" RESULT_VARIABLE _rc OUTPUT_VARIABLE _text ERROR_VARIABLE _err)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "readelf ${what} ${file} failed (${_rc}): ${_err}")
+  endif()
+  set(${out} "${_text}" PARENT_SCOPE)
+endfunction()
+
+set(_lib "${_prefix}/${INSTALL_LIBDIR}")
+if(NOT EXISTS "${_lib}/${REAL_NAME}" OR IS_SYMLINK "${_lib}/${REAL_NAME}")
+  message(FATAL_ERROR "the install did not provide the file ${_lib}/${REAL_NAME}")
+endif()
+foreach(_link_and_target "${SONAME}>${REAL_NAME}" "libnpualloc.so>${SONAME}")
+  string(REPLACE ">" ";" _pair "${_link_and_target}")
+  list(GET _pair 0 _link)
+  list(GET _pair 1 _target)
+  if(NOT IS_SYMLINK "${_lib}/${_link}")
+    message(FATAL_ERROR "the install did not provide the link ${_lib}/${_link}")
+  endif()
+  file(READ_SYMLINK "${_lib}/${_link}" _points_to)
+  if(NOT _points_to STREQUAL _target)
+    message(FATAL_ERROR "${_lib}/${_link} points to '${_points_to}', not ${_target}")
+  endif()
+endforeach()
+string(REPLACE "." "\\." _soname_re "${SONAME}")
+readelf(_dynamic -d "${_lib}/${REAL_NAME}")
+if(NOT _dynamic MATCHES "\\(SONAME\\)[^\n]*\\[${_soname_re}\\]")
+  message(FATAL_ERROR "${_lib}/${REAL_NAME} does not carry the SONAME ${SONAME}:\n${_dynamic}")
+endif()
+readelf(_sections -S "${_lib}/${REAL_NAME}")
+if(_sections MATCHES "\\.debug_" OR NOT _sections MATCHES "\\.gnu_debuglink")
+  message(FATAL_ERROR "${_lib}/${REAL_NAME} has debug sections or no debug link:\n${_sections}")
+endif()
+if(EXISTS "${_lib}/.debug")
+  message(FATAL_ERROR "a plain cmake --install installed the debug component (${_lib}/.debug)")
+endif()
 
 if(MODE STREQUAL "find_package")
   set(_build "${WORK_DIR}/find-package")
@@ -57,5 +100,23 @@ else()
   message(FATAL_ERROR "consumer-test.cmake: unknown MODE '${MODE}'")
 endif()
 
+# The consumer asks the loader for the SONAME.
+readelf(_dynamic -d "${_program}")
+string(REGEX MATCHALL "\\(NEEDED\\)[^\n]*libnpualloc[^\n]*" _npualloc_needed "${_dynamic}")
+list(LENGTH _npualloc_needed _count)
+if(NOT _count EQUAL 1 OR NOT _npualloc_needed MATCHES "\\[${_soname_re}\\]")
+  message(FATAL_ERROR "${_program} should need ${SONAME} and no other libnpualloc; it needs: ${_npualloc_needed}")
+endif()
+message(STATUS "${_program} needs ${SONAME}")
+
 run("running the consumer" "${CMAKE_COMMAND}" -E env --unset=LD_LIBRARY_PATH --unset=NPUALLOC_CONF
     "NPUALLOC_ACL_LIBRARY=${EMU_LIB}" ACLEMU_DEVICE_MEMORY=8g "${_program}")
+
+# The debug information is a component of its own, where gdb finds it through
+# the library's debug link.
+run("cmake --install --component debug" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${_prefix}"
+    --component debug)
+readelf(_sections -S "${_lib}/.debug/${REAL_NAME}.debug")
+if(NOT _sections MATCHES "\\.debug_info")
+  message(FATAL_ERROR "${_lib}/.debug/${REAL_NAME}.debug has no debug information:\n${_sections}")
+endif()

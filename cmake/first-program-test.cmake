@@ -3,15 +3,18 @@
 #   1. against the source tree (include/, src/sys/, the cargo output directory);
 #   2. against `cmake --install` plus `cmake --install --component emulator`
 #      in a scratch prefix.
+#   3. the same, with the installed static library (stripped of its debug
+#      information by the install) and the system libraries it needs.
 # Each build must print "reused: yes" and exit 0, with no NPUALLOC_ACL_LIBRARY
 # or LD_LIBRARY_PATH set: the program's rpath finds both libraries, and
 # npualloc finds the libascendcl.so the program links.
 #
 #   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DLIB_DIR=... -DC_COMPILER=...
-#         -DINSTALL_LIBDIR=... -DINSTALL_INCLUDEDIR=... -P cmake/first-program-test.cmake
+#         -DINSTALL_LIBDIR=... -DINSTALL_INCLUDEDIR=... -DNATIVE_STATIC_LIBS=lib1,lib2,...
+#         -P cmake/first-program-test.cmake
 cmake_minimum_required(VERSION 3.20)
 
-foreach(_var BUILD_DIR SOURCE_DIR WORK_DIR LIB_DIR C_COMPILER INSTALL_LIBDIR INSTALL_INCLUDEDIR)
+foreach(_var BUILD_DIR SOURCE_DIR WORK_DIR LIB_DIR C_COMPILER INSTALL_LIBDIR INSTALL_INCLUDEDIR NATIVE_STATIC_LIBS)
   if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
     message(FATAL_ERROR "first-program-test.cmake: -D${_var}=... is required")
   endif()
@@ -70,6 +73,15 @@ run("building against the installed prefix" "${C_COMPILER}" ${_flags}
     "-L${_lib}" "-L${_lib}/npualloc-emu" -lnpualloc -lascendcl
     "-Wl,-rpath,${_lib}:${_lib}/npualloc-emu" -o "${WORK_DIR}/first_program_installed")
 run_program("${WORK_DIR}/first_program_installed")
+
+# 3. The installed static library.
+string(REPLACE "," ";" _native "${NATIVE_STATIC_LIBS}")
+list(TRANSFORM _native PREPEND "-l")
+run("building against the installed static library" "${C_COMPILER}" ${_flags}
+    "-I${_inc}" "-I${_inc}/npualloc-emu" "${_source}"
+    "${_lib}/libnpualloc.a" "-L${_lib}/npualloc-emu" -lascendcl ${_native}
+    "-Wl,-rpath,${_lib}/npualloc-emu" -o "${WORK_DIR}/first_program_static")
+run_program("${WORK_DIR}/first_program_static")
 
 # A plain `cmake --install` leaves the emulator out.
 set(_plain "${WORK_DIR}/plain-prefix")

@@ -145,15 +145,6 @@ static void train_like_step(demo *d) {
 
 static double mib(uint64_t bytes) { return (double)bytes / (double)MIB; }
 
-/* A counter from the snapshot JSON ("key":number), or -1 when absent. */
-static long long json_counter(const char *json, const char *key) {
-    char pattern[64];
-    snprintf(pattern, sizeof pattern, "\"%s\":", key);
-    const char *p = strstr(json, pattern);
-    if (p == NULL) return -1;
-    return strtoll(p + strlen(pattern), NULL, 10);
-}
-
 int main(void) {
     demo d;
     memset(&d, 0, sizeof d);
@@ -176,10 +167,6 @@ int main(void) {
     memset(&st, 0, sizeof st);
     st.struct_size = sizeof st;
     NPU_CHECK(npualloc_get_stats(d.alloc, &st));
-    char *json = NULL;
-    NPU_CHECK(npualloc_snapshot_json(d.alloc, &json));
-    long long physical = json_counter(json, "num_physical_mallocs");
-    npualloc_string_free(json);
 
     uint64_t served = st.num_allocs;
     if (served != d.workspaces + d.direct || st.num_frees != served || st.allocated_bytes != 0) {
@@ -190,7 +177,7 @@ int main(void) {
         return 1;
     }
     /* Every call that got device memory or mapped it counts against npualloc. */
-    uint64_t device_calls = st.num_device_mallocs + st.num_maps + (physical > 0 ? (uint64_t)physical : 0);
+    uint64_t device_calls = st.num_device_mallocs + st.num_maps + st.num_physical_mallocs;
 
     printf("npualloc %s inference demo on the ACL emulator (device %d, config: %s)\n\n",
            npualloc_version(), DEVICE, conf != NULL && conf[0] != '\0' ? conf : "defaults");
@@ -205,13 +192,13 @@ int main(void) {
     printf("  reserved peak                        %8.1f MiB  (allocated peak / reserved peak = %.0f%%)\n",
            mib(st.reserved_bytes_peak),
            st.reserved_bytes_peak ? 100.0 * (double)st.allocated_bytes_peak / (double)st.reserved_bytes_peak : 0.0);
-    printf("  reserved now / segments              %8.1f MiB  / %" PRIu64 " segments\n\n",
+    printf("  reserved now / segments              %8.1f MiB  / %" PRIu64 " segments\n",
            mib(st.reserved_bytes), st.segments);
+    printf("    in segments / unmapped handles     %8.1f MiB  / %.1f MiB\n\n", mib(st.segment_bytes),
+           mib(st.cached_handle_bytes));
     printf("device calls\n");
     printf("  aclrtMalloc                          %8" PRIu64 "\n", st.num_device_mallocs);
-    if (physical >= 0) {
-        printf("  aclrtMallocPhysical                  %8lld\n", physical);
-    }
+    printf("  aclrtMallocPhysical                  %8" PRIu64 "\n", st.num_physical_mallocs);
     printf("  aclrtMapMem                          %8" PRIu64 "\n", st.num_maps);
     printf("  stream syncs                         %8" PRIu64 "\n", st.num_syncs);
     if (device_calls > 0 && device_calls <= served) {

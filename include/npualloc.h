@@ -35,9 +35,10 @@ typedef void *aclrtStream;
 #define NPUALLOC_PLUGGABLE_MAX_DEVICES 64
 
 /**
- * Version of the `npualloc_stats` layout this library fills.
+ * Version of the `npualloc_stats` layout this library fills: 2 added the
+ * fields from `num_physical_mallocs` on.
  */
-#define NPUALLOC_STATS_VERSION 1
+#define NPUALLOC_STATS_VERSION 2
 
 /**
  * Major version of the library (semantic versioning).
@@ -57,7 +58,9 @@ typedef void *aclrtStream;
 /**
  * The C ABI version this header describes. It changes only when an existing
  * signature, struct layout or status number changes; `npualloc_abi_version()`
- * returns the library's.
+ * returns the library's. The shared library's SONAME is
+ * `libnpualloc.so.<NPUALLOC_ABI_VERSION>` (build.rs and CMakeLists.txt read
+ * the number from this line).
  */
 #define NPUALLOC_ABI_VERSION 1
 
@@ -149,53 +152,126 @@ typedef struct npualloc_block_info {
 } npualloc_block_info;
 
 /**
- * Allocator statistics (PyTorch `memory_stats()` vocabulary). The caller
- * sets `struct_size` to `sizeof(npualloc_stats)`; fields past it are not
- * written, so older callers keep working when fields are added.
+ * Allocator statistics (PyTorch `memory_stats()` vocabulary, plus where the
+ * reserved memory is). The caller sets `struct_size` to
+ * `sizeof(npualloc_stats)`; fields past it are not written, so callers built
+ * against an older, smaller struct keep working. Fields are only ever added
+ * at the end. The same names are the keys of the snapshot's "stats" object.
+ *
+ * reserved_bytes = segment_bytes + cached_handle_bytes; the cached part of
+ * the segments is segment_bytes - allocated_bytes - pending_free_bytes.
  */
 typedef struct npualloc_stats {
     uint32_t struct_size;
     /**
-     * Filled by the library.
+     * Filled by the library: NPUALLOC_STATS_VERSION.
      */
     uint32_t version;
     /**
-     * Live blocks, as rounded.
+     * Bytes of live blocks, as rounded.
      */
     uint64_t allocated_bytes;
     /**
-     * The most live at once: exact while one stream allocates; with
-     * several, the highest total seen when some stream reached a new high
-     * of its own (kept without a counter every stream writes; a peak that
-     * streams each below their own high make together can be missed).
+     * The most `allocated_bytes` at once: exact while one stream allocates;
+     * with several, the highest total seen when some stream reached a new
+     * high of its own (kept without a counter every stream writes; a peak
+     * that streams each below their own high make together can be missed).
      * Likewise `requested_bytes_peak`.
      */
     uint64_t allocated_bytes_peak;
     /**
-     * Live blocks, as asked.
+     * Bytes of live blocks, as asked.
      */
     uint64_t requested_bytes;
+    /**
+     * The most `requested_bytes` at once.
+     */
     uint64_t requested_bytes_peak;
     /**
-     * Device memory held (mapped or malloc'ed).
+     * Device memory held: `segment_bytes` plus `cached_handle_bytes`.
      */
     uint64_t reserved_bytes;
+    /**
+     * The most `reserved_bytes` at once.
+     */
     uint64_t reserved_bytes_peak;
+    /**
+     * Live blocks.
+     */
     uint64_t active_blocks;
+    /**
+     * Fixed segments plus expandable ranges.
+     */
     uint64_t segments;
+    /**
+     * Allocations served.
+     */
     uint64_t num_allocs;
+    /**
+     * Frees (pending ones included).
+     */
     uint64_t num_frees;
+    /**
+     * aclrtMalloc calls that succeeded.
+     */
     uint64_t num_device_mallocs;
+    /**
+     * aclrtFree calls that succeeded.
+     */
     uint64_t num_device_frees;
+    /**
+     * aclrtMapMem calls that succeeded.
+     */
     uint64_t num_maps;
+    /**
+     * aclrtUnmapMem calls that succeeded.
+     */
     uint64_t num_unmaps;
+    /**
+     * Requests that went through the out-of-memory ladder.
+     */
     uint64_t num_alloc_retries;
+    /**
+     * Requests refused for lack of memory.
+     */
     uint64_t num_ooms;
+    /**
+     * Stream synchronizations made to give memory back.
+     */
     uint64_t num_syncs;
     /**
-     * Largest block a request could get without growing.
+     * Largest block a request could get without a device call.
      */
     uint64_t largest_free_block;
+    /**
+     * aclrtMallocPhysical calls that succeeded. (Version 2 from here on.)
+     */
+    uint64_t num_physical_mallocs;
+    /**
+     * aclrtFreePhysical calls that succeeded.
+     */
+    uint64_t num_physical_frees;
+    /**
+     * Bytes freed by the caller and waiting for work on other streams
+     * (record_stream) to complete.
+     */
+    uint64_t pending_free_bytes;
+    /**
+     * Device memory held by segments: whole fixed segments, and the mapped
+     * pages of expandable ranges. The snapshot's segment sizes add up to it.
+     */
+    uint64_t segment_bytes;
+    /**
+     * Physical handles unmapped and kept for reuse (expandable segments);
+     * 0 with fixed segments.
+     */
+    uint64_t cached_handle_bytes;
+    /**
+     * Address space of all segments: with expandable segments their
+     * reserved virtual ranges; with fixed segments the part of each that
+     * blocks tile (`segment_bytes` less any alignment slack).
+     */
+    uint64_t address_space_bytes;
 } npualloc_stats;
 
 /**
@@ -294,6 +370,10 @@ extern "C" {
  * conflicting keys), NPUALLOC_ERR_UNSUPPORTED, NPUALLOC_ERR_RUNTIME (e.g. no
  * such device), NPUALLOC_ERR_RUNTIME_UNAVAILABLE (libascendcl missing).
  * Thread-safe.
+ *
+ * # Safety
+ * `config` is NULL or a NUL-terminated string; `out` is NULL or valid for
+ * writing one handle.
  */
 npualloc_status npualloc_create(const char *config,
                                 int32_t device,
@@ -312,6 +392,10 @@ npualloc_status npualloc_create(const char *config,
  * it again later.
  * `npualloc_destroy(NULL)` is a no-op returning NPUALLOC_OK. No other thread
  * may use the allocator during or after this call.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed, which no
+ * other thread uses during or after the call.
  */
 npualloc_status npualloc_destroy(struct npualloc_allocator *a);
 
@@ -326,6 +410,10 @@ npualloc_status npualloc_destroy(struct npualloc_allocator *a);
  * meets it, when the runtime has that call); NPUALLOC_ERR_OUT_OF_MEMORY after every
  * recovery step failed (the message says where memory is);
  * NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out_ptr`
+ * is NULL or valid for writing one pointer.
  */
 npualloc_status npualloc_malloc(struct npualloc_allocator *a,
                                 size_t size,
@@ -344,6 +432,10 @@ npualloc_status npualloc_malloc(struct npualloc_allocator *a,
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle;
  * NPUALLOC_ERR_UNKNOWN_POINTER (state unchanged) for a pointer this
  * allocator did not return, an interior pointer, or a block already freed.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed. `ptr` is
+ * only compared with the allocator's blocks, never dereferenced.
  */
 npualloc_status npualloc_free(struct npualloc_allocator *a, void *ptr);
 
@@ -354,12 +446,19 @@ npualloc_status npualloc_free(struct npualloc_allocator *a, void *ptr);
  * Returns NPUALLOC_ERR_UNKNOWN_POINTER if `ptr` is not the start of a live block;
  * NPUALLOC_ERR_INVALID_ARGUMENT for a stream the runtime does not know (checked
  * as in npualloc_malloc).
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed. `ptr` is
+ * never dereferenced; `stream` is checked with the runtime.
  */
 npualloc_status npualloc_record_stream(struct npualloc_allocator *a, void *ptr, aclrtStream stream);
 
 /**
  * Returns every cached, unused segment to the runtime, after synchronizing
  * only the streams that used them. Blocks in use are untouched.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
  */
 npualloc_status npualloc_empty_cache(struct npualloc_allocator *a);
 
@@ -368,6 +467,9 @@ npualloc_status npualloc_empty_cache(struct npualloc_allocator *a);
  * of the device's total. Memory already reserved is not released by this call.
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a fraction outside (0, 1] or NaN.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
  */
 npualloc_status npualloc_set_memory_fraction(struct npualloc_allocator *a, double fraction);
 
@@ -375,6 +477,11 @@ npualloc_status npualloc_set_memory_fraction(struct npualloc_allocator *a, doubl
  * Describes the live block containing `ptr` (any address inside it).
  *
  * Returns NPUALLOC_ERR_UNKNOWN_POINTER if no live block contains `ptr`.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out` is
+ * NULL or valid for writing one `npualloc_block_info`. `ptr` is never
+ * dereferenced.
  */
 npualloc_status npualloc_query(const struct npualloc_allocator *a,
                                const void *ptr,
@@ -391,6 +498,10 @@ npualloc_status npualloc_query(const struct npualloc_allocator *a,
  * the allocator's device, when the runtime has that call);
  * NPUALLOC_ERR_RUNTIME if an ACL call failed. Nothing is registered or
  * created when the call fails.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed. `stream`
+ * is checked with the runtime.
  */
 npualloc_status npualloc_register(struct npualloc_allocator *a, aclrtStream stream);
 
@@ -398,12 +509,20 @@ npualloc_status npualloc_register(struct npualloc_allocator *a, aclrtStream stre
  * Unregisters the allocator from `stream` and destroys that desc. An
  * unknown stream is OK. If the runtime refuses to unregister, nothing
  * changes: the stream keeps the allocator (and its callbacks stay valid).
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
  */
 npualloc_status npualloc_unregister(struct npualloc_allocator *a, aclrtStream stream);
 
 /**
  * The desc's allocation callback: allocates `size` bytes on the binding's
  * stream and returns a block handle, or NULL with the thread's last error set.
+ *
+ * # Safety
+ * `binding` is NULL or a binding from `npualloc_register` or
+ * `npualloc_binding_create` not yet destroyed (the runtime passes back the
+ * `obj` it was given).
  */
 void *npualloc_desc_alloc(void *binding, size_t size);
 
@@ -412,12 +531,19 @@ void *npualloc_desc_alloc(void *binding, size_t size);
  * (the rule of every npualloc free; the binding is still checked). An
  * unknown or already freed block changes nothing; the error goes to stderr
  * and the last error.
+ *
+ * # Safety
+ * `binding` as for `npualloc_desc_alloc`. `block` is only looked up, never
+ * dereferenced.
  */
 void npualloc_desc_free(void *binding, void *block);
 
 /**
  * The desc's advise callback: like alloc; `addr_hint` (may be NULL) is a
  * wish for an address and is not promised.
+ *
+ * # Safety
+ * `binding` as for `npualloc_desc_alloc`. `addr_hint` is never dereferenced.
  */
 void *npualloc_desc_alloc_advise(void *binding, size_t size, void *addr_hint);
 
@@ -434,6 +560,10 @@ void *npualloc_desc_get_addr(void *block);
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `binding`, or a
  * stream the runtime does not know (checked as in npualloc_register).
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed; `binding`
+ * is NULL or valid for writing one pointer.
  */
 npualloc_status npualloc_binding_create(struct npualloc_allocator *a,
                                         aclrtStream stream,
@@ -441,6 +571,10 @@ npualloc_status npualloc_binding_create(struct npualloc_allocator *a,
 
 /**
  * Destroys a binding made by `npualloc_binding_create`. NULL is a no-op.
+ *
+ * # Safety
+ * `binding` is NULL or a binding from `npualloc_binding_create` not yet
+ * destroyed, which no desc registered with the runtime still names.
  */
 npualloc_status npualloc_binding_destroy(void *binding);
 
@@ -545,6 +679,10 @@ const char *npualloc_last_error(void);
  *
  * Returns NPUALLOC_OK if the copy would be attempted (or is a no-op).
  * Never calls the runtime. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed. `dst` and
+ * `src` are only compared with the allocator's blocks, never dereferenced.
  */
 npualloc_status npualloc_check_memcpy2d(const struct npualloc_allocator *a,
                                         const void *dst,
@@ -572,6 +710,12 @@ npualloc_status npualloc_check_memcpy2d(const struct npualloc_allocator *a,
  * is NULL and libascendcl cannot be loaded; NPUALLOC_ERR_RUNTIME if
  * `aclrtMemcpy2d` fails (the message names it and its aclError).
  * Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed. Every byte
+ * the copy touches (`height` rows of `width` bytes, `dpitch` and `spitch`
+ * apart) lies in memory valid for the copy's direction, as `aclrtMemcpy2d`
+ * requires; npualloc checks this only for the device side of blocks it owns.
  */
 npualloc_status npualloc_memcpy2d(const struct npualloc_allocator *a,
                                   void *dst,
@@ -597,6 +741,11 @@ npualloc_status npualloc_memcpy2d(const struct npualloc_allocator *a,
  * is NULL and libascendcl cannot be loaded; NPUALLOC_ERR_RUNTIME if
  * `aclrtMemcpy2dAsync` fails (the message names it and its aclError).
  * Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed. As for
+ * `npualloc_memcpy2d`, and both regions stay valid until the stream has run
+ * the copy.
  */
 npualloc_status npualloc_memcpy2d_async(const struct npualloc_allocator *a,
                                         void *dst,
@@ -614,6 +763,9 @@ npualloc_status npualloc_memcpy2d_async(const struct npualloc_allocator *a,
  * with the thread's last error set (out of memory, bad device, the device's
  * allocator could not be created). Size 0 returns NULL and is not an error.
  * Thread-safe.
+ *
+ * # Safety
+ * `stream` is NULL or a stream of `device` (it is checked with the runtime).
  */
 void *npualloc_pluggable_malloc(size_t size, int device, aclrtStream stream);
 
@@ -625,6 +777,11 @@ void *npualloc_pluggable_malloc(size_t size, int device, aclrtStream stream);
  * pointer this device's allocator does not own (another device's, unknown,
  * already freed) changes nothing: the last error says why and a line goes
  * to stderr. Thread-safe.
+ *
+ * # Safety
+ * `ptr` is NULL or came from `npualloc_pluggable_malloc` for `device`, and
+ * nothing but work already queued on its streams uses the block after this
+ * call. `ptr` itself is only looked up, never dereferenced.
  */
 void npualloc_pluggable_free(void *ptr, size_t size, int device, aclrtStream stream);
 
@@ -655,6 +812,10 @@ void npualloc_pluggable_set_memory_fraction(double fraction, int device);
  * device's pluggable allocator, writes the size of the segment holding it
  * to `*size` and returns the segment's base address. Returns NULL (nothing
  * written, last error set) for NULL `size` or a pointer no allocator owns.
+ *
+ * # Safety
+ * `size` is NULL or valid for writing one `size_t`. `ptr` is never
+ * dereferenced.
  */
 void *npualloc_pluggable_base_alloc(void *ptr, size_t *size);
 
@@ -677,11 +838,19 @@ const struct npualloc_api *npualloc_get_api(uint32_t abi_version);
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out`, or a
  * `struct_size` smaller than the two header fields.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out` is
+ * NULL or points to an `npualloc_stats` whose `struct_size` bytes are writable
+ * (at least its two header fields).
  */
 npualloc_status npualloc_get_stats(const struct npualloc_allocator *a, struct npualloc_stats *out);
 
 /**
  * Resets the peak counters to the current values.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
  */
 npualloc_status npualloc_reset_peak_stats(struct npualloc_allocator *a);
 
@@ -689,11 +858,18 @@ npualloc_status npualloc_reset_peak_stats(struct npualloc_allocator *a);
  * Writes a JSON snapshot (segments, their blocks with address, size, state
  * — active / cached / pending-free — and stream, and the stats) to
  * `*out_json`. Free it with `npualloc_string_free`. Costs O(blocks).
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out_json`
+ * is NULL or valid for writing one pointer.
  */
 npualloc_status npualloc_snapshot_json(const struct npualloc_allocator *a, char **out_json);
 
 /**
  * Frees a string returned by npualloc. NULL is a no-op.
+ *
+ * # Safety
+ * `s` is NULL or a string returned by npualloc and not yet freed.
  */
 void npualloc_string_free(char *s);
 

@@ -12,6 +12,7 @@ so a build that is already up to date costs nothing.
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -67,6 +68,18 @@ def cargo_build():
     raise SystemExit(f"npualloc: cargo finished but reported no {LIBRARY}")
 
 
+def strip_debug_info(library):
+    """Drops the debug information cargo's release profile keeps (most of the
+    file's size) from the copy the wheel ships; the symbol table stays."""
+    objcopy = os.environ.get("OBJCOPY") or shutil.which("objcopy")
+    if not objcopy:
+        print(f"npualloc: objcopy (binutils) not found; {LIBRARY} keeps its debug information", flush=True)
+        return
+    done = subprocess.run([objcopy, "--strip-debug", str(library)], check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"npualloc: {objcopy} --strip-debug {library} failed (exit {done.returncode})")
+
+
 class BuildPy(build_py):
     """build_py, then the library next to the package's modules."""
 
@@ -80,6 +93,7 @@ class BuildPy(build_py):
         dest = Path(self.build_lib) / "npualloc" / LIBRARY
         dest.parent.mkdir(parents=True, exist_ok=True)
         self.copy_file(str(library), str(dest), preserve_mode=True)
+        strip_debug_info(dest)
 
     def get_outputs(self, include_bytecode=True):
         outputs = super().get_outputs(include_bytecode)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the system tools the build needs when they are missing:
 # cmake, libclang (for bindgen in build.rs), pkg-config, a C/C++ compiler and
-# valgrind (the memcheck pass over the C tests), and Python's venv module
-# (test-python.sh installs the wheel into a fresh virtual environment).
+# valgrind (the memcheck pass over the C tests), Python's venv module
+# (test-python.sh installs the wheel into a fresh virtual environment), and
+# the rustfmt and clippy components (test.sh checks formatting and lints).
 # Sourced by test.sh and demo.sh; safe to run on its own.
 set -euo pipefail
 
@@ -23,7 +24,19 @@ npualloc_have_libclang() {
     compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null
 }
 
+npualloc_ensure_rust_components() {
+    local component
+    for component in rustfmt clippy; do
+        # `cargo fmt` / `cargo clippy` fail when the component is missing.
+        if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+            echo "installing the missing Rust component: $component"
+            rustup component add "$component"
+        fi
+    done
+}
+
 npualloc_ensure_tools() {
+    npualloc_ensure_rust_components
     local missing=()
     command -v cmake >/dev/null 2>&1 || missing+=(cmake)
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)

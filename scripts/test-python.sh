@@ -25,12 +25,21 @@ echo "== Python: pip wheel ./python"
 "$venv_python" -m pip wheel --no-deps --wheel-dir "$work/wheels" ./python
 wheel=$(find "$work/wheels" -name 'npualloc-*.whl' -print)
 echo "built $(basename "$wheel")"
-"$venv_python" - "$wheel" <<'PY'
+"$venv_python" - "$wheel" "$work/unpacked" <<'PY'
 import sys, zipfile
-names = zipfile.ZipFile(sys.argv[1]).namelist()
+wheel = zipfile.ZipFile(sys.argv[1])
+names = wheel.namelist()
 if "npualloc/libnpualloc.so" not in names:
     sys.exit(f"the wheel does not carry npualloc/libnpualloc.so: {names}")
+wheel.extract("npualloc/libnpualloc.so", sys.argv[2])
 PY
+# setup.py strips the debug information from the library it ships.
+sections=$(readelf -S --wide "$work/unpacked/npualloc/libnpualloc.so")
+if ! grep -q ' \.text ' <<<"$sections" || grep -q ' \.debug_' <<<"$sections"; then
+    echo "the wheel's libnpualloc.so is not a library without debug sections:" >&2
+    echo "$sections" >&2
+    exit 1
+fi
 
 echo "== Python: PyTorch's _memory_viz.py, to open snapshots with"
 if viz=$("$python" scripts/fetch-memory-viz.py); then

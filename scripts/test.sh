@@ -9,6 +9,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/ensure-tools.sh
 npualloc_ensure_tools
 
+# The house rules that a tool can check: formatting, and clippy with every
+# warning an error (Cargo.toml's [workspace.lints] adds the unsafe-code lints).
+echo "== cargo fmt --check and cargo clippy"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
 # The real ACL headers, so the build uses them and tests/acl_headers_agree.rs
 # checks our own declarations against them (it fails without them from here on).
 bash scripts/fetch-acl-headers.sh

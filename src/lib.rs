@@ -5,14 +5,16 @@
 //! - `runtime`: the ACL runtime loaded at run time, with safe wrappers.
 //! - `core`, `config`, `memcpy2d`: the allocator itself, safe Rust.
 //! - `ffi`: the `extern "C"` shims; the only place with exported symbols.
-//! - `trace`, `replay`: allocation traces (record, parse) and their replay
-//!   through an allocator configuration, for the tools and benchmarks.
+//! - `trace`: allocation traces, recorded by a live allocator (config key
+//!   `trace`) and read back. Their replay (the `npualloc-replay` command and
+//!   the benchmarks built on it) lives in the `npualloc-tools` crate
+//!   (`tools/`), so the C library carries only the allocator.
+pub mod addr_hash;
 pub mod config;
 pub mod core;
 pub mod error;
 pub mod ffi;
 pub mod memcpy2d;
-pub mod replay;
 pub mod runtime;
 pub mod sys;
 pub mod trace;

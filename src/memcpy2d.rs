@@ -7,7 +7,7 @@
 //! `dst + i*dpitch` and `src + i*spitch`. Two layers of checks:
 //!
 //! 1. [`check_rules`]: the runtime's documented rules (each cites its source,
-//!    reference/acl-api.md §5 "aclrtMemcpy2d / aclrtMemcpy2dAsync", or says it
+//!    docs/acl-api.md §5 "aclrtMemcpy2d / aclrtMemcpy2dAsync", or says it
 //!    is our own choice). Needs no allocator.
 //! 2. [`check_within_block`]: when an allocator is given, each device-side
 //!    pointer must lie in a block it owns and the copy's last byte,
@@ -19,7 +19,7 @@
 
 use crate::error::Error;
 
-// aclrtMemcpyKind values (reference/acl-api.md §3, "aclrtMemcpyKind"; the
+// aclrtMemcpyKind values (docs/acl-api.md §3, "aclrtMemcpyKind"; the
 // values are append-only). Kept here rather than taken from `sys`, which only
 // `runtime` may use.
 pub const ACL_MEMCPY_HOST_TO_HOST: i32 = 0;
@@ -31,7 +31,7 @@ pub const ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: i32 = 5;
 pub const ACL_MEMCPY_INNER_DEVICE_TO_DEVICE: i32 = 6;
 pub const ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: i32 = 7;
 
-/// Largest `height` (5 * 1024 * 1024 rows). acl-api.md §5: documented on the
+/// Largest `height` (5 * 1024 * 1024 rows). docs/acl-api.md §5: documented on the
 /// async page, enforced by the runtime's `MemCopy2DCheckParam` for both calls.
 pub const MAX_HEIGHT: usize = 5_242_880;
 /// Largest `width` in bytes; same source and scope as [`MAX_HEIGHT`].
@@ -165,19 +165,19 @@ impl Copy2d {
 /// reported.
 #[inline]
 pub fn check_rules(c: &Copy2d) -> Result<Checked, Error> {
-    // acl-api.md §5, ACL layer (CheckMemcpy2dParam): a zero width or height is
+    // docs/acl-api.md §5, ACL layer (CheckMemcpy2dParam): a zero width or height is
     // a successful no-op, decided before any pointer check.
     if c.width == 0 || c.height == 0 {
         return Ok(Checked::NoOp);
     }
-    // acl-api.md §5, ACL layer: NULL dst or src is ACL_ERROR_INVALID_PARAM.
+    // docs/acl-api.md §5, ACL layer: NULL dst or src is ACL_ERROR_INVALID_PARAM.
     if c.dst == 0 {
         return Err(null_pointer(c, Side::Dst));
     }
     if c.src == 0 {
         return Err(null_pointer(c, Side::Src));
     }
-    // acl-api.md §5, ACL layer and runtime layer: width <= dpitch and
+    // docs/acl-api.md §5, ACL layer and runtime layer: width <= dpitch and
     // width <= spitch. With width > 0 this also gives the runtime's
     // "pitches must be non-zero".
     if c.width > c.dpitch {
@@ -186,7 +186,7 @@ pub fn check_rules(c: &Copy2d) -> Result<Checked, Error> {
     if c.width > c.spitch {
         return Err(width_over_pitch(c, Side::Src));
     }
-    // acl-api.md §5, "Supported directions": the sync call does H2D and D2H
+    // docs/acl-api.md §5, "Supported directions": the sync call does H2D and D2H
     // only (the runtime answers D2D with "not supported"); the async call also
     // does D2D. ACL_MEMCPY_DEFAULT, which the ACL layer would resolve from the
     // address locations, is refused: our own choice, following api.md "2D
@@ -196,7 +196,7 @@ pub fn check_rules(c: &Copy2d) -> Result<Checked, Error> {
         Some(sides) => sides,
         None => return Err(bad_kind(c)),
     };
-    // acl-api.md §5, runtime layer (MemCopy2DCheckParam): height <= 5242880
+    // docs/acl-api.md §5, runtime layer (MemCopy2DCheckParam): height <= 5242880
     // and width <= 5000000. The docs state them for the async call only; the
     // runtime applies them to both, and so do we.
     if c.height > MAX_HEIGHT {

@@ -31,6 +31,7 @@ const WATCHDOG: Duration = Duration::from_secs(if cfg!(debug_assertions) { 600 }
 struct Shared(Handle);
 // SAFETY: npualloc's functions are thread-safe; the handle outlives the threads.
 unsafe impl Send for Shared {}
+// SAFETY: as for Send: every function the threads call through it is thread-safe.
 unsafe impl Sync for Shared {}
 
 /// xorshift64*: a fixed seed per thread keeps runs reproducible.

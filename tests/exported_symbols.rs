@@ -3,6 +3,12 @@
 //! and no Rust internals; and every export is declared in
 //! `include/npualloc.h` and reachable through the plugin table
 //! (`npualloc_api`, `src/ffi/plugin.rs`), `npualloc_get_api` itself aside.
+//! rustc links a cdylib with a version script that exports the
+//! `#[no_mangle]` functions and makes every other symbol local (Rust's
+//! standard library included), so no extra linker options are needed for that.
+//!
+//! It holds only the allocator (the replay tool and its SVG and JSON writers
+//! are in the npualloc-tools crate) and carries its ABI version in its SONAME.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,23 +26,33 @@ fn shared_library() -> PathBuf {
     deps.parent().expect("target/<profile>").join("libnpualloc.so")
 }
 
-/// `(kind, name)` of every code and data symbol the library defines and exports.
+/// `target/<profile>`: integration tests run from `target/<profile>/deps/`.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+fn run(program: &str, args: &[&str], file: &Path) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program} (binutils): {e}"));
+    assert!(output.status.success(), "{program} failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `(kind, name)` of every symbol the library defines and exports.
 fn exported_symbols(lib: &Path) -> Vec<(String, String)> {
     assert!(lib.is_file(), "{} is not built; run `cargo build --workspace`", lib.display());
-    let output = Command::new("nm")
-        .args(["-D", "--defined-only"])
-        .arg(lib)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run nm (binutils): {e}"));
-    assert!(output.status.success(), "nm failed: {}", String::from_utf8_lossy(&output.stderr));
-    let listing = String::from_utf8_lossy(&output.stdout);
+    let listing = run("nm", &["-D", "--defined-only"], lib);
     let mut symbols = Vec::new();
     for line in listing.lines() {
-        // "<address> <type> <name>"; only code and data symbols matter.
+        // "<address> <type> <name>", of any type (code, data, absolute, ...).
         let fields: Vec<&str> = line.split_whitespace().collect();
-        let [_, kind, name] = fields.as_slice() else { continue };
-        if matches!(*kind, "T" | "D" | "B" | "R" | "W" | "V" | "i") {
-            symbols.push((kind.to_string(), name.to_string()));
+        match fields.as_slice() {
+            [_, kind, name] | [kind, name] => symbols.push((kind.to_string(), name.to_string())),
+            _ => panic!("unexpected nm line {line:?}"),
         }
     }
     symbols
@@ -120,4 +136,39 @@ fn every_export_is_declared_in_the_header_and_listed_in_the_plugin_table() {
     }
     assert!(checked > 10, "only {checked} npualloc_ exports found in {}", lib.display());
     assert!(problems.is_empty(), "export audit:\n  {}", problems.join("\n  "));
+}
+
+#[test]
+fn shared_library_holds_no_replay_or_svg_code() {
+    let lib = shared_library();
+    let bytes = std::fs::read(&lib).unwrap_or_else(|e| panic!("read {}: {e}", lib.display()));
+    let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    // Rust symbol names spell a module path as <length><name> (8npualloc4core),
+    // and debug information names each module as a string of its own. The
+    // allocator's modules show both ways, so the search can find a module.
+    assert!(has(b"8npualloc4core"), "{} has no npualloc::core symbol: is its symbol table stripped?", lib.display());
+    let symbols = run("nm", &["-C"], &lib);
+    assert!(symbols.contains("npualloc::core::"), "nm -C {} shows no npualloc::core symbol", lib.display());
+    for module in ["replay", "svg"] {
+        let mangled = format!("{}{module}", module.len());
+        assert!(!has(mangled.as_bytes()), "{} has a symbol of a `{module}` module ({mangled})", lib.display());
+        assert!(!has(format!("\0{module}\0").as_bytes()), "{} names a `{module}` module", lib.display());
+        assert!(!symbols.contains(&format!("::{module}::")), "nm -C {} shows `{module}` code", lib.display());
+    }
+}
+
+#[test]
+fn shared_library_carries_the_abi_version_in_its_soname() {
+    let soname = format!("libnpualloc.so.{}", npualloc::ffi::NPUALLOC_ABI_VERSION);
+    let lib = shared_library();
+    let dynamic = run("readelf", &["-d"], &lib);
+    let recorded: Vec<&str> = dynamic.lines().filter(|l| l.contains("(SONAME)")).collect();
+    assert_eq!(recorded.len(), 1, "{} should have one SONAME:\n{dynamic}", lib.display());
+    assert!(recorded[0].ends_with(&format!("[{soname}]")), "{}: {} is not {soname}", lib.display(), recorded[0]);
+
+    // A program linked against target/<profile>/libnpualloc.so asks for the
+    // SONAME at run time, so build.rs puts a link of that name next to it.
+    let link = profile_dir().join(&soname);
+    let target = std::fs::read_link(&link).unwrap_or_else(|e| panic!("{} is not a link: {e}", link.display()));
+    assert_eq!(target, Path::new("libnpualloc.so"), "{} points elsewhere", link.display());
 }

@@ -7,8 +7,19 @@
 //! the C API on two streams (allocation stream by id parity), every fifth
 //! block also used on the other stream (`npualloc_record_stream`), the second
 //! stream held so those frees stay pending, `npualloc_empty_cache` every 150
-//! events; once with expandable segments and once without. Each run creates
-//! its allocator with the fault already armed, so creation is swept too.
+//! events; with fixed segments, with expandable segments, with expandable
+//! segments and `reserved_headroom`, and with 20 MiB pages. Allocations go
+//! through `npualloc_malloc`, or (every third id) through the desc's alloc
+//! callback on a binding of their stream. Each run creates its allocator
+//! with the fault already armed, so creation is swept too.
+//!
+//! Around every refused allocation, the emulator's usage is read before and
+//! after: a refused request leaves malloc'd, physical and mapped bytes no
+//! higher than before (nothing changes on failure), unless the fault hit a
+//! call that gives memory back (`aclrtFree`, `aclrtFreePhysical`,
+//! `aclrtUnmapMem`) during that very request, when what could not go back
+//! stays with the allocator. (The pluggable entry point, whose allocators
+//! live for the process, is checked in `tests/refused_request.rs`.)
 //!
 //! After each run, with the fault disarmed: every refused call returned a
 //! documented status (OUT_OF_MEMORY or RUNTIME, nothing else); the blocks the
@@ -26,8 +37,11 @@
 
 mod common;
 
-use common::{create, destroy, emu, empty_cache, free, malloc, query, record_stream, stats, Emu};
+use common::{create, destroy, emu, empty_cache, free, malloc, query, record_stream, stats, Emu, Handle, Usage};
+use npualloc::ffi::desc::{npualloc_binding_create, npualloc_binding_destroy, npualloc_desc_alloc};
+use npualloc::ffi::last_error::last_error_message;
 use npualloc::ffi::npualloc_status::{self, *};
+use std::ffi::c_void;
 use npualloc::runtime::Stream;
 use npualloc::trace::{parse_file, Op};
 use std::collections::{HashMap, HashSet};
@@ -104,6 +118,65 @@ fn documented(st: npualloc_status) -> bool {
     matches!(st, NPUALLOC_ERR_OUT_OF_MEMORY | NPUALLOC_ERR_RUNTIME)
 }
 
+/// ACL functions that give memory back: when one of them is refused, what
+/// it should have released stays held.
+const GIVING_BACK: &[&str] = &["aclrtFree", "aclrtFreePhysical", "aclrtUnmapMem"];
+
+/// Why a refused allocation kept device memory, if it did: `after` holds
+/// more malloc'd, physical or mapped bytes than `before`.
+fn kept_memory(before: &Usage, after: &Usage) -> Option<String> {
+    let grew = after.malloc_bytes > before.malloc_bytes
+        || after.physical_bytes > before.physical_bytes
+        || after.mapped_bytes > before.mapped_bytes;
+    grew.then(|| format!("before {before:?}, after {after:?}"))
+}
+
+/// Bindings (the desc's `obj`) of an allocator's two streams.
+struct Bindings([*mut c_void; 2]);
+
+impl Bindings {
+    fn new(a: Handle, streams: [Stream; 2]) -> Result<Self, (npualloc_status, String)> {
+        let mut made = Bindings([std::ptr::null_mut(); 2]);
+        for (b, s) in made.0.iter_mut().zip(streams) {
+            // SAFETY: a live handle and a valid out-pointer.
+            match unsafe { npualloc_binding_create(a, s.raw(), b) } {
+                NPUALLOC_OK => {}
+                // `made` destroys the one made (destroying NULL is a no-op).
+                st => return Err((st, last_error_message())),
+            }
+        }
+        Ok(made)
+    }
+
+    /// The desc's alloc callback on stream `i`'s binding; a refusal's
+    /// status is read from its message (the callback returns only NULL).
+    fn alloc(&self, i: usize, size: usize) -> Result<usize, (npualloc_status, String)> {
+        // SAFETY: a live binding.
+        let p = unsafe { npualloc_desc_alloc(self.0[i], size) };
+        if !p.is_null() {
+            return Ok(p as usize);
+        }
+        let msg = last_error_message();
+        let st = if msg.starts_with("out of memory:") {
+            NPUALLOC_ERR_OUT_OF_MEMORY
+        } else if msg.contains(" failed with ") {
+            NPUALLOC_ERR_RUNTIME
+        } else {
+            NPUALLOC_ERR_INTERNAL
+        };
+        Err((st, msg))
+    }
+}
+
+impl Drop for Bindings {
+    fn drop(&mut self) {
+        for b in self.0 {
+            // SAFETY: made by npualloc_binding_create, destroyed once, before the allocator.
+            assert_eq!(unsafe { npualloc_binding_destroy(b) }, NPUALLOC_OK);
+        }
+    }
+}
+
 struct Sweep<'a> {
     emu: &'a Emu,
     ops: &'a [Op],
@@ -112,8 +185,9 @@ struct Sweep<'a> {
 }
 
 impl Sweep<'_> {
-    /// One run with `arm` applied right before the allocator is created.
-    fn run(&self, label: &str, arm: &dyn Fn(), disarm: &dyn Fn() -> bool) -> Run {
+    /// One run with `arm` applied right before the allocator is created;
+    /// `armed` names the function it arms ("" for none).
+    fn run(&self, label: &str, armed: &str, arm: &dyn Fn(), disarm: &dyn Fn() -> bool) -> Run {
         let emu = self.emu;
         let [s0, s1] = self.streams;
         let mut run = Run::default();
@@ -133,12 +207,37 @@ impl Sweep<'_> {
             }
         };
         let mut live: HashMap<u64, (usize, u64)> = HashMap::new();
-        if let Some(a) = a {
+        let bindings = match a.map(|a| Bindings::new(a, self.streams)) {
+            Some(Ok(b)) => Some(b),
+            Some(Err((st, msg))) => {
+                run.refused += 1;
+                if !documented(st) {
+                    problem(&mut run, format!("binding_create returned {st:?}: {msg}"));
+                }
+                None
+            }
+            None => None,
+        };
+        if let (Some(a), Some(bindings)) = (a, &bindings) {
             for (i, op) in self.ops.iter().enumerate() {
                 match *op {
                     Op::Alloc { id, bytes, .. } => {
                         let (own, other) = if id % 2 == 0 { (s0, s1) } else { (s1, s0) };
-                        match malloc(a, bytes as usize, own) {
+                        let before = emu.usage(DEVICE);
+                        let pending = if armed.is_empty() { 0 } else { emu.fault_pending(armed) };
+                        let result = if id % 3 == 1 {
+                            bindings.alloc((id % 2) as usize, bytes as usize)
+                        } else {
+                            malloc(a, bytes as usize, own)
+                        };
+                        if result.is_err() {
+                            let fired_now = pending > 0 && emu.fault_pending(armed) == 0;
+                            let exempt = fired_now && GIVING_BACK.contains(&armed);
+                            if let Some(kept) = kept_memory(&before, &emu.usage(DEVICE)).filter(|_| !exempt) {
+                                problem(&mut run, format!("refused malloc({bytes}) for id {id} kept device memory: {kept}"));
+                            }
+                        }
+                        match result {
                             Ok(p) => {
                                 live.insert(id, (p, bytes));
                                 if id % 5 == 0 {
@@ -199,6 +298,7 @@ impl Sweep<'_> {
             }
         }
         run.fired = disarm();
+        drop(bindings);
         emu.release(s1);
 
         // The fault is gone: whatever the allocator kept must be intact and usable.
@@ -308,7 +408,12 @@ fn every_injected_fault_is_refused_cleanly_and_leaves_nothing_behind() {
     let mut problems: Vec<String> = Vec::new();
     let (mut runs, mut injected, mut refused) = (0usize, 0usize, 0usize);
     let mut table = Vec::new();
-    for config in ["expandable_segments:false", "expandable_segments:true"] {
+    for config in [
+        "expandable_segments:false",
+        "expandable_segments:true",
+        "expandable_segments:true,reserved_headroom:0.05",
+        "expandable_segments:true,page_size:20m",
+    ] {
         let sweep = Sweep { emu, ops: &ops, config, streams };
 
         // The counting run: every function armed at a call it never reaches,
@@ -317,6 +422,7 @@ fn every_injected_fault_is_refused_cleanly_and_leaves_nothing_behind() {
         let counts = std::cell::RefCell::new(Vec::new());
         let counting = sweep.run(
             &format!("{config}, counting run"),
+            "",
             &|| FUNCTIONS.iter().for_each(|f| emu.fail_nth(f, FAR)),
             &|| {
                 let left: Vec<i32> = FUNCTIONS.iter().map(|f| emu.fault_pending(f)).collect();
@@ -336,7 +442,7 @@ fn every_injected_fault_is_refused_cleanly_and_leaves_nothing_behind() {
             let mut tried = 0;
             for k in positions(n) {
                 let label = format!("{config}, {f} failing at call {k} of {n}");
-                let run = sweep.run(&label, &|| emu.fail_nth(f, k), &|| {
+                let run = sweep.run(&label, f, &|| emu.fail_nth(f, k), &|| {
                     let fired = emu.fault_pending(f) == 0;
                     emu.fail_nth(f, 0);
                     fired
@@ -356,7 +462,7 @@ fn every_injected_fault_is_refused_cleanly_and_leaves_nothing_behind() {
                     break;
                 }
             }
-            table.push(format!("  {config:<26} {f:<34} calls {n:>5}  runs {tried:>4}  fired {fired_here:>4}"));
+            table.push(format!("  {config:<48} {f:<34} calls {n:>5}  runs {tried:>4}  fired {fired_here:>4}"));
         }
     }
     for s in streams {

@@ -333,6 +333,7 @@ fn step(w: &mut World, call: &Call) -> Result<(), TestCaseError> {
             prop_assert_eq!(unsafe { npualloc_snapshot_json(a, &mut json) }, NPUALLOC_OK);
             // SAFETY: a NUL-terminated string from the library, freed once.
             let text = unsafe { std::ffi::CStr::from_ptr(json) }.to_string_lossy().into_owned();
+            // SAFETY: as above; json is not used after this.
             unsafe { npualloc_string_free(json) };
             prop_assert!(text.starts_with('{') && text.ends_with('}'), "snapshot is not a JSON object: {}", &text[..text.len().min(80)]);
         }

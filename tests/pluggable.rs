@@ -31,7 +31,7 @@ fn pluggable_hooks_on_the_emulator() {
         assert!(stats(1).unwrap().is_none(), "set_memory_fraction({bad}) created device 1's allocator");
     }
 
-    // SAFETY (all calls below): arguments are what torch_npu would pass.
+    // SAFETY: (all calls below) arguments are what torch_npu would pass.
     unsafe {
         let sizes = [512usize, 1, 4096, 1 << 20, 3 << 20, 100_000];
         let mut live: Vec<(*mut c_void, usize)> = Vec::new();

@@ -98,6 +98,7 @@ fn set_event_lag(queries: u32) {
 struct Shared(Handle);
 // SAFETY: npualloc's functions are thread-safe; the handle outlives the threads.
 unsafe impl Send for Shared {}
+// SAFETY: as for Send: every function the threads call through it is thread-safe.
 unsafe impl Sync for Shared {}
 
 /// xorshift64*: a fixed seed per thread keeps the operation mix reproducible

@@ -1,5 +1,5 @@
 //! The aclrtAllocator* family: descriptors, setters, and the per-stream
-//! registration map, with the runtime's checks (reference/acl-api.md §6.1).
+//! registration map, with the runtime's checks (docs/acl-api.md §6.1).
 //!
 //! - Every setter rejects a NULL desc or value (100000).
 //! - Register checks stream, desc, obj, alloc, free and getAddr (not
@@ -304,8 +304,8 @@ pub unsafe extern "C" fn aclrtAllocatorGetByStream(
         advise: allocAdviseFunc,
         get_addr: getAddrFromBlockFunc,
     };
-    // SAFETY: forwarded caller contract.
     acl_entry!(Api::AllocatorGetByStream, {
+        // SAFETY: forwarded caller contract.
         unsafe { get_by_stream(stream, outs) }
     })
 }

@@ -1,5 +1,5 @@
-//! aclrtMemcpy2d / aclrtMemcpy2dAsync: the documented checks (reference/
-//! acl-api.md §5), then a row-by-row copy of host memory. The async call
+//! aclrtMemcpy2d / aclrtMemcpy2dAsync: the documented checks
+//! (docs/acl-api.md §5), then a row-by-row copy of host memory. The async call
 //! queues the copy on its stream, so a held stream performs it only at
 //! release or synchronize.
 //!

@@ -43,7 +43,7 @@ const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
 
 /// The `device` profile: orders of magnitude of a card, not measurements.
-/// The sources (reference/runtime-behaviour.md, "Costs") give ranges; each
+/// The sources (docs/runtime-behaviour.md, "Costs") give ranges; each
 /// value sits inside its range, and `emu/README.md` explains each choice.
 const DEVICE_PROFILE: &[(Api, u64)] = &[
     // A driver call into the kernel that sets up device page tables; CUDA's
@@ -162,22 +162,36 @@ pub fn set(api: Api, ns: u64) {
     WAKE.notify_all();
 }
 
-/// Sleeps the cost of `api`. Called with no emulator lock held.
+/// The last stretch of every cost is spun, not slept: a timed wait wakes
+/// tens of microseconds late (timer slack, scheduling), which made a 20 us
+/// call cost about 100 us and every comparison with a runtime that
+/// busy-waits its costs (the PyTorch baseline's fake CUDA) unfair.
+const SPIN_TAIL: Duration = Duration::from_micros(200);
+
+/// Spends the cost of `api`: sleeps all but its last `SPIN_TAIL`, then
+/// spins. Called with no emulator lock held.
 pub fn spend(api: Api) {
     if of(api) == 0 {
         return;
     }
     let start = Instant::now();
-    let mut guard = lock(&SLEEP);
-    loop {
-        let cost = Duration::from_nanos(of(api));
-        let Some(left) = cost.checked_sub(start.elapsed()).filter(|d| !d.is_zero()) else {
-            return;
-        };
-        guard = WAKE
-            .wait_timeout(guard, left)
-            .unwrap_or_else(|e| e.into_inner())
-            .0;
+    let cost = || Duration::from_nanos(of(api));
+    {
+        let mut guard = lock(&SLEEP);
+        loop {
+            let left = cost().saturating_sub(start.elapsed());
+            if left <= SPIN_TAIL {
+                break;
+            }
+            guard = WAKE
+                .wait_timeout(guard, left - SPIN_TAIL)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+    // The cost is read again while spinning: a change still applies.
+    while start.elapsed() < cost() {
+        std::hint::spin_loop();
     }
 }
 

@@ -1,4 +1,4 @@
-//! The aclError numbers the emulator returns (reference/acl-api.md §2).
+//! The aclError numbers the emulator returns (docs/acl-api.md §2).
 //!
 //! Which layer a check lives in decides its code: argument checks of the ACL
 //! layer give 100000, state checks of the runtime layer and the driver's

@@ -34,7 +34,7 @@ use std::sync::LazyLock;
 
 pub const ACL_EVENT_SYNC: u32 = 0x1;
 const ACL_EVENT_IPC: u32 = 0x40;
-/// Every documented event flag bit (reference/acl-api.md §3).
+/// Every documented event flag bit (docs/acl-api.md §3).
 const KNOWN_FLAGS: u32 = 0x1 | 0x2 | 0x8 | 0x10 | 0x20 | 0x40;
 /// Live SYNC events per device on A2/A3 (docs 07).
 const MAX_SYNC_EVENTS: usize = 65536;
@@ -167,8 +167,8 @@ fn destroy(event: *mut c_void) -> AclResult<()> {
 /// `event` must be NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtCreateEvent(event: *mut *mut c_void) -> crate::aclError {
-    // SAFETY: forwarded caller contract.
     acl_entry!(Api::CreateEvent, {
+        // SAFETY: forwarded caller contract.
         unsafe { create(event, ACL_EVENT_SYNC) }
     })
 }
@@ -189,6 +189,7 @@ pub unsafe extern "C" fn aclrtCreateEventWithFlag(
         if flag == 0 || flag == ACL_EVENT_IPC {
             return Err(ACL_ERROR_RT_PARAM_INVALID);
         }
+        // SAFETY: forwarded caller contract.
         unsafe { create(event, flag) }
     })
 }

@@ -3,7 +3,7 @@
 //! Built as `libascendcl.so` (cdylib) exporting the real ACL symbol names, so
 //! npualloc loads it with dlopen exactly as it would load CANN's library, and
 //! as an rlib whose root re-exports the same functions for Rust tests.
-//! Every call follows reference/acl-api.md: the same aclError for the same
+//! Every call follows docs/acl-api.md: the same aclError for the same
 //! mistake, and the same rejections.
 //!
 //! Modules, one concern each:

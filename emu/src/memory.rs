@@ -2,7 +2,7 @@
 //! aclrtFreeHost (pinned host memory), on anonymous host mappings.
 //!
 //! Device blocks are charged their ACL "actual size" against the current
-//! device's capacity (reference/acl-api.md §5): round up to 32 and add 32,
+//! device's capacity (docs/acl-api.md §5): round up to 32 and add 32,
 //! with no padding for the HUGE1G policies, in the page pool the policy
 //! selects (RB: HUGE_FIRST above 1 MiB uses huge pages). Their host mapping
 //! also takes device address space (`device`). Addresses are page aligned,

@@ -1,5 +1,5 @@
 //! `aclemu_run_op`: plays the graph engine running one op on a stream whose
-//! allocator is registered (reference/acl-api.md §6.3).
+//! allocator is registered (docs/acl-api.md §6.3).
 //!
 //! For each size: `block = alloc(obj, size)` (NULL fails the op with 207001
 //! after freeing what it got) and `addr = get_addr(block)` once. Then it
@@ -293,7 +293,9 @@ mod tests {
             };
             // SAFETY: the block lies inside `buf`.
             unsafe { fill(&live, 3) };
+            // SAFETY: as above.
             assert!(unsafe { holds_pattern(&live, 3) });
+            // SAFETY: as above.
             assert!(!unsafe { holds_pattern(&live, 4) });
         }
     }

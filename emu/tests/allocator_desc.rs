@@ -1,4 +1,4 @@
-//! The aclrtAllocator* family (reference/acl-api.md §6.1) and
+//! The aclrtAllocator* family (docs/acl-api.md §6.1) and
 //! `aclemu_run_op`, which drives a registered allocator as GE does (§6.3).
 
 mod common;
@@ -40,6 +40,7 @@ impl TestAlloc {
     /// aclrtFree of every block kept so far.
     fn release_kept(&self) {
         for ptr in self.keep.as_ref().unwrap().lock().unwrap().drain(..) {
+            // SAFETY: ptr came from aclrtMalloc and is freed once.
             assert_eq!(unsafe { aclrtFree(ptr as *mut c_void) }, 0);
         }
     }
@@ -52,6 +53,7 @@ struct Block {
 }
 
 unsafe extern "C" fn t_alloc(obj: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: obj is what this test registered with the desc; it outlives the callbacks.
     let a = unsafe { &*(obj as *const TestAlloc) };
     let n = a.allocs.fetch_add(1, Ordering::SeqCst) + 1;
     if n == a.fail_on {
@@ -59,9 +61,11 @@ unsafe extern "C" fn t_alloc(obj: *mut c_void, size: usize) -> *mut c_void {
     }
     if let Some(e) = a.record_inside {
         // Re-entering the emulator from a callback must not deadlock.
+        // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
         assert_eq!(unsafe { aclrtRecordEvent(e as *mut c_void, null_mut()) }, 0);
     }
     let mut ptr = null_mut();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtMalloc(&mut ptr, size.max(1), 0) }, 0);
     let mut first = a.first_addr.lock().unwrap();
     let addr = if a.alias {
@@ -73,22 +77,28 @@ unsafe extern "C" fn t_alloc(obj: *mut c_void, size: usize) -> *mut c_void {
 }
 
 unsafe extern "C" fn t_free(obj: *mut c_void, block: *mut c_void) {
+    // SAFETY: obj is what this test registered with the desc; it outlives the callbacks.
     let a = unsafe { &*(obj as *const TestAlloc) };
     a.frees.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: block came from Box::into_raw in t_alloc, and each block is freed once.
     let b = unsafe { Box::from_raw(block.cast::<Block>()) };
     match &a.keep {
         Some(kept) => kept.lock().unwrap().push(b.ptr as usize),
+        // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
         None => assert_eq!(unsafe { aclrtFree(b.ptr) }, 0),
     }
 }
 
 unsafe extern "C" fn t_advise(obj: *mut c_void, size: usize, _addr: *mut c_void) -> *mut c_void {
+    // SAFETY: obj is what this test registered with the desc; it outlives the callbacks.
     let a = unsafe { &*(obj as *const TestAlloc) };
     a.advises.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: the same contract as this callback's own.
     unsafe { t_alloc(obj, size) }
 }
 
 unsafe extern "C" fn t_get_addr(block: *mut c_void) -> *mut c_void {
+    // SAFETY: block is a live Block made by t_alloc.
     unsafe { (*block.cast::<Block>()).addr }
 }
 
@@ -98,6 +108,7 @@ unsafe extern "C" fn other_alloc(_obj: *mut c_void, _size: usize) -> *mut c_void
 
 /// A desc with every field set for `obj`.
 fn full_desc(obj: &TestAlloc) -> *mut c_void {
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d = aclrtAllocatorCreateDesc();
         assert!(!d.is_null());
@@ -120,6 +131,7 @@ fn full_desc(obj: &TestAlloc) -> *mut c_void {
 fn setters_reject_null_desc_and_value() {
     let dev = Dev::take();
     let obj = TestAlloc::default();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d = aclrtAllocatorCreateDesc();
         assert_eq!(dev.usage().descs, 1);
@@ -169,26 +181,31 @@ fn register_checks_every_field_but_advise() {
     let o = &obj as *const TestAlloc as *mut c_void;
     type Setter = fn(*mut c_void, *mut c_void);
     let setters: [Setter; 4] = [
+        // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
         |d, o| assert_eq!(unsafe { aclrtAllocatorSetObjToDesc(d, o) }, 0),
         |d, _| {
             assert_eq!(
+                // SAFETY: d is a live desc and the callback has the ACL signature.
                 unsafe { aclrtAllocatorSetAllocFuncToDesc(d, Some(t_alloc)) },
                 0
             )
         },
         |d, _| {
             assert_eq!(
+                // SAFETY: d is a live desc and the callback has the ACL signature.
                 unsafe { aclrtAllocatorSetFreeFuncToDesc(d, Some(t_free)) },
                 0
             )
         },
         |d, _| {
             assert_eq!(
+                // SAFETY: d is a live desc and the callback has the ACL signature.
                 unsafe { aclrtAllocatorSetGetAddrFromBlockFuncToDesc(d, Some(t_get_addr)) },
                 0
             )
         },
     ];
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         // Leave out each required field in turn.
         for missing in 0..setters.len() {
@@ -225,6 +242,7 @@ fn registration_is_a_copy_and_last_one_wins() {
     let dev = Dev::take();
     let (obj1, obj2) = (TestAlloc::default(), TestAlloc::default());
     let s = stream();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d1 = full_desc(&obj1);
         let d2 = full_desc(&obj2);
@@ -350,6 +368,7 @@ fn registration_is_a_copy_and_last_one_wins() {
 fn registration_outlives_its_stream() {
     let dev = Dev::take();
     let obj = TestAlloc::default();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let s = stream();
         let d = full_desc(&obj);
@@ -382,6 +401,7 @@ fn run_op_allocates_touches_and_frees_through_the_allocator() {
     let dev = Dev::take();
     let obj = TestAlloc::default();
     let s = stream();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let sizes = [1usize, 4096, MIB + 3, 0, 77];
         let d = full_desc(&obj);
@@ -406,6 +426,7 @@ fn run_op_on_a_held_stream_is_pending_work() {
     let dev = Dev::take();
     let obj = TestAlloc::keeping();
     let (s, e) = (stream(), event());
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d = full_desc(&obj);
         assert_eq!(aclrtAllocatorRegister(s, d), 0);
@@ -435,6 +456,7 @@ fn run_op_catches_overlapping_blocks() {
         ..Default::default()
     };
     let s = stream();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d = full_desc(&obj);
         assert_eq!(aclrtAllocatorRegister(s, d), 0);
@@ -459,6 +481,7 @@ fn run_op_fails_with_oom_when_alloc_returns_null() {
         ..Default::default()
     };
     let s = stream();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d = full_desc(&obj);
         assert_eq!(aclrtAllocatorRegister(s, d), 0);
@@ -484,6 +507,7 @@ fn callbacks_may_call_back_into_the_emulator() {
         ..Default::default()
     };
     let s = stream();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d = full_desc(&obj);
         assert_eq!(aclrtAllocatorRegister(s, d), 0);
@@ -509,25 +533,30 @@ fn run_op_catches_aliased_physical_memory() {
         next: AtomicUsize,
     }
     unsafe extern "C" fn v_alloc(obj: *mut c_void, _size: usize) -> *mut c_void {
+        // SAFETY: obj is what this test registered with the desc; it outlives the callbacks.
         let v = unsafe { &*(obj as *const Vmm) };
         let i = v.next.fetch_add(1, Ordering::SeqCst);
         let addr = (v.base + i * 2 * MIB) as *mut c_void;
         assert_eq!(
+            // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
             unsafe { aclrtMapMem(addr, 2 * MIB, 0, v.handle as *mut c_void, 0) },
             0
         );
         addr
     }
     unsafe extern "C" fn v_free(_obj: *mut c_void, block: *mut c_void) {
+        // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
         assert_eq!(unsafe { aclrtUnmapMem(block) }, 0);
     }
     unsafe extern "C" fn v_addr(block: *mut c_void) -> *mut c_void {
         block
     }
     unsafe extern "C" fn v_advise(obj: *mut c_void, size: usize, _: *mut c_void) -> *mut c_void {
+        // SAFETY: the same contract as this callback's own.
         unsafe { v_alloc(obj, size) }
     }
     let s = stream();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let v = Vmm {
             base: reserve(4 * MIB) as usize,
@@ -568,6 +597,7 @@ fn a_stream_that_ran_an_op_unregistered_keeps_ges_allocator() {
     let obj = TestAlloc::default();
     let (early, late) = (stream(), stream());
     let sizes = [64usize, 4096];
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         // Nothing registered: GE's own allocator runs the op.
         assert_eq!(aclemu_run_op(early, sizes.as_ptr(), 2), 0);
@@ -597,6 +627,7 @@ fn a_registration_without_alloc_advise_is_refused_by_run_op() {
     let dev = Dev::take();
     let obj = TestAlloc::default();
     let s = stream();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d = aclrtAllocatorCreateDesc();
         let o = &obj as *const TestAlloc as *mut c_void;

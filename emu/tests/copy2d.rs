@@ -1,6 +1,6 @@
 //! aclrtMemcpy2d / aclrtMemcpy2dAsync: every documented check in its
 //! documented order, row-by-row copies, and queued copies on held streams
-//! (reference/acl-api.md §5).
+//! (docs/acl-api.md §5).
 
 mod common;
 use ascendcl::*;
@@ -22,6 +22,7 @@ fn buf(len: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn zero_extent_succeeds_before_other_checks() {
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclrtMemcpy2d(null_mut(), 0, null(), 0, 0, 7, 99), 0);
         assert_eq!(aclrtMemcpy2d(null_mut(), 0, null(), 0, 7, 0, 99), 0);
@@ -41,6 +42,7 @@ fn acl_layer_checks_give_invalid_param() {
         dst.as_mut_ptr().cast::<c_void>(),
         src.as_ptr().cast::<c_void>(),
     );
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclrtMemcpy2d(null_mut(), 8, s, 8, 8, 2, H2D), INVALID_PARAM);
         assert_eq!(aclrtMemcpy2d(d, 8, null(), 8, 8, 2, H2D), INVALID_PARAM);
@@ -63,6 +65,7 @@ fn runtime_limits_give_param_invalid() {
         dst.as_mut_ptr().cast::<c_void>(),
         src.as_ptr().cast::<c_void>(),
     );
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         // Checked before anything is touched, so no memory is needed.
         assert_eq!(
@@ -87,6 +90,7 @@ fn runtime_limits_give_param_invalid() {
 #[test]
 fn sync_copy_directions() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let a = malloc(256);
         let b = malloc(256);
@@ -128,6 +132,7 @@ fn pitched_copy_moves_only_width_bytes_per_row() {
     let dev = Dev::take();
     let src = buf(10 * 5, 7);
     let mut dst = vec![0xeeu8; 12 * 5];
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(
             aclrtMemcpy2d(
@@ -156,6 +161,7 @@ fn async_copy_on_a_held_stream_waits_for_release() {
     let e = event();
     let src = buf(32 * 4, 9);
     let mut dst = vec![0u8; 32 * 4];
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d = malloc(32 * 4);
         assert_eq!(aclemu_stream_hold(s), 0);
@@ -190,6 +196,7 @@ fn async_copy_runs_at_synchronize_and_on_the_default_stream() {
     let dev = Dev::take();
     let src = buf(64, 1);
     let mut dst = vec![0u8; 64];
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d = malloc(64);
         assert_eq!(aclemu_stream_hold(null_mut()), 0);

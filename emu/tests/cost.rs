@@ -22,6 +22,7 @@ static COSTS: Mutex<()> = Mutex::new(());
 const FOREVER: u64 = 3600 * 1_000_000_000;
 
 fn set_cost(name: &std::ffi::CStr, ns: u64) {
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclemu_set_cost(name.as_ptr(), ns) }, 0);
 }
 
@@ -35,6 +36,7 @@ fn wait_until(mut cond: impl FnMut() -> bool) {
 #[test]
 fn unknown_names_are_refused() {
     let _turn = COSTS.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_set_cost(std::ptr::null::<c_char>(), 1), -1);
         assert_eq!(aclemu_set_cost(c"aclrtMaloc".as_ptr(), 1), -1);
@@ -55,9 +57,11 @@ fn a_call_takes_at_least_its_cost() {
     // A failing call costs as much: the time is the driver's either way.
     set_cost(c"aclrtFree", 20_000_000);
     let start = Instant::now();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtFree(0x10 as *mut c_void) }, RT_PARAM_INVALID);
     assert!(start.elapsed() >= Duration::from_millis(20));
     set_cost(c"aclrtFree", 0);
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtFree(p) }, 0);
     dev.assert_clean();
 }
@@ -67,6 +71,7 @@ fn synchronize_finishes_queued_work_then_spends_its_cost() {
     let _turn = COSTS.lock().unwrap_or_else(|e| e.into_inner());
     let dev = Dev::take();
     let (s, e) = (stream(), event());
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_stream_hold(s), 0);
         assert_eq!(aclrtRecordEvent(e, s), 0);
@@ -94,6 +99,7 @@ fn a_sleeping_call_holds_no_emulator_lock() {
     set_cost(c"aclrtMalloc", FOREVER);
     std::thread::scope(|scope| {
         let sleeper = scope.spawn(|| {
+            // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
             assert_eq!(unsafe { aclrtSetDevice(dev_id) }, 0);
             let p = malloc(4096);
             returned.store(true, Ordering::SeqCst);
@@ -103,6 +109,7 @@ fn a_sleeping_call_holds_no_emulator_lock() {
         wait_until(|| dev.usage().malloc_count == 2);
         // Every lock the sleeper's call took is free: these calls take the
         // block registry, the stream engine and the VMM lock.
+        // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
         unsafe {
             assert_eq!(aclrtFree(first), 0);
             let mut host = null_mut();
@@ -116,6 +123,7 @@ fn a_sleeping_call_holds_no_emulator_lock() {
         // Lowering the cost wakes the sleeper.
         set_cost(c"aclrtMalloc", 0);
         let p = sleeper.join().unwrap() as *mut c_void;
+        // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
         assert_eq!(unsafe { aclrtFree(p) }, 0);
     });
     dev.assert_clean();
@@ -134,7 +142,9 @@ fn calls_on_two_threads_sleep_at_the_same_time() {
             .into_iter()
             .map(|s| {
                 scope.spawn(move || {
+                    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
                     assert_eq!(unsafe { aclrtSetDevice(dev_id) }, 0);
+                    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
                     unsafe { aclrtSynchronizeStream(s as *mut c_void) }
                 })
             })
@@ -148,6 +158,7 @@ fn calls_on_two_threads_sleep_at_the_same_time() {
             assert_eq!(t.join().unwrap(), 0);
         }
     });
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclrtDestroyStream(a as *mut c_void), 0);
         assert_eq!(aclrtDestroyStream(b as *mut c_void), 0);
@@ -181,11 +192,13 @@ fn child_profile_and_override() {
     let p = malloc(64);
     assert!(start.elapsed() >= Duration::from_millis(30));
     let start = Instant::now();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtSynchronizeDevice() }, 0);
     assert!(start.elapsed() >= Duration::from_millis(1));
     let start = Instant::now();
     let s = stream();
     assert!(start.elapsed() >= Duration::from_micros(100));
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclrtDestroyStream(s), 0);
         assert_eq!(aclrtFree(p), 0);

@@ -1,5 +1,5 @@
 //! Init, devices, the thread-local current device, aclrtGetMemInfo,
-//! capacity control and usage reporting (reference/acl-api.md §5).
+//! capacity control and usage reporting (docs/acl-api.md §5).
 
 mod common;
 use ascendcl::*;
@@ -9,6 +9,7 @@ use std::ptr::null_mut;
 #[test]
 fn init_repeat_and_finalize_codes() {
     // The only test in this binary that touches init state.
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclInit(std::ptr::null()), 0);
         assert_eq!(aclInit(std::ptr::null()), REPEAT_INITIALIZE);
@@ -22,6 +23,7 @@ fn init_repeat_and_finalize_codes() {
 #[test]
 fn set_get_reset_device() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let mut id = -1;
         assert_eq!(aclrtGetDevice(&mut id), 0);
@@ -42,11 +44,13 @@ fn set_get_reset_device() {
 #[test]
 fn current_device_is_thread_local() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     on_fresh_thread(|| unsafe {
         let mut id = -1;
         assert_eq!(aclrtGetDevice(&mut id), RT_CONTEXT_NULL);
     });
     let mut id = -1;
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtGetDevice(&mut id) }, 0);
     assert_eq!(id, dev.id);
 }
@@ -56,6 +60,7 @@ fn calls_that_need_a_device_fail_without_one() {
     let dev = Dev::take();
     let prop = dev.prop(ACL_HBM_MEM_HUGE);
     let e = event() as usize;
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     on_fresh_thread(|| unsafe {
         let mut p = null_mut();
         let (mut free, mut total) = (0, 0);
@@ -77,6 +82,7 @@ fn calls_that_need_a_device_fail_without_one() {
         assert_eq!(aclrtRecordEvent(e as *mut _, null_mut()), RT_CONTEXT_NULL);
         assert_eq!(aclrtSynchronizeStream(null_mut()), RT_CONTEXT_NULL);
     });
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtDestroyEvent(e as *mut _) }, 0);
     dev.assert_clean();
 }
@@ -84,6 +90,7 @@ fn calls_that_need_a_device_fail_without_one() {
 #[test]
 fn mem_info_reports_capacity_and_use() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let (mut free, mut total) = (0usize, 0usize);
         assert_eq!(aclrtGetMemInfo(1, &mut free, &mut total), 0);
@@ -129,6 +136,7 @@ fn mem_info_reports_capacity_and_use() {
 #[test]
 fn set_device_memory_limits_later_allocations() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_set_device_memory(-1, 1), RT_INVALID_DEVICEID);
         assert_eq!(
@@ -153,6 +161,7 @@ fn set_device_memory_limits_later_allocations() {
 #[test]
 fn usage_rejects_bad_arguments() {
     let mut u = aclemu_usage::default();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_get_usage(-1, &mut u), RT_INVALID_DEVICEID);
         assert_eq!(

@@ -26,6 +26,7 @@ fn setup() -> Dev {
 #[test]
 fn reservations_and_malloc_share_a_finite_address_window() {
     let dev = setup();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let big = reserve(40 * GIB);
         let mut p = null_mut();
@@ -48,6 +49,7 @@ fn reservations_and_malloc_share_a_finite_address_window() {
 #[test]
 fn without_huge1g_support_only_the_allocation_fails() {
     let dev = setup();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let mut prop = dev.prop(ACL_HBM_MEM_HUGE1G);
         let mut g = 0usize;
@@ -65,6 +67,7 @@ fn without_huge1g_support_only_the_allocation_fails() {
 #[test]
 fn malloc_results_are_only_64_byte_aligned() {
     let dev = setup();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let blocks: Vec<*mut c_void> = (0..64).map(|i| malloc(1 + i * 1000)).collect();
         for (i, &p) in blocks.iter().enumerate() {
@@ -86,6 +89,7 @@ fn async_copies_with_pageable_memory_run_at_once() {
     let dev = setup();
     let (s, e) = (stream(), event());
     const H2D: u32 = 1;
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d = malloc(64);
         let src = [5u8; 64];

@@ -9,6 +9,7 @@ use common::*;
 fn completion_may_be_reported_late_until_a_synchronize() {
     let dev = Dev::take();
     let (s, e) = (stream(), event());
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_set_event_lag(2), 0);
         assert_eq!(aclrtRecordEvent(e, s), 0);

@@ -17,12 +17,14 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn arm(name: &CStr, n: i32) {
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclemu_fail_nth(name.as_ptr(), n) }, 0);
 }
 
 #[test]
 fn arming_rules() {
     let _s = serial();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_fail_nth(c"aclrtNoSuchThing".as_ptr(), 1), -1);
         assert_eq!(aclemu_fail_nth(c"aclemu_run_op".as_ptr(), 1), -1);
@@ -34,6 +36,7 @@ fn arming_rules() {
     }
     let _dev = Dev::take();
     let mut id = -1;
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtGetDevice(&mut id) }, 0);
 }
 
@@ -41,6 +44,7 @@ fn arming_rules() {
 fn malloc_fails_with_oom_and_no_side_effect() {
     let _s = serial();
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         arm(c"aclrtMalloc", 1);
         let mut p = null_mut();
@@ -70,6 +74,7 @@ fn malloc_fails_with_oom_and_no_side_effect() {
 fn host_and_physical_allocations_fail_with_oom() {
     let _s = serial();
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let mut h = null_mut();
         arm(c"aclrtMallocHost", 1);
@@ -94,6 +99,7 @@ fn host_and_physical_allocations_fail_with_oom() {
 fn map_and_unmap_fail_with_internal_error() {
     let _s = serial();
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let base = reserve(2 * MIB);
         let h = physical(&dev, 2 * MIB);
@@ -123,6 +129,7 @@ fn map_and_unmap_fail_with_internal_error() {
 fn stream_and_event_calls_fail_with_internal_error() {
     let _s = serial();
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let mut x: *mut c_void = null_mut();
         arm(c"aclrtCreateStream", 1);
@@ -167,6 +174,7 @@ fn stream_and_event_calls_fail_with_internal_error() {
 fn create_desc_returns_null_when_armed() {
     let _s = serial();
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         arm(c"aclrtAllocatorCreateDesc", 1);
         assert!(aclrtAllocatorCreateDesc().is_null());

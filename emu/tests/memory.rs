@@ -1,5 +1,5 @@
 //! aclrtMalloc / aclrtFree / aclrtMallocHost / aclrtFreeHost
-//! (reference/acl-api.md §5), capacity exhaustion and recovery.
+//! (docs/acl-api.md §5), capacity exhaustion and recovery.
 
 mod common;
 use ascendcl::*;
@@ -9,6 +9,7 @@ use std::ptr::null_mut;
 #[test]
 fn malloc_argument_checks() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let mut p = null_mut();
         assert_eq!(aclrtMalloc(&mut p, 0, 0), INVALID_PARAM);
@@ -24,6 +25,7 @@ fn malloc_argument_checks() {
 #[test]
 fn malloc_is_aligned_writable_and_charged_with_acl_padding() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let p = malloc(100);
         assert_eq!(p as usize % 64, 0);
@@ -53,6 +55,7 @@ fn malloc_is_aligned_writable_and_charged_with_acl_padding() {
 #[test]
 fn capacity_exhaustion_then_recovery() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_set_device_memory(dev.id, MIB as u64), 0);
         let a = malloc(MIB / 2);
@@ -72,6 +75,7 @@ fn capacity_exhaustion_then_recovery() {
 #[test]
 fn multi_gib_allocations_cost_only_touched_pages() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let p = malloc(6 * GIB).cast::<u8>();
         *p = 1;
@@ -88,6 +92,7 @@ fn multi_gib_allocations_cost_only_touched_pages() {
 #[test]
 fn host_memory_rules() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let mut h = null_mut();
         assert_eq!(aclrtMallocHost(&mut h, 0), INVALID_PARAM);

@@ -1,6 +1,6 @@
 //! Streams and events: the recorded-status enum, holds, synchronize calls,
 //! stream waits, NULL (default) streams and handle validation
-//! (reference/acl-api.md §3, §5 "Streams and events").
+//! (docs/acl-api.md §3, §5 "Streams and events").
 
 mod common;
 use ascendcl::*;
@@ -19,10 +19,12 @@ fn free_running_stream_completes_at_once() {
     let (s, e) = (stream(), event());
     // Never recorded: an old-mode event is NOT_READY.
     assert_eq!(status(e), NOT_READY);
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtRecordEvent(e, s) }, 0);
     assert_eq!(status(e), COMPLETE);
     assert_eq!(dev.usage().streams, 1);
     assert_eq!(dev.usage().events, 1);
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclrtDestroyEvent(e), 0);
         assert_eq!(aclrtDestroyStream(s), 0);
@@ -34,6 +36,7 @@ fn free_running_stream_completes_at_once() {
 fn hold_record_query_release() {
     let dev = Dev::take();
     let (s, e) = (stream(), event());
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_stream_hold(s), 0);
         assert_eq!(aclrtRecordEvent(e, s), 0);
@@ -51,6 +54,7 @@ fn hold_record_query_release() {
 fn synchronize_stream_finishes_held_work_and_counts() {
     let dev = Dev::take();
     let (s, e) = (stream(), event());
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_stream_hold(s), 0);
         assert_eq!(aclrtRecordEvent(e, s), 0);
@@ -73,6 +77,7 @@ fn synchronize_stream_finishes_held_work_and_counts() {
 fn synchronize_event_finishes_up_to_the_event_and_counts() {
     let dev = Dev::take();
     let (s, e1, e2) = (stream(), event(), event());
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_stream_hold(s), 0);
         assert_eq!(aclrtRecordEvent(e1, s), 0);
@@ -100,6 +105,7 @@ fn synchronize_event_finishes_up_to_the_event_and_counts() {
 fn synchronize_device_finishes_every_stream_and_counts() {
     let dev = Dev::take();
     let (a, b, ea, eb, ed) = (stream(), stream(), event(), event(), event());
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         for (s, e) in [(a, ea), (b, eb), (null_mut(), ed)] {
             assert_eq!(aclemu_stream_hold(s), 0);
@@ -126,6 +132,7 @@ fn synchronize_device_finishes_every_stream_and_counts() {
 fn stream_wait_event_blocks_later_work_until_the_event_completes() {
     let dev = Dev::take();
     let (a, b, e, f) = (stream(), stream(), event(), event());
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_stream_hold(a), 0);
         assert_eq!(aclrtRecordEvent(e, a), 0);
@@ -157,6 +164,7 @@ fn stream_wait_event_blocks_later_work_until_the_event_completes() {
 fn synchronizing_a_waiting_stream_forces_its_dependency() {
     let dev = Dev::take();
     let (a, b, e, f) = (stream(), stream(), event(), event());
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_stream_hold(a), 0);
         assert_eq!(aclrtRecordEvent(e, a), 0);
@@ -177,6 +185,7 @@ fn synchronizing_a_waiting_stream_forces_its_dependency() {
 #[test]
 fn event_flags() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let s = stream();
         let mut e = null_mut();
@@ -205,6 +214,7 @@ fn event_flags() {
 #[test]
 fn null_and_unknown_handles() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let (s, e) = (stream(), event());
         let mut st = 0u32;
@@ -239,6 +249,7 @@ fn null_and_unknown_handles() {
 fn null_stream_is_the_default_stream() {
     let dev = Dev::take();
     let e = event();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_stream_hold(null_mut()), 0);
         assert_eq!(aclrtRecordEvent(e, null_mut()), 0);
@@ -255,6 +266,7 @@ fn null_stream_is_the_default_stream() {
 fn destroying_a_held_stream_finishes_its_work() {
     let dev = Dev::take();
     let (s, e) = (stream(), event());
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_stream_hold(s), 0);
         assert_eq!(aclrtRecordEvent(e, s), 0);
@@ -272,6 +284,7 @@ fn events_and_streams_belong_to_their_creation_device() {
     // Used from another thread with no current device: explicit handles work.
     let (su, eu) = (s as usize, e as usize);
     let before = dev.syncs();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     on_fresh_thread(move || unsafe {
         let (s, e) = (su as *mut std::ffi::c_void, eu as *mut std::ffi::c_void);
         assert_eq!(aclrtRecordEvent(e, s), 0);
@@ -279,6 +292,7 @@ fn events_and_streams_belong_to_their_creation_device() {
         assert_eq!(aclrtSynchronizeStream(s), 0);
     });
     assert_eq!(dev.syncs(), before + 2);
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclrtDestroyEvent(e), 0);
         assert_eq!(aclrtDestroyStream(s), 0);
@@ -290,6 +304,7 @@ fn events_and_streams_belong_to_their_creation_device() {
 fn sync_events_are_limited_per_device() {
     let dev = Dev::take();
     let mut events = Vec::with_capacity(65536);
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         for _ in 0..65536 {
             events.push(event());

@@ -17,6 +17,7 @@ fn turn() -> MutexGuard<'static, ()> {
 }
 
 fn violations() -> i64 {
+    // SAFETY: no arguments; the counter is read atomically.
     unsafe { aclemu_violations() }
 }
 
@@ -37,6 +38,7 @@ enum Mode {
 }
 
 unsafe extern "C" fn a_alloc(obj: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: obj is what this test registered with the desc; it outlives the callbacks.
     let a = unsafe { &*(obj as *const Alloc) };
     a.allocs.fetch_add(1, Ordering::SeqCst);
     match a.mode {
@@ -46,13 +48,16 @@ unsafe extern "C" fn a_alloc(obj: *mut c_void, size: usize) -> *mut c_void {
 }
 
 unsafe extern "C" fn a_free(obj: *mut c_void, block: *mut c_void) {
+    // SAFETY: obj is what this test registered with the desc; it outlives the callbacks.
     let a = unsafe { &*(obj as *const Alloc) };
     if a.mode == Mode::FreeAtOnce {
+        // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
         assert_eq!(unsafe { aclrtFree(block) }, 0);
     }
 }
 
 unsafe extern "C" fn a_advise(obj: *mut c_void, size: usize, _: *mut c_void) -> *mut c_void {
+    // SAFETY: the same contract as this callback's own.
     unsafe { a_alloc(obj, size) }
 }
 
@@ -62,6 +67,7 @@ unsafe extern "C" fn a_addr(block: *mut c_void) -> *mut c_void {
 
 /// Registers `a` on `s`; returns the desc.
 fn register(s: *mut c_void, a: &Alloc) -> *mut c_void {
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d = aclrtAllocatorCreateDesc();
         assert_eq!(aclrtAllocatorSetObjToDesc(d, a as *const Alloc as *mut c_void), 0);
@@ -75,6 +81,7 @@ fn register(s: *mut c_void, a: &Alloc) -> *mut c_void {
 }
 
 fn unregister(s: *mut c_void, d: *mut c_void) {
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclrtAllocatorUnregister(s), 0);
         assert_eq!(aclrtAllocatorDestroyDesc(d), 0);
@@ -99,6 +106,7 @@ fn one_block_handed_to_two_streams_while_one_is_held_is_caught() {
     let (da, db) = (register(a, &alloc), register(b, &alloc));
     let sizes = [4096usize];
     let before = violations();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_stream_hold(a), 0);
         assert_eq!(aclemu_run_op(a, sizes.as_ptr(), 1), 0);
@@ -134,6 +142,7 @@ fn a_stream_that_waits_for_the_other_may_reuse_its_block() {
     let (da, db) = (register(a, &alloc), register(b, &alloc));
     let sizes = [4096usize];
     let before = violations();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_stream_hold(a), 0);
         assert_eq!(aclemu_run_op(a, sizes.as_ptr(), 1), 0);
@@ -171,6 +180,7 @@ fn acl_free_under_a_held_streams_op_is_caught() {
     };
     let d = register(s, &alloc);
     let before = violations();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_stream_hold(s), 0);
         // GE frees the blocks right after launch; this allocator hands the
@@ -199,12 +209,14 @@ struct Mapped {
 fn mapped(dev: &Dev) -> Mapped {
     let base = reserve(2 * MIB);
     let handle = physical(dev, 2 * MIB);
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtMapMem(base, 2 * MIB, 0, handle, 0) }, 0);
     Mapped { base, handle }
 }
 
 fn pinned(len: usize) -> *mut c_void {
     let mut p = null_mut();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtMallocHost(&mut p, len) }, 0);
     p
 }
@@ -220,6 +232,7 @@ fn unmapping_under_a_queued_copy_is_caught_and_the_copy_skipped() {
     let m = mapped(&dev);
     let host = pinned(4096);
     let before = violations();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         *m.base.cast::<u8>() = 7;
         assert_eq!(aclemu_stream_hold(s), 0);
@@ -247,6 +260,7 @@ fn a_copy_into_memory_another_streams_copy_reads_is_caught() {
     let m = mapped(&dev);
     let (out, src) = (pinned(4096), pinned(4096));
     let before = violations();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         *m.base.cast::<u8>() = 1;
         *src.cast::<u8>() = 2;
@@ -282,6 +296,7 @@ fn work_that_waits_for_a_copy_may_use_what_it_wrote() {
     let db = register(b, &alloc);
     let src = pinned(4096);
     let before = violations();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         // a will write the block; b's op, queued earlier in host order but
         // waiting for a's copy, uses it afterwards.

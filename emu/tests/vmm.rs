@@ -1,5 +1,5 @@
 //! The VMM family: reserve / malloc physical / map / unmap / free / release
-//! and the granularity query (reference/acl-api.md §5 "Virtual memory").
+//! and the granularity query (docs/acl-api.md §5 "Virtual memory").
 
 mod common;
 use ascendcl::*;
@@ -10,6 +10,7 @@ use std::ptr::{null, null_mut};
 #[test]
 fn reserve_rules() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let mut p = null_mut();
         assert_eq!(
@@ -76,6 +77,7 @@ fn reserve_rules() {
 #[test]
 fn malloc_physical_prop_checks() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let mut h = null_mut();
         let good = dev.prop(ACL_HBM_MEM_HUGE);
@@ -183,6 +185,7 @@ fn malloc_physical_prop_checks() {
 #[test]
 fn granularity_query() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let mut g = 0usize;
         let mut huge = dev.prop(ACL_HBM_MEM_HUGE);
@@ -213,6 +216,7 @@ fn granularity_query() {
 #[test]
 fn map_rules() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let base = reserve(8 * MIB);
         let b = base.cast::<u8>();
@@ -283,6 +287,7 @@ fn map_rules() {
 #[test]
 fn two_mappings_of_one_handle_share_bytes() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let base = reserve(4 * MIB).cast::<u8>();
         let h = physical(&dev, 2 * MIB);
@@ -302,6 +307,7 @@ fn two_mappings_of_one_handle_share_bytes() {
 #[test]
 fn freeing_a_mapped_handle_waits_for_the_unmap() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let base = reserve(4 * MIB);
         let h = physical(&dev, 2 * MIB);
@@ -330,6 +336,7 @@ fn freeing_a_mapped_handle_waits_for_the_unmap() {
 #[test]
 fn physical_capacity_exhaustion_and_recovery() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_set_device_memory(dev.id, (4 * MIB) as u64), 0);
         let a = physical(&dev, 2 * MIB);
@@ -353,6 +360,7 @@ fn physical_capacity_exhaustion_and_recovery() {
 #[test]
 fn sync_copy_between_mapped_ranges_is_d2d() {
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let base = reserve(2 * MIB);
         let h = physical(&dev, 2 * MIB);
@@ -378,6 +386,7 @@ fn sync_copy_between_mapped_ranges_is_d2d() {
 fn one_reservation_holds_one_device() {
     let dev = Dev::take();
     let other = Dev::take_besides(&dev);
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclrtSetDevice(dev.id), 0);
         let base = reserve(4 * MIB);

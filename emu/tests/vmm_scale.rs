@@ -17,6 +17,7 @@ fn hundred_thousand_handles_and_thousands_of_mappings() {
     const HANDLES: usize = 100_000;
     const MAPPED: usize = 4_000;
     let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(
             aclemu_set_device_memory(dev.id, (HANDLES * 2 * MIB) as u64),

@@ -3,9 +3,10 @@
 #
 #   PKG_CONFIG_PATH=<prefix>/lib/pkgconfig examples/cmake-consumer/build-pkg-config.sh OUT
 #
-# OUT is the program to write (default: ./npualloc_consumer_pc). libnpualloc.so
-# has no SONAME, so the program also gets an rpath to the library directory
-# pkg-config reports; without it, set LD_LIBRARY_PATH when running it.
+# OUT is the program to write (default: ./npualloc_consumer_pc). The program
+# records libnpualloc's SONAME (libnpualloc.so.<abi>) and gets an rpath to the
+# library directory pkg-config reports; without it, set LD_LIBRARY_PATH when
+# running it.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=${1:-./npualloc_consumer_pc}

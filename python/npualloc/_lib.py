@@ -55,6 +55,8 @@ def find_library():
 
 
 class Stats(ctypes.Structure):
+    # npualloc_stats: the names and order are the library's statistics table
+    # (src/core/stats.rs); a Rust test checks this list against it.
     _fields_ = [("struct_size", ctypes.c_uint32), ("version", ctypes.c_uint32)] + [
         (name, ctypes.c_uint64)
         for name in (
@@ -62,7 +64,8 @@ class Stats(ctypes.Structure):
             "reserved_bytes", "reserved_bytes_peak", "active_blocks", "segments",
             "num_allocs", "num_frees", "num_device_mallocs", "num_device_frees",
             "num_maps", "num_unmaps", "num_alloc_retries", "num_ooms", "num_syncs",
-            "largest_free_block",
+            "largest_free_block", "num_physical_mallocs", "num_physical_frees", "pending_free_bytes",
+            "segment_bytes", "cached_handle_bytes", "address_space_bytes",
         )
     ]
 

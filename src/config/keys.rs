@@ -19,6 +19,7 @@ pub enum Key {
     AclLibrary,
     ReuseCacheMb,
     ReservedHeadroom,
+    MapAhead,
 }
 
 impl Key {
@@ -148,8 +149,9 @@ pub const KEYS: &[KeySpec] = &[
         default: "2m",
         unit: "",
         doc: "Mapping unit of the large pool's expandable segments: 2m, 20m or 1g (letter case ignored). \
-              A growth maps what a block lacks with physical handles of a 16th of the device memory \
-              not yet reserved, between 4 and 16 MiB (or one unit, if larger).",
+              A growth maps physical handles of 32 MiB or a sixth of what the device holds, up to \
+              256 MiB and at most a 128th of the memory not yet reserved, never below 4 MiB (or one \
+              unit, if larger), ahead of demand over the free pages after the block.",
     },
     KeySpec {
         key: Key::ReleaseThresholdMb,
@@ -195,6 +197,17 @@ pub const KEYS: &[KeySpec] = &[
               allocated bytes by moving free pages instead of mapping new ones (0.02 = 2%). Each \
               move synchronizes the streams that used the pages; physical handles stay at 4 MiB so \
               they can move. At least 0.",
+    },
+    KeySpec {
+        key: Key::MapAhead,
+        name: "map_ahead",
+        kind: ValueKind::Bool,
+        default: "true",
+        unit: "",
+        doc: "Expandable segments: a growth maps whole fresh handles past the request, over the free \
+              pages after the block, so the next requests need no runtime call. false: map only the \
+              pages a request lacks (more calls, less memory held on a roomy device). Ignored with \
+              reserved_headroom, which never maps ahead.",
     },
 ];
 

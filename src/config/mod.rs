@@ -123,6 +123,8 @@ pub struct Config {
     pub reuse_cache: Option<usize>,
     /// `reserved_headroom`, at least 0. `None`: off.
     pub reserved_headroom: Option<f64>,
+    /// `map_ahead`. `None`: on.
+    pub map_ahead: Option<bool>,
 }
 
 /// Bytes of freed small blocks held for exact-size reuse by default.
@@ -223,6 +225,9 @@ impl fmt::Display for Config {
         }
         if let Some(h) = self.reserved_headroom {
             entry(f, Key::ReservedHeadroom, &h)?;
+        }
+        if let Some(on) = self.map_ahead {
+            entry(f, Key::MapAhead, &on)?;
         }
         Ok(())
     }

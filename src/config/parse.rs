@@ -10,7 +10,7 @@ use super::{Config, PageSize};
 use crate::error::Error;
 
 /// The smallest `max_split_size_mb`: PyTorch requires it to exceed the 20 MiB
-/// large-segment size (kLargeBuffer; reference/anchors.md §b); we accept 20
+/// large-segment size (kLargeBuffer; docs/anchors.md §b); we accept 20
 /// itself, since a split limit equal to the segment size is well defined.
 const MIN_MAX_SPLIT_SIZE: usize = 20 * MIB;
 
@@ -124,11 +124,13 @@ fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
         Key::ReservedHeadroom => {
             let what = "a number of at least 0 (a fraction: 0.02 = 2%)";
             let h = parse_number(key, value, what)?;
-            if !(h >= 0.0) {
+            // NaN is refused too.
+            if h.is_nan() || h < 0.0 {
                 return Err(bad_value(key, what, value));
             }
             config.reserved_headroom = Some(h);
         }
+        Key::MapAhead => config.map_ahead = Some(parse_bool(key, value)?),
     }
     Ok(())
 }

@@ -613,6 +613,16 @@ fn reuse_cache_mb_values() {
 }
 
 #[test]
+fn map_ahead_values() {
+    assert_eq!(ok("").map_ahead, None);
+    assert_eq!(ok("map_ahead:false").map_ahead, Some(false));
+    assert_eq!(ok("map_ahead:True").map_ahead, Some(true));
+    assert_eq!(ok("map_ahead:false").to_string(), "map_ahead:false");
+    let reason = bad("map_ahead:maybe", "map_ahead");
+    assert!(reason.contains("maybe"), "{reason}");
+}
+
+#[test]
 fn reserved_headroom_values() {
     assert_eq!(ok("reserved_headroom:0").reserved_headroom, Some(0.0));
     assert_eq!(ok("reserved_headroom:0.02").reserved_headroom, Some(0.02));

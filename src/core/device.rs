@@ -269,10 +269,16 @@ impl<B: Backing> Device<B> {
             let pool = shard.lock()?;
             pool.counters().add_to(&mut s);
             largest = largest.max(B::largest_free(&pool));
+            s.pending_free_bytes += pool.pending_bytes() as u64;
+            for seg in pool.segments.ids().map(|id| pool.segments.get(id)) {
+                s.segment_bytes += B::held_bytes(seg) as u64;
+                s.address_space_bytes += seg.size as u64;
+            }
         }
         self.sh.counters.add_to(&mut s);
         self.peaks.add_to(&mut s);
         s.largest_free_block = largest as u64;
+        s.cached_handle_bytes = self.sh.backing.cached_bytes() as u64;
         Ok(s)
     }
 
@@ -281,11 +287,6 @@ impl<B: Backing> Device<B> {
         self.sh.counters.reset_peak();
         self.peaks.reset(self.streams.iter().map(|e| (&e.high, [&e.shards[0].lane, &e.shards[1].lane])));
         Ok(())
-    }
-
-    /// Bytes waiting for cross-stream events, over all shards.
-    pub fn pending_bytes(&self) -> usize {
-        self.streams.shards().map(|s| s.lock_anyway().pending_bytes()).sum()
     }
 
     /// Runs every shard's invariant checks and the device-wide ones (the

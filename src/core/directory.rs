@@ -231,7 +231,7 @@ mod tests {
                 return (zone(z), zone_len);
             }
             let lead = (h % (zone_len - 2 * MIB) as u64) as usize & !511;
-            let len = 2 * MIB + ((h >> 24) as usize % (zone_len - 2 * MIB - lead + 1)) & !511;
+            let len = (2 * MIB + ((h >> 24) as usize % (zone_len - 2 * MIB - lead + 1))) & !511;
             (zone(z) + lead, len.max(2 * MIB))
         };
         let shard = |z: usize, c: u64| (z as u64 * 100_003 + c) as u32 % MAX_SHARDS as u32;

@@ -6,7 +6,7 @@
 //! smallest of the first few blocks of the next non-empty class. Pure
 //! "good fit" (take any block of a larger class) was measured to multiply
 //! reserved memory with exact-size segments; the bounded scan keeps
-//! best-fit's fragmentation at segregated-fit speed (reference/anchors.md,
+//! best-fit's fragmentation at segregated-fit speed (docs/anchors.md §e,
 //! idea 1).
 
 use super::block::{BlockArena, BlockId, NIL};

@@ -9,14 +9,16 @@
 //!    used it, then retry;
 //! 3. free cached physical handles, retry;
 //! 4. wait for the events of pending frees, release again, retry;
-//! 5. fail with a message that says what was tried and where memory is,
-//!    having given back the handles the failed request obtained.
+//! 5. fail, having given back the handles the failed request obtained,
+//!    with a message that says what was tried and where memory is
+//!    (`oom_report`).
 //!
 //! The ladder holds the device's `ladder` lock (one at a time) but no shard
 //! lock across its device calls (see `reclaim`).
 
 use super::backing::{Backing, GrowError, Scope};
 use super::device::Device;
+use super::oom_report::{Mib, OomReport};
 use super::shard::Shard;
 use crate::error::{Error, Result};
 
@@ -34,8 +36,8 @@ impl Step {
     fn name(self) -> &'static str {
         match self {
             Step::ReleaseCached => "releasing cached memory",
-            Step::FreeCachedPages => "freeing cached physical pages",
-            Step::WaitPending => "waiting for pending cross-stream frees",
+            Step::FreeCachedPages => "freeing cached physical handles",
+            Step::WaitPending => "waiting for other streams' pending frees",
         }
     }
 }
@@ -46,7 +48,25 @@ impl GrowError {
         match self {
             GrowError::Runtime(call) => Error::runtime(call, format!("obtaining device memory for {size} bytes")),
             GrowError::Other(e) => e,
-            other => Error::OutOfMemory(format!("cannot allocate {size} bytes: {other:?}")),
+            other => Error::OutOfMemory(format!("cannot allocate {size} bytes: {}", other.cause())),
+        }
+    }
+
+    /// Why a growth failed, in a message's words.
+    fn cause(&self) -> String {
+        match self {
+            GrowError::OverLimit { size, limit } => format!(
+                "a new {} segment would exceed the memory fraction limit of {}",
+                Mib(*size as u64),
+                Mib(*limit as u64)
+            ),
+            GrowError::AddressSpace => "the stream's reserved address range has no free range that large".into(),
+            GrowError::Collect => "garbage collection could not make room under its threshold".into(),
+            GrowError::NeedsRoom { .. } => {
+                "moving other streams' free pages within reserved_headroom did not suffice".into()
+            }
+            GrowError::Runtime(e) => e.to_string(),
+            GrowError::Other(e) => e.to_string(),
         }
     }
 }
@@ -63,10 +83,12 @@ impl<B: Backing> Device<B> {
         }
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         let mut last = first;
+        let mut tried: Vec<&'static str> = Vec::new();
         if let GrowError::NeedsRoom { bytes } = last {
             // Not a shortage: `reserved_headroom` asks for other streams'
             // free pieces, unmapped into the handle cache, before growing.
             let _ = self.release_free_except(shard, Scope::Pieces(bytes));
+            tried.push("moving other streams' free pages here (reserved_headroom)");
             match self.attempt(shard, size, rounded)? {
                 Ok(addr) => return Ok(addr),
                 Err(e) => last = e,
@@ -74,18 +96,18 @@ impl<B: Backing> Device<B> {
         }
         if matches!(last, GrowError::Collect) {
             self.collect_garbage(rounded);
+            tried.push("garbage collection");
             match self.attempt(shard, size, rounded)? {
                 Ok(addr) => return Ok(addr),
                 Err(e) => last = e,
             }
         }
         self.sh.counters.retried();
-        let mut tried = Step::ReleaseCached;
         for step in Step::LADDER {
             if !self.reclaim(step) {
                 continue;
             }
-            tried = step;
+            tried.push(step.name());
             match self.attempt(shard, size, rounded)? {
                 Ok(addr) => return Ok(addr),
                 Err(e) => last = e,
@@ -97,10 +119,22 @@ impl<B: Backing> Device<B> {
             rt.on_device(self.sh.device, || rt.mem_info()).map_or(0, |(free, _)| free as u64)
         });
         // Nothing kept on failure: handles this request obtained and could
-        // not use go back to the device.
+        // not use go back to the device, before the message counts what is held.
         let _ = B::free_cached(&self.sh);
-        let message = self.oom_message(size, rounded, &last, tried.name());
-        Err(Error::OutOfMemory(message))
+        let (rt, device) = (&self.sh.rt, self.sh.device);
+        // Not inside the report's expression: the guard would live across `stats`.
+        let stream = shard.lock_anyway().stream();
+        let report = OomReport {
+            device,
+            stream,
+            size,
+            rounded,
+            device_memory: rt.on_device(device, || rt.mem_info()),
+            stats: self.stats().unwrap_or_default(),
+            tried: &tried,
+            cause: last.cause(),
+        };
+        Err(Error::OutOfMemory(report.to_string()))
     }
 
     /// One retry of a request: an out-of-memory failure is the inner
@@ -143,47 +177,5 @@ impl<B: Backing> Device<B> {
                 true
             }
         }
-    }
-
-    fn oom_message(&self, size: usize, rounded: usize, last: &GrowError, step: &str) -> String {
-        let (rt, device) = (&self.sh.rt, self.sh.device);
-        let info = rt.on_device(device, || rt.mem_info());
-        let free = match info {
-            Ok((free, total)) => format!("device {device} has {} free of {}", mib(free), mib(total)),
-            Err(e) => format!("device {device} memory info unavailable ({e})"),
-        };
-        let (mut allocated, mut largest, mut pending) = (0u64, 0usize, 0usize);
-        for shard in self.streams.shards() {
-            let pool = shard.lock_anyway();
-            allocated += pool.counters().allocated;
-            largest = largest.max(B::largest_free(&pool));
-            pending += pool.pending_bytes();
-        }
-        let cause = match last {
-            GrowError::OverLimit { size, limit } => {
-                format!("a new {} segment would exceed the memory fraction limit of {}", mib(*size), mib(*limit))
-            }
-            GrowError::AddressSpace => "the stream's reserved address range has no free range that large".into(),
-            GrowError::Collect => "garbage collection could not make room under its threshold".into(),
-            GrowError::NeedsRoom { .. } => "moving other streams' free pages within reserved_headroom did not suffice".into(),
-            GrowError::Runtime(e) => format!("{e}"),
-            GrowError::Other(e) => format!("{e}"),
-        };
-        format!(
-            "cannot allocate {size} bytes (rounded to {rounded}) on device {device}: {free}; this allocator has {} allocated, \
-             {} reserved, largest free block {}, {} waiting on cross-stream events; last step tried: {step}; {cause}",
-            mib(allocated as usize),
-            mib(self.sh.counters.reserved()),
-            mib(largest),
-            mib(pending),
-        )
-    }
-}
-
-pub(super) fn mib(bytes: usize) -> String {
-    if bytes >= 1 << 20 {
-        format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
-    } else {
-        format!("{bytes} bytes")
     }
 }

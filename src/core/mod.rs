@@ -31,6 +31,7 @@ pub mod history;
 mod invariants;
 mod ladder;
 mod lock;
+mod oom_report;
 pub(crate) mod policy;
 mod pool;
 pub mod pytorch_snapshot;
@@ -68,6 +69,8 @@ use backing::{Backing, ExpandableRanges, FixedSegments, MemoryLimit};
 use device::Device;
 use policy::Policy;
 use shared::Shared;
+pub use snapshot::{BlockSnapshot, BlockSnapshotState, SegmentSnapshot, Snapshot};
+pub(crate) use stats::stats_table;
 pub use stats::Stats;
 use std::sync::Arc;
 
@@ -276,6 +279,11 @@ impl DeviceAllocator {
 
     pub fn reset_peak_stats(&self) -> Result<()> {
         with_device!(&self.engine, d => d.reset_peak_stats())
+    }
+
+    /// Segments and blocks (see `snapshot`); locks each shard in turn.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        with_device!(&self.engine, d => d.snapshot())
     }
 
     pub fn snapshot_json(&self) -> Result<String> {

@@ -11,31 +11,69 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Counters in PyTorch's `memory_stats()` vocabulary.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    pub allocated_bytes: u64,
-    pub allocated_bytes_peak: u64,
-    pub requested_bytes: u64,
-    pub requested_bytes_peak: u64,
-    pub reserved_bytes: u64,
-    pub reserved_bytes_peak: u64,
-    pub active_blocks: u64,
-    pub segments: u64,
-    pub num_allocs: u64,
-    pub num_frees: u64,
-    pub num_device_mallocs: u64,
-    pub num_device_frees: u64,
-    pub num_maps: u64,
-    pub num_unmaps: u64,
-    pub num_alloc_retries: u64,
-    pub num_ooms: u64,
-    pub num_syncs: u64,
-    pub num_physical_mallocs: u64,
-    pub num_physical_frees: u64,
-    /// Filled on read (not a counter).
-    pub largest_free_block: u64,
+/// The statistics fields, in one table: the order is the C struct's
+/// (`npualloc_stats`, after `struct_size` and `version`; new fields only
+/// ever go at the end), the names are the Rust fields, the C fields, the
+/// snapshot's JSON keys and the Python binding's fields. Every field is a
+/// `u64`. `$then!` is called with `name "doc"` for each field.
+macro_rules! stats_table {
+    ($then:ident) => {
+        $then! {
+            allocated_bytes "Bytes of live blocks, as rounded.",
+            allocated_bytes_peak "The most `allocated_bytes` at once: exact while one stream allocates; with several, the highest total seen when some stream reached a new high of its own (kept without a counter every stream writes; a peak that streams each below their own high make together can be missed). Likewise `requested_bytes_peak`.",
+            requested_bytes "Bytes of live blocks, as asked.",
+            requested_bytes_peak "The most `requested_bytes` at once.",
+            reserved_bytes "Device memory held: `segment_bytes` plus `cached_handle_bytes`.",
+            reserved_bytes_peak "The most `reserved_bytes` at once.",
+            active_blocks "Live blocks.",
+            segments "Fixed segments plus expandable ranges.",
+            num_allocs "Allocations served.",
+            num_frees "Frees (pending ones included).",
+            num_device_mallocs "aclrtMalloc calls that succeeded.",
+            num_device_frees "aclrtFree calls that succeeded.",
+            num_maps "aclrtMapMem calls that succeeded.",
+            num_unmaps "aclrtUnmapMem calls that succeeded.",
+            num_alloc_retries "Requests that went through the out-of-memory ladder.",
+            num_ooms "Requests refused for lack of memory.",
+            num_syncs "Stream synchronizations made to give memory back.",
+            largest_free_block "Largest block a request could get without a device call.",
+            num_physical_mallocs "aclrtMallocPhysical calls that succeeded. (Version 2 from here on.)",
+            num_physical_frees "aclrtFreePhysical calls that succeeded.",
+            pending_free_bytes "Bytes freed by the caller and waiting for work on other streams (record_stream) to complete.",
+            segment_bytes "Device memory held by segments: whole fixed segments, and the mapped pages of expandable ranges. The snapshot's segment sizes add up to it.",
+            cached_handle_bytes "Physical handles unmapped and kept for reuse (expandable segments); 0 with fixed segments.",
+            address_space_bytes "Address space of all segments: with expandable segments their reserved virtual ranges; with fixed segments the part of each that blocks tile (`segment_bytes` less any alignment slack)."
+        }
+    };
 }
+
+macro_rules! define_stats {
+    ($($name:ident $doc:literal),* $(,)?) => {
+        /// Counters in PyTorch's `memory_stats()` vocabulary, plus where the
+        /// reserved memory is (see `stats_table!`).
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct Stats {
+            $(#[doc = $doc] pub $name: u64,)*
+        }
+
+        impl Stats {
+            /// The field names, in table order.
+            pub const FIELDS: &'static [&'static str] = &[$(stringify!($name)),*];
+
+            /// Their descriptions (the C header's field comments).
+            pub const DOCS: &'static [&'static str] = &[$($doc),*];
+
+            /// (name, value) of every field, in table order.
+            pub fn fields(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$((stringify!($name), self.$name)),*].into_iter()
+            }
+        }
+    };
+}
+
+pub(crate) use stats_table;
+
+stats_table!(define_stats);
 
 /// Block counters of one shard (changed under its lock).
 #[derive(Debug, Default, Clone, Copy)]
@@ -286,7 +324,7 @@ mod tests {
         let (small, large) = (Lane::default(), Lane::default());
         let (mut cs, mut cl) = (ShardCounters::default(), ShardCounters::default());
         let (high, p) = (HighWater::default(), Peaks::default());
-        let mut step = |lane: &Lane, c: &mut ShardCounters, size: i64, other: &Lane| {
+        let step = |lane: &Lane, c: &mut ShardCounters, size: i64, other: &Lane| {
             if size > 0 {
                 c.block_allocated(size as usize, size as usize);
             } else {

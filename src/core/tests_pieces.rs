@@ -12,43 +12,99 @@ use super::*;
 /// however empty the device.
 fn floor_pieces(config: &str) -> DeviceAllocator {
     let a = allocator(config);
-    a.set_piece_rule(PieceRule { floor: 4 * MIB, share: 0, ceiling: 4 * MIB });
+    a.set_piece_rule(PieceRule::fixed(4 * MIB));
     a
 }
 
 #[test]
-fn growth_maps_what_a_block_lacks_with_one_handle_on_a_roomy_device() {
+fn fresh_handle_size_follows_reserved_and_free_memory() {
+    let rule = PieceRule::for_config(&crate::config::Config::default());
+    let total = 64 * GIB;
+    // Nothing reserved on a roomy device: the 32 MiB start.
+    assert_eq!(rule.fresh_bytes(0, total), 32 * MIB);
+    // A sixth of what is reserved once that is more, up to 256 MiB.
+    assert_eq!(rule.fresh_bytes(600 * MIB, total), 100 * MIB);
+    assert_eq!(rule.fresh_bytes(6 * GIB, total), 256 * MIB);
+    // A 128th of what is left bounds it as the device fills...
+    assert_eq!(rule.fresh_bytes(total - 2 * GIB, total), 16 * MIB);
+    // ...down to the 4 MiB floor, even with nothing left.
+    assert_eq!(rule.fresh_bytes(total - 256 * MIB, total), 4 * MIB);
+    assert_eq!(rule.fresh_bytes(total + GIB, total), 4 * MIB);
+    assert!(rule.ahead, "the default maps ahead of demand");
+    // A headroom keeps 4 MiB handles and maps nothing ahead.
+    let headroom = PieceRule::for_config(&crate::config::Config::parse("reserved_headroom:0.02").unwrap());
+    assert_eq!((headroom.fresh_bytes(0, total), headroom.ahead), (4 * MIB, false));
+    assert_eq!(PieceRule::fixed(2 * MIB).fresh_bytes(GIB, total), 2 * MIB);
+}
+
+#[test]
+fn growth_maps_ahead_of_demand_on_a_roomy_device() {
     let _g = emu_lock();
     let base = Baseline::take();
-    budget(GIB);
+    budget(8 * GIB);
     let a = allocator("");
     assert!(a.is_expandable());
-    // 10 MiB at the start of the large range: pages 0..5, one handle (a
-    // 16th of the free gigabyte is 64 MiB, over the 16 MiB ceiling).
+    // 10 MiB at the start of the large range: one 32 MiB handle, mapped
+    // ahead over the free pages after the block.
     let p = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
-    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (1, 1, 10 * MIB as u64));
+    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (1, 1, 32 * MIB as u64));
     let v = base.vmm();
-    assert_eq!((v.physical_count, v.mapped_bytes), (1, 10 * MIB as i64));
-    check_accounting(&a, &base, None, "after a one-handle growth");
+    assert_eq!((v.physical_count, v.mapped_bytes), (1, 32 * MIB as i64));
+    check_accounting(&a, &base, None, "after a growth mapped ahead");
     fill(p, 10 * MIB, 0x5A);
     assert!(check_fill(p, 10 * MIB, 0x5A), "every page of the block is backed");
-    // Freed and asked again at a smaller size: the mapped pages serve it.
-    a.free(p).unwrap();
-    let q = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
-    assert_eq!(q, p);
+    // The next requests fit the pages mapped ahead: no call at all.
+    let q = a.malloc(12 * MIB, Stream::DEFAULT).unwrap();
+    let r = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!((q, r), (p + 10 * MIB, p + 22 * MIB));
     assert_eq!(a.stats().unwrap().num_maps, 1);
-    // 40 MiB more, right after q: [3, 43) MiB lacks pages 5..21, 34 MiB,
-    // mapped at most 16 MiB a handle: 16 + 16 + 2.
-    let r = a.malloc(40 * MIB, Stream::DEFAULT).unwrap();
-    assert_eq!(r, q + 3 * MIB);
+    // 40 MiB more, from 30 MiB: lacks [32, 70) MiB, two more 32 MiB
+    // handles (a sixth of what is held is still less), the second mapped
+    // ahead to 96 MiB.
+    let t = a.malloc(40 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(t, p + 30 * MIB);
     let s = a.stats().unwrap();
-    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (4, 4, 44 * MIB as u64));
-    check_accounting(&a, &base, None, "after growth past the ceiling");
-    a.free(r).unwrap();
-    a.free(q).unwrap();
+    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (3, 3, 96 * MIB as u64));
+    check_accounting(&a, &base, None, "after growth past a handle");
+    for x in [p, q, r, t] {
+        a.free(x).unwrap();
+    }
     teardown_clean(a, &base);
     set_capacity(1 << 30);
+}
+
+#[test]
+fn mapping_ahead_cuts_the_calls_of_a_growing_sequence() {
+    // 64 requests of 8 MiB, each kept: without mapping ahead, one handle
+    // each (64 pairs of calls).
+    let run = |rule: Option<PieceRule>| {
+        let _g = emu_lock();
+        let base = Baseline::take();
+        budget(8 * GIB);
+        let a = allocator("");
+        if let Some(rule) = rule {
+            a.set_piece_rule(rule);
+        }
+        let blocks: Vec<usize> = (0..64).map(|_| a.malloc(8 * MIB, Stream::DEFAULT).unwrap()).collect();
+        let s = a.stats().unwrap();
+        check_accounting(&a, &base, None, "after a growing sequence");
+        for b in blocks {
+            a.free(b).unwrap();
+        }
+        teardown_clean(a, &base);
+        set_capacity(1 << 30);
+        (s.num_maps, s.num_physical_mallocs, s.reserved_bytes)
+    };
+    let no_ahead = PieceRule::for_config(&crate::config::Config::parse("map_ahead:false").unwrap());
+    assert!(!no_ahead.ahead);
+    assert_eq!(run(Some(no_ahead)), (64, 64, 512 * MIB as u64));
+    // Mapped ahead: 32 MiB handles until a sixth of what is held is more,
+    // then growing ones (13, a fifth of the calls); the last reaches past
+    // the 512 MiB asked for.
+    let (maps, phys, reserved) = run(None);
+    assert_eq!((maps, phys), (13, 13));
+    assert!(reserved >= 512 * MIB as u64 && reserved <= 512 * MIB as u64 * 6 / 5, "{reserved} bytes held");
 }
 
 #[test]
@@ -57,15 +113,15 @@ fn fresh_handles_shrink_to_4_mib_as_the_device_fills() {
     let base = Baseline::take();
     budget(GIB);
     let a = allocator("");
-    // 1000 MiB of a 1 GiB device: 16 MiB handles until a 16th of the memory
-    // left is less, then shrinking ones; far fewer than the 250 a 4 MiB
-    // rule would map.
+    // 1000 MiB of a 1 GiB device: handles of a 128th of the memory left
+    // (8 MiB at first), shrinking to 4 MiB; fewer than the 250 a 4 MiB
+    // rule would map, more than the 125 of 8 MiB handles.
     let big = a.malloc(1000 * MIB, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
-    assert!(s.num_maps > 1 && s.num_maps < 100, "{} handles for 1000 MiB", s.num_maps);
+    assert!(s.num_maps > 125 && s.num_maps < 250, "{} handles for 1000 MiB", s.num_maps);
     assert_eq!(s.num_maps, s.num_physical_mallocs);
-    // 24 MiB left: a 16th of it is under the floor, so 8 MiB is two 4 MiB
-    // handles.
+    // 24 MiB left: a 128th of it is under the floor, so 8 MiB is two 4 MiB
+    // handles, none mapped ahead.
     let small = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
     let t = a.stats().unwrap();
     assert_eq!((t.num_maps - s.num_maps, t.num_physical_mallocs - s.num_physical_mallocs), (2, 2));
@@ -80,14 +136,34 @@ fn fresh_handles_shrink_to_4_mib_as_the_device_fills() {
 }
 
 #[test]
+fn a_refused_handle_mapped_ahead_is_retried_at_the_size_the_request_needs() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(8 * GIB);
+    let a = allocator("");
+    // The 32 MiB handle is refused: the 10 MiB the block needs comes as
+    // one handle (not 4 MiB ones), nothing mapped ahead.
+    fail_nth("aclrtMallocPhysical", 1);
+    let p = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (1, 1, 10 * MIB as u64));
+    assert_eq!(s.num_alloc_retries, 0, "no OOM retry: the smaller handle fit at once");
+    check_accounting(&a, &base, None, "after a refused handle mapped ahead");
+    a.free(p).unwrap();
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
 fn a_refused_large_handle_is_retried_at_4_mib() {
     let _g = emu_lock();
     let base = Baseline::take();
     budget(GIB);
     let a = allocator("");
-    // The runtime refuses the one 10 MiB handle (as a device whose free
-    // memory is fragmented or held elsewhere would): a 4 MiB handle is
-    // tried instead, and the next six MiB ask afresh.
+    // The runtime refuses the first handle, 8 MiB (a 128th of the free
+    // gigabyte), as a device whose free memory is fragmented or held
+    // elsewhere would: a 4 MiB handle is tried instead, and the next six
+    // MiB ask afresh.
     fail_nth("aclrtMallocPhysical", 1);
     let p = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
@@ -320,6 +396,32 @@ fn a_refused_growth_at_the_most_mapped_spot_leaves_the_free_block_whole() {
     assert!(check_fill(q, 10 * MIB, 0x6B));
     a.free(q).unwrap();
     a.free(sep).unwrap();
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn a_failed_map_of_a_handle_mapped_ahead_leaves_nothing_behind() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(8 * GIB);
+    let a = allocator("");
+    // The 32 MiB handle (10 MiB asked, the rest ahead) is obtained, then its
+    // map fails: the request fails and gives the handle back.
+    fail_nth("aclrtMapMem", 1);
+    let r = a.malloc(10 * MIB, Stream::DEFAULT);
+    assert!(matches!(r, Err(Error::Runtime { .. })), "{r:?}");
+    let s = a.stats().unwrap();
+    assert_eq!((s.allocated_bytes, s.reserved_bytes), (0, 0));
+    assert_eq!((s.num_physical_mallocs, s.num_physical_frees, s.num_maps), (1, 1, 0));
+    let v = base.vmm();
+    assert_eq!((v.physical_count, v.physical_bytes, v.mapped_bytes), (0, 0, 0));
+    check_accounting(&a, &base, None, "after a failed map of a handle mapped ahead");
+    // The fault cleared: the same request maps one 32 MiB handle.
+    let p = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_maps, s.reserved_bytes), (1, 32 * MIB as u64));
+    a.free(p).unwrap();
     teardown_clean(a, &base);
     set_capacity(1 << 30);
 }

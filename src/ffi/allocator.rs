@@ -37,6 +37,10 @@ pub struct npualloc_block_info {
 /// conflicting keys), NPUALLOC_ERR_UNSUPPORTED, NPUALLOC_ERR_RUNTIME (e.g. no
 /// such device), NPUALLOC_ERR_RUNTIME_UNAVAILABLE (libascendcl missing).
 /// Thread-safe.
+///
+/// # Safety
+/// `config` is NULL or a NUL-terminated string; `out` is NULL or valid for
+/// writing one handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_create(
     config: *const c_char,
@@ -49,7 +53,7 @@ pub unsafe extern "C" fn npualloc_create(
         let config = Config::from_c(text)?;
         let core = DeviceAllocator::new(config, device)?;
         // SAFETY: out was checked non-NULL and aligned.
-        unsafe { out.write(Allocator::new(core).into_raw()) };
+        unsafe { out.write(Allocator::into_raw(core)) };
         Ok(())
     })
 }
@@ -66,6 +70,10 @@ pub unsafe extern "C" fn npualloc_create(
 /// it again later.
 /// `npualloc_destroy(NULL)` is a no-op returning NPUALLOC_OK. No other thread
 /// may use the allocator during or after this call.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed, which no
+/// other thread uses during or after the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_destroy", {
@@ -99,6 +107,10 @@ pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npuallo
 /// meets it, when the runtime has that call); NPUALLOC_ERR_OUT_OF_MEMORY after every
 /// recovery step failed (the message says where memory is);
 /// NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise. Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out_ptr`
+/// is NULL or valid for writing one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_malloc(
     a: *mut npualloc_allocator,
@@ -130,6 +142,10 @@ pub unsafe extern "C" fn npualloc_malloc(
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle;
 /// NPUALLOC_ERR_UNKNOWN_POINTER (state unchanged) for a pointer this
 /// allocator did not return, an interior pointer, or a block already freed.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed. `ptr` is
+/// only compared with the allocator's blocks, never dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_free(a: *mut npualloc_allocator, ptr: *mut c_void) -> npualloc_status {
     ffi_boundary!(status "npualloc_free", {
@@ -148,6 +164,10 @@ pub unsafe extern "C" fn npualloc_free(a: *mut npualloc_allocator, ptr: *mut c_v
 /// Returns NPUALLOC_ERR_UNKNOWN_POINTER if `ptr` is not the start of a live block;
 /// NPUALLOC_ERR_INVALID_ARGUMENT for a stream the runtime does not know (checked
 /// as in npualloc_malloc).
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed. `ptr` is
+/// never dereferenced; `stream` is checked with the runtime.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_record_stream(
     a: *mut npualloc_allocator,
@@ -163,6 +183,9 @@ pub unsafe extern "C" fn npualloc_record_stream(
 
 /// Returns every cached, unused segment to the runtime, after synchronizing
 /// only the streams that used them. Blocks in use are untouched.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_empty_cache(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_empty_cache", {
@@ -176,6 +199,9 @@ pub unsafe extern "C" fn npualloc_empty_cache(a: *mut npualloc_allocator) -> npu
 /// of the device's total. Memory already reserved is not released by this call.
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a fraction outside (0, 1] or NaN.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_set_memory_fraction(a: *mut npualloc_allocator, fraction: f64) -> npualloc_status {
     ffi_boundary!(status "npualloc_set_memory_fraction", {
@@ -188,6 +214,11 @@ pub unsafe extern "C" fn npualloc_set_memory_fraction(a: *mut npualloc_allocator
 /// Describes the live block containing `ptr` (any address inside it).
 ///
 /// Returns NPUALLOC_ERR_UNKNOWN_POINTER if no live block contains `ptr`.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out` is
+/// NULL or valid for writing one `npualloc_block_info`. `ptr` is never
+/// dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_query(
     a: *const npualloc_allocator,

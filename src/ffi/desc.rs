@@ -6,7 +6,7 @@
 //! `npualloc_desc_free` resolves the block through the allocator's pointer
 //! registry in O(1).
 
-use super::handle::{npualloc_allocator, Allocator, Registration};
+use super::handle::{npualloc_allocator, Allocator, Checked, HandleKind, Registration};
 use super::last_error::set_last_error;
 use super::status::npualloc_status;
 use crate::error::{Error, Result};
@@ -15,30 +15,27 @@ use crate::sys::aclrtStream;
 use std::collections::HashMap;
 use std::ffi::c_void;
 
-/// What a desc's `obj` points to: the allocator and the stream its blocks
-/// belong to.
+/// What a desc's `obj` points to (inside its [`Checked`] box): the
+/// allocator and the stream its blocks belong to.
 pub struct Binding {
-    magic: u64,
     allocator: *const Allocator,
     stream: Stream,
 }
 
-const LIVE: u64 = 0x6269_6e64_696e_6721; // "binding!"
+impl HandleKind for Binding {
+    const LIVE: u64 = 0x6269_6e64_696e_6721; // "binding!"
+    const NOUN: &'static str = "binding";
+}
 
 impl Binding {
+    /// Borrows the binding behind a desc's `obj`; see [`Checked::borrow`].
+    ///
     /// # Safety
-    /// A non-NULL `b` must be readable for a `Binding`.
+    /// As [`Checked::borrow`]: a non-NULL `b` comes from `npualloc_register`
+    /// or `npualloc_binding_create`.
     unsafe fn from_raw<'a>(b: *const c_void) -> Result<&'a Binding> {
-        let ptr = b.cast::<Binding>();
-        if ptr.is_null() || !ptr.is_aligned() {
-            return Err(Error::InvalidArgument(format!("{b:p} is not an npualloc binding")));
-        }
-        // SAFETY: non-NULL and aligned; validity is the caller's contract.
-        let binding = unsafe { &*ptr };
-        if binding.magic != LIVE {
-            return Err(Error::InvalidArgument(format!("{b:p} is not a live npualloc binding")));
-        }
-        Ok(binding)
+        // SAFETY: forwarded to the caller.
+        unsafe { Checked::borrow(b) }
     }
 
     fn allocator(&self) -> &Allocator {
@@ -49,11 +46,11 @@ impl Binding {
     }
 }
 
-fn new_binding(allocator: &Allocator, stream: Stream) -> *mut Binding {
-    Box::into_raw(Box::new(Binding { magic: LIVE, allocator, stream }))
+fn new_binding(allocator: &Allocator, stream: Stream) -> *mut Checked<Binding> {
+    Checked::into_raw(Binding { allocator, stream })
 }
 
-fn callbacks(binding: *mut Binding) -> DescCallbacks {
+fn callbacks(binding: *mut Checked<Binding>) -> DescCallbacks {
     DescCallbacks {
         obj: binding.cast(),
         alloc: npualloc_desc_alloc,
@@ -79,6 +76,10 @@ fn check_stream(allocator: &Allocator, stream: Stream) -> Result<()> {
 /// the allocator's device, when the runtime has that call);
 /// NPUALLOC_ERR_RUNTIME if an ACL call failed. Nothing is registered or
 /// created when the call fails.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed. `stream`
+/// is checked with the runtime.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_register", {
@@ -123,6 +124,9 @@ pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: a
 /// Unregisters the allocator from `stream` and destroys that desc. An
 /// unknown stream is OK. If the runtime refuses to unregister, nothing
 /// changes: the stream keeps the allocator (and its callbacks stay valid).
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_unregister(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_unregister", {
@@ -148,7 +152,7 @@ fn release(allocator: &Allocator, stream: Stream, regs: &mut HashMap<Stream, Reg
     let destroyed = rt.destroy_desc(reg.desc);
     // SAFETY: the binding was made by npualloc_register and is no longer
     // reachable from the runtime once unregistered.
-    drop(unsafe { Box::from_raw(reg.binding) });
+    let _ = unsafe { Checked::<Binding>::destroy(reg.binding) };
     if let Err(e) = destroyed {
         let msg = format!("npualloc: the stream is unregistered, but its allocator descriptor was not destroyed: {e}");
         eprintln!("{msg}");
@@ -174,19 +178,38 @@ pub(crate) fn unregister_all(allocator: &Allocator) -> Result<()> {
 
 /// The desc's allocation callback: allocates `size` bytes on the binding's
 /// stream and returns a block handle, or NULL with the thread's last error set.
+///
+/// # Safety
+/// `binding` is NULL or a binding from `npualloc_register` or
+/// `npualloc_binding_create` not yet destroyed (the runtime passes back the
+/// `obj` it was given).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_desc_alloc(binding: *mut c_void, size: usize) -> *mut c_void {
     ffi_boundary!(fallible "npualloc_desc_alloc", std::ptr::null_mut(), {
         // SAFETY: the runtime passes back the obj we registered.
-        let b = unsafe { Binding::from_raw(binding) }?;
-        Ok(b.allocator().core.malloc(size, b.stream)? as *mut c_void)
+        unsafe { desc_malloc(binding, size) }
     })
+}
+
+/// The body of both allocation callbacks: a block of `size` bytes on the
+/// binding's stream.
+///
+/// # Safety
+/// As [`Binding::from_raw`].
+unsafe fn desc_malloc(binding: *mut c_void, size: usize) -> Result<*mut c_void> {
+    // SAFETY: forwarded to the caller.
+    let b = unsafe { Binding::from_raw(binding) }?;
+    Ok(b.allocator().core.malloc(size, b.stream)? as *mut c_void)
 }
 
 /// The desc's free callback: frees a block handle. A NULL block is a no-op
 /// (the rule of every npualloc free; the binding is still checked). An
 /// unknown or already freed block changes nothing; the error goes to stderr
 /// and the last error.
+///
+/// # Safety
+/// `binding` as for `npualloc_desc_alloc`. `block` is only looked up, never
+/// dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_desc_free(binding: *mut c_void, block: *mut c_void) {
     ffi_boundary!(fallible "npualloc_desc_free", (), {
@@ -201,6 +224,9 @@ pub unsafe extern "C" fn npualloc_desc_free(binding: *mut c_void, block: *mut c_
 
 /// The desc's advise callback: like alloc; `addr_hint` (may be NULL) is a
 /// wish for an address and is not promised.
+///
+/// # Safety
+/// `binding` as for `npualloc_desc_alloc`. `addr_hint` is never dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_desc_alloc_advise(
     binding: *mut c_void,
@@ -210,8 +236,7 @@ pub unsafe extern "C" fn npualloc_desc_alloc_advise(
     let _ = addr_hint;
     ffi_boundary!(fallible "npualloc_desc_alloc_advise", std::ptr::null_mut(), {
         // SAFETY: as in npualloc_desc_alloc.
-        let b = unsafe { Binding::from_raw(binding) }?;
-        Ok(b.allocator().core.malloc(size, b.stream)? as *mut c_void)
+        unsafe { desc_malloc(binding, size) }
     })
 }
 
@@ -228,6 +253,10 @@ pub extern "C" fn npualloc_desc_get_addr(block: *mut c_void) -> *mut c_void {
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `binding`, or a
 /// stream the runtime does not know (checked as in npualloc_register).
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed; `binding`
+/// is NULL or valid for writing one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_binding_create(
     a: *mut npualloc_allocator,
@@ -248,17 +277,18 @@ pub unsafe extern "C" fn npualloc_binding_create(
 }
 
 /// Destroys a binding made by `npualloc_binding_create`. NULL is a no-op.
+///
+/// # Safety
+/// `binding` is NULL or a binding from `npualloc_binding_create` not yet
+/// destroyed, which no desc registered with the runtime still names.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_binding_destroy(binding: *mut c_void) -> npualloc_status {
     ffi_boundary!(status "npualloc_binding_destroy", {
         if binding.is_null() {
             return Ok(());
         }
-        // SAFETY: validity is the caller's contract; dead bindings are refused.
-        unsafe { Binding::from_raw(binding) }?;
-        // SAFETY: made by Box::into_raw in new_binding, checked live above.
-        let mut b = unsafe { Box::from_raw(binding.cast::<Binding>()) };
-        b.magic = 0;
-        Ok(())
+        // SAFETY: validity is the caller's contract; foreign and destroyed
+        // bindings are refused.
+        unsafe { Checked::<Binding>::destroy(binding) }.map(drop)
     })
 }

@@ -86,6 +86,10 @@ fn copy2d(
 ///
 /// Returns NPUALLOC_OK if the copy would be attempted (or is a no-op).
 /// Never calls the runtime. Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed. `dst` and
+/// `src` are only compared with the allocator's blocks, never dereferenced.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn npualloc_check_memcpy2d(
@@ -122,6 +126,12 @@ pub unsafe extern "C" fn npualloc_check_memcpy2d(
 /// is NULL and libascendcl cannot be loaded; NPUALLOC_ERR_RUNTIME if
 /// `aclrtMemcpy2d` fails (the message names it and its aclError).
 /// Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed. Every byte
+/// the copy touches (`height` rows of `width` bytes, `dpitch` and `spitch`
+/// apart) lies in memory valid for the copy's direction, as `aclrtMemcpy2d`
+/// requires; npualloc checks this only for the device side of blocks it owns.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn npualloc_memcpy2d(
@@ -164,6 +174,11 @@ pub unsafe extern "C" fn npualloc_memcpy2d(
 /// is NULL and libascendcl cannot be loaded; NPUALLOC_ERR_RUNTIME if
 /// `aclrtMemcpy2dAsync` fails (the message names it and its aclError).
 /// Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed. As for
+/// `npualloc_memcpy2d`, and both regions stay valid until the stream has run
+/// the copy.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn npualloc_memcpy2d_async(

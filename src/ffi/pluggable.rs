@@ -69,6 +69,9 @@ fn report(hook: &str, e: &Error) {
 /// with the thread's last error set (out of memory, bad device, the device's
 /// allocator could not be created). Size 0 returns NULL and is not an error.
 /// Thread-safe.
+///
+/// # Safety
+/// `stream` is NULL or a stream of `device` (it is checked with the runtime).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_pluggable_malloc(size: usize, device: c_int, stream: aclrtStream) -> *mut c_void {
     ffi_boundary!(fallible "npualloc_pluggable_malloc", std::ptr::null_mut(), {
@@ -87,6 +90,11 @@ pub unsafe extern "C" fn npualloc_pluggable_malloc(size: usize, device: c_int, s
 /// pointer this device's allocator does not own (another device's, unknown,
 /// already freed) changes nothing: the last error says why and a line goes
 /// to stderr. Thread-safe.
+///
+/// # Safety
+/// `ptr` is NULL or came from `npualloc_pluggable_malloc` for `device`, and
+/// nothing but work already queued on its streams uses the block after this
+/// call. `ptr` itself is only looked up, never dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_pluggable_free(ptr: *mut c_void, size: usize, device: c_int, stream: aclrtStream) {
     let _ = size;
@@ -168,6 +176,10 @@ pub extern "C" fn npualloc_pluggable_set_memory_fraction(fraction: f64, device: 
 /// device's pluggable allocator, writes the size of the segment holding it
 /// to `*size` and returns the segment's base address. Returns NULL (nothing
 /// written, last error set) for NULL `size` or a pointer no allocator owns.
+///
+/// # Safety
+/// `size` is NULL or valid for writing one `size_t`. `ptr` is never
+/// dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_pluggable_base_alloc(ptr: *mut c_void, size: *mut usize) -> *mut c_void {
     ffi_boundary!(fallible "npualloc_pluggable_base_alloc", std::ptr::null_mut(), {

@@ -5,51 +5,114 @@ use super::status::npualloc_status;
 use crate::error::Error;
 use std::ffi::{c_char, CString};
 
-/// Version of the `npualloc_stats` layout this library fills.
-pub const NPUALLOC_STATS_VERSION: u32 = 1;
+/// Version of the `npualloc_stats` layout this library fills: 2 added the
+/// fields from `num_physical_mallocs` on.
+pub const NPUALLOC_STATS_VERSION: u32 = 2;
 
-/// Allocator statistics (PyTorch `memory_stats()` vocabulary). The caller
-/// sets `struct_size` to `sizeof(npualloc_stats)`; fields past it are not
-/// written, so older callers keep working when fields are added.
+/// Allocator statistics (PyTorch `memory_stats()` vocabulary, plus where the
+/// reserved memory is). The caller sets `struct_size` to
+/// `sizeof(npualloc_stats)`; fields past it are not written, so callers built
+/// against an older, smaller struct keep working. Fields are only ever added
+/// at the end. The same names are the keys of the snapshot's "stats" object.
+///
+/// reserved_bytes = segment_bytes + cached_handle_bytes; the cached part of
+/// the segments is segment_bytes - allocated_bytes - pending_free_bytes.
+// The fields mirror the one table in core/stats.rs (`stats_table!`): a
+// missing or extra field does not compile (`from_core`), and the order is
+// checked by a test.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct npualloc_stats {
     pub struct_size: u32,
-    /// Filled by the library.
+    /// Filled by the library: NPUALLOC_STATS_VERSION.
     pub version: u32,
-    /// Live blocks, as rounded.
+    /// Bytes of live blocks, as rounded.
     pub allocated_bytes: u64,
-    /// The most live at once: exact while one stream allocates; with
-    /// several, the highest total seen when some stream reached a new high
-    /// of its own (kept without a counter every stream writes; a peak that
-    /// streams each below their own high make together can be missed).
+    /// The most `allocated_bytes` at once: exact while one stream allocates;
+    /// with several, the highest total seen when some stream reached a new
+    /// high of its own (kept without a counter every stream writes; a peak
+    /// that streams each below their own high make together can be missed).
     /// Likewise `requested_bytes_peak`.
     pub allocated_bytes_peak: u64,
-    /// Live blocks, as asked.
+    /// Bytes of live blocks, as asked.
     pub requested_bytes: u64,
+    /// The most `requested_bytes` at once.
     pub requested_bytes_peak: u64,
-    /// Device memory held (mapped or malloc'ed).
+    /// Device memory held: `segment_bytes` plus `cached_handle_bytes`.
     pub reserved_bytes: u64,
+    /// The most `reserved_bytes` at once.
     pub reserved_bytes_peak: u64,
+    /// Live blocks.
     pub active_blocks: u64,
+    /// Fixed segments plus expandable ranges.
     pub segments: u64,
+    /// Allocations served.
     pub num_allocs: u64,
+    /// Frees (pending ones included).
     pub num_frees: u64,
+    /// aclrtMalloc calls that succeeded.
     pub num_device_mallocs: u64,
+    /// aclrtFree calls that succeeded.
     pub num_device_frees: u64,
+    /// aclrtMapMem calls that succeeded.
     pub num_maps: u64,
+    /// aclrtUnmapMem calls that succeeded.
     pub num_unmaps: u64,
+    /// Requests that went through the out-of-memory ladder.
     pub num_alloc_retries: u64,
+    /// Requests refused for lack of memory.
     pub num_ooms: u64,
+    /// Stream synchronizations made to give memory back.
     pub num_syncs: u64,
-    /// Largest block a request could get without growing.
+    /// Largest block a request could get without a device call.
     pub largest_free_block: u64,
+    /// aclrtMallocPhysical calls that succeeded. (Version 2 from here on.)
+    pub num_physical_mallocs: u64,
+    /// aclrtFreePhysical calls that succeeded.
+    pub num_physical_frees: u64,
+    /// Bytes freed by the caller and waiting for work on other streams
+    /// (record_stream) to complete.
+    pub pending_free_bytes: u64,
+    /// Device memory held by segments: whole fixed segments, and the mapped
+    /// pages of expandable ranges. The snapshot's segment sizes add up to it.
+    pub segment_bytes: u64,
+    /// Physical handles unmapped and kept for reuse (expandable segments);
+    /// 0 with fixed segments.
+    pub cached_handle_bytes: u64,
+    /// Address space of all segments: with expandable segments their
+    /// reserved virtual ranges; with fixed segments the part of each that
+    /// blocks tile (`segment_bytes` less any alignment slack).
+    pub address_space_bytes: u64,
 }
+
+macro_rules! stats_from_core {
+    ($($name:ident $doc:literal),* $(,)?) => {
+        impl npualloc_stats {
+            /// Every field of `s`, with the header's two fields.
+            fn from_core(s: &crate::core::Stats, struct_size: u32) -> Self {
+                npualloc_stats { struct_size, version: NPUALLOC_STATS_VERSION, $($name: s.$name),* }
+            }
+
+            /// (name, byte offset) of every statistics field.
+            #[cfg(test)]
+            fn offsets() -> Vec<(&'static str, usize)> {
+                vec![$((stringify!($name), std::mem::offset_of!(npualloc_stats, $name))),*]
+            }
+        }
+    };
+}
+
+crate::core::stats_table!(stats_from_core);
 
 /// Fills `*out` up to `out->struct_size` bytes.
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out`, or a
 /// `struct_size` smaller than the two header fields.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out` is
+/// NULL or points to an `npualloc_stats` whose `struct_size` bytes are writable
+/// (at least its two header fields).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_get_stats(
     a: *const npualloc_allocator,
@@ -67,28 +130,7 @@ pub unsafe extern "C" fn npualloc_get_stats(
             )));
         }
         let s = allocator.core.stats()?;
-        let full = npualloc_stats {
-            struct_size: size.min(std::mem::size_of::<npualloc_stats>()) as u32,
-            version: NPUALLOC_STATS_VERSION,
-            allocated_bytes: s.allocated_bytes,
-            allocated_bytes_peak: s.allocated_bytes_peak,
-            requested_bytes: s.requested_bytes,
-            requested_bytes_peak: s.requested_bytes_peak,
-            reserved_bytes: s.reserved_bytes,
-            reserved_bytes_peak: s.reserved_bytes_peak,
-            active_blocks: s.active_blocks,
-            segments: s.segments,
-            num_allocs: s.num_allocs,
-            num_frees: s.num_frees,
-            num_device_mallocs: s.num_device_mallocs,
-            num_device_frees: s.num_device_frees,
-            num_maps: s.num_maps,
-            num_unmaps: s.num_unmaps,
-            num_alloc_retries: s.num_alloc_retries,
-            num_ooms: s.num_ooms,
-            num_syncs: s.num_syncs,
-            largest_free_block: s.largest_free_block,
-        };
+        let full = npualloc_stats::from_core(&s, size.min(std::mem::size_of::<npualloc_stats>()) as u32);
         let n = size.min(std::mem::size_of::<npualloc_stats>());
         // SAFETY: the caller promises `size` writable bytes at out; we write at most that.
         unsafe { std::ptr::copy_nonoverlapping((&full as *const npualloc_stats).cast::<u8>(), out.cast::<u8>(), n) };
@@ -97,6 +139,9 @@ pub unsafe extern "C" fn npualloc_get_stats(
 }
 
 /// Resets the peak counters to the current values.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_reset_peak_stats(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_reset_peak_stats", {
@@ -109,6 +154,10 @@ pub unsafe extern "C" fn npualloc_reset_peak_stats(a: *mut npualloc_allocator) -
 /// Writes a JSON snapshot (segments, their blocks with address, size, state
 /// — active / cached / pending-free — and stream, and the stats) to
 /// `*out_json`. Free it with `npualloc_string_free`. Costs O(blocks).
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out_json`
+/// is NULL or valid for writing one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_snapshot_json(
     a: *const npualloc_allocator,
@@ -127,6 +176,9 @@ pub unsafe extern "C" fn npualloc_snapshot_json(
 }
 
 /// Frees a string returned by npualloc. NULL is a no-op.
+///
+/// # Safety
+/// `s` is NULL or a string returned by npualloc and not yet freed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_string_free(s: *mut c_char) {
     ffi_boundary!("npualloc_string_free", (), {
@@ -135,4 +187,67 @@ pub unsafe extern "C" fn npualloc_string_free(s: *mut c_char) {
             drop(unsafe { CString::from_raw(s) });
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The C struct holds the table's fields in the table's order, each a
+    /// u64 right after the previous one (so `struct_size` cuts cleanly).
+    #[test]
+    fn c_struct_follows_the_table() {
+        let offsets = npualloc_stats::offsets();
+        let names: Vec<&str> = offsets.iter().map(|&(n, _)| n).collect();
+        assert_eq!(names, crate::core::Stats::FIELDS);
+        for (i, &(name, at)) in offsets.iter().enumerate() {
+            assert_eq!(at, 8 + 8 * i, "{name} is at byte {at}");
+        }
+        assert_eq!(std::mem::size_of::<npualloc_stats>(), 8 + 8 * offsets.len(), "no field outside the table");
+    }
+
+    fn repo_file(path: &str) -> String {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    fn words(text: &str) -> String {
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// The header's comment on each statistics field is the table's text.
+    #[test]
+    fn header_comments_are_the_tables() {
+        let header = repo_file("include/npualloc.h");
+        let start = header.find("typedef struct npualloc_stats {").expect("npualloc_stats in the header");
+        let body = &header[start..start + header[start..].find("} npualloc_stats;").expect("its end")];
+        let mut comments = Vec::new();
+        let mut rest = body;
+        while let Some(open) = rest.find("/**") {
+            let close = rest[open..].find("*/").expect("closed comment") + open;
+            let text: Vec<&str> = rest[open + 3..close].lines().map(|l| l.trim().trim_start_matches('*').trim()).collect();
+            let field = rest[close + 2..].split(';').next().unwrap_or("").split_whitespace().last().unwrap_or("");
+            comments.push((field.to_string(), words(&text.join(" "))));
+            rest = &rest[close + 2..];
+        }
+        let want: Vec<(String, String)> = crate::core::Stats::FIELDS
+            .iter()
+            .zip(crate::core::Stats::DOCS)
+            .map(|(n, d)| (n.to_string(), words(d)))
+            .collect();
+        // The first comment is `version`'s.
+        assert_eq!(&comments[1..], &want[..], "edit the table in core/stats.rs and the struct together, then run scripts/update-header.sh");
+    }
+
+    /// The Python binding's `Stats` lists the table's fields in order.
+    #[test]
+    fn python_field_list_is_the_tables() {
+        let py = repo_file("python/npualloc/_lib.py");
+        let start = py.find("class Stats(ctypes.Structure):").expect("class Stats in _lib.py");
+        let list = &py[start..];
+        let list = &list[list.find("for name in (").expect("its name list") + 13..];
+        let list = &list[..list.find(')').expect("end of the name list")];
+        let names: Vec<&str> = list.split(',').map(|n| n.trim().trim_matches('"')).filter(|n| !n.is_empty()).collect();
+        assert_eq!(names, crate::core::Stats::FIELDS, "python/npualloc/_lib.py's Stats fields");
+    }
 }

@@ -15,7 +15,9 @@ pub const NPUALLOC_VERSION_PATCH: u32 = 0;
 
 /// The C ABI version this header describes. It changes only when an existing
 /// signature, struct layout or status number changes; `npualloc_abi_version()`
-/// returns the library's.
+/// returns the library's. The shared library's SONAME is
+/// `libnpualloc.so.<NPUALLOC_ABI_VERSION>` (build.rs and CMakeLists.txt read
+/// the number from this line).
 pub const NPUALLOC_ABI_VERSION: u32 = 1;
 
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
@@ -51,6 +53,7 @@ mod tests {
         let cargo = [env!("CARGO_PKG_VERSION_MAJOR"), env!("CARGO_PKG_VERSION_MINOR"), env!("CARGO_PKG_VERSION_PATCH")]
             .map(|p| p.parse::<u32>().unwrap());
         assert_eq!(parts, cargo, "update the NPUALLOC_VERSION_* constants to Cargo.toml's version");
+        // SAFETY: npualloc_version returns a static NUL-terminated string.
         let c = unsafe { CStr::from_ptr(npualloc_version()) };
         assert_eq!(c.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
         assert_eq!(npualloc_abi_version(), 1);

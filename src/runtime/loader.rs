@@ -6,7 +6,7 @@
 //! once per path and kept open for the life of the process: allocators hold
 //! function pointers into it, so it must never be unloaded under them.
 
-use super::symbols::{AclApi, VMM_SYMBOLS};
+use super::symbols::AclApi;
 use super::RuntimeError;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -28,7 +28,7 @@ pub struct LoadedLibrary {
 impl LoadedLibrary {
     /// True when every virtual-memory function is present.
     pub fn has_vmm(&self) -> bool {
-        !self.missing_optional.iter().any(|s| VMM_SYMBOLS.contains(s))
+        self.api.features().vmm
     }
 }
 
@@ -77,7 +77,6 @@ fn open(path: &str) -> Result<LoadedLibrary, RuntimeError> {
     if handle.is_null() {
         return Err(RuntimeError::Unavailable { path: path.to_string(), reason: dl_error() });
     }
-    let mut missing_optional = Vec::new();
     let lookup = |name: &str| {
         let c_name = CString::new(name).expect("symbol names have no NUL");
         // SAFETY: handle is a live dlopen handle and c_name a valid C string.
@@ -89,12 +88,7 @@ fn open(path: &str) -> Result<LoadedLibrary, RuntimeError> {
         path: path.to_string(),
         symbol,
     })?;
-    for name in super::symbols::OPTIONAL_SYMBOLS {
-        if lookup(name).is_null() {
-            missing_optional.push(*name);
-        }
-    }
-    Ok(LoadedLibrary { path: path.to_string(), api, missing_optional })
+    Ok(LoadedLibrary { path: path.to_string(), missing_optional: api.missing_optional(), api })
 }
 
 fn dl_error() -> String {

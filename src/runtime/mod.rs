@@ -3,7 +3,7 @@
 //! Everything here goes through one table of function pointers loaded at run
 //! time (see `loader`); every failing call becomes an [`AclCallError`] that
 //! names the function and its aclError. Contract notes for each call cite
-//! reference/acl-api.md:
+//! docs/acl-api.md:
 //! - `aclrtMalloc` never synchronizes; `aclrtFree` does not wait for queued
 //!   work (§5), so memory is freed only after the streams that used it are
 //!   known complete.
@@ -12,14 +12,16 @@
 //! - Calls that allocate act on the calling thread's current device, so they
 //!   run inside [`Runtime::on_device`].
 
+pub mod acl_error;
 mod device;
 mod desc;
 pub mod loader;
 pub mod symbols;
 mod vmm;
 
+pub use acl_error::AclErrorCode;
 pub use desc::DescCallbacks;
-pub use symbols::AclApi;
+pub use symbols::{AclApi, AclFeatures};
 pub use vmm::PhysicalHandle;
 
 use crate::sys;
@@ -27,7 +29,7 @@ use std::sync::Arc;
 
 /// A failed ACL call: which function, and the aclError it returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("{function} failed with aclError {code}")]
+#[error("{function} failed with {}", acl_error::AclErrorCode(*.code))]
 pub struct AclCallError {
     pub function: &'static str,
     pub code: i32,
@@ -80,13 +82,13 @@ pub struct Event(pub usize);
 /// The loaded ACL runtime: a symbol table plus what it supports.
 pub struct Runtime {
     api: AclApi,
-    has_vmm: bool,
+    features: AclFeatures,
     source: String,
 }
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime").field("source", &self.source).field("has_vmm", &self.has_vmm).finish()
+        f.debug_struct("Runtime").field("source", &self.source).field("features", &self.features).finish()
     }
 }
 
@@ -94,19 +96,12 @@ impl Runtime {
     /// Loads libascendcl (see `loader` for the search order).
     pub fn load(path: Option<&str>) -> Result<Arc<Runtime>, RuntimeError> {
         let lib = loader::load(path)?;
-        Ok(Arc::new(Runtime { api: lib.api, has_vmm: lib.has_vmm(), source: lib.path.clone() }))
+        Ok(Self::from_api(lib.api, &lib.path))
     }
 
     /// A runtime over an already resolved table.
     pub fn from_api(api: AclApi, source: &str) -> Arc<Runtime> {
-        let has_vmm = api.aclrtReserveMemAddress.is_some()
-            && api.aclrtReleaseMemAddress.is_some()
-            && api.aclrtMallocPhysical.is_some()
-            && api.aclrtFreePhysical.is_some()
-            && api.aclrtMapMem.is_some()
-            && api.aclrtUnmapMem.is_some()
-            && api.aclrtMemGetAllocationGranularity.is_some();
-        Arc::new(Runtime { api, has_vmm, source: source.to_string() })
+        Arc::new(Runtime { features: api.features(), api, source: source.to_string() })
     }
 
     /// The emulator linked into this test binary.
@@ -120,9 +115,14 @@ impl Runtime {
         &self.api
     }
 
+    /// Which optional features the runtime has.
+    pub fn features(&self) -> AclFeatures {
+        self.features
+    }
+
     /// Whether the virtual-memory functions (expandable segments) exist.
     pub fn has_vmm(&self) -> bool {
-        self.has_vmm
+        self.features.vmm
     }
 
     /// Where the table came from (a library path).

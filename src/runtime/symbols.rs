@@ -1,9 +1,10 @@
 //! The one list of ACL functions npualloc calls, and the table it yields.
 //!
 //! Required functions exist in every CANN release we support; a library that
-//! lacks one is refused. Optional ones turn a feature off when missing: the
-//! virtual-memory family (expandable segments) and `aclrtAllocatorGetByStream`
-//! (absent before ACL 1.17).
+//! lacks one is refused. Optional ones come in feature groups, and a feature
+//! is on only when every function of its group exists: this list is the one
+//! place that decides which optional features a runtime has
+//! ([`AclApi::features`]).
 
 use crate::sys::*;
 use std::os::raw::{c_char, c_void};
@@ -11,22 +12,48 @@ use std::os::raw::{c_char, c_void};
 macro_rules! acl_symbols {
     (
         required { $($req:ident : fn($($ra:ty),*) -> $rr:ty;)* }
-        optional { $($opt:ident : fn($($oa:ty),*) -> $or:ty;)* }
+        optional {
+            $(
+                $(#[doc = $fdoc:literal])*
+                $feature:ident { $($opt:ident : fn($($oa:ty),*) -> $or:ty;)* }
+            )*
+        }
     ) => {
         /// Typed pointers to every ACL function npualloc calls.
         #[allow(non_snake_case)]
         #[derive(Clone, Copy)]
         pub struct AclApi {
             $(pub $req: unsafe extern "C" fn($($ra),*) -> $rr,)*
-            $(pub $opt: Option<unsafe extern "C" fn($($oa),*) -> $or>,)*
+            $($(pub $opt: Option<unsafe extern "C" fn($($oa),*) -> $or>,)*)*
         }
 
         /// Names of the functions a usable libascendcl must export.
         pub const REQUIRED_SYMBOLS: &[&str] = &[$(stringify!($req)),*];
         /// Names of the functions whose absence only turns a feature off.
-        pub const OPTIONAL_SYMBOLS: &[&str] = &[$(stringify!($opt)),*];
+        pub const OPTIONAL_SYMBOLS: &[&str] = &[$($(stringify!($opt)),*),*];
+
+        /// The optional features a runtime has: each is true when every
+        /// function of its group was found.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct AclFeatures {
+            $($(#[doc = $fdoc])* pub $feature: bool,)*
+        }
 
         impl AclApi {
+            /// Which optional features this table supports.
+            pub fn features(&self) -> AclFeatures {
+                AclFeatures { $($feature: true $(&& self.$opt.is_some())*,)* }
+            }
+
+            /// The optional functions this table lacks.
+            pub fn missing_optional(&self) -> Vec<&'static str> {
+                let mut missing = Vec::new();
+                $($(if self.$opt.is_none() {
+                    missing.push(stringify!($opt));
+                })*)*
+                missing
+            }
+
             /// Resolves every symbol through `lookup`, which returns the
             /// address of a symbol or NULL. Fails with the first missing
             /// required name.
@@ -46,13 +73,13 @@ macro_rules! acl_symbols {
                         // SAFETY: the caller guarantees the symbol has this ACL signature.
                         unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ra),*) -> $rr>(p) }
                     },)*
-                    $($opt: {
+                    $($($opt: {
                         let p = lookup(stringify!($opt));
                         // SAFETY: as above; NULL stays None.
                         (!p.is_null()).then(|| unsafe {
                             std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($oa),*) -> $or>(p)
                         })
-                    },)*
+                    },)*)*
                 })
             }
 
@@ -64,7 +91,7 @@ macro_rules! acl_symbols {
             pub(crate) fn linked() -> Self {
                 AclApi {
                     $($req: crate::sys::$req,)*
-                    $($opt: Some(crate::sys::$opt),)*
+                    $($($opt: Some(crate::sys::$opt),)*)*
                 }
             }
         }
@@ -106,28 +133,50 @@ acl_symbols! {
         aclrtAllocatorUnregister: fn(aclrtStream) -> aclError;
     }
     optional {
-        aclrtAllocatorGetByStream: fn(aclrtStream, *mut aclrtAllocatorDesc, *mut aclrtAllocator,
-            *mut aclrtAllocatorAllocFunc, *mut aclrtAllocatorFreeFunc,
-            *mut aclrtAllocatorAllocAdviseFunc, *mut aclrtAllocatorGetAddrFromBlockFunc) -> aclError;
-        aclrtReserveMemAddress: fn(*mut *mut c_void, usize, usize, *mut c_void, u64) -> aclError;
-        aclrtReleaseMemAddress: fn(*mut c_void) -> aclError;
-        aclrtMallocPhysical: fn(*mut aclrtDrvMemHandle, usize, *const aclrtPhysicalMemProp, u64) -> aclError;
-        aclrtFreePhysical: fn(aclrtDrvMemHandle) -> aclError;
-        aclrtMapMem: fn(*mut c_void, usize, usize, aclrtDrvMemHandle, u64) -> aclError;
-        aclrtUnmapMem: fn(*mut c_void) -> aclError;
-        aclrtMemGetAllocationGranularity: fn(*mut aclrtPhysicalMemProp, aclrtMemGranularityOptions, *mut usize) -> aclError;
-        // Validates stream handles the allocator meets for the first time.
-        aclrtStreamQuery: fn(aclrtStream, *mut aclrtStreamStatus) -> aclError;
+        /// `aclrtAllocatorGetByStream` (absent before ACL 1.17).
+        allocator_by_stream {
+            aclrtAllocatorGetByStream: fn(aclrtStream, *mut aclrtAllocatorDesc, *mut aclrtAllocator,
+                *mut aclrtAllocatorAllocFunc, *mut aclrtAllocatorFreeFunc,
+                *mut aclrtAllocatorAllocAdviseFunc, *mut aclrtAllocatorGetAddrFromBlockFunc) -> aclError;
+        }
+        /// The virtual-memory family behind expandable segments.
+        vmm {
+            aclrtReserveMemAddress: fn(*mut *mut c_void, usize, usize, *mut c_void, u64) -> aclError;
+            aclrtReleaseMemAddress: fn(*mut c_void) -> aclError;
+            aclrtMallocPhysical: fn(*mut aclrtDrvMemHandle, usize, *const aclrtPhysicalMemProp, u64) -> aclError;
+            aclrtFreePhysical: fn(aclrtDrvMemHandle) -> aclError;
+            aclrtMapMem: fn(*mut c_void, usize, usize, aclrtDrvMemHandle, u64) -> aclError;
+            aclrtUnmapMem: fn(*mut c_void) -> aclError;
+            aclrtMemGetAllocationGranularity: fn(*mut aclrtPhysicalMemProp, aclrtMemGranularityOptions, *mut usize) -> aclError;
+        }
+        /// `aclrtStreamQuery`, which validates stream handles the allocator
+        /// meets for the first time.
+        stream_query {
+            aclrtStreamQuery: fn(aclrtStream, *mut aclrtStreamStatus) -> aclError;
+        }
     }
 }
 
-/// The functions expandable segments need; all are optional symbols.
-pub const VMM_SYMBOLS: &[&str] = &[
-    "aclrtReserveMemAddress",
-    "aclrtReleaseMemAddress",
-    "aclrtMallocPhysical",
-    "aclrtFreePhysical",
-    "aclrtMapMem",
-    "aclrtUnmapMem",
-    "aclrtMemGetAllocationGranularity",
-];
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_feature_is_on_only_with_its_whole_group() {
+        let full = AclApi::linked();
+        let all_on = AclFeatures { allocator_by_stream: true, vmm: true, stream_query: true };
+        assert_eq!(full.features(), all_on);
+        assert!(full.missing_optional().is_empty());
+
+        let mut api = full;
+        api.aclrtMapMem = None;
+        assert_eq!(api.features(), AclFeatures { vmm: false, ..all_on });
+        assert_eq!(api.missing_optional(), ["aclrtMapMem"]);
+
+        api.aclrtStreamQuery = None;
+        api.aclrtAllocatorGetByStream = None;
+        assert_eq!(api.features(), AclFeatures { allocator_by_stream: false, vmm: false, stream_query: false });
+        assert_eq!(api.missing_optional(), ["aclrtAllocatorGetByStream", "aclrtMapMem", "aclrtStreamQuery"]);
+        assert_eq!(OPTIONAL_SYMBOLS.len(), 9, "every optional function belongs to one group");
+    }
+}

@@ -1,6 +1,6 @@
 //! The ACL virtual-memory calls behind expandable segments.
 //!
-//! Documented order (acl-api.md §5 "Virtual memory"): reserve, malloc
+//! Documented order (docs/acl-api.md §5 "Virtual memory"): reserve, malloc
 //! physical, map, use, unmap, free physical, release. A physical handle is
 //! mapped whole (map size == handle size, offset 0, flags 0), and sizes are
 //! multiples of the allocation granularity (2 MiB for HUGE, 1 GiB for HUGE1G).

@@ -23,12 +23,12 @@
 //! recording allocator; pages are touched as events arrive.
 
 use super::format::HEADER;
+use crate::addr_hash::AddrMap;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use std::collections::HashMap;
 use std::fs::File;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -210,7 +210,7 @@ struct Text {
     file: File,
     path: PathBuf,
     buf: Vec<u8>,
-    ids: HashMap<u64, u64, BuildHasherDefault<AddrHasher>>,
+    ids: AddrMap<u64, u64>,
     next_id: u64,
     /// Index = the stream's number in the trace.
     streams: Vec<u64>,
@@ -320,29 +320,6 @@ fn push_u64(buf: &mut Vec<u8>, mut v: u64) {
         }
     }
     buf.extend_from_slice(&digits[i..]);
-}
-
-/// Block addresses are distinct, aligned integers: one multiply mixes them
-/// well enough, and SipHash would dominate the conversion's cost.
-#[derive(Default)]
-pub struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        let x = v ^ (v >> 29);
-        self.0 = x.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(26);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
 }
 
 #[cfg(test)]

@@ -86,16 +86,25 @@ pub fn emu() -> &'static Emu {
             assert!(!p.is_null(), "the emulator lacks {name:?}");
             p
         };
+        type StreamFn = unsafe extern "C" fn(*mut c_void) -> i32;
         // SAFETY: the signatures are the ones emu/include/acl_emu.h declares.
         unsafe {
             Emu {
                 rt,
-                fail_nth: std::mem::transmute::<*mut c_void, _>(sym(c"aclemu_fail_nth")),
-                fault_pending: std::mem::transmute::<*mut c_void, _>(sym(c"aclemu_fault_pending")),
-                get_usage: std::mem::transmute::<*mut c_void, _>(sym(c"aclemu_get_usage")),
-                set_memory: std::mem::transmute::<*mut c_void, _>(sym(c"aclemu_set_device_memory")),
-                hold: std::mem::transmute::<*mut c_void, _>(sym(c"aclemu_stream_hold")),
-                release: std::mem::transmute::<*mut c_void, _>(sym(c"aclemu_stream_release")),
+                fail_nth: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_char, i32) -> i32>(sym(
+                    c"aclemu_fail_nth",
+                )),
+                fault_pending: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_char) -> i32>(sym(
+                    c"aclemu_fault_pending",
+                )),
+                get_usage: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, *mut Usage) -> i32>(sym(
+                    c"aclemu_get_usage",
+                )),
+                set_memory: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32, u64) -> i32>(sym(
+                    c"aclemu_set_device_memory",
+                )),
+                hold: std::mem::transmute::<*mut c_void, StreamFn>(sym(c"aclemu_stream_hold")),
+                release: std::mem::transmute::<*mut c_void, StreamFn>(sym(c"aclemu_stream_release")),
             }
         }
     })

@@ -148,8 +148,8 @@ pub unsafe extern "C" fn aclrtReserveMemAddress(
     expectPtr: *mut c_void,
     flags: u64,
 ) -> crate::aclError {
-    // SAFETY: forwarded caller contract.
     acl_entry!(Api::ReserveMemAddress, {
+        // SAFETY: forwarded caller contract.
         unsafe { reserve(virPtr, size, alignment, expectPtr, flags) }
     })
 }

@@ -1,6 +1,6 @@
 //! aclrtMallocPhysical, aclrtFreePhysical and
 //! aclrtMemGetAllocationGranularity, with the runtime's checks of the
-//! physical memory properties (reference/acl-api.md §5) and the driver's
+//! physical memory properties (docs/acl-api.md §5) and the driver's
 //! (RB "Virtual memory"):
 //! - `prop.reserve` other than 0: 107000, in the granularity query too;
 //! - the P2P HBM attrs (8, 9, 11) have no handler in the runtime: 100000;
@@ -183,8 +183,8 @@ pub unsafe extern "C" fn aclrtMallocPhysical(
     prop: *const aclrtPhysicalMemProp,
     flags: u64,
 ) -> crate::aclError {
-    // SAFETY: forwarded caller contract.
     acl_entry!(Api::MallocPhysical, {
+        // SAFETY: forwarded caller contract.
         unsafe { malloc_physical(handle, size, prop, flags) }
     })
 }
@@ -208,8 +208,8 @@ pub unsafe extern "C" fn aclrtMemGetAllocationGranularity(
     option: u32,
     granularity: *mut usize,
 ) -> crate::aclError {
-    // SAFETY: forwarded caller contract.
     acl_entry!(Api::MemGetAllocationGranularity, {
+        // SAFETY: forwarded caller contract.
         unsafe { self::granularity(prop, option, granularity) }
     })
 }

@@ -62,15 +62,18 @@ impl Dev {
         let lock = LOCKS[id].lock().unwrap_or_else(|e| e.into_inner());
         let id = id as i32;
         assert_eq!(
+            // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
             unsafe { aclemu_set_device_memory(id, DEFAULT_TEST_CAPACITY) },
             0
         );
+        // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
         assert_eq!(unsafe { aclrtSetDevice(id) }, 0);
         Dev { id, _lock: lock }
     }
 
     pub fn usage(&self) -> aclemu_usage {
         let mut u = aclemu_usage::default();
+        // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
         assert_eq!(unsafe { aclemu_get_usage(self.id, &mut u) }, 0);
         u
     }
@@ -114,24 +117,28 @@ pub const ACL_HBM_MEM_HUGE1G: u32 = 10;
 
 pub fn stream() -> *mut c_void {
     let mut s = null_mut();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtCreateStream(&mut s) }, 0);
     s
 }
 
 pub fn event() -> *mut c_void {
     let mut e = null_mut();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtCreateEvent(&mut e) }, 0);
     e
 }
 
 pub fn status(e: *mut c_void) -> u32 {
     let mut s = 99;
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtQueryEventStatus(e, &mut s) }, 0);
     s
 }
 
 pub fn malloc(size: usize) -> *mut c_void {
     let mut p = null_mut();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtMalloc(&mut p, size, 0) }, 0);
     p
 }
@@ -139,6 +146,7 @@ pub fn malloc(size: usize) -> *mut c_void {
 pub fn reserve(size: usize) -> *mut c_void {
     let mut p = null_mut();
     assert_eq!(
+        // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
         unsafe { aclrtReserveMemAddress(&mut p, size, 0, null_mut(), 0) },
         0
     );
@@ -148,6 +156,7 @@ pub fn reserve(size: usize) -> *mut c_void {
 pub fn physical(dev: &Dev, size: usize) -> *mut c_void {
     let mut h = null_mut();
     let prop = dev.prop(ACL_HBM_MEM_HUGE);
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtMallocPhysical(&mut h, size, &prop, 0) }, 0);
     h
 }

@@ -151,8 +151,8 @@ impl Backing for FixedSegments {
         (false, seg.extent.len)
     }
 
-    fn backed_runs(seg: &Segment<Raw>) -> Vec<(usize, usize)> {
-        vec![(seg.base, seg.size)]
+    fn mapped_runs(_: &Segment<Raw>, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
+        out.push((addr, size));
     }
 }
 

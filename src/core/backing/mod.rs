@@ -135,10 +135,9 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// The segment's entry in a snapshot: (expandable, mapped bytes).
     fn describe(seg: &Segment<Self::Extent>) -> (bool, usize);
 
-    /// The parts of `seg` backed by memory, as (address, bytes), lowest
-    /// first, each as long as it can be (PyTorch's snapshot format shows
-    /// each as a segment).
-    fn backed_runs(seg: &Segment<Self::Extent>) -> Vec<(usize, usize)>;
+    /// Appends to `out` the (address, bytes) runs of [addr, addr + size),
+    /// a block of `seg`, that device memory backs (a snapshot's blocks).
+    fn mapped_runs(seg: &Segment<Self::Extent>, addr: usize, size: usize, out: &mut Vec<(usize, usize)>);
 }
 
 /// Why memory could not be obtained.

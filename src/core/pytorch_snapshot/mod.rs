@@ -101,7 +101,8 @@ impl<B: Backing> Device<B> {
                     id = b.next;
                 }
                 let (expandable, _) = B::describe(seg);
-                let runs = B::backed_runs(seg);
+                let mut runs = Vec::new();
+                B::mapped_runs(seg, seg.base, seg.size, &mut runs);
                 for (run, blocks) in runs.iter().zip(split_into_runs(&blocks, &runs)) {
                     segments.push(SegmentView {
                         addr: run.0,

@@ -25,6 +25,16 @@ pub(super) struct Placement<'a> {
     pub(super) sibling_synced: bool,
 }
 
+/// Pages from the one a handle is mapped at: `run` need mapping, `avail`
+/// are unmapped free pages a cached handle may cover, `ahead` those a fresh
+/// handle may cover (more than `run` only when mapping ahead).
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    run: usize,
+    avail: usize,
+    ahead: usize,
+}
+
 impl RangePool {
     /// Maps every unmapped page under [addr, addr + size) of segment `seg`,
     /// each run of unmapped pages with as few handles as the cache allows.
@@ -65,7 +75,15 @@ impl RangePool {
             while i + avail < reach && self.range(seg).page(i + avail).is_none() {
                 avail += 1;
             }
-            match self.map_piece(&mut ctx, i, run, avail) {
+            // A fresh handle may reach over every unmapped free page it covers.
+            let mut ahead = run;
+            if self.maps_ahead() {
+                let reach = room_end.min(i + self.fresh_piece_pages(seg).max(run));
+                while i + ahead < reach && self.range(seg).page(i + ahead).is_none() {
+                    ahead += 1;
+                }
+            }
+            match self.map_piece(&mut ctx, i, Span { run, avail, ahead }) {
                 Ok(units) => {
                     mapped_now.push(i);
                     i += units;
@@ -85,15 +103,9 @@ impl RangePool {
         Ok(())
     }
 
-    /// Maps one handle at page `i`, which starts `run` pages that need
-    /// mapping and `avail` unmapped free pages. Returns the pages covered.
-    fn map_piece(
-        &mut self,
-        ctx: &mut Placement<'_>,
-        i: usize,
-        run: usize,
-        avail: usize,
-    ) -> Result<usize, GrowError> {
+    /// Maps one handle at page `i` (see `Span`). Returns the pages covered.
+    fn map_piece(&mut self, ctx: &mut Placement<'_>, i: usize, span: Span) -> Result<usize, GrowError> {
+        let Span { run, avail, ahead } = span;
         let (base, spec, fresh_pages) = {
             let s = self.segments.get(ctx.seg);
             let r = &s.extent;
@@ -114,15 +126,19 @@ impl RangePool {
         let (handle, bytes) = match cached {
             Some(cached) => cached,
             None => {
-                let pages = run.min(fresh_pages);
-                let floor = run.min(self.floor_pages(ctx.seg));
-                match self.fresh_handle(spec, pages) {
-                    // The estimate of free memory was too kind (another
-                    // process holds some, or physical memory is fragmented):
-                    // a floor-sized handle may still fit.
-                    Err(e) if e.is_out_of_memory() && pages > floor => self.fresh_handle(spec, floor)?,
-                    r => r?,
+                // Mapped ahead, what the run needs, the floor: each tried
+                // when the larger one is refused as out of memory (the
+                // estimate of free memory was too kind: another process
+                // holds some, or physical memory is fragmented).
+                let sizes = [ahead.max(run).min(fresh_pages), run.min(fresh_pages), run.min(self.floor_pages(ctx.seg))];
+                let mut got = self.fresh_handle(spec, sizes[0]);
+                for w in sizes.windows(2) {
+                    match got {
+                        Err(ref e) if e.is_out_of_memory() && w[1] < w[0] => got = self.fresh_handle(spec, w[1]),
+                        _ => {}
+                    }
                 }
+                got?
             }
         };
         let sh = self.sh.clone();

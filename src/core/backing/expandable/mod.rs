@@ -9,15 +9,18 @@
 //! - Pages: the mapping unit is `page_size` in the large pool (2 MiB by
 //!   default) and 2 MiB in the small pool. A physical handle
 //!   (`aclrtMallocPhysical`, mapped whole) covers one or more consecutive
-//!   pages: a *piece*. How big a fresh piece may be (`PieceRule`) trades
+//!   pages: a *piece*. How big a fresh piece is (`PieceRule`) trades
 //!   runtime calls against movable memory: a piece is never split, so a
 //!   small live block pins all of it. While the device has plenty of room,
-//!   growth maps what a block lacks with handles of up to 16 MiB (a 300 MiB
-//!   block: 19 pairs of calls, not 150); a live block then pins at most
-//!   that much that `empty_cache` cannot return. As free device memory
-//!   shrinks, so do fresh pieces, down to 4 MiB: near a full device, where
-//!   moving pages is what lets a request fit, a hole holds whole pieces
-//!   that can move.
+//!   a fresh piece is large (32 MiB, or a sixth of what the device holds,
+//!   up to 256 MiB) and is mapped ahead of demand: past the request, over
+//!   the free block's unmapped pages, so the next requests find mapped
+//!   pages and make no call at all (every runtime call costs tens of
+//!   microseconds on a card). A live block then pins at most one piece
+//!   that `empty_cache` cannot return. As free device memory shrinks, so
+//!   do fresh pieces, down to 4 MiB: near a full device, where moving
+//!   pages is what lets a request fit, a hole holds whole pieces that can
+//!   move, and little is mapped ahead.
 //! - Placement (`placement`): best fit over the range's free blocks; when
 //!   that would map pages, a free block with a mapped run that fits wins
 //!   instead (mapped first), so holes are reused before the range grows.
@@ -62,28 +65,59 @@ use crate::sys;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// How big a fresh physical handle may be (see the Note): `1/share` of the
-/// device memory not yet reserved, within [`floor`, `ceiling`] bytes (and
-/// never more than the pages a placement lacks).
+/// How big a fresh physical handle is (see the Note): at least `start`
+/// and `1/growth` of what the device already holds, within `ceiling` and
+/// `1/share` of the device memory not yet reserved, and never below
+/// `floor`. With `ahead`, a fresh handle maps that much even past the
+/// request, into the free block's unmapped pages; without it, never more
+/// than the pages a placement lacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PieceRule {
     pub floor: usize,
     /// 0: always `floor`.
     pub share: usize,
+    pub start: usize,
+    /// 0: no term in what is reserved.
+    pub growth: usize,
     pub ceiling: usize,
+    pub ahead: bool,
 }
 
 impl PieceRule {
-    /// 4 MiB to 16 MiB, a 16th of what is unreserved (BENCHMARKS.md). A
-    /// larger share pinned enough pages to push min capacity past 1.05x peak
-    /// on bert; higher ceilings saved a fifth of the maps but kept several
-    /// times more memory from a mid-trace `empty_cache`. With
-    /// `reserved_headroom`, always 4 MiB: moving pages to stay within the
+    /// On a roomy device, handles start at 32 MiB and grow with what the
+    /// device holds (a sixth of it, up to 256 MiB), mapped ahead of demand:
+    /// resnet-like-infer maps 13 handles, not 62. As the device fills they
+    /// shrink to a 128th of what is unreserved, down to 4 MiB, so a nearly
+    /// full device still gets pieces small enough to move (min capacity
+    /// stayed within 1.04x peak on every trace; a 16th or a 32nd pushed it
+    /// past 1.05x). The cost is memory mapped ahead on a roomy device
+    /// (BENCHMARKS.md, "Under device-like costs"); `map_ahead:false` maps
+    /// only what requests lack. With `reserved_headroom`,
+    /// always 4 MiB and nothing ahead: moving pages to stay within the
     /// headroom is that mode's point, and large pieces rarely fit the place
     /// they would move to.
     pub fn for_config(config: &crate::config::Config) -> Self {
-        let share = if config.reserved_headroom.is_some() { 0 } else { 16 };
-        PieceRule { floor: 4 << 20, share, ceiling: 16 << 20 }
+        if config.reserved_headroom.is_some() {
+            return PieceRule::fixed(4 << 20);
+        }
+        let ahead = config.map_ahead.unwrap_or(true);
+        PieceRule { floor: 4 << 20, share: 128, start: 32 << 20, growth: 6, ceiling: 256 << 20, ahead }
+    }
+
+    /// Every fresh handle `bytes` long, none mapped ahead.
+    pub fn fixed(bytes: usize) -> Self {
+        PieceRule { floor: bytes, share: 0, start: bytes, growth: 0, ceiling: bytes, ahead: false }
+    }
+
+    /// Bytes of a fresh handle when the device of `total` bytes has
+    /// `reserved` of them reserved (before rounding to pages).
+    pub fn fresh_bytes(&self, reserved: usize, total: usize) -> usize {
+        if self.share == 0 {
+            return self.floor;
+        }
+        let unreserved = total.saturating_sub(reserved);
+        let grown = reserved.checked_div(self.growth).unwrap_or(0);
+        self.start.max(grown).min(self.ceiling).min(unreserved / self.share).max(self.floor)
     }
 }
 
@@ -385,17 +419,21 @@ impl Backing for ExpandableRanges {
         (true, seg.extent.mapped * seg.extent.page_size)
     }
 
-    fn backed_runs(seg: &Segment<VmmRange>) -> Vec<(usize, usize)> {
-        let r = &seg.extent;
-        let mut runs: Vec<(usize, usize)> = Vec::new();
-        for i in (0..r.top()).filter(|&i| r.page(i).is_some()) {
-            let addr = seg.base + i * r.page_size;
-            match runs.last_mut() {
-                Some((start, len)) if *start + *len == addr => *len += r.page_size,
-                _ => runs.push((addr, r.page_size)),
+    fn mapped_runs(seg: &Segment<VmmRange>, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
+        let (page, end) = (seg.extent.page_size, addr + size);
+        let first = (addr - seg.base) / page;
+        let last = (end - seg.base).div_ceil(page).min(seg.extent.top());
+        for i in first..last {
+            if seg.extent.page(i).is_none() {
+                continue;
+            }
+            let from = (seg.base + i * page).max(addr);
+            let to = (seg.base + (i + 1) * page).min(end);
+            match out.last_mut() {
+                Some((at, len)) if *at + *len == from => *len += to - from,
+                _ => out.push((from, to - from)),
             }
         }
-        runs
     }
 }
 
@@ -459,10 +497,13 @@ impl RangePool {
     /// memory is estimated as total minus reserved: a wrong guess (another
     /// process holds memory) costs one refused call and a retry at the floor.
     fn fresh_piece_pages(&self, seg: SegmentId) -> usize {
-        let PieceRule { floor, share, ceiling } = self.sh.backing.pieces();
-        let unreserved = self.sh.backing.device_total.saturating_sub(self.sh.counters.reserved());
-        let bytes = if share == 0 { floor } else { (unreserved / share).clamp(floor, ceiling.max(floor)) };
+        let bytes = self.sh.backing.pieces().fresh_bytes(self.sh.counters.reserved(), self.sh.backing.device_total);
         (bytes / self.range(seg).page_size).max(1)
+    }
+
+    /// Whether fresh handles map ahead of the request.
+    fn maps_ahead(&self) -> bool {
+        self.sh.backing.pieces().ahead
     }
 
     /// Pages of a handle of the floor size: how far a cached handle may

@@ -153,7 +153,7 @@ fn run() -> Result<(), String> {
     let emu = load_emulator()?;
     let a = DeviceAllocator::with_runtime(
         Config::parse(&config).map_err(|e| e.to_string())?,
-        npualloc::replay::emulator::DEVICE,
+        npualloc_tools::replay::emulator::DEVICE,
         emu.runtime().clone(),
     )
     .map_err(|e| e.to_string())?;

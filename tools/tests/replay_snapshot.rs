@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn repo_file(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
 }
 
 /// Loads the pickle and prints `total_size_sum segments allocs frees live_blocks expandable`

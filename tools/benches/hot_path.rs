@@ -27,7 +27,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use npualloc::config::Config;
 use npualloc::core::DeviceAllocator;
-use npualloc::replay::Emulator;
+use npualloc_tools::replay::Emulator;
 use npualloc::runtime::Stream;
 use npualloc::trace::record::EVENT_BOUND;
 use std::hint::black_box;

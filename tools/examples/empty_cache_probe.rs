@@ -15,7 +15,7 @@
 
 use npualloc::config::Config;
 use npualloc::core::DeviceAllocator;
-use npualloc::replay::{replay_steps, Emulator, Prepared};
+use npualloc_tools::replay::{replay_steps, Emulator, Prepared};
 use npualloc::trace::parse_file;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -230,7 +230,7 @@ fn main_result() -> Result<(), String> {
     };
     let a = DeviceAllocator::with_runtime(
         Config::parse(&config).map_err(|e| e.to_string())?,
-        npualloc::replay::emulator::DEVICE,
+        npualloc_tools::replay::emulator::DEVICE,
         emu.runtime().clone(),
     )
     .map_err(|e| e.to_string())?;

@@ -6,8 +6,8 @@
 
 use npualloc::config::Config;
 use npualloc::core::DeviceAllocator;
-use npualloc::replay::svg::{self, Figure};
-use npualloc::replay::{replay_trace, Emulator, Options, Prepared, Report, Target};
+use npualloc_tools::replay::svg::{self, Figure};
+use npualloc_tools::replay::{replay_trace, Emulator, Options, Prepared, Report, Target};
 use npualloc::trace::{parse_file, LineError, Op};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -44,11 +44,12 @@ fn scratch(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// A file of the repository (this crate lives in `tools/`).
 fn repo_file(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
 }
 
-/// The emulator's charge for an aclrtMalloc (reference/acl-api.md §5):
+/// The emulator's charge for an aclrtMalloc (docs/acl-api.md §5):
 /// round up to 32, then add 32.
 fn padded(bytes: u64) -> u64 {
     bytes.div_ceil(32) * 32 + 32
@@ -58,7 +59,7 @@ fn quick() -> Options {
     Options { repeat: 1, min_capacity: false, series: false, segment_map: false, warm: false }
 }
 
-fn measured(r: &Report) -> &npualloc::replay::Measured {
+fn measured(r: &Report) -> &npualloc_tools::replay::Measured {
     r.result.as_ref().unwrap_or_else(|e| panic!("{} failed: {e}", r.target.label()))
 }
 
@@ -219,7 +220,7 @@ fn a_warm_pass_frees_what_the_first_left_live_and_leaks_nothing() {
     // The trace leaves two blocks live; each timed run frees its first
     // pass's before the second, or the passthrough would leak them.
     let after = emu.usage();
-    let held = |u: &npualloc::replay::emulator::Usage| (u.malloc_count, u.physical_count, u.mapped_bytes, u.reserved_ranges);
+    let held = |u: &npualloc_tools::replay::emulator::Usage| (u.malloc_count, u.physical_count, u.mapped_bytes, u.reserved_ranges);
     assert_eq!(held(&after), held(&before));
 }
 
@@ -232,9 +233,9 @@ fn a_configuration_that_cannot_run_is_an_error_row() {
     let e = reports[0].result.as_ref().unwrap_err();
     assert!(e.contains("no_such_key"), "{e}");
     measured(&reports[1]);
-    let table = npualloc::replay::table::text_table(&reports);
+    let table = npualloc_tools::replay::table::text_table(&reports);
     assert!(table.contains("error: "), "{table}");
-    let json = npualloc::replay::table::json_document(&reports);
+    let json = npualloc_tools::replay::table::json_document(&reports);
     assert!(json.contains("\"error\":\"") && json.contains("\"error\":null"), "{json}");
 }
 
@@ -329,7 +330,7 @@ fn tool_prints_a_table_and_json() {
 
     let out = tool().arg("--acl-library").arg(&lib).args(["--json", "--no-min-capacity", "--repeat", "1"]).arg(&good).output().unwrap();
     let json = String::from_utf8_lossy(&out.stdout);
-    let doc = npualloc::replay::json::parse(&json).expect("valid JSON");
+    let doc = npualloc_tools::replay::json::parse(&json).expect("valid JSON");
     let rows = doc.get("reports").unwrap().as_array();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].get("peak_requested").unwrap().as_u64(), Some(4096 + 100 + 3_000_000));
@@ -464,7 +465,7 @@ fn tool_help_explains_every_column() {
     let help = String::from_utf8_lossy(&out.stdout);
     let columns: Vec<&str> = help.lines().skip_while(|l| !l.starts_with("columns")).skip(1).collect();
     assert!(!columns.is_empty(), "no columns section in:\n{help}");
-    for header in npualloc::replay::table::HEADERS {
+    for header in npualloc_tools::replay::table::HEADERS {
         // Each column is a line "  <header>  <explanation>".
         let line = columns.iter().find(|l| l.strip_prefix("  ").and_then(|r| r.strip_prefix(header)).is_some_and(|rest| rest.starts_with("  ")));
         let line = line.unwrap_or_else(|| panic!("--help does not explain the column '{header}':\n{help}"));

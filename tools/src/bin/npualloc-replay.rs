@@ -3,8 +3,8 @@
 //! device calls and allocator time. See `--help`.
 
 use npualloc::config::Config;
-use npualloc::replay::svg::{self, Figure};
-use npualloc::replay::{self, table, Emulator, Options, Prepared, Report, Target};
+use npualloc_tools::replay::svg::{self, Figure};
+use npualloc_tools::replay::{self, table, Emulator, Options, Prepared, Report, Target};
 use npualloc::runtime::loader::ACL_LIBRARY_ENV;
 use std::fs::{File, OpenOptions};
 use std::io::{IsTerminal, Write};

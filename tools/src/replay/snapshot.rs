@@ -60,7 +60,8 @@ pub fn parse(text: &str, step: usize) -> Result<SegmentMap, String> {
     let mut segments = Vec::new();
     for seg in doc.get("segments").map(Json::as_array).unwrap_or(&[]) {
         let base = num(seg, "address").ok_or("segment without address")?;
-        let size = num(seg, "size").ok_or("segment without size")?;
+        // The address range (older snapshots: "size").
+        let size = num(seg, "address_space_bytes").or_else(|| num(seg, "size")).ok_or("segment without size")?;
         let mut blocks = Vec::new();
         for b in seg.get("blocks").map(Json::as_array).unwrap_or(&[]) {
             let kind = match b.get("state").and_then(Json::as_str) {
@@ -77,7 +78,8 @@ pub fn parse(text: &str, step: usize) -> Result<SegmentMap, String> {
         }
         let mapped = num(seg, "mapped_bytes").unwrap_or(size);
         let expandable = seg.get("expandable").and_then(Json::as_bool).unwrap_or(false);
-        let in_use_end = blocks.iter().filter(|b| b.kind != BlockKind::Cached).map(|b| b.offset + b.size).max().unwrap_or(0);
+        // Blocks are memory (an expandable range's unmapped pages are not listed).
+        let in_use_end = blocks.iter().map(|b| b.offset + b.size).max().unwrap_or(0);
         segments.push(SegmentView {
             size,
             mapped,

@@ -5,7 +5,7 @@
 //! `npualloc::core::DeviceAllocator`.
 #![allow(dead_code)]
 
-use npualloc::replay::Emulator;
+use npualloc_tools::replay::Emulator;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# bench-costs.sh -- the replay tables under the emulator's cost model
+# (BENCHMARKS.md, "Under device-like costs"), npualloc beside the real PyTorch
+# caching allocator (the peer's replay_torch on its fake CUDA runtime).
+#
+#   PEER=$PEER scripts/bench-costs.sh TRACE...
+#
+# Prints two markdown tables:
+#  1. ACLEMU_COST=device: npualloc's default, page_size:20m,
+#     reserved_headroom:0.02 and pytorch-policy, with device calls and
+#     synchronizations; PyTorch (default and expandable segments) with the
+#     profile's costs in FAKECUDA_* terms (see PEER_DEVICE_* below).
+#  2. Equal costs, 20 us per malloc/free/physical/map/unmap call and 50 us
+#     per synchronization on both sides: npualloc's default against the
+#     faster PyTorch configuration, and its min capacity.
+# Every ns/op is the median of 3 runs, each a first pass over the trace on a
+# fresh allocator (the pass that grows, cost sleeps included). Both devices
+# are 64 GiB. Needs target/release/npualloc-replay (cargo build --release
+# --workspace) and python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 1 ] || { echo "usage: PEER=DIR $0 TRACE..." >&2; exit 2; }
+[ -n "${PEER:-}" ] && [ -x "$PEER/replay_torch" ] || { echo "set PEER to the directory holding replay_torch" >&2; exit 2; }
+REPLAY=target/release/npualloc-replay
+[ -x "$REPLAY" ] || { echo "build first: cargo build --release --workspace" >&2; exit 2; }
+
+EQUAL_ACL="aclrtMalloc=20us,aclrtFree=20us,aclrtMallocPhysical=20us,aclrtFreePhysical=20us,aclrtMapMem=20us,aclrtUnmapMem=20us,aclrtReserveMemAddress=20us,aclrtSynchronizeStream=50us,aclrtSynchronizeEvent=50us,aclrtSynchronizeDevice=50us"
+# The fake CUDA runtime charges FAKECUDA_MALLOC_NS for each cudaMalloc,
+# cudaFree, cuMemCreate, cuMemMap, cuMemUnmap and cuMemRelease, SYNC_NS for
+# each stream, device or event synchronization, EVENT_NS for each event
+# record or stream wait; address reservation is free (npualloc pays 20 us).
+EQUAL_PEER=(FAKECUDA_MALLOC_NS=20000 FAKECUDA_SYNC_NS=50000 FAKECUDA_EVENT_NS=0)
+# The device profile with one malloc-like knob: PyTorch's default makes only
+# cudaMalloc calls (aclrtMalloc: 100 us); with expandable segments each
+# cuMemCreate (aclrtMallocPhysical: 50 us) comes with a cuMemMap
+# (aclrtMapMem: 20 us), 35 us a call on average. Synchronizations at the
+# stream's 500 us, event records at 2 us.
+PEER_DEVICE_DEFAULT=(FAKECUDA_MALLOC_NS=100000 FAKECUDA_SYNC_NS=500000 FAKECUDA_EVENT_NS=2000)
+PEER_DEVICE_EXPANDABLE=(FAKECUDA_MALLOC_NS=35000 FAKECUDA_SYNC_NS=500000 FAKECUDA_EVENT_NS=2000)
+
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+# npualloc TABLE COST TRACE ARGS...: one run with min capacity, two without
+# (JSON lines in $OUT/TABLE.npu).
+npualloc() {
+    local table=$1 cost=$2 trace=$3
+    shift 3
+    ACLEMU_COST=$cost "$REPLAY" --json --repeat 1 "$@" "$trace" | sed -n 's/^{"trace"/{"run":0,"trace"/p' >>"$OUT/$table.npu"
+    for run in 1 2; do
+        ACLEMU_COST=$cost "$REPLAY" --json --repeat 1 --no-min-capacity "$@" "$trace" |
+            sed -n "s/^{\"trace\"/{\"run\":$run,\"trace\"/p" >>"$OUT/$table.npu"
+    done
+}
+
+# peer TABLE CONF TRACE ENV...: three runs (lines in $OUT/TABLE.peer).
+peer() {
+    local table=$1 conf=$2 trace=$3
+    shift 3
+    for run in 0 1 2; do
+        env "$@" FAKECUDA_MEM_GIB=64 PYTORCH_CUDA_ALLOC_CONF="$conf" "$PEER/replay_torch" "$trace" |
+            awk -v run=$run -v conf="$conf" '
+                /^cudaMalloc calls/ { gsub(/[(),]/, " "); mallocs = $3; frees = $7 }
+                /^cuMemCreate/ { gsub(/[(),]/, " "); creates = $2; maps = $4; unmaps = $6; releases = $8 }
+                /^runtime calls/ { gsub(/,/, " "); syncs = $NF }
+                /^RESULT / { sub(/^RESULT /, ""); result = $0 }
+                END { printf "%s\t%s\t%s %s %s %s %s %s %s\n", run, conf, mallocs, frees, creates, maps, unmaps, releases, syncs; print result }' \
+                >>"$OUT/$table.peer"
+    done
+}
+
+for trace in "$@"; do
+    echo "device profile: $(basename "$trace")" >&2
+    npualloc device device "$trace" --config "" --config page_size:20m --config reserved_headroom:0.02 --baseline pytorch
+    peer device "" "$trace" "${PEER_DEVICE_DEFAULT[@]}"
+    peer device expandable_segments:True "$trace" "${PEER_DEVICE_EXPANDABLE[@]}"
+    echo "equal costs: $(basename "$trace")" >&2
+    npualloc equal "$EQUAL_ACL" "$trace"
+    peer equal "" "$trace" "${EQUAL_PEER[@]}"
+    peer equal expandable_segments:True "$trace" "${EQUAL_PEER[@]}"
+done
+
+python3 - "$OUT" <<'EOF'
+import json, statistics, sys
+from collections import defaultdict
+
+out = sys.argv[1]
+MIB = 1 << 20
+
+def npu(table):
+    rows = defaultdict(list)
+    for line in open(f"{out}/{table}.npu"):
+        r = json.loads(line.rstrip().rstrip(","))
+        rows[(r["trace"], r["label"])].append(r)
+    return rows
+
+def peer(table):
+    rows = defaultdict(list)
+    lines = open(f"{out}/{table}.peer").read().splitlines()
+    for head, result in zip(lines[0::2], lines[1::2]):
+        _, conf, calls = head.split("\t")
+        r = json.loads(result)
+        m, f, c, mp, u, rel, s = (int(x or 0) for x in calls.split())
+        r["calls"] = dict(mallocs=m, frees=f, creates=c, maps=mp, unmaps=u, releases=rel, syncs=s)
+        rows[(r["trace"], "PyTorch exp." if conf else "PyTorch")].append(r)
+    return rows
+
+def median(rs):
+    return statistics.median(r["ns_per_op"] for r in rs)
+
+def npu_calls(r):
+    parts = []
+    if r["device_mallocs"] or r["device_frees"]:
+        parts.append(f'{r["device_mallocs"]}/{r["device_frees"]} malloc/free')
+    if r["maps"] or r["unmaps"]:
+        parts.append(f'{r["maps"]}/{r["unmaps"]} map/unmap')
+    if r["physical_mallocs"] or r["physical_frees"]:
+        parts.append(f'{r["physical_mallocs"]}/{r["physical_frees"]} phys m/f')
+    return ", ".join(parts) or "none"
+
+def peer_calls(c):
+    parts = []
+    if c["mallocs"] or c["frees"]:
+        parts.append(f'{c["mallocs"]}/{c["frees"]} malloc/free')
+    if c["maps"] or c["unmaps"]:
+        parts.append(f'{c["maps"]}/{c["unmaps"]} map/unmap')
+    if c["creates"] or c["releases"]:
+        parts.append(f'{c["creates"]}/{c["releases"]} create/release')
+    return ", ".join(parts) or "none"
+
+def min_cap(r):
+    mc = r.get("min_capacity")
+    if isinstance(mc, (int, float)) and r["peak_requested"]:
+        return f'{mc / r["peak_requested"]:.3f}'
+    return "-"
+
+traces = list(dict.fromkeys(k[0] for k in npu("device")))
+
+print("Table 1: ACLEMU_COST=device (PyTorch: the profile's costs in FAKECUDA_* terms)\n")
+print("| trace | configuration | ns/op | device calls | syncs | peak rsv MiB | min cap x |")
+print("|---|---|---:|---|---:|---:|---:|")
+n, p = npu("device"), peer("device")
+for t in traces:
+    for label in ["npualloc", "npualloc[page_size:20m]", "npualloc[reserved_headroom:0.02]", "pytorch-policy"]:
+        rs = n[(t, label)]
+        first = next(r for r in rs if r["run"] == 0)
+        print(f'| {t} | {label} | {median(rs):.1f} | {npu_calls(first)} | {first["syncs"]} | {first["peak_reserved"] / MIB:.1f} | {min_cap(first)} |')
+    for label in ["PyTorch", "PyTorch exp."]:
+        rs = p[(t, label)]
+        print(f'| {t} | {label} | {median(rs):.1f} | {peer_calls(rs[0]["calls"])} | {rs[0]["calls"]["syncs"]} | {rs[0]["peak_reserved"] / MIB:.1f} | - |')
+
+print("\nTable 2: equal costs (20 us per malloc/free/physical/map/unmap call, 50 us per synchronization)\n")
+print("| trace | npualloc ns/op | device calls | PyTorch ns/op | PyTorch exp. ns/op | ratio to the faster | target 0.5x | min cap x | target 1.05x |")
+print("|---|---:|---|---:|---:|---:|---|---:|---|")
+n, p = npu("equal"), peer("equal")
+for t in traces:
+    rs = n[(t, "npualloc")]
+    first = next(r for r in rs if r["run"] == 0)
+    ours, pd, pe = median(rs), median(p[(t, "PyTorch")]), median(p[(t, "PyTorch exp.")])
+    ratio = ours / min(pd, pe)
+    mc = min_cap(first)
+    cap_ok = "yes" if mc != "-" and float(mc) <= 1.05 else "no"
+    print(f'| {t} | {ours:.1f} | {npu_calls(first)} | {pd:.1f} | {pe:.1f} | {ratio:.2f}x | {"yes" if ratio <= 0.5 else "no"} | {mc} | {cap_ok} |')
+EOF

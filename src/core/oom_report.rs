@@ -1,0 +1,141 @@
+//! The message of a request refused for lack of memory: the request, what
+//! the device reports free, what this allocator holds and in which form,
+//! how much of the device's used memory this allocator does not hold (a
+//! MiB or more: another allocator or process may hold it), and what the OOM
+//! ladder tried.
+//!
+//! Sizes are in MiB (2^20 bytes, two decimals) throughout; the request is
+//! also given in exact bytes, since that is what the caller passed.
+
+use super::stats::Stats;
+use crate::runtime::{AclCallError, Stream};
+use std::fmt;
+
+/// Everything the message says, gathered after the ladder gave back what
+/// the failed request obtained (so none of it is counted as held).
+#[derive(Debug)]
+pub(super) struct OomReport<'a> {
+    pub device: i32,
+    pub stream: Stream,
+    pub size: usize,
+    pub rounded: usize,
+    /// `aclrtGetMemInfo`: (free, total).
+    pub device_memory: Result<(usize, usize), AclCallError>,
+    pub stats: Stats,
+    /// The ladder's steps that ran, in order.
+    pub tried: &'a [&'static str],
+    /// Why the last attempt failed.
+    pub cause: String,
+}
+
+/// `bytes` in MiB, two decimals.
+pub(super) struct Mib(pub u64);
+
+impl fmt::Display for Mib {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.2} MiB", self.0 as f64 / (1u64 << 20) as f64)
+    }
+}
+
+impl fmt::Display for OomReport<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.stats;
+        write!(
+            f,
+            "cannot allocate {} ({} bytes, rounded to {}) on device {} for stream {:#x}. ",
+            Mib(self.size as u64),
+            self.size,
+            self.rounded,
+            self.device,
+            self.stream.0
+        )?;
+        match self.device_memory {
+            Ok((free, total)) => {
+                write!(f, "Device {} reports {} free of {}. ", self.device, Mib(free as u64), Mib(total as u64))?
+            }
+            Err(e) => write!(f, "Device {} memory info unavailable ({e}). ", self.device)?,
+        }
+        let in_blocks = s.segment_bytes.saturating_sub(s.allocated_bytes + s.pending_free_bytes);
+        write!(
+            f,
+            "This allocator holds {}: {} allocated, {} cached in free blocks, {} cached as unmapped physical handles, \
+             {} freed but waiting for other streams' work; its largest free block is {}. ",
+            Mib(s.reserved_bytes),
+            Mib(s.allocated_bytes),
+            Mib(in_blocks),
+            Mib(s.cached_handle_bytes),
+            Mib(s.pending_free_bytes),
+            Mib(s.largest_free_block),
+        )?;
+        if let Ok((free, total)) = self.device_memory {
+            // Under a MiB is the runtime's own rounding, not worth a sentence.
+            let used = total.saturating_sub(free) as u64;
+            if used >= s.reserved_bytes + (1 << 20) {
+                write!(
+                    f,
+                    "The device has {} in use that this allocator does not hold: it may be held by another \
+                     allocator in this process or by another process on the device. ",
+                    Mib(used - s.reserved_bytes)
+                )?;
+            }
+        }
+        if self.tried.is_empty() {
+            write!(f, "Nothing could be released. ")?;
+        } else {
+            write!(f, "Tried: {}. ", self.tried.join(", then "))?;
+        }
+        write!(f, "Last failure: {}.", self.cause)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mib_has_two_decimals() {
+        assert_eq!(Mib(0).to_string(), "0.00 MiB");
+        assert_eq!(Mib(1000).to_string(), "0.00 MiB");
+        assert_eq!(Mib(40 << 20).to_string(), "40.00 MiB");
+        assert_eq!(Mib((3 << 20) / 2).to_string(), "1.50 MiB");
+    }
+
+    #[test]
+    fn names_what_is_held_where_and_who_else_holds_memory() {
+        let stats = Stats {
+            allocated_bytes: 30 << 20,
+            pending_free_bytes: 2 << 20,
+            segment_bytes: 36 << 20,
+            cached_handle_bytes: 4 << 20,
+            reserved_bytes: 40 << 20,
+            largest_free_block: 4 << 20,
+            ..Stats::default()
+        };
+        let report = OomReport {
+            device: 0,
+            stream: Stream(0x10),
+            size: 40 << 20,
+            rounded: 40 << 20,
+            device_memory: Ok((8 << 20, 64 << 20)),
+            stats,
+            tried: &["releasing cached memory", "freeing cached physical handles"],
+            cause: "aclrtMallocPhysical failed with ACL_ERROR_RT_MEMORY_ALLOCATION (207001)".into(),
+        };
+        let m = report.to_string();
+        for part in [
+            "cannot allocate 40.00 MiB (41943040 bytes, rounded to 41943040) on device 0 for stream 0x10.",
+            "Device 0 reports 8.00 MiB free of 64.00 MiB.",
+            "This allocator holds 40.00 MiB: 30.00 MiB allocated, 4.00 MiB cached in free blocks, \
+             4.00 MiB cached as unmapped physical handles, 2.00 MiB freed but waiting for other streams' work",
+            "The device has 16.00 MiB in use that this allocator does not hold",
+            "Tried: releasing cached memory, then freeing cached physical handles.",
+            "Last failure: aclrtMallocPhysical failed with ACL_ERROR_RT_MEMORY_ALLOCATION (207001).",
+        ] {
+            assert!(m.contains(part), "missing {part:?} in: {m}");
+        }
+        let alone = OomReport { device_memory: Ok((24 << 20, 64 << 20)), tried: &[], ..report };
+        let m = alone.to_string();
+        assert!(!m.contains("does not hold"), "all used memory is this allocator's: {m}");
+        assert!(m.contains("Nothing could be released."), "{m}");
+    }
+}
