@@ -128,10 +128,7 @@ fn watch(path: &Path) {
 /// The deepest existing directory among `path` and its ancestors, not above
 /// `limit`; `None` when even `limit` does not exist (or `path` is not below it).
 fn deepest_existing(path: &Path, limit: &Path) -> Option<PathBuf> {
-    path.ancestors()
-        .take_while(|p| p.starts_with(limit))
-        .find(|p| p.is_dir())
-        .map(Path::to_path_buf)
+    path.ancestors().take_while(|p| p.starts_with(limit)).find(|p| p.is_dir()).map(Path::to_path_buf)
 }
 
 fn generate(header: &Path, include_dir: Option<&Path>) -> String {
@@ -156,8 +153,5 @@ fn generate(header: &Path, include_dir: Option<&Path>) -> String {
     for item in FUNCTIONS {
         builder = builder.allowlist_function(format!("^{item}$"));
     }
-    builder
-        .generate()
-        .unwrap_or_else(|e| panic!("bindgen failed on {}: {e}", header.display()))
-        .to_string()
+    builder.generate().unwrap_or_else(|e| panic!("bindgen failed on {}: {e}", header.display())).to_string()
 }

@@ -12,9 +12,7 @@ use std::path::PathBuf;
 use criterion::{criterion_group, criterion_main, Criterion};
 use npualloc::config::Config;
 use npualloc::core::DeviceAllocator;
-use npualloc::memcpy2d::{
-    check_copy, check_rules, check_within_block, Checked, Copy2d, ACL_MEMCPY_HOST_TO_DEVICE,
-};
+use npualloc::memcpy2d::{check_copy, check_rules, check_within_block, Checked, Copy2d, ACL_MEMCPY_HOST_TO_DEVICE};
 use npualloc::runtime::Stream;
 
 /// A typical upload: 1080 rows of 1920 * 4 bytes into a pitched device buffer.
@@ -35,9 +33,9 @@ const BLOCK: (usize, usize) = (0x1_0000_0000, 16 << 20);
 
 fn rules_and_bounds(c: &Copy2d) -> bool {
     match check_rules(c) {
-        Ok(Checked::Copy { .. }) => c
-            .device_regions()
-            .all(|r| check_within_block(&r, c.width, c.height, BLOCK.0, BLOCK.1).is_ok()),
+        Ok(Checked::Copy { .. }) => {
+            c.device_regions().all(|r| check_within_block(&r, c.width, c.height, BLOCK.0, BLOCK.1).is_ok())
+        }
         Ok(Checked::NoOp) => true,
         Err(_) => false,
     }
@@ -46,12 +44,8 @@ fn rules_and_bounds(c: &Copy2d) -> bool {
 fn bench(c: &mut Criterion) {
     let copy = typical();
     assert!(rules_and_bounds(&copy));
-    c.bench_function("check_rules", |b| {
-        b.iter(|| check_rules(black_box(&copy)).is_ok())
-    });
-    c.bench_function("check_rules+check_within_block", |b| {
-        b.iter(|| rules_and_bounds(black_box(&copy)))
-    });
+    c.bench_function("check_rules", |b| b.iter(|| check_rules(black_box(&copy)).is_ok()));
+    c.bench_function("check_rules+check_within_block", |b| b.iter(|| rules_and_bounds(black_box(&copy))));
     c.bench_function("check_copy (one-block lookup)", |b| {
         b.iter(|| {
             check_copy(black_box(&copy), |addr| {
@@ -61,13 +55,8 @@ fn bench(c: &mut Criterion) {
             .is_ok()
         })
     });
-    let bad = Copy2d {
-        height: 4096,
-        ..typical()
-    };
-    c.bench_function("check_within_block (error path)", |b| {
-        b.iter(|| rules_and_bounds(black_box(&bad)))
-    });
+    let bad = Copy2d { height: 4096, ..typical() };
+    c.bench_function("check_within_block (error path)", |b| b.iter(|| rules_and_bounds(black_box(&bad))));
 }
 
 /// A `DeviceAllocator` over the emulator next to the bench executable.

@@ -93,10 +93,7 @@ impl DeviceSides {
 
     #[inline]
     pub fn includes(self, side: Side) -> bool {
-        matches!(
-            (self, side),
-            (DeviceSides::Both, _) | (DeviceSides::Dst, Side::Dst) | (DeviceSides::Src, Side::Src)
-        )
+        matches!((self, side), (DeviceSides::Both, _) | (DeviceSides::Dst, Side::Dst) | (DeviceSides::Src, Side::Src))
     }
 }
 
@@ -131,16 +128,8 @@ impl Copy2d {
     #[inline]
     pub fn region(&self, side: Side) -> DeviceRegion {
         match side {
-            Side::Dst => DeviceRegion {
-                addr: self.dst,
-                pitch: self.dpitch,
-                side,
-            },
-            Side::Src => DeviceRegion {
-                addr: self.src,
-                pitch: self.spitch,
-                side,
-            },
+            Side::Dst => DeviceRegion { addr: self.dst, pitch: self.dpitch, side },
+            Side::Src => DeviceRegion { addr: self.src, pitch: self.spitch, side },
         }
     }
 
@@ -150,12 +139,8 @@ impl Copy2d {
     #[inline]
     pub fn device_regions(&self) -> impl Iterator<Item = DeviceRegion> {
         let sides = DeviceSides::for_kind(self.kind);
-        let dst = sides
-            .filter(|s| s.includes(Side::Dst))
-            .map(|_| self.region(Side::Dst));
-        let src = sides
-            .filter(|s| s.includes(Side::Src))
-            .map(|_| self.region(Side::Src));
+        let dst = sides.filter(|s| s.includes(Side::Dst)).map(|_| self.region(Side::Dst));
+        let src = sides.filter(|s| s.includes(Side::Src)).map(|_| self.region(Side::Src));
         dst.into_iter().chain(src)
     }
 }
@@ -236,22 +221,13 @@ pub fn check_within_block(
     if width == 0 || height == 0 {
         return Ok(());
     }
-    let end = match (
-        region.addr.checked_sub(block_start),
-        last_byte_offset(region.pitch, width, height),
-    ) {
+    let end = match (region.addr.checked_sub(block_start), last_byte_offset(region.pitch, width, height)) {
         (Some(offset), Some(last)) => offset.checked_add(last),
         _ => None,
     };
     match end {
         Some(end) if end < block_size => Ok(()),
-        _ => Err(out_of_bounds(
-            region,
-            width,
-            height,
-            block_start,
-            block_size,
-        )),
+        _ => Err(out_of_bounds(region, width, height, block_start, block_size)),
     }
 }
 
@@ -259,10 +235,7 @@ pub fn check_within_block(
 /// first byte. `find_block(addr)` returns that block's `(start, size)`, or
 /// `None` when the allocator does not own `addr` (`Error::UnknownPointer`).
 #[inline]
-pub fn check_copy(
-    c: &Copy2d,
-    mut find_block: impl FnMut(usize) -> Option<(usize, usize)>,
-) -> Result<Checked, Error> {
+pub fn check_copy(c: &Copy2d, mut find_block: impl FnMut(usize) -> Option<(usize, usize)>) -> Result<Checked, Error> {
     let checked = check_rules(c)?;
     if let Checked::Copy { .. } = checked {
         for region in c.device_regions() {
@@ -331,19 +304,13 @@ fn bad_kind(c: &Copy2d) -> Error {
     } else {
         "ACL_MEMCPY_HOST_TO_DEVICE (1) or ACL_MEMCPY_DEVICE_TO_HOST (2)"
     };
-    Error::InvalidArgument(format!(
-        "{}: kind {shown} is not supported; allowed: {allowed}",
-        c.call_name()
-    ))
+    Error::InvalidArgument(format!("{}: kind {shown} is not supported; allowed: {allowed}", c.call_name()))
 }
 
 #[cold]
 #[inline(never)]
 fn over_limit(c: &Copy2d, what: &str, value: usize, limit: usize) -> Error {
-    Error::InvalidArgument(format!(
-        "{}: {what} {value} > {limit} (the runtime's largest {what})",
-        c.call_name()
-    ))
+    Error::InvalidArgument(format!("{}: {what} {value} > {limit} (the runtime's largest {what})", c.call_name()))
 }
 
 #[cold]
@@ -359,18 +326,9 @@ fn unknown_pointer(c: &Copy2d, region: &DeviceRegion) -> Error {
 
 #[cold]
 #[inline(never)]
-fn out_of_bounds(
-    region: &DeviceRegion,
-    width: usize,
-    height: usize,
-    block_start: usize,
-    block_size: usize,
-) -> Error {
+fn out_of_bounds(region: &DeviceRegion, width: usize, height: usize, block_start: usize, block_size: usize) -> Error {
     let side = region.side.name();
-    let shape = format!(
-        "{side} pitch {}, width {width}, height {height}",
-        region.pitch
-    );
+    let shape = format!("{side} pitch {}, width {width}, height {height}", region.pitch);
     if region.addr < block_start {
         return Error::CopyOutOfBounds(format!(
             "{side} {:#x} is before the start {block_start:#x} of its block of {block_size} bytes ({shape})",
@@ -380,9 +338,7 @@ fn out_of_bounds(
     // u128 holds the exact value: each factor is below 2^64.
     let offset = (region.addr - block_start) as u128;
     let last = offset + (height as u128 - 1) * region.pitch as u128 + width as u128 - 1;
-    Error::CopyOutOfBounds(format!(
-        "copy touches bytes up to offset {last} of a block of {block_size} bytes ({shape})"
-    ))
+    Error::CopyOutOfBounds(format!("copy touches bytes up to offset {last} of a block of {block_size} bytes ({shape})"))
 }
 
 #[cfg(test)]
@@ -494,11 +450,7 @@ mod tests {
                 Invalid("dst is NULL"),
             ),
             // Pitches, both sides of each boundary.
-            (
-                "width == dpitch",
-                with(|c| c.width = 4096),
-                Copy(DeviceSides::Dst),
-            ),
+            ("width == dpitch", with(|c| c.width = 4096), Copy(DeviceSides::Dst)),
             (
                 "width == dpitch + 1",
                 with(|c| {
@@ -543,21 +495,9 @@ mod tests {
                 Copy(DeviceSides::Dst),
             ),
             // Height limit.
-            (
-                "height 5242880",
-                with(|c| c.height = MAX_HEIGHT),
-                Copy(DeviceSides::Dst),
-            ),
-            (
-                "height 5242881",
-                with(|c| c.height = MAX_HEIGHT + 1),
-                Invalid("height 5242881 > 5242880"),
-            ),
-            (
-                "height usize::MAX",
-                with(|c| c.height = usize::MAX),
-                Invalid("height"),
-            ),
+            ("height 5242880", with(|c| c.height = MAX_HEIGHT), Copy(DeviceSides::Dst)),
+            ("height 5242881", with(|c| c.height = MAX_HEIGHT + 1), Invalid("height 5242881 > 5242880")),
+            ("height usize::MAX", with(|c| c.height = usize::MAX), Invalid("height")),
             (
                 "height limit, async",
                 with(|c| {
@@ -621,11 +561,7 @@ mod tests {
                 }),
                 Invalid("kind 0"),
             ),
-            (
-                "sync message",
-                with(|c| c.dst = 0),
-                Invalid("aclrtMemcpy2d: "),
-            ),
+            ("sync message", with(|c| c.dst = 0), Invalid("aclrtMemcpy2d: ")),
             (
                 "async message",
                 with(|c| {
@@ -659,11 +595,7 @@ mod tests {
                 if let Err(Error::InvalidArgument(msg)) = check_rules(&c) {
                     assert!(msg.contains(&format!("kind {kind} (")), "{msg}");
                     assert!(msg.contains("ACL_MEMCPY_HOST_TO_DEVICE (1)"), "{msg}");
-                    assert_eq!(
-                        msg.contains("ACL_MEMCPY_DEVICE_TO_DEVICE (3)"),
-                        is_async,
-                        "{msg}"
-                    );
+                    assert_eq!(msg.contains("ACL_MEMCPY_DEVICE_TO_DEVICE (3)"), is_async, "{msg}");
                     if let Some(name) = kind_name(kind) {
                         assert!(msg.contains(name), "{msg}");
                     } else {
@@ -677,16 +609,8 @@ mod tests {
     #[test]
     fn device_regions_follow_the_kind() {
         let regions = |kind| with(|c| c.kind = kind).device_regions().collect::<Vec<_>>();
-        let dst = DeviceRegion {
-            addr: DST,
-            pitch: 4096,
-            side: Side::Dst,
-        };
-        let src = DeviceRegion {
-            addr: SRC,
-            pitch: 4096,
-            side: Side::Src,
-        };
+        let dst = DeviceRegion { addr: DST, pitch: 4096, side: Side::Dst };
+        let src = DeviceRegion { addr: SRC, pitch: 4096, side: Side::Src };
         assert_eq!(regions(ACL_MEMCPY_HOST_TO_DEVICE), vec![dst]);
         assert_eq!(regions(ACL_MEMCPY_DEVICE_TO_HOST), vec![src]);
         assert_eq!(regions(ACL_MEMCPY_DEVICE_TO_DEVICE), vec![dst, src]);
@@ -701,10 +625,7 @@ mod tests {
         assert_eq!(last_byte_offset(0, 1, 1000), Some(0));
         assert_eq!(last_byte_offset(4096, 0, 16), None);
         assert_eq!(last_byte_offset(4096, 16, 0), None);
-        assert_eq!(
-            last_byte_offset(usize::MAX, usize::MAX, 1),
-            Some(usize::MAX - 1)
-        );
+        assert_eq!(last_byte_offset(usize::MAX, usize::MAX, 1), Some(usize::MAX - 1));
         assert_eq!(last_byte_offset(usize::MAX, 1, 2), Some(usize::MAX));
         assert_eq!(last_byte_offset(usize::MAX, 2, 2), None);
         assert_eq!(last_byte_offset(usize::MAX, 1, 3), None);
@@ -712,11 +633,7 @@ mod tests {
     }
 
     fn region(addr: usize, pitch: usize) -> DeviceRegion {
-        DeviceRegion {
-            addr,
-            pitch,
-            side: Side::Dst,
-        }
+        DeviceRegion { addr, pitch, side: Side::Dst }
     }
 
     fn oob(r: Result<(), Error>) -> String {
@@ -732,43 +649,22 @@ mod tests {
         // Last byte = start + 15*4096 + 4095 = the block's last byte.
         assert!(check_within_block(&region(start, 4096), 4096, 16, start, size).is_ok());
         // One more byte of width, or one more row: one past the end.
-        let msg = oob(check_within_block(
-            &region(start, 4096),
-            4097,
-            16,
-            start,
-            size,
-        ));
+        let msg = oob(check_within_block(&region(start, 4096), 4097, 16, start, size));
         assert_eq!(
             msg,
-            format!("copy touches bytes up to offset {} of a block of {size} bytes (dst pitch 4096, width 4097, height 16)", size)
+            format!(
+                "copy touches bytes up to offset {} of a block of {size} bytes (dst pitch 4096, width 4097, height 16)",
+                size
+            )
         );
-        oob(check_within_block(
-            &region(start, 4096),
-            4096,
-            17,
-            start,
-            size,
-        ));
+        oob(check_within_block(&region(start, 4096), 4096, 17, start, size));
         // Interior pointer: room for exactly the rest of the block.
         assert!(check_within_block(&region(start + 100, 4096), 3996, 16, start, size).is_ok());
         assert!(check_within_block(&region(start + 100, 4096), 3997, 16, start, size).is_err());
         assert!(check_within_block(&region(start + size - 1, 4096), 1, 1, start, size).is_ok());
-        oob(check_within_block(
-            &region(start + size, 4096),
-            1,
-            1,
-            start,
-            size,
-        ));
+        oob(check_within_block(&region(start + size, 4096), 1, 1, start, size));
         // A pointer before the block.
-        let msg = oob(check_within_block(
-            &region(start - 1, 4096),
-            1,
-            1,
-            start,
-            size,
-        ));
+        let msg = oob(check_within_block(&region(start - 1, 4096), 1, 1, start, size));
         assert!(msg.contains("before the start"), "{msg}");
         // Nothing touched, nothing to check.
         assert!(check_within_block(&region(start + size + 5, 4096), 0, 16, start, size).is_ok());
@@ -783,31 +679,10 @@ mod tests {
         assert!(check_within_block(&region(start, 1), 4096, 1, start, size).is_ok());
         oob(check_within_block(&region(start, 1), 4097, 1, start, size));
         // Products that would wrap.
-        let msg = oob(check_within_block(
-            &region(start, usize::MAX),
-            2,
-            2,
-            start,
-            size,
-        ));
-        assert!(
-            msg.contains(&format!("{}", (u128::from(u64::MAX) + 1))),
-            "{msg}"
-        );
-        oob(check_within_block(
-            &region(0, usize::MAX),
-            usize::MAX,
-            usize::MAX,
-            0,
-            usize::MAX,
-        ));
-        oob(check_within_block(
-            &region(usize::MAX, usize::MAX),
-            usize::MAX,
-            usize::MAX,
-            0,
-            usize::MAX,
-        ));
+        let msg = oob(check_within_block(&region(start, usize::MAX), 2, 2, start, size));
+        assert!(msg.contains(&format!("{}", (u128::from(u64::MAX) + 1))), "{msg}");
+        oob(check_within_block(&region(0, usize::MAX), usize::MAX, usize::MAX, 0, usize::MAX));
+        oob(check_within_block(&region(usize::MAX, usize::MAX), usize::MAX, usize::MAX, 0, usize::MAX));
         // The whole address space as one block.
         assert!(check_within_block(&region(0, 1), usize::MAX, 1, 0, usize::MAX).is_ok());
         assert!(check_within_block(&region(1, 1), usize::MAX, 1, 0, usize::MAX).is_err());
@@ -817,22 +692,12 @@ mod tests {
     fn check_copy_uses_the_owning_block() {
         // One block per side: [DST, DST + 64 KiB) and [SRC, SRC + 64 KiB).
         let blocks = |addr: usize| -> Option<(usize, usize)> {
-            [(DST, 1 << 16), (SRC, 1 << 16)]
-                .into_iter()
-                .find(|&(start, size)| addr >= start && addr - start < size)
+            [(DST, 1 << 16), (SRC, 1 << 16)].into_iter().find(|&(start, size)| addr >= start && addr - start < size)
         };
-        assert_eq!(
-            check_copy(&copy(), blocks).unwrap(),
-            Checked::Copy {
-                device_sides: DeviceSides::Dst
-            }
-        );
+        assert_eq!(check_copy(&copy(), blocks).unwrap(), Checked::Copy { device_sides: DeviceSides::Dst });
         // 17 rows do not fit.
         let c = with(|c| c.height = 17);
-        assert!(matches!(
-            check_copy(&c, blocks),
-            Err(Error::CopyOutOfBounds(_))
-        ));
+        assert!(matches!(check_copy(&c, blocks), Err(Error::CopyOutOfBounds(_))));
         // D2H checks src with spitch.
         let c = with(|c| {
             c.kind = ACL_MEMCPY_DEVICE_TO_HOST;
@@ -870,25 +735,12 @@ mod tests {
     }
 
     /// Reference: does [addr, addr + (h-1)*pitch + w) lie in [start, start + size)?
-    fn inside(
-        addr: usize,
-        pitch: usize,
-        width: usize,
-        height: usize,
-        start: usize,
-        size: usize,
-    ) -> bool {
+    fn inside(addr: usize, pitch: usize, width: usize, height: usize, start: usize, size: usize) -> bool {
         if width == 0 || height == 0 {
             return true;
         }
-        let (addr, pitch, width, height, start, size) = (
-            addr as u128,
-            pitch as u128,
-            width as u128,
-            height as u128,
-            start as u128,
-            size as u128,
-        );
+        let (addr, pitch, width, height, start, size) =
+            (addr as u128, pitch as u128, width as u128, height as u128, start as u128, size as u128);
         addr >= start && addr + (height - 1) * pitch + width <= start + size
     }
 

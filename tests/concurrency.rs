@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{create, destroy, emu, empty_cache, free, malloc, query, record_stream, stats, Handle};
+use common::{create, destroy, empty_cache, emu, free, malloc, query, record_stream, stats, Handle};
 use npualloc::ffi::last_error::last_error_message;
 use npualloc::ffi::npualloc_status::NPUALLOC_OK;
 use npualloc::ffi::stats::npualloc_snapshot_json;
@@ -113,7 +113,12 @@ fn worker(a: Shared, t: usize, streams: [Stream; 2]) -> Counts {
             }
             900..=979 if !live.is_empty() => {
                 let (p, len, _) = live[rng.below(live.len() as u64) as usize];
-                assert_eq!(record_stream(a, p, streams[rng.below(2) as usize]), NPUALLOC_OK, "{}", last_error_message());
+                assert_eq!(
+                    record_stream(a, p, streams[rng.below(2) as usize]),
+                    NPUALLOC_OK,
+                    "{}",
+                    last_error_message()
+                );
                 let info = query(a, p + rng.below(len as u64) as usize).expect("query of a live block");
                 assert_eq!((info.addr as usize, info.requested as usize), (p, len));
                 c.records += 1;

@@ -141,11 +141,7 @@ fn the_citation_reader_finds_sections_and_titles() {
     let got: Vec<_> = c.iter().map(|c| (c.file.as_str(), c.section.as_deref(), c.title.as_deref())).collect();
     assert_eq!(
         got,
-        [
-            ("acl-api.md", Some("5"), Some("Virtual memory")),
-            ("anchors.md", Some("b"), None),
-            ("x.md", None, None)
-        ]
+        [("acl-api.md", Some("5"), Some("Virtual memory")), ("anchors.md", Some("b"), None), ("x.md", None, None)]
     );
     assert!(citations("PyTorch's docs/source/notes/cuda.md").is_empty());
     let doc = "# T\n## 5. Calls\n### 6.1 Inside\n## b. Constants\n";

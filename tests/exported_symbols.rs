@@ -106,7 +106,8 @@ fn plugin_table_functions() -> Vec<String> {
 fn every_export_is_declared_in_the_header_and_listed_in_the_plugin_table() {
     let lib = shared_library();
     let header_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("include/npualloc.h");
-    let header = std::fs::read_to_string(&header_path).unwrap_or_else(|e| panic!("read {}: {e}", header_path.display()));
+    let header =
+        std::fs::read_to_string(&header_path).unwrap_or_else(|e| panic!("read {}: {e}", header_path.display()));
     let table = plugin_table_functions();
     assert!(table.len() > 10, "the plugin table lists only {table:?}");
 

@@ -37,14 +37,14 @@
 
 mod common;
 
-use common::{create, destroy, emu, empty_cache, free, malloc, query, record_stream, stats, Emu, Handle, Usage};
+use common::{create, destroy, empty_cache, emu, free, malloc, query, record_stream, stats, Emu, Handle, Usage};
 use npualloc::ffi::desc::{npualloc_binding_create, npualloc_binding_destroy, npualloc_desc_alloc};
 use npualloc::ffi::last_error::last_error_message;
 use npualloc::ffi::npualloc_status::{self, *};
-use std::ffi::c_void;
 use npualloc::runtime::Stream;
 use npualloc::trace::{parse_file, Op};
 use std::collections::{HashMap, HashSet};
+use std::ffi::c_void;
 use std::path::Path;
 use std::time::Instant;
 
@@ -193,7 +193,10 @@ impl Sweep<'_> {
         let mut run = Run::default();
         let problem = |run: &mut Run, what: String| run.problems.push(format!("{label}: {what}"));
         let before = emu.usage(DEVICE);
-        assert!(before.malloc_count == 0 && before.physical_count == 0 && before.events == 0, "{label}: dirty start {before:?}");
+        assert!(
+            before.malloc_count == 0 && before.physical_count == 0 && before.events == 0,
+            "{label}: dirty start {before:?}"
+        );
         emu.hold(s1);
         arm();
         let a = match create(self.config, DEVICE) {
@@ -234,7 +237,10 @@ impl Sweep<'_> {
                             let fired_now = pending > 0 && emu.fault_pending(armed) == 0;
                             let exempt = fired_now && GIVING_BACK.contains(&armed);
                             if let Some(kept) = kept_memory(&before, &emu.usage(DEVICE)).filter(|_| !exempt) {
-                                problem(&mut run, format!("refused malloc({bytes}) for id {id} kept device memory: {kept}"));
+                                problem(
+                                    &mut run,
+                                    format!("refused malloc({bytes}) for id {id} kept device memory: {kept}"),
+                                );
                             }
                         }
                         match result {
@@ -349,7 +355,9 @@ impl Sweep<'_> {
                         problem(&mut run, format!("free of a fresh {size}-byte block failed"));
                     }
                 }
-                Err((st, msg)) => problem(&mut run, format!("fresh malloc({size}) after the fault returned {st:?}: {msg}")),
+                Err((st, msg)) => {
+                    problem(&mut run, format!("fresh malloc({size}) after the fault returned {st:?}: {msg}"))
+                }
             }
         }
         for (_, (p, _)) in live.drain() {
@@ -369,7 +377,8 @@ impl Sweep<'_> {
             problem(&mut run, format!("destroy returned {st:?}"));
         }
         let u = emu.usage(DEVICE);
-        let kept = (u.malloc_bytes, u.malloc_count, u.physical_count, u.mapped_bytes, u.reserved_ranges, u.events, u.descs);
+        let kept =
+            (u.malloc_bytes, u.malloc_count, u.physical_count, u.mapped_bytes, u.reserved_ranges, u.events, u.descs);
         if kept != (0, 0, 0, 0, 0, 0, 0) || u.streams != 2 {
             problem(&mut run, format!("emulator still holds resources after destroy: {u:?}"));
         }
@@ -479,5 +488,10 @@ fn every_injected_fault_is_refused_cleanly_and_leaves_nothing_behind() {
         problems.len(),
         started.elapsed().as_secs_f64()
     );
-    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.iter().take(40).cloned().collect::<Vec<_>>().join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.iter().take(40).cloned().collect::<Vec<_>>().join("\n")
+    );
 }

@@ -11,11 +11,11 @@
 
 mod common;
 
-use common::{create, destroy, emu, empty_cache, free, malloc, query, record_stream, stats, Handle};
+use common::{create, destroy, empty_cache, emu, free, malloc, query, record_stream, stats, Handle};
+use npualloc::ffi::allocator::{npualloc_malloc, npualloc_query};
 use npualloc::ffi::last_error::last_error_message;
 use npualloc::ffi::npualloc_status::{self, *};
 use npualloc::ffi::stats::{npualloc_get_stats, npualloc_snapshot_json, npualloc_stats, npualloc_string_free};
-use npualloc::ffi::allocator::{npualloc_malloc, npualloc_query};
 use npualloc::runtime::Stream;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -176,7 +176,11 @@ impl World {
             Target::Interior(i, o) if !self.live.is_empty() => {
                 let start = nth(i).unwrap();
                 let size = self.live[&start].requested;
-                if size > 1 { start + 1 + o % (size - 1) } else { start + 1 }
+                if size > 1 {
+                    start + 1 + o % (size - 1)
+                } else {
+                    start + 1
+                }
             }
             Target::Freed(i) if !self.freed.is_empty() => self.freed[i % self.freed.len()],
             Target::Foreign => self.other_block,
@@ -189,7 +193,13 @@ impl World {
 }
 
 /// Asserts `st` is `want`, and if it is a refusal that nothing changed.
-fn refused(st: npualloc_status, want: &[npualloc_status], before: &npualloc_stats, a: Handle, what: &str) -> Result<(), TestCaseError> {
+fn refused(
+    st: npualloc_status,
+    want: &[npualloc_status],
+    before: &npualloc_stats,
+    a: Handle,
+    what: &str,
+) -> Result<(), TestCaseError> {
     BAD_CALLS.fetch_add(1, Relaxed);
     prop_assert!(want.contains(&st), "{}: got {:?}, expected one of {:?} ({})", what, st, want, last_error_message());
     prop_assert!(!last_error_message().is_empty(), "{}: a refusal without a message", what);
@@ -219,15 +229,27 @@ fn step(w: &mut World, call: &Call) -> Result<(), TestCaseError> {
             }
             if size as u64 > CAPACITY {
                 let st = result.err().map_or(NPUALLOC_OK, |e| e.0);
-                return refused(st, &[NPUALLOC_ERR_OUT_OF_MEMORY, NPUALLOC_ERR_INVALID_ARGUMENT], &before, a, &format!("malloc({size})"));
+                return refused(
+                    st,
+                    &[NPUALLOC_ERR_OUT_OF_MEMORY, NPUALLOC_ERR_INVALID_ARGUMENT],
+                    &before,
+                    a,
+                    &format!("malloc({size})"),
+                );
             }
             match result {
                 Ok(p) => {
                     prop_assert!(p % 512 == 0, "malloc({}) returned {:#x}", size, p);
-                    let info = query(a, p).map_err(|st| TestCaseError::fail(format!("query of a new block: {st:?}")))?;
+                    let info =
+                        query(a, p).map_err(|st| TestCaseError::fail(format!("query of a new block: {st:?}")))?;
                     prop_assert!(info.size as usize >= size && info.requested as usize == size, "{:?}", info);
                     let end = p + info.size as usize;
-                    prop_assert!(w.containing(p).is_none() && w.live.range(p..end).next().is_none(), "block {:#x}+{} overlaps a live one", p, info.size);
+                    prop_assert!(
+                        w.containing(p).is_none() && w.live.range(p..end).next().is_none(),
+                        "block {:#x}+{} overlaps a live one",
+                        p,
+                        info.size
+                    );
                     w.next_fill = w.next_fill.wrapping_add(1).max(1);
                     stamp(p, size, w.next_fill);
                     w.live.insert(p, Live { requested: size, size: info.size as usize, fill: w.next_fill });
@@ -239,8 +261,13 @@ fn step(w: &mut World, call: &Call) -> Result<(), TestCaseError> {
                     // Legitimate only when the device is really full, or the stream is bad.
                     let bogus = matches!(stream, StreamPick::Bogus(_));
                     prop_assert!(
-                        st == NPUALLOC_ERR_OUT_OF_MEMORY || (bogus && matches!(st, NPUALLOC_ERR_RUNTIME | NPUALLOC_ERR_INVALID_ARGUMENT)),
-                        "malloc({}) on {:?} failed: {:?} {}", size, stream, st, msg
+                        st == NPUALLOC_ERR_OUT_OF_MEMORY
+                            || (bogus && matches!(st, NPUALLOC_ERR_RUNTIME | NPUALLOC_ERR_INVALID_ARGUMENT)),
+                        "malloc({}) on {:?} failed: {:?} {}",
+                        size,
+                        stream,
+                        st,
+                        msg
                     );
                     BAD_CALLS.fetch_add(1, Relaxed);
                 }
@@ -274,7 +301,13 @@ fn step(w: &mut World, call: &Call) -> Result<(), TestCaseError> {
                 if st == NPUALLOC_OK {
                     w.bogus_accepted = true;
                 } else {
-                    refused(st, &[NPUALLOC_ERR_INVALID_ARGUMENT, NPUALLOC_ERR_RUNTIME], &before, a, "record_stream on a bogus stream")?;
+                    refused(
+                        st,
+                        &[NPUALLOC_ERR_INVALID_ARGUMENT, NPUALLOC_ERR_RUNTIME],
+                        &before,
+                        a,
+                        "record_stream on a bogus stream",
+                    )?;
                 }
             } else {
                 prop_assert_eq!(st, NPUALLOC_OK, "record_stream of live {:#x}: {}", p, last_error_message());
@@ -289,10 +322,20 @@ fn step(w: &mut World, call: &Call) -> Result<(), TestCaseError> {
             }
             match (query(a, p), w.containing(p)) {
                 (Ok(info), Some((start, b))) => {
-                    prop_assert_eq!((info.addr as usize, info.requested as usize, info.size as usize), (start, b.requested, b.size));
+                    prop_assert_eq!(
+                        (info.addr as usize, info.requested as usize, info.size as usize),
+                        (start, b.requested, b.size)
+                    );
                 }
                 (Err(st), None) => refused(st, &[NPUALLOC_ERR_UNKNOWN_POINTER], &before, a, &format!("query({p:#x})"))?,
-                (got, want) => prop_assert!(false, "query({:#x}) [{:?}]: got {:?}, model has {:?}", p, t, got.map(|i| i.addr), want),
+                (got, want) => prop_assert!(
+                    false,
+                    "query({:#x}) [{:?}]: got {:?}, model has {:?}",
+                    p,
+                    t,
+                    got.map(|i| i.addr),
+                    want
+                ),
             }
         }
         Call::EmptyCache => {
@@ -314,12 +357,22 @@ fn step(w: &mut World, call: &Call) -> Result<(), TestCaseError> {
             let bytes: &[u8] = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), 1024) };
             let full = std::mem::size_of::<npualloc_stats>();
             if struct_size < 8 {
-                refused(st, &[NPUALLOC_ERR_INVALID_ARGUMENT], &before, a, &format!("get_stats(struct_size {struct_size})"))?;
+                refused(
+                    st,
+                    &[NPUALLOC_ERR_INVALID_ARGUMENT],
+                    &before,
+                    a,
+                    &format!("get_stats(struct_size {struct_size})"),
+                )?;
                 prop_assert!(bytes[4..].iter().all(|&b| b == 0xa5), "a refused get_stats wrote to the struct");
             } else {
                 prop_assert_eq!(st, NPUALLOC_OK);
                 let written = (struct_size as usize).min(full);
-                prop_assert!(bytes[written..].iter().all(|&b| b == 0xa5), "get_stats wrote past struct_size {}", struct_size);
+                prop_assert!(
+                    bytes[written..].iter().all(|&b| b == 0xa5),
+                    "get_stats wrote past struct_size {}",
+                    struct_size
+                );
             }
         }
         Call::Snapshot(null_out) => {
@@ -335,7 +388,11 @@ fn step(w: &mut World, call: &Call) -> Result<(), TestCaseError> {
             let text = unsafe { std::ffi::CStr::from_ptr(json) }.to_string_lossy().into_owned();
             // SAFETY: as above; json is not used after this.
             unsafe { npualloc_string_free(json) };
-            prop_assert!(text.starts_with('{') && text.ends_with('}'), "snapshot is not a JSON object: {}", &text[..text.len().min(80)]);
+            prop_assert!(
+                text.starts_with('{') && text.ends_with('}'),
+                "snapshot is not a JSON object: {}",
+                &text[..text.len().min(80)]
+            );
         }
         Call::NullHandle(which) => {
             let null: Handle = std::ptr::null_mut();
@@ -345,7 +402,9 @@ fn step(w: &mut World, call: &Call) -> Result<(), TestCaseError> {
                 2 => record_stream(null, w.pointer(Target::Live(0)), Stream::DEFAULT),
                 3 => empty_cache(null),
                 // SAFETY: NULL handle on purpose; the out-pointer is valid.
-                _ => unsafe { npualloc_get_stats(null, &mut npualloc_stats { struct_size: 200, ..Default::default() }) },
+                _ => unsafe {
+                    npualloc_get_stats(null, &mut npualloc_stats { struct_size: 200, ..Default::default() })
+                },
             };
             refused(st, &[NPUALLOC_ERR_INVALID_ARGUMENT], &before, a, &format!("call {which} with a NULL handle"))?;
         }
@@ -357,7 +416,8 @@ fn step(w: &mut World, call: &Call) -> Result<(), TestCaseError> {
     prop_assert_eq!(
         (s.active_blocks, s.requested_bytes, s.allocated_bytes),
         (w.live.len() as u64, requested as u64, sizes as u64),
-        "stats disagree with the model after {:?}", call
+        "stats disagree with the model after {:?}",
+        call
     );
     Ok(())
 }
@@ -365,9 +425,19 @@ fn step(w: &mut World, call: &Call) -> Result<(), TestCaseError> {
 fn run_case(calls: &[Call], streams: [Stream; 2]) -> Result<(), TestCaseError> {
     let e = emu();
     let a = create("", DEVICE).map_err(|e| TestCaseError::fail(format!("create: {e:?}")))?;
-    let other = create("expandable_segments:false", DEVICE).map_err(|e| TestCaseError::fail(format!("create: {e:?}")))?;
+    let other =
+        create("expandable_segments:false", DEVICE).map_err(|e| TestCaseError::fail(format!("create: {e:?}")))?;
     let other_block = malloc(other, 4096, Stream::DEFAULT).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
-    let mut w = World { a, other, other_block, streams, live: BTreeMap::new(), freed: Vec::new(), next_fill: 0, bogus_accepted: false };
+    let mut w = World {
+        a,
+        other,
+        other_block,
+        streams,
+        live: BTreeMap::new(),
+        freed: Vec::new(),
+        next_fill: 0,
+        bogus_accepted: false,
+    };
     let result = calls.iter().try_for_each(|c| step(&mut w, c));
     // Whatever happened, tear down and check that nothing is left behind.
     for (&p, b) in &w.live {
@@ -390,7 +460,8 @@ fn run_case(calls: &[Call], streams: [Stream; 2]) -> Result<(), TestCaseError> {
     let u = e.usage(DEVICE);
     prop_assert!(
         u.malloc_count == 0 && u.physical_count == 0 && u.mapped_bytes == 0 && u.reserved_ranges == 0 && u.events == 0,
-        "the emulator still holds resources: {:?}", u
+        "the emulator still holds resources: {:?}",
+        u
     );
     Ok(())
 }

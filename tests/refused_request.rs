@@ -18,8 +18,8 @@ use common::*;
 use npualloc::ffi::desc::{npualloc_binding_create, npualloc_binding_destroy, npualloc_desc_alloc, npualloc_desc_free};
 use npualloc::ffi::last_error::last_error_message;
 use npualloc::ffi::npualloc_status::*;
-use npualloc::ffi::stats::npualloc_stats;
 use npualloc::ffi::pluggable::{npualloc_pluggable_empty_cache, npualloc_pluggable_free, npualloc_pluggable_malloc};
+use npualloc::ffi::stats::npualloc_stats;
 use npualloc::runtime::Stream;
 use std::ffi::c_void;
 
@@ -153,7 +153,10 @@ fn a_refused_request_through_the_pluggable_malloc_gives_back_what_it_took() {
         let q = unsafe { npualloc_pluggable_malloc(40 * MIB, device, std::ptr::null_mut()) };
         assert!(q.is_null(), "{config}: 40 MiB fit beside 30 MiB on 64 MiB");
         let msg = last_error_message();
-        assert!(msg.contains("cannot allocate 40.00 MiB") && msg.contains("Tried: releasing cached memory"), "{config}: {msg}");
+        assert!(
+            msg.contains("cannot allocate 40.00 MiB") && msg.contains("Tried: releasing cached memory"),
+            "{config}: {msg}"
+        );
         no_more_memory(&before, &e.usage(device), config);
         second_allocator_gets_8_mib(device, config);
         if config.contains("expandable_segments:true") {
@@ -175,7 +178,12 @@ fn a_refused_request_through_the_pluggable_malloc_gives_back_what_it_took() {
     npualloc_pluggable_empty_cache(true);
     for i in 0..CONFIGS.len() as i32 {
         let u = e.usage(PLUGGABLE_DEVICES + i);
-        assert_eq!((u.malloc_bytes, u.physical_bytes, u.mapped_bytes), (0, 0, 0), "device {}: {u:?}", PLUGGABLE_DEVICES + i);
+        assert_eq!(
+            (u.malloc_bytes, u.physical_bytes, u.mapped_bytes),
+            (0, 0, 0),
+            "device {}: {u:?}",
+            PLUGGABLE_DEVICES + i
+        );
     }
 }
 
@@ -219,7 +227,10 @@ fn the_message_names_memory_held_outside_the_allocator() {
             mib(held_by_a)
         );
         assert!(msg.contains(&part), "{config}: the message lacks {part:?}: {msg}");
-        assert!(msg.contains("Last failure: aclrt") && msg.contains("ACL_ERROR_RT_MEMORY_ALLOCATION (207001)"), "{config}: {msg}");
+        assert!(
+            msg.contains("Last failure: aclrt") && msg.contains("ACL_ERROR_RT_MEMORY_ALLOCATION (207001)"),
+            "{config}: {msg}"
+        );
         assert_eq!(destroy(b), NPUALLOC_OK);
         assert_eq!(free(a, p), NPUALLOC_OK);
         assert_eq!(destroy(a), NPUALLOC_OK);

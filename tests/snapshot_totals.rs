@@ -16,7 +16,9 @@ mod common;
 
 use common::*;
 use npualloc::ffi::npualloc_status::*;
-use npualloc::ffi::stats::{npualloc_get_stats, npualloc_snapshot_json, npualloc_stats, npualloc_string_free, NPUALLOC_STATS_VERSION};
+use npualloc::ffi::stats::{
+    npualloc_get_stats, npualloc_snapshot_json, npualloc_stats, npualloc_string_free, NPUALLOC_STATS_VERSION,
+};
 use npualloc::runtime::Stream;
 use serde_json::Value;
 use std::ffi::{c_char, CStr};
@@ -79,7 +81,10 @@ fn check_adds_up(a: Handle, label: &str) -> npualloc_stats {
         let mut sum = 0;
         for b in seg["blocks"].as_array().expect("blocks") {
             let (addr, bytes) = (num(b, "address"), num(b, "size"));
-            assert!(bytes > 0 && addr >= at && addr + bytes <= base + range, "{label}: block {b} in segment at {base:#x}");
+            assert!(
+                bytes > 0 && addr >= at && addr + bytes <= base + range,
+                "{label}: block {b} in segment at {base:#x}"
+            );
             at = addr + bytes;
             sum += bytes;
             match b["state"].as_str() {
@@ -98,7 +103,11 @@ fn check_adds_up(a: Handle, label: &str) -> npualloc_stats {
     assert_eq!(held, s.segment_bytes, "{label}: segment sizes vs segment_bytes");
     assert_eq!(s.segment_bytes + s.cached_handle_bytes, s.reserved_bytes, "{label}: reserved_bytes");
     assert_eq!(space, s.address_space_bytes, "{label}: address_space_bytes");
-    assert_eq!((active, requested, count), (s.allocated_bytes, s.requested_bytes, s.active_blocks), "{label}: active blocks");
+    assert_eq!(
+        (active, requested, count),
+        (s.allocated_bytes, s.requested_bytes, s.active_blocks),
+        "{label}: active blocks"
+    );
     assert_eq!(pending, s.pending_free_bytes, "{label}: pending-free blocks");
     s
 }
@@ -197,7 +206,10 @@ fn a_caller_with_the_smaller_first_struct_gets_its_fields_and_nothing_more() {
     let got = unsafe { out.read() };
     assert_eq!(got.struct_size as usize, FIRST_STRUCT_SIZE);
     assert_eq!(got.version, NPUALLOC_STATS_VERSION);
-    assert_eq!((got.allocated_bytes, got.reserved_bytes, got.largest_free_block), (full.allocated_bytes, full.reserved_bytes, full.largest_free_block));
+    assert_eq!(
+        (got.allocated_bytes, got.reserved_bytes, got.largest_free_block),
+        (full.allocated_bytes, full.reserved_bytes, full.largest_free_block)
+    );
     for (i, &word) in raw.iter().enumerate().skip(FIRST_STRUCT_SIZE / 8) {
         assert_eq!(word, MARK, "word {i} past the caller's struct_size was written");
     }

@@ -33,7 +33,7 @@
 
 mod common;
 
-use common::{create, destroy, emu, emulator_path, empty_cache, free, malloc, record_stream, stats, Handle};
+use common::{create, destroy, empty_cache, emu, emulator_path, free, malloc, record_stream, stats, Handle};
 use npualloc::ffi::last_error::last_error_message;
 use npualloc::ffi::memcpy::npualloc_memcpy2d_async;
 use npualloc::ffi::npualloc_status::{self, NPUALLOC_ERR_OUT_OF_MEMORY, NPUALLOC_OK};
@@ -291,7 +291,10 @@ impl Worker<'_> {
 
     fn check(&mut self, b: &Block, what: &str) {
         if !holds(b.ptr, b.len, b.tag) {
-            self.problem(true, format!("{what}: block {:#x} ({} bytes, tag {:#x}) was overwritten", b.ptr, b.len, b.tag));
+            self.problem(
+                true,
+                format!("{what}: block {:#x} ({} bytes, tag {:#x}) was overwritten", b.ptr, b.len, b.tag),
+            );
         }
         self.c.bytes_checked += b.len as u64;
     }
@@ -383,7 +386,10 @@ impl Worker<'_> {
         }
         let len = r.rows * CHUNK;
         if !holds(r.dst.ptr, len, r.src_tag) {
-            self.problem(true, format!("copy round: the device copy ({len} bytes) did not read back the source's data"));
+            self.problem(
+                true,
+                format!("copy round: the device copy ({len} bytes) did not read back the source's data"),
+            );
         }
         if !holds(r.host.as_ptr() as usize, len, r.src_tag) {
             self.problem(true, format!("copy round: the host copy ({len} bytes) did not read back the source's data"));
@@ -544,7 +550,11 @@ fn stress(config: &str) {
         p.notes
     );
 
-    assert_eq!(violations(), violations_before, "{config}: the emulator saw memory misused under queued work (see stderr)");
+    assert_eq!(
+        violations(),
+        violations_before,
+        "{config}: the emulator saw memory misused under queued work (see stderr)"
+    );
 
     let s = stats(a);
     assert_eq!((s.active_blocks, s.allocated_bytes, s.requested_bytes), (0, 0, 0), "{config}: {s:?}");
@@ -598,7 +608,9 @@ fn with_watchdog(what: &str, f: impl FnOnce()) {
     let what = what.to_string();
     let watchdog = std::thread::spawn(move || {
         if let Err(mpsc::RecvTimeoutError::Timeout) = watch.recv_timeout(WATCHDOG) {
-            eprintln!("stress_threads: {what} did not finish within {WATCHDOG:?} (deadlock or livelock); failing the run");
+            eprintln!(
+                "stress_threads: {what} did not finish within {WATCHDOG:?} (deadlock or livelock); failing the run"
+            );
             std::process::exit(101);
         }
     });

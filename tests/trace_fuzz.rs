@@ -12,10 +12,14 @@ fn line_count(bytes: &[u8]) -> usize {
 }
 
 /// Checks what the parser said about `bytes`; returns the rejected line, if any.
-fn check_outcome(bytes: &[u8], result: Result<npualloc::trace::Trace, ParseError>) -> Result<Option<usize>, TestCaseError> {
+fn check_outcome(
+    bytes: &[u8],
+    result: Result<npualloc::trace::Trace, ParseError>,
+) -> Result<Option<usize>, TestCaseError> {
     match result {
         Ok(trace) => {
-            let again = parse_str(&trace.to_text(), "again").map_err(|e| TestCaseError::fail(format!("re-parse: {e}")))?;
+            let again =
+                parse_str(&trace.to_text(), "again").map_err(|e| TestCaseError::fail(format!("re-parse: {e}")))?;
             prop_assert_eq!(again.ops, trace.ops, "printed trace does not parse back to itself");
             Ok(None)
         }

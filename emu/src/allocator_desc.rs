@@ -20,18 +20,14 @@ use std::ffi::c_void;
 use std::sync::{LazyLock, Mutex};
 
 #[allow(non_camel_case_types)]
-pub type aclrtAllocatorAllocFunc =
-    Option<unsafe extern "C" fn(allocator: *mut c_void, size: usize) -> *mut c_void>;
+pub type aclrtAllocatorAllocFunc = Option<unsafe extern "C" fn(allocator: *mut c_void, size: usize) -> *mut c_void>;
 #[allow(non_camel_case_types)]
-pub type aclrtAllocatorFreeFunc =
-    Option<unsafe extern "C" fn(allocator: *mut c_void, block: *mut c_void)>;
+pub type aclrtAllocatorFreeFunc = Option<unsafe extern "C" fn(allocator: *mut c_void, block: *mut c_void)>;
 #[allow(non_camel_case_types)]
-pub type aclrtAllocatorAllocAdviseFunc = Option<
-    unsafe extern "C" fn(allocator: *mut c_void, size: usize, addr: *mut c_void) -> *mut c_void,
->;
+pub type aclrtAllocatorAllocAdviseFunc =
+    Option<unsafe extern "C" fn(allocator: *mut c_void, size: usize, addr: *mut c_void) -> *mut c_void>;
 #[allow(non_camel_case_types)]
-pub type aclrtAllocatorGetAddrFromBlockFunc =
-    Option<unsafe extern "C" fn(block: *mut c_void) -> *mut c_void>;
+pub type aclrtAllocatorGetAddrFromBlockFunc = Option<unsafe extern "C" fn(block: *mut c_void) -> *mut c_void>;
 
 /// The five fields of a desc. Unset callbacks are NULL here (indeterminate
 /// in the runtime).
@@ -62,13 +58,8 @@ struct Registry {
     next: u64,
 }
 
-static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {
-    Mutex::new(Registry {
-        descs: HashMap::new(),
-        by_stream: HashMap::new(),
-        next: 1,
-    })
-});
+static REGISTRY: LazyLock<Mutex<Registry>> =
+    LazyLock::new(|| Mutex::new(Registry { descs: HashMap::new(), by_stream: HashMap::new(), next: 1 }));
 
 /// The registration for `stream`, copied out so no lock is held while the
 /// caller runs the callbacks.
@@ -81,13 +72,7 @@ fn create() -> *mut c_void {
     let mut reg = lock(&REGISTRY);
     let id = reg.next;
     reg.next += 1;
-    reg.descs.insert(
-        id,
-        Desc {
-            device: dev,
-            fields: Fields::default(),
-        },
-    );
+    reg.descs.insert(id, Desc { device: dev, fields: Fields::default() });
     usage::add(&usage::of(dev).descs, 1);
     handle(Kind::Desc, id)
 }
@@ -95,10 +80,7 @@ fn create() -> *mut c_void {
 fn destroy(desc: *mut c_void) -> AclResult<()> {
     require(!desc.is_null())?;
     let id = handle_id(Kind::Desc, desc).ok_or(ACL_ERROR_INVALID_PARAM)?;
-    let d = lock(&REGISTRY)
-        .descs
-        .remove(&id)
-        .ok_or(ACL_ERROR_INVALID_PARAM)?;
+    let d = lock(&REGISTRY).descs.remove(&id).ok_or(ACL_ERROR_INVALID_PARAM)?;
     usage::sub(&usage::of(d.device).descs, 1);
     Ok(())
 }
@@ -119,19 +101,8 @@ fn register(stream: *mut c_void, desc: *mut c_void) -> AclResult<()> {
     let mut reg = lock(&REGISTRY);
     let fields = reg.descs.get(&id).ok_or(ACL_ERROR_INVALID_PARAM)?.fields;
     // The advise callback is deliberately not checked, as in the runtime.
-    require(
-        fields.obj != 0
-            && fields.alloc.is_some()
-            && fields.free.is_some()
-            && fields.get_addr.is_some(),
-    )?;
-    reg.by_stream.insert(
-        stream as usize,
-        Registration {
-            desc: desc as usize,
-            fields,
-        },
-    );
+    require(fields.obj != 0 && fields.alloc.is_some() && fields.free.is_some() && fields.get_addr.is_some())?;
+    reg.by_stream.insert(stream as usize, Registration { desc: desc as usize, fields });
     Ok(())
 }
 
@@ -194,13 +165,8 @@ pub unsafe extern "C" fn aclrtAllocatorDestroyDesc(desc: *mut c_void) -> crate::
 /// # Safety
 /// Plain handle arguments; no pointer is dereferenced.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtAllocatorSetObjToDesc(
-    desc: *mut c_void,
-    allocator: *mut c_void,
-) -> crate::aclError {
-    acl_entry!(Api::AllocatorSetObjToDesc, {
-        set(desc, allocator.is_null(), |f| f.obj = allocator as usize)
-    })
+pub unsafe extern "C" fn aclrtAllocatorSetObjToDesc(desc: *mut c_void, allocator: *mut c_void) -> crate::aclError {
+    acl_entry!(Api::AllocatorSetObjToDesc, { set(desc, allocator.is_null(), |f| f.obj = allocator as usize) })
 }
 
 /// Sets the alloc callback (NULL rejected).
@@ -212,9 +178,7 @@ pub unsafe extern "C" fn aclrtAllocatorSetAllocFuncToDesc(
     desc: *mut c_void,
     func: aclrtAllocatorAllocFunc,
 ) -> crate::aclError {
-    acl_entry!(Api::AllocatorSetAllocFuncToDesc, {
-        set(desc, func.is_none(), |f| f.alloc = func)
-    })
+    acl_entry!(Api::AllocatorSetAllocFuncToDesc, { set(desc, func.is_none(), |f| f.alloc = func) })
 }
 
 /// Sets the free callback (NULL rejected).
@@ -226,9 +190,7 @@ pub unsafe extern "C" fn aclrtAllocatorSetFreeFuncToDesc(
     desc: *mut c_void,
     func: aclrtAllocatorFreeFunc,
 ) -> crate::aclError {
-    acl_entry!(Api::AllocatorSetFreeFuncToDesc, {
-        set(desc, func.is_none(), |f| f.free = func)
-    })
+    acl_entry!(Api::AllocatorSetFreeFuncToDesc, { set(desc, func.is_none(), |f| f.free = func) })
 }
 
 /// Sets the alloc-advise callback (NULL rejected).
@@ -240,9 +202,7 @@ pub unsafe extern "C" fn aclrtAllocatorSetAllocAdviseFuncToDesc(
     desc: *mut c_void,
     func: aclrtAllocatorAllocAdviseFunc,
 ) -> crate::aclError {
-    acl_entry!(Api::AllocatorSetAllocAdviseFuncToDesc, {
-        set(desc, func.is_none(), |f| f.advise = func)
-    })
+    acl_entry!(Api::AllocatorSetAllocAdviseFuncToDesc, { set(desc, func.is_none(), |f| f.advise = func) })
 }
 
 /// Sets the block-to-address callback (NULL rejected).
@@ -254,9 +214,7 @@ pub unsafe extern "C" fn aclrtAllocatorSetGetAddrFromBlockFuncToDesc(
     desc: *mut c_void,
     func: aclrtAllocatorGetAddrFromBlockFunc,
 ) -> crate::aclError {
-    acl_entry!(Api::AllocatorSetGetAddrFromBlockFuncToDesc, {
-        set(desc, func.is_none(), |f| f.get_addr = func)
-    })
+    acl_entry!(Api::AllocatorSetGetAddrFromBlockFuncToDesc, { set(desc, func.is_none(), |f| f.get_addr = func) })
 }
 
 /// Registers a copy of the desc's fields for `stream` (not NULL).
@@ -264,10 +222,7 @@ pub unsafe extern "C" fn aclrtAllocatorSetGetAddrFromBlockFuncToDesc(
 /// # Safety
 /// Plain handle arguments; no pointer is dereferenced.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtAllocatorRegister(
-    stream: *mut c_void,
-    desc: *mut c_void,
-) -> crate::aclError {
+pub unsafe extern "C" fn aclrtAllocatorRegister(stream: *mut c_void, desc: *mut c_void) -> crate::aclError {
     acl_entry!(Api::AllocatorRegister, { register(stream, desc) })
 }
 

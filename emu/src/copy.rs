@@ -20,9 +20,7 @@
 //! pinned one, because the allocator's own tests queue device-to-host copies
 //! into plain host buffers to keep memory in use on a held stream.
 
-use crate::error::{
-    require, AclResult, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_PARAM_INVALID,
-};
+use crate::error::{require, AclResult, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_PARAM_INVALID};
 use crate::faults::Api;
 use crate::ffi::acl_entry;
 use crate::queue::{engine, Work};
@@ -102,22 +100,10 @@ pub fn check(
         return Err(ACL_ERROR_RT_PARAM_INVALID);
     }
     let span = |base: usize, pitch: usize| {
-        pitch
-            .checked_mul(height - 1)
-            .and_then(|n| n.checked_add(width))
-            .and_then(|n| base.checked_add(n))
+        pitch.checked_mul(height - 1).and_then(|n| n.checked_add(width)).and_then(|n| base.checked_add(n))
     };
-    span(dst, dpitch)
-        .zip(span(src, spitch))
-        .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
-    Ok(Some(Copy2d {
-        dst,
-        dpitch,
-        src,
-        spitch,
-        width,
-        height,
-    }))
+    span(dst, dpitch).zip(span(src, spitch)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    Ok(Some(Copy2d { dst, dpitch, src, spitch, width, height }))
 }
 
 fn is_device(addr: usize) -> bool {
@@ -139,23 +125,17 @@ fn direction(kind: u32, copy: &Copy2d) -> Direction {
 
 /// True with `ACLEMU_PAGEABLE_COPY=sync`: async copies touching pageable
 /// host memory run at once, after the stream's queued work.
-static PAGEABLE_SYNC: LazyLock<bool> = LazyLock::new(|| {
-    std::env::var("ACLEMU_PAGEABLE_COPY").is_ok_and(|v| v.trim() == "sync")
-});
+static PAGEABLE_SYNC: LazyLock<bool> =
+    LazyLock::new(|| std::env::var("ACLEMU_PAGEABLE_COPY").is_ok_and(|v| v.trim() == "sync"));
 
 /// The device-side extents of a copy: what it pins while queued.
 fn device_extents(copy: &Copy2d) -> Vec<Span> {
-    [copy.dst_span(), copy.src_span()]
-        .into_iter()
-        .filter(|span| is_device(span.0))
-        .collect()
+    [copy.dst_span(), copy.src_span()].into_iter().filter(|span| is_device(span.0)).collect()
 }
 
 /// True if an end of the copy is host memory not from aclrtMallocHost.
 fn touches_pageable(copy: &Copy2d) -> bool {
-    [copy.dst, copy.src]
-        .into_iter()
-        .any(|addr| !is_device(addr) && !memory::is_host_block(addr))
+    [copy.dst, copy.src].into_iter().any(|addr| !is_device(addr) && !memory::is_host_block(addr))
 }
 
 fn memcpy_2d(
@@ -167,16 +147,7 @@ fn memcpy_2d(
     height: usize,
     kind: u32,
 ) -> AclResult<()> {
-    let Some(copy) = check(
-        dst as usize,
-        dpitch,
-        src as usize,
-        spitch,
-        width,
-        height,
-        kind,
-    )?
-    else {
+    let Some(copy) = check(dst as usize, dpitch, src as usize, spitch, width, height, kind)? else {
         return Ok(());
     };
     match direction(kind, &copy) {
@@ -203,16 +174,7 @@ fn memcpy_2d_async(
     kind: u32,
     stream: *mut c_void,
 ) -> AclResult<()> {
-    let Some(copy) = check(
-        dst as usize,
-        dpitch,
-        src as usize,
-        spitch,
-        width,
-        height,
-        kind,
-    )?
-    else {
+    let Some(copy) = check(dst as usize, dpitch, src as usize, spitch, width, height, kind)? else {
         return Ok(());
     };
     if direction(kind, &copy) == Direction::HostToHost {
@@ -247,9 +209,7 @@ pub unsafe extern "C" fn aclrtMemcpy2d(
     height: usize,
     kind: u32,
 ) -> crate::aclError {
-    acl_entry!(Api::Memcpy2d, {
-        memcpy_2d(dst, dpitch, src, spitch, width, height, kind)
-    })
+    acl_entry!(Api::Memcpy2d, { memcpy_2d(dst, dpitch, src, spitch, width, height, kind) })
 }
 
 /// Asynchronous 2D copy (H2D, D2H, D2D) queued on `stream` (NULL = default).
@@ -268,9 +228,7 @@ pub unsafe extern "C" fn aclrtMemcpy2dAsync(
     kind: u32,
     stream: *mut c_void,
 ) -> crate::aclError {
-    acl_entry!(Api::Memcpy2dAsync, {
-        memcpy_2d_async(dst, dpitch, src, spitch, width, height, kind, stream)
-    })
+    acl_entry!(Api::Memcpy2dAsync, { memcpy_2d_async(dst, dpitch, src, spitch, width, height, kind, stream) })
 }
 
 #[cfg(test)]
@@ -285,27 +243,15 @@ mod tests {
 
     #[test]
     fn limits_are_runtime_errors() {
-        assert_eq!(
-            check(8, 16, 8, 16, 8, MAX_HEIGHT + 1, H2D).unwrap_err(),
-            ACL_ERROR_RT_PARAM_INVALID
-        );
-        assert_eq!(
-            check(8, usize::MAX, 8, usize::MAX, MAX_WIDTH + 1, 1, H2D).unwrap_err(),
-            ACL_ERROR_RT_PARAM_INVALID
-        );
-        assert_eq!(
-            check(8, usize::MAX, 8, 16, 8, 3, H2D).unwrap_err(),
-            ACL_ERROR_RT_PARAM_INVALID
-        );
+        assert_eq!(check(8, 16, 8, 16, 8, MAX_HEIGHT + 1, H2D).unwrap_err(), ACL_ERROR_RT_PARAM_INVALID);
+        assert_eq!(check(8, usize::MAX, 8, usize::MAX, MAX_WIDTH + 1, 1, H2D).unwrap_err(), ACL_ERROR_RT_PARAM_INVALID);
+        assert_eq!(check(8, usize::MAX, 8, 16, 8, 3, H2D).unwrap_err(), ACL_ERROR_RT_PARAM_INVALID);
     }
 
     #[test]
     fn kinds() {
         for kind in [0, 5, 6, 7, 99] {
-            assert_eq!(
-                check(8, 16, 8, 16, 8, 1, kind).unwrap_err(),
-                crate::error::ACL_ERROR_INVALID_PARAM
-            );
+            assert_eq!(check(8, 16, 8, 16, 8, 1, kind).unwrap_err(), crate::error::ACL_ERROR_INVALID_PARAM);
         }
         for kind in [H2D, D2H, D2D, DEFAULT] {
             assert!(check(8, 16, 8, 16, 8, 1, kind).unwrap().is_some());

@@ -101,8 +101,7 @@ pub fn parse(text: &str) -> Result<Vec<(Api, u64)>, CostError> {
             None => return Err(CostError::UnknownName(item.to_string())),
             Some((name, duration)) => {
                 let name = name.trim();
-                let api =
-                    Api::by_name(name).ok_or_else(|| CostError::UnknownName(name.to_string()))?;
+                let api = Api::by_name(name).ok_or_else(|| CostError::UnknownName(name.to_string()))?;
                 settings.push((api, parse_duration(duration.trim())?));
             }
         }
@@ -183,10 +182,7 @@ pub fn spend(api: Api) {
             if left <= SPIN_TAIL {
                 break;
             }
-            guard = WAKE
-                .wait_timeout(guard, left - SPIN_TAIL)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            guard = WAKE.wait_timeout(guard, left - SPIN_TAIL).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
     // The cost is read again while spinning: a change still applies.
@@ -235,14 +231,7 @@ mod tests {
     #[test]
     fn the_issue_example_parses_in_order() {
         let got = parse("aclrtMalloc=50us,aclrtMapMem=20us,aclrtSynchronizeStream=2ms").unwrap();
-        assert_eq!(
-            got,
-            vec![
-                (Api::Malloc, 50 * US),
-                (Api::MapMem, 20 * US),
-                (Api::SynchronizeStream, 2 * MS)
-            ]
-        );
+        assert_eq!(got, vec![(Api::Malloc, 50 * US), (Api::MapMem, 20 * US), (Api::SynchronizeStream, 2 * MS)]);
     }
 
     #[test]
@@ -255,15 +244,9 @@ mod tests {
 
     #[test]
     fn errors_name_the_item() {
-        assert_eq!(
-            parse("aclrtMaloc=1us"),
-            Err(CostError::UnknownName("aclrtMaloc".into()))
-        );
+        assert_eq!(parse("aclrtMaloc=1us"), Err(CostError::UnknownName("aclrtMaloc".into())));
         assert_eq!(parse("gpu"), Err(CostError::UnknownName("gpu".into())));
-        assert_eq!(
-            parse("aclrtFree=fast"),
-            Err(CostError::BadDuration("fast".into()))
-        );
+        assert_eq!(parse("aclrtFree=fast"), Err(CostError::BadDuration("fast".into())));
     }
 
     #[test]

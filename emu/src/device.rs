@@ -98,8 +98,7 @@ impl Device {
     }
 
     pub fn free_bytes(&self) -> u64 {
-        self.capacity()
-            .saturating_sub(self.used.load(Ordering::Acquire))
+        self.capacity().saturating_sub(self.used.load(Ordering::Acquire))
     }
 }
 
@@ -112,14 +111,10 @@ fn devices() -> &'static [Device] {
             .and_then(|s| s.trim().parse::<usize>().ok())
             .filter(|&n| n > 0 && n <= 1024)
             .unwrap_or(DEFAULT_DEVICE_COUNT);
-        let capacity = std::env::var("ACLEMU_DEVICE_MEMORY")
-            .ok()
-            .and_then(|s| parse_size(&s))
-            .unwrap_or(DEFAULT_CAPACITY);
-        let address_space = std::env::var("ACLEMU_ADDRESS_SPACE")
-            .ok()
-            .and_then(|s| parse_size(&s))
-            .unwrap_or(DEFAULT_ADDRESS_SPACE);
+        let capacity =
+            std::env::var("ACLEMU_DEVICE_MEMORY").ok().and_then(|s| parse_size(&s)).unwrap_or(DEFAULT_CAPACITY);
+        let address_space =
+            std::env::var("ACLEMU_ADDRESS_SPACE").ok().and_then(|s| parse_size(&s)).unwrap_or(DEFAULT_ADDRESS_SPACE);
         (0..count)
             .map(|_| Device {
                 capacity: AtomicU64::new(capacity),
@@ -137,10 +132,7 @@ fn devices() -> &'static [Device] {
 /// optional trailing `b`/`ib` is allowed).
 pub fn parse_size(text: &str) -> Option<u64> {
     let s = text.trim().to_ascii_lowercase();
-    let s = s
-        .strip_suffix("ib")
-        .or_else(|| s.strip_suffix('b'))
-        .unwrap_or(&s);
+    let s = s.strip_suffix("ib").or_else(|| s.strip_suffix('b')).unwrap_or(&s);
     let (digits, shift) = match s.chars().last()? {
         'k' => (&s[..s.len() - 1], 10),
         'm' => (&s[..s.len() - 1], 20),
@@ -159,10 +151,7 @@ pub fn count() -> usize {
 
 /// Device `id`, or 107001.
 pub fn get(id: i32) -> AclResult<&'static Device> {
-    usize::try_from(id)
-        .ok()
-        .and_then(|i| devices().get(i))
-        .ok_or(ACL_ERROR_RT_INVALID_DEVICEID)
+    usize::try_from(id).ok().and_then(|i| devices().get(i)).ok_or(ACL_ERROR_RT_INVALID_DEVICEID)
 }
 
 thread_local! {
@@ -253,11 +242,7 @@ fn info_pools(attr: u32) -> AclResult<&'static [PagePool]> {
 /// # Safety
 /// `free` and `total` must be NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtGetMemInfo(
-    attr: u32,
-    free: *mut usize,
-    total: *mut usize,
-) -> crate::aclError {
+pub unsafe extern "C" fn aclrtGetMemInfo(attr: u32, free: *mut usize, total: *mut usize) -> crate::aclError {
     acl_entry!(Api::GetMemInfo, {
         if free.is_null() || total.is_null() {
             return Err(ACL_ERROR_INVALID_PARAM);

@@ -21,8 +21,8 @@
 
 use crate::device;
 use crate::error::{
-    require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-    ACL_ERROR_RT_NO_EVENT_RESOURCE, ACL_ERROR_RT_PARAM_INVALID,
+    require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_NO_EVENT_RESOURCE,
+    ACL_ERROR_RT_PARAM_INVALID,
 };
 use crate::faults::Api;
 use crate::ffi::{acl_entry, emu_entry, handle, write_out, Kind};
@@ -41,10 +41,7 @@ const MAX_SYNC_EVENTS: usize = 65536;
 
 /// Queries that still report NOT_READY after an event's work completed.
 static LAG: LazyLock<AtomicU32> = LazyLock::new(|| {
-    let lag = std::env::var("ACLEMU_EVENT_LAG")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
+    let lag = std::env::var("ACLEMU_EVENT_LAG").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
     AtomicU32::new(lag)
 });
 
@@ -92,21 +89,14 @@ unsafe fn query(event: *mut c_void, status: *mut u32) -> AclResult<()> {
     let mut eng = engine();
     let id = eng.event_id(event)?;
     // Old-mode events: NOT_READY until first recorded.
-    let mut done = eng
-        .event(id)
-        .at
-        .is_some_and(|(key, seq)| eng.is_done(key, seq));
+    let mut done = eng.event(id).at.is_some_and(|(key, seq)| eng.is_done(key, seq));
     let rec = eng.event_mut(id);
     if done && rec.lag_left > 0 {
         rec.lag_left -= 1;
         done = false;
     }
     drop(eng);
-    let value = if done {
-        ACL_EVENT_RECORDED_STATUS_COMPLETE
-    } else {
-        ACL_EVENT_RECORDED_STATUS_NOT_READY
-    };
+    let value = if done { ACL_EVENT_RECORDED_STATUS_COMPLETE } else { ACL_EVENT_RECORDED_STATUS_NOT_READY };
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { write_out(status, value) }
 }
@@ -140,13 +130,7 @@ fn stream_wait(stream: *mut c_void, event: *mut c_void) -> AclResult<()> {
     let (wait_on, seq) = rec.at.ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
     {
         if !eng.is_done(wait_on, seq) {
-            eng.submit(
-                key,
-                Work::Wait {
-                    stream: wait_on,
-                    seq,
-                },
-            );
+            eng.submit(key, Work::Wait { stream: wait_on, seq });
         }
     }
     Ok(())
@@ -180,10 +164,7 @@ pub unsafe extern "C" fn aclrtCreateEvent(event: *mut *mut c_void) -> crate::acl
 /// # Safety
 /// `event` must be NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtCreateEventWithFlag(
-    event: *mut *mut c_void,
-    flag: u32,
-) -> crate::aclError {
+pub unsafe extern "C" fn aclrtCreateEventWithFlag(event: *mut *mut c_void, flag: u32) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     acl_entry!(Api::CreateEventWithFlag, {
         if flag == 0 || flag == ACL_EVENT_IPC {
@@ -199,10 +180,7 @@ pub unsafe extern "C" fn aclrtCreateEventWithFlag(
 /// # Safety
 /// Plain handle arguments; no pointer is dereferenced.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtRecordEvent(
-    event: *mut c_void,
-    stream: *mut c_void,
-) -> crate::aclError {
+pub unsafe extern "C" fn aclrtRecordEvent(event: *mut c_void, stream: *mut c_void) -> crate::aclError {
     acl_entry!(Api::RecordEvent, { record(event, stream) })
 }
 
@@ -211,10 +189,7 @@ pub unsafe extern "C" fn aclrtRecordEvent(
 /// # Safety
 /// `status` must be NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtQueryEventStatus(
-    event: *mut c_void,
-    status: *mut u32,
-) -> crate::aclError {
+pub unsafe extern "C" fn aclrtQueryEventStatus(event: *mut c_void, status: *mut u32) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     acl_entry!(Api::QueryEventStatus, { unsafe { query(event, status) } })
 }
@@ -234,10 +209,7 @@ pub unsafe extern "C" fn aclrtSynchronizeEvent(event: *mut c_void) -> crate::acl
 /// # Safety
 /// Plain handle arguments; no pointer is dereferenced.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtStreamWaitEvent(
-    stream: *mut c_void,
-    event: *mut c_void,
-) -> crate::aclError {
+pub unsafe extern "C" fn aclrtStreamWaitEvent(stream: *mut c_void, event: *mut c_void) -> crate::aclError {
     acl_entry!(Api::StreamWaitEvent, { stream_wait(stream, event) })
 }
 

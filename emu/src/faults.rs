@@ -7,9 +7,7 @@
 //! One armed count per function, process-wide. The check on every call is a
 //! single relaxed atomic load while nothing is armed.
 
-use crate::error::{
-    aclError, AclResult, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION,
-};
+use crate::error::{aclError, AclResult, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION};
 use std::ffi::c_char;
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -35,9 +33,7 @@ pub fn should_fail(api: Api) -> bool {
         return false;
     }
     // Count down; only the call that takes the count from 1 to 0 fails.
-    let prev = slot.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-        (n > 0).then(|| n - 1)
-    });
+    let prev = slot.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n > 0).then(|| n - 1));
     prev == Ok(1)
 }
 

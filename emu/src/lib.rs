@@ -55,35 +55,30 @@ mod vmm;
 pub use error::aclError;
 
 pub use allocator_desc::{
-    aclrtAllocatorAllocAdviseFunc, aclrtAllocatorAllocFunc, aclrtAllocatorCreateDesc,
-    aclrtAllocatorDestroyDesc, aclrtAllocatorFreeFunc, aclrtAllocatorGetAddrFromBlockFunc,
-    aclrtAllocatorGetByStream, aclrtAllocatorRegister, aclrtAllocatorSetAllocAdviseFuncToDesc,
-    aclrtAllocatorSetAllocFuncToDesc, aclrtAllocatorSetFreeFuncToDesc,
-    aclrtAllocatorSetGetAddrFromBlockFuncToDesc, aclrtAllocatorSetObjToDesc,
-    aclrtAllocatorUnregister,
+    aclrtAllocatorAllocAdviseFunc, aclrtAllocatorAllocFunc, aclrtAllocatorCreateDesc, aclrtAllocatorDestroyDesc,
+    aclrtAllocatorFreeFunc, aclrtAllocatorGetAddrFromBlockFunc, aclrtAllocatorGetByStream, aclrtAllocatorRegister,
+    aclrtAllocatorSetAllocAdviseFuncToDesc, aclrtAllocatorSetAllocFuncToDesc, aclrtAllocatorSetFreeFuncToDesc,
+    aclrtAllocatorSetGetAddrFromBlockFuncToDesc, aclrtAllocatorSetObjToDesc, aclrtAllocatorUnregister,
 };
 pub use copy::{aclrtMemcpy2d, aclrtMemcpy2dAsync};
 pub use cost::aclemu_set_cost;
-pub use device::{
-    aclemu_set_device_memory, aclrtGetDevice, aclrtGetMemInfo, aclrtResetDevice, aclrtSetDevice,
-};
+pub use device::{aclemu_set_device_memory, aclrtGetDevice, aclrtGetMemInfo, aclrtResetDevice, aclrtSetDevice};
 pub use event::{
     aclemu_set_event_lag, aclrtCreateEvent, aclrtCreateEventWithFlag, aclrtDestroyEvent, aclrtQueryEventStatus,
-    aclrtRecordEvent, aclrtStreamWaitEvent, aclrtSynchronizeEvent,
-    ACL_EVENT_RECORDED_STATUS_COMPLETE, ACL_EVENT_RECORDED_STATUS_NOT_READY,
+    aclrtRecordEvent, aclrtStreamWaitEvent, aclrtSynchronizeEvent, ACL_EVENT_RECORDED_STATUS_COMPLETE,
+    ACL_EVENT_RECORDED_STATUS_NOT_READY,
 };
 pub use faults::{aclemu_fail_nth, aclemu_fault_pending};
 pub use init::{aclFinalize, aclInit};
 pub use memory::{aclrtFree, aclrtFreeHost, aclrtMalloc, aclrtMallocHost};
 pub use run_op::aclemu_run_op;
 pub use stream::{
-    aclemu_stream_hold, aclemu_stream_release, aclrtCreateStream, aclrtDestroyStream,
-    aclrtSynchronizeDevice, aclrtSynchronizeStream,
+    aclemu_stream_hold, aclemu_stream_release, aclrtCreateStream, aclrtDestroyStream, aclrtSynchronizeDevice,
+    aclrtSynchronizeStream,
 };
 pub use usage::{aclemu_get_usage, aclemu_usage};
 pub use violation::aclemu_violations;
 pub use vmm::{
-    aclrtFreePhysical, aclrtMallocPhysical, aclrtMapMem, aclrtMemGetAllocationGranularity,
-    aclrtMemLocation, aclrtPhysicalMemProp, aclrtReleaseMemAddress, aclrtReserveMemAddress,
-    aclrtUnmapMem,
+    aclrtFreePhysical, aclrtMallocPhysical, aclrtMapMem, aclrtMemGetAllocationGranularity, aclrtMemLocation,
+    aclrtPhysicalMemProp, aclrtReleaseMemAddress, aclrtReserveMemAddress, aclrtUnmapMem,
 };

@@ -15,9 +15,7 @@
 //! memory that queued work still uses is a violation (`violation`).
 
 use crate::device::{self, PagePool};
-use crate::error::{
-    require, AclResult, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVALID,
-};
+use crate::error::{require, AclResult, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVALID};
 use crate::faults::Api;
 use crate::ffi::{acl_entry, lock, write_out};
 use crate::host_map;
@@ -50,10 +48,7 @@ struct Blocks {
     host: BTreeMap<usize, Block>,
 }
 
-static BLOCKS: Mutex<Blocks> = Mutex::new(Blocks {
-    device: BTreeMap::new(),
-    host: BTreeMap::new(),
-});
+static BLOCKS: Mutex<Blocks> = Mutex::new(Blocks { device: BTreeMap::new(), host: BTreeMap::new() });
 
 /// The size ACL charges for an aclrtMalloc of `size` under `policy`.
 pub fn charged_size(size: usize, policy: u32) -> Option<u64> {
@@ -73,21 +68,13 @@ pub fn is_device_block(addr: usize) -> bool {
 /// True if `[start, end)` lies inside one live aclrtMalloc block.
 pub fn covers((start, end): violation::Span) -> bool {
     let blocks = lock(&BLOCKS);
-    blocks
-        .device
-        .range(..=start)
-        .next_back()
-        .is_some_and(|(&block, b)| end <= block + b.len)
+    blocks.device.range(..=start).next_back().is_some_and(|(&block, b)| end <= block + b.len)
 }
 
 /// True if `addr` lies inside a live aclrtMallocHost block (pinned memory).
 pub fn is_host_block(addr: usize) -> bool {
     let blocks = lock(&BLOCKS);
-    blocks
-        .host
-        .range(..=addr)
-        .next_back()
-        .is_some_and(|(&start, b)| addr < start + b.len)
+    blocks.host.range(..=addr).next_back().is_some_and(|(&start, b)| addr < start + b.len)
 }
 
 /// The page pool an aclrtMalloc policy draws from (the bandwidth bits
@@ -151,17 +138,9 @@ unsafe fn malloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32) -> AclResu
         return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
     };
     let ptr = (base as usize + offset) as *mut c_void;
-    lock(&BLOCKS).device.insert(
-        ptr as usize,
-        Block {
-            base: base as usize,
-            map_len,
-            len: map_len - offset,
-            charged,
-            pool,
-            device: id,
-        },
-    );
+    lock(&BLOCKS)
+        .device
+        .insert(ptr as usize, Block { base: base as usize, map_len, len: map_len - offset, charged, pool, device: id });
     let counters = usage::of(id);
     usage::add(&counters.malloc_bytes, charged);
     usage::add(&counters.malloc_count, 1);
@@ -171,10 +150,7 @@ unsafe fn malloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32) -> AclResu
 
 fn free(ptr: *mut c_void) -> AclResult<()> {
     require(!ptr.is_null())?;
-    let block = lock(&BLOCKS)
-        .device
-        .remove(&(ptr as usize))
-        .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    let block = lock(&BLOCKS).device.remove(&(ptr as usize)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
     let start = ptr as usize;
     violation::check_release((start, start + block.len), "aclrtFree");
     // SAFETY: the block was ours and is now out of the registry; aclrtFree
@@ -196,14 +172,7 @@ unsafe fn malloc_host(host_ptr: *mut *mut c_void, size: usize) -> AclResult<()> 
     let ptr = host_map::map_rw(len).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
     lock(&BLOCKS).host.insert(
         ptr as usize,
-        Block {
-            base: ptr as usize,
-            map_len: len,
-            len,
-            charged: 0,
-            pool: PagePool::Normal,
-            device: -1,
-        },
+        Block { base: ptr as usize, map_len: len, len, charged: 0, pool: PagePool::Normal, device: -1 },
     );
     // SAFETY: host_ptr checked non-NULL; the caller promises it is writable.
     unsafe { write_out(host_ptr, ptr) }
@@ -211,10 +180,7 @@ unsafe fn malloc_host(host_ptr: *mut *mut c_void, size: usize) -> AclResult<()> 
 
 fn free_host(ptr: *mut c_void) -> AclResult<()> {
     require(!ptr.is_null())?;
-    let block = lock(&BLOCKS)
-        .host
-        .remove(&(ptr as usize))
-        .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    let block = lock(&BLOCKS).host.remove(&(ptr as usize)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
     // SAFETY: the block was ours and is now out of the registry.
     unsafe { host_map::unmap(ptr, block.map_len) };
     Ok(())
@@ -225,11 +191,7 @@ fn free_host(ptr: *mut c_void) -> AclResult<()> {
 /// # Safety
 /// `dev_ptr` must be NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtMalloc(
-    dev_ptr: *mut *mut c_void,
-    size: usize,
-    policy: u32,
-) -> crate::aclError {
+pub unsafe extern "C" fn aclrtMalloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     acl_entry!(Api::Malloc, { unsafe { malloc(dev_ptr, size, policy) } })
 }
@@ -248,10 +210,7 @@ pub unsafe extern "C" fn aclrtFree(dev_ptr: *mut c_void) -> crate::aclError {
 /// # Safety
 /// `host_ptr` must be NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtMallocHost(
-    host_ptr: *mut *mut c_void,
-    size: usize,
-) -> crate::aclError {
+pub unsafe extern "C" fn aclrtMallocHost(host_ptr: *mut *mut c_void, size: usize) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     acl_entry!(Api::MallocHost, { unsafe { malloc_host(host_ptr, size) } })
 }

@@ -124,9 +124,7 @@ impl Engine {
             self.streams.entry(key).or_insert_with(|| StreamQ::new(dev));
             return Ok(key);
         }
-        handle_id(Kind::Stream, stream)
-            .filter(|id| self.streams.contains_key(id))
-            .ok_or(ACL_ERROR_RT_INVALID_HANDLE)
+        handle_id(Kind::Stream, stream).filter(|id| self.streams.contains_key(id)).ok_or(ACL_ERROR_RT_INVALID_HANDLE)
     }
 
     /// Creates a stream on `device`; returns its id.
@@ -167,10 +165,7 @@ impl Engine {
             Work::Wait { stream, seq } => self.is_done(stream, seq),
             _ => true,
         };
-        let s = self
-            .streams
-            .get_mut(&key)
-            .expect("stream resolved by the caller");
+        let s = self.streams.get_mut(&key).expect("stream resolved by the caller");
         s.submitted += 1;
         let seq = s.submitted;
         if ready && !s.held && s.queue.is_empty() {
@@ -188,10 +183,7 @@ impl Engine {
     /// Appends work that runs at once, even on a held stream whose queue is
     /// empty (a copy the runtime performs synchronously).
     pub fn submit_now(&mut self, key: u64, work: Work) {
-        let s = self
-            .streams
-            .get_mut(&key)
-            .expect("stream resolved by the caller");
+        let s = self.streams.get_mut(&key).expect("stream resolved by the caller");
         debug_assert!(s.queue.is_empty(), "the stream was finished first");
         s.submitted += 1;
         s.completed = s.submitted;
@@ -211,9 +203,8 @@ impl Engine {
         if let Work::Copy { copy, .. } = work {
             let dst = copy.dst_span();
             // Fine when the pinning work waits for this copy.
-            let mut involved = self.conflicts(key, dst, |eng, pin_stream, pin_seq| {
-                eng.waits_for(pin_stream, pin_seq, key, seq, 0)
-            });
+            let mut involved =
+                self.conflicts(key, dst, |eng, pin_stream, pin_seq| eng.waits_for(pin_stream, pin_seq, key, seq, 0));
             if !involved.is_empty() {
                 involved.push(key);
                 let what = "a copy wrote into memory another stream's queued work uses";
@@ -240,9 +231,7 @@ impl Engine {
 
     /// Clears and returns `key`'s violation flag.
     pub fn take_fault(&mut self, key: u64) -> bool {
-        self.streams
-            .get_mut(&key)
-            .is_some_and(|s| std::mem::take(&mut s.faulted))
+        self.streams.get_mut(&key).is_some_and(|s| std::mem::take(&mut s.faulted))
     }
 
     /// Clears the violation flags of every stream of `device`; true if any
@@ -258,20 +247,16 @@ impl Engine {
     /// The streams other than `writer` whose queued work pins memory inside
     /// `span`, leaving out pins for which `ordered(engine, stream, seq)`
     /// holds.
-    pub fn conflicts(
-        &self,
-        writer: u64,
-        span: Span,
-        ordered: impl Fn(&Engine, u64, u64) -> bool,
-    ) -> Vec<u64> {
+    pub fn conflicts(&self, writer: u64, span: Span, ordered: impl Fn(&Engine, u64, u64) -> bool) -> Vec<u64> {
         let mut hit = Vec::new();
         if !any_pinned() {
             return hit;
         }
         for (&key, s) in self.streams.iter().filter(|(&k, _)| k != writer) {
-            let clash = s.queue.iter().any(|(seq, w)| {
-                w.pins().iter().any(|p| violation::overlap(*p, span)) && !ordered(self, key, *seq)
-            });
+            let clash = s
+                .queue
+                .iter()
+                .any(|(seq, w)| w.pins().iter().any(|p| violation::overlap(*p, span)) && !ordered(self, key, *seq));
             if clash {
                 hit.push(key);
             }
@@ -288,28 +273,17 @@ impl Engine {
     /// True if queued work before `before` on stream `key` waits, directly
     /// or through other streams' queued waits, for `target` to complete
     /// `target_seq`: then the later work runs after `target`'s work.
-    pub fn waits_for(
-        &self,
-        key: u64,
-        before: u64,
-        target: u64,
-        target_seq: u64,
-        depth: u32,
-    ) -> bool {
+    pub fn waits_for(&self, key: u64, before: u64, target: u64, target_seq: u64, depth: u32) -> bool {
         let Some(s) = self.streams.get(&key) else {
             return false;
         };
-        s.queue
-            .iter()
-            .take_while(|(seq, _)| *seq < before)
-            .any(|(_, w)| match *w {
-                Work::Wait { stream, seq } => {
-                    (stream == target && seq >= target_seq)
-                        || (depth < MAX_FORCE_DEPTH
-                            && self.waits_for(stream, seq + 1, target, target_seq, depth + 1))
-                }
-                _ => false,
-            })
+        s.queue.iter().take_while(|(seq, _)| *seq < before).any(|(_, w)| match *w {
+            Work::Wait { stream, seq } => {
+                (stream == target && seq >= target_seq)
+                    || (depth < MAX_FORCE_DEPTH && self.waits_for(stream, seq + 1, target, target_seq, depth + 1))
+            }
+            _ => false,
+        })
     }
 
     /// Holds or releases a stream; releasing runs what may now run.
@@ -332,12 +306,8 @@ impl Engine {
 
     /// Finishes the queued work of every stream of `device`.
     pub fn finish_device(&mut self, device: i32) {
-        let keys: Vec<u64> = self
-            .streams
-            .iter()
-            .filter(|(_, s)| s.device == device && !s.queue.is_empty())
-            .map(|(&k, _)| k)
-            .collect();
+        let keys: Vec<u64> =
+            self.streams.iter().filter(|(_, s)| s.device == device && !s.queue.is_empty()).map(|(&k, _)| k).collect();
         for key in keys {
             self.pump(key, Some(u64::MAX), 0);
         }
@@ -357,11 +327,7 @@ impl Engine {
             if s.held && !forced {
                 break;
             }
-            if let Work::Wait {
-                stream,
-                seq: wanted,
-            } = work
-            {
+            if let Work::Wait { stream, seq: wanted } = work {
                 if !self.is_done(stream, wanted) {
                     if !forced {
                         break;
@@ -387,12 +353,8 @@ impl Engine {
     /// changes (one stream finishing can unblock another).
     fn settle(&mut self) {
         loop {
-            let keys: Vec<u64> = self
-                .streams
-                .iter()
-                .filter(|(_, s)| !s.held && !s.queue.is_empty())
-                .map(|(&k, _)| k)
-                .collect();
+            let keys: Vec<u64> =
+                self.streams.iter().filter(|(_, s)| !s.held && !s.queue.is_empty()).map(|(&k, _)| k).collect();
             let mut progressed = false;
             for key in keys {
                 progressed |= self.pump(key, None, 0);
@@ -410,23 +372,13 @@ impl Engine {
         if flags & crate::event::ACL_EVENT_SYNC != 0 {
             *self.sync_events.entry(device).or_default() += 1;
         }
-        self.events.insert(
-            id,
-            EventRec {
-                device,
-                flags,
-                at: None,
-                lag_left: 0,
-            },
-        );
+        self.events.insert(id, EventRec { device, flags, at: None, lag_left: 0 });
         id
     }
 
     /// The event a C handle names, or 107017.
     pub fn event_id(&self, event: *mut c_void) -> AclResult<u64> {
-        handle_id(Kind::Event, event)
-            .filter(|id| self.events.contains_key(id))
-            .ok_or(ACL_ERROR_RT_INVALID_HANDLE)
+        handle_id(Kind::Event, event).filter(|id| self.events.contains_key(id)).ok_or(ACL_ERROR_RT_INVALID_HANDLE)
     }
 
     pub fn event(&self, id: u64) -> &EventRec {
@@ -434,9 +386,7 @@ impl Engine {
     }
 
     pub fn event_mut(&mut self, id: u64) -> &mut EventRec {
-        self.events
-            .get_mut(&id)
-            .expect("event resolved by the caller")
+        self.events.get_mut(&id).expect("event resolved by the caller")
     }
 
     pub fn remove_event(&mut self, id: u64) -> Option<EventRec> {
@@ -471,13 +421,6 @@ impl Engine {
 
 impl StreamQ {
     fn new(device: i32) -> Self {
-        StreamQ {
-            device,
-            held: false,
-            faulted: false,
-            submitted: 0,
-            completed: 0,
-            queue: VecDeque::new(),
-        }
+        StreamQ { device, held: false, faulted: false, submitted: 0, completed: 0, queue: VecDeque::new() }
     }
 }

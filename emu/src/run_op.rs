@@ -22,10 +22,7 @@
 //! where GE would deadlock.
 
 use crate::allocator_desc::{registration, Fields};
-use crate::error::{
-    require, AclResult, ACL_ERROR_RT_INTERNAL_ERROR,
-    ACL_ERROR_RT_MEMORY_ALLOCATION,
-};
+use crate::error::{require, AclResult, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION};
 use crate::ffi::{emu_entry, lock};
 use crate::queue::{engine, Work};
 use crate::violation::Span;
@@ -47,9 +44,7 @@ const CHUNK: usize = 4096;
 
 /// The pattern word of block `i` (splitmix64, so neighbours differ).
 fn pattern_word(i: usize) -> u64 {
-    let mut z = (i as u64)
-        .wrapping_add(1)
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut z = (i as u64).wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -58,12 +53,7 @@ fn pattern_word(i: usize) -> u64 {
 /// Byte `a` of a block holds byte `a % 8` of the word, `a` being the
 /// absolute address; a chunk template is copied at the block's phase.
 fn template(word: u64) -> Vec<u8> {
-    word.to_le_bytes()
-        .iter()
-        .copied()
-        .cycle()
-        .take(CHUNK + 8)
-        .collect()
+    word.to_le_bytes().iter().copied().cycle().take(CHUNK + 8).collect()
 }
 
 /// Writes block `i`'s pattern.
@@ -77,9 +67,7 @@ unsafe fn fill(b: &Live, i: usize) {
     while off < b.size {
         let n = CHUNK.min(b.size - off);
         // SAFETY: inside the block per the caller; the template is long enough.
-        unsafe {
-            std::ptr::copy_nonoverlapping(tpl[phase..].as_ptr(), (b.addr + off) as *mut u8, n)
-        };
+        unsafe { std::ptr::copy_nonoverlapping(tpl[phase..].as_ptr(), (b.addr + off) as *mut u8, n) };
         off += n;
     }
 }
@@ -106,11 +94,8 @@ unsafe fn holds_pattern(b: &Live, i: usize) -> bool {
 
 /// True if two non-empty blocks share a byte.
 fn any_overlap(blocks: &[Live]) -> bool {
-    let mut spans: Vec<(usize, usize)> = blocks
-        .iter()
-        .filter(|b| b.size > 0)
-        .map(|b| (b.addr, b.addr.saturating_add(b.size)))
-        .collect();
+    let mut spans: Vec<(usize, usize)> =
+        blocks.iter().filter(|b| b.size > 0).map(|b| (b.addr, b.addr.saturating_add(b.size))).collect();
     spans.sort_unstable();
     spans.windows(2).any(|w| w[0].1 > w[1].0)
 }
@@ -162,11 +147,7 @@ fn run_built_in(stream: *mut c_void, sizes: &[usize]) -> AclResult<()> {
     let scratch: Vec<Vec<u8>> = sizes.iter().map(|&size| vec![0u8; size]).collect();
     let blocks: Vec<Live> = scratch
         .iter()
-        .map(|b| Live {
-            block: std::ptr::null_mut(),
-            addr: b.as_ptr() as usize,
-            size: b.len(),
-        })
+        .map(|b| Live { block: std::ptr::null_mut(), addr: b.as_ptr() as usize, size: b.len() })
         .collect();
     for (i, b) in blocks.iter().enumerate() {
         // SAFETY: `b` describes a live buffer of `scratch`.
@@ -181,19 +162,15 @@ fn run_built_in(stream: *mut c_void, sizes: &[usize]) -> AclResult<()> {
 /// Queues the op on `stream`, after checking its writes against other
 /// streams' queued work.
 fn launch(stream: *mut c_void, blocks: &[Live]) -> AclResult<()> {
-    let spans: Vec<Span> = blocks
-        .iter()
-        .filter(|b| b.size > 0)
-        .map(|b| (b.addr, b.addr + b.size))
-        .collect();
+    let spans: Vec<Span> = blocks.iter().filter(|b| b.size > 0).map(|b| (b.addr, b.addr + b.size)).collect();
     let mut eng = engine();
     let key = eng.resolve(stream)?;
     let mut involved = Vec::new();
     for &span in &spans {
         // Fine when this stream's queue waits for the pinning work.
-        for other in eng.conflicts(key, span, |eng, pin_stream, pin_seq| {
-            eng.waits_for(key, u64::MAX, pin_stream, pin_seq, 0)
-        }) {
+        for other in
+            eng.conflicts(key, span, |eng, pin_stream, pin_seq| eng.waits_for(key, u64::MAX, pin_stream, pin_seq, 0))
+        {
             if !involved.contains(&other) {
                 involved.push(other);
             }
@@ -255,11 +232,7 @@ unsafe fn run_op(stream: *mut c_void, sizes: *const usize, n: usize) -> AclResul
 /// `sizes` must be NULL or point to `n` readable values; the registered
 /// callbacks must honour the ACL allocator contract.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclemu_run_op(
-    stream: *mut c_void,
-    sizes: *const usize,
-    n: usize,
-) -> crate::aclError {
+pub unsafe extern "C" fn aclemu_run_op(stream: *mut c_void, sizes: *const usize, n: usize) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     emu_entry!({ unsafe { run_op(stream, sizes, n) } })
 }
@@ -270,11 +243,7 @@ mod tests {
 
     #[test]
     fn overlap_detection() {
-        let b = |addr, size| Live {
-            block: std::ptr::null_mut(),
-            addr,
-            size,
-        };
+        let b = |addr, size| Live { block: std::ptr::null_mut(), addr, size };
         assert!(!any_overlap(&[b(0, 10), b(10, 10)]));
         assert!(any_overlap(&[b(0, 11), b(10, 10)]));
         assert!(any_overlap(&[b(100, 8), b(100, 8)]));
@@ -286,11 +255,7 @@ mod tests {
         let mut buf = vec![0u8; 3 * CHUNK + 40];
         let base = buf.as_mut_ptr() as usize;
         for phase in 0..8 {
-            let live = Live {
-                block: std::ptr::null_mut(),
-                addr: base + phase,
-                size: 2 * CHUNK + 13,
-            };
+            let live = Live { block: std::ptr::null_mut(), addr: base + phase, size: 2 * CHUNK + 13 };
             // SAFETY: the block lies inside `buf`.
             unsafe { fill(&live, 3) };
             // SAFETY: as above.

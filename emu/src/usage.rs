@@ -59,9 +59,7 @@ pub fn sub(counter: &AtomicU64, n: u64) {
 
 /// The counters of device `id`; ids reaching here were validated earlier.
 pub fn of(id: i32) -> &'static Counters {
-    &device::get(id)
-        .expect("device id validated by the caller")
-        .usage
+    &device::get(id).expect("device id validated by the caller").usage
 }
 
 impl Counters {

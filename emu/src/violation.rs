@@ -39,9 +39,7 @@ pub fn overlap(a: Span, b: Span) -> bool {
 /// True if every range lies in live aclrtMalloc memory or live mappings.
 /// Called under the engine lock (which is taken before the memory locks).
 pub fn still_device_memory(spans: &[Span]) -> bool {
-    spans
-        .iter()
-        .all(|&span| memory::covers(span) || vmm::mapped_covers(span))
+    spans.iter().all(|&span| memory::covers(span) || vmm::mapped_covers(span))
 }
 
 /// Counts a violation and says what happened.

@@ -31,10 +31,7 @@ struct TestAlloc {
 impl TestAlloc {
     /// An allocator that keeps freed memory until `release_kept`.
     fn keeping() -> TestAlloc {
-        TestAlloc {
-            keep: Some(Mutex::new(Vec::new())),
-            ..Default::default()
-        }
+        TestAlloc { keep: Some(Mutex::new(Vec::new())), ..Default::default() }
     }
 
     /// aclrtFree of every block kept so far.
@@ -68,11 +65,7 @@ unsafe extern "C" fn t_alloc(obj: *mut c_void, size: usize) -> *mut c_void {
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     assert_eq!(unsafe { aclrtMalloc(&mut ptr, size.max(1), 0) }, 0);
     let mut first = a.first_addr.lock().unwrap();
-    let addr = if a.alias {
-        *first.get_or_insert(ptr as usize) as *mut c_void
-    } else {
-        ptr
-    };
+    let addr = if a.alias { *first.get_or_insert(ptr as usize) as *mut c_void } else { ptr };
     Box::into_raw(Box::new(Block { ptr, addr })).cast()
 }
 
@@ -112,17 +105,11 @@ fn full_desc(obj: &TestAlloc) -> *mut c_void {
     unsafe {
         let d = aclrtAllocatorCreateDesc();
         assert!(!d.is_null());
-        assert_eq!(
-            aclrtAllocatorSetObjToDesc(d, obj as *const TestAlloc as *mut c_void),
-            0
-        );
+        assert_eq!(aclrtAllocatorSetObjToDesc(d, obj as *const TestAlloc as *mut c_void), 0);
         assert_eq!(aclrtAllocatorSetAllocFuncToDesc(d, Some(t_alloc)), 0);
         assert_eq!(aclrtAllocatorSetFreeFuncToDesc(d, Some(t_free)), 0);
         assert_eq!(aclrtAllocatorSetAllocAdviseFuncToDesc(d, Some(t_advise)), 0);
-        assert_eq!(
-            aclrtAllocatorSetGetAddrFromBlockFuncToDesc(d, Some(t_get_addr)),
-            0
-        );
+        assert_eq!(aclrtAllocatorSetGetAddrFromBlockFuncToDesc(d, Some(t_get_addr)), 0);
         d
     }
 }
@@ -138,32 +125,14 @@ fn setters_reject_null_desc_and_value() {
         let o = &obj as *const TestAlloc as *mut c_void;
         assert_eq!(aclrtAllocatorSetObjToDesc(null_mut(), o), INVALID_PARAM);
         assert_eq!(aclrtAllocatorSetObjToDesc(d, null_mut()), INVALID_PARAM);
-        assert_eq!(
-            aclrtAllocatorSetAllocFuncToDesc(null_mut(), Some(t_alloc)),
-            INVALID_PARAM
-        );
+        assert_eq!(aclrtAllocatorSetAllocFuncToDesc(null_mut(), Some(t_alloc)), INVALID_PARAM);
         assert_eq!(aclrtAllocatorSetAllocFuncToDesc(d, None), INVALID_PARAM);
-        assert_eq!(
-            aclrtAllocatorSetFreeFuncToDesc(null_mut(), Some(t_free)),
-            INVALID_PARAM
-        );
+        assert_eq!(aclrtAllocatorSetFreeFuncToDesc(null_mut(), Some(t_free)), INVALID_PARAM);
         assert_eq!(aclrtAllocatorSetFreeFuncToDesc(d, None), INVALID_PARAM);
-        assert_eq!(
-            aclrtAllocatorSetAllocAdviseFuncToDesc(null_mut(), Some(t_advise)),
-            INVALID_PARAM
-        );
-        assert_eq!(
-            aclrtAllocatorSetAllocAdviseFuncToDesc(d, None),
-            INVALID_PARAM
-        );
-        assert_eq!(
-            aclrtAllocatorSetGetAddrFromBlockFuncToDesc(null_mut(), Some(t_get_addr)),
-            INVALID_PARAM
-        );
-        assert_eq!(
-            aclrtAllocatorSetGetAddrFromBlockFuncToDesc(d, None),
-            INVALID_PARAM
-        );
+        assert_eq!(aclrtAllocatorSetAllocAdviseFuncToDesc(null_mut(), Some(t_advise)), INVALID_PARAM);
+        assert_eq!(aclrtAllocatorSetAllocAdviseFuncToDesc(d, None), INVALID_PARAM);
+        assert_eq!(aclrtAllocatorSetGetAddrFromBlockFuncToDesc(null_mut(), Some(t_get_addr)), INVALID_PARAM);
+        assert_eq!(aclrtAllocatorSetGetAddrFromBlockFuncToDesc(d, None), INVALID_PARAM);
         assert_eq!(aclrtAllocatorDestroyDesc(null_mut()), INVALID_PARAM);
         assert_eq!(aclrtAllocatorDestroyDesc(d), 0);
         // Destroyed descs are unknown.
@@ -215,11 +184,7 @@ fn register_checks_every_field_but_advise() {
                     set(d, o);
                 }
             }
-            assert_eq!(
-                aclrtAllocatorRegister(s, d),
-                INVALID_PARAM,
-                "missing field {missing}"
-            );
+            assert_eq!(aclrtAllocatorRegister(s, d), INVALID_PARAM, "missing field {missing}");
             assert_eq!(aclrtAllocatorDestroyDesc(d), 0);
         }
         // Advise is not checked.
@@ -254,67 +219,28 @@ fn registration_is_a_copy_and_last_one_wins() {
         let mut advise: aclrtAllocatorAllocAdviseFunc = None;
         let mut get_addr: aclrtAllocatorGetAddrFromBlockFunc = None;
         assert_eq!(
-            aclrtAllocatorGetByStream(
-                s,
-                &mut desc,
-                &mut o,
-                &mut alloc,
-                &mut free,
-                &mut advise,
-                &mut get_addr
-            ),
+            aclrtAllocatorGetByStream(s, &mut desc, &mut o, &mut alloc, &mut free, &mut advise, &mut get_addr),
             0
         );
         assert_eq!(desc, d2);
         assert_eq!(o, &obj2 as *const TestAlloc as *mut c_void);
-        assert_eq!(
-            alloc.map(|f| f as *const () as usize),
-            Some(t_alloc as *const () as usize)
-        );
-        assert_eq!(
-            free.map(|f| f as *const () as usize),
-            Some(t_free as *const () as usize)
-        );
-        assert_eq!(
-            advise.map(|f| f as *const () as usize),
-            Some(t_advise as *const () as usize)
-        );
-        assert_eq!(
-            get_addr.map(|f| f as *const () as usize),
-            Some(t_get_addr as *const () as usize)
-        );
+        assert_eq!(alloc.map(|f| f as *const () as usize), Some(t_alloc as *const () as usize));
+        assert_eq!(free.map(|f| f as *const () as usize), Some(t_free as *const () as usize));
+        assert_eq!(advise.map(|f| f as *const () as usize), Some(t_advise as *const () as usize));
+        assert_eq!(get_addr.map(|f| f as *const () as usize), Some(t_get_addr as *const () as usize));
         // Later setters do not touch the registration.
         assert_eq!(aclrtAllocatorSetAllocFuncToDesc(d2, Some(other_alloc)), 0);
         assert_eq!(
-            aclrtAllocatorGetByStream(
-                s,
-                &mut desc,
-                null_mut(),
-                &mut alloc,
-                null_mut(),
-                null_mut(),
-                null_mut()
-            ),
+            aclrtAllocatorGetByStream(s, &mut desc, null_mut(), &mut alloc, null_mut(), null_mut(), null_mut()),
             0
         );
-        assert_eq!(
-            alloc.map(|f| f as *const () as usize),
-            Some(t_alloc as *const () as usize)
-        );
+        assert_eq!(alloc.map(|f| f as *const () as usize), Some(t_alloc as *const () as usize));
         // DestroyDesc leaves it in place; GetByStream returns the stale desc.
         assert_eq!(aclrtAllocatorDestroyDesc(d2), 0);
         assert_eq!(aclrtAllocatorDestroyDesc(d1), 0);
         desc = null_mut();
         assert_eq!(
-            aclrtAllocatorGetByStream(
-                s,
-                &mut desc,
-                null_mut(),
-                null_mut(),
-                null_mut(),
-                null_mut(),
-                null_mut()
-            ),
+            aclrtAllocatorGetByStream(s, &mut desc, null_mut(), null_mut(), null_mut(), null_mut(), null_mut()),
             0
         );
         assert_eq!(desc, d2);
@@ -332,15 +258,7 @@ fn registration_is_a_copy_and_last_one_wins() {
             INVALID_PARAM
         );
         assert_eq!(
-            aclrtAllocatorGetByStream(
-                s,
-                null_mut(),
-                null_mut(),
-                null_mut(),
-                null_mut(),
-                null_mut(),
-                null_mut()
-            ),
+            aclrtAllocatorGetByStream(s, null_mut(), null_mut(), null_mut(), null_mut(), null_mut(), null_mut()),
             INVALID_PARAM
         );
         // Unregister: NULL rejected, otherwise idempotent.
@@ -348,15 +266,7 @@ fn registration_is_a_copy_and_last_one_wins() {
         assert_eq!(aclrtAllocatorUnregister(s), 0);
         assert_eq!(aclrtAllocatorUnregister(s), 0);
         assert_eq!(
-            aclrtAllocatorGetByStream(
-                s,
-                &mut desc,
-                null_mut(),
-                null_mut(),
-                null_mut(),
-                null_mut(),
-                null_mut()
-            ),
+            aclrtAllocatorGetByStream(s, &mut desc, null_mut(), null_mut(), null_mut(), null_mut(), null_mut()),
             INVALID_PARAM
         );
         assert_eq!(aclrtDestroyStream(s), 0);
@@ -376,15 +286,7 @@ fn registration_outlives_its_stream() {
         assert_eq!(aclrtDestroyStream(s), 0);
         let mut desc = null_mut();
         assert_eq!(
-            aclrtAllocatorGetByStream(
-                s,
-                &mut desc,
-                null_mut(),
-                null_mut(),
-                null_mut(),
-                null_mut(),
-                null_mut()
-            ),
+            aclrtAllocatorGetByStream(s, &mut desc, null_mut(), null_mut(), null_mut(), null_mut(), null_mut()),
             0
         );
         // But no op runs on a destroyed stream.
@@ -451,19 +353,13 @@ fn run_op_on_a_held_stream_is_pending_work() {
 #[test]
 fn run_op_catches_overlapping_blocks() {
     let dev = Dev::take();
-    let obj = TestAlloc {
-        alias: true,
-        ..Default::default()
-    };
+    let obj = TestAlloc { alias: true, ..Default::default() };
     let s = stream();
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d = full_desc(&obj);
         assert_eq!(aclrtAllocatorRegister(s, d), 0);
-        assert_eq!(
-            aclemu_run_op(s, [64usize, 64].as_ptr(), 2),
-            RT_INTERNAL_ERROR
-        );
+        assert_eq!(aclemu_run_op(s, [64usize, 64].as_ptr(), 2), RT_INTERNAL_ERROR);
         // Every block was still freed.
         assert_eq!(obj.frees.load(Ordering::SeqCst), 2);
         assert_eq!(aclrtAllocatorUnregister(s), 0);
@@ -476,19 +372,13 @@ fn run_op_catches_overlapping_blocks() {
 #[test]
 fn run_op_fails_with_oom_when_alloc_returns_null() {
     let dev = Dev::take();
-    let obj = TestAlloc {
-        fail_on: 3,
-        ..Default::default()
-    };
+    let obj = TestAlloc { fail_on: 3, ..Default::default() };
     let s = stream();
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let d = full_desc(&obj);
         assert_eq!(aclrtAllocatorRegister(s, d), 0);
-        assert_eq!(
-            aclemu_run_op(s, [64usize, 64, 64, 64].as_ptr(), 4),
-            RT_MEMORY_ALLOCATION
-        );
+        assert_eq!(aclemu_run_op(s, [64usize, 64, 64, 64].as_ptr(), 4), RT_MEMORY_ALLOCATION);
         assert_eq!(obj.allocs.load(Ordering::SeqCst), 3);
         assert_eq!(obj.frees.load(Ordering::SeqCst), 2);
         assert_eq!(aclrtAllocatorUnregister(s), 0);
@@ -502,10 +392,7 @@ fn run_op_fails_with_oom_when_alloc_returns_null() {
 fn callbacks_may_call_back_into_the_emulator() {
     let dev = Dev::take();
     let e = event();
-    let obj = TestAlloc {
-        record_inside: Some(e as usize),
-        ..Default::default()
-    };
+    let obj = TestAlloc { record_inside: Some(e as usize), ..Default::default() };
     let s = stream();
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
@@ -564,22 +451,13 @@ fn run_op_catches_aliased_physical_memory() {
             next: AtomicUsize::new(0),
         };
         let d = aclrtAllocatorCreateDesc();
-        assert_eq!(
-            aclrtAllocatorSetObjToDesc(d, &v as *const Vmm as *mut c_void),
-            0
-        );
+        assert_eq!(aclrtAllocatorSetObjToDesc(d, &v as *const Vmm as *mut c_void), 0);
         assert_eq!(aclrtAllocatorSetAllocFuncToDesc(d, Some(v_alloc)), 0);
         assert_eq!(aclrtAllocatorSetFreeFuncToDesc(d, Some(v_free)), 0);
         assert_eq!(aclrtAllocatorSetAllocAdviseFuncToDesc(d, Some(v_advise)), 0);
-        assert_eq!(
-            aclrtAllocatorSetGetAddrFromBlockFuncToDesc(d, Some(v_addr)),
-            0
-        );
+        assert_eq!(aclrtAllocatorSetGetAddrFromBlockFuncToDesc(d, Some(v_addr)), 0);
         assert_eq!(aclrtAllocatorRegister(s, d), 0);
-        assert_eq!(
-            aclemu_run_op(s, [2 * MIB, 2 * MIB].as_ptr(), 2),
-            RT_INTERNAL_ERROR
-        );
+        assert_eq!(aclemu_run_op(s, [2 * MIB, 2 * MIB].as_ptr(), 2), RT_INTERNAL_ERROR);
         assert_eq!(dev.usage().mapped_bytes, 0);
         assert_eq!(aclrtAllocatorUnregister(s), 0);
         assert_eq!(aclrtAllocatorDestroyDesc(d), 0);

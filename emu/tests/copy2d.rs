@@ -15,9 +15,7 @@ const D2D: u32 = 3;
 const DEFAULT: u32 = 4;
 
 fn buf(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
-        .collect()
+    (0..len).map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed)).collect()
 }
 
 #[test]
@@ -28,20 +26,14 @@ fn zero_extent_succeeds_before_other_checks() {
         assert_eq!(aclrtMemcpy2d(null_mut(), 0, null(), 0, 7, 0, 99), 0);
         // The async form too, even without a stream or device.
         let junk = 0x99usize as *mut c_void;
-        assert_eq!(
-            aclrtMemcpy2dAsync(null_mut(), 0, null(), 0, 0, 1, 99, junk),
-            0
-        );
+        assert_eq!(aclrtMemcpy2dAsync(null_mut(), 0, null(), 0, 0, 1, 99, junk), 0);
     }
 }
 
 #[test]
 fn acl_layer_checks_give_invalid_param() {
     let (mut dst, src) = (buf(64, 0), buf(64, 1));
-    let (d, s) = (
-        dst.as_mut_ptr().cast::<c_void>(),
-        src.as_ptr().cast::<c_void>(),
-    );
+    let (d, s) = (dst.as_mut_ptr().cast::<c_void>(), src.as_ptr().cast::<c_void>());
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclrtMemcpy2d(null_mut(), 8, s, 8, 8, 2, H2D), INVALID_PARAM);
@@ -50,10 +42,7 @@ fn acl_layer_checks_give_invalid_param() {
         assert_eq!(aclrtMemcpy2d(d, 4, s, 8, 8, 2, H2D), INVALID_PARAM);
         for kind in [H2H, 5, 6, 7, 1000] {
             assert_eq!(aclrtMemcpy2d(d, 8, s, 8, 8, 2, kind), INVALID_PARAM);
-            assert_eq!(
-                aclrtMemcpy2dAsync(d, 8, s, 8, 8, 2, kind, null_mut()),
-                INVALID_PARAM
-            );
+            assert_eq!(aclrtMemcpy2dAsync(d, 8, s, 8, 8, 2, kind, null_mut()), INVALID_PARAM);
         }
     }
 }
@@ -61,29 +50,14 @@ fn acl_layer_checks_give_invalid_param() {
 #[test]
 fn runtime_limits_give_param_invalid() {
     let (mut dst, src) = (buf(64, 0), buf(64, 1));
-    let (d, s) = (
-        dst.as_mut_ptr().cast::<c_void>(),
-        src.as_ptr().cast::<c_void>(),
-    );
+    let (d, s) = (dst.as_mut_ptr().cast::<c_void>(), src.as_ptr().cast::<c_void>());
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         // Checked before anything is touched, so no memory is needed.
-        assert_eq!(
-            aclrtMemcpy2d(d, 8, s, 8, 8, 5 * 1024 * 1024 + 1, H2D),
-            RT_PARAM_INVALID
-        );
-        assert_eq!(
-            aclrtMemcpy2d(d, 6_000_000, s, 6_000_000, 5_000_001, 1, H2D),
-            RT_PARAM_INVALID
-        );
-        assert_eq!(
-            aclrtMemcpy2dAsync(d, 8, s, 8, 8, 5 * 1024 * 1024 + 1, H2D, null_mut()),
-            RT_PARAM_INVALID
-        );
-        assert_eq!(
-            aclrtMemcpy2d(d, usize::MAX, s, 8, 8, 3, H2D),
-            RT_PARAM_INVALID
-        );
+        assert_eq!(aclrtMemcpy2d(d, 8, s, 8, 8, 5 * 1024 * 1024 + 1, H2D), RT_PARAM_INVALID);
+        assert_eq!(aclrtMemcpy2d(d, 6_000_000, s, 6_000_000, 5_000_001, 1, H2D), RT_PARAM_INVALID);
+        assert_eq!(aclrtMemcpy2dAsync(d, 8, s, 8, 8, 5 * 1024 * 1024 + 1, H2D, null_mut()), RT_PARAM_INVALID);
+        assert_eq!(aclrtMemcpy2d(d, usize::MAX, s, 8, 8, 3, H2D), RT_PARAM_INVALID);
     }
 }
 
@@ -94,10 +68,7 @@ fn sync_copy_directions() {
     unsafe {
         let a = malloc(256);
         let b = malloc(256);
-        assert_eq!(
-            aclrtMemcpy2d(a, 16, b, 16, 16, 4, D2D),
-            RT_FEATURE_NOT_SUPPORT
-        );
+        assert_eq!(aclrtMemcpy2d(a, 16, b, 16, 16, 4, D2D), RT_FEATURE_NOT_SUPPORT);
         // DEFAULT between two device blocks resolves to D2D, which the
         // runtime's parameter check refuses for the sync call.
         assert_eq!(aclrtMemcpy2d(a, 16, b, 16, 16, 4, DEFAULT), RT_PARAM_INVALID);
@@ -106,20 +77,11 @@ fn sync_copy_directions() {
         let mut other = vec![0u8; 64];
         let o = other.as_mut_ptr().cast();
         assert_eq!(aclrtMemcpy2d(o, 16, src.as_ptr().cast(), 16, 16, 4, DEFAULT), RT_PARAM_INVALID);
-        assert_eq!(
-            aclrtMemcpy2dAsync(o, 16, src.as_ptr().cast(), 16, 16, 4, DEFAULT, null_mut()),
-            RT_PARAM_INVALID
-        );
+        assert_eq!(aclrtMemcpy2dAsync(o, 16, src.as_ptr().cast(), 16, 16, 4, DEFAULT, null_mut()), RT_PARAM_INVALID);
         assert!(other.iter().all(|&b| b == 0));
-        assert_eq!(
-            aclrtMemcpy2d(a, 16, src.as_ptr().cast(), 16, 16, 4, DEFAULT),
-            0
-        );
+        assert_eq!(aclrtMemcpy2d(a, 16, src.as_ptr().cast(), 16, 16, 4, DEFAULT), 0);
         let mut back = vec![0u8; 64];
-        assert_eq!(
-            aclrtMemcpy2d(back.as_mut_ptr().cast(), 16, a, 16, 16, 4, D2H),
-            0
-        );
+        assert_eq!(aclrtMemcpy2d(back.as_mut_ptr().cast(), 16, a, 16, 16, 4, D2H), 0);
         assert_eq!(back, src);
         assert_eq!(aclrtFree(a), 0);
         assert_eq!(aclrtFree(b), 0);
@@ -134,18 +96,7 @@ fn pitched_copy_moves_only_width_bytes_per_row() {
     let mut dst = vec![0xeeu8; 12 * 5];
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
-        assert_eq!(
-            aclrtMemcpy2d(
-                dst.as_mut_ptr().cast(),
-                12,
-                src.as_ptr().cast(),
-                10,
-                6,
-                5,
-                H2D
-            ),
-            0
-        );
+        assert_eq!(aclrtMemcpy2d(dst.as_mut_ptr().cast(), 12, src.as_ptr().cast(), 10, 6, 5, H2D), 0);
     }
     for row in 0..5 {
         assert_eq!(&dst[row * 12..row * 12 + 6], &src[row * 10..row * 10 + 6]);
@@ -165,14 +116,8 @@ fn async_copy_on_a_held_stream_waits_for_release() {
     unsafe {
         let d = malloc(32 * 4);
         assert_eq!(aclemu_stream_hold(s), 0);
-        assert_eq!(
-            aclrtMemcpy2dAsync(d, 32, src.as_ptr().cast(), 32, 32, 4, H2D, s),
-            0
-        );
-        assert_eq!(
-            aclrtMemcpy2dAsync(dst.as_mut_ptr().cast(), 32, d, 32, 32, 4, D2H, s),
-            0
-        );
+        assert_eq!(aclrtMemcpy2dAsync(d, 32, src.as_ptr().cast(), 32, 32, 4, H2D, s), 0);
+        assert_eq!(aclrtMemcpy2dAsync(dst.as_mut_ptr().cast(), 32, d, 32, 32, 4, D2H, s), 0);
         assert_eq!(aclrtRecordEvent(e, s), 0);
         assert!(dst.iter().all(|&b| b == 0), "copy ran before release");
         assert_eq!(status(e), NOT_READY);
@@ -201,14 +146,8 @@ fn async_copy_runs_at_synchronize_and_on_the_default_stream() {
         let d = malloc(64);
         assert_eq!(aclemu_stream_hold(null_mut()), 0);
         // DEFAULT from host to device memory is H2D.
-        assert_eq!(
-            aclrtMemcpy2dAsync(d, 8, src.as_ptr().cast(), 8, 8, 8, DEFAULT, null_mut()),
-            0
-        );
-        assert_eq!(
-            aclrtMemcpy2dAsync(dst.as_mut_ptr().cast(), 8, d, 8, 8, 8, DEFAULT, null_mut()),
-            0
-        );
+        assert_eq!(aclrtMemcpy2dAsync(d, 8, src.as_ptr().cast(), 8, 8, 8, DEFAULT, null_mut()), 0);
+        assert_eq!(aclrtMemcpy2dAsync(dst.as_mut_ptr().cast(), 8, d, 8, 8, 8, DEFAULT, null_mut()), 0);
         assert!(dst.iter().all(|&b| b == 0));
         assert_eq!(aclrtSynchronizeStream(null_mut()), 0);
         assert_eq!(dst, src);
@@ -216,16 +155,7 @@ fn async_copy_runs_at_synchronize_and_on_the_default_stream() {
         assert_eq!(aclrtFree(d), 0);
         let junk = 0x1234usize as *mut c_void;
         assert_eq!(
-            aclrtMemcpy2dAsync(
-                dst.as_mut_ptr().cast(),
-                8,
-                src.as_ptr().cast(),
-                8,
-                8,
-                8,
-                H2D,
-                junk
-            ),
+            aclrtMemcpy2dAsync(dst.as_mut_ptr().cast(), 8, src.as_ptr().cast(), 8, 8, 8, H2D, junk),
             RT_INVALID_HANDLE
         );
     }

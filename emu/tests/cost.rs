@@ -229,10 +229,7 @@ fn a_bad_environment_value_stops_the_process_naming_the_item() {
     if in_child() {
         return;
     }
-    for (value, named) in [
-        ("aclrtMaloc=1us", "`aclrtMaloc` names no"),
-        ("aclrtFree=5", "`5` is not a duration"),
-    ] {
+    for (value, named) in [("aclrtMaloc=1us", "`aclrtMaloc` names no"), ("aclrtFree=5", "`5` is not a duration")] {
         let out = run_child("child_first_call", value);
         assert!(!out.status.success());
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -68,14 +68,8 @@ fn calls_that_need_a_device_fail_without_one() {
         assert_eq!(aclrtCreateStream(&mut p), RT_CONTEXT_NULL);
         assert_eq!(aclrtCreateEvent(&mut p), RT_CONTEXT_NULL);
         assert_eq!(aclrtCreateEventWithFlag(&mut p, 1), RT_CONTEXT_NULL);
-        assert_eq!(
-            aclrtReserveMemAddress(&mut p, 2 * MIB, 0, null_mut(), 0),
-            RT_CONTEXT_NULL
-        );
-        assert_eq!(
-            aclrtMallocPhysical(&mut p, 2 * MIB, &prop, 0),
-            RT_CONTEXT_NULL
-        );
+        assert_eq!(aclrtReserveMemAddress(&mut p, 2 * MIB, 0, null_mut(), 0), RT_CONTEXT_NULL);
+        assert_eq!(aclrtMallocPhysical(&mut p, 2 * MIB, &prop, 0), RT_CONTEXT_NULL);
         assert_eq!(aclrtGetMemInfo(1, &mut free, &mut total), RT_CONTEXT_NULL);
         assert_eq!(aclrtSynchronizeDevice(), RT_CONTEXT_NULL);
         // NULL stream = the current device's default stream: none here.
@@ -139,10 +133,7 @@ fn set_device_memory_limits_later_allocations() {
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_set_device_memory(-1, 1), RT_INVALID_DEVICEID);
-        assert_eq!(
-            aclemu_set_device_memory(DEVICES as i32, 1),
-            RT_INVALID_DEVICEID
-        );
+        assert_eq!(aclemu_set_device_memory(DEVICES as i32, 1), RT_INVALID_DEVICEID);
         let p = malloc(MIB);
         // Below current use is allowed; allocations then fail.
         assert_eq!(aclemu_set_device_memory(dev.id, 4096), 0);
@@ -164,10 +155,7 @@ fn usage_rejects_bad_arguments() {
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         assert_eq!(aclemu_get_usage(-1, &mut u), RT_INVALID_DEVICEID);
-        assert_eq!(
-            aclemu_get_usage(DEVICES as i32, &mut u),
-            RT_INVALID_DEVICEID
-        );
+        assert_eq!(aclemu_get_usage(DEVICES as i32, &mut u), RT_INVALID_DEVICEID);
         assert_eq!(aclemu_get_usage(0, null_mut()), INVALID_PARAM);
     }
 }

@@ -30,10 +30,7 @@ fn reservations_and_malloc_share_a_finite_address_window() {
     unsafe {
         let big = reserve(40 * GIB);
         let mut p = null_mut();
-        assert_eq!(
-            aclrtReserveMemAddress(&mut p, 30 * GIB, 0, null_mut(), 0),
-            RT_MEMORY_ALLOCATION
-        );
+        assert_eq!(aclrtReserveMemAddress(&mut p, 30 * GIB, 0, null_mut(), 0), RT_MEMORY_ALLOCATION);
         let rest = reserve(24 * GIB - 4 * MIB);
         // Memory is there, address space is not.
         assert_eq!(aclrtMalloc(&mut p, 8 * MIB, 0), RT_MEMORY_ALLOCATION);

@@ -84,10 +84,7 @@ fn host_and_physical_allocations_fail_with_oom() {
 
         let prop = dev.prop(ACL_HBM_MEM_HUGE);
         arm(c"aclrtMallocPhysical", 1);
-        assert_eq!(
-            aclrtMallocPhysical(&mut h, 2 * MIB, &prop, 0),
-            RT_MEMORY_ALLOCATION
-        );
+        assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &prop, 0), RT_MEMORY_ALLOCATION);
         assert_eq!(dev.usage().physical_count, 0);
         assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &prop, 0), 0);
         assert_eq!(aclrtFreePhysical(h), 0);
@@ -114,10 +111,7 @@ fn map_and_unmap_fail_with_internal_error() {
         assert_eq!(aclrtUnmapMem(base), 0);
         arm(c"aclrtReserveMemAddress", 1);
         let mut p = null_mut();
-        assert_eq!(
-            aclrtReserveMemAddress(&mut p, 2 * MIB, 0, null_mut(), 0),
-            RT_INTERNAL_ERROR
-        );
+        assert_eq!(aclrtReserveMemAddress(&mut p, 2 * MIB, 0, null_mut(), 0), RT_INTERNAL_ERROR);
         assert_eq!(dev.usage().reserved_ranges, 1);
         assert_eq!(aclrtFreePhysical(h), 0);
         assert_eq!(aclrtReleaseMemAddress(base), 0);
@@ -182,10 +176,7 @@ fn create_desc_returns_null_when_armed() {
         let d = aclrtAllocatorCreateDesc();
         assert!(!d.is_null());
         arm(c"aclrtAllocatorRegister", 1);
-        assert_eq!(
-            aclrtAllocatorRegister(0x10usize as *mut c_void, d),
-            RT_INTERNAL_ERROR
-        );
+        assert_eq!(aclrtAllocatorRegister(0x10usize as *mut c_void, d), RT_INTERNAL_ERROR);
         assert_eq!(aclrtAllocatorDestroyDesc(d), 0);
     }
     dev.assert_clean();

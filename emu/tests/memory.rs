@@ -31,10 +31,7 @@ fn malloc_is_aligned_writable_and_charged_with_acl_padding() {
         assert_eq!(p as usize % 64, 0);
         std::ptr::write_bytes(p.cast::<u8>(), 0xab, 100);
         // round_up(100, 32) + 32
-        assert_eq!(
-            (dev.usage().malloc_bytes, dev.usage().malloc_count),
-            (160, 1)
-        );
+        assert_eq!((dev.usage().malloc_bytes, dev.usage().malloc_count), (160, 1));
         let mut q = null_mut();
         // HUGE1G_ONLY: no padding.
         assert_eq!(aclrtMalloc(&mut q, 100, 6), 0);

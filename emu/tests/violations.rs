@@ -89,11 +89,7 @@ fn unregister(s: *mut c_void, d: *mut c_void) {
 }
 
 fn one_block(block: *mut c_void) -> Alloc {
-    Alloc {
-        mode: Mode::OneBlock,
-        block: block as usize,
-        allocs: AtomicUsize::new(0),
-    }
+    Alloc { mode: Mode::OneBlock, block: block as usize, allocs: AtomicUsize::new(0) }
 }
 
 #[test]
@@ -173,11 +169,7 @@ fn acl_free_under_a_held_streams_op_is_caught() {
     let _t = turn();
     let dev = Dev::take();
     let s = stream();
-    let alloc = Alloc {
-        mode: Mode::FreeAtOnce,
-        block: 0,
-        allocs: AtomicUsize::new(0),
-    };
+    let alloc = Alloc { mode: Mode::FreeAtOnce, block: 0, allocs: AtomicUsize::new(0) };
     let d = register(s, &alloc);
     let before = violations();
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.

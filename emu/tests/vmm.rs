@@ -13,48 +13,24 @@ fn reserve_rules() {
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
         let mut p = null_mut();
-        assert_eq!(
-            aclrtReserveMemAddress(null_mut(), 2 * MIB, 0, null_mut(), 0),
-            INVALID_PARAM
-        );
-        assert_eq!(
-            aclrtReserveMemAddress(&mut p, 0, 0, null_mut(), 0),
-            INVALID_PARAM
-        );
-        assert_eq!(
-            aclrtReserveMemAddress(&mut p, 2 * MIB, 0, null_mut(), 2),
-            INVALID_PARAM
-        );
+        assert_eq!(aclrtReserveMemAddress(null_mut(), 2 * MIB, 0, null_mut(), 0), INVALID_PARAM);
+        assert_eq!(aclrtReserveMemAddress(&mut p, 0, 0, null_mut(), 0), INVALID_PARAM);
+        assert_eq!(aclrtReserveMemAddress(&mut p, 2 * MIB, 0, null_mut(), 2), INVALID_PARAM);
         let want = 0x1000_0000_0000usize as *mut c_void;
-        assert_eq!(
-            aclrtReserveMemAddress(&mut p, 2 * MIB, 0, want, 0),
-            INVALID_PARAM
-        );
+        assert_eq!(aclrtReserveMemAddress(&mut p, 2 * MIB, 0, want, 0), INVALID_PARAM);
         assert_eq!(dev.usage().reserved_ranges, 0);
         // The driver refuses any alignment.
-        assert_eq!(
-            aclrtReserveMemAddress(&mut p, 2 * MIB, 2 * MIB, null_mut(), 0),
-            RT_PARAM_INVALID
-        );
+        assert_eq!(aclrtReserveMemAddress(&mut p, 2 * MIB, 2 * MIB, null_mut(), 0), RT_PARAM_INVALID);
         // One reservation is at most 8 TiB.
-        assert_eq!(
-            aclrtReserveMemAddress(&mut p, (8usize << 40) + 1, 0, null_mut(), 0),
-            RT_MEMORY_ALLOCATION
-        );
+        assert_eq!(aclrtReserveMemAddress(&mut p, (8usize << 40) + 1, 0, null_mut(), 0), RT_MEMORY_ALLOCATION);
         assert_eq!(dev.usage().reserved_ranges, 0);
         // flags 1 is kept for older callers; sizes need not be granularity
         // multiples.
-        assert_eq!(
-            aclrtReserveMemAddress(&mut p, 3 * MIB + 5, 0, null_mut(), 1),
-            0
-        );
+        assert_eq!(aclrtReserveMemAddress(&mut p, 3 * MIB + 5, 0, null_mut(), 1), 0);
         assert_eq!(p as usize % (2 * MIB), 0);
         assert_eq!(dev.usage().reserved_ranges, 1);
         assert_eq!(aclrtReleaseMemAddress(null_mut()), INVALID_PARAM);
-        assert_eq!(
-            aclrtReleaseMemAddress(p.cast::<u8>().add(2 * MIB).cast()),
-            RT_PARAM_INVALID
-        );
+        assert_eq!(aclrtReleaseMemAddress(p.cast::<u8>().add(2 * MIB).cast()), RT_PARAM_INVALID);
         assert_eq!(aclrtReleaseMemAddress(p), 0);
         assert_eq!(aclrtReleaseMemAddress(p), RT_PARAM_INVALID);
         // Above 512 MiB: from the base heap, in whole GiB at a GiB boundary.
@@ -81,19 +57,10 @@ fn malloc_physical_prop_checks() {
     unsafe {
         let mut h = null_mut();
         let good = dev.prop(ACL_HBM_MEM_HUGE);
-        assert_eq!(
-            aclrtMallocPhysical(null_mut(), 2 * MIB, &good, 0),
-            INVALID_PARAM
-        );
-        assert_eq!(
-            aclrtMallocPhysical(&mut h, 2 * MIB, null(), 0),
-            INVALID_PARAM
-        );
+        assert_eq!(aclrtMallocPhysical(null_mut(), 2 * MIB, &good, 0), INVALID_PARAM);
+        assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, null(), 0), INVALID_PARAM);
         assert_eq!(aclrtMallocPhysical(&mut h, 0, &good, 0), INVALID_PARAM);
-        assert_eq!(
-            aclrtMallocPhysical(&mut h, 2 * MIB, &good, 1),
-            INVALID_PARAM
-        );
+        assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &good, 1), INVALID_PARAM);
         // Off the 2 MiB granularity: the kernel refuses it.
         assert_eq!(aclrtMallocPhysical(&mut h, 3 * MIB, &good, 0), RT_DRV_INTERNAL);
         assert_eq!(aclrtMallocPhysical(&mut h, 4096, &good, 0), RT_DRV_INTERNAL);
@@ -112,51 +79,20 @@ fn malloc_physical_prop_checks() {
         assert_eq!(aclrtMallocPhysical(&mut h, GIB, &p2p_1g, 0), RT_FEATURE_NOT_SUPPORT);
         assert_eq!(dev.usage().physical_count, 0);
         let bad: [aclrtPhysicalMemProp; 9] = [
-            aclrtPhysicalMemProp {
-                handleType: 2,
-                ..good
-            },
-            aclrtPhysicalMemProp {
-                allocationType: 1,
-                ..good
-            },
-            aclrtPhysicalMemProp {
-                location: aclrtMemLocation {
-                    id: dev.id as u32,
-                    type_: 0,
-                },
-                ..good
-            },
-            aclrtPhysicalMemProp {
-                location: aclrtMemLocation {
-                    id: dev.id as u32,
-                    type_: 2,
-                },
-                ..good
-            },
-            aclrtPhysicalMemProp {
-                location: aclrtMemLocation { id: 99, type_: 1 },
-                ..good
-            },
+            aclrtPhysicalMemProp { handleType: 2, ..good },
+            aclrtPhysicalMemProp { allocationType: 1, ..good },
+            aclrtPhysicalMemProp { location: aclrtMemLocation { id: dev.id as u32, type_: 0 }, ..good },
+            aclrtPhysicalMemProp { location: aclrtMemLocation { id: dev.id as u32, type_: 2 }, ..good },
+            aclrtPhysicalMemProp { location: aclrtMemLocation { id: 99, type_: 1 }, ..good },
             aclrtPhysicalMemProp { memAttr: 0, ..good },
             aclrtPhysicalMemProp { memAttr: 1, ..good },
             aclrtPhysicalMemProp { memAttr: 2, ..good },
-            aclrtPhysicalMemProp {
-                memAttr: 18,
-                ..good
-            },
+            aclrtPhysicalMemProp { memAttr: 18, ..good },
         ];
         for (i, prop) in bad.iter().enumerate() {
-            assert_eq!(
-                aclrtMallocPhysical(&mut h, 2 * MIB, prop, 0),
-                INVALID_PARAM,
-                "bad prop {i}"
-            );
+            assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, prop, 0), INVALID_PARAM, "bad prop {i}");
             let mut g = 0;
-            assert_eq!(
-                aclrtMemGetAllocationGranularity(prop as *const _ as *mut _, 0, &mut g),
-                INVALID_PARAM
-            );
+            assert_eq!(aclrtMemGetAllocationGranularity(prop as *const _ as *mut _, 0, &mut g), INVALID_PARAM);
         }
         // HUGE1G sizes are rounded up to whole GiB.
         let g1 = dev.prop(ACL_HBM_MEM_HUGE1G);
@@ -169,11 +105,7 @@ fn malloc_physical_prop_checks() {
         // Every other huge-or-normal attr works with 2 MiB.
         for attr in [4, 5, 12, 13, 15, 16] {
             let prop = dev.prop(attr);
-            assert_eq!(
-                aclrtMallocPhysical(&mut h, 2 * MIB, &prop, 0),
-                0,
-                "attr {attr}"
-            );
+            assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &prop, 0), 0, "attr {attr}");
             assert_eq!(aclrtFreePhysical(h), 0);
         }
         assert_eq!(aclrtFreePhysical(null_mut()), INVALID_PARAM);
@@ -197,18 +129,9 @@ fn granularity_query() {
         assert_eq!(g, 2 * MIB);
         assert_eq!(aclrtMemGetAllocationGranularity(&mut g1, 0, &mut g), 0);
         assert_eq!(g, GIB);
-        assert_eq!(
-            aclrtMemGetAllocationGranularity(null_mut(), 0, &mut g),
-            INVALID_PARAM
-        );
-        assert_eq!(
-            aclrtMemGetAllocationGranularity(&mut huge, 0, null_mut()),
-            INVALID_PARAM
-        );
-        assert_eq!(
-            aclrtMemGetAllocationGranularity(&mut huge, 0xFFFF, &mut g),
-            INVALID_PARAM
-        );
+        assert_eq!(aclrtMemGetAllocationGranularity(null_mut(), 0, &mut g), INVALID_PARAM);
+        assert_eq!(aclrtMemGetAllocationGranularity(&mut huge, 0, null_mut()), INVALID_PARAM);
+        assert_eq!(aclrtMemGetAllocationGranularity(&mut huge, 0xFFFF, &mut g), INVALID_PARAM);
     }
     dev.assert_clean();
 }
@@ -233,34 +156,16 @@ fn map_rules() {
         assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h4, 0), RT_DRV_INTERNAL);
         // ...outside the reservation, straddling its end, misaligned.
         let mut local = [0u8; 64];
-        assert_eq!(
-            aclrtMapMem(local.as_mut_ptr().cast(), 2 * MIB, 0, h, 0),
-            RT_DRV_INTERNAL
-        );
-        assert_eq!(
-            aclrtMapMem(b.add(8 * MIB).cast(), 2 * MIB, 0, h, 0),
-            RT_DRV_INTERNAL
-        );
-        assert_eq!(
-            aclrtMapMem(b.add(6 * MIB).cast(), 4 * MIB, 0, h4, 0),
-            RT_DRV_INTERNAL
-        );
-        assert_eq!(
-            aclrtMapMem(b.add(4096).cast(), 2 * MIB, 0, h, 0),
-            RT_DRV_INTERNAL
-        );
+        assert_eq!(aclrtMapMem(local.as_mut_ptr().cast(), 2 * MIB, 0, h, 0), RT_DRV_INTERNAL);
+        assert_eq!(aclrtMapMem(b.add(8 * MIB).cast(), 2 * MIB, 0, h, 0), RT_DRV_INTERNAL);
+        assert_eq!(aclrtMapMem(b.add(6 * MIB).cast(), 4 * MIB, 0, h4, 0), RT_DRV_INTERNAL);
+        assert_eq!(aclrtMapMem(b.add(4096).cast(), 2 * MIB, 0, h, 0), RT_DRV_INTERNAL);
         // Unknown handles.
-        assert_eq!(
-            aclrtMapMem(base, 2 * MIB, 0, 0x1234usize as *mut c_void, 0),
-            RT_INVALID_HANDLE
-        );
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, 0x1234usize as *mut c_void, 0), RT_INVALID_HANDLE);
         assert_eq!(dev.usage().mapped_bytes, 0);
         // Any granule-aligned offset inside works; overlaps do not.
         assert_eq!(aclrtMapMem(b.add(2 * MIB).cast(), 4 * MIB, 0, h4, 0), 0);
-        assert_eq!(
-            aclrtMapMem(b.add(4 * MIB).cast(), 2 * MIB, 0, h, 0),
-            RT_DRV_INTERNAL
-        );
+        assert_eq!(aclrtMapMem(b.add(4 * MIB).cast(), 2 * MIB, 0, h, 0), RT_DRV_INTERNAL);
         assert_eq!(aclrtMapMem(base, 4 * MIB, 0, h4, 0), RT_DRV_INTERNAL);
         assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h, 0), 0);
         assert_eq!(dev.usage().mapped_bytes, (6 * MIB) as u64);
@@ -343,10 +248,7 @@ fn physical_capacity_exhaustion_and_recovery() {
         let b = physical(&dev, 2 * MIB);
         let mut c = null_mut();
         let prop = dev.prop(ACL_HBM_MEM_HUGE);
-        assert_eq!(
-            aclrtMallocPhysical(&mut c, 2 * MIB, &prop, 0),
-            RT_MEMORY_ALLOCATION
-        );
+        assert_eq!(aclrtMallocPhysical(&mut c, 2 * MIB, &prop, 0), RT_MEMORY_ALLOCATION);
         // aclrtMalloc shares the same budget.
         assert_eq!(aclrtMalloc(&mut c, 64, 0), RT_MEMORY_ALLOCATION);
         assert_eq!(aclrtFreePhysical(a), 0);
@@ -369,10 +271,7 @@ fn sync_copy_between_mapped_ranges_is_d2d() {
         // DEFAULT between device buffers: refused by the sync call.
         assert_eq!(aclrtMemcpy2d(base, 64, d, 64, 64, 1, 4), RT_PARAM_INVALID);
         let src = [9u8; 64];
-        assert_eq!(
-            aclrtMemcpy2d(base, 64, src.as_ptr().cast(), 64, 64, 1, 4),
-            0
-        );
+        assert_eq!(aclrtMemcpy2d(base, 64, src.as_ptr().cast(), 64, 64, 1, 4), 0);
         assert_eq!(*base.cast::<u8>().add(63), 9);
         assert_eq!(aclrtFree(d), 0);
         assert_eq!(aclrtUnmapMem(base), 0);

@@ -7,9 +7,7 @@ use common::*;
 use std::ptr::null_mut;
 
 fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.count())
-        .unwrap_or(0)
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
 }
 
 #[test]
@@ -19,10 +17,7 @@ fn hundred_thousand_handles_and_thousands_of_mappings() {
     let dev = Dev::take();
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
-        assert_eq!(
-            aclemu_set_device_memory(dev.id, (HANDLES * 2 * MIB) as u64),
-            0
-        );
+        assert_eq!(aclemu_set_device_memory(dev.id, (HANDLES * 2 * MIB) as u64), 0);
         let fds_before = open_fds();
         let prop = dev.prop(ACL_HBM_MEM_HUGE);
         let mut handles = Vec::with_capacity(HANDLES);
@@ -36,14 +31,8 @@ fn hundred_thousand_handles_and_thousands_of_mappings() {
         assert_eq!(u.physical_bytes, (HANDLES * 2 * MIB) as u64);
         // The budget is exactly used up.
         let mut h = null_mut();
-        assert_eq!(
-            aclrtMallocPhysical(&mut h, 2 * MIB, &prop, 0),
-            RT_MEMORY_ALLOCATION
-        );
-        assert!(
-            open_fds() <= fds_before + 1,
-            "one memfd per device, not per handle"
-        );
+        assert_eq!(aclrtMallocPhysical(&mut h, 2 * MIB, &prop, 0), RT_MEMORY_ALLOCATION);
+        assert!(open_fds() <= fds_before + 1, "one memfd per device, not per handle");
 
         let base = reserve(MAPPED * 2 * MIB).cast::<u8>();
         for (i, &h) in handles[..MAPPED].iter().enumerate() {

@@ -37,9 +37,7 @@ impl Key {
 
     /// Looks a key up by its exact (case-sensitive) name.
     pub fn from_name(name: &str) -> Option<Key> {
-        KEYS.iter()
-            .find(|spec| spec.name == name)
-            .map(|spec| spec.key)
+        KEYS.iter().find(|spec| spec.name == name).map(|spec| spec.key)
     }
 
     /// A bit unique to this key, for "seen" sets.
@@ -245,11 +243,7 @@ pub fn key_list() -> String {
 pub fn help_text() -> String {
     let mut out = String::from("npualloc configuration: \"key:value,key:value\"\n\n");
     for spec in KEYS {
-        let unit = if spec.unit.is_empty() {
-            String::new()
-        } else {
-            format!(", unit {}", spec.unit)
-        };
+        let unit = if spec.unit.is_empty() { String::new() } else { format!(", unit {}", spec.unit) };
         out.push_str(&format!(
             "  {}:{}  (default {}{})\n      {}\n",
             spec.name,
@@ -269,11 +263,7 @@ mod tests {
     #[test]
     fn table_rows_match_key_order() {
         for (i, spec) in KEYS.iter().enumerate() {
-            assert_eq!(
-                spec.key as usize, i,
-                "row {i} ({}) is out of place",
-                spec.name
-            );
+            assert_eq!(spec.key as usize, i, "row {i} ({}) is out of place", spec.name);
             assert_eq!(Key::from_name(spec.name), Some(spec.key));
             assert_eq!(spec.key.name(), spec.name);
         }

@@ -79,9 +79,7 @@ impl PageSize {
 
     /// Reads `2m`, `20m` or `1g` in any letter case.
     pub fn from_name(s: &str) -> Option<PageSize> {
-        [PageSize::Mib2, PageSize::Mib20, PageSize::Gib1]
-            .into_iter()
-            .find(|p| p.as_str().eq_ignore_ascii_case(s))
+        [PageSize::Mib2, PageSize::Mib20, PageSize::Gib1].into_iter().find(|p| p.as_str().eq_ignore_ascii_case(s))
     }
 }
 
@@ -164,16 +162,10 @@ fn from_env_value(value: Option<OsString>) -> Result<Config, Error> {
         return Ok(Config::default());
     };
     let Ok(value) = value.into_string() else {
-        return Err(Error::bad_config(
-            ENV_VAR,
-            "the variable is not valid UTF-8",
-        ));
+        return Err(Error::bad_config(ENV_VAR, "the variable is not valid UTF-8"));
     };
     Config::parse(&value).map_err(|e| match e {
-        Error::BadConfig { key, reason } => Error::BadConfig {
-            key,
-            reason: format!("{reason} (in {ENV_VAR})"),
-        },
+        Error::BadConfig { key, reason } => Error::BadConfig { key, reason: format!("{reason} (in {ENV_VAR})") },
         other => other,
     })
 }
@@ -199,11 +191,7 @@ impl fmt::Display for Config {
             entry(f, Key::GarbageCollectionThreshold, &t)?;
         }
         if self.roundup_power2_divisions != RoundupDivisions::none() {
-            entry(
-                f,
-                Key::RoundupPower2Divisions,
-                &self.roundup_power2_divisions,
-            )?;
+            entry(f, Key::RoundupPower2Divisions, &self.roundup_power2_divisions)?;
         }
         if let Some(fraction) = self.per_process_memory_fraction {
             entry(f, Key::PerProcessMemoryFraction, &fraction)?;

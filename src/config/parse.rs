@@ -25,25 +25,16 @@ pub(super) fn parse(s: &str) -> Result<Config, Error> {
         let Some((name, value)) = entry.split_once(':') else {
             return Err(Error::bad_config(
                 entry,
-                format!(
-                    "expected 'key:value', got '{entry}' (no ':'); valid keys: {}",
-                    keys::key_list()
-                ),
+                format!("expected 'key:value', got '{entry}' (no ':'); valid keys: {}", keys::key_list()),
             ));
         };
         let (name, value) = (name.trim(), value.trim());
         if name.is_empty() {
-            return Err(Error::bad_config(
-                entry,
-                format!("entry '{entry}' has no key before ':'"),
-            ));
+            return Err(Error::bad_config(entry, format!("entry '{entry}' has no key before ':'")));
         }
         let key = Key::from_name(name).ok_or_else(|| unknown_key(name))?;
         if seen & key.bit() != 0 {
-            return Err(Error::bad_config(
-                name,
-                "given more than once; each key may appear only once",
-            ));
+            return Err(Error::bad_config(name, "given more than once; each key may appear only once"));
         }
         seen |= key.bit();
         apply(&mut config, key, value)?;
@@ -54,10 +45,7 @@ pub(super) fn parse(s: &str) -> Result<Config, Error> {
 
 fn unknown_key(name: &str) -> Error {
     let reason = if FOREIGN_KEYS.contains(&name) {
-        format!(
-            "a PyTorch/torch_npu allocator key that npualloc does not support; valid keys: {}",
-            keys::key_list()
-        )
+        format!("a PyTorch/torch_npu allocator key that npualloc does not support; valid keys: {}", keys::key_list())
     } else {
         format!("unknown key; valid keys: {}", keys::key_list())
     };
@@ -94,17 +82,11 @@ fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
             let t = parse_number(key, value, "a number between 0 and 1 (exclusive)")?;
             // Written so that NaN fails too.
             if !(t > 0.0 && t < 1.0) {
-                return Err(bad_value(
-                    key,
-                    "a number between 0 and 1 (exclusive)",
-                    value,
-                ));
+                return Err(bad_value(key, "a number between 0 and 1 (exclusive)", value));
             }
             config.garbage_collection_threshold = Some(t);
         }
-        Key::RoundupPower2Divisions => {
-            config.roundup_power2_divisions = parse_divisions(key, value)?
-        }
+        Key::RoundupPower2Divisions => config.roundup_power2_divisions = parse_divisions(key, value)?,
         Key::PerProcessMemoryFraction => {
             let what = "a number greater than 0 and at most 1";
             let fraction = parse_number(key, value, what)?;
@@ -114,8 +96,7 @@ fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
             config.per_process_memory_fraction = Some(fraction);
         }
         Key::PageSize => {
-            config.page_size = PageSize::from_name(value)
-                .ok_or_else(|| bad_value(key, "one of 2m, 20m, 1g", value))?;
+            config.page_size = PageSize::from_name(value).ok_or_else(|| bad_value(key, "one of 2m, 20m, 1g", value))?;
         }
         Key::ReleaseThresholdMb => config.release_threshold = Some(parse_size(key, value)?),
         Key::Trace => config.trace = Some(PathBuf::from(parse_path(key, value)?)),
@@ -137,10 +118,7 @@ fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
 
 /// "KEY must be WHAT, got 'VALUE'".
 fn bad_value(key: Key, what: &str, value: &str) -> Error {
-    Error::bad_config(
-        key.name(),
-        format!("{} must be {what}, got '{value}'", key.name()),
-    )
+    Error::bad_config(key.name(), format!("{} must be {what}, got '{value}'", key.name()))
 }
 
 fn parse_bool(key: Key, value: &str) -> Result<bool, Error> {
@@ -150,25 +128,18 @@ fn parse_bool(key: Key, value: &str) -> Result<bool, Error> {
     } else if value.eq_ignore_ascii_case("false") || value == "0" {
         Ok(false)
     } else {
-        Err(bad_value(
-            key,
-            "true or false (True/False/1/0 also accepted)",
-            value,
-        ))
+        Err(bad_value(key, "true or false (True/False/1/0 also accepted)", value))
     }
 }
 
 fn parse_size(key: Key, value: &str) -> Result<usize, Error> {
     size::parse_mib(value).map_err(|e| match e {
-        SizeError::Syntax => bad_value(
-            key,
-            "a whole number of MiB, or a number with a unit suffix (b, k, m, g, t)",
-            value,
-        ),
-        SizeError::TooLarge => Error::bad_config(
-            key.name(),
-            format!("{} is too large: '{value}' bytes overflow", key.name()),
-        ),
+        SizeError::Syntax => {
+            bad_value(key, "a whole number of MiB, or a number with a unit suffix (b, k, m, g, t)", value)
+        }
+        SizeError::TooLarge => {
+            Error::bad_config(key.name(), format!("{} is too large: '{value}' bytes overflow", key.name()))
+        }
     })
 }
 
@@ -181,10 +152,7 @@ fn parse_number(key: Key, value: &str, what: &str) -> Result<f64, Error> {
 
 fn parse_path(key: Key, value: &str) -> Result<&str, Error> {
     if value.is_empty() {
-        Err(Error::bad_config(
-            key.name(),
-            format!("{} needs a path, got an empty value", key.name()),
-        ))
+        Err(Error::bad_config(key.name(), format!("{} needs a path, got an empty value", key.name())))
     } else {
         Ok(value)
     }
@@ -195,10 +163,7 @@ fn parse_divisions(key: Key, value: &str) -> Result<RoundupDivisions, Error> {
     let bad = |detail: String| {
         Error::bad_config(
             key.name(),
-            format!(
-                "{} must be 0, a power of two, or a list like [256:1,512:2,>:4]: {detail}",
-                key.name()
-            ),
+            format!("{} must be 0, a power of two, or a list like [256:1,512:2,>:4]: {detail}", key.name()),
         )
     };
     let number = |s: &str| -> Result<usize, Error> {
@@ -206,14 +171,12 @@ fn parse_divisions(key: Key, value: &str) -> Result<RoundupDivisions, Error> {
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
             return Err(bad(format!("'{s}' is not a whole number")));
         }
-        s.parse::<usize>()
-            .map_err(|_| bad(format!("'{s}' is too large")))
+        s.parse::<usize>().map_err(|_| bad(format!("'{s}' is too large")))
     };
 
     let Some(inner) = value.strip_prefix('[') else {
         let divisions = number(value)?;
-        return RoundupDivisions::uniform(divisions)
-            .map_err(|e| bad(format!("{e} (in '{value}')")));
+        return RoundupDivisions::uniform(divisions).map_err(|e| bad(format!("{e} (in '{value}')")));
     };
     let Some(inner) = inner.strip_suffix(']') else {
         return Err(bad(format!("'{value}' has no closing ']'")));
@@ -229,9 +192,7 @@ fn parse_divisions(key: Key, value: &str) -> Result<RoundupDivisions, Error> {
             return Err(bad(format!("entry '{item}' is not 'size_mb:divisions'")));
         };
         if rest.is_some() {
-            return Err(bad(format!(
-                "entry '{item}' follows the '>' entry, which must be last"
-            )));
+            return Err(bad(format!("entry '{item}' follows the '>' entry, which must be last")));
         }
         let divisions = number(divisions)?;
         if bound.trim() == ">" {
@@ -240,8 +201,7 @@ fn parse_divisions(key: Key, value: &str) -> Result<RoundupDivisions, Error> {
             entries.push((number(bound)?, divisions));
         }
     }
-    RoundupDivisions::from_list(&entries, rest.unwrap_or(0))
-        .map_err(|e| bad(format!("{e} (in '{value}')")))
+    RoundupDivisions::from_list(&entries, rest.unwrap_or(0)).map_err(|e| bad(format!("{e} (in '{value}')")))
 }
 
 /// Splits a config string into entries at top-level commas. A
@@ -255,10 +215,7 @@ struct Entries<'a> {
 
 impl<'a> Entries<'a> {
     fn new(s: &'a str) -> Self {
-        Entries {
-            rest: s,
-            done: false,
-        }
+        Entries { rest: s, done: false }
     }
 }
 

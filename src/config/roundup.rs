@@ -77,10 +77,7 @@ impl RoundupDivisions {
 
     /// The same number of divisions for every size.
     pub fn uniform(divisions: usize) -> Result<Self, DivisionsError> {
-        Ok(Self {
-            below: Vec::new(),
-            rest: check_divisions(divisions)?,
-        })
+        Ok(Self { below: Vec::new(), rest: check_divisions(divisions)? })
     }
 
     /// A list: each `(bound_mib, divisions)` gives the divisions for sizes
@@ -95,22 +92,14 @@ impl RoundupDivisions {
             }
             if let Some(previous) = previous {
                 if bound_mib <= previous {
-                    return Err(DivisionsError::BoundsNotIncreasing {
-                        bound: bound_mib,
-                        previous,
-                    });
+                    return Err(DivisionsError::BoundsNotIncreasing { bound: bound_mib, previous });
                 }
             }
-            let bound = bound_mib
-                .checked_mul(MIB)
-                .ok_or(DivisionsError::BoundTooLarge(bound_mib))?;
+            let bound = bound_mib.checked_mul(MIB).ok_or(DivisionsError::BoundTooLarge(bound_mib))?;
             below.push((bound, check_divisions(divisions)?));
             previous = Some(bound_mib);
         }
-        Ok(Self {
-            below,
-            rest: check_divisions(rest)?,
-        })
+        Ok(Self { below, rest: check_divisions(rest)? })
     }
 
     /// True when no size is rounded.
@@ -247,46 +236,22 @@ mod tests {
 
     #[test]
     fn constructors_validate() {
-        assert_eq!(
-            RoundupDivisions::uniform(3),
-            Err(DivisionsError::DivisionsNotPowerOfTwo(3))
-        );
+        assert_eq!(RoundupDivisions::uniform(3), Err(DivisionsError::DivisionsNotPowerOfTwo(3)));
         assert!(RoundupDivisions::uniform(0).is_ok());
-        assert_eq!(
-            RoundupDivisions::from_list(&[(300, 1)], 0),
-            Err(DivisionsError::BoundNotPowerOfTwo(300))
-        );
-        assert_eq!(
-            RoundupDivisions::from_list(&[(0, 1)], 0),
-            Err(DivisionsError::BoundNotPowerOfTwo(0))
-        );
+        assert_eq!(RoundupDivisions::from_list(&[(300, 1)], 0), Err(DivisionsError::BoundNotPowerOfTwo(300)));
+        assert_eq!(RoundupDivisions::from_list(&[(0, 1)], 0), Err(DivisionsError::BoundNotPowerOfTwo(0)));
         assert_eq!(
             RoundupDivisions::from_list(&[(512, 1), (256, 2)], 0),
-            Err(DivisionsError::BoundsNotIncreasing {
-                bound: 256,
-                previous: 512
-            })
+            Err(DivisionsError::BoundsNotIncreasing { bound: 256, previous: 512 })
         );
         assert_eq!(
             RoundupDivisions::from_list(&[(512, 1), (512, 2)], 0),
-            Err(DivisionsError::BoundsNotIncreasing {
-                bound: 512,
-                previous: 512
-            })
+            Err(DivisionsError::BoundsNotIncreasing { bound: 512, previous: 512 })
         );
         let huge = 1usize << (usize::BITS - 1);
-        assert_eq!(
-            RoundupDivisions::from_list(&[(huge, 1)], 0),
-            Err(DivisionsError::BoundTooLarge(huge))
-        );
-        assert_eq!(
-            RoundupDivisions::from_list(&[(256, 6)], 0),
-            Err(DivisionsError::DivisionsNotPowerOfTwo(6))
-        );
-        assert_eq!(
-            RoundupDivisions::from_list(&[], 5),
-            Err(DivisionsError::DivisionsNotPowerOfTwo(5))
-        );
+        assert_eq!(RoundupDivisions::from_list(&[(huge, 1)], 0), Err(DivisionsError::BoundTooLarge(huge)));
+        assert_eq!(RoundupDivisions::from_list(&[(256, 6)], 0), Err(DivisionsError::DivisionsNotPowerOfTwo(6)));
+        assert_eq!(RoundupDivisions::from_list(&[], 5), Err(DivisionsError::DivisionsNotPowerOfTwo(5)));
     }
 
     #[test]
@@ -298,9 +263,6 @@ mod tests {
         let d = RoundupDivisions::from_list(&[(256, 1)], 0).unwrap();
         assert_eq!(d.to_string(), "[256:1]");
         // A list with only '>' is the uniform value.
-        assert_eq!(
-            RoundupDivisions::from_list(&[], 8).unwrap(),
-            RoundupDivisions::uniform(8).unwrap()
-        );
+        assert_eq!(RoundupDivisions::from_list(&[], 8).unwrap(), RoundupDivisions::uniform(8).unwrap());
     }
 }

@@ -80,9 +80,7 @@ mod tests {
 
     #[test]
     fn syntax_errors() {
-        for s in [
-            "", "k", "-1", "+1", "1.5", "1 m", "1x", "1mm", "0x10", " 1", "1e3",
-        ] {
+        for s in ["", "k", "-1", "+1", "1.5", "1 m", "1x", "1mm", "0x10", " 1", "1e3"] {
             assert_eq!(parse_mib(s), Err(SizeError::Syntax), "{s:?}");
         }
     }
@@ -101,18 +99,7 @@ mod tests {
 
     #[test]
     fn format_round_trips() {
-        for bytes in [
-            0,
-            1,
-            511,
-            512,
-            KIB,
-            1536 * KIB,
-            MIB,
-            20 * MIB,
-            usize::MAX,
-            usize::MAX - MIB + 1,
-        ] {
+        for bytes in [0, 1, 511, 512, KIB, 1536 * KIB, MIB, 20 * MIB, usize::MAX, usize::MAX - MIB + 1] {
             assert_eq!(parse_mib(&format_mib(bytes)), Ok(bytes), "{bytes}");
         }
         assert_eq!(format_mib(20 * MIB), "20");

@@ -119,16 +119,10 @@ fn first_error_wins() {
 #[test]
 fn expandable_segments_values() {
     for (s, v) in [("True", true), ("true", true), ("TRUE", true), ("1", true)] {
-        assert_eq!(
-            ok(&format!("expandable_segments:{s}")).expandable_segments,
-            Some(v)
-        );
+        assert_eq!(ok(&format!("expandable_segments:{s}")).expandable_segments, Some(v));
     }
     for s in ["False", "false", "0"] {
-        assert_eq!(
-            ok(&format!("expandable_segments:{s}")).expandable_segments,
-            Some(false)
-        );
+        assert_eq!(ok(&format!("expandable_segments:{s}")).expandable_segments, Some(false));
     }
     for s in ["yes", "", "2", "on", "truee", "t"] {
         let reason = bad(&format!("expandable_segments:{s}"), "expandable_segments");
@@ -144,10 +138,7 @@ fn max_split_size_boundaries() {
     assert_eq!(ok("max_split_size_mb:20").max_split_size, Some(20 * MIB));
     assert_eq!(ok("max_split_size_mb:21").max_split_size, Some(21 * MIB));
     assert_eq!(ok("max_split_size_mb:1g").max_split_size, Some(1 << 30));
-    assert_eq!(
-        ok("max_split_size_mb:20480k").max_split_size,
-        Some(20 * MIB)
-    );
+    assert_eq!(ok("max_split_size_mb:20480k").max_split_size, Some(20 * MIB));
     for s in ["19", "0", "20479k", "20971519b"] {
         let reason = bad(&format!("max_split_size_mb:{s}"), "max_split_size_mb");
         assert!(reason.contains("at least 20"), "{reason}");
@@ -171,25 +162,11 @@ fn max_split_size_syntax_and_overflow() {
 
 #[test]
 fn garbage_collection_threshold_boundaries() {
-    assert_eq!(
-        ok("garbage_collection_threshold:0.5").garbage_collection_threshold,
-        Some(0.5)
-    );
-    assert_eq!(
-        ok("garbage_collection_threshold:0.000001").garbage_collection_threshold,
-        Some(1e-6)
-    );
-    assert_eq!(
-        ok("garbage_collection_threshold:.999").garbage_collection_threshold,
-        Some(0.999)
-    );
-    for s in [
-        "0", "1", "0.0", "1.0", "1.5", "-0.5", "NaN", "inf", "", "half", "0;5",
-    ] {
-        let reason = bad(
-            &format!("garbage_collection_threshold:{s}"),
-            "garbage_collection_threshold",
-        );
+    assert_eq!(ok("garbage_collection_threshold:0.5").garbage_collection_threshold, Some(0.5));
+    assert_eq!(ok("garbage_collection_threshold:0.000001").garbage_collection_threshold, Some(1e-6));
+    assert_eq!(ok("garbage_collection_threshold:.999").garbage_collection_threshold, Some(0.999));
+    for s in ["0", "1", "0.0", "1.0", "1.5", "-0.5", "NaN", "inf", "", "half", "0;5"] {
+        let reason = bad(&format!("garbage_collection_threshold:{s}"), "garbage_collection_threshold");
         assert!(reason.contains("between 0 and 1 (exclusive)"), "{reason}");
         assert!(reason.contains(&format!("got '{s}'")), "{reason}");
     }
@@ -205,27 +182,12 @@ fn garbage_collection_threshold_boundaries() {
 
 #[test]
 fn per_process_memory_fraction_boundaries() {
-    assert_eq!(
-        ok("per_process_memory_fraction:1").per_process_memory_fraction,
-        Some(1.0)
-    );
-    assert_eq!(
-        ok("per_process_memory_fraction:1.0").per_process_memory_fraction,
-        Some(1.0)
-    );
-    assert_eq!(
-        ok("per_process_memory_fraction:0.25").per_process_memory_fraction,
-        Some(0.25)
-    );
-    assert_eq!(
-        ok("per_process_memory_fraction:1e-3").per_process_memory_fraction,
-        Some(0.001)
-    );
+    assert_eq!(ok("per_process_memory_fraction:1").per_process_memory_fraction, Some(1.0));
+    assert_eq!(ok("per_process_memory_fraction:1.0").per_process_memory_fraction, Some(1.0));
+    assert_eq!(ok("per_process_memory_fraction:0.25").per_process_memory_fraction, Some(0.25));
+    assert_eq!(ok("per_process_memory_fraction:1e-3").per_process_memory_fraction, Some(0.001));
     for s in ["0", "0.0", "-0", "1.0000001", "2", "-1", "nan", "", "most"] {
-        let reason = bad(
-            &format!("per_process_memory_fraction:{s}"),
-            "per_process_memory_fraction",
-        );
+        let reason = bad(&format!("per_process_memory_fraction:{s}"), "per_process_memory_fraction");
         assert!(reason.contains("greater than 0 and at most 1"), "{reason}");
     }
 }
@@ -256,25 +218,13 @@ fn page_size_values() {
 #[test]
 fn release_threshold_values() {
     assert_eq!(ok("release_threshold_mb:0").release_threshold, Some(0));
-    assert_eq!(
-        ok("release_threshold_mb:512").release_threshold,
-        Some(512 * MIB)
-    );
-    assert_eq!(
-        ok("release_threshold_mb:1536k").release_threshold,
-        Some(1536 * KIB)
-    );
-    assert_eq!(
-        ok("release_threshold_mb:2G").release_threshold,
-        Some(2 << 30)
-    );
+    assert_eq!(ok("release_threshold_mb:512").release_threshold, Some(512 * MIB));
+    assert_eq!(ok("release_threshold_mb:1536k").release_threshold, Some(1536 * KIB));
+    assert_eq!(ok("release_threshold_mb:2G").release_threshold, Some(2 << 30));
     for s in ["-1", "1.5", "", "lots"] {
         bad(&format!("release_threshold_mb:{s}"), "release_threshold_mb");
     }
-    let reason = bad(
-        "release_threshold_mb:99999999999999999999",
-        "release_threshold_mb",
-    );
+    let reason = bad("release_threshold_mb:99999999999999999999", "release_threshold_mb");
     assert!(reason.contains("too large"), "{reason}");
 }
 
@@ -312,22 +262,11 @@ fn empty_paths_are_refused() {
 fn divisions_single_value() {
     for d in [0usize, 1, 2, 4, 8, 16, 1024] {
         let c = ok(&format!("roundup_power2_divisions:{d}"));
-        assert_eq!(
-            c.roundup_power2_divisions,
-            RoundupDivisions::uniform(d).unwrap()
-        );
+        assert_eq!(c.roundup_power2_divisions, RoundupDivisions::uniform(d).unwrap());
     }
-    assert_eq!(
-        ok("roundup_power2_divisions:4")
-            .roundup_power2_divisions
-            .round(1200),
-        1280
-    );
+    assert_eq!(ok("roundup_power2_divisions:4").roundup_power2_divisions.round(1200), 1280);
     for s in ["3", "6", "-2", "", "four", "2.0", "99999999999999999999"] {
-        let reason = bad(
-            &format!("roundup_power2_divisions:{s}"),
-            "roundup_power2_divisions",
-        );
+        let reason = bad(&format!("roundup_power2_divisions:{s}"), "roundup_power2_divisions");
         assert!(reason.contains("power of two"), "{reason}");
     }
 }
@@ -346,16 +285,8 @@ fn divisions_list_with_commas() {
     let c2 = ok("roundup_power2_divisions: [ 256 : 1 , 512:2, 1024 :4 , > : 8 ]");
     assert_eq!(c2.roundup_power2_divisions, *d);
     // '>' alone, and no '>'.
-    assert_eq!(
-        ok("roundup_power2_divisions:[>:4]").roundup_power2_divisions,
-        RoundupDivisions::uniform(4).unwrap()
-    );
-    assert_eq!(
-        ok("roundup_power2_divisions:[64:2]")
-            .roundup_power2_divisions
-            .divisions_for(64 * MIB),
-        0
-    );
+    assert_eq!(ok("roundup_power2_divisions:[>:4]").roundup_power2_divisions, RoundupDivisions::uniform(4).unwrap());
+    assert_eq!(ok("roundup_power2_divisions:[64:2]").roundup_power2_divisions.divisions_for(64 * MIB), 0);
 }
 
 #[test]
@@ -379,10 +310,7 @@ fn divisions_list_errors() {
         ("[17592186044416:1]", "too large"),
     ];
     for (value, expect) in cases {
-        let reason = bad(
-            &format!("roundup_power2_divisions:{value}"),
-            "roundup_power2_divisions",
-        );
+        let reason = bad(&format!("roundup_power2_divisions:{value}"), "roundup_power2_divisions");
         assert!(reason.contains(expect), "{value}: {reason}");
     }
 }
@@ -401,10 +329,7 @@ fn expandable_segments_with_max_split_size_is_refused() {
         assert!(reason.contains("without bound"), "{reason}");
         assert!(reason.contains("123548"), "{reason}");
     }
-    assert_eq!(
-        ok("expandable_segments:false,max_split_size_mb:64").max_split_size,
-        Some(64 * MIB)
-    );
+    assert_eq!(ok("expandable_segments:false,max_split_size_mb:64").max_split_size, Some(64 * MIB));
     assert_eq!(ok("max_split_size_mb:64").max_split_size, Some(64 * MIB));
 }
 
@@ -414,23 +339,11 @@ fn expandable_segments_with_max_split_size_is_refused() {
 fn display_is_canonical() {
     assert_eq!(Config::default().to_string(), "");
     // Values equal to the default are not written.
-    assert_eq!(
-        ok(" page_size : 2m , roundup_power2_divisions:0").to_string(),
-        ""
-    );
+    assert_eq!(ok(" page_size : 2m , roundup_power2_divisions:0").to_string(), "");
     // Equal configs display the same, whatever the spelling.
-    assert_eq!(
-        ok("expandable_segments:1").to_string(),
-        ok("expandable_segments:True").to_string()
-    );
-    assert_eq!(
-        ok("max_split_size_mb:1g").to_string(),
-        ok("max_split_size_mb:1024").to_string()
-    );
-    assert_eq!(
-        ok("roundup_power2_divisions:[>:4]").to_string(),
-        "roundup_power2_divisions:4"
-    );
+    assert_eq!(ok("expandable_segments:1").to_string(), ok("expandable_segments:True").to_string());
+    assert_eq!(ok("max_split_size_mb:1g").to_string(), ok("max_split_size_mb:1024").to_string());
+    assert_eq!(ok("roundup_power2_divisions:[>:4]").to_string(), "roundup_power2_divisions:4");
 }
 
 #[test]
@@ -467,11 +380,7 @@ fn display_round_trips() {
         let c = ok(s);
         let shown = c.to_string();
         assert_eq!(ok(&shown), c, "{s:?} displayed as {shown:?}");
-        assert_eq!(
-            ok(&shown).to_string(),
-            shown,
-            "{s:?}: display is not a fixed point"
-        );
+        assert_eq!(ok(&shown).to_string(), shown, "{s:?}: display is not a fixed point");
     }
 }
 
@@ -484,10 +393,7 @@ fn display_examples() {
         "expandable_segments:true,garbage_collection_threshold:0.8,roundup_power2_divisions:[256:1,>:4],\
          per_process_memory_fraction:1,page_size:1g,release_threshold_mb:1536k,trace:/tmp/a:b,acl_library:/x/lib.so"
     );
-    assert_eq!(
-        ok("max_split_size_mb:2g").to_string(),
-        "max_split_size_mb:2048"
-    );
+    assert_eq!(ok("max_split_size_mb:2g").to_string(), "max_split_size_mb:2048");
 }
 
 // ---- sources: environment and C ----
@@ -495,16 +401,8 @@ fn display_examples() {
 #[test]
 fn env_value() {
     assert_eq!(from_env_value(None).unwrap(), Config::default());
-    assert_eq!(
-        from_env_value(Some(OsString::new())).unwrap(),
-        Config::default()
-    );
-    assert_eq!(
-        from_env_value(Some("page_size:2m".into()))
-            .unwrap()
-            .page_size,
-        PageSize::Mib2
-    );
+    assert_eq!(from_env_value(Some(OsString::new())).unwrap(), Config::default());
+    assert_eq!(from_env_value(Some("page_size:2m".into())).unwrap().page_size, PageSize::Mib2);
     match from_env_value(Some("page_size:3m".into())) {
         Err(Error::BadConfig { key, reason }) => {
             assert_eq!(key, "page_size");
@@ -524,15 +422,9 @@ fn env_value() {
 
 #[test]
 fn from_c_uses_the_string_when_given() {
-    assert_eq!(
-        Config::from_c(Some("page_size:1g")).unwrap().page_size,
-        PageSize::Gib1
-    );
+    assert_eq!(Config::from_c(Some("page_size:1g")).unwrap().page_size, PageSize::Gib1);
     assert_eq!(Config::from_c(Some("")).unwrap(), Config::default());
-    assert!(matches!(
-        Config::from_c(Some("bogus:1")),
-        Err(Error::BadConfig { .. })
-    ));
+    assert!(matches!(Config::from_c(Some("bogus:1")), Err(Error::BadConfig { .. })));
 }
 
 // ---- property: any input either parses or names a key or an entry ----
@@ -568,11 +460,7 @@ fn check_outcome(input: &str) {
         Ok(c) => {
             // Whatever parsed, displays to something that parses back equal.
             let shown = c.to_string();
-            assert_eq!(
-                Config::parse(&shown).ok(),
-                Some(c),
-                "{input:?} -> {shown:?}"
-            );
+            assert_eq!(Config::parse(&shown).ok(), Some(c), "{input:?} -> {shown:?}");
         }
         Err(Error::BadConfig { key, reason }) => {
             assert!(!key.is_empty(), "{input:?}: empty key in error ({reason})");

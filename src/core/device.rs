@@ -76,7 +76,8 @@ impl<B: Backing> Device<B> {
         check_live_stream(&self.sh.rt, self.sh.device, stream)?;
         let sh = &self.sh;
         let made = self.streams.get_or_add(stream, |slot| {
-            let shard = |kind: PoolKind| Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream));
+            let shard =
+                |kind: PoolKind| Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream));
             [shard(PoolKind::Small), shard(PoolKind::Large)]
         });
         made.ok_or_else(|| {
@@ -126,7 +127,14 @@ impl<B: Backing> Device<B> {
     /// for the ladder (the caller drops the lock first).
     #[cold]
     #[inline(never)]
-    pub(super) fn grow(&self, shard: &Shard<B>, pool: &mut Pool<B>, size: usize, rounded: usize, first: bool) -> Result<usize, GrowError> {
+    pub(super) fn grow(
+        &self,
+        shard: &Shard<B>,
+        pool: &mut Pool<B>,
+        size: usize,
+        rounded: usize,
+        first: bool,
+    ) -> Result<usize, GrowError> {
         // Borrowing needs another stream to borrow from.
         let may_borrow = first && self.streams.len() > 1;
         let ctx = GrowContext { may_borrow, ..self.grow_context(shard, pool) };
@@ -141,8 +149,7 @@ impl<B: Backing> Device<B> {
 
     /// Allocated bytes over all shards (this one's exact) and their peak.
     fn grow_context<'a>(&'a self, shard: &Shard<B>, pool: &Pool<B>) -> GrowContext<'a, B> {
-        let others: u64 =
-            self.streams.shards().filter(|s| !std::ptr::eq(*s, shard)).map(|s| s.lane.allocated()).sum();
+        let others: u64 = self.streams.shards().filter(|s| !std::ptr::eq(*s, shard)).map(|s| s.lane.allocated()).sum();
         GrowContext {
             allocated: others + pool.counters().allocated,
             allocated_peak: self.peaks.allocated(),

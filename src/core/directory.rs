@@ -264,7 +264,11 @@ mod tests {
                                 d.insert(base, len, id);
                                 state[z].store(c << 1 | 1, Ordering::Release);
                                 for a in probes(base, len) {
-                                    assert_eq!(d.owner(a), Some(id), "zone {z} cycle {c}: {a:#x} in {base:#x}+{len:#x}");
+                                    assert_eq!(
+                                        d.owner(a),
+                                        Some(id),
+                                        "zone {z} cycle {c}: {a:#x} in {base:#x}+{len:#x}"
+                                    );
                                 }
                                 state[z].store(c << 1, Ordering::Release);
                                 d.remove(base, len);

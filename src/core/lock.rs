@@ -93,9 +93,7 @@ impl<T> StateLock<T> {
     #[inline(never)]
     fn wait(&self) {
         let mut state = self.spin();
-        if state == FREE
-            && self.state.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).is_ok()
-        {
+        if state == FREE && self.state.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).is_ok() {
             return;
         }
         // Whether this thread set `contended`: it then sleeps in naps until
@@ -159,7 +157,8 @@ impl<T> StateLock<T> {
 /// any) passes.
 #[cfg(target_os = "linux")]
 fn sleep_while(word: &AtomicU32, value: u32, nap: Option<Duration>) {
-    let ts = nap.map(|n| libc::timespec { tv_sec: n.as_secs() as libc::time_t, tv_nsec: n.subsec_nanos() as libc::c_long });
+    let ts =
+        nap.map(|n| libc::timespec { tv_sec: n.as_secs() as libc::time_t, tv_nsec: n.subsec_nanos() as libc::c_long });
     let timeout = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: FUTEX_WAIT reads the u32 at `word` (a live atomic) and the
     // timespec on our stack (or none); it writes nothing. Any error (EAGAIN

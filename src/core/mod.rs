@@ -149,10 +149,7 @@ impl DeviceAllocator {
             Some(on) => on,
             None => {
                 if !rt.has_vmm() {
-                    eprintln!(
-                        "npualloc: {} lacks the ACL virtual-memory API; using fixed segments",
-                        rt.source()
-                    );
+                    eprintln!("npualloc: {} lacks the ACL virtual-memory API; using fixed segments", rt.source());
                 }
                 rt.has_vmm() && config.max_split_size.is_none()
             }
@@ -164,7 +161,14 @@ impl DeviceAllocator {
             Some(path) => Some(lock::StateLock::new(TraceRecorder::create(path, device, &config)?)),
             None => None,
         };
-        fn shared<B: Backing>(rt: &Arc<Runtime>, device: i32, config: &Config, limit: Option<usize>, trace: Option<lock::StateLock<TraceRecorder>>, backing: B) -> Shared<B> {
+        fn shared<B: Backing>(
+            rt: &Arc<Runtime>,
+            device: i32,
+            config: &Config,
+            limit: Option<usize>,
+            trace: Option<lock::StateLock<TraceRecorder>>,
+            backing: B,
+        ) -> Shared<B> {
             Shared {
                 rt: rt.clone(),
                 device,
@@ -250,9 +254,8 @@ impl DeviceAllocator {
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
         check_memory_fraction(fraction)?;
         let rt = &self.rt;
-        let (_, total) = rt
-            .on_device(self.device, || rt.mem_info())
-            .map_err(|e| Error::runtime(e, "querying device memory"))?;
+        let (_, total) =
+            rt.on_device(self.device, || rt.mem_info()).map_err(|e| Error::runtime(e, "querying device memory"))?;
         with_device!(&self.engine, d => d.set_limit((fraction * total as f64) as usize))
     }
 

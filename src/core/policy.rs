@@ -57,11 +57,7 @@ impl Policy {
     /// The block size a request of `size` bytes gets (`size` is 1..MAX_REQUEST).
     #[inline]
     pub fn round(&self, size: usize) -> usize {
-        let rounded = if size <= MIN_BLOCK_SIZE {
-            MIN_BLOCK_SIZE
-        } else {
-            self.divisions.round(size)
-        };
+        let rounded = if size <= MIN_BLOCK_SIZE { MIN_BLOCK_SIZE } else { self.divisions.round(size) };
         rounded.div_ceil(MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
     }
 

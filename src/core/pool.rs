@@ -100,7 +100,13 @@ impl<B: Backing> Pool<B> {
     /// fit), completed cross-stream frees are reaped, then the backing
     /// places the request or grows. `gc` says whether garbage collection may
     /// be asked for first.
-    pub fn grow(&mut self, size: usize, rounded: usize, ctx: &GrowContext<'_, B>, gc: bool) -> Result<usize, GrowError> {
+    pub fn grow(
+        &mut self,
+        size: usize,
+        rounded: usize,
+        ctx: &GrowContext<'_, B>,
+        gc: bool,
+    ) -> Result<usize, GrowError> {
         if self.reuse.holds() {
             self.drain_reuse();
         }
@@ -293,7 +299,11 @@ impl<B: Backing> Pool<B> {
                     }
                     Some(b) if b.addr == addr => "it was already freed".to_string(),
                     Some(b) if b.state == BlockState::Allocated => {
-                        format!("it points {} bytes inside the block at {:#x}; pass the block's start", addr - b.addr, b.addr)
+                        format!(
+                            "it points {} bytes inside the block at {:#x}; pass the block's start",
+                            addr - b.addr,
+                            b.addr
+                        )
                     }
                     _ => "it lies in this allocator's memory but not at a live block".to_string(),
                 }
@@ -381,7 +391,13 @@ impl<B: Backing> Pool<B> {
     /// directory gets `claim` (the whole range the runtime gave, which holds
     /// the segment: at least 2 MiB, see `directory`), if any. Returns the
     /// segment and its block.
-    pub fn add_segment(&mut self, base: usize, size: usize, extent: B::Extent, claim: Option<(usize, usize)>) -> (SegmentId, BlockId) {
+    pub fn add_segment(
+        &mut self,
+        base: usize,
+        size: usize,
+        extent: B::Extent,
+        claim: Option<(usize, usize)>,
+    ) -> (SegmentId, BlockId) {
         let block = self.blocks.insert(Block::segment_root(base, size));
         let seg = self.segments.insert(Segment {
             base,

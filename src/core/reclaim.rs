@@ -203,6 +203,4 @@ impl<B: Backing> Device<B> {
             let _ = self.give_back_all(vec![(shard, detached)]);
         }
     }
-
-
 }

@@ -96,7 +96,13 @@ impl<B: Backing> Device<B> {
                     };
                     runs.clear();
                     B::mapped_runs(seg, b.addr, b.size, &mut runs);
-                    blocks.extend(runs.iter().map(|&(address, size)| BlockSnapshot { address, size, requested, state, stream }));
+                    blocks.extend(runs.iter().map(|&(address, size)| BlockSnapshot {
+                        address,
+                        size,
+                        requested,
+                        state,
+                        stream,
+                    }));
                     id = b.next;
                 }
                 segments.push(SegmentSnapshot {

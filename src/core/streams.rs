@@ -78,7 +78,10 @@ impl<B: Backing> StreamTable<B> {
             return None;
         }
         let chunk = self.chunks[slot >> CHUNK_BITS].get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())));
-        if chunk[slot & (CHUNK - 1)].set(StreamEntry { stream, shards: make(slot), high: HighWater::default() }).is_err() {
+        if chunk[slot & (CHUNK - 1)]
+            .set(StreamEntry { stream, shards: make(slot), high: HighWater::default() })
+            .is_err()
+        {
             unreachable!("slot {slot} set twice under the adding lock");
         }
         self.len.store(slot + 1, Ordering::Release);

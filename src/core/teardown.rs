@@ -32,10 +32,8 @@ impl<B: Backing> Device<B> {
         }
         // Streams that may still have work queued: memory they used is left
         // to the runtime rather than freed under that work.
-        let (busy, mut first_error) = self.synchronize(
-            &streams,
-            "synchronizing a stream at teardown (the memory it used is left allocated)",
-        );
+        let (busy, mut first_error) =
+            self.synchronize(&streams, "synchronizing a stream at teardown (the memory it used is left allocated)");
         let (rt, device) = (&self.sh.rt, self.sh.device);
         for pool in &mut pools {
             for ev in pool.take_all_events() {

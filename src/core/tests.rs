@@ -2,7 +2,10 @@
 
 use super::*;
 use crate::runtime::Runtime;
-use ascendcl::{aclemu_fail_nth, aclemu_get_usage, aclemu_set_device_memory, aclemu_stream_hold, aclemu_stream_release, aclemu_usage};
+use ascendcl::{
+    aclemu_fail_nth, aclemu_get_usage, aclemu_set_device_memory, aclemu_stream_hold, aclemu_stream_release,
+    aclemu_usage,
+};
 use std::sync::{Mutex, MutexGuard};
 
 /// The emulator's state is process-wide: tests that use it run one at a time.
@@ -435,7 +438,8 @@ impl Rng {
     }
 }
 
-const FAULTS: [&str; 6] = ["aclrtMalloc", "aclrtFree", "aclrtRecordEvent", "aclrtMallocPhysical", "aclrtMapMem", "aclrtUnmapMem"];
+const FAULTS: [&str; 6] =
+    ["aclrtMalloc", "aclrtFree", "aclrtRecordEvent", "aclrtMallocPhysical", "aclrtMapMem", "aclrtUnmapMem"];
 
 const CONFIGS: [&str; 6] = [
     "expandable_segments:false",
@@ -454,9 +458,8 @@ fn model_based_random_sequences() {
         let capacity = [48u64 << 20, 96 << 20, 1 << 30][rng.below(3) as usize];
         set_capacity(capacity);
         let a = allocator(CONFIGS[rng.below(CONFIGS.len() as u64) as usize]);
-        let streams: Vec<Stream> = std::iter::once(Stream::DEFAULT)
-            .chain((0..rng.below(3)).map(|_| new_stream(&a)))
-            .collect();
+        let streams: Vec<Stream> =
+            std::iter::once(Stream::DEFAULT).chain((0..rng.below(3)).map(|_| new_stream(&a))).collect();
         // Reference model: live blocks with their requested size and fill byte.
         let mut live: Vec<(usize, usize, u8)> = Vec::new();
         for step in 0..400 {

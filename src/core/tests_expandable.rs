@@ -6,11 +6,9 @@
 //! each test takes `emu_lock()` and compares the emulator's counters with the
 //! values it read at its start.
 
-use super::tests::{
-    allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, usage, DEV,
-};
-use super::*;
 use super::backing::expandable::PieceRule;
+use super::tests::{allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, usage, DEV};
+use super::*;
 use ascendcl::{aclemu_stream_hold, aclemu_stream_release, aclemu_usage};
 
 pub(super) const MIB: usize = 1 << 20;
@@ -74,10 +72,8 @@ pub(super) fn own_accounting(a: &DeviceAllocator) -> (usize, usize) {
 
 /// Distinct pages of `page` bytes (relative to `base`) under the given blocks.
 fn pages_under(base: usize, page: usize, blocks: &[(usize, usize)]) -> usize {
-    let mut pages: Vec<usize> = blocks
-        .iter()
-        .flat_map(|&(addr, size)| (addr - base) / page..=(addr + size - 1 - base) / page)
-        .collect();
+    let mut pages: Vec<usize> =
+        blocks.iter().flat_map(|&(addr, size)| (addr - base) / page..=(addr + size - 1 - base) / page).collect();
     pages.sort_unstable();
     pages.dedup();
     pages.len()
@@ -89,31 +85,17 @@ fn pages_under(base: usize, page: usize, blocks: &[(usize, usize)]) -> usize {
 /// pages are that reserved memory.
 /// `page`: the one page size in use, if only one is.
 pub(super) fn check_accounting(a: &DeviceAllocator, base: &Baseline, page: Option<usize>, what: &str) {
-    a.check_invariants()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    a.check_invariants().unwrap_or_else(|e| panic!("{what}: {e}"));
     let s = a.stats().unwrap();
     let emu = base.vmm();
     let (mapped, cached) = own_accounting(a);
     if let Some(page) = page {
         let by_count = ((s.num_maps - s.num_unmaps) as usize * page) as i64;
-        assert_eq!(
-            emu.mapped_bytes, by_count,
-            "{what}: emulator mapped bytes vs maps - unmaps"
-        );
+        assert_eq!(emu.mapped_bytes, by_count, "{what}: emulator mapped bytes vs maps - unmaps");
     }
-    assert_eq!(
-        emu.mapped_bytes, mapped as i64,
-        "{what}: emulator mapped bytes vs the allocator's ranges"
-    );
-    assert_eq!(
-        emu.physical_bytes, s.reserved_bytes as i64,
-        "{what}: emulator physical bytes vs reserved"
-    );
-    assert_eq!(
-        (mapped + cached) as u64,
-        s.reserved_bytes,
-        "{what}: mapped + cached vs reserved"
-    );
+    assert_eq!(emu.mapped_bytes, mapped as i64, "{what}: emulator mapped bytes vs the allocator's ranges");
+    assert_eq!(emu.physical_bytes, s.reserved_bytes as i64, "{what}: emulator physical bytes vs reserved");
+    assert_eq!((mapped + cached) as u64, s.reserved_bytes, "{what}: mapped + cached vs reserved");
     assert_eq!(
         emu.physical_count,
         (s.num_physical_mallocs - s.num_physical_frees) as i64,
@@ -125,22 +107,10 @@ pub(super) fn check_accounting(a: &DeviceAllocator, base: &Baseline, page: Optio
 pub(super) fn teardown_clean(a: DeviceAllocator, base: &Baseline) {
     a.check_invariants().unwrap();
     a.teardown().unwrap();
-    let zero = Vmm {
-        physical_count: 0,
-        physical_bytes: 0,
-        mapped_bytes: 0,
-        reserved_ranges: 0,
-    };
+    let zero = Vmm { physical_count: 0, physical_bytes: 0, mapped_bytes: 0, reserved_ranges: 0 };
     assert_eq!(base.vmm(), zero, "teardown left VMM resources behind");
     let u = usage(DEV);
-    assert_eq!(
-        (
-            u.malloc_count - base.0.malloc_count,
-            u.events - base.0.events
-        ),
-        (0, 0),
-        "teardown leaked"
-    );
+    assert_eq!((u.malloc_count - base.0.malloc_count, u.events - base.0.events), (0, 0), "teardown leaked");
 }
 
 #[test]
@@ -153,63 +123,27 @@ fn growth_maps_pages_one_range_per_stream_and_kind() {
 
     let p1 = a.malloc(4096, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
-    assert_eq!(
-        (
-            s.num_maps,
-            s.num_physical_mallocs,
-            s.reserved_bytes,
-            s.segments
-        ),
-        (1, 1, PAGE as u64, 1)
-    );
+    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes, s.segments), (1, 1, PAGE as u64, 1));
     assert_eq!(s.num_device_mallocs, 0, "no aclrtMalloc in expandable mode");
     assert_eq!(
         base.vmm(),
-        Vmm {
-            physical_count: 1,
-            physical_bytes: PAGE as i64,
-            mapped_bytes: PAGE as i64,
-            reserved_ranges: 1
-        }
+        Vmm { physical_count: 1, physical_bytes: PAGE as i64, mapped_bytes: PAGE as i64, reserved_ranges: 1 }
     );
 
     // A large block in its own range: 3 MiB at offset 0 needs pages 0 and 1.
     let p2 = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
-    assert_eq!(
-        (
-            s.num_maps,
-            s.num_physical_mallocs,
-            s.reserved_bytes,
-            s.segments
-        ),
-        (3, 3, 3 * PAGE as u64, 2)
-    );
+    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes, s.segments), (3, 3, 3 * PAGE as u64, 2));
     let (range_base, range_size) = a.segment_of(p2).unwrap();
     assert_eq!(p2, range_base, "the first block starts the range");
-    assert_ne!(
-        a.segment_of(p1).unwrap().0,
-        range_base,
-        "small and large blocks use different ranges"
-    );
-    assert!(
-        range_size >= (1 << 30),
-        "the range covers the whole device ({range_size} bytes)"
-    );
+    assert_ne!(a.segment_of(p1).unwrap().0, range_base, "small and large blocks use different ranges");
+    assert!(range_size >= (1 << 30), "the range covers the whole device ({range_size} bytes)");
 
     // The next 3 MiB follow at once: [3, 6) MiB shares page 1, maps page 2.
     let p3 = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
     assert_eq!(p3, p2 + 3 * MIB);
     let s = a.stats().unwrap();
-    assert_eq!(
-        (
-            s.num_maps,
-            s.num_physical_mallocs,
-            s.reserved_bytes,
-            s.segments
-        ),
-        (4, 4, 4 * PAGE as u64, 2)
-    );
+    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes, s.segments), (4, 4, 4 * PAGE as u64, 2));
 
     // More small blocks fit the mapped small page.
     let p4 = a.malloc(5000, Stream::DEFAULT).unwrap();
@@ -224,15 +158,9 @@ fn growth_maps_pages_one_range_per_stream_and_kind() {
     assert_ne!(a.segment_of(q1).unwrap().0, a.segment_of(p1).unwrap().0);
     let q2 = a.malloc(12 * MIB, s1).unwrap();
     let s = a.stats().unwrap();
-    assert_eq!(
-        (s.num_maps, s.num_physical_mallocs, s.segments),
-        (11, 11, 4)
-    );
+    assert_eq!((s.num_maps, s.num_physical_mallocs, s.segments), (11, 11, 4));
     assert_eq!(s.reserved_bytes, 11 * PAGE as u64);
-    assert_eq!(
-        s.allocated_bytes as usize,
-        4096 + 3 * MIB + 3 * MIB + 5120 + 4096 + 12 * MIB
-    );
+    assert_eq!(s.allocated_bytes as usize, 4096 + 3 * MIB + 3 * MIB + 5120 + 4096 + 12 * MIB);
     assert_eq!(
         base.vmm(),
         Vmm {
@@ -270,34 +198,20 @@ fn growth_with_20m_pages() {
     let big = 20 * MIB;
     let p1 = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
-    assert_eq!(
-        (s.num_maps, s.reserved_bytes),
-        (1, big as u64),
-        "one 20 MiB page under a 3 MiB block"
-    );
+    assert_eq!((s.num_maps, s.reserved_bytes), (1, big as u64), "one 20 MiB page under a 3 MiB block");
     let p2 = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
     assert_eq!(p2, p1 + 3 * MIB);
-    assert_eq!(
-        a.stats().unwrap().num_maps,
-        1,
-        "the second block fits the mapped page"
-    );
+    assert_eq!(a.stats().unwrap().num_maps, 1, "the second block fits the mapped page");
     // [6, 25) MiB crosses into the second page.
     let p3 = a.malloc(19 * MIB, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
-    assert_eq!(
-        (s.num_maps, s.num_physical_mallocs, s.reserved_bytes),
-        (2, 2, 2 * big as u64)
-    );
+    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (2, 2, 2 * big as u64));
     // The small pool keeps 2 MiB pages: one handle of three, a 128th of
     // the 984 MiB left rounded down to pages, mapped ahead.
     let p4 = a.malloc(100, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
     let small = 3 * PAGE;
-    assert_eq!(
-        (s.num_maps, s.reserved_bytes, s.segments),
-        (3, (2 * big + small) as u64, 2)
-    );
+    assert_eq!((s.num_maps, s.reserved_bytes, s.segments), (3, (2 * big + small) as u64, 2));
     assert_eq!(base.vmm().mapped_bytes, (2 * big + small) as i64);
     check_accounting(&a, &base, None, "20 MiB and 2 MiB pages");
     for p in [p1, p2, p3, p4] {
@@ -324,22 +238,11 @@ fn a_hole_is_filled_before_the_tail() {
     assert_eq!(before.num_unmaps, 0, "a free unmaps nothing");
 
     let h = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
-    assert!(
-        h >= y && h + 3 * MIB <= z,
-        "the request went to the hole [{y:#x}, {z:#x}), got {h:#x}"
-    );
+    assert!(h >= y && h + 3 * MIB <= z, "the request went to the hole [{y:#x}, {z:#x}), got {h:#x}");
     let after = a.stats().unwrap();
     assert_eq!(
-        (
-            after.num_maps,
-            after.num_physical_mallocs,
-            after.reserved_bytes
-        ),
-        (
-            before.num_maps,
-            before.num_physical_mallocs,
-            before.reserved_bytes
-        ),
+        (after.num_maps, after.num_physical_mallocs, after.reserved_bytes),
+        (before.num_maps, before.num_physical_mallocs, before.reserved_bytes),
         "filling a mapped hole maps nothing new"
     );
     assert_eq!(base.vmm().mapped_bytes, mapped_before);
@@ -370,11 +273,7 @@ fn reused_holes_are_mapped_whichever_hole_is_chosen() {
     let w = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
     a.free(x).unwrap();
     a.empty_cache().unwrap();
-    assert_eq!(
-        a.stats().unwrap().reserved_bytes as usize,
-        8 * PAGE,
-        "x's two pages were returned"
-    );
+    assert_eq!(a.stats().unwrap().reserved_bytes as usize, 8 * PAGE, "x's two pages were returned");
     a.free(z).unwrap();
     // Two holes fit 3 MiB: x's (smaller, unmapped) and z's (mapped). Either
     // choice is fine; the block must be mapped and usable.
@@ -405,10 +304,7 @@ fn pages_freed_elsewhere_are_recycled_without_new_physical_memory() {
     let y = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
     fill(y, 8 * MIB, 0x3C);
     let s = a.stats().unwrap();
-    assert_eq!(
-        (s.num_physical_mallocs, s.reserved_bytes),
-        (12, 24 * MIB as u64)
-    );
+    assert_eq!((s.num_physical_mallocs, s.reserved_bytes), (12, 24 * MIB as u64));
     a.free(x).unwrap();
 
     // Another stream's range needs 8 pages; the device has none left, so the
@@ -418,10 +314,7 @@ fn pages_freed_elsewhere_are_recycled_without_new_physical_memory() {
     assert_ne!(a.segment_of(z).unwrap().0, a.segment_of(y).unwrap().0);
     fill(z, 16 * MIB, 0xC3);
     let s = a.stats().unwrap();
-    assert_eq!(
-        s.num_physical_mallocs, 12,
-        "no new physical memory: x's pages were reused"
-    );
+    assert_eq!(s.num_physical_mallocs, 12, "no new physical memory: x's pages were reused");
     assert_eq!(s.num_physical_frees, 0);
     assert_eq!(s.num_unmaps, 8, "exactly x's pages were unmapped");
     assert_eq!(s.num_maps, 12 + 8);
@@ -430,17 +323,9 @@ fn pages_freed_elsewhere_are_recycled_without_new_physical_memory() {
     assert_eq!(s.num_ooms, 0);
     assert_eq!(
         base.vmm(),
-        Vmm {
-            physical_count: 12,
-            physical_bytes: 24 * MIB as i64,
-            mapped_bytes: 24 * MIB as i64,
-            reserved_ranges: 2,
-        }
+        Vmm { physical_count: 12, physical_bytes: 24 * MIB as i64, mapped_bytes: 24 * MIB as i64, reserved_ranges: 2 }
     );
-    assert!(
-        check_fill(y, 8 * MIB, 0x3C),
-        "a live block lost its data while pages moved"
-    );
+    assert!(check_fill(y, 8 * MIB, 0x3C), "a live block lost its data while pages moved");
     check_accounting(&a, &base, Some(PAGE), "after recycling");
     a.free(y).unwrap();
     a.free(z).unwrap();
@@ -480,21 +365,12 @@ fn empty_cache_returns_every_free_page() {
     assert_eq!(a.stats().unwrap().largest_free_block, (PAGE - 4096) as u64);
     // Pages under live blocks: y's pages 1 and 2 (each shared with a freed
     // block) and the small page.
-    let live_pages = pages_under(large_base, PAGE, &[(y, 5 * MIB / 2)])
-        + pages_under(small_base, PAGE, &[(s1, 4096)]);
+    let live_pages = pages_under(large_base, PAGE, &[(y, 5 * MIB / 2)]) + pages_under(small_base, PAGE, &[(s1, 4096)]);
     assert_eq!(live_pages, 3);
     let s = a.stats().unwrap();
-    assert_eq!(
-        s.reserved_bytes as usize,
-        live_pages * PAGE,
-        "empty_cache kept a page no live block uses"
-    );
+    assert_eq!(s.reserved_bytes as usize, live_pages * PAGE, "empty_cache kept a page no live block uses");
     assert_eq!(s.num_unmaps, 8 - 3);
-    assert_eq!(
-        s.num_physical_frees,
-        8 - 3,
-        "the unmapped pages went back to the runtime"
-    );
+    assert_eq!(s.num_physical_frees, 8 - 3, "the unmapped pages went back to the runtime");
     assert_eq!(
         base.vmm(),
         Vmm {
@@ -504,15 +380,8 @@ fn empty_cache_returns_every_free_page() {
             reserved_ranges: 2,
         }
     );
-    assert_eq!(
-        own_accounting(&a),
-        (live_pages * PAGE, 0),
-        "no handle left in the cache"
-    );
-    assert!(
-        check_fill(y, 5 * MIB / 2, 0x77),
-        "a live block lost data in empty_cache"
-    );
+    assert_eq!(own_accounting(&a), (live_pages * PAGE, 0), "no handle left in the cache");
+    assert!(check_fill(y, 5 * MIB / 2, 0x77), "a live block lost data in empty_cache");
     check_accounting(&a, &base, Some(PAGE), "after the first empty_cache");
 
     a.free(y).unwrap();
@@ -521,15 +390,8 @@ fn empty_cache_returns_every_free_page() {
     let s = a.stats().unwrap();
     assert_eq!((s.reserved_bytes, s.allocated_bytes), (0, 0));
     let emu = base.vmm();
-    assert_eq!(
-        (emu.physical_count, emu.physical_bytes, emu.mapped_bytes),
-        (0, 0, 0),
-        "pages left after empty_cache"
-    );
-    assert_eq!(
-        emu.reserved_ranges, 2,
-        "the ranges stay reserved until teardown"
-    );
+    assert_eq!((emu.physical_count, emu.physical_bytes, emu.mapped_bytes), (0, 0, 0), "pages left after empty_cache");
+    assert_eq!(emu.reserved_ranges, 2, "the ranges stay reserved until teardown");
     check_accounting(&a, &base, Some(PAGE), "after the second empty_cache");
 
     // The allocator still works on the emptied ranges.
@@ -567,12 +429,7 @@ fn teardown_leaks_nothing() {
 
     let report = a.teardown().unwrap();
     assert_eq!(report.live_blocks, 4);
-    let zero = Vmm {
-        physical_count: 0,
-        physical_bytes: 0,
-        mapped_bytes: 0,
-        reserved_ranges: 0,
-    };
+    let zero = Vmm { physical_count: 0, physical_bytes: 0, mapped_bytes: 0, reserved_ranges: 0 };
     assert_eq!(base.vmm(), zero, "teardown left VMM resources behind");
     let u = usage(DEV);
     assert_eq!(u.events, base.0.events, "teardown left an event behind");
@@ -611,15 +468,8 @@ fn growth_failure_case(config: &str, fault: &str, n: usize, first_on_range: bool
     let (mapped, _) = own_accounting(&a);
     match &r {
         Ok(p) => {
-            assert_ne!(
-                fault, "capacity",
-                "{what}: the device had no room, yet the request succeeded"
-            );
-            assert_eq!(
-                s.allocated_bytes,
-                before.allocated_bytes + 10 * MIB as u64,
-                "{what}"
-            );
+            assert_ne!(fault, "capacity", "{what}: the device had no room, yet the request succeeded");
+            assert_eq!(s.allocated_bytes, before.allocated_bytes + 10 * MIB as u64, "{what}");
             assert_eq!(mapped, (held_pages + K) * PAGE, "{what}: mapped pages");
             assert_eq!(
                 s.num_physical_mallocs as usize,
@@ -630,60 +480,37 @@ fn growth_failure_case(config: &str, fault: &str, n: usize, first_on_range: bool
             fill(*p, 10 * MIB, 0x22);
         }
         Err(e) => {
-            assert!(
-                matches!(e, Error::OutOfMemory(_) | Error::Runtime { .. }),
-                "{what}: {e}"
-            );
-            assert_eq!(
-                s.allocated_bytes, before.allocated_bytes,
-                "{what}: a failed call changed allocated bytes"
-            );
+            assert!(matches!(e, Error::OutOfMemory(_) | Error::Runtime { .. }), "{what}: {e}");
+            assert_eq!(s.allocated_bytes, before.allocated_bytes, "{what}: a failed call changed allocated bytes");
             assert_eq!(s.active_blocks, before.active_blocks, "{what}");
-            assert_eq!(
-                mapped,
-                held_pages * PAGE,
-                "{what}: pages left mapped after a failed growth"
-            );
+            assert_eq!(mapped, held_pages * PAGE, "{what}: pages left mapped after a failed growth");
         }
     }
     if fault == "capacity" {
         assert!(matches!(r, Err(Error::OutOfMemory(_))), "{what}: {r:?}");
     }
     if let Some(x) = x {
-        assert!(
-            check_fill(x, 3 * MIB, 0x11),
-            "{what}: the neighbour's data changed"
-        );
+        assert!(check_fill(x, 3 * MIB, 0x11), "{what}: the neighbour's data changed");
     }
     // The fault has cleared: a fresh request succeeds.
     for f in ["aclrtMallocPhysical", "aclrtMapMem"] {
         fail_nth(f, 0);
     }
     budget(GIB);
-    let q = a
-        .malloc(10 * MIB, Stream::DEFAULT)
-        .unwrap_or_else(|e| panic!("{what}: retry after the fault: {e}"));
+    let q = a.malloc(10 * MIB, Stream::DEFAULT).unwrap_or_else(|e| panic!("{what}: retry after the fault: {e}"));
     fill(q, 10 * MIB, 0x33);
     check_accounting(&a, &base, Some(PAGE), &format!("{what}, after the retry"));
     let s = a.stats().unwrap();
     // q needs five new pages whatever r did ([13, 23) shares page 6 with r,
     // [10, 20) starts on a page boundary).
     let live_pages = held_pages + K + if r.is_ok() { K } else { 0 };
-    assert_eq!(
-        s.reserved_bytes as usize,
-        live_pages * PAGE,
-        "{what}: after the retry"
-    );
+    assert_eq!(s.reserved_bytes as usize, live_pages * PAGE, "{what}: after the retry");
     let obtained = s.num_physical_mallocs as usize;
     if fault == "capacity" {
         // The ladder freed the n - 1 pages of the first attempt, obtained
         // them again for its retry, and the failed request gave those back:
         // nothing of it stayed reserved.
-        assert_eq!(
-            (obtained, s.num_physical_frees as usize),
-            (live_pages + 2 * (n - 1), 2 * (n - 1)),
-            "{what}"
-        );
+        assert_eq!((obtained, s.num_physical_frees as usize), (live_pages + 2 * (n - 1), 2 * (n - 1)), "{what}");
     } else if r.is_ok() {
         assert_eq!(
             (obtained, s.num_physical_frees),
@@ -738,19 +565,10 @@ fn data_survives_a_neighbours_growth() {
         let maps = a.stats().unwrap().num_maps;
         let pb = a.malloc(40 * MIB, Stream::DEFAULT).unwrap();
         assert_eq!(pb, pa + a_size, "{config}: b follows a directly");
-        assert!(
-            a.stats().unwrap().num_maps > maps,
-            "{config}: b needed new pages"
-        );
-        assert!(
-            check_fill(pa, a_size, 0xA1),
-            "{config}: a's data changed when b grew the range"
-        );
+        assert!(a.stats().unwrap().num_maps > maps, "{config}: b needed new pages");
+        assert!(check_fill(pa, a_size, 0xA1), "{config}: a's data changed when b grew the range");
         fill(pb, 40 * MIB, 0xB2);
-        assert!(
-            check_fill(pa, a_size, 0xA1),
-            "{config}: writing b changed a"
-        );
+        assert!(check_fill(pa, a_size, 0xA1), "{config}: writing b changed a");
 
         // Small pool: two 1 MiB blocks fill page 0, a third maps page 1.
         let s1 = a.malloc(MIB, Stream::DEFAULT).unwrap();
@@ -759,23 +577,14 @@ fn data_survives_a_neighbours_growth() {
         fill(s2, MIB - 512, 0xC2);
         let s3 = a.malloc(MIB, Stream::DEFAULT).unwrap();
         fill(s3, MIB, 0xC3);
-        assert!(
-            check_fill(s1, MIB, 0xC1) && check_fill(s2, MIB - 512, 0xC2),
-            "{config}: small blocks corrupted"
-        );
+        assert!(check_fill(s1, MIB, 0xC1) && check_fill(s2, MIB - 512, 0xC2), "{config}: small blocks corrupted");
 
         // Freeing and reclaiming the neighbours keeps the survivors intact.
         a.free(pa).unwrap();
         a.free(s2).unwrap();
         a.empty_cache().unwrap();
-        assert!(
-            check_fill(pb, 40 * MIB, 0xB2),
-            "{config}: b lost data when a's pages were unmapped"
-        );
-        assert!(
-            check_fill(s1, MIB, 0xC1) && check_fill(s3, MIB, 0xC3),
-            "{config}"
-        );
+        assert!(check_fill(pb, 40 * MIB, 0xB2), "{config}: b lost data when a's pages were unmapped");
+        assert!(check_fill(s1, MIB, 0xC1) && check_fill(s3, MIB, 0xC3), "{config}");
         for p in [pb, s1, s3] {
             a.free(p).unwrap();
         }
@@ -791,16 +600,7 @@ fn queue_copy_out(a: &DeviceAllocator, dst: &mut [u8], src: usize, stream: Strea
     // SAFETY: dst outlives the copy (the test synchronizes the stream before
     // reading it); src is a live block of at least dst.len() bytes.
     rt.on_device(DEV, || unsafe {
-        rt.memcpy2d_async(
-            dst.as_mut_ptr().cast(),
-            dst.len(),
-            src as *const _,
-            dst.len(),
-            dst.len(),
-            1,
-            kind,
-            stream,
-        )
+        rt.memcpy2d_async(dst.as_mut_ptr().cast(), dst.len(), src as *const _, dst.len(), dst.len(), 1, kind, stream)
     })
     .unwrap();
 }
@@ -832,31 +632,18 @@ fn held_stream_pages_are_unmapped_only_after_its_sync() {
     let maps_before = a.stats().unwrap();
     let g = a.malloc(6 * MIB, s2).unwrap();
     let s_now = a.stats().unwrap();
-    assert_eq!(
-        s_now.num_unmaps, maps_before.num_unmaps,
-        "pages of a busy stream were unmapped without a sync"
-    );
+    assert_eq!(s_now.num_unmaps, maps_before.num_unmaps, "pages of a busy stream were unmapped without a sync");
     assert_eq!(base.syncs(), 0, "nothing needed a sync yet");
     assert!(out.iter().all(|&b| b == 0));
 
     // A failed synchronize: nothing may be unmapped.
     let mapped = base.vmm().mapped_bytes;
     fail_nth("aclrtSynchronizeStream", 1);
-    assert!(
-        a.empty_cache().is_err(),
-        "empty_cache must report the failed synchronize"
-    );
+    assert!(a.empty_cache().is_err(), "empty_cache must report the failed synchronize");
     fail_nth("aclrtSynchronizeStream", 0);
-    assert_eq!(
-        a.stats().unwrap().num_unmaps,
-        s_now.num_unmaps,
-        "pages unmapped although s was not synchronized"
-    );
+    assert_eq!(a.stats().unwrap().num_unmaps, s_now.num_unmaps, "pages unmapped although s was not synchronized");
     assert_eq!(base.vmm().mapped_bytes, mapped);
-    assert!(
-        out.iter().all(|&b| b == 0),
-        "the held copy ran without a sync"
-    );
+    assert!(out.iter().all(|&b| b == 0), "the held copy ran without a sync");
     check_accounting(&a, &base, Some(PAGE), "after a failed synchronize");
 
     // empty_cache synchronizes s (its held copy completes, reading pages that
@@ -864,16 +651,9 @@ fn held_stream_pages_are_unmapped_only_after_its_sync() {
     let syncs = base.syncs();
     let stat_syncs = a.stats().unwrap().num_syncs;
     a.empty_cache().unwrap();
-    assert_eq!(
-        base.syncs() - syncs,
-        1,
-        "empty_cache must synchronize s, and only s"
-    );
+    assert_eq!(base.syncs() - syncs, 1, "empty_cache must synchronize s, and only s");
     assert_eq!(a.stats().unwrap().num_syncs - stat_syncs, 1);
-    assert!(
-        out.iter().all(|&b| b == 0x5E),
-        "the held copy did not run before its pages were unmapped"
-    );
+    assert!(out.iter().all(|&b| b == 0x5E), "the held copy did not run before its pages were unmapped");
     let s_after = a.stats().unwrap();
     assert_eq!(s_after.num_unmaps - s_now.num_unmaps, pages_of_s as u64);
     // s2: `other` [0, 4) MiB and g [4, 10) MiB: five pages stay.
@@ -906,16 +686,8 @@ fn empty_cache_syncs_only_the_streams_whose_pages_it_unmaps() {
     a.free(ps).unwrap();
     let syncs = base.syncs();
     a.empty_cache().unwrap();
-    assert_eq!(
-        base.syncs() - syncs,
-        1,
-        "two ranges of s1 need one sync of s1, and s2 none"
-    );
-    assert_eq!(
-        a.stats().unwrap().reserved_bytes as usize,
-        3 * PAGE,
-        "only q's pages stay"
-    );
+    assert_eq!(base.syncs() - syncs, 1, "two ranges of s1 need one sync of s1, and s2 none");
+    assert_eq!(a.stats().unwrap().reserved_bytes as usize, 3 * PAGE, "only q's pages stay");
     a.free(q).unwrap();
     let syncs = base.syncs();
     a.empty_cache().unwrap();
@@ -935,16 +707,9 @@ fn one_gib_pages_in_the_large_pool() {
     let a = allocator("expandable_segments:true,page_size:1g");
     let x = a.malloc(100 * MIB, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
-    assert_eq!(
-        (s.num_maps, s.num_physical_mallocs, s.reserved_bytes),
-        (1, 1, GIB as u64)
-    );
+    assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (1, 1, GIB as u64));
     assert_eq!(base.vmm().mapped_bytes, GIB as i64);
-    assert_eq!(
-        base.vmm().physical_count,
-        1,
-        "one 1 GiB handle, not 512 small ones"
-    );
+    assert_eq!(base.vmm().physical_count, 1, "one 1 GiB handle, not 512 small ones");
     let (range_base, _) = a.segment_of(x).unwrap();
     // The emulator reserves at 2 MiB boundaries but maps 1 GiB pages only
     // at 1 GiB ones: the range starts at the next.
@@ -978,11 +743,7 @@ fn one_gib_pages_in_the_large_pool() {
     check_accounting(&a, &base, None, "1 GiB and 2 MiB pages");
     a.free(x).unwrap();
     a.empty_cache().unwrap();
-    assert_eq!(
-        a.stats().unwrap().reserved_bytes as usize,
-        2 * GIB + small,
-        "both 1 GiB pages hold part of y"
-    );
+    assert_eq!(a.stats().unwrap().reserved_bytes as usize, 2 * GIB + small, "both 1 GiB pages hold part of y");
     a.free(y).unwrap();
     a.free(z).unwrap();
     a.empty_cache().unwrap();

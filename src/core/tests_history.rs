@@ -35,7 +35,12 @@ fn off_records_nothing_and_on_records_each_step_of_a_fixed_segment() {
     let seg = a.history().first().map(|e| e.addr);
     assert_eq!(
         actions(&a),
-        [(Action::Alloc, p), (Action::FreeRequested, p), (Action::FreeCompleted, p), (Action::SegmentFree, seg.unwrap())]
+        [
+            (Action::Alloc, p),
+            (Action::FreeRequested, p),
+            (Action::FreeCompleted, p),
+            (Action::SegmentFree, seg.unwrap())
+        ]
     );
     let q = a.malloc(1000, Stream::DEFAULT).unwrap();
     let ev = a.history();
@@ -159,11 +164,8 @@ fn snapshot_matches_stats(config: &str, expandable: bool) {
     let count = |name: &str| trace.iter().filter(|e| e.get("action").and_then(Value::as_str) == Some(name)).count();
     assert_eq!(count("alloc") - count("free_completed"), stats.active_blocks as usize);
     let grow = if expandable { ("segment_map", "segment_unmap") } else { ("segment_alloc", "segment_free") };
-    let grown: i64 = trace
-        .iter()
-        .filter(|e| e.get("action").and_then(Value::as_str) == Some(grow.0))
-        .map(|e| int(e, "size"))
-        .sum();
+    let grown: i64 =
+        trace.iter().filter(|e| e.get("action").and_then(Value::as_str) == Some(grow.0)).map(|e| int(e, "size")).sum();
     assert_eq!(count(grow.1), 0);
     assert_eq!(grown, total, "{} events add up to the segments", grow.0);
     assert!(list(&doc, "device_traces")[..DEV_INDEX].iter().all(|t| t.as_list() == Some(&[])));

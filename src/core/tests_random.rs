@@ -412,10 +412,7 @@ impl LiveSet {
     /// Adds a block just handed out; it must overlap no live block.
     fn add(&mut self, addr: usize, size: usize, thread: usize, at: &str) {
         if let Some((&start, &(len, owner))) = self.blocks.range(..addr + size).next_back() {
-            assert!(
-                start + len <= addr,
-                "{at}: {addr:#x}+{size} overlaps {start:#x}+{len}, live in thread {owner}"
-            );
+            assert!(start + len <= addr, "{at}: {addr:#x}+{size} overlaps {start:#x}+{len}, live in thread {owner}");
         }
         self.blocks.insert(addr, (size, thread));
         self.requested += size;

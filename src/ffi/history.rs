@@ -2,8 +2,8 @@
 
 use super::handle::{npualloc_allocator, Allocator};
 use super::status::npualloc_status;
-use crate::error::Error;
 use crate::core::DeviceAllocator;
+use crate::error::Error;
 use std::ffi::{c_char, c_int, CString};
 
 /// Starts, resizes or stops the memory history: the allocator keeps its last

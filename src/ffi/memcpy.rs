@@ -219,16 +219,35 @@ mod tests {
         // SAFETY: a is NULL; pointers are never dereferenced by the check.
         unsafe {
             assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 1, 0), NPUALLOC_OK);
-            assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 65, 4, 1, 0), NPUALLOC_ERR_INVALID_ARGUMENT);
-            assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 3, 0), NPUALLOC_ERR_INVALID_ARGUMENT);
+            assert_eq!(
+                npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 65, 4, 1, 0),
+                NPUALLOC_ERR_INVALID_ARGUMENT
+            );
+            assert_eq!(
+                npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 3, 0),
+                NPUALLOC_ERR_INVALID_ARGUMENT
+            );
             assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 3, 1), NPUALLOC_OK);
             let null = std::ptr::null();
             assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), null, 64, null, 64, 0, 4, 1, 0), NPUALLOC_OK);
-            assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), null, 64, p, 64, 8, 4, 1, 0), NPUALLOC_ERR_INVALID_ARGUMENT);
+            assert_eq!(
+                npualloc_check_memcpy2d(std::ptr::null(), null, 64, p, 64, 8, 4, 1, 0),
+                NPUALLOC_ERR_INVALID_ARGUMENT
+            );
             // A zero-size copy never reaches the runtime, even with NULL pointers.
             assert_eq!(npualloc_memcpy2d(std::ptr::null(), std::ptr::null_mut(), 0, null, 0, 0, 0, 99), NPUALLOC_OK);
             assert_eq!(
-                npualloc_memcpy2d_async(std::ptr::null(), std::ptr::null_mut(), 0, null, 0, 5, 0, 99, std::ptr::null_mut()),
+                npualloc_memcpy2d_async(
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                    0,
+                    null,
+                    0,
+                    5,
+                    0,
+                    99,
+                    std::ptr::null_mut()
+                ),
                 NPUALLOC_OK
             );
         }

@@ -114,10 +114,7 @@ crate::core::stats_table!(stats_from_core);
 /// NULL or points to an `npualloc_stats` whose `struct_size` bytes are writable
 /// (at least its two header fields).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn npualloc_get_stats(
-    a: *const npualloc_allocator,
-    out: *mut npualloc_stats,
-) -> npualloc_status {
+pub unsafe extern "C" fn npualloc_get_stats(a: *const npualloc_allocator, out: *mut npualloc_stats) -> npualloc_status {
     ffi_boundary!(status "npualloc_get_stats", {
         // SAFETY: handle validity is the caller's contract; NULL and dead handles are refused.
         let allocator = unsafe { Allocator::from_handle(a) }?;
@@ -225,7 +222,8 @@ mod tests {
         let mut rest = body;
         while let Some(open) = rest.find("/**") {
             let close = rest[open..].find("*/").expect("closed comment") + open;
-            let text: Vec<&str> = rest[open + 3..close].lines().map(|l| l.trim().trim_start_matches('*').trim()).collect();
+            let text: Vec<&str> =
+                rest[open + 3..close].lines().map(|l| l.trim().trim_start_matches('*').trim()).collect();
             let field = rest[close + 2..].split(';').next().unwrap_or("").split_whitespace().last().unwrap_or("");
             comments.push((field.to_string(), words(&text.join(" "))));
             rest = &rest[close + 2..];
@@ -236,7 +234,11 @@ mod tests {
             .map(|(n, d)| (n.to_string(), words(d)))
             .collect();
         // The first comment is `version`'s.
-        assert_eq!(&comments[1..], &want[..], "edit the table in core/stats.rs and the struct together, then run scripts/update-header.sh");
+        assert_eq!(
+            &comments[1..],
+            &want[..],
+            "edit the table in core/stats.rs and the struct together, then run scripts/update-header.sh"
+        );
     }
 
     /// The Python binding's `Stats` lists the table's fields in order.

@@ -57,7 +57,9 @@ impl Runtime {
 
     pub fn destroy_desc(&self, desc: usize) -> Result<(), AclCallError> {
         // SAFETY: desc came from create_desc and is destroyed once.
-        check("aclrtAllocatorDestroyDesc", unsafe { (self.api.aclrtAllocatorDestroyDesc)(desc as sys::aclrtAllocatorDesc) })
+        check("aclrtAllocatorDestroyDesc", unsafe {
+            (self.api.aclrtAllocatorDestroyDesc)(desc as sys::aclrtAllocatorDesc)
+        })
     }
 
     pub fn register_desc(&self, stream: Stream, desc: usize) -> Result<(), AclCallError> {

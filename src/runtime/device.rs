@@ -21,11 +21,7 @@ impl Runtime {
     /// Runs `f` with `device` current on this thread, restoring the previous
     /// device afterwards. ACL allocates on the current device, and the host
     /// thread may have another one current.
-    pub fn on_device<T>(
-        &self,
-        device: i32,
-        f: impl FnOnce() -> Result<T, AclCallError>,
-    ) -> Result<T, AclCallError> {
+    pub fn on_device<T>(&self, device: i32, f: impl FnOnce() -> Result<T, AclCallError>) -> Result<T, AclCallError> {
         let previous = self.current_device();
         if previous != Some(device) {
             self.set_device(device)?;

@@ -84,10 +84,8 @@ fn open(path: &str) -> Result<LoadedLibrary, RuntimeError> {
     };
     // SAFETY: the symbols come from a library that claims to be libascendcl;
     // their signatures are the documented ACL ones the table declares.
-    let api = unsafe { AclApi::resolve(lookup) }.map_err(|symbol| RuntimeError::MissingSymbol {
-        path: path.to_string(),
-        symbol,
-    })?;
+    let api = unsafe { AclApi::resolve(lookup) }
+        .map_err(|symbol| RuntimeError::MissingSymbol { path: path.to_string(), symbol })?;
     Ok(LoadedLibrary { path: path.to_string(), missing_optional: api.missing_optional(), api })
 }
 

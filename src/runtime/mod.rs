@@ -13,8 +13,8 @@
 //!   run inside [`Runtime::on_device`].
 
 pub mod acl_error;
-mod device;
 mod desc;
+mod device;
 pub mod loader;
 pub mod symbols;
 mod vmm;

@@ -108,15 +108,15 @@ pub fn parse_reader<R: BufRead>(mut reader: R, name: &str) -> Result<Trace, Pars
         buf.clear();
         // Bytes, not `read_line`: text that is not UTF-8 is a problem of one
         // line, reported with its number like any other.
-        let n = reader
-            .read_until(b'\n', &mut buf)
-            .map_err(|source| ParseError::Io { name: name.to_string(), source })?;
+        let n =
+            reader.read_until(b'\n', &mut buf).map_err(|source| ParseError::Io { name: name.to_string(), source })?;
         if n == 0 {
             break;
         }
         line_no += 1;
         let line_err = |error| ParseError::Line { name: name.to_string(), line: line_no, error };
-        let text = std::str::from_utf8(&buf).map_err(|e| line_err(LineError::NotUtf8 { column: e.valid_up_to() + 1 }))?;
+        let text =
+            std::str::from_utf8(&buf).map_err(|e| line_err(LineError::NotUtf8 { column: e.valid_up_to() + 1 }))?;
         parser.line(text.trim_end_matches(['\n', '\r'])).map_err(line_err)?;
     }
     Ok(parser.trace)

@@ -8,8 +8,8 @@
 use npualloc::ffi::allocator::*;
 use npualloc::ffi::handle::npualloc_allocator;
 use npualloc::ffi::last_error::last_error_message;
-use npualloc::ffi::stats::{npualloc_get_stats, npualloc_stats};
 use npualloc::ffi::npualloc_status;
+use npualloc::ffi::stats::{npualloc_get_stats, npualloc_stats};
 use npualloc::runtime::{Runtime, Stream};
 use std::ffi::{c_char, c_void, CString};
 use std::path::PathBuf;
@@ -47,10 +47,31 @@ pub struct Usage {
 impl Usage {
     /// Nothing live: no memory, handles, mappings, ranges, streams, events or descs.
     pub fn is_clean(&self) -> bool {
-        let Usage { malloc_bytes, malloc_count, physical_bytes, physical_count, mapped_bytes, reserved_ranges, streams, events, descs, syncs: _ } = *self;
-        [malloc_bytes, malloc_count, physical_bytes, physical_count, mapped_bytes, reserved_ranges, streams, events, descs]
-            .iter()
-            .all(|&n| n == 0)
+        let Usage {
+            malloc_bytes,
+            malloc_count,
+            physical_bytes,
+            physical_count,
+            mapped_bytes,
+            reserved_ranges,
+            streams,
+            events,
+            descs,
+            syncs: _,
+        } = *self;
+        [
+            malloc_bytes,
+            malloc_count,
+            physical_bytes,
+            physical_count,
+            mapped_bytes,
+            reserved_ranges,
+            streams,
+            events,
+            descs,
+        ]
+        .iter()
+        .all(|&n| n == 0)
     }
 }
 

@@ -27,9 +27,9 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use npualloc::config::Config;
 use npualloc::core::DeviceAllocator;
-use npualloc_tools::replay::Emulator;
 use npualloc::runtime::Stream;
 use npualloc::trace::record::EVENT_BOUND;
+use npualloc_tools::replay::Emulator;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::Barrier;

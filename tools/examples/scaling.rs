@@ -45,7 +45,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: scaling [--secs S] [--rounds R] [--threads 1,2,4] [--sizes N] [--min BYTES] [--max BYTES] [--config CONFIG]
+const USAGE: &str =
+    "usage: scaling [--secs S] [--rounds R] [--threads 1,2,4] [--sizes N] [--min BYTES] [--max BYTES] [--config CONFIG]
   --secs     timed seconds per configuration per round (default 0.5)
   --rounds   interleaved rounds; the table shows the median (default 5)
   --threads  thread counts to measure, comma separated (default 1,2,4)
@@ -219,7 +220,9 @@ fn run() -> Result<(), String> {
         );
     }
     println!();
-    println!("Median of {rounds} interleaved rounds; spread = slowest .. fastest round. Each thread has its own stream.");
+    println!(
+        "Median of {rounds} interleaved rounds; spread = slowest .. fastest round. Each thread has its own stream."
+    );
     println!(
         "glibc <= 1 MiB: the same sequence with larger sizes taken as 1 MiB (glibc's per-thread arenas; above that \
          it uses mmap/munmap, which contend on the kernel's address-space lock)."

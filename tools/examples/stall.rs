@@ -140,7 +140,8 @@ fn run(a: &DeviceAllocator, streams: &[Stream], with_a: bool, flags: &Settings) 
             });
             barrier.wait();
         }
-        let b = scope.spawn(|| run_b(a, streams[1], flags.small, flags.secs, flags.slow_ns)).join().expect("B panicked");
+        let b =
+            scope.spawn(|| run_b(a, streams[1], flags.small, flags.secs, flags.slow_ns)).join().expect("B panicked");
         stop.store(true, Ordering::Relaxed);
         (b, a_iterations.load(Ordering::Relaxed))
     })
@@ -289,7 +290,11 @@ fn main_result() -> Result<(), String> {
             duration_ns(h.quantile(0.999)),
             duration_ns(h.max),
             si(h.samples as f64 / wall),
-            if with_a { format!("{} ({:.0}/s)", t.a_iterations, t.a_iterations as f64 / wall) } else { "-".to_string() },
+            if with_a {
+                format!("{} ({:.0}/s)", t.a_iterations, t.a_iterations as f64 / wall)
+            } else {
+                "-".to_string()
+            },
             100.0 * t.cpu.as_secs_f64() / wall,
             t.voluntary,
             t.involuntary

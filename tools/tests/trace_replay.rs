@@ -6,9 +6,9 @@
 
 use npualloc::config::Config;
 use npualloc::core::DeviceAllocator;
+use npualloc::trace::{parse_file, LineError, Op};
 use npualloc_tools::replay::svg::{self, Figure};
 use npualloc_tools::replay::{replay_trace, Emulator, Options, Prepared, Report, Target};
-use npualloc::trace::{parse_file, LineError, Op};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
@@ -220,7 +220,9 @@ fn a_warm_pass_frees_what_the_first_left_live_and_leaks_nothing() {
     // The trace leaves two blocks live; each timed run frees its first
     // pass's before the second, or the passthrough would leak them.
     let after = emu.usage();
-    let held = |u: &npualloc_tools::replay::emulator::Usage| (u.malloc_count, u.physical_count, u.mapped_bytes, u.reserved_ranges);
+    let held = |u: &npualloc_tools::replay::emulator::Usage| {
+        (u.malloc_count, u.physical_count, u.mapped_bytes, u.reserved_ranges)
+    };
     assert_eq!(held(&after), held(&before));
 }
 
@@ -261,7 +263,15 @@ fn svg_is_well_formed_with_one_line_per_configuration() {
     }
     let texts: Vec<String> =
         xml.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text().map(str::to_string)).collect();
-    for label in ["requested", "npualloc reserved", "pytorch-policy reserved", "passthrough reserved", "active", "cached", "pending-free"] {
+    for label in [
+        "requested",
+        "npualloc reserved",
+        "pytorch-policy reserved",
+        "passthrough reserved",
+        "active",
+        "cached",
+        "pending-free",
+    ] {
         assert!(texts.iter().any(|t| t.contains(label)), "no legend entry '{label}' in {texts:?}");
     }
     let map = xml
@@ -328,7 +338,13 @@ fn tool_prints_a_table_and_json() {
     assert!(lines[0].starts_with("trace") && lines[0].contains("min cap MiB"), "{table}");
     assert!(lines[1].contains(" npualloc ") && lines[3].contains("passthrough"), "{table}");
 
-    let out = tool().arg("--acl-library").arg(&lib).args(["--json", "--no-min-capacity", "--repeat", "1"]).arg(&good).output().unwrap();
+    let out = tool()
+        .arg("--acl-library")
+        .arg(&lib)
+        .args(["--json", "--no-min-capacity", "--repeat", "1"])
+        .arg(&good)
+        .output()
+        .unwrap();
     let json = String::from_utf8_lossy(&out.stdout);
     let doc = npualloc_tools::replay::json::parse(&json).expect("valid JSON");
     let rows = doc.get("reports").unwrap().as_array();
@@ -366,8 +382,18 @@ fn svg_stays_well_formed_for_names_with_control_characters() {
 /// Runs the tool on the synthetic trace with `args` (the emulator passed
 /// explicitly); returns (exit code, stdout, stderr).
 fn run_tool(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
-    let out = tool().arg("--acl-library").arg(emulator_path()).args(["--repeat", "1", "--no-min-capacity"]).args(args).output().unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = tool()
+        .arg("--acl-library")
+        .arg(emulator_path())
+        .args(["--repeat", "1", "--no-min-capacity"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn os(s: &str) -> &std::ffi::OsStr {
@@ -393,8 +419,7 @@ fn tool_refuses_a_bad_config_before_replaying_anything() {
 
     // A config that parses but cannot create an allocator (its trace file
     // cannot be created) is found before the replays too.
-    let (code, stdout, stderr) =
-        run_tool(&[os("--config"), os("trace:/nonexistent-dir/x.trace"), good.as_os_str()]);
+    let (code, stdout, stderr) = run_tool(&[os("--config"), os("trace:/nonexistent-dir/x.trace"), good.as_os_str()]);
     assert_eq!(code, Some(2), "{stdout}{stderr}");
     assert_eq!(stdout, "");
     assert!(stderr.contains("trace"), "{stderr}");
@@ -467,7 +492,9 @@ fn tool_help_explains_every_column() {
     assert!(!columns.is_empty(), "no columns section in:\n{help}");
     for header in npualloc_tools::replay::table::HEADERS {
         // Each column is a line "  <header>  <explanation>".
-        let line = columns.iter().find(|l| l.strip_prefix("  ").and_then(|r| r.strip_prefix(header)).is_some_and(|rest| rest.starts_with("  ")));
+        let line = columns.iter().find(|l| {
+            l.strip_prefix("  ").and_then(|r| r.strip_prefix(header)).is_some_and(|rest| rest.starts_with("  "))
+        });
         let line = line.unwrap_or_else(|| panic!("--help does not explain the column '{header}':\n{help}"));
         assert!(line.trim_start()[header.len()..].trim().len() > 10, "too short an explanation: {line}");
     }

@@ -7,9 +7,7 @@
 
 use super::{vmm, Reservation, GRANULARITY, GRANULARITY_1G};
 use crate::device;
-use crate::error::{
-    require, AclResult, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVALID,
-};
+use crate::error::{require, AclResult, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVALID};
 use crate::faults::Api;
 use crate::ffi::{acl_entry, write_out};
 use crate::host_map;
@@ -85,24 +83,15 @@ unsafe fn reserve(
         return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
     }
     let align = align_for(size);
-    let len = size
-        .checked_add(align - 1)
-        .map(|n| n & !(align - 1))
-        .ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
+    let len = size.checked_add(align - 1).map(|n| n & !(align - 1)).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
     dev.take_address(len as u64)?;
     let Some(start) = map_none_aligned(len, align) else {
         dev.return_address(len as u64);
         return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
     };
-    vmm().reservations.insert(
-        start,
-        Reservation {
-            len,
-            device: dev_id,
-            mapped_device: None,
-            mappings: BTreeMap::new(),
-        },
-    );
+    vmm()
+        .reservations
+        .insert(start, Reservation { len, device: dev_id, mapped_device: None, mappings: BTreeMap::new() });
     usage::add(&usage::of(dev_id).reserved_ranges, 1);
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { write_out(out, start as *mut c_void) }
@@ -111,18 +100,12 @@ unsafe fn reserve(
 fn release(ptr: *mut c_void) -> AclResult<()> {
     require(!ptr.is_null())?;
     let mut v = vmm();
-    let r = v
-        .reservations
-        .get(&(ptr as usize))
-        .ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    let r = v.reservations.get(&(ptr as usize)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
     // [doc] Unmap everything in the range first.
     if !r.mappings.is_empty() {
         return Err(ACL_ERROR_RT_PARAM_INVALID);
     }
-    let r = v
-        .reservations
-        .remove(&(ptr as usize))
-        .expect("looked up above");
+    let r = v.reservations.remove(&(ptr as usize)).expect("looked up above");
     drop(v);
     // SAFETY: the range was ours, has no mappings and left the registry.
     unsafe { host_map::unmap(ptr, r.len) };

@@ -7,8 +7,8 @@
 
 use super::{vmm, Mapping, GRANULARITY};
 use crate::error::{
-    require, AclResult, ACL_ERROR_RT_DRV_INTERNAL_ERROR, ACL_ERROR_RT_INTERNAL_ERROR,
-    ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_PARAM_INVALID,
+    require, AclResult, ACL_ERROR_RT_DRV_INTERNAL_ERROR, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE,
+    ACL_ERROR_RT_PARAM_INVALID,
 };
 use crate::faults::Api;
 use crate::ffi::{acl_entry, handle_id, Kind};
@@ -41,21 +41,11 @@ fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64)
     // [doc] Sizes and addresses follow the attr's granularity: a 1 GiB page
     // maps at a 1 GiB boundary.
     require_kernel(addr.is_multiple_of(granularity.max(GRANULARITY) as usize))?;
-    let start = v
-        .reservation_of(addr, size)
-        .ok_or(ACL_ERROR_RT_DRV_INTERNAL_ERROR)?;
+    let start = v.reservation_of(addr, size).ok_or(ACL_ERROR_RT_DRV_INTERNAL_ERROR)?;
     let fd = v.pools[&device].raw_fd();
     let r = &v.reservations[&start];
-    let overlaps_prev = r
-        .mappings
-        .range(..=addr)
-        .next_back()
-        .is_some_and(|(&m, mp)| m + mp.len > addr);
-    let overlaps_next = r
-        .mappings
-        .range(addr..)
-        .next()
-        .is_some_and(|(&m, _)| m < addr + size);
+    let overlaps_prev = r.mappings.range(..=addr).next_back().is_some_and(|(&m, mp)| m + mp.len > addr);
+    let overlaps_next = r.mappings.range(addr..).next().is_some_and(|(&m, _)| m < addr + size);
     require_kernel(!overlaps_prev && !overlaps_next)?;
     // The first map fixes the reservation's device, and unmapping does not
     // clear it (RB: "Don't clear the first bitmap status").
@@ -77,13 +67,7 @@ fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64)
     }
     let r = v.reservations.get_mut(&start).expect("looked up above");
     r.mapped_device = Some(device);
-    r.mappings.insert(
-        addr,
-        Mapping {
-            len: size,
-            handle: id,
-        },
-    );
+    r.mappings.insert(addr, Mapping { len: size, handle: id });
     v.handles.get_mut(&id).expect("looked up above").mappings += 1;
     usage::add(&usage::of(device).mapped_bytes, size as u64);
     Ok(())
@@ -93,9 +77,7 @@ fn unmap(ptr: *mut c_void) -> AclResult<()> {
     require(!ptr.is_null())?;
     let addr = ptr as usize;
     let mut v = vmm();
-    let start = v
-        .reservation_of(addr, 1)
-        .ok_or(ACL_ERROR_RT_DRV_INTERNAL_ERROR)?;
+    let start = v.reservation_of(addr, 1).ok_or(ACL_ERROR_RT_DRV_INTERNAL_ERROR)?;
     let mapping = v
         .reservations
         .get_mut(&start)
@@ -116,10 +98,7 @@ fn unmap(ptr: *mut c_void) -> AclResult<()> {
         )
     };
     debug_assert_ne!(p, libc::MAP_FAILED, "re-reserving an unmapped range failed");
-    let phys = v
-        .handles
-        .get_mut(&mapping.handle)
-        .expect("mapped handles stay registered");
+    let phys = v.handles.get_mut(&mapping.handle).expect("mapped handles stay registered");
     phys.mappings -= 1;
     let (device, release) = (phys.device, phys.freed && phys.mappings == 0);
     usage::sub(&usage::of(device).mapped_bytes, mapping.len as u64);

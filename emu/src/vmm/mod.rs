@@ -29,8 +29,7 @@ mod pool;
 pub use address::{aclrtReleaseMemAddress, aclrtReserveMemAddress};
 pub use map::{aclrtMapMem, aclrtUnmapMem};
 pub use physical::{
-    aclrtFreePhysical, aclrtMallocPhysical, aclrtMemGetAllocationGranularity, aclrtMemLocation,
-    aclrtPhysicalMemProp,
+    aclrtFreePhysical, aclrtMallocPhysical, aclrtMemGetAllocationGranularity, aclrtMemLocation, aclrtPhysicalMemProp,
 };
 
 use crate::ffi::lock;
@@ -77,12 +76,7 @@ struct Vmm {
 }
 
 static VMM: LazyLock<Mutex<Vmm>> = LazyLock::new(|| {
-    Mutex::new(Vmm {
-        pools: HashMap::new(),
-        handles: HashMap::new(),
-        reservations: BTreeMap::new(),
-        next_handle: 1,
-    })
+    Mutex::new(Vmm { pools: HashMap::new(), handles: HashMap::new(), reservations: BTreeMap::new(), next_handle: 1 })
 });
 
 fn vmm() -> MutexGuard<'static, Vmm> {

@@ -15,9 +15,8 @@
 use super::{vmm, Phys, Pool, GRANULARITY, GRANULARITY_1G};
 use crate::device::{self, PagePool};
 use crate::error::{
-    require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_DRV_INTERNAL_ERROR,
-    ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_INVALID_HANDLE,
-    ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVALID,
+    require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_DRV_INTERNAL_ERROR, ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+    ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVALID,
 };
 use crate::faults::Api;
 use crate::ffi::{acl_entry, handle, handle_id, write_out, Kind};
@@ -73,8 +72,7 @@ fn granularity_of(prop: &aclrtPhysicalMemProp) -> AclResult<u64> {
 }
 
 /// False when `ACLEMU_HUGE1G=0`: the chip or driver lacks 1 GiB pages.
-static HUGE1G: LazyLock<bool> =
-    LazyLock::new(|| std::env::var("ACLEMU_HUGE1G").map_or(true, |v| v.trim() != "0"));
+static HUGE1G: LazyLock<bool> = LazyLock::new(|| std::env::var("ACLEMU_HUGE1G").map_or(true, |v| v.trim() != "0"));
 
 unsafe fn malloc_physical(
     out: *mut *mut c_void,
@@ -119,18 +117,7 @@ unsafe fn malloc_physical(
     };
     let id = v.next_handle;
     v.next_handle += 1;
-    v.handles.insert(
-        id,
-        Phys {
-            device: dev_id,
-            pool,
-            offset,
-            size,
-            granularity,
-            mappings: 0,
-            freed: false,
-        },
-    );
+    v.handles.insert(id, Phys { device: dev_id, pool, offset, size, granularity, mappings: 0, freed: false });
     drop(v);
     let counters = usage::of(dev_id);
     usage::add(&counters.physical_bytes, size);
@@ -157,11 +144,7 @@ fn free_physical(h: *mut c_void) -> AclResult<()> {
     Ok(())
 }
 
-unsafe fn granularity(
-    prop: *mut aclrtPhysicalMemProp,
-    option: u32,
-    out: *mut usize,
-) -> AclResult<()> {
+unsafe fn granularity(prop: *mut aclrtPhysicalMemProp, option: u32, out: *mut usize) -> AclResult<()> {
     require(!prop.is_null() && !out.is_null())?;
     // MINIMUM or RECOMMENDED; both are the page size here.
     require(option <= 1)?;

@@ -25,11 +25,7 @@ impl Pool {
         }
         // SAFETY: memfd_create returned a fresh descriptor we now own.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Some(Pool {
-            fd,
-            file_len: 0,
-            free: RangeSet::default(),
-        })
+        Some(Pool { fd, file_len: 0, free: RangeSet::default() })
     }
 
     pub fn raw_fd(&self) -> RawFd {

@@ -85,15 +85,7 @@ impl Dev {
     /// Everything created on the device was released (syncs aside).
     pub fn assert_clean(&self) {
         let u = self.usage();
-        assert_eq!(
-            u,
-            aclemu_usage {
-                syncs: u.syncs,
-                ..Default::default()
-            },
-            "leak on device {}",
-            self.id
-        );
+        assert_eq!(u, aclemu_usage { syncs: u.syncs, ..Default::default() }, "leak on device {}", self.id);
     }
 
     /// A valid physical-memory prop for this device.
@@ -102,10 +94,7 @@ impl Dev {
             handleType: 0,
             allocationType: 0,
             memAttr: mem_attr,
-            location: aclrtMemLocation {
-                id: self.id as u32,
-                type_: 1,
-            },
+            location: aclrtMemLocation { id: self.id as u32, type_: 1 },
             reserve: 0,
         }
     }

@@ -174,7 +174,11 @@ pub(crate) struct Raw {
 /// as a segment of its own rather than lost). A runtime that aligns, as
 /// every one met so far does, costs nothing. Bytes are charged against the
 /// limit as they are obtained.
-fn obtain_aligned(pool: &mut Pool<FixedSegments>, size: usize, rounded: usize) -> Result<(Raw, usize, usize), GrowError> {
+fn obtain_aligned(
+    pool: &mut Pool<FixedSegments>,
+    size: usize,
+    rounded: usize,
+) -> Result<(Raw, usize, usize), GrowError> {
     let sh = pool.sh.clone();
     let first = malloc_charged(&sh, size)?;
     if first.at % MIN_BLOCK_SIZE == 0 {

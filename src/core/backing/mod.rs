@@ -144,14 +144,19 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
 #[derive(Debug)]
 pub(crate) enum GrowError {
     /// The memory fraction limit would be exceeded.
-    OverLimit { size: usize, limit: usize },
+    OverLimit {
+        size: usize,
+        limit: usize,
+    },
     /// An expandable segment's address range has no free block that large.
     AddressSpace,
     /// Garbage collection is due before growing (see `reclaim`).
     Collect,
     /// `reserved_headroom` wants `bytes` of other shards' free pieces moved
     /// here rather than new memory (see `ladder`).
-    NeedsRoom { bytes: usize },
+    NeedsRoom {
+        bytes: usize,
+    },
     Runtime(crate::runtime::AclCallError),
     /// Not a memory shortage: fails the call as it is.
     Other(crate::error::Error),
@@ -160,9 +165,10 @@ pub(crate) enum GrowError {
 impl GrowError {
     pub fn is_out_of_memory(&self) -> bool {
         match self {
-            GrowError::OverLimit { .. } | GrowError::AddressSpace | GrowError::Collect | GrowError::NeedsRoom { .. } => {
-                true
-            }
+            GrowError::OverLimit { .. }
+            | GrowError::AddressSpace
+            | GrowError::Collect
+            | GrowError::NeedsRoom { .. } => true,
             GrowError::Runtime(e) => e.is_out_of_memory(),
             GrowError::Other(_) => false,
         }

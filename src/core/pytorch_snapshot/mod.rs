@@ -183,11 +183,8 @@ fn segment_value(device: i32, s: &SegmentView) -> Value {
 }
 
 fn trace_entry(e: &Event) -> Value {
-    let place = if e.action == Action::Oom {
-        ("device_free", Value::int(e.device_free))
-    } else {
-        ("addr", Value::int(e.addr))
-    };
+    let place =
+        if e.action == Action::Oom { ("device_free", Value::int(e.device_free)) } else { ("addr", Value::int(e.addr)) };
     Value::dict([
         ("action", Value::str(e.action.name())),
         place,
@@ -264,7 +261,13 @@ mod tests {
         assert_eq!(int("stream"), 7);
         assert_eq!(v.get("segment_type").and_then(Value::as_str), Some("large"));
         assert_eq!(v.get("is_expandable"), Some(&Value::Bool(true)));
-        let states: Vec<_> = v.get("blocks").and_then(Value::as_list).unwrap().iter().map(|b| b.get("state").and_then(Value::as_str).unwrap()).collect();
+        let states: Vec<_> = v
+            .get("blocks")
+            .and_then(Value::as_list)
+            .unwrap()
+            .iter()
+            .map(|b| b.get("state").and_then(Value::as_str).unwrap())
+            .collect();
         assert_eq!(states, ["active_allocated", "active_pending_free", "inactive"]);
     }
 

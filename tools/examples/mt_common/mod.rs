@@ -25,7 +25,8 @@ pub fn emulator_path() -> PathBuf {
 
 pub fn load_emulator() -> Result<Emulator, String> {
     let path = emulator_path();
-    Emulator::load(&path).map_err(|e| format!("{} ({}; run `cargo build --workspace --release` first)", e, path.display()))
+    Emulator::load(&path)
+        .map_err(|e| format!("{} ({}; run `cargo build --workspace --release` first)", e, path.display()))
 }
 
 /// Whether the loaded emulator has the cost model: its control

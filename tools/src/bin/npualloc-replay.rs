@@ -3,9 +3,9 @@
 //! device calls and allocator time. See `--help`.
 
 use npualloc::config::Config;
+use npualloc::runtime::loader::ACL_LIBRARY_ENV;
 use npualloc_tools::replay::svg::{self, Figure};
 use npualloc_tools::replay::{self, table, Emulator, Options, Prepared, Report, Target};
-use npualloc::runtime::loader::ACL_LIBRARY_ENV;
 use std::fs::{File, OpenOptions};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -126,7 +126,11 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, Stri
             "--acl-library" => a.library = Some(PathBuf::from(value("--acl-library")?)),
             "--repeat" => {
                 let v = value("--repeat")?;
-                a.repeat = v.parse().ok().filter(|&n| n >= 1).ok_or(format!("--repeat needs a positive integer, got '{v}'"))?;
+                a.repeat = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or(format!("--repeat needs a positive integer, got '{v}'"))?;
             }
             "--no-min-capacity" => a.min_capacity = false,
             "--warm" => a.warm = true,
@@ -272,7 +276,8 @@ fn main() -> ExitCode {
     for path in &args.traces {
         match npualloc::trace::parse_file(path) {
             Ok(t) => {
-                let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+                let name =
+                    path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
                 prepared.push(Prepared::new(&name, &t));
             }
             Err(e) if e.line().is_some() => {
@@ -330,7 +335,8 @@ fn main() -> ExitCode {
         print!("{}", table::text_table(&flat));
     }
     if let Some(out) = svg_out {
-        let figures: Vec<Figure<'_>> = prepared.iter().zip(&all).map(|(trace, reports)| Figure { trace, reports }).collect();
+        let figures: Vec<Figure<'_>> =
+            prepared.iter().zip(&all).map(|(trace, reports)| Figure { trace, reports }).collect();
         if let Err(e) = out.write(svg::render(&figures).as_bytes()) {
             eprintln!("npualloc-replay: --svg: {e}");
             return ExitCode::from(1);

@@ -63,10 +63,8 @@ impl Emulator {
     pub fn load(path: &Path) -> Result<Emulator, EmulatorError> {
         let path_str = path.to_string_lossy().into_owned();
         let rt = Runtime::load(Some(&path_str))?;
-        let c_path = CString::new(path_str.clone()).map_err(|_| EmulatorError::NotEmulator {
-            path: path_str.clone(),
-            symbol: "a path without NUL bytes",
-        })?;
+        let c_path = CString::new(path_str.clone())
+            .map_err(|_| EmulatorError::NotEmulator { path: path_str.clone(), symbol: "a path without NUL bytes" })?;
         // SAFETY: c_path is a valid C string. RTLD_NOLOAD hands back the copy
         // `Runtime::load` opened (one emulator instance, one device table).
         let mut handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
@@ -87,8 +85,9 @@ impl Emulator {
         let set = sym(c"aclemu_set_device_memory")?;
         let get = sym(c"aclemu_get_usage")?;
         // SAFETY: the emulator's header declares these signatures.
-        let (set_memory, get_usage) =
-            unsafe { (std::mem::transmute::<*mut c_void, SetMemoryFn>(set), std::mem::transmute::<*mut c_void, GetUsageFn>(get)) };
+        let (set_memory, get_usage) = unsafe {
+            (std::mem::transmute::<*mut c_void, SetMemoryFn>(set), std::mem::transmute::<*mut c_void, GetUsageFn>(get))
+        };
         rt.set_device(DEVICE)?;
         Ok(Emulator { rt, set_memory, get_usage })
     }

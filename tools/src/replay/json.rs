@@ -126,7 +126,8 @@ impl Parser<'_> {
             Some(b'n') => self.word("null", Json::Null),
             Some(c) if c == b'-' || c.is_ascii_digit() => {
                 let start = self.i;
-                while self.i < self.s.len() && matches!(self.s[self.i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                while self.i < self.s.len() && matches!(self.s[self.i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
                     self.i += 1;
                 }
                 Ok(Json::Num(String::from_utf8_lossy(&self.s[start..self.i]).into_owned()))
@@ -160,7 +161,8 @@ impl Parser<'_> {
                         b'f' => out.push(12),
                         b'u' => {
                             let hex = self.s.get(self.i..self.i + 4).ok_or("short \\u escape")?;
-                            let code = u32::from_str_radix(&String::from_utf8_lossy(hex), 16).map_err(|e| e.to_string())?;
+                            let code =
+                                u32::from_str_radix(&String::from_utf8_lossy(hex), 16).map_err(|e| e.to_string())?;
                             self.i += 4;
                             let ch = char::from_u32(code).unwrap_or('\u{fffd}');
                             out.extend_from_slice(ch.to_string().as_bytes());

@@ -18,9 +18,9 @@ mod capacity;
 pub mod emulator;
 mod engine;
 pub mod json;
-pub mod prepared;
 pub mod peak_snapshot;
 pub mod pickle;
+pub mod prepared;
 pub mod snapshot;
 pub mod svg;
 pub mod table;
@@ -167,7 +167,13 @@ pub fn replay_trace(
         .map(|(k, target)| {
             let mut say = |what: &str| progress(&format!("{} | {} | {what}", trace.name, target.label()));
             let result = measure(emu, trace, target, opts, opts.segment_map && k == 0, &mut say);
-            Report { trace: trace.name.clone(), target: target.clone(), ops: trace.steps.len(), peak_requested: trace.peak_requested, result }
+            Report {
+                trace: trace.name.clone(),
+                target: target.clone(),
+                ops: trace.steps.len(),
+                peak_requested: trace.peak_requested,
+                result,
+            }
         })
         .collect();
     let _ = emu.set_capacity(DEFAULT_CAPACITY);
@@ -301,7 +307,8 @@ impl<'a> Runner<'a> {
         let rt = self.emu.runtime();
         match &self.config {
             Some(config) => {
-                let alloc = DeviceAllocator::with_runtime(config.clone(), DEVICE, rt.clone()).map_err(|e| e.to_string())?;
+                let alloc =
+                    DeviceAllocator::with_runtime(config.clone(), DEVICE, rt.clone()).map_err(|e| e.to_string())?;
                 let mut b = Npu { alloc: &alloc };
                 if spec.warm {
                     engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut Quiet)?;

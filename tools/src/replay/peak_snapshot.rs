@@ -11,10 +11,7 @@ use crate::core::DeviceAllocator;
 /// The file name for `trace_name`'s snapshot: the trace's name without
 /// `.trace.gz` (or `.trace`), then `.pickle`.
 pub fn file_name(trace_name: &str) -> String {
-    let stem = trace_name
-        .strip_suffix(".trace.gz")
-        .or_else(|| trace_name.strip_suffix(".trace"))
-        .unwrap_or(trace_name);
+    let stem = trace_name.strip_suffix(".trace.gz").or_else(|| trace_name.strip_suffix(".trace")).unwrap_or(trace_name);
     format!("{stem}.pickle")
 }
 
@@ -37,9 +34,8 @@ fn snapshot_on(
     config: &Config,
     streams: &[crate::runtime::Stream],
 ) -> Result<(Value, u64), String> {
-    let new_allocator = || {
-        DeviceAllocator::with_runtime(config.clone(), DEVICE, emu.runtime().clone()).map_err(|e| e.to_string())
-    };
+    let new_allocator =
+        || DeviceAllocator::with_runtime(config.clone(), DEVICE, emu.runtime().clone()).map_err(|e| e.to_string());
     let mut series = Series(Vec::with_capacity(trace.steps.len()));
     {
         let alloc = new_allocator()?;

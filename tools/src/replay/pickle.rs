@@ -160,6 +160,11 @@ mod tests {
         let run = std::process::Command::new("python3").arg("-c").arg(script).arg(&path).output();
         let _ = std::fs::remove_file(&path);
         let out = run.expect("python3 runs (the Python package's tests need it too)");
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok", "python3 failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "ok",
+            "python3 failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

@@ -56,7 +56,8 @@ pub struct SegmentMap {
 pub fn parse(text: &str, step: usize) -> Result<SegmentMap, String> {
     let doc = json::parse(text)?;
     let num = |v: &Json, k: &str| v.get(k).and_then(Json::as_u64);
-    let reserved = doc.get("stats").and_then(|s| num(s, "reserved_bytes")).ok_or("snapshot lacks stats.reserved_bytes")?;
+    let reserved =
+        doc.get("stats").and_then(|s| num(s, "reserved_bytes")).ok_or("snapshot lacks stats.reserved_bytes")?;
     let mut segments = Vec::new();
     for seg in doc.get("segments").map(Json::as_array).unwrap_or(&[]) {
         let base = num(seg, "address").ok_or("segment without address")?;

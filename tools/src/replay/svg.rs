@@ -61,7 +61,9 @@ fn chart(out: &mut String, f: &Figure<'_>, top: f64) -> f64 {
         .reports
         .iter()
         .enumerate()
-        .filter_map(|(i, r)| r.result.as_ref().ok().filter(|m| !m.reserved_series.is_empty()).map(|m| (i, r, &m.reserved_series[..])))
+        .filter_map(|(i, r)| {
+            r.result.as_ref().ok().filter(|m| !m.reserved_series.is_empty()).map(|m| (i, r, &m.reserved_series[..]))
+        })
         .collect();
     let max_bytes = series
         .iter()

@@ -120,7 +120,9 @@ impl RangePool {
             if cached.is_none() && ctx.device.may_borrow && self.over_headroom(ctx, run * spec.size) {
                 // Enough for the rest of the request, not just this run:
                 // the retry may not ask again.
-                return Err(GrowError::NeedsRoom { bytes: (ctx.addr + ctx.size - (base + i * spec.size)).max(run * spec.size) });
+                return Err(GrowError::NeedsRoom {
+                    bytes: (ctx.addr + ctx.size - (base + i * spec.size)).max(run * spec.size),
+                });
             }
         }
         let (handle, bytes) = match cached {

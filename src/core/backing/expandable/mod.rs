@@ -174,7 +174,11 @@ pub struct PageSpec {
 
 /// The large pool's page for `page_size`, checked against the runtime's
 /// granularity.
-pub(crate) fn large_page_spec(rt: &crate::runtime::Runtime, device: i32, config: &crate::config::Config) -> Result<PageSpec> {
+pub(crate) fn large_page_spec(
+    rt: &crate::runtime::Runtime,
+    device: i32,
+    config: &crate::config::Config,
+) -> Result<PageSpec> {
     use crate::config::PageSize;
     let attr = match config.page_size {
         PageSize::Gib1 => sys::ACL_HBM_MEM_HUGE1G,
@@ -322,7 +326,15 @@ impl Backing for ExpandableRanges {
             let size = units * page;
             let Some(holder) = pool.block_containing(seg, addr) else { continue };
             let block = pool.carve(holder, addr, size);
-            out.push(Detached { segment: seg, block, addr, size, device: (addr, size), serial, streams: streams.clone() });
+            out.push(Detached {
+                segment: seg,
+                block,
+                addr,
+                size,
+                device: (addr, size),
+                serial,
+                streams: streams.clone(),
+            });
         }
         out
     }
@@ -438,7 +450,11 @@ impl Backing for ExpandableRanges {
 }
 
 /// Gives one unmapped handle of `size` bytes back to the runtime.
-fn free_handle(sh: &Shared<ExpandableRanges>, h: PhysicalHandle, size: usize) -> Result<(), crate::runtime::AclCallError> {
+fn free_handle(
+    sh: &Shared<ExpandableRanges>,
+    h: PhysicalHandle,
+    size: usize,
+) -> Result<(), crate::runtime::AclCallError> {
     sh.rt.on_device(sh.device, || sh.rt.free_physical(h))?;
     sh.limit.refund(size);
     sh.counters.physical_freed(size);
