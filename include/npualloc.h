@@ -592,6 +592,9 @@ npualloc_status npualloc_binding_destroy(void *binding);
  *
  * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`.
  * Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
  */
 npualloc_status npualloc_record_history(struct npualloc_allocator *a, size_t max_entries);
 
@@ -617,6 +620,10 @@ npualloc_status npualloc_record_history(struct npualloc_allocator *a, size_t max
  *
  * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a` or a NULL
  * `out_json` (nothing written).
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed;
+ * `out_json` is NULL or valid for writing one pointer.
  */
 npualloc_status npualloc_snapshot_pytorch_json(const struct npualloc_allocator *a, char **out_json);
 
@@ -641,6 +648,9 @@ npualloc_status npualloc_pluggable_record_history(int device, size_t max_entries
  *
  * Statuses: as `npualloc_pluggable_record_history`, and INVALID_ARGUMENT
  * for a NULL `out_json` (nothing written, nothing created).
+ *
+ * # Safety
+ * `out_json` is NULL or valid for writing one pointer.
  */
 npualloc_status npualloc_pluggable_snapshot_pytorch_json(int device, char **out_json);
 

@@ -19,6 +19,9 @@ use std::ffi::{c_char, c_int, CString};
 ///
 /// Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`.
 /// Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_record_history(a: *mut npualloc_allocator, max_entries: usize) -> npualloc_status {
     ffi_boundary!(status "npualloc_record_history", {
@@ -51,6 +54,10 @@ pub unsafe extern "C" fn npualloc_record_history(a: *mut npualloc_allocator, max
 ///
 /// Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a` or a NULL
 /// `out_json` (nothing written).
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed;
+/// `out_json` is NULL or valid for writing one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_snapshot_pytorch_json(
     a: *const npualloc_allocator,
@@ -96,6 +103,9 @@ pub extern "C" fn npualloc_pluggable_record_history(device: c_int, max_entries: 
 ///
 /// Statuses: as `npualloc_pluggable_record_history`, and INVALID_ARGUMENT
 /// for a NULL `out_json` (nothing written, nothing created).
+///
+/// # Safety
+/// `out_json` is NULL or valid for writing one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_pluggable_snapshot_pytorch_json(
     device: c_int,
