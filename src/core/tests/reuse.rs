@@ -1,7 +1,7 @@
 //! Tests of the exact-size reuse lists (Note [exact-size reuse] in `reuse`).
 
-use super::tests::{allocator, drop_stream, emu_lock, finish, new_stream, set_capacity};
-use super::*;
+use super::support::{allocator, drop_stream, emu_lock, finish, new_stream, set_capacity};
+use crate::core::*;
 
 const FIXED: &str = "expandable_segments:false";
 

@@ -3,10 +3,10 @@
 //! ACL VMM]), through the emulator, with the default 2 MiB pages. Tests of
 //! moving handles pin fresh handles to 4 MiB (`floor_pieces`).
 
-use super::backing::expandable::PieceRule;
-use super::tests::{allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, DEV};
-use super::tests_expandable::{budget, check_accounting, teardown_clean, Baseline, GIB, MIB, PAGE};
-use super::*;
+use crate::core::backing::expandable::PieceRule;
+use super::support::{allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, DEV};
+use super::expandable::{budget, check_accounting, teardown_clean, Baseline, GIB, MIB, PAGE};
+use crate::core::*;
 
 /// An allocator whose fresh handles are always 4 MiB (two pages) at most,
 /// however empty the device.

@@ -8,8 +8,8 @@
 //! copy another stream still has queued; data written into a block reads back
 //! until its free. Seeds are fixed, so a failure replays.
 
-use super::tests::{allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, usage, Rng, DEV};
-use super::*;
+use super::support::{allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, usage, Rng, DEV};
+use crate::core::*;
 use crate::runtime::{AclCallError, Event};
 use ascendcl::{aclemu_stream_hold, aclemu_stream_release};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -1,6 +1,6 @@
 //! Core tests, all through the emulator linked into the test binary.
 
-use super::*;
+use crate::core::*;
 use crate::runtime::Runtime;
 use ascendcl::{
     aclemu_fail_nth, aclemu_get_usage, aclemu_set_device_memory, aclemu_stream_hold, aclemu_stream_release,
@@ -14,9 +14,9 @@ pub(crate) fn emu_lock() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-pub(super) const DEV: i32 = 1;
+pub(crate) const DEV: i32 = 1;
 
-pub(super) fn usage(device: i32) -> aclemu_usage {
+pub(crate) fn usage(device: i32) -> aclemu_usage {
     // SAFETY: aclemu_usage is plain integers, for which all zeroes is a value.
     let mut u: aclemu_usage = unsafe { std::mem::zeroed() };
     // SAFETY: u is a valid out-pointer.
@@ -24,45 +24,45 @@ pub(super) fn usage(device: i32) -> aclemu_usage {
     u
 }
 
-pub(super) fn set_capacity(bytes: u64) {
+pub(crate) fn set_capacity(bytes: u64) {
     // SAFETY: plain values.
     assert_eq!(unsafe { aclemu_set_device_memory(DEV, bytes) }, 0);
 }
 
-pub(super) fn fail_nth(name: &str, n: i32) {
+pub(crate) fn fail_nth(name: &str, n: i32) {
     let c = std::ffi::CString::new(name).unwrap();
     // SAFETY: c is a valid C string.
     assert_eq!(unsafe { aclemu_fail_nth(c.as_ptr(), n) }, 0);
 }
 
-pub(super) fn allocator(config: &str) -> DeviceAllocator {
+pub(crate) fn allocator(config: &str) -> DeviceAllocator {
     DeviceAllocator::with_runtime(Config::parse(config).unwrap(), DEV, Runtime::emulated()).unwrap()
 }
 
-pub(super) fn finish(a: DeviceAllocator) {
+pub(crate) fn finish(a: DeviceAllocator) {
     a.check_invariants().unwrap();
     a.teardown().unwrap();
     let u = usage(DEV);
     assert_eq!((u.malloc_count, u.malloc_bytes, u.events), (0, 0, 0), "emulator reports leaks");
 }
 
-pub(super) fn fill(addr: usize, len: usize, byte: u8) {
+pub(crate) fn fill(addr: usize, len: usize, byte: u8) {
     // SAFETY: the emulator's device memory is host memory; the block is live and at least len bytes.
     unsafe { std::ptr::write_bytes(addr as *mut u8, byte, len) }
 }
 
-pub(super) fn check_fill(addr: usize, len: usize, byte: u8) -> bool {
+pub(crate) fn check_fill(addr: usize, len: usize, byte: u8) -> bool {
     // SAFETY: as in `fill`.
     let s = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
     s.iter().all(|&b| b == byte)
 }
 
-pub(super) fn new_stream(a: &DeviceAllocator) -> Stream {
+pub(crate) fn new_stream(a: &DeviceAllocator) -> Stream {
     let rt = a.runtime().clone();
     rt.on_device(DEV, || rt.create_stream()).unwrap()
 }
 
-pub(super) fn drop_stream(a: &DeviceAllocator, s: Stream) {
+pub(crate) fn drop_stream(a: &DeviceAllocator, s: Stream) {
     let rt = a.runtime().clone();
     rt.on_device(DEV, || rt.destroy_stream(s)).unwrap()
 }
@@ -418,22 +418,22 @@ fn max_split_size_keeps_oversize_blocks_whole() {
 }
 
 /// A tiny deterministic generator (xorshift), so failures replay.
-pub(super) struct Rng(pub(super) u64);
+pub(crate) struct Rng(pub(crate) u64);
 impl Rng {
-    pub(super) fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         // Xorshift never leaves zero: keep the state odd.
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
-    pub(super) fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    pub(super) fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-    pub(super) fn index(&mut self, len: usize) -> usize {
+    pub(crate) fn index(&mut self, len: usize) -> usize {
         self.below(len as u64) as usize
     }
 }

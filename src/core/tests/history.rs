@@ -1,10 +1,10 @@
 //! Memory history and the PyTorch-format snapshot through a real allocator
 //! on the emulator.
 
-use super::history::Action;
-use super::pytorch_snapshot::Value;
-use super::tests::{allocator, drop_stream, emu_lock, finish, new_stream, set_capacity, DEV};
-use super::*;
+use crate::core::history::Action;
+use crate::core::pytorch_snapshot::Value;
+use super::support::{allocator, drop_stream, emu_lock, finish, new_stream, set_capacity, DEV};
+use crate::core::*;
 use ascendcl::{aclemu_stream_hold, aclemu_stream_release};
 
 fn actions(a: &DeviceAllocator) -> Vec<(Action, usize)> {

@@ -6,9 +6,9 @@
 //! each test takes `emu_lock()` and compares the emulator's counters with the
 //! values it read at its start.
 
-use super::backing::expandable::PieceRule;
-use super::tests::{allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, usage, DEV};
-use super::*;
+use crate::core::backing::expandable::PieceRule;
+use super::support::{allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, usage, DEV};
+use crate::core::*;
 use ascendcl::{aclemu_stream_hold, aclemu_stream_release, aclemu_usage};
 
 pub(super) const MIB: usize = 1 << 20;
