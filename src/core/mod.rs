@@ -50,16 +50,6 @@ mod teardown;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_expandable;
-#[cfg(test)]
-mod tests_history;
-#[cfg(test)]
-mod tests_pieces;
-#[cfg(test)]
-mod tests_random;
-#[cfg(test)]
-mod tests_reuse;
 
 use crate::config::Config;
 use crate::error::{Error, Result};

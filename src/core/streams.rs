@@ -127,7 +127,7 @@ impl<B: Backing> StreamTable<B> {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
-    use crate::core::tests::{emu_lock, set_capacity, usage, Rng, DEV};
+    use crate::core::tests::support::{emu_lock, set_capacity, usage, Rng, DEV};
     use crate::core::DeviceAllocator;
     use crate::error::Error;
     use crate::runtime::{Runtime, Stream};

@@ -7,11 +7,17 @@
 //! invariants hold; a block handed out overlaps neither a live block nor a
 //! copy another stream still has queued; data written into a block reads back
 //! until its free. Seeds are fixed, so a failure replays.
+//!
+//! `model_based_random_sequences` runs shorter sequences of the same calls,
+//! without held streams or copies, against a plainer model; the threads'
+//! tests run further down, with their own section note.
 
-use super::tests::{allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, usage, Rng, DEV};
-use super::*;
+use super::support::{
+    allocator, assert_emulator_empty, check_fill, drop_stream, emu_lock, fail_nth, fill, hold_stream, new_stream,
+    queue_copy_out, release_stream, set_capacity, usage, Rng, DEV,
+};
+use crate::core::*;
 use crate::runtime::{AclCallError, Event};
-use ascendcl::{aclemu_stream_hold, aclemu_stream_release};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
@@ -118,15 +124,11 @@ fn retried<T>(what: &str, call: impl Fn() -> Result<T, AclCallError>) -> T {
 
 /// Holds (or releases) a stream's later work in the emulator.
 fn set_held(stream: Stream, held: bool) {
-    // SAFETY: the stream is a live emulator stream the test created.
-    let code = unsafe {
-        if held {
-            aclemu_stream_hold(stream.raw())
-        } else {
-            aclemu_stream_release(stream.raw())
-        }
-    };
-    assert_eq!(code, 0);
+    if held {
+        hold_stream(stream)
+    } else {
+        release_stream(stream)
+    }
 }
 
 /// What the test expects of the allocator.
@@ -138,8 +140,8 @@ struct Model {
 }
 
 impl Model {
-    fn new(a: &DeviceAllocator) -> Self {
-        let streams = (0..STREAMS).map(|_| new_stream(a)).collect();
+    fn new() -> Self {
+        let streams = (0..STREAMS).map(|_| new_stream()).collect();
         Model { streams, held: [false; STREAMS], live: Vec::new(), queued: Vec::new() }
     }
 
@@ -194,19 +196,6 @@ impl Model {
     }
 }
 
-/// Queues a device-to-host copy of `dst.len()` bytes at `src` on `stream`.
-fn queue_copy_out(a: &DeviceAllocator, dst: &mut [u8], src: usize, stream: Stream) {
-    let rt = a.runtime().clone();
-    let kind = crate::memcpy2d::ACL_MEMCPY_DEVICE_TO_HOST as u32;
-    let len = dst.len();
-    // SAFETY: dst's heap buffer lives in the model until the copy's event
-    // completed; src is a live block of at least len bytes.
-    rt.on_device(DEV, || unsafe {
-        rt.memcpy2d_async(dst.as_mut_ptr().cast(), len, src as *const _, len, len, 1, kind, stream)
-    })
-    .unwrap();
-}
-
 fn run_seed(seed: u64, faults: bool) {
     // A fault another test left armed would fire here.
     disarm_faults();
@@ -214,7 +203,7 @@ fn run_seed(seed: u64, faults: bool) {
     set_capacity([64u64 << 20, 128 << 20, 1 << 30][rng.index(3)]);
     let config = CONFIGS[rng.index(CONFIGS.len())];
     let a = allocator(config);
-    let mut m = Model::new(&a);
+    let mut m = Model::new();
     for step in 0..STEPS {
         // Out of 14: malloc 5, free 2, record_stream 1, queued copies 2,
         // hold or release 2, empty_cache 1, nothing 1.
@@ -331,16 +320,10 @@ fn run_seed(seed: u64, faults: bool) {
     a.check_invariants().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     let report = a.teardown().unwrap_or_else(|e| panic!("seed {seed}: teardown: {e}"));
     assert_eq!(report, TeardownReport::default(), "seed {seed}");
-    let rt = a.runtime().clone();
     for s in m.streams {
-        rt.on_device(DEV, || rt.destroy_stream(s)).unwrap();
+        drop_stream(s);
     }
-    let u = usage(DEV);
-    assert_eq!(
-        (u.malloc_count, u.events, u.physical_count, u.mapped_bytes, u.reserved_ranges),
-        (0, 0, 0, 0, 0),
-        "seed {seed} ({config}): the emulator reports leaks"
-    );
+    assert_emulator_empty(&format!("seed {seed} ({config})"));
 }
 
 #[test]
@@ -357,6 +340,103 @@ fn random_operations_with_injected_faults_keep_the_invariants() {
     let _g = emu_lock();
     for seed in 1..=SEEDS {
         run_seed(seed, true);
+    }
+    set_capacity(1 << 30);
+}
+
+/// What `model_based_random_sequences` draws from: fewer faults than
+/// `run_seed` (those of getting and giving back memory, and event records)
+/// and its own configs.
+const MODEL_FAULTS: [&str; 6] =
+    ["aclrtMalloc", "aclrtFree", "aclrtRecordEvent", "aclrtMallocPhysical", "aclrtMapMem", "aclrtUnmapMem"];
+
+const MODEL_CONFIGS: [&str; 6] = [
+    "expandable_segments:false",
+    "expandable_segments:false,max_split_size_mb:24",
+    "expandable_segments:false,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
+    "expandable_segments:true",
+    "expandable_segments:true,page_size:20m",
+    "expandable_segments:true,per_process_memory_fraction:0.8",
+];
+
+/// Mallocs, frees, record_stream and empty_cache on up to three streams,
+/// checked against a list of live blocks with their fill bytes.
+#[test]
+fn model_based_random_sequences() {
+    let _g = emu_lock();
+    for seed in 1..=36u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let capacity = [48u64 << 20, 96 << 20, 1 << 30][rng.below(3) as usize];
+        set_capacity(capacity);
+        let a = allocator(MODEL_CONFIGS[rng.below(MODEL_CONFIGS.len() as u64) as usize]);
+        let streams: Vec<Stream> =
+            std::iter::once(Stream::DEFAULT).chain((0..rng.below(3)).map(|_| new_stream())).collect();
+        // Reference model: live blocks with their requested size and fill byte.
+        let mut live: Vec<(usize, usize, u8)> = Vec::new();
+        for step in 0..400 {
+            match rng.below(10) {
+                0..=4 => {
+                    let size = match rng.below(4) {
+                        0 => 1 + rng.below(4096) as usize,
+                        1 => 1 + rng.below(1 << 20) as usize,
+                        2 => (1 << 20) + rng.below(9 << 20) as usize,
+                        _ => (10 << 20) + rng.below(30 << 20) as usize,
+                    };
+                    if rng.below(20) == 0 {
+                        fail_nth(MODEL_FAULTS[rng.below(MODEL_FAULTS.len() as u64) as usize], 1 + rng.below(2) as i32);
+                    }
+                    let stream = streams[rng.below(streams.len() as u64) as usize];
+                    let before = a.stats().unwrap();
+                    match a.malloc(size, stream) {
+                        Ok(p) => {
+                            for &(q, qs, _) in &live {
+                                assert!(p + size <= q || q + qs <= p, "seed {seed} step {step}: overlap");
+                            }
+                            let byte = (step % 251) as u8;
+                            fill(p, size.min(4096), byte);
+                            live.push((p, size, byte));
+                        }
+                        // An injected non-OOM runtime failure surfaces as a
+                        // runtime error; either way nothing may have changed.
+                        Err(Error::OutOfMemory(_) | Error::Runtime { .. }) => {
+                            let after = a.stats().unwrap();
+                            assert_eq!(after.allocated_bytes, before.allocated_bytes);
+                            assert_eq!(after.active_blocks, before.active_blocks);
+                        }
+                        Err(e) => panic!("seed {seed} step {step}: unexpected {e}"),
+                    }
+                }
+                5..=7 if !live.is_empty() => {
+                    let i = rng.below(live.len() as u64) as usize;
+                    let (p, size, byte) = live.swap_remove(i);
+                    assert!(check_fill(p, size.min(4096), byte), "seed {seed} step {step}: data corrupted");
+                    a.free(p).unwrap();
+                }
+                8 if !live.is_empty() => {
+                    let (p, _, _) = live[rng.below(live.len() as u64) as usize];
+                    a.record_stream(p, streams[rng.below(streams.len() as u64) as usize]).unwrap();
+                }
+                9 => {
+                    let _ = a.empty_cache();
+                }
+                _ => {}
+            }
+            a.check_invariants().unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+            let s = a.stats().unwrap();
+            assert_eq!(s.requested_bytes, live.iter().map(|l| l.1 as u64).sum::<u64>());
+        }
+        for f in MODEL_FAULTS {
+            fail_nth(f, 0);
+        }
+        for (p, size, byte) in live.drain(..) {
+            assert!(check_fill(p, size.min(4096), byte));
+            a.free(p).unwrap();
+        }
+        a.teardown().unwrap();
+        for s in streams.into_iter().skip(1) {
+            drop_stream(s);
+        }
+        assert_emulator_empty(&format!("seed {seed}"));
     }
     set_capacity(1 << 30);
 }
@@ -607,12 +687,12 @@ fn run_threads(seed: u64, config: &str) -> Stats {
     let mut rng = Rng::new(seed);
     set_capacity([96u64 << 20, 128 << 20, 256 << 20][rng.index(3)]);
     let a = allocator(config);
-    let own: Vec<Stream> = (0..THREADS).map(|_| new_stream(&a)).collect();
+    let own: Vec<Stream> = (0..THREADS).map(|_| new_stream()).collect();
     let board = Board {
         a: &a,
         config,
         seed,
-        shared: new_stream(&a),
+        shared: new_stream(),
         live: Mutex::default(),
         copies: Mutex::default(),
         held: AtomicBool::new(false),
@@ -659,14 +739,9 @@ fn run_threads(seed: u64, config: &str) -> Stats {
     let report = a.teardown().unwrap_or_else(|e| panic!("{at}: teardown: {e}"));
     assert_eq!(report, TeardownReport::default(), "{at}");
     for s in own.into_iter().chain([board.shared]) {
-        rt.on_device(DEV, || rt.destroy_stream(s)).unwrap();
+        drop_stream(s);
     }
-    let u = usage(DEV);
-    assert_eq!(
-        (u.malloc_count, u.events, u.physical_count, u.mapped_bytes, u.reserved_ranges),
-        (0, 0, 0, 0, 0),
-        "{at}: the emulator reports leaks"
-    );
+    assert_emulator_empty(&at);
     s
 }
 
@@ -706,4 +781,54 @@ fn threads_sharing_fixed_segments_keep_the_model() {
 #[test]
 fn threads_sharing_expandable_segments_keep_the_model() {
     run_threads_over_configs(&EXPANDABLE_CONFIGS);
+}
+
+/// Two threads, each on its own stream, malloc and free small and
+/// mid-size blocks and check their data.
+#[test]
+fn two_threads_stress() {
+    let _g = emu_lock();
+    set_capacity(8 << 30);
+    let a = std::sync::Arc::new(allocator("expandable_segments:false"));
+    let streams = [new_stream(), new_stream()];
+    let ops = 50_000; // per thread: 100k operations in all
+    let handles: Vec<_> = (0..2u8)
+        .map(|t| {
+            let a = a.clone();
+            let stream = streams[t as usize];
+            std::thread::spawn(move || {
+                let mut rng = Rng(0x1234_5678 + t as u64);
+                let mut live: Vec<(usize, usize)> = Vec::new();
+                for _ in 0..ops {
+                    if live.len() < 64 && (live.is_empty() || rng.below(2) == 0) {
+                        let limit = if rng.below(8) == 0 { 4 << 20 } else { 64 << 10 };
+                        let size = 1 + rng.below(limit) as usize;
+                        let p = a.malloc(size, stream).unwrap();
+                        fill(p, size, 0xA0 + t);
+                        live.push((p, size));
+                    } else {
+                        let (p, size) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                        assert!(check_fill(p, size, 0xA0 + t), "thread {t}: corruption");
+                        a.free(p).unwrap();
+                    }
+                }
+                for (p, _) in live {
+                    a.free(p).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let s = a.stats().unwrap();
+    assert_eq!(s.num_allocs, s.num_frees);
+    assert_eq!((s.allocated_bytes, s.active_blocks), (0, 0));
+    a.check_invariants().unwrap();
+    a.teardown().unwrap();
+    for s in streams {
+        drop_stream(s);
+    }
+    assert_eq!(usage(DEV).malloc_count, 0);
+    set_capacity(1 << 30);
 }

@@ -6,68 +6,22 @@
 //! each test takes `emu_lock()` and compares the emulator's counters with the
 //! values it read at its start.
 
-use super::backing::expandable::PieceRule;
-use super::tests::{allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, usage, DEV};
-use super::*;
-use ascendcl::{aclemu_stream_hold, aclemu_stream_release, aclemu_usage};
+use super::support::{
+    allocator, budget, check_accounting, check_fill, drop_stream, emu_lock, fail_nth, fill, hold_stream, new_stream,
+    queue_copy_out, release_stream, set_capacity, teardown_clean, usage, Baseline, Vmm, DEV, GIB, MIB, PAGE,
+};
+use crate::core::backing::expandable::PieceRule;
+use crate::core::*;
 
-pub(super) const MIB: usize = 1 << 20;
-pub(super) const GIB: usize = 1 << 30;
-/// The small pool's page, and the large pool's with `page_size:2m`.
-pub(super) const PAGE: usize = 2 * MIB;
 const EXP_2M: &str = "expandable_segments:true,page_size:2m";
-
-/// The emulator's VMM counters relative to a test's start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Vmm {
-    pub(super) physical_count: i64,
-    pub(super) physical_bytes: i64,
-    pub(super) mapped_bytes: i64,
-    pub(super) reserved_ranges: i64,
-}
-
-pub(super) struct Baseline(aclemu_usage);
-
-impl Baseline {
-    pub(super) fn take() -> Self {
-        Baseline(usage(DEV))
-    }
-
-    pub(super) fn vmm(&self) -> Vmm {
-        let (u, b) = (usage(DEV), &self.0);
-        let d = |now: u64, then: u64| now as i64 - then as i64;
-        Vmm {
-            physical_count: d(u.physical_count, b.physical_count),
-            physical_bytes: d(u.physical_bytes, b.physical_bytes),
-            mapped_bytes: d(u.mapped_bytes, b.mapped_bytes),
-            reserved_ranges: d(u.reserved_ranges, b.reserved_ranges),
-        }
-    }
-
-    pub(super) fn syncs(&self) -> u64 {
-        usage(DEV).syncs - self.0.syncs
-    }
-}
 
 /// An allocator whose growth maps one page per physical handle, so counts
 /// of maps and handles equal counts of pages (handles of several pages have
 /// their own tests).
-pub(super) fn paged(config: &str) -> DeviceAllocator {
+fn paged(config: &str) -> DeviceAllocator {
     let a = allocator(config);
     a.set_piece_rule(PieceRule::fixed(PAGE));
     a
-}
-
-/// Gives the device `bytes` of room on top of what it already holds.
-pub(super) fn budget(bytes: usize) {
-    let u = usage(DEV);
-    set_capacity(u.malloc_bytes + u.physical_bytes + bytes as u64);
-}
-
-/// The allocator's own accounting: (bytes mapped in its ranges, bytes of
-/// unmapped handles in its cache).
-pub(super) fn own_accounting(a: &DeviceAllocator) -> (usize, usize) {
-    a.own_accounting()
 }
 
 /// Distinct pages of `page` bytes (relative to `base`) under the given blocks.
@@ -77,40 +31,6 @@ fn pages_under(base: usize, page: usize, blocks: &[(usize, usize)]) -> usize {
     pages.sort_unstable();
     pages.dedup();
     pages.len()
-}
-
-/// Accounting that must hold after any call, failed or not: the emulator
-/// maps exactly what the allocator thinks it maps, holds exactly the
-/// physical memory the allocator counts as reserved, and mapped + cached
-/// pages are that reserved memory.
-/// `page`: the one page size in use, if only one is.
-pub(super) fn check_accounting(a: &DeviceAllocator, base: &Baseline, page: Option<usize>, what: &str) {
-    a.check_invariants().unwrap_or_else(|e| panic!("{what}: {e}"));
-    let s = a.stats().unwrap();
-    let emu = base.vmm();
-    let (mapped, cached) = own_accounting(a);
-    if let Some(page) = page {
-        let by_count = ((s.num_maps - s.num_unmaps) as usize * page) as i64;
-        assert_eq!(emu.mapped_bytes, by_count, "{what}: emulator mapped bytes vs maps - unmaps");
-    }
-    assert_eq!(emu.mapped_bytes, mapped as i64, "{what}: emulator mapped bytes vs the allocator's ranges");
-    assert_eq!(emu.physical_bytes, s.reserved_bytes as i64, "{what}: emulator physical bytes vs reserved");
-    assert_eq!((mapped + cached) as u64, s.reserved_bytes, "{what}: mapped + cached vs reserved");
-    assert_eq!(
-        emu.physical_count,
-        (s.num_physical_mallocs - s.num_physical_frees) as i64,
-        "{what}: live handles vs physical mallocs - frees"
-    );
-}
-
-/// Teardown, then nothing of ours may be left in the emulator.
-pub(super) fn teardown_clean(a: DeviceAllocator, base: &Baseline) {
-    a.check_invariants().unwrap();
-    a.teardown().unwrap();
-    let zero = Vmm { physical_count: 0, physical_bytes: 0, mapped_bytes: 0, reserved_ranges: 0 };
-    assert_eq!(base.vmm(), zero, "teardown left VMM resources behind");
-    let u = usage(DEV);
-    assert_eq!((u.malloc_count - base.0.malloc_count, u.events - base.0.events), (0, 0), "teardown leaked");
 }
 
 #[test]
@@ -151,7 +71,7 @@ fn growth_maps_pages_one_range_per_stream_and_kind() {
     assert_eq!(a.stats().unwrap().num_maps, 4);
 
     // A second stream gets its own ranges: one small, one large.
-    let s1 = new_stream(&a);
+    let s1 = new_stream();
     let q1 = a.malloc(4096, s1).unwrap();
     let s = a.stats().unwrap();
     assert_eq!((s.num_maps, s.segments), (5, 3));
@@ -179,14 +99,8 @@ fn growth_maps_pages_one_range_per_stream_and_kind() {
     let s = a.stats().unwrap();
     assert_eq!((s.num_unmaps, s.reserved_bytes), (0, 11 * PAGE as u64));
     teardown_clean(a, &base);
-    drop_stream_after_teardown(s1);
+    drop_stream(s1);
     set_capacity(1 << 30);
-}
-
-/// Destroys a stream after its allocator was torn down.
-fn drop_stream_after_teardown(s: Stream) {
-    let rt = crate::runtime::Runtime::emulated();
-    rt.on_device(DEV, || rt.destroy_stream(s)).unwrap();
 }
 
 #[test]
@@ -309,7 +223,7 @@ fn pages_freed_elsewhere_are_recycled_without_new_physical_memory() {
 
     // Another stream's range needs 8 pages; the device has none left, so the
     // 8 pages under x must move.
-    let s1 = new_stream(&a);
+    let s1 = new_stream();
     let z = a.malloc(16 * MIB, s1).unwrap();
     assert_ne!(a.segment_of(z).unwrap().0, a.segment_of(y).unwrap().0);
     fill(z, 16 * MIB, 0xC3);
@@ -330,7 +244,7 @@ fn pages_freed_elsewhere_are_recycled_without_new_physical_memory() {
     a.free(y).unwrap();
     a.free(z).unwrap();
     teardown_clean(a, &base);
-    drop_stream_after_teardown(s1);
+    drop_stream(s1);
     set_capacity(1 << 30);
 }
 
@@ -380,7 +294,7 @@ fn empty_cache_returns_every_free_page() {
             reserved_ranges: 2,
         }
     );
-    assert_eq!(own_accounting(&a), (live_pages * PAGE, 0), "no handle left in the cache");
+    assert_eq!(a.own_accounting(), (live_pages * PAGE, 0), "no handle left in the cache");
     assert!(check_fill(y, 5 * MIB / 2, 0x77), "a live block lost data in empty_cache");
     check_accounting(&a, &base, Some(PAGE), "after the first empty_cache");
 
@@ -408,8 +322,8 @@ fn teardown_leaks_nothing() {
     let base = Baseline::take();
     budget(24 * MIB);
     let a = paged(EXP_2M);
-    let s1 = new_stream(&a);
-    let s2 = new_stream(&a);
+    let s1 = new_stream();
+    let s2 = new_stream();
     // Live blocks in four ranges, a freed block with mapped pages, handles
     // moved by the OOM ladder, and a free waiting for a held stream.
     let x = a.malloc(16 * MIB, Stream::DEFAULT).unwrap();
@@ -420,8 +334,7 @@ fn teardown_leaks_nothing() {
     let _small1 = a.malloc(1000, s1).unwrap();
     let w = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
     a.record_stream(w, s2).unwrap();
-    // SAFETY: s2 is a live emulator stream.
-    assert_eq!(unsafe { aclemu_stream_hold(s2.raw()) }, 0);
+    hold_stream(s2);
     a.free(w).unwrap();
     check_accounting(&a, &base, Some(PAGE), "before teardown");
     let emu = base.vmm();
@@ -433,10 +346,9 @@ fn teardown_leaks_nothing() {
     assert_eq!(base.vmm(), zero, "teardown left VMM resources behind");
     let u = usage(DEV);
     assert_eq!(u.events, base.0.events, "teardown left an event behind");
-    // SAFETY: as above.
-    assert_eq!(unsafe { aclemu_stream_release(s2.raw()) }, 0);
-    drop_stream_after_teardown(s1);
-    drop_stream_after_teardown(s2);
+    release_stream(s2);
+    drop_stream(s1);
+    drop_stream(s2);
     set_capacity(1 << 30);
 }
 
@@ -465,7 +377,7 @@ fn growth_failure_case(config: &str, fault: &str, n: usize, first_on_range: bool
     let r = a.malloc(10 * MIB, Stream::DEFAULT);
     check_accounting(&a, &base, Some(PAGE), &what);
     let s = a.stats().unwrap();
-    let (mapped, _) = own_accounting(&a);
+    let (mapped, _) = a.own_accounting();
     match &r {
         Ok(p) => {
             assert_ne!(fault, "capacity", "{what}: the device had no room, yet the request succeeded");
@@ -593,34 +505,21 @@ fn data_survives_a_neighbours_growth() {
     set_capacity(1 << 30);
 }
 
-/// Queues a device-to-host copy of `len` bytes at `src` into `dst` on `stream`.
-fn queue_copy_out(a: &DeviceAllocator, dst: &mut [u8], src: usize, stream: Stream) {
-    let rt = a.runtime().clone();
-    let kind = crate::memcpy2d::ACL_MEMCPY_DEVICE_TO_HOST as u32;
-    // SAFETY: dst outlives the copy (the test synchronizes the stream before
-    // reading it); src is a live block of at least dst.len() bytes.
-    rt.on_device(DEV, || unsafe {
-        rt.memcpy2d_async(dst.as_mut_ptr().cast(), dst.len(), src as *const _, dst.len(), dst.len(), 1, kind, stream)
-    })
-    .unwrap();
-}
-
 #[test]
 fn held_stream_pages_are_unmapped_only_after_its_sync() {
     let _g = emu_lock();
     let base = Baseline::take();
     budget(GIB);
     let a = paged(EXP_2M);
-    let s = new_stream(&a);
-    let s2 = new_stream(&a);
+    let s = new_stream();
+    let s2 = new_stream();
     // s2's memory is live; s's will be freed while work on s is held.
     let other = a.malloc(4 * MIB, s2).unwrap();
     let p = a.malloc(6 * MIB, s).unwrap();
     let q = a.malloc(4096, s).unwrap();
     fill(p, 6 * MIB, 0x5E);
     let mut out = vec![0u8; 64 << 10];
-    // SAFETY: s is a live emulator stream.
-    assert_eq!(unsafe { aclemu_stream_hold(s.raw()) }, 0);
+    hold_stream(s);
     let tail = p + 6 * MIB - out.len();
     queue_copy_out(&a, &mut out, tail, s);
     assert!(out.iter().all(|&b| b == 0), "the held copy ran early");
@@ -661,13 +560,12 @@ fn held_stream_pages_are_unmapped_only_after_its_sync() {
     assert_eq!(base.vmm().mapped_bytes, (5 * PAGE) as i64);
     check_accounting(&a, &base, Some(PAGE), "after empty_cache");
 
-    // SAFETY: as above.
-    assert_eq!(unsafe { aclemu_stream_release(s.raw()) }, 0);
+    release_stream(s);
     a.free(other).unwrap();
     a.free(g).unwrap();
     teardown_clean(a, &base);
-    drop_stream_after_teardown(s);
-    drop_stream_after_teardown(s2);
+    drop_stream(s);
+    drop_stream(s2);
     set_capacity(1 << 30);
 }
 
@@ -677,8 +575,8 @@ fn empty_cache_syncs_only_the_streams_whose_pages_it_unmaps() {
     let base = Baseline::take();
     budget(GIB);
     let a = paged(EXP_2M);
-    let s1 = new_stream(&a);
-    let s2 = new_stream(&a);
+    let s1 = new_stream();
+    let s2 = new_stream();
     let p = a.malloc(6 * MIB, s1).unwrap();
     let ps = a.malloc(512, s1).unwrap();
     let q = a.malloc(6 * MIB, s2).unwrap();
@@ -694,8 +592,8 @@ fn empty_cache_syncs_only_the_streams_whose_pages_it_unmaps() {
     assert_eq!(base.syncs() - syncs, 1, "now s2, once");
     assert_eq!(a.stats().unwrap().reserved_bytes, 0);
     teardown_clean(a, &base);
-    drop_stream_after_teardown(s1);
-    drop_stream_after_teardown(s2);
+    drop_stream(s1);
+    drop_stream(s2);
     set_capacity(1 << 30);
 }
 

@@ -1,11 +1,12 @@
 //! Memory history and the PyTorch-format snapshot through a real allocator
 //! on the emulator.
 
-use super::history::Action;
-use super::pytorch_snapshot::Value;
-use super::tests::{allocator, drop_stream, emu_lock, finish, new_stream, set_capacity, DEV};
-use super::*;
-use ascendcl::{aclemu_stream_hold, aclemu_stream_release};
+use super::support::{
+    allocator, drop_stream, emu_lock, finish, hold_stream, new_stream, release_stream, set_capacity, DEV,
+};
+use crate::core::history::Action;
+use crate::core::pytorch_snapshot::Value;
+use crate::core::*;
 
 fn actions(a: &DeviceAllocator) -> Vec<(Action, usize)> {
     a.history().iter().map(|e| (e.action, e.addr)).collect()
@@ -62,11 +63,10 @@ fn a_free_other_streams_use_completes_when_their_work_does() {
     set_capacity(1 << 30);
     let a = allocator("expandable_segments:false");
     a.record_history(100);
-    let s1 = new_stream(&a);
+    let s1 = new_stream();
     let p = a.malloc(8192, Stream::DEFAULT).unwrap();
     a.record_stream(p, s1).unwrap();
-    // SAFETY: s1 is a live emulator stream.
-    assert_eq!(unsafe { aclemu_stream_hold(s1.raw()) }, 0);
+    hold_stream(s1);
     a.free(p).unwrap();
     let pending = a.pytorch_snapshot().unwrap();
     let states: Vec<_> = list(&pending, "segments")
@@ -76,8 +76,7 @@ fn a_free_other_streams_use_completes_when_their_work_does() {
         .collect();
     assert!(states.iter().any(|s| s == "active_pending_free"), "{states:?}");
     assert_eq!(a.history().iter().filter(|e| e.addr == p && e.action == Action::FreeCompleted).count(), 0);
-    // SAFETY: as above.
-    assert_eq!(unsafe { aclemu_stream_release(s1.raw()) }, 0);
+    release_stream(s1);
     a.empty_cache().unwrap();
     // The block starts its segment: segment events share its address.
     let all: Vec<_> = a.history().iter().filter(|e| e.addr == p).map(|e| e.action).collect();
@@ -86,7 +85,7 @@ fn a_free_other_streams_use_completes_when_their_work_does() {
         [Action::SegmentAlloc, Action::Alloc, Action::FreeRequested, Action::FreeCompleted, Action::SegmentFree]
     );
     a.teardown().unwrap();
-    drop_stream(&a, s1);
+    drop_stream(s1);
 }
 
 #[test]
@@ -117,7 +116,7 @@ fn snapshot_matches_stats(config: &str, expandable: bool) {
     set_capacity(4 << 30);
     let a = allocator(config);
     a.record_history(1 << 20);
-    let s1 = new_stream(&a);
+    let s1 = new_stream();
     let mut live = Vec::new();
     for i in 0..60usize {
         let size = [512, 4000, 700_000, 3 << 20, 25 << 20][i % 5] + i;
@@ -178,7 +177,7 @@ fn snapshot_matches_stats(config: &str, expandable: bool) {
     }
     a.check_invariants().unwrap();
     a.teardown().unwrap();
-    drop_stream(&a, s1);
+    drop_stream(s1);
 }
 
 #[test]

@@ -3,10 +3,12 @@
 //! ACL VMM]), through the emulator, with the default 2 MiB pages. Tests of
 //! moving handles pin fresh handles to 4 MiB (`floor_pieces`).
 
-use super::backing::expandable::PieceRule;
-use super::tests::{allocator, check_fill, emu_lock, fail_nth, fill, new_stream, set_capacity, DEV};
-use super::tests_expandable::{budget, check_accounting, teardown_clean, Baseline, GIB, MIB, PAGE};
-use super::*;
+use super::support::{
+    allocator, budget, check_accounting, check_fill, drop_stream, emu_lock, fail_nth, fill, new_stream, set_capacity,
+    teardown_clean, Baseline, DEV, GIB, MIB, PAGE,
+};
+use crate::core::backing::expandable::PieceRule;
+use crate::core::*;
 
 /// An allocator whose fresh handles are always 4 MiB (two pages) at most,
 /// however empty the device.
@@ -302,7 +304,7 @@ fn other_streams_hole_then_request(config: &str) -> (u64, u64) {
     let base = Baseline::take();
     budget(GIB);
     let a = floor_pieces(config);
-    let (s_a, s_b) = (new_stream(&a), new_stream(&a));
+    let (s_a, s_b) = (new_stream(), new_stream());
     let x = a.malloc(8 * MIB, s_a).unwrap();
     let sep = a.malloc(2 * MIB, s_a).unwrap();
     a.free(x).unwrap();
@@ -314,11 +316,9 @@ fn other_streams_hole_then_request(config: &str) -> (u64, u64) {
     a.free(c).unwrap();
     a.free(sep).unwrap();
     a.check_invariants().unwrap();
-    let rt = a.runtime().clone();
     teardown_clean(a, &base);
-    for st in [s_a, s_b] {
-        rt.on_device(DEV, || rt.destroy_stream(st)).unwrap();
-    }
+    drop_stream(s_a);
+    drop_stream(s_b);
     (s.reserved_bytes, s.num_unmaps)
 }
 

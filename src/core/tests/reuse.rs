@@ -1,7 +1,7 @@
 //! Tests of the exact-size reuse lists (Note [exact-size reuse] in `reuse`).
 
-use super::tests::{allocator, drop_stream, emu_lock, finish, new_stream, set_capacity};
-use super::*;
+use super::support::{allocator, drop_stream, emu_lock, finish, new_stream, set_capacity};
+use crate::core::*;
 
 const FIXED: &str = "expandable_segments:false";
 
@@ -61,7 +61,7 @@ fn another_size_or_stream_does_not_take_a_held_block() {
     let _g = emu_lock();
     set_capacity(1 << 30);
     let a = allocator(FIXED);
-    let s1 = new_stream(&a);
+    let s1 = new_stream();
     let p = a.malloc(8192, Stream::DEFAULT).unwrap();
     a.free(p).unwrap();
     let q = a.malloc(8192 + 512, Stream::DEFAULT).unwrap();
@@ -73,7 +73,7 @@ fn another_size_or_stream_does_not_take_a_held_block() {
         a.free(x).unwrap();
     }
     a.check_invariants().unwrap();
-    drop_stream(&a, s1);
+    drop_stream(s1);
     finish(a);
 }
 
@@ -82,7 +82,7 @@ fn only_small_blocks_used_by_one_stream_are_held() {
     let _g = emu_lock();
     set_capacity(1 << 30);
     let a = allocator(FIXED);
-    let s1 = new_stream(&a);
+    let s1 = new_stream();
     let big = a.malloc(2 << 20, Stream::DEFAULT).unwrap();
     a.free(big).unwrap();
     assert_eq!(held(&a), 0, "large blocks go back to the free index");
@@ -94,7 +94,7 @@ fn only_small_blocks_used_by_one_stream_are_held() {
     a.free(limit1).unwrap();
     assert_eq!(held(&a), 1, "1 MiB is the largest small block");
     a.check_invariants().unwrap();
-    drop_stream(&a, s1);
+    drop_stream(s1);
     finish(a);
 }
 

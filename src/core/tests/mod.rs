@@ -1,0 +1,13 @@
+//! Core tests, all through the emulator linked into the test binary; the
+//! fixtures they share are in `support`.
+
+mod blocks;
+mod expandable;
+mod history;
+mod out_of_memory;
+mod pieces;
+mod random;
+mod reuse;
+mod streams;
+pub(crate) mod support;
+mod teardown;
