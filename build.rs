@@ -106,16 +106,30 @@ fn abi_version(version_rs: &Path) -> u32 {
 /// dynamic loader for the SONAME, so the output directory carries that name
 /// too, as a link to the library cargo writes there. The only file this
 /// script writes outside OUT_DIR (`target/<profile>/build/<pkg>/out`).
+#[cfg(unix)]
 fn link_soname_in_output_dir(out: &Path, soname: &str) {
-    let Some(profile_dir) = out.ancestors().nth(3) else { return };
+    // Only in cargo's own layout; another build system (or a separate
+    // build directory) places the library itself.
+    let mut up = out.ancestors();
+    let (Some(build), Some(profile_dir)) = (up.nth(2), up.next()) else { return };
+    if build.file_name() != Some(std::ffi::OsStr::new("build")) {
+        return;
+    }
     let link = profile_dir.join(soname);
     if std::fs::read_link(&link).is_ok_and(|to| to == Path::new("libnpualloc.so")) {
         return;
     }
     let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink("libnpualloc.so", &link)
-        .unwrap_or_else(|e| panic!("cannot link {} to libnpualloc.so: {e}", link.display()));
+    match std::os::unix::fs::symlink("libnpualloc.so", &link) {
+        // A concurrent build made it first.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => println!("cargo:warning=cannot link {} to libnpualloc.so: {e}", link.display()),
+        Ok(()) => {}
+    }
 }
+
+#[cfg(not(unix))]
+fn link_soname_in_output_dir(_out: &Path, _soname: &str) {}
 
 /// Asks cargo to rerun this script when `path` (a file, or anything below a
 /// directory) changes. Only called for paths that exist: cargo treats a

@@ -48,7 +48,7 @@ typedef void *aclrtStream;
 /**
  * Minor version of the library.
  */
-#define NPUALLOC_VERSION_MINOR 1
+#define NPUALLOC_VERSION_MINOR 2
 
 /**
  * Patch version of the library.
@@ -844,7 +844,8 @@ void npualloc_pluggable_reset_peak_stats(int device);
 const struct npualloc_api *npualloc_get_api(uint32_t abi_version);
 
 /**
- * Fills `*out` up to `out->struct_size` bytes.
+ * Fills `*out` up to `out->struct_size` bytes, whole fields only, and
+ * writes back in `struct_size` how many bytes it filled.
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out`, or a
  * `struct_size` smaller than the two header fields.

@@ -22,6 +22,9 @@ cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: PEER=DIR $0 TRACE..." >&2; exit 2; }
 [ -n "${PEER:-}" ] && [ -x "$PEER/replay_torch" ] || { echo "set PEER to the directory holding replay_torch" >&2; exit 2; }
 REPLAY=target/release/npualloc-replay
+# Spin the last 200 us of each emulated cost as the peer's fake runtime does
+# (a timed sleep wakes tens of microseconds late; emu/README.md, "Cost model").
+export ACLEMU_COST_SPIN=200us
 [ -x "$REPLAY" ] || { echo "build first: cargo build --release --workspace" >&2; exit 2; }
 
 EQUAL_ACL="aclrtMalloc=20us,aclrtFree=20us,aclrtMallocPhysical=20us,aclrtFreePhysical=20us,aclrtMapMem=20us,aclrtUnmapMem=20us,aclrtReserveMemAddress=20us,aclrtSynchronizeStream=50us,aclrtSynchronizeEvent=50us,aclrtSynchronizeDevice=50us"

@@ -214,6 +214,19 @@ fn a_caller_with_the_smaller_first_struct_gets_its_fields_and_nothing_more() {
         assert_eq!(word, MARK, "word {i} past the caller's struct_size was written");
     }
 
+    // A size that ends inside a field: only whole fields are written, and
+    // struct_size says how many bytes were.
+    let mut raw = [MARK; std::mem::size_of::<npualloc_stats>() / 8];
+    raw[0] = (FIRST_STRUCT_SIZE + 5) as u64;
+    let out = raw.as_mut_ptr().cast::<npualloc_stats>();
+    // SAFETY: as above.
+    assert_eq!(unsafe { npualloc_get_stats(a, out) }, NPUALLOC_OK);
+    // SAFETY: as above.
+    assert_eq!(unsafe { out.read() }.struct_size as usize, FIRST_STRUCT_SIZE);
+    for (i, &word) in raw.iter().enumerate().skip(FIRST_STRUCT_SIZE / 8) {
+        assert_eq!(word, MARK, "word {i}, a field cut by struct_size, was written");
+    }
+
     // Too small for the header: refused, nothing written.
     let word = 4u64 | (77 << 32); // struct_size 4, version 77
     let mut tiny = [word];

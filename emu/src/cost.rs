@@ -24,7 +24,7 @@ use crate::api::{Api, COUNT};
 use crate::ffi::lock;
 use std::ffi::c_char;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, Once};
+use std::sync::{Condvar, Mutex, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The environment variable read at the first call.
@@ -161,33 +161,52 @@ pub fn set(api: Api, ns: u64) {
     WAKE.notify_all();
 }
 
-/// The last stretch of every cost is spun, not slept: a timed wait wakes
-/// tens of microseconds late (timer slack, scheduling), which made a 20 us
-/// call cost about 100 us and every comparison with a runtime that
-/// busy-waits its costs (the PyTorch baseline's fake CUDA) unfair.
-const SPIN_TAIL: Duration = Duration::from_micros(200);
+/// The environment variable that asks for the last stretch of every cost
+/// to be spun, not slept (a duration, e.g. `200us`; default none). A timed
+/// wait wakes tens of microseconds late (timer slack, scheduling), which
+/// made a 20 us call cost about 100 us: comparisons with a runtime that
+/// busy-waits its costs (the PyTorch baseline's fake CUDA) set it. Off by
+/// default because a spinning call takes a core from the threads doing real
+/// work, where a card's runtime would block in the kernel.
+pub const SPIN_ENV: &str = "ACLEMU_COST_SPIN";
 
-/// Spends the cost of `api`: sleeps all but its last `SPIN_TAIL`, then
-/// spins. Called with no emulator lock held.
+fn spin_tail() -> Duration {
+    static TAIL: OnceLock<Duration> = OnceLock::new();
+    *TAIL.get_or_init(|| {
+        let Ok(text) = std::env::var(SPIN_ENV) else { return Duration::ZERO };
+        match parse_duration(text.trim()) {
+            Ok(ns) => Duration::from_nanos(ns),
+            Err(err) => {
+                eprintln!("acl-emu: {SPIN_ENV}={text:?}: {err}");
+                std::process::abort();
+            }
+        }
+    })
+}
+
+/// Spends the cost of `api`: sleeps all but its last `ACLEMU_COST_SPIN`,
+/// then spins. Called with no emulator lock held. The cost is read again
+/// while waiting, so a change applies to calls already inside it.
 pub fn spend(api: Api) {
     if of(api) == 0 {
         return;
     }
-    let start = Instant::now();
-    let cost = || Duration::from_nanos(of(api));
-    {
-        let mut guard = lock(&SLEEP);
-        loop {
-            let left = cost().saturating_sub(start.elapsed());
-            if left <= SPIN_TAIL {
-                break;
+    let (start, tail) = (Instant::now(), spin_tail());
+    let left = || Duration::from_nanos(of(api)).saturating_sub(start.elapsed());
+    loop {
+        {
+            let mut guard = lock(&SLEEP);
+            while left() > tail {
+                guard = WAKE.wait_timeout(guard, left() - tail).unwrap_or_else(|e| e.into_inner()).0;
             }
-            guard = WAKE.wait_timeout(guard, left - SPIN_TAIL).unwrap_or_else(|e| e.into_inner()).0;
         }
-    }
-    // The cost is read again while spinning: a change still applies.
-    while start.elapsed() < cost() {
-        std::hint::spin_loop();
+        // Spin the tail; a cost raised meanwhile sends the call back to sleep.
+        while !left().is_zero() && left() <= tail {
+            std::hint::spin_loop();
+        }
+        if left().is_zero() {
+            return;
+        }
     }
 }
 

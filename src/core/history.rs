@@ -155,8 +155,12 @@ impl History {
         // (unless the wall clock itself is set back).
         let time_us = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
         for &(action, addr, size, stream, device_free) in entries {
-            if ring.entries.len() == ring.capacity {
-                ring.entries.pop_front();
+            // Full, or the host cannot give the ring more room (a bound
+            // like PyTorch's sys.maxsize means "as many as fit"): the
+            // oldest entry makes way rather than the process aborting.
+            let full = ring.entries.len() == ring.capacity || ring.entries.try_reserve(1).is_err();
+            if full && ring.entries.pop_front().is_none() {
+                return;
             }
             ring.entries.push_back(Event { action, addr, size, stream, time_us, device_free });
         }

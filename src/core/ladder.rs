@@ -114,7 +114,9 @@ impl<B: Backing> Device<B> {
             }
         }
         self.sh.counters.oom();
-        self.sh.history.oom(size, shard.lock_anyway().stream(), || {
+        // Its own statement: the guard must not live across the device call.
+        let stream = shard.lock_anyway().stream();
+        self.sh.history.oom(size, stream, || {
             let rt = &self.sh.rt;
             rt.on_device(self.sh.device, || rt.mem_info()).map_or(0, |(free, _)| free as u64)
         });

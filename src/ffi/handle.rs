@@ -26,13 +26,14 @@ pub(crate) trait HandleKind {
 const DESTROYED: u64 = 0xdead_dead_dead_dead;
 
 /// A value of kind `T` as C holds it. The magic word is read on its own
-/// before anything else of the object is trusted. It comes after the value
-/// (`repr(C)` fixes the order) so the value sits at the handle's address and
-/// the hot path adds no offset to reach it.
+/// before anything else of the object is trusted. It comes first (`repr(C)`
+/// fixes the order) so the check reads the same 8 bytes whatever the kind:
+/// a handle of a smaller kind passed where a larger one is expected is
+/// refused without reading past its end.
 #[repr(C)]
 pub(crate) struct Checked<T: HandleKind> {
-    value: T,
     magic: u64,
+    value: T,
 }
 
 impl<T: HandleKind> Checked<T> {

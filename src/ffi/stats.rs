@@ -104,7 +104,8 @@ macro_rules! stats_from_core {
 
 crate::core::stats_table!(stats_from_core);
 
-/// Fills `*out` up to `out->struct_size` bytes.
+/// Fills `*out` up to `out->struct_size` bytes, whole fields only, and
+/// writes back in `struct_size` how many bytes it filled.
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out`, or a
 /// `struct_size` smaller than the two header fields.
@@ -127,8 +128,9 @@ pub unsafe extern "C" fn npualloc_get_stats(a: *const npualloc_allocator, out: *
             )));
         }
         let s = allocator.core.stats()?;
-        let full = npualloc_stats::from_core(&s, size.min(std::mem::size_of::<npualloc_stats>()) as u32);
-        let n = size.min(std::mem::size_of::<npualloc_stats>());
+        // Whole fields only: the header, then as many 8-byte counters as fit.
+        let n = 8 + (size.min(std::mem::size_of::<npualloc_stats>()) - 8) / 8 * 8;
+        let full = npualloc_stats::from_core(&s, n as u32);
         // SAFETY: the caller promises `size` writable bytes at out; we write at most that.
         unsafe { std::ptr::copy_nonoverlapping((&full as *const npualloc_stats).cast::<u8>(), out.cast::<u8>(), n) };
         Ok(())

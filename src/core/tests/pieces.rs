@@ -77,6 +77,42 @@ fn growth_maps_ahead_of_demand_on_a_roomy_device() {
 }
 
 #[test]
+fn the_small_pool_maps_only_what_a_block_lacks() {
+    // Every stream has a small pool; a handle mapped ahead there would be
+    // pinned by any live small block.
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(8 * GIB);
+    let a = allocator("");
+    let p = a.malloc(512, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_maps, s.reserved_bytes), (1, 2 * MIB as u64), "one 2 MiB page, nothing ahead");
+    check_accounting(&a, &base, None, "after a small growth");
+    a.free(p).unwrap();
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn under_a_memory_fraction_handles_follow_the_limit() {
+    // 8 GiB device, 256 MiB allowed: a 128th of what the limit leaves is
+    // under the 4 MiB floor, so a 10 MiB request maps 4 MiB handles (three,
+    // the last mapped ahead), not the 32 MiB a roomy device gets.
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(8 * GIB);
+    let a = allocator("");
+    a.set_memory_fraction(256.0 / 8192.0).unwrap();
+    let p = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_maps, s.reserved_bytes), (3, 12 * MIB as u64));
+    check_accounting(&a, &base, None, "after a growth under a limit");
+    a.free(p).unwrap();
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
 fn mapping_ahead_cuts_the_calls_of_a_growing_sequence() {
     // 64 requests of 8 MiB, each kept: without mapping ahead, one handle
     // each (64 pairs of calls).

@@ -512,14 +512,19 @@ impl RangePool {
     /// Pages one fresh handle of `seg` covers at most, now. Free device
     /// memory is estimated as total minus reserved: a wrong guess (another
     /// process holds memory) costs one refused call and a retry at the floor.
+    /// Under a memory fraction, the limit stands for the device's size, so
+    /// handles shrink as the limit nears rather than as the device fills.
     fn fresh_piece_pages(&self, seg: SegmentId) -> usize {
-        let bytes = self.sh.backing.pieces().fresh_bytes(self.sh.counters.reserved(), self.sh.backing.device_total);
+        let total = self.sh.limit.get().map_or(self.sh.backing.device_total, |l| l.min(self.sh.backing.device_total));
+        let bytes = self.sh.backing.pieces().fresh_bytes(self.sh.counters.reserved(), total);
         (bytes / self.range(seg).page_size).max(1)
     }
 
-    /// Whether fresh handles map ahead of the request.
+    /// Whether fresh handles map ahead of the request. Never in the small
+    /// pool: every stream has one, its blocks are at most 1 MiB, and a live
+    /// small block would pin a large handle mapped ahead for it.
     fn maps_ahead(&self) -> bool {
-        self.sh.backing.pieces().ahead
+        self.kind == PoolKind::Large && self.sh.backing.pieces().ahead
     }
 
     /// Pages of a handle of the floor size: how far a cached handle may
