@@ -120,11 +120,11 @@ fn growth_with_20m_pages() {
     let p3 = a.malloc(19 * MIB, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
     assert_eq!((s.num_maps, s.num_physical_mallocs, s.reserved_bytes), (2, 2, 2 * big as u64));
-    // The small pool keeps 2 MiB pages and maps only the page a block
-    // lacks (never ahead).
+    // The small pool keeps 2 MiB pages: one handle of three, a 128th of
+    // the 984 MiB left rounded down to pages, mapped ahead.
     let p4 = a.malloc(100, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
-    let small = PAGE;
+    let small = 3 * PAGE;
     assert_eq!((s.num_maps, s.reserved_bytes, s.segments), (3, (2 * big + small) as u64, 2));
     assert_eq!(base.vmm().mapped_bytes, (2 * big + small) as i64);
     check_accounting(&a, &base, None, "20 MiB and 2 MiB pages");
@@ -623,9 +623,10 @@ fn one_gib_pages_in_the_large_pool() {
     fill(edge, 8192, 0x9D);
     assert!(check_fill(edge, 8192, 0x9D));
 
-    // The small pool still maps 2 MiB pages, only the one a block lacks.
+    // The small pool still maps 2 MiB pages, mapped ahead in a handle of
+    // four: its cap, below a 128th of the 6 GiB left.
     let z = a.malloc(4096, Stream::DEFAULT).unwrap();
-    let small = PAGE;
+    let small = 4 * PAGE;
     let s = a.stats().unwrap();
     assert_eq!((s.num_maps, s.reserved_bytes), (3, (2 * GIB + small) as u64));
     assert_eq!(

@@ -77,16 +77,17 @@ fn growth_maps_ahead_of_demand_on_a_roomy_device() {
 }
 
 #[test]
-fn the_small_pool_maps_only_what_a_block_lacks() {
-    // Every stream has a small pool; a handle mapped ahead there would be
-    // pinned by any live small block.
+fn a_small_pool_handle_is_at_most_four_pages() {
+    // Every stream has a small pool, and a live small block pins its whole
+    // handle: on a roomy device a large-pool handle is 32 MiB, a small-pool
+    // one at most 8 MiB, mapped ahead.
     let _g = emu_lock();
     let base = Baseline::take();
     budget(8 * GIB);
     let a = allocator("");
     let p = a.malloc(512, Stream::DEFAULT).unwrap();
     let s = a.stats().unwrap();
-    assert_eq!((s.num_maps, s.reserved_bytes), (1, 2 * MIB as u64), "one 2 MiB page, nothing ahead");
+    assert_eq!((s.num_maps, s.reserved_bytes), (1, 4 * PAGE as u64), "one handle of four 2 MiB pages");
     check_accounting(&a, &base, None, "after a small growth");
     a.free(p).unwrap();
     teardown_clean(a, &base);

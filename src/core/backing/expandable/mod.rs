@@ -65,6 +65,10 @@ use crate::sys;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+/// The largest fresh handle of a small pool: four of its 2 MiB pages (a
+/// fresh large-pool handle is 32 MiB or more on a roomy device).
+const SMALL_PIECE_CAP: usize = 4 * SMALL_BUFFER;
+
 /// How big a fresh physical handle is (see the Note): at least `start`
 /// and `1/growth` of what the device already holds, within `ceiling` and
 /// `1/share` of the device memory not yet reserved, and never below
@@ -514,17 +518,22 @@ impl RangePool {
     /// process holds memory) costs one refused call and a retry at the floor.
     /// Under a memory fraction, the limit stands for the device's size, so
     /// handles shrink as the limit nears rather than as the device fills.
+    ///
+    /// Small-pool handles stay within `SMALL_PIECE_CAP`: every stream has a
+    /// small pool, its blocks are at most 1 MiB, and one live small block
+    /// pins its whole handle against `empty_cache` and the OOM ladder.
     fn fresh_piece_pages(&self, seg: SegmentId) -> usize {
         let total = self.sh.limit.get().map_or(self.sh.backing.device_total, |l| l.min(self.sh.backing.device_total));
-        let bytes = self.sh.backing.pieces().fresh_bytes(self.sh.counters.reserved(), total);
+        let mut bytes = self.sh.backing.pieces().fresh_bytes(self.sh.counters.reserved(), total);
+        if self.kind == PoolKind::Small {
+            bytes = bytes.min(SMALL_PIECE_CAP);
+        }
         (bytes / self.range(seg).page_size).max(1)
     }
 
-    /// Whether fresh handles map ahead of the request. Never in the small
-    /// pool: every stream has one, its blocks are at most 1 MiB, and a live
-    /// small block would pin a large handle mapped ahead for it.
+    /// Whether fresh handles map ahead of the request.
     fn maps_ahead(&self) -> bool {
-        self.kind == PoolKind::Large && self.sh.backing.pieces().ahead
+        self.sh.backing.pieces().ahead
     }
 
     /// Pages of a handle of the floor size: how far a cached handle may
