@@ -75,7 +75,9 @@ fn check_adds_up(a: Handle, label: &str) -> npualloc_stats {
         space += range;
         let expandable = seg["expandable"].as_bool().expect("expandable");
         if !expandable {
-            assert_eq!(size, range, "{label}: the emulator aligns fixed segments: {seg}");
+            // An aclrtMalloc result only 64-byte aligned (ACLEMU_MALLOC_ALIGN=random)
+            // loses its head up to the next 512-byte boundary: held, not tiled.
+            assert!(range <= size && size - range <= 512, "{label}: alignment slack of a fixed segment: {seg}");
         }
         let mut at = base;
         let mut sum = 0;
@@ -98,7 +100,9 @@ fn check_adds_up(a: Handle, label: &str) -> npualloc_stats {
                 other => panic!("{label}: block state {other:?}"),
             }
         }
-        assert_eq!(sum, size, "{label}: the blocks of segment {base:#x} add up to its size");
+        // Blocks tile what a segment maps (expandable) or its aligned span (fixed).
+        let tiled = if expandable { size } else { range };
+        assert_eq!(sum, tiled, "{label}: the blocks of segment {base:#x} add up to its size");
     }
     assert_eq!(held, s.segment_bytes, "{label}: segment sizes vs segment_bytes");
     assert_eq!(s.segment_bytes + s.cached_handle_bytes, s.reserved_bytes, "{label}: reserved_bytes");
