@@ -4,18 +4,20 @@
 #
 #   cmake -DMODE=find_package|pkg_config -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=...
 #         -DEMU_LIB=... -DCXX_COMPILER=... -DGENERATOR=... -DREADELF=...
-#         -DSONAME=libnpualloc.so.<abi> -DREAL_NAME=libnpualloc.so.<abi>.<minor>.<patch>
+#         -DSONAME=libnpualloc.so.<abi> -DREAL_NAME=libnpualloc.so.<version> -DVERSION=<version>
 #         -DINSTALL_LIBDIR=... [-DPKG_CONFIG=...] -P cmake/consumer-test.cmake
 #
 # First checks the installed library as a Linux C library is installed: the
-# versioned file without debug information and with its SONAME, and the links
-# to it. The consumer must record the SONAME (not libnpualloc.so, not a path),
+# file named after the package version, without debug information and with its
+# SONAME (named after the ABI), and the links to it. The consumer asks
+# find_package for VERSION, the package version, and checks at run time that
+# npualloc_version() reports the version find_package (or pkg-config) found. The consumer must record the SONAME (not libnpualloc.so, not a path),
 # finds the library in the prefix through its rpath (nothing points it at the
 # build tree) and the ACL emulator through NPUALLOC_ACL_LIBRARY.
 cmake_minimum_required(VERSION 3.20)
 
 foreach(_var MODE BUILD_DIR SOURCE_DIR WORK_DIR EMU_LIB CXX_COMPILER GENERATOR READELF SONAME REAL_NAME
-             INSTALL_LIBDIR)
+             VERSION INSTALL_LIBDIR)
   if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
     message(FATAL_ERROR "consumer-test.cmake: -D${_var}=... is required")
   endif()
@@ -45,6 +47,9 @@ function(readelf out what file)
 endfunction()
 
 set(_lib "${_prefix}/${INSTALL_LIBDIR}")
+if(NOT REAL_NAME STREQUAL "libnpualloc.so.${VERSION}")
+  message(FATAL_ERROR "the library file ${REAL_NAME} is not named after the package version ${VERSION}")
+endif()
 if(NOT EXISTS "${_lib}/${REAL_NAME}" OR IS_SYMLINK "${_lib}/${REAL_NAME}")
   message(FATAL_ERROR "the install did not provide the file ${_lib}/${REAL_NAME}")
 endif()
@@ -77,7 +82,8 @@ if(MODE STREQUAL "find_package")
   set(_build "${WORK_DIR}/find-package")
   file(REMOVE_RECURSE "${_build}")
   run("configuring the consumer" "${CMAKE_COMMAND}" -S "${_consumer}" -B "${_build}" -G "${GENERATOR}"
-      "-DCMAKE_PREFIX_PATH=${_prefix}" "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}")
+      "-DCMAKE_PREFIX_PATH=${_prefix}" "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}"
+      "-DNPUALLOC_REQUIRED_VERSION=${VERSION}")
   run("building the consumer" "${CMAKE_COMMAND}" --build "${_build}")
   set(_program "${_build}/npualloc_consumer")
 elseif(MODE STREQUAL "pkg_config")
@@ -89,6 +95,12 @@ elseif(MODE STREQUAL "pkg_config")
     message(FATAL_ERROR "no pkgconfig directory under ${_prefix}")
   endif()
   list(JOIN _pcdirs ":" _pcpath)
+  execute_process(COMMAND "${CMAKE_COMMAND}" -E env "PKG_CONFIG_PATH=${_pcpath}" "PKG_CONFIG_LIBDIR=${_pcpath}"
+                          "${PKG_CONFIG}" --modversion npualloc
+                  OUTPUT_VARIABLE _pc_version OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)
+  if(NOT _rc EQUAL 0 OR NOT _pc_version STREQUAL VERSION)
+    message(FATAL_ERROR "pkg-config --modversion npualloc says '${_pc_version}' (${_rc}), not ${VERSION}")
+  endif()
   set(_program "${WORK_DIR}/npualloc_consumer_pc")
   file(REMOVE "${_program}")
   # PKG_CONFIG_LIBDIR as well: only the scratch prefix may provide npualloc.

@@ -13,6 +13,7 @@ out=${1:-./npualloc_consumer_pc}
 cxx=${CXX:-c++}
 pkg_config=${PKG_CONFIG:-pkg-config}
 libdir=$("$pkg_config" --variable=libdir npualloc)
+version=$("$pkg_config" --modversion npualloc)
 # shellcheck disable=SC2046  # pkg-config output is meant to split into words
 "$cxx" -std=c++17 -Wall -Wextra -o "$out" "$here/main.cpp" $("$pkg_config" --cflags --libs npualloc) \
-    "-Wl,-rpath,$libdir"
+    "-DNPUALLOC_EXPECTED_VERSION=\"$version\"" "-Wl,-rpath,$libdir"

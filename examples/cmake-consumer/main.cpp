@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace {
 
@@ -33,6 +34,14 @@ int main() {
     } else {
         std::printf("npualloc %s, ACL runtime from the default search\n", npualloc_version());
     }
+#ifdef NPUALLOC_EXPECTED_VERSION
+    // The version the build system found (find_package, pkg-config).
+    if (std::strcmp(npualloc_version(), NPUALLOC_EXPECTED_VERSION) != 0) {
+        std::fprintf(stderr, "npualloc_consumer: library version %s, package version %s\n", npualloc_version(),
+                     NPUALLOC_EXPECTED_VERSION);
+        return 1;
+    }
+#endif
     if (npualloc_abi_version() != NPUALLOC_ABI_VERSION) {
         std::fprintf(stderr, "npualloc_consumer: library ABI %u, header ABI %u\n",
                      static_cast<unsigned>(npualloc_abi_version()), static_cast<unsigned>(NPUALLOC_ABI_VERSION));

@@ -15,10 +15,11 @@ use super::backing::Backing;
 use super::block::{BlockState, NIL};
 use super::device::Device;
 use super::stats::Stats;
-use std::fmt::Write;
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-/// What a block in a snapshot is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a block in a snapshot is doing (in JSON: its `name`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum BlockSnapshotState {
     /// Allocated to a caller.
     Active,
@@ -39,7 +40,7 @@ impl BlockSnapshotState {
 }
 
 /// A piece of a segment's memory in one state.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct BlockSnapshot {
     pub address: usize,
     pub size: usize,
@@ -67,7 +68,7 @@ pub struct SegmentSnapshot {
     pub blocks: Vec<BlockSnapshot>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Snapshot {
     pub device: i32,
     pub stats: Stats,
@@ -127,42 +128,73 @@ impl<B: Backing> Device<B> {
 impl Snapshot {
     /// The JSON document of `npualloc_snapshot_json` (docs/snapshot-format.md).
     pub fn to_json(&self) -> String {
-        let mut out = String::with_capacity(1024);
-        let _ = write!(out, "{{\"device\":{},\"stats\":{{", self.device);
-        for (i, (name, value)) in self.stats.fields().enumerate() {
-            let _ = write!(out, "{}\"{name}\":{value}", if i == 0 { "" } else { "," });
-        }
-        out.push_str("},\"segments\":[");
-        for (i, seg) in self.segments.iter().enumerate() {
-            // "mapped_bytes" repeats "size" for readers of the first format.
-            let _ = write!(
-                out,
-                "{}{{\"address\":{},\"size\":{},\"address_space_bytes\":{},\"mapped_bytes\":{},\"pool\":\"{}\",\
-                 \"stream\":{},\"expandable\":{},\"blocks\":[",
-                if i == 0 { "" } else { "," },
-                seg.address,
-                seg.size,
-                seg.address_space_bytes,
-                seg.size,
-                seg.pool,
-                seg.stream,
-                seg.expandable,
-            );
-            for (j, b) in seg.blocks.iter().enumerate() {
-                let _ = write!(
-                    out,
-                    "{}{{\"address\":{},\"size\":{},\"requested\":{},\"state\":\"{}\",\"stream\":{}}}",
-                    if j == 0 { "" } else { "," },
-                    b.address,
-                    b.size,
-                    b.requested,
-                    b.state.name(),
-                    b.stream,
-                );
-            }
-            out.push_str("]}");
-        }
-        out.push_str("]}");
-        out
+        serde_json::to_string(self).expect("a snapshot always serializes")
+    }
+}
+
+/// The stats as a JSON object, in table order.
+impl Serialize for Stats {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.fields())
+    }
+}
+
+impl Serialize for SegmentSnapshot {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seg = s.serialize_struct("SegmentSnapshot", 8)?;
+        seg.serialize_field("address", &self.address)?;
+        seg.serialize_field("size", &self.size)?;
+        seg.serialize_field("address_space_bytes", &self.address_space_bytes)?;
+        // Repeats "size" for readers of the first format.
+        seg.serialize_field("mapped_bytes", &self.size)?;
+        seg.serialize_field("pool", self.pool)?;
+        seg.serialize_field("stream", &self.stream)?;
+        seg.serialize_field("expandable", &self.expandable)?;
+        seg.serialize_field("blocks", &self.blocks)?;
+        seg.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_keeps_the_documented_fields_in_order() {
+        let stats = Stats { reserved_bytes: 4096, segment_bytes: 4096, ..Stats::default() };
+        let block = |address, size, requested, state| BlockSnapshot { address, size, requested, state, stream: 7 };
+        let snap = Snapshot {
+            device: 1,
+            stats,
+            segments: vec![SegmentSnapshot {
+                address: 65536,
+                size: 4096,
+                address_space_bytes: 8192,
+                pool: "large",
+                stream: 7,
+                expandable: true,
+                blocks: vec![
+                    block(65536, 1024, 1000, BlockSnapshotState::Active),
+                    block(66560, 1024, 0, BlockSnapshotState::Cached),
+                    block(67584, 2048, 2000, BlockSnapshotState::PendingFree),
+                ],
+            }],
+        };
+        let json = snap.to_json();
+        let stats_json: Vec<String> = Stats::FIELDS
+            .iter()
+            .map(|f| format!("\"{f}\":{}", if matches!(*f, "segment_bytes" | "reserved_bytes") { 4096 } else { 0 }))
+            .collect();
+        let expected = format!(
+            "{{\"device\":1,\"stats\":{{{}}},\"segments\":[{{\"address\":65536,\"size\":4096,\
+             \"address_space_bytes\":8192,\"mapped_bytes\":4096,\"pool\":\"large\",\"stream\":7,\"expandable\":true,\
+             \"blocks\":[{{\"address\":65536,\"size\":1024,\"requested\":1000,\"state\":\"active\",\"stream\":7}},\
+             {{\"address\":66560,\"size\":1024,\"requested\":0,\"state\":\"cached\",\"stream\":7}},\
+             {{\"address\":67584,\"size\":2048,\"requested\":2000,\"state\":\"pending-free\",\"stream\":7}}]}}]}}",
+            stats_json.join(",")
+        );
+        assert_eq!(json, expected);
+        let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(parsed["stats"].as_object().unwrap().len(), Stats::FIELDS.len());
     }
 }

@@ -53,13 +53,8 @@ fn snapshot_of(config: Option<&str>, dir: &Path) -> (Vec<u64>, u64) {
     }
     let out = cmd.arg(repo_file("traces/resnet-like-infer.trace.gz")).output().expect("run npualloc-replay");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let json = String::from_utf8_lossy(&out.stdout);
-    let peak: u64 = json
-        .split("\"peak_reserved\":")
-        .nth(1)
-        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|s| s.parse().ok())
-        .expect("peak_reserved in the JSON");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
+    let peak = json["reports"][0]["peak_reserved"].as_u64().expect("peak_reserved in the JSON");
     let pickle = dir.join("resnet-like-infer.pickle");
     assert!(pickle.is_file(), "{} was not written", pickle.display());
     let check = Command::new("python3").arg("-c").arg(CHECK).arg(&pickle).output().expect("python3 runs");

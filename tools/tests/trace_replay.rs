@@ -115,7 +115,7 @@ fn recorded_trace_parses_back_and_replays_to_the_same_peak() {
     assert_eq!(peak_in_allocator, (3 << 20) + (20 << 20) + 512);
 
     let prepared = Prepared::new("recorded.trace", &trace);
-    let reports = replay_trace(&emu, &prepared, &[Target::npualloc(""), Target::Passthrough], &quick(), &mut |_| {});
+    let reports = replay_trace(&emu, &prepared, &[Target::npualloc(""), Target::Passthrough], &quick(), &mut |_, _| {});
     for r in &reports {
         assert_eq!(r.peak_requested, expected_peak);
         assert_eq!(measured(r).ooms, 0);
@@ -182,7 +182,7 @@ fn synthetic_trace_replays_to_known_answers() {
     // Live after a 3: 4096 + 100 + 3000000 (1000 was freed just before).
     assert_eq!(p.peak_requested, 4096 + 100 + 3_000_000);
     let opts = Options { repeat: 2, min_capacity: true, series: true, segment_map: false, warm: false };
-    let reports = replay_trace(&emu, &p, &[Target::npualloc(""), Target::Passthrough], &opts, &mut |_| {});
+    let reports = replay_trace(&emu, &p, &[Target::npualloc(""), Target::Passthrough], &opts, &mut |_, _| {});
     assert_eq!(reports.len(), 2);
 
     // The passthrough holds exactly the padded live sizes; its peak is at the same step.
@@ -211,7 +211,7 @@ fn a_warm_pass_frees_what_the_first_left_live_and_leaks_nothing() {
     let before = emu.usage();
     let opts = Options { repeat: 2, warm: true, ..quick() };
     let targets = [Target::npualloc(""), Target::npualloc("expandable_segments:false"), Target::Passthrough];
-    let reports = replay_trace(&emu, &p, &targets, &opts, &mut |_| {});
+    let reports = replay_trace(&emu, &p, &targets, &opts, &mut |_, _| {});
     for r in &reports {
         let m = measured(r);
         assert!(m.ns_per_op > 0.0, "{}", r.target.label());
@@ -231,7 +231,7 @@ fn a_configuration_that_cannot_run_is_an_error_row() {
     let (_g, emu) = emulator();
     let p = synthetic();
     let targets = [Target::npualloc("no_such_key:1"), Target::npualloc("")];
-    let reports = replay_trace(&emu, &p, &targets, &quick(), &mut |_| {});
+    let reports = replay_trace(&emu, &p, &targets, &quick(), &mut |_, _| {});
     let e = reports[0].result.as_ref().unwrap_err();
     assert!(e.contains("no_such_key"), "{e}");
     measured(&reports[1]);
@@ -247,7 +247,7 @@ fn svg_is_well_formed_with_one_line_per_configuration() {
     let p = synthetic();
     let targets = [Target::npualloc(""), Target::pytorch_policy(), Target::Passthrough];
     let opts = Options { repeat: 1, min_capacity: false, series: true, segment_map: true, warm: false };
-    let reports = replay_trace(&emu, &p, &targets, &opts, &mut |_| {});
+    let reports = replay_trace(&emu, &p, &targets, &opts, &mut |_, _| {});
     let doc = svg::render(&[Figure { trace: &p, reports: &reports }]);
     let xml = roxmltree::Document::parse(&doc).expect("well-formed SVG");
 
@@ -289,7 +289,7 @@ fn shipped_traces_replay_without_ooms() {
         let t = parse_file(&repo_file(&format!("traces/{name}"))).unwrap();
         let p = Prepared::new(name, &t);
         assert!((p.peak_requested as f64 / (1 << 20) as f64 - peak_mib).abs() < 0.1, "{name}");
-        let reports = replay_trace(&emu, &p, &[Target::npualloc("")], &quick(), &mut |_| {});
+        let reports = replay_trace(&emu, &p, &[Target::npualloc("")], &quick(), &mut |_, _| {});
         let m = measured(&reports[0]);
         assert_eq!(m.ooms, 0, "{name}");
         assert!(m.peak_reserved >= p.peak_requested, "{name}");
@@ -346,10 +346,11 @@ fn tool_prints_a_table_and_json() {
         .output()
         .unwrap();
     let json = String::from_utf8_lossy(&out.stdout);
-    let doc = npualloc_tools::replay::json::parse(&json).expect("valid JSON");
-    let rows = doc.get("reports").unwrap().as_array();
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    let rows = doc["reports"].as_array().expect("a reports array");
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].get("peak_requested").unwrap().as_u64(), Some(4096 + 100 + 3_000_000));
+    assert_eq!(rows[0]["peak_requested"].as_u64(), Some(4096 + 100 + 3_000_000));
+    assert!(rows[0]["error"].is_null() && rows[0]["min_capacity"].is_null(), "{json}");
     std::fs::remove_file(&good).unwrap();
 }
 
@@ -360,7 +361,7 @@ fn a_trace_larger_than_any_device_gets_no_min_capacity_and_no_crash() {
     let t = npualloc::trace::parse_str("# acl-trace v1\na 0 137438953472 0\nf 0\n", "huge.trace").unwrap();
     let p = Prepared::new("huge.trace", &t);
     let opts = Options { repeat: 1, min_capacity: true, series: false, segment_map: false, warm: false };
-    let reports = replay_trace(&emu, &p, &[Target::Passthrough], &opts, &mut |_| {});
+    let reports = replay_trace(&emu, &p, &[Target::Passthrough], &opts, &mut |_, _| {});
     let m = measured(&reports[0]);
     assert_eq!(m.ooms, 1);
     let cap = m.min_capacity.as_ref().expect("bisection ran");
@@ -373,7 +374,7 @@ fn svg_stays_well_formed_for_names_with_control_characters() {
     let t = npualloc::trace::parse_str("a 0 4096 0\nf 0\n", "t").unwrap();
     let p = Prepared::new("odd\u{1}name\u{1b}.trace", &t);
     let opts = Options { repeat: 1, min_capacity: false, series: true, segment_map: true, warm: false };
-    let reports = replay_trace(&emu, &p, &[Target::npualloc("")], &opts, &mut |_| {});
+    let reports = replay_trace(&emu, &p, &[Target::npualloc("")], &opts, &mut |_, _| {});
     let doc = svg::render(&[Figure { trace: &p, reports: &reports }]);
     let xml = roxmltree::Document::parse(&doc).expect("well-formed SVG");
     assert!(xml.descendants().any(|n| n.text().is_some_and(|t| t.contains("odd\u{FFFD}name\u{FFFD}.trace"))));

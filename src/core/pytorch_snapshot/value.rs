@@ -2,7 +2,7 @@
 //! numbers holds), so one snapshot can be written as JSON here and as a
 //! pickle by the replay tool.
 
-use std::fmt::Write;
+use serde::ser::{Serialize, SerializeTuple, Serializer};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -66,66 +66,33 @@ impl Value {
     /// Compact JSON. A float that is not finite becomes `null` (JSON has no
     /// such numbers).
     pub fn to_json(&self) -> String {
-        let mut out = String::new();
-        self.write_json(&mut out);
-        out
-    }
-
-    fn write_json(&self, out: &mut String) {
-        match self {
-            Value::None => out.push_str("null"),
-            Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-            Value::Int(n) => {
-                let _ = write!(out, "{n}");
-            }
-            Value::Float(f) if f.is_finite() => {
-                // `{:?}` keeps a decimal point, so it reads back as a float.
-                let _ = write!(out, "{f:?}");
-            }
-            Value::Float(_) => out.push_str("null"),
-            Value::Str(s) => write_json_str(out, s),
-            Value::List(items) | Value::Tuple(items) => {
-                out.push('[');
-                for (i, v) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    v.write_json(out);
-                }
-                out.push(']');
-            }
-            Value::Dict(pairs) => {
-                out.push('{');
-                for (i, (k, v)) in pairs.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write_json_str(out, k);
-                    out.push(':');
-                    v.write_json(out);
-                }
-                out.push('}');
-            }
-        }
+        serde_json::to_string(self).expect("a Value always serializes")
     }
 }
 
-fn write_json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+/// Python's types through serde's: `None` as serde's none, a tuple as a tuple, a
+/// dict as a map with string keys in insertion order. serde_json writes a
+/// tuple as a list and a non-finite float as `null`; a pickle writer keeps
+/// the tuple.
+impl Serialize for Value {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::None => s.serialize_none(),
+            Value::Bool(b) => s.serialize_bool(*b),
+            Value::Int(n) => s.serialize_i64(*n),
+            Value::Float(f) => s.serialize_f64(*f),
+            Value::Str(text) => s.serialize_str(text),
+            Value::List(items) => s.collect_seq(items),
+            Value::Tuple(items) => {
+                let mut t = s.serialize_tuple(items.len())?;
+                for item in items {
+                    t.serialize_element(item)?;
+                }
+                t.end()
             }
-            c => out.push(c),
+            Value::Dict(pairs) => s.collect_map(pairs.iter().map(|(k, v)| (k, v))),
         }
     }
-    out.push('"');
 }
 
 #[cfg(test)]

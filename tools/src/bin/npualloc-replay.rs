@@ -6,43 +6,16 @@ use npualloc::config::Config;
 use npualloc::runtime::loader::ACL_LIBRARY_ENV;
 use npualloc_tools::replay::svg::{self, Figure};
 use npualloc_tools::replay::{self, table, Emulator, Options, Prepared, Report, Target};
+use clap::{CommandFactory, Parser, ValueEnum};
+use clap_complete::Shell;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::fs::{File, OpenOptions};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-usage: npualloc-replay [options] TRACE...
-
-Replays acl-trace v1 files (.trace or .trace.gz) on the ACL emulator and
-prints one row per (trace, configuration).
-
-options:
-  --config STR        an npualloc config (\"key:value,...\"); repeatable.
-                      Default: one run with npualloc's defaults.
-  --baseline NAME     also replay through a baseline; repeatable:
-                        pytorch      npualloc with PyTorch's policy (fixed segments)
-                        passthrough  aclrtMalloc/aclrtFree per request, no cache
-  --acl-library PATH  the emulator library (default: $NPUALLOC_ACL_LIBRARY,
-                      else libascendcl.so next to this executable)
-  --repeat N          timed runs per configuration, best kept (default 3)
-  --no-min-capacity   skip the min-capacity bisection
-  --warm              time a second pass over each trace on the same
-                      allocator (what the first pass left live freed in
-                      between): the hot path without growth. Only ns/op
-                      changes; the other columns come from a first pass
-  --json              print one JSON document instead of the table (the
-                      same numbers, sizes in bytes)
-  --svg FILE          write charts of requested vs reserved bytes and the
-                      first configuration's segments at its peak
-  --snapshot DIR      write DIR/NAME.pickle for each trace NAME.trace.gz: the
-                      first configuration's state at the trace's peak of
-                      reserved memory with the history of every event
-                      before it, in PyTorch's snapshot format (open it with
-                      torch/cuda/_memory_viz.py or pytorch.org/memory_viz)
-  --progress          show progress on stderr even when it is not a terminal
-  -h, --help          this text
-
+/// What `--help` shows after the options.
+const AFTER_HELP: &str = "\
 Every argument is checked before anything is replayed: each config is parsed
 and an allocator created with it once, every trace is read, and the --svg
 file is opened for writing.
@@ -80,72 +53,73 @@ or written, the emulator cannot be loaded, or a row failed; 2 for a bad
 command line or a config npualloc refuses.
 ";
 
+/// Replays acl-trace v1 files (.trace or .trace.gz) on the ACL emulator and
+/// prints one row per (trace, configuration).
+#[derive(Parser, Debug)]
+#[command(name = "npualloc-replay", version, after_help = AFTER_HELP)]
 struct Args {
+    /// An npualloc config ("key:value,..."); repeatable. Default: one run
+    /// with npualloc's defaults.
+    #[arg(long = "config", value_name = "STR")]
     configs: Vec<String>,
-    baselines: Vec<Target>,
+    /// Also replay through a baseline; repeatable.
+    #[arg(long = "baseline", value_name = "NAME", value_enum)]
+    baselines: Vec<Baseline>,
+    /// The emulator library (default: $NPUALLOC_ACL_LIBRARY, else
+    /// libascendcl.so next to this executable).
+    #[arg(long = "acl-library", value_name = "PATH")]
     library: Option<PathBuf>,
-    repeat: usize,
-    min_capacity: bool,
+    /// Timed runs per configuration, best kept.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+    /// Skip the min-capacity bisection.
+    #[arg(long)]
+    no_min_capacity: bool,
+    /// Time a second pass over each trace on the same allocator (what the
+    /// first pass left live freed in between): the hot path without growth.
+    /// Only ns/op changes; the other columns come from a first pass.
+    #[arg(long)]
     warm: bool,
+    /// Print one JSON document instead of the table (the same numbers,
+    /// sizes in bytes).
+    #[arg(long)]
     json: bool,
+    /// Write charts of requested vs reserved bytes and the first
+    /// configuration's segments at its peak.
+    #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
+    /// Write DIR/NAME.pickle for each trace NAME.trace.gz: the first
+    /// configuration's state at the trace's peak of reserved memory with the
+    /// history of every event before it, in PyTorch's snapshot format (open
+    /// it with torch/cuda/_memory_viz.py or pytorch.org/memory_viz).
+    #[arg(long, value_name = "DIR")]
     snapshot: Option<PathBuf>,
+    /// Show a progress bar on stderr even when it is not a terminal.
+    #[arg(long)]
     progress: bool,
+    /// Print a completion script for SHELL and exit.
+    #[arg(long, value_name = "SHELL", value_enum, exclusive = true)]
+    completions: Option<Shell>,
+    /// acl-trace v1 files (.trace or .trace.gz).
+    #[arg(value_name = "TRACE", required_unless_present = "completions")]
     traces: Vec<PathBuf>,
 }
 
-fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
-    let mut a = Args {
-        configs: Vec::new(),
-        baselines: Vec::new(),
-        library: None,
-        repeat: 3,
-        min_capacity: true,
-        warm: false,
-        json: false,
-        svg: None,
-        snapshot: None,
-        progress: false,
-        traces: Vec::new(),
-    };
-    while let Some(arg) = it.next() {
-        // `--key=value` and `--key value` both work.
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |name: &str| inline.clone().or_else(|| it.next()).ok_or(format!("{name} needs a value"));
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(None),
-            "--config" => a.configs.push(value("--config")?),
-            "--baseline" => a.baselines.push(match value("--baseline")?.as_str() {
-                "pytorch" => Target::pytorch_policy(),
-                "passthrough" => Target::Passthrough,
-                other => return Err(format!("unknown baseline '{other}' (expected pytorch or passthrough)")),
-            }),
-            "--acl-library" => a.library = Some(PathBuf::from(value("--acl-library")?)),
-            "--repeat" => {
-                let v = value("--repeat")?;
-                a.repeat = v
-                    .parse()
-                    .ok()
-                    .filter(|&n| n >= 1)
-                    .ok_or(format!("--repeat needs a positive integer, got '{v}'"))?;
-            }
-            "--no-min-capacity" => a.min_capacity = false,
-            "--warm" => a.warm = true,
-            "--json" => a.json = true,
-            "--svg" => a.svg = Some(PathBuf::from(value("--svg")?)),
-            "--snapshot" => a.snapshot = Some(PathBuf::from(value("--snapshot")?)),
-            "--progress" => a.progress = true,
-            f if f.starts_with('-') && f.len() > 1 => return Err(format!("unknown option '{f}'")),
-            _ => a.traces.push(PathBuf::from(arg)),
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Baseline {
+    /// npualloc with PyTorch's policy (fixed segments)
+    Pytorch,
+    /// aclrtMalloc/aclrtFree per request, no cache
+    Passthrough,
+}
+
+impl Baseline {
+    fn target(self) -> Target {
+        match self {
+            Baseline::Pytorch => Target::pytorch_policy(),
+            Baseline::Passthrough => Target::Passthrough,
         }
     }
-    if a.traces.is_empty() {
-        return Err("no trace given".into());
-    }
-    Ok(Some(a))
 }
 
 fn default_library() -> PathBuf {
@@ -158,30 +132,21 @@ fn default_library() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("libascendcl.so"))
 }
 
-/// `\r`-redrawn status line on stderr.
-struct Progress {
-    on: bool,
-    width: usize,
-}
-
-impl Progress {
-    fn show(&mut self, msg: &str) {
-        if !self.on {
-            return;
-        }
-        let line: String = msg.chars().take(110).collect();
-        let pad = self.width.saturating_sub(line.chars().count());
-        self.width = line.chars().count();
-        let mut err = std::io::stderr().lock();
-        let _ = write!(err, "\r{line}{}", " ".repeat(pad));
-        let _ = err.flush();
-    }
-    fn clear(&mut self) {
-        if self.on && self.width > 0 {
-            let _ = write!(std::io::stderr(), "\r{}\r", " ".repeat(self.width));
-            self.width = 0;
-        }
-    }
+/// A bar over `len` steps on stderr: drawn on a terminal, or anywhere with
+/// `forced` (--progress); hidden otherwise.
+fn progress_bar(len: u64, forced: bool) -> ProgressBar {
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else if forced {
+        // indicatif hides its own stderr target off a terminal.
+        ProgressDrawTarget::term_like(Box::new(console::Term::stderr()))
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let style = ProgressStyle::with_template("{elapsed_precise} [{bar:24}] {pos}/{len} {wide_msg}")
+        .expect("a valid template")
+        .progress_chars("=> ");
+    ProgressBar::with_draw_target(Some(len), target).with_style(style)
 }
 
 /// The --svg file, opened before any replay so a bad path fails at once.
@@ -224,17 +189,12 @@ impl Drop for OutputFile {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            print!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("npualloc-replay: {e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    // Bad command lines exit with 2 in clap's words; --help and --version with 0.
+    let args = Args::parse();
+    if let Some(shell) = args.completions {
+        clap_complete::generate(shell, &mut Args::command(), "npualloc-replay", &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
     // Config strings first: a typo is found before anything is loaded.
     for config in &args.configs {
         if let Err(e) = Config::parse(config) {
@@ -295,7 +255,7 @@ fn main() -> ExitCode {
     } else {
         args.configs.iter().map(|c| Target::npualloc(c)).collect()
     };
-    targets.extend(args.baselines.iter().cloned());
+    targets.extend(args.baselines.iter().map(|b| b.target()));
     // Then every configuration is created once on the emulator: what only
     // creation finds (a trace file that cannot be created, expandable
     // segments on a runtime without them) stops the tool here too.
@@ -312,51 +272,55 @@ fn main() -> ExitCode {
         }
     }
     let opts = Options {
-        repeat: args.repeat,
-        min_capacity: args.min_capacity,
+        repeat: args.repeat as usize,
+        min_capacity: !args.no_min_capacity,
         series: args.svg.is_some(),
         segment_map: args.svg.is_some(),
         warm: args.warm,
     };
-    let mut progress = Progress { on: args.progress || std::io::stderr().is_terminal(), width: 0 };
+    // One step a (trace, configuration), then one a trace for --snapshot.
+    let runs = prepared.len() * targets.len();
+    let snapshots = if args.snapshot.is_some() { prepared.len() } else { 0 };
+    let bar = progress_bar((runs + snapshots) as u64, args.progress);
     let mut all: Vec<Vec<Report>> = Vec::new();
-    let total = prepared.len();
     for (i, p) in prepared.iter().enumerate() {
-        let reports = replay::replay_trace(&emu, p, &targets, &opts, &mut |msg| {
-            progress.show(&format!("[{}/{total}] {msg}", i + 1))
+        let reports = replay::replay_trace(&emu, p, &targets, &opts, &mut |k, msg| {
+            bar.set_position((i * targets.len() + k) as u64);
+            bar.set_message(msg.to_string());
         });
+        bar.set_position(((i + 1) * targets.len()) as u64);
         all.push(reports);
     }
-    progress.clear();
     let flat: Vec<Report> = all.iter().flatten().cloned().collect();
-    if args.json {
-        print!("{}", table::json_document(&flat));
-    } else {
-        print!("{}", table::text_table(&flat));
-    }
+    let text = if args.json { table::json_document(&flat) } else { table::text_table(&flat) };
+    bar.suspend(|| print!("{text}"));
     if let Some(out) = svg_out {
         let figures: Vec<Figure<'_>> =
             prepared.iter().zip(&all).map(|(trace, reports)| Figure { trace, reports }).collect();
         if let Err(e) = out.write(svg::render(&figures).as_bytes()) {
+            bar.finish_and_clear();
             eprintln!("npualloc-replay: --svg: {e}");
             return ExitCode::from(1);
         }
     }
     if let Some(dir) = &args.snapshot {
         let config = args.configs.first().map_or("", String::as_str);
-        for p in &prepared {
-            progress.show(&format!("{} | snapshot at peak", p.name));
+        for (i, p) in prepared.iter().enumerate() {
+            bar.set_message(format!("{} | snapshot at peak", p.name));
             let path = dir.join(replay::peak_snapshot::file_name(&p.name));
             let written = replay::peak_snapshot::snapshot_at_peak(&emu, p, config).and_then(|(snap, _)| {
-                std::fs::write(&path, replay::pickle::to_pickle(&snap)).map_err(|e| format!("cannot write: {e}"))
+                let bytes = replay::pickle::to_pickle(&snap)?;
+                std::fs::write(&path, bytes).map_err(|e| format!("cannot write: {e}"))
             });
-            progress.clear();
+            bar.set_position((runs + i + 1) as u64);
             if let Err(e) = written {
+                bar.finish_and_clear();
                 eprintln!("npualloc-replay: --snapshot '{}': {e}", path.display());
                 return ExitCode::from(1);
             }
         }
     }
+    bar.finish_and_clear();
     let failed = flat.iter().filter(|r| r.result.is_err()).count();
     if failed > 0 {
         eprintln!("npualloc-replay: {failed} of {} rows failed (see 'error:' in the output)", flat.len());

@@ -17,7 +17,6 @@
 mod capacity;
 pub mod emulator;
 mod engine;
-pub mod json;
 pub mod peak_snapshot;
 pub mod pickle;
 pub mod prepared;
@@ -152,20 +151,21 @@ pub fn check_target(emu: &Emulator, target: &Target) -> Result<(), String> {
     alloc.teardown().map(|_| ()).map_err(|e| format!("teardown: {e}"))
 }
 
-/// Replays `trace` through every target; `progress` hears what is running.
+/// Replays `trace` through every target; `progress` hears which target (its
+/// index in `targets`) is running and what it is doing.
 pub fn replay_trace(
     emu: &Emulator,
     trace: &Prepared,
     targets: &[Target],
     opts: &Options,
-    progress: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(usize, &str),
 ) -> Vec<Report> {
     let _ = emu.runtime().set_device(DEVICE);
     let reports = targets
         .iter()
         .enumerate()
         .map(|(k, target)| {
-            let mut say = |what: &str| progress(&format!("{} | {} | {what}", trace.name, target.label()));
+            let mut say = |what: &str| progress(k, &format!("{} | {} | {what}", trace.name, target.label()));
             let result = measure(emu, trace, target, opts, opts.segment_map && k == 0, &mut say);
             Report {
                 trace: trace.name.clone(),

@@ -1,6 +1,6 @@
 //! The allocator's segment layout, read from `snapshot_json()` for drawing.
 
-use super::json::{self, Json};
+use serde::Deserialize;
 
 /// What a block is doing at the snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,48 +52,110 @@ pub struct SegmentMap {
     pub segments: Vec<SegmentView>,
 }
 
+/// The parts of the snapshot document (docs/snapshot-format.md) drawn here.
+#[derive(Deserialize)]
+struct Document {
+    stats: DocStats,
+    #[serde(default)]
+    segments: Vec<DocSegment>,
+}
+
+#[derive(Deserialize)]
+struct DocStats {
+    reserved_bytes: u64,
+}
+
+#[derive(Deserialize)]
+struct DocSegment {
+    address: u64,
+    size: u64,
+    /// The address range (older snapshots: only `size`).
+    address_space_bytes: Option<u64>,
+    mapped_bytes: Option<u64>,
+    pool: Option<String>,
+    #[serde(default)]
+    expandable: bool,
+    #[serde(default)]
+    blocks: Vec<DocBlock>,
+}
+
+#[derive(Deserialize)]
+struct DocBlock {
+    address: u64,
+    size: u64,
+    #[serde(default)]
+    state: String,
+}
+
 /// Reads a snapshot document.
 pub fn parse(text: &str, step: usize) -> Result<SegmentMap, String> {
-    let doc = json::parse(text)?;
-    let num = |v: &Json, k: &str| v.get(k).and_then(Json::as_u64);
-    let reserved =
-        doc.get("stats").and_then(|s| num(s, "reserved_bytes")).ok_or("snapshot lacks stats.reserved_bytes")?;
-    let mut segments = Vec::new();
-    for seg in doc.get("segments").map(Json::as_array).unwrap_or(&[]) {
-        let base = num(seg, "address").ok_or("segment without address")?;
-        // The address range (older snapshots: "size").
-        let size = num(seg, "address_space_bytes").or_else(|| num(seg, "size")).ok_or("segment without size")?;
-        let mut blocks = Vec::new();
-        for b in seg.get("blocks").map(Json::as_array).unwrap_or(&[]) {
-            let kind = match b.get("state").and_then(Json::as_str) {
-                Some("active") => BlockKind::Active,
-                Some("pending-free") => BlockKind::PendingFree,
-                _ => BlockKind::Cached,
-            };
-            let addr = num(b, "address").ok_or("block without address")?;
-            blocks.push(BlockView {
-                offset: addr.saturating_sub(base),
-                size: num(b, "size").ok_or("block without size")?,
-                kind,
-            });
-        }
-        let mapped = num(seg, "mapped_bytes").unwrap_or(size);
-        let expandable = seg.get("expandable").and_then(Json::as_bool).unwrap_or(false);
-        // Blocks are memory (an expandable range's unmapped pages are not listed).
-        let in_use_end = blocks.iter().map(|b| b.offset + b.size).max().unwrap_or(0);
-        segments.push(SegmentView {
-            size,
-            mapped,
-            pool: seg.get("pool").and_then(Json::as_str).unwrap_or("?").to_string(),
-            expandable,
-            extent: if expandable { mapped.max(in_use_end).min(size) } else { size },
-            blocks,
-        });
-    }
-    Ok(SegmentMap { step, reserved, segments })
+    let doc: Document = serde_json::from_str(text).map_err(|e| format!("snapshot: {e}"))?;
+    let segments = doc
+        .segments
+        .into_iter()
+        .map(|seg| {
+            let size = seg.address_space_bytes.unwrap_or(seg.size);
+            let blocks: Vec<BlockView> = seg
+                .blocks
+                .iter()
+                .map(|b| BlockView {
+                    offset: b.address.saturating_sub(seg.address),
+                    size: b.size,
+                    kind: match b.state.as_str() {
+                        "active" => BlockKind::Active,
+                        "pending-free" => BlockKind::PendingFree,
+                        _ => BlockKind::Cached,
+                    },
+                })
+                .collect();
+            let mapped = seg.mapped_bytes.unwrap_or(size);
+            // Blocks are memory (an expandable range's unmapped pages are not listed).
+            let in_use_end = blocks.iter().map(|b| b.offset + b.size).max().unwrap_or(0);
+            SegmentView {
+                size,
+                mapped,
+                pool: seg.pool.unwrap_or_else(|| "?".to_string()),
+                expandable: seg.expandable,
+                extent: if seg.expandable { mapped.max(in_use_end).min(size) } else { size },
+                blocks,
+            }
+        })
+        .collect();
+    Ok(SegmentMap { step, reserved: doc.stats.reserved_bytes, segments })
 }
 
 /// One counter from the snapshot's `stats` object (0 when this build lacks it).
 pub fn stat(text: &str, key: &str) -> u64 {
-    json::parse(text).ok().and_then(|d| d.get("stats").and_then(|s| s.get(key)).and_then(Json::as_u64)).unwrap_or(0)
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|doc| doc.get("stats")?.get(key)?.as_u64())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_segments_blocks_and_counters() {
+        let doc = r#"{"device":0,"stats":{"reserved_bytes":8192,"num_maps":3},"segments":[
+            {"address":4096,"size":4096,"address_space_bytes":65536,"mapped_bytes":4096,"pool":"large",
+             "stream":0,"expandable":true,"blocks":[
+                {"address":4096,"size":1024,"requested":1000,"state":"active","stream":0},
+                {"address":5120,"size":3072,"requested":0,"state":"cached","stream":0}]},
+            {"address":1048576,"size":4096,"pool":"small","blocks":[
+                {"address":1048576,"size":4096,"requested":10,"state":"pending-free","stream":0}]}]}"#;
+        let map = parse(doc, 7).unwrap();
+        assert_eq!((map.step, map.reserved, map.segments.len()), (7, 8192, 2));
+        let (a, b) = (&map.segments[0], &map.segments[1]);
+        assert_eq!((a.size, a.mapped, a.extent, a.expandable, a.pool.as_str()), (65536, 4096, 4096, true, "large"));
+        assert_eq!(a.blocks[1], BlockView { offset: 1024, size: 3072, kind: BlockKind::Cached });
+        // An older snapshot: no address_space_bytes, mapped_bytes or expandable.
+        assert_eq!((b.size, b.mapped, b.extent, b.expandable), (4096, 4096, 4096, false));
+        assert_eq!(b.blocks[0].kind, BlockKind::PendingFree);
+        assert_eq!(stat(doc, "num_maps"), 3);
+        assert_eq!(stat(doc, "num_physical_mallocs"), 0);
+        assert!(parse(r#"{"segments":[]}"#, 0).unwrap_err().contains("reserved_bytes"));
+        assert!(parse(r#"{"stats":{"reserved_bytes":1},"segments":[{"size":1}]}"#, 0).unwrap_err().contains("address"));
+    }
 }
