@@ -143,7 +143,7 @@ fn progress_bar(len: u64, forced: bool) -> ProgressBar {
     } else {
         ProgressDrawTarget::hidden()
     };
-    let style = ProgressStyle::with_template("{elapsed_precise} [{bar:24}] {pos}/{len} {wide_msg}")
+    let style = ProgressStyle::with_template("{elapsed_precise} [{bar:20}] {pos}/{len} {msg}")
         .expect("a valid template")
         .progress_chars("=> ");
     ProgressBar::with_draw_target(Some(len), target).with_style(style)

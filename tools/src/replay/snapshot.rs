@@ -155,7 +155,7 @@ mod tests {
         assert_eq!(b.blocks[0].kind, BlockKind::PendingFree);
         assert_eq!(stat(doc, "num_maps"), 3);
         assert_eq!(stat(doc, "num_physical_mallocs"), 0);
-        assert!(parse(r#"{"segments":[]}"#, 0).unwrap_err().contains("reserved_bytes"));
+        assert!(parse(r#"{"stats":{},"segments":[]}"#, 0).unwrap_err().contains("reserved_bytes"));
         assert!(parse(r#"{"stats":{"reserved_bytes":1},"segments":[{"size":1}]}"#, 0).unwrap_err().contains("address"));
     }
 }
