@@ -1,7 +1,7 @@
 //! `npualloc-replay --snapshot DIR` on a shipped trace (the emulator's
 //! `libascendcl.so` built by `cargo build --workspace`): the pickle it
-//! writes loads in Python and agrees with the tool's own peak and with its
-//! own history.
+//! writes loads in Python and in PyTorch's `_memory_viz.py`, and agrees with
+//! the tool's own peak and with its own history.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,8 +59,40 @@ fn snapshot_of(config: Option<&str>, dir: &Path) -> (Vec<u64>, u64) {
     assert!(pickle.is_file(), "{} was not written", pickle.display());
     let check = Command::new("python3").arg("-c").arg(CHECK).arg(&pickle).output().expect("python3 runs");
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
-    let nums = String::from_utf8_lossy(&check.stdout).split_whitespace().map(|n| n.parse().unwrap()).collect();
+    let nums: Vec<u64> = String::from_utf8_lossy(&check.stdout).split_whitespace().map(|n| n.parse().unwrap()).collect();
+    opens_in_memory_viz(&pickle, nums[1]);
     (nums, peak)
+}
+
+/// PyTorch's `_memory_viz.py`: `$NPUALLOC_MEMORY_VIZ`, else what
+/// scripts/fetch-memory-viz.py finds (an installed torch, its cache, or
+/// PyPI); `None` when neither has it.
+fn memory_viz() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("NPUALLOC_MEMORY_VIZ").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    let out = Command::new("python3").arg(repo_file("scripts/fetch-memory-viz.py")).output().ok()?;
+    out.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// `_memory_viz.py stats` and `trace` read the pickle as PyTorch's own:
+/// `stats` sums the blocks of every segment (and raises when they do not
+/// tile it).
+fn opens_in_memory_viz(pickle: &Path, segments: u64) {
+    let Some(viz) = memory_viz() else {
+        eprintln!("PyTorch's _memory_viz.py is not available (no torch, no cache, no network): not opened there");
+        return;
+    };
+    for command in ["stats", "trace"] {
+        let out = Command::new("python3").arg(&viz).arg(command).arg(pickle).output().expect("python3 runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "_memory_viz.py {command}: {}", String::from_utf8_lossy(&out.stderr));
+        if command == "stats" {
+            assert!(text.contains(&format!("segments: {segments}\n")), "{text}");
+        } else {
+            assert!(text.starts_with("Device 0 ----------------\n"), "{text}");
+        }
+    }
 }
 
 #[test]

@@ -81,7 +81,13 @@ struct Args {
     #[arg(long)]
     warm: bool,
     /// Print one JSON document instead of the table (the same numbers,
-    /// sizes in bytes).
+    /// sizes in bytes): {"reports": [...]}, indented by two spaces, one object
+    /// a row with the keys trace, label, config, ops, peak_requested, then
+    /// (when the row was measured) peak_reserved, ratio, ns_per_op,
+    /// device_mallocs, device_frees, maps, unmaps, physical_mallocs,
+    /// physical_frees, syncs, ooms, min_capacity (null when not measured or
+    /// nothing fits), min_capacity_x or min_capacity_error, and last error
+    /// (null, or why the row failed).
     #[arg(long)]
     json: bool,
     /// Write charts of requested vs reserved bytes and the first
