@@ -162,24 +162,19 @@ mod tests {
     #[test]
     fn json_keeps_the_documented_fields_in_order() {
         let stats = Stats { reserved_bytes: 4096, segment_bytes: 4096, ..Stats::default() };
-        let block = |address, size, requested, state| BlockSnapshot { address, size, requested, state, stream: 7 };
-        let snap = Snapshot {
-            device: 1,
-            stats,
-            segments: vec![SegmentSnapshot {
-                address: 65536,
-                size: 4096,
-                address_space_bytes: 8192,
-                pool: "large",
-                stream: 7,
-                expandable: true,
-                blocks: vec![
-                    block(65536, 1024, 1000, BlockSnapshotState::Active),
-                    block(66560, 1024, 0, BlockSnapshotState::Cached),
-                    block(67584, 2048, 2000, BlockSnapshotState::PendingFree),
-                ],
-            }],
+        use BlockSnapshotState::{Active, Cached, PendingFree};
+        let blocks = [(65536, 1024, 1000, Active), (66560, 1024, 0, Cached), (67584, 2048, 2000, PendingFree)]
+            .map(|(address, size, requested, state)| BlockSnapshot { address, size, requested, state, stream: 7 });
+        let segment = SegmentSnapshot {
+            address: 65536,
+            size: 4096,
+            address_space_bytes: 8192,
+            pool: "large",
+            stream: 7,
+            expandable: true,
+            blocks: blocks.to_vec(),
         };
+        let snap = Snapshot { device: 1, stats, segments: vec![segment] };
         let json = snap.to_json();
         let stats_json: Vec<String> = Stats::FIELDS
             .iter()

@@ -59,7 +59,8 @@ fn snapshot_of(config: Option<&str>, dir: &Path) -> (Vec<u64>, u64) {
     assert!(pickle.is_file(), "{} was not written", pickle.display());
     let check = Command::new("python3").arg("-c").arg(CHECK).arg(&pickle).output().expect("python3 runs");
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
-    let nums: Vec<u64> = String::from_utf8_lossy(&check.stdout).split_whitespace().map(|n| n.parse().unwrap()).collect();
+    let nums: Vec<u64> =
+        String::from_utf8_lossy(&check.stdout).split_whitespace().map(|n| n.parse().unwrap()).collect();
     opens_in_memory_viz(&pickle, nums[1]);
     (nums, peak)
 }

@@ -2,13 +2,13 @@
 //! configurations and baselines on the ACL emulator, and reports memory,
 //! device calls and allocator time. See `--help`.
 
+use clap::{CommandFactory, Parser, ValueEnum};
+use clap_complete::Shell;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use npualloc::config::Config;
 use npualloc::runtime::loader::ACL_LIBRARY_ENV;
 use npualloc_tools::replay::svg::{self, Figure};
 use npualloc_tools::replay::{self, table, Emulator, Options, Prepared, Report, Target};
-use clap::{CommandFactory, Parser, ValueEnum};
-use clap_complete::Shell;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::fs::{File, OpenOptions};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
