@@ -44,15 +44,22 @@ PEER_DEVICE_EXPANDABLE=(FAKECUDA_MALLOC_NS=35000 FAKECUDA_SYNC_NS=500000 FAKECUD
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
+# rows RUN: the reports of a --json document on stdin, one JSON line each,
+# with "run": RUN first.
+rows() {
+    python3 -c 'import json, sys
+for r in json.load(sys.stdin)["reports"]:
+    print(json.dumps({"run": int(sys.argv[1]), **r}))' "$1"
+}
+
 # npualloc TABLE COST TRACE ARGS...: one run with min capacity, two without
 # (JSON lines in $OUT/TABLE.npu).
 npualloc() {
     local table=$1 cost=$2 trace=$3
     shift 3
-    ACLEMU_COST=$cost "$REPLAY" --json --repeat 1 "$@" "$trace" | sed -n 's/^{"trace"/{"run":0,"trace"/p' >>"$OUT/$table.npu"
+    ACLEMU_COST=$cost "$REPLAY" --json --repeat 1 "$@" "$trace" | rows 0 >>"$OUT/$table.npu"
     for run in 1 2; do
-        ACLEMU_COST=$cost "$REPLAY" --json --repeat 1 --no-min-capacity "$@" "$trace" |
-            sed -n "s/^{\"trace\"/{\"run\":$run,\"trace\"/p" >>"$OUT/$table.npu"
+        ACLEMU_COST=$cost "$REPLAY" --json --repeat 1 --no-min-capacity "$@" "$trace" | rows "$run" >>"$OUT/$table.npu"
     done
 }
 
@@ -93,7 +100,7 @@ MIB = 1 << 20
 def npu(table):
     rows = defaultdict(list)
     for line in open(f"{out}/{table}.npu"):
-        r = json.loads(line.rstrip().rstrip(","))
+        r = json.loads(line)
         rows[(r["trace"], r["label"])].append(r)
     return rows
 
