@@ -345,11 +345,12 @@ impl DeviceAllocator {
     }
 }
 
-/// A memory fraction `set_memory_fraction` accepts: in (0, 1] (NaN is not).
+/// A memory fraction `set_memory_fraction` accepts: in [0, 1] (NaN is not).
 pub fn check_memory_fraction(fraction: f64) -> Result<()> {
-    if fraction > 0.0 && fraction <= 1.0 {
+    // [0, 1], as torch_npu's setMemoryFraction allows (NaN fails too).
+    if (0.0..=1.0).contains(&fraction) {
         Ok(())
     } else {
-        Err(Error::InvalidArgument(format!("memory fraction must be in (0, 1], got {fraction}")))
+        Err(Error::InvalidArgument(format!("memory fraction must be in [0, 1], got {fraction}")))
     }
 }
