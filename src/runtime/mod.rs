@@ -15,6 +15,7 @@
 pub mod acl_error;
 mod desc;
 mod device;
+mod stream_status;
 pub mod loader;
 pub mod symbols;
 mod vmm;
