@@ -99,7 +99,9 @@ impl DeviceSides {
     pub fn includes(self, side: Side) -> bool {
         matches!(
             (self, side),
-            (DeviceSides::Both | DeviceSides::ByAddress, _) | (DeviceSides::Dst, Side::Dst) | (DeviceSides::Src, Side::Src)
+            (DeviceSides::Both | DeviceSides::ByAddress, _)
+                | (DeviceSides::Dst, Side::Dst)
+                | (DeviceSides::Src, Side::Src)
         )
     }
 }

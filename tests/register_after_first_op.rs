@@ -26,7 +26,8 @@ fn registering_a_busy_stream_warns() {
     // SAFETY: a live handle, a block of 4096 bytes and a host buffer that
     // outlives the stream's work (released and synchronized below).
     unsafe {
-        let st = npualloc_memcpy2d_async(a, host.as_mut_ptr().cast(), 4096, p as *const _, 4096, 4096, 1, 2, busy.raw());
+        let st =
+            npualloc_memcpy2d_async(a, host.as_mut_ptr().cast(), 4096, p as *const _, 4096, 4096, 1, 2, busy.raw());
         assert_eq!(st, NPUALLOC_OK, "{}", last_error_message());
 
         assert_eq!(npualloc_register(a, idle.raw()), NPUALLOC_OK);

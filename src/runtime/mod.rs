@@ -15,8 +15,8 @@
 pub mod acl_error;
 mod desc;
 mod device;
-mod stream_status;
 pub mod loader;
+mod stream_status;
 pub mod symbols;
 mod vmm;
 

@@ -400,7 +400,11 @@ mod tests {
             ]
         );
         let source = t.source().unwrap();
-        assert!(source.starts_with("npualloc ") && source.contains("device 3 config expandable_segments:false,max_split_size_mb:64"), "{source}");
+        assert!(
+            source.starts_with("npualloc ")
+                && source.contains("device 3 config expandable_segments:false,max_split_size_mb:64"),
+            "{source}"
+        );
         std::fs::remove_file(&path).unwrap();
     }
 
