@@ -1,7 +1,7 @@
 /*
  * torch_npu's reset-peak hook type: torch_npu 2.13 and later call it as
- * void(c10::DeviceIndex), an int8_t (docs/runtime-behaviour.md "torch_npu's
- * pluggable hooks"). Called through a void(*)(int8_t) pointer, and through
+ * void(c10::DeviceIndex), an int8_t
+ * (docs/runtime-behaviour.md "torch_npu's pluggable hooks"). Called through a void(*)(int8_t) pointer, and through
  * a pointer that fills the whole argument register with garbage above the
  * low byte (what an int8_t caller may leave there), the hook reads the
  * device from the low byte only: a valid device is accepted (no last error),

@@ -1,5 +1,5 @@
-//! torch_npu's hook types (docs/runtime-behaviour.md "torch_npu's pluggable
-//! hooks"): the reset-peak hook is called as `void(c10::DeviceIndex)`, an
+//! torch_npu's hook types
+//! (docs/runtime-behaviour.md "torch_npu's pluggable hooks"): the reset-peak hook is called as `void(c10::DeviceIndex)`, an
 //! `int8_t`, so only the argument's low byte is meaningful; a memory
 //! fraction of 0 is accepted, as torch_npu accepts it. The allocators are
 //! process-wide, so everything runs in one test of its own binary.
