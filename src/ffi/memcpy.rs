@@ -229,11 +229,11 @@ mod tests {
                 npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 65, 4, 1, 0),
                 NPUALLOC_ERR_INVALID_ARGUMENT
             );
-            assert_eq!(
-                npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 3, 0),
-                NPUALLOC_ERR_INVALID_ARGUMENT
-            );
+            // A sync D2D copy is not supported (the runtime's 207000).
+            assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 3, 0), NPUALLOC_ERR_UNSUPPORTED);
             assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 3, 1), NPUALLOC_OK);
+            // DEFAULT is accepted; without an allocator the runtime resolves it.
+            assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 4, 0), NPUALLOC_OK);
             let null = std::ptr::null();
             assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), null, 64, null, 64, 0, 4, 1, 0), NPUALLOC_OK);
             assert_eq!(
