@@ -212,3 +212,30 @@ def test_stream_argument_is_checked(emu):
             npualloc.CachingAllocator(config="", stream=bad)
     with npualloc.CachingAllocator(config="") as alloc:
         assert alloc.stream == 0
+
+
+def test_out_of_memory_retry_synchronizes_the_allocators_stream(emu):
+    import ctypes
+
+    queue_copy, idle, _host = _stream_work(emu)
+    stream = ctypes.c_void_p()
+    assert emu.aclrtCreateStream(ctypes.byref(stream)) == 0
+    violations = emu.aclemu_violations()
+    assert emu.aclemu_set_device_memory(0, 64 * MIB) == 0
+    try:
+        # Fixed segments: a freed 40 MiB segment cannot grow into 50 MiB.
+        with npualloc.CachingAllocator(config="expandable_segments:false", stream=stream.value) as alloc:
+            block = alloc.malloc(40 * MIB)
+            assert emu.aclemu_stream_hold(stream) == 0
+            queue_copy(stream, block)
+            alloc.free(block)
+            # Only by releasing the cached 40 MiB does 50 MiB fit: the retry
+            # must synchronize the stream the cached block was used on.
+            big = alloc.malloc(50 * MIB)
+            assert idle(stream)
+            assert emu.aclemu_violations() == violations
+            alloc.free(big)
+    finally:
+        emu.aclemu_stream_release(stream)
+        assert emu.aclemu_set_device_memory(0, 8 << 30) == 0
+        assert emu.aclrtDestroyStream(stream) == 0
