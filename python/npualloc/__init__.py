@@ -166,21 +166,28 @@ class CachingAllocator(Allocator):
         contract) and ValueError for a bad size (0, negative, or larger than
         any device).
 
-        Called by GE's ctypes callback adapter, a refused request returns a
-        block with address 0 instead of raising: the adapter does not catch
-        exceptions, so ctypes would hand GE an unspecified value as the block
-        handle. The adapter reads that block's address as 0, so GE sees a
-        NULL address; the reason is written to stderr."""
+        Called by GE's ctypes callback adapter, a refused request (any of
+        these errors) returns a block with address 0 instead of raising: the
+        adapter does not catch exceptions, so ctypes would hand GE an
+        unspecified value as the block handle. The adapter reads that
+        block's address as 0, so GE sees a NULL address; the reason is
+        written to stderr."""
+        try:
+            return self._malloc(size)
+        except (MemoryError, ValueError, NpuallocError) as e:
+            # Only on failure: the frame check costs nothing on success.
+            if not _called_by_ge_adapter(1):
+                raise
+            sys.stderr.write(f"npualloc: refused GE's request for {size} bytes: {e}\n")
+            return _RefusedBlock(0, size if isinstance(size, int) else 0)
+
+    def _malloc(self, size):
         if isinstance(size, bool) or not isinstance(size, int):
             raise ValueError(f"size must be an int, got {size!r}")
         if size <= 0 or size >= 1 << 64:
             raise ValueError(f"size must be in 1..2**64-1, got {size}")
         out = ctypes.c_void_p()
-        status = self._lib.npualloc_malloc(self._live(), size, self._stream, ctypes.byref(out))
-        if status != _lib.OK and _called_by_ge_adapter(1):
-            sys.stderr.write(f"npualloc: refused GE's request for {size} bytes: {_lib.last_error()}\n")
-            return _RefusedBlock(0, size)
-        _check(status)
+        _check(self._lib.npualloc_malloc(self._live(), size, self._stream, ctypes.byref(out)))
         return MemBlock(out.value, size)
 
     def free(self, block):

@@ -68,6 +68,12 @@ if handle is not None:
 check(not raised, "freeing the refused block raises nothing inside the callback")
 check(alloc.stats()["num_ooms"] >= 1, "npualloc counted the refusal")
 
+# Size 0 (a ValueError when called directly) is refused the same way.
+handle = malloc_fn(None, 0)
+check(not raised and (handle is None or not get_addr_fn(handle)), "size 0 through the adapter reaches GE as NULL")
+if handle is not None:
+    free_fn(None, handle)
+
 # Called directly, malloc keeps GE's documented contract: MemoryError.
 try:
     alloc.malloc(1 << 30)
