@@ -151,7 +151,7 @@ static void direct_use(npualloc_allocator *other) {
     /* empty_cache, set_memory_fraction */
     REFUSED(npualloc_empty_cache(NULL), NPUALLOC_ERR_INVALID_ARGUMENT);
     REFUSED(npualloc_set_memory_fraction(NULL, 0.5), NPUALLOC_ERR_INVALID_ARGUMENT);
-    REFUSED(npualloc_set_memory_fraction(A, 0.0), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_set_memory_fraction(A, -1e-300), NPUALLOC_ERR_INVALID_ARGUMENT);
     REFUSED(npualloc_set_memory_fraction(A, -0.5), NPUALLOC_ERR_INVALID_ARGUMENT);
     REFUSED(npualloc_set_memory_fraction(A, 1.5), NPUALLOC_ERR_INVALID_ARGUMENT);
     REFUSED(npualloc_set_memory_fraction(A, NAN), NPUALLOC_ERR_INVALID_ARGUMENT);

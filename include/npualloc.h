@@ -463,10 +463,11 @@ npualloc_status npualloc_record_stream(struct npualloc_allocator *a, void *ptr, 
 npualloc_status npualloc_empty_cache(struct npualloc_allocator *a);
 
 /**
- * Caps the device memory this allocator reserves at `fraction` (in (0, 1])
- * of the device's total. Memory already reserved is not released by this call.
+ * Caps the device memory this allocator reserves at `fraction` (in [0, 1],
+ * as torch_npu allows; 0 lets it reserve nothing more) of the device's
+ * total. Memory already reserved is not released by this call.
  *
- * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a fraction outside (0, 1] or NaN.
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a fraction outside [0, 1] or NaN.
  *
  * # Safety
  * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
@@ -498,6 +499,14 @@ npualloc_status npualloc_query(const struct npualloc_allocator *a,
  * the allocator's device, when the runtime has that call);
  * NPUALLOC_ERR_RUNTIME if an ACL call failed. Nothing is registered or
  * created when the call fails.
+ *
+ * Register before the first op on the stream. GE picks a stream's allocator
+ * when the first op runs on it: after an op ran with nothing registered, GE
+ * keeps its own allocator for that stream, and a later registration returns
+ * NPUALLOC_OK but has no effect. npualloc cannot ask GE; when work is still
+ * queued on the stream (`aclrtStreamQuery` says not ready), the call
+ * succeeds and leaves a warning starting with "warning:" in
+ * `npualloc_last_error()`.
  *
  * # Safety
  * `a` is NULL or a handle from `npualloc_create` not yet destroyed. `stream`
@@ -673,19 +682,25 @@ const char *npualloc_last_error(void);
  * apply.
  *
  * `a` may be NULL: then only the runtime's documented rules are checked.
- * Those are: width 0 or height 0 is a successful no-op (checked first, so
- * NULL pointers are then accepted); otherwise a NULL `dst` or `src`,
- * `width > dpitch`, `width > spitch`, a kind other than
- * ACL_MEMCPY_HOST_TO_DEVICE (1) / ACL_MEMCPY_DEVICE_TO_HOST (2) (plus
- * ACL_MEMCPY_DEVICE_TO_DEVICE (3) for the async call), `height > 5242880`
- * and `width > 5000000` are NPUALLOC_ERR_INVALID_ARGUMENT with a message
- * naming the rule. With an allocator, each device side of the copy must
+ * Those are, in the runtime's order: width 0 or height 0 is a successful
+ * no-op (checked first, so NULL pointers are then accepted); a NULL `dst`
+ * or `src`, `width > dpitch`, `width > spitch`, a kind other than
+ * ACL_MEMCPY_HOST_TO_DEVICE (1), ACL_MEMCPY_DEVICE_TO_HOST (2),
+ * ACL_MEMCPY_DEVICE_TO_DEVICE (3) and ACL_MEMCPY_DEFAULT (4),
+ * `height > 5242880` and `width > 5000000` are
+ * NPUALLOC_ERR_INVALID_ARGUMENT with a message naming the rule; then a
+ * synchronous DEVICE_TO_DEVICE copy is NPUALLOC_ERR_UNSUPPORTED (the
+ * runtime's 207000). With an allocator, each device side of the copy must
  * also lie in a live block it owns (NPUALLOC_ERR_UNKNOWN_POINTER otherwise;
  * interior pointers are fine) and the last byte touched,
  * `(height-1)*pitch + width - 1` past the pointer, computed without
  * overflow, must lie inside that same block
- * (NPUALLOC_ERR_COPY_OUT_OF_BOUNDS otherwise). A non-NULL `a` that is not a
- * live allocator is NPUALLOC_ERR_INVALID_ARGUMENT.
+ * (NPUALLOC_ERR_COPY_OUT_OF_BOUNDS otherwise). For ACL_MEMCPY_DEFAULT the
+ * device sides are the ends that lie in the allocator's blocks (the others
+ * are left to the runtime), and a synchronous copy with both ends in them
+ * is NPUALLOC_ERR_INVALID_ARGUMENT (the runtime resolves it to
+ * device-to-device and answers 107000). A non-NULL `a` that is not a live
+ * allocator is NPUALLOC_ERR_INVALID_ARGUMENT.
  *
  * Returns NPUALLOC_OK if the copy would be attempted (or is a no-op).
  * Never calls the runtime. Thread-safe.
@@ -715,8 +730,8 @@ npualloc_status npualloc_check_memcpy2d(const struct npualloc_allocator *a,
  * height 0 returns NPUALLOC_OK without calling the runtime.
  *
  * Returns NPUALLOC_OK; NPUALLOC_ERR_INVALID_ARGUMENT,
- * NPUALLOC_ERR_UNKNOWN_POINTER or NPUALLOC_ERR_COPY_OUT_OF_BOUNDS from
- * validation (nothing is copied); NPUALLOC_ERR_RUNTIME_UNAVAILABLE if `a`
+ * NPUALLOC_ERR_UNSUPPORTED, NPUALLOC_ERR_UNKNOWN_POINTER or
+ * NPUALLOC_ERR_COPY_OUT_OF_BOUNDS from validation (nothing is copied); NPUALLOC_ERR_RUNTIME_UNAVAILABLE if `a`
  * is NULL and libascendcl cannot be loaded; NPUALLOC_ERR_RUNTIME if
  * `aclrtMemcpy2d` fails (the message names it and its aclError).
  * Thread-safe.
@@ -812,7 +827,8 @@ void npualloc_pluggable_empty_cache(bool check_error);
 
 /**
  * torch_npu's memory-fraction hook: caps `device`'s allocator at `fraction`
- * (in (0, 1]) of the device memory, creating the allocator if needed. A bad
+ * (in [0, 1], as torch_npu allows; 0 lets the allocator reserve nothing
+ * more) of the device memory, creating the allocator if needed. A bad
  * fraction or device changes nothing: last error and stderr.
  */
 void npualloc_pluggable_set_memory_fraction(double fraction, int device);
@@ -833,6 +849,12 @@ void *npualloc_pluggable_base_alloc(void *ptr, size_t *size);
  * torch_npu's reset-peak hook: resets the peak statistics of `device`'s
  * allocator (nothing to do when it has not been created). A bad device:
  * last error and stderr.
+ *
+ * torch_npu calls the hook as `void(c10::DeviceIndex)`, an `int8_t`
+ * (torch_npu 2.13 and later); older releases as `void(int)`. Only the low
+ * byte of `device` is read, as a signed 8-bit value, so the call is right
+ * either way on every ABI: a caller passing an `int8_t` may leave the upper
+ * bits of the register or stack slot undefined.
  */
 void npualloc_pluggable_reset_peak_stats(int device);
 

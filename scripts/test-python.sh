@@ -6,7 +6,10 @@
 # package, not the checkout (NPUALLOC_TEST_INSTALLED=1 makes the tests check
 # that). The ACL runtime is the emulator, built here if it is missing.
 # Called by test.sh; works on its own from any directory.
-# Environment: PYTHON (default python3), CARGO_TARGET_DIR as cargo reads it.
+# Environment: PYTHON (default python3), CARGO_TARGET_DIR as cargo reads it;
+# NPUALLOC_GE_PYTHON (optional): a directory holding GE's Python package
+# source (api/python/ge in GE's repository), so test_ge_adapter.py runs
+# against GE's own callback adapter instead of the stand-in.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD

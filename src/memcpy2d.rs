@@ -75,8 +75,11 @@ pub enum DeviceSides {
     Dst,
     /// Device to host.
     Src,
-    /// Device to device (async only).
+    /// Device to device (the sync call answers it with "not supported").
     Both,
+    /// ACL_MEMCPY_DEFAULT: the runtime resolves the direction from the
+    /// addresses; npualloc checks the ends that lie in its own blocks.
+    ByAddress,
 }
 
 impl DeviceSides {
@@ -87,13 +90,19 @@ impl DeviceSides {
             ACL_MEMCPY_HOST_TO_DEVICE => Some(DeviceSides::Dst),
             ACL_MEMCPY_DEVICE_TO_HOST => Some(DeviceSides::Src),
             ACL_MEMCPY_DEVICE_TO_DEVICE => Some(DeviceSides::Both),
+            ACL_MEMCPY_DEFAULT => Some(DeviceSides::ByAddress),
             _ => None,
         }
     }
 
     #[inline]
     pub fn includes(self, side: Side) -> bool {
-        matches!((self, side), (DeviceSides::Both, _) | (DeviceSides::Dst, Side::Dst) | (DeviceSides::Src, Side::Src))
+        matches!(
+            (self, side),
+            (DeviceSides::Both | DeviceSides::ByAddress, _)
+                | (DeviceSides::Dst, Side::Dst)
+                | (DeviceSides::Src, Side::Src)
+        )
     }
 }
 
@@ -134,8 +143,9 @@ impl Copy2d {
     }
 
     /// The device-side ends, as the kind says: H2D gives dst, D2H gives src,
-    /// D2D gives dst then src. Empty for any other kind, so call it after
-    /// [`check_rules`] accepted the copy.
+    /// D2D gives dst then src, DEFAULT gives both as candidates (the ones an
+    /// allocator owns are device memory). Empty for any other kind, so call
+    /// it after [`check_rules`] accepted the copy.
     #[inline]
     pub fn device_regions(&self) -> impl Iterator<Item = DeviceRegion> {
         let sides = DeviceSides::for_kind(self.kind);
@@ -171,24 +181,25 @@ pub fn check_rules(c: &Copy2d) -> Result<Checked, Error> {
     if c.width > c.spitch {
         return Err(width_over_pitch(c, Side::Src));
     }
-    // docs/acl-api.md §5, "Supported directions": the sync call does H2D and D2H
-    // only (the runtime answers D2D with "not supported"); the async call also
-    // does D2D. ACL_MEMCPY_DEFAULT, which the ACL layer would resolve from the
-    // address locations, is refused: our own choice, following api.md "2D
-    // copies", because the device side must be known to check bounds.
-    let device_sides = match DeviceSides::for_kind(c.kind) {
-        Some(DeviceSides::Both) if !c.is_async => return Err(bad_kind(c)),
-        Some(sides) => sides,
-        None => return Err(bad_kind(c)),
+    // docs/runtime-behaviour.md "2D copies", ACL layer (`CheckMemcpy2dParam`):
+    // a kind other than H2D, D2H, D2D and DEFAULT is ACL_ERROR_INVALID_PARAM.
+    let Some(device_sides) = DeviceSides::for_kind(c.kind) else {
+        return Err(bad_kind(c));
     };
-    // docs/acl-api.md §5, runtime layer (MemCopy2DCheckParam): height <= 5242880
-    // and width <= 5000000. The docs state them for the async call only; the
-    // runtime applies them to both, and so do we.
+    // docs/runtime-behaviour.md "2D copies", runtime layer
+    // (`MemCopy2DCheckParam`): height <= 5242880 and width <= 5000000, for
+    // both calls, before the direction is looked at.
     if c.height > MAX_HEIGHT {
         return Err(over_limit(c, "height", c.height, MAX_HEIGHT));
     }
     if c.width > MAX_WIDTH {
         return Err(over_limit(c, "width", c.width, MAX_WIDTH));
+    }
+    // docs/runtime-behaviour.md "2D copies" (`MemCopy2DSync`): only then does
+    // the synchronous call refuse a D2D kind, as a feature it does not
+    // support (207000).
+    if device_sides == DeviceSides::Both && !c.is_async {
+        return Err(sync_d2d(c));
     }
     Ok(Checked::Copy { device_sides })
 }
@@ -237,12 +248,25 @@ pub fn check_within_block(
 #[inline]
 pub fn check_copy(c: &Copy2d, mut find_block: impl FnMut(usize) -> Option<(usize, usize)>) -> Result<Checked, Error> {
     let checked = check_rules(c)?;
-    if let Checked::Copy { .. } = checked {
+    if let Checked::Copy { device_sides } = checked {
+        let mut owned = 0;
         for region in c.device_regions() {
             let Some((start, size)) = find_block(region.addr) else {
+                // DEFAULT: an end outside our blocks is host memory or
+                // another allocator's; the runtime resolves it.
+                if device_sides == DeviceSides::ByAddress {
+                    continue;
+                }
                 return Err(unknown_pointer(c, &region));
             };
             check_within_block(&region, c.width, c.height, start, size)?;
+            owned += 1;
+        }
+        // docs/runtime-behaviour.md "2D copies" (`MemcpyKindAutoCorrect`): a
+        // synchronous DEFAULT copy whose ends are both device memory resolves
+        // to D2D, which the runtime refuses as an invalid value (107000).
+        if device_sides == DeviceSides::ByAddress && owned == 2 && !c.is_async {
+            return Err(sync_default_d2d(c));
         }
     }
     Ok(checked)
@@ -299,12 +323,29 @@ fn bad_kind(c: &Copy2d) -> Error {
         Some(name) => format!("{} ({name})", c.kind),
         None => format!("{} (not an aclrtMemcpyKind)", c.kind),
     };
-    let allowed = if c.is_async {
-        "ACL_MEMCPY_HOST_TO_DEVICE (1), ACL_MEMCPY_DEVICE_TO_HOST (2) or ACL_MEMCPY_DEVICE_TO_DEVICE (3)"
-    } else {
-        "ACL_MEMCPY_HOST_TO_DEVICE (1) or ACL_MEMCPY_DEVICE_TO_HOST (2)"
-    };
+    let allowed = "ACL_MEMCPY_HOST_TO_DEVICE (1), ACL_MEMCPY_DEVICE_TO_HOST (2), ACL_MEMCPY_DEVICE_TO_DEVICE (3) \
+                   or ACL_MEMCPY_DEFAULT (4)";
     Error::InvalidArgument(format!("{}: kind {shown} is not supported; allowed: {allowed}", c.call_name()))
+}
+
+#[cold]
+#[inline(never)]
+fn sync_d2d(c: &Copy2d) -> Error {
+    Error::Unsupported(format!(
+        "{}: ACL_MEMCPY_DEVICE_TO_DEVICE (3) is not supported by the synchronous 2D copy (the runtime answers \
+         207000); use aclrtMemcpy2dAsync and synchronize the stream",
+        c.call_name()
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn sync_default_d2d(c: &Copy2d) -> Error {
+    Error::InvalidArgument(format!(
+        "{}: ACL_MEMCPY_DEFAULT between two device buffers resolves to device-to-device, which the synchronous \
+         2D copy refuses (the runtime answers 107000); use aclrtMemcpy2dAsync",
+        c.call_name()
+    ))
 }
 
 #[cold]
@@ -589,13 +630,18 @@ mod tests {
                     (1, _) => Want::Copy(DeviceSides::Dst),
                     (2, _) => Want::Copy(DeviceSides::Src),
                     (3, true) => Want::Copy(DeviceSides::Both),
+                    (4, _) => Want::Copy(DeviceSides::ByAddress),
+                    (3, false) => {
+                        assert!(matches!(check_rules(&c), Err(Error::Unsupported(m)) if m.contains("207000")));
+                        continue;
+                    }
                     _ => Want::Invalid("is not supported"),
                 };
                 expect(&format!("kind {kind} async {is_async}"), &c, &want);
                 if let Err(Error::InvalidArgument(msg)) = check_rules(&c) {
                     assert!(msg.contains(&format!("kind {kind} (")), "{msg}");
                     assert!(msg.contains("ACL_MEMCPY_HOST_TO_DEVICE (1)"), "{msg}");
-                    assert_eq!(msg.contains("ACL_MEMCPY_DEVICE_TO_DEVICE (3)"), is_async, "{msg}");
+                    assert!(msg.contains("ACL_MEMCPY_DEFAULT (4)"), "{msg}");
                     if let Some(name) = kind_name(kind) {
                         assert!(msg.contains(name), "{msg}");
                     } else {
@@ -614,7 +660,7 @@ mod tests {
         assert_eq!(regions(ACL_MEMCPY_HOST_TO_DEVICE), vec![dst]);
         assert_eq!(regions(ACL_MEMCPY_DEVICE_TO_HOST), vec![src]);
         assert_eq!(regions(ACL_MEMCPY_DEVICE_TO_DEVICE), vec![dst, src]);
-        assert_eq!(regions(ACL_MEMCPY_DEFAULT), vec![]);
+        assert_eq!(regions(ACL_MEMCPY_DEFAULT), vec![dst, src]);
         assert_eq!(regions(-1), vec![]);
     }
 

@@ -25,7 +25,7 @@ fn pluggable_hooks_on_the_emulator() {
     assert_eq!(last_error_message(), "");
 
     // A refused fraction changes nothing: device 1's allocator is not made.
-    for bad in [1.5, 0.0, f64::NAN] {
+    for bad in [1.5, -0.25, f64::NAN] {
         npualloc_pluggable_set_memory_fraction(bad, 1);
         assert!(last_error_message().contains("fraction"), "{bad}: {}", last_error_message());
         assert!(stats(1).unwrap().is_none(), "set_memory_fraction({bad}) created device 1's allocator");
@@ -85,7 +85,7 @@ fn pluggable_hooks_on_the_emulator() {
 
         npualloc_pluggable_set_memory_fraction(0.5, 0);
         assert_eq!(last_error_message(), "");
-        npualloc_pluggable_set_memory_fraction(0.0, 0);
+        npualloc_pluggable_set_memory_fraction(-0.5, 0);
         assert!(last_error_message().contains("fraction"));
         assert!(npualloc_pluggable_malloc(0, 0, null_mut()).is_null());
         assert_eq!(last_error_message(), "", "size 0 is not an error");

@@ -3,11 +3,13 @@
 //! queues the copy on its stream, so a held stream performs it only at
 //! release or synchronize.
 //!
-//! Check order, as in the runtime: width or height 0 succeeds before any
-//! other check; NULL pointers, width > pitch and bad kinds are ACL-layer
-//! errors (100000); the 5242880-row and 5000000-byte limits and pitch
-//! arithmetic overflow are runtime errors (107000); a sync D2D copy is not
-//! supported (207000).
+//! Check order, as in the runtime (RB "2D copies"): width or height 0
+//! succeeds before any other check; NULL pointers, width > pitch and bad
+//! kinds are ACL-layer errors (100000; RT `memory.cpp`,
+//! `CheckMemcpy2dParam`, which accepts DEFAULT); the 5242880-row and
+//! 5000000-byte limits and pitch arithmetic overflow are runtime errors
+//! (107000; RT `api_error.cc`, `ApiErrorDecorator::MemCopy2DCheckParam`);
+//! only then is a sync D2D copy not supported (207000; `MemCopy2DSync`).
 //!
 //! DEFAULT is resolved from the addresses (RB "2D copies",
 //! `MemcpyKindAutoCorrect`): between two device buffers the sync call gives

@@ -62,6 +62,25 @@ fn runtime_limits_give_param_invalid() {
 }
 
 #[test]
+fn sync_d2d_refusal_comes_after_the_limits() {
+    // RT `ApiErrorDecorator::MemCopy2DSync` refuses D2D (207000) only after
+    // `MemCopy2DCheckParam` applied the limits (107000): a sync D2D copy over
+    // a limit is answered 107000. Checked before any memory is touched.
+    let (mut dst, src) = (buf(64, 0), buf(64, 1));
+    let (d, s) = (dst.as_mut_ptr().cast::<c_void>(), src.as_ptr().cast::<c_void>());
+    // SAFETY: live locals; the calls fail before touching them.
+    unsafe {
+        assert_eq!(aclrtMemcpy2d(d, 8, s, 8, 8, 5 * 1024 * 1024 + 1, D2D), RT_PARAM_INVALID);
+        assert_eq!(aclrtMemcpy2d(d, 6_000_000, s, 6_000_000, 5_000_001, 1, D2D), RT_PARAM_INVALID);
+        // A bad kind is the ACL layer's, before the limits.
+        assert_eq!(aclrtMemcpy2d(d, 8, s, 8, 8, 5 * 1024 * 1024 + 1, H2H), INVALID_PARAM);
+        // Within the limits, D2D is "not supported", whatever the addresses.
+        assert_eq!(aclrtMemcpy2d(d, 8, s, 8, 8, 2, D2D), RT_FEATURE_NOT_SUPPORT);
+    }
+    assert_eq!(dst, buf(64, 0), "nothing was copied");
+}
+
+#[test]
 fn sync_copy_directions() {
     let dev = Dev::take();
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.

@@ -1,12 +1,11 @@
 """npualloc: a caching device-memory allocator for Ascend NPUs (ctypes bindings).
 
 ``CachingAllocator`` follows the shape of ``ge.allocator.Allocator`` and
-subclasses it when the ``ge`` package is importable::
+subclasses it when the ``ge`` package is importable. GE binds an allocator
+to one stream, so the allocator is made for that stream::
 
-    with npualloc.CachingAllocator(device=0) as alloc:
-        block = alloc.malloc(1 << 20)
-        ...
-        alloc.free(block)
+    alloc = npualloc.CachingAllocator(device=0, stream=stream)
+    session.register_external_allocator(stream, alloc)  # before the stream's first op
 
 ``npualloc.torch_npu.enable()`` makes npualloc torch_npu's NPU allocator.
 The package carries libnpualloc.so; ``NPUALLOC_LIBRARY`` names another.
@@ -15,6 +14,7 @@ The package carries libnpualloc.so; ``NPUALLOC_LIBRARY`` names another.
 import abc
 import ctypes
 import json
+import sys
 
 from . import _lib
 from ._lib import find_library
@@ -75,6 +75,43 @@ class MemBlock:
         return hash((self._addr, self._size))
 
 
+class _RefusedBlock(MemBlock):
+    """What ``malloc`` gives GE's callback adapter for a refused request.
+
+    GE's adapter cannot pass an exception on (see ``CachingAllocator.malloc``);
+    it reads a block's address as ``blk.addr if blk else 0``, so a false
+    block with address 0 reaches GE as a NULL address. ``free`` ignores it."""
+
+    __slots__ = ()
+
+    def __bool__(self):
+        return False
+
+
+# The module and function of GE's ctypes adapter that call ``malloc``
+# (ge/_capi/_allocator_callback_adapter.py, ``_AllocatorCCallbacks._malloc``).
+_GE_ADAPTER = ("ge._capi._allocator_callback_adapter", "_malloc")
+
+
+def _called_by_ge_adapter(depth):
+    """True if the frame ``depth`` levels up is GE's adapter's ``_malloc``."""
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:
+        return False
+    return (frame.f_globals.get("__name__"), frame.f_code.co_name) == _GE_ADAPTER
+
+
+def _stream_value(stream):
+    if stream is None:
+        return 0
+    if isinstance(stream, ctypes.c_void_p):
+        return stream.value or 0
+    if isinstance(stream, bool) or not isinstance(stream, int) or not 0 <= stream < 1 << 64:
+        raise ValueError(f"stream must be None or a stream address (an int, as GE takes it), got {stream!r}")
+    return stream
+
+
 def _check(status):
     if status == _lib.OK:
         return
@@ -87,13 +124,24 @@ def _check(status):
 
 
 class CachingAllocator(Allocator):
-    """npualloc's caching allocator for one device.
+    """npualloc's caching allocator for one device and one stream.
+
+    ``stream`` is the stream the allocator serves: the address GE's
+    ``Session.register_external_allocator(stream, allocator)`` is given (an
+    int; a ``ctypes.c_void_p`` is read too), or None for the default stream.
+    Every block is allocated on it, so ``empty_cache``, the out-of-memory
+    retries and ``close()`` synchronize that stream before memory goes back
+    to the device, as GE requires of an allocator it calls for the stream.
+    Register it before the first op runs on the stream: GE keeps its own
+    allocator for a stream that ran an op with nothing registered.
 
     ``config`` is npualloc's config string (``"key:value,..."``); None reads
     ``NPUALLOC_CONF``. Use as a context manager, or call ``close()``.
     """
 
-    def __init__(self, device=0, config=None):
+    def __init__(self, device=0, config=None, stream=None):
+        self._handle = None
+        self.stream = _stream_value(stream)
         self._lib = _lib.lib()
         handle = ctypes.c_void_p()
         cfg = None if config is None else str(config)
@@ -104,6 +152,7 @@ class CachingAllocator(Allocator):
         _check(self._lib.npualloc_create(cfg, int(device), ctypes.byref(handle)))
         self._handle = handle
         self.device = int(device)
+        self._stream = ctypes.c_void_p(self.stream or None)
 
     def _live(self):
         if self._handle is None:
@@ -111,21 +160,41 @@ class CachingAllocator(Allocator):
         return self._handle
 
     def malloc(self, size):
-        """``size`` bytes on the device's default stream, as a MemBlock.
+        """``size`` bytes on the allocator's stream, as a MemBlock.
 
-        Raises MemoryError when the device is exhausted and ValueError for a
-        bad size (0, negative, or larger than any device)."""
+        Raises MemoryError when the device is exhausted (GE's documented
+        contract) and ValueError for a bad size (0, negative, or larger than
+        any device).
+
+        Called by GE's ctypes callback adapter, a refused request (any of
+        these errors) returns a block with address 0 instead of raising: the
+        adapter does not catch exceptions, so ctypes would hand GE an
+        unspecified value as the block handle. The adapter reads that
+        block's address as 0, so GE sees a NULL address; the reason is
+        written to stderr."""
+        try:
+            return self._malloc(size)
+        except (MemoryError, ValueError, NpuallocError) as e:
+            # Only on failure: the frame check costs nothing on success.
+            if not _called_by_ge_adapter(1):
+                raise
+            sys.stderr.write(f"npualloc: refused GE's request for {size} bytes: {e}\n")
+            return _RefusedBlock(0, size if isinstance(size, int) else 0)
+
+    def _malloc(self, size):
         if isinstance(size, bool) or not isinstance(size, int):
             raise ValueError(f"size must be an int, got {size!r}")
         if size <= 0 or size >= 1 << 64:
             raise ValueError(f"size must be in 1..2**64-1, got {size}")
         out = ctypes.c_void_p()
-        _check(self._lib.npualloc_malloc(self._live(), size, None, ctypes.byref(out)))
+        _check(self._lib.npualloc_malloc(self._live(), size, self._stream, ctypes.byref(out)))
         return MemBlock(out.value, size)
 
     def free(self, block):
         """Returns ``block``. ValueError (nothing changes) for a block this
         allocator does not own or already freed."""
+        if isinstance(block, _RefusedBlock):
+            return  # a refused request given to GE's adapter: nothing to free
         if not isinstance(block, MemBlock):
             raise ValueError(f"expected a MemBlock, got {block!r}")
         if block.addr == 0:

@@ -52,7 +52,7 @@ HOOKS = (
     ("set_reset_fn", "npualloc_pluggable_empty_cache", "void(bool check_error)"),
     ("set_memory_fraction_fn", "npualloc_pluggable_set_memory_fraction", "void(double fraction, int device)"),
     ("set_base_alloc_fn", "npualloc_pluggable_base_alloc", "void *(void *ptr, size_t *size)"),
-    ("set_reset_peak_status_fn", "npualloc_pluggable_reset_peak_stats", "void(int device)"),
+    ("set_reset_peak_status_fn", "npualloc_pluggable_reset_peak_stats", "void(c10::DeviceIndex device)"),
 )
 
 

@@ -152,3 +152,90 @@ def test_subclasses_ge_allocator_when_importable(emu):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def _stream_work(emu):
+    """A held stream with a device-to-host copy of `block` queued on it."""
+    import ctypes
+
+    emu.aclemu_stream_hold.argtypes = [ctypes.c_void_p]
+    emu.aclemu_stream_release.argtypes = [ctypes.c_void_p]
+    emu.aclrtStreamQuery.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
+    emu.aclrtMemcpy2dAsync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
+                                       ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_void_p]
+    emu.aclemu_violations.restype = ctypes.c_int64
+    host = ctypes.create_string_buffer(4096)
+
+    def queue_copy(stream, block):
+        assert emu.aclrtMemcpy2dAsync(host, 4096, block.addr, 4096, 4096, 1, 2, stream) == 0
+
+    def idle(stream):
+        status = ctypes.c_uint32(7)
+        assert emu.aclrtStreamQuery(stream, ctypes.byref(status)) == 0
+        return status.value == 0
+
+    return queue_copy, idle, host
+
+
+@pytest.mark.parametrize("ending", ["empty_cache", "close"])
+def test_allocator_serves_and_synchronizes_its_stream(emu, ending):
+    import ctypes
+
+    queue_copy, idle, _host = _stream_work(emu)
+    stream = ctypes.c_void_p()
+    assert emu.aclrtCreateStream(ctypes.byref(stream)) == 0
+    violations = emu.aclemu_violations()
+    try:
+        alloc = npualloc.CachingAllocator(config="", stream=stream.value)
+        assert alloc.stream == stream.value
+        block = alloc.malloc(4096)
+        assert [seg["stream"] for seg in alloc.snapshot()["segments"]] == [stream.value]
+        assert emu.aclemu_stream_hold(stream) == 0
+        queue_copy(stream, block)
+        assert not idle(stream)
+        if ending == "empty_cache":
+            alloc.free(block)
+            alloc.empty_cache()
+            assert alloc.stats()["reserved_bytes"] == 0
+        alloc.close()
+        # Memory went back only after the stream it served was synchronized.
+        assert idle(stream)
+        assert emu.aclemu_violations() == violations
+    finally:
+        emu.aclemu_stream_release(stream)
+        assert emu.aclrtDestroyStream(stream) == 0
+
+
+def test_stream_argument_is_checked(emu):
+    for bad in (-1, 1.5, "0x10", True, 2**64):
+        with pytest.raises(ValueError, match="stream"):
+            npualloc.CachingAllocator(config="", stream=bad)
+    with npualloc.CachingAllocator(config="") as alloc:
+        assert alloc.stream == 0
+
+
+def test_out_of_memory_retry_synchronizes_the_allocators_stream(emu):
+    import ctypes
+
+    queue_copy, idle, _host = _stream_work(emu)
+    stream = ctypes.c_void_p()
+    assert emu.aclrtCreateStream(ctypes.byref(stream)) == 0
+    violations = emu.aclemu_violations()
+    assert emu.aclemu_set_device_memory(0, 64 * MIB) == 0
+    try:
+        # Fixed segments: a freed 40 MiB segment cannot grow into 50 MiB.
+        with npualloc.CachingAllocator(config="expandable_segments:false", stream=stream.value) as alloc:
+            block = alloc.malloc(40 * MIB)
+            assert emu.aclemu_stream_hold(stream) == 0
+            queue_copy(stream, block)
+            alloc.free(block)
+            # Only by releasing the cached 40 MiB does 50 MiB fit: the retry
+            # must synchronize the stream the cached block was used on.
+            big = alloc.malloc(50 * MIB)
+            assert idle(stream)
+            assert emu.aclemu_violations() == violations
+            alloc.free(big)
+    finally:
+        emu.aclemu_stream_release(stream)
+        assert emu.aclemu_set_device_memory(0, 8 << 30) == 0
+        assert emu.aclrtDestroyStream(stream) == 0

@@ -111,7 +111,8 @@ pub const KEYS: &[KeySpec] = &[
         default: "unlimited",
         unit: "MiB",
         doc: "Cached blocks at least this large are never split for a smaller request. \
-              At least 20 (the large-segment size).",
+              At least 20 (the large-segment size). Fixed segments only: needs \
+              expandable_segments:false.",
     },
     KeySpec {
         key: Key::GarbageCollectionThreshold,
@@ -204,7 +205,7 @@ pub const KEYS: &[KeySpec] = &[
         unit: "",
         doc: "Expandable segments: a growth maps whole fresh handles past the request, over the free \
               pages after the block, so the next requests need no runtime call. false: map only the \
-              pages a request lacks (more calls, less memory held on a roomy device). Ignored with \
+              pages a request lacks (more calls, less memory held on a roomy device). Refused with \
               reserved_headroom, which never maps ahead.",
     },
 ];

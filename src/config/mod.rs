@@ -22,11 +22,19 @@
 //! [`keys::help_text`]. The allocator receives a `&Config` and never reads the
 //! environment afterwards.
 //!
-//! One combination is refused: `expandable_segments:true` with
-//! `max_split_size_mb`. Splitting is what lets expandable segments reuse
-//! their mapped pages; forbidding splits of large blocks makes every new large
-//! request map more pages, so reserved memory grows without bound (PyTorch
-//! issue #123548). torch_npu refuses the combination too.
+//! A key that has no effect in the configuration given is refused, naming
+//! the key and why, and no key changes another key's default:
+//! - `max_split_size_mb` applies to fixed segments only, so it needs
+//!   `expandable_segments:false` given. With `expandable_segments:true` it is
+//!   refused for a second reason: splitting is what lets expandable segments
+//!   reuse their mapped pages; forbidding splits of large blocks makes every
+//!   new large request map more pages, so reserved memory grows without bound
+//!   (PyTorch issue #123548). torch_npu refuses the combination too.
+//! - `page_size`, `reserved_headroom` and `map_ahead` apply to expandable
+//!   segments only: refused with `expandable_segments:false` (and, at
+//!   creation, where the runtime lacks the virtual-memory API).
+//! - `map_ahead` does nothing with `reserved_headroom`, which maps nothing
+//!   ahead: refused.
 
 pub mod keys;
 mod parse;

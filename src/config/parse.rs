@@ -39,7 +39,7 @@ pub(super) fn parse(s: &str) -> Result<Config, Error> {
         seen |= key.bit();
         apply(&mut config, key, value)?;
     }
-    check_conflicts(&config)?;
+    check_conflicts(&config, seen)?;
     Ok(config)
 }
 
@@ -52,14 +52,49 @@ fn unknown_key(name: &str) -> Error {
     Error::bad_config(name, reason)
 }
 
-/// Keys that are valid alone but not together.
-fn check_conflicts(config: &Config) -> Result<(), Error> {
-    if config.expandable_segments == Some(true) && config.max_split_size.is_some() {
+/// Keys that are valid alone but not together. The rule: a key that has no
+/// effect in the configuration given is refused, naming the key and why, and
+/// no key changes another key's default (`seen` holds the bits of the keys
+/// given).
+fn check_conflicts(config: &Config, seen: u32) -> Result<(), Error> {
+    let given = |key: Key| seen & key.bit() != 0;
+    match (config.expandable_segments, config.max_split_size) {
+        (Some(true), Some(_)) => {
+            return Err(Error::bad_config(
+                Key::MaxSplitSizeMb.name(),
+                "cannot be combined with expandable_segments:true: expandable segments rely on splitting \
+                 to reuse mapped pages, so a split limit makes reserved memory grow without bound \
+                 (PyTorch issue #123548; torch_npu refuses this combination too)",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(Error::bad_config(
+                Key::MaxSplitSizeMb.name(),
+                "applies to fixed segments only, and segments are expandable by default where the runtime \
+                 has the virtual-memory API; add expandable_segments:false to use it (npualloc does not \
+                 switch segment kinds because of another key)",
+            ))
+        }
+        _ => {}
+    }
+    if config.expandable_segments == Some(false) {
+        for key in [Key::PageSize, Key::ReservedHeadroom, Key::MapAhead] {
+            if given(key) {
+                return Err(Error::bad_config(
+                    key.name(),
+                    format!(
+                        "has no effect with expandable_segments:false: {} applies to expandable segments only",
+                        key.name()
+                    ),
+                ));
+            }
+        }
+    }
+    if given(Key::MapAhead) && config.reserved_headroom.is_some() {
         return Err(Error::bad_config(
-            Key::MaxSplitSizeMb.name(),
-            "cannot be combined with expandable_segments:true: expandable segments rely on splitting \
-             to reuse mapped pages, so a split limit makes reserved memory grow without bound \
-             (PyTorch issue #123548; torch_npu refuses this combination too)",
+            Key::MapAhead.name(),
+            "has no effect with reserved_headroom: that mode maps 4 MiB handles and nothing ahead, \
+             so its pages can move; drop map_ahead or reserved_headroom",
         ));
     }
     Ok(())

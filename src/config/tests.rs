@@ -50,8 +50,8 @@ fn defaults() {
 
 #[test]
 fn whitespace_around_keys_and_values_is_ignored() {
-    let c = ok("  max_split_size_mb \t:  64 ,\n page_size : 2m , ");
-    assert_eq!(c.max_split_size, Some(64 * MIB));
+    let c = ok("  release_threshold_mb \t:  64 ,\n page_size : 2m , ");
+    assert_eq!(c.release_threshold, Some(64 * MIB));
     assert_eq!(c.page_size, PageSize::Mib2);
 }
 
@@ -135,10 +135,10 @@ fn expandable_segments_values() {
 
 #[test]
 fn max_split_size_boundaries() {
-    assert_eq!(ok("max_split_size_mb:20").max_split_size, Some(20 * MIB));
-    assert_eq!(ok("max_split_size_mb:21").max_split_size, Some(21 * MIB));
-    assert_eq!(ok("max_split_size_mb:1g").max_split_size, Some(1 << 30));
-    assert_eq!(ok("max_split_size_mb:20480k").max_split_size, Some(20 * MIB));
+    assert_eq!(ok("expandable_segments:false,max_split_size_mb:20").max_split_size, Some(20 * MIB));
+    assert_eq!(ok("expandable_segments:false,max_split_size_mb:21").max_split_size, Some(21 * MIB));
+    assert_eq!(ok("expandable_segments:false,max_split_size_mb:1g").max_split_size, Some(1 << 30));
+    assert_eq!(ok("expandable_segments:false,max_split_size_mb:20480k").max_split_size, Some(20 * MIB));
     for s in ["19", "0", "20479k", "20971519b"] {
         let reason = bad(&format!("max_split_size_mb:{s}"), "max_split_size_mb");
         assert!(reason.contains("at least 20"), "{reason}");
@@ -273,14 +273,14 @@ fn divisions_single_value() {
 
 #[test]
 fn divisions_list_with_commas() {
-    let c = ok("page_size:2m, roundup_power2_divisions:[256:1,512:2,1024:4,>:8], expandable_segments:false");
+    let c = ok("page_size:2m, roundup_power2_divisions:[256:1,512:2,1024:4,>:8], expandable_segments:true");
     let d = &c.roundup_power2_divisions;
     assert_eq!(d.divisions_for(100 * MIB), 1);
     assert_eq!(d.divisions_for(300 * MIB), 2);
     assert_eq!(d.divisions_for(700 * MIB), 4);
     assert_eq!(d.divisions_for(4096 * MIB), 8);
     assert_eq!(c.page_size, PageSize::Mib2);
-    assert_eq!(c.expandable_segments, Some(false));
+    assert_eq!(c.expandable_segments, Some(true));
     // Spaces inside the brackets.
     let c2 = ok("roundup_power2_divisions: [ 256 : 1 , 512:2, 1024 :4 , > : 8 ]");
     assert_eq!(c2.roundup_power2_divisions, *d);
@@ -330,7 +330,60 @@ fn expandable_segments_with_max_split_size_is_refused() {
         assert!(reason.contains("123548"), "{reason}");
     }
     assert_eq!(ok("expandable_segments:false,max_split_size_mb:64").max_split_size, Some(64 * MIB));
-    assert_eq!(ok("max_split_size_mb:64").max_split_size, Some(64 * MIB));
+}
+
+#[test]
+fn max_split_size_needs_fixed_segments_given() {
+    // Alone it used to switch the allocator to fixed segments silently.
+    for s in ["max_split_size_mb:128", "page_size:2m,max_split_size_mb:20"] {
+        let reason = bad(s, "max_split_size_mb");
+        assert!(reason.contains("expandable_segments:false"), "{reason}");
+        assert!(reason.contains("fixed segments"), "{reason}");
+    }
+    let c = ok("max_split_size_mb:128,expandable_segments:false");
+    assert_eq!((c.expandable_segments, c.max_split_size), (Some(false), Some(128 * MIB)));
+}
+
+#[test]
+fn expandable_only_keys_are_refused_with_fixed_segments() {
+    for (s, key) in [
+        ("expandable_segments:false,reserved_headroom:0.02", "reserved_headroom"),
+        ("reserved_headroom:0,expandable_segments:False", "reserved_headroom"),
+        ("expandable_segments:false,page_size:20m", "page_size"),
+        // Given, even at its default value, it does nothing.
+        ("expandable_segments:0,page_size:2m", "page_size"),
+        ("expandable_segments:false,map_ahead:true", "map_ahead"),
+        ("map_ahead:false,expandable_segments:false,max_split_size_mb:64", "map_ahead"),
+    ] {
+        let reason = bad(s, key);
+        assert!(reason.contains("no effect with expandable_segments:false"), "{s}: {reason}");
+    }
+    // With expandable segments (given or by default) they are fine.
+    for s in ["expandable_segments:true,reserved_headroom:0.02,page_size:20m", "page_size:1g,map_ahead:false"] {
+        ok(s);
+    }
+}
+
+#[test]
+fn map_ahead_is_refused_with_reserved_headroom() {
+    for s in [
+        "map_ahead:true,reserved_headroom:0.02",
+        "reserved_headroom:0.05,map_ahead:false",
+        "expandable_segments:true,reserved_headroom:0,map_ahead:True",
+    ] {
+        let reason = bad(s, "map_ahead");
+        assert!(reason.contains("no effect with reserved_headroom"), "{s}: {reason}");
+    }
+}
+
+#[test]
+fn size_suffixes_as_pytorch_users_write_them() {
+    for s in ["20m", "20M", "20MB", "20MiB", "20mb", "20"] {
+        let c = ok(&format!("expandable_segments:false,max_split_size_mb:{s}"));
+        assert_eq!(c.max_split_size, Some(20 * MIB), "{s}");
+        assert_eq!(ok(&format!("release_threshold_mb:{s}")).release_threshold, Some(20 * MIB), "{s}");
+        assert_eq!(ok(&format!("reuse_cache_mb:{s}")).reuse_cache, Some(20 * MIB), "{s}");
+    }
 }
 
 // ---- Display ----
@@ -342,7 +395,10 @@ fn display_is_canonical() {
     assert_eq!(ok(" page_size : 2m , roundup_power2_divisions:0").to_string(), "");
     // Equal configs display the same, whatever the spelling.
     assert_eq!(ok("expandable_segments:1").to_string(), ok("expandable_segments:True").to_string());
-    assert_eq!(ok("max_split_size_mb:1g").to_string(), ok("max_split_size_mb:1024").to_string());
+    assert_eq!(
+        ok("expandable_segments:false,max_split_size_mb:1g").to_string(),
+        ok("expandable_segments:false,max_split_size_mb:1024").to_string()
+    );
     assert_eq!(ok("roundup_power2_divisions:[>:4]").to_string(), "roundup_power2_divisions:4");
 }
 
@@ -352,9 +408,9 @@ fn display_round_trips() {
         "",
         "expandable_segments:True",
         "expandable_segments:0",
-        "max_split_size_mb:20",
-        "max_split_size_mb:20481k",
-        "max_split_size_mb:20971521b",
+        "expandable_segments:false,max_split_size_mb:20",
+        "expandable_segments:false,max_split_size_mb:20481k",
+        "expandable_segments:false,max_split_size_mb:20971521b",
         "garbage_collection_threshold:0.1",
         "garbage_collection_threshold:0.30000000000000004",
         "garbage_collection_threshold:1e-300",
@@ -373,7 +429,7 @@ fn display_round_trips() {
         "trace:/tmp/x:y[1].trace",
         "acl_library: C:\\acl\\libascendcl.so ",
         "expandable_segments:false,max_split_size_mb:100,garbage_collection_threshold:0.7,\
-         roundup_power2_divisions:[128:2,>:4],per_process_memory_fraction:0.5,page_size:2m,\
+         roundup_power2_divisions:[128:2,>:4],per_process_memory_fraction:0.5,\
          release_threshold_mb:3g,trace:/t,acl_library:/l",
     ];
     for s in inputs {
@@ -393,7 +449,10 @@ fn display_examples() {
         "expandable_segments:true,garbage_collection_threshold:0.8,roundup_power2_divisions:[256:1,>:4],\
          per_process_memory_fraction:1,page_size:1g,release_threshold_mb:1536k,trace:/tmp/a:b,acl_library:/x/lib.so"
     );
-    assert_eq!(ok("max_split_size_mb:2g").to_string(), "max_split_size_mb:2048");
+    assert_eq!(
+        ok("max_split_size_mb:2g,expandable_segments:false").to_string(),
+        "expandable_segments:false,max_split_size_mb:2048"
+    );
 }
 
 // ---- sources: environment and C ----

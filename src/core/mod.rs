@@ -24,6 +24,7 @@
 
 mod backing;
 mod block;
+mod config_effect;
 mod device;
 mod directory;
 mod free_index;
@@ -141,9 +142,10 @@ impl DeviceAllocator {
                 if !rt.has_vmm() {
                     eprintln!("npualloc: {} lacks the ACL virtual-memory API; using fixed segments", rt.source());
                 }
-                rt.has_vmm() && config.max_split_size.is_none()
+                rt.has_vmm()
             }
         };
+        config_effect::check(&config, expandable, rt.source())?;
         let large_page =
             if rt.has_vmm() { Some(backing::expandable::large_page_spec(&rt, device, &config)?) } else { None };
         let limit = config.per_process_memory_fraction.map(|f| (f * total as f64) as usize);
@@ -345,11 +347,12 @@ impl DeviceAllocator {
     }
 }
 
-/// A memory fraction `set_memory_fraction` accepts: in (0, 1] (NaN is not).
+/// A memory fraction `set_memory_fraction` accepts: in [0, 1] (NaN is not).
 pub fn check_memory_fraction(fraction: f64) -> Result<()> {
-    if fraction > 0.0 && fraction <= 1.0 {
+    // [0, 1], as torch_npu's setMemoryFraction allows (NaN fails too).
+    if (0.0..=1.0).contains(&fraction) {
         Ok(())
     } else {
-        Err(Error::InvalidArgument(format!("memory fraction must be in (0, 1], got {fraction}")))
+        Err(Error::InvalidArgument(format!("memory fraction must be in [0, 1], got {fraction}")))
     }
 }

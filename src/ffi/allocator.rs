@@ -195,10 +195,11 @@ pub unsafe extern "C" fn npualloc_empty_cache(a: *mut npualloc_allocator) -> npu
     })
 }
 
-/// Caps the device memory this allocator reserves at `fraction` (in (0, 1])
-/// of the device's total. Memory already reserved is not released by this call.
+/// Caps the device memory this allocator reserves at `fraction` (in [0, 1],
+/// as torch_npu allows; 0 lets it reserve nothing more) of the device's
+/// total. Memory already reserved is not released by this call.
 ///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a fraction outside (0, 1] or NaN.
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a fraction outside [0, 1] or NaN.
 ///
 /// # Safety
 /// `a` is NULL or a handle from `npualloc_create` not yet destroyed.

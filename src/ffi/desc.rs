@@ -77,6 +77,14 @@ fn check_stream(allocator: &Allocator, stream: Stream) -> Result<()> {
 /// NPUALLOC_ERR_RUNTIME if an ACL call failed. Nothing is registered or
 /// created when the call fails.
 ///
+/// Register before the first op on the stream. GE picks a stream's allocator
+/// when the first op runs on it: after an op ran with nothing registered, GE
+/// keeps its own allocator for that stream, and a later registration returns
+/// NPUALLOC_OK but has no effect. npualloc cannot ask GE; when work is still
+/// queued on the stream (`aclrtStreamQuery` says not ready), the call
+/// succeeds and leaves a warning starting with "warning:" in
+/// `npualloc_last_error()`.
+///
 /// # Safety
 /// `a` is NULL or a handle from `npualloc_create` not yet destroyed. `stream`
 /// is checked with the runtime.
@@ -110,6 +118,19 @@ pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: a
         match registered {
             Ok(desc) => {
                 regs.insert(stream, Registration { desc, binding });
+                // GE keeps its own allocator for a stream that ran an op
+                // before anything was registered (docs/runtime-behaviour.md
+                // "How GE uses a registered allocator"); queued work is the
+                // one sign of that npualloc can see.
+                let on_device = rt.on_device(allocator.core.device(), || rt.stream_busy(stream));
+                if let Ok(Some(true)) = on_device {
+                    set_last_error(&format!(
+                        "warning: registered on stream {:#x}, but work is already queued on it: if an op ran on \
+                         the stream before this call, GE keeps its own allocator for it and this registration \
+                         has no effect; register before the first op on the stream",
+                        stream.raw() as usize
+                    ));
+                }
                 Ok(())
             }
             Err(e) => {

@@ -70,19 +70,25 @@ fn copy2d(
 /// apply.
 ///
 /// `a` may be NULL: then only the runtime's documented rules are checked.
-/// Those are: width 0 or height 0 is a successful no-op (checked first, so
-/// NULL pointers are then accepted); otherwise a NULL `dst` or `src`,
-/// `width > dpitch`, `width > spitch`, a kind other than
-/// ACL_MEMCPY_HOST_TO_DEVICE (1) / ACL_MEMCPY_DEVICE_TO_HOST (2) (plus
-/// ACL_MEMCPY_DEVICE_TO_DEVICE (3) for the async call), `height > 5242880`
-/// and `width > 5000000` are NPUALLOC_ERR_INVALID_ARGUMENT with a message
-/// naming the rule. With an allocator, each device side of the copy must
+/// Those are, in the runtime's order: width 0 or height 0 is a successful
+/// no-op (checked first, so NULL pointers are then accepted); a NULL `dst`
+/// or `src`, `width > dpitch`, `width > spitch`, a kind other than
+/// ACL_MEMCPY_HOST_TO_DEVICE (1), ACL_MEMCPY_DEVICE_TO_HOST (2),
+/// ACL_MEMCPY_DEVICE_TO_DEVICE (3) and ACL_MEMCPY_DEFAULT (4),
+/// `height > 5242880` and `width > 5000000` are
+/// NPUALLOC_ERR_INVALID_ARGUMENT with a message naming the rule; then a
+/// synchronous DEVICE_TO_DEVICE copy is NPUALLOC_ERR_UNSUPPORTED (the
+/// runtime's 207000). With an allocator, each device side of the copy must
 /// also lie in a live block it owns (NPUALLOC_ERR_UNKNOWN_POINTER otherwise;
 /// interior pointers are fine) and the last byte touched,
 /// `(height-1)*pitch + width - 1` past the pointer, computed without
 /// overflow, must lie inside that same block
-/// (NPUALLOC_ERR_COPY_OUT_OF_BOUNDS otherwise). A non-NULL `a` that is not a
-/// live allocator is NPUALLOC_ERR_INVALID_ARGUMENT.
+/// (NPUALLOC_ERR_COPY_OUT_OF_BOUNDS otherwise). For ACL_MEMCPY_DEFAULT the
+/// device sides are the ends that lie in the allocator's blocks (the others
+/// are left to the runtime), and a synchronous copy with both ends in them
+/// is NPUALLOC_ERR_INVALID_ARGUMENT (the runtime resolves it to
+/// device-to-device and answers 107000). A non-NULL `a` that is not a live
+/// allocator is NPUALLOC_ERR_INVALID_ARGUMENT.
 ///
 /// Returns NPUALLOC_OK if the copy would be attempted (or is a no-op).
 /// Never calls the runtime. Thread-safe.
@@ -121,8 +127,8 @@ pub unsafe extern "C" fn npualloc_check_memcpy2d(
 /// height 0 returns NPUALLOC_OK without calling the runtime.
 ///
 /// Returns NPUALLOC_OK; NPUALLOC_ERR_INVALID_ARGUMENT,
-/// NPUALLOC_ERR_UNKNOWN_POINTER or NPUALLOC_ERR_COPY_OUT_OF_BOUNDS from
-/// validation (nothing is copied); NPUALLOC_ERR_RUNTIME_UNAVAILABLE if `a`
+/// NPUALLOC_ERR_UNSUPPORTED, NPUALLOC_ERR_UNKNOWN_POINTER or
+/// NPUALLOC_ERR_COPY_OUT_OF_BOUNDS from validation (nothing is copied); NPUALLOC_ERR_RUNTIME_UNAVAILABLE if `a`
 /// is NULL and libascendcl cannot be loaded; NPUALLOC_ERR_RUNTIME if
 /// `aclrtMemcpy2d` fails (the message names it and its aclError).
 /// Thread-safe.
@@ -154,7 +160,7 @@ pub unsafe extern "C" fn npualloc_memcpy2d(
         let rt = runtime_for(allocator)?;
         // SAFETY: the arguments passed the runtime's documented rules (and,
         // with an allocator, the bounds of the owning block); the host side
-        // is the caller's contract. kind is 1 or 2 here, so the cast is exact.
+        // is the caller's contract. kind is 1, 2 or 4 here, so the cast is exact.
         unsafe { rt.memcpy2d(dst, dpitch, src, spitch, width, height, kind as u32) }
             .map_err(|e| Error::runtime(e, "2D copy"))
     })
@@ -202,7 +208,7 @@ pub unsafe extern "C" fn npualloc_memcpy2d_async(
         let rt = runtime_for(allocator)?;
         // SAFETY: validated as in npualloc_memcpy2d; keeping both regions
         // alive until the stream completes is the caller's contract. kind is
-        // 1, 2 or 3 here, so the cast is exact.
+        // 1 to 4 here, so the cast is exact.
         unsafe { rt.memcpy2d_async(dst, dpitch, src, spitch, width, height, kind as u32, Stream::from_raw(stream)) }
             .map_err(|e| Error::runtime(e, "2D copy (async)"))
     })
@@ -223,11 +229,11 @@ mod tests {
                 npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 65, 4, 1, 0),
                 NPUALLOC_ERR_INVALID_ARGUMENT
             );
-            assert_eq!(
-                npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 3, 0),
-                NPUALLOC_ERR_INVALID_ARGUMENT
-            );
+            // A sync D2D copy is not supported (the runtime's 207000).
+            assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 3, 0), NPUALLOC_ERR_UNSUPPORTED);
             assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 3, 1), NPUALLOC_OK);
+            // DEFAULT is accepted; without an allocator the runtime resolves it.
+            assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), p, 64, p, 64, 64, 4, 4, 0), NPUALLOC_OK);
             let null = std::ptr::null();
             assert_eq!(npualloc_check_memcpy2d(std::ptr::null(), null, 64, null, 64, 0, 4, 1, 0), NPUALLOC_OK);
             assert_eq!(

@@ -159,7 +159,8 @@ pub extern "C" fn npualloc_pluggable_empty_cache(check_error: bool) {
 }
 
 /// torch_npu's memory-fraction hook: caps `device`'s allocator at `fraction`
-/// (in (0, 1]) of the device memory, creating the allocator if needed. A bad
+/// (in [0, 1], as torch_npu allows; 0 lets the allocator reserve nothing
+/// more) of the device memory, creating the allocator if needed. A bad
 /// fraction or device changes nothing: last error and stderr.
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_pluggable_set_memory_fraction(fraction: f64, device: c_int) {
@@ -196,16 +197,28 @@ pub unsafe extern "C" fn npualloc_pluggable_base_alloc(ptr: *mut c_void, size: *
 /// torch_npu's reset-peak hook: resets the peak statistics of `device`'s
 /// allocator (nothing to do when it has not been created). A bad device:
 /// last error and stderr.
+///
+/// torch_npu calls the hook as `void(c10::DeviceIndex)`, an `int8_t`
+/// (torch_npu 2.13 and later); older releases as `void(int)`. Only the low
+/// byte of `device` is read, as a signed 8-bit value, so the call is right
+/// either way on every ABI: a caller passing an `int8_t` may leave the upper
+/// bits of the register or stack slot undefined.
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_pluggable_reset_peak_stats(device: c_int) {
     ffi_boundary!(fallible "npualloc_pluggable_reset_peak_stats", (), {
-        match existing(device) {
+        match existing(c_int::from(device_index(device))) {
             Ok(Some(a)) => a.reset_peak_stats(),
             Ok(None) => Ok(()),
             Err(e) => Err(e),
         }
         .inspect_err(|e| report("reset_peak_stats", e))
     })
+}
+
+/// The `c10::DeviceIndex` (`int8_t`) in the low byte of a hook argument.
+#[inline]
+fn device_index(raw: c_int) -> i8 {
+    (raw & 0xff) as u8 as i8
 }
 
 /// Test access: the statistics of `device`'s pluggable allocator.

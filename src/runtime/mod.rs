@@ -16,6 +16,7 @@ pub mod acl_error;
 mod desc;
 mod device;
 pub mod loader;
+mod stream_status;
 pub mod symbols;
 mod vmm;
 

@@ -375,7 +375,7 @@ mod tests {
     #[test]
     fn writes_a_trace_that_parses_back() {
         let path = temp("rec.trace");
-        let cfg = Config::parse("max_split_size_mb:64").unwrap();
+        let cfg = Config::parse("expandable_segments:false,max_split_size_mb:64").unwrap();
         let (s1, s2) = (Stream(0x1000), Stream(0x2000));
         {
             let mut r = TraceRecorder::create(&path, 3, &cfg).unwrap();
@@ -400,7 +400,11 @@ mod tests {
             ]
         );
         let source = t.source().unwrap();
-        assert!(source.starts_with("npualloc ") && source.contains("device 3 config max_split_size_mb:64"), "{source}");
+        assert!(
+            source.starts_with("npualloc ")
+                && source.contains("device 3 config expandable_segments:false,max_split_size_mb:64"),
+            "{source}"
+        );
         std::fs::remove_file(&path).unwrap();
     }
 

@@ -2,6 +2,7 @@
 //! fixtures they share are in `support`.
 
 mod blocks;
+mod config_effect;
 mod expandable;
 mod history;
 mod out_of_memory;

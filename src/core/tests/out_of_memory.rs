@@ -62,7 +62,7 @@ fn memory_fraction_caps_reserved_memory() {
     assert!(matches!(&err, Error::OutOfMemory(m) if m.contains("memory fraction")), "{err}");
     a.set_memory_fraction(1.0).unwrap();
     let q = a.malloc(30 << 20, Stream::DEFAULT).unwrap();
-    assert!(a.set_memory_fraction(0.0).is_err());
+    assert!(a.set_memory_fraction(-0.1).is_err());
     a.free(p).unwrap();
     a.free(q).unwrap();
     finish(a);

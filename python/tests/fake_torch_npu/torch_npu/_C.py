@@ -13,7 +13,7 @@ HOOK_TYPES = {
     "record_stream": ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p),
     "erase_stream": ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p),
     "get_device_stats": None,  # returns a C++ object; nothing C can provide
-    "reset_peak_status": ctypes.CFUNCTYPE(None, ctypes.c_int),
+    "reset_peak_status": ctypes.CFUNCTYPE(None, ctypes.c_int8),  # void(c10::DeviceIndex)
     "end_allocate_to_pool": None,
 }
 

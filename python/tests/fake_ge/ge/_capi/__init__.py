@@ -1,0 +1,1 @@
+"""Stand-in for GE's private ``ge._capi`` package (tests only)."""
