@@ -64,8 +64,8 @@ pub use allocator_desc::{
     aclrtAllocatorSetGetAddrFromBlockFuncToDesc, aclrtAllocatorSetObjToDesc, aclrtAllocatorUnregister,
 };
 pub use capture::{
-    aclmdlRICaptureBegin, aclmdlRICaptureEnd, aclmdlRICaptureGetInfo, aclmdlRICaptureThreadExchangeMode, aclmdlRIDestroy,
-    aclmdlRIExecuteAsync,
+    aclmdlRICaptureBegin, aclmdlRICaptureEnd, aclmdlRICaptureGetInfo, aclmdlRICaptureThreadExchangeMode,
+    aclmdlRIDestroy, aclmdlRIExecuteAsync,
 };
 pub use copy::{aclrtMemcpy2d, aclrtMemcpy2dAsync};
 pub use cost::aclemu_set_cost;
