@@ -46,15 +46,21 @@ fn cap() -> &'static Capture {
             assert!(!p.is_null(), "the emulator lacks {name:?}");
             p
         };
-        // SAFETY: the signatures are the emulator's (emu/src/capture.rs, violation.rs, run_op.rs).
+        type Begin = unsafe extern "C" fn(*mut c_void, u32) -> i32;
+        type End = unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> i32;
+        type Execute = unsafe extern "C" fn(*mut c_void, *mut c_void) -> i32;
+        type Destroy = unsafe extern "C" fn(*mut c_void) -> i32;
+        type Violations = unsafe extern "C" fn() -> i64;
+        type RunOp = unsafe extern "C" fn(*mut c_void, *const usize, usize) -> i32;
+        // SAFETY: the signatures are the emulator's (emu/include/acl_emu.h).
         unsafe {
             Capture {
-                begin: std::mem::transmute::<*mut c_void, _>(sym(c"aclmdlRICaptureBegin")),
-                end: std::mem::transmute::<*mut c_void, _>(sym(c"aclmdlRICaptureEnd")),
-                execute: std::mem::transmute::<*mut c_void, _>(sym(c"aclmdlRIExecuteAsync")),
-                destroy: std::mem::transmute::<*mut c_void, _>(sym(c"aclmdlRIDestroy")),
-                violations: std::mem::transmute::<*mut c_void, _>(sym(c"aclemu_violations")),
-                run_op: std::mem::transmute::<*mut c_void, _>(sym(c"aclemu_run_op")),
+                begin: std::mem::transmute::<*mut c_void, Begin>(sym(c"aclmdlRICaptureBegin")),
+                end: std::mem::transmute::<*mut c_void, End>(sym(c"aclmdlRICaptureEnd")),
+                execute: std::mem::transmute::<*mut c_void, Execute>(sym(c"aclmdlRIExecuteAsync")),
+                destroy: std::mem::transmute::<*mut c_void, Destroy>(sym(c"aclmdlRIDestroy")),
+                violations: std::mem::transmute::<*mut c_void, Violations>(sym(c"aclemu_violations")),
+                run_op: std::mem::transmute::<*mut c_void, RunOp>(sym(c"aclemu_run_op")),
             }
         }
     })

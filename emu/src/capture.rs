@@ -214,7 +214,8 @@ unsafe fn begin(stream: *mut c_void, mode: u32) -> AclResult<()> {
 }
 
 unsafe fn get_info(stream: *mut c_void, status: *mut u32, model: *mut *mut c_void) -> AclResult<()> {
-    require(!stream.is_null() && !(status.is_null() && model.is_null()))?;
+    let no_output = status.is_null() && model.is_null();
+    require(!stream.is_null() && !no_output)?;
     let mut eng = engine();
     let key = eng.resolve(stream)?;
     let found = eng.capture.model_of(key);
