@@ -395,6 +395,23 @@ impl Engine {
                         rec.lag_left = crate::event::lag();
                     }
                 }
+                Work::Op { spans } => {
+                    // An op writes its blocks when it starts, as at launch
+                    // (`run_op`): fine when this stream waits for the pinning work.
+                    let mut involved = Vec::new();
+                    for &span in &spans {
+                        for other in self.conflicts(key, span, |eng, s, seq| eng.waits_for(key, u64::MAX, s, seq, 0)) {
+                            if !involved.contains(&other) {
+                                involved.push(other);
+                            }
+                        }
+                    }
+                    if !involved.is_empty() {
+                        involved.push(key);
+                        self.violation(&involved, "a replayed op wrote into memory another stream's queued work uses");
+                    }
+                    self.submit(key, Work::Op { spans });
+                }
                 other => {
                     self.submit(key, other);
                 }

@@ -331,3 +331,65 @@ fn replayed_work_on_freed_or_unmapped_memory_is_a_violation() {
     }
     dev.assert_clean();
 }
+
+/// GE's allocator on a stream: every block is the one address `obj` holds.
+unsafe extern "C" fn one_alloc(obj: *mut c_void, _size: usize) -> *mut c_void {
+    // SAFETY: obj is the test's `usize` cell, alive while registered.
+    unsafe { *(obj as *const usize) as *mut c_void }
+}
+
+unsafe extern "C" fn no_free(_obj: *mut c_void, _block: *mut c_void) {}
+
+unsafe extern "C" fn one_advise(obj: *mut c_void, size: usize, _: *mut c_void) -> *mut c_void {
+    // SAFETY: the same contract as this callback's own.
+    unsafe { one_alloc(obj, size) }
+}
+
+unsafe extern "C" fn same_addr(block: *mut c_void) -> *mut c_void {
+    block
+}
+
+#[test]
+fn a_captured_op_replayed_over_memory_another_streams_queued_work_uses_is_caught() {
+    let _t = turn();
+    let dev = Dev::take();
+    let (s, exec, other) = (stream(), stream(), stream());
+    let d = malloc(4096);
+    let cell: usize = d as usize;
+    let out = pinned(64);
+    let sizes = [4096usize];
+    // SAFETY: live handles; `cell` outlives the registration; buffers as described.
+    unsafe {
+        let desc = aclrtAllocatorCreateDesc();
+        assert_eq!(aclrtAllocatorSetObjToDesc(desc, &cell as *const usize as *mut c_void), 0);
+        assert_eq!(aclrtAllocatorSetAllocFuncToDesc(desc, Some(one_alloc)), 0);
+        assert_eq!(aclrtAllocatorSetFreeFuncToDesc(desc, Some(no_free)), 0);
+        assert_eq!(aclrtAllocatorSetAllocAdviseFuncToDesc(desc, Some(one_advise)), 0);
+        assert_eq!(aclrtAllocatorSetGetAddrFromBlockFuncToDesc(desc, Some(same_addr)), 0);
+        assert_eq!(aclrtAllocatorRegister(s, desc), 0);
+        begin(s, GLOBAL);
+        assert_eq!(aclemu_run_op(s, sizes.as_ptr(), 1), 0);
+        let m = end(s);
+        let before = aclemu_violations();
+        // Replayed with nothing else using the block: fine.
+        assert_eq!(aclmdlRIExecuteAsync(m, exec), 0);
+        assert_eq!(aclemu_violations(), before);
+        // Another stream's queued copy still reads the block: the replayed
+        // op's write is a violation.
+        assert_eq!(aclemu_stream_hold(other), 0);
+        assert_eq!(aclrtMemcpy2dAsync(out.cast(), 64, d, 64, 64, 1, D2H, other), 0);
+        assert_eq!(aclmdlRIExecuteAsync(m, exec), 0);
+        assert_eq!(aclemu_violations(), before + 1);
+        assert_eq!(aclrtSynchronizeStream(exec), RT_INTERNAL_ERROR);
+        assert_eq!(aclemu_stream_release(other), RT_INTERNAL_ERROR);
+        assert_eq!(aclmdlRIDestroy(m), 0);
+        assert_eq!(aclrtAllocatorUnregister(s), 0);
+        assert_eq!(aclrtAllocatorDestroyDesc(desc), 0);
+        assert_eq!(aclrtFree(d), 0);
+        assert_eq!(aclrtFreeHost(out.cast()), 0);
+        for st in [s, exec, other] {
+            assert_eq!(aclrtDestroyStream(st), 0);
+        }
+    }
+    dev.assert_clean();
+}
