@@ -347,11 +347,11 @@ pub(crate) fn check_live_stream(rt: &crate::runtime::Runtime, device: i32, strea
     if stream == Stream::DEFAULT {
         return Ok(false);
     }
-    let checked = rt.on_device(device, || {
-        if rt.is_capturing(stream)? {
-            return Ok(true);
-        }
-        rt.check_stream(stream).map(|_| false)
+    let checked = rt.on_device(device, || match rt.is_capturing(stream) {
+        Ok(true) => Ok(true),
+        Err(e) if e.is_invalid_handle() => Err(e),
+        // Not capturing, or the capture query failed: the stream query decides.
+        _ => rt.check_stream(stream).map(|_| false),
     });
     match checked {
         Ok(capturing) => Ok(capturing),
