@@ -11,7 +11,8 @@
  *   npualloc_desc_free, npualloc_pluggable_free), as with C's free; the
  *   allocator handle or binding must still be valid.
  * - A stream must be one the runtime knows (checked with aclrtStreamQuery the
- *   first time a call meets it); an unknown one is NPUALLOC_ERR_INVALID_ARGUMENT.
+ *   first time a call meets it; a stream in graph capture is accepted without
+ *   it); an unknown one is NPUALLOC_ERR_INVALID_ARGUMENT.
  * - No panic or exception crosses this API; a caught bug is NPUALLOC_ERR_INTERNAL.
  * - All functions are thread-safe unless their comment says otherwise.
  */
@@ -407,7 +408,8 @@ npualloc_status npualloc_destroy(struct npualloc_allocator *a);
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out_ptr`, size 0,
  * a size no device can hold, or a stream the runtime does not know (each
  * stream is checked with aclrtStreamQuery the first time this allocator
- * meets it, when the runtime has that call); NPUALLOC_ERR_OUT_OF_MEMORY after every
+ * meets it, when the runtime has that call; a stream in graph capture is
+ * accepted without it); NPUALLOC_ERR_OUT_OF_MEMORY after every
  * recovery step failed (the message says where memory is);
  * NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise. Thread-safe.
  *

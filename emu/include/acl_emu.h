@@ -93,6 +93,17 @@ int32_t  aclemu_get_usage(int32_t device, aclemu_usage *out);
  * (later allocations then fail). 0 on success. */
 int32_t  aclemu_set_device_memory(int32_t device, uint64_t bytes);
 
+/* Stream capture (ACL graphs); aclmdlRICaptureGetInfo is in acl_decls.h.
+ * Work submitted to a capturing stream is recorded into the model and runs
+ * at each aclmdlRIExecuteAsync on the execute stream. mode: GLOBAL 0,
+ * THREAD_LOCAL 1, RELAXED 2. Query, synchronize and destroy of a capturing
+ * stream give 107027. */
+aclError aclmdlRICaptureBegin(aclrtStream stream, uint32_t mode);
+aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI);
+aclError aclmdlRICaptureThreadExchangeMode(uint32_t *mode);
+aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream);
+aclError aclmdlRIDestroy(aclmdlRI modelRI);
+
 #ifdef __cplusplus
 }
 #endif

@@ -56,6 +56,12 @@ apis! {
     AllocatorRegister = "aclrtAllocatorRegister",
     AllocatorUnregister = "aclrtAllocatorUnregister",
     AllocatorGetByStream = "aclrtAllocatorGetByStream",
+    CaptureBegin = "aclmdlRICaptureBegin",
+    CaptureGetInfo = "aclmdlRICaptureGetInfo",
+    CaptureEnd = "aclmdlRICaptureEnd",
+    CaptureThreadExchangeMode = "aclmdlRICaptureThreadExchangeMode",
+    ExecuteAsync = "aclmdlRIExecuteAsync",
+    ModelDestroy = "aclmdlRIDestroy",
 }
 
 /// How many functions `Api` names (the length of per-function tables).

@@ -158,6 +158,11 @@ fn memcpy_2d(
         Direction::DeviceToDevice => Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT),
         Direction::HostToHost => Err(ACL_ERROR_RT_PARAM_INVALID),
         Direction::HostOrUnknown => {
+            // A synchronous copy while a capture is active (`capture`).
+            let dev = crate::device::current_or(0);
+            if !engine().capture.sync_call_allowed(dev) {
+                return Err(crate::capture::ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT);
+            }
             // SAFETY: the caller passes buffers valid for the pitched extent.
             unsafe { copy.run() };
             Ok(())
@@ -186,6 +191,10 @@ fn memcpy_2d_async(
     let pageable = *PAGEABLE_SYNC && touches_pageable(&copy);
     let mut eng = engine();
     let key = eng.resolve(stream)?;
+    if pageable && eng.capture.is_capturing(key) {
+        // The runtime: pageable copies do not support graph capture.
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
     if pageable {
         // The runtime synchronizes the stream, then copies: queued last on
         // an emptied stream, the copy runs at once even on a held stream.

@@ -17,8 +17,11 @@
 //!   `aclemu_set_event_lag(n)` the first n queries after an event's work
 //!   completed still say NOT_READY (the threaded runtime reads host-side
 //!   record state); synchronizing on the event, its stream or its device
-//!   ends the lag.
+//!   ends the lag;
+//! - an event recorded on a capturing stream is captured (`capture`): its
+//!   query and synchronize give 107028 until the capture ends.
 
+use crate::capture::ACL_ERROR_RT_EVENT_CAPTURED;
 use crate::device;
 use crate::error::{
     require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_NO_EVENT_RESOURCE,
@@ -45,7 +48,8 @@ static LAG: LazyLock<AtomicU32> = LazyLock::new(|| {
     AtomicU32::new(lag)
 });
 
-fn lag() -> u32 {
+/// Queries that report NOT_READY after a new record's work completed.
+pub fn lag() -> u32 {
     LAG.load(Ordering::Relaxed)
 }
 
@@ -77,6 +81,11 @@ fn record(event: *mut c_void, stream: *mut c_void) -> AclResult<()> {
     let mut eng = engine();
     let id = eng.event_id(event)?;
     let key = eng.resolve(stream)?;
+    if eng.capture.is_capturing(key) {
+        // Captured: recorded into the model, not at the stream's end.
+        eng.submit(key, Work::Record { event: id });
+        return Ok(());
+    }
     let seq = eng.submit(key, Work::Marker);
     let rec = eng.event_mut(id);
     rec.at = Some((key, seq));
@@ -88,6 +97,9 @@ unsafe fn query(event: *mut c_void, status: *mut u32) -> AclResult<()> {
     require(!event.is_null() && !status.is_null())?;
     let mut eng = engine();
     let id = eng.event_id(event)?;
+    if eng.capture.event_captured(id) {
+        return Err(ACL_ERROR_RT_EVENT_CAPTURED);
+    }
     // Old-mode events: NOT_READY until first recorded.
     let mut done = eng.event(id).at.is_some_and(|(key, seq)| eng.is_done(key, seq));
     let rec = eng.event_mut(id);
@@ -105,6 +117,9 @@ fn synchronize(event: *mut c_void) -> AclResult<()> {
     require(!event.is_null())?;
     let mut eng = engine();
     let id = eng.event_id(event)?;
+    if eng.capture.event_captured(id) {
+        return Err(ACL_ERROR_RT_EVENT_CAPTURED);
+    }
     let rec = eng.event(id);
     let (dev, at) = (rec.device, rec.at);
     if let Some((key, seq)) = at {

@@ -21,6 +21,8 @@
 //! - `cost`: per-function latencies (`ACLEMU_COST`, `aclemu_set_cost`).
 //! - `api`: the exported function names those per-function controls take.
 //! - `violation`: memory misused under queued work (`aclemu_violations`).
+//! - `capture`: stream capture into models (aclmdlRICapture*, aclmdlRIExecuteAsync,
+//!   aclmdlRIDestroy): captured work is recorded, and runs at each execute.
 //! - `ffi`: panic boundary, out-pointers, handles; `error`: the codes.
 //!
 //! Handles (streams, events, descs, physical handles) are tagged ids, never
@@ -34,6 +36,7 @@
 
 mod allocator_desc;
 mod api;
+mod capture;
 mod copy;
 mod cost;
 mod device;
@@ -60,6 +63,10 @@ pub use allocator_desc::{
     aclrtAllocatorSetAllocAdviseFuncToDesc, aclrtAllocatorSetAllocFuncToDesc, aclrtAllocatorSetFreeFuncToDesc,
     aclrtAllocatorSetGetAddrFromBlockFuncToDesc, aclrtAllocatorSetObjToDesc, aclrtAllocatorUnregister,
 };
+pub use capture::{
+    aclmdlRICaptureBegin, aclmdlRICaptureEnd, aclmdlRICaptureGetInfo, aclmdlRICaptureThreadExchangeMode,
+    aclmdlRIDestroy, aclmdlRIExecuteAsync,
+};
 pub use copy::{aclrtMemcpy2d, aclrtMemcpy2dAsync};
 pub use cost::aclemu_set_cost;
 pub use device::{aclemu_set_device_memory, aclrtGetDevice, aclrtGetMemInfo, aclrtResetDevice, aclrtSetDevice};
@@ -73,8 +80,8 @@ pub use init::{aclFinalize, aclInit};
 pub use memory::{aclrtFree, aclrtFreeHost, aclrtMalloc, aclrtMallocHost};
 pub use run_op::aclemu_run_op;
 pub use stream::{
-    aclemu_stream_hold, aclemu_stream_release, aclrtCreateStream, aclrtDestroyStream, aclrtSynchronizeDevice,
-    aclrtSynchronizeStream,
+    aclemu_stream_hold, aclemu_stream_release, aclrtCreateStream, aclrtDestroyStream, aclrtStreamQuery,
+    aclrtSynchronizeDevice, aclrtSynchronizeStream,
 };
 pub use usage::{aclemu_get_usage, aclemu_usage};
 pub use violation::aclemu_violations;

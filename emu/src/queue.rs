@@ -21,6 +21,7 @@
 //! and whether one piece of work is ordered after another, and keeps each
 //! stream's "a violation involved me" flag.
 
+use crate::capture::Captures;
 use crate::copy::Copy2d;
 use crate::device;
 use crate::error::{AclResult, ACL_ERROR_RT_INVALID_HANDLE};
@@ -43,6 +44,9 @@ pub enum Work {
     Copy { copy: Copy2d, pins: Vec<Span> },
     /// Later work waits until `stream` completed `seq`.
     Wait { stream: u64, seq: u64 },
+    /// An event record made during capture (only in a captured model:
+    /// each execute turns it into a `Marker` the event is recorded at).
+    Record { event: u64 },
 }
 
 impl Work {
@@ -93,6 +97,8 @@ pub struct Engine {
     sync_events: HashMap<i32, usize>,
     next_stream: u64,
     next_event: u64,
+    /// Streams capturing and captured models (`capture`).
+    pub capture: Captures,
 }
 
 const FIRST_CREATED: u64 = 1 << 20;
@@ -106,6 +112,7 @@ static ENGINE: LazyLock<Mutex<Engine>> = LazyLock::new(|| {
         sync_events: HashMap::new(),
         next_stream: FIRST_CREATED,
         next_event: 1,
+        capture: Captures::default(),
     })
 });
 
@@ -159,8 +166,15 @@ impl Engine {
     }
 
     /// Appends work to a stream; runs it at once when nothing holds it back.
-    /// Returns the work's sequence number.
-    pub fn submit(&mut self, key: u64, work: Work) -> u64 {
+    /// Returns the work's sequence number; 0 when a capture on the stream
+    /// recorded the work instead.
+    pub fn submit(&mut self, key: u64, mut work: Work) -> u64 {
+        if self.capture.any() {
+            match self.capture.record(key, work) {
+                None => return 0,
+                Some(w) => work = w,
+            }
+        }
         let ready = match work {
             Work::Wait { stream, seq } => self.is_done(stream, seq),
             _ => true,
@@ -363,6 +377,47 @@ impl Engine {
                 break;
             }
         }
+    }
+
+    /// Appends a copy of `model`'s recorded work to stream `key`, where it
+    /// runs like work launched there; captured event records become
+    /// markers the events are recorded at.
+    pub fn execute(&mut self, model: u64, key: u64) -> AclResult<()> {
+        if self.capture.is_capturing(key) {
+            return Err(crate::capture::ACL_ERROR_RT_STREAM_CAPTURED);
+        }
+        for work in self.capture.replay(model)? {
+            match work {
+                Work::Record { event } => {
+                    let seq = self.submit(key, Work::Marker);
+                    if let Some(rec) = self.events.get_mut(&event) {
+                        rec.at = Some((key, seq));
+                        rec.lag_left = crate::event::lag();
+                    }
+                }
+                Work::Op { spans } => {
+                    // An op writes its blocks when it starts, as at launch
+                    // (`run_op`): fine when this stream waits for the pinning work.
+                    let mut involved = Vec::new();
+                    for &span in &spans {
+                        for other in self.conflicts(key, span, |eng, s, seq| eng.waits_for(key, u64::MAX, s, seq, 0)) {
+                            if !involved.contains(&other) {
+                                involved.push(other);
+                            }
+                        }
+                    }
+                    if !involved.is_empty() {
+                        involved.push(key);
+                        self.violation(&involved, "a replayed op wrote into memory another stream's queued work uses");
+                    }
+                    self.submit(key, Work::Op { spans });
+                }
+                other => {
+                    self.submit(key, other);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Creates an event; returns its id.

@@ -5,7 +5,8 @@
 //! current device's default stream where ACL allows it. Unknown or destroyed
 //! handles give 107017 ACL_ERROR_RT_INVALID_HANDLE. A violation involving a
 //! stream (Note [pins]) makes its next synchronize or release return 507000,
-//! and the next device synchronize of its device.
+//! and the next device synchronize of its device. Query, synchronize and
+//! destroy of a capturing stream give 107027 (`capture`).
 
 use crate::device;
 use crate::error::{require, AclResult, ACL_ERROR_RT_INTERNAL_ERROR};
@@ -28,9 +29,20 @@ fn destroy(stream: *mut c_void) -> AclResult<()> {
     require(!stream.is_null())?;
     let mut eng = engine();
     let key = eng.resolve(stream)?;
+    refuse_capturing(&eng, key)?;
     let dev = eng.destroy_stream(key);
     usage::sub(&usage::of(dev).streams, 1);
     Ok(())
+}
+
+/// 107027 while the stream captures (the runtime's stream query,
+/// synchronize and destroy checks; `capture`).
+fn refuse_capturing(eng: &crate::queue::Engine, key: u64) -> AclResult<()> {
+    if eng.capture.is_capturing(key) {
+        Err(crate::capture::ACL_ERROR_RT_STREAM_CAPTURED)
+    } else {
+        Ok(())
+    }
 }
 
 /// 507000 if a violation involved the stream since it was last reported.
@@ -45,6 +57,7 @@ fn report(faulted: bool) -> AclResult<()> {
 fn synchronize(stream: *mut c_void) -> AclResult<()> {
     let mut eng = engine();
     let key = eng.resolve(stream)?;
+    refuse_capturing(&eng, key)?;
     eng.finish(key, u64::MAX);
     if crate::event::lag_on() {
         eng.clear_lag(|_, s| s == key);
@@ -61,6 +74,7 @@ unsafe fn query(stream: *mut c_void, status: *mut u32) -> AclResult<()> {
     require(!status.is_null())?;
     let mut eng = engine();
     let key = eng.resolve(stream)?;
+    refuse_capturing(&eng, key)?;
     let idle = eng.is_idle(key);
     drop(eng);
     let value = if idle { STREAM_STATUS_COMPLETE } else { STREAM_STATUS_NOT_READY };
@@ -111,7 +125,8 @@ pub unsafe extern "C" fn aclrtDestroyStream(stream: *mut c_void) -> crate::aclEr
 }
 
 /// Finishes the stream's queued work (held or not) and counts a sync;
-/// 507000 if a violation involved the stream since it was last reported.
+/// 507000 if a violation involved the stream since it was last reported,
+/// 107027 while it captures.
 ///
 /// # Safety
 /// Plain handle argument; no pointer is dereferenced.

@@ -73,13 +73,18 @@ impl<B: Backing> Device<B> {
     #[cold]
     #[inline(never)]
     fn add_stream(&self, stream: Stream) -> Result<&StreamEntry<B>> {
-        check_live_stream(&self.sh.rt, self.sh.device, stream)?;
+        let capturing = check_live_stream(&self.sh.rt, self.sh.device, stream)?;
         let sh = &self.sh;
         let made = self.streams.get_or_add(stream, |slot| {
             let shard =
                 |kind: PoolKind| Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream));
             [shard(PoolKind::Small), shard(PoolKind::Large)]
         });
+        if let Some(entry) = made {
+            if capturing {
+                entry.mark_graph();
+            }
+        }
         made.ok_or_else(|| {
             Error::Unsupported(format!(
                 "this allocator has already served {} streams on device {}, its most; it keeps each stream's pools \
@@ -179,10 +184,16 @@ impl<B: Backing> Device<B> {
         let (entry, kind) = self.owner_entry(addr, "free")?;
         let shard = &entry.shards[kind];
         let mut pool = shard.lock()?;
-        pool.free(addr)?;
+        // The one branch capture adds to a free (Note [capture]).
+        let graph = entry.is_graph();
+        if graph {
+            pool.free_quarantined(addr)?;
+        } else {
+            pool.free(addr)?;
+        }
         self.published(entry, kind, &pool);
         self.sh.trace(|t| t.free(addr));
-        if self.sh.release_threshold.is_some() {
+        if self.sh.release_threshold.is_some() && !graph {
             self.release_over_threshold(shard, pool);
         }
         Ok(())
@@ -212,14 +223,24 @@ impl<B: Backing> Device<B> {
         let shard = self.owner(addr, "record_stream")?;
         // A stream met for the first time is checked (and gets its shards)
         // before the block's shard is locked.
-        if let Err(e) = self.stream_entry(stream) {
-            // A bad pointer is the first thing to report.
-            let owner = shard_stream(shard);
-            shard.lock()?.record_stream(addr, owner)?;
-            return Err(e);
+        let user = match self.stream_entry(stream) {
+            Ok(user) => user,
+            Err(e) => {
+                // A bad pointer is the first thing to report.
+                let owner = shard_stream(shard);
+                shard.lock()?.record_stream(addr, owner)?;
+                return Err(e);
+            }
+        };
+        // A stream capturing now becomes a graph stream (Note [capture]).
+        if !user.is_graph() && super::capture::capturing_now(&self.sh.rt, self.sh.device, stream) {
+            user.mark_graph();
         }
         let mut pool = shard.lock()?;
         pool.record_stream(addr, stream)?;
+        if user.is_graph() && pool.stream() != stream {
+            pool.note_graph_use(addr);
+        }
         self.sh.trace(|t| t.record_stream(addr, stream));
         Ok(())
     }
@@ -276,7 +297,7 @@ impl<B: Backing> Device<B> {
             let pool = shard.lock()?;
             pool.counters().add_to(&mut s);
             largest = largest.max(B::largest_free(&pool));
-            s.pending_free_bytes += pool.pending_bytes() as u64;
+            s.pending_free_bytes += (pool.pending_bytes() + pool.quarantined_bytes()) as u64;
             for seg in pool.segments.ids().map(|id| pool.segments.get(id)) {
                 s.segment_bytes += B::held_bytes(seg) as u64;
                 s.address_space_bytes += seg.size as u64;
@@ -316,14 +337,26 @@ impl<B: Backing> Device<B> {
     }
 }
 
-/// Checks that the runtime knows `stream` on `device` (`aclrtStreamQuery`,
-/// when the runtime has it); the default stream (NULL) always exists.
-pub(crate) fn check_live_stream(rt: &crate::runtime::Runtime, device: i32, stream: Stream) -> Result<()> {
+/// Checks that the runtime knows `stream` on `device`; returns whether it
+/// is capturing (ACL graphs). A capturing stream is accepted as it is:
+/// `aclmdlRICaptureGetInfo` (when the runtime has it) tells, and the
+/// runtime refuses `aclrtStreamQuery` on it (ACL_ERROR_RT_STREAM_CAPTURED).
+/// Any other stream is checked with `aclrtStreamQuery` (when the runtime
+/// has it); the default stream (NULL) always exists.
+pub(crate) fn check_live_stream(rt: &crate::runtime::Runtime, device: i32, stream: Stream) -> Result<bool> {
     if stream == Stream::DEFAULT {
-        return Ok(());
+        return Ok(false);
     }
-    match rt.on_device(device, || rt.check_stream(stream)) {
-        Ok(_) => Ok(()),
+    let checked = rt.on_device(device, || match rt.is_capturing(stream) {
+        Ok(true) => Ok(true),
+        Err(e) if e.is_invalid_handle() => Err(e),
+        // Not capturing, or the capture query failed: the stream query decides.
+        _ => rt.check_stream(stream).map(|_| false),
+    });
+    match checked {
+        Ok(capturing) => Ok(capturing),
+        // A capture begun between the two calls.
+        Err(e) if e.code == crate::sys::ACL_ERROR_RT_STREAM_CAPTURED => Ok(true),
         Err(e) if e.is_invalid_handle() || e.code == crate::sys::ACL_ERROR_RT_PARAM_INVALID => {
             Err(Error::InvalidArgument(format!(
                 "stream {:#x} is not a live stream of device {device} ({e})",

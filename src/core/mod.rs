@@ -24,6 +24,7 @@
 
 mod backing;
 mod block;
+mod capture;
 mod config_effect;
 mod device;
 mod directory;
@@ -219,7 +220,7 @@ impl DeviceAllocator {
     /// Checks that the runtime knows `stream` on this device, as a malloc on
     /// a stream met for the first time does. Nothing changes either way.
     pub fn check_stream(&self, stream: Stream) -> Result<()> {
-        device::check_live_stream(&self.rt, self.device, stream)
+        device::check_live_stream(&self.rt, self.device, stream).map(|_| ())
     }
 
     /// Notes that work on `stream` uses the block at `addr`.

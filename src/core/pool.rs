@@ -260,6 +260,10 @@ impl<B: Backing> Pool<B> {
     #[cold]
     #[inline(never)]
     fn free_used_elsewhere(&mut self, id: BlockId, addr: usize) -> Result<()> {
+        if self.used_by_graph(id) {
+            self.quarantine(id, addr);
+            return Ok(());
+        }
         let sh = self.sh.clone();
         let events = self.order.free_events(&sh.calls(), id)?;
         self.registry.remove(&addr);

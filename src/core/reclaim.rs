@@ -23,7 +23,7 @@ impl<B: Backing> Device<B> {
     /// given back to the device; the first error after trying everything.
     pub(super) fn release_free(&self, scope: Scope) -> Result<usize> {
         let mut taken: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
-        for shard in self.streams.shards() {
+        for shard in self.reclaimable_shards() {
             let mut pool = shard.lock_anyway();
             pool.drain_reuse();
             pool.reap_pending();
@@ -43,7 +43,7 @@ impl<B: Backing> Device<B> {
         let Scope::Pieces(mut bytes) = scope else { return self.release_free(scope) };
         let kind = to.lock_anyway().kind;
         let mut taken: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
-        for shard in self.streams.shards().filter(|s| !std::ptr::eq(*s, to)) {
+        for shard in self.reclaimable_shards().filter(|s| !std::ptr::eq(*s, to)) {
             if bytes == 0 {
                 break;
             }
@@ -102,9 +102,17 @@ impl<B: Backing> Device<B> {
         first_error.map_or(Ok(released), Err)
     }
 
+    /// The shards whose free memory may be given back: not those of graph
+    /// streams (Note [capture]).
+    fn reclaimable_shards(&self) -> impl Iterator<Item = &Shard<B>> + Clone + '_ {
+        self.streams.iter().filter(|e| !e.is_graph()).flat_map(|e| e.shards.iter())
+    }
+
     /// Synchronizes each of `streams` once; returns those that could not be
     /// waited for, and the first error. A stream the host already destroyed
-    /// counts as idle: ACL requires a synchronize before destroying one.
+    /// counts as idle: ACL requires a synchronize before destroying one. A
+    /// capturing stream is not synchronized (Note [capture]): it counts as
+    /// busy, becomes a graph stream, and is no error.
     pub(super) fn synchronize(&self, streams: &[Stream], what: &str) -> (Vec<Stream>, Option<Error>) {
         let (rt, device) = (&self.sh.rt, self.sh.device);
         let mut busy = Vec::new();
@@ -114,6 +122,12 @@ impl<B: Backing> Device<B> {
             match rt.on_device(device, || rt.synchronize_stream(s)) {
                 Ok(()) => {}
                 Err(e) if e.is_invalid_handle() => {}
+                Err(e) if e.code == crate::sys::ACL_ERROR_RT_STREAM_CAPTURED => {
+                    if let Some(entry) = self.streams.find(s) {
+                        entry.mark_graph();
+                    }
+                    busy.push(s);
+                }
                 Err(e) => {
                     first_error.get_or_insert(Error::runtime(e, what.to_string()));
                     busy.push(s);
@@ -151,7 +165,7 @@ impl<B: Backing> Device<B> {
             return;
         }
         let mut all: Vec<(&Shard<B>, Detached)> = Vec::new();
-        for shard in self.streams.shards() {
+        for shard in self.reclaimable_shards() {
             let mut pool = shard.lock_anyway();
             pool.drain_reuse();
             all.extend(B::detach(&mut pool, Scope::WholeSegments).into_iter().map(|d| (shard, d)));

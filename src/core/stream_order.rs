@@ -45,6 +45,11 @@ pub(crate) struct StreamOrder {
     pending_bytes: usize,
     /// Events kept for reuse (creating one costs a runtime call).
     event_pool: Vec<Event>,
+    /// Allocated blocks a graph stream used (Note [capture]).
+    graph_uses: Vec<BlockId>,
+    /// Freed blocks never to be reused (Note [capture]), and their bytes.
+    quarantined: Vec<BlockId>,
+    quarantined_bytes: usize,
 }
 
 impl StreamOrder {
@@ -57,6 +62,35 @@ impl StreamOrder {
         }
         uses.push(stream);
         true
+    }
+
+    /// Notes that a graph stream uses `block` (Note [capture]).
+    pub fn note_graph_use(&mut self, block: BlockId) {
+        if !self.graph_uses.contains(&block) {
+            self.graph_uses.push(block);
+        }
+    }
+
+    /// True if a graph stream used `block`.
+    pub fn graph_used(&self, block: BlockId) -> bool {
+        !self.graph_uses.is_empty() && self.graph_uses.contains(&block)
+    }
+
+    /// The streams other than the owner noted as using `block`.
+    pub fn uses_of(&self, block: BlockId) -> &[Stream] {
+        self.uses.get(&block).map_or(&[], |u| u.as_slice())
+    }
+
+    /// Quarantines `block` (of `size` bytes) for good; forgets its uses.
+    pub fn quarantine(&mut self, block: BlockId, size: usize) {
+        self.uses.remove(&block);
+        self.graph_uses.retain(|&b| b != block);
+        self.quarantined.push(block);
+        self.quarantined_bytes += size;
+    }
+
+    pub fn quarantined_bytes(&self) -> usize {
+        self.quarantined_bytes
     }
 
     /// An event recorded on each other stream that used `block`, so its
@@ -93,6 +127,7 @@ impl StreamOrder {
     /// uses. Returns true when it must wait (false: no events, reuse now).
     pub fn defer(&mut self, block: BlockId, events: Vec<Event>, size: usize) -> bool {
         self.uses.remove(&block);
+        self.graph_uses.retain(|&b| b != block);
         if events.is_empty() {
             return false;
         }
@@ -131,13 +166,14 @@ impl StreamOrder {
         self.pending_bytes
     }
 
-    /// Whether `block` waits here.
+    /// Whether `block` waits here (quarantined blocks wait for good).
     pub fn is_pending(&self, block: BlockId) -> bool {
-        self.pending.iter().any(|p| p.block == block)
+        self.pending.iter().any(|p| p.block == block) || self.quarantined.contains(&block)
     }
 
+    /// Blocks waiting here, quarantined ones included.
     pub fn pending_count(&self) -> usize {
-        self.pending.len()
+        self.pending.len() + self.quarantined.len()
     }
 
     /// The blocks whose frees' events have all completed, taken off the

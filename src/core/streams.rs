@@ -11,7 +11,7 @@ use super::directory::MAX_SHARDS;
 use super::shard::Shard;
 use super::stats::HighWater;
 use crate::runtime::Stream;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 const CHUNK_BITS: u32 = 5;
@@ -26,6 +26,21 @@ pub(crate) struct StreamEntry<B: Backing> {
     pub shards: [Shard<B>; 2],
     /// High-water marks for the device's peaks (see `stats`).
     pub high: HighWater,
+    /// The stream was seen capturing (Note [capture]); never cleared.
+    graph: AtomicBool,
+}
+
+impl<B: Backing> StreamEntry<B> {
+    /// True once the stream was seen capturing (Note [capture]).
+    #[inline(always)]
+    pub fn is_graph(&self) -> bool {
+        self.graph.load(Ordering::Relaxed)
+    }
+
+    /// Makes the stream a graph stream for good.
+    pub fn mark_graph(&self) {
+        self.graph.store(true, Ordering::Relaxed);
+    }
 }
 
 type Chunk<B> = [OnceLock<StreamEntry<B>>; CHUNK];
@@ -79,7 +94,7 @@ impl<B: Backing> StreamTable<B> {
         }
         let chunk = self.chunks[slot >> CHUNK_BITS].get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())));
         if chunk[slot & (CHUNK - 1)]
-            .set(StreamEntry { stream, shards: make(slot), high: HighWater::default() })
+            .set(StreamEntry { stream, shards: make(slot), high: HighWater::default(), graph: AtomicBool::new(false) })
             .is_err()
         {
             unreachable!("slot {slot} set twice under the adding lock");

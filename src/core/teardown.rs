@@ -1,5 +1,7 @@
 //! Teardown: every stream the allocator used is synchronized, and all its
-//! memory (live blocks included) and events go back to the runtime.
+//! memory (live blocks included) and events go back to the runtime; graph
+//! streams excepted (Note [capture]): never synchronized, and the memory
+//! they used is left to the runtime.
 
 use super::backing::Backing;
 use super::device::Device;
@@ -32,8 +34,14 @@ impl<B: Backing> Device<B> {
         }
         // Streams that may still have work queued: memory they used is left
         // to the runtime rather than freed under that work.
-        let (busy, mut first_error) =
-            self.synchronize(&streams, "synchronizing a stream at teardown (the memory it used is left allocated)");
+        // Graph streams are not waited for: a captured graph may still
+        // replay on the memory they used, which is left to the runtime
+        // (Note [capture]).
+        let (graph, others): (Vec<Stream>, Vec<Stream>) =
+            streams.into_iter().partition(|&s| self.streams.find(s).is_some_and(|e| e.is_graph()));
+        let (mut busy, mut first_error) =
+            self.synchronize(&others, "synchronizing a stream at teardown (the memory it used is left allocated)");
+        busy.extend(graph);
         let (rt, device) = (&self.sh.rt, self.sh.device);
         for pool in &mut pools {
             for ev in pool.take_all_events() {

@@ -104,7 +104,8 @@ pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npuallo
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out_ptr`, size 0,
 /// a size no device can hold, or a stream the runtime does not know (each
 /// stream is checked with aclrtStreamQuery the first time this allocator
-/// meets it, when the runtime has that call); NPUALLOC_ERR_OUT_OF_MEMORY after every
+/// meets it, when the runtime has that call; a stream in graph capture is
+/// accepted without it); NPUALLOC_ERR_OUT_OF_MEMORY after every
 /// recovery step failed (the message says where memory is);
 /// NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise. Thread-safe.
 ///

@@ -69,9 +69,34 @@ impl Runtime {
         check("aclrtDestroyStream", unsafe { (self.api.aclrtDestroyStream)(stream.raw()) })
     }
 
+    /// Waits for `stream`'s queued work. A capturing stream (ACL graphs)
+    /// is never synchronized: the runtime refuses that, and the capture is
+    /// lost; the call fails with ACL_ERROR_RT_STREAM_CAPTURED instead, as
+    /// the runtime would, without reaching it.
     pub fn synchronize_stream(&self, stream: Stream) -> Result<(), AclCallError> {
+        // A failed capture query leaves the answer to the synchronize itself.
+        if matches!(self.is_capturing(stream), Ok(true)) {
+            return Err(AclCallError { function: "aclrtSynchronizeStream", code: sys::ACL_ERROR_RT_STREAM_CAPTURED });
+        }
         // SAFETY: as above.
         check("aclrtSynchronizeStream", unsafe { (self.api.aclrtSynchronizeStream)(stream.raw()) })
+    }
+
+    /// True if `stream` is in capture (`aclmdlRICaptureGetInfo` says
+    /// ACTIVE or INVALIDATED). False for the default stream, which cannot
+    /// capture, and when the runtime lacks the call. An unknown handle is
+    /// the runtime's error.
+    pub fn is_capturing(&self, stream: Stream) -> Result<bool, AclCallError> {
+        let Some(get_info) = self.api.aclmdlRICaptureGetInfo else { return Ok(false) };
+        if stream == Stream::DEFAULT {
+            return Ok(false);
+        }
+        let mut status: sys::aclmdlRICaptureStatus = sys::ACL_MODEL_RI_CAPTURE_STATUS_NONE;
+        let mut model: sys::aclmdlRI = std::ptr::null_mut();
+        // SAFETY: the handle is passed through (the runtime validates it);
+        // both out-pointers are valid.
+        check("aclmdlRICaptureGetInfo", unsafe { get_info(stream.raw(), &mut status, &mut model) })?;
+        Ok(status != sys::ACL_MODEL_RI_CAPTURE_STATUS_NONE)
     }
 
     /// Checks that `stream` names a live stream (`aclrtStreamQuery`, which

@@ -154,6 +154,11 @@ acl_symbols! {
         stream_query {
             aclrtStreamQuery: fn(aclrtStream, *mut aclrtStreamStatus) -> aclError;
         }
+        /// `aclmdlRICaptureGetInfo`: whether a stream captures (ACL graphs),
+        /// so a capturing stream is never queried or synchronized.
+        capture_info {
+            aclmdlRICaptureGetInfo: fn(aclrtStream, *mut aclmdlRICaptureStatus, *mut aclmdlRI) -> aclError;
+        }
     }
 }
 
@@ -164,7 +169,7 @@ mod tests {
     #[test]
     fn a_feature_is_on_only_with_its_whole_group() {
         let full = AclApi::linked();
-        let all_on = AclFeatures { allocator_by_stream: true, vmm: true, stream_query: true };
+        let all_on = AclFeatures { allocator_by_stream: true, vmm: true, stream_query: true, capture_info: true };
         assert_eq!(full.features(), all_on);
         assert!(full.missing_optional().is_empty());
 
@@ -175,8 +180,15 @@ mod tests {
 
         api.aclrtStreamQuery = None;
         api.aclrtAllocatorGetByStream = None;
-        assert_eq!(api.features(), AclFeatures { allocator_by_stream: false, vmm: false, stream_query: false });
-        assert_eq!(api.missing_optional(), ["aclrtAllocatorGetByStream", "aclrtMapMem", "aclrtStreamQuery"]);
-        assert_eq!(OPTIONAL_SYMBOLS.len(), 9, "every optional function belongs to one group");
+        api.aclmdlRICaptureGetInfo = None;
+        assert_eq!(
+            api.features(),
+            AclFeatures { allocator_by_stream: false, vmm: false, stream_query: false, capture_info: false }
+        );
+        assert_eq!(
+            api.missing_optional(),
+            ["aclrtAllocatorGetByStream", "aclrtMapMem", "aclrtStreamQuery", "aclmdlRICaptureGetInfo"]
+        );
+        assert_eq!(OPTIONAL_SYMBOLS.len(), 10, "every optional function belongs to one group");
     }
 }

@@ -51,6 +51,7 @@ static const int ACL_ERROR_RT_FAILURE = 500003;
 #define ACL_ERROR_RT_INVALID_DEVICEID 107001
 #define ACL_ERROR_RT_CONTEXT_NULL 107002
 #define ACL_ERROR_RT_INVALID_HANDLE 107017
+#define ACL_ERROR_RT_STREAM_CAPTURED 107027
 #define ACL_ERROR_RT_FEATURE_NOT_SUPPORT 207000
 #define ACL_ERROR_RT_MEMORY_ALLOCATION 207001
 #define ACL_ERROR_RT_DEVICE_OOM 207018
@@ -70,6 +71,14 @@ typedef enum aclrtStreamStatus {
     ACL_STREAM_STATUS_NOT_READY = 1,
     ACL_STREAM_STATUS_RESERVED = 0xFFFF,
 } aclrtStreamStatus;
+
+typedef void *aclmdlRI;
+
+typedef enum {
+    ACL_MODEL_RI_CAPTURE_STATUS_NONE = 0,
+    ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE,
+    ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED,
+} aclmdlRICaptureStatus;
 
 typedef enum aclrtMemcpyKind {
     ACL_MEMCPY_HOST_TO_HOST,
@@ -183,6 +192,9 @@ aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *statu
 aclError aclrtSynchronizeEvent(aclrtEvent event);
 aclError aclrtDestroyEvent(aclrtEvent event);
 aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event);
+
+/* Stream capture (ACL graphs). */
+aclError aclmdlRICaptureGetInfo(aclrtStream stream, aclmdlRICaptureStatus *status, aclmdlRI *modelRI);
 
 /* 2D copies. */
 aclError aclrtMemcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,

@@ -1,0 +1,98 @@
+//! Note [capture]: streams in graph capture (ACL graphs:
+//! `aclmdlRICaptureBegin`, what `torch.npu.graph` and vllm-ascend use).
+//!
+//! While a stream captures, work submitted to it is recorded into a model,
+//! not run, and the model replays it later, any number of times, on any
+//! stream (`aclmdlRIExecuteAsync`). The runtime refuses `aclrtStreamQuery`,
+//! `aclrtSynchronizeStream` and `aclrtDestroyStream` on a capturing stream
+//! (ACL_ERROR_RT_STREAM_CAPTURED). So:
+//! - a capturing stream met for the first time is accepted from
+//!   `aclmdlRICaptureGetInfo`, never queried (`device::check_live_stream`);
+//! - no path synchronizes a capturing stream: `Runtime::synchronize_stream`
+//!   asks `aclmdlRICaptureGetInfo` first and fails as the runtime would,
+//!   and every caller treats that as a stream it could not wait for (the
+//!   memory it used is kept);
+//! - memory the captured work may use must never be handed to other work
+//!   or given back while the graph may still replay. Until graph pools
+//!   exist (a private pool per graph, as PyTorch's CUDA caching allocator
+//!   routes capture allocations with `beginAllocateToPool`), the rule is:
+//!   a stream the allocator has seen capturing is a *graph stream* for
+//!   good (`StreamEntry::mark_graph`); every block freed on a graph stream,
+//!   and every block recorded (`record_stream`) on one, is quarantined when
+//!   freed: never reused, never given back, until the allocator is told
+//!   the graph is gone, which today is never (teardown leaves it to the
+//!   runtime). Graph streams' shards are skipped by `empty_cache`, the OOM
+//!   ladder, garbage collection and the release threshold, and teardown
+//!   neither synchronizes graph streams nor frees memory they used.
+//!   Quarantined bytes count as `pending_free_bytes`.
+//!
+//! The allocator learns that a stream captures when it first meets the
+//! stream, when a synchronize it wanted is refused, when `record_stream`
+//! names it, and when a block used by it is freed. A stream the allocator
+//! served before its capture began, whose capture allocations are all
+//! cache hits and which no reclaim path tries to synchronize, is not seen:
+//! blocks freed on it during capture are reused as usual. Telling the
+//! allocator about a capture (graph pools) closes that gap.
+
+use super::backing::Backing;
+use super::block::{BlockId, BlockState};
+use super::pool::Pool;
+use crate::error::Result;
+use crate::runtime::Stream;
+
+impl<B: Backing> Pool<B> {
+    /// Frees the allocated block at `addr` of a graph stream's pool into
+    /// quarantine (Note [capture]).
+    #[cold]
+    #[inline(never)]
+    pub fn free_quarantined(&mut self, addr: usize) -> Result<()> {
+        let id = match self.registry.get(&addr) {
+            Some(&id) if self.blocks.get(id).state == BlockState::Allocated => id,
+            _ => return Err(self.unknown_pointer(addr, "free")),
+        };
+        self.quarantine(id, addr);
+        Ok(())
+    }
+
+    /// Takes block `id` (allocated, at `addr`) out of use for good.
+    pub(super) fn quarantine(&mut self, id: BlockId, addr: usize) {
+        self.registry.remove(&addr);
+        let (size, requested) = {
+            let b = self.blocks.get(id);
+            (b.size, b.requested)
+        };
+        self.counters.block_freed(size, requested);
+        self.order.quarantine(id, size);
+        self.sh.history.freed(addr, requested, self.stream, false);
+        self.blocks.get_mut(id).state = BlockState::Pending;
+        self.after_transition();
+    }
+
+    /// True if the free of block `id`, used by other streams, must be
+    /// quarantined: a graph stream used it, or one of its streams captures
+    /// now (asked of the runtime; this path makes runtime calls anyway).
+    pub(super) fn used_by_graph(&self, id: BlockId) -> bool {
+        if self.order.graph_used(id) {
+            return true;
+        }
+        let (rt, device) = (&self.sh.rt, self.sh.device);
+        self.order.uses_of(id).iter().any(|&s| rt.on_device(device, || rt.is_capturing(s)).unwrap_or(false))
+    }
+
+    /// Notes that a graph stream uses the allocated block at `addr`.
+    pub fn note_graph_use(&mut self, addr: usize) {
+        if let Some(&id) = self.registry.get(&addr) {
+            self.order.note_graph_use(id);
+        }
+    }
+
+    /// Bytes of blocks quarantined here.
+    pub fn quarantined_bytes(&self) -> usize {
+        self.order.quarantined_bytes()
+    }
+}
+
+/// True if the runtime says `stream` captures now (false if it cannot tell).
+pub(crate) fn capturing_now(rt: &crate::runtime::Runtime, device: i32, stream: Stream) -> bool {
+    rt.on_device(device, || rt.is_capturing(stream)).unwrap_or(false)
+}
