@@ -71,18 +71,25 @@ impl RangePool {
     /// are whole pages here. Returns whether a piece moved.
     fn move_from_sibling(&mut self, ctx: &mut Placement<'_>, page: usize, avail: usize, beat: usize) -> bool {
         let Some(mut other) = ctx.device.sibling.and_then(|s| s.try_lock()) else { return false };
-        let Some(seg) = other.backing.range else { return false };
-        let theirs = other.range(seg).page_size;
-        if theirs % page != 0 {
-            return false;
-        }
         // Its held blocks may coalesce into whole free pieces.
         other.drain_reuse();
-        let mut pieces = other.free_pieces(seg);
-        pieces.sort_unstable_by_key(|&(head, units)| (std::cmp::Reverse(units), head));
-        let fits = |units: usize| units * theirs / page;
-        let Some(&(head, units)) = pieces.iter().find(|&&(_, units)| fits(units) <= avail) else { return false };
-        if fits(units) <= beat {
+        // The largest piece that fits, over the sibling's ranges.
+        let mut best: Option<(usize, crate::core::segment::SegmentId, usize)> = None;
+        for seg in other.backing.ranges.clone() {
+            let theirs = other.range(seg).page_size;
+            if theirs % page != 0 {
+                continue;
+            }
+            let fits = |units: usize| units * theirs / page;
+            for (head, units) in other.free_pieces(seg) {
+                let n = fits(units);
+                if n <= avail && best.is_none_or(|(m, _, _)| n > m) {
+                    best = Some((n, seg, head));
+                }
+            }
+        }
+        let Some((pages, seg, head)) = best else { return false };
+        if pages <= beat {
             return false;
         }
         ctx.sibling_synced = ctx.sibling_synced || other.sync_streams_of(seg).is_ok();
