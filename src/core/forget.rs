@@ -6,8 +6,10 @@
 //! blocks stay valid and are freed as usual (their range stays until they
 //! are); a later use of the stream starts from empty shards.
 //!
-//! The stream's entry stays in the table (entries never move, see
-//! `streams`), so a stream handle the runtime hands out again finds it.
+//! When nothing is left in its shards (no live block, no range or segment,
+//! no pending free), the stream's entry retires and the next new stream
+//! takes it over (`streams`); otherwise it stays, and a stream handle the
+//! runtime hands out again finds it.
 
 use super::backing::{Backing, Scope};
 use super::device::Device;
@@ -53,9 +55,15 @@ impl<B: Backing> Device<B> {
                 first_error.get_or_insert(e);
             }
         }
+        let mut empty = true;
         for (kind, shard) in entry.shards.iter().enumerate() {
             let pool = shard.lock_anyway();
             self.published(entry, kind, &pool);
+            empty &= pool.holds_nothing();
+        }
+        // Not under a shard lock: `adding` is taken before them.
+        if empty {
+            self.streams.retire(entry);
         }
         first_error.map_or(Ok(released), Err)
     }

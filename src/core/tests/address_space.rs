@@ -3,7 +3,9 @@
 //! by `forget_stream`, `empty_cache` and the OOM ladder when they hold
 //! nothing, and a shortage reported as one of address space.
 
-use super::support::{allocator, check_fill, drop_stream, emu_lock, fill, new_stream, set_capacity, Baseline, GIB, MIB};
+use super::support::{
+    allocator, check_fill, drop_stream, emu_lock, fill, new_stream, set_capacity, Baseline, GIB, MIB,
+};
 use crate::core::backing::expandable::budget;
 use crate::error::Error;
 use crate::runtime::Stream;
@@ -50,7 +52,10 @@ fn five_hundred_streams_come_and_go_on_a_64_gib_device() {
     }
     let s = a.stats().unwrap();
     assert_eq!((s.reserved_bytes, s.segments, s.address_space_bytes), (0, 0, 0));
+    assert_eq!((s.num_allocs, s.num_frees), (1000, 1000));
     assert_eq!(budget::reserved(), 0, "the budget still counts released ranges");
+    // Each stream took over the entry the one before it retired.
+    assert_eq!(a.streams_served(), 1, "forgotten streams kept their entries");
     super::support::teardown_clean(a, &base);
 }
 
@@ -109,8 +114,15 @@ fn forgotten_stream_keeps_its_live_blocks() {
     a.free(gone).unwrap();
     a.free(small).unwrap();
     a.forget_stream(s).unwrap();
-    // The large range holds the live block; the small one went.
+    // The large range holds the live block; the small one went. The entry
+    // stays (it has a live block): another stream gets one of its own.
     assert_eq!(base.vmm().reserved_ranges, 1);
+    let other = new_stream();
+    let o = a.malloc(512, other).unwrap();
+    assert_eq!(a.streams_served(), 2);
+    a.free(o).unwrap();
+    a.forget_stream(other).unwrap();
+    drop_stream(other);
     assert!(check_fill(kept, 8 * MIB, 0x5A), "forget_stream lost a live block's data");
     assert_eq!(a.query(kept).unwrap().stream, s);
     a.check_invariants().unwrap();
@@ -121,12 +133,14 @@ fn forgotten_stream_keeps_its_live_blocks() {
     a.empty_cache().unwrap();
     let v = base.vmm();
     assert_eq!((v.reserved_ranges, v.physical_count), (0, 0), "empty_cache kept a range that holds nothing");
-    // A later use of the stream starts afresh.
+    // A later use of the stream starts afresh (in the entry `other` retired).
     let again = a.malloc(MIB, s).unwrap();
     assert_eq!(base.vmm().reserved_ranges, 1);
+    assert_eq!(a.query(again).unwrap().stream, s);
     a.free(again).unwrap();
     a.forget_stream(s).unwrap();
     drop_stream(s);
+    assert_eq!(a.streams_served(), 2);
     super::support::teardown_clean(a, &base);
 }
 
@@ -187,6 +201,40 @@ fn out_of_address_space_says_so_then_the_ladder_releases_empty_ranges() {
     super::support::teardown_clean(a, &base);
 }
 
+/// An allocator that serves two streams at most serves any number of them
+/// one after another once each is forgotten; a third live one is refused
+/// with a message that names forget_stream.
+#[test]
+fn a_full_stream_table_takes_streams_that_replace_forgotten_ones() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let base = Baseline::take();
+    let rt = crate::runtime::Runtime::emulated();
+    let config = crate::config::Config::parse("").unwrap();
+    let a = crate::core::DeviceAllocator::build(config, super::support::DEV, rt, 2).unwrap();
+    let keep = new_stream();
+    let k = a.malloc(4096, keep).unwrap();
+    for i in 0..20 {
+        let s = new_stream();
+        let p = a.malloc(3 * MIB, s).unwrap_or_else(|e| panic!("stream {i}: {e}"));
+        assert_eq!(a.query(p).unwrap().stream, s);
+        let extra = new_stream();
+        let m = a.malloc(64, extra).unwrap_err().to_string();
+        assert!(m.contains("forget_stream"), "{m}");
+        drop_stream(extra);
+        a.free(p).unwrap();
+        a.forget_stream(s).unwrap();
+        drop_stream(s);
+        assert_eq!(a.streams_served(), 2);
+    }
+    // The kept stream's block was never touched.
+    assert_eq!(a.query(k).unwrap().stream, keep);
+    a.free(k).unwrap();
+    a.forget_stream(keep).unwrap();
+    drop_stream(keep);
+    super::support::teardown_clean(a, &base);
+}
+
 /// A device larger than one reservation may be: the large range stays
 /// within 128 GiB, its alignment padding for 1 GiB pages included.
 #[test]
@@ -203,4 +251,43 @@ fn ranges_stay_within_the_reservation_cap() {
         a.free(p).unwrap();
         super::support::teardown_clean(a, &base);
     }
+}
+
+/// Threads create, use, forget and destroy streams at once on an allocator
+/// that serves as many streams as there are threads: retiring and taking
+/// over entries never leaves one stream without shards or two streams in
+/// one entry, and every block maps back to the stream that allocated it.
+#[test]
+fn threads_forgetting_streams_at_once_share_the_entries() {
+    const THREADS: usize = 4;
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let base = Baseline::take();
+    let rt = crate::runtime::Runtime::emulated();
+    let config = crate::config::Config::parse("").unwrap();
+    let a = crate::core::DeviceAllocator::build(config, super::support::DEV, rt, THREADS).unwrap();
+    std::thread::scope(|scope| {
+        for t in 0..THREADS {
+            let a = &a;
+            scope.spawn(move || {
+                for i in 0..40 {
+                    let s = new_stream();
+                    let big = a.malloc((t + 1) * MIB, s).unwrap_or_else(|e| panic!("thread {t} round {i}: {e}"));
+                    let small = a.malloc(100 + t, s).unwrap();
+                    fill(big, 64, t as u8);
+                    for p in [big, small] {
+                        assert_eq!(a.query(p).unwrap().stream, s, "thread {t} round {i}");
+                    }
+                    assert!(check_fill(big, 64, t as u8), "thread {t} round {i}: another stream wrote here");
+                    a.free(big).unwrap();
+                    a.free(small).unwrap();
+                    a.forget_stream(s).unwrap();
+                    drop_stream(s);
+                }
+            });
+        }
+    });
+    assert!(a.streams_served() <= THREADS);
+    assert_eq!(base.vmm().reserved_ranges, 0);
+    super::support::teardown_clean(a, &base);
 }

@@ -180,7 +180,15 @@ impl RangePool {
             let size = units * page;
             let Some(holder) = self.block_containing(seg, addr) else { continue };
             let block = self.carve(holder, addr, size);
-            out.push(Detached { segment: seg, block, addr, size, device: (addr, size), serial, streams: streams.clone() });
+            out.push(Detached {
+                segment: seg,
+                block,
+                addr,
+                size,
+                device: (addr, size),
+                serial,
+                streams: streams.clone(),
+            });
         }
     }
 }
