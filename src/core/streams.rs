@@ -159,12 +159,6 @@ impl<B: Backing> StreamTable<B> {
             retired.push(entry.slot);
         }
     }
-
-    /// Entries retired and not taken over yet.
-    #[cfg(test)]
-    pub fn retired(&self) -> usize {
-        self.adding.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@
 //! - Pieces move under memory pressure (the OOM ladder, from every shard),
 //!   and, with `reserved_headroom`, whenever growth would take reserved
 //!   memory past that headroom over the peak of allocated bytes
-//!   (`headroom`; pieces of the growing shard's own range only, since
+//!   (`headroom`; pieces of the growing shard's own ranges only, since
 //!   moving another stream's pages would need its lock across the calls).
 //! - Pages are unmapped only after synchronizing the streams that used them.
 //! - A mapping attempt that fails part-way unmaps what it mapped, keeping the
@@ -48,7 +48,8 @@
 //!   and nothing allocated.
 //! - Address space is finite and shared by the process (Note
 //!   [address-space budget] in `budget`): a large-pool range is the
-//!   device's size, a small-pool range a sixteenth of it, each within the
+//!   device's size (twice it with `reserved_headroom`), a small-pool range
+//!   a sixteenth of it, each within the
 //!   per-reservation cap and a share of the process-wide budget. A range that
 //!   fills (its holes cost nothing once their pages have moved) is followed
 //!   by another, so a fragmented layout of a nearly full device still fits.
