@@ -246,6 +246,11 @@ fn ranges_stay_within_the_reservation_cap() {
         let p = a.malloc(64 * MIB, Stream::DEFAULT).unwrap_or_else(|e| panic!("{config}: {e}"));
         let (_, len) = a.segment_of(p).unwrap();
         assert!((64 << 30..=budget::MAX_RESERVATION).contains(&len), "{config}: a range of {len} bytes");
+        // More than one reservation holds: out of memory, nothing reserved.
+        let ranges = base.vmm().reserved_ranges;
+        let e = a.malloc(budget::MAX_RESERVATION, Stream::DEFAULT).unwrap_err();
+        assert!(matches!(&e, Error::OutOfMemory(m) if m.contains("more than one reservation")), "{config}: {e}");
+        assert_eq!(base.vmm().reserved_ranges, ranges);
         a.free(p).unwrap();
         super::support::teardown_clean(a, &base);
     }

@@ -51,9 +51,11 @@ impl RangePool {
         // handles' 2 MiB granularity, which every reservation has.
         let align = if spec.attr == sys::ACL_HBM_MEM_HUGE1G { spec.size } else { SMALL_BUFFER };
         let Some(va) = self.range_bytes(rounded, spec.size, align) else {
-            return Err(GrowError::Other(Error::Unsupported(format!(
-                "a request of {rounded} bytes does not fit one reservation of address space (at most {} bytes \
-                 with its alignment); use expandable_segments:false for it",
+            // Larger than any device this runtime drives: out of memory,
+            // with no recovery to try.
+            return Err(GrowError::Other(Error::OutOfMemory(format!(
+                "cannot allocate {rounded} bytes: more than one reservation of address space holds (at most {} \
+                 bytes with its alignment)",
                 budget::MAX_RESERVATION
             ))));
         };
