@@ -148,8 +148,12 @@ pub(crate) enum GrowError {
         size: usize,
         limit: usize,
     },
-    /// An expandable segment's address range has no free block that large.
-    AddressSpace,
+    /// No address space for another expandable range of `range` bytes: the
+    /// process-wide budget (`refused` None) or the runtime refused it.
+    AddressSpace {
+        range: usize,
+        refused: Option<crate::runtime::AclCallError>,
+    },
     /// Garbage collection is due before growing (see `reclaim`).
     Collect,
     /// `reserved_headroom` wants `bytes` of other shards' free pieces moved
@@ -166,7 +170,7 @@ impl GrowError {
     pub fn is_out_of_memory(&self) -> bool {
         match self {
             GrowError::OverLimit { .. }
-            | GrowError::AddressSpace
+            | GrowError::AddressSpace { .. }
             | GrowError::Collect
             | GrowError::NeedsRoom { .. } => true,
             GrowError::Runtime(e) => e.is_out_of_memory(),
