@@ -89,6 +89,10 @@ typedef struct aclemu_usage {
 /* Copies a device's usage counters into *out. 0 on success. */
 int32_t  aclemu_get_usage(int32_t device, aclemu_usage *out);
 
+/* Live aclrtMallocHost memory of the whole process (page-rounded bytes and
+ * blocks). 0 on success. */
+int32_t  aclemu_host_usage(uint64_t *bytes, uint64_t *count);
+
 /* Sets a device's memory capacity in bytes; allowed below current usage
  * (later allocations then fail). 0 on success. */
 int32_t  aclemu_set_device_memory(int32_t device, uint64_t bytes);

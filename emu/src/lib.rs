@@ -83,7 +83,7 @@ pub use stream::{
     aclemu_stream_hold, aclemu_stream_release, aclrtCreateStream, aclrtDestroyStream, aclrtStreamQuery,
     aclrtSynchronizeDevice, aclrtSynchronizeStream,
 };
-pub use usage::{aclemu_get_usage, aclemu_usage};
+pub use usage::{aclemu_get_usage, aclemu_host_usage, aclemu_usage};
 pub use violation::aclemu_violations;
 pub use vmm::{
     aclrtFreePhysical, aclrtMallocPhysical, aclrtMapMem, aclrtMemGetAllocationGranularity, aclrtMemLocation,

@@ -71,6 +71,12 @@ pub fn covers((start, end): violation::Span) -> bool {
     blocks.device.range(..=start).next_back().is_some_and(|(&block, b)| end <= block + b.len)
 }
 
+/// Live aclrtMallocHost memory, process-wide: bytes asked for and blocks.
+pub fn host_usage() -> (u64, u64) {
+    let blocks = lock(&BLOCKS);
+    (blocks.host.values().map(|b| b.len as u64).sum(), blocks.host.len() as u64)
+}
+
 /// True if `addr` lies inside a live aclrtMallocHost block (pinned memory).
 pub fn is_host_block(addr: usize) -> bool {
     let blocks = lock(&BLOCKS);

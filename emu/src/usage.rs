@@ -96,3 +96,24 @@ pub unsafe extern "C" fn aclemu_get_usage(device: i32, out: *mut aclemu_usage) -
         unsafe { write_out(out, snapshot) }
     })
 }
+
+/// Live aclrtMallocHost memory of the whole process (pinned host memory
+/// belongs to no device): bytes (page-rounded) into `bytes`, blocks into
+/// `count`. 0, 100000 for a NULL pointer.
+///
+/// # Safety
+/// `bytes` and `count` must be NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclemu_host_usage(bytes: *mut u64, count: *mut u64) -> i32 {
+    emu_entry!({
+        if bytes.is_null() || count.is_null() {
+            return Err(ACL_ERROR_INVALID_PARAM);
+        }
+        let (b, n) = crate::memory::host_usage();
+        // SAFETY: both checked non-NULL; the caller promises they are writable.
+        unsafe {
+            write_out(bytes, b)?;
+            write_out(count, n)
+        }
+    })
+}

@@ -23,6 +23,7 @@ use super::policy::{PoolKind, MAX_REQUEST};
 use super::pool::Pool;
 use super::shard::Shard;
 use super::shared::Shared;
+use super::sleep::SleepState;
 use super::stats::{Peaks, Stats};
 use super::streams::{StreamEntry, StreamTable};
 use super::BlockInfo;
@@ -38,6 +39,8 @@ pub(crate) struct Device<B: Backing> {
     pub(super) ladder: Mutex<()>,
     /// Set once torn down: every call is refused.
     pub(super) broken: AtomicBool,
+    /// Asleep or awake (Note [sleep]).
+    pub(super) sleep: SleepState,
 }
 
 impl<B: Backing> Device<B> {
@@ -48,6 +51,7 @@ impl<B: Backing> Device<B> {
             peaks: Peaks::default(),
             ladder: Mutex::new(()),
             broken: AtomicBool::new(false),
+            sleep: SleepState::default(),
         }
     }
 
@@ -118,6 +122,10 @@ impl<B: Backing> Device<B> {
         let rounded = self.sh.policy.round(size);
         let kind = self.sh.policy.pool_for(rounded);
         let entry = self.stream_entry(stream)?;
+        // The one branch sleep adds to a malloc (Note [sleep]).
+        if self.sleep.refusing() {
+            self.sleep.check((2 * entry.slot + kind as usize) as u32)?;
+        }
         let shard = &entry.shards[kind as usize];
         let mut pool = shard.lock()?;
         let addr = match pool.malloc_cached(size, rounded) {

@@ -45,6 +45,7 @@ mod segment;
 mod shard;
 mod shared;
 mod size_class;
+mod sleep;
 mod snapshot;
 mod stats;
 mod stream_order;
@@ -62,6 +63,7 @@ use backing::{Backing, ExpandableRanges, FixedSegments, MemoryLimit};
 use device::Device;
 use policy::Policy;
 use shared::Shared;
+pub use sleep::SleepMode;
 pub use snapshot::{BlockSnapshot, BlockSnapshotState, SegmentSnapshot, Snapshot};
 pub(crate) use stats::stats_table;
 pub use stats::Stats;
@@ -242,6 +244,29 @@ impl DeviceAllocator {
     /// streams that used them).
     pub fn empty_cache(&self) -> Result<usize> {
         with_device!(&self.engine, d => d.empty_cache())
+    }
+
+    /// Sleeps with every shard in `mode` (Note [sleep] in `sleep`);
+    /// returns the device bytes given back. Asleep already: OK, 0.
+    pub fn sleep(&self, mode: SleepMode) -> Result<usize> {
+        with_device!(&self.engine, d => d.sleep(&|_| mode, mode))
+    }
+
+    /// Sleeps with `mode_of(shard id)` for each shard there is and `later`
+    /// for shards made while asleep (the entry pools route through).
+    pub fn sleep_with(&self, mode_of: &dyn Fn(u32) -> SleepMode, later: SleepMode) -> Result<usize> {
+        with_device!(&self.engine, d => d.sleep(mode_of, later))
+    }
+
+    /// Wakes: every sleeping block mapped again at its address, offloaded
+    /// contents restored; OUT_OF_MEMORY changing nothing if they do not fit.
+    pub fn wake(&self) -> Result<()> {
+        with_device!(&self.engine, d => d.wake())
+    }
+
+    /// Whether the allocator is asleep.
+    pub fn is_asleep(&self) -> bool {
+        with_device!(&self.engine, d => d.sleep.is_asleep())
     }
 
     /// The host is done with `stream` (about to destroy it): its cached

@@ -148,6 +148,20 @@ impl Runtime {
         check("aclrtDestroyEvent", unsafe { (self.api.aclrtDestroyEvent)(event.0 as sys::aclrtEvent) })
     }
 
+    /// `aclrtMallocHost`: `size` bytes of pinned host memory.
+    pub fn malloc_host(&self, size: usize) -> Result<usize, AclCallError> {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: p is a valid out-pointer.
+        check("aclrtMallocHost", unsafe { (self.api.aclrtMallocHost)(&mut p, size) })?;
+        Ok(p as usize)
+    }
+
+    /// `aclrtFreeHost` of memory from [`Runtime::malloc_host`].
+    pub fn free_host(&self, ptr: usize) -> Result<(), AclCallError> {
+        // SAFETY: ptr came from malloc_host and is freed once.
+        check("aclrtFreeHost", unsafe { (self.api.aclrtFreeHost)(ptr as *mut c_void) })
+    }
+
     /// `aclrtMemcpy2d`, after the caller has validated the arguments.
     ///
     /// # Safety

@@ -138,6 +138,27 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// Appends to `out` the (address, bytes) runs of [addr, addr + size),
     /// a block of `seg`, that device memory backs (a snapshot's blocks).
     fn mapped_runs(seg: &Segment<Self::Extent>, addr: usize, size: usize, out: &mut Vec<(usize, usize)>);
+
+    /// Whether sleep can take live blocks off the device (Note [sleep]).
+    const SLEEPS_LIVE: bool = false;
+
+    /// Takes `pool`'s mapped memory off the device (to host memory with
+    /// `offload`); returns bytes given back. Only when `SLEEPS_LIVE`.
+    fn sleep_pool(_pool: &mut Pool<Self>, _offload: bool) -> Result<usize> {
+        Ok(0)
+    }
+
+    /// Appends the (bytes, attr) of each physical handle `wake_pool` needs.
+    fn wake_needs(_pool: &Pool<Self>, _out: &mut Vec<(usize, crate::sys::aclrtMemAttr)>) {}
+
+    /// Maps `handles` (in `wake_needs` order) under `pool`'s sleeping
+    /// memory; on failure, what stays asleep leaves its handles in `handles`.
+    fn wake_pool(
+        _pool: &mut Pool<Self>,
+        _handles: &mut std::collections::VecDeque<crate::runtime::PhysicalHandle>,
+    ) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Why memory could not be obtained.

@@ -10,6 +10,7 @@ mod out_of_memory;
 mod pieces;
 mod random;
 mod reuse;
+mod sleep;
 mod streams;
 pub(crate) mod support;
 mod teardown;

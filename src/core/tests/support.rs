@@ -217,3 +217,11 @@ pub(crate) fn teardown_clean(a: DeviceAllocator, base: &Baseline) {
     let u = usage(DEV);
     assert_eq!((u.malloc_count - base.0.malloc_count, u.events - base.0.events), (0, 0), "teardown leaked");
 }
+
+/// Live aclrtMallocHost memory of the process: (bytes, blocks).
+pub(crate) fn host_usage() -> (u64, u64) {
+    let (mut bytes, mut count) = (0u64, 0u64);
+    // SAFETY: both are valid out-pointers.
+    assert_eq!(unsafe { ascendcl::aclemu_host_usage(&mut bytes, &mut count) }, 0);
+    (bytes, count)
+}

@@ -59,6 +59,7 @@ mod headroom;
 mod mapping;
 mod placement;
 mod ranges;
+pub(crate) mod sleep;
 
 use super::{Backing, Detached, GrowContext, GrowError, Scope};
 use crate::core::block::{BlockId, BlockState, NIL};
@@ -164,6 +165,8 @@ pub struct VmmRange {
     /// Bytes reserved there (alignment padding included), charged to the
     /// process-wide budget.
     pub reserved_len: usize,
+    /// Runs of pages unmapped by `sleep`, to map again at `wake`.
+    pub slept: Vec<sleep::SleptRun>,
 }
 
 impl VmmRange {
@@ -419,7 +422,7 @@ impl Backing for ExpandableRanges {
             if matches!(b.state, BlockState::Allocated | BlockState::Held | BlockState::Pending) {
                 let first = (b.addr - s.base) / r.page_size;
                 let last = (b.addr + b.size - 1 - s.base) / r.page_size;
-                if (first..=last).any(|i| r.page(i).is_none()) {
+                if (first..=last).any(|i| r.page(i).is_none() && !r.slept.iter().any(|run| run.covers(i))) {
                     return Err(format!("allocated block {:#x} is not fully mapped", b.addr));
                 }
             }
@@ -430,6 +433,20 @@ impl Backing for ExpandableRanges {
 
     fn describe(seg: &Segment<VmmRange>) -> (bool, usize) {
         (true, seg.extent.mapped * seg.extent.page_size)
+    }
+
+    const SLEEPS_LIVE: bool = true;
+
+    fn sleep_pool(pool: &mut RangePool, offload: bool) -> Result<usize> {
+        pool.sleep_ranges(offload)
+    }
+
+    fn wake_needs(pool: &RangePool, out: &mut Vec<(usize, sys::aclrtMemAttr)>) {
+        pool.wake_needs(out)
+    }
+
+    fn wake_pool(pool: &mut RangePool, handles: &mut std::collections::VecDeque<PhysicalHandle>) -> Result<()> {
+        pool.wake_ranges(handles)
     }
 
     fn mapped_runs(seg: &Segment<VmmRange>, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
@@ -531,6 +548,9 @@ impl RangePool {
             }
         }
         if let Err(e) = ExpandableRanges::free_cached(&self.sh) {
+            first_error.get_or_insert(e);
+        }
+        if let Err(e) = self.drop_slept(seg) {
             first_error.get_or_insert(e);
         }
         let (reserved_at, reserved_len) = (self.range(seg).reserved_at, self.range(seg).reserved_len);

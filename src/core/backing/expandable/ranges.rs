@@ -68,8 +68,15 @@ impl RangePool {
                 base + va
             ))));
         }
-        let range =
-            VmmRange { page_size: spec.size, attr: spec.attr, pages: Vec::new(), mapped: 0, reserved_at, reserved_len };
+        let range = VmmRange {
+            page_size: spec.size,
+            attr: spec.attr,
+            pages: Vec::new(),
+            mapped: 0,
+            reserved_at,
+            reserved_len,
+            slept: Vec::new(),
+        };
         // The directory learns a range's pages as they are mapped (`mapping`):
         // registering a range of many GiB up front cost a millisecond.
         let (seg, _) = self.add_segment(base, va, range, None);
@@ -124,7 +131,7 @@ impl RangePool {
             .filter(|&seg| {
                 let s = self.segments.get(seg);
                 let b = self.blocks.get(s.first);
-                s.extent.mapped == 0 && b.state == BlockState::Free && b.size == s.size
+                s.extent.mapped == 0 && s.extent.slept.is_empty() && b.state == BlockState::Free && b.size == s.size
             })
             .collect();
         let mut out = Vec::with_capacity(empty.len());
@@ -152,8 +159,15 @@ impl RangePool {
     pub(super) fn restore_range(&mut self, d: Detached) {
         let spec = self.sh.backing.page_spec(self.kind);
         let (reserved_at, reserved_len) = d.device;
-        let range =
-            VmmRange { page_size: spec.size, attr: spec.attr, pages: Vec::new(), mapped: 0, reserved_at, reserved_len };
+        let range = VmmRange {
+            page_size: spec.size,
+            attr: spec.attr,
+            pages: Vec::new(),
+            mapped: 0,
+            reserved_at,
+            reserved_len,
+            slept: Vec::new(),
+        };
         let (seg, _) = self.add_segment(d.addr, d.size, range, None);
         self.segments.get_mut(seg).serial = d.serial;
         self.backing.ranges.push(seg);

@@ -1,0 +1,278 @@
+//! Note [sleep]
+//!
+//! `sleep` gives back the device memory of an allocator while every address
+//! it handed out stays valid; `wake` brings it back at the same addresses.
+//! What happens to a shard's live blocks is its *mode* (a pool's `sleep`
+//! config): `Keep` leaves them, `Offload` copies them to pinned host memory
+//! first, `Discard` drops their contents.
+//!
+//! Sleep, in order:
+//! 1. The allocator becomes asleep: from now on a malloc routed to an
+//!    offload or discard shard is INVALID_ARGUMENT ("asleep"); frees of any
+//!    block go on (a sleeping block is just dropped; its pages are gone).
+//! 2. `empty_cache`: every shard's cached memory goes back (after
+//!    synchronizing the streams that used it).
+//! 3. Under the ladder lock, each offload/discard shard's ranges are taken
+//!    off the device run by run (`backing::expandable::sleep`): the streams
+//!    that used a range are synchronized, then one host buffer and one copy
+//!    per run of mapped pages, then the run's pieces are unmapped and their
+//!    handles freed. Ranges stay reserved and the directory keeps mapping
+//!    their addresses to their shards.
+//! 4. Handles that could not be freed are retried with the handle cache.
+//!
+//! Fixed segments cannot be unmapped under a live block: with live blocks
+//! in an offload or discard shard, sleep is UNSUPPORTED and changes nothing.
+//! If a step fails, what was taken is woken again and the error returned.
+//!
+//! Wake allocates every handle the sleeping runs need first; if one is
+//! refused, those allocated are freed and wake is OUT_OF_MEMORY, still
+//! asleep, having changed nothing. Then each run is mapped at its pages,
+//! its contents copied back and its host buffer freed. A run whose blocks
+//! were all freed while asleep is mapped again all the same (its pages are
+//! then cached memory, which `empty_cache` gives back).
+//!
+//! Shards of streams seen capturing (Note [capture]) are never taken off
+//! the device: their blocks belong to captured graphs.
+//!
+//! The hot path gets one predictable branch: a malloc reads `refusing`
+//! (false unless asleep with an offload or discard shard).
+
+use super::backing::Backing;
+use super::device::Device;
+use crate::error::{Error, Result};
+use crate::runtime::PhysicalHandle;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// What sleep does to a shard's (a pool's) live blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SleepMode {
+    /// They stay on the device.
+    #[default]
+    Keep,
+    /// Copied to host memory, their device memory given back.
+    Offload,
+    /// Given back without a copy (contents undefined after wake).
+    Discard,
+}
+
+impl SleepMode {
+    /// Whether sleep takes the shard's live blocks off the device.
+    pub fn releases(self) -> bool {
+        self != SleepMode::Keep
+    }
+}
+
+/// An allocator's sleep state.
+#[derive(Debug, Default)]
+pub(crate) struct SleepState {
+    /// Set while asleep with some shard not kept: a malloc checks `asleep`.
+    refusing: AtomicBool,
+    asleep: Mutex<Option<Asleep>>,
+}
+
+#[derive(Debug, Clone)]
+struct Asleep {
+    /// The mode of each shard not kept, by shard id.
+    modes: HashMap<u32, SleepMode>,
+    /// The mode of shards made while asleep (the default pool's).
+    later: SleepMode,
+    /// Stream slots there were at sleep: shards of slots past them are new.
+    slots: usize,
+}
+
+impl SleepState {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Asleep>> {
+        self.asleep.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// True while some malloc may be refused (the one hot-path branch).
+    #[inline(always)]
+    pub fn refusing(&self) -> bool {
+        self.refusing.load(Ordering::Relaxed)
+    }
+
+    /// The refusal of a malloc routed to shard `id`, if it sleeps.
+    #[cold]
+    #[inline(never)]
+    pub fn check(&self, id: u32) -> Result<()> {
+        let state = self.lock();
+        let Some(asleep) = state.as_ref() else { return Ok(()) };
+        let mode = if (id as usize / 2) < asleep.slots {
+            asleep.modes.get(&id).copied().unwrap_or(SleepMode::Keep)
+        } else {
+            asleep.later
+        };
+        if mode.releases() {
+            return Err(Error::InvalidArgument(
+                "the allocator is asleep: its offload and discard pools take no allocation until wake".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn is_asleep(&self) -> bool {
+        self.lock().is_some()
+    }
+}
+
+impl<B: Backing> Device<B> {
+    /// Sleeps (Note [sleep]); `mode_of(shard id)` is each shard's mode and
+    /// `later` that of shards made while asleep. Asleep already: OK.
+    /// Returns the device bytes given back.
+    pub fn sleep(&self, mode_of: &dyn Fn(u32) -> SleepMode, later: SleepMode) -> Result<usize> {
+        self.check_alive()?;
+        let mut state = self.sleep.lock();
+        if state.is_some() {
+            return Ok(0);
+        }
+        let mut modes = HashMap::new();
+        for e in self.streams.iter().filter(|e| !e.is_graph()) {
+            for (kind, shard) in e.shards.iter().enumerate() {
+                let id = (2 * e.slot + kind) as u32;
+                let mode = mode_of(id);
+                if !mode.releases() {
+                    continue;
+                }
+                if !B::SLEEPS_LIVE && shard.lock_anyway().live().0 > 0 {
+                    return Err(Error::Unsupported(
+                        "sleep with offload or discard needs expandable segments while such a pool has live blocks \
+                         (fixed segments cannot be unmapped under a live block); nothing was changed"
+                            .into(),
+                    ));
+                }
+                modes.insert(id, mode);
+            }
+        }
+        *state = Some(Asleep { modes: modes.clone(), later, slots: self.streams.len() });
+        self.sleep.refusing.store(!modes.is_empty() || later.releases(), Ordering::Relaxed);
+        let result = self.take_off(&modes);
+        if let Err(e) = result {
+            // Undo: bring back what was taken (handles are there, as they
+            // were just freed; if not, the memory stays asleep).
+            match self.bring_back() {
+                Ok(()) => {
+                    *state = None;
+                    self.sleep.refusing.store(false, Ordering::Relaxed);
+                }
+                Err(w) => {
+                    return Err(Error::Internal(format!("sleep failed ({e}), and waking again failed too: {w}")));
+                }
+            }
+            return Err(e);
+        }
+        result
+    }
+
+    /// Steps 2 to 4 of sleep.
+    fn take_off(&self, modes: &HashMap<u32, SleepMode>) -> Result<usize> {
+        let mut freed = self.empty_cache()?;
+        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        for e in self.streams.iter() {
+            for (kind, shard) in e.shards.iter().enumerate() {
+                let Some(&mode) = modes.get(&((2 * e.slot + kind) as u32)) else { continue };
+                let mut pool = shard.lock_anyway();
+                let got = B::sleep_pool(&mut pool, mode == SleepMode::Offload);
+                self.published(e, kind, &pool);
+                freed += got?;
+            }
+        }
+        Ok(freed + B::free_cached(&self.sh)?)
+    }
+
+    /// Wakes (Note [sleep]). Awake already: OK.
+    pub fn wake(&self) -> Result<()> {
+        self.check_alive()?;
+        let mut state = self.sleep.lock();
+        if state.is_none() {
+            return Ok(());
+        }
+        self.bring_back()?;
+        *state = None;
+        self.sleep.refusing.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Maps every sleeping run again, or changes nothing (OUT_OF_MEMORY).
+    fn bring_back(&self) -> Result<()> {
+        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        let mut needs = Vec::new();
+        for shard in self.streams.shards() {
+            B::wake_needs(&shard.lock_anyway(), &mut needs);
+        }
+        let mut handles = VecDeque::with_capacity(needs.len());
+        for (i, &(bytes, attr)) in needs.iter().enumerate() {
+            match self.fresh_handle(bytes, attr) {
+                Ok(h) => handles.push_back(h),
+                Err(e) => {
+                    let short: usize = needs[i..].iter().map(|n| n.0).sum();
+                    let total: usize = needs.iter().map(|n| n.0).sum();
+                    self.free_handles(&mut handles, &needs);
+                    let oom = match &e {
+                        Error::OutOfMemory(_) => true,
+                        Error::Runtime { call, .. } => call.is_out_of_memory(),
+                        _ => false,
+                    };
+                    if !oom {
+                        return Err(e);
+                    }
+                    return Err(Error::OutOfMemory(format!(
+                        "wake needs {total} bytes of device memory for the sleeping blocks on device {} and {short} \
+                         of them could not be had; still asleep, nothing changed (free memory, then wake again)",
+                        self.sh.device
+                    )));
+                }
+            }
+        }
+        let mut first_error = None;
+        for (e, shard) in self.streams.iter().flat_map(|e| e.shards.iter().enumerate().map(move |s| (e, s))) {
+            let (kind, shard) = shard;
+            let mut pool = shard.lock_anyway();
+            if let Err(err) = B::wake_pool(&mut pool, &mut handles) {
+                first_error.get_or_insert(err);
+            }
+            self.published(e, kind, &pool);
+        }
+        // Handles left over belong to runs whose mapping failed.
+        let left: Vec<(usize, crate::sys::aclrtMemAttr)> = needs[needs.len() - handles.len()..].to_vec();
+        self.free_handles(&mut handles, &left);
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// One physical handle of `bytes`, within the memory limit.
+    fn fresh_handle(&self, bytes: usize, attr: crate::sys::aclrtMemAttr) -> Result<PhysicalHandle> {
+        let sh = &self.sh;
+        if sh.limit.charge(bytes).is_err() {
+            return Err(Error::OutOfMemory("over the memory limit".into()));
+        }
+        match sh.rt.on_device(sh.device, || sh.rt.malloc_physical(sh.device, attr, bytes)) {
+            Ok(h) => {
+                sh.counters.physical_allocated(bytes);
+                Ok(h)
+            }
+            Err(e) => {
+                sh.limit.refund(bytes);
+                Err(Error::runtime(e, "allocating device memory to wake into"))
+            }
+        }
+    }
+
+    /// Frees `handles`, the first of those `needs` describes.
+    fn free_handles(&self, handles: &mut VecDeque<PhysicalHandle>, needs: &[(usize, crate::sys::aclrtMemAttr)]) {
+        let sh = &self.sh;
+        for (h, &(bytes, _)) in handles.drain(..).zip(needs) {
+            if sh.rt.on_device(sh.device, || sh.rt.free_physical(h)).is_ok() {
+                sh.limit.refund(bytes);
+                sh.counters.physical_freed(bytes);
+            }
+        }
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        if self.broken.load(Ordering::Relaxed) {
+            return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
+        }
+        Ok(())
+    }
+}
