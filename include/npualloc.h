@@ -351,6 +351,8 @@ typedef struct npualloc_api {
     npualloc_status (*snapshot_pytorch_json)(const struct npualloc_allocator*, char**);
     npualloc_status (*pluggable_record_history)(int, size_t);
     npualloc_status (*pluggable_snapshot_pytorch_json)(int, char**);
+    npualloc_status (*forget_stream)(struct npualloc_allocator*, aclrtStream);
+    npualloc_status (*pluggable_forget_stream)(int, aclrtStream);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -588,6 +590,35 @@ npualloc_status npualloc_binding_create(struct npualloc_allocator *a,
  * destroyed, which no desc registered with the runtime still names.
  */
 npualloc_status npualloc_binding_destroy(void *binding);
+
+/**
+ * The host is done with `stream` (it is about to destroy it): the memory
+ * the allocator caches for it and its address ranges go back to the device
+ * (after synchronizing the streams that used that memory). Its live blocks
+ * stay valid and are freed as usual; a later use of the stream starts
+ * afresh. A stream the allocator never served: OK, nothing changes.
+ * Hosts that create streams over their lifetime call it before
+ * `aclrtDestroyStream`, or address space runs out after some tens of
+ * streams.
+ *
+ * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`; the runtime's
+ * failure when memory could not be given back (what could, was).
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+ */
+npualloc_status npualloc_forget_stream(struct npualloc_allocator *a, aclrtStream stream);
+
+/**
+ * `npualloc_forget_stream` for the process-wide allocator of `device` that
+ * the torch_npu pluggable entry points use. A device whose allocator was
+ * never created has nothing to forget: OK, nothing is created.
+ *
+ * Statuses: OK; INVALID_ARGUMENT for a device outside the range
+ * `npualloc_pluggable_init` set (0..64 before it); as
+ * `npualloc_forget_stream` otherwise. Thread-safe.
+ */
+npualloc_status npualloc_pluggable_forget_stream(int device, aclrtStream stream);
 
 /**
  * Starts, resizes or stops the memory history: the allocator keeps its last

@@ -75,11 +75,20 @@ impl<B: Backing> Device<B> {
     fn add_stream(&self, stream: Stream) -> Result<&StreamEntry<B>> {
         let capturing = check_live_stream(&self.sh.rt, self.sh.device, stream)?;
         let sh = &self.sh;
-        let made = self.streams.get_or_add(stream, |slot| {
+        let make = |slot: usize| {
             let shard =
                 |kind: PoolKind| Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream));
             [shard(PoolKind::Small), shard(PoolKind::Large)]
-        });
+        };
+        // A retired entry's shards are empty: they become this stream's.
+        let revive = |e: &StreamEntry<B>| {
+            for shard in &e.shards {
+                shard.lock_anyway().set_stream(stream);
+            }
+            e.high.clear();
+            e.clear_graph_for_revival();
+        };
+        let made = self.streams.get_or_add(stream, make, revive);
         if let Some(entry) = made {
             if capturing {
                 entry.mark_graph();
@@ -87,8 +96,8 @@ impl<B: Backing> Device<B> {
         }
         made.ok_or_else(|| {
             Error::Unsupported(format!(
-                "this allocator has already served {} streams on device {}, its most; it keeps each stream's pools \
-                 for good, so reuse streams rather than create one per request",
+                "this allocator serves {} streams on device {}, its most; call forget_stream for a stream \
+                 before destroying it, so that another can take its place",
                 self.streams.len(),
                 self.sh.device
             ))

@@ -28,6 +28,7 @@ mod capture;
 mod config_effect;
 mod device;
 mod directory;
+mod forget;
 mod free_index;
 pub mod history;
 mod invariants;
@@ -241,6 +242,13 @@ impl DeviceAllocator {
     /// streams that used them).
     pub fn empty_cache(&self) -> Result<usize> {
         with_device!(&self.engine, d => d.empty_cache())
+    }
+
+    /// The host is done with `stream` (about to destroy it): its cached
+    /// memory and address ranges go back to the device; its live blocks
+    /// stay valid. An unknown stream is no error. Returns bytes given back.
+    pub fn forget_stream(&self, stream: Stream) -> Result<usize> {
+        with_device!(&self.engine, d => d.forget_stream(stream))
     }
 
     /// Caps this allocator's reserved memory at `fraction` of the device.

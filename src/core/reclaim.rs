@@ -63,7 +63,7 @@ impl<B: Backing> Device<B> {
 
     /// Synchronizes the streams that used `taken`, gives back what no busy
     /// stream may use, and settles each shard.
-    fn give_back_all(&self, taken: Vec<(&Shard<B>, Vec<Detached>)>) -> Result<usize> {
+    pub(super) fn give_back_all(&self, taken: Vec<(&Shard<B>, Vec<Detached>)>) -> Result<usize> {
         let mut streams: Vec<Stream> = Vec::new();
         for d in taken.iter().flat_map(|(_, ds)| ds) {
             for &s in &d.streams {
@@ -188,14 +188,16 @@ impl<B: Backing> Device<B> {
         let _ = self.give_back_all(chosen);
     }
 
-    /// Returns every cached, unused segment and handle to the device (may
-    /// synchronize the streams that used them).
+    /// Returns every cached, unused segment and handle to the device, and
+    /// releases expandable ranges that hold nothing (may synchronize the
+    /// streams that used them).
     pub fn empty_cache(&self) -> Result<usize> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
         }
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        let released = self.release_free(Scope::All)?;
+        // The second pass releases the ranges the first one emptied.
+        let released = self.release_free(Scope::All)? + self.release_free(Scope::All)?;
         Ok(released + B::free_cached(&self.sh)?)
     }
 

@@ -263,6 +263,12 @@ impl HighWater {
     pub fn passed(&self, allocated: u64, requested: u64) -> bool {
         allocated > self.allocated.load(Relaxed) || requested > self.requested.load(Relaxed)
     }
+
+    /// Back to no marks (a retired stream's entry taken over).
+    pub fn clear(&self) {
+        self.allocated.store(0, Relaxed);
+        self.requested.store(0, Relaxed);
+    }
 }
 
 /// The peaks of allocated and requested bytes over all shards.

@@ -1,10 +1,14 @@
 //! The streams an allocator has served, each with its two shards (small and
 //! large pool), found without a lock.
 //!
-//! Entries are appended once and never move or go away (a stream keeps its
-//! shards for the allocator's life), so a look-up is a scan of published
-//! entries: the stream a call names is almost always among the first few.
-//! Adding a stream takes `adding`, a lock no look-up needs.
+//! Entries are appended once and never move or go away, so a look-up is a
+//! scan of published entries: the stream a call names is almost always
+//! among the first few. Adding a stream takes `adding`, a lock no look-up
+//! needs. A stream forgotten with nothing left in its shards (`forget`)
+//! retires its entry: the entry's stream becomes `RETIRED`, which no
+//! look-up matches, and the next new stream takes the entry over, shards
+//! and all, so a host that creates and forgets streams for as long as it
+//! lives keeps a table as long as its most streams at once.
 
 use super::backing::Backing;
 use super::directory::MAX_SHARDS;
@@ -12,6 +16,9 @@ use super::shard::Shard;
 use super::stats::HighWater;
 use crate::runtime::Stream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// The stream value of a retired entry: no stream handle is all ones.
+const RETIRED: usize = usize::MAX;
 use std::sync::{Mutex, OnceLock};
 
 const CHUNK_BITS: u32 = 5;
@@ -22,7 +29,10 @@ const _: () = assert!(2 * MAX_STREAMS <= MAX_SHARDS);
 
 /// One stream and its shards, indexed by `PoolKind`.
 pub(crate) struct StreamEntry<B: Backing> {
-    pub stream: Stream,
+    /// The stream's handle, `RETIRED` while the entry waits for another.
+    stream: AtomicUsize,
+    /// Its index in the table.
+    pub slot: usize,
     pub shards: [Shard<B>; 2],
     /// High-water marks for the device's peaks (see `stats`).
     pub high: HighWater,
@@ -41,6 +51,12 @@ impl<B: Backing> StreamEntry<B> {
     pub fn mark_graph(&self) {
         self.graph.store(true, Ordering::Relaxed);
     }
+
+    /// A retired entry taken over by another stream starts as a plain one
+    /// (a graph stream's quarantined blocks keep its entry from retiring).
+    pub fn clear_graph_for_revival(&self) {
+        self.graph.store(false, Ordering::Relaxed);
+    }
 }
 
 type Chunk<B> = [OnceLock<StreamEntry<B>>; CHUNK];
@@ -51,7 +67,8 @@ pub(crate) struct StreamTable<B: Backing> {
     len: AtomicUsize,
     /// Streams this table takes at most.
     cap: usize,
-    adding: Mutex<()>,
+    /// Held to add a stream; the slots of retired entries.
+    adding: Mutex<Vec<usize>>,
 }
 
 impl<B: Backing> StreamTable<B> {
@@ -61,7 +78,7 @@ impl<B: Backing> StreamTable<B> {
             chunks: (0..cap.div_ceil(CHUNK)).map(|_| OnceLock::new()).collect(),
             len: AtomicUsize::new(0),
             cap,
-            adding: Mutex::new(()),
+            adding: Mutex::new(Vec::new()),
         }
     }
 
@@ -75,17 +92,29 @@ impl<B: Backing> StreamTable<B> {
     #[inline]
     pub fn find(&self, stream: Stream) -> Option<&StreamEntry<B>> {
         let len = self.len.load(Ordering::Acquire);
-        (0..len).map(|i| self.entry(i)).find(|e| e.stream == stream)
+        (0..len).map(|i| self.entry(i)).find(|e| e.stream.load(Ordering::Acquire) == stream.0)
     }
 
-    /// The entry of `stream`, made with `make(slot)` if the stream is new;
-    /// None once the table is full.
-    pub fn get_or_add(&self, stream: Stream, make: impl FnOnce(usize) -> [Shard<B>; 2]) -> Option<&StreamEntry<B>> {
+    /// The entry of `stream`: a retired one taken over (its shards handed
+    /// to `revive` first), else one made with `make(slot)`; None once the
+    /// table is full.
+    pub fn get_or_add(
+        &self,
+        stream: Stream,
+        make: impl FnOnce(usize) -> [Shard<B>; 2],
+        revive: impl FnOnce(&StreamEntry<B>),
+    ) -> Option<&StreamEntry<B>> {
         if let Some(e) = self.find(stream) {
             return Some(e);
         }
-        let _adding = self.adding.lock().unwrap_or_else(|e| e.into_inner());
+        let mut retired = self.adding.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = self.find(stream) {
+            return Some(e);
+        }
+        if let Some(slot) = retired.pop() {
+            let e = self.entry(slot);
+            revive(e);
+            e.stream.store(stream.0, Ordering::Release);
             return Some(e);
         }
         let slot = self.len.load(Ordering::Relaxed);
@@ -94,7 +123,13 @@ impl<B: Backing> StreamTable<B> {
         }
         let chunk = self.chunks[slot >> CHUNK_BITS].get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())));
         if chunk[slot & (CHUNK - 1)]
-            .set(StreamEntry { stream, shards: make(slot), high: HighWater::default(), graph: AtomicBool::new(false) })
+            .set(StreamEntry {
+                stream: AtomicUsize::new(stream.0),
+                slot,
+                shards: make(slot),
+                high: HighWater::default(),
+                graph: AtomicBool::new(false),
+            })
             .is_err()
         {
             unreachable!("slot {slot} set twice under the adding lock");
@@ -136,6 +171,15 @@ impl<B: Backing> StreamTable<B> {
 
     pub fn len(&self) -> usize {
         self.len.load(Ordering::Acquire)
+    }
+
+    /// Retires `entry`, whose shards hold nothing: no look-up finds it, and
+    /// the next new stream takes it over.
+    pub fn retire(&self, entry: &StreamEntry<B>) {
+        let mut retired = self.adding.lock().unwrap_or_else(|e| e.into_inner());
+        if entry.stream.swap(RETIRED, Ordering::AcqRel) != RETIRED {
+            retired.push(entry.slot);
+        }
     }
 }
 
@@ -181,7 +225,7 @@ mod tests {
                                 for &i in &order {
                                     match a.malloc(512, streams[i]) {
                                         Ok(addr) => got[i].push(addr),
-                                        Err(Error::Unsupported(m)) if m.contains("already served") => {}
+                                        Err(Error::Unsupported(m)) if m.contains("its most") => {}
                                         Err(e) => panic!("round {round} thread {t} stream {i}: {e}"),
                                     }
                                 }

@@ -24,6 +24,7 @@
 pub mod boundary;
 pub mod allocator;
 pub mod desc;
+pub mod forget;
 pub mod handle;
 pub mod history;
 pub mod last_error;

@@ -50,7 +50,7 @@ pub(crate) fn allocator(device: c_int) -> Result<&'static DeviceAllocator> {
 }
 
 /// The allocator of `device` if one was created successfully.
-fn existing(device: c_int) -> Result<Option<&'static DeviceAllocator>> {
+pub(crate) fn existing(device: c_int) -> Result<Option<&'static DeviceAllocator>> {
     let d = check_device(device)?;
     Ok(SLOTS[d].get().and_then(|r| r.as_ref().ok()))
 }

@@ -93,6 +93,8 @@ pub struct npualloc_api {
     pub snapshot_pytorch_json: unsafe extern "C" fn(*const npualloc_allocator, *mut *mut c_char) -> npualloc_status,
     pub pluggable_record_history: extern "C" fn(c_int, usize) -> npualloc_status,
     pub pluggable_snapshot_pytorch_json: unsafe extern "C" fn(c_int, *mut *mut c_char) -> npualloc_status,
+    pub forget_stream: unsafe extern "C" fn(*mut npualloc_allocator, aclrtStream) -> npualloc_status,
+    pub pluggable_forget_stream: extern "C" fn(c_int, aclrtStream) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -136,6 +138,8 @@ static API_V1: npualloc_api = npualloc_api {
     snapshot_pytorch_json: super::history::npualloc_snapshot_pytorch_json,
     pluggable_record_history: super::history::npualloc_pluggable_record_history,
     pluggable_snapshot_pytorch_json: super::history::npualloc_pluggable_snapshot_pytorch_json,
+    forget_stream: super::forget::npualloc_forget_stream,
+    pluggable_forget_stream: super::forget::npualloc_pluggable_forget_stream,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error
@@ -182,6 +186,13 @@ mod tests {
         let null = std::ptr::null_mut();
         // SAFETY: a NULL handle is refused before anything is read.
         let st = unsafe { (api.record_history)(null, 8) };
+        assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+        // forget_stream came after the history functions.
+        let history_end =
+            std::mem::offset_of!(npualloc_api, pluggable_snapshot_pytorch_json) + std::mem::size_of::<usize>();
+        assert_eq!(std::mem::offset_of!(npualloc_api, forget_stream), history_end);
+        // SAFETY: a NULL handle is refused before anything is read.
+        let st = unsafe { (api.forget_stream)(null, std::ptr::null_mut()) };
         assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
     }
 }
