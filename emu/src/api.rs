@@ -60,6 +60,7 @@ apis! {
     DestroyContext = "aclrtDestroyContext",
     SetCurrentContext = "aclrtSetCurrentContext",
     GetCurrentContext = "aclrtGetCurrentContext",
+    GetStreamOverflowSwitch = "aclrtGetStreamOverflowSwitch",
 }
 
 /// How many functions `Api` names (the length of per-function tables).

@@ -73,6 +73,14 @@ unsafe fn query(stream: *mut c_void, status: *mut u32) -> AclResult<()> {
     unsafe { write_out(status, value) }
 }
 
+unsafe fn overflow_switch(stream: *mut c_void, flag: *mut u32) -> AclResult<()> {
+    require(!flag.is_null())?;
+    let key = engine().resolve(stream)?;
+    crate::context::check_stream(key)?;
+    // SAFETY: checked non-NULL; the caller promises it is writable.
+    unsafe { write_out(flag, 0) }
+}
+
 fn synchronize_device() -> AclResult<()> {
     let dev = device::current()?;
     let mut eng = engine();
@@ -134,6 +142,17 @@ pub unsafe extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> crate::a
 pub unsafe extern "C" fn aclrtStreamQuery(stream: *mut c_void, status: *mut u32) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     acl_entry!(Api::StreamQuery, { unsafe { query(stream, status) } })
+}
+
+/// The stream's overflow-detection switch (always off here); 107003 for a
+/// stream of another context, as `ApiImpl::GetStreamOverflowSwitch` checks.
+///
+/// # Safety
+/// `flag` must be NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetStreamOverflowSwitch(stream: *mut c_void, flag: *mut u32) -> crate::aclError {
+    // SAFETY: forwarded caller contract.
+    acl_entry!(Api::GetStreamOverflowSwitch, { unsafe { overflow_switch(stream, flag) } })
 }
 
 /// Finishes the queued work of every stream of the current device and

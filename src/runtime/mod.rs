@@ -10,9 +10,11 @@
 //! - Out of memory is 207001 (`ACL_ERROR_RT_MEMORY_ALLOCATION`) from both
 //!   `aclrtMalloc` and `aclrtMallocPhysical` (§2).
 //! - Calls that allocate act on the calling thread's current device, so they
-//!   run inside [`Runtime::on_device`].
+//!   run inside [`Runtime::on_device`], which switches contexts without
+//!   adding device references (`context`).
 
 pub mod acl_error;
+mod context;
 mod desc;
 mod device;
 pub mod loader;
@@ -20,6 +22,7 @@ pub mod symbols;
 mod vmm;
 
 pub use acl_error::AclErrorCode;
+pub use context::{Context, DeviceHold};
 pub use desc::DescCallbacks;
 pub use symbols::{AclApi, AclFeatures};
 pub use vmm::PhysicalHandle;
@@ -84,6 +87,8 @@ pub struct Runtime {
     api: AclApi,
     features: AclFeatures,
     source: String,
+    /// Devices held by allocators, with their primary contexts (`context`).
+    holds: std::sync::Mutex<context::Holds>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -101,7 +106,7 @@ impl Runtime {
 
     /// A runtime over an already resolved table.
     pub fn from_api(api: AclApi, source: &str) -> Arc<Runtime> {
-        Arc::new(Runtime { features: api.features(), api, source: source.to_string() })
+        Arc::new(Runtime { features: api.features(), api, source: source.to_string(), holds: Default::default() })
     }
 
     /// The emulator linked into this test binary.
