@@ -25,7 +25,7 @@
 use super::{check, AclCallError, Runtime, Stream};
 use crate::sys;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 /// An `aclrtContext` value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,11 +37,16 @@ impl Context {
     }
 }
 
-/// A device's primary context and how many allocators hold it.
+/// Held devices with their primary contexts and how many allocators hold
+/// each, process-wide (allocators of one library may each have their own
+/// `Runtime`): keyed by the library (its `aclrtSetDevice` address) and the
+/// device.
 #[derive(Default)]
-pub(crate) struct Holds {
-    by_device: HashMap<i32, (Context, usize)>,
+struct Holds {
+    by_device: HashMap<(usize, i32), (Context, usize)>,
 }
+
+static HOLDS: LazyLock<Mutex<Holds>> = LazyLock::new(Default::default);
 
 /// One allocator's hold on its device; releasing it is `aclrtResetDevice`
 /// for the last one.
@@ -57,8 +62,13 @@ impl Drop for DeviceHold {
 }
 
 impl Runtime {
-    fn holds(&self) -> std::sync::MutexGuard<'_, Holds> {
-        self.holds.lock().unwrap_or_else(|e| e.into_inner())
+    fn holds(&self) -> MutexGuard<'static, Holds> {
+        HOLDS.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This library's key in `HOLDS`.
+    fn library(&self) -> usize {
+        self.api.aclrtSetDevice as usize
     }
 
     /// The thread's current context; `None` without one (or without the call).
@@ -88,7 +98,7 @@ impl Runtime {
     pub fn hold_device(self: &Arc<Self>, device: i32) -> Result<DeviceHold, AclCallError> {
         if self.features.contexts {
             let mut holds = self.holds();
-            if let Some((_, n)) = holds.by_device.get_mut(&device) {
+            if let Some((_, n)) = holds.by_device.get_mut(&(self.library(), device)) {
                 *n += 1;
             } else {
                 let saved = self.current_context();
@@ -103,7 +113,7 @@ impl Runtime {
                 if let Some(prev) = saved.filter(|&p| p != primary) {
                     let _ = self.set_current_context(prev);
                 }
-                holds.by_device.insert(device, (primary, 1));
+                holds.by_device.insert((self.library(), device), (primary, 1));
             }
         }
         Ok(DeviceHold { rt: self.clone(), device })
@@ -114,10 +124,10 @@ impl Runtime {
             return;
         }
         let mut holds = self.holds();
-        let Some((_, n)) = holds.by_device.get_mut(&device) else { return };
+        let Some((_, n)) = holds.by_device.get_mut(&(self.library(), device)) else { return };
         *n -= 1;
         if *n == 0 {
-            holds.by_device.remove(&device);
+            holds.by_device.remove(&(self.library(), device));
             // Failing here only means the runtime is going away.
             let _ = self.reset_device(device);
         }
@@ -125,7 +135,7 @@ impl Runtime {
 
     /// The primary context of a held device.
     fn held_context(&self, device: i32) -> Option<Context> {
-        self.holds().by_device.get(&device).map(|&(ctx, _)| ctx)
+        self.holds().by_device.get(&(self.library(), device)).map(|&(ctx, _)| ctx)
     }
 
     /// Runs `f` with `device` current on this thread, and puts the thread's
@@ -192,7 +202,9 @@ impl Runtime {
 
     /// The held devices whose context `stream` belongs to (for messages).
     pub fn held_device_of(&self, stream: Stream) -> Option<i32> {
-        let held: Vec<(i32, Context)> = self.holds().by_device.iter().map(|(&d, &(c, _))| (d, c)).collect();
+        let lib = self.library();
+        let held: Vec<(i32, Context)> =
+            self.holds().by_device.iter().filter(|(k, _)| k.0 == lib).map(|(&(_, d), &(c, _))| (d, c)).collect();
         held.into_iter().find_map(|(d, c)| {
             let found = self.on_context(c, || self.stream_in_current_context(stream));
             matches!(found, Ok(Some(true))).then_some(d)

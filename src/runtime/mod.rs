@@ -87,8 +87,6 @@ pub struct Runtime {
     api: AclApi,
     features: AclFeatures,
     source: String,
-    /// Devices held by allocators, with their primary contexts (`context`).
-    holds: std::sync::Mutex<context::Holds>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -106,7 +104,7 @@ impl Runtime {
 
     /// A runtime over an already resolved table.
     pub fn from_api(api: AclApi, source: &str) -> Arc<Runtime> {
-        Arc::new(Runtime { features: api.features(), api, source: source.to_string(), holds: Default::default() })
+        Arc::new(Runtime { features: api.features(), api, source: source.to_string() })
     }
 
     /// The emulator linked into this test binary.
