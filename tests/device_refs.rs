@@ -118,7 +118,7 @@ fn a_thread_using_allocators_of_two_devices_leaves_reference_counts_as_found() {
 
 #[test]
 fn an_explicit_context_of_the_host_survives_allocator_calls() {
-    let e = emu();
+    emu();
     let (host, d) = (7, 1);
     type Create = unsafe extern "C" fn(*mut *mut c_void, i32) -> i32;
     type Destroy = unsafe extern "C" fn(*mut c_void) -> i32;
