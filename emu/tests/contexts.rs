@@ -174,6 +174,14 @@ fn a_stream_of_another_context_is_refused_where_the_runtime_checks() {
         let mut st = 9;
         assert_eq!(aclrtStreamQuery(s, &mut st), 0);
         assert_eq!(aclrtSynchronizeStream(s), 0);
+        // Without any current context both need one: 107002.
+        let su = s as usize;
+        on_fresh_thread(move || {
+            let s = su as *mut c_void;
+            let mut st = 9;
+            assert_eq!(aclrtStreamQuery(s, &mut st), RT_CONTEXT_NULL);
+            assert_eq!(aclrtSynchronizeStream(s), RT_CONTEXT_NULL);
+        });
         // NULL is the current context's default stream.
         assert_eq!(aclrtRecordEvent(e, null_mut()), 0);
         assert_eq!(aclrtSynchronizeEvent(e), 0);
