@@ -62,6 +62,11 @@ apis! {
     CaptureThreadExchangeMode = "aclmdlRICaptureThreadExchangeMode",
     ExecuteAsync = "aclmdlRIExecuteAsync",
     ModelDestroy = "aclmdlRIDestroy",
+    CreateContext = "aclrtCreateContext",
+    DestroyContext = "aclrtDestroyContext",
+    SetCurrentContext = "aclrtSetCurrentContext",
+    GetCurrentContext = "aclrtGetCurrentContext",
+    GetStreamOverflowSwitch = "aclrtGetStreamOverflowSwitch",
 }
 
 /// How many functions `Api` names (the length of per-function tables).

@@ -16,10 +16,10 @@ use super::shard::Shard;
 use super::stats::HighWater;
 use crate::runtime::Stream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
 
 /// The stream value of a retired entry: no stream handle is all ones.
 const RETIRED: usize = usize::MAX;
+use std::sync::{Mutex, OnceLock};
 
 const CHUNK_BITS: u32 = 5;
 const CHUNK: usize = 1 << CHUNK_BITS;
@@ -50,6 +50,12 @@ impl<B: Backing> StreamEntry<B> {
     /// Makes the stream a graph stream for good.
     pub fn mark_graph(&self) {
         self.graph.store(true, Ordering::Relaxed);
+    }
+
+    /// A retired entry taken over by another stream starts as a plain one
+    /// (a graph stream's quarantined blocks keep its entry from retiring).
+    pub fn clear_graph_for_revival(&self) {
+        self.graph.store(false, Ordering::Relaxed);
     }
 }
 
@@ -107,8 +113,6 @@ impl<B: Backing> StreamTable<B> {
         }
         if let Some(slot) = retired.pop() {
             let e = self.entry(slot);
-            // The stream that takes the entry over starts as a plain one.
-            e.graph.store(false, Ordering::Relaxed);
             revive(e);
             e.stream.store(stream.0, Ordering::Release);
             return Some(e);
@@ -201,7 +205,7 @@ mod tests {
         let _g = emu_lock();
         set_capacity(1 << 30);
         let rt = Runtime::emulated();
-        let streams: Vec<Stream> = (0..STREAMS).map(|_| rt.on_device(DEV, || rt.create_stream()).unwrap()).collect();
+        let streams: Vec<Stream> = (0..STREAMS).map(|_| crate::core::tests::support::new_stream()).collect();
         for round in 0..ROUNDS {
             let config = Config::parse("expandable_segments:false").unwrap();
             let a = DeviceAllocator::build(config, DEV, rt.clone(), CAP).unwrap();

@@ -2,9 +2,10 @@
 //! back (RMM's "upstream" seam). One trait, two implementations:
 //! - `FixedSegments` (`fixed`): one `aclrtMalloc` per segment, released
 //!   whole with `aclrtFree` once entirely free;
-//! - `ExpandableRanges` (`expandable`): one reserved address range per
-//!   shard, physical handles mapped under the blocks handed out, unmapped
-//!   and recycled when free (page placement, handle cache, headroom moves).
+//! - `ExpandableRanges` (`expandable`): reserved address ranges per shard
+//!   (another when one fills, released when they hold nothing), physical
+//!   handles mapped under the blocks handed out, unmapped and recycled when
+//!   free (page placement, handle cache, headroom moves).
 //!
 //! The backing owns growth, page placement, giving memory back, the memory
 //! limit and teardown. Shards and the reclaim paths call only this trait;
