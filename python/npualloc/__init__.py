@@ -223,6 +223,25 @@ class CachingAllocator(Allocator):
         """Returns cached, unused memory to the device."""
         _check(self._lib.npualloc_empty_cache(self._live()))
 
+    def sleep(self):
+        """Gives back the allocator's device memory while every block's
+        address stays valid (``npualloc_sleep``): cached memory goes back,
+        the live blocks of ``sleep=offload`` pools are copied to host memory
+        and their device memory goes back, those of ``sleep=discard`` pools
+        go back without a copy, ``sleep=keep`` pools (the default) stay.
+        Asleep already: nothing happens. While asleep, allocating from an
+        offload or discard pool raises ValueError; freeing is allowed.
+        NpuallocError (UNSUPPORTED, nothing changed) when an offload or
+        discard pool has live blocks and segments are not expandable."""
+        _check(self._lib.npualloc_sleep(self._live()))
+
+    def wake(self):
+        """Maps device memory under every sleeping block again, at the same
+        addresses, with offloaded contents restored (``npualloc_wake``).
+        MemoryError when the device cannot hold them: nothing changed, still
+        asleep, call again later. Awake already: nothing happens."""
+        _check(self._lib.npualloc_wake(self._live()))
+
     def close(self):
         """Destroys the allocator (live blocks are released). Idempotent."""
         if self._handle is not None:

@@ -88,6 +88,8 @@ def lib():
             "npualloc_malloc": (status, [P, S, P, ctypes.POINTER(P)]),
             "npualloc_free": (status, [P, P]),
             "npualloc_empty_cache": (status, [P]),
+            "npualloc_sleep": (status, [P]),
+            "npualloc_wake": (status, [P]),
             "npualloc_get_stats": (status, [P, ctypes.POINTER(Stats)]),
             "npualloc_snapshot_json": (status, [P, ctypes.POINTER(P)]),
             "npualloc_string_free": (None, [P]),

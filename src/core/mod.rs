@@ -257,6 +257,12 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.sleep(&|_| mode, mode))
     }
 
+    /// Sleeps with each pool's own `sleep` mode (`npualloc_sleep`): the
+    /// default pool keeps its blocks.
+    pub fn sleep_pools(&self) -> Result<usize> {
+        self.sleep(SleepMode::Keep)
+    }
+
     /// Sleeps with `mode_of(shard id)` for each shard there is and `later`
     /// for shards made while asleep (the entry pools route through).
     pub fn sleep_with(&self, mode_of: &dyn Fn(u32) -> SleepMode, later: SleepMode) -> Result<usize> {

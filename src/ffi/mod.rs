@@ -31,6 +31,7 @@ pub mod last_error;
 pub mod memcpy;
 pub mod pluggable;
 pub mod plugin;
+pub mod sleep;
 pub mod stats;
 pub mod status;
 pub mod version;
