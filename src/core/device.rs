@@ -224,6 +224,15 @@ impl<B: Backing> Device<B> {
         Ok(())
     }
 
+    /// Undoes `record_stream(addr, stream)` (see `Pool::erase_stream`). The
+    /// stream is not checked with the runtime: one the block was never
+    /// recorded on, live or not, changes nothing.
+    pub fn erase_stream(&self, addr: usize, stream: Stream) -> Result<()> {
+        self.check_usable()?;
+        let shard = self.owner(addr, "erase_stream")?;
+        shard.lock()?.erase_stream(addr, stream)
+    }
+
     /// The live block containing `addr` (interior pointers allowed).
     pub fn query(&self, addr: usize) -> Result<BlockInfo> {
         self.check_usable()?;

@@ -93,6 +93,14 @@ pub struct npualloc_api {
     pub snapshot_pytorch_json: unsafe extern "C" fn(*const npualloc_allocator, *mut *mut c_char) -> npualloc_status,
     pub pluggable_record_history: extern "C" fn(c_int, usize) -> npualloc_status,
     pub pluggable_snapshot_pytorch_json: unsafe extern "C" fn(c_int, *mut *mut c_char) -> npualloc_status,
+    // Host hooks and the pluggable allocator's handle (API 0.3).
+    pub erase_stream: unsafe extern "C" fn(*mut npualloc_allocator, *mut c_void, aclrtStream) -> npualloc_status,
+    pub pluggable_allocator: unsafe extern "C" fn(c_int, *mut *mut npualloc_allocator) -> npualloc_status,
+    pub set_before_release: unsafe extern "C" fn(
+        *mut npualloc_allocator,
+        super::hooks::npualloc_release_hook,
+        *mut c_void,
+    ) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -136,6 +144,9 @@ static API_V1: npualloc_api = npualloc_api {
     snapshot_pytorch_json: super::history::npualloc_snapshot_pytorch_json,
     pluggable_record_history: super::history::npualloc_pluggable_record_history,
     pluggable_snapshot_pytorch_json: super::history::npualloc_pluggable_snapshot_pytorch_json,
+    erase_stream: super::allocator::npualloc_erase_stream,
+    pluggable_allocator: super::pluggable::npualloc_pluggable_allocator,
+    set_before_release: super::hooks::npualloc_set_before_release,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error

@@ -2,8 +2,10 @@
 //! fixtures they share are in `support`.
 
 mod blocks;
+mod erase;
 mod expandable;
 mod history;
+mod hooks;
 mod out_of_memory;
 mod pieces;
 mod random;

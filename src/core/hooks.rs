@@ -1,0 +1,63 @@
+//! Host hooks: code of the host that npualloc runs at fixed moments.
+//!
+//! `before_release` runs before every synchronization that precedes giving
+//! device memory back (empty_cache, the out-of-memory ladder with its
+//! garbage collection and headroom moves, the release threshold, teardown).
+//! A host that keeps its own queue of work not yet handed to the runtime
+//! (torch_npu's task queue) drains it there, so the synchronization that
+//! follows covers that work too. It is called with no npualloc lock held:
+//! the queued work may allocate and free on other streams meanwhile.
+//!
+//! The hook is read on those cold paths only; no malloc or free looks at it.
+
+use std::ffi::c_void;
+use std::sync::RwLock;
+
+/// `fn(user, device)`, as the C API's `npualloc_release_hook`.
+pub type ReleaseHook = unsafe extern "C" fn(user: *mut c_void, device: i32);
+
+#[derive(Clone, Copy)]
+struct Registered {
+    f: ReleaseHook,
+    user: *mut c_void,
+}
+
+// SAFETY: `user` is an opaque value handed back to the host's function; the
+// host that registered it promised (C API contract) that the function may be
+// called from any thread with it.
+unsafe impl Send for Registered {}
+// SAFETY: as above; npualloc never dereferences `user`.
+unsafe impl Sync for Registered {}
+
+#[derive(Default)]
+pub(crate) struct Hooks {
+    before_release: RwLock<Option<Registered>>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = self.before_release.read().map(|r| r.is_some()).unwrap_or(false);
+        f.debug_struct("Hooks").field("before_release", &set).finish()
+    }
+}
+
+impl Hooks {
+    /// Installs (Some) or removes (None) the before-release hook.
+    pub fn set_before_release(&self, hook: Option<(ReleaseHook, *mut c_void)>) {
+        let mut slot = self.before_release.write().unwrap_or_else(|e| e.into_inner());
+        *slot = hook.map(|(f, user)| Registered { f, user });
+    }
+
+    /// Runs the before-release hook, if any, for `device`. The caller holds
+    /// no npualloc lock. The hook is copied out first, so it may replace
+    /// itself.
+    #[cold]
+    pub fn before_release(&self, device: i32) {
+        let hook = *self.before_release.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(Registered { f, user }) = hook {
+            // SAFETY: `f` and `user` come from the host together; calling
+            // `f(user, device)` is exactly what it registered them for.
+            unsafe { f(user, device) };
+        }
+    }
+}

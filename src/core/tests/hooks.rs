@@ -1,0 +1,96 @@
+//! The before-release hook (`hooks`): run before the synchronizations that
+//! precede giving memory back, so a host can hand its queued work over first.
+
+use super::support::{allocator, drop_stream, emu_lock, hold_stream, new_stream, release_stream, set_capacity};
+use crate::core::*;
+use std::ffi::c_void;
+
+/// What the test hook sees: it releases `held` (the host's queue reaching
+/// the runtime) and counts its calls.
+struct Probe {
+    held: Option<Stream>,
+    calls: u32,
+    devices: Vec<i32>,
+}
+
+unsafe extern "C" fn probe(user: *mut c_void, device: i32) {
+    // SAFETY: every test passes a live, exclusive `Probe` as `user`.
+    let p = unsafe { &mut *(user as *mut Probe) };
+    p.calls += 1;
+    p.devices.push(device);
+    if let Some(s) = p.held.take() {
+        release_stream(s);
+    }
+}
+
+fn install(a: &DeviceAllocator, p: &mut Probe) {
+    a.set_before_release(Some((probe, p as *mut Probe as *mut c_void)));
+}
+
+#[test]
+fn empty_cache_runs_the_hook_before_it_looks_at_pending_frees() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let s1 = new_stream();
+    let p = a.malloc(8 << 20, Stream::DEFAULT).unwrap();
+    a.record_stream(p, s1).unwrap();
+    hold_stream(s1);
+    a.free(p).unwrap();
+    let mut probe_state = Probe { held: Some(s1), calls: 0, devices: vec![] };
+    install(&a, &mut probe_state);
+    a.empty_cache().unwrap();
+    // The hook let s1's work run before the pending free was polled, so the
+    // block came back and its segment went to the device in the same call.
+    assert_eq!(a.stats().unwrap().reserved_bytes, 0);
+    assert_eq!(probe_state.calls, 1);
+    assert_eq!(probe_state.devices, vec![a.device()]);
+    a.set_before_release(None);
+    a.teardown().unwrap();
+    assert_eq!(probe_state.calls, 1, "a removed hook is not called");
+    drop_stream(s1);
+}
+
+#[test]
+fn without_the_hook_empty_cache_keeps_what_queued_work_may_use() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let s1 = new_stream();
+    let p = a.malloc(8 << 20, Stream::DEFAULT).unwrap();
+    a.record_stream(p, s1).unwrap();
+    hold_stream(s1);
+    a.free(p).unwrap();
+    a.empty_cache().unwrap();
+    assert!(a.stats().unwrap().reserved_bytes > 0, "the pending block's segment stays");
+    release_stream(s1);
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().unwrap().reserved_bytes, 0);
+    a.teardown().unwrap();
+    drop_stream(s1);
+}
+
+#[test]
+fn the_out_of_memory_ladder_and_teardown_run_the_hook() {
+    let _g = emu_lock();
+    set_capacity(64 << 20);
+    let a = allocator("expandable_segments:false");
+    let s1 = new_stream();
+    let p = a.malloc(40 << 20, Stream::DEFAULT).unwrap();
+    a.record_stream(p, s1).unwrap();
+    hold_stream(s1);
+    a.free(p).unwrap();
+    let mut probe_state = Probe { held: Some(s1), calls: 0, devices: vec![] };
+    install(&a, &mut probe_state);
+    let q = a.malloc(50 << 20, Stream::DEFAULT).unwrap();
+    assert_eq!(probe_state.calls, 1, "the ladder ran the hook once");
+    assert_eq!(a.stats().unwrap().num_device_frees, 1, "the released 40 MiB made room");
+    let r = a.malloc(1 << 20, Stream::DEFAULT).unwrap();
+    assert_eq!(probe_state.calls, 1, "an allocation that fits does not run it");
+    a.free(r).unwrap();
+    a.free(q).unwrap();
+    a.teardown().unwrap();
+    assert_eq!(probe_state.calls, 2, "teardown ran it");
+    drop_stream(s1);
+    set_capacity(1 << 30);
+}
