@@ -93,6 +93,11 @@ int32_t  aclemu_get_usage(int32_t device, aclemu_usage *out);
  * (later allocations then fail). 0 on success. */
 int32_t  aclemu_set_device_memory(int32_t device, uint64_t bytes);
 
+/* How many aclrtSetDevice references the device has (each aclrtResetDevice
+ * drops one; at 0 its primary context and streams go, and its memory once
+ * no created context holds it); -1 for a device id that does not exist. */
+int64_t  aclemu_device_refs(int32_t device);
+
 #ifdef __cplusplus
 }
 #endif

@@ -56,6 +56,10 @@ apis! {
     AllocatorRegister = "aclrtAllocatorRegister",
     AllocatorUnregister = "aclrtAllocatorUnregister",
     AllocatorGetByStream = "aclrtAllocatorGetByStream",
+    CreateContext = "aclrtCreateContext",
+    DestroyContext = "aclrtDestroyContext",
+    SetCurrentContext = "aclrtSetCurrentContext",
+    GetCurrentContext = "aclrtGetCurrentContext",
 }
 
 /// How many functions `Api` names (the length of per-function tables).

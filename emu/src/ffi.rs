@@ -72,6 +72,7 @@ pub enum Kind {
     Event = 0x52,
     Desc = 0x53,
     Physical = 0x54,
+    Context = 0x55,
 }
 
 const TAG_SHIFT: u32 = 40;
