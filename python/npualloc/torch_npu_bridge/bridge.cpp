@@ -632,6 +632,8 @@ void Bridge::add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info)
     s.active_size = seg["active_size"].as_int();
     s.is_large = seg["segment_type"].text == "large";
     s.is_expandable = seg["is_expandable"].truthy();
+    // Blocks tile their segment in order, as torch_npu's snapshot converter assumes.
+    int64_t address = s.address;
     for (const Json& blk : seg["blocks"].items) {
       NCA::BlockInfo b;
       b.size = blk["size"].as_int();
@@ -640,9 +642,10 @@ void Bridge::add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info)
       b.allocated = state == "active_allocated";
       b.active = b.allocated || state == "active_pending_free";
       if (b.allocated) {
-        auto it = live_.find(reinterpret_cast<void*>(blk["address"].as_int()));
+        auto it = live_.find(reinterpret_cast<void*>(address));
         if (it != live_.end()) b.context_when_allocated = it->second.context;
       }
+      address += b.size;
       s.blocks.push_back(std::move(b));
     }
     info.segments.push_back(std::move(s));
