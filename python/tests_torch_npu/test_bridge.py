@@ -308,3 +308,28 @@ def test_enable_after_the_npu_is_initialized_is_refused(run_npu):
     """, "own").result
     assert r["raised"] and "already initialized" in r["raised"]
     assert r["enabled"] is False
+
+
+def test_enable_config_goes_to_npualloc_conf_and_a_refused_one_changes_nothing(run_npu):
+    r = run(run_npu, """
+        try:
+            nt.enable(config="no_such_key:1")
+            out = {"raised": None}
+        except ValueError as e:
+            out = {"raised": str(e), "enabled": nt.is_enabled(), "conf": os.environ.get("NPUALLOC_CONF")}
+        nt.enable(config="expandable_segments:false")
+        x = torch.empty(1 << 20, device="npu")
+        out["conf_after"] = os.environ.get("NPUALLOC_CONF")
+        out["segments"] = npl_stats()["segments"]
+        nt.enable(config="expandable_segments:false")   # the same again: nothing happens
+        try:
+            nt.enable(config="expandable_segments:true")
+            out["other"] = None
+        except nt.TorchNpuError as e:
+            out["other"] = str(e)
+        report(out)
+    """, "own").result
+    assert "no_such_key" in r["raised"] and r["enabled"] is False and r["conf"] is None
+    assert r["conf_after"] == "expandable_segments:false"
+    assert r["segments"] == 1
+    assert "already torch_npu's allocator" in r["other"]
