@@ -68,7 +68,10 @@ def pad_bytes(torch_npu=None):
     and CANN (NPUCachingAllocator.cpp ``AddPadSize``: none on Ascend950 and
     later with CANN 9.1.0 or newer, else 32); the bridge adds the same."""
     torch_npu = torch_npu or importlib.import_module("torch_npu")
-    soc = torch_npu._C._npu_get_soc_version()
+    get_soc = getattr(torch_npu._C, "_npu_get_soc_version", None)
+    if get_soc is None:  # a torch_npu that cannot tell pads (all SoCs before Ascend950 do)
+        return 32
+    soc = get_soc()
     try:
         new_cann = bool(torch_npu.npu.utils._is_gte_cann_version("9.1.0", "CANN"))
     except Exception:  # an unknown CANN version reads as older

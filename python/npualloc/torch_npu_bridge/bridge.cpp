@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -267,11 +268,13 @@ class Bridge final : public NCA::NPUAllocator {
   void recordHistory(bool enabled, NCA::CreateContextFn recorder, size_t max_entries,
                      NCA::RecordContext when) override {
     size_t entries = enabled ? std::max<size_t>(max_entries, 1) : 0;
-    for (int d = 0; d < device_count_; ++d) {
-      check(api->record_history(handle(d), entries), "record_history");
+    // Devices without an allocator yet get the setting when it is created (handle()).
+    history_entries_.store(entries);
+    for (int d = 0; d < kMaxDevices; ++d) {
+      npualloc_allocator* a = __atomic_load_n(&handles_[d], __ATOMIC_ACQUIRE);
+      if (a != nullptr) check(api->record_history(a, entries), "record_history");
     }
     std::lock_guard<std::mutex> g(mu_);
-    history_entries_ = entries;
     recorder_ = enabled ? recorder : nullptr;
     when_ = enabled ? when : NCA::RecordContext::NEVER;
     if (!enabled) {
@@ -408,7 +411,7 @@ class Bridge final : public NCA::NPUAllocator {
   // alloc entries from the newest, so entries the history dropped do not shift them).
   std::unordered_map<int64_t, std::deque<std::shared_ptr<c10::GatheredContext>>> trace_contexts_;
   size_t trace_context_count_ = 0;
-  size_t history_entries_ = 0;
+  std::atomic<size_t> history_entries_{0};
   NCA::CreateContextFn recorder_ = nullptr;
   NCA::RecordContext when_ = NCA::RecordContext::NEVER;
   std::vector<NCA::OutOfMemoryObserver> oom_observers_;
@@ -469,8 +472,8 @@ npualloc_allocator* Bridge::handle(int device) {
   // torch_npu's task queue is emptied before npualloc synchronizes to give memory back.
   check(api->set_before_release(a, &drain_task_queue, nullptr), "set_before_release");
   __atomic_store_n(&handles_[device], a, __ATOMIC_RELEASE);
-  if (history_entries_ > 0) {
-    check(api->record_history(a, history_entries_), "record_history");
+  if (size_t entries = history_entries_.load(); entries > 0) {
+    check(api->record_history(a, entries), "record_history");
   }
   return a;
 }
@@ -518,7 +521,7 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
   live = Live{device, size, context, {}};
   if (context && (when == NCA::RecordContext::ALLOC || when == NCA::RecordContext::ALL)) {
     trace_contexts_[reinterpret_cast<int64_t>(p)].push_back(context);
-    if (++trace_context_count_ > 2 * history_entries_ + 1024) {
+    if (++trace_context_count_ > 2 * history_entries_.load() + 1024) {
       // Bounded: drop the oldest context of the busiest addresses.
       for (auto it = trace_contexts_.begin(); it != trace_contexts_.end();) {
         it->second.pop_front();
