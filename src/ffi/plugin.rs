@@ -195,4 +195,24 @@ mod tests {
         let st = unsafe { (api.record_history)(null, 8) };
         assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
     }
+
+    #[test]
+    fn host_hook_functions_follow_the_snapshot_functions_contiguously() {
+        // API 0.3's additions come after every earlier field, in one run.
+        let word = std::mem::size_of::<usize>();
+        let after = std::mem::offset_of!(npualloc_api, pluggable_snapshot_pytorch_json) + word;
+        assert_eq!(std::mem::offset_of!(npualloc_api, erase_stream), after);
+        assert_eq!(std::mem::offset_of!(npualloc_api, pluggable_allocator), after + word);
+        assert_eq!(std::mem::offset_of!(npualloc_api, set_before_release), after + 2 * word);
+        // SAFETY: a non-NULL result points to the static table.
+        let api = unsafe { &*npualloc_get_api(1) };
+        let null = std::ptr::null_mut();
+        // SAFETY: NULL handles and out-pointers are refused before anything is read.
+        unsafe {
+            let none: *mut std::ffi::c_void = std::ptr::null_mut();
+            assert_eq!((api.erase_stream)(null, none, none), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            assert_eq!((api.pluggable_allocator)(0, null.cast()), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            assert_eq!((api.set_before_release)(null, None, none), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+        }
+    }
 }
