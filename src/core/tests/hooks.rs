@@ -94,3 +94,19 @@ fn the_out_of_memory_ladder_and_teardown_run_the_hook() {
     drop_stream(s1);
     set_capacity(1 << 30);
 }
+
+#[test]
+fn the_release_threshold_runs_the_hook_before_it_gives_memory_back() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false,release_threshold_mb:0");
+    let mut probe_state = Probe { held: None, calls: 0, devices: vec![] };
+    install(&a, &mut probe_state);
+    let p = a.malloc(8 << 20, Stream::DEFAULT).unwrap();
+    assert_eq!(probe_state.calls, 0, "a malloc that grows gives nothing back");
+    a.free(p).unwrap();
+    assert_eq!(probe_state.calls, 1, "the free passed the threshold: the hook ran before the release");
+    assert_eq!(a.stats().unwrap().reserved_bytes, 0);
+    a.set_before_release(None);
+    a.teardown().unwrap();
+}
