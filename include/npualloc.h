@@ -158,6 +158,13 @@ typedef struct npualloc_block_info {
 typedef void (*npualloc_release_hook)(void *user, int32_t device);
 
 /**
+ * `fn(user, device, requested, report)`: a request of `requested` bytes on
+ * `device` was refused for lack of memory; `report` (valid during the call)
+ * is the text the last error gets (see `npualloc_set_oom_observer`).
+ */
+typedef void (*npualloc_oom_hook)(void *user, int32_t device, size_t requested, const char *report);
+
+/**
  * Allocator statistics (PyTorch `memory_stats()` vocabulary, plus where the
  * reserved memory is). The caller sets `struct_size` to
  * `sizeof(npualloc_stats)`; fields past it are not written, so callers built
@@ -359,6 +366,7 @@ typedef struct npualloc_api {
     npualloc_status (*erase_stream)(struct npualloc_allocator*, void*, aclrtStream);
     npualloc_status (*pluggable_allocator)(int, struct npualloc_allocator**);
     npualloc_status (*set_before_release)(struct npualloc_allocator*, npualloc_release_hook, void*);
+    npualloc_status (*set_oom_observer)(struct npualloc_allocator*, npualloc_oom_hook, void*);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -701,6 +709,25 @@ npualloc_status npualloc_pluggable_snapshot_pytorch_json(int device, char **out_
 npualloc_status npualloc_set_before_release(struct npualloc_allocator *a,
                                             npualloc_release_hook fn,
                                             void *user);
+
+/**
+ * Installs `fn`, run with `user` once per request refused with
+ * NPUALLOC_ERR_OUT_OF_MEMORY, after everything the request took was given
+ * back and with no npualloc lock held, on the thread that made the
+ * request, with the same report text the last error gets. NULL `fn`
+ * removes it; replaces any earlier observer. (The config key
+ * `oom_snapshot:PATH` of the API contract is not implemented yet.)
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle.
+ * Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle; `fn` may be called with `user` from any
+ * thread until it is replaced or the allocator destroyed.
+ */
+npualloc_status npualloc_set_oom_observer(struct npualloc_allocator *a,
+                                          npualloc_oom_hook fn,
+                                          void *user);
 
 /**
  * The message recorded by the most recent failing npualloc call on this

@@ -4,7 +4,7 @@
 
 use npualloc::ffi::allocator::{npualloc_destroy, npualloc_erase_stream, npualloc_record_stream};
 use npualloc::ffi::handle::npualloc_allocator;
-use npualloc::ffi::hooks::npualloc_set_before_release;
+use npualloc::ffi::hooks::{npualloc_set_before_release, npualloc_set_oom_observer};
 use npualloc::ffi::last_error::last_error_message;
 use npualloc::ffi::pluggable::*;
 use npualloc::ffi::stats::{npualloc_get_stats, npualloc_stats};
@@ -22,6 +22,16 @@ fn emulator_path() -> PathBuf {
 }
 
 static CALLS: AtomicU32 = AtomicU32::new(0);
+static REFUSED: AtomicU32 = AtomicU32::new(0);
+static REPORT: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+unsafe extern "C" fn refused(_: *mut c_void, device: i32, requested: usize, report: *const std::ffi::c_char) {
+    // SAFETY: the report is a C string valid during the call.
+    let text = unsafe { std::ffi::CStr::from_ptr(report) }.to_string_lossy().into_owned();
+    assert_eq!((device, requested), (0, 1 << 40));
+    *REPORT.lock().unwrap() = text;
+    REFUSED.fetch_add(1, Ordering::SeqCst);
+}
 
 unsafe extern "C" fn count(user: *mut c_void, device: i32) {
     assert_eq!(user as usize, 0x1234, "the hook gets its user pointer");
@@ -82,5 +92,17 @@ fn the_pluggable_allocator_as_a_handle() {
         assert_eq!(npualloc_set_before_release(a, None, null_mut()), NPUALLOC_OK);
         npualloc_pluggable_empty_cache(true);
         assert_eq!(CALLS.load(Ordering::SeqCst), 1, "a removed hook is not called");
+
+        // The out-of-memory observer: once per refusal, with its report.
+        assert_eq!(npualloc_set_oom_observer(null_mut(), Some(refused), null_mut()), NPUALLOC_ERR_INVALID_ARGUMENT);
+        assert_eq!(npualloc_set_oom_observer(a, Some(refused), null_mut()), NPUALLOC_OK);
+        assert!(npualloc_pluggable_malloc(1 << 40, 0, null_mut()).is_null());
+        assert_eq!(REFUSED.load(Ordering::SeqCst), 1);
+        let report = REPORT.lock().unwrap().clone();
+        assert!(report.starts_with("cannot allocate"), "{report}");
+        assert!(last_error_message().contains(&report), "the last error carries the same report");
+        assert_eq!(npualloc_set_oom_observer(a, None, null_mut()), NPUALLOC_OK);
+        assert!(npualloc_pluggable_malloc(1 << 40, 0, null_mut()).is_null());
+        assert_eq!(REFUSED.load(Ordering::SeqCst), 1, "a removed observer is not called");
     }
 }

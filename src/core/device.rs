@@ -113,7 +113,12 @@ impl<B: Backing> Device<B> {
                 Ok(addr) => addr,
                 Err(e) => {
                     drop(pool);
-                    return self.ladder(shard, size, rounded, e);
+                    let refused = self.ladder(shard, size, rounded, e);
+                    if let Err(Error::OutOfMemory(report)) = &refused {
+                        // No lock held, everything the request took given back.
+                        self.sh.hooks.out_of_memory(self.sh.device, size, report);
+                    }
+                    return refused;
                 }
             },
         };

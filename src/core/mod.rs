@@ -58,7 +58,7 @@ use crate::runtime::{Runtime, Stream};
 use crate::trace::TraceRecorder;
 use backing::{Backing, ExpandableRanges, FixedSegments, MemoryLimit};
 use device::Device;
-pub use hooks::ReleaseHook;
+pub use hooks::{OomHook, ReleaseHook};
 use policy::Policy;
 use shared::Shared;
 pub use snapshot::{BlockSnapshot, BlockSnapshotState, SegmentSnapshot, Snapshot};
@@ -238,6 +238,12 @@ impl DeviceAllocator {
     /// synchronization that precedes giving memory back (see `hooks`).
     pub fn set_before_release(&self, hook: Option<(hooks::ReleaseHook, *mut std::ffi::c_void)>) {
         with_device!(&self.engine, d => d.sh.hooks.set_before_release(hook))
+    }
+
+    /// Installs (Some) or removes (None) the observer run once per request
+    /// refused for lack of memory (see `hooks`).
+    pub fn set_out_of_memory_observer(&self, hook: Option<(hooks::OomHook, *mut std::ffi::c_void)>) {
+        with_device!(&self.engine, d => d.sh.hooks.set_out_of_memory(hook))
     }
 
     /// Writes the buffered trace events to the `trace` file (no-op without one).

@@ -101,6 +101,8 @@ pub struct npualloc_api {
         super::hooks::npualloc_release_hook,
         *mut c_void,
     ) -> npualloc_status,
+    pub set_oom_observer:
+        unsafe extern "C" fn(*mut npualloc_allocator, super::hooks::npualloc_oom_hook, *mut c_void) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -147,6 +149,7 @@ static API_V1: npualloc_api = npualloc_api {
     erase_stream: super::allocator::npualloc_erase_stream,
     pluggable_allocator: super::pluggable::npualloc_pluggable_allocator,
     set_before_release: super::hooks::npualloc_set_before_release,
+    set_oom_observer: super::hooks::npualloc_set_oom_observer,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error
@@ -204,6 +207,7 @@ mod tests {
         assert_eq!(std::mem::offset_of!(npualloc_api, erase_stream), after);
         assert_eq!(std::mem::offset_of!(npualloc_api, pluggable_allocator), after + word);
         assert_eq!(std::mem::offset_of!(npualloc_api, set_before_release), after + 2 * word);
+        assert_eq!(std::mem::offset_of!(npualloc_api, set_oom_observer), after + 3 * word);
         // SAFETY: a non-NULL result points to the static table.
         let api = unsafe { &*npualloc_get_api(1) };
         let null = std::ptr::null_mut();
@@ -213,6 +217,7 @@ mod tests {
             assert_eq!((api.erase_stream)(null, none, none), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
             assert_eq!((api.pluggable_allocator)(0, null.cast()), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
             assert_eq!((api.set_before_release)(null, None, none), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            assert_eq!((api.set_oom_observer)(null, None, none), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
         }
     }
 }

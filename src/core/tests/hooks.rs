@@ -110,3 +110,38 @@ fn the_release_threshold_runs_the_hook_before_it_gives_memory_back() {
     a.set_before_release(None);
     a.teardown().unwrap();
 }
+
+struct Refusals {
+    seen: Vec<(i32, usize, String)>,
+}
+
+unsafe extern "C" fn observe(user: *mut c_void, device: i32, requested: usize, report: *const std::ffi::c_char) {
+    // SAFETY: the test passes a live, exclusive `Refusals`; `report` is a C
+    // string valid during the call (the hook's contract).
+    let (r, text) = unsafe { (&mut *(user as *mut Refusals), std::ffi::CStr::from_ptr(report)) };
+    r.seen.push((device, requested, text.to_string_lossy().into_owned()));
+}
+
+#[test]
+fn the_out_of_memory_observer_sees_each_refusal_once_with_its_report() {
+    let _g = emu_lock();
+    set_capacity(64 << 20);
+    let a = allocator("expandable_segments:false");
+    let mut refusals = Refusals { seen: vec![] };
+    a.set_out_of_memory_observer(Some((observe, &mut refusals as *mut Refusals as *mut c_void)));
+    let p = a.malloc(40 << 20, Stream::DEFAULT).unwrap();
+    assert!(refusals.seen.is_empty(), "a request that fits is not reported");
+    let Err(Error::OutOfMemory(msg)) = a.malloc(30 << 20, Stream::DEFAULT) else { panic!("expected OOM") };
+    assert_eq!(refusals.seen.len(), 1);
+    let (device, requested, report) = &refusals.seen[0];
+    assert_eq!((*device, *requested), (a.device(), 30 << 20));
+    assert_eq!(report, &msg, "the observer gets the error's report");
+    assert!(a.malloc(0, Stream::DEFAULT).is_err());
+    assert_eq!(refusals.seen.len(), 1, "other refusals are not out-of-memory");
+    a.set_out_of_memory_observer(None);
+    assert!(a.malloc(30 << 20, Stream::DEFAULT).is_err());
+    assert_eq!(refusals.seen.len(), 1, "a removed observer is not called");
+    a.free(p).unwrap();
+    a.teardown().unwrap();
+    set_capacity(1 << 30);
+}
