@@ -333,3 +333,15 @@ def test_enable_config_goes_to_npualloc_conf_and_a_refused_one_changes_nothing(r
     assert r["conf_after"] == "expandable_segments:false"
     assert r["segments"] == 1
     assert "already torch_npu's allocator" in r["other"]
+
+
+def test_statistics_of_a_device_never_used_are_zero(run_npu):
+    r = run(run_npu, """
+        x = torch.empty(1 << 20, device="npu")
+        st = torch.npu.memory_stats(3)
+        torch.npu.reset_peak_memory_stats(3)
+        report({"allocated3": torch.npu.memory_allocated(3), "reserved3": torch.npu.memory_reserved(3),
+                "allocs3": st.get("allocation.all.allocated", 0), "allocated0": torch.npu.memory_allocated(0)})
+    """).result
+    assert (r["allocated3"], r["reserved3"], r["allocs3"]) == (0, 0, 0)
+    assert r["allocated0"] > 0

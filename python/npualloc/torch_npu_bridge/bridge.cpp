@@ -153,7 +153,11 @@ class Bridge final : public NCA::NPUAllocator {
   }
   void FreeDeviceCachedMemory(int device) override {
     // GE's out-of-memory retry: the cache of one device goes back.
-    check(api->empty_cache(handle(device)), "FreeDeviceCachedMemory");
+    check_device(device);
+    npualloc_allocator* a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
+    if (a != nullptr) {
+      check(api->empty_cache(a), "FreeDeviceCachedMemory");
+    }
   }
 
   void cacheInfo(int device, size_t* cached_and_free, size_t* largest_block) override {
@@ -256,7 +260,11 @@ class Bridge final : public NCA::NPUAllocator {
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
-    check(api->reset_peak_stats(handle(device)), "reset_peak_stats");
+    check_device(device);
+    npualloc_allocator* a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
+    if (a != nullptr) {
+      check(api->reset_peak_stats(a), "reset_peak_stats");
+    }
   }
 
   // ---- history and snapshot ---------------------------------------------------------------
@@ -440,11 +448,17 @@ class Bridge final : public NCA::NPUAllocator {
     }
   }
 
+  // A device torch_npu never allocated on has no allocator: all zeroes, and none is created
+  // (creating one would touch that device).
   npualloc_stats stats_of(int device) {
+    check_device(device);
     npualloc_stats s;
     std::memset(&s, 0, sizeof s);
     s.struct_size = sizeof s;
-    check(api->get_stats(handle(device), &s), "get_stats");
+    npualloc_allocator* a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
+    if (a != nullptr) {
+      check(api->get_stats(a, &s), "get_stats");
+    }
     return s;
   }
 
