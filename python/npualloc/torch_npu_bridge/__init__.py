@@ -14,6 +14,9 @@ headers torch and torch_npu wheels carry (``torch/include``,
 ``torch_npu/include``), Python's headers (torch's headers include them), and
 ``npualloc.h`` (inside the installed package, or the checkout's
 ``include/``). No CMake, ninja or torch.utils.cpp_extension is used.
+
+What it relies on in torch_npu is in docs/runtime-behaviour.md "How torch_npu
+talks to its allocator".
 """
 
 import hashlib

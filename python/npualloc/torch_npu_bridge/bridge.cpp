@@ -15,6 +15,7 @@
 // points and the Python package see the same allocators. Errors of npualloc become c10 errors
 // (OutOfMemoryError for an out-of-memory, with npualloc's report) where torch_npu expects them;
 // nothing throws out of the functions C or Rust calls (the deleter, the release hook, install).
+// The torch_npu facts this relies on: docs/runtime-behaviour.md "How torch_npu talks to its allocator".
 
 #include <dlfcn.h>
 
