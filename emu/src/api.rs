@@ -62,6 +62,10 @@ apis! {
     CaptureThreadExchangeMode = "aclmdlRICaptureThreadExchangeMode",
     ExecuteAsync = "aclmdlRIExecuteAsync",
     ModelDestroy = "aclmdlRIDestroy",
+    CreateContext = "aclrtCreateContext",
+    DestroyContext = "aclrtDestroyContext",
+    SetCurrentContext = "aclrtSetCurrentContext",
+    GetCurrentContext = "aclrtGetCurrentContext",
 }
 
 /// How many functions `Api` names (the length of per-function tables).

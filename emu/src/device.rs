@@ -1,5 +1,5 @@
 //! Emulated devices: how many there are, each one's memory capacity, and the
-//! thread's current device (thread-local, like an ACL context).
+//! thread's current device (its current context's, see `context`).
 //!
 //! Capacity is a budget, not a reservation: memory is consumed only where it
 //! is written, so multi-GiB traces replay on a small host. What is charged
@@ -14,14 +14,10 @@
 //! 5 TiB usable): `ACLEMU_ADDRESS_SPACE=<size>`, default 5 TiB; running out
 //! gives 207001.
 
-use crate::error::{
-    AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_CONTEXT_NULL, ACL_ERROR_RT_INVALID_DEVICEID,
-    ACL_ERROR_RT_MEMORY_ALLOCATION,
-};
+use crate::error::{AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_INVALID_DEVICEID, ACL_ERROR_RT_MEMORY_ALLOCATION};
 use crate::faults::Api;
 use crate::ffi::{acl_entry, emu_entry, write_out};
 use crate::usage::Counters;
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -154,37 +150,15 @@ pub fn get(id: i32) -> AclResult<&'static Device> {
     usize::try_from(id).ok().and_then(|i| devices().get(i)).ok_or(ACL_ERROR_RT_INVALID_DEVICEID)
 }
 
-thread_local! {
-    /// The thread's current device, -1 when none is set.
-    static CURRENT: Cell<i32> = const { Cell::new(-1) };
-}
-
-/// The thread's current device id, or 107002 when none is set.
+/// The thread's current device id (its current context's device), or
+/// 107002 when it has no live context (`context`).
 pub fn current() -> AclResult<i32> {
-    let id = CURRENT.with(Cell::get);
-    if id < 0 {
-        Err(ACL_ERROR_RT_CONTEXT_NULL)
-    } else {
-        Ok(id)
-    }
+    crate::context::current().map(|(_, device)| device)
 }
 
 /// The thread's current device id, if any (for bookkeeping that needs no device).
 pub fn current_or(default: i32) -> i32 {
     current().unwrap_or(default)
-}
-
-/// Sets the calling thread's current device.
-///
-/// # Safety
-/// No pointer arguments.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtSetDevice(device_id: i32) -> crate::aclError {
-    acl_entry!(Api::SetDevice, {
-        get(device_id)?;
-        CURRENT.with(|c| c.set(device_id));
-        Ok(())
-    })
 }
 
 /// Reports the calling thread's current device (107002 if none is set).
@@ -200,25 +174,6 @@ pub unsafe extern "C" fn aclrtGetDevice(device_id: *mut i32) -> crate::aclError 
         let id = current()?;
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(device_id, id) }
-    })
-}
-
-/// Releases the thread's hold on a device. The emulator only clears the
-/// thread's current device (if it is this one): streams and events live on
-/// until destroyed, so leaks stay visible in `aclemu_get_usage`.
-///
-/// # Safety
-/// No pointer arguments.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtResetDevice(device_id: i32) -> crate::aclError {
-    acl_entry!(Api::ResetDevice, {
-        get(device_id)?;
-        CURRENT.with(|c| {
-            if c.get() == device_id {
-                c.set(-1);
-            }
-        });
-        Ok(())
     })
 }
 

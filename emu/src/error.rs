@@ -19,11 +19,13 @@ pub const ACL_ERROR_REPEAT_FINALIZE: aclError = 100_037;
 pub const ACL_ERROR_RT_PARAM_INVALID: aclError = 107_000;
 pub const ACL_ERROR_RT_INVALID_DEVICEID: aclError = 107_001;
 pub const ACL_ERROR_RT_CONTEXT_NULL: aclError = 107_002;
+pub const ACL_ERROR_RT_STREAM_CONTEXT: aclError = 107_003;
 pub const ACL_ERROR_RT_INVALID_HANDLE: aclError = 107_017;
 pub const ACL_ERROR_RT_FEATURE_NOT_SUPPORT: aclError = 207_000;
 pub const ACL_ERROR_RT_MEMORY_ALLOCATION: aclError = 207_001;
 pub const ACL_ERROR_RT_NO_EVENT_RESOURCE: aclError = 207_007;
 pub const ACL_ERROR_RT_INTERNAL_ERROR: aclError = 507_000;
+pub const ACL_ERROR_RT_CONTEXT_RELEASE_ERROR: aclError = 507_007;
 /// A driver-kernel -EINVAL the runtime's error map lacks (RB).
 pub const ACL_ERROR_RT_DRV_INTERNAL_ERROR: aclError = 507_899;
 

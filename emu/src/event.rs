@@ -81,6 +81,8 @@ fn record(event: *mut c_void, stream: *mut c_void) -> AclResult<()> {
     let mut eng = engine();
     let id = eng.event_id(event)?;
     let key = eng.resolve(stream)?;
+    // "Event recording": a stream of another context is 107003.
+    crate::context::check_stream(key)?;
     if eng.capture.is_capturing(key) {
         // Captured: recorded into the model, not at the stream's end.
         eng.submit(key, Work::Record { event: id });
@@ -135,6 +137,8 @@ fn stream_wait(stream: *mut c_void, event: *mut c_void) -> AclResult<()> {
     let mut eng = engine();
     let id = eng.event_id(event)?;
     let key = eng.resolve(stream)?;
+    // `ApiImpl::StreamWaitEvent` checks the stream's context too.
+    crate::context::check_stream(key)?;
     let rec = eng.event(id);
     // [doc] events created with a flag but without ACL_EVENT_SYNC cannot be
     // waited on (the runtime: not supported).

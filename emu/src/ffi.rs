@@ -73,6 +73,7 @@ pub enum Kind {
     Desc = 0x53,
     Physical = 0x54,
     Model = 0x55,
+    Context = 0x56,
 }
 
 const TAG_SHIFT: u32 = 40;

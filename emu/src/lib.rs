@@ -10,6 +10,10 @@
 //! - `device`: device count, capacity (`ACLEMU_DEVICE_COUNT`, default 8;
 //!   `ACLEMU_DEVICE_MEMORY`, default 64 GiB), thread-local current device,
 //!   aclrtGetMemInfo, `aclemu_set_device_memory`.
+//! - `context`: primary and created contexts, the thread's current one,
+//!   each created stream's context. `device_refs`: aclrtSetDevice /
+//!   aclrtResetDevice reference counts and what reaching 0 releases
+//!   (`aclemu_device_refs`).
 //! - `memory`: aclrtMalloc/Free/MallocHost/FreeHost.
 //! - `queue`: stream work queues and event positions; `stream`, `event`:
 //!   their ACL calls and the hold/release test controls.
@@ -28,7 +32,7 @@
 //! Handles (streams, events, descs, physical handles) are tagged ids, never
 //! dereferenced, validated against registries: a bad handle is an error
 //! (107017 for streams/events/physical handles, 100000 for descs).
-//! State is process-global; the current device is per thread.
+//! State is process-global; the current context (and so device) is per thread.
 
 // ACL's C names are kept verbatim.
 #![allow(non_snake_case)]
@@ -37,9 +41,11 @@
 mod allocator_desc;
 mod api;
 mod capture;
+mod context;
 mod copy;
 mod cost;
 mod device;
+mod device_refs;
 pub mod error;
 mod event;
 mod faults;
@@ -67,9 +73,11 @@ pub use capture::{
     aclmdlRICaptureBegin, aclmdlRICaptureEnd, aclmdlRICaptureGetInfo, aclmdlRICaptureThreadExchangeMode,
     aclmdlRIDestroy, aclmdlRIExecuteAsync,
 };
+pub use context::{aclrtCreateContext, aclrtDestroyContext, aclrtGetCurrentContext, aclrtSetCurrentContext};
 pub use copy::{aclrtMemcpy2d, aclrtMemcpy2dAsync};
 pub use cost::aclemu_set_cost;
-pub use device::{aclemu_set_device_memory, aclrtGetDevice, aclrtGetMemInfo, aclrtResetDevice, aclrtSetDevice};
+pub use device::{aclemu_set_device_memory, aclrtGetDevice, aclrtGetMemInfo};
+pub use device_refs::{aclemu_device_refs, aclrtResetDevice, aclrtSetDevice};
 pub use event::{
     aclemu_set_event_lag, aclrtCreateEvent, aclrtCreateEventWithFlag, aclrtDestroyEvent, aclrtQueryEventStatus,
     aclrtRecordEvent, aclrtStreamWaitEvent, aclrtSynchronizeEvent, ACL_EVENT_RECORDED_STATUS_COMPLETE,

@@ -166,6 +166,28 @@ fn free(ptr: *mut c_void) -> AclResult<()> {
     Ok(())
 }
 
+/// Releases every aclrtMalloc block of `device` (nothing holds the device
+/// any more, `device_refs`): unmapped and uncharged, as a device release
+/// frees the process's device memory.
+pub fn release_device(device: i32) {
+    let gone: Vec<Block> = {
+        let mut blocks = lock(&BLOCKS);
+        let keys: Vec<usize> = blocks.device.iter().filter(|(_, b)| b.device == device).map(|(&k, _)| k).collect();
+        keys.iter().filter_map(|k| blocks.device.remove(k)).collect()
+    };
+    let Ok(dev) = device::get(device) else { return };
+    let counters = usage::of(device);
+    for block in gone {
+        // SAFETY: the block was ours and is now out of the registry; the
+        // device's work was finished before its release.
+        unsafe { host_map::unmap(block.base as *mut c_void, block.map_len) };
+        dev.uncharge(block.charged, block.pool);
+        dev.return_address(block.map_len as u64);
+        usage::sub(&counters.malloc_bytes, block.charged);
+        usage::sub(&counters.malloc_count, 1);
+    }
+}
+
 unsafe fn malloc_host(host_ptr: *mut *mut c_void, size: usize) -> AclResult<()> {
     require(!host_ptr.is_null() && size != 0)?;
     let len = host_map::page_round(size).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;

@@ -18,8 +18,9 @@ use std::ffi::c_void;
 
 unsafe fn create(stream: *mut *mut c_void) -> AclResult<()> {
     require(!stream.is_null())?;
-    let dev = device::current()?;
+    let (ctx, dev) = crate::context::current()?;
     let id = engine().create_stream(dev);
+    crate::context::adopt_stream(id, ctx);
     usage::add(&usage::of(dev).streams, 1);
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { write_out(stream, handle(Kind::Stream, id)) }
@@ -29,8 +30,12 @@ fn destroy(stream: *mut c_void) -> AclResult<()> {
     require(!stream.is_null())?;
     let mut eng = engine();
     let key = eng.resolve(stream)?;
+    // The runtime destroys only streams of the current context.
+    crate::context::check_stream(key)?;
     refuse_capturing(&eng, key)?;
     let dev = eng.destroy_stream(key);
+    drop(eng);
+    crate::context::forget_stream(key);
     usage::sub(&usage::of(dev).streams, 1);
     Ok(())
 }

@@ -281,12 +281,18 @@ fn destroying_a_held_stream_finishes_its_work() {
 fn events_and_streams_belong_to_their_creation_device() {
     let dev = Dev::take();
     let (s, e) = (stream(), event());
-    // Used from another thread with no current device: explicit handles work.
-    let (su, eu) = (s as usize, e as usize);
+    // Another thread with no current context cannot record on the stream
+    // (107002); once it makes the stream's context current it can.
+    let mut ctx = null_mut();
+    // SAFETY: a live local out-pointer.
+    assert_eq!(unsafe { aclrtGetCurrentContext(&mut ctx) }, 0);
+    let (su, eu, cu) = (s as usize, e as usize, ctx as usize);
     let before = dev.syncs();
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     on_fresh_thread(move || unsafe {
         let (s, e) = (su as *mut std::ffi::c_void, eu as *mut std::ffi::c_void);
+        assert_eq!(aclrtRecordEvent(e, s), RT_CONTEXT_NULL);
+        assert_eq!(aclrtSetCurrentContext(cu as *mut std::ffi::c_void), 0);
         assert_eq!(aclrtRecordEvent(e, s), 0);
         assert_eq!(aclrtSynchronizeEvent(e), 0);
         assert_eq!(aclrtSynchronizeStream(s), 0);

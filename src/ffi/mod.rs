@@ -26,6 +26,7 @@ pub mod allocator;
 pub mod desc;
 pub mod handle;
 pub mod history;
+pub mod hooks;
 pub mod last_error;
 pub mod memcpy;
 pub mod pluggable;

@@ -3,8 +3,10 @@
 
 mod blocks;
 mod config_effect;
+mod erase;
 mod expandable;
 mod history;
+mod hooks;
 mod out_of_memory;
 mod pieces;
 mod random;
