@@ -106,8 +106,10 @@ impl<B: Backing> Device<B> {
             }
         }
         self.sh.counters.retried();
+        // Pools with use_on_oom give their cache to requests of other pools.
+        let own = self.streams.entry_of(shard.lock_anyway().id).pool;
         for step in Step::LADDER {
-            if !self.reclaim(step) {
+            if !self.reclaim(step, own) {
                 continue;
             }
             tried.push(step.name());
@@ -164,11 +166,12 @@ impl<B: Backing> Device<B> {
     }
 
     /// Runs one recovery step; false when it had nothing to do.
-    fn reclaim(&self, step: Step) -> bool {
+    fn reclaim(&self, step: Step, own: u64) -> bool {
+        let pick = |e: &super::streams::StreamEntry<B>| e.reclaimable() || (e.use_on_oom && e.pool != own);
         match step {
             Step::ReleaseCached => {
                 // Failures only mean less came back; the retry says.
-                let _ = self.release_free(Scope::All);
+                let _ = self.release_free_where(Scope::All, pick);
                 true
             }
             Step::FreeCachedPages => B::free_cached(&self.sh).is_ok_and(|freed| freed > 0),
@@ -177,7 +180,7 @@ impl<B: Backing> Device<B> {
                     return false;
                 }
                 self.wait_pending();
-                let _ = self.release_free(Scope::All);
+                let _ = self.release_free_where(Scope::All, pick);
                 let _ = B::free_cached(&self.sh);
                 true
             }

@@ -37,6 +37,7 @@ mod lock;
 mod oom_report;
 pub(crate) mod policy;
 mod pool;
+pub mod pools;
 pub mod pytorch_snapshot;
 mod reclaim;
 mod registry;
@@ -322,6 +323,31 @@ impl DeviceAllocator {
     /// format (see `pytorch_snapshot`). Locks each shard in turn.
     pub fn pytorch_snapshot(&self) -> Result<pytorch_snapshot::Value> {
         with_device!(&self.engine, d => d.pytorch_snapshot())
+    }
+
+    /// Creates a private pool (Note [pools]); returns its id.
+    pub fn pool_create(&self, config: pools::config::PoolConfig) -> Result<u64> {
+        with_device!(&self.engine, d => d.pool_create(config))
+    }
+
+    /// Routes allocations on `stream` (None: of the calling thread) to `pool`.
+    pub fn pool_begin(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
+        with_device!(&self.engine, d => d.pool_begin(pool, stream))
+    }
+
+    /// Ends the innermost route of `stream` (None: of the calling thread).
+    pub fn pool_end(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
+        with_device!(&self.engine, d => d.pool_end(pool, stream))
+    }
+
+    /// Destroys a pool: no more routes, its cached memory goes back.
+    pub fn pool_destroy(&self, pool: u64) -> Result<()> {
+        with_device!(&self.engine, d => d.pool_destroy(pool))
+    }
+
+    /// One pool's statistics.
+    pub fn pool_stats(&self, pool: u64) -> Result<Stats> {
+        with_device!(&self.engine, d => d.pool_stats(pool))
     }
 
     pub fn check_invariants(&self) -> Result<(), String> {

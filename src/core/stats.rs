@@ -263,6 +263,11 @@ impl HighWater {
     pub fn passed(&self, allocated: u64, requested: u64) -> bool {
         allocated > self.allocated.load(Relaxed) || requested > self.requested.load(Relaxed)
     }
+
+    /// The marks: (allocated, requested).
+    pub fn marks(&self) -> (u64, u64) {
+        (self.allocated.load(Relaxed), self.requested.load(Relaxed))
+    }
 }
 
 /// The peaks of allocated and requested bytes over all shards.

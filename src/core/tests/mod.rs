@@ -9,6 +9,7 @@ mod history;
 mod hooks;
 mod out_of_memory;
 mod pieces;
+mod pools;
 mod random;
 mod reuse;
 mod streams;
