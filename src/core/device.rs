@@ -21,6 +21,8 @@ use super::backing::{Backing, GrowContext, GrowError};
 use super::history::Action;
 use super::policy::{PoolKind, MAX_REQUEST};
 use super::pool::Pool;
+use super::pools::routing::Routes;
+use super::pools::Pools;
 use super::shard::Shard;
 use super::shared::Shared;
 use super::sleep::SleepState;
@@ -39,6 +41,9 @@ pub(crate) struct Device<B: Backing> {
     pub(super) ladder: Mutex<()>,
     /// Set once torn down: every call is refused.
     pub(super) broken: AtomicBool,
+    /// Private pools and the routes to them (Note [pools]).
+    pub(super) pools: Pools,
+    pub(super) routes: Routes,
     /// Asleep or awake (Note [sleep]).
     pub(super) sleep: SleepState,
 }
@@ -51,8 +56,15 @@ impl<B: Backing> Device<B> {
             peaks: Peaks::default(),
             ladder: Mutex::new(()),
             broken: AtomicBool::new(false),
+            pools: Pools::default(),
+            routes: Routes::default(),
             sleep: SleepState::default(),
         }
+    }
+
+    /// Refuses every call once torn down.
+    pub(super) fn check_open(&self) -> Result<()> {
+        self.check_usable()
     }
 
     #[inline(always)]
@@ -77,7 +89,33 @@ impl<B: Backing> Device<B> {
     #[cold]
     #[inline(never)]
     fn add_stream(&self, stream: Stream) -> Result<&StreamEntry<B>> {
+        self.add_entry(stream, 0)
+    }
+
+    /// The shards of `stream` in the pool a route names for this request
+    /// (Note [pools]); pool 0 when none applies.
+    #[cold]
+    #[inline(never)]
+    fn routed_entry(&self, stream: Stream) -> Result<&StreamEntry<B>> {
+        match self.routes.pool_for(stream) {
+            0 => self.stream_entry(stream),
+            pool => match self.streams.find_in(pool, stream) {
+                Some(e) => Ok(e),
+                None => self.add_entry(stream, pool),
+            },
+        }
+    }
+
+    /// Makes the entry of `stream` in `pool`, checking the stream first.
+    fn add_entry(&self, stream: Stream, pool: u64) -> Result<&StreamEntry<B>> {
         let capturing = check_live_stream(&self.sh.rt, self.sh.device, stream)?;
+        let use_on_oom = match pool {
+            0 => false,
+            _ => match self.pools.live_config(pool) {
+                Some(c) => c.use_on_oom,
+                None => return Err(Error::InvalidArgument(format!("pool {pool} was destroyed"))),
+            },
+        };
         let sh = &self.sh;
         let make = |slot: usize| {
             let shard =
@@ -92,9 +130,11 @@ impl<B: Backing> Device<B> {
             e.high.clear();
             e.clear_graph_for_revival();
         };
-        let made = self.streams.get_or_add(stream, make, revive);
+        let made = self.streams.get_or_add(stream, pool, use_on_oom, make, revive);
         if let Some(entry) = made {
-            if capturing {
+            // A capture routed to a pool keeps its memory by the pool's
+            // rules; only an unrouted one needs the quarantine (Note [capture]).
+            if capturing && pool == 0 {
                 entry.mark_graph();
             }
         }
@@ -122,10 +162,11 @@ impl<B: Backing> Device<B> {
         }
         let rounded = self.sh.policy.round(size);
         let kind = self.sh.policy.pool_for(rounded);
-        let entry = self.stream_entry(stream)?;
+        // The one branch pools add to a malloc (Note [pools]).
+        let entry = if self.routes.any() { self.routed_entry(stream)? } else { self.stream_entry(stream)? };
         // The one branch sleep adds to a malloc (Note [sleep]).
         if self.sleep.refusing() {
-            self.sleep.check((2 * entry.slot + kind as usize) as u32)?;
+            self.sleep.check(entry)?;
         }
         let shard = &entry.shards[kind as usize];
         let mut pool = shard.lock()?;
@@ -135,7 +176,12 @@ impl<B: Backing> Device<B> {
                 Ok(addr) => addr,
                 Err(e) => {
                     drop(pool);
-                    return self.ladder(shard, size, rounded, e);
+                    let refused = self.ladder(shard, size, rounded, e);
+                    if let Err(Error::OutOfMemory(report)) = &refused {
+                        // No lock held, everything the request took given back.
+                        self.sh.hooks.out_of_memory(self.sh.device, size, report);
+                    }
+                    return refused;
                 }
             },
         };
@@ -201,17 +247,47 @@ impl<B: Backing> Device<B> {
         let (entry, kind) = self.owner_entry(addr, "free")?;
         let shard = &entry.shards[kind];
         let mut pool = shard.lock()?;
-        // The one branch capture adds to a free (Note [capture]).
-        let graph = entry.is_graph();
-        if graph {
-            pool.free_quarantined(addr)?;
-        } else {
-            pool.free(addr)?;
+        // The one branch capture and pools add to a free: a graph stream's
+        // block goes to quarantine (Note [capture]), a destroyed pool's
+        // segment back to the device once free (Note [pools]).
+        let flags = entry.flags();
+        if flags != 0 {
+            return self.free_flagged(entry, kind, pool, addr, flags);
         }
+        pool.free(addr)?;
         self.published(entry, kind, &pool);
         self.sh.trace(|t| t.free(addr));
-        if self.sh.release_threshold.is_some() && !graph {
+        if self.sh.release_threshold.is_some() {
             self.release_over_threshold(shard, pool);
+        }
+        Ok(())
+    }
+
+    /// A free on a graph stream or in a destroyed pool.
+    #[cold]
+    #[inline(never)]
+    fn free_flagged(
+        &self,
+        entry: &StreamEntry<B>,
+        kind: usize,
+        mut pool: super::lock::StateGuard<'_, Pool<B>>,
+        addr: usize,
+        flags: u8,
+    ) -> Result<()> {
+        if flags & super::streams::GRAPH != 0 {
+            pool.free_quarantined(addr)?;
+            self.published(entry, kind, &pool);
+            self.sh.trace(|t| t.free(addr));
+            return Ok(());
+        }
+        pool.free(addr)?;
+        self.published(entry, kind, &pool);
+        self.sh.trace(|t| t.free(addr));
+        let detached = pool.detach_for_threshold();
+        drop(pool);
+        if !detached.is_empty() {
+            self.sh.hooks.before_release(self.sh.device);
+            let _ = self.give_back_all(vec![(&entry.shards[kind], detached)]);
         }
         Ok(())
     }
@@ -260,6 +336,15 @@ impl<B: Backing> Device<B> {
         }
         self.sh.trace(|t| t.record_stream(addr, stream));
         Ok(())
+    }
+
+    /// Undoes `record_stream(addr, stream)` (see `Pool::erase_stream`). The
+    /// stream is not checked with the runtime: one the block was never
+    /// recorded on, live or not, changes nothing.
+    pub fn erase_stream(&self, addr: usize, stream: Stream) -> Result<()> {
+        self.check_usable()?;
+        let shard = self.owner(addr, "erase_stream")?;
+        shard.lock()?.erase_stream(addr, stream)
     }
 
     /// The live block containing `addr` (interior pointers allowed).

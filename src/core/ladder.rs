@@ -91,6 +91,9 @@ impl<B: Backing> Device<B> {
             let _ = B::free_cached(&self.sh);
             return Err(first.into_error(size));
         }
+        // Every step below may synchronize before giving memory back; the
+        // host's queued work is handed to the runtime first, with no lock held.
+        self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         let mut last = first;
         let mut tried: Vec<&'static str> = Vec::new();
@@ -113,8 +116,10 @@ impl<B: Backing> Device<B> {
             }
         }
         self.sh.counters.retried();
+        // Pools with use_on_oom give their cache to requests of other pools.
+        let own = self.streams.entry_of(shard.lock_anyway().id).pool;
         for step in Step::LADDER {
-            if !self.reclaim(step) {
+            if !self.reclaim(step, own) {
                 continue;
             }
             tried.push(step.name());
@@ -184,13 +189,14 @@ impl<B: Backing> Device<B> {
     }
 
     /// Runs one recovery step; false when it had nothing to do.
-    fn reclaim(&self, step: Step) -> bool {
+    fn reclaim(&self, step: Step, own: u64) -> bool {
+        let pick = |e: &super::streams::StreamEntry<B>| e.reclaimable() || (e.use_on_oom && e.pool != own);
         match step {
             Step::ReleaseCached => {
                 // Failures only mean less came back; the retry says. The
                 // second pass releases ranges the first one emptied.
-                let _ = self.release_free(Scope::All);
-                let _ = self.release_free(Scope::All);
+                let _ = self.release_free_where(Scope::All, pick);
+                let _ = self.release_free_where(Scope::All, pick);
                 true
             }
             Step::FreeCachedPages => B::free_cached(&self.sh).is_ok_and(|freed| freed > 0),
@@ -199,7 +205,7 @@ impl<B: Backing> Device<B> {
                     return false;
                 }
                 self.wait_pending();
-                let _ = self.release_free(Scope::All);
+                let _ = self.release_free_where(Scope::All, pick);
                 let _ = B::free_cached(&self.sh);
                 true
             }

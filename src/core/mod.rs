@@ -31,12 +31,14 @@ mod directory;
 mod forget;
 mod free_index;
 pub mod history;
+mod hooks;
 mod invariants;
 mod ladder;
 mod lock;
 mod oom_report;
 pub(crate) mod policy;
 mod pool;
+pub mod pools;
 pub mod pytorch_snapshot;
 mod reclaim;
 mod registry;
@@ -61,9 +63,10 @@ use crate::runtime::{Runtime, Stream};
 use crate::trace::TraceRecorder;
 use backing::{Backing, ExpandableRanges, FixedSegments, MemoryLimit};
 use device::Device;
+pub use hooks::{OomHook, ReleaseHook};
 use policy::Policy;
 use shared::Shared;
-pub use sleep::SleepMode;
+pub use pools::config::SleepMode;
 pub use snapshot::{BlockSnapshot, BlockSnapshotState, SegmentSnapshot, Snapshot};
 pub(crate) use stats::stats_table;
 pub use stats::Stats;
@@ -181,6 +184,7 @@ impl DeviceAllocator {
                 trace,
                 history: Default::default(),
                 next_serial: Default::default(),
+                hooks: Default::default(),
                 _hold: hold,
             }
         }
@@ -236,6 +240,24 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.record_stream(addr, stream))
     }
 
+    /// Undoes `record_stream(addr, stream)`: the block's free no longer
+    /// waits for `stream`'s work. A stream never recorded on it: Ok.
+    pub fn erase_stream(&self, addr: usize, stream: Stream) -> Result<()> {
+        with_device!(&self.engine, d => d.erase_stream(addr, stream))
+    }
+
+    /// Installs (Some) or removes (None) the hook run before every
+    /// synchronization that precedes giving memory back (see `hooks`).
+    pub fn set_before_release(&self, hook: Option<(hooks::ReleaseHook, *mut std::ffi::c_void)>) {
+        with_device!(&self.engine, d => d.sh.hooks.set_before_release(hook))
+    }
+
+    /// Installs (Some) or removes (None) the observer run once per request
+    /// refused for lack of memory (see `hooks`).
+    pub fn set_out_of_memory_observer(&self, hook: Option<(hooks::OomHook, *mut std::ffi::c_void)>) {
+        with_device!(&self.engine, d => d.sh.hooks.set_out_of_memory(hook))
+    }
+
     /// Writes the buffered trace events to the `trace` file (no-op without one).
     pub fn flush_trace(&self) -> Result<()> {
         let trace = with_device!(&self.engine, d => &d.sh.trace);
@@ -251,22 +273,17 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.empty_cache())
     }
 
-    /// Sleeps with every shard in `mode` (Note [sleep] in `sleep`);
-    /// returns the device bytes given back. Asleep already: OK, 0.
+    /// Sleeps with every pool, the default one included, in `mode` (Note
+    /// [sleep] in `sleep`); returns the device bytes given back. Asleep
+    /// already: OK, 0.
     pub fn sleep(&self, mode: SleepMode) -> Result<usize> {
-        with_device!(&self.engine, d => d.sleep(&|_| mode, mode))
+        with_device!(&self.engine, d => d.sleep(&|_, _| mode))
     }
 
-    /// Sleeps with each pool's own `sleep` mode (`npualloc_sleep`): the
-    /// default pool keeps its blocks.
+    /// Sleeps with each pool in its own `sleep` mode (`npualloc_sleep`; the
+    /// default pool keeps its blocks).
     pub fn sleep_pools(&self) -> Result<usize> {
-        self.sleep(SleepMode::Keep)
-    }
-
-    /// Sleeps with `mode_of(shard id)` for each shard there is and `later`
-    /// for shards made while asleep (the entry pools route through).
-    pub fn sleep_with(&self, mode_of: &dyn Fn(u32) -> SleepMode, later: SleepMode) -> Result<usize> {
-        with_device!(&self.engine, d => d.sleep(mode_of, later))
+        with_device!(&self.engine, d => d.sleep(&|_, configured| configured))
     }
 
     /// Wakes: every sleeping block mapped again at its address, offloaded
@@ -345,6 +362,31 @@ impl DeviceAllocator {
     /// format (see `pytorch_snapshot`). Locks each shard in turn.
     pub fn pytorch_snapshot(&self) -> Result<pytorch_snapshot::Value> {
         with_device!(&self.engine, d => d.pytorch_snapshot())
+    }
+
+    /// Creates a private pool (Note [pools]); returns its id.
+    pub fn pool_create(&self, config: pools::config::PoolConfig) -> Result<u64> {
+        with_device!(&self.engine, d => d.pool_create(config))
+    }
+
+    /// Routes allocations on `stream` (None: of the calling thread) to `pool`.
+    pub fn pool_begin(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
+        with_device!(&self.engine, d => d.pool_begin(pool, stream))
+    }
+
+    /// Ends the innermost route of `stream` (None: of the calling thread).
+    pub fn pool_end(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
+        with_device!(&self.engine, d => d.pool_end(pool, stream))
+    }
+
+    /// Destroys a pool: no more routes, its cached memory goes back.
+    pub fn pool_destroy(&self, pool: u64) -> Result<()> {
+        with_device!(&self.engine, d => d.pool_destroy(pool))
+    }
+
+    /// One pool's statistics.
+    pub fn pool_stats(&self, pool: u64) -> Result<Stats> {
+        with_device!(&self.engine, d => d.pool_stats(pool))
     }
 
     pub fn check_invariants(&self) -> Result<(), String> {

@@ -13,6 +13,7 @@ use super::device::Device;
 use super::lock::StateGuard;
 use super::pool::Pool;
 use super::shard::Shard;
+use super::streams::StreamEntry;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use std::sync::atomic::Ordering;
@@ -22,8 +23,13 @@ impl<B: Backing> Device<B> {
     /// to its pool, then gives back what `scope` covers. Returns the bytes
     /// given back to the device; the first error after trying everything.
     pub(super) fn release_free(&self, scope: Scope) -> Result<usize> {
+        self.release_free_where(scope, |e| e.reclaimable())
+    }
+
+    /// `release_free` over the entries `pick` chooses.
+    pub(super) fn release_free_where(&self, scope: Scope, pick: impl Fn(&StreamEntry<B>) -> bool) -> Result<usize> {
         let mut taken: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
-        for shard in self.reclaimable_shards() {
+        for shard in self.streams.iter().filter(|e| pick(e)).flat_map(|e| e.shards.iter()) {
             let mut pool = shard.lock_anyway();
             pool.drain_reuse();
             pool.reap_pending();
@@ -103,9 +109,9 @@ impl<B: Backing> Device<B> {
     }
 
     /// The shards whose free memory may be given back: not those of graph
-    /// streams (Note [capture]).
+    /// streams (Note [capture]) nor of live private pools (Note [pools]).
     fn reclaimable_shards(&self) -> impl Iterator<Item = &Shard<B>> + Clone + '_ {
-        self.streams.iter().filter(|e| !e.is_graph()).flat_map(|e| e.shards.iter())
+        self.streams.iter().filter(|e| e.reclaimable()).flat_map(|e| e.shards.iter())
     }
 
     /// Synchronizes each of `streams` once; returns those that could not be
@@ -195,6 +201,7 @@ impl<B: Backing> Device<B> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
         }
+        self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         // The second pass releases the ranges the first one emptied.
         let released = self.release_free(Scope::All)? + self.release_free(Scope::All)?;
@@ -208,6 +215,9 @@ impl<B: Backing> Device<B> {
     #[inline(never)]
     pub(super) fn release_over_threshold(&self, shard: &Shard<B>, mut pool: StateGuard<'_, Pool<B>>) {
         let Some(threshold) = self.sh.release_threshold else { return };
+        if !self.streams.entry_of(pool.id).reclaimable() {
+            return;
+        }
         let allocated: u64 = self.streams.shards().map(|s| s.lane.allocated()).sum();
         let cached = (self.sh.counters.reserved() as u64).saturating_sub(allocated);
         if cached <= threshold as u64 {
@@ -216,6 +226,7 @@ impl<B: Backing> Device<B> {
         let detached = pool.detach_for_threshold();
         drop(pool);
         if !detached.is_empty() {
+            self.sh.hooks.before_release(self.sh.device);
             let _ = self.give_back_all(vec![(shard, detached)]);
         }
     }

@@ -2,17 +2,18 @@
 //!
 //! `sleep` gives back the device memory of an allocator while every address
 //! it handed out stays valid; `wake` brings it back at the same addresses.
-//! What happens to a shard's live blocks is its *mode* (a pool's `sleep`
+//! What happens to a pool's live blocks is its *mode* (the pool's `sleep`
 //! config): `Keep` leaves them, `Offload` copies them to pinned host memory
 //! first, `Discard` drops their contents.
 //!
 //! Sleep, in order:
 //! 1. The allocator becomes asleep: from now on a malloc routed to an
-//!    offload or discard shard is INVALID_ARGUMENT ("asleep"); frees of any
+//!    offload or discard pool is INVALID_ARGUMENT ("asleep"); frees of any
 //!    block go on (a sleeping block is just dropped; its pages are gone).
-//! 2. `empty_cache`: every shard's cached memory goes back (after
-//!    synchronizing the streams that used it).
-//! 3. Under the ladder lock, each offload/discard shard's ranges are taken
+//! 2. The before-release hook runs (a host drains its queue of work), then
+//!    every pool's cached memory goes back, as `empty_cache` gives back the
+//!    default pool's (after synchronizing the streams that used it).
+//! 3. Under the ladder lock, each offload/discard pool's ranges are taken
 //!    off the device run by run (`backing::expandable::sleep`): the streams
 //!    that used a range are synchronized, then one host buffer and one copy
 //!    per run of mapped pages, then the run's pieces are unmapped and their
@@ -21,7 +22,7 @@
 //! 4. Handles that could not be freed are retried with the handle cache.
 //!
 //! Fixed segments cannot be unmapped under a live block: with live blocks
-//! in an offload or discard shard, sleep is UNSUPPORTED and changes nothing.
+//! in an offload or discard pool, sleep is UNSUPPORTED and changes nothing.
 //! If a step fails, what was taken is woken again and the error returned.
 //!
 //! Wake allocates every handle the sleeping runs need first; if one is
@@ -35,30 +36,20 @@
 //! the device: their blocks belong to captured graphs.
 //!
 //! The hot path gets one predictable branch: a malloc reads `refusing`
-//! (false unless asleep with an offload or discard shard).
+//! (false unless asleep with an offload or discard pool). A free gets none.
 
-use super::backing::Backing;
+use super::backing::{Backing, Scope};
 use super::device::Device;
+pub use super::pools::config::SleepMode;
+use super::streams::StreamEntry;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// What sleep does to a shard's (a pool's) live blocks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SleepMode {
-    /// They stay on the device.
-    #[default]
-    Keep,
-    /// Copied to host memory, their device memory given back.
-    Offload,
-    /// Given back without a copy (contents undefined after wake).
-    Discard,
-}
-
 impl SleepMode {
-    /// Whether sleep takes the shard's live blocks off the device.
+    /// Whether sleep takes the pool's live blocks off the device.
     pub fn releases(self) -> bool {
         self != SleepMode::Keep
     }
@@ -67,19 +58,15 @@ impl SleepMode {
 /// An allocator's sleep state.
 #[derive(Debug, Default)]
 pub(crate) struct SleepState {
-    /// Set while asleep with some shard not kept: a malloc checks `asleep`.
+    /// Set while asleep with some pool not kept: a malloc checks `asleep`.
     refusing: AtomicBool,
     asleep: Mutex<Option<Asleep>>,
 }
 
 #[derive(Debug, Clone)]
 struct Asleep {
-    /// The mode of each shard not kept, by shard id.
-    modes: HashMap<u32, SleepMode>,
-    /// The mode of shards made while asleep (the default pool's).
-    later: SleepMode,
-    /// Stream slots there were at sleep: shards of slots past them are new.
-    slots: usize,
+    /// The mode of each pool not kept, by pool id.
+    modes: HashMap<u64, SleepMode>,
 }
 
 impl SleepState {
@@ -93,23 +80,20 @@ impl SleepState {
         self.refusing.load(Ordering::Relaxed)
     }
 
-    /// The refusal of a malloc routed to shard `id`, if it sleeps.
+    /// The refusal of a malloc routed to `entry`, if its pool sleeps.
     #[cold]
     #[inline(never)]
-    pub fn check(&self, id: u32) -> Result<()> {
+    pub fn check<B: Backing>(&self, entry: &StreamEntry<B>) -> Result<()> {
         let state = self.lock();
         let Some(asleep) = state.as_ref() else { return Ok(()) };
-        let mode = if (id as usize / 2) < asleep.slots {
-            asleep.modes.get(&id).copied().unwrap_or(SleepMode::Keep)
-        } else {
-            asleep.later
-        };
-        if mode.releases() {
-            return Err(Error::InvalidArgument(
-                "the allocator is asleep: its offload and discard pools take no allocation until wake".into(),
-            ));
+        match asleep.modes.get(&entry.pool) {
+            Some(mode) if mode.releases() && !entry.is_graph() => Err(Error::InvalidArgument(format!(
+                "the allocator is asleep: pool {} (sleep={}) takes no allocation until npualloc_wake",
+                entry.pool,
+                mode.name()
+            ))),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     pub fn is_asleep(&self) -> bool {
@@ -118,35 +102,33 @@ impl SleepState {
 }
 
 impl<B: Backing> Device<B> {
-    /// Sleeps (Note [sleep]); `mode_of(shard id)` is each shard's mode and
-    /// `later` that of shards made while asleep. Asleep already: OK.
-    /// Returns the device bytes given back.
-    pub fn sleep(&self, mode_of: &dyn Fn(u32) -> SleepMode, later: SleepMode) -> Result<usize> {
+    /// Sleeps (Note [sleep]); `mode_of(pool id, its configured mode)` is
+    /// the mode each pool sleeps in. Asleep already: OK, 0. Returns the
+    /// device bytes given back.
+    pub fn sleep(&self, mode_of: &dyn Fn(u64, SleepMode) -> SleepMode) -> Result<usize> {
         self.check_alive()?;
         let mut state = self.sleep.lock();
         if state.is_some() {
             return Ok(0);
         }
         let mut modes = HashMap::new();
-        for e in self.streams.iter().filter(|e| !e.is_graph()) {
-            for (kind, shard) in e.shards.iter().enumerate() {
-                let id = (2 * e.slot + kind) as u32;
-                let mode = mode_of(id);
-                if !mode.releases() {
-                    continue;
-                }
-                if !B::SLEEPS_LIVE && shard.lock_anyway().live().0 > 0 {
-                    return Err(Error::Unsupported(
-                        "sleep with offload or discard needs expandable segments while such a pool has live blocks \
-                         (fixed segments cannot be unmapped under a live block); nothing was changed"
-                            .into(),
-                    ));
-                }
-                modes.insert(id, mode);
+        for p in self.pool_shards() {
+            let mode = mode_of(p.id, p.sleep);
+            if !mode.releases() {
+                continue;
             }
+            if !B::SLEEPS_LIVE && p.shards.iter().any(|s| s.lock_anyway().live().0 > 0) {
+                return Err(Error::Unsupported(format!(
+                    "sleep with sleep={} needs expandable segments while pool {} has live blocks (fixed segments \
+                     cannot be unmapped under a live block); nothing was changed",
+                    mode.name(),
+                    p.id
+                )));
+            }
+            modes.insert(p.id, mode);
         }
-        *state = Some(Asleep { modes: modes.clone(), later, slots: self.streams.len() });
-        self.sleep.refusing.store(!modes.is_empty() || later.releases(), Ordering::Relaxed);
+        *state = Some(Asleep { modes: modes.clone() });
+        self.sleep.refusing.store(!modes.is_empty(), Ordering::Relaxed);
         let result = self.take_off(&modes);
         if let Err(e) = result {
             // Undo: bring back what was taken (handles are there, as they
@@ -166,12 +148,16 @@ impl<B: Backing> Device<B> {
     }
 
     /// Steps 2 to 4 of sleep.
-    fn take_off(&self, modes: &HashMap<u32, SleepMode>) -> Result<usize> {
-        let mut freed = self.empty_cache()?;
+    fn take_off(&self, modes: &HashMap<u64, SleepMode>) -> Result<usize> {
+        self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        for e in self.streams.iter() {
+        // Every pool's cached memory (the second pass releases the ranges
+        // the first one emptied); graph streams keep theirs (Note [capture]).
+        let pick = |e: &StreamEntry<B>| !e.is_graph();
+        let mut freed = self.release_free_where(Scope::All, pick)? + self.release_free_where(Scope::All, pick)?;
+        for e in self.streams.iter().filter(|e| !e.is_graph()) {
+            let Some(&mode) = modes.get(&e.pool) else { continue };
             for (kind, shard) in e.shards.iter().enumerate() {
-                let Some(&mode) = modes.get(&((2 * e.slot + kind) as u32)) else { continue };
                 let mut pool = shard.lock_anyway();
                 let got = B::sleep_pool(&mut pool, mode == SleepMode::Offload);
                 self.published(e, kind, &pool);

@@ -269,6 +269,11 @@ impl HighWater {
         self.allocated.store(0, Relaxed);
         self.requested.store(0, Relaxed);
     }
+
+    /// The marks: (allocated, requested).
+    pub fn marks(&self) -> (u64, u64) {
+        (self.allocated.load(Relaxed), self.requested.load(Relaxed))
+    }
 }
 
 /// The peaks of allocated and requested bytes over all shards.

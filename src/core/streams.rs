@@ -15,7 +15,7 @@ use super::directory::MAX_SHARDS;
 use super::shard::Shard;
 use super::stats::HighWater;
 use crate::runtime::Stream;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// The stream value of a retired entry: no stream handle is all ones.
 const RETIRED: usize = usize::MAX;
@@ -27,35 +27,64 @@ const CHUNK: usize = 1 << CHUNK_BITS;
 pub(crate) const MAX_STREAMS: usize = 1 << 16;
 const _: () = assert!(2 * MAX_STREAMS <= MAX_SHARDS);
 
-/// One stream and its shards, indexed by `PoolKind`.
+/// `StreamEntry::flags`: the stream was seen capturing (Note [capture]).
+pub(crate) const GRAPH: u8 = 1;
+/// `StreamEntry::flags`: the entry's pool was destroyed (Note [pools]).
+pub(crate) const DESTROYED: u8 = 2;
+
+/// One stream's shards in one pool (0: the default pool; see Note [pools]),
+/// indexed by `PoolKind`.
 pub(crate) struct StreamEntry<B: Backing> {
     /// The stream's handle, `RETIRED` while the entry waits for another.
     stream: AtomicUsize,
     /// Its index in the table.
     pub slot: usize,
+    /// The pool (`npualloc_pool_create`'s id) these shards serve.
+    pub pool: u64,
+    /// The pool's `use_on_oom`: other requests' ladder may release its cache.
+    pub use_on_oom: bool,
     pub shards: [Shard<B>; 2],
     /// High-water marks for the device's peaks (see `stats`).
     pub high: HighWater,
-    /// The stream was seen capturing (Note [capture]); never cleared.
-    graph: AtomicBool,
+    /// GRAPH and DESTROYED; set, cleared only when a retired entry is taken
+    /// over. A free reads them once.
+    flags: AtomicU8,
 }
 
 impl<B: Backing> StreamEntry<B> {
     /// True once the stream was seen capturing (Note [capture]).
     #[inline(always)]
     pub fn is_graph(&self) -> bool {
-        self.graph.load(Ordering::Relaxed)
+        self.flags() & GRAPH != 0
+    }
+
+    #[inline(always)]
+    pub fn flags(&self) -> u8 {
+        self.flags.load(Ordering::Relaxed)
     }
 
     /// Makes the stream a graph stream for good.
     pub fn mark_graph(&self) {
-        self.graph.store(true, Ordering::Relaxed);
+        self.flags.fetch_or(GRAPH, Ordering::Relaxed);
+    }
+
+    /// Notes that the entry's pool was destroyed.
+    pub fn mark_destroyed(&self) {
+        self.flags.fetch_or(DESTROYED, Ordering::Relaxed);
+    }
+
+    /// True if the ladder, `empty_cache`, garbage collection and the
+    /// release threshold may give its free memory back: a default-pool
+    /// stream not seen capturing, or a destroyed pool's (Note [pools]).
+    pub fn reclaimable(&self) -> bool {
+        let flags = self.flags();
+        (self.pool == 0 && flags & GRAPH == 0) || flags & DESTROYED != 0
     }
 
     /// A retired entry taken over by another stream starts as a plain one
     /// (a graph stream's quarantined blocks keep its entry from retiring).
     pub fn clear_graph_for_revival(&self) {
-        self.graph.store(false, Ordering::Relaxed);
+        self.flags.fetch_and(!GRAPH, Ordering::Relaxed);
     }
 }
 
@@ -88,31 +117,42 @@ impl<B: Backing> StreamTable<B> {
         chunk[slot & (CHUNK - 1)].get().expect("published entry")
     }
 
-    /// The entry of `stream`, if it has one.
+    /// The default pool's entry of `stream`, if it has one.
     #[inline]
     pub fn find(&self, stream: Stream) -> Option<&StreamEntry<B>> {
         let len = self.len.load(Ordering::Acquire);
-        (0..len).map(|i| self.entry(i)).find(|e| e.stream.load(Ordering::Acquire) == stream.0)
+        (0..len).map(|i| self.entry(i)).find(|e| e.stream.load(Ordering::Acquire) == stream.0 && e.pool == 0)
     }
 
-    /// The entry of `stream`: a retired one taken over (its shards handed
-    /// to `revive` first), else one made with `make(slot)`; None once the
-    /// table is full.
+    /// The entry of `stream` in `pool`, if it has one.
+    pub fn find_in(&self, pool: u64, stream: Stream) -> Option<&StreamEntry<B>> {
+        self.iter().find(|e| e.stream.load(Ordering::Acquire) == stream.0 && e.pool == pool)
+    }
+
+    /// The entry of `stream` in `pool`: a retired entry of that pool taken
+    /// over (its shards handed to `revive` first), else one made with
+    /// `make(slot)`; None once the table is full.
     pub fn get_or_add(
         &self,
         stream: Stream,
+        pool: u64,
+        use_on_oom: bool,
         make: impl FnOnce(usize) -> [Shard<B>; 2],
         revive: impl FnOnce(&StreamEntry<B>),
     ) -> Option<&StreamEntry<B>> {
-        if let Some(e) = self.find(stream) {
+        if let Some(e) = self.find_in(pool, stream) {
             return Some(e);
         }
         let mut retired = self.adding.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = self.find(stream) {
+        if let Some(e) = self.find_in(pool, stream) {
             return Some(e);
         }
-        if let Some(slot) = retired.pop() {
+        let reusable = retired.iter().rposition(|&slot| {
             let e = self.entry(slot);
+            e.pool == pool && e.use_on_oom == use_on_oom && e.flags() & DESTROYED == 0
+        });
+        if let Some(i) = reusable {
+            let e = self.entry(retired.swap_remove(i));
             revive(e);
             e.stream.store(stream.0, Ordering::Release);
             return Some(e);
@@ -126,9 +166,11 @@ impl<B: Backing> StreamTable<B> {
             .set(StreamEntry {
                 stream: AtomicUsize::new(stream.0),
                 slot,
+                pool,
+                use_on_oom,
                 shards: make(slot),
                 high: HighWater::default(),
-                graph: AtomicBool::new(false),
+                flags: AtomicU8::new(0),
             })
             .is_err()
         {

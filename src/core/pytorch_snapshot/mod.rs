@@ -24,7 +24,9 @@
 //!   oldest first. An `oom` entry carries `device_free` instead of `addr`,
 //!   as PyTorch's does. Taking a snapshot adds a `snapshot` entry.
 //! - `frames` are always empty: the allocator sees no Python stacks.
-//! - `segment_pool_id` is `(0, 0)`, PyTorch's id of the default pool.
+//! - `segment_pool_id` is `(0, pool)`: `(0, 0)` is PyTorch's id of the
+//!   default pool, and a private pool's id goes second, as in the ids
+//!   PyTorch gives pools a user creates (Note [pools]).
 //!
 //! The shards are read one at a time, as by `snapshot_json`: calls running
 //! meanwhile on other threads may show up in some shards and not others.
@@ -74,6 +76,8 @@ pub(crate) struct SegmentView {
     /// "small" or "large".
     pub kind: &'static str,
     pub stream: usize,
+    /// The pool (Note [pools]): `segment_pool_id` is `(0, pool)`.
+    pub pool: u64,
     pub expandable: bool,
     pub blocks: Vec<BlockView>,
 }
@@ -82,7 +86,7 @@ impl<B: Backing> Device<B> {
     /// The snapshot in PyTorch's format (see the module comment).
     pub fn pytorch_snapshot(&self) -> crate::error::Result<Value> {
         let mut segments = Vec::new();
-        for shard in self.streams.shards() {
+        for (pool_id, shard) in self.streams.iter().flat_map(|e| e.shards.iter().map(move |s| (e.pool, s))) {
             let pool = shard.lock()?;
             let stream = pool.stream().0;
             for seg_id in pool.segments.ids() {
@@ -109,6 +113,7 @@ impl<B: Backing> Device<B> {
                         size: run.1,
                         kind: pool.kind.name(),
                         stream,
+                        pool: pool_id,
                         expandable,
                         blocks,
                     });
@@ -175,7 +180,7 @@ fn segment_value(device: i32, s: &SegmentView) -> Value {
         ("requested_size", sum(&s.blocks, allocated, |b| b.requested)),
         ("stream", Value::int(s.stream)),
         ("segment_type", Value::str(s.kind)),
-        ("segment_pool_id", Value::Tuple(vec![Value::int(0u8), Value::int(0u8)])),
+        ("segment_pool_id", Value::Tuple(vec![Value::int(0u8), Value::int(s.pool)])),
         ("is_expandable", Value::Bool(s.expandable)),
         ("frames", Value::List(Vec::new())),
         ("blocks", Value::List(blocks)),
@@ -243,6 +248,7 @@ mod tests {
             size: 0x400,
             kind: "large",
             stream: 7,
+            pool: 0,
             expandable: true,
             blocks: vec![
                 block(0x1000, 0x200, 0x1f0, State::Allocated),

@@ -1,0 +1,238 @@
+//! Note [pools]: private pools (`npualloc_pool_create`), what PyTorch calls
+//! a `MemPool` and what graph capture allocates from.
+//!
+//! A pool is a routing layer over the shards: pool P's memory lives in its
+//! own stream entries, one per (P, stream), each with a small and a large
+//! shard exactly like the default pool's (pool 0), in the same stream
+//! table. So everything per shard (stream-ordered reuse, record_stream,
+//! growth, the directory's address -> shard map, statistics, snapshots)
+//! works unchanged, and a free always goes to the block's own pool.
+//!
+//! - Routes (`routing`): `pool_begin(P, stream)` sends every allocation on
+//!   `stream` to P until the matching `pool_end`; with no stream, every
+//!   allocation of the calling thread. The newest applicable route wins.
+//!   A malloc checks one allocator-wide count of active routes; only when
+//!   it is non-zero does it look the route up (cold).
+//! - Isolation: a pool's shards serve only requests routed to it, and its
+//!   cached memory is not given back by `empty_cache`, garbage collection,
+//!   the release threshold or another request's ladder (which would let the
+//!   device hand it to someone else), except through `use_on_oom` (the
+//!   ladder of a request outside the pool may release it). A captured
+//!   graph's memory therefore stays mapped for every replay until
+//!   `pool_destroy` (Note [capture]).
+//! - `pool_destroy`: refused while a route to the pool is active. Its
+//!   entries are marked DESTROYED: their cached memory goes back now (after
+//!   synchronizing the streams that used it), a block freed later gives
+//!   back its segment once that is entirely free, and the ladder and
+//!   `empty_cache` may release what is left. Ids are never reused.
+//! - Statistics: the allocator's stay totals over every pool;
+//!   `pool_get_stats` sums one pool's shards.
+
+pub mod config;
+pub(crate) mod routing;
+
+use super::backing::{Backing, Scope};
+use super::device::{check_live_stream, Device};
+use super::shard::Shard;
+use super::stats::Stats;
+use crate::error::{Error, Result};
+use crate::runtime::Stream;
+use config::{PoolConfig, SleepMode};
+use routing::Target;
+use std::sync::Mutex;
+
+/// One pool's record.
+#[derive(Debug, Clone, Copy)]
+struct Record {
+    config: PoolConfig,
+    destroyed: bool,
+    /// Routes to it active now (stream and thread).
+    routes: usize,
+}
+
+/// Every pool ever created; pool `i` is `records[i]` (0: the default pool).
+pub(crate) struct Pools {
+    records: Mutex<Vec<Record>>,
+}
+
+impl Default for Pools {
+    fn default() -> Self {
+        Pools { records: Mutex::new(vec![Record { config: PoolConfig::default(), destroyed: false, routes: 0 }]) }
+    }
+}
+
+impl Pools {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Record>> {
+        self.records.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pool's config, if it was created and not destroyed.
+    pub fn live_config(&self, pool: u64) -> Option<PoolConfig> {
+        self.lock().get(pool as usize).filter(|r| !r.destroyed).map(|r| r.config)
+    }
+}
+
+/// One pool's shards, for the paths that visit pools (sleep).
+#[allow(dead_code)] // read by the sleep paths
+pub(crate) struct PoolShards<'a, B: Backing> {
+    pub id: u64,
+    pub sleep: SleepMode,
+    pub destroyed: bool,
+    pub shards: Vec<&'a Shard<B>>,
+}
+
+fn no_such_pool(pool: u64, records: &[Record]) -> Error {
+    if (pool as usize) < records.len() {
+        Error::InvalidArgument(format!("pool {pool} was destroyed; a destroyed pool takes no routes"))
+    } else {
+        Error::InvalidArgument(format!("pool {pool} does not exist (no npualloc_pool_create returned it)"))
+    }
+}
+
+fn target_of(stream: Option<Stream>) -> Target {
+    stream.map_or(Target::Thread, Target::Stream)
+}
+
+fn describe(target: Target) -> String {
+    match target {
+        Target::Stream(s) => format!("stream {:#x}", s.0),
+        Target::Thread => "the calling thread".into(),
+    }
+}
+
+impl<B: Backing> Device<B> {
+    /// Creates a pool; returns its id (never 0, never reused).
+    pub fn pool_create(&self, config: PoolConfig) -> Result<u64> {
+        self.check_open()?;
+        let mut records = self.pools.lock();
+        records.push(Record { config, destroyed: false, routes: 0 });
+        Ok(records.len() as u64 - 1)
+    }
+
+    /// Routes allocations on `stream` (None: of the calling thread) to `pool`.
+    pub fn pool_begin(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
+        self.check_open()?;
+        if let Some(s) = stream {
+            check_live_stream(&self.sh.rt, self.sh.device, s)?;
+        }
+        let mut records = self.pools.lock();
+        match records.get_mut(pool as usize) {
+            Some(r) if !r.destroyed => {
+                r.routes += 1;
+                self.routes.begin(pool, target_of(stream));
+                Ok(())
+            }
+            _ => Err(no_such_pool(pool, &records)),
+        }
+    }
+
+    /// Ends the innermost route of `stream` (None: of the calling thread),
+    /// which must go to `pool`; otherwise nothing changes.
+    pub fn pool_end(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
+        self.check_open()?;
+        let target = target_of(stream);
+        let mut records = self.pools.lock();
+        if pool as usize >= records.len() {
+            return Err(no_such_pool(pool, &records));
+        }
+        if !self.routes.end(pool, target) {
+            let found = match self.routes.innermost(target) {
+                Some(p) => format!("its innermost route goes to pool {p}"),
+                None => "it has no active route".into(),
+            };
+            return Err(Error::InvalidArgument(format!(
+                "pool_end names pool {pool} for {}, but {found}; routes end innermost first",
+                describe(target)
+            )));
+        }
+        records[pool as usize].routes -= 1;
+        Ok(())
+    }
+
+    /// Destroys `pool` (see Note [pools]).
+    pub fn pool_destroy(&self, pool: u64) -> Result<()> {
+        self.check_open()?;
+        {
+            let mut records = self.pools.lock();
+            if pool == 0 {
+                return Err(Error::InvalidArgument("pool 0 is the default pool; it cannot be destroyed".into()));
+            }
+            let Some(r) = records.get_mut(pool as usize).filter(|r| !r.destroyed) else {
+                return Err(no_such_pool(pool, &records));
+            };
+            if r.routes > 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "pool {pool} still has {} active route(s); end them with npualloc_pool_end first",
+                    r.routes
+                )));
+            }
+            r.destroyed = true;
+        }
+        let entries: Vec<_> = self.streams.iter().filter(|e| e.pool == pool).collect();
+        for e in &entries {
+            e.mark_destroyed();
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.sh.hooks.before_release(self.sh.device);
+        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        // Whatever cannot go back now (a stream that could not be waited
+        // for) goes with a later free, empty_cache or the ladder.
+        let _ = self.release_free_where(Scope::All, |e| e.pool == pool);
+        let _ = B::free_cached(&self.sh);
+        Ok(())
+    }
+
+    /// One pool's statistics: its blocks and the memory of its segments.
+    /// Device-call counters (device mallocs, maps, syncs, retries, OOMs)
+    /// are the allocator's only and stay 0 here; the peaks are those of
+    /// the pool's streams, exact while the pool served one stream.
+    pub fn pool_stats(&self, pool: u64) -> Result<Stats> {
+        self.check_open()?;
+        if pool as usize >= self.pools.lock().len() {
+            return Err(no_such_pool(pool, &self.pools.lock()));
+        }
+        let mut s = Stats::default();
+        let mut largest = 0;
+        let (mut peak_allocated, mut peak_requested) = (0, 0);
+        for entry in self.streams.iter().filter(|e| e.pool == pool) {
+            let (a, r) = entry.high.marks();
+            peak_allocated += a;
+            peak_requested += r;
+            for shard in &entry.shards {
+                let p = shard.lock()?;
+                p.counters().add_to(&mut s);
+                largest = largest.max(B::largest_free(&p));
+                s.pending_free_bytes += (p.pending_bytes() + p.quarantined_bytes()) as u64;
+                for seg in p.segments.ids().map(|id| p.segments.get(id)) {
+                    s.segment_bytes += B::held_bytes(seg) as u64;
+                    s.address_space_bytes += seg.size as u64;
+                    s.segments += 1;
+                }
+            }
+        }
+        s.reserved_bytes = s.segment_bytes;
+        s.reserved_bytes_peak = s.reserved_bytes;
+        s.allocated_bytes_peak = peak_allocated.max(s.allocated_bytes);
+        s.requested_bytes_peak = peak_requested.max(s.requested_bytes);
+        s.largest_free_block = largest as u64;
+        Ok(s)
+    }
+
+    /// Every pool ever created (0 first) with its sleep mode and shards.
+    #[allow(dead_code)] // the sleep paths' way in
+    pub(crate) fn pool_shards(&self) -> Vec<PoolShards<'_, B>> {
+        let records: Vec<Record> = self.pools.lock().clone();
+        records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| PoolShards {
+                id: i as u64,
+                sleep: r.config.sleep,
+                destroyed: r.destroyed,
+                shards: self.streams.iter().filter(|e| e.pool == i as u64).flat_map(|e| e.shards.iter()).collect(),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,200 @@
+//! The route stacks of `pool_begin` / `pool_end`: per stream (shared by
+//! every thread) and per thread (`stream` NULL, in a thread-local).
+//!
+//! Routes nest: each gets a sequence number when it begins, and a request
+//! is served by the newest route that applies to it (its stream's
+//! innermost or its thread's innermost). While no route is active anywhere
+//! in the allocator, `any` is false and a malloc looks at nothing here: one
+//! relaxed load and one predictable branch.
+
+use crate::runtime::Stream;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// One route: the pool it sends requests to, and when it began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Route {
+    pool: u64,
+    seq: u64,
+}
+
+thread_local! {
+    /// This thread's routes, each tagged with its allocator's `owner` id.
+    static THREAD_ROUTES: RefCell<Vec<(u64, Route)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Distinguishes allocators in `THREAD_ROUTES`; never reused.
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) struct Routes {
+    /// Routes active now, over every stream and thread.
+    active: AtomicUsize,
+    /// Sequence numbers of routes (nesting order).
+    seq: AtomicU64,
+    owner: u64,
+    /// Each routed stream's stack, innermost last.
+    streams: Mutex<Vec<(Stream, Vec<Route>)>>,
+}
+
+impl Default for Routes {
+    fn default() -> Self {
+        Routes {
+            active: AtomicUsize::new(0),
+            seq: AtomicU64::new(1),
+            owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
+            streams: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+/// Which route stack a `pool_begin` / `pool_end` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    Stream(Stream),
+    Thread,
+}
+
+impl Routes {
+    /// True if any route is active (the hot path's one check).
+    #[inline(always)]
+    pub fn any(&self) -> bool {
+        self.active.load(Ordering::Relaxed) != 0
+    }
+
+    /// The pool serving a request on `stream` from this thread (0 when no
+    /// route applies).
+    #[cold]
+    #[inline(never)]
+    pub fn pool_for(&self, stream: Stream) -> u64 {
+        let by_stream = {
+            let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+            streams.iter().find(|(s, _)| *s == stream).and_then(|(_, stack)| stack.last().copied())
+        };
+        let by_thread =
+            THREAD_ROUTES.with(|t| t.borrow().iter().rev().find(|(o, _)| *o == self.owner).map(|&(_, r)| r));
+        match (by_stream, by_thread) {
+            (Some(s), Some(t)) => {
+                if s.seq > t.seq {
+                    s.pool
+                } else {
+                    t.pool
+                }
+            }
+            (Some(r), None) | (None, Some(r)) => r.pool,
+            (None, None) => 0,
+        }
+    }
+
+    /// Pushes a route to `pool` on `target`.
+    pub fn begin(&self, pool: u64, target: Target) {
+        let route = Route { pool, seq: self.seq.fetch_add(1, Ordering::Relaxed) };
+        match target {
+            Target::Stream(stream) => {
+                let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+                match streams.iter_mut().find(|(s, _)| *s == stream) {
+                    Some((_, stack)) => stack.push(route),
+                    None => streams.push((stream, vec![route])),
+                }
+            }
+            Target::Thread => THREAD_ROUTES.with(|t| t.borrow_mut().push((self.owner, route))),
+        }
+        self.active.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The pool of `target`'s innermost route, if it has one.
+    pub fn innermost(&self, target: Target) -> Option<u64> {
+        match target {
+            Target::Stream(stream) => {
+                let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+                streams.iter().find(|(s, _)| *s == stream).and_then(|(_, stack)| stack.last().map(|r| r.pool))
+            }
+            Target::Thread => {
+                THREAD_ROUTES.with(|t| t.borrow().iter().rev().find(|(o, _)| *o == self.owner).map(|(_, r)| r.pool))
+            }
+        }
+    }
+
+    /// Pops `target`'s innermost route if it goes to `pool`; false (nothing
+    /// changed) otherwise.
+    pub fn end(&self, pool: u64, target: Target) -> bool {
+        let popped = match target {
+            Target::Stream(stream) => {
+                let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(i) = streams.iter().position(|(s, _)| *s == stream) else { return false };
+                if streams[i].1.last().map(|r| r.pool) != Some(pool) {
+                    return false;
+                }
+                streams[i].1.pop();
+                if streams[i].1.is_empty() {
+                    streams.swap_remove(i);
+                }
+                true
+            }
+            Target::Thread => THREAD_ROUTES.with(|t| {
+                let mut t = t.borrow_mut();
+                let Some(i) = t.iter().rposition(|(o, _)| *o == self.owner) else { return false };
+                if t[i].1.pool != pool {
+                    return false;
+                }
+                t.remove(i);
+                true
+            }),
+        };
+        if popped {
+            self.active.fetch_sub(1, Ordering::Relaxed);
+        }
+        popped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn innermost_route_wins_and_end_must_name_it() {
+        let r = Routes::default();
+        let (s1, s2) = (Stream(0x10), Stream(0x20));
+        assert!(!r.any());
+        assert_eq!(r.pool_for(s1), 0);
+        r.begin(1, Target::Stream(s1));
+        r.begin(2, Target::Thread);
+        assert!(r.any());
+        // The thread route is newer than s1's.
+        assert_eq!((r.pool_for(s1), r.pool_for(s2)), (2, 2));
+        r.begin(3, Target::Stream(s1));
+        assert_eq!((r.pool_for(s1), r.pool_for(s2)), (3, 2));
+        // Not the innermost: nothing changes.
+        assert!(!r.end(1, Target::Stream(s1)));
+        assert!(!r.end(3, Target::Thread));
+        assert!(!r.end(1, Target::Stream(s2)));
+        assert_eq!(r.pool_for(s1), 3);
+        assert!(r.end(3, Target::Stream(s1)));
+        assert_eq!(r.pool_for(s1), 2);
+        assert!(r.end(2, Target::Thread));
+        assert_eq!((r.pool_for(s1), r.pool_for(s2)), (1, 0));
+        // Another allocator's thread routes are not this one's.
+        let other = Routes::default();
+        other.begin(9, Target::Thread);
+        assert_eq!(r.pool_for(s2), 0);
+        assert!(!r.end(9, Target::Thread));
+        assert!(other.end(9, Target::Thread));
+        assert!(r.end(1, Target::Stream(s1)));
+        assert!(!r.any());
+    }
+
+    #[test]
+    fn thread_routes_belong_to_their_thread() {
+        let r = Routes::default();
+        r.begin(4, Target::Thread);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert_eq!(r.pool_for(Stream(0x10)), 0);
+                assert!(!r.end(4, Target::Thread));
+            });
+        });
+        assert_eq!(r.pool_for(Stream(0x10)), 4);
+        assert!(r.end(4, Target::Thread));
+    }
+}
