@@ -370,6 +370,8 @@ typedef struct npualloc_api {
     npualloc_status (*pluggable_allocator)(int, struct npualloc_allocator**);
     npualloc_status (*set_before_release)(struct npualloc_allocator*, npualloc_release_hook, void*);
     npualloc_status (*set_oom_observer)(struct npualloc_allocator*, npualloc_oom_hook, void*);
+    npualloc_status (*sleep)(struct npualloc_allocator*);
+    npualloc_status (*wake)(struct npualloc_allocator*);
 } npualloc_api;
 
 #ifdef __cplusplus

@@ -105,6 +105,9 @@ pub struct npualloc_api {
     ) -> npualloc_status,
     pub set_oom_observer:
         unsafe extern "C" fn(*mut npualloc_allocator, super::hooks::npualloc_oom_hook, *mut c_void) -> npualloc_status,
+    // Sleep and wake (API 0.3).
+    pub sleep: unsafe extern "C" fn(*mut npualloc_allocator) -> npualloc_status,
+    pub wake: unsafe extern "C" fn(*mut npualloc_allocator) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -154,6 +157,8 @@ static API_V1: npualloc_api = npualloc_api {
     pluggable_allocator: super::pluggable::npualloc_pluggable_allocator,
     set_before_release: super::hooks::npualloc_set_before_release,
     set_oom_observer: super::hooks::npualloc_set_oom_observer,
+    sleep: super::sleep::npualloc_sleep,
+    wake: super::sleep::npualloc_wake,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error
@@ -229,6 +234,21 @@ mod tests {
             assert_eq!((api.pluggable_allocator)(0, null.cast()), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
             assert_eq!((api.set_before_release)(null, None, none), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
             assert_eq!((api.set_oom_observer)(null, None, none), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+        }
+    }
+
+    #[test]
+    fn sleep_and_wake_follow_the_host_hooks_contiguously() {
+        let word = std::mem::size_of::<usize>();
+        let after = std::mem::offset_of!(npualloc_api, set_oom_observer) + word;
+        assert_eq!(std::mem::offset_of!(npualloc_api, sleep), after);
+        assert_eq!(std::mem::offset_of!(npualloc_api, wake), after + word);
+        // SAFETY: a non-NULL result points to the static table.
+        let api = unsafe { &*npualloc_get_api(1) };
+        // SAFETY: NULL handles are refused before anything is read.
+        unsafe {
+            assert_eq!((api.sleep)(std::ptr::null_mut()), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            assert_eq!((api.wake)(std::ptr::null_mut()), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
         }
     }
 }

@@ -284,3 +284,64 @@ fn one_copy_per_mapped_run() {
     }
     teardown_clean(a, &base);
 }
+
+/// Pools sleep by their own config (`sleep_pools`, what `npualloc_sleep`
+/// calls): an offload pool's blocks come back intact, a discard pool's are
+/// mapped again at the same addresses, the default pool (keep) keeps its
+/// pages and serves requests while asleep; only the offload pool's bytes
+/// go to the host. While asleep, the offload and discard pools refuse
+/// allocations and the default pool does not.
+#[test]
+fn pools_sleep_by_their_own_mode() {
+    use crate::core::pools::config::PoolConfig;
+    let _g = emu_lock();
+    let base = Baseline::take();
+    let host0 = host_usage();
+    budget(GIB);
+    let a = paged();
+    let s = super::support::new_stream();
+    let mode = |m| PoolConfig { sleep: m, ..PoolConfig::default() };
+    let (off, dis) =
+        (a.pool_create(mode(SleepMode::Offload)).unwrap(), a.pool_create(mode(SleepMode::Discard)).unwrap());
+    let kept = a.malloc(5 * MIB, s).unwrap();
+    fill(kept, 5 * MIB, 0x33);
+    a.pool_begin(off, Some(s)).unwrap();
+    let weights = a.malloc(9 * MIB, s).unwrap();
+    fill(weights, 9 * MIB, 0x77);
+    a.pool_end(off, Some(s)).unwrap();
+    a.pool_begin(dis, Some(s)).unwrap();
+    let kv = a.malloc(6 * MIB, s).unwrap();
+    a.pool_end(dis, Some(s)).unwrap();
+    let kept_pages = (5 * MIB).div_ceil(PAGE);
+
+    a.sleep_pools().unwrap();
+    let v = base.vmm();
+    assert_eq!(v.physical_bytes as usize, kept_pages * PAGE, "only the default pool's pages stay");
+    let host = host_delta(host0);
+    assert_eq!(host, (((9 * MIB).div_ceil(PAGE) * PAGE) as i64, 1), "one buffer, the offload pool's run");
+    let p = a.malloc(MIB, s).expect("the kept default pool serves while asleep");
+    a.free(p).unwrap();
+    for pool in [off, dis] {
+        a.pool_begin(pool, Some(s)).unwrap();
+        match a.malloc(4096, s) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains("asleep") && m.contains(&format!("pool {pool}")), "{m}")
+            }
+            other => panic!("pool {pool} asleep: {other:?}"),
+        }
+        a.pool_end(pool, Some(s)).unwrap();
+    }
+    assert!(check_fill(kept, 5 * MIB, 0x33));
+
+    a.wake().unwrap();
+    assert_eq!(host_delta(host0), (0, 0));
+    assert!(check_fill(weights, 9 * MIB, 0x77), "the offload pool's block reads back");
+    fill(kv, 6 * MIB, 0x01);
+    assert!(check_fill(kv, 6 * MIB, 0x01), "the discard pool's block is device memory again");
+    a.check_invariants().unwrap();
+    for addr in [kept, weights, kv] {
+        a.free(addr).unwrap();
+    }
+    teardown_clean(a, &base);
+    super::support::drop_stream(s);
+}
