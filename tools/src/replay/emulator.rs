@@ -44,12 +44,15 @@ pub struct Usage {
 
 type SetMemoryFn = unsafe extern "C" fn(i32, u64) -> i32;
 type GetUsageFn = unsafe extern "C" fn(i32, *mut Usage) -> i32;
+type HostUsageFn = unsafe extern "C" fn(*mut u64, *mut u64) -> i32;
 
 /// The loaded emulator. Its state is process-wide: replays run one at a time.
 pub struct Emulator {
     rt: Arc<Runtime>,
     set_memory: SetMemoryFn,
     get_usage: GetUsageFn,
+    /// `aclemu_host_usage`, absent from older emulators.
+    host_usage: Option<HostUsageFn>,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -88,8 +91,11 @@ impl Emulator {
         let (set_memory, get_usage) = unsafe {
             (std::mem::transmute::<*mut c_void, SetMemoryFn>(set), std::mem::transmute::<*mut c_void, GetUsageFn>(get))
         };
+        // SAFETY: the emulator's header declares this signature.
+        let host_usage =
+            sym(c"aclemu_host_usage").ok().map(|p| unsafe { std::mem::transmute::<*mut c_void, HostUsageFn>(p) });
         rt.set_device(DEVICE)?;
-        Ok(Emulator { rt, set_memory, get_usage })
+        Ok(Emulator { rt, set_memory, get_usage, host_usage })
     }
 
     pub fn runtime(&self) -> &Arc<Runtime> {
@@ -112,6 +118,15 @@ impl Emulator {
         // SAFETY: u is a valid out-pointer of the declared layout.
         unsafe { (self.get_usage)(DEVICE, &mut u) };
         u
+    }
+
+    /// Live pinned host memory (aclrtMallocHost) of the process: (bytes,
+    /// blocks); None with an emulator that does not count it.
+    pub fn host_usage(&self) -> Option<(u64, u64)> {
+        let f = self.host_usage?;
+        let (mut bytes, mut count) = (0u64, 0u64);
+        // SAFETY: both are valid out-pointers.
+        (unsafe { f(&mut bytes, &mut count) } == 0).then_some((bytes, count))
     }
 
     /// `n` fresh streams on the replay device (trace stream i = element i).
