@@ -111,7 +111,7 @@ fn throughput(total_mib: u64) -> Result<(), String> {
             }
         }
         println!(
-            "cycle {cycle}: {:.0} MiB device, {:.0} MiB host while asleep; sleep {:.1} ms ({:.2} GB/s), wake {:.1} ms \
+            "cycle {cycle}: {:.0} MiB device before sleep, {:.0} MiB host while asleep; sleep {:.1} ms ({:.2} GB/s), wake {:.1} ms \
              ({:.2} GB/s)",
             held as f64 / MIB as f64,
             host as f64 / MIB as f64,

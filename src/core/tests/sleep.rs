@@ -345,3 +345,45 @@ fn pools_sleep_by_their_own_mode() {
     teardown_clean(a, &base);
     super::support::drop_stream(s);
 }
+
+/// Runs of pieces of different sizes, several runs in one range: wake maps
+/// each piece with a handle of its own size at its own pages (handles are
+/// allocated in the order the runs are woken), and every byte reads back.
+#[test]
+fn runs_of_mixed_pieces_wake_in_place() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    let host0 = host_usage();
+    budget(GIB);
+    let a = paged();
+    let mut blocks = Vec::new();
+    let mut block = |a: &DeviceAllocator, size: usize, byte: u8| {
+        let addr = a.malloc(size, Stream::DEFAULT).unwrap();
+        fill(addr, size, byte);
+        blocks.push((addr, size, byte));
+        addr
+    };
+    block(&a, 4 * MIB, 1);
+    a.set_piece_rule(PieceRule::fixed(4 * PAGE));
+    let gap = block(&a, 8 * MIB, 2);
+    block(&a, 8 * MIB, 3);
+    a.set_piece_rule(PieceRule::fixed(PAGE));
+    block(&a, 6 * MIB, 4);
+    a.set_piece_rule(PieceRule::fixed(2 * PAGE));
+    block(&a, 4 * MIB, 5);
+    // A hole: the range's mapped pages become two runs.
+    a.free(gap).unwrap();
+    blocks.retain(|b| b.0 != gap);
+    a.sleep(SleepMode::Offload).unwrap();
+    assert_eq!(base.vmm().physical_bytes, 0);
+    assert_eq!(host_delta(host0).1, 2, "two runs in the large pool's range");
+    a.wake().unwrap();
+    for &(addr, size, byte) in &blocks {
+        assert!(check_fill(addr, size, byte), "block {addr:#x} ({byte})");
+    }
+    a.check_invariants().unwrap();
+    for &(addr, ..) in &blocks {
+        a.free(addr).unwrap();
+    }
+    teardown_clean(a, &base);
+}

@@ -163,7 +163,9 @@ impl RangePool {
     pub(crate) fn wake_ranges(&mut self, handles: &mut std::collections::VecDeque<PhysicalHandle>) -> Result<()> {
         let mut first_error = None;
         for seg in self.backing.ranges.clone() {
-            while let Some(run) = self.range_mut(seg).slept.pop() {
+            // In `wake_needs` order: the handles were allocated for it.
+            let mut runs = std::mem::take(&mut self.range_mut(seg).slept).into_iter();
+            while let Some(run) = runs.next() {
                 match self.wake_run(seg, &run, handles) {
                     Ok(None) => {}
                     // Mapped, but the copy back or the host free failed.
@@ -171,7 +173,9 @@ impl RangePool {
                         first_error.get_or_insert(e);
                     }
                     Err(e) => {
-                        self.range_mut(seg).slept.push(run);
+                        let r = self.range_mut(seg);
+                        r.slept.push(run);
+                        r.slept.extend(runs);
                         return Err(e);
                     }
                 }
