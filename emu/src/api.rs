@@ -60,6 +60,27 @@ apis! {
     DestroyContext = "aclrtDestroyContext",
     SetCurrentContext = "aclrtSetCurrentContext",
     GetCurrentContext = "aclrtGetCurrentContext",
+    GetDeviceCount = "aclrtGetDeviceCount",
+    GetSocName = "aclrtGetSocName",
+    GetCANNVersion = "aclsysGetCANNVersion",
+    GetVersionStr = "aclsysGetVersionStr",
+    MallocAlign32 = "aclrtMallocAlign32",
+    Memcpy = "aclrtMemcpy",
+    MemcpyAsync = "aclrtMemcpyAsync",
+    Memset = "aclrtMemset",
+    MemsetAsync = "aclrtMemsetAsync",
+    CreateStreamWithConfig = "aclrtCreateStreamWithConfig",
+    DestroyStreamForce = "aclrtDestroyStreamForce",
+    SynchronizeStreamWithTimeout = "aclrtSynchronizeStreamWithTimeout",
+    SynchronizeDeviceWithTimeout = "aclrtSynchronizeDeviceWithTimeout",
+    SetStreamOverflowSwitch = "aclrtSetStreamOverflowSwitch",
+    GetStreamOverflowSwitch = "aclrtGetStreamOverflowSwitch",
+    SetStreamFailureMode = "aclrtSetStreamFailureMode",
+    StreamGetId = "aclrtStreamGetId",
+    CreateEventExWithFlag = "aclrtCreateEventExWithFlag",
+    GetLastError = "aclrtGetLastError",
+    PeekAtLastError = "aclrtPeekAtLastError",
+    GetRecentErrMsg = "aclGetRecentErrMsg",
 }
 
 /// How many functions `Api` names (the length of per-function tables).
@@ -67,7 +88,6 @@ pub const COUNT: usize = NAMES.len();
 
 impl Api {
     /// The exact ACL name of the function.
-    #[cfg(test)]
     pub fn name(self) -> &'static str {
         NAMES[self as usize]
     }
