@@ -2,8 +2,8 @@
 //! the thread's current context, and the context each created stream
 //! belongs to.
 //!
-//! What the runtime does (docs/runtime-behaviour.md, "Devices and
-//! contexts"; `ApiImpl::SetDevice`, `ContextCreate`, `ContextSetCurrent`,
+//! What the runtime does (see docs/runtime-behaviour.md
+//! "Devices and contexts"; `ApiImpl::SetDevice`, `ContextCreate`, `ContextSetCurrent`,
 //! `ContextGetCurrent`, `ContextDestroy` in src/runtime/api/impl/api_impl.cc):
 //! - `aclrtSetDevice` makes the thread's current context the device's
 //!   primary context slot (not a fixed context: the slot is refilled when

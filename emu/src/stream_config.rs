@@ -25,7 +25,8 @@
 //!   its pins; streams waiting for it go on).
 //! - `aclrtSetStreamOverflowSwitch`: a flag other than 0 or 1 is 100000
 //!   (ACL layer); `aclrtGetStreamOverflowSwitch` answers the last one set
-//!   (0 at first); `aclrtSetStreamFailureMode` keeps the mode;
+//!   (0 at first), 107003 for a stream of another context
+//!   (`ApiImpl::GetStreamOverflowSwitch`); `aclrtSetStreamFailureMode` keeps the mode;
 //!   `aclrtStreamGetId` answers the stream's id. NULL is the current
 //!   device's default stream for all four (`GetCurStream`).
 //!
@@ -146,6 +147,8 @@ fn set_overflow(stream: *mut c_void, flag: u32) -> AclResult<()> {
 unsafe fn get_overflow(stream: *mut c_void, flag: *mut u32) -> AclResult<()> {
     require(!flag.is_null())?;
     let key = key_of(stream)?;
+    // `ApiImpl::GetStreamOverflowSwitch` refuses another context's stream.
+    crate::context::check_stream(key)?;
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { write_out(flag, settings(key).overflow) }
 }

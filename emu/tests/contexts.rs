@@ -1,5 +1,5 @@
-//! Device references and contexts (docs/runtime-behaviour.md, "Devices and
-//! contexts"): aclrtSetDevice / aclrtResetDevice count, reaching 0
+//! Device references and contexts (docs/runtime-behaviour.md
+//! "Devices and contexts"): aclrtSetDevice / aclrtResetDevice count, reaching 0
 //! releases the device's primary context, its streams and (once no created
 //! context holds the device) its memory; created contexts; the current
 //! context decides the current device; streams of another context are

@@ -322,7 +322,22 @@ pub(crate) fn check_live_stream(rt: &crate::runtime::Runtime, device: i32, strea
     if stream == Stream::DEFAULT {
         return Ok(());
     }
-    match rt.on_device(device, || rt.check_stream(stream)) {
+    // The runtime has no call that names a stream's device, but it refuses
+    // a stream of another context (107003) in calls that check it; with the
+    // device's primary context current, `stream_in_current_context` asks
+    // one that has no side effect. The other device is named by asking the
+    // contexts of the other devices this process's allocators hold.
+    match rt.on_device(device, || Ok((rt.check_stream(stream)?, rt.stream_in_current_context(stream)?))) {
+        Ok((_, Some(false))) => {
+            let other = match rt.held_device_of(stream) {
+                Some(d) => format!("device {d}"),
+                None => "another device (or another context)".to_string(),
+            };
+            Err(Error::InvalidArgument(format!(
+                "stream {:#x} belongs to {other}, not to device {device} of this allocator",
+                stream.raw() as usize
+            )))
+        }
         Ok(_) => Ok(()),
         Err(e) if e.is_invalid_handle() || e.code == crate::sys::ACL_ERROR_RT_PARAM_INVALID => {
             Err(Error::InvalidArgument(format!(

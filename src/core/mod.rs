@@ -126,6 +126,7 @@ impl DeviceAllocator {
         if device < 0 {
             return Err(Error::InvalidArgument(format!("device {device} is negative")));
         }
+        let hold = rt.hold_device(device).map_err(|e| Error::runtime(e, format!("setting device {device}")))?;
         let (_, total) = rt
             .on_device(device, || rt.mem_info())
             .map_err(|e| Error::runtime(e, format!("querying device {device}")))?;
@@ -158,6 +159,7 @@ impl DeviceAllocator {
             limit: Option<usize>,
             trace: Option<lock::StateLock<TraceRecorder>>,
             backing: B,
+            hold: crate::runtime::DeviceHold,
         ) -> Shared<B> {
             Shared {
                 rt: rt.clone(),
@@ -173,14 +175,17 @@ impl DeviceAllocator {
                 trace,
                 history: Default::default(),
                 next_serial: Default::default(),
+                _hold: hold,
             }
         }
         let engine = match (expandable, large_page) {
             (true, Some(page)) => {
                 let b = ExpandableRanges::new(&config, page, total);
-                Engine::Expandable(Device::new(shared(&rt, device, &config, limit, trace, b), max_streams))
+                Engine::Expandable(Device::new(shared(&rt, device, &config, limit, trace, b, hold), max_streams))
             }
-            _ => Engine::Fixed(Device::new(shared(&rt, device, &config, limit, trace, FixedSegments), max_streams)),
+            _ => {
+                Engine::Fixed(Device::new(shared(&rt, device, &config, limit, trace, FixedSegments, hold), max_streams))
+            }
         };
         Ok(DeviceAllocator { engine, device, rt, config })
     }

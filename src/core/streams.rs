@@ -146,7 +146,7 @@ mod tests {
         let _g = emu_lock();
         set_capacity(1 << 30);
         let rt = Runtime::emulated();
-        let streams: Vec<Stream> = (0..STREAMS).map(|_| rt.on_device(DEV, || rt.create_stream()).unwrap()).collect();
+        let streams: Vec<Stream> = (0..STREAMS).map(|_| crate::core::tests::support::new_stream()).collect();
         for round in 0..ROUNDS {
             let config = Config::parse("expandable_segments:false").unwrap();
             let a = DeviceAllocator::build(config, DEV, rt.clone(), CAP).unwrap();

@@ -154,6 +154,16 @@ acl_symbols! {
         stream_query {
             aclrtStreamQuery: fn(aclrtStream, *mut aclrtStreamStatus) -> aclError;
         }
+        /// Context switches that add no device reference (`Runtime::on_device`).
+        contexts {
+            aclrtGetCurrentContext: fn(*mut aclrtContext) -> aclError;
+            aclrtSetCurrentContext: fn(aclrtContext) -> aclError;
+        }
+        /// `aclrtGetStreamOverflowSwitch`, which tells whether a stream
+        /// belongs to the current context (107003 if not).
+        stream_context {
+            aclrtGetStreamOverflowSwitch: fn(aclrtStream, *mut u32) -> aclError;
+        }
     }
 }
 
@@ -164,7 +174,13 @@ mod tests {
     #[test]
     fn a_feature_is_on_only_with_its_whole_group() {
         let full = AclApi::linked();
-        let all_on = AclFeatures { allocator_by_stream: true, vmm: true, stream_query: true };
+        let all_on = AclFeatures {
+            allocator_by_stream: true,
+            vmm: true,
+            stream_query: true,
+            contexts: true,
+            stream_context: true,
+        };
         assert_eq!(full.features(), all_on);
         assert!(full.missing_optional().is_empty());
 
@@ -175,8 +191,11 @@ mod tests {
 
         api.aclrtStreamQuery = None;
         api.aclrtAllocatorGetByStream = None;
-        assert_eq!(api.features(), AclFeatures { allocator_by_stream: false, vmm: false, stream_query: false });
+        assert_eq!(
+            api.features(),
+            AclFeatures { allocator_by_stream: false, vmm: false, stream_query: false, ..all_on }
+        );
         assert_eq!(api.missing_optional(), ["aclrtAllocatorGetByStream", "aclrtMapMem", "aclrtStreamQuery"]);
-        assert_eq!(OPTIONAL_SYMBOLS.len(), 9, "every optional function belongs to one group");
+        assert_eq!(OPTIONAL_SYMBOLS.len(), 12, "every optional function belongs to one group");
     }
 }
