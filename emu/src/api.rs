@@ -81,6 +81,11 @@ apis! {
     GetLastError = "aclrtGetLastError",
     PeekAtLastError = "aclrtPeekAtLastError",
     GetRecentErrMsg = "aclGetRecentErrMsg",
+    SetDeviceSatMode = "aclrtSetDeviceSatMode",
+    GetDeviceSatMode = "aclrtGetDeviceSatMode",
+    SetOpWaitTimeout = "aclrtSetOpWaitTimeout",
+    SetOpExecuteTimeOut = "aclrtSetOpExecuteTimeOut",
+    SetOpExecuteTimeOutV2 = "aclrtSetOpExecuteTimeOutV2",
 }
 
 /// How many functions `Api` names (the length of per-function tables).

@@ -23,6 +23,7 @@
 //!   synchronize with a timeout, per-stream settings.
 //! - `memcpy`: 1D copies and memsets (queued on the stream for the async
 //!   calls). `last_error`: the thread's last error and its message.
+//! - `settings`: the float-overflow mode and op timeouts (kept, checked).
 //! - `copy`: 2D copies. `vmm`: reserve/physical/map/unmap on one sparse
 //!   memfd per device (`ranges` allocates within it).
 //! - `allocator_desc`: the aclrtAllocator* family; `run_op`: the graph-engine
@@ -62,6 +63,7 @@ mod memory;
 mod queue;
 mod ranges;
 mod run_op;
+mod settings;
 mod stream;
 mod stream_config;
 mod usage;
@@ -93,6 +95,10 @@ pub use last_error::{aclGetRecentErrMsg, aclrtGetLastError, aclrtPeekAtLastError
 pub use memcpy::{aclrtMemcpy, aclrtMemcpyAsync, aclrtMemset, aclrtMemsetAsync};
 pub use memory::{aclrtFree, aclrtFreeHost, aclrtMalloc, aclrtMallocAlign32, aclrtMallocHost};
 pub use run_op::aclemu_run_op;
+pub use settings::{
+    aclrtGetDeviceSatMode, aclrtSetDeviceSatMode, aclrtSetOpExecuteTimeOut, aclrtSetOpExecuteTimeOutV2,
+    aclrtSetOpWaitTimeout,
+};
 pub use stream::{
     aclemu_stream_hold, aclemu_stream_release, aclrtCreateStream, aclrtDestroyStream, aclrtStreamQuery,
     aclrtSynchronizeDevice, aclrtSynchronizeStream,

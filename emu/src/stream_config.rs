@@ -2,8 +2,8 @@
 //! flags, forced destruction, synchronization with a timeout, and the
 //! per-stream settings torch_npu makes (overflow switch, failure mode, id).
 //!
-//! What the runtime does (docs/runtime-behaviour.md "Streams with a
-//! configuration"):
+//! What the runtime does, from docs/runtime-behaviour.md
+//! "Streams with a configuration":
 //! - `aclrtCreateStreamWithConfig` (`aclrtCreateStreamWithConfigImpl`,
 //!   src/acl/aclrt_impl/stream.cpp): NULL is 100000; the known ACL flag bits
 //!   are translated, others dropped; the priority is clamped into [0, 7]

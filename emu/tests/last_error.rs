@@ -1,6 +1,6 @@
 //! aclrtGetLastError, aclrtPeekAtLastError and aclGetRecentErrMsg: what a
-//! failed call leaves behind on its thread (docs/runtime-behaviour.md "Last
-//! error").
+//! failed call leaves behind on its thread
+//! (docs/runtime-behaviour.md "Last error").
 
 mod common;
 use ascendcl::*;
