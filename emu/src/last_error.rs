@@ -46,12 +46,18 @@ thread_local! {
     static HANDED_OUT: RefCell<Option<CString>> = const { RefCell::new(None) };
 }
 
-/// Records a failed call (called by `acl_entry!` on every failure).
+/// Records a failed call (called by `acl_entry!` on every failure, outside
+/// its panic boundary: nothing here may panic, so a call made while the
+/// thread's locals are being destroyed records nothing).
 pub fn record(api: Api, code: aclError) {
     if code >= FIRST_RUNTIME_CODE && !NOT_RECORDED.contains(&code) {
-        LAST.with(|c| c.set(code));
+        let _ = LAST.try_with(|c| c.set(code));
     }
-    MESSAGE.with(|m| *m.borrow_mut() = Some((api, code)));
+    let _ = MESSAGE.try_with(|m| {
+        if let Ok(mut slot) = m.try_borrow_mut() {
+            *slot = Some((api, code));
+        }
+    });
 }
 
 fn last(level: i32, clear: bool) -> aclError {
