@@ -405,9 +405,10 @@ npualloc_status npualloc_destroy(struct npualloc_allocator *a);
  * 512-byte aligned.
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out_ptr`, size 0,
- * a size no device can hold, or a stream the runtime does not know (each
- * stream is checked with aclrtStreamQuery the first time this allocator
- * meets it, when the runtime has that call); NPUALLOC_ERR_OUT_OF_MEMORY after every
+ * a size no device can hold, a stream the runtime does not know, or a
+ * stream of another device (each stream is checked the first time this
+ * allocator meets it, with aclrtStreamQuery and aclrtGetStreamOverflowSwitch
+ * when the runtime has them; the message names both devices); NPUALLOC_ERR_OUT_OF_MEMORY after every
  * recovery step failed (the message says where memory is);
  * NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise. Thread-safe.
  *
@@ -444,8 +445,8 @@ npualloc_status npualloc_free(struct npualloc_allocator *a, void *ptr);
  * waits for that work. Recording the block's own stream is a no-op.
  *
  * Returns NPUALLOC_ERR_UNKNOWN_POINTER if `ptr` is not the start of a live block;
- * NPUALLOC_ERR_INVALID_ARGUMENT for a stream the runtime does not know (checked
- * as in npualloc_malloc).
+ * NPUALLOC_ERR_INVALID_ARGUMENT for a stream the runtime does not know or a
+ * stream of another device (checked as in npualloc_malloc).
  *
  * # Safety
  * `a` is NULL or a handle from `npualloc_create` not yet destroyed. `ptr` is
@@ -493,9 +494,9 @@ npualloc_status npualloc_query(const struct npualloc_allocator *a,
  * `stream`. Registering a stream twice is OK (no duplicate).
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle, a NULL stream (the
- * runtime cannot apply an allocator to the default stream) or a stream the
- * runtime does not know (checked as in npualloc_malloc: aclrtStreamQuery on
- * the allocator's device, when the runtime has that call);
+ * runtime cannot apply an allocator to the default stream), a stream the
+ * runtime does not know or a stream of another device (checked as in
+ * npualloc_malloc, on the allocator's device);
  * NPUALLOC_ERR_RUNTIME if an ACL call failed. Nothing is registered or
  * created when the call fails.
  *

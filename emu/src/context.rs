@@ -17,7 +17,7 @@
 //! - `aclrtDestroyContext` refuses a primary context; destroying the
 //!   thread's own current context leaves the thread with none.
 //! - A stream belongs to the context current at its creation; calls that
-//!   check it (record, wait, destroy) refuse a stream of another context
+//!   check it (record, wait, destroy, 2D async copy, overflow switch) refuse a stream of another context
 //!   with 107003 (`COND_RETURN_AND_MSG_INVALID_CONTEXT_STREAM_WITH_FUNC_DESC`).
 //!
 //! One lock guards all of it. It is taken after the engine lock, never

@@ -55,6 +55,9 @@ fn report(faulted: bool) -> AclResult<()> {
 }
 
 fn synchronize(stream: *mut c_void) -> AclResult<()> {
+    // `ApiImpl::StreamSynchronize` needs a current context (of any device:
+    // it switches to the stream's and back); without one, 107002.
+    crate::context::current()?;
     let mut eng = engine();
     let key = eng.resolve(stream)?;
     finish(&mut eng, key)
@@ -81,6 +84,8 @@ const STREAM_STATUS_NOT_READY: u32 = 1;
 
 unsafe fn query(stream: *mut c_void, status: *mut u32) -> AclResult<()> {
     require(!status.is_null())?;
+    // `ApiImpl::StreamQuery`: a current context is needed, not the stream's.
+    crate::context::current()?;
     let mut eng = engine();
     let key = eng.resolve(stream)?;
     let idle = eng.is_idle(key);

@@ -73,11 +73,22 @@ impl Runtime {
 
     /// The thread's current context; `None` without one (or without the call).
     pub fn current_context(&self) -> Option<Context> {
-        let get = self.api.aclrtGetCurrentContext?;
+        self.get_current_context().ok()
+    }
+
+    fn get_current_context(&self) -> Result<Context, AclCallError> {
+        const NAME: &str = "aclrtGetCurrentContext";
+        let get = self
+            .api
+            .aclrtGetCurrentContext
+            .ok_or(AclCallError { function: NAME, code: sys::ACL_ERROR_FEATURE_UNSUPPORTED })?;
         let mut ctx: sys::aclrtContext = std::ptr::null_mut();
         // SAFETY: ctx is a valid out-pointer.
-        let code = unsafe { get(&mut ctx) };
-        (code == sys::ACL_SUCCESS && !ctx.is_null()).then_some(Context(ctx as usize))
+        check(NAME, unsafe { get(&mut ctx) })?;
+        if ctx.is_null() {
+            return Err(AclCallError { function: NAME, code: sys::ACL_ERROR_RT_CONTEXT_NULL });
+        }
+        Ok(Context(ctx as usize))
     }
 
     fn set_current_context(&self, ctx: Context) -> Result<(), AclCallError> {
@@ -103,12 +114,13 @@ impl Runtime {
             } else {
                 let saved = self.current_context();
                 self.set_device(device)?;
-                let Some(primary) = self.current_context() else {
-                    let _ = self.reset_device(device);
-                    return Err(AclCallError {
-                        function: "aclrtGetCurrentContext",
-                        code: sys::ACL_ERROR_RT_CONTEXT_NULL,
-                    });
+                let primary = match self.get_current_context() {
+                    Ok(ctx) => ctx,
+                    Err(e) => {
+                        // Give the reference back: nothing is held on failure.
+                        let _ = self.reset_device(device);
+                        return Err(e);
+                    }
                 };
                 if let Some(prev) = saved.filter(|&p| p != primary) {
                     let _ = self.set_current_context(prev);
