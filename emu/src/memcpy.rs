@@ -20,7 +20,9 @@
 //! work of a stream pins is a violation (Note [pins]). An async call is
 //! queued on its stream (NULL: the default stream) and pins its device
 //! extents until it runs, like the 2D copies, so a buffer freed or reused
-//! under it is seen. With `ACLEMU_PAGEABLE_COPY=sync`, an async copy
+//! under it is seen; a stream of another context is 107003, no current
+//! context 107002 (`ApiImpl::MemcpyAsync`, `ApiImpl::MemsetAsync` in
+//! src/runtime/api/impl/api_impl.cc). With `ACLEMU_PAGEABLE_COPY=sync`, an async copy
 //! touching pageable host memory first finishes the stream, then copies.
 
 use crate::copy::{self, Copy2d};
@@ -164,6 +166,8 @@ fn memcpy_async(
     let pageable = *copy::PAGEABLE_SYNC && copy::touches_pageable(&copy);
     let mut eng = engine();
     let key = eng.resolve(stream)?;
+    // `ApiImpl::MemcpyAsync`: a current context, and a stream of it (107003).
+    crate::context::check_stream(key)?;
     if pageable {
         eng.finish(key, u64::MAX);
         eng.submit_now(key, Work::Copy { copy, pins });
@@ -190,6 +194,8 @@ fn memset_async(dst: *mut c_void, max: usize, value: i32, count: usize, stream: 
     let pins = fill_pins(&fill);
     let mut eng = engine();
     let key = eng.resolve(stream)?;
+    // `ApiImpl::MemsetAsync`: a current context, and a stream of it (107003).
+    crate::context::check_stream(key)?;
     eng.submit(key, Work::Fill { fill, pins });
     Ok(())
 }

@@ -114,6 +114,8 @@ fn check_timeout(timeout: i32) -> AclResult<()> {
 
 fn synchronize_stream(stream: *mut c_void, timeout: i32) -> AclResult<()> {
     check_timeout(timeout)?;
+    // As `aclrtSynchronizeStream`: a current context is needed (107002).
+    crate::context::current()?;
     let mut eng = engine();
     let key = eng.resolve(stream)?;
     if timeout != NO_TIMEOUT && !returns_at_once(key) && !eng.drains_unforced(key) {

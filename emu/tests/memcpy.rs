@@ -15,6 +15,8 @@ const H2D: u32 = 1;
 const D2H: u32 = 2;
 const D2D: u32 = 3;
 const DEFAULT: u32 = 4;
+/// ACL_ERROR_RT_STREAM_CONTEXT: a stream of another context.
+const RT_STREAM_CONTEXT: i32 = 107_003;
 
 /// Violations and armed faults are process-wide: the tests take turns.
 static TURN: Mutex<()> = Mutex::new(());
@@ -256,4 +258,30 @@ fn faults_and_costs_know_the_new_names() {
         assert_eq!(aclrtMemsetAsync(h, 8, 0, 8, null_mut()), RT_INTERNAL_ERROR);
         assert_eq!(aclemu_set_cost(c"aclrtMemcpyAsync".as_ptr(), 0), 0);
     }
+}
+
+#[test]
+fn async_calls_refuse_a_stream_of_another_context() {
+    let _t = turn();
+    let dev = Dev::take();
+    let other = Dev::take_besides(&dev);
+    let b = malloc(64);
+    // SAFETY: live handles and buffers; the context switches are undone.
+    unsafe {
+        assert_eq!(aclrtSetDevice(dev.id), 0);
+        let s = stream();
+        let a = malloc(64);
+        assert_eq!(aclrtSetDevice(other.id), 0);
+        let src = [1u8; 64];
+        assert_eq!(aclrtMemcpyAsync(b, 64, src.as_ptr().cast(), 64, 1, s), RT_STREAM_CONTEXT);
+        assert_eq!(aclrtMemsetAsync(b, 64, 0, 64, s), RT_STREAM_CONTEXT);
+        assert_eq!(aclrtSetDevice(dev.id), 0);
+        assert_eq!(aclrtMemsetAsync(a, 64, 0, 64, s), 0);
+        assert_eq!(aclrtDestroyStream(s), 0);
+        assert_eq!(aclrtFree(a), 0);
+        assert_eq!(aclrtResetDevice(dev.id), 0);
+        assert_eq!(aclrtResetDevice(other.id), 0);
+    }
+    // SAFETY: a live block, no longer used.
+    assert_eq!(unsafe { aclrtFree(b) }, 0);
 }
