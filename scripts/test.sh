@@ -68,4 +68,8 @@ if [[ -d python/tests ]]; then
     bash scripts/test-python.sh
 fi
 
+# The real torch 2.14.0 and torch_npu 2.14.0 on the emulator (about 600 MB of
+# wheels, downloaded once and cached; a loud SKIPPED line when they cannot be).
+bash scripts/test-torch-npu.sh
+
 echo "== all tests passed"

@@ -1,0 +1,84 @@
+"""Fixtures for the tests of the real torch_npu on the ACL emulator.
+
+These tests run in the venv scripts/setup-torch-npu.sh makes (its python is
+the last line that script prints); scripts/test-torch-npu.sh sets it up and
+runs them. Each test runs its torch code in a child process of that python
+(``run_npu``): torch_npu fixes its allocator at the first NPU allocation, so
+torch_npu's own allocator and npualloc's (``npualloc.torch_npu.enable()``)
+cannot share a process, and a crash of torch_npu must fail one test, not end
+the session."""
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SITE = Path(sysconfig.get_paths()["purelib"])
+# The wrapper libascendcl.so the setup installed next to torch_npu: npualloc
+# must load this one, not a second copy of the emulator.
+WRAPPER = SITE / "torch_npu.libs" / "libascendcl.so"
+
+PRELUDE = {
+    "own": "import npu_emu, torch, torch_npu\n",
+    "npualloc": "import npu_emu, torch, torch_npu\nimport npualloc.torch_npu\nnpualloc.torch_npu.enable()\n",
+}
+
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    """Outside the harness's venv these tests are skipped, each with the
+    reason (pytest counts and lists skips; -rs prints the reason)."""
+    if (SITE / "npu_emu.py").is_file() and WRAPPER.is_file():
+        return
+    skip = pytest.mark.skip(reason=(
+        f"SKIPPED: torch_npu tests: {sys.executable} is not the torch_npu harness's venv; "
+        "run scripts/test-torch-npu.sh"))
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(skip)
+
+
+class NpuRun:
+    """What a child process printed: ``result`` is the JSON object of the
+    last stdout line that starts with ``RESULT ``, if any."""
+
+    def __init__(self, done):
+        self.returncode = done.returncode
+        self.stdout = done.stdout
+        self.stderr = done.stderr
+        lines = [line[len("RESULT "):] for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+        self.result = json.loads(lines[-1]) if lines else None
+
+
+@pytest.fixture
+def run_npu(tmp_path):
+    """``run_npu(code, allocator="own" | "npualloc", env=None, check=True)``:
+    runs ``code`` (dedented) after importing npu_emu, torch and torch_npu
+    (and, for "npualloc", after ``npualloc.torch_npu.enable()``) in a fresh
+    python of this venv; ``report(obj)`` in the code prints the result line.
+    With ``check`` a non-zero exit fails the test with the child's output."""
+
+    def run(code, allocator="own", env=None, check=True, timeout=600):
+        script = tmp_path / f"npu_{allocator}.py"
+        report = "import json as _json\ndef report(obj):\n    print('RESULT ' + _json.dumps(obj), flush=True)\n"
+        script.write_text(PRELUDE[allocator] + report + textwrap.dedent(code))
+        child_env = dict(os.environ)
+        child_env.pop("NPUALLOC_CONF", None)
+        child_env.update(TORCH_DEVICE_BACKEND_AUTOLOAD="0", NPUALLOC_ACL_LIBRARY=str(WRAPPER))
+        child_env.update(env or {})
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=child_env,
+                              cwd=tmp_path, timeout=timeout)
+        out = NpuRun(done)
+        if check and done.returncode != 0:
+            pytest.fail(f"torch_npu child ({allocator}) exited with {done.returncode}\n"
+                        f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-8000:]}")
+        return out
+
+    return run

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# setup-torch-npu.sh [DIR]: a virtual environment in which the real torch
+# 2.14.0 and the real torch_npu 2.14.0 run on the ACL emulator (emu/), on a
+# machine with no NPU and no GPU, with npualloc's Python package installed.
+#
+# DIR defaults to $NPUALLOC_TORCH_NPU_DIR, else
+# ${XDG_CACHE_HOME:-$HOME/.cache}/npualloc/torch-npu. It gets:
+#   DIR/dl/      the downloaded wheels (torch 555 MB, torch_npu 44 MB, about
+#                30 MB of pure-Python dependencies), reused by later runs;
+#   DIR/venv/    the environment (its python is the last line printed);
+#   DIR/build/   the generated stub libraries and their sources.
+# What is installed into the venv's site-packages and why (tools/torch_npu/):
+#   nvidia/cu13/lib/  stubs of the CUDA libraries torch's CUDA build needs
+#                     (gen_stubs.py; cuda_absent.c answers "no CUDA device");
+#   npu_emu.py, libnpu_emu_cuda_keys.so  `import npu_emu` imports torch, removes
+#                     libc10_cuda's allocator-config keys torch_npu registers
+#                     again (cuda_keys_reset.cpp), then imports torch_npu;
+#   torch_npu.libs/   libaclemu.so (the emulator), the wrapper libascendcl.so
+#                     that re-exports it (torch_npu looks functions up with
+#                     dlsym on libascendcl's handle, which LD_PRELOAD would not
+#                     reach) and stubs of CANN's other libraries. The wrapper
+#                     adds only stubs (207000, named once on stderr and in
+#                     $STUB_LOG) for what the emulator leaves out (op
+#                     compilation, HCCL, profiling, dump, graph capture, CANN
+#                     attributes; the torch_npu names in dlsym/ and those its
+#                     libraries link) and op_engine.c, a ZerosLike-only op
+#                     engine for torch.zeros; compile_options.c answers the
+#                     op compiler's option calls torch_npu's init needs.
+# Run Python there as `DIR/venv/bin/python -c "import npu_emu, torch; ..."`.
+#
+# When the wheels cannot be downloaded it says so and exits with status 75
+# (scripts/test-torch-npu.sh turns that into a loud skip). From the cache it
+# takes about a minute; the first run about 5 minutes on 2 cores.
+# Environment: PYTHON (default python3, must be one torch 2.14.0 has wheels
+# for), CARGO_TARGET_DIR as cargo reads it.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+harness=$root/tools/torch_npu
+dir=${1:-${NPUALLOC_TORCH_NPU_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/npualloc/torch-npu}}
+mkdir -p "$dir/dl" "$dir/build"
+dir=$(cd "$dir" && pwd)
+python=${PYTHON:-python3}
+target=${CARGO_TARGET_DIR:-$root/target}
+[[ $target = /* ]] || target=$root/$target
+start=$(date +%s)
+step() { echo "== torch_npu harness (+$(($(date +%s) - start))s): $*"; }
+
+TORCH=2.14.0
+DEPS=(numpy pyyaml sympy mpmath filelock typing_extensions networkx jinja2 markupsafe fsspec pytest)
+tag=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+
+step "downloads (cached in $dir/dl)"
+cannot_download() {
+    echo "setup-torch-npu: could not download $1 (no network or no wheel for $tag); nothing was set up" >&2
+    exit 75
+}
+for wheel in torch torch_npu; do
+    if ! compgen -G "$dir/dl/$wheel-$TORCH-$tag-*.whl" >/dev/null; then
+        "$python" -m pip download -q --no-deps --only-binary=:all: -d "$dir/dl" "${wheel/_/-}==$TORCH" ||
+            cannot_download "$wheel $TORCH"
+    fi
+done
+if [[ ! -f $dir/dl/deps/.complete-$tag ]]; then
+    "$python" -m pip download -q --only-binary=:all: -d "$dir/dl/deps" "${DEPS[@]}" ||
+        cannot_download "torch's pure-Python dependencies"
+    touch "$dir/dl/deps/.complete-$tag"
+fi
+
+step "cargo build --release -p acl-emu"
+cargo build -q --locked --release -p acl-emu
+emulator=$target/release/libascendcl.so
+
+step "venv $dir/venv: torch, torch_npu, their dependencies, npualloc"
+[[ -x $dir/venv/bin/python ]] || "$python" -m venv "$dir/venv"
+venv_python=$dir/venv/bin/python
+pip=("$venv_python" -m pip -q --disable-pip-version-check)
+installed() { "$venv_python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$TORCH')" 2>/dev/null; }
+installed torch || "${pip[@]}" install --no-deps "$dir"/dl/torch-$TORCH-$tag-*.whl
+installed torch_npu || "${pip[@]}" install --no-deps "$dir"/dl/torch_npu-$TORCH-$tag-*.whl
+# pip then warns that torch's CUDA dependencies are missing: they are stubbed.
+"${pip[@]}" install --no-index --find-links "$dir/dl/deps" "${DEPS[@]}" 2>&1 | { grep -v '^torch .* requires ' || true; }
+"${pip[@]}" install --no-deps --force-reinstall "$root/python"
+site=$("$venv_python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+torch_dir=$site/torch
+npu_dir=$site/torch_npu
+
+# The C and C++ runtime libraries: symbols they define are not stubbed.
+system_libs=()
+for lib in libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1 libdl.so.2 librt.so.1 libpthread.so.0; do
+    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}')
+    [[ -n $path ]] && system_libs+=("$path")
+done
+system_libs+=(/lib64/ld-linux-x86-64.so.2)
+
+step "CUDA stubs -> site-packages/nvidia/cu13/lib (torch's RPATH)"
+out=$dir/build/cuda
+rm -rf "$out"
+args=()
+for f in "$torch_dir"/lib/*.so* "$torch_dir"/_C*.so; do args+=(--consumer "$f" --provider "$f"); done
+for f in "${system_libs[@]}"; do args+=(--provider "$f"); done
+for lib in libcublas.so.13 libcublasLt.so.13 libcudart.so.13 libcudnn.so.9 libcufft.so.12 libcufile.so.0 \
+    libcupti.so.13 libcurand.so.10 libcusolver.so.12 libcusparse.so.12 libcusparseLt.so.0 libnccl.so.2 \
+    libnvrtc.so.13 libnvshmem_host.so.3; do
+    args+=(--lib "$lib" --ret "$lib=100")   # 100: cudaErrorNoDevice
+done
+python3 "$harness/gen_stubs.py" "$out" "${args[@]}" --source "libcudart.so.13=$harness/cuda_absent.c" \
+    --assign '^cudnn=libcudnn.so.9' --assign '^nccl=libnccl.so.2' --assign '^cusparseLt=libcusparseLt.so.0' \
+    --assign '^cuFile=libcufile.so.0' --assign '^nvshmem=libnvshmem_host.so.3' --assign '^cupti=libcupti.so.13'
+mkdir -p "$site/nvidia/cu13/lib"
+cp "$out"/lib*.so.[0-9]* "$site/nvidia/cu13/lib/"
+
+step "npu_emu: the import that removes libc10_cuda's allocator-config keys"
+g++ -O1 -shared -fPIC -Wall -Werror -o "$site/libnpu_emu_cuda_keys.so" "$harness/cuda_keys_reset.cpp" \
+    -L"$torch_dir/lib" -lc10 -Wl,-rpath,"$torch_dir/lib"
+cp "$harness/npu_emu.py" "$site/"
+
+step "the emulator, the wrapper libascendcl.so and CANN stubs -> site-packages/torch_npu.libs"
+out=$dir/build/cann
+rm -rf "$out"
+mkdir -p "$out" "$site/torch_npu.libs"
+cp "$emulator" "$out/libaclemu.so"
+args=()
+for f in "$npu_dir"/_C*.so "$npu_dir"/lib/*.so; do args+=(--consumer "$f" --provider "$f"); done
+for f in "$torch_dir"/lib/*.so* "$torch_dir"/_C*.so "${system_libs[@]}" "$out/libaclemu.so"; do
+    args+=(--provider "$f")
+done
+python3 "$harness/gen_stubs.py" "$out" "${args[@]}" \
+    --lib libascendcl.so --lib libhccl.so --lib libacl_op_compiler.so --lib libge_runner.so --lib libgraph.so \
+    --lib libacl_tdt_channel.so --lib libatb.so \
+    --ret libascendcl.so=207000 --ret libacl_op_compiler.so=207000 --ret libhccl.so=207000 \
+    --assign '^acltdt=libacl_tdt_channel.so' --assign '^(Hccl|hccl)=libhccl.so' \
+    --assign '^(atb|_ZN3atb|_ZNK3atb)=libatb.so' --assign '^acl=libascendcl.so' \
+    --extra "libascendcl.so=$harness/dlsym/libascendcl.txt" \
+    --extra "libacl_op_compiler.so=$harness/dlsym/libacl_op_compiler.txt" \
+    --extra "libhccl.so=$harness/dlsym/libhccl.txt" \
+    --source "libascendcl.so=$harness/op_engine.c" \
+    --source "libacl_op_compiler.so=$harness/compile_options.c" \
+    --link "libascendcl.so=-L$out -Wl,--no-as-needed -laclemu -Wl,--as-needed -Wl,-rpath,\$ORIGIN -lpthread"
+cp "$out"/*.so "$site/torch_npu.libs/"
+
+step "check: import npu_emu; torch.npu.device_count()"
+env -u NPUALLOC_ACL_LIBRARY TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$venv_python" -c \
+    "import npu_emu, torch; n = torch.npu.device_count(); assert n > 0, n; print('torch', torch.__version__, 'torch_npu', npu_emu.torch_npu.__version__, 'devices', n)"
+step "done"
+echo "$venv_python"

@@ -1,0 +1,111 @@
+/* A single-op engine small enough for the smoke tests: torch_npu runs
+ * torch.zeros (and the zero fill of a few other factories) as the op
+ * "ZerosLike" through aclopCompileAndExecute. Compiling and running ops is
+ * the graph engine's and the op compiler's work, not the runtime's, so it is
+ * not part of the emulator; here ZerosLike and Zeros become an
+ * aclrtMemsetAsync of the output on the op's stream (queued by the emulator
+ * like any other stream work), and every other op is refused with 207000
+ * (ACL_ERROR_RT_FEATURE_NOT_SUPPORT), its type named once on stderr.
+ *
+ * Tensor descriptors, data buffers and op attributes are plain host structs:
+ * only what aclopCompileAndExecute reads is kept. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define API __attribute__((visibility("default")))
+#define ACL_ERROR_INVALID_PARAM 100000
+#define ACL_ERROR_RT_FEATURE_NOT_SUPPORT 207000
+typedef int aclError;
+typedef void *aclrtStream;
+
+/* the emulator's */
+extern aclError aclrtMemsetAsync(void *dev, size_t max, int32_t value, size_t count, aclrtStream stream);
+
+typedef struct {
+  void *data;
+  size_t size;
+} DataBuffer;
+
+API void *aclCreateDataBuffer(void *data, size_t size) {
+  DataBuffer *b = malloc(sizeof *b);
+  if (b) {
+    b->data = data;
+    b->size = size;
+  }
+  return b;
+}
+API aclError aclDestroyDataBuffer(const void *buffer) {
+  free((void *)buffer);
+  return 0;
+}
+API void *aclGetDataBufferAddr(const void *buffer) { return buffer ? ((const DataBuffer *)buffer)->data : NULL; }
+API size_t aclGetDataBufferSizeV2(const void *buffer) { return buffer ? ((const DataBuffer *)buffer)->size : 0; }
+
+/* A descriptor keeps nothing: no op here reads shapes or types. */
+API void *aclCreateTensorDesc(int dtype, int dims, const int64_t *shape, int format) {
+  (void)dtype, (void)dims, (void)shape, (void)format;
+  return calloc(1, 64);
+}
+API void aclDestroyTensorDesc(const void *desc) { free((void *)desc); }
+API aclError aclSetTensorFormat(void *desc, int format) { return desc ? ((void)format, 0) : ACL_ERROR_INVALID_PARAM; }
+API aclError aclSetTensorShape(void *desc, int dims, const int64_t *shape) {
+  (void)dims, (void)shape;
+  return desc ? 0 : ACL_ERROR_INVALID_PARAM;
+}
+API aclError aclSetTensorPlaceMent(void *desc, int placement) {
+  (void)placement;
+  return desc ? 0 : ACL_ERROR_INVALID_PARAM;
+}
+API void aclSetTensorDescName(void *desc, const char *name) { (void)desc, (void)name; }
+
+API void *aclopCreateAttr(void) { return calloc(1, 16); }
+API void aclopDestroyAttr(const void *attr) { free((void *)attr); }
+#define ATTR_SETTER(fn, ...)                                      \
+  API aclError fn(void *attr, const char *name, __VA_ARGS__) {    \
+    return (attr && name) ? 0 : ACL_ERROR_INVALID_PARAM;          \
+  }
+ATTR_SETTER(aclopSetAttrBool, uint8_t value)
+ATTR_SETTER(aclopSetAttrInt, int64_t value)
+ATTR_SETTER(aclopSetAttrFloat, float value)
+ATTR_SETTER(aclopSetAttrString, const char *value)
+ATTR_SETTER(aclopSetAttrDataType, int value)
+ATTR_SETTER(aclopSetAttrListBool, int count, const uint8_t *values)
+ATTR_SETTER(aclopSetAttrListInt, int count, const int64_t *values)
+ATTR_SETTER(aclopSetAttrListFloat, int count, const float *values)
+ATTR_SETTER(aclopSetAttrListListInt, int count, const int *lengths, const int64_t *const values[])
+
+/* Names each op type once on stderr, with what happened to it. */
+static void note_op(const char *op, int runs) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static char seen[64][48];
+  pthread_mutex_lock(&mu);
+  int k = 0;
+  while (k < 64 && seen[k][0] && strcmp(seen[k], op) != 0) k++;
+  if (k < 64 && !seen[k][0]) {
+    snprintf(seen[k], sizeof seen[k], "%s", op);
+    char msg[128];
+    int n = snprintf(msg, sizeof msg, "[torch_npu harness] op %s: %s\n", op,
+                     runs ? "a memset on its stream" : "not supported (207000)");
+    if (n > 0) (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+API aclError aclopCompileAndExecute(const char *op, int inputs, const void *const input_desc[],
+                                    const void *const input_data[], int outputs, const void *const output_desc[],
+                                    void *const output_data[], const void *attr, int engine, int compile_flag,
+                                    const char *op_path, aclrtStream stream) {
+  (void)inputs, (void)input_desc, (void)input_data, (void)output_desc, (void)attr, (void)engine, (void)compile_flag,
+      (void)op_path;
+  if (!op) return ACL_ERROR_INVALID_PARAM;
+  int zeros = (strcmp(op, "ZerosLike") == 0 || strcmp(op, "Zeros") == 0) && outputs >= 1 && output_data;
+  note_op(op, zeros);
+  if (!zeros) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+  const DataBuffer *out = output_data[0];
+  if (!out) return ACL_ERROR_INVALID_PARAM;
+  return aclrtMemsetAsync(out->data, out->size, 0, out->size, stream);
+}
