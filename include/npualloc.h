@@ -153,6 +153,19 @@ typedef struct npualloc_block_info {
 } npualloc_block_info;
 
 /**
+ * `fn(user, device)`: run before npualloc synchronizes streams to give
+ * device memory back (see `npualloc_set_before_release`).
+ */
+typedef void (*npualloc_release_hook)(void *user, int32_t device);
+
+/**
+ * `fn(user, device, requested, report)`: a request of `requested` bytes on
+ * `device` was refused for lack of memory; `report` (valid during the call)
+ * is the text the last error gets (see `npualloc_set_oom_observer`).
+ */
+typedef void (*npualloc_oom_hook)(void *user, int32_t device, size_t requested, const char *report);
+
+/**
  * Allocator statistics (PyTorch `memory_stats()` vocabulary, plus where the
  * reserved memory is). The caller sets `struct_size` to
  * `sizeof(npualloc_stats)`; fields past it are not written, so callers built
@@ -353,6 +366,10 @@ typedef struct npualloc_api {
     npualloc_status (*pluggable_snapshot_pytorch_json)(int, char**);
     npualloc_status (*forget_stream)(struct npualloc_allocator*, aclrtStream);
     npualloc_status (*pluggable_forget_stream)(int, aclrtStream);
+    npualloc_status (*erase_stream)(struct npualloc_allocator*, void*, aclrtStream);
+    npualloc_status (*pluggable_allocator)(int, struct npualloc_allocator**);
+    npualloc_status (*set_before_release)(struct npualloc_allocator*, npualloc_release_hook, void*);
+    npualloc_status (*set_oom_observer)(struct npualloc_allocator*, npualloc_oom_hook, void*);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -457,6 +474,24 @@ npualloc_status npualloc_free(struct npualloc_allocator *a, void *ptr);
  * never dereferenced; `stream` is checked with the runtime.
  */
 npualloc_status npualloc_record_stream(struct npualloc_allocator *a, void *ptr, aclrtStream stream);
+
+/**
+ * Undoes `npualloc_record_stream(a, ptr, stream)`: the caller has ordered
+ * `stream`'s work on the block some other way (torch_npu's `eraseStream`,
+ * used by its `MULTI_STREAM_MEMORY_REUSE` modes), so a later free waits
+ * only for the block's other streams. A stream the block was never
+ * recorded on (its own stream included, and streams the runtime does not
+ * know) is NPUALLOC_OK and changes nothing.
+ *
+ * Returns NPUALLOC_ERR_UNKNOWN_POINTER (nothing changes) if `ptr` is not the
+ * start of a live block; NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead
+ * handle. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle. `ptr` and `stream` are only compared, never
+ * dereferenced.
+ */
+npualloc_status npualloc_erase_stream(struct npualloc_allocator *a, void *ptr, aclrtStream stream);
 
 /**
  * Returns every cached, unused segment to the runtime, after synchronizing
@@ -698,6 +733,46 @@ npualloc_status npualloc_pluggable_record_history(int device, size_t max_entries
 npualloc_status npualloc_pluggable_snapshot_pytorch_json(int device, char **out_json);
 
 /**
+ * Installs `fn`, run with `user` and the allocator's device before every
+ * synchronization that precedes giving device memory back: empty_cache,
+ * the out-of-memory ladder (with its garbage collection and headroom
+ * moves), the release threshold, and destroy. It runs with no npualloc
+ * lock held that a malloc or free on another stream needs, on the thread
+ * that triggered the release. A host with its own queue of work not yet
+ * handed to the runtime (torch_npu's task queue) drains it there. NULL
+ * `fn` removes the hook. Replaces any earlier hook.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle.
+ * Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle; `fn` may be called with `user` from any
+ * thread until it is replaced or the allocator destroyed.
+ */
+npualloc_status npualloc_set_before_release(struct npualloc_allocator *a,
+                                            npualloc_release_hook fn,
+                                            void *user);
+
+/**
+ * Installs `fn`, run with `user` once per request refused with
+ * NPUALLOC_ERR_OUT_OF_MEMORY, after everything the request took was given
+ * back and with no npualloc lock held, on the thread that made the
+ * request, with the same report text the last error gets. NULL `fn`
+ * removes it; replaces any earlier observer. (The config key
+ * `oom_snapshot:PATH` of the API contract is not implemented yet.)
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle.
+ * Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle; `fn` may be called with `user` from any
+ * thread until it is replaced or the allocator destroyed.
+ */
+npualloc_status npualloc_set_oom_observer(struct npualloc_allocator *a,
+                                          npualloc_oom_hook fn,
+                                          void *user);
+
+/**
  * The message recorded by the most recent failing npualloc call on this
  * thread, or "" when there is none.
  *
@@ -891,6 +966,24 @@ void *npualloc_pluggable_base_alloc(void *ptr, size_t *size);
  * bits of the register or stack slot undefined.
  */
 void npualloc_pluggable_reset_peak_stats(int device);
+
+/**
+ * The process-wide allocator the pluggable entry points use for `device`,
+ * created from `NPUALLOC_CONF` on first use as they do, as a handle for the
+ * whole C API (a host such as a torch_npu bridge uses it for statistics,
+ * record/erase stream, hooks and snapshots of the memory torch_npu
+ * allocates). `npualloc_destroy` refuses it: it lives until the process
+ * exits. The same handle is written for every call with the same device.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for NULL `out` or a device outside
+ * the range `npualloc_pluggable_init` set (0..64 before it); a creation
+ * failure is that of `npualloc_create` and is returned again by every
+ * later call for the device. Thread-safe.
+ *
+ * # Safety
+ * `out` is NULL or valid for writing one handle.
+ */
+npualloc_status npualloc_pluggable_allocator(int device, struct npualloc_allocator **out);
 
 /**
  * The function table for C ABI version `abi_version`, or NULL (last error

@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 MANIFEST = HERE.parent / "Cargo.toml"
 CRATE = "npualloc"
 LIBRARY = "libnpualloc.so"
+HEADER = HERE.parent / "include" / "npualloc.h"
 
 
 def cargo_build():
@@ -94,11 +95,16 @@ class BuildPy(build_py):
         dest.parent.mkdir(parents=True, exist_ok=True)
         self.copy_file(str(library), str(dest), preserve_mode=True)
         strip_debug_info(dest)
+        # The torch_npu bridge is compiled against the header where it runs.
+        header = Path(self.build_lib) / "npualloc" / "include" / HEADER.name
+        header.parent.mkdir(parents=True, exist_ok=True)
+        self.copy_file(str(HEADER), str(header))
 
     def get_outputs(self, include_bytecode=True):
         outputs = super().get_outputs(include_bytecode)
         if not getattr(self, "editable_mode", False):
             outputs.append(str(Path(self.build_lib) / "npualloc" / LIBRARY))
+            outputs.append(str(Path(self.build_lib) / "npualloc" / "include" / HEADER.name))
         return outputs
 
 

@@ -207,8 +207,12 @@ fn declared_names(header: &str) -> Vec<String> {
             }
             ";" if !in_record => {
                 // `typedef ... name;` declares its last identifier.
+                // `typedef ret (*name)(params);` declares the name after `(*`.
                 if statement.first() == Some(&"typedef") {
-                    if let Some(name) = statement.iter().rev().find(|t| is_ident(t)) {
+                    let pointer = statement.windows(3).find(|w| w[0] == "(" && w[1] == "*" && is_ident(w[2]));
+                    if let Some(w) = pointer {
+                        names.push(w[2].to_string());
+                    } else if let Some(name) = statement.iter().rev().find(|t| is_ident(t)) {
                         names.push(name.to_string());
                     }
                 }
@@ -221,7 +225,7 @@ fn declared_names(header: &str) -> Vec<String> {
                     names.push(tok.to_string()); // an enum constant
                 } else if !in_record && matches!(prev, Some("struct" | "enum" | "union")) {
                     names.push(tok.to_string()); // a tag
-                } else if !in_record && next == Some("(") {
+                } else if !in_record && next == Some("(") && statement.first() != Some(&"typedef") {
                     names.push(tok.to_string()); // a function
                 }
             }
@@ -238,7 +242,9 @@ fn declared_names(header: &str) -> Vec<String> {
 fn header_exports_only_the_npualloc_api() {
     let header = std::fs::read_to_string(header_path()).expect("read include/npualloc.h");
     let names = declared_names(&header);
-    for expected in ["NPUALLOC_H", "NPUALLOC_OK", "npualloc_status", "npualloc_last_error", "aclrtStream"] {
+    for expected in
+        ["NPUALLOC_H", "NPUALLOC_OK", "npualloc_status", "npualloc_last_error", "aclrtStream", "npualloc_release_hook"]
+    {
         assert!(names.iter().any(|n| n == expected), "the header scan missed {expected}: {names:?}");
     }
     // Every name must carry the npualloc prefix; the ACL handle typedef from

@@ -5,25 +5,25 @@
 
     npualloc.torch_npu.enable()          # before the first tensor on an NPU
     x = torch.empty(1 << 20, device="npu")
+    torch.npu.memory_stats()             # every torch.npu memory API works
 
-``enable()`` builds torch_npu's ``NPUPluggableAllocator`` from the library
-this package carries (its ``npualloc_pluggable_malloc`` and
-``npualloc_pluggable_free``), hands it the library's optional hooks that this
-torch_npu version accepts, and makes it torch_npu's current allocator.
+``enable()`` installs the torch_npu bridge (``npualloc.torch_npu_bridge``): a
+small C++ library, compiled on first use against the installed torch and
+torch_npu headers and cached per torch_npu version, that is a complete
+torch_npu allocator (``c10_npu::NPUCachingAllocator::NPUAllocator``) serving
+every request from npualloc's process-wide allocator of each device (the
+one ``npualloc_pluggable_allocator`` names). ``bridge.cpp`` says why a full
+allocator rather than torch_npu's ``NPUPluggableAllocator``.
 
-The allocators behind the hooks are created on each device's first
-allocation, from ``NPUALLOC_CONF`` (``enable(config=...)`` sets it). The ACL
-runtime is found as for ``CachingAllocator``: the ``acl_library`` config key,
+The allocators are created on each device's first allocation, from
+``NPUALLOC_CONF`` (``enable(config=...)`` sets it). The ACL runtime is found
+as for ``CachingAllocator``: the ``acl_library`` config key,
 ``NPUALLOC_ACL_LIBRARY``, ``$ASCEND_HOME_PATH/lib64``, then the loader's search.
 
-PyTorch's memory snapshots, under the names torch users know::
-
-    npualloc.torch_npu._record_memory_history(max_entries=100000)
-    ...
-    npualloc.torch_npu._dump_snapshot("snap.pickle")   # open with _memory_viz.py
-
-They act on the allocator of the current NPU that the hooks use (created
-from ``NPUALLOC_CONF`` if it does not exist yet); see ``npualloc.memory``.
+PyTorch's memory snapshots work through torch_npu's own functions
+(``torch.npu.memory._record_memory_history``, ``_snapshot``,
+``_dump_snapshot``, with Python stack frames); the functions of the same
+names here do the same from npualloc's side, without frames.
 """
 
 import ctypes
@@ -35,25 +35,12 @@ import sys
 from . import _lib, memory as _memory
 
 __all__ = [
-    "enable", "is_enabled", "TorchNpuError", "MALLOC_FN", "FREE_FN", "HOOKS",
+    "enable", "is_enabled", "TorchNpuError", "pad_bytes",
     "_record_memory_history", "_snapshot", "_dump_snapshot",
 ]
 
-MALLOC_FN = "npualloc_pluggable_malloc"
-FREE_FN = "npualloc_pluggable_free"
-
-# (setter of NPUPluggableAllocator.allocator(), library function, the C type
-# torch_npu calls it with). A setter this torch_npu lacks is skipped.
-# torch_npu's record-stream, erase-stream and device-stats hooks are not set:
-# the library exports no function for them (the C API's
-# npualloc_record_stream takes an allocator handle, not a device).
-HOOKS = (
-    ("set_init_fn", "npualloc_pluggable_init", "void(int device_count)"),
-    ("set_reset_fn", "npualloc_pluggable_empty_cache", "void(bool check_error)"),
-    ("set_memory_fraction_fn", "npualloc_pluggable_set_memory_fraction", "void(double fraction, int device)"),
-    ("set_base_alloc_fn", "npualloc_pluggable_base_alloc", "void *(void *ptr, size_t *size)"),
-    ("set_reset_peak_status_fn", "npualloc_pluggable_reset_peak_stats", "void(c10::DeviceIndex device)"),
-)
+# torch_npu/csrc/core/npu/NpuVariables.h: SocVersion::Ascend950.
+_ASCEND950 = 260
 
 
 class TorchNpuError(RuntimeError):
@@ -61,11 +48,11 @@ class TorchNpuError(RuntimeError):
 
 
 class _Installed:
-    def __init__(self, allocator, config, library, hooks):
-        self.allocator = allocator
+    def __init__(self, config, library, bridge, tail):
         self.config = config
         self.library = library
-        self.hooks = hooks
+        self.bridge = bridge
+        self.tail = tail
 
 
 _installed = None
@@ -76,9 +63,24 @@ def is_enabled():
     return _installed is not None
 
 
+def pad_bytes(torch_npu=None):
+    """The bytes torch_npu's own allocator adds to every request on this SoC
+    and CANN (NPUCachingAllocator.cpp ``AddPadSize``: none on Ascend950 and
+    later with CANN 9.1.0 or newer, else 32); the bridge adds the same."""
+    torch_npu = torch_npu or importlib.import_module("torch_npu")
+    get_soc = getattr(torch_npu._C, "_npu_get_soc_version", None)
+    if get_soc is None:  # a torch_npu that cannot tell pads (all SoCs before Ascend950 do)
+        return 32
+    soc = get_soc()
+    try:
+        new_cann = bool(torch_npu.npu.utils._is_gte_cann_version("9.1.0", "CANN"))
+    except Exception:  # an unknown CANN version reads as older
+        new_cann = False
+    return 0 if (soc >= _ASCEND950 and new_cann) else 32
+
+
 def enable(config=None):
-    """Makes npualloc torch_npu's NPU memory allocator; returns the
-    ``NPUPluggableAllocator`` installed.
+    """Makes npualloc torch_npu's NPU memory allocator.
 
     Call it once, after ``import torch_npu`` and before anything initializes
     the NPU (the first tensor on an NPU, ``torch.npu.set_device``, ...):
@@ -86,71 +88,65 @@ def enable(config=None):
 
     ``config`` is npualloc's config string (``"key:value,..."``, the
     ``NPUALLOC_CONF`` grammar); it is checked here and put in ``NPUALLOC_CONF``
-    for the allocators the hooks create. None keeps ``NPUALLOC_CONF`` as it is.
+    for the allocators the bridge creates. None keeps ``NPUALLOC_CONF`` as it is.
 
-    Calling it again with the same config returns the same allocator.
+    The first call in a process with a new torch_npu compiles the bridge
+    (a C++20 compiler is needed: ``$CXX`` or ``c++``); later ones load it
+    from the cache (see ``npualloc.torch_npu_bridge``).
+
+    Calling it again with the same config does nothing.
 
     Raises ImportError when torch_npu cannot be imported, ValueError for a
-    config npualloc refuses, TorchNpuError when torch_npu has no pluggable
-    allocators, when another pluggable allocator is installed, when the NPU
-    is already initialized, or when npualloc was enabled with another config.
-    Nothing is changed when it raises.
+    config npualloc refuses, TorchNpuError when the NPU is already
+    initialized, when the bridge cannot be built or installed, or when
+    npualloc was enabled with another config. Nothing is changed when it raises.
     """
     global _installed
     text = _config_text(config)
     effective = text if text is not None else os.environ.get("NPUALLOC_CONF")
     torch_npu = _import_torch_npu()
-    memory = _memory_module(torch_npu)
 
     if _installed is not None:
         if _installed.config == effective:
-            return _installed.allocator
+            return
         raise TorchNpuError(
             f"npualloc is already torch_npu's allocator, with config {_installed.config!r}; "
             f"it cannot be re-enabled with {effective!r} (the config is read once per process)"
-        )
-    other = _other_pluggable_allocator(torch_npu, memory)
-    if other is not None:
-        raise TorchNpuError(
-            f"torch_npu already uses another pluggable allocator ({other!r}); torch_npu "
-            "switches allocators only once per process, before the NPU is initialized"
         )
     if _npu_initialized(torch_npu):
         raise TorchNpuError(_TOO_LATE)
 
     _check_config(text)
     library = str(_lib.find_library())
-    handle = ctypes.CDLL(library)  # the same handle torch_npu's ctypes.CDLL gets
-    for name in (MALLOC_FN, FREE_FN):
-        _address(handle, name, library)
+    from . import torch_npu_bridge
+
+    try:
+        bridge = torch_npu_bridge.library()
+    except torch_npu_bridge.BridgeBuildError as e:
+        raise TorchNpuError(f"the torch_npu bridge could not be built: {e}") from e
+    tail = pad_bytes(torch_npu)
 
     saved = os.environ.get("NPUALLOC_CONF")
     if text is not None:
         os.environ["NPUALLOC_CONF"] = text
     try:
-        allocator = memory.NPUPluggableAllocator(library, MALLOC_FN, FREE_FN)
-        inner = allocator.allocator()
-        hooks = []
-        for setter, symbol, _ in HOOKS:
-            set_fn = getattr(inner, setter, None)
-            if set_fn is None:
-                continue
-            set_fn(_address(handle, symbol, library))
-            hooks.append(setter)
-        try:
-            memory.change_current_allocator(allocator)
-        except RuntimeError as e:
-            if "initialized" in str(e):
-                raise TorchNpuError(f"{_TOO_LATE} (torch_npu: {e})") from e
-            raise
+        handle = ctypes.CDLL(str(bridge))
+        install = handle.npualloc_torch_npu_bridge_install
+        install.restype = ctypes.c_int
+        install.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+        err = ctypes.create_string_buffer(1024)
+        if install(library.encode(), tail, err, len(err)) != 0:
+            message = err.value.decode(errors="replace")
+            if "initialized" in message:
+                raise TorchNpuError(f"{_TOO_LATE} (the bridge: {message})")
+            raise TorchNpuError(f"the torch_npu bridge refused to install: {message}")
     except BaseException:
         if saved is None:
             os.environ.pop("NPUALLOC_CONF", None)
         else:
             os.environ["NPUALLOC_CONF"] = saved
         raise
-    _installed = _Installed(allocator, effective, library, tuple(hooks))
-    return allocator
+    _installed = _Installed(effective, library, str(bridge), tail)
 
 
 _TOO_LATE = (
@@ -181,35 +177,6 @@ def _import_torch_npu():
         ) from e
 
 
-def _memory_module(torch_npu):
-    npu = getattr(torch_npu, "npu", None)
-    memory = getattr(npu, "memory", None)
-    if memory is None:
-        try:
-            memory = importlib.import_module("torch_npu.npu.memory")
-        except ImportError:
-            memory = None
-    missing = [n for n in ("NPUPluggableAllocator", "change_current_allocator") if not hasattr(memory, n)]
-    if missing:
-        version = getattr(torch_npu, "__version__", "of unknown version")
-        raise TorchNpuError(
-            f"this torch_npu ({version}) has no torch_npu.npu.memory.{' or '.join(missing)}; "
-            "npualloc needs a torch_npu 2.x with pluggable allocators"
-        )
-    return memory
-
-
-def _other_pluggable_allocator(torch_npu, memory):
-    """The pluggable allocator torch_npu uses now, or None (its own caching
-    allocator, or a torch_npu that cannot tell)."""
-    current = getattr(memory, "_get_current_allocator", None)
-    pluggable = getattr(getattr(torch_npu, "_C", None), "_NPUPluggableAllocator", None)
-    if current is None or not isinstance(pluggable, type):
-        return None
-    active = current().allocator()
-    return active if isinstance(active, pluggable) else None
-
-
 def _npu_initialized(torch_npu):
     is_initialized = getattr(getattr(torch_npu, "npu", None), "is_initialized", None)
     return bool(is_initialized()) if callable(is_initialized) else False
@@ -227,14 +194,6 @@ def _check_config(text):
         raise ValueError(f"npualloc refuses the config {source}: {_lib.last_error()}")
     if status == _lib.OK:  # not expected for device -1; never leak one
         lib.npualloc_destroy(out)
-
-
-def _address(handle, symbol, library):
-    try:
-        fn = getattr(handle, symbol)
-    except AttributeError:
-        raise TorchNpuError(f"{library} does not export {symbol}; is it an older libnpualloc?") from None
-    return ctypes.cast(fn, ctypes.c_void_p).value
 
 
 def _device(device):

@@ -127,7 +127,12 @@ impl<B: Backing> Device<B> {
                 Ok(addr) => addr,
                 Err(e) => {
                     drop(pool);
-                    return self.ladder(shard, size, rounded, e);
+                    let refused = self.ladder(shard, size, rounded, e);
+                    if let Err(Error::OutOfMemory(report)) = &refused {
+                        // No lock held, everything the request took given back.
+                        self.sh.hooks.out_of_memory(self.sh.device, size, report);
+                    }
+                    return refused;
                 }
             },
         };
@@ -252,6 +257,15 @@ impl<B: Backing> Device<B> {
         }
         self.sh.trace(|t| t.record_stream(addr, stream));
         Ok(())
+    }
+
+    /// Undoes `record_stream(addr, stream)` (see `Pool::erase_stream`). The
+    /// stream is not checked with the runtime: one the block was never
+    /// recorded on, live or not, changes nothing.
+    pub fn erase_stream(&self, addr: usize, stream: Stream) -> Result<()> {
+        self.check_usable()?;
+        let shard = self.owner(addr, "erase_stream")?;
+        shard.lock()?.erase_stream(addr, stream)
     }
 
     /// The live block containing `addr` (interior pointers allowed).

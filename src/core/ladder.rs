@@ -91,6 +91,9 @@ impl<B: Backing> Device<B> {
             let _ = B::free_cached(&self.sh);
             return Err(first.into_error(size));
         }
+        // Every step below may synchronize before giving memory back; the
+        // host's queued work is handed to the runtime first, with no lock held.
+        self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         let mut last = first;
         let mut tried: Vec<&'static str> = Vec::new();

@@ -31,6 +31,7 @@ mod directory;
 mod forget;
 mod free_index;
 pub mod history;
+mod hooks;
 mod invariants;
 mod ladder;
 mod lock;
@@ -60,6 +61,7 @@ use crate::runtime::{Runtime, Stream};
 use crate::trace::TraceRecorder;
 use backing::{Backing, ExpandableRanges, FixedSegments, MemoryLimit};
 use device::Device;
+pub use hooks::{OomHook, ReleaseHook};
 use policy::Policy;
 use shared::Shared;
 pub use snapshot::{BlockSnapshot, BlockSnapshotState, SegmentSnapshot, Snapshot};
@@ -179,6 +181,7 @@ impl DeviceAllocator {
                 trace,
                 history: Default::default(),
                 next_serial: Default::default(),
+                hooks: Default::default(),
                 _hold: hold,
             }
         }
@@ -232,6 +235,24 @@ impl DeviceAllocator {
     /// Notes that work on `stream` uses the block at `addr`.
     pub fn record_stream(&self, addr: usize, stream: Stream) -> Result<()> {
         with_device!(&self.engine, d => d.record_stream(addr, stream))
+    }
+
+    /// Undoes `record_stream(addr, stream)`: the block's free no longer
+    /// waits for `stream`'s work. A stream never recorded on it: Ok.
+    pub fn erase_stream(&self, addr: usize, stream: Stream) -> Result<()> {
+        with_device!(&self.engine, d => d.erase_stream(addr, stream))
+    }
+
+    /// Installs (Some) or removes (None) the hook run before every
+    /// synchronization that precedes giving memory back (see `hooks`).
+    pub fn set_before_release(&self, hook: Option<(hooks::ReleaseHook, *mut std::ffi::c_void)>) {
+        with_device!(&self.engine, d => d.sh.hooks.set_before_release(hook))
+    }
+
+    /// Installs (Some) or removes (None) the observer run once per request
+    /// refused for lack of memory (see `hooks`).
+    pub fn set_out_of_memory_observer(&self, hook: Option<(hooks::OomHook, *mut std::ffi::c_void)>) {
+        with_device!(&self.engine, d => d.sh.hooks.set_out_of_memory(hook))
     }
 
     /// Writes the buffered trace events to the `trace` file (no-op without one).

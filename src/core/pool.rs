@@ -397,6 +397,22 @@ impl<B: Backing> Pool<B> {
         Ok(())
     }
 
+    /// Undoes `record_stream(addr, stream)` for the allocated block at
+    /// `addr`: its free waits only for its other streams. A stream never
+    /// recorded on it (the owner included) changes nothing. The segment's
+    /// list of streams is kept: releasing it still synchronizes them, which
+    /// is only conservative.
+    pub fn erase_stream(&mut self, addr: usize, stream: Stream) -> Result<()> {
+        let id = match self.registry.get(&addr) {
+            Some(&id) if self.blocks.get(id).state == BlockState::Allocated => id,
+            _ => return Err(self.unknown_pointer(addr, "erase_stream")),
+        };
+        if self.order.forget_use(id, stream) {
+            self.blocks.get_mut(id).has_other_streams = false;
+        }
+        Ok(())
+    }
+
     /// Adds a segment [base, base + size) with one free block over it; the
     /// directory gets `claim` (the whole range the runtime gave, which holds
     /// the segment: at least 2 MiB, see `directory`), if any. Returns the

@@ -195,6 +195,7 @@ impl<B: Backing> Device<B> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
         }
+        self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         // The second pass releases the ranges the first one emptied.
         let released = self.release_free(Scope::All)? + self.release_free(Scope::All)?;
@@ -216,6 +217,7 @@ impl<B: Backing> Device<B> {
         let detached = pool.detach_for_threshold();
         drop(pool);
         if !detached.is_empty() {
+            self.sh.hooks.before_release(self.sh.device);
             let _ = self.give_back_all(vec![(shard, detached)]);
         }
     }

@@ -33,6 +33,8 @@ pub(crate) struct Shared<B: Backing> {
     pub history: super::history::History,
     /// The next segment's serial (creation order over all shards).
     pub next_serial: std::sync::atomic::AtomicU64,
+    /// Host hooks (`hooks`): read on the release paths only.
+    pub hooks: super::hooks::Hooks,
     /// The allocator's reference to its device (`runtime::context`). Last
     /// field, so it is released after everything above has freed its memory.
     pub _hold: crate::runtime::DeviceHold,

@@ -93,6 +93,19 @@ impl StreamOrder {
         self.quarantined_bytes
     }
 
+    /// Forgets that `stream` uses `block` (torch_npu's `eraseStream`: the
+    /// host ordered that work some other way). Returns true when no other
+    /// stream uses the block any more; a stream never noted changes nothing.
+    pub fn forget_use(&mut self, block: BlockId, stream: Stream) -> bool {
+        let Some(uses) = self.uses.get_mut(&block) else { return true };
+        uses.retain(|&s| s != stream);
+        if uses.is_empty() {
+            self.uses.remove(&block);
+            return true;
+        }
+        false
+    }
+
     /// An event recorded on each other stream that used `block`, so its
     /// free can wait for their work. A stream no event can be recorded on
     /// is waited for now instead; if that fails too, the events go back to

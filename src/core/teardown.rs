@@ -17,6 +17,7 @@ impl<B: Backing> Device<B> {
     /// returns all segments (live blocks included) and events. The allocator
     /// refuses further work afterwards.
     pub fn teardown(&self) -> Result<TeardownReport> {
+        self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         // Every shard at once: nothing else may run during teardown.
         let mut pools: Vec<StateGuard<'_, Pool<B>>> = self.streams.shards().map(|s| s.lock_anyway()).collect();

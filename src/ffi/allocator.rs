@@ -80,8 +80,17 @@ pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npuallo
         if a.is_null() {
             return Ok(());
         }
-        // SAFETY: the caller hands over a handle from npualloc_create.
-        super::desc::unregister_all(unsafe { Allocator::from_handle(a) }?)?;
+        // SAFETY: the caller hands over a handle from npualloc_create (or
+        // npualloc_pluggable_allocator, refused below).
+        let live = unsafe { Allocator::from_handle(a) }?;
+        if live.process_wide {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "{a:p} is the process-wide allocator of the pluggable entry points (device {}); \
+                 it lives until the process exits and cannot be destroyed",
+                live.core.device()
+            )));
+        }
+        super::desc::unregister_all(live)?;
         // SAFETY: checked live just above; no stream's runtime refers to it now.
         let allocator = unsafe { Allocator::take(a) }?;
         let report = allocator.core.teardown();
@@ -180,6 +189,33 @@ pub unsafe extern "C" fn npualloc_record_stream(
         // SAFETY: as in npualloc_malloc.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         allocator.core.record_stream(ptr as usize, Stream::from_raw(stream))
+    })
+}
+
+/// Undoes `npualloc_record_stream(a, ptr, stream)`: the caller has ordered
+/// `stream`'s work on the block some other way (torch_npu's `eraseStream`,
+/// used by its `MULTI_STREAM_MEMORY_REUSE` modes), so a later free waits
+/// only for the block's other streams. A stream the block was never
+/// recorded on (its own stream included, and streams the runtime does not
+/// know) is NPUALLOC_OK and changes nothing.
+///
+/// Returns NPUALLOC_ERR_UNKNOWN_POINTER (nothing changes) if `ptr` is not the
+/// start of a live block; NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead
+/// handle. Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a live handle. `ptr` and `stream` are only compared, never
+/// dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_erase_stream(
+    a: *mut npualloc_allocator,
+    ptr: *mut c_void,
+    stream: aclrtStream,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_erase_stream", {
+        // SAFETY: as in npualloc_malloc.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        allocator.core.erase_stream(ptr as usize, Stream::from_raw(stream))
     })
 }
 

@@ -147,6 +147,10 @@ unsafe impl Send for Registration {}
 pub(crate) struct Allocator {
     pub core: DeviceAllocator,
     pub registrations: Mutex<HashMap<Stream, Registration>>,
+    /// One of the pluggable entry points' allocators (see
+    /// `npualloc_pluggable_allocator`): it lives until the process exits and
+    /// `npualloc_destroy` refuses it.
+    pub process_wide: bool,
 }
 
 impl HandleKind for Allocator {
@@ -157,7 +161,12 @@ impl HandleKind for Allocator {
 impl Allocator {
     /// A new allocator as C holds it.
     pub fn into_raw(core: DeviceAllocator) -> *mut npualloc_allocator {
-        Checked::into_raw(Allocator { core, registrations: Mutex::new(HashMap::new()) }).cast()
+        Checked::into_raw(Allocator { core, registrations: Mutex::new(HashMap::new()), process_wide: false }).cast()
+    }
+
+    /// A process-wide allocator as C holds it: never destroyed.
+    pub fn into_raw_process_wide(core: DeviceAllocator) -> *mut npualloc_allocator {
+        Checked::into_raw(Allocator { core, registrations: Mutex::new(HashMap::new()), process_wide: true }).cast()
     }
 
     /// Borrows the allocator behind a handle; see [`Checked::borrow`].

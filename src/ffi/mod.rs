@@ -27,6 +27,7 @@ pub mod desc;
 pub mod forget;
 pub mod handle;
 pub mod history;
+pub mod hooks;
 pub mod last_error;
 pub mod memcpy;
 pub mod pluggable;

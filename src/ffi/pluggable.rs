@@ -12,6 +12,8 @@
 //! frees and failed hooks also print one line on stderr, because torch never
 //! reads the last error.
 
+use super::handle::{npualloc_allocator, Allocator};
+use super::status::npualloc_status;
 use crate::config::Config;
 use crate::core::DeviceAllocator;
 use crate::error::{Error, Result};
@@ -24,7 +26,20 @@ use std::sync::OnceLock;
 /// How many devices the pluggable entry points can serve (ids 0 to this - 1).
 pub const NPUALLOC_PLUGGABLE_MAX_DEVICES: usize = 64;
 
-type Slot = OnceLock<Result<DeviceAllocator>>;
+/// A device's allocator as a C handle (from `Allocator::into_raw_process_wide`,
+/// never destroyed) and the allocator behind it.
+struct Created {
+    handle: *mut npualloc_allocator,
+    allocator: &'static Allocator,
+}
+
+// SAFETY: the handle points to an `Allocator`, which is Send + Sync, and is
+// never freed; the pointer itself is only handed out.
+unsafe impl Send for Created {}
+// SAFETY: as above.
+unsafe impl Sync for Created {}
+
+type Slot = OnceLock<Result<Created>>;
 
 static SLOTS: [Slot; NPUALLOC_PLUGGABLE_MAX_DEVICES] = [const { OnceLock::new() }; NPUALLOC_PLUGGABLE_MAX_DEVICES];
 
@@ -45,19 +60,30 @@ fn check_device(device: c_int) -> Result<usize> {
 /// The allocator of `device`, created from `NPUALLOC_CONF` on first use.
 pub(crate) fn allocator(device: c_int) -> Result<&'static DeviceAllocator> {
     let d = check_device(device)?;
-    let created = SLOTS[d].get_or_init(|| Config::from_env().and_then(|c| DeviceAllocator::new(c, device)));
+    created_slot(d, device).map(|c| &c.allocator.core)
+}
+
+fn created_slot(d: usize, device: c_int) -> Result<&'static Created> {
+    let created = SLOTS[d].get_or_init(|| {
+        let core = Config::from_env().and_then(|c| DeviceAllocator::new(c, device))?;
+        let handle = Allocator::into_raw_process_wide(core);
+        // SAFETY: just made by into_raw_process_wide and never destroyed
+        // (npualloc_destroy refuses process-wide handles).
+        let allocator = unsafe { Allocator::from_handle(handle) }?;
+        Ok(Created { handle, allocator })
+    });
     created.as_ref().map_err(|e| e.clone())
 }
 
 /// The allocator of `device` if one was created successfully.
 pub(crate) fn existing(device: c_int) -> Result<Option<&'static DeviceAllocator>> {
     let d = check_device(device)?;
-    Ok(SLOTS[d].get().and_then(|r| r.as_ref().ok()))
+    Ok(SLOTS[d].get().and_then(|r| r.as_ref().ok()).map(|c| &c.allocator.core))
 }
 
 /// Every allocator created successfully so far.
 fn created() -> impl Iterator<Item = &'static DeviceAllocator> {
-    SLOTS.iter().filter_map(|s| s.get().and_then(|r| r.as_ref().ok()))
+    SLOTS.iter().filter_map(|s| s.get().and_then(|r| r.as_ref().ok())).map(|c| &c.allocator.core)
 }
 
 fn report(hook: &str, e: &Error) {
@@ -224,4 +250,33 @@ fn device_index(raw: c_int) -> i8 {
 /// Test access: the statistics of `device`'s pluggable allocator.
 pub fn stats(device: c_int) -> Result<Option<crate::core::Stats>> {
     existing(device)?.map(|a| a.stats()).transpose()
+}
+
+/// The process-wide allocator the pluggable entry points use for `device`,
+/// created from `NPUALLOC_CONF` on first use as they do, as a handle for the
+/// whole C API (a host such as a torch_npu bridge uses it for statistics,
+/// record/erase stream, hooks and snapshots of the memory torch_npu
+/// allocates). `npualloc_destroy` refuses it: it lives until the process
+/// exits. The same handle is written for every call with the same device.
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for NULL `out` or a device outside
+/// the range `npualloc_pluggable_init` set (0..64 before it); a creation
+/// failure is that of `npualloc_create` and is returned again by every
+/// later call for the device. Thread-safe.
+///
+/// # Safety
+/// `out` is NULL or valid for writing one handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pluggable_allocator(
+    device: c_int,
+    out: *mut *mut npualloc_allocator,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_pluggable_allocator", {
+        let out = try_out!(out, "out");
+        let d = check_device(device)?;
+        let created = created_slot(d, device)?;
+        // SAFETY: out was checked non-NULL and aligned.
+        unsafe { out.write(created.handle) };
+        Ok(())
+    })
 }

@@ -95,6 +95,16 @@ pub struct npualloc_api {
     pub pluggable_snapshot_pytorch_json: unsafe extern "C" fn(c_int, *mut *mut c_char) -> npualloc_status,
     pub forget_stream: unsafe extern "C" fn(*mut npualloc_allocator, aclrtStream) -> npualloc_status,
     pub pluggable_forget_stream: extern "C" fn(c_int, aclrtStream) -> npualloc_status,
+    // Host hooks and the pluggable allocator's handle (API 0.3).
+    pub erase_stream: unsafe extern "C" fn(*mut npualloc_allocator, *mut c_void, aclrtStream) -> npualloc_status,
+    pub pluggable_allocator: unsafe extern "C" fn(c_int, *mut *mut npualloc_allocator) -> npualloc_status,
+    pub set_before_release: unsafe extern "C" fn(
+        *mut npualloc_allocator,
+        super::hooks::npualloc_release_hook,
+        *mut c_void,
+    ) -> npualloc_status,
+    pub set_oom_observer:
+        unsafe extern "C" fn(*mut npualloc_allocator, super::hooks::npualloc_oom_hook, *mut c_void) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -140,6 +150,10 @@ static API_V1: npualloc_api = npualloc_api {
     pluggable_snapshot_pytorch_json: super::history::npualloc_pluggable_snapshot_pytorch_json,
     forget_stream: super::forget::npualloc_forget_stream,
     pluggable_forget_stream: super::forget::npualloc_pluggable_forget_stream,
+    erase_stream: super::allocator::npualloc_erase_stream,
+    pluggable_allocator: super::pluggable::npualloc_pluggable_allocator,
+    set_before_release: super::hooks::npualloc_set_before_release,
+    set_oom_observer: super::hooks::npualloc_set_oom_observer,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error
@@ -194,5 +208,27 @@ mod tests {
         // SAFETY: a NULL handle is refused before anything is read.
         let st = unsafe { (api.forget_stream)(null, std::ptr::null_mut()) };
         assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+    }
+
+    #[test]
+    fn host_hook_functions_follow_the_snapshot_functions_contiguously() {
+        // API 0.3's additions come after every earlier field, in one run.
+        let word = std::mem::size_of::<usize>();
+        let after = std::mem::offset_of!(npualloc_api, pluggable_forget_stream) + word;
+        assert_eq!(std::mem::offset_of!(npualloc_api, erase_stream), after);
+        assert_eq!(std::mem::offset_of!(npualloc_api, pluggable_allocator), after + word);
+        assert_eq!(std::mem::offset_of!(npualloc_api, set_before_release), after + 2 * word);
+        assert_eq!(std::mem::offset_of!(npualloc_api, set_oom_observer), after + 3 * word);
+        // SAFETY: a non-NULL result points to the static table.
+        let api = unsafe { &*npualloc_get_api(1) };
+        let null = std::ptr::null_mut();
+        // SAFETY: NULL handles and out-pointers are refused before anything is read.
+        unsafe {
+            let none: *mut std::ffi::c_void = std::ptr::null_mut();
+            assert_eq!((api.erase_stream)(null, none, none), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            assert_eq!((api.pluggable_allocator)(0, null.cast()), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            assert_eq!((api.set_before_release)(null, None, none), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            assert_eq!((api.set_oom_observer)(null, None, none), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+        }
     }
 }

@@ -4,8 +4,10 @@
 mod address_space;
 mod blocks;
 mod config_effect;
+mod erase;
 mod expandable;
 mod history;
+mod hooks;
 mod out_of_memory;
 mod pieces;
 mod random;

@@ -1,0 +1,147 @@
+//! The before-release hook (`hooks`): run before the synchronizations that
+//! precede giving memory back, so a host can hand its queued work over first.
+
+use super::support::{allocator, drop_stream, emu_lock, hold_stream, new_stream, release_stream, set_capacity};
+use crate::core::*;
+use std::ffi::c_void;
+
+/// What the test hook sees: it releases `held` (the host's queue reaching
+/// the runtime) and counts its calls.
+struct Probe {
+    held: Option<Stream>,
+    calls: u32,
+    devices: Vec<i32>,
+}
+
+unsafe extern "C" fn probe(user: *mut c_void, device: i32) {
+    // SAFETY: every test passes a live, exclusive `Probe` as `user`.
+    let p = unsafe { &mut *(user as *mut Probe) };
+    p.calls += 1;
+    p.devices.push(device);
+    if let Some(s) = p.held.take() {
+        release_stream(s);
+    }
+}
+
+fn install(a: &DeviceAllocator, p: &mut Probe) {
+    a.set_before_release(Some((probe, p as *mut Probe as *mut c_void)));
+}
+
+#[test]
+fn empty_cache_runs_the_hook_before_it_looks_at_pending_frees() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let s1 = new_stream();
+    let p = a.malloc(8 << 20, Stream::DEFAULT).unwrap();
+    a.record_stream(p, s1).unwrap();
+    hold_stream(s1);
+    a.free(p).unwrap();
+    let mut probe_state = Probe { held: Some(s1), calls: 0, devices: vec![] };
+    install(&a, &mut probe_state);
+    a.empty_cache().unwrap();
+    // The hook let s1's work run before the pending free was polled, so the
+    // block came back and its segment went to the device in the same call.
+    assert_eq!(a.stats().unwrap().reserved_bytes, 0);
+    assert_eq!(probe_state.calls, 1);
+    assert_eq!(probe_state.devices, vec![a.device()]);
+    a.set_before_release(None);
+    a.teardown().unwrap();
+    assert_eq!(probe_state.calls, 1, "a removed hook is not called");
+    drop_stream(s1);
+}
+
+#[test]
+fn without_the_hook_empty_cache_keeps_what_queued_work_may_use() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let s1 = new_stream();
+    let p = a.malloc(8 << 20, Stream::DEFAULT).unwrap();
+    a.record_stream(p, s1).unwrap();
+    hold_stream(s1);
+    a.free(p).unwrap();
+    a.empty_cache().unwrap();
+    assert!(a.stats().unwrap().reserved_bytes > 0, "the pending block's segment stays");
+    release_stream(s1);
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().unwrap().reserved_bytes, 0);
+    a.teardown().unwrap();
+    drop_stream(s1);
+}
+
+#[test]
+fn the_out_of_memory_ladder_and_teardown_run_the_hook() {
+    let _g = emu_lock();
+    set_capacity(64 << 20);
+    let a = allocator("expandable_segments:false");
+    let s1 = new_stream();
+    let p = a.malloc(40 << 20, Stream::DEFAULT).unwrap();
+    a.record_stream(p, s1).unwrap();
+    hold_stream(s1);
+    a.free(p).unwrap();
+    let mut probe_state = Probe { held: Some(s1), calls: 0, devices: vec![] };
+    install(&a, &mut probe_state);
+    let q = a.malloc(50 << 20, Stream::DEFAULT).unwrap();
+    assert_eq!(probe_state.calls, 1, "the ladder ran the hook once");
+    assert_eq!(a.stats().unwrap().num_device_frees, 1, "the released 40 MiB made room");
+    let r = a.malloc(1 << 20, Stream::DEFAULT).unwrap();
+    assert_eq!(probe_state.calls, 1, "an allocation that fits does not run it");
+    a.free(r).unwrap();
+    a.free(q).unwrap();
+    a.teardown().unwrap();
+    assert_eq!(probe_state.calls, 2, "teardown ran it");
+    drop_stream(s1);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn the_release_threshold_runs_the_hook_before_it_gives_memory_back() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false,release_threshold_mb:0");
+    let mut probe_state = Probe { held: None, calls: 0, devices: vec![] };
+    install(&a, &mut probe_state);
+    let p = a.malloc(8 << 20, Stream::DEFAULT).unwrap();
+    assert_eq!(probe_state.calls, 0, "a malloc that grows gives nothing back");
+    a.free(p).unwrap();
+    assert_eq!(probe_state.calls, 1, "the free passed the threshold: the hook ran before the release");
+    assert_eq!(a.stats().unwrap().reserved_bytes, 0);
+    a.set_before_release(None);
+    a.teardown().unwrap();
+}
+
+struct Refusals {
+    seen: Vec<(i32, usize, String)>,
+}
+
+unsafe extern "C" fn observe(user: *mut c_void, device: i32, requested: usize, report: *const std::ffi::c_char) {
+    // SAFETY: the test passes a live, exclusive `Refusals`; `report` is a C
+    // string valid during the call (the hook's contract).
+    let (r, text) = unsafe { (&mut *(user as *mut Refusals), std::ffi::CStr::from_ptr(report)) };
+    r.seen.push((device, requested, text.to_string_lossy().into_owned()));
+}
+
+#[test]
+fn the_out_of_memory_observer_sees_each_refusal_once_with_its_report() {
+    let _g = emu_lock();
+    set_capacity(64 << 20);
+    let a = allocator("expandable_segments:false");
+    let mut refusals = Refusals { seen: vec![] };
+    a.set_out_of_memory_observer(Some((observe, &mut refusals as *mut Refusals as *mut c_void)));
+    let p = a.malloc(40 << 20, Stream::DEFAULT).unwrap();
+    assert!(refusals.seen.is_empty(), "a request that fits is not reported");
+    let Err(Error::OutOfMemory(msg)) = a.malloc(30 << 20, Stream::DEFAULT) else { panic!("expected OOM") };
+    assert_eq!(refusals.seen.len(), 1);
+    let (device, requested, report) = &refusals.seen[0];
+    assert_eq!((*device, *requested), (a.device(), 30 << 20));
+    assert_eq!(report, &msg, "the observer gets the error's report");
+    assert!(a.malloc(0, Stream::DEFAULT).is_err());
+    assert_eq!(refusals.seen.len(), 1, "other refusals are not out-of-memory");
+    a.set_out_of_memory_observer(None);
+    assert!(a.malloc(30 << 20, Stream::DEFAULT).is_err());
+    assert_eq!(refusals.seen.len(), 1, "a removed observer is not called");
+    a.free(p).unwrap();
+    a.teardown().unwrap();
+    set_capacity(1 << 30);
+}
