@@ -49,9 +49,7 @@ def test_without_record_stream_the_reuse_is_a_violation(run_npu, allocator):
 
 @pytest.mark.parametrize("allocator", [
     "own",
-    pytest.param("npualloc", marks=pytest.mark.xfail(strict=True, reason=(
-        "record_stream does not reach npualloc yet: torch_npu's set_record_stream_fn hook takes a C++ "
-        "c10_npu::NPUStream, which the Python package cannot set"))),
+    "npualloc",
 ])
 def test_record_stream_keeps_the_block_until_the_stream_is_done(run_npu, allocator):
     r = run_npu("RECORD = True\n" + CODE, allocator).result
