@@ -109,8 +109,13 @@ static void destroy_reports_what_it_could_not_give_back(void) {
 }
 
 int main(void) {
+    /* The host sets its device, as CANN requires: the streams it creates
+     * belong to device 0's primary context, which must outlive each
+     * allocator (an allocator's own reference goes at its destroy). */
+    CHECK_EQ_INT(aclrtSetDevice(0), 0);
     refused_unregister_changes_nothing();
     destroy_keeps_an_allocator_it_cannot_unregister();
     destroy_reports_what_it_could_not_give_back();
+    CHECK_EQ_INT(aclrtResetDevice(0), 0);
     return TEST_SUMMARY();
 }

@@ -364,10 +364,19 @@ typedef struct npualloc_api {
     npualloc_status (*snapshot_pytorch_json)(const struct npualloc_allocator*, char**);
     npualloc_status (*pluggable_record_history)(int, size_t);
     npualloc_status (*pluggable_snapshot_pytorch_json)(int, char**);
+    npualloc_status (*forget_stream)(struct npualloc_allocator*, aclrtStream);
+    npualloc_status (*pluggable_forget_stream)(int, aclrtStream);
     npualloc_status (*erase_stream)(struct npualloc_allocator*, void*, aclrtStream);
     npualloc_status (*pluggable_allocator)(int, struct npualloc_allocator**);
     npualloc_status (*set_before_release)(struct npualloc_allocator*, npualloc_release_hook, void*);
     npualloc_status (*set_oom_observer)(struct npualloc_allocator*, npualloc_oom_hook, void*);
+    npualloc_status (*pool_create)(struct npualloc_allocator*, const char*, uint64_t*);
+    npualloc_status (*pool_begin)(struct npualloc_allocator*, uint64_t, aclrtStream);
+    npualloc_status (*pool_end)(struct npualloc_allocator*, uint64_t, aclrtStream);
+    npualloc_status (*pool_destroy)(struct npualloc_allocator*, uint64_t);
+    npualloc_status (*pool_get_stats)(const struct npualloc_allocator*,
+                                      uint64_t,
+                                      struct npualloc_stats*);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -423,10 +432,11 @@ npualloc_status npualloc_destroy(struct npualloc_allocator *a);
  * 512-byte aligned.
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out_ptr`, size 0,
- * a size no device can hold, or a stream the runtime does not know (each
- * stream is checked with aclrtStreamQuery the first time this allocator
- * meets it, when the runtime has that call; a stream in graph capture is
- * accepted without it); NPUALLOC_ERR_OUT_OF_MEMORY after every
+ * a size no device can hold, a stream the runtime does not know, or a
+ * stream of another device (each stream is checked the first time this
+ * allocator meets it, with aclrtStreamQuery and aclrtGetStreamOverflowSwitch
+ * when the runtime has them; the message names both devices; a stream in
+ * graph capture is accepted without aclrtStreamQuery); NPUALLOC_ERR_OUT_OF_MEMORY after every
  * recovery step failed (the message says where memory is);
  * NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise. Thread-safe.
  *
@@ -463,8 +473,8 @@ npualloc_status npualloc_free(struct npualloc_allocator *a, void *ptr);
  * waits for that work. Recording the block's own stream is a no-op.
  *
  * Returns NPUALLOC_ERR_UNKNOWN_POINTER if `ptr` is not the start of a live block;
- * NPUALLOC_ERR_INVALID_ARGUMENT for a stream the runtime does not know (checked
- * as in npualloc_malloc).
+ * NPUALLOC_ERR_INVALID_ARGUMENT for a stream the runtime does not know or a
+ * stream of another device (checked as in npualloc_malloc).
  *
  * # Safety
  * `a` is NULL or a handle from `npualloc_create` not yet destroyed. `ptr` is
@@ -531,9 +541,9 @@ npualloc_status npualloc_query(const struct npualloc_allocator *a,
  * `stream`. Registering a stream twice is OK (no duplicate).
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle, a NULL stream (the
- * runtime cannot apply an allocator to the default stream) or a stream the
- * runtime does not know (checked as in npualloc_malloc: aclrtStreamQuery on
- * the allocator's device, when the runtime has that call);
+ * runtime cannot apply an allocator to the default stream), a stream the
+ * runtime does not know or a stream of another device (checked as in
+ * npualloc_malloc, on the allocator's device);
  * NPUALLOC_ERR_RUNTIME if an ACL call failed. Nothing is registered or
  * created when the call fails.
  *
@@ -623,6 +633,35 @@ npualloc_status npualloc_binding_create(struct npualloc_allocator *a,
  * destroyed, which no desc registered with the runtime still names.
  */
 npualloc_status npualloc_binding_destroy(void *binding);
+
+/**
+ * The host is done with `stream` (it is about to destroy it): the memory
+ * the allocator caches for it and its address ranges go back to the device
+ * (after synchronizing the streams that used that memory). Its live blocks
+ * stay valid and are freed as usual; a later use of the stream starts
+ * afresh. A stream the allocator never served: OK, nothing changes.
+ * Hosts that create streams over their lifetime call it before
+ * `aclrtDestroyStream`, or address space runs out after some tens of
+ * streams.
+ *
+ * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`; the runtime's
+ * failure when memory could not be given back (what could, was).
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+ */
+npualloc_status npualloc_forget_stream(struct npualloc_allocator *a, aclrtStream stream);
+
+/**
+ * `npualloc_forget_stream` for the process-wide allocator of `device` that
+ * the torch_npu pluggable entry points use. A device whose allocator was
+ * never created has nothing to forget: OK, nothing is created.
+ *
+ * Statuses: OK; INVALID_ARGUMENT for a device outside the range
+ * `npualloc_pluggable_init` set (0..64 before it); as
+ * `npualloc_forget_stream` otherwise. Thread-safe.
+ */
+npualloc_status npualloc_pluggable_forget_stream(int device, aclrtStream stream);
 
 /**
  * Starts, resizes or stops the memory history: the allocator keeps its last
@@ -959,6 +998,94 @@ npualloc_status npualloc_pluggable_allocator(int device, struct npualloc_allocat
  * static: never free it. Thread-safe.
  */
 const struct npualloc_api *npualloc_get_api(uint32_t abi_version);
+
+/**
+ * Creates a private pool and writes its id to `*out_pool`. Ids are never
+ * 0 (the default pool) and never reused. `config` is `"key:value,..."` or
+ * NULL for the defaults: `sleep` = `keep` (default) | `offload` |
+ * `discard`, what `npualloc_sleep` does to the pool's live blocks;
+ * `use_on_oom` (default false): when a request outside the pool runs out
+ * of memory, the pool's cached memory may be given back for it. Otherwise a
+ * pool's cached memory stays with it until `npualloc_pool_destroy`
+ * (`npualloc_empty_cache` leaves it).
+ *
+ * Returns NPUALLOC_ERR_BAD_CONFIG naming the key for an unknown key or a
+ * bad value; NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle or a
+ * NULL `out_pool`. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle; `config` is NULL or a NUL-terminated
+ * string; `out_pool` is NULL or writable.
+ */
+npualloc_status npualloc_pool_create(struct npualloc_allocator *a,
+                                     const char *config,
+                                     uint64_t *out_pool);
+
+/**
+ * From now until the matching `npualloc_pool_end`, every allocation on
+ * `stream` (from any thread, through every entry point: direct, desc,
+ * pluggable) is served from `pool`. `stream` NULL routes instead every
+ * allocation the calling thread makes, on any stream (PyTorch's
+ * `use_mem_pool`). Routes nest: the innermost (newest) wins. Frees always
+ * go to the block's own pool. A stream in graph capture may be routed; it
+ * is never queried or synchronized.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a NULL or
+ * dead handle, a pool never created or destroyed, or a stream the runtime
+ * does not know. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle.
+ */
+npualloc_status npualloc_pool_begin(struct npualloc_allocator *a,
+                                    uint64_t pool,
+                                    aclrtStream stream);
+
+/**
+ * Ends the innermost route of `stream` (NULL: of the calling thread),
+ * which must go to `pool`.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, when that
+ * route goes to another pool, there is none, the pool does not exist, or
+ * the handle is NULL or dead. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle.
+ */
+npualloc_status npualloc_pool_end(struct npualloc_allocator *a, uint64_t pool, aclrtStream stream);
+
+/**
+ * Destroys `pool`: it takes no more routes, its cached memory goes back
+ * to the device now (after synchronizing the streams that used it), and
+ * its live blocks stay valid, their memory going back when they are
+ * freed. Pool 0 cannot be destroyed.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for pool 0, a
+ * pool never created or already destroyed, a pool with an active route,
+ * or a NULL or dead handle. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle.
+ */
+npualloc_status npualloc_pool_destroy(struct npualloc_allocator *a, uint64_t pool);
+
+/**
+ * Fills `*out` as `npualloc_get_stats` does, for one pool's blocks and
+ * memory (0: the default pool; a destroyed pool's live blocks still
+ * count). Counters of device calls (device mallocs and frees, maps,
+ * syncs, retries, OOMs) are the allocator's and read 0 here; reserved
+ * bytes are the pool's segments; the peaks are those of its streams.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle, a pool
+ * never created, a NULL `out` or a `struct_size` below the header.
+ * Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle; `out` as for `npualloc_get_stats`.
+ */
+npualloc_status npualloc_pool_get_stats(const struct npualloc_allocator *a,
+                                        uint64_t pool,
+                                        struct npualloc_stats *out);
 
 /**
  * Fills `*out` up to `out->struct_size` bytes, whole fields only, and

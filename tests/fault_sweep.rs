@@ -81,6 +81,10 @@ const FUNCTIONS: &[&str] = &[
     "aclrtGetDevice",
     "aclrtMemGetAllocationGranularity",
     "aclrtStreamQuery",
+    "aclrtResetDevice",
+    "aclrtGetCurrentContext",
+    "aclrtSetCurrentContext",
+    "aclrtGetStreamOverflowSwitch",
 ];
 
 /// The first `EVENTS` events, with frees and uses of ids allocated past the cut dropped.

@@ -103,7 +103,6 @@ aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI);
 aclError aclmdlRICaptureThreadExchangeMode(uint32_t *mode);
 aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream);
 aclError aclmdlRIDestroy(aclmdlRI modelRI);
-
 /* How many aclrtSetDevice references the device has (each aclrtResetDevice
  * drops one; at 0 its primary context and streams go, and its memory once
  * no created context holds it); -1 for a device id that does not exist. */

@@ -66,6 +66,7 @@ apis! {
     DestroyContext = "aclrtDestroyContext",
     SetCurrentContext = "aclrtSetCurrentContext",
     GetCurrentContext = "aclrtGetCurrentContext",
+    GetStreamOverflowSwitch = "aclrtGetStreamOverflowSwitch",
 }
 
 /// How many functions `Api` names (the length of per-function tables).

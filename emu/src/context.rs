@@ -2,8 +2,8 @@
 //! the thread's current context, and the context each created stream
 //! belongs to.
 //!
-//! What the runtime does (docs/runtime-behaviour.md, "Devices and
-//! contexts"; `ApiImpl::SetDevice`, `ContextCreate`, `ContextSetCurrent`,
+//! What the runtime does (see docs/runtime-behaviour.md
+//! "Devices and contexts"; `ApiImpl::SetDevice`, `ContextCreate`, `ContextSetCurrent`,
 //! `ContextGetCurrent`, `ContextDestroy` in src/runtime/api/impl/api_impl.cc):
 //! - `aclrtSetDevice` makes the thread's current context the device's
 //!   primary context slot (not a fixed context: the slot is refilled when
@@ -17,7 +17,7 @@
 //! - `aclrtDestroyContext` refuses a primary context; destroying the
 //!   thread's own current context leaves the thread with none.
 //! - A stream belongs to the context current at its creation; calls that
-//!   check it (record, wait, destroy) refuse a stream of another context
+//!   check it (record, wait, destroy, 2D async copy, overflow switch) refuse a stream of another context
 //!   with 107003 (`COND_RETURN_AND_MSG_INVALID_CONTEXT_STREAM_WITH_FUNC_DESC`).
 //!
 //! One lock guards all of it. It is taken after the engine lock, never

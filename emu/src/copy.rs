@@ -191,6 +191,8 @@ fn memcpy_2d_async(
     let pageable = *PAGEABLE_SYNC && touches_pageable(&copy);
     let mut eng = engine();
     let key = eng.resolve(stream)?;
+    // "Asynchronous 2D memory copy": a stream of another context is 107003.
+    crate::context::check_stream(key)?;
     if pageable && eng.capture.is_capturing(key) {
         // The runtime: pageable copies do not support graph capture.
         return Err(ACL_ERROR_RT_PARAM_INVALID);

@@ -9,10 +9,12 @@
 //! those; `ACL_HBM_MEM`, the huge and the normal pool together, reports the
 //! capacity less the 1 GiB pool as total.
 //!
-//! Each device also has a finite address window that aclrtMalloc and
-//! reservations share (RB: all device addresses lie in 16-24 TiB, about
-//! 5 TiB usable): `ACLEMU_ADDRESS_SPACE=<size>`, default 5 TiB; running out
-//! gives 207001.
+//! The process has one finite address window that every device's
+//! aclrtMalloc and reservations share: the driver hands all of them out of
+//! one SVM range (`svm_define.h`: `DEVMM_SVM_MEM_START` 16 TiB,
+//! `DEVMM_MAX_MAPPED_RANGE` 8 TiB, of which `DEVMM_NORMAL_ADDR_SIZE`, 5.25
+//! TiB, is left once the DVPP and read-only heaps are carved out).
+//! `ACLEMU_ADDRESS_SPACE=<size>`, default 5.25 TiB; running out gives 207001.
 
 use crate::error::{AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_INVALID_DEVICEID, ACL_ERROR_RT_MEMORY_ALLOCATION};
 use crate::faults::Api;
@@ -23,7 +25,9 @@ use std::sync::OnceLock;
 
 const DEFAULT_DEVICE_COUNT: usize = 8;
 const DEFAULT_CAPACITY: u64 = 64 << 30;
-const DEFAULT_ADDRESS_SPACE: u64 = 5 << 40;
+/// `DEVMM_NORMAL_ADDR_SIZE`: 8 TiB less 2 TiB of DVPP heaps, 256 GiB and
+/// 512 GiB of read-only heaps.
+const DEFAULT_ADDRESS_SPACE: u64 = (8 << 40) - (2 << 40) - (256 << 30) - (512 << 30);
 
 /// The page pools of a device's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,9 +48,6 @@ pub struct Device {
     used: AtomicU64,
     /// `used`, split by `PagePool`.
     pool_used: [AtomicU64; 3],
-    /// Bytes of the address window, and how many are taken.
-    address_space: u64,
-    address_used: AtomicU64,
     /// What `aclemu_get_usage` reports.
     pub usage: Counters,
 }
@@ -75,14 +76,15 @@ impl Device {
         self.used.fetch_sub(bytes, Ordering::AcqRel);
     }
 
-    /// Takes `bytes` of the address window, or fails with 207001.
+    /// Takes `bytes` of the process's address window, or fails with 207001.
     pub fn take_address(&self, bytes: u64) -> AclResult<()> {
-        take_within(&self.address_used, bytes, self.address_space)
+        devices();
+        take_within(&ADDRESS_USED, bytes, ADDRESS_SPACE.get().copied().unwrap_or(DEFAULT_ADDRESS_SPACE))
     }
 
     /// Returns address space taken earlier.
     pub fn return_address(&self, bytes: u64) {
-        self.address_used.fetch_sub(bytes, Ordering::AcqRel);
+        ADDRESS_USED.fetch_sub(bytes, Ordering::AcqRel);
     }
 
     fn pool(&self, pool: PagePool) -> u64 {
@@ -99,6 +101,9 @@ impl Device {
 }
 
 static DEVICES: OnceLock<Box<[Device]>> = OnceLock::new();
+/// The process's address window (set with the devices) and what is taken.
+static ADDRESS_SPACE: OnceLock<u64> = OnceLock::new();
+static ADDRESS_USED: AtomicU64 = AtomicU64::new(0);
 
 fn devices() -> &'static [Device] {
     DEVICES.get_or_init(|| {
@@ -111,13 +116,12 @@ fn devices() -> &'static [Device] {
             std::env::var("ACLEMU_DEVICE_MEMORY").ok().and_then(|s| parse_size(&s)).unwrap_or(DEFAULT_CAPACITY);
         let address_space =
             std::env::var("ACLEMU_ADDRESS_SPACE").ok().and_then(|s| parse_size(&s)).unwrap_or(DEFAULT_ADDRESS_SPACE);
+        let _ = ADDRESS_SPACE.set(address_space);
         (0..count)
             .map(|_| Device {
                 capacity: AtomicU64::new(capacity),
                 used: AtomicU64::new(0),
                 pool_used: Default::default(),
-                address_space,
-                address_used: AtomicU64::new(0),
                 usage: Counters::default(),
             })
             .collect()

@@ -1,5 +1,6 @@
-//! Device references: `aclrtSetDevice` adds one, `aclrtResetDevice` drops
-//! one, and a device's primary context lives while they are above 0
+//! Device references (docs/runtime-behaviour.md "Devices and contexts"):
+//! `aclrtSetDevice` adds one, `aclrtResetDevice` drops one, and a device's
+//! primary context lives while they are above 0
 //! (`Runtime::PrimaryContextRetain` / `PrimaryContextRelease`,
 //! src/runtime/core/src/runtime.cc; 04_device_management.md, aclrtResetDevice:
 //! "each call decrements the count; only at 0 are the device's resources

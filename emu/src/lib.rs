@@ -88,8 +88,8 @@ pub use init::{aclFinalize, aclInit};
 pub use memory::{aclrtFree, aclrtFreeHost, aclrtMalloc, aclrtMallocHost};
 pub use run_op::aclemu_run_op;
 pub use stream::{
-    aclemu_stream_hold, aclemu_stream_release, aclrtCreateStream, aclrtDestroyStream, aclrtStreamQuery,
-    aclrtSynchronizeDevice, aclrtSynchronizeStream,
+    aclemu_stream_hold, aclemu_stream_release, aclrtCreateStream, aclrtDestroyStream, aclrtGetStreamOverflowSwitch,
+    aclrtStreamQuery, aclrtSynchronizeDevice, aclrtSynchronizeStream,
 };
 pub use usage::{aclemu_get_usage, aclemu_usage};
 pub use violation::aclemu_violations;

@@ -60,6 +60,9 @@ fn report(faulted: bool) -> AclResult<()> {
 }
 
 fn synchronize(stream: *mut c_void) -> AclResult<()> {
+    // `ApiImpl::StreamSynchronize` needs a current context (of any device:
+    // it switches to the stream's and back); without one, 107002.
+    crate::context::current()?;
     let mut eng = engine();
     let key = eng.resolve(stream)?;
     refuse_capturing(&eng, key)?;
@@ -77,6 +80,8 @@ const STREAM_STATUS_NOT_READY: u32 = 1;
 
 unsafe fn query(stream: *mut c_void, status: *mut u32) -> AclResult<()> {
     require(!status.is_null())?;
+    // `ApiImpl::StreamQuery`: a current context is needed, not the stream's.
+    crate::context::current()?;
     let mut eng = engine();
     let key = eng.resolve(stream)?;
     refuse_capturing(&eng, key)?;
@@ -85,6 +90,14 @@ unsafe fn query(stream: *mut c_void, status: *mut u32) -> AclResult<()> {
     let value = if idle { STREAM_STATUS_COMPLETE } else { STREAM_STATUS_NOT_READY };
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { write_out(status, value) }
+}
+
+unsafe fn overflow_switch(stream: *mut c_void, flag: *mut u32) -> AclResult<()> {
+    require(!flag.is_null())?;
+    let key = engine().resolve(stream)?;
+    crate::context::check_stream(key)?;
+    // SAFETY: checked non-NULL; the caller promises it is writable.
+    unsafe { write_out(flag, 0) }
 }
 
 fn synchronize_device() -> AclResult<()> {
@@ -149,6 +162,17 @@ pub unsafe extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> crate::a
 pub unsafe extern "C" fn aclrtStreamQuery(stream: *mut c_void, status: *mut u32) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     acl_entry!(Api::StreamQuery, { unsafe { query(stream, status) } })
+}
+
+/// The stream's overflow-detection switch (always off here); 107003 for a
+/// stream of another context, as `ApiImpl::GetStreamOverflowSwitch` checks.
+///
+/// # Safety
+/// `flag` must be NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetStreamOverflowSwitch(stream: *mut c_void, flag: *mut u32) -> crate::aclError {
+    // SAFETY: forwarded caller contract.
+    acl_entry!(Api::GetStreamOverflowSwitch, { unsafe { overflow_switch(stream, flag) } })
 }
 
 /// Finishes the queued work of every stream of the current device and

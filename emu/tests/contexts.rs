@@ -1,5 +1,5 @@
-//! Device references and contexts (docs/runtime-behaviour.md, "Devices and
-//! contexts"): aclrtSetDevice / aclrtResetDevice count, reaching 0
+//! Device references and contexts (docs/runtime-behaviour.md
+//! "Devices and contexts"): aclrtSetDevice / aclrtResetDevice count, reaching 0
 //! releases the device's primary context, its streams and (once no created
 //! context holds the device) its memory; created contexts; the current
 //! context decides the current device; streams of another context are
@@ -167,14 +167,28 @@ fn a_stream_of_another_context_is_refused_where_the_runtime_checks() {
         assert_eq!(aclrtRecordEvent(e, s), RT_STREAM_CONTEXT);
         assert_eq!(aclrtStreamWaitEvent(s, e), RT_STREAM_CONTEXT);
         assert_eq!(aclrtDestroyStream(s), RT_STREAM_CONTEXT);
+        // "Asynchronous 2D memory copy" checks it too (H2D = 1).
+        let (src, d) = ([7u8; 64], malloc(64));
+        assert_eq!(aclrtMemcpy2dAsync(d, 64, src.as_ptr().cast(), 64, 64, 1, 1, s), RT_STREAM_CONTEXT);
         // Query and synchronize do not check the context.
         let mut st = 9;
         assert_eq!(aclrtStreamQuery(s, &mut st), 0);
         assert_eq!(aclrtSynchronizeStream(s), 0);
+        // Without any current context both need one: 107002.
+        let su = s as usize;
+        on_fresh_thread(move || {
+            let s = su as *mut c_void;
+            let mut st = 9;
+            assert_eq!(aclrtStreamQuery(s, &mut st), RT_CONTEXT_NULL);
+            assert_eq!(aclrtSynchronizeStream(s), RT_CONTEXT_NULL);
+        });
         // NULL is the current context's default stream.
         assert_eq!(aclrtRecordEvent(e, null_mut()), 0);
         assert_eq!(aclrtSynchronizeEvent(e), 0);
         assert_eq!(aclrtSetDevice(a.id), 0);
+        assert_eq!(aclrtMemcpy2dAsync(d, 64, src.as_ptr().cast(), 64, 64, 1, 1, s), 0);
+        assert_eq!(aclrtSynchronizeStream(s), 0);
+        assert_eq!(aclrtFree(d), 0);
         assert_eq!(aclrtDestroyStream(s), 0);
         assert_eq!(aclrtDestroyEvent(e), 0);
     }

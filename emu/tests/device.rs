@@ -35,8 +35,16 @@ fn set_get_reset_device() {
         // A failed set leaves the current device alone.
         assert_eq!(aclrtGetDevice(&mut id), 0);
         assert_eq!(id, dev.id);
+        // Resets pair with sets (earlier tests on this device left some):
+        // the device stays current until the last reference goes.
+        assert!(aclemu_device_refs(dev.id) >= 1);
+        while aclemu_device_refs(dev.id) > 1 {
+            assert_eq!(aclrtResetDevice(dev.id), 0);
+            assert_eq!(aclrtGetDevice(&mut id), 0);
+        }
         assert_eq!(aclrtResetDevice(dev.id), 0);
         assert_eq!(aclrtGetDevice(&mut id), RT_CONTEXT_NULL);
+        assert_eq!(aclrtSetDevice(dev.id), 0);
     }
     dev.assert_clean();
 }

@@ -1,6 +1,8 @@
 //! Rules switched by environment variables, read once per process: this
 //! binary sets them before its first emulator call.
-//! - `ACLEMU_ADDRESS_SPACE=64g`: a small device address window;
+//! - `ACLEMU_ADDRESS_SPACE=64g`: a small address window, shared by every
+//!   device of the process (its tests take `WINDOW` so that none holds
+//!   address space while another counts it);
 //! - `ACLEMU_HUGE1G=0`: a device without 1 GiB pages;
 //! - `ACLEMU_MALLOC_ALIGN=random:42`: aclrtMalloc results only 64-byte aligned;
 //! - `ACLEMU_PAGEABLE_COPY=sync`: async copies with pageable memory run at once.
@@ -11,6 +13,13 @@ use common::*;
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::Once;
+
+/// Held by every test of this binary: the address window is the process's.
+static WINDOW: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn window() -> std::sync::MutexGuard<'static, ()> {
+    WINDOW.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn setup() -> Dev {
     static ENV: Once = Once::new();
@@ -25,6 +34,7 @@ fn setup() -> Dev {
 
 #[test]
 fn reservations_and_malloc_share_a_finite_address_window() {
+    let _window = window();
     let dev = setup();
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
@@ -43,8 +53,36 @@ fn reservations_and_malloc_share_a_finite_address_window() {
     dev.assert_clean();
 }
 
+/// The window is the process's, not a device's: what one device reserves,
+/// another cannot (`svm_define.h`: one SVM range for every device).
+#[test]
+fn every_device_shares_one_address_window() {
+    let _window = window();
+    let first = setup();
+    let second = Dev::take_besides(&first);
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
+    unsafe {
+        assert_eq!(aclrtSetDevice(first.id), 0);
+        let big = reserve(40 * GIB);
+        assert_eq!(aclrtSetDevice(second.id), 0);
+        let mut p = null_mut();
+        assert_eq!(aclrtReserveMemAddress(&mut p, 30 * GIB, 0, null_mut(), 0), RT_MEMORY_ALLOCATION);
+        assert_eq!(second.usage().reserved_ranges, 0);
+        let fits = reserve(20 * GIB);
+        assert_eq!(aclrtReleaseMemAddress(fits), 0);
+        assert_eq!(aclrtSetDevice(first.id), 0);
+        assert_eq!(aclrtReleaseMemAddress(big), 0);
+        assert_eq!(aclrtSetDevice(second.id), 0);
+        let whole = reserve(60 * GIB);
+        assert_eq!(aclrtReleaseMemAddress(whole), 0);
+    }
+    second.assert_clean();
+    first.assert_clean();
+}
+
 #[test]
 fn without_huge1g_support_only_the_allocation_fails() {
+    let _window = window();
     let dev = setup();
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
@@ -63,6 +101,7 @@ fn without_huge1g_support_only_the_allocation_fails() {
 
 #[test]
 fn malloc_results_are_only_64_byte_aligned() {
+    let _window = window();
     let dev = setup();
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
     unsafe {
@@ -83,6 +122,7 @@ fn malloc_results_are_only_64_byte_aligned() {
 
 #[test]
 fn async_copies_with_pageable_memory_run_at_once() {
+    let _window = window();
     let dev = setup();
     let (s, e) = (stream(), event());
     const H2D: u32 = 1;

@@ -21,9 +21,14 @@ fn reserve_rules() {
         assert_eq!(dev.usage().reserved_ranges, 0);
         // The driver refuses any alignment.
         assert_eq!(aclrtReserveMemAddress(&mut p, 2 * MIB, 2 * MIB, null_mut(), 0), RT_PARAM_INVALID);
-        // One reservation is at most 8 TiB.
-        assert_eq!(aclrtReserveMemAddress(&mut p, (8usize << 40) + 1, 0, null_mut(), 0), RT_MEMORY_ALLOCATION);
+        // One reservation is at most 128 GiB (910B / 910_93).
+        assert_eq!(aclrtReserveMemAddress(&mut p, 128 * GIB + 1, 0, null_mut(), 0), RT_MEMORY_ALLOCATION);
+        assert_eq!(aclrtReserveMemAddress(&mut p, 200 * GIB, 0, null_mut(), 0), RT_MEMORY_ALLOCATION);
         assert_eq!(dev.usage().reserved_ranges, 0);
+        assert_eq!(aclrtReserveMemAddress(&mut p, 128 * GIB, 0, null_mut(), 0), 0);
+        assert_eq!(p as usize % GIB, 0);
+        assert_eq!(dev.usage().reserved_ranges, 1);
+        assert_eq!(aclrtReleaseMemAddress(p), 0);
         // flags 1 is kept for older callers; sizes need not be granularity
         // multiples.
         assert_eq!(aclrtReserveMemAddress(&mut p, 3 * MIB + 5, 0, null_mut(), 1), 0);

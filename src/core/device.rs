@@ -113,11 +113,20 @@ impl<B: Backing> Device<B> {
             },
         };
         let sh = &self.sh;
-        let made = self.streams.get_or_add(stream, pool, use_on_oom, |slot| {
+        let make = |slot: usize| {
             let shard =
                 |kind: PoolKind| Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream));
             [shard(PoolKind::Small), shard(PoolKind::Large)]
-        });
+        };
+        // A retired entry's shards are empty: they become this stream's.
+        let revive = |e: &StreamEntry<B>| {
+            for shard in &e.shards {
+                shard.lock_anyway().set_stream(stream);
+            }
+            e.high.clear();
+            e.clear_graph_for_revival();
+        };
+        let made = self.streams.get_or_add((stream, pool, use_on_oom), make, revive);
         if let Some(entry) = made {
             // A capture routed to a pool keeps its memory by the pool's
             // rules; only an unrouted one needs the quarantine (Note [capture]).
@@ -127,8 +136,8 @@ impl<B: Backing> Device<B> {
         }
         made.ok_or_else(|| {
             Error::Unsupported(format!(
-                "this allocator has already served {} streams on device {}, its most; it keeps each stream's pools \
-                 for good, so reuse streams rather than create one per request",
+                "this allocator serves {} streams on device {}, its most; call forget_stream for a stream \
+                 before destroying it, so that another can take its place",
                 self.streams.len(),
                 self.sh.device
             ))
@@ -432,15 +441,37 @@ pub(crate) fn check_live_stream(rt: &crate::runtime::Runtime, device: i32, strea
     if stream == Stream::DEFAULT {
         return Ok(false);
     }
-    let checked = rt.on_device(device, || match rt.is_capturing(stream) {
-        Ok(true) => Ok(true),
-        Err(e) if e.is_invalid_handle() => Err(e),
-        // Not capturing, or the capture query failed: the stream query decides.
-        _ => rt.check_stream(stream).map(|_| false),
+    // A capturing stream is accepted as it is (the runtime refuses to query
+    // it). The runtime has no call that names a stream's device, but it
+    // refuses a stream of another context (107003) in calls that check it;
+    // with the device's primary context current, `stream_in_current_context`
+    // asks one that has no side effect. The other device is named by asking
+    // the contexts of the other devices this process's allocators hold.
+    let checked = rt.on_device(device, || {
+        let capturing = match rt.is_capturing(stream) {
+            Ok(true) => true,
+            Err(e) if e.is_invalid_handle() => return Err(e),
+            // Not capturing, or the capture query failed: the stream query decides.
+            _ => {
+                rt.check_stream(stream)?;
+                false
+            }
+        };
+        Ok((capturing, rt.stream_in_current_context(stream)?))
     });
     match checked {
-        Ok(capturing) => Ok(capturing),
-        // A capture begun between the two calls.
+        Ok((_, Some(false))) => {
+            let other = match rt.held_device_of(stream) {
+                Some(d) => format!("device {d}"),
+                None => "another device (or another context)".to_string(),
+            };
+            Err(Error::InvalidArgument(format!(
+                "stream {:#x} belongs to {other}, not to device {device} of this allocator",
+                stream.raw() as usize
+            )))
+        }
+        Ok((capturing, _)) => Ok(capturing),
+        // A capture begun between the calls.
         Err(e) if e.code == crate::sys::ACL_ERROR_RT_STREAM_CAPTURED => Ok(true),
         Err(e) if e.is_invalid_handle() || e.code == crate::sys::ACL_ERROR_RT_PARAM_INVALID => {
             Err(Error::InvalidArgument(format!(

@@ -11,14 +11,18 @@
 //! 4. wait for the events of pending frees, release again, retry;
 //! 5. fail, having given back the handles the failed request obtained,
 //!    with a message that says what was tried and where memory is
-//!    (`oom_report`).
+//!    (`oom_report`), or, when address space ran out rather than memory,
+//!    how much of it is reserved and by whom.
+//!
+//! Releasing cached memory also releases expandable ranges that hold
+//! nothing, so a shortage of address space goes through the same steps.
 //!
 //! The ladder holds the device's `ladder` lock (one at a time) but no shard
 //! lock across its device calls (see `reclaim`).
 
 use super::backing::{Backing, GrowError, Scope};
 use super::device::Device;
-use super::oom_report::{Mib, OomReport};
+use super::oom_report::{AddressSpaceReport, Mib, OomReport};
 use super::shard::Shard;
 use crate::error::{Error, Result};
 
@@ -60,7 +64,13 @@ impl GrowError {
                 Mib(*size as u64),
                 Mib(*limit as u64)
             ),
-            GrowError::AddressSpace => "the stream's reserved address range has no free range that large".into(),
+            GrowError::AddressSpace { range, refused: None } => format!(
+                "another address range of {} would pass the process-wide address-space budget",
+                Mib(*range as u64)
+            ),
+            GrowError::AddressSpace { range, refused: Some(e) } => {
+                format!("reserving another address range of {} failed: {e}", Mib(*range as u64))
+            }
             GrowError::Collect => "garbage collection could not make room under its threshold".into(),
             GrowError::NeedsRoom { .. } => {
                 "moving other streams' free pages within reserved_headroom did not suffice".into()
@@ -131,6 +141,19 @@ impl<B: Backing> Device<B> {
         let (rt, device) = (&self.sh.rt, self.sh.device);
         // Not inside the report's expression: the guard would live across `stats`.
         let stream = shard.lock_anyway().stream();
+        if let GrowError::AddressSpace { range, .. } = last {
+            let report = AddressSpaceReport {
+                device,
+                stream,
+                size,
+                range,
+                device_memory: rt.on_device(device, || rt.mem_info()),
+                stats: self.stats().unwrap_or_default(),
+                tried: &tried,
+                cause: last.cause(),
+            };
+            return Err(Error::OutOfMemory(report.to_string()));
+        }
         let report = OomReport {
             device,
             stream,
@@ -170,7 +193,9 @@ impl<B: Backing> Device<B> {
         let pick = |e: &super::streams::StreamEntry<B>| e.reclaimable() || (e.use_on_oom && e.pool != own);
         match step {
             Step::ReleaseCached => {
-                // Failures only mean less came back; the retry says.
+                // Failures only mean less came back; the retry says. The
+                // second pass releases ranges the first one emptied.
+                let _ = self.release_free_where(Scope::All, pick);
                 let _ = self.release_free_where(Scope::All, pick);
                 true
             }

@@ -28,6 +28,7 @@ mod capture;
 mod config_effect;
 mod device;
 mod directory;
+mod forget;
 mod free_index;
 pub mod history;
 mod hooks;
@@ -131,6 +132,7 @@ impl DeviceAllocator {
         if device < 0 {
             return Err(Error::InvalidArgument(format!("device {device} is negative")));
         }
+        let hold = rt.hold_device(device).map_err(|e| Error::runtime(e, format!("setting device {device}")))?;
         let (_, total) = rt
             .on_device(device, || rt.mem_info())
             .map_err(|e| Error::runtime(e, format!("querying device {device}")))?;
@@ -164,6 +166,7 @@ impl DeviceAllocator {
             limit: Option<usize>,
             trace: Option<lock::StateLock<TraceRecorder>>,
             backing: B,
+            hold: crate::runtime::DeviceHold,
         ) -> Shared<B> {
             Shared {
                 rt: rt.clone(),
@@ -180,14 +183,17 @@ impl DeviceAllocator {
                 history: Default::default(),
                 next_serial: Default::default(),
                 hooks: Default::default(),
+                _hold: hold,
             }
         }
         let engine = match (expandable, large_page) {
             (true, Some(page)) => {
                 let b = ExpandableRanges::new(&config, page, total);
-                Engine::Expandable(Device::new(shared(&rt, device, &config, limit, trace, b), max_streams))
+                Engine::Expandable(Device::new(shared(&rt, device, &config, limit, trace, b, hold), max_streams))
             }
-            _ => Engine::Fixed(Device::new(shared(&rt, device, &config, limit, trace, FixedSegments), max_streams)),
+            _ => {
+                Engine::Fixed(Device::new(shared(&rt, device, &config, limit, trace, FixedSegments, hold), max_streams))
+            }
         };
         Ok(DeviceAllocator { engine, device, rt, config })
     }
@@ -263,6 +269,13 @@ impl DeviceAllocator {
     /// streams that used them).
     pub fn empty_cache(&self) -> Result<usize> {
         with_device!(&self.engine, d => d.empty_cache())
+    }
+
+    /// The host is done with `stream` (about to destroy it): its cached
+    /// memory and address ranges go back to the device; its live blocks
+    /// stay valid. An unknown stream is no error. Returns bytes given back.
+    pub fn forget_stream(&self, stream: Stream) -> Result<usize> {
+        with_device!(&self.engine, d => d.forget_stream(stream))
     }
 
     /// Caps this allocator's reserved memory at `fraction` of the device.
@@ -368,6 +381,11 @@ impl DeviceAllocator {
     /// Streams the allocator has given shards to.
     pub(crate) fn streams_served(&self) -> usize {
         with_device!(&self.engine, d => d.streams.len())
+    }
+
+    /// (id, sleep mode, shards) of every pool, as the sleep paths see them.
+    pub(crate) fn pool_listing(&self) -> Vec<(u64, pools::config::SleepMode, usize)> {
+        with_device!(&self.engine, d => d.pool_shards().iter().map(|p| (p.id, p.sleep, p.shards.len())).collect())
     }
 
     /// Pins the expandable backing's handle-size rule.

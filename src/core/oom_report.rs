@@ -88,6 +88,68 @@ impl fmt::Display for OomReport<'_> {
     }
 }
 
+/// The message of a request refused because no address space was left
+/// for another expandable range (the device may be nearly empty).
+#[derive(Debug)]
+pub(super) struct AddressSpaceReport<'a> {
+    pub device: i32,
+    pub stream: Stream,
+    pub size: usize,
+    /// The range that could not be reserved.
+    pub range: usize,
+    pub device_memory: Result<(usize, usize), AclCallError>,
+    pub stats: Stats,
+    pub tried: &'a [&'static str],
+    pub cause: String,
+}
+
+/// `bytes` in GiB, two decimals; in MiB below a GiB.
+pub(super) struct Gib(pub u64);
+
+impl fmt::Display for Gib {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 < 1 << 30 {
+            return Mib(self.0).fmt(f);
+        }
+        write!(f, "{:.2} GiB", self.0 as f64 / (1u64 << 30) as f64)
+    }
+}
+
+impl fmt::Display for AddressSpaceReport<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use super::backing::expandable::budget;
+        let s = &self.stats;
+        write!(
+            f,
+            "address space exhausted: {} ranges of {} reserved by this allocator on device {}, {} by every allocator \
+             of this process (its budget is {}); another range of {} for {} ({} bytes) on stream {:#x} could not be \
+             reserved. ",
+            s.segments,
+            Gib(s.address_space_bytes),
+            self.device,
+            Gib(budget::reserved() as u64),
+            Gib(budget::limit() as u64),
+            Gib(self.range as u64),
+            Mib(self.size as u64),
+            self.size,
+            self.stream.0
+        )?;
+        if let Ok((free, total)) = self.device_memory {
+            write!(f, "Device {} reports {} free of {}. ", self.device, Mib(free as u64), Mib(total as u64))?;
+        }
+        write!(
+            f,
+            "This allocator holds {} of device memory. Streams the program no longer uses give their ranges back \
+             with forget_stream; empty_cache releases ranges that hold nothing. ",
+            Mib(s.reserved_bytes)
+        )?;
+        if !self.tried.is_empty() {
+            write!(f, "Tried: {}. ", self.tried.join(", then "))?;
+        }
+        write!(f, "Last failure: {}.", self.cause)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

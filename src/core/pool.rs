@@ -78,6 +78,12 @@ impl<B: Backing> Pool<B> {
         &self.counters
     }
 
+    /// Hands this empty shard to another stream (a retired entry taken over).
+    pub fn set_stream(&mut self, stream: Stream) {
+        debug_assert!(self.segments.ids().next().is_none(), "a shard with segments changes stream");
+        self.stream = stream;
+    }
+
     pub fn stream(&self) -> Stream {
         self.stream
     }
@@ -515,6 +521,11 @@ impl<B: Backing> Pool<B> {
             }
         }
         out
+    }
+
+    /// No segment, so no block of any state: the shard may change stream.
+    pub fn holds_nothing(&self) -> bool {
+        self.segments.ids().next().is_none() && self.counters.active == 0 && self.pending_bytes() == 0
     }
 
     /// Live (allocated) blocks and bytes.

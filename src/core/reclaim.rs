@@ -194,15 +194,17 @@ impl<B: Backing> Device<B> {
         let _ = self.give_back_all(chosen);
     }
 
-    /// Returns every cached, unused segment and handle to the device (may
-    /// synchronize the streams that used them).
+    /// Returns every cached, unused segment and handle to the device, and
+    /// releases expandable ranges that hold nothing (may synchronize the
+    /// streams that used them).
     pub fn empty_cache(&self) -> Result<usize> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
         }
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        let released = self.release_free(Scope::All)?;
+        // The second pass releases the ranges the first one emptied.
+        let released = self.release_free(Scope::All)? + self.release_free(Scope::All)?;
         Ok(released + B::free_cached(&self.sh)?)
     }
 

@@ -35,6 +35,9 @@ pub(crate) struct Shared<B: Backing> {
     pub next_serial: std::sync::atomic::AtomicU64,
     /// Host hooks (`hooks`): read on the release paths only.
     pub hooks: super::hooks::Hooks,
+    /// The allocator's reference to its device (`runtime::context`). Last
+    /// field, so it is released after everything above has freed its memory.
+    pub _hold: crate::runtime::DeviceHold,
 }
 
 impl<B: Backing> Shared<B> {

@@ -268,6 +268,12 @@ impl HighWater {
     pub fn marks(&self) -> (u64, u64) {
         (self.allocated.load(Relaxed), self.requested.load(Relaxed))
     }
+
+    /// Back to no marks (a retired stream's entry taken over).
+    pub fn clear(&self) {
+        self.allocated.store(0, Relaxed);
+        self.requested.store(0, Relaxed);
+    }
 }
 
 /// The peaks of allocated and requested bytes over all shards.

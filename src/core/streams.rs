@@ -1,10 +1,16 @@
 //! The streams an allocator has served, each with its two shards (small and
 //! large pool), found without a lock.
 //!
-//! Entries are appended once and never move or go away (a stream keeps its
-//! shards for the allocator's life), so a look-up is a scan of published
-//! entries: the stream a call names is almost always among the first few.
-//! Adding a stream takes `adding`, a lock no look-up needs.
+//! Entries are appended once and never move or go away, so a look-up is a
+//! scan of published entries: the stream a call names is almost always
+//! among the first few. Adding a stream takes `adding`, a lock no look-up
+//! needs. A stream forgotten with nothing left in its shards (`forget`)
+//! retires its entry: the entry's stream becomes `RETIRED`, which no
+//! look-up matches, and the next new stream takes the entry over, shards
+//! and all, so a host that creates and forgets streams for as long as it
+//! lives keeps a table as long as its most streams at once. Entries of
+//! private pools (Note [pools]) are neither retired nor take a retired
+//! entry over.
 
 use super::backing::Backing;
 use super::directory::MAX_SHARDS;
@@ -12,6 +18,9 @@ use super::shard::Shard;
 use super::stats::HighWater;
 use crate::runtime::Stream;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+/// The stream value of a retired entry: no stream handle is all ones.
+const RETIRED: usize = usize::MAX;
 use std::sync::{Mutex, OnceLock};
 
 const CHUNK_BITS: u32 = 5;
@@ -28,7 +37,10 @@ pub(crate) const DESTROYED: u8 = 2;
 /// One stream's shards in one pool (0: the default pool; see Note [pools]),
 /// indexed by `PoolKind`.
 pub(crate) struct StreamEntry<B: Backing> {
-    pub stream: Stream,
+    /// The stream's handle, `RETIRED` while the entry waits for another.
+    stream: AtomicUsize,
+    /// Its index in the table.
+    pub slot: usize,
     /// The pool (`npualloc_pool_create`'s id) these shards serve.
     pub pool: u64,
     /// The pool's `use_on_oom`: other requests' ladder may release its cache.
@@ -36,7 +48,7 @@ pub(crate) struct StreamEntry<B: Backing> {
     pub shards: [Shard<B>; 2],
     /// High-water marks for the device's peaks (see `stats`).
     pub high: HighWater,
-    /// GRAPH and DESTROYED; set, never cleared. A free reads them once.
+    /// GRAPH and DESTROYED. A free reads them once.
     flags: AtomicU8,
 }
 
@@ -55,6 +67,12 @@ impl<B: Backing> StreamEntry<B> {
     /// Makes the stream a graph stream for good.
     pub fn mark_graph(&self) {
         self.flags.fetch_or(GRAPH, Ordering::Relaxed);
+    }
+
+    /// A retired entry taken over by another stream starts as a plain one
+    /// (a graph stream's quarantined blocks keep its entry from retiring).
+    pub fn clear_graph_for_revival(&self) {
+        self.flags.fetch_and(!GRAPH, Ordering::Relaxed);
     }
 
     /// Notes that the entry's pool was destroyed.
@@ -79,7 +97,8 @@ pub(crate) struct StreamTable<B: Backing> {
     len: AtomicUsize,
     /// Streams this table takes at most.
     cap: usize,
-    adding: Mutex<()>,
+    /// Held to add a stream; the slots of retired entries.
+    adding: Mutex<Vec<usize>>,
 }
 
 impl<B: Backing> StreamTable<B> {
@@ -89,7 +108,7 @@ impl<B: Backing> StreamTable<B> {
             chunks: (0..cap.div_ceil(CHUNK)).map(|_| OnceLock::new()).collect(),
             len: AtomicUsize::new(0),
             cap,
-            adding: Mutex::new(()),
+            adding: Mutex::new(Vec::new()),
         }
     }
 
@@ -103,28 +122,34 @@ impl<B: Backing> StreamTable<B> {
     #[inline]
     pub fn find(&self, stream: Stream) -> Option<&StreamEntry<B>> {
         let len = self.len.load(Ordering::Acquire);
-        (0..len).map(|i| self.entry(i)).find(|e| e.stream == stream && e.pool == 0)
+        (0..len).map(|i| self.entry(i)).find(|e| e.stream.load(Ordering::Acquire) == stream.0 && e.pool == 0)
     }
 
     /// The entry of `stream` in `pool`, if it has one.
     pub fn find_in(&self, pool: u64, stream: Stream) -> Option<&StreamEntry<B>> {
-        self.iter().find(|e| e.stream == stream && e.pool == pool)
+        self.iter().find(|e| e.stream.load(Ordering::Acquire) == stream.0 && e.pool == pool)
     }
 
-    /// The entry of `stream` in `pool`, made with `make(slot)` if new;
-    /// None once the table is full.
+    /// The entry of `stream` in `pool`: for the default pool a retired one
+    /// taken over (its shards handed to `revive` first), else one made with
+    /// `make(slot)`; None once the table is full.
     pub fn get_or_add(
         &self,
-        stream: Stream,
-        pool: u64,
-        use_on_oom: bool,
+        (stream, pool, use_on_oom): (Stream, u64, bool),
         make: impl FnOnce(usize) -> [Shard<B>; 2],
+        revive: impl FnOnce(&StreamEntry<B>),
     ) -> Option<&StreamEntry<B>> {
         if let Some(e) = self.find_in(pool, stream) {
             return Some(e);
         }
-        let _adding = self.adding.lock().unwrap_or_else(|e| e.into_inner());
+        let mut retired = self.adding.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = self.find_in(pool, stream) {
+            return Some(e);
+        }
+        if let Some(slot) = retired.pop_if(|_| pool == 0) {
+            let e = self.entry(slot);
+            revive(e);
+            e.stream.store(stream.0, Ordering::Release);
             return Some(e);
         }
         let slot = self.len.load(Ordering::Relaxed);
@@ -134,7 +159,8 @@ impl<B: Backing> StreamTable<B> {
         let chunk = self.chunks[slot >> CHUNK_BITS].get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())));
         if chunk[slot & (CHUNK - 1)]
             .set(StreamEntry {
-                stream,
+                stream: AtomicUsize::new(stream.0),
+                slot,
                 pool,
                 use_on_oom,
                 shards: make(slot),
@@ -183,6 +209,15 @@ impl<B: Backing> StreamTable<B> {
     pub fn len(&self) -> usize {
         self.len.load(Ordering::Acquire)
     }
+
+    /// Retires `entry`, whose shards hold nothing: no look-up finds it, and
+    /// the next new stream takes it over.
+    pub fn retire(&self, entry: &StreamEntry<B>) {
+        let mut retired = self.adding.lock().unwrap_or_else(|e| e.into_inner());
+        if entry.stream.swap(RETIRED, Ordering::AcqRel) != RETIRED {
+            retired.push(entry.slot);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -207,7 +242,7 @@ mod tests {
         let _g = emu_lock();
         set_capacity(1 << 30);
         let rt = Runtime::emulated();
-        let streams: Vec<Stream> = (0..STREAMS).map(|_| rt.on_device(DEV, || rt.create_stream()).unwrap()).collect();
+        let streams: Vec<Stream> = (0..STREAMS).map(|_| crate::core::tests::support::new_stream()).collect();
         for round in 0..ROUNDS {
             let config = Config::parse("expandable_segments:false").unwrap();
             let a = DeviceAllocator::build(config, DEV, rt.clone(), CAP).unwrap();
@@ -227,7 +262,7 @@ mod tests {
                                 for &i in &order {
                                     match a.malloc(512, streams[i]) {
                                         Ok(addr) => got[i].push(addr),
-                                        Err(Error::Unsupported(m)) if m.contains("already served") => {}
+                                        Err(Error::Unsupported(m)) if m.contains("its most") => {}
                                         Err(e) => panic!("round {round} thread {t} stream {i}: {e}"),
                                     }
                                 }

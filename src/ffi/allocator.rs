@@ -111,10 +111,11 @@ pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npuallo
 /// 512-byte aligned.
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out_ptr`, size 0,
-/// a size no device can hold, or a stream the runtime does not know (each
-/// stream is checked with aclrtStreamQuery the first time this allocator
-/// meets it, when the runtime has that call; a stream in graph capture is
-/// accepted without it); NPUALLOC_ERR_OUT_OF_MEMORY after every
+/// a size no device can hold, a stream the runtime does not know, or a
+/// stream of another device (each stream is checked the first time this
+/// allocator meets it, with aclrtStreamQuery and aclrtGetStreamOverflowSwitch
+/// when the runtime has them; the message names both devices; a stream in
+/// graph capture is accepted without aclrtStreamQuery); NPUALLOC_ERR_OUT_OF_MEMORY after every
 /// recovery step failed (the message says where memory is);
 /// NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise. Thread-safe.
 ///
@@ -172,8 +173,8 @@ pub unsafe extern "C" fn npualloc_free(a: *mut npualloc_allocator, ptr: *mut c_v
 /// waits for that work. Recording the block's own stream is a no-op.
 ///
 /// Returns NPUALLOC_ERR_UNKNOWN_POINTER if `ptr` is not the start of a live block;
-/// NPUALLOC_ERR_INVALID_ARGUMENT for a stream the runtime does not know (checked
-/// as in npualloc_malloc).
+/// NPUALLOC_ERR_INVALID_ARGUMENT for a stream the runtime does not know or a
+/// stream of another device (checked as in npualloc_malloc).
 ///
 /// # Safety
 /// `a` is NULL or a handle from `npualloc_create` not yet destroyed. `ptr` is

@@ -71,9 +71,9 @@ fn check_stream(allocator: &Allocator, stream: Stream) -> Result<()> {
 /// `stream`. Registering a stream twice is OK (no duplicate).
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle, a NULL stream (the
-/// runtime cannot apply an allocator to the default stream) or a stream the
-/// runtime does not know (checked as in npualloc_malloc: aclrtStreamQuery on
-/// the allocator's device, when the runtime has that call);
+/// runtime cannot apply an allocator to the default stream), a stream the
+/// runtime does not know or a stream of another device (checked as in
+/// npualloc_malloc, on the allocator's device);
 /// NPUALLOC_ERR_RUNTIME if an ACL call failed. Nothing is registered or
 /// created when the call fails.
 ///

@@ -24,6 +24,7 @@
 pub mod boundary;
 pub mod allocator;
 pub mod desc;
+pub mod forget;
 pub mod handle;
 pub mod history;
 pub mod hooks;
@@ -31,6 +32,7 @@ pub mod last_error;
 pub mod memcpy;
 pub mod pluggable;
 pub mod plugin;
+pub mod pools;
 pub mod stats;
 pub mod status;
 pub mod version;

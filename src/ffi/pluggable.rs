@@ -76,7 +76,7 @@ fn created_slot(d: usize, device: c_int) -> Result<&'static Created> {
 }
 
 /// The allocator of `device` if one was created successfully.
-fn existing(device: c_int) -> Result<Option<&'static DeviceAllocator>> {
+pub(crate) fn existing(device: c_int) -> Result<Option<&'static DeviceAllocator>> {
     let d = check_device(device)?;
     Ok(SLOTS[d].get().and_then(|r| r.as_ref().ok()).map(|c| &c.allocator.core))
 }

@@ -93,6 +93,8 @@ pub struct npualloc_api {
     pub snapshot_pytorch_json: unsafe extern "C" fn(*const npualloc_allocator, *mut *mut c_char) -> npualloc_status,
     pub pluggable_record_history: extern "C" fn(c_int, usize) -> npualloc_status,
     pub pluggable_snapshot_pytorch_json: unsafe extern "C" fn(c_int, *mut *mut c_char) -> npualloc_status,
+    pub forget_stream: unsafe extern "C" fn(*mut npualloc_allocator, aclrtStream) -> npualloc_status,
+    pub pluggable_forget_stream: extern "C" fn(c_int, aclrtStream) -> npualloc_status,
     // Host hooks and the pluggable allocator's handle (API 0.3).
     pub erase_stream: unsafe extern "C" fn(*mut npualloc_allocator, *mut c_void, aclrtStream) -> npualloc_status,
     pub pluggable_allocator: unsafe extern "C" fn(c_int, *mut *mut npualloc_allocator) -> npualloc_status,
@@ -103,6 +105,12 @@ pub struct npualloc_api {
     ) -> npualloc_status,
     pub set_oom_observer:
         unsafe extern "C" fn(*mut npualloc_allocator, super::hooks::npualloc_oom_hook, *mut c_void) -> npualloc_status,
+    // Private pools (API 0.3).
+    pub pool_create: unsafe extern "C" fn(*mut npualloc_allocator, *const c_char, *mut u64) -> npualloc_status,
+    pub pool_begin: unsafe extern "C" fn(*mut npualloc_allocator, u64, aclrtStream) -> npualloc_status,
+    pub pool_end: unsafe extern "C" fn(*mut npualloc_allocator, u64, aclrtStream) -> npualloc_status,
+    pub pool_destroy: unsafe extern "C" fn(*mut npualloc_allocator, u64) -> npualloc_status,
+    pub pool_get_stats: unsafe extern "C" fn(*const npualloc_allocator, u64, *mut npualloc_stats) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -146,10 +154,17 @@ static API_V1: npualloc_api = npualloc_api {
     snapshot_pytorch_json: super::history::npualloc_snapshot_pytorch_json,
     pluggable_record_history: super::history::npualloc_pluggable_record_history,
     pluggable_snapshot_pytorch_json: super::history::npualloc_pluggable_snapshot_pytorch_json,
+    forget_stream: super::forget::npualloc_forget_stream,
+    pluggable_forget_stream: super::forget::npualloc_pluggable_forget_stream,
     erase_stream: super::allocator::npualloc_erase_stream,
     pluggable_allocator: super::pluggable::npualloc_pluggable_allocator,
     set_before_release: super::hooks::npualloc_set_before_release,
     set_oom_observer: super::hooks::npualloc_set_oom_observer,
+    pool_create: super::pools::npualloc_pool_create,
+    pool_begin: super::pools::npualloc_pool_begin,
+    pool_end: super::pools::npualloc_pool_end,
+    pool_destroy: super::pools::npualloc_pool_destroy,
+    pool_get_stats: super::pools::npualloc_pool_get_stats,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error
@@ -197,13 +212,20 @@ mod tests {
         // SAFETY: a NULL handle is refused before anything is read.
         let st = unsafe { (api.record_history)(null, 8) };
         assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+        // forget_stream came after the history functions.
+        let history_end =
+            std::mem::offset_of!(npualloc_api, pluggable_snapshot_pytorch_json) + std::mem::size_of::<usize>();
+        assert_eq!(std::mem::offset_of!(npualloc_api, forget_stream), history_end);
+        // SAFETY: a NULL handle is refused before anything is read.
+        let st = unsafe { (api.forget_stream)(null, std::ptr::null_mut()) };
+        assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
     }
 
     #[test]
     fn host_hook_functions_follow_the_snapshot_functions_contiguously() {
         // API 0.3's additions come after every earlier field, in one run.
         let word = std::mem::size_of::<usize>();
-        let after = std::mem::offset_of!(npualloc_api, pluggable_snapshot_pytorch_json) + word;
+        let after = std::mem::offset_of!(npualloc_api, pluggable_forget_stream) + word;
         assert_eq!(std::mem::offset_of!(npualloc_api, erase_stream), after);
         assert_eq!(std::mem::offset_of!(npualloc_api, pluggable_allocator), after + word);
         assert_eq!(std::mem::offset_of!(npualloc_api, set_before_release), after + 2 * word);
@@ -219,5 +241,34 @@ mod tests {
             assert_eq!((api.set_before_release)(null, None, none), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
             assert_eq!((api.set_oom_observer)(null, None, none), npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
         }
+    }
+
+    #[test]
+    fn pool_functions_follow_the_host_hooks_contiguously() {
+        let word = std::mem::size_of::<usize>();
+        let after = std::mem::offset_of!(npualloc_api, set_oom_observer) + word;
+        let offsets = [
+            std::mem::offset_of!(npualloc_api, pool_create),
+            std::mem::offset_of!(npualloc_api, pool_begin),
+            std::mem::offset_of!(npualloc_api, pool_end),
+            std::mem::offset_of!(npualloc_api, pool_destroy),
+            std::mem::offset_of!(npualloc_api, pool_get_stats),
+        ];
+        assert_eq!(offsets, std::array::from_fn(|i| after + i * word));
+        assert_eq!(std::mem::size_of::<npualloc_api>(), after + 5 * word, "the pool functions end the table");
+        // SAFETY: a non-NULL result points to the static table.
+        let api = unsafe { &*npualloc_get_api(1) };
+        let null = std::ptr::null_mut();
+        let mut id = 0u64;
+        // SAFETY: NULL handles are refused before anything is read.
+        unsafe {
+            let invalid = npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT;
+            assert_eq!((api.pool_create)(null, std::ptr::null(), &mut id), invalid);
+            assert_eq!((api.pool_begin)(null, 1, std::ptr::null_mut()), invalid);
+            assert_eq!((api.pool_end)(null, 1, std::ptr::null_mut()), invalid);
+            assert_eq!((api.pool_destroy)(null, 1), invalid);
+            assert_eq!((api.pool_get_stats)(null, 0, std::ptr::null_mut()), invalid);
+        }
+        assert_eq!(id, 0, "nothing written on failure");
     }
 }

@@ -18,23 +18,6 @@ impl Runtime {
         check("aclrtSetDevice", unsafe { (self.api.aclrtSetDevice)(device) })
     }
 
-    /// Runs `f` with `device` current on this thread, restoring the previous
-    /// device afterwards. ACL allocates on the current device, and the host
-    /// thread may have another one current.
-    pub fn on_device<T>(&self, device: i32, f: impl FnOnce() -> Result<T, AclCallError>) -> Result<T, AclCallError> {
-        let previous = self.current_device();
-        if previous != Some(device) {
-            self.set_device(device)?;
-        }
-        let result = f();
-        if let Some(prev) = previous.filter(|&p| p != device) {
-            // Restoring can only fail if the runtime is going away; the
-            // result of `f` is what the caller needs either way.
-            let _ = self.set_device(prev);
-        }
-        result
-    }
-
     /// Free and total bytes of the current device's HBM.
     pub fn mem_info(&self) -> Result<(usize, usize), AclCallError> {
         let (mut free, mut total) = (0usize, 0usize);

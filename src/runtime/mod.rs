@@ -10,9 +10,11 @@
 //! - Out of memory is 207001 (`ACL_ERROR_RT_MEMORY_ALLOCATION`) from both
 //!   `aclrtMalloc` and `aclrtMallocPhysical` (§2).
 //! - Calls that allocate act on the calling thread's current device, so they
-//!   run inside [`Runtime::on_device`].
+//!   run inside [`Runtime::on_device`], which switches contexts without
+//!   adding device references (`context`).
 
 pub mod acl_error;
+mod context;
 mod desc;
 mod device;
 pub mod loader;
@@ -21,6 +23,7 @@ pub mod symbols;
 mod vmm;
 
 pub use acl_error::AclErrorCode;
+pub use context::{Context, DeviceHold};
 pub use desc::DescCallbacks;
 pub use symbols::{AclApi, AclFeatures};
 pub use vmm::PhysicalHandle;

@@ -159,6 +159,16 @@ acl_symbols! {
         capture_info {
             aclmdlRICaptureGetInfo: fn(aclrtStream, *mut aclmdlRICaptureStatus, *mut aclmdlRI) -> aclError;
         }
+        /// Context switches that add no device reference (`Runtime::on_device`).
+        contexts {
+            aclrtGetCurrentContext: fn(*mut aclrtContext) -> aclError;
+            aclrtSetCurrentContext: fn(aclrtContext) -> aclError;
+        }
+        /// `aclrtGetStreamOverflowSwitch`, which tells whether a stream
+        /// belongs to the current context (107003 if not).
+        stream_context {
+            aclrtGetStreamOverflowSwitch: fn(aclrtStream, *mut u32) -> aclError;
+        }
     }
 }
 
@@ -169,7 +179,14 @@ mod tests {
     #[test]
     fn a_feature_is_on_only_with_its_whole_group() {
         let full = AclApi::linked();
-        let all_on = AclFeatures { allocator_by_stream: true, vmm: true, stream_query: true, capture_info: true };
+        let all_on = AclFeatures {
+            allocator_by_stream: true,
+            vmm: true,
+            stream_query: true,
+            capture_info: true,
+            contexts: true,
+            stream_context: true,
+        };
         assert_eq!(full.features(), all_on);
         assert!(full.missing_optional().is_empty());
 
@@ -183,12 +200,12 @@ mod tests {
         api.aclmdlRICaptureGetInfo = None;
         assert_eq!(
             api.features(),
-            AclFeatures { allocator_by_stream: false, vmm: false, stream_query: false, capture_info: false }
+            AclFeatures { allocator_by_stream: false, vmm: false, stream_query: false, capture_info: false, ..all_on }
         );
         assert_eq!(
             api.missing_optional(),
             ["aclrtAllocatorGetByStream", "aclrtMapMem", "aclrtStreamQuery", "aclmdlRICaptureGetInfo"]
         );
-        assert_eq!(OPTIONAL_SYMBOLS.len(), 10, "every optional function belongs to one group");
+        assert_eq!(OPTIONAL_SYMBOLS.len(), 13, "every optional function belongs to one group");
     }
 }

@@ -50,6 +50,7 @@ static const int ACL_ERROR_RT_FAILURE = 500003;
 #define ACL_ERROR_RT_PARAM_INVALID 107000
 #define ACL_ERROR_RT_INVALID_DEVICEID 107001
 #define ACL_ERROR_RT_CONTEXT_NULL 107002
+#define ACL_ERROR_RT_STREAM_CONTEXT 107003
 #define ACL_ERROR_RT_INVALID_HANDLE 107017
 #define ACL_ERROR_RT_STREAM_CAPTURED 107027
 #define ACL_ERROR_RT_FEATURE_NOT_SUPPORT 207000
@@ -172,6 +173,8 @@ aclError aclFinalize();
 aclError aclrtSetDevice(int32_t deviceId);
 aclError aclrtGetDevice(int32_t *deviceId);
 aclError aclrtResetDevice(int32_t deviceId);
+aclError aclrtGetCurrentContext(aclrtContext *context);
+aclError aclrtSetCurrentContext(aclrtContext context);
 aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
 
 /* Device and pinned host memory. */
@@ -185,6 +188,7 @@ aclError aclrtCreateStream(aclrtStream *stream);
 aclError aclrtDestroyStream(aclrtStream stream);
 aclError aclrtSynchronizeStream(aclrtStream stream);
 aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status);
+aclError aclrtGetStreamOverflowSwitch(aclrtStream stream, uint32_t *flag);
 aclError aclrtCreateEvent(aclrtEvent *event);
 aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag);
 aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream);

@@ -170,9 +170,20 @@ impl Emu {
         assert_eq!(unsafe { (self.release)(s.raw()) }, 0);
     }
 
+    /// A stream of `device`'s primary context, made as a host makes one:
+    /// `aclrtSetDevice(device)` (a reference the test keeps, as a host
+    /// does until its reset), then the thread's context put back.
     pub fn create_stream(&self, device: i32) -> Stream {
         let rt = &self.rt;
-        rt.on_device(device, || rt.create_stream()).expect("create a stream")
+        let saved = rt.current_context();
+        rt.set_device(device).expect("set the device");
+        let s = rt.create_stream().expect("create a stream");
+        if let Some(ctx) = saved {
+            let set = rt.api().aclrtSetCurrentContext.expect("the emulator has aclrtSetCurrentContext");
+            // SAFETY: a context handle the runtime gave out.
+            assert_eq!(unsafe { set(ctx.raw()) }, 0);
+        }
+        s
     }
 
     pub fn destroy_stream(&self, device: i32, s: Stream) {

@@ -1,9 +1,12 @@
 //! aclrtReserveMemAddress / aclrtReleaseMemAddress: PROT_NONE,
 //! MAP_NORESERVE ranges owned by the current device, with the driver's rules
 //! (RB "Virtual memory"): a non-zero alignment is refused (107000); one
-//! reservation is at most 8 TiB (207001); above 512 MiB the size is rounded
-//! up to 1 GiB and the address 1 GiB-aligned, below it 2 MiB; every range
-//! takes the device's address window (207001 when it is full).
+//! reservation is at most 128 GiB (207001), the limit the driver documents
+//! for Ascend910B and Ascend910_93 (`ascend_hal_base.h`,
+//! `halMemAddressReserve`: "The maximum virtual memory(no page) applied for
+//! at a time is 128GB"); above 512 MiB the size is rounded up to 1 GiB and
+//! the address 1 GiB-aligned, below it 2 MiB; every range takes the
+//! process's address window (207001 when it is full, see `device`).
 
 use super::{vmm, Reservation, GRANULARITY, GRANULARITY_1G};
 use crate::device;
@@ -15,8 +18,9 @@ use crate::usage;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 
-/// The largest reservation the driver accepts (`max_conti_size`).
-const MAX_RESERVATION: usize = 8 << 40;
+/// The largest reservation the driver accepts on 910B / 910_93: 128 GiB
+/// (`svm_define.h`: `DEVMM_MAPPEDSZ_PER_DEV`, `1 << 37`).
+pub const MAX_RESERVATION: usize = 128 << 30;
 /// Above this size reservations come from the base heap, in whole GiB.
 const BASE_HEAP_THRESHOLD: usize = 512 << 20;
 
@@ -118,7 +122,7 @@ fn release(ptr: *mut c_void) -> AclResult<()> {
 
 /// Reserves `size` bytes of address space (rounded up to 2 MiB, or to
 /// 1 GiB above 512 MiB). alignment must be 0 (107000); expectPtr must be
-/// NULL; flags 0 or 1; over 8 TiB or beyond the address window: 207001.
+/// NULL; flags 0 or 1; over 128 GiB or beyond the address window: 207001.
 ///
 /// # Safety
 /// `virPtr` must be NULL or writable.

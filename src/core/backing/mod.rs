@@ -2,9 +2,10 @@
 //! back (RMM's "upstream" seam). One trait, two implementations:
 //! - `FixedSegments` (`fixed`): one `aclrtMalloc` per segment, released
 //!   whole with `aclrtFree` once entirely free;
-//! - `ExpandableRanges` (`expandable`): one reserved address range per
-//!   shard, physical handles mapped under the blocks handed out, unmapped
-//!   and recycled when free (page placement, handle cache, headroom moves).
+//! - `ExpandableRanges` (`expandable`): reserved address ranges per shard
+//!   (another when one fills, released when they hold nothing), physical
+//!   handles mapped under the blocks handed out, unmapped and recycled when
+//!   free (page placement, handle cache, headroom moves).
 //!
 //! The backing owns growth, page placement, giving memory back, the memory
 //! limit and teardown. Shards and the reclaim paths call only this trait;
@@ -148,8 +149,12 @@ pub(crate) enum GrowError {
         size: usize,
         limit: usize,
     },
-    /// An expandable segment's address range has no free block that large.
-    AddressSpace,
+    /// No address space for another expandable range of `range` bytes: the
+    /// process-wide budget (`refused` None) or the runtime refused it.
+    AddressSpace {
+        range: usize,
+        refused: Option<crate::runtime::AclCallError>,
+    },
     /// Garbage collection is due before growing (see `reclaim`).
     Collect,
     /// `reserved_headroom` wants `bytes` of other shards' free pieces moved
@@ -166,7 +171,7 @@ impl GrowError {
     pub fn is_out_of_memory(&self) -> bool {
         match self {
             GrowError::OverLimit { .. }
-            | GrowError::AddressSpace
+            | GrowError::AddressSpace { .. }
             | GrowError::Collect
             | GrowError::NeedsRoom { .. } => true,
             GrowError::Runtime(e) => e.is_out_of_memory(),

@@ -1,6 +1,7 @@
 //! Core tests, all through the emulator linked into the test binary; the
 //! fixtures they share are in `support`.
 
+mod address_space;
 mod blocks;
 mod config_effect;
 mod erase;

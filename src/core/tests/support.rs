@@ -87,9 +87,13 @@ pub(crate) fn check_fill(addr: usize, len: usize, byte: u8) -> bool {
 // Streams live in the emulator, not in an allocator: they may be destroyed
 // after the allocator that used them was torn down.
 
+/// A stream of DEV's primary context, made the way a host makes one: with
+/// DEV set on its thread (a stream made inside `on_device` alone goes when
+/// that switch's paired reset drops DEV's last reference).
 pub(crate) fn new_stream() -> Stream {
     let rt = Runtime::emulated();
-    rt.on_device(DEV, || rt.create_stream()).unwrap()
+    rt.set_device(DEV).unwrap();
+    rt.create_stream().unwrap()
 }
 
 pub(crate) fn drop_stream(s: Stream) {

@@ -4,7 +4,7 @@
 //! When a placement needs a fresh handle and that would take reserved
 //! memory past `(1 + headroom) x peak allocated` (this request included),
 //! cached handles too large to serve it are freed first, then free pieces
-//! elsewhere in the shard's range are unmapped (largest first) so their
+//! elsewhere in the shard's ranges are unmapped (largest first) so their
 //! handles back the request. Unmapping needs the streams that used the
 //! range synchronized: once per placement, and never when the headroom is
 //! not exceeded. Only the growing shard's own pieces move (its lock is
@@ -17,12 +17,14 @@
 
 use super::mapping::Placement;
 use super::{free_handle, RangePool};
+use crate::core::segment::SegmentId;
 
-/// A free piece that may move: its first page and length in pages.
+/// A free piece that may move: its range, first page and length in pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Victim {
     pub pages: usize,
     pub head: usize,
+    pub seg: SegmentId,
 }
 
 impl RangePool {
@@ -56,9 +58,16 @@ impl RangePool {
         }
         if let Some(pos) = own {
             let v = victims.remove(pos);
-            ctx.synced = ctx.synced || self.sync_streams_of(ctx.seg).is_ok();
-            if ctx.synced {
-                let _ = self.unmap_piece(ctx.seg, v.head);
+            // The placement's range is synchronized once; an older range of
+            // the shard each time one of its pieces moves (rare).
+            let synced = if v.seg == ctx.seg {
+                ctx.synced = ctx.synced || self.sync_streams_of(ctx.seg).is_ok();
+                ctx.synced
+            } else {
+                self.sync_streams_of(v.seg).is_ok()
+            };
+            if synced {
+                let _ = self.unmap_piece(v.seg, v.head);
             }
         }
         ctx.victims = Some(victims);
@@ -71,18 +80,25 @@ impl RangePool {
     /// are whole pages here. Returns whether a piece moved.
     fn move_from_sibling(&mut self, ctx: &mut Placement<'_>, page: usize, avail: usize, beat: usize) -> bool {
         let Some(mut other) = ctx.device.sibling.and_then(|s| s.try_lock()) else { return false };
-        let Some(seg) = other.backing.range else { return false };
-        let theirs = other.range(seg).page_size;
-        if theirs % page != 0 {
-            return false;
-        }
         // Its held blocks may coalesce into whole free pieces.
         other.drain_reuse();
-        let mut pieces = other.free_pieces(seg);
-        pieces.sort_unstable_by_key(|&(head, units)| (std::cmp::Reverse(units), head));
-        let fits = |units: usize| units * theirs / page;
-        let Some(&(head, units)) = pieces.iter().find(|&&(_, units)| fits(units) <= avail) else { return false };
-        if fits(units) <= beat {
+        // The largest piece that fits, over the sibling's ranges.
+        let mut best: Option<(usize, crate::core::segment::SegmentId, usize)> = None;
+        for seg in other.backing.ranges.clone() {
+            let theirs = other.range(seg).page_size;
+            if theirs % page != 0 {
+                continue;
+            }
+            let fits = |units: usize| units * theirs / page;
+            for (head, units) in other.free_pieces(seg) {
+                let n = fits(units);
+                if n <= avail && best.is_none_or(|(m, _, _)| n > m) {
+                    best = Some((n, seg, head));
+                }
+            }
+        }
+        let Some((pages, seg, head)) = best else { return false };
+        if pages <= beat {
             return false;
         }
         ctx.sibling_synced = ctx.sibling_synced || other.sync_streams_of(seg).is_ok();
@@ -94,18 +110,26 @@ impl RangePool {
     /// first changes how many move later by a fifth either way on bert
     /// (BENCHMARKS.md); none was better on every trace.
     fn movable_pieces(&self, ctx: &Placement<'_>) -> Vec<Victim> {
-        let s = self.segments.get(ctx.seg);
-        let page = s.extent.page_size;
-        let mut found: Vec<Victim> = self
-            .free_pieces(ctx.seg)
-            .into_iter()
-            .filter(|&(head, units)| {
-                let (lo, hi) = (s.base + head * page, s.base + (head + units) * page);
-                hi <= ctx.addr || lo >= ctx.addr + ctx.size
-            })
-            .map(|(head, pages)| Victim { pages, head })
-            .collect();
-        found.sort_unstable_by_key(|v| (std::cmp::Reverse(v.pages), v.head));
+        let page = self.range(ctx.seg).page_size;
+        let mut found: Vec<Victim> = Vec::new();
+        // Every range of the shard: a request that opened a new range may
+        // take the pages of the older ones.
+        for &seg in &self.backing.ranges {
+            let s = self.segments.get(seg);
+            if s.extent.page_size != page {
+                continue;
+            }
+            found.extend(
+                self.free_pieces(seg)
+                    .into_iter()
+                    .filter(|&(head, units)| {
+                        let (lo, hi) = (s.base + head * page, s.base + (head + units) * page);
+                        seg != ctx.seg || hi <= ctx.addr || lo >= ctx.addr + ctx.size
+                    })
+                    .map(|(head, pages)| Victim { pages, head, seg }),
+            );
+        }
+        found.sort_unstable_by_key(|v| (std::cmp::Reverse(v.pages), v.seg, v.head));
         found
     }
 

@@ -150,7 +150,8 @@ impl RangePool {
             return Err(GrowError::Runtime(e));
         }
         // Blocks handed out here can now be freed by address. The entry stays
-        // when the pages are unmapped: the range is this shard's for good.
+        // when the pages are unmapped, until the range itself is released
+        // (`ranges`).
         sh.directory.insert(addr, bytes, self.id);
         let units = bytes / spec.size;
         let piece = Piece { handle, head: i as u32, units: units as u32 };

@@ -1,10 +1,12 @@
 //! Note [expandable segments on ACL VMM]
 //!
-//! In expandable mode each shard (stream and pool kind) owns one reserved
-//! virtual range (`aclrtReserveMemAddress`). Its blocks tile the whole range, mapped
-//! or not; the range starts as one free block. Physical memory is mapped
-//! only under blocks that are handed out, so free neighbours always coalesce
-//! and the range grows and shrinks instead of piling up fixed segments.
+//! In expandable mode each shard (stream and pool kind) owns reserved
+//! virtual ranges (`aclrtReserveMemAddress`), one to start with and another
+//! whenever no free block of the ranges it has fits a request (`ranges`).
+//! A range's blocks tile it, mapped or not; it starts as one free block.
+//! Physical memory is mapped only under blocks that are handed out, so free
+//! neighbours always coalesce and a range grows and shrinks instead of
+//! piling up fixed segments.
 //!
 //! - Pages: the mapping unit is `page_size` in the large pool (2 MiB by
 //!   default) and 2 MiB in the small pool. A physical handle
@@ -35,25 +37,31 @@
 //! - Pieces move under memory pressure (the OOM ladder, from every shard),
 //!   and, with `reserved_headroom`, whenever growth would take reserved
 //!   memory past that headroom over the peak of allocated bytes
-//!   (`headroom`; pieces of the growing shard's own range only, since
+//!   (`headroom`; pieces of the growing shard's own ranges only, since
 //!   moving another stream's pages would need its lock across the calls).
 //! - Pages are unmapped only after synchronizing the streams that used them.
 //! - A mapping attempt that fails part-way unmaps what it mapped, keeping the
 //!   handles in the cache: no half-mapped block is ever left behind.
 //! - Reserved bytes count physical memory held (mapped or cached). Only
-//!   `empty_cache`, the OOM ladder and teardown give handles back.
-//! - The large pool reserves twice the device's memory of address space
-//!   (PyTorch reserves 9/8): holes in the address space cost nothing once
-//!   their pages have moved, so the range must hold a fragmented layout of a
-//!   nearly full device. The small pool reserves 9/8.
+//!   `empty_cache`, the OOM ladder, `forget_stream` and teardown give
+//!   handles back; the first three also release ranges with nothing mapped
+//!   and nothing allocated.
+//! - Address space is finite and shared by the process (Note
+//!   [address-space budget] in `budget`): a large-pool range is the
+//!   device's size (twice it with `reserved_headroom`), a small-pool range
+//!   a sixteenth of it, each within the
+//!   per-reservation cap and a share of the process-wide budget. A range that
+//!   fills (its holes cost nothing once their pages have moved) is followed
+//!   by another, so a fragmented layout of a nearly full device still fits.
 
+pub(crate) mod budget;
 mod headroom;
 mod mapping;
 mod placement;
+mod ranges;
 
 use super::{Backing, Detached, GrowContext, GrowError, Scope};
 use crate::core::block::{BlockId, BlockState, NIL};
-use crate::core::directory::ADDRESS_LIMIT;
 use crate::core::history::Action;
 use crate::core::policy::{PoolKind, SMALL_BUFFER};
 use crate::core::pool::Pool;
@@ -153,6 +161,9 @@ pub struct VmmRange {
     /// The address `aclrtReserveMemAddress` returned: the range may start
     /// above it, at the page attr's alignment (`reserve_aligned`).
     pub reserved_at: usize,
+    /// Bytes reserved there (alignment padding included), charged to the
+    /// process-wide budget.
+    pub reserved_len: usize,
 }
 
 impl VmmRange {
@@ -254,10 +265,10 @@ impl ExpandableRanges {
     }
 }
 
-/// A shard's range, once made.
+/// A shard's ranges, oldest first.
 #[derive(Debug, Default)]
 pub(crate) struct RangeOf {
-    range: Option<SegmentId>,
+    ranges: Vec<SegmentId>,
 }
 
 type RangePool = Pool<ExpandableRanges>;
@@ -287,63 +298,39 @@ impl Backing for ExpandableRanges {
         if let Some(id) = best_fit {
             return pool.place_in_range(id, rounded, ctx);
         }
-        // The range is made once; after that a miss means no free block of
-        // this size exists in it at all.
-        if pool.backing.range.is_none() {
-            pool.make_range()?;
-        }
-        let id = pool.find_free(rounded).ok_or(GrowError::AddressSpace)?;
+        // No free block of the shard's ranges fits: another range.
+        let seg = pool.make_range(rounded)?;
+        let id = pool.segments.get(seg).first;
         pool.place_in_range(id, rounded, ctx)
     }
 
-    /// Free pieces, each carved out as a block of its own.
+    /// Free pieces, each carved out as a block of its own, from every
+    /// range; with `Scope::All`, also the ranges that hold nothing (whole).
     fn detach(pool: &mut RangePool, scope: Scope) -> Vec<Detached> {
-        let Some(seg) = pool.backing.range else { return Vec::new() };
-        let mut pieces = match scope {
-            Scope::WholeSegments => return Vec::new(),
-            Scope::All => pool.free_pieces(seg),
-            Scope::Pieces(bytes) => {
-                let page = pool.range(seg).page_size;
-                let mut all = pool.free_pieces(seg);
-                all.sort_unstable_by_key(|&(head, units)| (std::cmp::Reverse(units), head));
-                let mut taken = 0;
-                all.retain(|&(_, units)| {
-                    let keep = taken < bytes;
-                    taken += if keep { units * page } else { 0 };
-                    keep
-                });
-                all
-            }
+        let mut out = Vec::new();
+        let mut left = match scope {
+            Scope::WholeSegments => return out,
+            Scope::All => usize::MAX,
+            Scope::Pieces(bytes) => bytes,
         };
-        pieces.sort_unstable();
-        if pieces.is_empty() {
-            return Vec::new();
+        if scope == Scope::All {
+            out.extend(pool.detach_empty_ranges());
         }
-        let (base, page, serial) = {
-            let s = pool.segments.get(seg);
-            (s.base, s.extent.page_size, s.serial)
-        };
-        let streams = pool.streams_of(seg);
-        let mut out = Vec::with_capacity(pieces.len());
-        for (head, units) in pieces {
-            let addr = base + head * page;
-            let size = units * page;
-            let Some(holder) = pool.block_containing(seg, addr) else { continue };
-            let block = pool.carve(holder, addr, size);
-            out.push(Detached {
-                segment: seg,
-                block,
-                addr,
-                size,
-                device: (addr, size),
-                serial,
-                streams: streams.clone(),
-            });
+        for seg in pool.backing.ranges.clone() {
+            if left == 0 {
+                break;
+            }
+            let before = out.len();
+            pool.detach_pieces(seg, scope, left, &mut out);
+            left = left.saturating_sub(out[before..].iter().map(|d| d.size).sum());
         }
         out
     }
 
     fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize> {
+        if d.block == NIL {
+            return ranges::release_range(sh, d);
+        }
         sh.rt.on_device(sh.device, || sh.rt.unmap(d.addr)).map_err(|e| Error::runtime(e, "unmapping a free page"))?;
         sh.counters.page_unmapped();
         // The handle stays reserved, in the cache, until `free_cached`.
@@ -351,6 +338,12 @@ impl Backing for ExpandableRanges {
     }
 
     fn settle(pool: &mut RangePool, d: Detached, given_back: bool) {
+        if d.block == NIL {
+            if !given_back {
+                pool.restore_range(d);
+            }
+            return;
+        }
         if given_back {
             let (base, page) = {
                 let s = pool.segments.get(d.segment);
@@ -399,15 +392,19 @@ impl Backing for ExpandableRanges {
     }
 
     fn teardown(pool: &mut RangePool, busy: &[Stream]) -> Result<()> {
-        let Some(seg) = pool.backing.range else { return Ok(()) };
-        if pool.streams_of(seg).iter().any(|s| busy.contains(s)) {
-            return Ok(());
+        let mut first_error = None;
+        for seg in std::mem::take(&mut pool.backing.ranges) {
+            if pool.streams_of(seg).iter().any(|s| busy.contains(s)) {
+                pool.backing.ranges.push(seg);
+                continue;
+            }
+            if let Err(e) = pool.destroy_range(seg) {
+                first_error.get_or_insert(e);
+            }
+            pool.sh.directory.remove(pool.segments.get(seg).base, pool.segments.get(seg).size);
+            pool.sh.counters.range_removed();
         }
-        let result = pool.destroy_range(seg);
-        pool.sh.directory.remove(pool.segments.get(seg).base, pool.segments.get(seg).size);
-        pool.sh.counters.range_removed();
-        pool.backing.range = None;
-        result
+        first_error.map_or(Ok(()), Err)
     }
 
     fn check_segment(pool: &RangePool, seg: SegmentId) -> Result<(), String> {
@@ -466,53 +463,6 @@ fn free_handle(
 }
 
 impl RangePool {
-    /// Makes this shard's range: reserves its address space.
-    fn make_range(&mut self) -> Result<SegmentId, GrowError> {
-        let sh = self.sh.clone();
-        let spec = sh.backing.page_spec(self.kind);
-        // Address space, in eighths of the device (see the Note).
-        let eighths = match self.kind {
-            PoolKind::Large => 16,
-            PoolKind::Small => 9,
-        };
-        let va = (sh.backing.device_total / 8 * eighths).div_ceil(spec.size).max(1) * spec.size;
-        // A 1 GiB page maps only at a 1 GiB boundary; other pages at their
-        // handles' 2 MiB granularity, which every reservation has.
-        let align = if spec.attr == sys::ACL_HBM_MEM_HUGE1G { spec.size } else { SMALL_BUFFER };
-        let (reserved_at, base) = self.reserve_aligned(va, align)?;
-        if base + va > ADDRESS_LIMIT {
-            let _ = sh.rt.on_device(sh.device, || sh.rt.release(reserved_at));
-            return Err(GrowError::Other(Error::Unsupported(format!(
-                "the runtime reserved device addresses up to {:#x}, above the {ADDRESS_LIMIT:#x} this allocator supports",
-                base + va
-            ))));
-        }
-        let range = VmmRange { page_size: spec.size, attr: spec.attr, pages: Vec::new(), mapped: 0, reserved_at };
-        // The directory learns a range's pages as they are mapped (`mapping`):
-        // registering a range of many GiB up front cost a millisecond.
-        let (seg, _) = self.add_segment(base, va, range, None);
-        self.backing.range = Some(seg);
-        sh.counters.range_added();
-        Ok(seg)
-    }
-
-    /// Reserves `va` bytes of address space starting at an `align` boundary:
-    /// (address to release, aligned start). The runtime only promises its
-    /// own granularity, so an unaligned reservation is given back and taken
-    /// again `align` larger, its start rounded up.
-    fn reserve_aligned(&self, va: usize, align: usize) -> Result<(usize, usize), GrowError> {
-        let sh = &self.sh;
-        let rt = &sh.rt;
-        let at = rt.on_device(sh.device, || rt.reserve(va)).map_err(GrowError::Runtime)?;
-        if at % align == 0 {
-            return Ok((at, at));
-        }
-        rt.on_device(sh.device, || rt.release(at)).map_err(GrowError::Runtime)?;
-        let padded = va.checked_add(align).ok_or(GrowError::AddressSpace)?;
-        let at = rt.on_device(sh.device, || rt.reserve(padded)).map_err(GrowError::Runtime)?;
-        Ok((at, at.next_multiple_of(align)))
-    }
-
     /// Pages one fresh handle of `seg` covers at most, now. Free device
     /// memory is estimated as total minus reserved: a wrong guess (another
     /// process holds memory) costs one refused call and a retry at the floor.
@@ -583,10 +533,13 @@ impl RangePool {
         if let Err(e) = ExpandableRanges::free_cached(&self.sh) {
             first_error.get_or_insert(e);
         }
-        let reserved_at = self.range(seg).reserved_at;
+        let (reserved_at, reserved_len) = (self.range(seg).reserved_at, self.range(seg).reserved_len);
         let sh = &self.sh;
-        if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.release(reserved_at)) {
-            first_error.get_or_insert(Error::runtime(e, "releasing a reserved address range"));
+        match sh.rt.on_device(sh.device, || sh.rt.release(reserved_at)) {
+            Ok(()) => budget::give(reserved_len),
+            Err(e) => {
+                first_error.get_or_insert(Error::runtime(e, "releasing a reserved address range"));
+            }
         }
         first_error.map_or(Ok(()), Err)
     }
