@@ -193,4 +193,3 @@ fn pytorch_snapshot_shows_each_segments_pool() {
     assert_eq!(listed, vec![(0, SleepMode::Keep, 2), (p, SleepMode::Keep, 2)]);
     a.teardown().unwrap();
 }
-
