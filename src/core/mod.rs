@@ -183,6 +183,7 @@ impl DeviceAllocator {
                 history: Default::default(),
                 next_serial: Default::default(),
                 hooks: Default::default(),
+                oom_snapshot: config.oom_snapshot.clone(),
                 _hold: hold,
             }
         }
