@@ -370,8 +370,13 @@ typedef struct npualloc_api {
     npualloc_status (*pluggable_allocator)(int, struct npualloc_allocator**);
     npualloc_status (*set_before_release)(struct npualloc_allocator*, npualloc_release_hook, void*);
     npualloc_status (*set_oom_observer)(struct npualloc_allocator*, npualloc_oom_hook, void*);
-    npualloc_status (*sleep)(struct npualloc_allocator*);
-    npualloc_status (*wake)(struct npualloc_allocator*);
+    npualloc_status (*pool_create)(struct npualloc_allocator*, const char*, uint64_t*);
+    npualloc_status (*pool_begin)(struct npualloc_allocator*, uint64_t, aclrtStream);
+    npualloc_status (*pool_end)(struct npualloc_allocator*, uint64_t, aclrtStream);
+    npualloc_status (*pool_destroy)(struct npualloc_allocator*, uint64_t);
+    npualloc_status (*pool_get_stats)(const struct npualloc_allocator*,
+                                      uint64_t,
+                                      struct npualloc_stats*);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -995,38 +1000,92 @@ npualloc_status npualloc_pluggable_allocator(int device, struct npualloc_allocat
 const struct npualloc_api *npualloc_get_api(uint32_t abi_version);
 
 /**
- * Sleeps: synchronizes every stream that used memory, gives back all cached
- * memory of every pool, copies the live blocks of `sleep=offload` pools to
- * host memory and gives their device memory back, gives back those of
- * `sleep=discard` pools without a copy, and leaves `sleep=keep` pools' live
- * blocks (the default pool keeps). Virtual addresses stay reserved: every
- * pointer is valid again after `npualloc_wake`. While asleep, allocations
- * routed to offload or discard pools are INVALID_ARGUMENT; freeing any
- * block is allowed. Asleep already: OK, nothing changes.
+ * Creates a private pool and writes its id to `*out_pool`. Ids are never
+ * 0 (the default pool) and never reused. `config` is `"key:value,..."` or
+ * NULL for the defaults: `sleep` = `keep` (default) | `offload` |
+ * `discard`, what `npualloc_sleep` does to the pool's live blocks;
+ * `use_on_oom` (default false): when a request outside the pool runs out
+ * of memory, the pool's cached memory may be given back for it. Otherwise a
+ * pool's cached memory stays with it until `npualloc_pool_destroy`
+ * (`npualloc_empty_cache` leaves it).
  *
- * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`; UNSUPPORTED
- * (nothing changed) when an offload or discard pool has live blocks and
- * the allocator uses fixed segments (`expandable_segments:false`); the
- * runtime's failure otherwise (what was taken is brought back first).
+ * Returns NPUALLOC_ERR_BAD_CONFIG naming the key for an unknown key or a
+ * bad value; NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle or a
+ * NULL `out_pool`. Thread-safe.
  *
  * # Safety
- * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+ * `a` is NULL or a live handle; `config` is NULL or a NUL-terminated
+ * string; `out_pool` is NULL or writable.
  */
-npualloc_status npualloc_sleep(struct npualloc_allocator *a);
+npualloc_status npualloc_pool_create(struct npualloc_allocator *a,
+                                     const char *config,
+                                     uint64_t *out_pool);
 
 /**
- * Wakes: maps device memory under every sleeping block again at the same
- * address and restores offloaded contents (discarded ones read as
- * undefined). Awake already: OK.
+ * From now until the matching `npualloc_pool_end`, every allocation on
+ * `stream` (from any thread, through every entry point: direct, desc,
+ * pluggable) is served from `pool`. `stream` NULL routes instead every
+ * allocation the calling thread makes, on any stream (PyTorch's
+ * `use_mem_pool`). Routes nest: the innermost (newest) wins. Frees always
+ * go to the block's own pool. A stream in graph capture may be routed; it
+ * is never queried or synchronized.
  *
- * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`;
- * OUT_OF_MEMORY when the device cannot hold the sleeping blocks: nothing
- * changed, the allocator is still asleep, and a later call may succeed.
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a NULL or
+ * dead handle, a pool never created or destroyed, or a stream the runtime
+ * does not know. Thread-safe.
  *
  * # Safety
- * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+ * `a` is NULL or a live handle.
  */
-npualloc_status npualloc_wake(struct npualloc_allocator *a);
+npualloc_status npualloc_pool_begin(struct npualloc_allocator *a,
+                                    uint64_t pool,
+                                    aclrtStream stream);
+
+/**
+ * Ends the innermost route of `stream` (NULL: of the calling thread),
+ * which must go to `pool`.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, when that
+ * route goes to another pool, there is none, the pool does not exist, or
+ * the handle is NULL or dead. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle.
+ */
+npualloc_status npualloc_pool_end(struct npualloc_allocator *a, uint64_t pool, aclrtStream stream);
+
+/**
+ * Destroys `pool`: it takes no more routes, its cached memory goes back
+ * to the device now (after synchronizing the streams that used it), and
+ * its live blocks stay valid, their memory going back when they are
+ * freed. Pool 0 cannot be destroyed.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for pool 0, a
+ * pool never created or already destroyed, a pool with an active route,
+ * or a NULL or dead handle. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle.
+ */
+npualloc_status npualloc_pool_destroy(struct npualloc_allocator *a, uint64_t pool);
+
+/**
+ * Fills `*out` as `npualloc_get_stats` does, for one pool's blocks and
+ * memory (0: the default pool; a destroyed pool's live blocks still
+ * count). Counters of device calls (device mallocs and frees, maps,
+ * syncs, retries, OOMs) are the allocator's and read 0 here; reserved
+ * bytes are the pool's segments; the peaks are those of its streams.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle, a pool
+ * never created, a NULL `out` or a `struct_size` below the header.
+ * Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle; `out` as for `npualloc_get_stats`.
+ */
+npualloc_status npualloc_pool_get_stats(const struct npualloc_allocator *a,
+                                        uint64_t pool,
+                                        struct npualloc_stats *out);
 
 /**
  * Fills `*out` up to `out->struct_size` bytes, whole fields only, and

@@ -19,7 +19,7 @@ import sys
 from . import _lib
 from ._lib import find_library
 
-__all__ = ["MemBlock", "CachingAllocator", "NpuallocError", "find_library", "version"]
+__all__ = ["MemBlock", "CachingAllocator", "Pool", "NpuallocError", "find_library", "version"]
 
 try:  # pragma: no cover - depends on the environment
     from ge.allocator import Allocator as _AllocatorBase
@@ -204,11 +204,12 @@ class CachingAllocator(Allocator):
         _check(self._lib.npualloc_free(self._live(), ctypes.c_void_p(block.addr)))
 
     def stats(self):
-        """The allocator's statistics as a dict (PyTorch memory_stats names)."""
+        """The allocator's statistics as a dict (PyTorch memory_stats names):
+        totals over every pool."""
         s = _lib.Stats()
         s.struct_size = ctypes.sizeof(_lib.Stats)
         _check(self._lib.npualloc_get_stats(self._live(), ctypes.byref(s)))
-        return {name: getattr(s, name) for name, _ in _lib.Stats._fields_ if name != "struct_size"}
+        return _stats_dict(s)
 
     def snapshot(self):
         """Segments, blocks and statistics, as a dict."""
@@ -260,6 +261,80 @@ class CachingAllocator(Allocator):
             self.close()
         except Exception:
             pass
+
+
+def _stats_dict(s):
+    return {name: getattr(s, name) for name, _ in _lib.Stats._fields_ if name != "struct_size"}
+
+
+class Pool:
+    """A private pool of a CachingAllocator (``npualloc_pool_create``).
+
+    Used as a context manager, it routes allocations to the pool while the
+    ``with`` block runs: every allocation the calling thread makes through
+    the allocator (``stream=None``, like PyTorch's ``use_mem_pool``), or
+    every allocation on ``stream`` from any thread (an int stream address).
+    Routes nest, the innermost wins; a block always goes back to its own
+    pool when freed. The pool's cached memory stays with it
+    (``empty_cache`` leaves it) until ``destroy()``.
+
+    ``config`` is the pool's config string: ``sleep`` (keep, offload,
+    discard) and ``use_on_oom`` (true: requests outside the pool that run
+    out of memory may take its cached memory)::
+
+        with npualloc.Pool(alloc) as pool:
+            block = alloc.malloc(1 << 20)   # from the pool
+        pool.stats()["allocated_bytes"]
+    """
+
+    def __init__(self, allocator, config=None, stream=None):
+        if not isinstance(allocator, CachingAllocator):
+            raise ValueError(f"expected a CachingAllocator, got {allocator!r}")
+        cfg = None if config is None else str(config)
+        if cfg is not None and "\0" in cfg:
+            raise ValueError("the config string contains a NUL character")
+        self._allocator = allocator
+        self._lib = allocator._lib
+        self.stream = None if stream is None else _stream_value(stream)
+        out = ctypes.c_uint64()
+        _check(self._lib.npualloc_pool_create(allocator._live(), None if cfg is None else cfg.encode(), ctypes.byref(out)))
+        self.id = out.value
+        # Routes this object began, innermost last (so a nested `with` ends the right one).
+        self._depth = 0
+
+    def _target(self):
+        return ctypes.c_void_p(self.stream or None)
+
+    def begin(self):
+        """Starts routing (see the class doc). ValueError for a destroyed pool."""
+        _check(self._lib.npualloc_pool_begin(self._allocator._live(), self.id, self._target()))
+        self._depth += 1
+
+    def end(self):
+        """Ends the innermost route, which must be this pool's (ValueError
+        otherwise, nothing changes)."""
+        _check(self._lib.npualloc_pool_end(self._allocator._live(), self.id, self._target()))
+        self._depth -= 1
+
+    def __enter__(self):
+        self.begin()
+        return self
+
+    def __exit__(self, *exc):
+        self.end()
+        return False
+
+    def stats(self):
+        """This pool's statistics, as a dict (the names of ``CachingAllocator.stats``)."""
+        s = _lib.Stats()
+        s.struct_size = ctypes.sizeof(_lib.Stats)
+        _check(self._lib.npualloc_pool_get_stats(self._allocator._live(), self.id, ctypes.byref(s)))
+        return _stats_dict(s)
+
+    def destroy(self):
+        """Destroys the pool: its cached memory goes back to the device;
+        its live blocks stay valid until freed. ValueError while routed."""
+        _check(self._lib.npualloc_pool_destroy(self._allocator._live(), self.id))
 
 
 def version():

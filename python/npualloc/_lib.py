@@ -98,6 +98,11 @@ def lib():
             "npualloc_pluggable_record_history": (status, [ctypes.c_int, S]),
             "npualloc_pluggable_snapshot_pytorch_json": (status, [ctypes.c_int, ctypes.POINTER(P)]),
             "npualloc_version": (ctypes.c_char_p, []),
+            "npualloc_pool_create": (status, [P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]),
+            "npualloc_pool_begin": (status, [P, ctypes.c_uint64, P]),
+            "npualloc_pool_end": (status, [P, ctypes.c_uint64, P]),
+            "npualloc_pool_destroy": (status, [P, ctypes.c_uint64]),
+            "npualloc_pool_get_stats": (status, [P, ctypes.c_uint64, ctypes.POINTER(Stats)]),
         }
         for name, (restype, argtypes) in sigs.items():
             fn = getattr(handle, name)

@@ -1,8 +1,8 @@
 """The torch_npu bridge (npualloc.torch_npu.enable()) under the real
 torch_npu 2.14 on the emulator: every torch.npu memory API against
 npualloc's own statistics, record_stream, out-of-memory, empty_cache with
-the task queue on, the 32-byte tail, snapshots with stack frames, graph
-capture (refused), tensors alive at exit."""
+the task queue on, the 32-byte tail, snapshots with stack frames, tensors alive at exit
+(graph capture and MemPool: test_graphs.py)."""
 
 import textwrap
 
@@ -266,20 +266,6 @@ def test_snapshot_and_history_with_python_frames(run_npu):
     assert r["traces"] == 8, "one trace list per device torch_npu initialized"
     assert r["segments_total"] == r["npl_segment_bytes"]
     assert r["history"] is False
-
-
-def test_graph_capture_is_refused_loudly(run_npu):
-    r = run(run_npu, """
-        x = torch.full((4,), 1.0).to("npu")
-        try:
-            g = torch.npu.NPUGraph()
-            with torch.npu.graph(g):
-                y = torch.empty(4, device="npu")
-            report({"raised": None})
-        except RuntimeError as e:
-            report({"raised": str(e)})
-    """).result
-    assert r["raised"] and "npualloc does not support graph capture" in r["raised"], r
 
 
 def test_tensors_alive_at_exit(run_npu):

@@ -20,6 +20,7 @@ pub enum Key {
     ReuseCacheMb,
     ReservedHeadroom,
     MapAhead,
+    OomSnapshot,
 }
 
 impl Key {
@@ -207,6 +208,16 @@ pub const KEYS: &[KeySpec] = &[
               pages after the block, so the next requests need no runtime call. false: map only the \
               pages a request lacks (more calls, less memory held on a roomy device). Refused with \
               reserved_headroom, which never maps ahead.",
+    },
+    KeySpec {
+        key: Key::OomSnapshot,
+        name: "oom_snapshot",
+        kind: ValueKind::Path,
+        default: "off",
+        unit: "",
+        doc: "When a request is refused for lack of memory, write a PyTorch-format memory snapshot \
+              (a pickle, as torch.cuda.memory._dump_snapshot writes; the memory history included \
+              while it is recorded) to this file, replacing it.",
     },
 ];
 

@@ -131,6 +131,9 @@ pub struct Config {
     pub reserved_headroom: Option<f64>,
     /// `map_ahead`. `None`: on.
     pub map_ahead: Option<bool>,
+    /// `oom_snapshot`: where to write a PyTorch-format snapshot when a
+    /// request is refused for lack of memory. `None`: nowhere.
+    pub oom_snapshot: Option<PathBuf>,
 }
 
 /// Bytes of freed small blocks held for exact-size reuse by default.
@@ -224,6 +227,9 @@ impl fmt::Display for Config {
         }
         if let Some(on) = self.map_ahead {
             entry(f, Key::MapAhead, &on)?;
+        }
+        if let Some(path) = &self.oom_snapshot {
+            entry(f, Key::OomSnapshot, &path.display())?;
         }
         Ok(())
     }

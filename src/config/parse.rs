@@ -135,6 +135,7 @@ fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
         }
         Key::ReleaseThresholdMb => config.release_threshold = Some(parse_size(key, value)?),
         Key::Trace => config.trace = Some(PathBuf::from(parse_path(key, value)?)),
+        Key::OomSnapshot => config.oom_snapshot = Some(PathBuf::from(parse_path(key, value)?)),
         Key::AclLibrary => config.acl_library = Some(parse_path(key, value)?.to_string()),
         Key::ReuseCacheMb => config.reuse_cache = Some(parse_size(key, value)?),
         Key::ReservedHeadroom => {

@@ -130,7 +130,7 @@ impl<B: Backing> Device<B> {
             e.high.clear();
             e.clear_graph_for_revival();
         };
-        let made = self.streams.get_or_add(stream, pool, use_on_oom, make, revive);
+        let made = self.streams.get_or_add((stream, pool, use_on_oom), make, revive);
         if let Some(entry) = made {
             // A capture routed to a pool keeps its memory by the pool's
             // rules; only an unrouted one needs the quarantine (Note [capture]).
@@ -179,7 +179,7 @@ impl<B: Backing> Device<B> {
                     let refused = self.ladder(shard, size, rounded, e);
                     if let Err(Error::OutOfMemory(report)) = &refused {
                         // No lock held, everything the request took given back.
-                        self.sh.hooks.out_of_memory(self.sh.device, size, report);
+                        self.refused(size, report);
                     }
                     return refused;
                 }
@@ -189,6 +189,21 @@ impl<B: Backing> Device<B> {
         self.sh.trace(|t| t.alloc(addr, size, stream));
         self.sh.history.record(Action::Alloc, addr, size, stream);
         Ok(addr)
+    }
+
+    /// A request of `size` bytes was refused for lack of memory: the
+    /// `oom_snapshot` file first (so the observer may read it), then the
+    /// observer. No lock is held.
+    #[cold]
+    #[inline(never)]
+    fn refused(&self, size: usize, report: &str) {
+        if let Some(path) = &self.sh.oom_snapshot {
+            // A failed write leaves the file as it was; the request's error stays the answer.
+            if let Ok(doc) = self.pytorch_snapshot() {
+                let _ = write_replacing(path, &super::pytorch_snapshot::to_pickle(&doc));
+            }
+        }
+        self.sh.hooks.out_of_memory(self.sh.device, size, report);
     }
 
     /// The miss path under the shard's lock; an out-of-memory failure is
@@ -489,6 +504,17 @@ pub(crate) fn check_live_stream(rt: &crate::runtime::Runtime, device: i32, strea
         }
         Err(e) => Err(Error::runtime(e, "checking a stream used for the first time")),
     }
+}
+
+/// Writes `bytes` to `path` through a temporary file beside it, so a reader
+/// sees the old file or the new one, never half of one.
+fn write_replacing(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 /// The stream that owns `shard` (for error paths).

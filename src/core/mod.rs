@@ -65,8 +65,8 @@ use backing::{Backing, ExpandableRanges, FixedSegments, MemoryLimit};
 use device::Device;
 pub use hooks::{OomHook, ReleaseHook};
 use policy::Policy;
-pub use pools::config::SleepMode;
 use shared::Shared;
+pub use pools::config::SleepMode;
 pub use snapshot::{BlockSnapshot, BlockSnapshotState, SegmentSnapshot, Snapshot};
 pub(crate) use stats::stats_table;
 pub use stats::Stats;
@@ -185,6 +185,7 @@ impl DeviceAllocator {
                 history: Default::default(),
                 next_serial: Default::default(),
                 hooks: Default::default(),
+                oom_snapshot: config.oom_snapshot.clone(),
                 _hold: hold,
             }
         }
@@ -407,6 +408,11 @@ impl DeviceAllocator {
     /// Streams the allocator has given shards to.
     pub(crate) fn streams_served(&self) -> usize {
         with_device!(&self.engine, d => d.streams.len())
+    }
+
+    /// (id, sleep mode, shards) of every pool, as the sleep paths see them.
+    pub(crate) fn pool_listing(&self) -> Vec<(u64, pools::config::SleepMode, usize)> {
+        with_device!(&self.engine, d => d.pool_shards().iter().map(|p| (p.id, p.sleep, p.shards.len())).collect())
     }
 
     /// Pins the expandable backing's handle-size rule.

@@ -35,6 +35,8 @@ pub(crate) struct Shared<B: Backing> {
     pub next_serial: std::sync::atomic::AtomicU64,
     /// Host hooks (`hooks`): read on the release paths only.
     pub hooks: super::hooks::Hooks,
+    /// Config key `oom_snapshot`: read when a request is refused.
+    pub oom_snapshot: Option<std::path::PathBuf>,
     /// The allocator's reference to its device (`runtime::context`). Last
     /// field, so it is released after everything above has freed its memory.
     pub _hold: crate::runtime::DeviceHold,

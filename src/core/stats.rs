@@ -264,15 +264,15 @@ impl HighWater {
         allocated > self.allocated.load(Relaxed) || requested > self.requested.load(Relaxed)
     }
 
+    /// The marks: (allocated, requested).
+    pub fn marks(&self) -> (u64, u64) {
+        (self.allocated.load(Relaxed), self.requested.load(Relaxed))
+    }
+
     /// Back to no marks (a retired stream's entry taken over).
     pub fn clear(&self) {
         self.allocated.store(0, Relaxed);
         self.requested.store(0, Relaxed);
-    }
-
-    /// The marks: (allocated, requested).
-    pub fn marks(&self) -> (u64, u64) {
-        (self.allocated.load(Relaxed), self.requested.load(Relaxed))
     }
 }
 

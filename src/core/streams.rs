@@ -8,7 +8,9 @@
 //! retires its entry: the entry's stream becomes `RETIRED`, which no
 //! look-up matches, and the next new stream takes the entry over, shards
 //! and all, so a host that creates and forgets streams for as long as it
-//! lives keeps a table as long as its most streams at once.
+//! lives keeps a table as long as its most streams at once. Entries of
+//! private pools (Note [pools]) are neither retired nor take a retired
+//! entry over.
 
 use super::backing::Backing;
 use super::directory::MAX_SHARDS;
@@ -46,8 +48,7 @@ pub(crate) struct StreamEntry<B: Backing> {
     pub shards: [Shard<B>; 2],
     /// High-water marks for the device's peaks (see `stats`).
     pub high: HighWater,
-    /// GRAPH and DESTROYED; set, cleared only when a retired entry is taken
-    /// over. A free reads them once.
+    /// GRAPH and DESTROYED. A free reads them once.
     flags: AtomicU8,
 }
 
@@ -68,6 +69,12 @@ impl<B: Backing> StreamEntry<B> {
         self.flags.fetch_or(GRAPH, Ordering::Relaxed);
     }
 
+    /// A retired entry taken over by another stream starts as a plain one
+    /// (a graph stream's quarantined blocks keep its entry from retiring).
+    pub fn clear_graph_for_revival(&self) {
+        self.flags.fetch_and(!GRAPH, Ordering::Relaxed);
+    }
+
     /// Notes that the entry's pool was destroyed.
     pub fn mark_destroyed(&self) {
         self.flags.fetch_or(DESTROYED, Ordering::Relaxed);
@@ -79,12 +86,6 @@ impl<B: Backing> StreamEntry<B> {
     pub fn reclaimable(&self) -> bool {
         let flags = self.flags();
         (self.pool == 0 && flags & GRAPH == 0) || flags & DESTROYED != 0
-    }
-
-    /// A retired entry taken over by another stream starts as a plain one
-    /// (a graph stream's quarantined blocks keep its entry from retiring).
-    pub fn clear_graph_for_revival(&self) {
-        self.flags.fetch_and(!GRAPH, Ordering::Relaxed);
     }
 }
 
@@ -129,14 +130,12 @@ impl<B: Backing> StreamTable<B> {
         self.iter().find(|e| e.stream.load(Ordering::Acquire) == stream.0 && e.pool == pool)
     }
 
-    /// The entry of `stream` in `pool`: a retired entry of that pool taken
-    /// over (its shards handed to `revive` first), else one made with
+    /// The entry of `stream` in `pool`: for the default pool a retired one
+    /// taken over (its shards handed to `revive` first), else one made with
     /// `make(slot)`; None once the table is full.
     pub fn get_or_add(
         &self,
-        stream: Stream,
-        pool: u64,
-        use_on_oom: bool,
+        (stream, pool, use_on_oom): (Stream, u64, bool),
         make: impl FnOnce(usize) -> [Shard<B>; 2],
         revive: impl FnOnce(&StreamEntry<B>),
     ) -> Option<&StreamEntry<B>> {
@@ -147,12 +146,8 @@ impl<B: Backing> StreamTable<B> {
         if let Some(e) = self.find_in(pool, stream) {
             return Some(e);
         }
-        let reusable = retired.iter().rposition(|&slot| {
+        if let Some(slot) = retired.pop_if(|_| pool == 0) {
             let e = self.entry(slot);
-            e.pool == pool && e.use_on_oom == use_on_oom && e.flags() & DESTROYED == 0
-        });
-        if let Some(i) = reusable {
-            let e = self.entry(retired.swap_remove(i));
             revive(e);
             e.stream.store(stream.0, Ordering::Release);
             return Some(e);

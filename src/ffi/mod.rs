@@ -32,6 +32,7 @@ pub mod last_error;
 pub mod memcpy;
 pub mod pluggable;
 pub mod plugin;
+pub mod pools;
 pub mod sleep;
 pub mod stats;
 pub mod status;

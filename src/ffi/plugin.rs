@@ -105,6 +105,12 @@ pub struct npualloc_api {
     ) -> npualloc_status,
     pub set_oom_observer:
         unsafe extern "C" fn(*mut npualloc_allocator, super::hooks::npualloc_oom_hook, *mut c_void) -> npualloc_status,
+    // Private pools (API 0.3).
+    pub pool_create: unsafe extern "C" fn(*mut npualloc_allocator, *const c_char, *mut u64) -> npualloc_status,
+    pub pool_begin: unsafe extern "C" fn(*mut npualloc_allocator, u64, aclrtStream) -> npualloc_status,
+    pub pool_end: unsafe extern "C" fn(*mut npualloc_allocator, u64, aclrtStream) -> npualloc_status,
+    pub pool_destroy: unsafe extern "C" fn(*mut npualloc_allocator, u64) -> npualloc_status,
+    pub pool_get_stats: unsafe extern "C" fn(*const npualloc_allocator, u64, *mut npualloc_stats) -> npualloc_status,
     // Sleep and wake (API 0.3).
     pub sleep: unsafe extern "C" fn(*mut npualloc_allocator) -> npualloc_status,
     pub wake: unsafe extern "C" fn(*mut npualloc_allocator) -> npualloc_status,
@@ -157,6 +163,11 @@ static API_V1: npualloc_api = npualloc_api {
     pluggable_allocator: super::pluggable::npualloc_pluggable_allocator,
     set_before_release: super::hooks::npualloc_set_before_release,
     set_oom_observer: super::hooks::npualloc_set_oom_observer,
+    pool_create: super::pools::npualloc_pool_create,
+    pool_begin: super::pools::npualloc_pool_begin,
+    pool_end: super::pools::npualloc_pool_end,
+    pool_destroy: super::pools::npualloc_pool_destroy,
+    pool_get_stats: super::pools::npualloc_pool_get_stats,
     sleep: super::sleep::npualloc_sleep,
     wake: super::sleep::npualloc_wake,
 };
@@ -238,11 +249,40 @@ mod tests {
     }
 
     #[test]
-    fn sleep_and_wake_follow_the_host_hooks_contiguously() {
+    fn pool_functions_follow_the_host_hooks_contiguously() {
         let word = std::mem::size_of::<usize>();
         let after = std::mem::offset_of!(npualloc_api, set_oom_observer) + word;
+        let offsets = [
+            std::mem::offset_of!(npualloc_api, pool_create),
+            std::mem::offset_of!(npualloc_api, pool_begin),
+            std::mem::offset_of!(npualloc_api, pool_end),
+            std::mem::offset_of!(npualloc_api, pool_destroy),
+            std::mem::offset_of!(npualloc_api, pool_get_stats),
+        ];
+        assert_eq!(offsets, std::array::from_fn(|i| after + i * word));
+        // SAFETY: a non-NULL result points to the static table.
+        let api = unsafe { &*npualloc_get_api(1) };
+        let null = std::ptr::null_mut();
+        let mut id = 0u64;
+        // SAFETY: NULL handles are refused before anything is read.
+        unsafe {
+            let invalid = npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT;
+            assert_eq!((api.pool_create)(null, std::ptr::null(), &mut id), invalid);
+            assert_eq!((api.pool_begin)(null, 1, std::ptr::null_mut()), invalid);
+            assert_eq!((api.pool_end)(null, 1, std::ptr::null_mut()), invalid);
+            assert_eq!((api.pool_destroy)(null, 1), invalid);
+            assert_eq!((api.pool_get_stats)(null, 0, std::ptr::null_mut()), invalid);
+        }
+        assert_eq!(id, 0, "nothing written on failure");
+    }
+
+    #[test]
+    fn sleep_and_wake_follow_the_pool_functions_and_end_the_table() {
+        let word = std::mem::size_of::<usize>();
+        let after = std::mem::offset_of!(npualloc_api, pool_get_stats) + word;
         assert_eq!(std::mem::offset_of!(npualloc_api, sleep), after);
         assert_eq!(std::mem::offset_of!(npualloc_api, wake), after + word);
+        assert_eq!(std::mem::size_of::<npualloc_api>(), after + 2 * word, "sleep and wake end the table");
         // SAFETY: a non-NULL result points to the static table.
         let api = unsafe { &*npualloc_get_api(1) };
         // SAFETY: NULL handles are refused before anything is read.

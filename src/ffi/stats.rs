@@ -119,22 +119,34 @@ pub unsafe extern "C" fn npualloc_get_stats(a: *const npualloc_allocator, out: *
     ffi_boundary!(status "npualloc_get_stats", {
         // SAFETY: handle validity is the caller's contract; NULL and dead handles are refused.
         let allocator = unsafe { Allocator::from_handle(a) }?;
-        let out = try_out!(out.cast::<u32>(), "out");
-        // SAFETY: out is non-NULL and aligned; struct_size is its first field.
-        let size = unsafe { out.read() } as usize;
-        if size < 8 {
-            return Err(Error::InvalidArgument(format!(
-                "out->struct_size is {size}; set it to sizeof(npualloc_stats)"
-            )));
-        }
-        let s = allocator.core.stats()?;
-        // Whole fields only: the header, then as many 8-byte counters as fit.
-        let n = 8 + (size.min(std::mem::size_of::<npualloc_stats>()) - 8) / 8 * 8;
-        let full = npualloc_stats::from_core(&s, n as u32);
-        // SAFETY: the caller promises `size` writable bytes at out; we write at most that.
-        unsafe { std::ptr::copy_nonoverlapping((&full as *const npualloc_stats).cast::<u8>(), out.cast::<u8>(), n) };
-        Ok(())
+        // SAFETY: the caller's contract on `out`, passed on.
+        unsafe { fill_stats(out, || allocator.core.stats()) }
     })
+}
+
+/// Checks `out` and its `struct_size`, then fills it from `stats()` (whole
+/// fields only, `struct_size` written back).
+///
+/// # Safety
+/// `out` is NULL or points to an `npualloc_stats` whose `struct_size` bytes
+/// are writable (at least its two header fields).
+pub(super) unsafe fn fill_stats(
+    out: *mut npualloc_stats,
+    stats: impl FnOnce() -> crate::error::Result<crate::core::Stats>,
+) -> crate::error::Result<()> {
+    let out = try_out!(out.cast::<u32>(), "out");
+    // SAFETY: out is non-NULL and aligned; struct_size is its first field.
+    let size = unsafe { out.read() } as usize;
+    if size < 8 {
+        return Err(Error::InvalidArgument(format!("out->struct_size is {size}; set it to sizeof(npualloc_stats)")));
+    }
+    let s = stats()?;
+    // Whole fields only: the header, then as many 8-byte counters as fit.
+    let n = 8 + (size.min(std::mem::size_of::<npualloc_stats>()) - 8) / 8 * 8;
+    let full = npualloc_stats::from_core(&s, n as u32);
+    // SAFETY: the caller promises `size` writable bytes at out; we write at most that.
+    unsafe { std::ptr::copy_nonoverlapping((&full as *const npualloc_stats).cast::<u8>(), out.cast::<u8>(), n) };
+    Ok(())
 }
 
 /// Resets the peak counters to the current values.

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("bridge.cpp", "json.h")
+SOURCES = ("bridge.cpp", "json.h", "pools.h")
 LIBRARY = "libnpualloc_torch_npu.so"
 
 __all__ = ["BridgeBuildError", "library", "build_command", "cache_dir"]

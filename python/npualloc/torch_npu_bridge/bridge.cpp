@@ -36,6 +36,7 @@
 
 #include "npualloc.h"
 #include "json.h"
+#include "pools.h"
 #include "torch_npu/csrc/core/npu/NPUCachingAllocator.h"
 #include "torch_npu/csrc/core/npu/NPUFunctions.h"
 #include "torch_npu/csrc/core/npu/NPUGuard.h"
@@ -146,8 +147,11 @@ class Bridge final : public NCA::NPUAllocator {
     empty_all(check_error);
   }
   void emptyCache(c10_npu::MempoolId_t mempool_id) override {
-    refuse_pool(mempool_id, "emptyCache");
+    // A private pool keeps its cached memory until torch_npu releases the pool (releasePool),
+    // when npualloc gives it back: emptying one pool's cache alone is not offered; the default
+    // pool's goes back here, as for emptyCache().
     empty_all(true);
+    (void)mempool_id;
   }
   void emptyVirtAddrCache(bool check_error) override {
     empty_all(check_error);
@@ -293,7 +297,6 @@ class Bridge final : public NCA::NPUAllocator {
   }
 
   NCA::SnapshotInfo snapshot(c10_npu::MempoolId_t mempool_id) override {
-    refuse_pool(mempool_id, "snapshot");
     NCA::SnapshotInfo info;
     // torch_npu merges its workspace allocator's traces into device_traces by index, one per
     // device it initialized: the list has an entry for every device.
@@ -308,19 +311,35 @@ class Bridge final : public NCA::NPUAllocator {
       api->string_free(text);
       add_snapshot(d, JsonReader(json).parse(), info);
     }
+    if (mempool_id.first != 0 || mempool_id.second != 0) {
+      // MemPool.snapshot(): that pool's segments only.
+      auto& segs = info.segments;
+      segs.erase(std::remove_if(segs.begin(), segs.end(),
+                                [&](const NCA::SegmentInfo& seg) { return seg.owner_private_pool_id != mempool_id; }),
+                 segs.end());
+    }
     return info;
   }
 
-  // ---- graph pools (refused until npualloc's pools serve them) ----------------------------
+  // ---- private pools: graph capture and MemPool (pools.h) --------------------------------
 
-  void beginAllocateToPool(c10::DeviceIndex, c10_npu::MempoolId_t, std::function<bool(aclrtStream)>) override {
-    no_pools("graph capture / private memory pools (beginAllocateToPool)");
+  void beginAllocateToPool(c10::DeviceIndex device, c10_npu::MempoolId_t id,
+                           std::function<bool(aclrtStream)> filter) override {
+    npualloc_allocator* a = handle(device);
+    pools_.begin(device, id, std::move(filter), [a](const char* config) {
+      uint64_t pool = 0;
+      check(api->pool_create(a, config, &pool), "pool_create");
+      return pool;
+    });
   }
-  void endAllocateToPool(c10::DeviceIndex, c10_npu::MempoolId_t) override {
-    no_pools("graph capture / private memory pools (endAllocateToPool)");
+  void endAllocateToPool(c10::DeviceIndex device, c10_npu::MempoolId_t id) override {
+    pools_.end(device, id);
   }
-  void releasePool(c10::DeviceIndex, c10_npu::MempoolId_t) override {
-    no_pools("graph capture / private memory pools (releasePool)");
+  void releasePool(c10::DeviceIndex device, c10_npu::MempoolId_t id) override {
+    if (uint64_t pool = pools_.release(device, id); pool != 0) {
+      // Its cached memory goes back now; blocks still alive (graph outputs) when freed.
+      check(api->pool_destroy(handle(device), pool), "pool_destroy");
+    }
   }
   std::shared_ptr<NCA::AllocatorState> getCheckpointState(c10::DeviceIndex, c10_npu::MempoolId_t) override {
     no_pools("graph-pool checkpoints (getCheckpointState)");
@@ -356,20 +375,23 @@ class Bridge final : public NCA::NPUAllocator {
     recordStream(ptr, c10_npu::NPUStream(stream));
   }
 
-  int getPoolUseCount(c10::DeviceIndex, c10_npu::MempoolId_t) override {
-    no_pools("memory pools (getPoolUseCount)");
+  int getPoolUseCount(c10::DeviceIndex device, c10_npu::MempoolId_t id) override {
+    return pools_.use_count(device, id);
   }
-  void setUseOnOOM(c10::DeviceIndex, c10_npu::MempoolId_t, bool) override {
-    no_pools("memory pools (setUseOnOOM)");
+  void setUseOnOOM(c10::DeviceIndex device, c10_npu::MempoolId_t id, bool use_on_oom) override {
+    TORCH_CHECK(pools_.set_use_on_oom(device, id, use_on_oom),
+                "npualloc: setUseOnOOM: a pool's use_on_oom is fixed once it has served an allocation");
   }
   void setNoSplit(c10::DeviceIndex, c10_npu::MempoolId_t) override {
-    no_pools("memory pools (setNoSplit)");
+    no_pools("MemPool(no_split=True) (setNoSplit)");
   }
   bool checkPoolLiveAllocations(c10::DeviceIndex, c10_npu::MempoolId_t, const std::unordered_set<void*>&) override {
     no_pools("memory pools (checkPoolLiveAllocations)");
   }
-  void createOrIncrefPool(c10::DeviceIndex, c10_npu::MempoolId_t, std::shared_ptr<NPUAllocator>) override {
-    no_pools("memory pools (createOrIncrefPool)");
+  void createOrIncrefPool(c10::DeviceIndex device, c10_npu::MempoolId_t id,
+                          std::shared_ptr<NPUAllocator> allocator) override {
+    TORCH_CHECK(allocator == nullptr, "npualloc: a MemPool with its own allocator is not supported");
+    pools_.incref(device, id);
   }
 
   std::shared_ptr<void> getIpcDevPtr(std::string /*handle*/) override {
@@ -424,6 +446,7 @@ class Bridge final : public NCA::NPUAllocator {
   NCA::CreateContextFn recorder_ = nullptr;
   NCA::RecordContext when_ = NCA::RecordContext::NEVER;
   std::vector<NCA::OutOfMemoryObserver> oom_observers_;
+  GraphPools pools_;
 
   static int current_device() {
     return static_cast<int>(c10_npu::current_device());
@@ -439,14 +462,7 @@ class Bridge final : public NCA::NPUAllocator {
 
   [[noreturn]] static void no_pools(const char* what) {
     TORCH_CHECK(false, "npualloc does not support ", what,
-                " yet: torch.npu graphs and MemPool need npualloc's private pools. Capture with torch_npu's own "
-                "allocator (do not call npualloc.torch_npu.enable()) until then.");
-  }
-
-  static void refuse_pool(c10_npu::MempoolId_t id, const char* what) {
-    if (id.first != 0 || id.second != 0) {
-      no_pools(what);
-    }
+                ": use torch_npu's own allocator (do not call npualloc.torch_npu.enable()) for it.");
   }
 
   // A device torch_npu never allocated on has no allocator: all zeroes, and none is created
@@ -511,9 +527,21 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
   }
   npualloc_allocator* a = handle(device);
   void* p = nullptr;
-  npualloc_status st = api->malloc(a, size + tail_, stream, &p);
+  npualloc_status st;
+  std::string error;
+  // A private pool's route (pools.h): only while torch_npu has one active.
+  uint64_t pool = pools_.any() ? pools_.route(device, stream) : 0;
+  if (pool != 0) {
+    check(api->pool_begin(a, pool, nullptr), "pool_begin");
+    st = api->malloc(a, size + tail_, stream, &p);
+    if (st != NPUALLOC_OK) error = last_error();
+    check(api->pool_end(a, pool, nullptr), "pool_end");
+  } else {
+    st = api->malloc(a, size + tail_, stream, &p);
+    if (st != NPUALLOC_OK) error = last_error();
+  }
   if (st == NPUALLOC_ERR_OUT_OF_MEMORY) {
-    std::string report = last_error();
+    std::string report = error;
     std::vector<NCA::OutOfMemoryObserver> observers;
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -530,7 +558,7 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
     }
     TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory (npualloc). ", report);
   }
-  check(st, "malloc");
+  TORCH_CHECK(st == NPUALLOC_OK, "npualloc: malloc failed (", api->status_name(st), "): ", error);
   std::lock_guard<std::mutex> g(mu_);
   Live& live = live_[p];
   live = Live{device, size, context, {}};
@@ -650,6 +678,10 @@ void Bridge::add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info)
     s.active_size = seg["active_size"].as_int();
     s.is_large = seg["segment_type"].text == "large";
     s.is_expandable = seg["is_expandable"].truthy();
+    const auto& pool_id = seg["segment_pool_id"].items;
+    if (pool_id.size() == 2) {
+      s.owner_private_pool_id = pools_.torch_id(device, static_cast<uint64_t>(pool_id[1].as_int()));
+    }
     // Blocks tile their segment in order, as torch_npu's snapshot converter assumes.
     int64_t address = s.address;
     for (const Json& blk : seg["blocks"].items) {

@@ -31,8 +31,10 @@
 //! The shards are read one at a time, as by `snapshot_json`: calls running
 //! meanwhile on other threads may show up in some shards and not others.
 
+mod pickle;
 mod value;
 
+pub use pickle::to_pickle;
 pub use value::Value;
 
 use super::backing::Backing;

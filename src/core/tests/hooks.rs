@@ -145,3 +145,48 @@ fn the_out_of_memory_observer_sees_each_refusal_once_with_its_report() {
     a.teardown().unwrap();
     set_capacity(1 << 30);
 }
+
+unsafe extern "C" fn file_exists_at_observe(user: *mut c_void, _: i32, _: usize, _: *const std::ffi::c_char) {
+    // SAFETY: the test passes a live, exclusive `(PathBuf, bool)`.
+    let (path, seen) = unsafe { &mut *(user as *mut (std::path::PathBuf, bool)) };
+    *seen = path.is_file();
+}
+
+/// `oom_snapshot:PATH`: a refused request writes a PyTorch-format snapshot
+/// (a pickle Python reads, history included while recording) before the
+/// observer runs; a request that fits writes nothing.
+#[test]
+fn oom_snapshot_writes_a_pytorch_snapshot_when_a_request_is_refused() {
+    let _g = emu_lock();
+    set_capacity(64 << 20);
+    let path = std::env::temp_dir().join(format!("npualloc-oom-{}.pickle", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let a = allocator(&format!("expandable_segments:false,oom_snapshot:{}", path.display()));
+    a.record_history(100);
+    let mut probe_state = (path.clone(), false);
+    a.set_out_of_memory_observer(Some((file_exists_at_observe, &mut probe_state as *mut _ as *mut c_void)));
+    let p = a.malloc(40 << 20, Stream::DEFAULT).unwrap();
+    assert!(!path.exists(), "a request that fits writes no snapshot");
+    assert!(matches!(a.malloc(30 << 20, Stream::DEFAULT), Err(Error::OutOfMemory(_))));
+    assert!(probe_state.1, "the snapshot is written before the observer runs");
+    let script = "import pickle,sys\n\
+        d = pickle.load(open(sys.argv[1], 'rb'))\n\
+        seg = [s for s in d['segments'] if any(b['state'] == 'active_allocated' for b in s['blocks'])]\n\
+        assert len(seg) == 1 and seg[0]['segment_pool_id'] == (0, 0), d['segments']\n\
+        acts = [e['action'] for e in d['device_traces'][int(sys.argv[2])]]\n\
+        assert 'alloc' in acts and 'oom' in acts, acts\n\
+        print(seg[0]['blocks'][0]['requested_size'])";
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&path)
+        .arg(a.device().to_string())
+        .output()
+        .expect("python3 runs");
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "41943040", "{}", String::from_utf8_lossy(&out.stderr));
+    a.set_out_of_memory_observer(None);
+    a.free(p).unwrap();
+    a.teardown().unwrap();
+    set_capacity(1 << 30);
+}

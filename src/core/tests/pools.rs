@@ -52,3 +52,144 @@ fn routed_allocations_come_from_the_pool_and_its_blocks_serve_only_it() {
     drop_stream(s2);
     assert_eq!(usage(DEV).malloc_count, 0);
 }
+
+/// Nesting: the innermost route wins; pool_end must name it, and a wrong
+/// one is INVALID_ARGUMENT and changes nothing.
+#[test]
+fn routes_nest_and_pool_end_names_the_innermost() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let s1 = new_stream();
+    let (p1, p2) = (a.pool_create(PoolConfig::default()).unwrap(), a.pool_create(PoolConfig::default()).unwrap());
+    a.pool_begin(p1, Some(s1)).unwrap();
+    a.pool_begin(p2, Some(s1)).unwrap();
+    let before = a.stats().unwrap();
+    let m = invalid(a.pool_end(p1, Some(s1)));
+    assert!(m.contains(&format!("pool {p2}")), "{m}");
+    assert!(invalid(a.pool_end(p1, None)).contains("no active route"));
+    assert_eq!(a.stats().unwrap(), before, "a refused pool_end changes nothing");
+    let in_p2 = a.malloc(1000, s1).unwrap();
+    a.pool_end(p2, Some(s1)).unwrap();
+    let in_p1 = a.malloc(1000, s1).unwrap();
+    // A thread route begun later wins over the stream's.
+    a.pool_begin(p2, None).unwrap();
+    let in_p2_by_thread = a.malloc(1000, s1).unwrap();
+    a.pool_end(p2, None).unwrap();
+    a.pool_end(p1, Some(s1)).unwrap();
+    let in_default = a.malloc(1000, s1).unwrap();
+    let sizes = |p| a.pool_stats(p).unwrap().active_blocks;
+    assert_eq!((sizes(0), sizes(p1), sizes(p2)), (1, 1, 2));
+    for addr in [in_p2, in_p1, in_p2_by_thread, in_default] {
+        a.free(addr).unwrap();
+    }
+    a.teardown().unwrap();
+    drop_stream(s1);
+}
+
+/// Destroy: pool 0 never; not while routed; afterwards no routes, ids not
+/// reused, cached memory back at once, live blocks valid until freed.
+#[test]
+fn destroy_rules_and_what_goes_back() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let s1 = new_stream();
+    assert!(invalid(a.pool_destroy(0)).contains("default pool"));
+    let p = a.pool_create(PoolConfig::default()).unwrap();
+    a.pool_begin(p, Some(s1)).unwrap();
+    assert!(invalid(a.pool_destroy(p)).contains("active route"));
+    let cached = a.malloc(4 * MIB, s1).unwrap();
+    let live = a.malloc(30 * MIB, s1).unwrap();
+    a.pool_end(p, Some(s1)).unwrap();
+    a.free(cached).unwrap();
+    // empty_cache leaves a live pool's cache.
+    a.empty_cache().unwrap();
+    let held = a.pool_stats(p).unwrap().reserved_bytes;
+    assert!(held >= 34 * MIB as u64, "the pool's cache stayed: {held}");
+    a.pool_destroy(p).unwrap();
+    let after = a.pool_stats(p).unwrap();
+    assert_eq!(after.reserved_bytes, 30 * MIB as u64, "only the live block's segment stays");
+    assert_eq!(a.stats().unwrap().reserved_bytes, after.reserved_bytes);
+    crate::core::tests::support::fill(live, 30 * MIB, 0x5a);
+    assert!(crate::core::tests::support::check_fill(live, 30 * MIB, 0x5a), "the live block stays valid");
+    assert!(invalid(a.pool_begin(p, Some(s1))).contains("destroyed"));
+    assert!(invalid(a.pool_begin(p, None)).contains("destroyed"));
+    assert!(invalid(a.pool_destroy(p)).contains("destroyed"));
+    assert!(invalid(a.pool_begin(99, None)).contains("does not exist"));
+    a.free(live).unwrap();
+    assert_eq!(a.stats().unwrap().reserved_bytes, 0, "the last free gave the segment back");
+    let q = a.pool_create(PoolConfig::default()).unwrap();
+    assert!(q > p, "ids are never reused");
+    a.check_invariants().unwrap();
+    a.teardown().unwrap();
+    drop_stream(s1);
+    assert_eq!(usage(DEV).malloc_count, 0);
+}
+
+/// A pool's cache serves no other pool's request: not by reuse, and not
+/// through the out-of-memory ladder unless the pool has use_on_oom.
+#[test]
+fn the_ladder_takes_a_pools_cache_only_with_use_on_oom() {
+    for use_on_oom in [false, true] {
+        let _g = emu_lock();
+        set_capacity(1 << 30);
+        let a = allocator("expandable_segments:false");
+        let p = a.pool_create(PoolConfig { sleep: SleepMode::Keep, use_on_oom }).unwrap();
+        a.pool_begin(p, None).unwrap();
+        let big = a.malloc(600 * MIB, Stream::DEFAULT).unwrap();
+        a.pool_end(p, None).unwrap();
+        a.free(big).unwrap();
+        // 600 MiB cached in the pool; 600 more do not fit the 1 GiB device.
+        let r = a.malloc(600 * MIB, Stream::DEFAULT);
+        if use_on_oom {
+            let addr = r.expect("use_on_oom gives the pool's cache to the request");
+            assert_eq!(a.pool_stats(p).unwrap().reserved_bytes, 0);
+            a.free(addr).unwrap();
+        } else {
+            assert!(matches!(r, Err(Error::OutOfMemory(_))), "{r:?}");
+            assert_eq!(a.pool_stats(p).unwrap().reserved_bytes, 600 * MIB as u64, "the pool kept its cache");
+        }
+        a.teardown().unwrap();
+        assert_eq!(usage(DEV).malloc_count, 0);
+    }
+}
+
+/// The snapshots show each segment's pool: PyTorch's `segment_pool_id`.
+#[test]
+fn pytorch_snapshot_shows_each_segments_pool() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let p = a.pool_create(PoolConfig::default()).unwrap();
+    let outside = a.malloc(MIB, Stream::DEFAULT).unwrap();
+    a.pool_begin(p, None).unwrap();
+    let inside = a.malloc(5 * MIB, Stream::DEFAULT).unwrap();
+    a.pool_end(p, None).unwrap();
+    let doc = a.pytorch_snapshot().unwrap();
+    let segments = doc.get("segments").and_then(|v| v.as_list()).unwrap();
+    let mut seen = Vec::new();
+    for seg in segments {
+        let addr = seg.get("address").and_then(|v| v.as_int()).unwrap() as usize;
+        let size = seg.get("total_size").and_then(|v| v.as_int()).unwrap() as usize;
+        let id = match seg.get("segment_pool_id") {
+            Some(crate::core::pytorch_snapshot::Value::Tuple(t)) => (t[0].as_int().unwrap(), t[1].as_int().unwrap()),
+            other => panic!("segment_pool_id: {other:?}"),
+        };
+        let holds = |b: usize| (addr..addr + size).contains(&b);
+        if holds(outside) {
+            seen.push(("outside", id));
+        }
+        if holds(inside) {
+            seen.push(("inside", id));
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, vec![("inside", (0, p as i64)), ("outside", (0, 0))]);
+    a.free(outside).unwrap();
+    a.free(inside).unwrap();
+    // The sleep paths see every pool with its mode and shards.
+    let listed = a.pool_listing();
+    assert_eq!(listed, vec![(0, SleepMode::Keep, 2), (p, SleepMode::Keep, 2)]);
+    a.teardown().unwrap();
+}

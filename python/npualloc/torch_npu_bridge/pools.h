@@ -1,0 +1,145 @@
+// torch_npu's private memory pools (graph capture's beginAllocateToPool / endAllocateToPool /
+// releasePool, and MemPool's createOrIncrefPool / setUseOnOOM / use_mem_pool) over npualloc's
+// pools (npualloc_pool_create / begin / end / destroy).
+//
+// torch_npu names a pool by a MempoolId_t and routes allocations to it with a filter: a
+// function of the allocation's stream (NPUGraph: "is this stream capturing my graph?";
+// use_mem_pool: "is the caller the thread that entered the context?"). npualloc's routes are by
+// stream or by thread, so the bridge keeps torch_npu's routes here and asks the filters itself,
+// newest first, for each allocation while any route is active; a match is served inside a
+// thread route of the matched pool (npualloc_pool_begin(a, pool, NULL) ... pool_end), which
+// covers exactly that one allocation. Frees need nothing: npualloc returns a block to its pool.
+// A pool's npualloc pool is created at its first route (so MemPool's use_on_oom, set right after
+// creation, is part of its config) and destroyed when torch_npu's use count falls to 0 (live
+// blocks stay valid; their memory goes back when freed), as PyTorch frees a private pool then.
+
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "npualloc.h"
+
+namespace npualloc_bridge {
+
+using MempoolKey = std::pair<unsigned long long, unsigned long long>;
+
+class GraphPools {
+ public:
+  using Filter = std::function<bool(aclrtStream)>;
+
+  // True while some route is active (read without the lock by every allocation).
+  bool any() const {
+    return active_.load(std::memory_order_relaxed) > 0;
+  }
+
+  // MemPool's creation, or another owner of an existing pool: one more use.
+  void incref(int device, MempoolKey id) {
+    std::lock_guard<std::mutex> g(mu_);
+    pools_[{device, id}].uses += 1;
+  }
+
+  // Returns false when the pool's npualloc pool already exists with another setting (npualloc
+  // fixes it at creation).
+  bool set_use_on_oom(int device, MempoolKey id, bool on) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = pools_.find({device, id});
+    if (it == pools_.end()) return !on;
+    if (it->second.npualloc_id == 0) {
+      it->second.use_on_oom = on;
+      return true;
+    }
+    return it->second.use_on_oom == on;
+  }
+
+  // beginAllocateToPool: one more use, and a route. `create` makes the npualloc pool from its
+  // config string when it has none yet (it may throw; nothing changes then).
+  void begin(int device, MempoolKey id, Filter filter, const std::function<uint64_t(const char*)>& create) {
+    std::lock_guard<std::mutex> g(mu_);
+    Pool& p = pools_[{device, id}];
+    if (p.npualloc_id == 0) {
+      try {
+        p.npualloc_id = create(p.use_on_oom ? "use_on_oom:true" : nullptr);
+      } catch (...) {
+        if (p.uses == 0) pools_.erase({device, id});
+        throw;
+      }
+    }
+    p.uses += 1;
+    routes_.push_back(Route{device, id, std::move(filter)});
+    active_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // endAllocateToPool: the pool's route goes (the newest one, if it has several).
+  void end(int device, MempoolKey id) {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
+      if (it->device == device && it->id == id) {
+        routes_.erase(std::next(it).base());
+        active_.fetch_sub(1, std::memory_order_relaxed);
+        return;
+      }
+    }
+  }
+
+  // releasePool: one use less; returns the npualloc pool to destroy when none is left (0: none).
+  uint64_t release(int device, MempoolKey id) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = pools_.find({device, id});
+    if (it == pools_.end() || --it->second.uses > 0) return 0;
+    uint64_t pool = it->second.npualloc_id;
+    pools_.erase(it);
+    return pool;
+  }
+
+  int use_count(int device, MempoolKey id) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = pools_.find({device, id});
+    return it == pools_.end() ? 0 : it->second.uses;
+  }
+
+  // The npualloc pool an allocation on `stream` goes to (0: the default pool): the newest route
+  // of `device` whose filter accepts the stream.
+  uint64_t route(int device, aclrtStream stream) {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
+      if (it->device == device && it->filter(stream)) {
+        return pools_[{device, it->id}].npualloc_id;
+      }
+    }
+    return 0;
+  }
+
+  // torch_npu's id of npualloc pool `pool` of `device` ({0, 0} for the default pool or one
+  // torch_npu no longer names).
+  MempoolKey torch_id(int device, uint64_t pool) {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const auto& kv : pools_) {
+      if (kv.first.first == device && kv.second.npualloc_id == pool && pool != 0) return kv.first.second;
+    }
+    return {0, 0};
+  }
+
+ private:
+  struct Pool {
+    uint64_t npualloc_id = 0;
+    int uses = 0;
+    bool use_on_oom = false;
+  };
+  struct Route {
+    int device;
+    MempoolKey id;
+    Filter filter;
+  };
+  std::mutex mu_;
+  std::map<std::pair<int, MempoolKey>, Pool> pools_;
+  std::vector<Route> routes_;  // oldest first
+  std::atomic<int> active_{0};
+};
+
+}  // namespace npualloc_bridge

@@ -1,0 +1,68 @@
+"""npualloc.Pool: a private pool routing the calling thread or a stream."""
+
+import ctypes
+import threading
+
+import pytest
+
+import npualloc
+
+MIB = 1 << 20
+
+
+def test_thread_route_nesting_and_stats(emu):
+    with npualloc.CachingAllocator(device=0, config="expandable_segments:false") as alloc:
+        outer, inner = npualloc.Pool(alloc), npualloc.Pool(alloc, config="use_on_oom:true")
+        assert 0 < outer.id < inner.id
+        with outer:
+            a = alloc.malloc(MIB)
+            with inner:
+                b = alloc.malloc(MIB)
+                # Another thread is not routed by this thread's pools.
+                got = []
+                t = threading.Thread(target=lambda: got.append(alloc.malloc(MIB)))
+                t.start()
+                t.join()
+                with pytest.raises(ValueError, match="innermost"):
+                    outer.end()
+            c = alloc.malloc(MIB)
+        d = alloc.malloc(MIB)
+        assert outer.stats()["active_blocks"] == 2  # a, c
+        assert inner.stats()["active_blocks"] == 1  # b
+        assert alloc.stats()["active_blocks"] == 5, "the allocator's stats are totals"
+        # A freed pool block serves the pool again, not the default pool.
+        alloc.free(a)
+        e = alloc.malloc(MIB)
+        assert e.addr != a.addr
+        with outer:
+            f = alloc.malloc(MIB)
+        assert f.addr == a.addr
+        for blk in (b, c, d, e, f, got[0]):
+            alloc.free(blk)
+        alloc.empty_cache()
+        assert outer.stats()["reserved_bytes"] > 0, "empty_cache leaves a pool's cache"
+        outer.destroy()
+        assert outer.stats()["reserved_bytes"] == 0
+        with pytest.raises(ValueError, match="destroyed"):
+            outer.begin()
+        with pytest.raises(npualloc.NpuallocError, match="BAD_CONFIG"):
+            npualloc.Pool(alloc, config="sleep:nap")
+
+
+def test_stream_route(emu):
+    s = ctypes.c_void_p()
+    assert emu.aclrtCreateStream(ctypes.byref(s)) == 0
+    try:
+        with npualloc.CachingAllocator(device=0, config="", stream=s.value) as on_s:
+            pool = npualloc.Pool(on_s, stream=s.value)
+            with pool:
+                # Any thread's allocation on the stream goes to the pool.
+                got = []
+                t = threading.Thread(target=lambda: got.append(on_s.malloc(4096)))
+                t.start()
+                t.join()
+            assert pool.stats()["active_blocks"] == 1
+            on_s.free(got[0])
+            assert pool.stats()["active_blocks"] == 0
+    finally:
+        assert emu.aclrtDestroyStream(s) == 0

@@ -1,0 +1,94 @@
+"""Graph capture and MemPool with npualloc as torch_npu's allocator, under
+the real torch_npu 2.14 on the emulator: torch.npu.graph captures into an
+npualloc pool (the bridge's beginAllocateToPool / endAllocateToPool /
+releasePool), replays stay correct while other tensors come and go and the
+cache is emptied, with no emulator violation; torch.npu.MemPool with
+use_mem_pool routes the thread's allocations to its pool."""
+
+import textwrap
+
+from test_bridge import run
+
+POOL_STATS = """
+def pool_stats(pool, device=0):
+    lib = _L.lib()
+    a = ctypes.c_void_p()
+    lib.npualloc_pluggable_allocator.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
+    assert lib.npualloc_pluggable_allocator(device, ctypes.byref(a)) == 0, _L.last_error()
+    s = _L.Stats()
+    s.struct_size = ctypes.sizeof(s)
+    lib.npualloc_pool_get_stats.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p]
+    st = lib.npualloc_pool_get_stats(a, pool, ctypes.byref(s))
+    return None if st != 0 else {name: getattr(s, name) for name, _ in _L.Stats._fields_}
+"""
+
+CAPTURE = """
+emu = emulator()
+N = 1 << 18
+static_in = torch.zeros(N, device="npu")
+g = torch.npu.NPUGraph()
+with torch.npu.graph(g):
+    tmp = torch.empty_like(static_in)
+    tmp.copy_(static_in)
+    tmp2 = torch.empty_like(static_in)
+    tmp2.copy_(tmp)
+    del tmp                       # freed inside the capture: reusable by the capture only
+    static_out = torch.empty_like(static_in)
+    static_out.copy_(tmp2)
+    del tmp2
+graph_pool = pool_stats(1)
+rounds = []
+before = emu.aclemu_violations()
+for i in range(5):
+    static_in.copy_(torch.full((N,), float(i + 1)))
+    junk = [torch.full((N,), -1.0).to("npu") for _ in range(6)]
+    g.replay()
+    for j in junk[::2]:
+        j.copy_(junk[1])         # other work writing other blocks while the replay runs
+    del junk[::2]
+    torch.npu.empty_cache()
+    more = torch.full((4 * N,), -3.0).to("npu")
+    torch.npu.synchronize()
+    rounds.append(float(static_out.cpu()[0]))
+    rounds.append(float(static_out.cpu()[-1]))
+    del junk, more
+after_replays = emu.aclemu_violations() - before
+in_pool_after = pool_stats(1)
+g.reset()
+report({
+    "graph_pool": graph_pool, "rounds": rounds, "violations": after_replays,
+    "kept": in_pool_after["reserved_bytes"], "after_reset": pool_stats(1),
+    "out": float(static_out.cpu()[0]),
+})
+"""
+
+
+def test_graph_capture_replays_into_an_npualloc_pool(run_npu):
+    r = run(run_npu, POOL_STATS + CAPTURE).result
+    gp = r["graph_pool"]
+    assert gp is not None and gp["num_allocs"] == 3 and gp["active_blocks"] == 1, gp
+    assert r["violations"] == 0, "a replay met memory freed, unmapped or handed to other tensors"
+    assert r["rounds"] == [float(i + 1) for i in range(5) for _ in range(2)], r["rounds"]
+    assert r["kept"] == gp["reserved_bytes"], "empty_cache took the graph's memory"
+    # After reset (releasePool) the pool is destroyed: only the live output's memory stays.
+    assert r["after_reset"]["active_blocks"] == 1
+    assert r["out"] == 5.0
+
+
+def test_mem_pool_routes_the_threads_allocations(run_npu):
+    r = run(run_npu, POOL_STATS + textwrap.dedent("""
+        pool = torch.npu.MemPool()
+        with torch.npu.use_mem_pool(pool):
+            a = torch.empty(1 << 20, device="npu")
+        b = torch.empty(1 << 20, device="npu")
+        inside = pool_stats(1)
+        snap = torch.npu.memory.memory_snapshot(pool.id)
+        uses = pool.use_count()
+        del a
+        report({"inside": inside, "uses": uses, "pool_id": list(pool.id),
+                "snap_pools": [list(s["segment_pool_id"]) for s in snap],
+                "default_blocks": len(snap)})
+    """)).result
+    assert r["inside"]["active_blocks"] == 1, r["inside"]
+    assert r["uses"] == 1
+    assert r["snap_pools"] and all(p == r["pool_id"] for p in r["snap_pools"]), r

@@ -1,0 +1,142 @@
+//! Private pools: `npualloc_pool_create / begin / end / destroy /
+//! get_stats` (Note [pools] in the core).
+
+use super::handle::{npualloc_allocator, Allocator};
+use super::stats::npualloc_stats;
+use super::status::npualloc_status;
+use crate::core::pools::config::PoolConfig;
+use crate::runtime::Stream;
+use crate::sys::aclrtStream;
+use std::ffi::c_char;
+
+/// Creates a private pool and writes its id to `*out_pool`. Ids are never
+/// 0 (the default pool) and never reused. `config` is `"key:value,..."` or
+/// NULL for the defaults: `sleep` = `keep` (default) | `offload` |
+/// `discard`, what `npualloc_sleep` does to the pool's live blocks;
+/// `use_on_oom` (default false): when a request outside the pool runs out
+/// of memory, the pool's cached memory may be given back for it. Otherwise a
+/// pool's cached memory stays with it until `npualloc_pool_destroy`
+/// (`npualloc_empty_cache` leaves it).
+///
+/// Returns NPUALLOC_ERR_BAD_CONFIG naming the key for an unknown key or a
+/// bad value; NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle or a
+/// NULL `out_pool`. Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a live handle; `config` is NULL or a NUL-terminated
+/// string; `out_pool` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pool_create(
+    a: *mut npualloc_allocator,
+    config: *const c_char,
+    out_pool: *mut u64,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_pool_create", {
+        // SAFETY: handle validity is the caller's contract; NULL and dead handles are refused.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let out = try_out!(out_pool, "out_pool");
+        let text = if config.is_null() { None } else { Some(try_str!(config, "config")) };
+        let config = PoolConfig::parse(text)?;
+        let id = allocator.core.pool_create(config)?;
+        // SAFETY: out was checked non-NULL and aligned.
+        unsafe { out.write(id) };
+        Ok(())
+    })
+}
+
+/// From now until the matching `npualloc_pool_end`, every allocation on
+/// `stream` (from any thread, through every entry point: direct, desc,
+/// pluggable) is served from `pool`. `stream` NULL routes instead every
+/// allocation the calling thread makes, on any stream (PyTorch's
+/// `use_mem_pool`). Routes nest: the innermost (newest) wins. Frees always
+/// go to the block's own pool. A stream in graph capture may be routed; it
+/// is never queried or synchronized.
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a NULL or
+/// dead handle, a pool never created or destroyed, or a stream the runtime
+/// does not know. Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pool_begin(
+    a: *mut npualloc_allocator,
+    pool: u64,
+    stream: aclrtStream,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_pool_begin", {
+        // SAFETY: as in npualloc_pool_create.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let target = (!stream.is_null()).then(|| Stream::from_raw(stream));
+        allocator.core.pool_begin(pool, target)
+    })
+}
+
+/// Ends the innermost route of `stream` (NULL: of the calling thread),
+/// which must go to `pool`.
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, when that
+/// route goes to another pool, there is none, the pool does not exist, or
+/// the handle is NULL or dead. Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pool_end(
+    a: *mut npualloc_allocator,
+    pool: u64,
+    stream: aclrtStream,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_pool_end", {
+        // SAFETY: as in npualloc_pool_create.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let target = (!stream.is_null()).then(|| Stream::from_raw(stream));
+        allocator.core.pool_end(pool, target)
+    })
+}
+
+/// Destroys `pool`: it takes no more routes, its cached memory goes back
+/// to the device now (after synchronizing the streams that used it), and
+/// its live blocks stay valid, their memory going back when they are
+/// freed. Pool 0 cannot be destroyed.
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for pool 0, a
+/// pool never created or already destroyed, a pool with an active route,
+/// or a NULL or dead handle. Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pool_destroy(a: *mut npualloc_allocator, pool: u64) -> npualloc_status {
+    ffi_boundary!(status "npualloc_pool_destroy", {
+        // SAFETY: as in npualloc_pool_create.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        allocator.core.pool_destroy(pool)
+    })
+}
+
+/// Fills `*out` as `npualloc_get_stats` does, for one pool's blocks and
+/// memory (0: the default pool; a destroyed pool's live blocks still
+/// count). Counters of device calls (device mallocs and frees, maps,
+/// syncs, retries, OOMs) are the allocator's and read 0 here; reserved
+/// bytes are the pool's segments; the peaks are those of its streams.
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle, a pool
+/// never created, a NULL `out` or a `struct_size` below the header.
+/// Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a live handle; `out` as for `npualloc_get_stats`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pool_get_stats(
+    a: *const npualloc_allocator,
+    pool: u64,
+    out: *mut npualloc_stats,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_pool_get_stats", {
+        // SAFETY: as in npualloc_pool_create.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        // SAFETY: the caller's contract on `out`, passed on.
+        unsafe { super::stats::fill_stats(out, || allocator.core.pool_stats(pool)) }
+    })
+}

@@ -1,0 +1,342 @@
+//! Private pools through the C API (Note [pools] in the core), on the ACL
+//! emulator: the rules of `npualloc_pool_*` at the boundary, routing
+//! through every entry point (direct, desc, pluggable), and graph capture
+//! into a pool, replayed while other streams allocate and free, checked
+//! with the emulator's violation counter (replayed work on memory freed or
+//! unmapped, or written by other work meanwhile).
+
+mod common;
+use common::*;
+use npualloc::ffi::desc::{npualloc_register, npualloc_unregister};
+use npualloc::ffi::last_error::last_error_message;
+use npualloc::ffi::npualloc_status;
+use npualloc::ffi::pluggable::{
+    npualloc_pluggable_allocator, npualloc_pluggable_free, npualloc_pluggable_init, npualloc_pluggable_malloc,
+};
+use npualloc::ffi::pools::*;
+use npualloc::ffi::stats::npualloc_stats;
+use npualloc::runtime::Stream;
+use std::ffi::{c_void, CStr, CString};
+use std::ptr::{null, null_mut};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+const MIB: usize = 1 << 20;
+const H2D: u32 = 1;
+const D2H: u32 = 2;
+const D2D: u32 = 3;
+const OK: npualloc_status = npualloc_status::NPUALLOC_OK;
+const INVALID: npualloc_status = npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT;
+
+type Begin = unsafe extern "C" fn(*mut c_void, u32) -> i32;
+type End = unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> i32;
+type Execute = unsafe extern "C" fn(*mut c_void, *mut c_void) -> i32;
+type Destroy = unsafe extern "C" fn(*mut c_void) -> i32;
+type Violations = unsafe extern "C" fn() -> i64;
+type RunOp = unsafe extern "C" fn(*mut c_void, *const usize, usize) -> i32;
+
+/// The emulator's capture calls and its violation counter.
+struct Capture {
+    begin: Begin,
+    end: End,
+    execute: Execute,
+    destroy: Destroy,
+    violations: Violations,
+    run_op: RunOp,
+}
+
+fn cap() -> &'static Capture {
+    static CAP: OnceLock<Capture> = OnceLock::new();
+    CAP.get_or_init(|| {
+        emu();
+        let path = CString::new(emulator_path().to_str().unwrap()).unwrap();
+        // SAFETY: valid C string; `emu()` loaded the library, which is never closed.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        assert!(!handle.is_null());
+        let sym = |name: &CStr| {
+            // SAFETY: live handle, valid C string.
+            let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
+            assert!(!p.is_null(), "the emulator lacks {name:?}");
+            p
+        };
+        // SAFETY: the signatures are the emulator's (emu/include/acl_emu.h).
+        unsafe {
+            Capture {
+                begin: std::mem::transmute::<*mut c_void, Begin>(sym(c"aclmdlRICaptureBegin")),
+                end: std::mem::transmute::<*mut c_void, End>(sym(c"aclmdlRICaptureEnd")),
+                execute: std::mem::transmute::<*mut c_void, Execute>(sym(c"aclmdlRIExecuteAsync")),
+                destroy: std::mem::transmute::<*mut c_void, Destroy>(sym(c"aclmdlRIDestroy")),
+                violations: std::mem::transmute::<*mut c_void, Violations>(sym(c"aclemu_violations")),
+                run_op: std::mem::transmute::<*mut c_void, RunOp>(sym(c"aclemu_run_op")),
+            }
+        }
+    })
+}
+
+impl Capture {
+    fn violations(&self) -> i64 {
+        // SAFETY: no arguments.
+        unsafe { (self.violations)() }
+    }
+}
+
+/// Violations are counted process-wide: the tests of this file take turns.
+fn turn() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn pool_create(a: Handle, config: Option<&str>) -> Result<u64, (npualloc_status, String)> {
+    let c = config.map(|c| CString::new(c).unwrap());
+    let mut id = u64::MAX;
+    // SAFETY: a live handle, a C string or NULL, a valid out-pointer.
+    match unsafe { npualloc_pool_create(a, c.as_ref().map_or(null(), |c| c.as_ptr()), &mut id) } {
+        OK => Ok(id),
+        st => {
+            assert_eq!(id, u64::MAX, "out_pool written on failure");
+            Err((st, last_error_message()))
+        }
+    }
+}
+
+fn begin(a: Handle, pool: u64, s: Option<Stream>) -> npualloc_status {
+    // SAFETY: a live handle.
+    unsafe { npualloc_pool_begin(a, pool, s.map_or(null_mut(), |s| s.raw())) }
+}
+
+fn end(a: Handle, pool: u64, s: Option<Stream>) -> npualloc_status {
+    // SAFETY: a live handle.
+    unsafe { npualloc_pool_end(a, pool, s.map_or(null_mut(), |s| s.raw())) }
+}
+
+fn pool_destroy(a: Handle, pool: u64) -> npualloc_status {
+    // SAFETY: a live handle.
+    unsafe { npualloc_pool_destroy(a, pool) }
+}
+
+fn pool_stats(a: Handle, pool: u64) -> npualloc_stats {
+    let mut s = npualloc_stats { struct_size: std::mem::size_of::<npualloc_stats>() as u32, ..Default::default() };
+    // SAFETY: a live handle and a valid out-pointer.
+    let st = unsafe { npualloc_pool_get_stats(a, pool, &mut s) };
+    assert_eq!(st, OK, "pool_get_stats: {}", last_error_message());
+    s
+}
+
+fn fill(addr: usize, len: usize, byte: u8) {
+    // SAFETY: the emulator's device memory is host memory; the block is live.
+    unsafe { std::ptr::write_bytes(addr as *mut u8, byte, len) }
+}
+
+#[test]
+fn pool_calls_refuse_bad_input_and_change_nothing() {
+    let _t = turn();
+    const DEV: i32 = 0;
+    let a = create("expandable_segments:false", DEV).unwrap();
+    let s = emu().create_stream(DEV);
+    let (st, m) = pool_create(a, Some("sleep:nap")).unwrap_err();
+    assert_eq!(st, npualloc_status::NPUALLOC_ERR_BAD_CONFIG);
+    assert!(m.contains("sleep"), "{m}");
+    let (st, m) = pool_create(a, Some("colour:blue")).unwrap_err();
+    assert_eq!(st, npualloc_status::NPUALLOC_ERR_BAD_CONFIG);
+    assert!(m.contains("colour"), "{m}");
+    let p = pool_create(a, None).unwrap();
+    let q = pool_create(a, Some("sleep:offload,use_on_oom:true")).unwrap();
+    assert!(p >= 1 && q > p, "ids {p} {q}");
+    // SAFETY: NULL out-pointer refused before anything happens.
+    assert_eq!(unsafe { npualloc_pool_create(a, null(), null_mut()) }, INVALID);
+    assert!(last_error_message().contains("out_pool"), "{}", last_error_message());
+    // Unknown pools, a bad stream, pool 0, end without a route.
+    assert_eq!(begin(a, 77, Some(s)), INVALID);
+    assert_eq!(begin(a, p, Some(Stream(0xdead0))), INVALID);
+    assert_eq!(end(a, p, Some(s)), INVALID);
+    assert_eq!(pool_destroy(a, 0), INVALID);
+    assert_eq!(pool_destroy(a, 77), INVALID);
+    let mut st = npualloc_stats { struct_size: 4, ..Default::default() };
+    // SAFETY: a live handle; a too-small struct_size is refused before writing.
+    assert_eq!(unsafe { npualloc_pool_get_stats(a, p, &mut st) }, INVALID);
+    // SAFETY: as above, an unknown pool.
+    assert_eq!(unsafe { npualloc_pool_get_stats(a, 77, &mut npualloc_stats::default()) }, INVALID);
+    // Nothing above changed the routing: allocations stay in pool 0.
+    let x = malloc(a, 4096, s).unwrap();
+    assert_eq!((pool_stats(a, 0).active_blocks, pool_stats(a, p).active_blocks), (1, 0));
+    // Nested routes; the wrong pool_end changes nothing.
+    assert_eq!(begin(a, p, Some(s)), OK);
+    assert_eq!(begin(a, q, None), OK);
+    assert_eq!(end(a, p, None), INVALID);
+    assert!(last_error_message().contains(&format!("pool {q}")), "{}", last_error_message());
+    let y = malloc(a, 4096, s).unwrap();
+    assert_eq!(pool_stats(a, q).active_blocks, 1, "the thread route, newer, wins");
+    assert_eq!(pool_destroy(a, q), INVALID, "a routed pool cannot be destroyed");
+    assert_eq!(end(a, q, None), OK);
+    let z = malloc(a, 4096, s).unwrap();
+    assert_eq!(pool_stats(a, p).active_blocks, 1);
+    assert_eq!(end(a, p, Some(s)), OK);
+    let total = stats(a);
+    let sum: u64 = [0, p, q].iter().map(|&i| pool_stats(a, i).allocated_bytes).sum();
+    assert_eq!(total.allocated_bytes, sum, "the allocator's stats are totals over every pool");
+    for b in [x, y, z] {
+        assert_eq!(free(a, b), OK);
+    }
+    assert_eq!(pool_destroy(a, q), OK);
+    assert_eq!(pool_destroy(a, q), INVALID, "destroyed once");
+    assert_eq!(begin(a, q, None), INVALID, "a destroyed pool takes no route");
+    assert_eq!(pool_create(a, None).unwrap(), q + 1, "ids are never reused");
+    assert_eq!(destroy(a), OK);
+    emu().destroy_stream(DEV, s);
+}
+
+/// A route applies to every entry point: GE's desc path (an op on a
+/// registered stream) and torch_npu's pluggable one.
+#[test]
+fn routes_apply_to_the_desc_and_pluggable_entry_points() {
+    let _t = turn();
+    let c = cap();
+    const DEV: i32 = 1;
+    let a = create("expandable_segments:false", DEV).unwrap();
+    let g = emu().create_stream(DEV);
+    // SAFETY: a live handle and stream.
+    assert_eq!(unsafe { npualloc_register(a, g.raw()) }, OK, "{}", last_error_message());
+    let p = pool_create(a, None).unwrap();
+    assert_eq!(begin(a, p, Some(g)), OK);
+    let sizes = [4096usize, 3 * MIB];
+    // SAFETY: a live stream and a readable array.
+    assert_eq!(unsafe { (c.run_op)(g.raw(), sizes.as_ptr(), sizes.len()) }, 0);
+    emu().rt.on_device(DEV, || emu().rt.synchronize_stream(g)).unwrap();
+    assert_eq!(pool_stats(a, p).num_allocs, 2, "the op's allocations came from the pool");
+    assert_eq!(pool_stats(a, 0).num_allocs, 0);
+    assert_eq!(end(a, p, Some(g)), OK);
+    // SAFETY: a live handle and stream.
+    assert_eq!(unsafe { npualloc_unregister(a, g.raw()) }, OK);
+    assert_eq!(destroy(a), OK);
+
+    npualloc_pluggable_init(4);
+    let mut h: Handle = null_mut();
+    // SAFETY: a valid out-pointer.
+    assert_eq!(unsafe { npualloc_pluggable_allocator(DEV, &mut h) }, OK, "{}", last_error_message());
+    let t = emu().create_stream(DEV);
+    let q = pool_create(h, None).unwrap();
+    assert_eq!(begin(h, q, Some(t)), OK);
+    // SAFETY: arguments as torch_npu passes them.
+    let x = unsafe { npualloc_pluggable_malloc(MIB, DEV, t.raw()) };
+    assert!(!x.is_null(), "{}", last_error_message());
+    assert_eq!(pool_stats(h, q).active_blocks, 1, "the pluggable malloc came from the pool");
+    assert_eq!(end(h, q, Some(t)), OK);
+    // SAFETY: as above.
+    unsafe { npualloc_pluggable_free(x, MIB, DEV, t.raw()) };
+    assert_eq!(pool_stats(h, q).active_blocks, 0, "the free went to the block's pool");
+    assert_eq!(pool_destroy(h, q), OK);
+    for st in [g, t] {
+        emu().destroy_stream(DEV, st);
+    }
+}
+
+thread_local! {
+    /// The device `copy2d` queues on.
+    static DEVICE: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+}
+
+/// Queues a 2D copy of `rows` rows of `width` bytes (pitches as given).
+#[allow(clippy::too_many_arguments)]
+fn copy2d(dst: usize, dpitch: usize, src: usize, spitch: usize, width: usize, rows: usize, kind: u32, s: Stream) {
+    let rt = &emu().rt;
+    // SAFETY: the tests keep every host buffer alive while any replay may
+    // run, and the device ranges are live blocks at least that large.
+    let dev = DEVICE.with(|d| d.get());
+    rt.on_device(dev, || unsafe {
+        rt.memcpy2d_async(dst as *mut c_void, dpitch, src as *const c_void, spitch, width, rows, kind, s)
+    })
+    .unwrap();
+}
+
+fn capture_into_a_pool(config: &str, dev: i32) {
+    let c = cap();
+    DEVICE.with(|d| d.set(dev));
+    emu().set_capacity(dev, (512 * MIB) as u64);
+    let a = create(config, dev).unwrap();
+    let (s, exec, other) = (emu().create_stream(dev), emu().create_stream(dev), emu().create_stream(dev));
+    let p = pool_create(a, None).unwrap();
+    const W: usize = 1000;
+    const PITCH: usize = 1024;
+    const ROWS: usize = 64;
+    let input = vec![0u8; PITCH * ROWS];
+    let mut output = vec![0u8; W * ROWS];
+    let calls_before = (emu().fault_pending("aclrtStreamQuery"), emu().fault_pending("aclrtSynchronizeStream"));
+    assert_eq!(begin(a, p, Some(s)), OK, "{}", last_error_message());
+    // SAFETY: a live stream handle.
+    assert_eq!(unsafe { (c.begin)(s.raw(), 0) }, 0);
+    // input (host, pitched) -> x -> tmp -> y -> output (host, packed)
+    let x = malloc(a, PITCH * ROWS, s).unwrap();
+    copy2d(x, PITCH, input.as_ptr() as usize, PITCH, W, ROWS, H2D, s);
+    let tmp = malloc(a, 2 * MIB, s).unwrap();
+    copy2d(tmp, 2048, x, PITCH, W, ROWS, D2D, s);
+    let y = malloc(a, W * ROWS, s).unwrap();
+    copy2d(y, W, tmp, 2048, W, ROWS, D2D, s);
+    assert_eq!(free(a, tmp), OK, "{}", last_error_message());
+    // A block freed in the capture serves a later allocation of the same capture.
+    let tmp2 = malloc(a, 2 * MIB, s).unwrap();
+    assert_eq!(tmp2, tmp, "{config}: the capture's freed block was not reused by the capture");
+    copy2d(tmp2, W, y, W, W, ROWS, D2D, s);
+    copy2d(output.as_mut_ptr() as usize, W, tmp2, W, W, ROWS, D2H, s);
+    let mut model = null_mut();
+    // SAFETY: a live stream and out-pointer.
+    assert_eq!(unsafe { (c.end)(s.raw(), &mut model) }, 0);
+    assert_eq!(end(a, p, Some(s)), OK);
+    // The graph keeps x, y and tmp2; it is the pool's memory until pool_destroy.
+    let graph: Vec<(usize, usize)> = vec![(x, PITCH * ROWS), (y, W * ROWS), (tmp2, 2 * MIB)];
+    assert_eq!(free(a, tmp2), OK);
+    assert_eq!(free(a, y), OK);
+    let after_capture = (emu().fault_pending("aclrtStreamQuery"), emu().fault_pending("aclrtSynchronizeStream"));
+    assert_eq!(calls_before, after_capture, "{config}: no fault counter armed, none consumed");
+    let graph_bytes = pool_stats(a, p).reserved_bytes;
+    assert!(graph_bytes > 0);
+    for round in 0..5u8 {
+        // Other streams allocate, write and free, empty_cache runs: none
+        // of it may land on the graph's memory.
+        let mut held = Vec::new();
+        for (i, size) in [512usize, 64 * 1024, 2 * MIB, 5 * MIB, 30 * MIB].into_iter().enumerate() {
+            let st = if i % 2 == 0 { other } else { s };
+            let b = malloc(a, size, st).unwrap();
+            for &(g, len) in &graph {
+                assert!(b + size <= g || g + len <= b, "{config}: round {round}: the graph's memory was handed out");
+            }
+            fill(b, size, 0xee);
+            held.push(b);
+        }
+        for b in held.drain(..).step_by(2) {
+            assert_eq!(free(a, b), OK);
+        }
+        assert_eq!(empty_cache(a), OK, "{}", last_error_message());
+        assert_eq!(pool_stats(a, p).reserved_bytes, graph_bytes, "{config}: empty_cache took the pool's memory");
+        // New input each replay; the output must follow it.
+        let byte = 0x10 + round;
+        // SAFETY: `input` is the host buffer the graph reads; no replay runs now.
+        unsafe { std::ptr::write_bytes(input.as_ptr() as *mut u8, byte, input.len()) };
+        let before = c.violations();
+        // SAFETY: a live model and stream.
+        assert_eq!(unsafe { (c.execute)(model, exec.raw()) }, 0);
+        emu().rt.on_device(dev, || emu().rt.synchronize_stream(exec)).unwrap();
+        assert_eq!(c.violations(), before, "{config}: round {round}: the replay met freed, unmapped or reused memory");
+        assert!(output.iter().all(|&b| b == byte), "{config}: round {round}: the replay's output is wrong");
+        for b in held {
+            let _ = free(a, b);
+        }
+        let _ = malloc(a, 4096, other).map(|b| free(a, b));
+    }
+    // SAFETY: a live model.
+    assert_eq!(unsafe { (c.destroy)(model) }, 0);
+    assert_eq!(free(a, x), OK);
+    assert_eq!(pool_destroy(a, p), OK, "{}", last_error_message());
+    assert_eq!(pool_stats(a, p).reserved_bytes, 0, "{config}: pool_destroy gave the graph's memory back");
+    assert_eq!(destroy(a), OK, "{}", last_error_message());
+    let u = emu().usage(dev);
+    assert_eq!((u.malloc_count, u.mapped_bytes), (0, 0), "{config}: memory left behind");
+    for st in [s, exec, other] {
+        emu().destroy_stream(dev, st);
+    }
+}
+
+#[test]
+fn a_graph_captured_into_a_pool_replays_safely_while_others_allocate() {
+    let _t = turn();
+    capture_into_a_pool("expandable_segments:false", 2);
+    capture_into_a_pool("expandable_segments:true", 3);
+}
