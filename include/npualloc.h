@@ -377,6 +377,8 @@ typedef struct npualloc_api {
     npualloc_status (*pool_get_stats)(const struct npualloc_allocator*,
                                       uint64_t,
                                       struct npualloc_stats*);
+    npualloc_status (*sleep)(struct npualloc_allocator*);
+    npualloc_status (*wake)(struct npualloc_allocator*);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -765,8 +767,9 @@ npualloc_status npualloc_set_before_release(struct npualloc_allocator *a,
  * NPUALLOC_ERR_OUT_OF_MEMORY, after everything the request took was given
  * back and with no npualloc lock held, on the thread that made the
  * request, with the same report text the last error gets. NULL `fn`
- * removes it; replaces any earlier observer. (The config key
- * `oom_snapshot:PATH` of the API contract is not implemented yet.)
+ * removes it; replaces any earlier observer. With the config key
+ * `oom_snapshot:PATH`, a PyTorch-format snapshot (a pickle, the memory
+ * history included while recording) is written to PATH just before.
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle.
  * Thread-safe.
@@ -1086,6 +1089,40 @@ npualloc_status npualloc_pool_destroy(struct npualloc_allocator *a, uint64_t poo
 npualloc_status npualloc_pool_get_stats(const struct npualloc_allocator *a,
                                         uint64_t pool,
                                         struct npualloc_stats *out);
+
+/**
+ * Sleeps: synchronizes every stream that used memory, gives back all cached
+ * memory of every pool, copies the live blocks of `sleep=offload` pools to
+ * host memory and gives their device memory back, gives back those of
+ * `sleep=discard` pools without a copy, and leaves `sleep=keep` pools' live
+ * blocks (the default pool keeps). Virtual addresses stay reserved: every
+ * pointer is valid again after `npualloc_wake`. While asleep, allocations
+ * routed to offload or discard pools are INVALID_ARGUMENT; freeing any
+ * block is allowed. Asleep already: OK, nothing changes.
+ *
+ * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`; UNSUPPORTED
+ * (nothing changed) when an offload or discard pool has live blocks and
+ * the allocator uses fixed segments (`expandable_segments:false`); the
+ * runtime's failure otherwise (what was taken is brought back first).
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+ */
+npualloc_status npualloc_sleep(struct npualloc_allocator *a);
+
+/**
+ * Wakes: maps device memory under every sleeping block again at the same
+ * address and restores offloaded contents (discarded ones read as
+ * undefined). Awake already: OK.
+ *
+ * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`;
+ * OUT_OF_MEMORY when the device cannot hold the sleeping blocks: nothing
+ * changed, the allocator is still asleep, and a later call may succeed.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+ */
+npualloc_status npualloc_wake(struct npualloc_allocator *a);
 
 /**
  * Fills `*out` up to `out->struct_size` bytes, whole fields only, and
