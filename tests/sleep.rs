@@ -15,6 +15,13 @@ use npualloc::runtime::Stream;
 const DEVICE: i32 = 0;
 const MIB: usize = 1 << 20;
 
+/// The emulator's counters and capacity are process-wide: these tests run
+/// one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn sleep(a: Handle) -> npualloc_status {
     // SAFETY: a live handle, or NULL (refused).
     unsafe { npualloc_sleep(a) }
@@ -37,6 +44,7 @@ fn reads(p: usize, len: usize, byte: u8) -> bool {
 
 #[test]
 fn the_default_pool_keeps_its_blocks_and_gives_back_its_cache() {
+    let _s = serial();
     let e = emu();
     let base = e.usage(DEVICE);
     for config in ["expandable_segments:true", "expandable_segments:false"] {
@@ -69,6 +77,7 @@ fn the_default_pool_keeps_its_blocks_and_gives_back_its_cache() {
 
 #[test]
 fn bad_handles_are_refused() {
+    let _s = serial();
     let _e = emu();
     for (name, f) in [("npualloc_sleep", sleep as fn(Handle) -> npualloc_status), ("npualloc_wake", wake)] {
         assert_eq!(f(std::ptr::null_mut()), NPUALLOC_ERR_INVALID_ARGUMENT, "{name}(NULL)");
@@ -79,4 +88,88 @@ fn bad_handles_are_refused() {
     // A destroyed handle is recognised (handles are checked, never read blindly).
     assert_eq!(sleep(a), NPUALLOC_ERR_INVALID_ARGUMENT);
     assert_eq!(wake(a), NPUALLOC_ERR_INVALID_ARGUMENT);
+}
+
+fn pool(a: Handle, config: &str) -> u64 {
+    let c = std::ffi::CString::new(config).unwrap();
+    let mut id = 0u64;
+    // SAFETY: a live handle, a C string and a valid out-pointer.
+    let st = unsafe { npualloc::ffi::pools::npualloc_pool_create(a, c.as_ptr(), &mut id) };
+    assert_eq!(st, NPUALLOC_OK, "{}", last_error_message());
+    id
+}
+
+fn route(a: Handle, pool: u64, on: bool) {
+    // SAFETY: a live handle; a NULL stream routes the calling thread.
+    let st = unsafe {
+        if on {
+            npualloc::ffi::pools::npualloc_pool_begin(a, pool, std::ptr::null_mut())
+        } else {
+            npualloc::ffi::pools::npualloc_pool_end(a, pool, std::ptr::null_mut())
+        }
+    };
+    assert_eq!(st, NPUALLOC_OK, "{}", last_error_message());
+}
+
+/// An offload pool through the C API: sleep leaves the device nothing of
+/// it, allocating from it is INVALID_ARGUMENT naming sleep, freeing one of
+/// its blocks is OK; a wake that does not fit is OUT_OF_MEMORY and changes
+/// nothing; a wake that fits restores every byte.
+#[test]
+fn an_offload_pool_sleeps_and_wakes_through_the_c_api() {
+    let _s = serial();
+    let e = emu();
+    let base = e.usage(DEVICE);
+    let a = create("expandable_segments:true", DEVICE).unwrap();
+    let p = pool(a, "sleep:offload");
+    route(a, p, true);
+    let kept = malloc(a, 24 * MIB, Stream::DEFAULT).unwrap();
+    let dropped = malloc(a, 8 * MIB, Stream::DEFAULT).unwrap();
+    route(a, p, false);
+    write(kept, 24 * MIB, 0x2d);
+    assert_eq!(sleep(a), NPUALLOC_OK, "{}", last_error_message());
+    let u = e.usage(DEVICE);
+    assert_eq!(
+        (u.physical_bytes, u.mapped_bytes),
+        (base.physical_bytes, base.mapped_bytes),
+        "nothing left on the device"
+    );
+    route(a, p, true);
+    match malloc(a, 4096, Stream::DEFAULT) {
+        Err((st, m)) => assert!(st == NPUALLOC_ERR_INVALID_ARGUMENT && m.contains("asleep"), "{st:?} {m}"),
+        Ok(p) => panic!("allocated {p:#x} from a sleeping pool"),
+    }
+    route(a, p, false);
+    assert_eq!(free(a, dropped), NPUALLOC_OK, "a sleeping block may be freed");
+    // A device too small for the pool's blocks.
+    let cap = u.malloc_bytes + u.physical_bytes + 4 * MIB as u64;
+    e.set_capacity(DEVICE, cap);
+    assert_eq!(wake(a), NPUALLOC_ERR_OUT_OF_MEMORY);
+    assert!(last_error_message().contains("still asleep"), "{}", last_error_message());
+    assert_eq!(e.usage(DEVICE).physical_bytes, u.physical_bytes, "the failed wake changed nothing");
+    e.set_capacity(DEVICE, 64 << 30);
+    assert_eq!(wake(a), NPUALLOC_OK, "{}", last_error_message());
+    assert!(reads(kept, 24 * MIB, 0x2d), "the offloaded block reads back");
+    assert_eq!(free(a, kept), NPUALLOC_OK);
+    assert_eq!(destroy(a), NPUALLOC_OK);
+}
+
+/// Fixed segments: an offload pool with a live block makes sleep
+/// UNSUPPORTED, and the allocator stays awake.
+#[test]
+fn fixed_segments_refuse_to_offload_live_blocks() {
+    let _s = serial();
+    let _e = emu();
+    let a = create("expandable_segments:false", DEVICE).unwrap();
+    let p = pool(a, "sleep:offload");
+    route(a, p, true);
+    let b = malloc(a, MIB, Stream::DEFAULT).unwrap();
+    route(a, p, false);
+    assert_eq!(sleep(a), NPUALLOC_ERR_UNSUPPORTED);
+    assert!(last_error_message().contains("expandable"), "{}", last_error_message());
+    route(a, p, true);
+    let c = malloc(a, MIB, Stream::DEFAULT).expect("still awake");
+    route(a, p, false);
+    assert_eq!((free(a, b), free(a, c)), (NPUALLOC_OK, NPUALLOC_OK));
+    assert_eq!(destroy(a), NPUALLOC_OK);
 }
