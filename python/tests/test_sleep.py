@@ -52,3 +52,30 @@ def test_a_closed_allocator_refuses_sleep_and_wake(emu):
         a.sleep()
     with pytest.raises(ValueError, match="closed"):
         a.wake()
+
+
+def test_an_offload_pool_sleeps_and_wakes(emu):
+    with npualloc.CachingAllocator(device=0, config="expandable_segments:true") as a:
+        pool = npualloc.Pool(a, "sleep:offload")
+        with pool:
+            weights = a.malloc(24 * MIB)
+            scratch = a.malloc(8 * MIB)
+        _fill(weights.addr, 24 * MIB, 0x3C)
+        kept = a.malloc(2 * MIB)  # the default pool keeps
+        _fill(kept.addr, 2 * MIB, 0x11)
+        total, in_pool = a.stats()["reserved_bytes"], pool.stats()["reserved_bytes"]
+        assert in_pool >= 32 * MIB
+        a.sleep()
+        assert pool.stats()["reserved_bytes"] == 0
+        # What stays is the default pool's handle under `kept`, as before.
+        assert a.stats()["reserved_bytes"] == total - in_pool
+        with pool:
+            with pytest.raises(ValueError, match="asleep"):
+                a.malloc(4096)
+        a.free(scratch)  # a sleeping block may be freed
+        assert _reads(kept.addr, 2 * MIB, 0x11)
+        a.wake()
+        assert _reads(weights.addr, 24 * MIB, 0x3C)
+        assert pool.stats()["reserved_bytes"] >= 24 * MIB
+        a.free(weights)
+        a.free(kept)
