@@ -28,7 +28,8 @@
 //!   memfd per device (`ranges` allocates within it).
 //! - `allocator_desc`: the aclrtAllocator* family; `run_op`: the graph-engine
 //!   driver `aclemu_run_op`.
-//! - `faults`: `aclemu_fail_nth`, `aclemu_fault_pending`. `usage`: `aclemu_get_usage`.
+//! - `faults`: `aclemu_fail_nth`, `aclemu_fault_pending`. `usage`: `aclemu_get_usage`,
+//!   `aclemu_host_usage` (pinned host memory).
 //! - `cost`: per-function latencies (`ACLEMU_COST`, `aclemu_set_cost`).
 //! - `api`: the exported function names those per-function controls take.
 //! - `violation`: memory misused under queued work (`aclemu_violations`).

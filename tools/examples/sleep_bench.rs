@@ -100,6 +100,7 @@ fn throughput(total_mib: u64) -> Result<(), String> {
         a.sleep_pools().map_err(err)?;
         let slept = t.elapsed();
         let host = host_bytes(&emu);
+        let runs = emu.host_usage().map_or(0, |h| h.1);
         let t = Instant::now();
         a.wake().map_err(err)?;
         let woke = t.elapsed();
@@ -111,8 +112,8 @@ fn throughput(total_mib: u64) -> Result<(), String> {
             }
         }
         println!(
-            "cycle {cycle}: {:.0} MiB device before sleep, {:.0} MiB host while asleep; sleep {:.1} ms ({:.2} GB/s), wake {:.1} ms \
-             ({:.2} GB/s)",
+            "cycle {cycle}: {:.0} MiB device before sleep, {:.0} MiB host in {runs} buffers (one copy each) while asleep; \
+             sleep {:.1} ms ({:.2} GB/s), wake {:.1} ms ({:.2} GB/s)",
             held as f64 / MIB as f64,
             host as f64 / MIB as f64,
             ms(slept),
