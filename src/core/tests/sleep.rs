@@ -69,7 +69,7 @@ fn offload_gives_back_every_page_and_wake_restores_every_byte() {
     assert!(host_blocks >= 2, "one buffer per run: the small and the large pool's ranges at least");
     assert!(host_bytes as u64 >= mapped - 6 * MIB as u64, "the live pages are on the host ({host_bytes} bytes)");
     for &(addr, size, _) in &blocks {
-        assert_eq!(a.query(addr).unwrap().size >= size, true, "the directory still knows {addr:#x}");
+        assert!(a.query(addr).unwrap().size >= size, "the directory still knows {addr:#x}");
     }
     a.check_invariants().unwrap();
 
@@ -163,7 +163,8 @@ fn hundred_cycles_hold_exactly_what_the_first_left() {
     budget(GIB);
     let a = allocator(EXP_2M);
     let blocks = live_blocks(&a);
-    let mut first: Option<((Vmm, (u64, u64)), (Vmm, (u64, u64)))> = None;
+    type Held = (Vmm, (u64, u64));
+    let mut first: Option<(Held, Held)> = None;
     for cycle in 0..100 {
         a.sleep(SleepMode::Offload).unwrap();
         let asleep = (base.vmm(), host_usage());
