@@ -765,8 +765,9 @@ npualloc_status npualloc_set_before_release(struct npualloc_allocator *a,
  * NPUALLOC_ERR_OUT_OF_MEMORY, after everything the request took was given
  * back and with no npualloc lock held, on the thread that made the
  * request, with the same report text the last error gets. NULL `fn`
- * removes it; replaces any earlier observer. (The config key
- * `oom_snapshot:PATH` of the API contract is not implemented yet.)
+ * removes it; replaces any earlier observer. With the config key
+ * `oom_snapshot:PATH`, a PyTorch-format snapshot (a pickle, the memory
+ * history included while recording) is written to PATH just before.
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle.
  * Thread-safe.
