@@ -18,7 +18,14 @@
 #   torch_npu.libs/   libaclemu.so (the emulator), the wrapper libascendcl.so
 #                     that re-exports it (torch_npu looks functions up with
 #                     dlsym on libascendcl's handle, which LD_PRELOAD would not
-#                     reach) and stubs of CANN's other libraries.
+#                     reach) and stubs of CANN's other libraries. The wrapper
+#                     adds only stubs (207000, named once on stderr and in
+#                     $STUB_LOG) for what the emulator leaves out (op
+#                     compilation, HCCL, profiling, dump, graph capture, CANN
+#                     attributes; the torch_npu names in dlsym/ and those its
+#                     libraries link) and op_engine.c, a ZerosLike-only op
+#                     engine for torch.zeros; compile_options.c answers the
+#                     op compiler's option calls torch_npu's init needs.
 # Run Python there as `DIR/venv/bin/python -c "import npu_emu, torch; ..."`.
 #
 # When the wheels cannot be downloaded it says so and exits with status 75
@@ -127,7 +134,7 @@ python3 "$harness/gen_stubs.py" "$out" "${args[@]}" \
     --extra "libascendcl.so=$harness/dlsym/libascendcl.txt" \
     --extra "libacl_op_compiler.so=$harness/dlsym/libacl_op_compiler.txt" \
     --extra "libhccl.so=$harness/dlsym/libhccl.txt" \
-    --source "libascendcl.so=$harness/acl_pending.c" --source "libascendcl.so=$harness/op_engine.c" \
+    --source "libascendcl.so=$harness/op_engine.c" \
     --source "libacl_op_compiler.so=$harness/compile_options.c" \
     --link "libascendcl.so=-L$out -Wl,--no-as-needed -laclemu -Wl,--as-needed -Wl,-rpath,\$ORIGIN -lpthread"
 cp "$out"/*.so "$site/torch_npu.libs/"

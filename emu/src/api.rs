@@ -66,7 +66,32 @@ apis! {
     DestroyContext = "aclrtDestroyContext",
     SetCurrentContext = "aclrtSetCurrentContext",
     GetCurrentContext = "aclrtGetCurrentContext",
+    GetDeviceCount = "aclrtGetDeviceCount",
+    GetSocName = "aclrtGetSocName",
+    GetCANNVersion = "aclsysGetCANNVersion",
+    GetVersionStr = "aclsysGetVersionStr",
+    MallocAlign32 = "aclrtMallocAlign32",
+    Memcpy = "aclrtMemcpy",
+    MemcpyAsync = "aclrtMemcpyAsync",
+    Memset = "aclrtMemset",
+    MemsetAsync = "aclrtMemsetAsync",
+    CreateStreamWithConfig = "aclrtCreateStreamWithConfig",
+    DestroyStreamForce = "aclrtDestroyStreamForce",
+    SynchronizeStreamWithTimeout = "aclrtSynchronizeStreamWithTimeout",
+    SynchronizeDeviceWithTimeout = "aclrtSynchronizeDeviceWithTimeout",
+    SetStreamOverflowSwitch = "aclrtSetStreamOverflowSwitch",
     GetStreamOverflowSwitch = "aclrtGetStreamOverflowSwitch",
+    SetStreamFailureMode = "aclrtSetStreamFailureMode",
+    StreamGetId = "aclrtStreamGetId",
+    CreateEventExWithFlag = "aclrtCreateEventExWithFlag",
+    GetLastError = "aclrtGetLastError",
+    PeekAtLastError = "aclrtPeekAtLastError",
+    GetRecentErrMsg = "aclGetRecentErrMsg",
+    SetDeviceSatMode = "aclrtSetDeviceSatMode",
+    GetDeviceSatMode = "aclrtGetDeviceSatMode",
+    SetOpWaitTimeout = "aclrtSetOpWaitTimeout",
+    SetOpExecuteTimeOut = "aclrtSetOpExecuteTimeOut",
+    SetOpExecuteTimeOutV2 = "aclrtSetOpExecuteTimeOutV2",
 }
 
 /// How many functions `Api` names (the length of per-function tables).
@@ -74,7 +99,6 @@ pub const COUNT: usize = NAMES.len();
 
 impl Api {
     /// The exact ACL name of the function.
-    #[cfg(test)]
     pub fn name(self) -> &'static str {
         NAMES[self as usize]
     }

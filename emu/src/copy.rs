@@ -50,6 +50,13 @@ pub struct Copy2d {
 }
 
 impl Copy2d {
+    /// A one-row copy of `len` bytes (the 1D calls in `memcpy`), which the
+    /// 2D limits do not apply to. `len` must not be 0.
+    pub fn linear(dst: usize, src: usize, len: usize) -> Copy2d {
+        debug_assert!(len > 0);
+        Copy2d { dst, dpitch: len, src, spitch: len, width: len, height: 1 }
+    }
+
     /// The bytes from the first destination row's start to the last one's end.
     pub fn dst_span(&self) -> Span {
         (self.dst, self.dst + self.dpitch * (self.height - 1) + self.width)
@@ -108,7 +115,7 @@ pub fn check(
     Ok(Some(Copy2d { dst, dpitch, src, spitch, width, height }))
 }
 
-fn is_device(addr: usize) -> bool {
+pub fn is_device(addr: usize) -> bool {
     memory::is_device_block(addr) || vmm::is_mapped(addr)
 }
 
@@ -127,16 +134,16 @@ fn direction(kind: u32, copy: &Copy2d) -> Direction {
 
 /// True with `ACLEMU_PAGEABLE_COPY=sync`: async copies touching pageable
 /// host memory run at once, after the stream's queued work.
-static PAGEABLE_SYNC: LazyLock<bool> =
+pub static PAGEABLE_SYNC: LazyLock<bool> =
     LazyLock::new(|| std::env::var("ACLEMU_PAGEABLE_COPY").is_ok_and(|v| v.trim() == "sync"));
 
 /// The device-side extents of a copy: what it pins while queued.
-fn device_extents(copy: &Copy2d) -> Vec<Span> {
+pub fn device_extents(copy: &Copy2d) -> Vec<Span> {
     [copy.dst_span(), copy.src_span()].into_iter().filter(|span| is_device(span.0)).collect()
 }
 
 /// True if an end of the copy is host memory not from aclrtMallocHost.
-fn touches_pageable(copy: &Copy2d) -> bool {
+pub fn touches_pageable(copy: &Copy2d) -> bool {
     [copy.dst, copy.src].into_iter().any(|addr| !is_device(addr) && !memory::is_host_block(addr))
 }
 

@@ -49,6 +49,7 @@ const DEVICE_PROFILE: &[(Api, u64)] = &[
     // A driver call into the kernel that sets up device page tables; CUDA's
     // equivalent costs tens of microseconds to milliseconds.
     (Api::Malloc, 100 * US),
+    (Api::MallocAlign32, 100 * US),
     // A kernel call that tears the mapping down (no synchronization).
     (Api::Free, 50 * US),
     // Kernel calls per physical handle: page allocation and release.
@@ -63,21 +64,28 @@ const DEVICE_PROFILE: &[(Api, u64)] = &[
     // Waiting for queued kernels, "up to milliseconds in inference": a
     // device-wide wait is the longest, an event wait the shortest.
     (Api::SynchronizeDevice, MS),
+    (Api::SynchronizeDeviceWithTimeout, MS),
     (Api::SynchronizeStream, 500 * US),
+    (Api::SynchronizeStreamWithTimeout, 500 * US),
     (Api::SynchronizeEvent, 200 * US),
     // Host-side: a task written to the stream's queue, no kernel call.
     (Api::RecordEvent, 2 * US),
     (Api::StreamWaitEvent, 2 * US),
     (Api::Memcpy2dAsync, 5 * US),
+    (Api::MemcpyAsync, 5 * US),
+    (Api::MemsetAsync, 5 * US),
     // Host-side: the status comes from the record state kept on the host.
     (Api::QueryEventStatus, US),
     (Api::StreamQuery, US),
     // Driver resources: an event id or a stream from the kernel module.
     (Api::CreateEvent, 10 * US),
     (Api::CreateEventWithFlag, 10 * US),
+    (Api::CreateEventExWithFlag, 10 * US),
     (Api::DestroyEvent, 10 * US),
     (Api::CreateStream, 100 * US),
+    (Api::CreateStreamWithConfig, 100 * US),
     (Api::DestroyStream, 100 * US),
+    (Api::DestroyStreamForce, 100 * US),
     // A driver query of the memory pools.
     (Api::GetMemInfo, 10 * US),
 ];

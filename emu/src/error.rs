@@ -15,6 +15,7 @@ pub type AclResult<T> = Result<T, aclError>;
 pub const ACL_SUCCESS: aclError = 0;
 pub const ACL_ERROR_INVALID_PARAM: aclError = 100_000;
 pub const ACL_ERROR_REPEAT_INITIALIZE: aclError = 100_002;
+pub const ACL_ERROR_INVALID_FILE: aclError = 100_003;
 pub const ACL_ERROR_REPEAT_FINALIZE: aclError = 100_037;
 pub const ACL_ERROR_RT_PARAM_INVALID: aclError = 107_000;
 pub const ACL_ERROR_RT_INVALID_DEVICEID: aclError = 107_001;
@@ -26,6 +27,7 @@ pub const ACL_ERROR_RT_MEMORY_ALLOCATION: aclError = 207_001;
 pub const ACL_ERROR_RT_NO_EVENT_RESOURCE: aclError = 207_007;
 pub const ACL_ERROR_RT_INTERNAL_ERROR: aclError = 507_000;
 pub const ACL_ERROR_RT_CONTEXT_RELEASE_ERROR: aclError = 507_007;
+pub const ACL_ERROR_RT_STREAM_SYNC_TIMEOUT: aclError = 507_046;
 /// A driver-kernel -EINVAL the runtime's error map lacks (RB).
 pub const ACL_ERROR_RT_DRV_INTERNAL_ERROR: aclError = 507_899;
 

@@ -13,6 +13,9 @@
 //! - `aclrtStreamWaitEvent` on an event without SYNC gives 207000, on a
 //!   never-recorded one 107000;
 //! - at most 65536 SYNC events live per device (207007 beyond);
+//! - `aclrtCreateEventExWithFlag` events are COMPLETE until first recorded,
+//!   a wait before that is a no-op, and they do not count against the
+//!   limit; their flags are runtime event flags (`check_ex_flags`);
 //! - completion may be reported late: with `ACLEMU_EVENT_LAG=<n>` or
 //!   `aclemu_set_event_lag(n)` the first n queries after an event's work
 //!   completed still say NOT_READY (the threaded runtime reads host-side
@@ -69,8 +72,42 @@ unsafe fn create(event: *mut *mut c_void, flags: u32) -> AclResult<()> {
     if flags & ACL_EVENT_SYNC != 0 && eng.sync_events(dev) >= MAX_SYNC_EVENTS {
         return Err(ACL_ERROR_RT_NO_EVENT_RESOURCE);
     }
-    let id = eng.create_event(dev, flags);
+    let id = eng.create_event(dev, flags, false, flags & ACL_EVENT_SYNC != 0);
     drop(eng);
+    usage::add(&usage::of(dev).events, 1);
+    // SAFETY: checked non-NULL; the caller promises it is writable.
+    unsafe { write_out(event, handle(Kind::Event, id)) }
+}
+
+/// The flags `aclrtCreateEventExWithFlag` takes as runtime event flags:
+/// DDSYNC_NS 0x1, STREAM_MARK 0x2, DDSYNC 0x4, TIME_LINE 0x8, IPC 0x40;
+/// MC2 0x10, EXTERNAL 0x20 and IPC only alone (`ApiErrorDecorator::EventCreateEx`).
+const EX_FLAGS: u32 = 0x1 | 0x2 | 0x4 | 0x8 | 0x40;
+const EX_ALONE: [u32; 3] = [0x10, 0x20, 0x40];
+/// Runtime flags whose events streams can wait for (`IsEventWithoutWaitTask`
+/// is false): DDSYNC_NS, DDSYNC, EXTERNAL, IPC.
+const EX_WAITABLE: u32 = 0x1 | 0x4 | 0x20 | 0x40;
+
+/// The runtime's checks of an `aclrtCreateEventExWithFlag` flag.
+fn check_ex_flags(flag: u32) -> AclResult<()> {
+    if EX_ALONE.iter().any(|&alone| flag & alone != 0 && flag & !alone != 0) {
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
+    if flag & EX_FLAGS == 0 || flag > EX_FLAGS {
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
+    // IPC events (shared between processes) are not emulated.
+    if flag == ACL_EVENT_IPC {
+        return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    }
+    Ok(())
+}
+
+unsafe fn create_ex(event: *mut *mut c_void, flag: u32) -> AclResult<()> {
+    require(!event.is_null())?;
+    check_ex_flags(flag)?;
+    let dev = device::current()?;
+    let id = engine().create_event(dev, flag, true, flag & EX_WAITABLE != 0);
     usage::add(&usage::of(dev).events, 1);
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { write_out(event, handle(Kind::Event, id)) }
@@ -102,8 +139,9 @@ unsafe fn query(event: *mut c_void, status: *mut u32) -> AclResult<()> {
     if eng.capture.event_captured(id) {
         return Err(ACL_ERROR_RT_EVENT_CAPTURED);
     }
-    // Old-mode events: NOT_READY until first recorded.
-    let mut done = eng.event(id).at.is_some_and(|(key, seq)| eng.is_done(key, seq));
+    // Old-mode events: NOT_READY until first recorded; Ex events COMPLETE.
+    let rec = eng.event(id);
+    let mut done = rec.at.map_or(rec.ex, |(key, seq)| eng.is_done(key, seq));
     let rec = eng.event_mut(id);
     if done && rec.lag_left > 0 {
         rec.lag_left -= 1;
@@ -140,13 +178,18 @@ fn stream_wait(stream: *mut c_void, event: *mut c_void) -> AclResult<()> {
     // `ApiImpl::StreamWaitEvent` checks the stream's context too.
     crate::context::check_stream(key)?;
     let rec = eng.event(id);
-    // [doc] events created with a flag but without ACL_EVENT_SYNC cannot be
-    // waited on (the runtime: not supported).
-    if rec.flags & ACL_EVENT_SYNC == 0 {
+    // [doc] events created with a flag but without ACL_EVENT_SYNC (Ex
+    // events: without a waitable flag) cannot be waited on (the runtime:
+    // not supported).
+    if !rec.waitable {
         return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
     }
-    // `Event::Wait`: "has not been recorded".
-    let (wait_on, seq) = rec.at.ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    // `Event::Wait`: "has not been recorded"; an Ex event is complete then.
+    let (wait_on, seq) = match rec.at {
+        Some(at) => at,
+        None if rec.ex => return Ok(()),
+        None => return Err(ACL_ERROR_RT_PARAM_INVALID),
+    };
     {
         if !eng.is_done(wait_on, seq) {
             eng.submit(key, Work::Wait { stream: wait_on, seq });
@@ -192,6 +235,18 @@ pub unsafe extern "C" fn aclrtCreateEventWithFlag(event: *mut *mut c_void, flag:
         // SAFETY: forwarded caller contract.
         unsafe { create(event, flag) }
     })
+}
+
+/// Creates an event of the runtime's newer kind: COMPLETE until first
+/// recorded, no limit on how many live, waitable when `flag` has DDSYNC_NS,
+/// DDSYNC or EXTERNAL. Bad flags give 107000, IPC alone 207000 (not emulated).
+///
+/// # Safety
+/// `event` must be NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtCreateEventExWithFlag(event: *mut *mut c_void, flag: u32) -> crate::aclError {
+    // SAFETY: forwarded caller contract.
+    acl_entry!(Api::CreateEventExWithFlag, { unsafe { create_ex(event, flag) } })
 }
 
 /// Records the event at the current end of `stream` (NULL = default stream).

@@ -21,7 +21,7 @@ static ARMED: [AtomicI32; COUNT] = [const { AtomicI32::new(0) }; COUNT];
 /// for the allocating calls, an internal error for the rest.
 fn fault_code(api: Api) -> aclError {
     match api {
-        Api::Malloc | Api::MallocHost | Api::MallocPhysical => ACL_ERROR_RT_MEMORY_ALLOCATION,
+        Api::Malloc | Api::MallocAlign32 | Api::MallocHost | Api::MallocPhysical => ACL_ERROR_RT_MEMORY_ALLOCATION,
         _ => ACL_ERROR_RT_INTERNAL_ERROR,
     }
 }

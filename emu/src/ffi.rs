@@ -7,7 +7,8 @@ use std::sync::{Mutex, MutexGuard};
 
 /// Body of an exported ACL function: catches panics (a panic must never cross
 /// the C boundary), applies fault injection first, turns the body's
-/// `AclResult<()>` into an aclError, and then spends the call's cost. The
+/// `AclResult<()>` into an aclError (a failure is kept as the thread's last
+/// error, `last_error`), and then spends the call's cost. The
 /// body has dropped every lock it took by then, so costs overlap across
 /// threads.
 macro_rules! acl_entry {
@@ -20,6 +21,9 @@ macro_rules! acl_entry {
             Ok(result) => $crate::error::status(result),
             Err(_) => $crate::error::ACL_ERROR_RT_INTERNAL_ERROR,
         };
+        if status != $crate::error::ACL_SUCCESS {
+            $crate::last_error::record($api, status);
+        }
         $crate::cost::spend($api);
         status
     }};

@@ -17,6 +17,13 @@
 //! - `memory`: aclrtMalloc/Free/MallocHost/FreeHost.
 //! - `queue`: stream work queues and event positions; `stream`, `event`:
 //!   their ACL calls and the hold/release test controls.
+//! - `device_info`: aclrtGetDeviceCount, aclrtGetSocName, the CANN
+//!   version queries (`ACLEMU_SOC_NAME`).
+//! - `stream_config`: streams with a priority and flags, forced destroy,
+//!   synchronize with a timeout, per-stream settings.
+//! - `memcpy`: 1D copies and memsets (queued on the stream for the async
+//!   calls). `last_error`: the thread's last error and its message.
+//! - `settings`: the float-overflow mode and op timeouts (kept, checked).
 //! - `copy`: 2D copies. `vmm`: reserve/physical/map/unmap on one sparse
 //!   memfd per device (`ranges` allocates within it).
 //! - `allocator_desc`: the aclrtAllocator* family; `run_op`: the graph-engine
@@ -45,6 +52,7 @@ mod context;
 mod copy;
 mod cost;
 mod device;
+mod device_info;
 mod device_refs;
 pub mod error;
 mod event;
@@ -52,11 +60,15 @@ mod faults;
 mod ffi;
 mod host_map;
 mod init;
+mod last_error;
+mod memcpy;
 mod memory;
 mod queue;
 mod ranges;
 mod run_op;
+mod settings;
 mod stream;
+mod stream_config;
 mod usage;
 mod violation;
 mod vmm;
@@ -77,19 +89,31 @@ pub use context::{aclrtCreateContext, aclrtDestroyContext, aclrtGetCurrentContex
 pub use copy::{aclrtMemcpy2d, aclrtMemcpy2dAsync};
 pub use cost::aclemu_set_cost;
 pub use device::{aclemu_set_device_memory, aclrtGetDevice, aclrtGetMemInfo};
+pub use device_info::{aclrtGetDeviceCount, aclrtGetSocName, aclsysGetCANNVersion, aclsysGetVersionStr};
 pub use device_refs::{aclemu_device_refs, aclrtResetDevice, aclrtSetDevice};
 pub use event::{
-    aclemu_set_event_lag, aclrtCreateEvent, aclrtCreateEventWithFlag, aclrtDestroyEvent, aclrtQueryEventStatus,
-    aclrtRecordEvent, aclrtStreamWaitEvent, aclrtSynchronizeEvent, ACL_EVENT_RECORDED_STATUS_COMPLETE,
-    ACL_EVENT_RECORDED_STATUS_NOT_READY,
+    aclemu_set_event_lag, aclrtCreateEvent, aclrtCreateEventExWithFlag, aclrtCreateEventWithFlag, aclrtDestroyEvent,
+    aclrtQueryEventStatus, aclrtRecordEvent, aclrtStreamWaitEvent, aclrtSynchronizeEvent,
+    ACL_EVENT_RECORDED_STATUS_COMPLETE, ACL_EVENT_RECORDED_STATUS_NOT_READY,
 };
 pub use faults::{aclemu_fail_nth, aclemu_fault_pending};
 pub use init::{aclFinalize, aclInit};
-pub use memory::{aclrtFree, aclrtFreeHost, aclrtMalloc, aclrtMallocHost};
+pub use last_error::{aclGetRecentErrMsg, aclrtGetLastError, aclrtPeekAtLastError};
+pub use memcpy::{aclrtMemcpy, aclrtMemcpyAsync, aclrtMemset, aclrtMemsetAsync};
+pub use memory::{aclrtFree, aclrtFreeHost, aclrtMalloc, aclrtMallocAlign32, aclrtMallocHost};
 pub use run_op::aclemu_run_op;
+pub use settings::{
+    aclrtGetDeviceSatMode, aclrtSetDeviceSatMode, aclrtSetOpExecuteTimeOut, aclrtSetOpExecuteTimeOutV2,
+    aclrtSetOpWaitTimeout,
+};
 pub use stream::{
-    aclemu_stream_hold, aclemu_stream_release, aclrtCreateStream, aclrtDestroyStream, aclrtGetStreamOverflowSwitch,
-    aclrtStreamQuery, aclrtSynchronizeDevice, aclrtSynchronizeStream,
+    aclemu_stream_hold, aclemu_stream_release, aclrtCreateStream, aclrtDestroyStream, aclrtStreamQuery,
+    aclrtSynchronizeDevice, aclrtSynchronizeStream,
+};
+pub use stream_config::{
+    aclrtCreateStreamWithConfig, aclrtDestroyStreamForce, aclrtGetStreamOverflowSwitch, aclrtSetStreamFailureMode,
+    aclrtSetStreamOverflowSwitch, aclrtStreamGetId, aclrtSynchronizeDeviceWithTimeout,
+    aclrtSynchronizeStreamWithTimeout,
 };
 pub use usage::{aclemu_get_usage, aclemu_usage};
 pub use violation::aclemu_violations;

@@ -50,12 +50,16 @@ struct Blocks {
 
 static BLOCKS: Mutex<Blocks> = Mutex::new(Blocks { device: BTreeMap::new(), host: BTreeMap::new() });
 
-/// The size ACL charges for an aclrtMalloc of `size` under `policy`.
-pub fn charged_size(size: usize, policy: u32) -> Option<u64> {
+/// The size ACL charges for an aclrtMalloc of `size` under `policy`;
+/// `padded` is false for aclrtMallocAlign32, which only rounds up to 32
+/// (`GetAlignedAndPaddingSize` with `isPadding` false, `aclrtMallocAlign32Impl`
+/// in src/acl/aclrt_impl/memory.cpp).
+pub fn charged_size(size: usize, policy: u32, padded: bool) -> Option<u64> {
     let size = size as u64;
     let rounded = size.checked_add(31)? & !31;
     match policy {
         HUGE1G_ONLY | HUGE1G_ONLY_P2P => Some(rounded),
+        _ if !padded => Some(rounded),
         _ => rounded.checked_add(32),
     }
 }
@@ -115,11 +119,11 @@ fn start_offset() -> usize {
     64 * (1 + (x % 63) as usize)
 }
 
-unsafe fn malloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32) -> AclResult<()> {
+unsafe fn malloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32, padded: bool) -> AclResult<()> {
     require(!dev_ptr.is_null() && size != 0)?;
     let id = device::current()?;
     let dev = device::get(id)?;
-    let charged = charged_size(size, policy).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
+    let charged = charged_size(size, policy, padded).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
     let offset = start_offset();
     let map_len = usize::try_from(charged)
         .ok()
@@ -215,7 +219,17 @@ fn free_host(ptr: *mut c_void) -> AclResult<()> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtMalloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32) -> crate::aclError {
     // SAFETY: forwarded caller contract.
-    acl_entry!(Api::Malloc, { unsafe { malloc(dev_ptr, size, policy) } })
+    acl_entry!(Api::Malloc, { unsafe { malloc(dev_ptr, size, policy, true) } })
+}
+
+/// aclrtMalloc without the 32-byte padding: charged `size` rounded up to 32.
+///
+/// # Safety
+/// `dev_ptr` must be NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtMallocAlign32(dev_ptr: *mut *mut c_void, size: usize, policy: u32) -> crate::aclError {
+    // SAFETY: forwarded caller contract.
+    acl_entry!(Api::MallocAlign32, { unsafe { malloc(dev_ptr, size, policy, false) } })
 }
 
 /// Frees device memory from aclrtMalloc at once (no synchronization).
@@ -263,11 +277,15 @@ mod tests {
 
     #[test]
     fn padding_follows_acl() {
-        assert_eq!(charged_size(1, 0), Some(64));
-        assert_eq!(charged_size(32, 0), Some(64));
-        assert_eq!(charged_size(33, 2), Some(96));
-        assert_eq!(charged_size(33, HUGE1G), Some(64));
-        assert_eq!(charged_size(usize::MAX, 0), None);
+        assert_eq!(charged_size(1, 0, true), Some(64));
+        assert_eq!(charged_size(32, 0, true), Some(64));
+        assert_eq!(charged_size(33, 2, true), Some(96));
+        assert_eq!(charged_size(33, HUGE1G, true), Some(64));
+        assert_eq!(charged_size(usize::MAX, 0, true), None);
+        // aclrtMallocAlign32: rounded, not padded.
+        assert_eq!(charged_size(1, 0, false), Some(32));
+        assert_eq!(charged_size(33, 2, false), Some(64));
+        assert_eq!(charged_size(64, 0, false), Some(64));
     }
     const HUGE1G: u32 = super::HUGE1G_ONLY;
 }

@@ -26,6 +26,7 @@ use crate::copy::Copy2d;
 use crate::device;
 use crate::error::{AclResult, ACL_ERROR_RT_INVALID_HANDLE};
 use crate::ffi::{handle_id, lock, Kind};
+use crate::memcpy::Fill;
 use crate::violation::{self, Span};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
@@ -39,9 +40,12 @@ pub enum Work {
     Marker,
     /// An op of `aclemu_run_op`, using (pinning) the device ranges `spans`.
     Op { spans: Vec<Span> },
-    /// A queued 2D copy, performed when the work runs; `pins` are its
-    /// device-side extents.
+    /// A queued copy (2D, or 1D as one row), performed when the work runs;
+    /// `pins` are its device-side extents.
     Copy { copy: Copy2d, pins: Vec<Span> },
+    /// A queued memset, performed when the work runs; `pins` is its range
+    /// when that is device memory.
+    Fill { fill: Fill, pins: Vec<Span> },
     /// Later work waits until `stream` completed `seq`.
     Wait { stream: u64, seq: u64 },
     /// An event record made during capture (only in a captured model:
@@ -54,7 +58,7 @@ impl Work {
     pub fn pins(&self) -> &[Span] {
         match self {
             Work::Op { spans } => spans,
-            Work::Copy { pins, .. } => pins,
+            Work::Copy { pins, .. } | Work::Fill { pins, .. } => pins,
             _ => &[],
         }
     }
@@ -79,11 +83,16 @@ struct StreamQ {
     queue: VecDeque<(u64, Work)>,
 }
 
-/// An event: the device current at creation, its flags, the last record,
-/// and how many more queries report NOT_READY after its work completed.
+/// An event: the device current at creation, its flags, whether it came
+/// from `aclrtCreateEventExWithFlag` (`ex`: complete until first recorded,
+/// not counted against the SYNC limit), whether streams can wait for it,
+/// the last record, and how many more queries report NOT_READY after its
+/// work completed.
 pub struct EventRec {
     pub device: i32,
     pub flags: u32,
+    pub ex: bool,
+    pub waitable: bool,
     pub at: Option<(u64, u64)>,
     pub lag_left: u32,
 }
@@ -150,6 +159,32 @@ impl Engine {
         device
     }
 
+    /// Removes a stream without running its queued work (a forced destroy):
+    /// the work is dropped with its pins, and streams waiting for it go on.
+    /// Returns the stream's device.
+    pub fn discard_stream(&mut self, key: u64) -> i32 {
+        let Some(s) = self.streams.remove(&key) else {
+            return -1;
+        };
+        let pinned = s.queue.iter().filter(|(_, w)| !w.pins().is_empty()).count();
+        PINNED.fetch_sub(pinned, Ordering::AcqRel);
+        self.settle();
+        s.device
+    }
+
+    /// Runs what may run without forcing anything; true if stream `key`
+    /// then has no queued work (false: it is held, or waits for a held one).
+    pub fn drains_unforced(&mut self, key: u64) -> bool {
+        self.settle();
+        self.is_idle(key)
+    }
+
+    /// As `drains_unforced`, for every stream of `device`.
+    pub fn device_drains_unforced(&mut self, device: i32) -> bool {
+        self.settle();
+        self.streams.values().all(|s| s.device != device || s.queue.is_empty())
+    }
+
     /// The device a stream belongs to.
     pub fn device_of(&self, key: u64) -> i32 {
         self.streams.get(&key).map_or(-1, |s| s.device)
@@ -214,21 +249,29 @@ impl Engine {
             // A copy into unmapped memory would fault the host: skip it.
             return;
         }
-        if let Work::Copy { copy, .. } = work {
-            let dst = copy.dst_span();
-            // Fine when the pinning work waits for this copy.
-            let mut involved =
-                self.conflicts(key, dst, |eng, pin_stream, pin_seq| eng.waits_for(pin_stream, pin_seq, key, seq, 0));
-            if !involved.is_empty() {
-                involved.push(key);
-                let what = "a copy wrote into memory another stream's queued work uses";
-                self.violation(&involved, what);
+        let written = match &work {
+            Work::Copy { copy, .. } => copy.dst_span(),
+            Work::Fill { fill, .. } => fill.span(),
+            _ => return,
+        };
+        // Fine when the pinning work waits for this write.
+        let mut involved =
+            self.conflicts(key, written, |eng, pin_stream, pin_seq| eng.waits_for(pin_stream, pin_seq, key, seq, 0));
+        if !involved.is_empty() {
+            involved.push(key);
+            let what = "a copy or memset wrote into memory another stream's queued work uses";
+            self.violation(&involved, what);
+        }
+        // SAFETY: the copy or memset was validated when queued and its
+        // device extents are still allocated or mapped (checked above); the
+        // caller of the async call keeps host buffers alive until the
+        // stream finishes it.
+        unsafe {
+            match work {
+                Work::Copy { copy, .. } => copy.run(),
+                Work::Fill { fill, .. } => fill.run(),
+                _ => {}
             }
-            // SAFETY: the copy was validated when queued and its device
-            // extents are still allocated or mapped (checked above); the
-            // caller of the async copy keeps host buffers alive until the
-            // stream finishes it.
-            unsafe { copy.run() };
         }
     }
 
@@ -276,6 +319,15 @@ impl Engine {
             }
         }
         hit
+    }
+
+    /// A write done at once (a synchronous copy or memset) into `span`: a
+    /// violation if queued work of any stream pins memory in it.
+    pub fn write_now(&mut self, span: Span) {
+        let involved = self.pinned_by(span);
+        if !involved.is_empty() {
+            self.violation(&involved, "a synchronous copy or memset wrote into memory queued work uses");
+        }
     }
 
     /// The streams whose queued work pins memory inside `span` (memory
@@ -421,13 +473,13 @@ impl Engine {
     }
 
     /// Creates an event; returns its id.
-    pub fn create_event(&mut self, device: i32, flags: u32) -> u64 {
+    pub fn create_event(&mut self, device: i32, flags: u32, ex: bool, waitable: bool) -> u64 {
         let id = self.next_event;
         self.next_event += 1;
-        if flags & crate::event::ACL_EVENT_SYNC != 0 {
+        if counts_as_sync(flags, ex) {
             *self.sync_events.entry(device).or_default() += 1;
         }
-        self.events.insert(id, EventRec { device, flags, at: None, lag_left: 0 });
+        self.events.insert(id, EventRec { device, flags, ex, waitable, at: None, lag_left: 0 });
         id
     }
 
@@ -446,7 +498,7 @@ impl Engine {
 
     pub fn remove_event(&mut self, id: u64) -> Option<EventRec> {
         let rec = self.events.remove(&id)?;
-        if rec.flags & crate::event::ACL_EVENT_SYNC != 0 {
+        if counts_as_sync(rec.flags, rec.ex) {
             if let Some(n) = self.sync_events.get_mut(&rec.device) {
                 *n -= 1;
             }
@@ -472,6 +524,11 @@ impl Engine {
             self.event_mut(id).lag_left = 0;
         }
     }
+}
+
+/// True for the events the per-device SYNC limit counts.
+fn counts_as_sync(flags: u32, ex: bool) -> bool {
+    !ex && flags & crate::event::ACL_EVENT_SYNC != 0
 }
 
 impl StreamQ {

@@ -16,12 +16,18 @@ use crate::queue::engine;
 use crate::usage;
 use std::ffi::c_void;
 
-unsafe fn create(stream: *mut *mut c_void) -> AclResult<()> {
-    require(!stream.is_null())?;
+/// Creates a stream in the current context; returns its engine key.
+pub fn create_in_current() -> AclResult<u64> {
     let (ctx, dev) = crate::context::current()?;
     let id = engine().create_stream(dev);
     crate::context::adopt_stream(id, ctx);
     usage::add(&usage::of(dev).streams, 1);
+    Ok(id)
+}
+
+unsafe fn create(stream: *mut *mut c_void) -> AclResult<()> {
+    require(!stream.is_null())?;
+    let id = create_in_current()?;
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { write_out(stream, handle(Kind::Stream, id)) }
 }
@@ -36,13 +42,14 @@ fn destroy(stream: *mut c_void) -> AclResult<()> {
     let dev = eng.destroy_stream(key);
     drop(eng);
     crate::context::forget_stream(key);
+    crate::stream_config::forget(key);
     usage::sub(&usage::of(dev).streams, 1);
     Ok(())
 }
 
 /// 107027 while the stream captures (the runtime's stream query,
 /// synchronize and destroy checks; `capture`).
-fn refuse_capturing(eng: &crate::queue::Engine, key: u64) -> AclResult<()> {
+pub(crate) fn refuse_capturing(eng: &crate::queue::Engine, key: u64) -> AclResult<()> {
     if eng.capture.is_capturing(key) {
         Err(crate::capture::ACL_ERROR_RT_STREAM_CAPTURED)
     } else {
@@ -66,6 +73,16 @@ fn synchronize(stream: *mut c_void) -> AclResult<()> {
     let mut eng = engine();
     let key = eng.resolve(stream)?;
     refuse_capturing(&eng, key)?;
+    finish(&mut eng, key)
+}
+
+/// Finishes stream `key`'s queued work (held or not), counts a sync and
+/// reports a violation; a stream whose flags make the runtime return at
+/// once (`stream_config::returns_at_once`) is left as it is.
+pub fn finish(eng: &mut crate::queue::Engine, key: u64) -> AclResult<()> {
+    if crate::stream_config::returns_at_once(key) {
+        return Ok(());
+    }
     eng.finish(key, u64::MAX);
     if crate::event::lag_on() {
         eng.clear_lag(|_, s| s == key);
@@ -92,17 +109,15 @@ unsafe fn query(stream: *mut c_void, status: *mut u32) -> AclResult<()> {
     unsafe { write_out(status, value) }
 }
 
-unsafe fn overflow_switch(stream: *mut c_void, flag: *mut u32) -> AclResult<()> {
-    require(!flag.is_null())?;
-    let key = engine().resolve(stream)?;
-    crate::context::check_stream(key)?;
-    // SAFETY: checked non-NULL; the caller promises it is writable.
-    unsafe { write_out(flag, 0) }
-}
-
 fn synchronize_device() -> AclResult<()> {
     let dev = device::current()?;
     let mut eng = engine();
+    finish_device(&mut eng, dev)
+}
+
+/// Finishes the queued work of every stream of `dev`, counts a sync and
+/// reports a violation.
+pub fn finish_device(eng: &mut crate::queue::Engine, dev: i32) -> AclResult<()> {
     eng.finish_device(dev);
     if crate::event::lag_on() {
         eng.clear_lag(|eng, s| eng.device_of(s) == dev);
@@ -162,17 +177,6 @@ pub unsafe extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> crate::a
 pub unsafe extern "C" fn aclrtStreamQuery(stream: *mut c_void, status: *mut u32) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     acl_entry!(Api::StreamQuery, { unsafe { query(stream, status) } })
-}
-
-/// The stream's overflow-detection switch (always off here); 107003 for a
-/// stream of another context, as `ApiImpl::GetStreamOverflowSwitch` checks.
-///
-/// # Safety
-/// `flag` must be NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn aclrtGetStreamOverflowSwitch(stream: *mut c_void, flag: *mut u32) -> crate::aclError {
-    // SAFETY: forwarded caller contract.
-    acl_entry!(Api::GetStreamOverflowSwitch, { unsafe { overflow_switch(stream, flag) } })
 }
 
 /// Finishes the queued work of every stream of the current device and

@@ -393,3 +393,40 @@ fn a_captured_op_replayed_over_memory_another_streams_queued_work_uses_is_caught
     }
     dev.assert_clean();
 }
+
+/// The 1D calls follow the same capture rules as the 2D ones: a synchronous
+/// `aclrtMemcpy` / `aclrtMemset` is refused under a GLOBAL capture (the
+/// runtime's `MemCopySync` / `MemSetSync` check the capture mode), a
+/// synchronize with a timeout of a capturing stream is 107027 like the plain
+/// one, and an async memset is recorded and runs at each execute.
+#[test]
+fn one_dimensional_copies_and_memsets_follow_the_capture_rules() {
+    let dev = Dev::take();
+    let (s, exec) = (stream(), stream());
+    let d = malloc(4096);
+    let src = pinned(64);
+    let out = pinned(64);
+    // SAFETY: 64-byte buffers: pinned host memory and device memory; live streams.
+    unsafe {
+        assert_eq!(aclrtMemcpy(d, 64, src.cast(), 64, H2D), 0);
+        begin(s, GLOBAL);
+        assert_eq!(aclrtMemcpy(d, 64, src.cast(), 64, H2D), CAPTURE_MODE_NOT_SUPPORT);
+        assert_eq!(aclrtMemset(d, 64, 7, 64), CAPTURE_MODE_NOT_SUPPORT);
+        assert_eq!(aclrtSynchronizeStreamWithTimeout(s, 1000), STREAM_CAPTURED);
+        assert_eq!(aclrtMemsetAsync(d, 64, 0x5a, 64, s), 0);
+        assert_eq!(aclrtMemcpyAsync(out.cast(), 64, d, 64, D2H, s), 0);
+        let m = end(s);
+        assert_eq!(aclrtSynchronizeStream(s), 0);
+        assert_eq!(*out, 0, "captured work does not run at capture");
+        assert_eq!(aclmdlRIExecuteAsync(m, exec), 0);
+        assert_eq!(aclrtSynchronizeStream(exec), 0);
+        assert_eq!(std::slice::from_raw_parts(out, 64), &[0x5a; 64][..], "the memset ran at the execute");
+        assert_eq!(aclmdlRIDestroy(m), 0);
+        assert_eq!(aclrtFree(d), 0);
+        assert_eq!(aclrtFreeHost(src.cast()), 0);
+        assert_eq!(aclrtFreeHost(out.cast()), 0);
+        assert_eq!(aclrtDestroyStream(s), 0);
+        assert_eq!(aclrtDestroyStream(exec), 0);
+    }
+    dev.assert_clean();
+}

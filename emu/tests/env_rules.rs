@@ -145,6 +145,15 @@ fn async_copies_with_pageable_memory_run_at_once() {
         assert_eq!(*d.cast::<u8>(), 5);
         assert_eq!(aclemu_stream_release(s), 0);
         assert_eq!(*d.cast::<u8>(), 9);
+        // The 1D copy follows the same rule.
+        assert_eq!(aclemu_stream_hold(s), 0);
+        let other = [6u8; 64];
+        assert_eq!(aclrtMemcpyAsync(d, 64, other.as_ptr().cast(), 64, H2D, s), 0);
+        assert_eq!(*d.cast::<u8>(), 6, "a 1D async copy from pageable memory waited");
+        assert_eq!(aclrtMemcpyAsync(d, 64, pinned, 64, H2D, s), 0);
+        assert_eq!(*d.cast::<u8>(), 6, "a 1D async copy from pinned memory ran early");
+        assert_eq!(aclemu_stream_release(s), 0);
+        assert_eq!(*d.cast::<u8>(), 9);
         assert_eq!(aclrtFreeHost(pinned), 0);
         assert_eq!(aclrtFree(d), 0);
         assert_eq!(aclrtDestroyEvent(e), 0);

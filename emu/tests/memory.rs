@@ -50,6 +50,30 @@ fn malloc_is_aligned_writable_and_charged_with_acl_padding() {
 }
 
 #[test]
+fn malloc_align32_rounds_to_32_without_the_padding() {
+    let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
+    unsafe {
+        let mut p = null_mut();
+        assert_eq!(aclrtMallocAlign32(null_mut(), 64, 0), INVALID_PARAM);
+        assert_eq!(aclrtMallocAlign32(&mut p, 0, 0), INVALID_PARAM);
+        assert_eq!(aclrtMallocAlign32(&mut p, 100, 0), 0);
+        assert_eq!(p as usize % 64, 0);
+        std::ptr::write_bytes(p.cast::<u8>(), 0xcd, 128);
+        // round_up(100, 32), where aclrtMalloc charges 160.
+        assert_eq!((dev.usage().malloc_bytes, dev.usage().malloc_count), (128, 1));
+        // A block like any other: copied into, freed by aclrtFree.
+        let src = [1u8; 100];
+        assert_eq!(aclrtMemcpy(p, 100, src.as_ptr().cast(), 100, 1), 0);
+        assert_eq!(aclrtFree(p), 0);
+        // Out of memory is its code, also under an injected fault.
+        assert_eq!(aclemu_fail_nth(c"aclrtMallocAlign32".as_ptr(), 1), 0);
+        assert_eq!(aclrtMallocAlign32(&mut p, 100, 0), RT_MEMORY_ALLOCATION);
+    }
+    dev.assert_clean();
+}
+
+#[test]
 fn capacity_exhaustion_then_recovery() {
     let dev = Dev::take();
     // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.

@@ -29,11 +29,20 @@ PRELUDE = {
 }
 
 
-def pytest_configure(config):
-    if not (SITE / "npu_emu.py").is_file() or not WRAPPER.is_file():
-        raise pytest.UsageError(
-            f"{sys.executable} is not the torch_npu harness's venv (no npu_emu.py or {WRAPPER}); "
-            "run scripts/test-torch-npu.sh, or scripts/setup-torch-npu.sh and pytest with the python it prints")
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    """Outside the harness's venv these tests are skipped, each with the
+    reason (pytest counts and lists skips; -rs prints the reason)."""
+    if (SITE / "npu_emu.py").is_file() and WRAPPER.is_file():
+        return
+    skip = pytest.mark.skip(reason=(
+        f"SKIPPED: torch_npu tests: {sys.executable} is not the torch_npu harness's venv; "
+        "run scripts/test-torch-npu.sh"))
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(skip)
 
 
 class NpuRun:
