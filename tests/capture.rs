@@ -120,13 +120,17 @@ impl Drop for Calls {
 }
 
 /// Queues (on a capturing stream: captures) a copy of `host.len()` bytes
-/// of device memory at `src` into `host`.
-fn copy_out(host: &mut [u8], src: usize, s: Stream) {
+/// of device memory at `src` into `host`, with `dev`'s context current (the
+/// runtime refuses a stream of another context: 107003).
+fn copy_out(host: &mut [u8], src: usize, s: Stream, dev: i32) {
     let rt = &emu().rt;
     let n = host.len();
     // SAFETY: `host` outlives every replay of the copy (the tests keep it
     // until the end); `src` is a live block of at least n bytes.
-    unsafe { rt.memcpy2d_async(host.as_mut_ptr().cast(), n, src as *const c_void, n, n, 1, D2H, s) }.unwrap();
+    rt.on_device(dev, || unsafe {
+        rt.memcpy2d_async(host.as_mut_ptr().cast(), n, src as *const c_void, n, n, 1, D2H, s)
+    })
+    .unwrap();
 }
 
 fn fill(addr: usize, len: usize, byte: u8) {
@@ -193,7 +197,7 @@ fn reclaim_during_capture(config: &str, dev: i32) {
     let p = malloc(a, MIB, s).unwrap();
     fill(p, MIB, 0x5a);
     let mut host = vec![0u8; 4096];
-    copy_out(&mut host, p, s);
+    copy_out(&mut host, p, s, dev);
     assert_eq!(free(a, p), npualloc_status::NPUALLOC_OK);
     // The freed block is not handed out again, on its stream or elsewhere.
     let q = malloc(a, MIB, s).unwrap();
@@ -253,8 +257,8 @@ fn after_capture_a_graph_streams_freed_blocks_stay_out_of_use() {
     let p = malloc(a, MIB, s).unwrap();
     fill(p, MIB, 0x44);
     let (mut from_b, mut from_p) = (vec![0u8; 4096], vec![0u8; 4096]);
-    copy_out(&mut from_b, b, s);
-    copy_out(&mut from_p, p, s);
+    copy_out(&mut from_b, b, s, DEV);
+    copy_out(&mut from_p, p, s, DEV);
     let m = c.end(s);
     // Freed after the capture: still never reused nor given back.
     assert_eq!(free(a, b), npualloc_status::NPUALLOC_OK);

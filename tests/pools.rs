@@ -238,11 +238,11 @@ thread_local! {
 #[allow(clippy::too_many_arguments)]
 fn copy2d(dst: usize, dpitch: usize, src: usize, spitch: usize, width: usize, rows: usize, kind: u32, s: Stream) {
     let rt = &emu().rt;
-    // SAFETY: the tests keep every host buffer alive while any replay may
-    // run, and the device ranges are live blocks at least that large.
     let dev = DEVICE.with(|d| d.get());
-    rt.on_device(dev, || unsafe {
-        rt.memcpy2d_async(dst as *mut c_void, dpitch, src as *const c_void, spitch, width, rows, kind, s)
+    rt.on_device(dev, || {
+        // SAFETY: the tests keep every host buffer alive while any replay may
+        // run, and the device ranges are live blocks at least that large.
+        unsafe { rt.memcpy2d_async(dst as *mut c_void, dpitch, src as *const c_void, spitch, width, rows, kind, s) }
     })
     .unwrap();
 }

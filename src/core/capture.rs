@@ -13,26 +13,32 @@
 //!   and every caller treats that as a stream it could not wait for (the
 //!   memory it used is kept);
 //! - memory the captured work may use must never be handed to other work
-//!   or given back while the graph may still replay. Until graph pools
-//!   exist (a private pool per graph, as PyTorch's CUDA caching allocator
-//!   routes capture allocations with `beginAllocateToPool`), the rule is:
-//!   a stream the allocator has seen capturing is a *graph stream* for
-//!   good (`StreamEntry::mark_graph`); every block freed on a graph stream,
-//!   and every block recorded (`record_stream`) on one, is quarantined when
-//!   freed: never reused, never given back, until the allocator is told
-//!   the graph is gone, which today is never (teardown leaves it to the
-//!   runtime). Graph streams' shards are skipped by `empty_cache`, the OOM
-//!   ladder, garbage collection and the release threshold, and teardown
-//!   neither synchronizes graph streams nor frees memory they used.
-//!   Quarantined bytes count as `pending_free_bytes`.
+//!   or given back while the graph may still replay. The host says which
+//!   memory that is by routing the capture to a private pool
+//!   (`npualloc_pool_begin` on the capturing stream, as PyTorch routes a
+//!   capture with `beginAllocateToPool`; Note [pools]): the capture's
+//!   allocations come from the pool, a block freed during the capture is
+//!   reused only by later allocations routed to that pool, and the pool's
+//!   memory is given back only at `npualloc_pool_destroy` (empty_cache, the
+//!   ladder, garbage collection and the release threshold leave it). A
+//!   routed capturing stream's pool entry is not a graph stream.
+//! - Without a route (the fallback), a stream the allocator has seen
+//!   capturing is a *graph stream* for good (`StreamEntry::mark_graph`) in
+//!   the default pool; every block freed on a graph stream, and every block
+//!   recorded (`record_stream`) on one, is quarantined when freed: never
+//!   reused, never given back (teardown leaves it to the runtime). Graph
+//!   streams' shards are skipped by `empty_cache`, the OOM ladder, garbage
+//!   collection and the release threshold, and teardown neither
+//!   synchronizes graph streams nor frees memory they used. Quarantined
+//!   bytes count as `pending_free_bytes`.
 //!
 //! The allocator learns that a stream captures when it first meets the
 //! stream, when a synchronize it wanted is refused, when `record_stream`
 //! names it, and when a block used by it is freed. A stream the allocator
 //! served before its capture began, whose capture allocations are all
 //! cache hits and which no reclaim path tries to synchronize, is not seen:
-//! blocks freed on it during capture are reused as usual. Telling the
-//! allocator about a capture (graph pools) closes that gap.
+//! blocks freed on it during an unrouted capture are reused as usual.
+//! Routing the capture to a pool closes that gap.
 
 use super::backing::Backing;
 use super::block::{BlockId, BlockState};

@@ -146,7 +146,7 @@ impl<B: Backing> StreamTable<B> {
         if let Some(e) = self.find_in(pool, stream) {
             return Some(e);
         }
-        if let Some(slot) = retired.pop_if(|_| pool == 0) {
+        if let Some(slot) = if pool == 0 { retired.pop() } else { None } {
             let e = self.entry(slot);
             revive(e);
             e.stream.store(stream.0, Ordering::Release);

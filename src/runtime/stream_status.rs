@@ -7,9 +7,13 @@ use crate::sys;
 impl Runtime {
     /// `Some(true)` if work launched on `stream` has not finished,
     /// `Some(false)` if it is idle, `None` if the runtime lacks
-    /// `aclrtStreamQuery`. Does not wait.
+    /// `aclrtStreamQuery` or the stream is capturing (the runtime refuses
+    /// to query a capturing stream: Note [capture]). Does not wait.
     pub fn stream_busy(&self, stream: Stream) -> Result<Option<bool>, AclCallError> {
         let Some(query) = self.api.aclrtStreamQuery else { return Ok(None) };
+        if self.is_capturing(stream).unwrap_or(false) {
+            return Ok(None);
+        }
         let mut status: sys::aclrtStreamStatus = sys::ACL_STREAM_STATUS_COMPLETE;
         // SAFETY: the handle is passed through (the runtime validates it);
         // status is a valid out-pointer.
