@@ -27,6 +27,12 @@
 //!   `empty_cache` may release what is left. Ids are never reused.
 //! - Statistics: the allocator's stay totals over every pool;
 //!   `pool_get_stats` sums one pool's shards.
+//! - Limits: a pool's entries are never retired, nor do they take over a
+//!   retired one (`forget_stream` acts on the default pool's entry only;
+//!   a forgotten stream's pool memory goes back at `pool_destroy`), so
+//!   each (pool, stream) pair ever used takes a slot of the stream table
+//!   for the allocator's life. A thread that exits inside a thread route
+//!   leaves the route counted: its pool can no longer be destroyed.
 
 pub mod config;
 pub(crate) mod routing;

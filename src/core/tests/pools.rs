@@ -193,3 +193,61 @@ fn pytorch_snapshot_shows_each_segments_pool() {
     assert_eq!(listed, vec![(0, SleepMode::Keep, 2), (p, SleepMode::Keep, 2)]);
     a.teardown().unwrap();
 }
+
+/// Threads each routed to their own pool (thread routes), on one shared
+/// stream, allocating and freeing at once, while another thread allocates
+/// unrouted: every block lands in its thread's pool, and no block of one
+/// pool is ever live at the same address as another pool's.
+#[test]
+fn concurrent_thread_routes_keep_pools_apart() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 300;
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let s = new_stream();
+    let pools: Vec<u64> = (0..THREADS).map(|_| a.pool_create(PoolConfig::default()).unwrap()).collect();
+    let live = std::sync::Mutex::new(std::collections::HashMap::<usize, usize>::new());
+    std::thread::scope(|scope| {
+        for t in 0..=THREADS {
+            let (a, pools, live) = (&a, &pools, &live);
+            scope.spawn(move || {
+                let mut rng = super::support::Rng::new(t as u64 + 7);
+                if t < THREADS {
+                    a.pool_begin(pools[t], None).unwrap();
+                }
+                let mut mine = Vec::new();
+                for _ in 0..ROUNDS {
+                    if mine.len() < 8 && rng.below(3) != 0 {
+                        let size = 512 << rng.below(12);
+                        let addr = a.malloc(size as usize, s).unwrap();
+                        let before = live.lock().unwrap().insert(addr, t);
+                        assert!(before.is_none(), "thread {t}: {addr:#x} is live in another pool");
+                        mine.push(addr);
+                    } else if let Some(addr) = mine.pop() {
+                        live.lock().unwrap().remove(&addr);
+                        a.free(addr).unwrap();
+                    }
+                }
+                let counted = if t < THREADS { a.pool_stats(pools[t]).unwrap().active_blocks } else { 0 };
+                if t < THREADS {
+                    assert_eq!(counted, mine.len() as u64, "thread {t}: its blocks are its pool's");
+                    a.pool_end(pools[t], None).unwrap();
+                }
+                for addr in mine {
+                    live.lock().unwrap().remove(&addr);
+                    a.free(addr).unwrap();
+                }
+            });
+        }
+    });
+    for &p in &pools {
+        let st = a.pool_stats(p).unwrap();
+        assert_eq!(st.active_blocks, 0);
+        assert!(st.num_allocs > 0);
+    }
+    a.check_invariants().unwrap();
+    a.teardown().unwrap();
+    drop_stream(s);
+    assert_eq!(usage(DEV).malloc_count, 0);
+}
