@@ -7,11 +7,12 @@
 //! first, `Discard` drops their contents.
 //!
 //! Sleep, in order:
+//! 0. The before-release hook runs, before any lock is taken: a host
+//!    drains its queue of work there, which may still allocate.
 //! 1. The allocator becomes asleep: from now on a malloc routed to an
 //!    offload or discard pool is INVALID_ARGUMENT ("asleep"); frees of any
 //!    block go on (a sleeping block is just dropped; its pages are gone).
-//! 2. The before-release hook runs (a host drains its queue of work), then
-//!    every pool's cached memory goes back, as `empty_cache` gives back the
+//! 2. Every pool's cached memory goes back, as `empty_cache` gives back the
 //!    default pool's (after synchronizing the streams that used it).
 //! 3. Under the ladder lock, each offload/discard pool's ranges are taken
 //!    off the device run by run (`backing::expandable::sleep`): the streams
@@ -107,6 +108,8 @@ impl<B: Backing> Device<B> {
     /// device bytes given back.
     pub fn sleep(&self, mode_of: &dyn Fn(u64, SleepMode) -> SleepMode) -> Result<usize> {
         self.check_alive()?;
+        // Before any lock: the host's queue may still allocate as it drains.
+        self.sh.hooks.before_release(self.sh.device);
         let mut state = self.sleep.lock();
         if state.is_some() {
             return Ok(0);
@@ -149,7 +152,6 @@ impl<B: Backing> Device<B> {
 
     /// Steps 2 to 4 of sleep.
     fn take_off(&self, modes: &HashMap<u64, SleepMode>) -> Result<usize> {
-        self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         // Every pool's cached memory (the second pass releases the ranges
         // the first one emptied); graph streams keep theirs (Note [capture]).

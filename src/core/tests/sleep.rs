@@ -388,3 +388,62 @@ fn runs_of_mixed_pieces_wake_in_place() {
     }
     teardown_clean(a, &base);
 }
+
+/// What the allocating hook below needs.
+struct HookCtx {
+    a: *const DeviceAllocator,
+    pool: u64,
+    got: std::sync::atomic::AtomicUsize,
+}
+
+/// Allocates 3 MiB from `pool` on another thread (as torch_npu's task queue
+/// would), the first time only.
+unsafe extern "C" fn allocating_hook(user: *mut std::ffi::c_void, _device: i32) {
+    use std::sync::atomic::Ordering;
+    // SAFETY: the test passes a HookCtx that outlives every sleep it makes.
+    let ctx = unsafe { &*(user as *const HookCtx) };
+    if ctx.got.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    // SAFETY: the allocator outlives the hook's registration (the test
+    // removes the hook before dropping it).
+    let (a, pool) = (unsafe { &*ctx.a }, ctx.pool);
+    let addr = std::thread::scope(|s| {
+        s.spawn(move || {
+            a.pool_begin(pool, None).unwrap();
+            let addr = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+            a.pool_end(pool, None).unwrap();
+            addr
+        })
+        .join()
+        .unwrap()
+    });
+    fill(addr, 3 * MIB, 0x4e);
+    ctx.got.store(addr, Ordering::Relaxed);
+}
+
+/// The before-release hook runs before sleep takes any lock: a hook that
+/// allocates from the pool about to sleep (a host draining its queue on
+/// another thread) succeeds instead of deadlocking, and its block sleeps
+/// with the others.
+#[test]
+fn the_before_release_hook_may_allocate() {
+    use crate::core::pools::config::PoolConfig;
+    use std::sync::atomic::Ordering;
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = paged();
+    let pool = a.pool_create(PoolConfig { sleep: SleepMode::Offload, ..PoolConfig::default() }).unwrap();
+    let ctx = HookCtx { a: &a, pool, got: Default::default() };
+    a.set_before_release(Some((allocating_hook, &ctx as *const HookCtx as *mut std::ffi::c_void)));
+    a.sleep_pools().unwrap();
+    let addr = ctx.got.load(Ordering::Relaxed);
+    assert_ne!(addr, 0, "the hook ran and allocated");
+    assert_eq!(base.vmm().physical_bytes, 0, "the hook's block sleeps too");
+    a.wake().unwrap();
+    assert!(check_fill(addr, 3 * MIB, 0x4e));
+    a.set_before_release(None);
+    a.free(addr).unwrap();
+    teardown_clean(a, &base);
+}
