@@ -288,6 +288,8 @@ class Bridge final : public NCA::NPUAllocator {
     when_ = enabled ? when : NCA::RecordContext::NEVER;
     if (!enabled) {
       trace_contexts_.clear();
+      free_contexts_.clear();
+      trace_context_count_ = 0;
       for (auto& kv : live_) kv.second.context.reset();
     }
   }
@@ -418,8 +420,13 @@ class Bridge final : public NCA::NPUAllocator {
   std::unordered_map<void*, Live> live_;
   // Contexts of recorded allocations, per address, oldest first (matched to the history's
   // alloc entries from the newest, so entries the history dropped do not shift them).
-  std::unordered_map<int64_t, std::deque<std::shared_ptr<c10::GatheredContext>>> trace_contexts_;
+  // Stack frames of history entries, oldest first per address: of allocations (alloc) and, with
+  // RecordContext::ALL, of frees (free_requested).
+  using Contexts = std::unordered_map<int64_t, std::deque<std::shared_ptr<c10::GatheredContext>>>;
+  Contexts trace_contexts_;
+  Contexts free_contexts_;
   size_t trace_context_count_ = 0;
+  void keep_context(Contexts& where, void* p, std::shared_ptr<c10::GatheredContext> context);
   std::atomic<size_t> history_entries_{0};
   NCA::CreateContextFn recorder_ = nullptr;
   NCA::RecordContext when_ = NCA::RecordContext::NEVER;
@@ -535,17 +542,24 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
   Live& live = live_[p];
   live = Live{device, size, context, {}};
   if (context && (when == NCA::RecordContext::ALLOC || when == NCA::RecordContext::ALL)) {
-    trace_contexts_[reinterpret_cast<int64_t>(p)].push_back(context);
-    if (++trace_context_count_ > 2 * history_entries_.load() + 1024) {
-      // Bounded: drop the oldest context of the busiest addresses.
-      for (auto it = trace_contexts_.begin(); it != trace_contexts_.end();) {
+    keep_context(trace_contexts_, p, context);
+  }
+  return p;
+}
+
+// With mu_ held.
+void Bridge::keep_context(Contexts& where, void* p, std::shared_ptr<c10::GatheredContext> context) {
+  where[reinterpret_cast<int64_t>(p)].push_back(std::move(context));
+  if (++trace_context_count_ > 2 * history_entries_.load() + 1024) {
+    // Bounded: drop the oldest context of every address.
+    for (Contexts* m : {&trace_contexts_, &free_contexts_}) {
+      for (auto it = m->begin(); it != m->end();) {
         it->second.pop_front();
         --trace_context_count_;
-        it = it->second.empty() ? trace_contexts_.erase(it) : std::next(it);
+        it = it->second.empty() ? m->erase(it) : std::next(it);
       }
     }
   }
-  return p;
 }
 
 void Bridge::free_block(void* ptr, bool throw_errors) {
@@ -553,8 +567,11 @@ void Bridge::free_block(void* ptr, bool throw_errors) {
     return;
   }
   Live live;
+  NCA::CreateContextFn recorder;
   {
     std::lock_guard<std::mutex> g(mu_);
+    // context="all": the free's stack frames too (torch_npu records them on free_requested).
+    recorder = when_ == NCA::RecordContext::ALL ? recorder_ : nullptr;
     auto it = live_.find(ptr);
     if (it == live_.end()) {
       if (throw_errors) {
@@ -565,6 +582,12 @@ void Bridge::free_block(void* ptr, bool throw_errors) {
     }
     live = std::move(it->second);
     live_.erase(it);
+  }
+  if (recorder != nullptr) {
+    // Gathered with no lock held: it may take the GIL.
+    std::shared_ptr<c10::GatheredContext> context = recorder();
+    std::lock_guard<std::mutex> g(mu_);
+    if (context && when_ == NCA::RecordContext::ALL) keep_context(free_contexts_, ptr, std::move(context));
   }
   // With torch_npu's task queue, work on the streams record_stream named may still sit in the
   // queue; the event npualloc records at free must come after it, so those queues go first.
@@ -673,7 +696,7 @@ void Bridge::add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info)
     return;
   }
   std::vector<NCA::TraceEntry> entries;
-  std::unordered_map<int64_t, size_t> taken;  // contexts used per address, from the newest
+  std::unordered_map<int64_t, size_t> taken, taken_free;  // contexts used per address, from the newest
   const auto& items = traces.items[device].items;
   for (auto it = items.rbegin(); it != items.rend(); ++it) {
     const Json& e = *it;
@@ -682,10 +705,12 @@ void Bridge::add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info)
     if (!known) continue;
     int64_t addr = action == NCA::TraceEntry::OOM ? e["device_free"].as_int() : e["addr"].as_int();
     std::shared_ptr<c10::GatheredContext> context;
-    if (action == NCA::TraceEntry::ALLOC) {
-      auto found = trace_contexts_.find(addr);
-      size_t& n = taken[addr];
-      if (found != trace_contexts_.end() && n < found->second.size()) {
+    if (action == NCA::TraceEntry::ALLOC || action == NCA::TraceEntry::FREE_REQUESTED) {
+      bool alloc = action == NCA::TraceEntry::ALLOC;
+      Contexts& from = alloc ? trace_contexts_ : free_contexts_;
+      auto found = from.find(addr);
+      size_t& n = (alloc ? taken : taken_free)[addr];
+      if (found != from.end() && n < found->second.size()) {
         context = found->second[found->second.size() - 1 - n];
         ++n;
       }
