@@ -110,7 +110,8 @@ def test_memory_fraction_set_and_get_and_out_of_memory(run_npu):
         torch.npu.set_per_process_memory_fraction(0.25)
         out = {"fraction": torch.npu.get_per_process_memory_fraction()}
         try:
-            torch.empty(1 << 40, dtype=torch.uint8, device="npu")
+            # Half the device: over the fraction, within one reservation of address space.
+            torch.empty(torch.npu.mem_get_info()[1] // 2, dtype=torch.uint8, device="npu")
             out["raised"] = None
         except torch.OutOfMemoryError as e:
             out["raised"] = "OutOfMemoryError"
