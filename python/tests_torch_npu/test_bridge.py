@@ -203,6 +203,11 @@ def test_erase_stream_ends_the_wait(run_npu):
 
 
 def test_empty_cache_with_the_task_queue_gives_back_nothing_queued_work_needs(run_npu):
+    # Fails without the before-release hook (npualloc's empty_cache only reaps pending frees
+    # whose events completed, so x's block stays). It does not tell the hook's task-queue
+    # drain from its device synchronize: by the time of empty_cache the free has already
+    # emptied the side stream's queue (record_stream's streams are drained at free), and a
+    # hook that only synchronized the device passes too.
     r = run(run_npu, """
         emu = emulator()
         N = 1 << 20
