@@ -44,9 +44,8 @@ pub const TORCH_NPU_ONLY_KEYS: &[&str] = &[
 pub(super) fn choose(ours: Option<OsString>, torch_npu: Option<OsString>) -> Result<(Config, Option<String>), Error> {
     if ours.is_some() {
         let config = super::from_env_value(ours)?;
-        let log = torch_npu.map(|_| {
-            format!("npualloc: config from {ENV_VAR}; {TORCH_NPU_ENV_VAR} is set too and is not read")
-        });
+        let log = torch_npu
+            .map(|_| format!("npualloc: config from {ENV_VAR}; {TORCH_NPU_ENV_VAR} is set too and is not read"));
         return Ok((config, log));
     }
     let Some(value) = torch_npu else {
@@ -135,7 +134,10 @@ mod tests {
         match choose(None, some("bogus_key:1")) {
             Err(Error::BadConfig { key, reason }) => {
                 assert_eq!(key, "bogus_key");
-                assert!(reason.ends_with("(in PYTORCH_NPU_ALLOC_CONF, read because NPUALLOC_CONF is unset)"), "{reason}");
+                assert!(
+                    reason.ends_with("(in PYTORCH_NPU_ALLOC_CONF, read because NPUALLOC_CONF is unset)"),
+                    "{reason}"
+                );
             }
             other => panic!("{other:?}"),
         }
