@@ -257,6 +257,15 @@ pub fn check_copy(c: &Copy2d, mut find_block: impl FnMut(usize) -> Option<(usize
                 if device_sides == DeviceSides::ByAddress {
                     continue;
                 }
+                // H2D or D2H whose host side is ours and whose device side
+                // is not: the kind is the mistake, not the pointer.
+                let other = match region.side {
+                    Side::Dst => Side::Src,
+                    Side::Src => Side::Dst,
+                };
+                if !device_sides.includes(other) && find_block(c.region(other).addr).is_some() {
+                    return Err(reversed_kind(c, &region, other));
+                }
                 return Err(unknown_pointer(c, &region));
             };
             check_within_block(&region, c.width, c.height, start, size)?;
@@ -352,6 +361,24 @@ fn sync_default_d2d(c: &Copy2d) -> Error {
 #[inline(never)]
 fn over_limit(c: &Copy2d, what: &str, value: usize, limit: usize) -> Error {
     Error::InvalidArgument(format!("{}: {what} {value} > {limit} (the runtime's largest {what})", c.call_name()))
+}
+
+#[cold]
+#[inline(never)]
+fn reversed_kind(c: &Copy2d, device_side: &DeviceRegion, owned: Side) -> Error {
+    let (given, meant) = match device_side.side {
+        Side::Dst => ("ACL_MEMCPY_HOST_TO_DEVICE (1)", "ACL_MEMCPY_DEVICE_TO_HOST (2)"),
+        Side::Src => ("ACL_MEMCPY_DEVICE_TO_HOST (2)", "ACL_MEMCPY_HOST_TO_DEVICE (1)"),
+    };
+    Error::InvalidArgument(format!(
+        "{}: kind {given} says {} {:#x} is device memory, but it is not in a block of this allocator while {} {:#x} \
+         is; is the kind reversed ({meant}, or ACL_MEMCPY_DEFAULT (4) to let the runtime decide)?",
+        c.call_name(),
+        device_side.side.name(),
+        device_side.addr,
+        owned.name(),
+        c.region(owned).addr
+    ))
 }
 
 #[cold]
@@ -767,6 +794,33 @@ mod tests {
         // The host side of H2D is not looked up.
         let c = with(|c| c.src = 0x3_0000_0000);
         assert!(check_copy(&c, blocks).is_ok());
+        // H2D from one of our blocks to memory we do not own: the kind is
+        // blamed (reversed), not the pointer; likewise D2H.
+        let c = with(|c| c.dst = 0x3_0000_0000);
+        match check_copy(&c, blocks) {
+            Err(Error::InvalidArgument(msg)) => {
+                assert!(msg.contains("kind ACL_MEMCPY_HOST_TO_DEVICE (1) says dst 0x300000000"), "{msg}");
+                assert!(msg.contains("src 0x200000000 is; is the kind reversed"), "{msg}");
+                assert!(msg.contains("ACL_MEMCPY_DEVICE_TO_HOST (2)"), "{msg}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let c = with(|c| {
+            c.kind = ACL_MEMCPY_DEVICE_TO_HOST;
+            c.src = 0x3_0000_0000
+        });
+        match check_copy(&c, blocks) {
+            Err(Error::InvalidArgument(msg)) => {
+                assert!(msg.contains("kind ACL_MEMCPY_DEVICE_TO_HOST (2) says src 0x300000000"), "{msg}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // Neither end ours: still the pointer.
+        let c = with(|c| {
+            c.dst = 0x3_0000_0000;
+            c.src = 0x4_0000_0000
+        });
+        assert!(matches!(check_copy(&c, blocks), Err(Error::UnknownPointer(_))));
         // No-ops and rule failures never reach the lookup.
         let mut calls = 0;
         let _ = check_copy(&with(|c| c.width = 0), |_| {
