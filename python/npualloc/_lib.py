@@ -70,6 +70,16 @@ class Stats(ctypes.Structure):
     ]
 
 
+class BlockInfo(ctypes.Structure):
+    # npualloc_block_info (include/npualloc.h).
+    _fields_ = [
+        ("addr", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+        ("requested", ctypes.c_uint64),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 _lib = None
 
 
@@ -103,6 +113,12 @@ def lib():
             "npualloc_pool_end": (status, [P, ctypes.c_uint64, P]),
             "npualloc_pool_destroy": (status, [P, ctypes.c_uint64]),
             "npualloc_pool_get_stats": (status, [P, ctypes.c_uint64, ctypes.POINTER(Stats)]),
+            "npualloc_record_stream": (status, [P, P, P]),
+            "npualloc_erase_stream": (status, [P, P, P]),
+            "npualloc_forget_stream": (status, [P, P]),
+            "npualloc_query": (status, [P, P, ctypes.POINTER(BlockInfo)]),
+            "npualloc_set_memory_fraction": (status, [P, ctypes.c_double]),
+            "npualloc_reset_peak_stats": (status, [P]),
         }
         for name, (restype, argtypes) in sigs.items():
             fn = getattr(handle, name)
