@@ -61,7 +61,7 @@ std::string last_error() {
 // One live block: what the deleter and the snapshot need that npualloc does not keep.
 struct Live {
   int device = 0;
-  size_t size = 0;  // as torch_npu asked (without the tail)
+  size_t size = 0;  // as npualloc was asked (with the tail)
   std::shared_ptr<c10::GatheredContext> context;
   // Streams record_stream named (torch_npu's NPUStream, to empty their task queue at free).
   std::vector<c10_npu::NPUStream> streams;
@@ -70,6 +70,14 @@ struct Live {
 // Counters at the last reset_accumulated_memory_stats, per device.
 struct Baseline {
   uint64_t allocs = 0, frees = 0, device_mallocs = 0, device_frees = 0, retries = 0, ooms = 0, syncs = 0;
+};
+
+// What the bridge counts itself, per device, under its lock (it already takes it for every
+// allocation and free): torch_npu's live blocks and their peak, and the cumulative bytes asked
+// (npualloc keeps neither: counting them in npualloc's shards would add to its cache-hit path).
+struct Counts {
+  int64_t live = 0, live_peak = 0;
+  int64_t requested_in = 0, requested_out = 0;  // since the last reset_accumulated_memory_stats
 };
 
 void drain_task_queue(void* user, int32_t device);
@@ -224,9 +232,11 @@ class Bridge final : public NCA::NPUAllocator {
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     npualloc_stats s = stats_of(device);
     Baseline b;
+    Counts c;
     {
       std::lock_guard<std::mutex> g(mu_);
       b = baselines_[device];
+      c = counts_[device];
     }
     c10::CachingDeviceAllocator::DeviceStats d;
     auto set = [](StatArray& a, int64_t current, int64_t peak, int64_t allocated, int64_t freed) {
@@ -237,16 +247,19 @@ class Bridge final : public NCA::NPUAllocator {
       st.freed = freed;
     };
     auto i = [](uint64_t v) { return static_cast<int64_t>(v); };
-    // Counts: npualloc keeps no peak of block or segment counts; their peak reads as current.
-    set(d.allocation, i(s.active_blocks), i(s.active_blocks), i(s.num_allocs - b.allocs), i(s.num_frees - b.frees));
+    // Block counts: the peak is the bridge's count of torch_npu's live blocks. npualloc keeps no
+    // peak of segment counts: segment.peak reads as current (a lower bound).
+    set(d.allocation, i(s.active_blocks), c.live_peak, i(s.num_allocs - b.allocs), i(s.num_frees - b.frees));
     set(d.segment, i(s.segments), i(s.segments), i(s.num_device_mallocs - b.device_mallocs),
         i(s.num_device_frees - b.device_frees));
-    set(d.active, i(s.active_blocks), i(s.active_blocks), i(s.num_allocs - b.allocs), i(s.num_frees - b.frees));
-    // Bytes: npualloc keeps no cumulative byte totals; "allocated"/"freed" of byte stats read 0.
+    set(d.active, i(s.active_blocks), c.live_peak, i(s.num_allocs - b.allocs), i(s.num_frees - b.frees));
+    // Bytes: requested bytes asked and given back are the bridge's sums. npualloc keeps no
+    // cumulative totals of rounded or reserved bytes (they would cost its cache-hit path), so
+    // "allocated"/"freed" of allocated_bytes, active_bytes and reserved_bytes read 0.
     set(d.allocated_bytes, i(s.allocated_bytes), i(s.allocated_bytes_peak), 0, 0);
     set(d.reserved_bytes, i(s.reserved_bytes), i(s.reserved_bytes_peak), 0, 0);
     set(d.active_bytes, i(s.allocated_bytes + s.pending_free_bytes), i(s.allocated_bytes_peak), 0, 0);
-    set(d.requested_bytes, i(s.requested_bytes), i(s.requested_bytes_peak), 0, 0);
+    set(d.requested_bytes, i(s.requested_bytes), i(s.requested_bytes_peak), c.requested_in, c.requested_out);
     uint64_t in_use = s.allocated_bytes + s.pending_free_bytes;
     set(d.inactive_split_bytes, i(s.segment_bytes > in_use ? s.segment_bytes - in_use : 0), 0, 0, 0);
     d.num_alloc_retries = i(s.num_alloc_retries - b.retries);
@@ -262,6 +275,7 @@ class Bridge final : public NCA::NPUAllocator {
     std::lock_guard<std::mutex> g(mu_);
     baselines_[device] = Baseline{s.num_allocs,       s.num_frees,         s.num_device_mallocs, s.num_device_frees,
                                   s.num_alloc_retries, s.num_ooms, s.num_syncs};
+    counts_[device].requested_in = counts_[device].requested_out = 0;
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
@@ -270,6 +284,8 @@ class Bridge final : public NCA::NPUAllocator {
     if (a != nullptr) {
       check(api->reset_peak_stats(a), "reset_peak_stats");
     }
+    std::lock_guard<std::mutex> g(mu_);
+    counts_[device].live_peak = counts_[device].live;
   }
 
   // ---- history and snapshot ---------------------------------------------------------------
@@ -292,6 +308,8 @@ class Bridge final : public NCA::NPUAllocator {
     when_ = enabled ? when : NCA::RecordContext::NEVER;
     if (!enabled) {
       trace_contexts_.clear();
+      free_contexts_.clear();
+      trace_context_count_ = 0;
       for (auto& kv : live_) kv.second.context.reset();
     }
   }
@@ -436,12 +454,18 @@ class Bridge final : public NCA::NPUAllocator {
   std::array<double, kMaxDevices> fractions_{};
   std::array<npualloc_allocator*, kMaxDevices> handles_{};
   std::array<Baseline, kMaxDevices> baselines_{};
+  std::array<Counts, kMaxDevices> counts_{};
   std::mutex mu_;
   std::unordered_map<void*, Live> live_;
   // Contexts of recorded allocations, per address, oldest first (matched to the history's
   // alloc entries from the newest, so entries the history dropped do not shift them).
-  std::unordered_map<int64_t, std::deque<std::shared_ptr<c10::GatheredContext>>> trace_contexts_;
+  // Stack frames of history entries, oldest first per address: of allocations (alloc) and, with
+  // RecordContext::ALL, of frees (free_requested).
+  using Contexts = std::unordered_map<int64_t, std::deque<std::shared_ptr<c10::GatheredContext>>>;
+  Contexts trace_contexts_;
+  Contexts free_contexts_;
   size_t trace_context_count_ = 0;
+  void keep_context(Contexts& where, void* p, std::shared_ptr<c10::GatheredContext> context);
   std::atomic<size_t> history_entries_{0};
   NCA::CreateContextFn recorder_ = nullptr;
   NCA::RecordContext when_ = NCA::RecordContext::NEVER;
@@ -561,19 +585,29 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
   TORCH_CHECK(st == NPUALLOC_OK, "npualloc: malloc failed (", api->status_name(st), "): ", error);
   std::lock_guard<std::mutex> g(mu_);
   Live& live = live_[p];
-  live = Live{device, size, context, {}};
+  live = Live{device, size + tail_, context, {}};
+  Counts& c = counts_[device];
+  c.live_peak = std::max(c.live_peak, ++c.live);
+  c.requested_in += static_cast<int64_t>(size + tail_);
   if (context && (when == NCA::RecordContext::ALLOC || when == NCA::RecordContext::ALL)) {
-    trace_contexts_[reinterpret_cast<int64_t>(p)].push_back(context);
-    if (++trace_context_count_ > 2 * history_entries_.load() + 1024) {
-      // Bounded: drop the oldest context of the busiest addresses.
-      for (auto it = trace_contexts_.begin(); it != trace_contexts_.end();) {
+    keep_context(trace_contexts_, p, context);
+  }
+  return p;
+}
+
+// With mu_ held.
+void Bridge::keep_context(Contexts& where, void* p, std::shared_ptr<c10::GatheredContext> context) {
+  where[reinterpret_cast<int64_t>(p)].push_back(std::move(context));
+  if (++trace_context_count_ > 2 * history_entries_.load() + 1024) {
+    // Bounded: drop the oldest context of every address.
+    for (Contexts* m : {&trace_contexts_, &free_contexts_}) {
+      for (auto it = m->begin(); it != m->end();) {
         it->second.pop_front();
         --trace_context_count_;
-        it = it->second.empty() ? trace_contexts_.erase(it) : std::next(it);
+        it = it->second.empty() ? m->erase(it) : std::next(it);
       }
     }
   }
-  return p;
 }
 
 void Bridge::free_block(void* ptr, bool throw_errors) {
@@ -581,8 +615,11 @@ void Bridge::free_block(void* ptr, bool throw_errors) {
     return;
   }
   Live live;
+  NCA::CreateContextFn recorder;
   {
     std::lock_guard<std::mutex> g(mu_);
+    // context="all": the free's stack frames too (torch_npu records them on free_requested).
+    recorder = when_ == NCA::RecordContext::ALL ? recorder_ : nullptr;
     auto it = live_.find(ptr);
     if (it == live_.end()) {
       if (throw_errors) {
@@ -593,6 +630,15 @@ void Bridge::free_block(void* ptr, bool throw_errors) {
     }
     live = std::move(it->second);
     live_.erase(it);
+    Counts& c = counts_[live.device];
+    --c.live;
+    c.requested_out += static_cast<int64_t>(live.size);
+  }
+  if (recorder != nullptr) {
+    // Gathered with no lock held: it may take the GIL.
+    std::shared_ptr<c10::GatheredContext> context = recorder();
+    std::lock_guard<std::mutex> g(mu_);
+    if (context && when_ == NCA::RecordContext::ALL) keep_context(free_contexts_, ptr, std::move(context));
   }
   // With torch_npu's task queue, work on the streams record_stream named may still sit in the
   // queue; the event npualloc records at free must come after it, so those queues go first.
@@ -705,7 +751,7 @@ void Bridge::add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info)
     return;
   }
   std::vector<NCA::TraceEntry> entries;
-  std::unordered_map<int64_t, size_t> taken;  // contexts used per address, from the newest
+  std::unordered_map<int64_t, size_t> taken, taken_free;  // contexts used per address, from the newest
   const auto& items = traces.items[device].items;
   for (auto it = items.rbegin(); it != items.rend(); ++it) {
     const Json& e = *it;
@@ -714,10 +760,12 @@ void Bridge::add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info)
     if (!known) continue;
     int64_t addr = action == NCA::TraceEntry::OOM ? e["device_free"].as_int() : e["addr"].as_int();
     std::shared_ptr<c10::GatheredContext> context;
-    if (action == NCA::TraceEntry::ALLOC) {
-      auto found = trace_contexts_.find(addr);
-      size_t& n = taken[addr];
-      if (found != trace_contexts_.end() && n < found->second.size()) {
+    if (action == NCA::TraceEntry::ALLOC || action == NCA::TraceEntry::FREE_REQUESTED) {
+      bool alloc = action == NCA::TraceEntry::ALLOC;
+      Contexts& from = alloc ? trace_contexts_ : free_contexts_;
+      auto found = from.find(addr);
+      size_t& n = (alloc ? taken : taken_free)[addr];
+      if (found != from.end() && n < found->second.size()) {
         context = found->second[found->second.size() - 1 - n];
         ++n;
       }
