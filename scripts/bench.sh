@@ -3,7 +3,8 @@
 #
 #   scripts/bench.sh [TRACE...]          default: traces/*.trace.gz
 #   PEER=<peer dir> scripts/bench.sh ... also replays each trace through the real
-#                                        PyTorch caching allocator (replay_torch)
+#                                        PyTorch caching allocator (replay_torch;
+#                                        scripts/build-peer.sh builds it in target/peer)
 #   SKIP_CRITERION=1                     skips the hot-path micro-benchmarks
 #
 # Output: the npualloc-replay table (npualloc defaults, PyTorch policy,

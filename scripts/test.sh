@@ -68,6 +68,11 @@ if [[ -d python/tests ]]; then
     bash scripts/test-python.sh
 fi
 
+# The PyTorch comparison harness of BENCHMARKS.md (tools/peer/): only that its C
+# sources compile; the full build downloads the torch wheel (scripts/build-peer.sh).
+echo "== the PyTorch comparison harness compiles"
+SYNTAX_ONLY=1 bash scripts/build-peer.sh
+
 # The real torch 2.14.0 and torch_npu 2.14.0 on the emulator (about 600 MB of
 # wheels, downloaded once and cached; a loud SKIPPED line when they cannot be).
 bash scripts/test-torch-npu.sh

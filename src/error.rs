@@ -8,8 +8,9 @@ pub enum Error {
     /// NULL where a value is required, zero or overflowing size, bad enum, bad stream.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// Unknown key, bad value or conflicting keys in a config string.
-    #[error("bad config key '{key}': {reason}")]
+    /// Unknown key, bad value or conflicting keys in a config string. The
+    /// message says "entry", not "key": most reasons are a valid key's bad value.
+    #[error("bad config entry '{key}': {reason}")]
     BadConfig { key: String, reason: String },
     /// A pointer or block this allocator does not own, or already freed.
     #[error("unknown pointer: {0}")]

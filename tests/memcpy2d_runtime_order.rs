@@ -78,6 +78,15 @@ fn default_kind_is_accepted_and_bounds_checked() {
 
 #[test]
 fn explicit_kinds_still_need_an_owned_device_side() {
+    // The host side is one of our blocks: the kind is reversed, and it is
+    // the kind the message blames.
     let c = Copy2d { dst: HOST, ..copy(ACL_MEMCPY_HOST_TO_DEVICE, false) };
+    assert!(
+        matches!(check_copy(&c, blocks), Err(Error::InvalidArgument(ref m)) if m.contains("is the kind reversed")),
+        "{:?}",
+        check_copy(&c, blocks)
+    );
+    // Neither side ours: the device-side pointer is unknown.
+    let c = Copy2d { dst: HOST, src: HOST + BLOCK, ..copy(ACL_MEMCPY_HOST_TO_DEVICE, false) };
     assert!(matches!(check_copy(&c, blocks), Err(Error::UnknownPointer(_))));
 }

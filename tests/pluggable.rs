@@ -60,7 +60,7 @@ fn pluggable_hooks_on_the_emulator() {
 
         // Outside the init'ed device count.
         assert!(npualloc_pluggable_malloc(64, 2, null_mut()).is_null());
-        assert!(last_error_message().contains("device 2"), "{}", last_error_message());
+        assert!(last_error_message().contains("device 2 is not in 0 to 1"), "{}", last_error_message());
 
         for &(p, size) in &live {
             npualloc_pluggable_free(p, size, 0, null_mut());

@@ -221,8 +221,8 @@ fn the_message_names_memory_held_outside_the_allocator() {
         assert_eq!(st, NPUALLOC_ERR_OUT_OF_MEMORY, "{config}: {msg}");
         let part = format!(
             "This allocator holds 0.00 MiB: 0.00 MiB allocated, 0.00 MiB cached in free blocks, \
-             0.00 MiB cached as unmapped physical handles, 0.00 MiB freed but waiting for other streams' work; \
-             its largest free block is 0.00 MiB. The device has {} in use that this allocator does not hold: \
+             0.00 MiB cached as unmapped physical handles, 0.00 MiB freed but waiting for other streams' work. \
+             The largest free block this request could use was 0.00 MiB at its last attempt. The device has {} in use that this allocator does not hold: \
              it may be held by another allocator in this process or by another process on the device.",
             mib(held_by_a)
         );

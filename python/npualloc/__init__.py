@@ -112,6 +112,21 @@ def _stream_value(stream):
     return stream
 
 
+def _stream_ptr(stream):
+    return ctypes.c_void_p(_stream_value(stream) or None)
+
+
+def _block_ptr(block):
+    """A MemBlock's address, or an int address, as a pointer."""
+    if isinstance(block, MemBlock):
+        addr = block.addr
+    elif isinstance(block, int) and not isinstance(block, bool) and 0 <= block < 1 << 64:
+        addr = block
+    else:
+        raise ValueError(f"expected a MemBlock or an address (an int), got {block!r}")
+    return ctypes.c_void_p(addr or None)
+
+
 def _check(status):
     if status == _lib.OK:
         return
@@ -223,6 +238,49 @@ class CachingAllocator(Allocator):
     def empty_cache(self):
         """Returns cached, unused memory to the device."""
         _check(self._lib.npualloc_empty_cache(self._live()))
+
+    # ---- the C API's stream and block calls (npualloc_record_stream, ...) ----
+
+    def record_stream(self, block, stream):
+        """Notes that work queued on ``stream`` (an address, as for the
+        constructor) uses ``block``, so freeing it waits for that work, as
+        ``torch.Tensor.record_stream`` does. Recording the block's own stream
+        does nothing. ValueError for a block that is not live here or a
+        stream the runtime does not know."""
+        _check(self._lib.npualloc_record_stream(self._live(), _block_ptr(block), _stream_ptr(stream)))
+
+    def erase_stream(self, block, stream):
+        """Undoes ``record_stream(block, stream)``: the caller ordered that
+        stream's work on the block itself. A stream the block was never
+        recorded on changes nothing. ValueError for a block not live here."""
+        _check(self._lib.npualloc_erase_stream(self._live(), _block_ptr(block), _stream_ptr(stream)))
+
+    def forget_stream(self, stream):
+        """The program is done with ``stream`` (call before destroying it):
+        the memory cached for it goes back to the device; its live blocks
+        stay valid. A stream this allocator never served changes nothing."""
+        _check(self._lib.npualloc_forget_stream(self._live(), _stream_ptr(stream)))
+
+    def query(self, addr):
+        """The live block containing ``addr`` (a MemBlock or any address
+        inside a block), as a dict: ``addr``, ``size`` (as rounded),
+        ``requested`` and ``stream`` (0: the default stream). ValueError when
+        no live block contains it."""
+        info = _lib.BlockInfo()
+        _check(self._lib.npualloc_query(self._live(), _block_ptr(addr), ctypes.byref(info)))
+        return {"addr": info.addr, "size": info.size, "requested": info.requested, "stream": info.stream or 0}
+
+    def set_memory_fraction(self, fraction):
+        """Caps the memory this allocator reserves at ``fraction`` (0 to 1)
+        of the device's total; what is reserved already stays. ValueError
+        for a fraction outside [0, 1] or NaN."""
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise ValueError(f"fraction must be a number in [0, 1], got {fraction!r}")
+        _check(self._lib.npualloc_set_memory_fraction(self._live(), float(fraction)))
+
+    def reset_peak_stats(self):
+        """Resets the ``*_peak`` statistics to the current values."""
+        _check(self._lib.npualloc_reset_peak_stats(self._live()))
 
     def close(self):
         """Destroys the allocator (live blocks are released). Idempotent."""

@@ -70,6 +70,16 @@ class Stats(ctypes.Structure):
     ]
 
 
+class BlockInfo(ctypes.Structure):
+    # npualloc_block_info (include/npualloc.h).
+    _fields_ = [
+        ("addr", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+        ("requested", ctypes.c_uint64),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 _lib = None
 
 
@@ -96,6 +106,12 @@ def lib():
             "npualloc_pluggable_record_history": (status, [ctypes.c_int, S]),
             "npualloc_pluggable_snapshot_pytorch_json": (status, [ctypes.c_int, ctypes.POINTER(P)]),
             "npualloc_version": (ctypes.c_char_p, []),
+            "npualloc_record_stream": (status, [P, P, P]),
+            "npualloc_erase_stream": (status, [P, P, P]),
+            "npualloc_forget_stream": (status, [P, P]),
+            "npualloc_query": (status, [P, P, ctypes.POINTER(BlockInfo)]),
+            "npualloc_set_memory_fraction": (status, [P, ctypes.c_double]),
+            "npualloc_reset_peak_stats": (status, [P]),
             "npualloc_pool_create": (status, [P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]),
             "npualloc_pool_begin": (status, [P, ctypes.c_uint64, P]),
             "npualloc_pool_end": (status, [P, ctypes.c_uint64, P]),

@@ -35,6 +35,7 @@ if "NPUALLOC_ACL_LIBRARY" not in os.environ:
         os.environ["NPUALLOC_ACL_LIBRARY"] = str(found)
 os.environ.setdefault("ACLEMU_DEVICE_MEMORY", "8g")
 os.environ.pop("NPUALLOC_CONF", None)
+os.environ.pop("PYTORCH_NPU_ALLOC_CONF", None)  # read when NPUALLOC_CONF is unset
 
 
 @pytest.fixture(scope="session")

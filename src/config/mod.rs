@@ -36,6 +36,7 @@
 //! - `map_ahead` does nothing with `reserved_headroom`, which maps nothing
 //!   ahead: refused.
 
+mod env;
 pub mod keys;
 mod parse;
 pub mod roundup;
@@ -47,6 +48,7 @@ use std::path::PathBuf;
 
 use crate::error::Error;
 
+pub use env::{TORCH_NPU_ENV_VAR, TORCH_NPU_ONLY_KEYS};
 pub use keys::{Key, KeySpec, ValueKind, KEYS};
 pub use roundup::{DivisionsError, RoundupDivisions};
 
@@ -150,9 +152,11 @@ impl Config {
         self.reuse_cache.unwrap_or(DEFAULT_REUSE_CACHE)
     }
 
-    /// Reads [`ENV_VAR`]; unset or empty gives the defaults.
+    /// Reads [`ENV_VAR`]; empty gives the defaults. When it is unset, reads
+    /// [`TORCH_NPU_ENV_VAR`] instead, ignoring torch_npu-only keys, and says
+    /// so once on stderr (see `env`); neither set gives the defaults.
     pub fn from_env() -> Result<Config, Error> {
-        from_env_value(std::env::var_os(ENV_VAR))
+        env::from_process_env()
     }
 
     /// The config for `npualloc_create`: the given string, or when there is

@@ -15,6 +15,13 @@ use crate::error::Error;
 const MIN_MAX_SPLIT_SIZE: usize = 20 * MIB;
 
 pub(super) fn parse(s: &str) -> Result<Config, Error> {
+    parse_skipping(s, &[]).map(|(config, _)| config)
+}
+
+/// [`parse`], leaving out entries whose key is in `skip`; returns them by
+/// name, in order. Their values are not looked at.
+pub(super) fn parse_skipping<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, Vec<&'s str>), Error> {
+    let mut skipped = Vec::new();
     let mut config = Config::default();
     let mut seen = 0u32;
     for entry in Entries::new(s) {
@@ -32,6 +39,10 @@ pub(super) fn parse(s: &str) -> Result<Config, Error> {
         if name.is_empty() {
             return Err(Error::bad_config(entry, format!("entry '{entry}' has no key before ':'")));
         }
+        if skip.contains(&name) {
+            skipped.push(name);
+            continue;
+        }
         let key = Key::from_name(name).ok_or_else(|| unknown_key(name))?;
         if seen & key.bit() != 0 {
             return Err(Error::bad_config(name, "given more than once; each key may appear only once"));
@@ -40,7 +51,7 @@ pub(super) fn parse(s: &str) -> Result<Config, Error> {
         apply(&mut config, key, value)?;
     }
     check_conflicts(&config, seen)?;
-    Ok(config)
+    Ok((config, skipped))
 }
 
 fn unknown_key(name: &str) -> Error {

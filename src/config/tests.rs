@@ -173,7 +173,7 @@ fn garbage_collection_threshold_boundaries() {
     let e = Config::parse("garbage_collection_threshold:1.5").unwrap_err();
     assert_eq!(
         e.to_string(),
-        "bad config key 'garbage_collection_threshold': garbage_collection_threshold must be a number \
+        "bad config entry 'garbage_collection_threshold': garbage_collection_threshold must be a number \
          between 0 and 1 (exclusive), got '1.5'"
     );
 }

@@ -96,6 +96,10 @@ impl<B: Backing> Device<B> {
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         let mut last = first;
+        // The largest free block the request could use at its last attempt:
+        // the report states it, not a figure gathered later, which other
+        // threads' frees could make contradict the failure.
+        let mut seen = B::largest_free(&shard.lock_anyway());
         let mut tried: Vec<&'static str> = Vec::new();
         if let GrowError::NeedsRoom { bytes } = last {
             // Not a shortage: `reserved_headroom` asks for other streams'
@@ -104,7 +108,7 @@ impl<B: Backing> Device<B> {
             tried.push("moving other streams' free pages here (reserved_headroom)");
             match self.attempt(shard, size, rounded)? {
                 Ok(addr) => return Ok(addr),
-                Err(e) => last = e,
+                Err((e, largest)) => (last, seen) = (e, largest),
             }
         }
         if matches!(last, GrowError::Collect) {
@@ -112,7 +116,7 @@ impl<B: Backing> Device<B> {
             tried.push("garbage collection");
             match self.attempt(shard, size, rounded)? {
                 Ok(addr) => return Ok(addr),
-                Err(e) => last = e,
+                Err((e, largest)) => (last, seen) = (e, largest),
             }
         }
         self.sh.counters.retried();
@@ -125,7 +129,7 @@ impl<B: Backing> Device<B> {
             tried.push(step.name());
             match self.attempt(shard, size, rounded)? {
                 Ok(addr) => return Ok(addr),
-                Err(e) => last = e,
+                Err((e, largest)) => (last, seen) = (e, largest),
             }
         }
         self.sh.counters.oom();
@@ -161,6 +165,7 @@ impl<B: Backing> Device<B> {
             rounded,
             device_memory: rt.on_device(device, || rt.mem_info()),
             stats: self.stats().unwrap_or_default(),
+            largest_seen: seen as u64,
             tried: &tried,
             cause: last.cause(),
         };
@@ -168,8 +173,9 @@ impl<B: Backing> Device<B> {
     }
 
     /// One retry of a request: an out-of-memory failure is the inner
-    /// `Err`, for the ladder to act on; any other fails the call.
-    fn attempt(&self, shard: &Shard<B>, size: usize, rounded: usize) -> Result<Result<usize, GrowError>> {
+    /// `Err`, with the largest free block of the shard as the attempt saw
+    /// it, for the ladder to act on; any other fails the call.
+    fn attempt(&self, shard: &Shard<B>, size: usize, rounded: usize) -> Result<Result<usize, (GrowError, usize)>> {
         let mut pool = shard.lock()?;
         match self.grow(shard, &mut pool, size, rounded, false) {
             Ok(addr) => {
@@ -179,7 +185,7 @@ impl<B: Backing> Device<B> {
                 self.sh.history.record(super::history::Action::Alloc, addr, size, stream);
                 Ok(Ok(addr))
             }
-            Err(e) if e.is_out_of_memory() => Ok(Err(e)),
+            Err(e) if e.is_out_of_memory() => Ok(Err((e, B::largest_free(&pool)))),
             Err(e) => {
                 drop(pool);
                 let _ = B::free_cached(&self.sh);

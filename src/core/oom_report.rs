@@ -22,6 +22,10 @@ pub(super) struct OomReport<'a> {
     /// `aclrtGetMemInfo`: (free, total).
     pub device_memory: Result<(usize, usize), AclCallError>,
     pub stats: Stats,
+    /// The largest free block of the request's own pool when its last
+    /// attempt failed. `stats` is gathered later and covers every stream,
+    /// so its largest free block may be one this request could not use.
+    pub largest_seen: u64,
     /// The ladder's steps that ran, in order.
     pub tried: &'a [&'static str],
     /// Why the last attempt failed.
@@ -59,14 +63,24 @@ impl fmt::Display for OomReport<'_> {
         write!(
             f,
             "This allocator holds {}: {} allocated, {} cached in free blocks, {} cached as unmapped physical handles, \
-             {} freed but waiting for other streams' work; its largest free block is {}. ",
+             {} freed but waiting for other streams' work. The largest free block this request could use was {} \
+             at its last attempt. ",
             Mib(s.reserved_bytes),
             Mib(s.allocated_bytes),
             Mib(in_blocks),
             Mib(s.cached_handle_bytes),
             Mib(s.pending_free_bytes),
-            Mib(s.largest_free_block),
+            Mib(self.largest_seen),
         )?;
+        if s.largest_free_block > self.largest_seen {
+            write!(
+                f,
+                "The largest free block of this allocator is now {}: it is in another stream's pool, which this \
+                 request's stream cannot use, or was freed by another thread after that attempt (a retry may then \
+                 succeed). ",
+                Mib(s.largest_free_block)
+            )?;
+        }
         if let Ok((free, total)) = self.device_memory {
             // Under a MiB is the runtime's own rounding, not worth a sentence.
             let used = total.saturating_sub(free) as u64;
@@ -180,6 +194,7 @@ mod tests {
             rounded: 40 << 20,
             device_memory: Ok((8 << 20, 64 << 20)),
             stats,
+            largest_seen: 4 << 20,
             tried: &["releasing cached memory", "freeing cached physical handles"],
             cause: "aclrtMallocPhysical failed with ACL_ERROR_RT_MEMORY_ALLOCATION (207001)".into(),
         };
@@ -195,9 +210,36 @@ mod tests {
         ] {
             assert!(m.contains(part), "missing {part:?} in: {m}");
         }
+        assert!(m.contains("The largest free block this request could use was 4.00 MiB at its last attempt."), "{m}");
+        assert!(!m.contains("is now"), "the figure did not change: {m}");
         let alone = OomReport { device_memory: Ok((24 << 20, 64 << 20)), tried: &[], ..report };
         let m = alone.to_string();
         assert!(!m.contains("does not hold"), "all used memory is this allocator's: {m}");
         assert!(m.contains("Nothing could be released."), "{m}");
+    }
+
+    /// The concurrent case: by the time the report is gathered, another
+    /// thread freed a block larger than the request. The message keeps the
+    /// figure the failing request saw and says what changed since.
+    #[test]
+    fn a_block_freed_after_the_failure_does_not_contradict_it() {
+        let stats = Stats { reserved_bytes: 1 << 30, largest_free_block: 654 << 20, ..Stats::default() };
+        let report = OomReport {
+            device: 0,
+            stream: Stream(0x10),
+            size: 300 << 20,
+            rounded: 300 << 20,
+            device_memory: Ok((0, 1 << 30)),
+            stats,
+            largest_seen: 12 << 20,
+            tried: &["releasing cached memory"],
+            cause: "aclrtMalloc failed".into(),
+        };
+        let m = report.to_string();
+        assert!(m.contains("cannot allocate 300.00 MiB"), "{m}");
+        assert!(m.contains("The largest free block this request could use was 12.00 MiB at its last attempt."), "{m}");
+        assert!(m.contains("The largest free block of this allocator is now 654.00 MiB"), "{m}");
+        assert!(m.contains("or was freed by another thread after that attempt"), "{m}");
+        assert!(!m.contains("largest free block is 654"), "{m}");
     }
 }

@@ -53,7 +53,8 @@ fn check_device(device: c_int) -> Result<usize> {
     };
     match usize::try_from(device) {
         Ok(d) if d < limit => Ok(d),
-        _ => Err(Error::InvalidArgument(format!("device {device} is not in 0..{limit}"))),
+        // `limit` is at least 1: init refuses a device count of 0.
+        _ => Err(Error::InvalidArgument(format!("device {device} is not in 0 to {}", limit - 1))),
     }
 }
 

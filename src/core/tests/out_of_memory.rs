@@ -1,7 +1,7 @@
 //! Running out of memory: the recovery ladder and its report, retried
 //! runtime failures, and the memory fraction.
 
-use super::support::{allocator, emu_lock, fail_nth, finish, set_capacity};
+use super::support::{allocator, drop_stream, emu_lock, fail_nth, finish, new_stream, set_capacity};
 use crate::core::*;
 
 #[test]
@@ -35,6 +35,36 @@ fn oom_ladder_releases_cache_then_fails_cleanly() {
     let r = a.malloc(30 << 20, Stream::DEFAULT).unwrap();
     a.free(r).unwrap();
     finish(a);
+    set_capacity(1 << 30);
+}
+
+/// A free block in another stream's pool is not one this request could
+/// use: the report gives the figure the failing request saw, and names the
+/// larger one for what it is, instead of "its largest free block is 18 MiB"
+/// under "cannot allocate 12 MiB".
+#[test]
+fn oom_report_separates_the_requests_pool_from_other_streams() {
+    let _g = emu_lock();
+    set_capacity(64 << 20);
+    let a = allocator("expandable_segments:false");
+    // 2 MiB takes a 20 MiB segment: 18 MiB stay free in the default
+    // stream's pool, and the segment cannot be released while p lives.
+    let p = a.malloc(2 << 20, Stream::DEFAULT).unwrap();
+    let q = a.malloc(40 << 20, Stream::DEFAULT).unwrap();
+    assert_eq!(a.stats().unwrap().largest_free_block, 18 << 20);
+    let other = new_stream();
+    let err = a.malloc(12 << 20, other).unwrap_err();
+    let Error::OutOfMemory(msg) = &err else { panic!("expected OOM, got {err:?}") };
+    assert!(msg.contains("cannot allocate 12.00 MiB"), "{msg}");
+    assert!(msg.contains("The largest free block this request could use was 0.00 MiB at its last attempt."), "{msg}");
+    assert!(
+        msg.contains("The largest free block of this allocator is now 18.00 MiB: it is in another stream's pool"),
+        "{msg}"
+    );
+    a.free(p).unwrap();
+    a.free(q).unwrap();
+    finish(a);
+    drop_stream(other);
     set_capacity(1 << 30);
 }
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# build-peer.sh -- builds the PyTorch comparison harness of BENCHMARKS.md (tools/peer/):
+# the unmodified, compiled CUDA caching allocator of the official torch wheel, replaying
+# traces on a fake CUDA runtime that serves "device memory" from host memory (no GPU, no
+# CUDA toolkit needed).
+#
+#   scripts/build-peer.sh              # builds in target/peer (PEER_OUT=<dir> to choose)
+#   PEER=target/peer scripts/bench.sh traces/*.trace.gz
+#
+# Steps (in PEER_OUT):
+#   1. venv/ with torch==2.15.0 --no-deps (a ~540 MB wheel, ~1.2 GB installed; only
+#      torch/lib/libc10*.so and the headers are used) and the CUDA 13 runtime headers
+#      (nvidia-cuda-runtime, nvidia-cuda-crt). pip's usual settings apply, e.g.
+#      PIP_FIND_LINKS=<dir of downloaded wheels> to install from a local copy.
+#   2. fake/libcudart.so.13 (tools/peer/fakecudart.c) and fake/libnvidia-ml.so.1
+#      (tools/peer/fakenvml.c); every cudart symbol libc10_cuda.so needs is checked to
+#      be defined, with its version node.
+#   3. replay_torch (tools/peer/replay_torch.cpp), linked against the wheel's libc10.
+#   4. two synthetic traces in traces/ and a smoke replay; then `PEER_OUT/test.sh`
+#      runs the harness's own checks.
+#
+# Env: PYTHON (default python3), SKIP_PIP=1 to reuse an existing venv,
+#      SYNTAX_ONLY=1 to only compile the C sources against stub declarations
+#      (no download; what scripts/test.sh runs).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SRC=$ROOT/tools/peer
+SOURCES="fakecudart.c fakecudart.map fakecudart_stats.h fakenvml.c replay_torch.cpp trace_common.h
+         make_synthetic_trace.py test.sh"
+
+if [ "${SYNTAX_ONLY:-0}" = 1 ]; then
+  # fakenvml.c needs no headers; fakecudart.c needs the CUDA runtime headers, so it is
+  # checked only when they are found (a previous full build, or CUDA_INCLUDE).
+  gcc -fsyntax-only -std=gnu11 -Wall -Wextra -Werror "$SRC/fakenvml.c"
+  inc=${CUDA_INCLUDE:-}
+  if [ -z "$inc" ] && [ -d "${PEER_OUT:-$ROOT/target/peer}/venv" ]; then
+    inc=$(find "${PEER_OUT:-$ROOT/target/peer}/venv" -path '*nvidia/cu13/include' -type d | head -1)
+  fi
+  if [ -n "$inc" ]; then
+    gcc -fsyntax-only -std=gnu11 -Wall -Wextra -I"$SRC" -I"$inc" "$SRC/fakecudart.c"
+    echo "peer C sources compile (fakenvml.c, fakecudart.c)"
+  else
+    echo "peer C sources compile (fakenvml.c; fakecudart.c skipped: no CUDA runtime headers)"
+  fi
+  exit 0
+fi
+
+OUT=${PEER_OUT:-$ROOT/target/peer}
+mkdir -p "$OUT"
+for f in $SOURCES; do cp "$SRC/$f" "$OUT/"; done
+cd "$OUT"
+OUT=$PWD
+PY=${PYTHON:-python3}
+
+TORCH_VER=2.15.0            # torch 2.15.0 (the PyPI build links libcudart.so.13)
+CUDA_HDR_VER=13.2.86        # nvidia-cuda-runtime / nvidia-cuda-crt: headers only
+
+if [ "${SKIP_PIP:-0}" != 1 ]; then
+  [ -x venv/bin/python ] || "$PY" -m venv venv
+  ./venv/bin/pip install -q --no-deps "torch==$TORCH_VER" \
+      "nvidia-cuda-runtime==$CUDA_HDR_VER" "nvidia-cuda-crt==$CUDA_HDR_VER"
+fi
+
+SP=$(./venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+TORCH=$SP/torch
+CUDAINC=$SP/nvidia/cu13/include
+for f in "$TORCH/lib/libc10_cuda.so" "$CUDAINC/cuda_runtime_api.h" "$CUDAINC/crt/host_defines.h"; do
+  [ -e "$f" ] || { echo "missing $f" >&2; exit 1; }
+done
+
+# The version node the fake must export: the one libc10_cuda.so was linked against.
+NODE=$(readelf -V "$TORCH/lib/libc10_cuda.so" | awk '/File: libcudart.so/{getline; if (!n++) print $3}')
+[ "$NODE" = libcudart.so.13 ] || { echo "unexpected cudart version node '$NODE'" >&2; exit 1; }
+
+mkdir -p fake traces
+echo "== fake/libcudart.so.13"
+gcc -O2 -g -fPIC -shared -std=gnu11 -Wall -Wextra -I. -I"$CUDAINC" -fvisibility=hidden \
+    -Wl,-soname,libcudart.so.13 -Wl,--version-script=fakecudart.map \
+    -o fake/libcudart.so.13 fakecudart.c -lpthread
+echo "== fake/libnvidia-ml.so.1"
+gcc -O2 -g -fPIC -shared -Wall -Wextra -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 \
+    -o fake/libnvidia-ml.so.1 fakenvml.c
+
+# Every cudart symbol libc10_cuda.so needs must be defined, with the right version.
+missing=$(comm -23 \
+  <(nm -D --undefined-only --with-symbol-versions "$TORCH/lib/libc10_cuda.so" | awk '/@libcudart/{print $2}' | sort -u) \
+  <(nm -D --defined-only --with-symbol-versions fake/libcudart.so.13 | awk '{print $3}' | sed 's/@@/@/' | sort -u))
+[ -z "$missing" ] || { echo "fake cudart lacks: $missing" >&2; exit 1; }
+
+echo "== replay_torch"
+g++ -std=c++20 -O2 -g -D_GLIBCXX_USE_CXX11_ABI=1 -I. -I"$TORCH/include" -I"$CUDAINC" \
+    -o replay_torch replay_torch.cpp \
+    -L"$TORCH/lib" -lc10_cuda -lc10 fake/libcudart.so.13 \
+    -Wl,--no-as-needed fake/libnvidia-ml.so.1 -Wl,--as-needed -ldl \
+    -Wl,-rpath,"$OUT/fake" -Wl,-rpath,"$TORCH/lib"
+
+echo "== synthetic traces"
+[ -e traces/synthetic-100k.trace.gz ] || "$PY" make_synthetic_trace.py traces/synthetic-100k.trace.gz
+[ -e traces/synthetic-4streams-100k.trace.gz ] || \
+  "$PY" make_synthetic_trace.py --streams 4 --seed 7 traces/synthetic-4streams-100k.trace.gz
+
+echo "== smoke replay"
+./replay_torch traces/synthetic-100k.trace.gz | grep -E '^(cudart|ns per op|peak reserved|OOMed)'
+echo "built in $OUT; run $OUT/test.sh for the harness's checks"
