@@ -49,7 +49,7 @@ typedef void *aclrtStream;
 /**
  * Minor version of the library.
  */
-#define NPUALLOC_VERSION_MINOR 2
+#define NPUALLOC_VERSION_MINOR 3
 
 /**
  * Patch version of the library.
