@@ -379,6 +379,11 @@ typedef struct npualloc_api {
                                       struct npualloc_stats*);
     npualloc_status (*sleep)(struct npualloc_allocator*);
     npualloc_status (*wake)(struct npualloc_allocator*);
+    npualloc_status (*sleep_with)(struct npualloc_allocator*,
+                                  const uint64_t*,
+                                  size_t,
+                                  const uint64_t*,
+                                  size_t);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -1123,6 +1128,33 @@ npualloc_status npualloc_sleep(struct npualloc_allocator *a);
  * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
  */
 npualloc_status npualloc_wake(struct npualloc_allocator *a);
+
+/**
+ * Sleeps as `npualloc_sleep` does, with the sleep mode of some pools
+ * chosen now instead of at `npualloc_pool_create`: the `n_offload` pools
+ * at `offload_pools` offload (their live blocks are copied to host memory
+ * and restored by `npualloc_wake`), the `n_discard` pools at
+ * `discard_pools` discard (they read as undefined after wake), and every
+ * other pool sleeps in its own `sleep` config (the default pool, 0,
+ * keeps unless listed). This is vLLM's `sleep(offload_tags=...)` with one
+ * pool per tag. A list may be NULL when its count is 0; a pool may appear
+ * twice in one list. Wake with `npualloc_wake`.
+ *
+ * Statuses: those of `npualloc_sleep`, and INVALID_ARGUMENT, changing
+ * nothing, for a NULL or destroyed `a`, a NULL list with a count above 0,
+ * a count too large for memory, a misaligned list, a pool that does not
+ * exist or was destroyed, or a pool in both lists. Asleep already: OK,
+ * nothing changes (the lists are still checked).
+ *
+ * # Safety
+ * `a` is NULL or a live handle; a non-NULL list points to its count of
+ * readable `uint64_t`.
+ */
+npualloc_status npualloc_sleep_with(struct npualloc_allocator *a,
+                                    const uint64_t *offload_pools,
+                                    size_t n_offload,
+                                    const uint64_t *discard_pools,
+                                    size_t n_discard);
 
 /**
  * Fills `*out` up to `out->struct_size` bytes, whole fields only, and

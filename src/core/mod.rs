@@ -287,6 +287,32 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.sleep(&|_, configured| configured))
     }
 
+    /// Sleeps with the pools in `offload` offloading, those in `discard`
+    /// discarding, and every other pool in its own `sleep` mode
+    /// (`npualloc_sleep_with`). INVALID_ARGUMENT, nothing changed, for a
+    /// pool that does not exist or is destroyed, or one in both lists.
+    pub fn sleep_with(&self, offload: &[u64], discard: &[u64]) -> Result<usize> {
+        with_device!(&self.engine, d => {
+            for &p in offload.iter().chain(discard) {
+                d.check_pool(p)?;
+            }
+            if let Some(p) = offload.iter().find(|p| discard.contains(p)) {
+                return Err(Error::InvalidArgument(format!(
+                    "pool {p} is in both the offload and the discard list; a pool sleeps in one mode"
+                )));
+            }
+            d.sleep(&|id, configured| {
+                if offload.contains(&id) {
+                    SleepMode::Offload
+                } else if discard.contains(&id) {
+                    SleepMode::Discard
+                } else {
+                    configured
+                }
+            })
+        })
+    }
+
     /// Wakes: every sleeping block mapped again at its address, offloaded
     /// contents restored; OUT_OF_MEMORY changing nothing if they do not fit.
     pub fn wake(&self) -> Result<()> {

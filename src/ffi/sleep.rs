@@ -48,3 +48,57 @@ pub unsafe extern "C" fn npualloc_wake(a: *mut npualloc_allocator) -> npualloc_s
         allocator.core.wake()
     })
 }
+
+/// Sleeps as `npualloc_sleep` does, with the sleep mode of some pools
+/// chosen now instead of at `npualloc_pool_create`: the `n_offload` pools
+/// at `offload_pools` offload (their live blocks are copied to host memory
+/// and restored by `npualloc_wake`), the `n_discard` pools at
+/// `discard_pools` discard (they read as undefined after wake), and every
+/// other pool sleeps in its own `sleep` config (the default pool, 0,
+/// keeps unless listed). This is vLLM's `sleep(offload_tags=...)` with one
+/// pool per tag. A list may be NULL when its count is 0; a pool may appear
+/// twice in one list. Wake with `npualloc_wake`.
+///
+/// Statuses: those of `npualloc_sleep`, and INVALID_ARGUMENT, changing
+/// nothing, for a NULL or destroyed `a`, a NULL list with a count above 0,
+/// a count too large for memory, a misaligned list, a pool that does not
+/// exist or was destroyed, or a pool in both lists. Asleep already: OK,
+/// nothing changes (the lists are still checked).
+///
+/// # Safety
+/// `a` is NULL or a live handle; a non-NULL list points to its count of
+/// readable `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_sleep_with(
+    a: *mut npualloc_allocator,
+    offload_pools: *const u64,
+    n_offload: usize,
+    discard_pools: *const u64,
+    n_discard: usize,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_sleep_with", {
+        // SAFETY: as in npualloc_malloc.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        // SAFETY: the caller's contract for each list; pointer and count are checked first.
+        let offload = unsafe { pool_list(offload_pools, n_offload, "offload_pools") }?;
+        // SAFETY: as above.
+        let discard = unsafe { pool_list(discard_pools, n_discard, "discard_pools") }?;
+        allocator.core.sleep_with(offload, discard).map(|_| ())
+    })
+}
+
+/// The `n` pool ids at `ptr` (NULL allowed when `n` is 0).
+///
+/// # Safety
+/// A non-NULL `ptr` points to `n` readable `u64`.
+unsafe fn pool_list<'a>(ptr: *const u64, n: usize, param: &str) -> crate::error::Result<&'a [u64]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    super::boundary::check_ptr(ptr, param)?;
+    if n > isize::MAX as usize / std::mem::size_of::<u64>() {
+        return Err(crate::error::Error::InvalidArgument(format!("{param}: {n} pools is more than memory can hold")));
+    }
+    // SAFETY: non-NULL, aligned and of a size memory can hold (checked above); readable by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, n) })
+}

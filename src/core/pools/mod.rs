@@ -115,6 +115,16 @@ impl<B: Backing> Device<B> {
         Ok(records.len() as u64 - 1)
     }
 
+    /// OK when `pool` exists and is not destroyed (pool 0, the default
+    /// pool, always exists); INVALID_ARGUMENT naming it otherwise.
+    pub fn check_pool(&self, pool: u64) -> Result<()> {
+        let records = self.pools.lock();
+        match records.get(pool as usize) {
+            Some(r) if !r.destroyed => Ok(()),
+            _ => Err(no_such_pool(pool, &records)),
+        }
+    }
+
     /// Routes allocations on `stream` (None: of the calling thread) to `pool`.
     pub fn pool_begin(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
         self.check_open()?;
