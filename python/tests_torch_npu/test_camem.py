@@ -1,0 +1,117 @@
+"""npualloc.torch_npu_sleep.CaMemAllocator (vllm-ascend's CaMemAllocator
+calls over npualloc pools) under the real torch_npu 2.14 on the emulator:
+weights under tag "weights" and a KV cache under "kv_cache";
+sleep(offload_tags=("weights",)) gives back the device memory of both,
+wake_up() brings every tensor back at its address with the weights' data
+identical, and a second cycle holds the same device and host memory."""
+
+from test_bridge import run
+
+USAGE = """
+class Usage(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in (
+        "malloc_bytes", "malloc_count", "physical_bytes", "physical_count", "mapped_bytes",
+        "reserved_ranges", "streams", "events", "descs", "syncs")]
+def device_bytes(emu):
+    u = Usage()
+    assert emu.aclemu_get_usage(0, ctypes.byref(u)) == 0
+    return u.physical_bytes + u.malloc_bytes
+def host_bytes(emu):
+    b, n = ctypes.c_uint64(), ctypes.c_uint64()
+    assert emu.aclemu_host_usage(ctypes.byref(b), ctypes.byref(n)) == 0
+    return b.value
+def pool_reserved(camem, tag):
+    lib = _L.lib()
+    s = _L.Stats()
+    s.struct_size = ctypes.sizeof(s)
+    assert lib.npualloc_pool_get_stats(camem._handle, camem.pool_of(tag), ctypes.byref(s)) == 0, _L.last_error()
+    return s.reserved_bytes
+"""
+
+CYCLES = """
+from npualloc.torch_npu_sleep import CaMemAllocator
+emu = emulator()
+camem = CaMemAllocator.get_instance()
+assert CaMemAllocator.get_instance(0) is camem
+with camem.use_memory_pool(tag="weights"):
+    w = torch.arange(1 << 20, dtype=torch.float32, device="npu") * 0.5
+    w2 = torch.randn(3, 1 << 18, device="npu")
+with camem.use_memory_pool(tag="kv_cache"):
+    kv = torch.ones(1 << 22, device="npu")
+outside = torch.zeros(1 << 16, device="npu")
+torch.npu.synchronize()
+expected = (w.cpu(), w2.cpu())
+ptrs = [t.data_ptr() for t in (w, w2, kv, outside)]
+tagged = camem.get_current_usage()
+reserved = pool_reserved(camem, "weights") + pool_reserved(camem, "kv_cache")
+awake = device_bytes(emu)
+cycles = []
+for _ in range(2):
+    camem.sleep(offload_tags=("weights",))
+    asleep = device_bytes(emu)
+    asleep_host = host_bytes(emu)
+    usage_asleep = camem.get_current_usage()
+    try:
+        camem.wake_up(tags=["weights"])      # a part of the tags: refused
+        partial = "accepted"
+    except ValueError as e:
+        partial = str(e)
+    still_asleep = device_bytes(emu)
+    camem.wake_up()
+    torch.npu.synchronize()
+    cycles.append({
+        "asleep": asleep, "asleep_host": asleep_host, "usage_asleep": usage_asleep,
+        "partial": partial, "still_asleep": still_asleep, "woken": device_bytes(emu),
+        "ptrs": [t.data_ptr() for t in (w, w2, kv, outside)],
+        "weights_same": bool(torch.equal(w.cpu(), expected[0]) and torch.equal(w2.cpu(), expected[1])),
+    })
+    kv.fill_(2.0)                            # the discarded KV cache is usable memory again
+    assert float(kv[-1].item()) == 2.0
+    w.add_(0)                                # and the weights are live device memory
+try:
+    camem.sleep(offload_tags=(1,))
+    bad_tags = "accepted"
+except ValueError as e:
+    bad_tags = str(e)
+report({"ptrs": ptrs, "tagged": tagged, "reserved": reserved, "awake": awake, "cycles": cycles,
+        "bad_tags": bad_tags, "violations": emu.aclemu_violations()})
+"""
+
+
+def test_sleep_offloads_weights_discards_the_kv_cache_and_wake_restores_both(run_npu):
+    r = run(run_npu, USAGE + CYCLES).result
+    assert r["tagged"] >= (4 << 20) + (3 << 20) + (16 << 20), r
+    assert r["reserved"] >= r["tagged"], r
+    first, second = r["cycles"]
+    for c in r["cycles"]:
+        # Both tags' device memory went back (not only the KV cache's).
+        assert r["awake"] - c["asleep"] >= r["reserved"], (r["awake"], c, r["reserved"])
+        assert c["usage_asleep"] == r["tagged"], c
+        assert "every tag" in c["partial"] and "kv_cache" in c["partial"], c["partial"]
+        assert c["still_asleep"] == c["asleep"], "a refused partial wake changed nothing"
+        assert c["ptrs"] == r["ptrs"], "every tensor keeps its address"
+        assert c["weights_same"], "the offloaded weights read back identical"
+        assert c["woken"] == r["awake"], c
+    assert (second["asleep"], second["asleep_host"]) == (first["asleep"], first["asleep_host"]), r
+    assert "strings" in r["bad_tags"], r["bad_tags"]
+    assert r["violations"] == 0
+
+
+def test_get_instance_needs_npualloc_as_the_allocator(run_npu):
+    r = run_npu("""
+        import npualloc.torch_npu as nt
+        from npualloc.torch_npu_sleep import CaMemAllocator
+        try:
+            CaMemAllocator.get_instance()
+            got = "an instance"
+        except nt.TorchNpuError as e:
+            got = str(e)
+        try:
+            CaMemAllocator(0)
+            direct = "an instance"
+        except TypeError as e:
+            direct = str(e)
+        report({"got": got, "direct": direct})
+    """, "own").result
+    assert "enable()" in r["got"], r
+    assert "get_instance" in r["direct"], r
