@@ -88,6 +88,10 @@ fn listed_pools_offload_or_discard_whatever_their_config() {
             (base.physical_bytes, base.mapped_bytes),
             "cycle {cycle}: nothing of either pool left on the device"
         );
+        // Asleep already: the lists are still checked, and a good call changes nothing.
+        assert_eq!(sleep_with(a, &[weights, 999], &[]), NPUALLOC_ERR_INVALID_ARGUMENT);
+        assert_eq!(sleep_with(a, &[], &[weights]), NPUALLOC_OK, "{}", last_error_message());
+        assert_eq!(e.usage(DEVICE).physical_bytes, u.physical_bytes);
         for p in [weights, kv] {
             match malloc_in(a, p, 4096) {
                 Err((st, m)) => assert!(st == NPUALLOC_ERR_INVALID_ARGUMENT && m.contains("asleep"), "{st:?} {m}"),
