@@ -12,7 +12,7 @@
 #      torch/lib/libc10*.so and the headers are used) and the CUDA 13 runtime headers
 #      (nvidia-cuda-runtime, nvidia-cuda-crt). pip's usual settings apply, e.g.
 #      PIP_FIND_LINKS=<dir of downloaded wheels> to install from a local copy.
-#   2. fake/libcudart.so.13 (tools/peer/fakecudart.c) and fake/libnvidia-ml.so.1
+#   2. fake/libcudart.so.13 (tools/peer/fakecudart*.c) and fake/libnvidia-ml.so.1
 #      (tools/peer/fakenvml.c); every cudart symbol libc10_cuda.so needs is checked to
 #      be defined, with its version node.
 #   3. replay_torch (tools/peer/replay_torch.cpp), linked against the wheel's libc10.
@@ -25,11 +25,13 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SRC=$ROOT/tools/peer
-SOURCES="fakecudart.c fakecudart.map fakecudart_stats.h fakenvml.c replay_torch.cpp trace_common.h
-         make_synthetic_trace.py test.sh"
+# fakecudart's translation units (one library), then every file copied into PEER_OUT.
+CUDART_SOURCES="fakecudart.c fakecudart_mem.c fakecudart_stream.c fakecudart_driver.c"
+SOURCES="$CUDART_SOURCES fakecudart_internal.h fakecudart.map fakecudart_stats.h fakenvml.c
+         replay_torch.cpp trace_common.h make_synthetic_trace.py test.sh"
 
 if [ "${SYNTAX_ONLY:-0}" = 1 ]; then
-  # fakenvml.c needs no headers; fakecudart.c needs the CUDA runtime headers, so it is
+  # fakenvml.c needs no headers; fakecudart*.c need the CUDA runtime headers, so they are
   # checked only when they are found (a previous full build, or CUDA_INCLUDE).
   gcc -fsyntax-only -std=gnu11 -Wall -Wextra -Werror "$SRC/fakenvml.c"
   inc=${CUDA_INCLUDE:-}
@@ -37,10 +39,12 @@ if [ "${SYNTAX_ONLY:-0}" = 1 ]; then
     inc=$(find "${PEER_OUT:-$ROOT/target/peer}/venv" -path '*nvidia/cu13/include' -type d | head -1)
   fi
   if [ -n "$inc" ]; then
-    gcc -fsyntax-only -std=gnu11 -Wall -Wextra -I"$SRC" -I"$inc" "$SRC/fakecudart.c"
-    echo "peer C sources compile (fakenvml.c, fakecudart.c)"
+    for f in $CUDART_SOURCES; do
+      gcc -fsyntax-only -std=gnu11 -Wall -Wextra -I"$SRC" -I"$inc" "$SRC/$f"
+    done
+    echo "peer C sources compile (fakenvml.c, $CUDART_SOURCES)"
   else
-    echo "peer C sources compile (fakenvml.c; fakecudart.c skipped: no CUDA runtime headers)"
+    echo "peer C sources compile (fakenvml.c; $CUDART_SOURCES skipped: no CUDA runtime headers)"
   fi
   exit 0
 fi
@@ -76,7 +80,7 @@ mkdir -p fake traces
 echo "== fake/libcudart.so.13"
 gcc -O2 -g -fPIC -shared -std=gnu11 -Wall -Wextra -I. -I"$CUDAINC" -fvisibility=hidden \
     -Wl,-soname,libcudart.so.13 -Wl,--version-script=fakecudart.map \
-    -o fake/libcudart.so.13 fakecudart.c -lpthread
+    -o fake/libcudart.so.13 $CUDART_SOURCES -lpthread
 echo "== fake/libnvidia-ml.so.1"
 gcc -O2 -g -fPIC -shared -Wall -Wextra -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 \
     -o fake/libnvidia-ml.so.1 fakenvml.c

@@ -12,7 +12,7 @@ small C++ library, compiled on first use against the installed torch and
 torch_npu headers and cached per torch_npu version, that is a complete
 torch_npu allocator (``c10_npu::NPUCachingAllocator::NPUAllocator``) serving
 every request from npualloc's process-wide allocator of each device (the
-one ``npualloc_pluggable_allocator`` names). ``bridge.cpp`` says why a full
+one ``npualloc_pluggable_allocator`` names). ``bridge.h`` says why a full
 allocator rather than torch_npu's ``NPUPluggableAllocator``.
 
 The allocators are created on each device's first allocation, from

@@ -1,8 +1,9 @@
 """The torch_npu bridge: npualloc as torch_npu's full NPU allocator.
 
-``bridge.cpp`` is a small C++ library compiled against the installed torch
-and torch_npu headers (torch_npu ships no C ABI for its allocator, so the
-bridge must match the exact torch_npu it runs in). ``library()`` builds it
+The bridge (``bridge.h`` and the sources in ``SOURCES``, one library) is a
+small C++ library compiled against the installed torch and torch_npu headers
+(torch_npu ships no C ABI for its allocator, so the bridge must match the
+exact torch_npu it runs in). ``library()`` builds it
 on first use with the system's C++ compiler (``$CXX``, else ``c++``) and
 caches it under ``$NPUALLOC_BRIDGE_CACHE`` (default
 ``~/.cache/npualloc/torch_npu_bridge``), one build per torch_npu version,
@@ -28,7 +29,9 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("bridge.cpp", "json.h", "pools.h")
+# The translation units compiled into the library, and every file of its source (the cache key).
+COMPILED = ("bridge.cpp", "stats.cpp", "history.cpp", "boundary.cpp")
+SOURCES = COMPILED + ("bridge.h", "json.h", "pools.h")
 LIBRARY = "libnpualloc_torch_npu.so"
 
 __all__ = ["BridgeBuildError", "library", "build_command", "cache_dir"]
@@ -104,7 +107,8 @@ def build_command(output, torch, torch_npu):
     return (
         [_compiler(), "-std=c++20", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
         + [f"-I{d}" for d in includes]
-        + [str(HERE / "bridge.cpp"), "-o", str(output)]
+        + [str(HERE / name) for name in COMPILED]
+        + ["-o", str(output)]
         + [f"-L{d}" for d in libs]
         + ["-lc10", "-ltorch_npu", _loaded_ascendcl(), "-ldl"]
         + [f"-Wl,-rpath,{d}" for d in libs]

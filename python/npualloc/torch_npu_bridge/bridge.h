@@ -1,0 +1,440 @@
+// npualloc as torch_npu's NPU allocator: a full c10_npu::NPUCachingAllocator::NPUAllocator.
+//
+// Why a full allocator and not torch_npu's NPUPluggableAllocator with all its hooks: the pluggable
+// allocator has no hook for snapshot(), recordHistory(), resetAccumulatedStats(),
+// getMemoryFraction(), FreeDeviceCachedMemory(), emptyCache(MempoolId_t) or
+// attachOutOfMemoryObserver() (torch_npu/csrc/npu/NPUPluggableAllocator.cpp: each warns, raises,
+// or falls off the end of a non-void function), and its malloc never checks NULL, so an
+// out-of-memory can only surface as a generic error. An NPUAllocator of our own serves every
+// memory API torch_npu has; it is installed the way torch_npu's changeCurrentAllocator does it
+// (the exported atomic c10_npu::NPUCachingAllocator::allocator, before torch_npu initializes it),
+// and also as c10's PrivateUse1 allocator so that code asking c10::GetAllocator gets it too.
+//
+// Every call into npualloc goes through its C API's function table (npualloc_get_api), on the
+// process-wide allocator of each device (npualloc_pluggable_allocator), so the pluggable entry
+// points and the Python package see the same allocators. Errors of npualloc become c10 errors
+// (OutOfMemoryError for an out-of-memory, with npualloc's report) where torch_npu expects them;
+// nothing throws out of the functions C or Rust calls (the deleter, the release hook, install).
+// The torch_npu facts this relies on: docs/runtime-behaviour.md "How torch_npu talks to its allocator".
+//
+// The bridge's sources (one library, compiled together by __init__.py):
+//   bridge.h     the class (this file)
+//   bridge.cpp   allocation, free, record_stream bookkeeping and cache release
+//   stats.cpp    torch_npu's DeviceStats from npualloc's statistics and the bridge's counts
+//   history.cpp  recordHistory and snapshot (npualloc's snapshot with torch_npu's stack frames)
+//   pools.h      private pools (graph capture and MemPool) routing
+//   boundary.cpp what C and Rust call: install, the task-queue drain, torch_npu's local helpers
+//   json.h       the small JSON reader snapshot() uses
+
+#pragma once
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <c10/core/Allocator.h>
+#include <c10/util/Exception.h>
+
+#include "npualloc.h"
+#include "json.h"
+#include "pools.h"
+#include "torch_npu/csrc/core/npu/NPUCachingAllocator.h"
+#include "torch_npu/csrc/core/npu/NPUFunctions.h"
+#include "torch_npu/csrc/core/npu/NPUGuard.h"
+#include "torch_npu/csrc/core/npu/NPUStream.h"
+
+
+namespace npualloc_bridge {
+
+namespace NCA = c10_npu::NPUCachingAllocator;
+using c10::CachingAllocator::Stat;
+using c10::CachingAllocator::StatArray;
+
+constexpr int kMaxDevices = NPUALLOC_PLUGGABLE_MAX_DEVICES;
+constexpr size_t kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+
+// The C API table of the npualloc library install() loaded (boundary.cpp).
+extern const npualloc_api* api;
+
+inline std::string last_error() {
+  const char* m = api->last_error();
+  return m ? m : "";
+}
+
+// One live block: what the deleter and the snapshot need that npualloc does not keep.
+struct Live {
+  int device = 0;
+  size_t size = 0;  // as npualloc was asked (with the tail)
+  std::shared_ptr<c10::GatheredContext> context;
+  // Streams record_stream named (torch_npu's NPUStream, to empty their task queue at free).
+  std::vector<c10_npu::NPUStream> streams;
+};
+
+// Counters at the last reset_accumulated_memory_stats, per device.
+struct Baseline {
+  uint64_t allocs = 0, frees = 0, device_mallocs = 0, device_frees = 0, retries = 0, ooms = 0, syncs = 0;
+};
+
+// What the bridge counts itself, per device, under its lock (it already takes it for every
+// allocation and free): torch_npu's live blocks and their peak, and the cumulative bytes asked
+// (npualloc keeps neither: counting them in npualloc's shards would add to its cache-hit path).
+struct Counts {
+  int64_t live = 0, live_peak = 0;
+  int64_t requested_in = 0, requested_out = 0;  // since the last reset_accumulated_memory_stats
+};
+
+void drain_task_queue(void* user, int32_t device);
+
+
+class Bridge final : public NCA::NPUAllocator {
+ public:
+  explicit Bridge(size_t tail) : tail_(tail) {
+    fractions_.fill(1.0);
+  }
+
+  // ---- allocation -------------------------------------------------------------------------
+
+  c10::DataPtr allocate(size_t size) override {
+    int device = current_device();
+    void* p = malloc_on(device, size, c10_npu::getCurrentNPUStream(device).stream(false));
+    return {p, p, &deleter, c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device))};
+  }
+
+  c10::DataPtr allocate_with_aligned(size_t size, size_t base_addr_aligned_kb) const override {
+    // npualloc aligns every block to 512 bytes; a larger base alignment is not offered.
+    TORCH_CHECK(
+        base_addr_aligned_kb * 1024 <= 512,
+        "npualloc: allocate_with_aligned(", size, ", ", base_addr_aligned_kb,
+        " KB) is not supported: npualloc's blocks are 512-byte aligned");
+    return const_cast<Bridge*>(this)->allocate(size);
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &deleter;
+  }
+
+  void* raw_alloc(size_t nbytes) override {
+    int device = current_device();
+    return malloc_on(device, nbytes, c10_npu::getCurrentNPUStream(device).stream(false));
+  }
+
+  void* raw_alloc_with_stream(size_t nbytes, aclrtStream stream) override {
+    return malloc_on(current_device(), nbytes, stream);
+  }
+
+  void raw_delete(void* ptr) override {
+    free_block(ptr, true);
+  }
+
+  static void deleter(void* ptr);
+
+  // ---- lifecycle, fraction, cache ---------------------------------------------------------
+
+  void init(int device_count) override {
+    api->pluggable_init(device_count);
+    device_count_ = std::max(1, std::min(device_count, kMaxDevices));
+    initialized_ = true;
+  }
+
+  bool initialized() override {
+    return initialized_;
+  }
+
+  double getMemoryFraction(int device) override {
+    check_device(device);
+    return fractions_[device];
+  }
+
+  void setMemoryFraction(double fraction, int device) override {
+    npualloc_allocator* a = handle(device);
+    check(api->set_memory_fraction(a, fraction), "set_memory_fraction");
+    fractions_[device] = fraction;
+  }
+
+  void emptyCacheImpl(bool check_error, bool /*free_physical*/) override {
+    // npualloc gives back whole segments and unmapped handles alike.
+    empty_all(check_error);
+  }
+  void emptyCache(bool check_error) override {
+    empty_all(check_error);
+  }
+  void emptyCache(c10_npu::MempoolId_t mempool_id) override {
+    // A private pool keeps its cached memory until torch_npu releases the pool (releasePool),
+    // when npualloc gives it back: emptying one pool's cache alone is not offered; the default
+    // pool's goes back here, as for emptyCache().
+    empty_all(true);
+    (void)mempool_id;
+  }
+  void emptyVirtAddrCache(bool check_error) override {
+    empty_all(check_error);
+  }
+  void FreeDeviceCachedMemory(int device) override {
+    // GE's out-of-memory retry: the cache of one device goes back.
+    check_device(device);
+    npualloc_allocator* a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
+    if (a != nullptr) {
+      check(api->empty_cache(a), "FreeDeviceCachedMemory");
+    }
+  }
+
+  void cacheInfo(int device, size_t* cached_and_free, size_t* largest_block) override {
+    npualloc_stats s = stats_of(device);
+    *cached_and_free = s.segment_bytes - std::min(s.segment_bytes, s.allocated_bytes + s.pending_free_bytes);
+    *largest_block = s.largest_free_block;
+  }
+
+  void* getBaseAllocation(void* ptr, size_t* size) override {
+    void* base = api->pluggable_base_alloc(ptr, size);
+    TORCH_CHECK(base != nullptr, "npualloc: getBaseAllocation: ", last_error());
+    return base;
+  }
+
+  // ---- streams ----------------------------------------------------------------------------
+
+  void recordStream(const c10::DataPtr& ptr, c10_npu::NPUStream stream) override {
+    void* p = ptr.get();
+    if (p == nullptr || ptr.get_deleter() != &deleter) {
+      return;  // not ours (size 0, or another allocator's memory)
+    }
+    int device = device_of(p);
+    check(api->record_stream(handle(device), p, stream.stream(false)), "record_stream");
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = live_.find(p);
+    if (it != live_.end() &&
+        std::find(it->second.streams.begin(), it->second.streams.end(), stream) == it->second.streams.end()) {
+      it->second.streams.push_back(stream);
+    }
+  }
+
+  void eraseStream(const c10::DataPtr& ptr, c10_npu::NPUStream stream) override {
+    void* p = ptr.get();
+    if (p == nullptr || ptr.get_deleter() != &deleter) {
+      return;
+    }
+    erase(p, stream);
+  }
+
+  void eraseStreamWithBlockPtr(void* block_ptr, c10_npu::NPUStream stream, void* /*work_ptr*/) override {
+    // getBlockPtr hands out the block's own address, so block_ptr is a block start.
+    if (block_ptr != nullptr) {
+      erase(block_ptr, stream);
+    }
+  }
+
+  void* getBlockPtr(const c10::DataPtr& ptr) override {
+    return ptr.get_deleter() == &deleter ? ptr.get() : nullptr;
+  }
+
+  void recordHcclWorkForBlock(void* /*block_ptr*/, void* /*work_ptr*/) override {
+    // torch_npu's allocator keeps HCCL work objects per block for its MULTI_STREAM_MEMORY_REUSE
+    // modes; npualloc orders cross-stream reuse by events (record_stream), so there is nothing
+    // to keep: the HCCL stream's use is waited for through the event recorded at free.
+  }
+
+
+  // ---- statistics (stats.cpp) ------------------------------------------------------------
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
+  void resetAccumulatedStats(c10::DeviceIndex device) override;
+  void resetPeakStats(c10::DeviceIndex device) override;
+
+  // ---- history and snapshot (history.cpp) ------------------------------------------------
+
+  bool isHistoryEnabled() override {
+    return history_entries_ > 0;
+  }
+
+  void recordHistory(bool enabled, NCA::CreateContextFn recorder, size_t max_entries,
+                     NCA::RecordContext when) override;
+  NCA::SnapshotInfo snapshot(c10_npu::MempoolId_t mempool_id) override;
+
+  // ---- private pools: graph capture and MemPool (pools.h) --------------------------------
+
+  void beginAllocateToPool(c10::DeviceIndex device, c10_npu::MempoolId_t id,
+                           std::function<bool(aclrtStream)> filter) override {
+    npualloc_allocator* a = handle(device);
+    pools_.begin(device, id, std::move(filter), [a](const char* config) {
+      uint64_t pool = 0;
+      check(api->pool_create(a, config, &pool), "pool_create");
+      return pool;
+    });
+  }
+  void endAllocateToPool(c10::DeviceIndex device, c10_npu::MempoolId_t id) override {
+    pools_.end(device, id);
+  }
+  void releasePool(c10::DeviceIndex device, c10_npu::MempoolId_t id) override {
+    if (uint64_t pool = pools_.release(device, id); pool != 0) {
+      // Its cached memory goes back now; blocks still alive (graph outputs) when freed.
+      check(api->pool_destroy(handle(device), pool), "pool_destroy");
+    }
+  }
+  std::shared_ptr<NCA::AllocatorState> getCheckpointState(c10::DeviceIndex, c10_npu::MempoolId_t) override {
+    no_pools("graph-pool checkpoints (getCheckpointState)");
+  }
+  NCA::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex, std::shared_ptr<NCA::AllocatorState>) override {
+    no_pools("graph-pool checkpoints (setCheckpointPoolState)");
+  }
+
+  // ---- the rest ---------------------------------------------------------------------------
+
+  std::string name() override {
+    return "npualloc";
+  }
+
+  // The header's inline versions of the next ones use torch_npu's error macros, whose helpers
+  // libtorch_npu.so does not export; each is defined here with plain c10 errors instead.
+  void copy_data(void* dest, const void* src, std::size_t count) const final {
+    aclError err = aclrtMemcpy(dest, count, src, count, ACL_MEMCPY_DEVICE_TO_DEVICE);
+    TORCH_CHECK(err == ACL_SUCCESS, "npualloc: aclrtMemcpy (device to device, ", count, " bytes) failed: ", err);
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    c10_npu::NPUGuard guard(device);
+    size_t free_bytes = 0, total_bytes = 0;
+    aclError err = aclrtGetMemInfo(ACL_HBM_MEM, &free_bytes, &total_bytes);
+    TORCH_CHECK(err == ACL_SUCCESS, "npualloc: aclrtGetMemInfo failed: ", err);
+    return {free_bytes, total_bytes};
+  }
+
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1, "npualloc: record_stream expects an NPU stream, got ",
+                c10::DeviceTypeName(stream.device_type()));
+    recordStream(ptr, c10_npu::NPUStream(stream));
+  }
+
+  int getPoolUseCount(c10::DeviceIndex device, c10_npu::MempoolId_t id) override {
+    return pools_.use_count(device, id);
+  }
+  void setUseOnOOM(c10::DeviceIndex device, c10_npu::MempoolId_t id, bool use_on_oom) override {
+    TORCH_CHECK(pools_.set_use_on_oom(device, id, use_on_oom),
+                "npualloc: setUseOnOOM: a pool's use_on_oom is fixed once it has served an allocation");
+  }
+  void setNoSplit(c10::DeviceIndex, c10_npu::MempoolId_t) override {
+    no_pools("MemPool(no_split=True) (setNoSplit)");
+  }
+  bool checkPoolLiveAllocations(c10::DeviceIndex, c10_npu::MempoolId_t, const std::unordered_set<void*>&) override {
+    no_pools("memory pools (checkPoolLiveAllocations)");
+  }
+  void createOrIncrefPool(c10::DeviceIndex device, c10_npu::MempoolId_t id,
+                          std::shared_ptr<NPUAllocator> allocator) override {
+    TORCH_CHECK(allocator == nullptr, "npualloc: a MemPool with its own allocator is not supported");
+    pools_.incref(device, id);
+  }
+
+  std::shared_ptr<void> getIpcDevPtr(std::string /*handle*/) override {
+    TORCH_CHECK(false, "npualloc does not share memory between processes (getIpcDevPtr)");
+  }
+  NCA::ShareableHandle shareIpcHandle(void*) override {
+    TORCH_CHECK(false, "npualloc does not share memory between processes (shareIpcHandle)");
+  }
+
+  void attachOutOfMemoryObserver(NCA::OutOfMemoryObserver observer) override {
+    std::lock_guard<std::mutex> g(mu_);
+    oom_observers_.push_back(std::move(observer));
+  }
+  void attachOomRejectionObserver(NCA::OomRejectionObserver /*observer*/) override {
+    // npualloc has no preemptive rejection (torch_npu's throw_on_npumalloc_oom): never called.
+  }
+  void attachAllocatorTraceTracker(NCA::AllocatorTraceTracker /*tracker*/) override {
+    TORCH_CHECK(false, "npualloc does not report allocator trace events to PyTorch (attachAllocatorTraceTracker)");
+  }
+
+  // UCE (uncorrectable memory error) tracking is torch_npu's own allocator's: npualloc does not
+  // mark blocks, so every block reads as safe and none sits in a failed pool.
+  bool checkUceInMemPool(int) override {
+    return false;
+  }
+  bool checkBlockIsSafe(const c10::DataPtr&) override {
+    return true;
+  }
+  void markAllBlockUnsafe(int) override {}
+  void updateBlockToSafe(const c10::DataPtr&) override {}
+  void cleanEvent() override {}
+
+  // ---- internals --------------------------------------------------------------------------
+
+  void free_block(void* ptr, bool throw_errors);
+  npualloc_allocator* handle(int device);
+
+ private:
+  size_t tail_;
+  bool initialized_ = false;
+  int device_count_ = 1;
+  std::array<double, kMaxDevices> fractions_{};
+  std::array<npualloc_allocator*, kMaxDevices> handles_{};
+  std::array<Baseline, kMaxDevices> baselines_{};
+  std::array<Counts, kMaxDevices> counts_{};
+  std::mutex mu_;
+  std::unordered_map<void*, Live> live_;
+  // Contexts of recorded allocations, per address, oldest first (matched to the history's
+  // alloc entries from the newest, so entries the history dropped do not shift them).
+  // Stack frames of history entries, oldest first per address: of allocations (alloc) and, with
+  // RecordContext::ALL, of frees (free_requested).
+  using Contexts = std::unordered_map<int64_t, std::deque<std::shared_ptr<c10::GatheredContext>>>;
+  Contexts trace_contexts_;
+  Contexts free_contexts_;
+  size_t trace_context_count_ = 0;
+  void keep_context(Contexts& where, void* p, std::shared_ptr<c10::GatheredContext> context);
+  std::atomic<size_t> history_entries_{0};
+  NCA::CreateContextFn recorder_ = nullptr;
+  NCA::RecordContext when_ = NCA::RecordContext::NEVER;
+  std::vector<NCA::OutOfMemoryObserver> oom_observers_;
+  GraphPools pools_;
+
+  static int current_device() {
+    return static_cast<int>(c10_npu::current_device());
+  }
+
+  void check_device(int device) const {
+    TORCH_CHECK(device >= 0 && device < kMaxDevices, "npualloc: device ", device, " is not in 0..", kMaxDevices);
+  }
+
+  static void check(npualloc_status st, const char* what) {
+    TORCH_CHECK(st == NPUALLOC_OK, "npualloc: ", what, " failed (", api->status_name(st), "): ", last_error());
+  }
+
+  [[noreturn]] static void no_pools(const char* what) {
+    TORCH_CHECK(false, "npualloc does not support ", what,
+                ": use torch_npu's own allocator (do not call npualloc.torch_npu.enable()) for it.");
+  }
+
+  // A device torch_npu never allocated on has no allocator: all zeroes, and none is created
+  // (creating one would touch that device).
+  npualloc_stats stats_of(int device) {
+    check_device(device);
+    npualloc_stats s;
+    std::memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
+    npualloc_allocator* a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
+    if (a != nullptr) {
+      check(api->get_stats(a, &s), "get_stats");
+    }
+    return s;
+  }
+
+  int device_of(void* p) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = live_.find(p);
+    return it == live_.end() ? current_device() : it->second.device;
+  }
+
+  void* malloc_on(int device, size_t size, aclrtStream stream);
+  void erase(void* p, c10_npu::NPUStream stream);
+  void empty_all(bool check_error);
+  void add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info);
+};
+
+// The one Bridge, made by npualloc_torch_npu_bridge_install (boundary.cpp); never destroyed.
+extern Bridge* bridge;
+
+}  // namespace npualloc_bridge
