@@ -15,6 +15,9 @@ void drain_task_queue(void* /*user*/, int32_t device) {
   // synchronizes the device, as torch_npu's own allocator does before releasing cached blocks
   // (NPUCachingAllocator.cpp: "Make sure taskqueue is empty, then execute release_cached_blocks").
   try {
+    // npuSynchronizeDevice acts on the current device: make it the allocator's (the caller's
+    // current device may be another one), and put the caller's back afterwards.
+    c10_npu::NPUGuard guard(static_cast<c10::DeviceIndex>(device));
     c10_npu::npuSynchronizeDevice(false);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "npualloc: emptying torch_npu's task queue for device %d failed: %s\n", device, e.what());
