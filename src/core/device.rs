@@ -170,13 +170,20 @@ impl<B: Backing> Device<B> {
         }
         let shard = &entry.shards[kind as usize];
         let mut pool = shard.lock()?;
+        // The entry may have been retired, and taken over by another stream
+        // with blocks of its own cached, since the look-up: one compare
+        // under the lock (`StreamTable::retire`), never taken in practice.
+        if pool.stream() != stream {
+            drop(pool);
+            return self.malloc_again(size, stream);
+        }
         let addr = match pool.malloc_cached(size, rounded) {
             Ok(addr) => addr,
             Err(_) => match self.grow(shard, &mut pool, size, rounded, true) {
                 Ok(addr) => addr,
                 Err(e) => {
                     drop(pool);
-                    let refused = self.ladder(shard, size, rounded, e);
+                    let refused = self.ladder(shard, stream, size, rounded, e);
                     if let Err(Error::OutOfMemory(report)) = &refused {
                         // No lock held, everything the request took given back.
                         self.refused(size, report);
@@ -189,6 +196,14 @@ impl<B: Backing> Device<B> {
         self.sh.trace(|t| t.alloc(addr, size, stream));
         self.sh.history.record(Action::Alloc, addr, size, stream);
         Ok(addr)
+    }
+
+    /// The entry `malloc` looked up was retired (and perhaps taken over by
+    /// another stream) before it took the shard's lock: look it up again.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn malloc_again(&self, size: usize, stream: Stream) -> Result<usize> {
+        self.malloc(size, stream)
     }
 
     /// A request of `size` bytes was refused for lack of memory: the
