@@ -109,13 +109,6 @@ impl<B: Backing> Device<B> {
     /// Makes the entry of `stream` in `pool`, checking the stream first.
     fn add_entry(&self, stream: Stream, pool: u64) -> Result<&StreamEntry<B>> {
         let capturing = check_live_stream(&self.sh.rt, self.sh.device, stream)?;
-        let use_on_oom = match pool {
-            0 => false,
-            _ => match self.pools.live_config(pool) {
-                Some(c) => c.use_on_oom,
-                None => return Err(Error::InvalidArgument(format!("pool {pool} was destroyed"))),
-            },
-        };
         let sh = &self.sh;
         let make = |slot: usize| {
             let shard =
@@ -130,7 +123,18 @@ impl<B: Backing> Device<B> {
             e.high.clear();
             e.clear_graph_for_revival();
         };
-        let made = self.streams.get_or_add((stream, pool, use_on_oom), make, revive);
+        // A private pool's entry is made under the pools lock (taken before
+        // `adding`), so a racing pool_destroy marks it (Note [pools]).
+        let made = match pool {
+            0 => self.streams.get_or_add((stream, 0, false), make, revive),
+            _ => match self
+                .pools
+                .with_live(pool, |c| self.streams.get_or_add((stream, pool, c.use_on_oom), make, revive))
+            {
+                Some(made) => made,
+                None => return Err(Error::InvalidArgument(format!("pool {pool} was destroyed"))),
+            },
+        };
         if let Some(entry) = made {
             // A capture routed to a pool keeps its memory by the pool's
             // rules; only an unrouted one needs the quarantine (Note [capture]).

@@ -72,9 +72,12 @@ impl Pools {
         self.records.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The pool's config, if it was created and not destroyed.
-    pub fn live_config(&self, pool: u64) -> Option<PoolConfig> {
-        self.lock().get(pool as usize).filter(|r| !r.destroyed).map(|r| r.config)
+    /// `f` of the pool's config, run under the pools lock, if the pool was
+    /// created and not destroyed: `pool_destroy` cannot mark the pool
+    /// destroyed while `f` runs, so an entry `f` makes is one it marks.
+    pub fn with_live<T>(&self, pool: u64, f: impl FnOnce(PoolConfig) -> T) -> Option<T> {
+        let records = self.lock();
+        records.get(pool as usize).filter(|r| !r.destroyed).map(|r| f(r.config))
     }
 }
 
@@ -185,7 +188,10 @@ impl<B: Backing> Device<B> {
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         // Whatever cannot go back now (a stream that could not be waited
         // for) goes with a later free, empty_cache or the ladder.
-        let _ = self.release_free_where(Scope::All, |e| e.pool == pool);
+        // The second pass releases the ranges the first one emptied.
+        for _pass in 0..2 {
+            let _ = self.release_free_where(Scope::All, |e| e.pool == pool);
+        }
         let _ = B::free_cached(&self.sh);
         Ok(())
     }
