@@ -25,7 +25,7 @@ use super::pools::routing::Routes;
 use super::pools::Pools;
 use super::shard::Shard;
 use super::shared::Shared;
-use super::sleep::SleepState;
+use super::sleep_state::SleepState;
 use super::stats::{Peaks, Stats};
 use super::streams::{StreamEntry, StreamTable};
 use super::BlockInfo;
