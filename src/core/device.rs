@@ -22,7 +22,7 @@ use super::history::Action;
 use super::policy::{PoolKind, MAX_REQUEST};
 use super::pool::Pool;
 use super::pools::routing::Routes;
-use super::pools::Pools;
+use super::pools::state::Pools;
 use super::shard::Shard;
 use super::shared::Shared;
 use super::sleep_state::SleepState;

@@ -36,6 +36,7 @@
 
 pub mod config;
 pub(crate) mod routing;
+pub(crate) mod state;
 
 use super::backing::{Backing, Scope};
 use super::device::{check_live_stream, Device};
@@ -45,48 +46,13 @@ use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use config::{PoolConfig, SleepMode};
 use routing::Target;
-use std::sync::Mutex;
-
-/// One pool's record.
-#[derive(Debug, Clone, Copy)]
-struct Record {
-    config: PoolConfig,
-    destroyed: bool,
-    /// Routes to it active now (stream and thread).
-    routes: usize,
-}
-
-/// Every pool ever created; pool `i` is `records[i]` (0: the default pool).
-pub(crate) struct Pools {
-    records: Mutex<Vec<Record>>,
-}
-
-impl Default for Pools {
-    fn default() -> Self {
-        Pools { records: Mutex::new(vec![Record { config: PoolConfig::default(), destroyed: false, routes: 0 }]) }
-    }
-}
-
-impl Pools {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Record>> {
-        self.records.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// `f` of the pool's config, run under the pools lock, if the pool was
-    /// created and not destroyed: `pool_destroy` cannot mark the pool
-    /// destroyed while `f` runs, so an entry `f` makes is one it marks.
-    pub fn with_live<T>(&self, pool: u64, f: impl FnOnce(PoolConfig) -> T) -> Option<T> {
-        let records = self.lock();
-        records.get(pool as usize).filter(|r| !r.destroyed).map(|r| f(r.config))
-    }
-}
+use state::Record;
 
 /// One pool's shards, for the paths that visit pools (sleep).
 #[allow(dead_code)] // read by the sleep paths
 pub(crate) struct PoolShards<'a, B: Backing> {
     pub id: u64,
     pub sleep: SleepMode,
-    pub destroyed: bool,
     pub shards: Vec<&'a Shard<B>>,
 }
 
@@ -242,7 +208,6 @@ impl<B: Backing> Device<B> {
             .map(|(i, r)| PoolShards {
                 id: i as u64,
                 sleep: r.config.sleep,
-                destroyed: r.destroyed,
                 shards: self.streams.iter().filter(|e| e.pool == i as u64).flat_map(|e| e.shards.iter()).collect(),
             })
             .collect()
