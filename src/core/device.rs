@@ -8,8 +8,11 @@
 //! - `ladder`: serializes the OOM ladder, garbage collection, `empty_cache`
 //!   and teardown (each visits every shard). It is held across device calls
 //!   but no hit ever takes it. Taken before any shard lock, never after.
-//! - short leaf locks no one holds across a call: the stream table's
-//!   `adding`, the handle cache, the peaks, the trace.
+//! - short locks no one holds across a call: the pools' records, then the
+//!   stream table's `adding` (a private pool's entry is made under both),
+//!   then a stream's shard locks (reviving or retiring an entry takes them
+//!   under `adding`); and the leaf locks: the handle cache, the peaks, the
+//!   trace.
 //!
 //! A thread waits for at most one shard lock at a time and holds no other
 //! while it waits (teardown, which holds the ladder, excepted), so shard
