@@ -8,8 +8,11 @@
 //! - `ladder`: serializes the OOM ladder, garbage collection, `empty_cache`
 //!   and teardown (each visits every shard). It is held across device calls
 //!   but no hit ever takes it. Taken before any shard lock, never after.
-//! - short leaf locks no one holds across a call: the stream table's
-//!   `adding`, the handle cache, the peaks, the trace.
+//! - short locks no one holds across a call: the pools' records, then the
+//!   stream table's `adding` (a private pool's entry is made under both),
+//!   then a stream's shard locks (reviving or retiring an entry takes them
+//!   under `adding`); and the leaf locks: the handle cache, the peaks, the
+//!   trace.
 //!
 //! A thread waits for at most one shard lock at a time and holds no other
 //! while it waits (teardown, which holds the ladder, excepted), so shard
@@ -22,10 +25,10 @@ use super::history::Action;
 use super::policy::{PoolKind, MAX_REQUEST};
 use super::pool::Pool;
 use super::pools::routing::Routes;
-use super::pools::Pools;
+use super::pools::state::Pools;
 use super::shard::Shard;
 use super::shared::Shared;
-use super::sleep::SleepState;
+use super::sleep_state::SleepState;
 use super::stats::{Peaks, Stats};
 use super::streams::{StreamEntry, StreamTable};
 use super::BlockInfo;
@@ -109,13 +112,6 @@ impl<B: Backing> Device<B> {
     /// Makes the entry of `stream` in `pool`, checking the stream first.
     fn add_entry(&self, stream: Stream, pool: u64) -> Result<&StreamEntry<B>> {
         let capturing = check_live_stream(&self.sh.rt, self.sh.device, stream)?;
-        let use_on_oom = match pool {
-            0 => false,
-            _ => match self.pools.live_config(pool) {
-                Some(c) => c.use_on_oom,
-                None => return Err(Error::InvalidArgument(format!("pool {pool} was destroyed"))),
-            },
-        };
         let sh = &self.sh;
         let make = |slot: usize| {
             let shard =
@@ -130,7 +126,18 @@ impl<B: Backing> Device<B> {
             e.high.clear();
             e.clear_graph_for_revival();
         };
-        let made = self.streams.get_or_add((stream, pool, use_on_oom), make, revive);
+        // A private pool's entry is made under the pools lock (taken before
+        // `adding`), so a racing pool_destroy marks it (Note [pools]).
+        let made = match pool {
+            0 => self.streams.get_or_add((stream, 0, false), make, revive),
+            _ => match self
+                .pools
+                .with_live(pool, |c| self.streams.get_or_add((stream, pool, c.use_on_oom), make, revive))
+            {
+                Some(made) => made,
+                None => return Err(Error::InvalidArgument(format!("pool {pool} was destroyed"))),
+            },
+        };
         if let Some(entry) = made {
             // A capture routed to a pool keeps its memory by the pool's
             // rules; only an unrouted one needs the quarantine (Note [capture]).
@@ -170,13 +177,20 @@ impl<B: Backing> Device<B> {
         }
         let shard = &entry.shards[kind as usize];
         let mut pool = shard.lock()?;
+        // The entry may have been retired, and taken over by another stream
+        // with blocks of its own cached, since the look-up: one compare
+        // under the lock (`StreamTable::retire`), never taken in practice.
+        if pool.stream() != stream {
+            drop(pool);
+            return self.malloc_again(size, stream);
+        }
         let addr = match pool.malloc_cached(size, rounded) {
             Ok(addr) => addr,
             Err(_) => match self.grow(shard, &mut pool, size, rounded, true) {
                 Ok(addr) => addr,
                 Err(e) => {
                     drop(pool);
-                    let refused = self.ladder(shard, size, rounded, e);
+                    let refused = self.ladder(shard, stream, size, rounded, e);
                     if let Err(Error::OutOfMemory(report)) = &refused {
                         // No lock held, everything the request took given back.
                         self.refused(size, report);
@@ -189,6 +203,14 @@ impl<B: Backing> Device<B> {
         self.sh.trace(|t| t.alloc(addr, size, stream));
         self.sh.history.record(Action::Alloc, addr, size, stream);
         Ok(addr)
+    }
+
+    /// The entry `malloc` looked up was retired (and perhaps taken over by
+    /// another stream) before it took the shard's lock: look it up again.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn malloc_again(&self, size: usize, stream: Stream) -> Result<usize> {
+        self.malloc(size, stream)
     }
 
     /// A request of `size` bytes was refused for lack of memory: the

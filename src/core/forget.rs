@@ -25,8 +25,14 @@ impl<B: Backing> Device<B> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
         }
-        let Some(entry) = self.streams.find(stream) else { return Ok(0) };
+        if self.streams.find(stream).is_none() {
+            return Ok(0);
+        }
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        // Looked up again under the ladder lock: another forget_stream of
+        // the same stream may have retired its entry meanwhile, and a new
+        // stream taken it over.
+        let Some(entry) = self.streams.find(stream) else { return Ok(0) };
         let mut released = 0;
         let mut first_error = None;
         // The second pass releases the ranges the first one emptied.
@@ -61,9 +67,10 @@ impl<B: Backing> Device<B> {
             self.published(entry, kind, &pool);
             empty &= pool.holds_nothing();
         }
-        // Not under a shard lock: `adding` is taken before them.
+        // Not under a shard lock: `adding` is taken before them. `retire`
+        // checks again under the shard locks (a malloc may have come in).
         if empty {
-            self.streams.retire(entry);
+            self.streams.retire(entry, stream);
         }
         first_error.map_or(Ok(released), Err)
     }

@@ -25,6 +25,7 @@ use super::device::Device;
 use super::oom_report::{AddressSpaceReport, Mib, OomReport};
 use super::shard::Shard;
 use crate::error::{Error, Result};
+use crate::runtime::Stream;
 
 /// The recovery steps after a failed growth, cheapest first.
 #[derive(Debug, Clone, Copy)]
@@ -86,7 +87,14 @@ impl<B: Backing> Device<B> {
     /// ladder (see the module comment).
     #[cold]
     #[inline(never)]
-    pub(super) fn ladder(&self, shard: &Shard<B>, size: usize, rounded: usize, first: GrowError) -> Result<usize> {
+    pub(super) fn ladder(
+        &self,
+        shard: &Shard<B>,
+        stream: Stream,
+        size: usize,
+        rounded: usize,
+        first: GrowError,
+    ) -> Result<usize> {
         if !first.is_out_of_memory() {
             let _ = B::free_cached(&self.sh);
             return Err(first.into_error(size));
@@ -95,6 +103,13 @@ impl<B: Backing> Device<B> {
         // host's queued work is handed to the runtime first, with no lock held.
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        // Between the failed growth and the ladder lock a forget_stream may
+        // have retired the entry (it holds nothing); retiring needs the
+        // ladder lock, so once checked here it stays this stream's.
+        if shard.lock_anyway().stream() != stream {
+            drop(_ladder);
+            return self.malloc_again(size, stream);
+        }
         let mut last = first;
         // The largest free block the request could use at its last attempt:
         // the report states it, not a figure gathered later, which other

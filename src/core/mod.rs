@@ -48,6 +48,7 @@ mod shard;
 mod shared;
 mod size_class;
 mod sleep;
+mod sleep_state;
 mod snapshot;
 mod stats;
 mod stream_order;

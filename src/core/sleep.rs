@@ -42,63 +42,17 @@
 use super::backing::{Backing, Scope};
 use super::device::Device;
 pub use super::pools::config::SleepMode;
+use super::sleep_state::Asleep;
 use super::streams::StreamEntry;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 impl SleepMode {
     /// Whether sleep takes the pool's live blocks off the device.
     pub fn releases(self) -> bool {
         self != SleepMode::Keep
-    }
-}
-
-/// An allocator's sleep state.
-#[derive(Debug, Default)]
-pub(crate) struct SleepState {
-    /// Set while asleep with some pool not kept: a malloc checks `asleep`.
-    refusing: AtomicBool,
-    asleep: Mutex<Option<Asleep>>,
-}
-
-#[derive(Debug, Clone)]
-struct Asleep {
-    /// The mode of each pool not kept, by pool id.
-    modes: HashMap<u64, SleepMode>,
-}
-
-impl SleepState {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Asleep>> {
-        self.asleep.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// True while some malloc may be refused (the one hot-path branch).
-    #[inline(always)]
-    pub fn refusing(&self) -> bool {
-        self.refusing.load(Ordering::Relaxed)
-    }
-
-    /// The refusal of a malloc routed to `entry`, if its pool sleeps.
-    #[cold]
-    #[inline(never)]
-    pub fn check<B: Backing>(&self, entry: &StreamEntry<B>) -> Result<()> {
-        let state = self.lock();
-        let Some(asleep) = state.as_ref() else { return Ok(()) };
-        match asleep.modes.get(&entry.pool) {
-            Some(mode) if mode.releases() && !entry.is_graph() => Err(Error::InvalidArgument(format!(
-                "the allocator is asleep: pool {} (sleep={}) takes no allocation until npualloc_wake",
-                entry.pool,
-                mode.name()
-            ))),
-            _ => Ok(()),
-        }
-    }
-
-    pub fn is_asleep(&self) -> bool {
-        self.lock().is_some()
     }
 }
 

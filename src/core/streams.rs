@@ -210,13 +210,29 @@ impl<B: Backing> StreamTable<B> {
         self.len.load(Ordering::Acquire)
     }
 
-    /// Retires `entry`, whose shards hold nothing: no look-up finds it, and
-    /// the next new stream takes it over.
-    pub fn retire(&self, entry: &StreamEntry<B>) {
+    /// Retires `entry` if it still serves `stream` and its shards hold
+    /// nothing: no look-up finds it, and the next new stream takes it over.
+    /// Takes `adding`, then the entry's shard locks (the order `get_or_add`
+    /// uses to revive), so no malloc on the entry runs between the check
+    /// and the retirement, and one that reaches the shard afterwards sees
+    /// the entry's shards handed to `RETIRED` (`Pool::stream`) and looks
+    /// its stream up again. The caller holds the ladder lock, so a ladder
+    /// that checked its shard's stream under it never grows a retired one.
+    /// Returns true if it retired the entry.
+    pub fn retire(&self, entry: &StreamEntry<B>, stream: Stream) -> bool {
         let mut retired = self.adding.lock().unwrap_or_else(|e| e.into_inner());
-        if entry.stream.swap(RETIRED, Ordering::AcqRel) != RETIRED {
-            retired.push(entry.slot);
+        let mut pools: Vec<_> = entry.shards.iter().map(|s| s.lock_anyway()).collect();
+        if !pools.iter().all(|p| p.holds_nothing() && p.stream() == stream) {
+            return false;
         }
+        if entry.stream.compare_exchange(stream.0, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return false;
+        }
+        for p in &mut pools {
+            p.set_stream(Stream(RETIRED));
+        }
+        retired.push(entry.slot);
+        true
     }
 }
 
@@ -292,6 +308,50 @@ mod tests {
             a.check_invariants().unwrap();
             a.teardown().unwrap();
         }
+        for s in streams {
+            rt.on_device(DEV, || rt.destroy_stream(s)).unwrap();
+        }
+        let u = usage(DEV);
+        assert_eq!((u.malloc_count, u.events), (0, 0), "the emulator reports leaks");
+    }
+
+    /// Threads allocate, free and forget the same few streams at once (two
+    /// forgets of one stream may overlap, and a forget may overlap a malloc
+    /// on the stream or on one that takes its retired entry over): every
+    /// block belongs to the stream it was asked for while it lives, and the
+    /// allocator's invariants hold at the end.
+    #[test]
+    fn forgets_racing_mallocs_never_hand_an_entry_to_another_stream() {
+        const THREADS: usize = 4;
+        const STREAMS: usize = 3;
+        const STEPS: usize = 3000;
+        let _g = emu_lock();
+        set_capacity(1 << 30);
+        let rt = Runtime::emulated();
+        let streams: Vec<Stream> = (0..STREAMS).map(|_| crate::core::tests::support::new_stream()).collect();
+        let config = Config::parse("expandable_segments:false").unwrap();
+        let a = DeviceAllocator::build(config, DEV, rt.clone(), 64).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (a, streams) = (&a, &streams);
+                s.spawn(move || {
+                    let mut rng = Rng::new(t as u64 + 7);
+                    for step in 0..STEPS {
+                        let stream = streams[rng.index(STREAMS)];
+                        if rng.index(3) == 0 {
+                            a.forget_stream(stream).unwrap();
+                            continue;
+                        }
+                        let addr = a.malloc(512 + rng.index(4096), stream).unwrap();
+                        let got = a.query(addr).unwrap().stream;
+                        assert_eq!(got, stream, "thread {t} step {step}: block {addr:#x} of another stream");
+                        a.free(addr).unwrap();
+                    }
+                });
+            }
+        });
+        a.check_invariants().unwrap();
+        a.teardown().unwrap();
         for s in streams {
             rt.on_device(DEV, || rt.destroy_stream(s)).unwrap();
         }

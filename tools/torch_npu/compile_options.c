@@ -1,6 +1,6 @@
 /* libacl_op_compiler.so: the compile options torch_npu's _npu_init sets and
  * reads. Setting one (ACL_ALLOW_HF32, ...) is accepted and has no effect: no
- * op is compiled on this machine, so the JIT-compile option reads "disable"
+ * op is compiled in the emulator harness, so the JIT-compile option reads "disable"
  * (an aclGetCompileoptSize of 0 makes _npu_init fail). Op compilation is out
  * of reach of the emulator; every other function of this library is a stub
  * returning 207000. */

@@ -21,7 +21,7 @@ API int cudaDriverGetVersion(int *version) {
 }
 API const char *cudaGetErrorString(int error) {
   (void)error;
-  return "no CUDA device (CUDA is stubbed out on this machine)";
+  return "no CUDA device (CUDA is stubbed out in the emulator harness)";
 }
 API const char *cudaGetErrorName(int error) {
   (void)error;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Stub shared libraries for the libraries a set of consumer .so files need
-but that this machine does not have (CUDA's, CANN's other than libascendcl).
+but that the emulator harness does not provide (CUDA's, CANN's other than libascendcl).
 
 Every undefined dynamic symbol of the consumers that no provider defines gets
 a stub in one of the generated libraries: a function that writes

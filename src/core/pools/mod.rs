@@ -36,6 +36,7 @@
 
 pub mod config;
 pub(crate) mod routing;
+pub(crate) mod state;
 
 use super::backing::{Backing, Scope};
 use super::device::{check_live_stream, Device};
@@ -45,45 +46,13 @@ use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use config::{PoolConfig, SleepMode};
 use routing::Target;
-use std::sync::Mutex;
-
-/// One pool's record.
-#[derive(Debug, Clone, Copy)]
-struct Record {
-    config: PoolConfig,
-    destroyed: bool,
-    /// Routes to it active now (stream and thread).
-    routes: usize,
-}
-
-/// Every pool ever created; pool `i` is `records[i]` (0: the default pool).
-pub(crate) struct Pools {
-    records: Mutex<Vec<Record>>,
-}
-
-impl Default for Pools {
-    fn default() -> Self {
-        Pools { records: Mutex::new(vec![Record { config: PoolConfig::default(), destroyed: false, routes: 0 }]) }
-    }
-}
-
-impl Pools {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Record>> {
-        self.records.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The pool's config, if it was created and not destroyed.
-    pub fn live_config(&self, pool: u64) -> Option<PoolConfig> {
-        self.lock().get(pool as usize).filter(|r| !r.destroyed).map(|r| r.config)
-    }
-}
+use state::Record;
 
 /// One pool's shards, for the paths that visit pools (sleep).
 #[allow(dead_code)] // read by the sleep paths
 pub(crate) struct PoolShards<'a, B: Backing> {
     pub id: u64,
     pub sleep: SleepMode,
-    pub destroyed: bool,
     pub shards: Vec<&'a Shard<B>>,
 }
 
@@ -195,7 +164,10 @@ impl<B: Backing> Device<B> {
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         // Whatever cannot go back now (a stream that could not be waited
         // for) goes with a later free, empty_cache or the ladder.
-        let _ = self.release_free_where(Scope::All, |e| e.pool == pool);
+        // The second pass releases the ranges the first one emptied.
+        for _pass in 0..2 {
+            let _ = self.release_free_where(Scope::All, |e| e.pool == pool);
+        }
         let _ = B::free_cached(&self.sh);
         Ok(())
     }
@@ -246,7 +218,6 @@ impl<B: Backing> Device<B> {
             .map(|(i, r)| PoolShards {
                 id: i as u64,
                 sleep: r.config.sleep,
-                destroyed: r.destroyed,
                 shards: self.streams.iter().filter(|e| e.pool == i as u64).flat_map(|e| e.shards.iter()).collect(),
             })
             .collect()

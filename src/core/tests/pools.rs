@@ -251,3 +251,63 @@ fn concurrent_thread_routes_keep_pools_apart() {
     drop_stream(s);
     assert_eq!(usage(DEV).malloc_count, 0);
 }
+
+/// Destroying a pool whose blocks were all freed gives its reserved
+/// address ranges back too, not only the pages in them.
+#[test]
+fn destroying_a_pool_whose_blocks_were_freed_releases_its_ranges() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:true");
+    let s = new_stream();
+    let baseline = usage(DEV).reserved_ranges;
+    let p = a.pool_create(PoolConfig::default()).unwrap();
+    a.pool_begin(p, Some(s)).unwrap();
+    let blocks: Vec<usize> = (0..4).map(|_| a.malloc(3 * MIB, s).unwrap()).collect();
+    a.pool_end(p, Some(s)).unwrap();
+    assert!(usage(DEV).reserved_ranges > baseline, "the pool reserved no range");
+    for b in blocks {
+        a.free(b).unwrap();
+    }
+    a.pool_destroy(p).unwrap();
+    assert_eq!(usage(DEV).reserved_ranges, baseline, "the destroyed pool kept a reserved range");
+    a.teardown().unwrap();
+    drop_stream(s);
+}
+
+/// A malloc routed to a pool races the route's end and the pool's
+/// destruction: whichever wins, once the block is freed `empty_cache`
+/// leaves the pool no memory (an entry made after the destroy marked the
+/// others would not be DESTROYED, so its segment would stay cached).
+#[test]
+fn a_malloc_racing_pool_destroy_leaves_no_memory_in_the_pool() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = DeviceAllocator::build(
+        crate::config::Config::parse("expandable_segments:false").unwrap(),
+        DEV,
+        crate::runtime::Runtime::emulated(),
+        1024,
+    )
+    .unwrap();
+    let s = new_stream();
+    for round in 0..300 {
+        let p = a.pool_create(PoolConfig::default()).unwrap();
+        a.pool_begin(p, Some(s)).unwrap();
+        let got = std::thread::scope(|sc| {
+            let m = sc.spawn(|| a.malloc(4096, s));
+            a.pool_end(p, Some(s)).unwrap();
+            a.pool_destroy(p).unwrap();
+            m.join().unwrap()
+        });
+        match got {
+            Ok(addr) => a.free(addr).unwrap(),
+            Err(Error::InvalidArgument(m)) if m.contains("destroyed") => {}
+            Err(e) => panic!("round {round}: {e}"),
+        }
+        a.empty_cache().unwrap();
+        assert_eq!(a.pool_stats(p).unwrap().reserved_bytes, 0, "round {round}: the destroyed pool kept memory");
+    }
+    a.teardown().unwrap();
+    drop_stream(s);
+}

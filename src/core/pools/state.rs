@@ -1,0 +1,40 @@
+//! The pools' records (Note [pools] in `pools`): a leaf module, so
+//! `device` holds them without importing the pool calls, which import
+//! `device`.
+
+use super::config::PoolConfig;
+use std::sync::Mutex;
+
+/// One pool's record.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Record {
+    pub config: PoolConfig,
+    pub destroyed: bool,
+    /// Routes to it active now (stream and thread).
+    pub routes: usize,
+}
+
+/// Every pool ever created; pool `i` is `records[i]` (0: the default pool).
+pub(crate) struct Pools {
+    records: Mutex<Vec<Record>>,
+}
+
+impl Default for Pools {
+    fn default() -> Self {
+        Pools { records: Mutex::new(vec![Record { config: PoolConfig::default(), destroyed: false, routes: 0 }]) }
+    }
+}
+
+impl Pools {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Record>> {
+        self.records.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `f` of the pool's config, run under the pools lock, if the pool was
+    /// created and not destroyed: `pool_destroy` cannot mark the pool
+    /// destroyed while `f` runs, so an entry `f` makes is one it marks.
+    pub fn with_live<T>(&self, pool: u64, f: impl FnOnce(PoolConfig) -> T) -> Option<T> {
+        let records = self.lock();
+        records.get(pool as usize).filter(|r| !r.destroyed).map(|r| f(r.config))
+    }
+}
