@@ -136,6 +136,9 @@ impl<B: Backing> Device<B> {
             // rules; only an unrouted one needs the quarantine (Note [capture]).
             if capturing && pool == 0 {
                 entry.mark_graph();
+            } else if capturing {
+                // Its cached memory stays through sleep (Note [sleep]).
+                self.pools.mark_captured(pool);
             }
         }
         made.ok_or_else(|| {

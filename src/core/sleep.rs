@@ -12,8 +12,12 @@
 //! 1. The allocator becomes asleep: from now on a malloc routed to an
 //!    offload or discard pool is INVALID_ARGUMENT ("asleep"); frees of any
 //!    block go on (a sleeping block is just dropped; its pages are gone).
-//! 2. Every pool's cached memory goes back, as `empty_cache` gives back the
-//!    default pool's (after synchronizing the streams that used it).
+//! 2. The default pool's cached memory goes back as `empty_cache` gives it
+//!    back (after synchronizing the streams that used it), and so does that
+//!    of each offload/discard pool no capture was routed to. A pool a
+//!    capture was routed to keeps its cached memory (its graphs' replays
+//!    use the blocks freed during the capture; Note [pools]), as do kept
+//!    pools and graph streams.
 //! 3. Under the ladder lock, each offload/discard pool's ranges are taken
 //!    off the device run by run (`backing::expandable::sleep`): the streams
 //!    that used a range are synchronized, then one host buffer and one copy
@@ -153,9 +157,13 @@ impl<B: Backing> Device<B> {
     /// Steps 2 to 4 of sleep.
     fn take_off(&self, modes: &HashMap<u64, SleepMode>) -> Result<usize> {
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        // Every pool's cached memory (the second pass releases the ranges
-        // the first one emptied); graph streams keep theirs (Note [capture]).
-        let pick = |e: &StreamEntry<B>| !e.is_graph();
+        // The cached memory empty_cache gives back, and that of each pool
+        // put to sleep that no capture was routed to (the second pass
+        // releases the ranges the first one emptied). Graph streams and
+        // pools a capture used keep theirs: the graphs' replays use it
+        // (Note [capture], Note [pools]).
+        let captured: Vec<u64> = modes.keys().copied().filter(|&p| self.pool_captured(p)).collect();
+        let pick = |e: &StreamEntry<B>| e.reclaimable() || (modes.contains_key(&e.pool) && !captured.contains(&e.pool));
         let mut freed = self.release_free_where(Scope::All, pick)? + self.release_free_where(Scope::All, pick)?;
         for e in self.streams.iter().filter(|e| !e.is_graph()) {
             let Some(&mode) = modes.get(&e.pool) else { continue };

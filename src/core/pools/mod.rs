@@ -54,6 +54,9 @@ struct Record {
     destroyed: bool,
     /// Routes to it active now (stream and thread).
     routes: usize,
+    /// A capture was routed to it: its cached memory serves the graph's
+    /// replays and stays until `pool_destroy`, sleep included (Note [sleep]).
+    captured: bool,
 }
 
 /// Every pool ever created; pool `i` is `records[i]` (0: the default pool).
@@ -63,7 +66,7 @@ pub(crate) struct Pools {
 
 impl Default for Pools {
     fn default() -> Self {
-        Pools { records: Mutex::new(vec![Record { config: PoolConfig::default(), destroyed: false, routes: 0 }]) }
+        Pools { records: Mutex::new(vec![Record { config: PoolConfig::default(), destroyed: false, routes: 0, captured: false }]) }
     }
 }
 
@@ -75,6 +78,18 @@ impl Pools {
     /// The pool's config, if it was created and not destroyed.
     pub fn live_config(&self, pool: u64) -> Option<PoolConfig> {
         self.lock().get(pool as usize).filter(|r| !r.destroyed).map(|r| r.config)
+    }
+
+    /// Notes that a capture was routed to `pool` (Note [capture]).
+    pub fn mark_captured(&self, pool: u64) {
+        if let Some(r) = self.lock().get_mut(pool as usize) {
+            r.captured = true;
+        }
+    }
+
+    /// True once a capture was routed to `pool`.
+    pub fn captured(&self, pool: u64) -> bool {
+        self.lock().get(pool as usize).is_some_and(|r| r.captured)
     }
 }
 
@@ -111,20 +126,22 @@ impl<B: Backing> Device<B> {
     pub fn pool_create(&self, config: PoolConfig) -> Result<u64> {
         self.check_open()?;
         let mut records = self.pools.lock();
-        records.push(Record { config, destroyed: false, routes: 0 });
+        records.push(Record { config, destroyed: false, routes: 0, captured: false });
         Ok(records.len() as u64 - 1)
     }
 
     /// Routes allocations on `stream` (None: of the calling thread) to `pool`.
     pub fn pool_begin(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
         self.check_open()?;
-        if let Some(s) = stream {
-            check_live_stream(&self.sh.rt, self.sh.device, s)?;
-        }
+        let capturing = match stream {
+            Some(s) => check_live_stream(&self.sh.rt, self.sh.device, s)?,
+            None => false,
+        };
         let mut records = self.pools.lock();
         match records.get_mut(pool as usize) {
             Some(r) if !r.destroyed => {
                 r.routes += 1;
+                r.captured |= capturing;
                 self.routes.begin(pool, target_of(stream));
                 Ok(())
             }
@@ -224,6 +241,16 @@ impl<B: Backing> Device<B> {
         s.requested_bytes_peak = peak_requested.max(s.requested_bytes);
         s.largest_free_block = largest as u64;
         Ok(s)
+    }
+
+    /// True if a capture was routed to `pool`, or one of its streams
+    /// captures now (sleep's cold path; Note [sleep]).
+    pub(crate) fn pool_captured(&self, pool: u64) -> bool {
+        self.pools.captured(pool)
+            || self.streams.iter().filter(|e| e.pool == pool).any(|e| {
+                let stream = e.shards[0].lock_anyway().stream();
+                super::capture::capturing_now(&self.sh.rt, self.sh.device, stream)
+            })
     }
 
     /// Every pool ever created (0 first) with its sleep mode and shards.
