@@ -173,3 +173,61 @@ fn fixed_segments_refuse_to_offload_live_blocks() {
     assert_eq!((free(a, b), free(a, c)), (NPUALLOC_OK, NPUALLOC_OK));
     assert_eq!(destroy(a), NPUALLOC_OK);
 }
+
+/// A thread allocating from an offload pool while another sleeps and
+/// wakes: each allocation either succeeds while awake or is refused
+/// (INVALID_ARGUMENT), never lands in a sleeping pool; no wake fails and
+/// the offloaded block's bytes survive every round.
+#[test]
+fn allocations_racing_sleep_are_refused_or_awake_and_wake_never_fails() {
+    let _s = serial();
+    let a = create("expandable_segments:true", DEVICE).unwrap();
+    let p = pool(a, "sleep:offload");
+    route(a, p, true);
+    let kept = malloc(a, 4 * MIB, Stream::DEFAULT).unwrap();
+    route(a, p, false);
+    write(kept, 4 * MIB, 0x5a);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let handle = a as usize;
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            let a = handle as Handle;
+            route(a, p, true);
+            let mut held = Vec::new();
+            let mut refused = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match malloc(a, 64 * 1024 + 512 * (held.len() % 7), Stream::DEFAULT) {
+                    Ok(b) => {
+                        write(b, 4096, 0x11);
+                        held.push(b);
+                        if held.len() > 32 {
+                            for b in held.drain(..16) {
+                                assert_eq!(free(a, b), NPUALLOC_OK, "{}", last_error_message());
+                            }
+                        }
+                    }
+                    Err((st, msg)) => {
+                        assert_eq!(st, NPUALLOC_ERR_INVALID_ARGUMENT, "{msg}");
+                        assert!(msg.contains("asleep"), "{msg}");
+                        refused += 1;
+                    }
+                }
+            }
+            route(a, p, false);
+            for b in held {
+                assert_eq!(free(a, b), NPUALLOC_OK);
+            }
+            refused
+        });
+        for round in 0..40 {
+            assert_eq!(sleep(a), NPUALLOC_OK, "round {round}: {}", last_error_message());
+            std::thread::yield_now();
+            assert_eq!(wake(a), NPUALLOC_OK, "round {round}: {}", last_error_message());
+            assert!(reads(kept, 4 * MIB, 0x5a), "round {round}: the offloaded block changed");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = worker.join().unwrap();
+    });
+    assert_eq!(free(a, kept), NPUALLOC_OK);
+    assert_eq!(destroy(a), NPUALLOC_OK, "{}", last_error_message());
+}

@@ -173,6 +173,11 @@ impl<B: Backing> Device<B> {
         }
         let shard = &entry.shards[kind as usize];
         let mut pool = shard.lock()?;
+        // A sleep that began while this request waited for the lock: the
+        // check again, still one predictable branch (Note [sleep]).
+        if self.sleep.refusing() {
+            self.sleep.check(entry)?;
+        }
         let addr = match pool.malloc_cached(size, rounded) {
             Ok(addr) => addr,
             Err(_) => match self.grow(shard, &mut pool, size, rounded, true) {

@@ -51,7 +51,7 @@ use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 impl SleepMode {
     /// Whether sleep takes the pool's live blocks off the device.
@@ -65,14 +65,17 @@ impl SleepMode {
 pub(crate) struct SleepState {
     /// Set while asleep with some pool not kept: a malloc checks `asleep`.
     refusing: AtomicBool,
+    /// Held by sleep and wake for their whole run.
     asleep: Mutex<Option<Asleep>>,
+    /// The modes of the pools asleep, published apart from `asleep` so
+    /// that `check` never waits for a sleep or wake under way: written
+    /// before sleep takes anything off, cleared once wake brought it back.
+    modes: RwLock<Option<HashMap<u64, SleepMode>>>,
 }
 
 #[derive(Debug, Clone)]
-struct Asleep {
-    /// The mode of each pool not kept, by pool id.
-    modes: HashMap<u64, SleepMode>,
-}
+/// Present while asleep (the modes are `SleepState::modes`).
+struct Asleep;
 
 impl SleepState {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Asleep>> {
@@ -89,9 +92,9 @@ impl SleepState {
     #[cold]
     #[inline(never)]
     pub fn check<B: Backing>(&self, entry: &StreamEntry<B>) -> Result<()> {
-        let state = self.lock();
-        let Some(asleep) = state.as_ref() else { return Ok(()) };
-        match asleep.modes.get(&entry.pool) {
+        let modes = self.modes.read().unwrap_or_else(|e| e.into_inner());
+        let Some(modes) = modes.as_ref() else { return Ok(()) };
+        match modes.get(&entry.pool) {
             Some(mode) if mode.releases() && !entry.is_graph() => Err(Error::InvalidArgument(format!(
                 "the allocator is asleep: pool {} (sleep={}) takes no allocation until npualloc_wake",
                 entry.pool,
@@ -103,6 +106,18 @@ impl SleepState {
 
     pub fn is_asleep(&self) -> bool {
         self.lock().is_some()
+    }
+
+    /// Publishes the modes of the pools asleep (None: awake), then `refusing`.
+    fn publish(&self, modes: Option<&HashMap<u64, SleepMode>>) {
+        let refusing = modes.is_some_and(|m| !m.is_empty());
+        if refusing {
+            *self.modes.write().unwrap_or_else(|e| e.into_inner()) = modes.cloned();
+            self.refusing.store(true, Ordering::SeqCst);
+        } else {
+            self.refusing.store(false, Ordering::SeqCst);
+            *self.modes.write().unwrap_or_else(|e| e.into_inner()) = None;
+        }
     }
 }
 
@@ -134,8 +149,8 @@ impl<B: Backing> Device<B> {
             }
             modes.insert(p.id, mode);
         }
-        *state = Some(Asleep { modes: modes.clone() });
-        self.sleep.refusing.store(!modes.is_empty(), Ordering::Relaxed);
+        *state = Some(Asleep);
+        self.sleep.publish(Some(&modes));
         let result = self.take_off(&modes);
         if let Err(e) = result {
             // Undo: bring back what was taken (handles are there, as they
@@ -143,7 +158,7 @@ impl<B: Backing> Device<B> {
             match self.bring_back() {
                 Ok(()) => {
                     *state = None;
-                    self.sleep.refusing.store(false, Ordering::Relaxed);
+                    self.sleep.publish(None);
                 }
                 Err(w) => {
                     return Err(Error::Internal(format!("sleep failed ({e}), and waking again failed too: {w}")));
@@ -186,7 +201,7 @@ impl<B: Backing> Device<B> {
         }
         self.bring_back()?;
         *state = None;
-        self.sleep.refusing.store(false, Ordering::Relaxed);
+        self.sleep.publish(None);
         Ok(())
     }
 

@@ -66,7 +66,14 @@ pub(crate) struct Pools {
 
 impl Default for Pools {
     fn default() -> Self {
-        Pools { records: Mutex::new(vec![Record { config: PoolConfig::default(), destroyed: false, routes: 0, captured: false }]) }
+        Pools {
+            records: Mutex::new(vec![Record {
+                config: PoolConfig::default(),
+                destroyed: false,
+                routes: 0,
+                captured: false,
+            }]),
+        }
     }
 }
 
