@@ -92,12 +92,17 @@ impl SleepState {
     #[cold]
     #[inline(never)]
     pub fn check<B: Backing>(&self, entry: &StreamEntry<B>) -> Result<()> {
+        self.refusal(entry.pool, entry.is_graph())
+    }
+
+    /// `check` for a request routed to `pool` (on a graph stream or not);
+    /// never waits for a sleep or wake under way.
+    fn refusal(&self, pool: u64, graph: bool) -> Result<()> {
         let modes = self.modes.read().unwrap_or_else(|e| e.into_inner());
         let Some(modes) = modes.as_ref() else { return Ok(()) };
-        match modes.get(&entry.pool) {
-            Some(mode) if mode.releases() && !entry.is_graph() => Err(Error::InvalidArgument(format!(
-                "the allocator is asleep: pool {} (sleep={}) takes no allocation until npualloc_wake",
-                entry.pool,
+        match modes.get(&pool) {
+            Some(mode) if mode.releases() && !graph => Err(Error::InvalidArgument(format!(
+                "the allocator is asleep: pool {pool} (sleep={}) takes no allocation until npualloc_wake",
                 mode.name()
             ))),
             _ => Ok(()),
@@ -285,5 +290,32 @@ impl<B: Backing> Device<B> {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// While a sleep holds its mutex (taking memory off the device), a
+    /// request's check answers at once: refused for the sleeping pool,
+    /// allowed for the others.
+    #[test]
+    fn check_answers_while_a_sleep_is_under_way() {
+        let s = SleepState::default();
+        let held = s.lock();
+        s.publish(Some(&HashMap::from([(3, SleepMode::Offload)])));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let _ =
+                    tx.send((s.refusal(3, false).is_err(), s.refusal(0, false).is_ok(), s.refusal(3, true).is_ok()));
+            });
+            // Received while `held` still holds the sleep mutex.
+            assert_eq!(rx.recv().unwrap(), (true, true, true));
+        });
+        drop(held);
+        s.publish(None);
+        assert!(!s.refusing() && s.refusal(3, false).is_ok());
     }
 }
