@@ -231,3 +231,41 @@ fn allocations_racing_sleep_are_refused_or_awake_and_wake_never_fails() {
     assert_eq!(free(a, kept), NPUALLOC_OK);
     assert_eq!(destroy(a), NPUALLOC_OK, "{}", last_error_message());
 }
+
+/// A mapping that fails during wake with two pools' shards asleep: wake
+/// reports the error, every handle it allocated for the runs left asleep is
+/// freed with its own size, and a later wake restores every byte with the
+/// emulator's physical memory back where it was before the sleep.
+#[test]
+fn a_failed_mapping_in_wake_leaves_the_other_shards_handles_their_own() {
+    let _s = serial();
+    let e = emu();
+    let a = create("expandable_segments:true", DEVICE).unwrap();
+    let (p, q) = (pool(a, "sleep:offload"), pool(a, "sleep:offload"));
+    route(a, p, true);
+    let big = malloc(a, 6 * MIB, Stream::DEFAULT).unwrap();
+    route(a, p, false);
+    route(a, q, true);
+    let other = malloc(a, 2 * MIB + 4096, Stream::DEFAULT).unwrap();
+    let small = malloc(a, 4096, Stream::DEFAULT).unwrap();
+    route(a, q, false);
+    write(big, 6 * MIB, 0x61);
+    write(other, 2 * MIB + 4096, 0x62);
+    write(small, 4096, 0x63);
+    let awake = e.usage(DEVICE);
+    assert_eq!(sleep(a), NPUALLOC_OK, "{}", last_error_message());
+    let asleep = e.usage(DEVICE);
+    // The first mapping of the wake fails.
+    e.fail_nth("aclrtMapMem", 1);
+    assert_ne!(wake(a), NPUALLOC_OK, "a wake whose mapping failed");
+    e.fail_nth("aclrtMapMem", 0);
+    assert_eq!(wake(a), NPUALLOC_OK, "{}", last_error_message());
+    assert!(reads(big, 6 * MIB, 0x61) && reads(other, 2 * MIB + 4096, 0x62) && reads(small, 4096, 0x63));
+    let u = e.usage(DEVICE);
+    assert_eq!((u.physical_bytes, u.mapped_bytes), (awake.physical_bytes, awake.mapped_bytes), "after wake");
+    assert!(asleep.physical_bytes < awake.physical_bytes);
+    for b in [big, other, small] {
+        assert_eq!(free(a, b), NPUALLOC_OK);
+    }
+    assert_eq!(destroy(a), NPUALLOC_OK, "{}", last_error_message());
+}

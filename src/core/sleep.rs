@@ -213,10 +213,18 @@ impl<B: Backing> Device<B> {
     /// Maps every sleeping run again, or changes nothing (OUT_OF_MEMORY).
     fn bring_back(&self) -> Result<()> {
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        let mut needs = Vec::new();
-        for shard in self.streams.shards() {
-            B::wake_needs(&shard.lock_anyway(), &mut needs);
-        }
+        // Each shard's needs, in the order the second loop visits shards:
+        // each gets its own handles, so a mapping that fails in one shard
+        // leaves the next shard's handles its own (of the sizes it needs).
+        let shards = || self.streams.iter().flat_map(|e| e.shards.iter().enumerate().map(move |s| (e, s)));
+        let per_shard: Vec<Vec<(usize, crate::sys::aclrtMemAttr)>> = shards()
+            .map(|(_, (_, shard))| {
+                let mut n = Vec::new();
+                B::wake_needs(&shard.lock_anyway(), &mut n);
+                n
+            })
+            .collect();
+        let needs: Vec<(usize, crate::sys::aclrtMemAttr)> = per_shard.iter().flatten().copied().collect();
         let mut handles = VecDeque::with_capacity(needs.len());
         for (i, &(bytes, attr)) in needs.iter().enumerate() {
             match self.fresh_handle(bytes, attr) {
@@ -242,17 +250,22 @@ impl<B: Backing> Device<B> {
             }
         }
         let mut first_error = None;
-        for (e, shard) in self.streams.iter().flat_map(|e| e.shards.iter().enumerate().map(move |s| (e, s))) {
-            let (kind, shard) = shard;
+        for ((e, (kind, shard)), own) in shards().zip(&per_shard) {
+            let mut mine: VecDeque<PhysicalHandle> = handles.drain(..own.len().min(handles.len())).collect();
             let mut pool = shard.lock_anyway();
-            if let Err(err) = B::wake_pool(&mut pool, &mut handles) {
+            if let Err(err) = B::wake_pool(&mut pool, &mut mine) {
                 first_error.get_or_insert(err);
             }
             self.published(e, kind, &pool);
+            drop(pool);
+            // Handles left over belong to this shard's runs whose mapping
+            // failed (the tail of its needs).
+            let left = &own[own.len() - mine.len()..];
+            self.free_handles(&mut mine, left);
         }
-        // Handles left over belong to runs whose mapping failed.
-        let left: Vec<(usize, crate::sys::aclrtMemAttr)> = needs[needs.len() - handles.len()..].to_vec();
-        self.free_handles(&mut handles, &left);
+        // A shard added since the needs were counted needs none.
+        let rest = needs[needs.len() - handles.len()..].to_vec();
+        self.free_handles(&mut handles, &rest);
         first_error.map_or(Ok(()), Err)
     }
 
