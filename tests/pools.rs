@@ -14,6 +14,7 @@ use npualloc::ffi::pluggable::{
     npualloc_pluggable_allocator, npualloc_pluggable_free, npualloc_pluggable_init, npualloc_pluggable_malloc,
 };
 use npualloc::ffi::pools::*;
+use npualloc::ffi::sleep::{npualloc_sleep, npualloc_wake};
 use npualloc::ffi::stats::npualloc_stats;
 use npualloc::runtime::Stream;
 use std::ffi::{c_void, CStr, CString};
@@ -248,12 +249,18 @@ fn copy2d(dst: usize, dpitch: usize, src: usize, spitch: usize, width: usize, ro
 }
 
 fn capture_into_a_pool(config: &str, dev: i32) {
+    capture_into_a_pool_sleeping(config, dev, None, false);
+}
+
+/// `capture_into_a_pool`, the pool made with `pool_config`; with `sleeps`,
+/// the allocator sleeps and wakes before each replay.
+fn capture_into_a_pool_sleeping(config: &str, dev: i32, pool_config: Option<&str>, sleeps: bool) {
     let c = cap();
     DEVICE.with(|d| d.set(dev));
     emu().set_capacity(dev, (512 * MIB) as u64);
     let a = create(config, dev).unwrap();
     let (s, exec, other) = (emu().create_stream(dev), emu().create_stream(dev), emu().create_stream(dev));
-    let p = pool_create(a, None).unwrap();
+    let p = pool_create(a, pool_config).unwrap();
     const W: usize = 1000;
     const PITCH: usize = 1024;
     const ROWS: usize = 64;
@@ -324,6 +331,13 @@ fn capture_into_a_pool(config: &str, dev: i32) {
         let byte = 0x10 + round;
         // SAFETY: `input` is the host buffer the graph reads; no replay runs now.
         unsafe { std::ptr::write_bytes(input.as_ptr() as *mut u8, byte, input.len()) };
+        if sleeps {
+            // SAFETY: a live handle.
+            assert_eq!(unsafe { npualloc_sleep(a) }, OK, "{config}: {}", last_error_message());
+            // SAFETY: as above.
+            assert_eq!(unsafe { npualloc_wake(a) }, OK, "{config}: {}", last_error_message());
+            assert_eq!(pool_stats(a, p).reserved_bytes, graph_bytes, "{config}: sleep took the graph pool's memory");
+        }
         let before = c.violations();
         // SAFETY: a live model and stream.
         assert_eq!(unsafe { (c.execute)(model, exec.raw()) }, 0);
@@ -353,4 +367,14 @@ fn a_graph_captured_into_a_pool_replays_safely_while_others_allocate() {
     let _t = turn();
     capture_into_a_pool("expandable_segments:false", 2);
     capture_into_a_pool("expandable_segments:true", 3);
+}
+
+#[test]
+fn a_graph_pool_keeps_its_cached_memory_through_sleep_and_replays_after_wake() {
+    let _t = turn();
+    // A kept pool (the graph pools torch_npu makes) and an offload pool:
+    // the blocks freed during the capture stay mapped through sleep.
+    capture_into_a_pool_sleeping("expandable_segments:false", 4, None, true);
+    capture_into_a_pool_sleeping("expandable_segments:true", 5, None, true);
+    capture_into_a_pool_sleeping("expandable_segments:true", 6, Some("sleep:offload"), true);
 }

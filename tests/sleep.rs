@@ -173,3 +173,99 @@ fn fixed_segments_refuse_to_offload_live_blocks() {
     assert_eq!((free(a, b), free(a, c)), (NPUALLOC_OK, NPUALLOC_OK));
     assert_eq!(destroy(a), NPUALLOC_OK);
 }
+
+/// A thread allocating from an offload pool while another sleeps and
+/// wakes: each allocation either succeeds while awake or is refused
+/// (INVALID_ARGUMENT), never lands in a sleeping pool; no wake fails and
+/// the offloaded block's bytes survive every round.
+#[test]
+fn allocations_racing_sleep_are_refused_or_awake_and_wake_never_fails() {
+    let _s = serial();
+    let a = create("expandable_segments:true", DEVICE).unwrap();
+    let p = pool(a, "sleep:offload");
+    route(a, p, true);
+    let kept = malloc(a, 4 * MIB, Stream::DEFAULT).unwrap();
+    route(a, p, false);
+    write(kept, 4 * MIB, 0x5a);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let handle = a as usize;
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            let a = handle as Handle;
+            route(a, p, true);
+            let mut held = Vec::new();
+            let mut refused = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match malloc(a, 64 * 1024 + 512 * (held.len() % 7), Stream::DEFAULT) {
+                    Ok(b) => {
+                        write(b, 4096, 0x11);
+                        held.push(b);
+                        if held.len() > 32 {
+                            for b in held.drain(..16) {
+                                assert_eq!(free(a, b), NPUALLOC_OK, "{}", last_error_message());
+                            }
+                        }
+                    }
+                    Err((st, msg)) => {
+                        assert_eq!(st, NPUALLOC_ERR_INVALID_ARGUMENT, "{msg}");
+                        assert!(msg.contains("asleep"), "{msg}");
+                        refused += 1;
+                    }
+                }
+            }
+            route(a, p, false);
+            for b in held {
+                assert_eq!(free(a, b), NPUALLOC_OK);
+            }
+            refused
+        });
+        for round in 0..40 {
+            assert_eq!(sleep(a), NPUALLOC_OK, "round {round}: {}", last_error_message());
+            std::thread::yield_now();
+            assert_eq!(wake(a), NPUALLOC_OK, "round {round}: {}", last_error_message());
+            assert!(reads(kept, 4 * MIB, 0x5a), "round {round}: the offloaded block changed");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = worker.join().unwrap();
+    });
+    assert_eq!(free(a, kept), NPUALLOC_OK);
+    assert_eq!(destroy(a), NPUALLOC_OK, "{}", last_error_message());
+}
+
+/// A mapping that fails during wake with two pools' shards asleep: wake
+/// reports the error, every handle it allocated for the runs left asleep is
+/// freed with its own size, and a later wake restores every byte with the
+/// emulator's physical memory back where it was before the sleep.
+#[test]
+fn a_failed_mapping_in_wake_leaves_the_other_shards_handles_their_own() {
+    let _s = serial();
+    let e = emu();
+    let a = create("expandable_segments:true", DEVICE).unwrap();
+    let (p, q) = (pool(a, "sleep:offload"), pool(a, "sleep:offload"));
+    route(a, p, true);
+    let big = malloc(a, 6 * MIB, Stream::DEFAULT).unwrap();
+    route(a, p, false);
+    route(a, q, true);
+    let other = malloc(a, 2 * MIB + 4096, Stream::DEFAULT).unwrap();
+    let small = malloc(a, 4096, Stream::DEFAULT).unwrap();
+    route(a, q, false);
+    write(big, 6 * MIB, 0x61);
+    write(other, 2 * MIB + 4096, 0x62);
+    write(small, 4096, 0x63);
+    let awake = e.usage(DEVICE);
+    assert_eq!(sleep(a), NPUALLOC_OK, "{}", last_error_message());
+    let asleep = e.usage(DEVICE);
+    // The first mapping of the wake fails.
+    e.fail_nth("aclrtMapMem", 1);
+    assert_ne!(wake(a), NPUALLOC_OK, "a wake whose mapping failed");
+    e.fail_nth("aclrtMapMem", 0);
+    assert_eq!(wake(a), NPUALLOC_OK, "{}", last_error_message());
+    assert!(reads(big, 6 * MIB, 0x61) && reads(other, 2 * MIB + 4096, 0x62) && reads(small, 4096, 0x63));
+    let u = e.usage(DEVICE);
+    assert_eq!((u.physical_bytes, u.mapped_bytes), (awake.physical_bytes, awake.mapped_bytes), "after wake");
+    assert!(asleep.physical_bytes < awake.physical_bytes);
+    for b in [big, other, small] {
+        assert_eq!(free(a, b), NPUALLOC_OK);
+    }
+    assert_eq!(destroy(a), NPUALLOC_OK, "{}", last_error_message());
+}

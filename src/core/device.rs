@@ -143,6 +143,9 @@ impl<B: Backing> Device<B> {
             // rules; only an unrouted one needs the quarantine (Note [capture]).
             if capturing && pool == 0 {
                 entry.mark_graph();
+            } else if capturing {
+                // Its cached memory stays through sleep (Note [sleep]).
+                self.pools.mark_captured(pool);
             }
         }
         made.ok_or_else(|| {
@@ -183,6 +186,11 @@ impl<B: Backing> Device<B> {
         if pool.stream() != stream {
             drop(pool);
             return self.malloc_again(size, stream);
+        }
+        // A sleep that began while this request waited for the lock: the
+        // check again, still one predictable branch (Note [sleep]).
+        if self.sleep.refusing() {
+            self.sleep.check(entry)?;
         }
         let addr = match pool.malloc_cached(size, rounded) {
             Ok(addr) => addr,

@@ -192,6 +192,11 @@ impl<B: Backing> Device<B> {
     /// it, for the ladder to act on; any other fails the call.
     fn attempt(&self, shard: &Shard<B>, size: usize, rounded: usize) -> Result<Result<usize, (GrowError, usize)>> {
         let mut pool = shard.lock()?;
+        // Sleep takes the ladder lock too: a pool put to sleep since the
+        // request's check takes nothing now (Note [sleep]).
+        if self.sleep.refusing() {
+            self.sleep.check(self.streams.entry_of(pool.id))?;
+        }
         match self.grow(shard, &mut pool, size, rounded, false) {
             Ok(addr) => {
                 self.published(self.streams.entry_of(pool.id), pool.kind as usize, &pool);

@@ -12,8 +12,12 @@
 //! 1. The allocator becomes asleep: from now on a malloc routed to an
 //!    offload or discard pool is INVALID_ARGUMENT ("asleep"); frees of any
 //!    block go on (a sleeping block is just dropped; its pages are gone).
-//! 2. Every pool's cached memory goes back, as `empty_cache` gives back the
-//!    default pool's (after synchronizing the streams that used it).
+//! 2. The default pool's cached memory goes back as `empty_cache` gives it
+//!    back (after synchronizing the streams that used it), and so does that
+//!    of each offload/discard pool no capture was routed to. A pool a
+//!    capture was routed to keeps its cached memory (its graphs' replays
+//!    use the blocks freed during the capture; Note [pools]), as do kept
+//!    pools and graph streams.
 //! 3. Under the ladder lock, each offload/discard pool's ranges are taken
 //!    off the device run by run (`backing::expandable::sleep`): the streams
 //!    that used a range are synchronized, then one host buffer and one copy
@@ -84,8 +88,8 @@ impl<B: Backing> Device<B> {
             }
             modes.insert(p.id, mode);
         }
-        *state = Some(Asleep { modes: modes.clone() });
-        self.sleep.refusing.store(!modes.is_empty(), Ordering::Relaxed);
+        *state = Some(Asleep);
+        self.sleep.publish(Some(&modes));
         let result = self.take_off(&modes);
         if let Err(e) = result {
             // Undo: bring back what was taken (handles are there, as they
@@ -93,7 +97,7 @@ impl<B: Backing> Device<B> {
             match self.bring_back() {
                 Ok(()) => {
                     *state = None;
-                    self.sleep.refusing.store(false, Ordering::Relaxed);
+                    self.sleep.publish(None);
                 }
                 Err(w) => {
                     return Err(Error::Internal(format!("sleep failed ({e}), and waking again failed too: {w}")));
@@ -107,9 +111,13 @@ impl<B: Backing> Device<B> {
     /// Steps 2 to 4 of sleep.
     fn take_off(&self, modes: &HashMap<u64, SleepMode>) -> Result<usize> {
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        // Every pool's cached memory (the second pass releases the ranges
-        // the first one emptied); graph streams keep theirs (Note [capture]).
-        let pick = |e: &StreamEntry<B>| !e.is_graph();
+        // The cached memory empty_cache gives back, and that of each pool
+        // put to sleep that no capture was routed to (the second pass
+        // releases the ranges the first one emptied). Graph streams and
+        // pools a capture used keep theirs: the graphs' replays use it
+        // (Note [capture], Note [pools]).
+        let captured: Vec<u64> = modes.keys().copied().filter(|&p| self.pool_captured(p)).collect();
+        let pick = |e: &StreamEntry<B>| e.reclaimable() || (modes.contains_key(&e.pool) && !captured.contains(&e.pool));
         let mut freed = self.release_free_where(Scope::All, pick)? + self.release_free_where(Scope::All, pick)?;
         for e in self.streams.iter().filter(|e| !e.is_graph()) {
             let Some(&mode) = modes.get(&e.pool) else { continue };
@@ -132,17 +140,25 @@ impl<B: Backing> Device<B> {
         }
         self.bring_back()?;
         *state = None;
-        self.sleep.refusing.store(false, Ordering::Relaxed);
+        self.sleep.publish(None);
         Ok(())
     }
 
     /// Maps every sleeping run again, or changes nothing (OUT_OF_MEMORY).
     fn bring_back(&self) -> Result<()> {
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        let mut needs = Vec::new();
-        for shard in self.streams.shards() {
-            B::wake_needs(&shard.lock_anyway(), &mut needs);
-        }
+        // Each shard's needs, in the order the second loop visits shards:
+        // each gets its own handles, so a mapping that fails in one shard
+        // leaves the next shard's handles its own (of the sizes it needs).
+        let shards = || self.streams.iter().flat_map(|e| e.shards.iter().enumerate().map(move |s| (e, s)));
+        let per_shard: Vec<Vec<(usize, crate::sys::aclrtMemAttr)>> = shards()
+            .map(|(_, (_, shard))| {
+                let mut n = Vec::new();
+                B::wake_needs(&shard.lock_anyway(), &mut n);
+                n
+            })
+            .collect();
+        let needs: Vec<(usize, crate::sys::aclrtMemAttr)> = per_shard.iter().flatten().copied().collect();
         let mut handles = VecDeque::with_capacity(needs.len());
         for (i, &(bytes, attr)) in needs.iter().enumerate() {
             match self.fresh_handle(bytes, attr) {
@@ -168,17 +184,22 @@ impl<B: Backing> Device<B> {
             }
         }
         let mut first_error = None;
-        for (e, shard) in self.streams.iter().flat_map(|e| e.shards.iter().enumerate().map(move |s| (e, s))) {
-            let (kind, shard) = shard;
+        for ((e, (kind, shard)), own) in shards().zip(&per_shard) {
+            let mut mine: VecDeque<PhysicalHandle> = handles.drain(..own.len().min(handles.len())).collect();
             let mut pool = shard.lock_anyway();
-            if let Err(err) = B::wake_pool(&mut pool, &mut handles) {
+            if let Err(err) = B::wake_pool(&mut pool, &mut mine) {
                 first_error.get_or_insert(err);
             }
             self.published(e, kind, &pool);
+            drop(pool);
+            // Handles left over belong to this shard's runs whose mapping
+            // failed (the tail of its needs).
+            let left = &own[own.len() - mine.len()..];
+            self.free_handles(&mut mine, left);
         }
-        // Handles left over belong to runs whose mapping failed.
-        let left: Vec<(usize, crate::sys::aclrtMemAttr)> = needs[needs.len() - handles.len()..].to_vec();
-        self.free_handles(&mut handles, &left);
+        // A shard added since the needs were counted needs none.
+        let rest = needs[needs.len() - handles.len()..].to_vec();
+        self.free_handles(&mut handles, &rest);
         first_error.map_or(Ok(()), Err)
     }
 
@@ -216,5 +237,33 @@ impl<B: Backing> Device<B> {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::sleep_state::SleepState;
+
+    /// While a sleep holds its mutex (taking memory off the device), a
+    /// request's check answers at once: refused for the sleeping pool,
+    /// allowed for the others.
+    #[test]
+    fn check_answers_while_a_sleep_is_under_way() {
+        let s = SleepState::default();
+        let held = s.lock();
+        s.publish(Some(&HashMap::from([(3, SleepMode::Offload)])));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let _ =
+                    tx.send((s.refusal(3, false).is_err(), s.refusal(0, false).is_ok(), s.refusal(3, true).is_ok()));
+            });
+            // Received while `held` still holds the sleep mutex.
+            assert_eq!(rx.recv().unwrap(), (true, true, true));
+        });
+        drop(held);
+        s.publish(None);
+        assert!(!s.refusing() && s.refusal(3, false).is_ok());
     }
 }

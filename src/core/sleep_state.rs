@@ -7,21 +7,24 @@ use super::streams::StreamEntry;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 /// An allocator's sleep state.
 #[derive(Debug, Default)]
 pub(crate) struct SleepState {
     /// Set while asleep with some pool not kept: a malloc checks `asleep`.
     pub(super) refusing: AtomicBool,
+    /// Held by sleep and wake for their whole run.
     pub(super) asleep: Mutex<Option<Asleep>>,
+    /// The modes of the pools asleep, published apart from `asleep` so
+    /// that `check` never waits for a sleep or wake under way: written
+    /// before sleep takes anything off, cleared once wake brought it back.
+    pub(super) modes: RwLock<Option<HashMap<u64, SleepMode>>>,
 }
 
 #[derive(Debug, Clone)]
-pub(super) struct Asleep {
-    /// The mode of each pool not kept, by pool id.
-    pub(super) modes: HashMap<u64, SleepMode>,
-}
+/// Present while asleep (the modes are `SleepState::modes`).
+pub(super) struct Asleep;
 
 impl SleepState {
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Option<Asleep>> {
@@ -38,12 +41,17 @@ impl SleepState {
     #[cold]
     #[inline(never)]
     pub fn check<B: Backing>(&self, entry: &StreamEntry<B>) -> Result<()> {
-        let state = self.lock();
-        let Some(asleep) = state.as_ref() else { return Ok(()) };
-        match asleep.modes.get(&entry.pool) {
-            Some(mode) if mode.releases() && !entry.is_graph() => Err(Error::InvalidArgument(format!(
-                "the allocator is asleep: pool {} (sleep={}) takes no allocation until npualloc_wake",
-                entry.pool,
+        self.refusal(entry.pool, entry.is_graph())
+    }
+
+    /// `check` for a request routed to `pool` (on a graph stream or not);
+    /// never waits for a sleep or wake under way.
+    pub(super) fn refusal(&self, pool: u64, graph: bool) -> Result<()> {
+        let modes = self.modes.read().unwrap_or_else(|e| e.into_inner());
+        let Some(modes) = modes.as_ref() else { return Ok(()) };
+        match modes.get(&pool) {
+            Some(mode) if mode.releases() && !graph => Err(Error::InvalidArgument(format!(
+                "the allocator is asleep: pool {pool} (sleep={}) takes no allocation until npualloc_wake",
                 mode.name()
             ))),
             _ => Ok(()),
@@ -52,5 +60,17 @@ impl SleepState {
 
     pub fn is_asleep(&self) -> bool {
         self.lock().is_some()
+    }
+
+    /// Publishes the modes of the pools asleep (None: awake), then `refusing`.
+    pub(super) fn publish(&self, modes: Option<&HashMap<u64, SleepMode>>) {
+        let refusing = modes.is_some_and(|m| !m.is_empty());
+        if refusing {
+            *self.modes.write().unwrap_or_else(|e| e.into_inner()) = modes.cloned();
+            self.refusing.store(true, Ordering::SeqCst);
+        } else {
+            self.refusing.store(false, Ordering::SeqCst);
+            *self.modes.write().unwrap_or_else(|e| e.into_inner()) = None;
+        }
     }
 }

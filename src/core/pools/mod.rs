@@ -80,7 +80,7 @@ impl<B: Backing> Device<B> {
     pub fn pool_create(&self, config: PoolConfig) -> Result<u64> {
         self.check_open()?;
         let mut records = self.pools.lock();
-        records.push(Record { config, destroyed: false, routes: 0 });
+        records.push(Record { config, destroyed: false, routes: 0, captured: false });
         Ok(records.len() as u64 - 1)
     }
 
@@ -97,13 +97,15 @@ impl<B: Backing> Device<B> {
     /// Routes allocations on `stream` (None: of the calling thread) to `pool`.
     pub fn pool_begin(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
         self.check_open()?;
-        if let Some(s) = stream {
-            check_live_stream(&self.sh.rt, self.sh.device, s)?;
-        }
+        let capturing = match stream {
+            Some(s) => check_live_stream(&self.sh.rt, self.sh.device, s)?,
+            None => false,
+        };
         let mut records = self.pools.lock();
         match records.get_mut(pool as usize) {
             Some(r) if !r.destroyed => {
                 r.routes += 1;
+                r.captured |= capturing;
                 self.routes.begin(pool, target_of(stream));
                 Ok(())
             }
@@ -206,6 +208,16 @@ impl<B: Backing> Device<B> {
         s.requested_bytes_peak = peak_requested.max(s.requested_bytes);
         s.largest_free_block = largest as u64;
         Ok(s)
+    }
+
+    /// True if a capture was routed to `pool`, or one of its streams
+    /// captures now (sleep's cold path; Note [sleep]).
+    pub(crate) fn pool_captured(&self, pool: u64) -> bool {
+        self.pools.captured(pool)
+            || self.streams.iter().filter(|e| e.pool == pool).any(|e| {
+                let stream = e.shards[0].lock_anyway().stream();
+                super::capture::capturing_now(&self.sh.rt, self.sh.device, stream)
+            })
     }
 
     /// Every pool ever created (0 first) with its sleep mode and shards.

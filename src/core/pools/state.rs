@@ -12,6 +12,9 @@ pub(super) struct Record {
     pub destroyed: bool,
     /// Routes to it active now (stream and thread).
     pub routes: usize,
+    /// A capture was routed to it: its cached memory serves the graph's
+    /// replays and stays until `pool_destroy`, sleep included (Note [sleep]).
+    pub captured: bool,
 }
 
 /// Every pool ever created; pool `i` is `records[i]` (0: the default pool).
@@ -21,7 +24,14 @@ pub(crate) struct Pools {
 
 impl Default for Pools {
     fn default() -> Self {
-        Pools { records: Mutex::new(vec![Record { config: PoolConfig::default(), destroyed: false, routes: 0 }]) }
+        Pools {
+            records: Mutex::new(vec![Record {
+                config: PoolConfig::default(),
+                destroyed: false,
+                routes: 0,
+                captured: false,
+            }]),
+        }
     }
 }
 
@@ -36,5 +46,17 @@ impl Pools {
     pub fn with_live<T>(&self, pool: u64, f: impl FnOnce(PoolConfig) -> T) -> Option<T> {
         let records = self.lock();
         records.get(pool as usize).filter(|r| !r.destroyed).map(|r| f(r.config))
+    }
+
+    /// Notes that a capture was routed to `pool` (Note [capture]).
+    pub fn mark_captured(&self, pool: u64) {
+        if let Some(r) = self.lock().get_mut(pool as usize) {
+            r.captured = true;
+        }
+    }
+
+    /// True once a capture was routed to `pool`.
+    pub fn captured(&self, pool: u64) -> bool {
+        self.lock().get(pool as usize).is_some_and(|r| r.captured)
     }
 }
