@@ -73,4 +73,20 @@ impl SleepState {
             *self.modes.write().unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
+
+    /// Runs `f` with sleep and wake held off; `f` learns whether the
+    /// allocator is asleep. Lock order: this before the pools lock, as in
+    /// sleep and wake.
+    pub(super) fn while_settled<T>(&self, f: impl FnOnce(bool) -> T) -> T {
+        let state = self.lock();
+        f(state.is_some())
+    }
+
+    /// A pool created while asleep, whose mode gives its blocks back, is
+    /// asleep as the others are: its allocations are refused until wake.
+    pub(super) fn add_sleeping_pool(&self, pool: u64, mode: SleepMode) {
+        let mut modes = self.modes.write().unwrap_or_else(|e| e.into_inner());
+        modes.get_or_insert_with(HashMap::new).insert(pool, mode);
+        self.refusing.store(true, Ordering::SeqCst);
+    }
 }

@@ -79,9 +79,19 @@ impl<B: Backing> Device<B> {
     /// Creates a pool; returns its id (never 0, never reused).
     pub fn pool_create(&self, config: PoolConfig) -> Result<u64> {
         self.check_open()?;
-        let mut records = self.pools.lock();
-        records.push(Record { config, destroyed: false, routes: 0, captured: false });
-        Ok(records.len() as u64 - 1)
+        // While asleep, an offload or discard pool refuses allocations until
+        // wake, as the pools that slept do (api.md: sleep).
+        self.sleep.while_settled(|asleep| {
+            let id = {
+                let mut records = self.pools.lock();
+                records.push(Record { config, destroyed: false, routes: 0, captured: false });
+                records.len() as u64 - 1
+            };
+            if asleep && config.sleep.releases() {
+                self.sleep.add_sleeping_pool(id, config.sleep);
+            }
+            Ok(id)
+        })
     }
 
     /// OK when `pool` exists and is not destroyed (pool 0, the default

@@ -347,6 +347,41 @@ fn pools_sleep_by_their_own_mode() {
     super::support::drop_stream(s);
 }
 
+/// A pool created while asleep sleeps by its mode: an offload pool refuses
+/// allocations until wake, a keep pool serves.
+#[test]
+fn a_pool_created_while_asleep_sleeps_by_its_mode() {
+    use crate::core::pools::config::PoolConfig;
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = paged();
+    let s = super::support::new_stream();
+    let mode = |m| PoolConfig { sleep: m, ..PoolConfig::default() };
+    let kept = a.malloc(MIB, s).unwrap();
+    a.sleep_pools().unwrap();
+    let off = a.pool_create(mode(SleepMode::Offload)).unwrap();
+    let keep = a.pool_create(mode(SleepMode::Keep)).unwrap();
+    a.pool_begin(off, Some(s)).unwrap();
+    match a.malloc(4096, s) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("asleep") && m.contains(&format!("pool {off}")), "{m}"),
+        other => panic!("an offload pool made while asleep served: {other:?}"),
+    }
+    a.pool_end(off, Some(s)).unwrap();
+    a.pool_begin(keep, Some(s)).unwrap();
+    let k = a.malloc(4096, s).expect("a keep pool serves while asleep");
+    a.pool_end(keep, Some(s)).unwrap();
+    a.wake().unwrap();
+    a.pool_begin(off, Some(s)).unwrap();
+    let w = a.malloc(4096, s).expect("awake, the offload pool serves");
+    a.pool_end(off, Some(s)).unwrap();
+    for addr in [kept, k, w] {
+        a.free(addr).unwrap();
+    }
+    teardown_clean(a, &base);
+    super::support::drop_stream(s);
+}
+
 /// Runs of pieces of different sizes, several runs in one range: wake maps
 /// each piece with a handle of its own size at its own pages (handles are
 /// allocated in the order the runs are woken), and every byte reads back.
