@@ -6,10 +6,7 @@
 fn the_python_package_has_the_library_version() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/python/pyproject.toml");
     let text = std::fs::read_to_string(path).unwrap();
-    let versions: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("version = "))
-        .map(|v| v.trim().trim_matches('"'))
-        .collect();
+    let versions: Vec<&str> =
+        text.lines().filter_map(|l| l.trim().strip_prefix("version = ")).map(|v| v.trim().trim_matches('"')).collect();
     assert_eq!(versions, [env!("CARGO_PKG_VERSION")], "python/pyproject.toml's version line");
 }
