@@ -191,6 +191,7 @@ mod tests {
             capture_info: true,
             contexts: true,
             stream_context: true,
+            device_count: true,
         };
         assert_eq!(full.features(), all_on);
         assert!(full.missing_optional().is_empty());
