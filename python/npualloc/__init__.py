@@ -396,5 +396,5 @@ class Pool:
 
 
 def version():
-    """The library version, e.g. "0.1.0"."""
+    """The library version, "major.minor.patch", the same as the package version."""
     return _lib.lib().npualloc_version().decode()
