@@ -384,6 +384,7 @@ typedef struct npualloc_api {
                                   size_t,
                                   const uint64_t*,
                                   size_t);
+    npualloc_status (*wake_with)(struct npualloc_allocator*, const uint64_t*, size_t);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -1155,6 +1156,30 @@ npualloc_status npualloc_sleep_with(struct npualloc_allocator *a,
                                     size_t n_offload,
                                     const uint64_t *discard_pools,
                                     size_t n_discard);
+
+/**
+ * Wakes only the sleeping blocks of the `n` pools at `pools`, by the rules
+ * of `npualloc_wake`: all or nothing (OUT_OF_MEMORY changes nothing, the
+ * pools stay asleep), and the awake pools' cached memory is given back
+ * before giving up. The other pools stay asleep (their allocations still
+ * INVALID_ARGUMENT), and the allocator counts as asleep until every pool is
+ * awake. This is vLLM's `wake_up(tags=[...])` with one pool per tag, e.g.
+ * the weights before the KV cache. A pool not asleep (a `keep` pool, or
+ * one woken already) is OK and changes nothing; a destroyed pool may be
+ * listed (its sleeping live blocks wake); `npualloc_wake` wakes every pool.
+ * `pools` may be NULL when `n` is 0 (then only an allocator with no pool
+ * left asleep becomes awake).
+ *
+ * Statuses: those of `npualloc_wake`, and INVALID_ARGUMENT, changing
+ * nothing, for a NULL or destroyed `a`, a NULL list with `n` above 0, a
+ * count too large for memory, a misaligned list, or a pool that was never
+ * created. Awake already: OK (the list is still checked).
+ *
+ * # Safety
+ * `a` is NULL or a live handle; a non-NULL `pools` points to `n` readable
+ * `uint64_t`.
+ */
+npualloc_status npualloc_wake_with(struct npualloc_allocator *a, const uint64_t *pools, size_t n);
 
 /**
  * Fills `*out` up to `out->struct_size` bytes, whole fields only, and
