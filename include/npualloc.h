@@ -1119,11 +1119,17 @@ npualloc_status npualloc_sleep(struct npualloc_allocator *a);
 /**
  * Wakes: maps device memory under every sleeping block again at the same
  * address and restores offloaded contents (discarded ones read as
- * undefined). Awake already: OK.
+ * undefined). All or nothing: when the handles do not fit, the cached
+ * memory of the pools awake is given back first (as the out-of-memory
+ * ladder gives it; a graph pool keeps its own) and the wake tried again; a
+ * physical allocation, map or copy refused part-way is undone whole, every
+ * block staying asleep with its host copy. Awake already: OK.
  *
  * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`;
- * OUT_OF_MEMORY when the device cannot hold the sleeping blocks: nothing
- * changed, the allocator is still asleep, and a later call may succeed.
+ * OUT_OF_MEMORY when the device cannot hold the sleeping blocks or a map
+ * is refused: nothing changed, the allocator is still asleep, and a later
+ * call may succeed; the runtime's failure of a copy back, also changing
+ * nothing.
  *
  * # Safety
  * `a` is NULL or a handle from `npualloc_create` not yet destroyed.

@@ -30,10 +30,18 @@
 //! in an offload or discard pool, sleep is UNSUPPORTED and changes nothing.
 //! If a step fails, what was taken is woken again and the error returned.
 //!
-//! Wake allocates every handle the sleeping runs need first; if one is
-//! refused, those allocated are freed and wake is OUT_OF_MEMORY, still
-//! asleep, having changed nothing. Then each run is mapped at its pages,
-//! its contents copied back and its host buffer freed. A run whose blocks
+//! While asleep, the pages of a sleeping run belong to its blocks: they
+//! count as neither mapped nor free to map (`VmmRange::slept_at`), so a
+//! request served meanwhile (a graph stream's) is placed where it touches
+//! none of them, in a new range if need be, and wake maps exactly what
+//! sleep unmapped.
+//!
+//! Wake (`wake`) is all or nothing: every handle first, then every run
+//! mapped and copied back while still counted asleep, then all of them
+//! made awake at once; a failure on the way undoes it whole. Short of
+//! memory it gives back the awake pools' cached memory, as the OOM ladder
+//! would, and tries again. It may name some pools only (a partial wake);
+//! the allocator is asleep until every pool is awake. A run whose blocks
 //! were all freed while asleep is mapped again all the same (its pages are
 //! then cached memory, which `empty_cache` gives back).
 //!

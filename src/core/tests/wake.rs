@@ -257,6 +257,50 @@ fn wake_gives_back_the_awake_pools_cache_first() {
     super::support::drop_stream(s);
 }
 
+/// A private pool's cached memory is its own (Note [pools]): wake takes
+/// it only from a pool with `use_on_oom`, as the OOM ladder does. With a
+/// plain pool's cache filling the device, wake is OUT_OF_MEMORY, nothing
+/// changed and that cache still there; with `use_on_oom`, wake succeeds.
+#[test]
+fn wake_takes_a_private_pools_cache_only_with_use_on_oom() {
+    let _g = emu_lock();
+    for use_on_oom in [false, true] {
+        let base = Baseline::take();
+        budget(GIB);
+        let a = paged();
+        let s = new_stream();
+        let off = pool(&a, SleepMode::Offload);
+        let own = a.pool_create(PoolConfig { sleep: SleepMode::Keep, use_on_oom }).unwrap();
+        let weights = block_in(&a, off, s, 9 * MIB, 0x77);
+        a.sleep_pools().unwrap();
+        let u = usage(DEV);
+        super::support::set_capacity(u.malloc_bytes + u.physical_bytes + 32 * MIB as u64);
+        let cached: Vec<usize> = (0..2).map(|_| block_in(&a, own, s, 16 * MIB, 0).0).collect();
+        for p in cached {
+            a.free(p).unwrap();
+        }
+        assert_eq!(base.vmm().physical_bytes as usize, 32 * MIB, "the device is full of the pool's cache");
+        let got = a.wake();
+        if use_on_oom {
+            got.expect("a use_on_oom pool's cache goes back for the wake");
+            assert!(check_fill(weights.0, weights.1, weights.2));
+        } else {
+            match got {
+                Err(Error::OutOfMemory(m)) => assert!(m.contains("nothing changed"), "{m}"),
+                other => panic!("wake took a private pool's cache: {other:?}"),
+            }
+            assert!(a.is_asleep());
+            assert_eq!(base.vmm().physical_bytes as usize, 32 * MIB, "the pool's cache stays");
+            budget(GIB);
+            a.wake().unwrap();
+            assert!(check_fill(weights.0, weights.1, weights.2));
+        }
+        a.free(weights.0).unwrap();
+        super::support::teardown_clean(a, &base);
+        super::support::drop_stream(s);
+    }
+}
+
 /// The pools wake one at a time: waking the offload pool brings its
 /// blocks back (intact) and only them; the discard pool still refuses
 /// allocations and the allocator counts as asleep until it wakes too. A
