@@ -344,6 +344,32 @@ fn pools_wake_one_at_a_time() {
     super::support::drop_stream(s);
 }
 
+/// A pool destroyed while asleep keeps its live blocks (api.md:
+/// pool_destroy), asleep: naming it in a partial wake brings them back.
+#[test]
+fn a_pool_destroyed_while_asleep_wakes_by_name() {
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(GIB);
+    let a = paged();
+    let s = new_stream();
+    let (gone, other) = (pool(&a, SleepMode::Offload), pool(&a, SleepMode::Offload));
+    let g = block_in(&a, gone, s, 5 * MIB, 0x3e);
+    let o = block_in(&a, other, s, 3 * MIB, 0x3f);
+    a.sleep_pools().unwrap();
+    a.pool_destroy(gone).unwrap();
+    a.wake_with(&[gone]).unwrap();
+    assert!(check_fill(g.0, g.1, g.2), "the destroyed pool's block reads back");
+    assert!(a.is_asleep() && refused(&a, other, s), "the other pool still sleeps");
+    assert_eq!(base.vmm().physical_bytes as usize, 6 * MIB, "the destroyed pool's pages only");
+    a.wake_with(&[other]).unwrap();
+    assert!(!a.is_asleep() && check_fill(o.0, o.1, o.2));
+    a.free(g.0).unwrap();
+    a.free(o.0).unwrap();
+    super::support::teardown_clean(a, &base);
+    super::support::drop_stream(s);
+}
+
 /// 100 cycles of sleep, a partial wake of the weights, work in the default
 /// pool, then the kv cache's wake: asleep, half awake and awake, the
 /// device and the host hold exactly what they held in the first cycle (a
