@@ -61,13 +61,15 @@ impl ReuseLists {
         }
     }
 
-    /// A held block of exactly `size` bytes, taken off its list.
+    /// A held block of exactly `size` bytes (of class `class`, which the
+    /// caller computed once for this list and the free index), taken off
+    /// its list.
     #[inline]
-    pub fn pop(&mut self, arena: &BlockArena, size: usize) -> Option<BlockId> {
+    pub fn pop(&mut self, arena: &BlockArena, size: usize, class: usize) -> Option<BlockId> {
+        debug_assert_eq!(class, class_of(size));
         if self.count == 0 {
             return None;
         }
-        let class = class_of(size);
         let id = self.heads[class];
         if id == NIL {
             return None;
@@ -110,25 +112,23 @@ impl ReuseLists {
         self.count != 0
     }
 
-    /// Empties the lists; returns the blocks that were held.
-    pub fn take(&mut self, arena: &BlockArena) -> Vec<BlockId> {
-        let mut out = Vec::with_capacity(self.count);
-        for w in 0..WORDS {
-            let mut bits = std::mem::take(&mut self.used[w]);
-            while bits != 0 {
-                let class = w * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let mut id = std::mem::replace(&mut self.heads[class], NIL);
-                while id != NIL {
-                    out.push(id);
-                    id = arena.get(id).free_next;
-                }
-                self.counts[class] = 0;
-            }
+    /// Takes some held block off its list; None once none is held. Draining
+    /// pops until None, with no buffer to allocate (the lists' links are the
+    /// blocks' own, and the caller returns each block before the next pop).
+    pub fn pop_any(&mut self, arena: &BlockArena) -> Option<BlockId> {
+        let w = self.used.iter().position(|&w| w != 0)?;
+        let class = w * 64 + self.used[w].trailing_zeros() as usize;
+        let id = self.heads[class];
+        debug_assert!(id != NIL, "class {class} marked used with an empty list");
+        let b = arena.get(id);
+        self.heads[class] = b.free_next;
+        self.counts[class] -= 1;
+        if self.heads[class] == NIL {
+            self.used[w] &= !(1 << (class % 64));
         }
-        self.count = 0;
-        self.bytes = 0;
-        out
+        self.count -= 1;
+        self.bytes -= b.size;
+        Some(id)
     }
 
     /// Every held block, for the invariant checker.

@@ -240,10 +240,12 @@ impl Lane {
         self.requested.store(c.requested, Relaxed);
     }
 
+    #[inline(always)]
     pub fn allocated(&self) -> u64 {
         self.allocated.load(Relaxed)
     }
 
+    #[inline(always)]
     pub fn requested(&self) -> u64 {
         self.requested.load(Relaxed)
     }
