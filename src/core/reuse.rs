@@ -115,20 +115,30 @@ impl ReuseLists {
     /// Takes some held block off its list; None once none is held. Draining
     /// pops until None, with no buffer to allocate (the lists' links are the
     /// blocks' own, and the caller returns each block before the next pop).
+    /// A class's bit stays set after `pop` empties its list (the hit path
+    /// does not clear it); such a bit is cleared here.
     pub fn pop_any(&mut self, arena: &BlockArena) -> Option<BlockId> {
-        let w = self.used.iter().position(|&w| w != 0)?;
-        let class = w * 64 + self.used[w].trailing_zeros() as usize;
-        let id = self.heads[class];
-        debug_assert!(id != NIL, "class {class} marked used with an empty list");
-        let b = arena.get(id);
-        self.heads[class] = b.free_next;
-        self.counts[class] -= 1;
-        if self.heads[class] == NIL {
-            self.used[w] &= !(1 << (class % 64));
+        if self.count == 0 {
+            return None;
         }
-        self.count -= 1;
-        self.bytes -= b.size;
-        Some(id)
+        loop {
+            let w = self.used.iter().position(|&w| w != 0)?;
+            let class = w * 64 + self.used[w].trailing_zeros() as usize;
+            let id = self.heads[class];
+            if id == NIL {
+                self.used[w] &= !(1 << (class % 64));
+                continue;
+            }
+            let b = arena.get(id);
+            self.heads[class] = b.free_next;
+            self.counts[class] -= 1;
+            if self.heads[class] == NIL {
+                self.used[w] &= !(1 << (class % 64));
+            }
+            self.count -= 1;
+            self.bytes -= b.size;
+            return Some(id);
+        }
     }
 
     /// Every held block, for the invariant checker.
