@@ -8,6 +8,11 @@
 //! reserved memory with exact-size segments; the bounded scan keeps
 //! best-fit's fragmentation at segregated-fit speed (docs/anchors.md §e,
 //! idea 1).
+//!
+//! A block on a list carries its class (`Block::class`, set by `insert`), so
+//! taking it off (`remove`, twice in a warm pair through the index) reads
+//! it instead of computing `class_of` again; debug builds check that the
+//! two agree.
 
 use super::block::{BlockArena, BlockId, NIL};
 use super::size_class::{class_of, CLASS_COUNT};

@@ -151,3 +151,46 @@ impl ReuseLists {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::block::Block;
+
+    /// Draining pops every held block once, also after `pop` emptied a
+    /// class's list and left its bit set, and counts come back to zero.
+    #[test]
+    fn pop_any_drains_every_held_block_once_after_pops_emptied_a_list() {
+        let mut arena = BlockArena::default();
+        let mut lists = ReuseLists::new(64 << 20);
+        // Two classes of two blocks, one class of one block, and a class
+        // past the first bitmap word.
+        let sizes = [512, 512, 8192, 8192, 65536, 1 << 20];
+        let ids: Vec<BlockId> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| {
+                let id = arena.insert(Block::segment_root(i << 24, s));
+                assert!(lists.push(&mut arena, id, s));
+                id
+            })
+            .collect();
+        // The hit path empties the 64 KiB list (its bit stays set) and takes
+        // one 512 B block.
+        assert_eq!(lists.pop(&arena, 65536, class_of(65536)), Some(ids[4]));
+        assert_eq!(lists.pop(&arena, 512, class_of(512)), Some(ids[1]));
+        assert_eq!(lists.pop(&arena, 65536, class_of(65536)), None);
+        let mut drained = Vec::new();
+        while let Some(id) = lists.pop_any(&arena) {
+            drained.push(id);
+        }
+        drained.sort_unstable();
+        assert_eq!(drained, vec![ids[0], ids[2], ids[3], ids[5]]);
+        assert_eq!((lists.count, lists.bytes, lists.holds()), (0, 0, false));
+        assert_eq!(lists.iter(&arena).count(), 0);
+        // The lists work again after draining.
+        assert!(lists.push(&mut arena, ids[2], 8192));
+        assert_eq!(lists.pop_any(&arena), Some(ids[2]));
+        assert_eq!(lists.pop_any(&arena), None);
+    }
+}
