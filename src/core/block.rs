@@ -45,6 +45,11 @@ pub(crate) struct Block {
     pub state: BlockState,
     /// Other streams used this block (record_stream); see `stream_order`.
     pub has_other_streams: bool,
+    /// The size class of the free list the block is on, set when a free
+    /// index takes it (so taking it off needs no `class_of`); meaningless
+    /// off the free index (the reuse lists compute their class). Fits the
+    /// struct's padding.
+    pub class: u16,
 }
 
 impl Block {
@@ -62,6 +67,7 @@ impl Block {
             free_next: NIL,
             state: BlockState::Free,
             has_other_streams: false,
+            class: 0,
         }
     }
 }

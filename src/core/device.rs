@@ -300,7 +300,10 @@ impl<B: Backing> Device<B> {
             return self.free_flagged(entry, kind, pool, addr, flags);
         }
         pool.free(addr)?;
-        self.published(entry, kind, &pool);
+        // A free only lowers the stream's totals, so it cannot pass the
+        // high-water mark: publishing the lane is all (Note [peaks without
+        // a shared counter]).
+        shard.lane.publish(pool.counters());
         self.sh.trace(|t| t.free(addr));
         if self.sh.release_threshold.is_some() {
             self.release_over_threshold(shard, pool);

@@ -8,6 +8,11 @@
 //! reserved memory with exact-size segments; the bounded scan keeps
 //! best-fit's fragmentation at segregated-fit speed (docs/anchors.md §e,
 //! idea 1).
+//!
+//! A block on a list carries its class (`Block::class`, set by `insert`), so
+//! taking it off (`remove`, twice in a warm pair through the index) reads
+//! it instead of computing `class_of` again; debug builds check that the
+//! two agree.
 
 use super::block::{BlockArena, BlockId, NIL};
 use super::size_class::{class_of, CLASS_COUNT};
@@ -15,6 +20,8 @@ use super::size_class::{class_of, CLASS_COUNT};
 /// How many blocks one class scan looks at, at most.
 const MAX_SCAN: usize = 16;
 const WORDS: usize = CLASS_COUNT.div_ceil(64);
+// `Block::class` holds a class.
+const _: () = assert!(CLASS_COUNT <= u16::MAX as usize);
 
 #[derive(Debug)]
 pub struct FreeIndex {
@@ -33,6 +40,7 @@ impl Default for FreeIndex {
 }
 
 impl FreeIndex {
+    #[inline]
     pub fn insert(&mut self, arena: &mut BlockArena, id: BlockId) {
         let size = arena.get(id).size;
         let class = class_of(size);
@@ -41,6 +49,7 @@ impl FreeIndex {
             let b = arena.get_mut(id);
             b.free_prev = NIL;
             b.free_next = head;
+            b.class = class as u16;
         }
         if head != NIL {
             arena.get_mut(head).free_prev = id;
@@ -52,12 +61,13 @@ impl FreeIndex {
         self.bytes += size;
     }
 
+    #[inline]
     pub fn remove(&mut self, arena: &mut BlockArena, id: BlockId) {
-        let (size, prev, next) = {
+        let (size, prev, next, class) = {
             let b = arena.get(id);
-            (b.size, b.free_prev, b.free_next)
+            (b.size, b.free_prev, b.free_next, b.class as usize)
         };
-        let class = class_of(size);
+        debug_assert_eq!(class, class_of(size), "a block's size changed while it was on a free list");
         if prev != NIL {
             arena.get_mut(prev).free_next = next;
         } else {
@@ -103,7 +113,19 @@ impl FreeIndex {
     /// preferring the smallest (see the module docs). Does not remove it.
     #[inline]
     pub fn find(&self, arena: &BlockArena, size: usize, accept: impl Fn(usize) -> bool) -> Option<BlockId> {
-        let mut class = class_of(size);
+        self.find_in_class(arena, size, class_of(size), accept)
+    }
+
+    /// `find` for a caller that has `class_of(size)` already.
+    #[inline]
+    pub fn find_in_class(
+        &self,
+        arena: &BlockArena,
+        size: usize,
+        mut class: usize,
+        accept: impl Fn(usize) -> bool,
+    ) -> Option<BlockId> {
+        debug_assert_eq!(class, class_of(size));
         loop {
             class = self.next_class(class)?;
             let mut best = NIL;

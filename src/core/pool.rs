@@ -14,6 +14,7 @@ use super::registry::Registry;
 use super::reuse::ReuseLists;
 use super::segment::{Segment, SegmentId, SegmentTable};
 use super::shared::Shared;
+use super::size_class::class_of;
 use super::stats::ShardCounters;
 use super::stream_order::StreamOrder;
 use crate::error::{Error, Result};
@@ -93,10 +94,13 @@ impl<B: Backing> Pool<B> {
     /// is ready.
     #[inline(always)]
     pub fn malloc_cached(&mut self, size: usize, rounded: usize) -> Result<usize, Miss> {
-        if let Some(id) = self.reuse.pop(&self.blocks, rounded) {
+        // One class computation serves both look-ups.
+        let class = class_of(rounded);
+        if let Some(id) = self.reuse.pop(&self.blocks, rounded, class) {
             return Ok(self.reuse_block(id, size));
         }
-        match self.find_free(rounded) {
+        let policy = &self.sh.policy;
+        match self.index.find_in_class(&self.blocks, rounded, class, |b| policy.may_use(b, rounded)) {
             Some(id) if B::ready(self, id, rounded) => Ok(self.take_block(id, rounded, size)),
             _ => Err(Miss::NeedsDevice),
         }
@@ -158,7 +162,7 @@ impl<B: Backing> Pool<B> {
         if !self.reuse.holds() {
             return;
         }
-        for id in self.reuse.take(&self.blocks) {
+        while let Some(id) = self.reuse.pop_any(&self.blocks) {
             let addr = self.blocks.get(id).addr;
             self.registry.remove(&addr);
             self.return_block(id);

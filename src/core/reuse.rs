@@ -61,13 +61,15 @@ impl ReuseLists {
         }
     }
 
-    /// A held block of exactly `size` bytes, taken off its list.
+    /// A held block of exactly `size` bytes (of class `class`, which the
+    /// caller computed once for this list and the free index), taken off
+    /// its list.
     #[inline]
-    pub fn pop(&mut self, arena: &BlockArena, size: usize) -> Option<BlockId> {
+    pub fn pop(&mut self, arena: &BlockArena, size: usize, class: usize) -> Option<BlockId> {
+        debug_assert_eq!(class, class_of(size));
         if self.count == 0 {
             return None;
         }
-        let class = class_of(size);
         let id = self.heads[class];
         if id == NIL {
             return None;
@@ -110,25 +112,33 @@ impl ReuseLists {
         self.count != 0
     }
 
-    /// Empties the lists; returns the blocks that were held.
-    pub fn take(&mut self, arena: &BlockArena) -> Vec<BlockId> {
-        let mut out = Vec::with_capacity(self.count);
-        for w in 0..WORDS {
-            let mut bits = std::mem::take(&mut self.used[w]);
-            while bits != 0 {
-                let class = w * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let mut id = std::mem::replace(&mut self.heads[class], NIL);
-                while id != NIL {
-                    out.push(id);
-                    id = arena.get(id).free_next;
-                }
-                self.counts[class] = 0;
-            }
+    /// Takes some held block off its list; None once none is held. Draining
+    /// pops until None, with no buffer to allocate (the lists' links are the
+    /// blocks' own, and the caller returns each block before the next pop).
+    /// A class's bit stays set after `pop` empties its list (the hit path
+    /// does not clear it); such a bit is cleared here.
+    pub fn pop_any(&mut self, arena: &BlockArena) -> Option<BlockId> {
+        if self.count == 0 {
+            return None;
         }
-        self.count = 0;
-        self.bytes = 0;
-        out
+        loop {
+            let w = self.used.iter().position(|&w| w != 0)?;
+            let class = w * 64 + self.used[w].trailing_zeros() as usize;
+            let id = self.heads[class];
+            if id == NIL {
+                self.used[w] &= !(1 << (class % 64));
+                continue;
+            }
+            let b = arena.get(id);
+            self.heads[class] = b.free_next;
+            self.counts[class] -= 1;
+            if self.heads[class] == NIL {
+                self.used[w] &= !(1 << (class % 64));
+            }
+            self.count -= 1;
+            self.bytes -= b.size;
+            return Some(id);
+        }
     }
 
     /// Every held block, for the invariant checker.
@@ -139,5 +149,48 @@ impl ReuseLists {
                 (next != NIL).then_some(next)
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::block::Block;
+
+    /// Draining pops every held block once, also after `pop` emptied a
+    /// class's list and left its bit set, and counts come back to zero.
+    #[test]
+    fn pop_any_drains_every_held_block_once_after_pops_emptied_a_list() {
+        let mut arena = BlockArena::default();
+        let mut lists = ReuseLists::new(64 << 20);
+        // Two classes of two blocks, one class of one block, and a class
+        // past the first bitmap word.
+        let sizes = [512, 512, 8192, 8192, 65536, 1 << 20];
+        let ids: Vec<BlockId> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| {
+                let id = arena.insert(Block::segment_root(i << 24, s));
+                assert!(lists.push(&mut arena, id, s));
+                id
+            })
+            .collect();
+        // The hit path empties the 64 KiB list (its bit stays set) and takes
+        // one 512 B block.
+        assert_eq!(lists.pop(&arena, 65536, class_of(65536)), Some(ids[4]));
+        assert_eq!(lists.pop(&arena, 512, class_of(512)), Some(ids[1]));
+        assert_eq!(lists.pop(&arena, 65536, class_of(65536)), None);
+        let mut drained = Vec::new();
+        while let Some(id) = lists.pop_any(&arena) {
+            drained.push(id);
+        }
+        drained.sort_unstable();
+        assert_eq!(drained, vec![ids[0], ids[2], ids[3], ids[5]]);
+        assert_eq!((lists.count, lists.bytes, lists.holds()), (0, 0, false));
+        assert_eq!(lists.iter(&arena).count(), 0);
+        // The lists work again after draining.
+        assert!(lists.push(&mut arena, ids[2], 8192));
+        assert_eq!(lists.pop_any(&arena), Some(ids[2]));
+        assert_eq!(lists.pop_any(&arena), None);
     }
 }

@@ -48,12 +48,20 @@ impl<B: Backing> Shared<B> {
         DeviceCalls { rt: &self.rt, device: self.device, counters: &self.counters }
     }
 
-    /// Runs `f` with the trace recorder, if tracing.
-    #[inline]
+    /// Runs `f` with the trace recorder, if tracing. Untraced, this is one
+    /// load and one predictable branch inside the caller (the compiler kept
+    /// it out of line, a call per malloc and per free, until forced).
+    #[inline(always)]
     pub fn trace(&self, f: impl FnOnce(&mut TraceRecorder)) {
         if let Some(t) = &self.trace {
-            let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
-            f(&mut t);
+            traced(t, f);
         }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn traced(t: &StateLock<TraceRecorder>, f: impl FnOnce(&mut TraceRecorder)) {
+    let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
+    f(&mut t);
 }

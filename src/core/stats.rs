@@ -225,6 +225,10 @@ impl DeviceCounters {
 // trace and program with one stream); with several, it is the highest sum
 // seen when some stream reached a new high of its own, and can miss a peak
 // that several streams, each below its own high, make together.
+//
+// Only an allocation raises a stream's totals, so only a malloc compares
+// them with the mark; a free on the hot path publishes its lane and reads
+// nothing else (the sum it would compare can only have gone down).
 
 /// What one shard publishes: its block totals.
 #[derive(Debug, Default)]
@@ -240,10 +244,12 @@ impl Lane {
         self.requested.store(c.requested, Relaxed);
     }
 
+    #[inline(always)]
     pub fn allocated(&self) -> u64 {
         self.allocated.load(Relaxed)
     }
 
+    #[inline(always)]
     pub fn requested(&self) -> u64 {
         self.requested.load(Relaxed)
     }

@@ -9,6 +9,7 @@ mod expandable;
 mod history;
 mod hooks;
 mod out_of_memory;
+mod peaks;
 mod pieces;
 mod pools;
 mod random;
