@@ -63,7 +63,7 @@ def record(name, out):
     ev.write(out, describe(name, p))
     del kept
     print(
-        f"{out}: {len(ev.lines)} events, {len(ev.sizes) and ev.next_id} allocations, "
+        f"{out}: {len(ev.lines)} events, {len(ev.alloc_sizes())} allocations, "
         f"peak live {ev.peak / 2**30:.2f} GiB, {time.time() - start:.0f} s"
     )
 
@@ -75,6 +75,7 @@ def validate():
         "tiny-llama serve": lambda tr: scenarios.serve(tr, "tiny-llama", [(1, 40, 4), (2, 17, 3)]),
         "gpt2 serve": lambda tr: scenarios.serve(tr, "gpt2", [(1, 64, 8), (4, 32, 8)]),
         "tiny-llama train": lambda tr: scenarios.train(tr, "tiny-llama", 2, 2, 32, dtype=None, bucket_mib=1),
+        "gpt2 train": lambda tr: scenarios.train(tr, "gpt2", 2, 2, 128, dtype=None),
     }
     for label, fn in cases.items():
         print(label, compare(fn))

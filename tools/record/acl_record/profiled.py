@@ -8,31 +8,50 @@ allocations and the fake-tensor tracker cannot see them:
   tensors, and host tensors made in C++ code such as the CPU generator's
   state that activation checkpointing saves (`torch.get_rng_state()`), and
 - scratch memory of a kernel: freed before the operator that took it
-  returned (the nearest enclosing operator other than the primitives that
-  make or convert a tensor), such as a workspace, or the long copy
-  of a bool input that the CPU cumsum makes for itself.
+  returned, where that operator is the one the dispatch mode sees (the
+  outermost enclosing operator that is not composite, see `_maker`), such as
+  a workspace, a number converted to the tensor's dtype, or the long copy of
+  a bool input that the CPU cumsum makes for itself.
 """
 
+import torch
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
 from .trace import TraceEvents
 
-# Operators that only make or convert a tensor: the operator that asked for
-# the memory is the nearest enclosing one not among these.
-_PRIMITIVES = {"aten::empty", "aten::empty_strided", "aten::_to_copy", "aten::to"}
+_COMPOSITE = {}
+
+
+def _composite(name):
+    """Whether the operator decomposes into others above the dispatch mode
+    (a CompositeImplicitAutograd kernel, for any of its overloads): the
+    tracker then sees the operators it calls, not it."""
+    if name not in _COMPOSITE:
+        key = "CompositeImplicitAutograd"
+        try:
+            packet = getattr(torch.ops.aten, name.split("::", 1)[1])
+            names = [f"{name}.{o}" if o != "default" else name for o in packet.overloads()]
+            _COMPOSITE[name] = any(torch._C._dispatch_has_kernel_for_dispatch_key(n, key) for n in names)
+        except (AttributeError, RuntimeError):
+            _COMPOSITE[name] = False
+    return _COMPOSITE[name]
 
 
 def _maker(node):
-    """The operator that asked for the memory; None for one called directly
-    (from Python or from an autograd node, whose profiler scopes are not
-    operators)."""
+    """The operator the tracker sees around the allocation: going down from
+    the outermost operator enclosing it (below any scope that is not an
+    operator, such as an autograd node), the first that is not composite.
+    None for memory no operator asked for."""
+    chain = []
     op = node.parent
-    while op is not None and op.name in _PRIMITIVES:
+    while op is not None and op.name.startswith("aten::"):
+        chain.append(op)
         op = op.parent
-    if op is None or not op.name.startswith("aten::"):
-        return None
-    return op
+    for op in reversed(chain):
+        if not _composite(op.name):
+            return op
+    return chain[0] if chain else None
 
 
 def profiled_events(fn):

@@ -112,6 +112,11 @@ class StorageTracker(TorchDispatchMode):
             return False
         if a.dtype != out.dtype or a.shape != out.shape or not a.is_contiguous():
             return False
+        # The engine adds in place only when it holds the last reference to
+        # the old sum's storage too: no view of it alive. The count is that
+        # tensor's reference plus the storage's Python object's.
+        if torch._C._storage_Use_Count(a.untyped_storage()._cdata) > 2:
+            return False
         return _python_caller() == "_engine_run_backward"
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -38,14 +38,13 @@ def test_gpt2_serving_matches_the_profiler_event_for_event():
     assert r["fake_peak"] == r["profiled_peak"], r
 
 
-def test_training_peak_and_sizes_match_the_profiler():
-    # Gradient checkpointing, AdamW, gradient buckets: the peak within 1%,
-    # and 98% of the allocations in the same order with the same sizes
-    # (the rest: the autograd engine adding gradients in place or not, which
-    # the recorder infers; tracker.py).
+def test_training_matches_the_profiler_event_for_event():
+    # Gradient checkpointing (recomputation in backward), AdamW, gradient
+    # buckets, the engine's gradient accumulation.
     r = compare(lambda tr: scenarios.train(tr, "tiny-llama", 2, 2, 32, dtype=None, bucket_mib=1))
-    assert abs(r["peak_ratio"] - 1) < 0.01, r
-    assert r["sizes_in_order"] >= 0.98, r
+    assert r["compared_events"] > 1000
+    assert r["same_sequence"], r
+    assert r["fake_peak"] == r["profiled_peak"], r
 
 
 def test_gradient_accumulation_is_in_place_as_on_plain_tensors():
