@@ -177,6 +177,10 @@ def _eager_transformers():
         import transformers.masking_utils as masking
         import transformers.utils.import_utils as imports
     except ImportError:
+        masking = imports = None
+    if not (hasattr(imports, "is_fake_tensor") and hasattr(masking, "find_packed_sequence_indices")):
+        # Another transformers: nothing of this to put back (the profiler
+        # comparison says whether its paths match).
         yield
         return
     saved = imports.is_fake_tensor, masking.find_packed_sequence_indices
