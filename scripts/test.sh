@@ -68,6 +68,10 @@ if [[ -d python/tests ]]; then
     bash scripts/test-python.sh
 fi
 
+# The trace recorder (tools/record/), when a Python with torch and transformers
+# is at hand (RECORD_PYTHON); a SKIPPED line otherwise.
+bash scripts/test-record.sh
+
 # The PyTorch comparison harness of BENCHMARKS.md (tools/peer/): only that its C
 # sources compile; the full build downloads the torch wheel (scripts/build-peer.sh).
 echo "== the PyTorch comparison harness compiles"

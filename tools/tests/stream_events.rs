@@ -1,0 +1,47 @@
+//! The `u` and `w` events of a trace reach the allocator and the runtime in
+//! a replay (the traces of `traces/scale/` have both): a `w` is a stream
+//! synchronize on the emulator, and a replay with `u` events on other
+//! streams completes without errors or OOMs in every configuration.
+
+use npualloc::trace::parse_str;
+use npualloc_tools::replay::{replay_trace, Emulator, Options, Prepared, Target};
+use std::path::{Path, PathBuf};
+
+fn emulator() -> Emulator {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
+    let path: PathBuf = dir.join("libascendcl.so");
+    assert!(path.is_file(), "the ACL emulator {} is not built; run `cargo build --workspace`", path.display());
+    Emulator::load(&path).expect("load the emulator")
+}
+
+fn quick() -> Options {
+    Options { repeat: 1, min_capacity: false, series: false, segment_map: false, warm: false }
+}
+
+/// Emulator synchronizations made by replaying `text` through npualloc.
+fn syncs_of(emu: &Emulator, text: &str) -> u64 {
+    let trace = parse_str(text, "t").unwrap();
+    let prepared = Prepared::new("t", &trace);
+    let before = emu.usage().syncs;
+    let reports = replay_trace(emu, &prepared, &[Target::npualloc(""), Target::Passthrough], &quick(), &mut |_, _| {});
+    for r in &reports {
+        let m = r.result.as_ref().unwrap_or_else(|e| panic!("{} failed: {e}", r.target.label()));
+        assert_eq!(m.ooms, 0);
+    }
+    emu.usage().syncs - before
+}
+
+#[test]
+fn waits_synchronize_and_uses_replay() {
+    let emu = emulator();
+    // A batch made on the copy stream and used on the compute stream, a
+    // bucket made on the compute stream and used on the communication
+    // stream: each freed while the other stream may still use it.
+    let body = "# acl-trace v1\na 0 4194304 1\nu 0 0\na 1 26214400 0\nu 1 2\nf 1\nf 0\na 2 26214400 0\n";
+    let without = syncs_of(&emu, body);
+    let with = syncs_of(&emu, &format!("{body}w 2\nw 0\nw 2\nf 2\n"));
+    // Each replayed pass synchronizes three more times.
+    assert!(with > without, "with waits {with}, without {without}");
+    assert_eq!((with - without) % 3, 0, "with waits {with}, without {without}");
+}
