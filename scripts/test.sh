@@ -68,9 +68,6 @@ if [[ -d python/tests ]]; then
     bash scripts/test-python.sh
 fi
 
-# The trace recorder (tools/record/), when a Python with torch and transformers
-# is at hand (RECORD_PYTHON); a SKIPPED line otherwise.
-bash scripts/test-record.sh
 
 # The PyTorch comparison harness of BENCHMARKS.md (tools/peer/): only that its C
 # sources compile; the full build downloads the torch wheel (scripts/build-peer.sh).
@@ -80,5 +77,9 @@ SYNTAX_ONLY=1 bash scripts/build-peer.sh
 # The real torch 2.14.0 and torch_npu 2.14.0 on the emulator (about 600 MB of
 # wheels, downloaded once and cached; a loud SKIPPED line when they cannot be).
 bash scripts/test-torch-npu.sh
+
+# The trace recorder (tools/record/) against the profiler, in a venv made from
+# the torch wheel above plus transformers (a loud SKIPPED line when it cannot be).
+bash scripts/test-record.sh
 
 echo "== all tests passed"
