@@ -23,16 +23,19 @@ pub(super) struct Placement<'a> {
     pub(super) device: &'a GrowContext<'a, super::ExpandableRanges>,
     /// Whether the sibling shard's streams were synchronized for a move.
     pub(super) sibling_synced: bool,
+    /// Pages of a fresh handle, once sized (free memory is asked at most
+    /// once per placement).
+    pub(super) fresh_pages: Option<usize>,
 }
 
 /// Pages from the one a handle is mapped at: `run` need mapping, `avail`
-/// are unmapped free pages a cached handle may cover, `ahead` those a fresh
-/// handle may cover (more than `run` only when mapping ahead).
+/// are unmapped free pages a cached handle may cover; a fresh handle
+/// mapped ahead may cover unmapped free pages up to page `room_end`.
 #[derive(Debug, Clone, Copy)]
 struct Span {
     run: usize,
     avail: usize,
-    ahead: usize,
+    room_end: usize,
 }
 
 impl RangePool {
@@ -58,7 +61,8 @@ impl RangePool {
         // Whole pages inside the free block. Its first page may be shared
         // with the previous block, but then that page is mapped already.
         let room_end = (addr + room - base) / page;
-        let mut ctx = Placement { seg, addr, size, synced: false, victims: None, device, sibling_synced: false };
+        let mut ctx =
+            Placement { seg, addr, size, synced: false, victims: None, device, sibling_synced: false, fresh_pages: None };
         let mut mapped_now = Vec::new();
         let mut i = first;
         while i < end {
@@ -75,15 +79,7 @@ impl RangePool {
             while i + avail < reach && self.range(seg).page(i + avail).is_none() {
                 avail += 1;
             }
-            // A fresh handle may reach over every unmapped free page it covers.
-            let mut ahead = run;
-            if self.maps_ahead() {
-                let reach = room_end.min(i + self.fresh_piece_pages(seg).max(run));
-                while i + ahead < reach && self.range(seg).page(i + ahead).is_none() {
-                    ahead += 1;
-                }
-            }
-            match self.map_piece(&mut ctx, i, Span { run, avail, ahead }) {
+            match self.map_piece(&mut ctx, i, Span { run, avail, room_end }) {
                 Ok(units) => {
                     mapped_now.push(i);
                     i += units;
@@ -105,14 +101,17 @@ impl RangePool {
 
     /// Maps one handle at page `i` (see `Span`). Returns the pages covered.
     fn map_piece(&mut self, ctx: &mut Placement<'_>, i: usize, span: Span) -> Result<usize, GrowError> {
-        let Span { run, avail, ahead } = span;
-        let (base, spec, fresh_pages) = {
+        let Span { run, avail, room_end } = span;
+        let (base, spec) = {
             let s = self.segments.get(ctx.seg);
             let r = &s.extent;
-            (s.base, PageSpec { size: r.page_size, attr: r.attr }, self.fresh_piece_pages(ctx.seg))
+            (s.base, PageSpec { size: r.page_size, attr: r.attr })
         };
         let mut cached = self.cached_handle(spec.size, run, avail);
-        if cached.is_none() && self.over_headroom(ctx, run.min(fresh_pages) * spec.size) {
+        if cached.is_none() && self.sh.backing.has_headroom() && {
+            let fresh = run.min(self.fresh_piece_pages(ctx)) * spec.size;
+            self.over_headroom(ctx, fresh)
+        } {
             self.make_room(ctx, spec.size, run, avail);
             cached = self.cached_handle(spec.size, run, avail);
             // Nothing here could move: other streams' free pieces may, but
@@ -132,7 +131,16 @@ impl RangePool {
                 // when the larger one is refused as out of memory (the
                 // estimate of free memory was too kind: another process
                 // holds some, or physical memory is fragmented).
-                let sizes = [ahead.max(run).min(fresh_pages), run.min(fresh_pages), run.min(self.floor_pages(ctx.seg))];
+                let fresh_pages = self.fresh_piece_pages(ctx);
+                // A fresh handle may reach over every unmapped free page it covers.
+                let mut ahead = run;
+                if self.maps_ahead() {
+                    let reach = room_end.min(i + fresh_pages.max(run));
+                    while i + ahead < reach && self.range(ctx.seg).page(i + ahead).is_none() {
+                        ahead += 1;
+                    }
+                }
+                let sizes = [ahead.min(fresh_pages), run.min(fresh_pages), run.min(self.floor_pages(ctx.seg))];
                 let mut got = self.fresh_handle(spec, sizes[0]);
                 for w in sizes.windows(2) {
                     match got {

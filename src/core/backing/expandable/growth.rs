@@ -1,0 +1,120 @@
+//! Note [sizing a fresh handle]
+//!
+//! A fresh physical handle is mapped whole and never split, so its size
+//! trades runtime calls (fewer, larger handles) against memory held ahead
+//! of use and pinned by one live block. Two things decide it:
+//!
+//! - What the device reports free (`aclrtGetMemInfo`, which counts every
+//!   user of the device: this allocator, other allocators of the process,
+//!   other processes). A handle is at most a `share`-th of it, so a device
+//!   that fills, whoever fills it, gets handles small enough to move, and a
+//!   card shared with a trainer or a second server is not taken from them
+//!   in large steps. The query is made only when a fresh handle is about to
+//!   be created (the request already pays a physical allocation and a map),
+//!   never on a cache hit or when a cached handle serves the growth.
+//! - How much this allocator has used: a handle is `1/growth` of the peak
+//!   of allocated bytes, at least `start`. Growth is geometric in what the
+//!   allocator itself uses, so a small user gets small handles even on a
+//!   64 GiB card, and a large one few calls. (The rule before this one grew
+//!   with reserved bytes, which count the memory mapped ahead, so mapping
+//!   ahead fed the next handle's size.)
+//!
+//! Under a memory fraction, what is left of the limit bounds "free" as well.
+
+/// What a growth knows when it sizes a fresh handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrowthView {
+    /// Free bytes the device reports (`aclrtGetMemInfo`), within what is
+    /// left of a memory fraction's limit.
+    pub free: usize,
+    /// The peak of bytes this allocator has had allocated, all shards.
+    pub allocated_peak: usize,
+}
+
+/// How big a fresh physical handle is (Note [sizing a fresh handle]):
+/// `1/growth` of the allocator's peak of allocated bytes between `start`
+/// and `near_cap`, or `1/far_growth` of it once that is more, within
+/// `ceiling` and `1/share` of the device's free memory, and never below
+/// `floor`. With `ahead`, a fresh handle maps that much even past the
+/// request, into the free block's unmapped pages; without it, never more
+/// than the pages a placement lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PieceRule {
+    pub floor: usize,
+    /// 0: always `floor` (and free memory is never asked for).
+    pub share: usize,
+    pub start: usize,
+    /// 0: no term in allocated bytes below `near_cap`.
+    pub growth: usize,
+    pub near_cap: usize,
+    /// 0: no term in allocated bytes past `near_cap`.
+    pub far_growth: usize,
+    pub ceiling: usize,
+    pub ahead: bool,
+}
+
+impl PieceRule {
+    /// On a roomy device a fresh handle is half the peak of allocated bytes,
+    /// from 32 MiB to 48 MiB, and a 64th of it past 3 GiB allocated (up to
+    /// 256 MiB), mapped ahead of demand. Growing with allocated bytes, not
+    /// with what is reserved, keeps memory mapped ahead from feeding the
+    /// next handle's size; the 48 MiB step bounds what one handle holds
+    /// ahead on the small and mid-sized traces, and the 64th keeps the call
+    /// count logarithmic on large models (60 GiB allocated: about 300
+    /// handles, each at most 1.6% of what is live). As the device fills,
+    /// whoever fills it, handles shrink to a 128th of what it reports free,
+    /// down to 4 MiB, so a nearly full device still gets pieces small
+    /// enough to move (a 16th or a 32nd pushed min capacity past 1.05x).
+    /// BENCHMARKS.md, "Handles sized from free memory and allocated bytes",
+    /// has the figures that chose the constants. `map_ahead:false` maps
+    /// only what requests lack. With `reserved_headroom`, always 4 MiB and
+    /// nothing ahead: moving pages to stay within the headroom is that
+    /// mode's point, and large pieces rarely fit the place they would move
+    /// to.
+    pub fn for_config(config: &crate::config::Config) -> Self {
+        if config.reserved_headroom.is_some() {
+            return PieceRule::fixed(4 << 20);
+        }
+        let ahead = config.map_ahead.unwrap_or(true);
+        PieceRule {
+            floor: 4 << 20,
+            share: 128,
+            start: 32 << 20,
+            growth: 2,
+            near_cap: 48 << 20,
+            far_growth: 64,
+            ceiling: 256 << 20,
+            ahead,
+        }
+    }
+
+    /// Every fresh handle `bytes` long, none mapped ahead.
+    pub fn fixed(bytes: usize) -> Self {
+        PieceRule {
+            floor: bytes,
+            share: 0,
+            start: bytes,
+            growth: 0,
+            near_cap: bytes,
+            far_growth: 0,
+            ceiling: bytes,
+            ahead: false,
+        }
+    }
+
+    /// Whether the size depends on free memory (else no query is needed).
+    pub fn reads_free_memory(&self) -> bool {
+        self.share != 0
+    }
+
+    /// Bytes of a fresh handle (before rounding to pages).
+    pub fn fresh_bytes(&self, view: GrowthView) -> usize {
+        if self.share == 0 {
+            return self.floor;
+        }
+        let used = view.allocated_peak;
+        let near = self.start.max(used.checked_div(self.growth).unwrap_or(0)).min(self.near_cap);
+        let far = used.checked_div(self.far_growth).unwrap_or(0);
+        near.max(far).min(self.ceiling).min(view.free / self.share).max(self.floor)
+    }
+}
