@@ -23,9 +23,12 @@ pub(super) struct Placement<'a> {
     pub(super) device: &'a GrowContext<'a, super::ExpandableRanges>,
     /// Whether the sibling shard's streams were synchronized for a move.
     pub(super) sibling_synced: bool,
-    /// Pages of a fresh handle, once sized (free memory is asked at most
-    /// once per placement).
-    pub(super) fresh_pages: Option<usize>,
+    /// Free device memory as last asked during this placement, and the
+    /// fresh handles' bytes taken since: the device is asked once per
+    /// placement (again after a refused handle), and the handles this
+    /// placement makes count against what it said.
+    pub(super) free_seen: Option<usize>,
+    pub(super) taken_since: usize,
 }
 
 /// Pages from the one a handle is mapped at: `run` need mapping, `avail`
@@ -62,7 +65,7 @@ impl RangePool {
         // with the previous block, but then that page is mapped already.
         let room_end = (addr + room - base) / page;
         let mut ctx =
-            Placement { seg, addr, size, synced: false, victims: None, device, sibling_synced: false, fresh_pages: None };
+            Placement { seg, addr, size, synced: false, victims: None, device, sibling_synced: false, free_seen: None, taken_since: 0 };
         let mut mapped_now = Vec::new();
         let mut i = first;
         while i < end {
@@ -144,11 +147,17 @@ impl RangePool {
                 let mut got = self.fresh_handle(spec, sizes[0]);
                 for w in sizes.windows(2) {
                     match got {
-                        Err(ref e) if e.is_out_of_memory() && w[1] < w[0] => got = self.fresh_handle(spec, w[1]),
+                        Err(ref e) if e.is_out_of_memory() && w[1] < w[0] => {
+                            // What the device said was too kind: ask again next time.
+                            ctx.free_seen = None;
+                            got = self.fresh_handle(spec, w[1]);
+                        }
                         _ => {}
                     }
                 }
-                got?
+                let got = got?;
+                ctx.taken_since += got.1;
+                got
             }
         };
         let sh = self.sh.clone();

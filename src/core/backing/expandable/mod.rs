@@ -432,21 +432,30 @@ fn free_handle(
 }
 
 impl RangePool {
-    /// Pages one fresh handle of `seg` covers at most, now (Note [sizing a
-    /// fresh handle]). Free memory is what the device reports, asked once
-    /// per placement and only when a fresh handle is wanted; under a memory
-    /// fraction, what is left of the limit bounds it too. The peak of
-    /// allocated bytes counts the request being placed.
+    /// Pages one fresh handle of the placement's segment covers at most,
+    /// now (Note [sizing a fresh handle]). Free memory is what the device
+    /// reports, asked only when a fresh handle is wanted, once per placement
+    /// (less what its own fresh handles took since, and asked again after a
+    /// refusal); under a memory fraction, what is left of the limit bounds
+    /// it too. The peak of allocated bytes counts the request being placed.
     ///
     /// Small-pool handles stay within `SMALL_PIECE_CAP`: every stream has a
     /// small pool, its blocks are at most 1 MiB, and one live small block
     /// pins its whole handle against `empty_cache` and the OOM ladder.
     fn fresh_piece_pages(&self, ctx: &mut mapping::Placement<'_>) -> usize {
-        if let Some(pages) = ctx.fresh_pages {
-            return pages;
-        }
         let rule = self.sh.backing.pieces();
-        let free = if rule.reads_free_memory() { self.device_free() } else { 0 };
+        let free = if rule.reads_free_memory() {
+            let seen = match ctx.free_seen {
+                Some(free) => free,
+                None => {
+                    ctx.taken_since = 0;
+                    *ctx.free_seen.insert(self.device_free())
+                }
+            };
+            seen.saturating_sub(ctx.taken_since)
+        } else {
+            0
+        };
         let d = ctx.device;
         let allocated_peak = d.allocated_peak.max(d.allocated + ctx.size as u64);
         let view = GrowthView { free, allocated_peak: usize::try_from(allocated_peak).unwrap_or(usize::MAX) };
@@ -454,9 +463,7 @@ impl RangePool {
         if self.kind == PoolKind::Small {
             bytes = bytes.min(SMALL_PIECE_CAP);
         }
-        let pages = (bytes / self.range(ctx.seg).page_size).max(1);
-        ctx.fresh_pages = Some(pages);
-        pages
+        (bytes / self.range(ctx.seg).page_size).max(1)
     }
 
     /// Free device memory for sizing a handle: `aclrtGetMemInfo`'s free

@@ -1,0 +1,115 @@
+//! Tests of how big a fresh physical handle is (Note [sizing a fresh
+//! handle]): the rule itself, and, through the emulator, that it reads the
+//! free memory the device reports (other users of the device included) only
+//! when a fresh handle is made.
+
+use super::support::{
+    allocator, budget, check_accounting, fail_nth, fault_pending, finish, set_capacity, teardown_clean, Baseline,
+    emu_lock, GIB, MIB,
+};
+use crate::core::backing::expandable::{GrowthView, PieceRule};
+use crate::core::*;
+
+fn view(free: usize, allocated_peak: usize) -> GrowthView {
+    GrowthView { free, allocated_peak }
+}
+
+#[test]
+fn fresh_handle_size_follows_free_memory_and_allocated_bytes() {
+    let rule = PieceRule::for_config(&crate::config::Config::default());
+    let roomy = 64 * GIB;
+    // Nothing allocated yet on a roomy device: the 32 MiB start.
+    assert_eq!(rule.fresh_bytes(view(roomy, 0)), 32 * MIB);
+    assert_eq!(rule.fresh_bytes(view(roomy, 10 * MIB)), 32 * MIB);
+    // Half of the peak of allocated bytes, up to 48 MiB.
+    assert_eq!(rule.fresh_bytes(view(roomy, 80 * MIB)), 40 * MIB);
+    // 600 MiB allocated: 48 MiB. (The rule before this one grew with
+    // reserved bytes, a sixth of them: 100 MiB with 600 MiB reserved.)
+    assert_eq!(rule.fresh_bytes(view(roomy, 600 * MIB)), 48 * MIB);
+    // Past 3 GiB allocated, a 64th of it, up to 256 MiB.
+    assert_eq!(rule.fresh_bytes(view(roomy, 6 * GIB)), 96 * MIB);
+    assert_eq!(rule.fresh_bytes(view(roomy, 40 * GIB)), 256 * MIB);
+    // What the device reports free bounds it, whoever holds the rest: a
+    // 128th of it...
+    assert_eq!(rule.fresh_bytes(view(2 * GIB, 600 * MIB)), 16 * MIB);
+    assert_eq!(rule.fresh_bytes(view(4 * GIB, 40 * GIB)), 32 * MIB);
+    // ...down to the 4 MiB floor, even with nothing left.
+    assert_eq!(rule.fresh_bytes(view(256 * MIB, 600 * MIB)), 4 * MIB);
+    assert_eq!(rule.fresh_bytes(view(0, 0)), 4 * MIB);
+    assert!(rule.ahead && rule.reads_free_memory(), "the default maps ahead and asks the device");
+    // A headroom keeps 4 MiB handles, maps nothing ahead, asks nothing.
+    let headroom = PieceRule::for_config(&crate::config::Config::parse("reserved_headroom:0.02").unwrap());
+    assert_eq!((headroom.fresh_bytes(view(roomy, 0)), headroom.ahead), (4 * MIB, false));
+    assert!(!headroom.reads_free_memory());
+    assert_eq!(PieceRule::fixed(2 * MIB).fresh_bytes(view(roomy, GIB)), 2 * MIB);
+}
+
+#[test]
+fn a_fresh_handle_is_sized_from_what_other_users_of_the_device_leave() {
+    // An 8 GiB device of which another allocator of the process holds all
+    // but 256 MiB: a 128th of what is free is under the floor, so a 10 MiB
+    // request maps 4 MiB handles (three, the last mapped ahead). Estimated
+    // from the device's size less this allocator's own reserved bytes, the
+    // first handle would be 32 MiB.
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(8 * GIB);
+    let other = allocator("expandable_segments:false");
+    let held = other.malloc(8 * GIB - 256 * MIB, Stream::DEFAULT).unwrap();
+    let a = allocator("");
+    let p = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_physical_mallocs, s.reserved_bytes), (3, 12 * MIB as u64));
+    check_accounting(&a, &base, None, "after a growth beside another user");
+    // The other user leaves: the next growth sees a roomy device again and
+    // maps the 32 MiB start.
+    other.free(held).unwrap();
+    other.empty_cache().unwrap();
+    let q = a.malloc(20 * MIB, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_physical_mallocs, s.reserved_bytes), (4, 44 * MIB as u64));
+    check_accounting(&a, &base, None, "after a growth on the emptied device");
+    a.free(p).unwrap();
+    a.free(q).unwrap();
+    finish(other);
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
+
+#[test]
+fn free_memory_is_asked_only_when_a_fresh_handle_is_made() {
+    // aclrtGetMemInfo calls counted with an armed failure far away: one per
+    // growth that creates a handle, none for cache hits or for requests the
+    // pages mapped ahead serve.
+    const FAR: i32 = 1_000_000;
+    let _g = emu_lock();
+    let base = Baseline::take();
+    budget(8 * GIB);
+    let a = allocator("");
+    fail_nth("aclrtGetMemInfo", FAR);
+    let p = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(fault_pending("aclrtGetMemInfo"), FAR - 1, "one query for the first handle");
+    // Mapped ahead: 12 MiB more fit the 32 MiB handle.
+    let q = a.malloc(12 * MIB, Stream::DEFAULT).unwrap();
+    for _ in 0..1000 {
+        let x = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+        a.free(x).unwrap();
+        let y = a.malloc(4096, Stream::DEFAULT).unwrap();
+        a.free(y).unwrap();
+    }
+    // The small pool's first block made its own handle: one query more.
+    assert_eq!(fault_pending("aclrtGetMemInfo"), FAR - 2, "no query on a cache hit");
+    assert_eq!(a.stats().unwrap().num_physical_mallocs, 2);
+    // A failed query is not an error: the handle is sized from the device's
+    // size less what is reserved.
+    fail_nth("aclrtGetMemInfo", 1);
+    let r = a.malloc(40 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(fault_pending("aclrtGetMemInfo"), 0, "the growth asked, and was refused");
+    fail_nth("aclrtGetMemInfo", 0);
+    check_accounting(&a, &base, None, "after growths with and without the query");
+    for x in [p, q, r] {
+        a.free(x).unwrap();
+    }
+    teardown_clean(a, &base);
+    set_capacity(1 << 30);
+}
