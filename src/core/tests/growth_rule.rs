@@ -7,7 +7,7 @@ use super::support::{
     allocator, budget, check_accounting, fail_nth, fault_pending, finish, set_capacity, teardown_clean, Baseline,
     emu_lock, GIB, MIB,
 };
-use crate::core::backing::expandable::{GrowthView, PieceRule};
+use crate::core::backing::expandable::{FreeMemory, GrowthView, PieceRule, REFRESH_EVERY};
 use crate::core::*;
 
 fn view(free: usize, allocated_peak: usize) -> GrowthView {
@@ -77,19 +77,51 @@ fn a_fresh_handle_is_sized_from_what_other_users_of_the_device_leave() {
 }
 
 #[test]
+fn one_answer_sizes_a_few_handles_only_while_the_device_is_roomy() {
+    let free = FreeMemory::default();
+    let asks = std::cell::Cell::new(0);
+    let ask = |bytes: usize| {
+        asks.set(asks.get() + 1);
+        bytes
+    };
+    // Roomy (60 GiB free, the share binds below 6 GiB): the first handle
+    // asks; the next seven use that answer less what was reserved since.
+    assert_eq!(free.get(0, 6 * GIB, || ask(60 * GIB)), 60 * GIB);
+    for k in 1..REFRESH_EVERY as usize {
+        assert_eq!(free.get(k * 48 * MIB, 6 * GIB, || ask(0)), 60 * GIB - k * 48 * MIB);
+    }
+    assert_eq!(asks.get(), 1);
+    // The eighth since the answer asks again: another process may have
+    // taken memory meanwhile.
+    assert_eq!(free.get(GIB, 6 * GIB, || ask(20 * GIB)), 20 * GIB);
+    assert_eq!(asks.get(), 2);
+    // 20 GiB is more than twice 6 GiB: reused. Once what is left is under
+    // twice the binding point, every handle asks.
+    assert_eq!(free.get(GIB, 6 * GIB, || ask(0)), 20 * GIB);
+    assert_eq!(free.get(GIB, 16 * GIB, || ask(11 * GIB)), 11 * GIB);
+    assert_eq!(free.get(GIB, 16 * GIB, || ask(10 * GIB)), 10 * GIB);
+    assert_eq!(asks.get(), 4);
+    // After a refused handle the next one asks, however roomy it looked.
+    assert_eq!(free.get(GIB, MIB, || ask(0)), 10 * GIB);
+    free.forget();
+    assert_eq!(free.get(GIB, MIB, || ask(GIB)), GIB);
+    assert_eq!(asks.get(), 5);
+}
+
+#[test]
 fn free_memory_is_asked_only_when_a_fresh_handle_is_made() {
-    // aclrtGetMemInfo calls counted with an armed failure far away: one per
-    // growth that creates a handle, none for cache hits or for requests the
-    // pages mapped ahead serve.
+    // aclrtGetMemInfo calls counted with an armed failure far away.
     const FAR: i32 = 1_000_000;
+    let queries = || FAR - fault_pending("aclrtGetMemInfo");
     let _g = emu_lock();
     let base = Baseline::take();
-    budget(8 * GIB);
+    budget(64 * GIB);
     let a = allocator("");
     fail_nth("aclrtGetMemInfo", FAR);
     let p = a.malloc(10 * MIB, Stream::DEFAULT).unwrap();
-    assert_eq!(fault_pending("aclrtGetMemInfo"), FAR - 1, "one query for the first handle");
-    // Mapped ahead: 12 MiB more fit the 32 MiB handle.
+    assert_eq!(queries(), 1, "one query for the first handle");
+    // Mapped ahead: 12 MiB more fit the 32 MiB handle; then cache hits,
+    // and the small pool's first handle, sized from the same answer.
     let q = a.malloc(12 * MIB, Stream::DEFAULT).unwrap();
     for _ in 0..1000 {
         let x = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
@@ -97,17 +129,35 @@ fn free_memory_is_asked_only_when_a_fresh_handle_is_made() {
         let y = a.malloc(4096, Stream::DEFAULT).unwrap();
         a.free(y).unwrap();
     }
-    // The small pool's first block made its own handle: one query more.
-    assert_eq!(fault_pending("aclrtGetMemInfo"), FAR - 2, "no query on a cache hit");
     assert_eq!(a.stats().unwrap().num_physical_mallocs, 2);
+    assert_eq!(queries(), 1, "no query on a cache hit");
+    // On the roomy device one answer sizes eight fresh handles.
+    let mut kept: Vec<usize> = (0..10).map(|_| a.malloc(40 * MIB, Stream::DEFAULT).unwrap()).collect();
+    let handles = a.stats().unwrap().num_physical_mallocs as i32;
+    assert!(handles > 10, "{handles} handles");
+    assert_eq!(queries(), (handles + REFRESH_EVERY as i32 - 1) / REFRESH_EVERY as i32);
+    // Another user takes all but 2 GiB (the share binds below 6 GiB). The
+    // last answer is stale until its eight handles are used up; from the
+    // next answer on, every fresh handle asks.
+    budget(2 * GIB);
+    let asked = queries();
+    while queries() == asked {
+        kept.push(a.malloc(40 * MIB, Stream::DEFAULT).unwrap());
+        assert!(kept.len() < 40, "the stale answer was never refreshed");
+    }
+    let (before, asked) = (a.stats().unwrap().num_physical_mallocs as i32, queries());
+    kept.extend((0..3).map(|_| a.malloc(40 * MIB, Stream::DEFAULT).unwrap()));
+    let made = a.stats().unwrap().num_physical_mallocs as i32 - before;
+    assert!(made >= 2, "{made} handles");
+    assert_eq!(queries() - asked, made);
     // A failed query is not an error: the handle is sized from the device's
     // size less what is reserved.
     fail_nth("aclrtGetMemInfo", 1);
-    let r = a.malloc(40 * MIB, Stream::DEFAULT).unwrap();
+    kept.push(a.malloc(40 * MIB, Stream::DEFAULT).unwrap());
     assert_eq!(fault_pending("aclrtGetMemInfo"), 0, "the growth asked, and was refused");
     fail_nth("aclrtGetMemInfo", 0);
     check_accounting(&a, &base, None, "after growths with and without the query");
-    for x in [p, q, r] {
+    for x in kept.into_iter().chain([p, q]) {
         a.free(x).unwrap();
     }
     teardown_clean(a, &base);

@@ -11,7 +11,12 @@
 //!   card shared with a trainer or a second server is not taken from them
 //!   in large steps. The query is made only when a fresh handle is about to
 //!   be created (the request already pays a physical allocation and a map),
-//!   never on a cache hit or when a cached handle serves the growth.
+//!   never on a cache hit or when a cached handle serves the growth; and
+//!   while the answer is far from mattering (free memory at least twice
+//!   what would make the share bind) one answer, less what this allocator
+//!   reserved since, sizes up to `REFRESH_EVERY` fresh handles
+//!   (`FreeMemory`). Near where it binds, and after a refused handle, every
+//!   fresh handle asks.
 //! - How much this allocator has used: a handle is `1/growth` of the peak
 //!   of allocated bytes, at least `start`. Growth is geometric in what the
 //!   allocator itself uses, so a small user gets small handles even on a
@@ -20,6 +25,55 @@
 //!   ahead fed the next handle's size.)
 //!
 //! Under a memory fraction, what is left of the limit bounds "free" as well.
+
+use std::sync::Mutex;
+
+/// Fresh handles one answer of `aclrtGetMemInfo` may size while the device
+/// is roomy.
+pub const REFRESH_EVERY: u32 = 8;
+
+/// The device's free memory as last reported (Note [sizing a fresh handle]).
+#[derive(Debug, Default)]
+pub(crate) struct FreeMemory {
+    seen: Mutex<Option<Seen>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    /// Free bytes reported, and this allocator's reserved bytes then.
+    free: usize,
+    reserved: usize,
+    /// Fresh handles sized from this answer.
+    uses: u32,
+}
+
+impl FreeMemory {
+    /// Free bytes to size a fresh handle with, this allocator holding
+    /// `reserved` bytes: the last answer less what was reserved since,
+    /// while that is at least twice `binds_below` (where the rule's share
+    /// starts to shrink handles) and fewer than `REFRESH_EVERY` handles used
+    /// it; else what `ask` reports now. `ask` runs without the lock held.
+    pub fn get(&self, reserved: usize, binds_below: usize, ask: impl FnOnce() -> usize) -> usize {
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(s) = seen.as_mut() {
+                let left = s.free.saturating_sub(reserved.saturating_sub(s.reserved));
+                if s.uses < REFRESH_EVERY && left >= binds_below.saturating_mul(2) {
+                    s.uses += 1;
+                    return left;
+                }
+            }
+        }
+        let free = ask();
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(Seen { free, reserved, uses: 1 });
+        free
+    }
+
+    /// The next fresh handle asks again (the last answer was too kind).
+    pub fn forget(&self) {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
 
 /// What a growth knows when it sizes a fresh handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +159,13 @@ impl PieceRule {
     /// Whether the size depends on free memory (else no query is needed).
     pub fn reads_free_memory(&self) -> bool {
         self.share != 0
+    }
+
+    /// Free bytes below which `share` shrinks a handle for `allocated_peak`
+    /// (0 when free memory plays no part).
+    pub fn binds_below(&self, allocated_peak: usize) -> usize {
+        let unbounded = self.fresh_bytes(GrowthView { free: usize::MAX, allocated_peak });
+        unbounded.saturating_mul(self.share)
     }
 
     /// Bytes of a fresh handle (before rounding to pages).

@@ -23,12 +23,6 @@ pub(super) struct Placement<'a> {
     pub(super) device: &'a GrowContext<'a, super::ExpandableRanges>,
     /// Whether the sibling shard's streams were synchronized for a move.
     pub(super) sibling_synced: bool,
-    /// Free device memory as last asked during this placement, and the
-    /// fresh handles' bytes taken since: the device is asked once per
-    /// placement (again after a refused handle), and the handles this
-    /// placement makes count against what it said.
-    pub(super) free_seen: Option<usize>,
-    pub(super) taken_since: usize,
 }
 
 /// Pages from the one a handle is mapped at: `run` need mapping, `avail`
@@ -64,8 +58,7 @@ impl RangePool {
         // Whole pages inside the free block. Its first page may be shared
         // with the previous block, but then that page is mapped already.
         let room_end = (addr + room - base) / page;
-        let mut ctx =
-            Placement { seg, addr, size, synced: false, victims: None, device, sibling_synced: false, free_seen: None, taken_since: 0 };
+        let mut ctx = Placement { seg, addr, size, synced: false, victims: None, device, sibling_synced: false };
         let mut mapped_now = Vec::new();
         let mut i = first;
         while i < end {
@@ -111,10 +104,11 @@ impl RangePool {
             (s.base, PageSpec { size: r.page_size, attr: r.attr })
         };
         let mut cached = self.cached_handle(spec.size, run, avail);
-        if cached.is_none() && self.sh.backing.has_headroom() && {
-            let fresh = run.min(self.fresh_piece_pages(ctx)) * spec.size;
-            self.over_headroom(ctx, fresh)
-        } {
+        // (Sizing a fresh handle may ask the device: only with a headroom.)
+        if cached.is_none()
+            && self.sh.backing.reserved_headroom.is_some()
+            && self.over_headroom(ctx, run.min(self.fresh_piece_pages(ctx)) * spec.size)
+        {
             self.make_room(ctx, spec.size, run, avail);
             cached = self.cached_handle(spec.size, run, avail);
             // Nothing here could move: other streams' free pieces may, but
@@ -149,15 +143,13 @@ impl RangePool {
                     match got {
                         Err(ref e) if e.is_out_of_memory() && w[1] < w[0] => {
                             // What the device said was too kind: ask again next time.
-                            ctx.free_seen = None;
+                            self.sh.backing.free_memory.forget();
                             got = self.fresh_handle(spec, w[1]);
                         }
                         _ => {}
                     }
                 }
-                let got = got?;
-                ctx.taken_since += got.1;
-                got
+                got?
             }
         };
         let sh = self.sh.clone();

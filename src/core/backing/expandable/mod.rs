@@ -75,7 +75,8 @@ use crate::sys;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-pub use growth::{GrowthView, PieceRule};
+pub use growth::{GrowthView, PieceRule, REFRESH_EVERY};
+pub(crate) use growth::FreeMemory;
 
 /// The largest fresh handle of a small pool: four of its 2 MiB pages (a
 /// fresh large-pool handle is 32 MiB or more on a roomy device).
@@ -175,6 +176,8 @@ pub(crate) struct ExpandableRanges {
     device_total: usize,
     /// Config key `reserved_headroom`.
     reserved_headroom: Option<f64>,
+    /// The device's free memory as last reported, sizing fresh handles.
+    free_memory: growth::FreeMemory,
 }
 
 impl ExpandableRanges {
@@ -185,12 +188,8 @@ impl ExpandableRanges {
             large_page,
             device_total,
             reserved_headroom: config.reserved_headroom,
+            free_memory: growth::FreeMemory::default(),
         }
-    }
-
-    /// Whether `reserved_headroom` is set (else nothing is over it).
-    fn has_headroom(&self) -> bool {
-        self.reserved_headroom.is_some()
     }
 
     fn pieces(&self) -> PieceRule {
@@ -434,32 +433,26 @@ fn free_handle(
 impl RangePool {
     /// Pages one fresh handle of the placement's segment covers at most,
     /// now (Note [sizing a fresh handle]). Free memory is what the device
-    /// reports, asked only when a fresh handle is wanted, once per placement
-    /// (less what its own fresh handles took since, and asked again after a
-    /// refusal); under a memory fraction, what is left of the limit bounds
-    /// it too. The peak of allocated bytes counts the request being placed.
+    /// reports (`FreeMemory`: asked only when a fresh handle is wanted, and
+    /// not every time while the device is roomy); under a memory fraction,
+    /// what is left of the limit bounds it too. The peak of allocated bytes
+    /// counts the request being placed.
     ///
     /// Small-pool handles stay within `SMALL_PIECE_CAP`: every stream has a
     /// small pool, its blocks are at most 1 MiB, and one live small block
     /// pins its whole handle against `empty_cache` and the OOM ladder.
-    fn fresh_piece_pages(&self, ctx: &mut mapping::Placement<'_>) -> usize {
+    fn fresh_piece_pages(&self, ctx: &mapping::Placement<'_>) -> usize {
         let rule = self.sh.backing.pieces();
+        let d = ctx.device;
+        let allocated_peak = d.allocated_peak.max(d.allocated + ctx.size as u64);
+        let allocated_peak = usize::try_from(allocated_peak).unwrap_or(usize::MAX);
         let free = if rule.reads_free_memory() {
-            let seen = match ctx.free_seen {
-                Some(free) => free,
-                None => {
-                    ctx.taken_since = 0;
-                    *ctx.free_seen.insert(self.device_free())
-                }
-            };
-            seen.saturating_sub(ctx.taken_since)
+            let reserved = self.sh.counters.reserved();
+            self.sh.backing.free_memory.get(reserved, rule.binds_below(allocated_peak), || self.device_free())
         } else {
             0
         };
-        let d = ctx.device;
-        let allocated_peak = d.allocated_peak.max(d.allocated + ctx.size as u64);
-        let view = GrowthView { free, allocated_peak: usize::try_from(allocated_peak).unwrap_or(usize::MAX) };
-        let mut bytes = rule.fresh_bytes(view);
+        let mut bytes = rule.fresh_bytes(GrowthView { free, allocated_peak });
         if self.kind == PoolKind::Small {
             bytes = bytes.min(SMALL_PIECE_CAP);
         }
