@@ -204,8 +204,15 @@ pub fn spend(api: Api) {
     loop {
         {
             let mut guard = lock(&SLEEP);
-            while left() > tail {
-                guard = WAKE.wait_timeout(guard, left() - tail).unwrap_or_else(|e| e.into_inner()).0;
+            // `left()` read once per wait: read again, it may have fallen
+            // below `tail`, and the subtraction would panic outside every
+            // entry's panic boundary (spend runs after it).
+            loop {
+                let now_left = left();
+                if now_left <= tail {
+                    break;
+                }
+                guard = WAKE.wait_timeout(guard, now_left - tail).unwrap_or_else(|e| e.into_inner()).0;
             }
         }
         // Spin the tail; a cost raised meanwhile sends the call back to sleep.

@@ -61,6 +61,7 @@ mod tests;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::runtime::{Runtime, Stream};
+use crate::sys;
 use crate::trace::TraceRecorder;
 use backing::{Backing, ExpandableRanges, FixedSegments, MemoryLimit};
 use device::Device;
@@ -135,7 +136,7 @@ impl DeviceAllocator {
         if device < 0 {
             return Err(Error::InvalidArgument(format!("device {device} is negative")));
         }
-        let hold = rt.hold_device(device).map_err(|e| Error::runtime(e, format!("setting device {device}")))?;
+        let hold = rt.hold_device(device).map_err(|e| Error::runtime(e, setting_device(&rt, device, e.code)))?;
         let (_, total) = rt
             .on_device(device, || rt.mem_info())
             .map_err(|e| Error::runtime(e, format!("querying device {device}")))?;
@@ -474,5 +475,19 @@ pub fn check_memory_fraction(fraction: f64) -> Result<()> {
         Ok(())
     } else {
         Err(Error::InvalidArgument(format!("memory fraction must be in [0, 1], got {fraction}")))
+    }
+}
+
+/// What `npualloc_create` was doing when setting `device` failed; an
+/// unknown device id names the ids the runtime has.
+fn setting_device(rt: &Runtime, device: i32, code: i32) -> String {
+    match rt.device_count() {
+        Some(n) if code == sys::ACL_ERROR_RT_INVALID_DEVICEID && n > 0 => {
+            format!("setting device {device}: the runtime has {n} device(s), 0 to {}", n - 1)
+        }
+        Some(0) if code == sys::ACL_ERROR_RT_INVALID_DEVICEID => {
+            format!("setting device {device}: the runtime reports no device")
+        }
+        _ => format!("setting device {device}"),
     }
 }

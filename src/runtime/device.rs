@@ -18,6 +18,16 @@ impl Runtime {
         check("aclrtSetDevice", unsafe { (self.api.aclrtSetDevice)(device) })
     }
 
+    /// How many devices the runtime reports; `None` without the call or
+    /// when it fails.
+    pub fn device_count(&self) -> Option<u32> {
+        let count_fn = self.api.aclrtGetDeviceCount?;
+        let mut count = 0u32;
+        // SAFETY: count is a valid out-pointer.
+        let code = unsafe { count_fn(&mut count) };
+        (code == sys::ACL_SUCCESS).then_some(count)
+    }
+
     /// Free and total bytes of the current device's HBM.
     pub fn mem_info(&self) -> Result<(usize, usize), AclCallError> {
         let (mut free, mut total) = (0usize, 0usize);

@@ -169,6 +169,11 @@ acl_symbols! {
         stream_context {
             aclrtGetStreamOverflowSwitch: fn(aclrtStream, *mut u32) -> aclError;
         }
+        /// `aclrtGetDeviceCount`, which names the valid device ids in a
+        /// refusal of an unknown one.
+        device_count {
+            aclrtGetDeviceCount: fn(*mut u32) -> aclError;
+        }
     }
 }
 

@@ -172,6 +172,7 @@ aclError aclInit(const char *configPath);
 aclError aclFinalize();
 aclError aclrtSetDevice(int32_t deviceId);
 aclError aclrtGetDevice(int32_t *deviceId);
+aclError aclrtGetDeviceCount(uint32_t *count);
 aclError aclrtResetDevice(int32_t deviceId);
 aclError aclrtGetCurrentContext(aclrtContext *context);
 aclError aclrtSetCurrentContext(aclrtContext context);

@@ -71,6 +71,7 @@ pub const FUNCTIONS: &[&str] = &[
     "aclFinalize",
     "aclrtSetDevice",
     "aclrtGetDevice",
+    "aclrtGetDeviceCount",
     "aclrtResetDevice",
     "aclrtGetCurrentContext",
     "aclrtSetCurrentContext",

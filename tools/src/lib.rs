@@ -3,11 +3,14 @@
 //! - `replay`: replays allocation traces through allocator configurations on
 //!   the ACL emulator (the `npualloc-replay` command, the benchmarks and the
 //!   examples use it), with its table, JSON and SVG writers.
+//! - `interleave`: merges traces into one, as if their programs shared a
+//!   device (the `npualloc-interleave` command).
 //!
 //! Kept out of the library crate so that `libnpualloc.so` carries only the
 //! allocator, and so that the tools may use crates the library must not
 //! depend on.
 
+pub mod interleave;
 pub mod replay;
 
 // The replay modules name the allocator's modules from the crate root, as

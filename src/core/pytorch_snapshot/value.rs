@@ -1,6 +1,6 @@
 //! A small tree of plain values (what a Python `dict` of lists, strings and
-//! numbers holds), so one snapshot can be written as JSON here and as a
-//! pickle by the replay tool.
+//! numbers holds), so one snapshot can be written as JSON (serde_json) and as
+//! a pickle (serde-pickle, `pickle.rs`) from the same tree.
 
 use serde::ser::{Serialize, SerializeTuple, Serializer};
 
@@ -73,8 +73,8 @@ impl Value {
 
 /// Python's types through serde's: `None` as serde's none, a tuple as a tuple, a
 /// dict as a map with string keys in insertion order. serde_json writes a
-/// tuple as a list and a non-finite float as `null`; a pickle writer keeps
-/// the tuple.
+/// tuple as a list and a non-finite float as `null`; serde-pickle keeps the
+/// tuple.
 impl Serialize for Value {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {

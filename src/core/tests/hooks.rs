@@ -152,9 +152,31 @@ unsafe extern "C" fn file_exists_at_observe(user: *mut c_void, _: i32, _: usize,
     *seen = path.is_file();
 }
 
+/// `_memory_viz.py stats PATH` (whether it succeeded, and its output), with
+/// PyTorch's `_memory_viz.py` from `$NPUALLOC_MEMORY_VIZ` or what
+/// scripts/fetch-memory-viz.py finds; `None` when neither has it.
+fn opened_in_memory_viz(path: &std::path::Path) -> Option<(bool, String)> {
+    let viz = match std::env::var_os("NPUALLOC_MEMORY_VIZ").filter(|p| !p.is_empty()) {
+        Some(p) => std::path::PathBuf::from(p),
+        None => {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/fetch-memory-viz.py");
+            let out = std::process::Command::new("python3").arg(script).output().ok()?;
+            if !out.status.success() {
+                eprintln!("PyTorch's _memory_viz.py is not available: the snapshot is not opened there");
+                return None;
+            }
+            std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        }
+    };
+    let out = std::process::Command::new("python3").arg(viz).arg("stats").arg(path).output().ok()?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Some((out.status.success(), text))
+}
+
 /// `oom_snapshot:PATH`: a refused request writes a PyTorch-format snapshot
-/// (a pickle Python reads, history included while recording) before the
-/// observer runs; a request that fits writes nothing.
+/// (a pickle Python and PyTorch's `_memory_viz.py` read, history included
+/// while recording) before the observer runs; a request that fits writes
+/// nothing.
 #[test]
 fn oom_snapshot_writes_a_pytorch_snapshot_when_a_request_is_refused() {
     let _g = emu_lock();
@@ -183,8 +205,12 @@ fn oom_snapshot_writes_a_pytorch_snapshot_when_a_request_is_refused() {
         .arg(a.device().to_string())
         .output()
         .expect("python3 runs");
+    let viz = opened_in_memory_viz(&path);
     let _ = std::fs::remove_file(&path);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "41943040", "{}", String::from_utf8_lossy(&out.stderr));
+    if let Some((ok, text)) = viz {
+        assert!(ok && text.contains("segments: 1\n"), "_memory_viz.py stats: {text}");
+    }
     a.set_out_of_memory_observer(None);
     a.free(p).unwrap();
     a.teardown().unwrap();

@@ -6,6 +6,7 @@ use clap::{CommandFactory, Parser, ValueEnum};
 use clap_complete::Shell;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use npualloc::config::Config;
+use npualloc::core::pytorch_snapshot::to_pickle;
 use npualloc::runtime::loader::ACL_LIBRARY_ENV;
 use npualloc_tools::replay::svg::{self, Figure};
 use npualloc_tools::replay::{self, table, Emulator, Options, Prepared, Report, Target};
@@ -315,8 +316,7 @@ fn main() -> ExitCode {
             bar.set_message(format!("{} | snapshot at peak", p.name));
             let path = dir.join(replay::peak_snapshot::file_name(&p.name));
             let written = replay::peak_snapshot::snapshot_at_peak(&emu, p, config).and_then(|(snap, _)| {
-                let bytes = replay::pickle::to_pickle(&snap)?;
-                std::fs::write(&path, bytes).map_err(|e| format!("cannot write: {e}"))
+                std::fs::write(&path, to_pickle(&snap)).map_err(|e| format!("cannot write: {e}"))
             });
             bar.set_position((runs + i + 1) as u64);
             if let Err(e) = written {

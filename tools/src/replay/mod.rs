@@ -18,7 +18,6 @@ mod capacity;
 pub mod emulator;
 mod engine;
 pub mod peak_snapshot;
-pub mod pickle;
 pub mod prepared;
 pub mod snapshot;
 pub mod svg;
