@@ -14,15 +14,17 @@
 //!   pages: a *piece*. How big a fresh piece is (`PieceRule`) trades
 //!   runtime calls against movable memory: a piece is never split, so a
 //!   small live block pins all of it. While the device has plenty of room,
-//!   a fresh piece is large (32 MiB, or a sixth of what the device holds,
-//!   up to 256 MiB) and is mapped ahead of demand: past the request, over
-//!   the free block's unmapped pages, so the next requests find mapped
-//!   pages and make no call at all (every runtime call costs tens of
-//!   microseconds on a card). A live block then pins at most one piece
-//!   that `empty_cache` cannot return. As free device memory shrinks, so
-//!   do fresh pieces, down to 4 MiB: near a full device, where moving
-//!   pages is what lets a request fit, a hole holds whole pieces that can
-//!   move, and little is mapped ahead.
+//!   a fresh piece is sized from what this allocator uses (half its peak
+//!   of allocated bytes, 32 to 48 MiB, and a 64th of it past 3 GiB) and is
+//!   mapped ahead of demand: past the request, over the free block's
+//!   unmapped pages, so the next requests find mapped pages and make no
+//!   call at all (every runtime call costs tens of microseconds on a card).
+//!   A live block then pins at most one piece that `empty_cache` cannot
+//!   return. As the device's free memory shrinks (`aclrtGetMemInfo`, which
+//!   counts other processes' memory too), so do fresh pieces, down to
+//!   4 MiB: near a full device, where moving pages is what lets a request
+//!   fit, a hole holds whole pieces that can move, and little is mapped
+//!   ahead. Note [sizing a fresh handle] in `growth`.
 //! - Placement (`placement`): best fit over the range's free blocks; when
 //!   that would map pages, a free block with a mapped run that fits wins
 //!   instead (mapped first), so holes are reused before the range grows.
