@@ -55,7 +55,8 @@ fn combined_peak(a: &Prepared, b: &Prepared) -> u64 {
     let live = |p: &Prepared, end: usize| if end == 0 { 0 } else { p.requested[end - 1] };
     let mut peak = 0;
     for k in 1..=PARTS {
-        let (a0, a1, b0, b1) = (cut(a.steps.len(), k - 1), cut(a.steps.len(), k), cut(b.steps.len(), k - 1), cut(b.steps.len(), k));
+        let (a0, a1, b0, b1) =
+            (cut(a.steps.len(), k - 1), cut(a.steps.len(), k), cut(b.steps.len(), k - 1), cut(b.steps.len(), k));
         // Within a part A runs first, then B: A's peak in it meets B's
         // state at the part's start, B's peak meets A's at its end.
         let a_max = a.requested[a0..a1].iter().copied().max().unwrap_or(live(a, a0));
@@ -74,7 +75,8 @@ struct Tenant {
 
 fn alone(emu: &Emulator, p: &Prepared, config: &str) -> Result<u64, String> {
     emu.set_capacity(64 << 30).map_err(err)?;
-    let a = DeviceAllocator::with_runtime(Config::parse(config).map_err(err)?, 0, emu.runtime().clone()).map_err(err)?;
+    let a =
+        DeviceAllocator::with_runtime(Config::parse(config).map_err(err)?, 0, emu.runtime().clone()).map_err(err)?;
     let streams = emu.create_streams(p.streams).map_err(err)?;
     let mut addrs = vec![0; p.slots];
     replay_steps(&a, &p.steps, &streams, &mut addrs)?;
@@ -104,7 +106,11 @@ fn together(emu: &Emulator, a: &Prepared, b: &Prepared, capacity: u64, config: &
     let mut out = Vec::new();
     for (t, al) in alloc.into_iter().enumerate() {
         let s = al.stats().map_err(err)?;
-        out.push(Tenant { peak_reserved: s.reserved_bytes_peak, handles: s.num_physical_mallocs + s.num_device_mallocs, ooms: ooms[t] });
+        out.push(Tenant {
+            peak_reserved: s.reserved_bytes_peak,
+            handles: s.num_physical_mallocs + s.num_device_mallocs,
+            ooms: ooms[t],
+        });
         al.teardown().map_err(err)?;
     }
     let b = out.pop().expect("two tenants");

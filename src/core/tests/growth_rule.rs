@@ -4,8 +4,8 @@
 //! when a fresh handle is made.
 
 use super::support::{
-    allocator, budget, check_accounting, fail_nth, fault_pending, finish, set_capacity, teardown_clean, Baseline,
-    emu_lock, GIB, MIB,
+    allocator, budget, check_accounting, emu_lock, fail_nth, fault_pending, finish, set_capacity, teardown_clean,
+    Baseline, GIB, MIB,
 };
 use crate::core::backing::expandable::{FreeMemory, GrowthView, PieceRule, REFRESH_EVERY};
 use crate::core::*;

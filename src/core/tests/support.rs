@@ -9,8 +9,8 @@ use crate::config::Config;
 use crate::core::DeviceAllocator;
 use crate::runtime::{Runtime, Stream};
 use ascendcl::{
-    aclemu_fail_nth, aclemu_fault_pending, aclemu_get_usage, aclemu_set_device_memory, aclemu_stream_hold, aclemu_stream_release,
-    aclemu_usage,
+    aclemu_fail_nth, aclemu_fault_pending, aclemu_get_usage, aclemu_set_device_memory, aclemu_stream_hold,
+    aclemu_stream_release, aclemu_usage,
 };
 use std::sync::{Mutex, MutexGuard};
 

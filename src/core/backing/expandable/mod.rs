@@ -77,9 +77,9 @@ use crate::sys;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-pub use growth::{GrowthView, PieceRule};
 #[cfg(test)]
 pub(crate) use growth::{FreeMemory, REFRESH_EVERY};
+pub use growth::{GrowthView, PieceRule};
 
 /// The largest fresh handle of a small pool: four of its 2 MiB pages (a
 /// fresh large-pool handle is 32 MiB or more on a roomy device).
