@@ -114,6 +114,12 @@ int main(void) {
     CHECK(json != NULL && json[0] == '{');
     api->string_free(json);
     CHECK_API(api->set_memory_fraction(a, 0.5), NPUALLOC_OK);
+    /* Sleep, then a partial wake and a full one, through the table. */
+    uint64_t none[1] = {0};
+    CHECK_API(api->sleep_with(a, NULL, 0, NULL, 0), NPUALLOC_OK);
+    CHECK_API(api->wake_with(a, NULL, 1), NPUALLOC_ERR_INVALID_ARGUMENT);
+    CHECK_API(api->wake_with(a, none, 1), NPUALLOC_OK);
+    CHECK_API(api->wake(a), NPUALLOC_OK);
     CHECK_API(api->empty_cache(a), NPUALLOC_OK);
     CHECK_API(api->unregister(a, s), NPUALLOC_OK);
     CHECK_API(api->register_(a, s), NPUALLOC_OK);

@@ -6,6 +6,10 @@
  * - bad lists (NULL with a count, an unknown pool, a pool in both lists)
  *   and a NULL handle are INVALID_ARGUMENT with a message and change
  *   nothing: the allocator stays awake and the pool serves;
+ * - npualloc_wake_with wakes one pool at a time, as vllm-ascend wakes its
+ *   weights before its KV cache: the weights read back and serve, the KV
+ *   cache pool still refuses allocations, and the allocator is awake only
+ *   once both are; bad lists are INVALID_ARGUMENT and wake nothing;
  * - destroy leaves nothing behind.
  */
 #include <stddef.h>
@@ -71,6 +75,45 @@ int main(void) {
     CHECK_STATUS(npualloc_wake(a), NPUALLOC_OK);
     CHECK(intact(w, 3 * MIB, 0x3c));
 
+    /* Partial wake: the weights first, then the KV cache. */
+    uint64_t kv = 0;
+    CHECK_STATUS(npualloc_pool_create(a, NULL, &kv), NPUALLOC_OK);
+    void *k = NULL;
+    CHECK_STATUS(npualloc_pool_begin(a, kv, NULL), NPUALLOC_OK);
+    CHECK_STATUS(npualloc_malloc(a, 4 * MIB, NULL, &k), NPUALLOC_OK);
+    CHECK_STATUS(npualloc_pool_end(a, kv, NULL), NPUALLOC_OK);
+    const uint64_t discard[] = {kv};
+    CHECK_STATUS(npualloc_sleep_with(a, offload, 1, discard, 1), NPUALLOC_OK);
+    CHECK_EQ_INT(usage_of().physical_bytes, 0);
+    CHECK_STATUS(npualloc_wake_with(NULL, offload, 1), NPUALLOC_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(npualloc_wake_with(a, NULL, 1), NPUALLOC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(npualloc_last_error(), "pools") != NULL);
+    CHECK_STATUS(npualloc_wake_with(a, unknown, 2), NPUALLOC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(npualloc_last_error(), "12345") != NULL);
+    CHECK_EQ_INT(usage_of().physical_bytes, 0); /* nothing woken */
+    CHECK_STATUS(npualloc_wake_with(a, offload, 1), NPUALLOC_OK);
+    CHECK(intact(w, 3 * MIB, 0x3c));
+    CHECK_EQ_INT(usage_of().physical_bytes, 4 * MIB); /* the weights' two pages only */
+    void *refused = NULL;
+    CHECK_STATUS(npualloc_pool_begin(a, kv, NULL), NPUALLOC_OK);
+    CHECK_STATUS(npualloc_malloc(a, MIB, NULL, &refused), NPUALLOC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(npualloc_last_error(), "asleep") != NULL);
+    CHECK_STATUS(npualloc_pool_end(a, kv, NULL), NPUALLOC_OK);
+    CHECK_STATUS(npualloc_pool_begin(a, weights, NULL), NPUALLOC_OK);
+    CHECK_STATUS(npualloc_malloc(a, MIB, NULL, &more), NPUALLOC_OK); /* the weights pool serves */
+    CHECK_STATUS(npualloc_pool_end(a, weights, NULL), NPUALLOC_OK);
+    CHECK_STATUS(npualloc_free(a, more), NPUALLOC_OK);
+    CHECK_STATUS(npualloc_wake_with(a, discard, 1), NPUALLOC_OK);
+    CHECK_STATUS(npualloc_pool_begin(a, kv, NULL), NPUALLOC_OK);
+    CHECK_STATUS(npualloc_malloc(a, MIB, NULL, &more), NPUALLOC_OK); /* awake */
+    CHECK_STATUS(npualloc_pool_end(a, kv, NULL), NPUALLOC_OK);
+    CHECK_STATUS(npualloc_free(a, more), NPUALLOC_OK);
+    CHECK_STATUS(npualloc_wake_with(a, NULL, 0), NPUALLOC_OK);
+    memset(k, 0x7e, 4 * MIB);
+    CHECK(intact(k, 4 * MIB, 0x7e) && intact(w, 3 * MIB, 0x3c));
+
+    CHECK_STATUS(npualloc_free(a, k), NPUALLOC_OK);
+    CHECK_STATUS(npualloc_pool_destroy(a, kv), NPUALLOC_OK);
     CHECK_STATUS(npualloc_free(a, w), NPUALLOC_OK);
     CHECK_STATUS(npualloc_pool_destroy(a, weights), NPUALLOC_OK);
     CHECK_STATUS(npualloc_destroy(a), NPUALLOC_OK);

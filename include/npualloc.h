@@ -384,6 +384,7 @@ typedef struct npualloc_api {
                                   size_t,
                                   const uint64_t*,
                                   size_t);
+    npualloc_status (*wake_with)(struct npualloc_allocator*, const uint64_t*, size_t);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -1118,11 +1119,17 @@ npualloc_status npualloc_sleep(struct npualloc_allocator *a);
 /**
  * Wakes: maps device memory under every sleeping block again at the same
  * address and restores offloaded contents (discarded ones read as
- * undefined). Awake already: OK.
+ * undefined). All or nothing: when the handles do not fit, the cached
+ * memory of the pools awake is given back first (as the out-of-memory
+ * ladder gives it; a graph pool keeps its own) and the wake tried again; a
+ * physical allocation, map or copy refused part-way is undone whole, every
+ * block staying asleep with its host copy. Awake already: OK.
  *
  * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`;
- * OUT_OF_MEMORY when the device cannot hold the sleeping blocks: nothing
- * changed, the allocator is still asleep, and a later call may succeed.
+ * OUT_OF_MEMORY when the device cannot hold the sleeping blocks or a map
+ * is refused: nothing changed, the allocator is still asleep, and a later
+ * call may succeed; the runtime's failure of a copy back, also changing
+ * nothing.
  *
  * # Safety
  * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
@@ -1155,6 +1162,30 @@ npualloc_status npualloc_sleep_with(struct npualloc_allocator *a,
                                     size_t n_offload,
                                     const uint64_t *discard_pools,
                                     size_t n_discard);
+
+/**
+ * Wakes only the sleeping blocks of the `n` pools at `pools`, by the rules
+ * of `npualloc_wake`: all or nothing (OUT_OF_MEMORY changes nothing, the
+ * pools stay asleep), and the awake pools' cached memory is given back
+ * before giving up. The other pools stay asleep (their allocations still
+ * INVALID_ARGUMENT), and the allocator counts as asleep until every pool is
+ * awake. This is vLLM's `wake_up(tags=[...])` with one pool per tag, e.g.
+ * the weights before the KV cache. A pool not asleep (a `keep` pool, or
+ * one woken already) is OK and changes nothing; a destroyed pool may be
+ * listed (its sleeping live blocks wake); `npualloc_wake` wakes every pool.
+ * `pools` may be NULL when `n` is 0 (then only an allocator with no pool
+ * left asleep becomes awake).
+ *
+ * Statuses: those of `npualloc_wake`, and INVALID_ARGUMENT, changing
+ * nothing, for a NULL or destroyed `a`, a NULL list with `n` above 0, a
+ * count too large for memory, a misaligned list, or a pool that was never
+ * created. Awake already: OK (the list is still checked).
+ *
+ * # Safety
+ * `a` is NULL or a live handle; a non-NULL `pools` points to `n` readable
+ * `uint64_t`.
+ */
+npualloc_status npualloc_wake_with(struct npualloc_allocator *a, const uint64_t *pools, size_t n);
 
 /**
  * Fills `*out` up to `out->struct_size` bytes, whole fields only, and

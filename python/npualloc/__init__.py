@@ -251,12 +251,26 @@ class CachingAllocator(Allocator):
         discard pool has live blocks and segments are not expandable."""
         _check(self._lib.npualloc_sleep(self._live()))
 
-    def wake(self):
+    def wake(self, pools=None):
         """Maps device memory under every sleeping block again, at the same
         addresses, with offloaded contents restored (``npualloc_wake``).
-        MemoryError when the device cannot hold them: nothing changed, still
-        asleep, call again later. Awake already: nothing happens."""
-        _check(self._lib.npualloc_wake(self._live()))
+        ``pools`` (an iterable of ``Pool`` objects or pool ids; None: every
+        pool) wakes only those pools' blocks (``npualloc_wake_with``), e.g.
+        the weights before the KV cache: the others stay asleep, and so
+        does the allocator until every pool is awake. All or nothing:
+        MemoryError when the device cannot hold them (after giving back the
+        cached memory of the pools awake): nothing changed, still asleep,
+        call again later. ValueError for a pool that was never created.
+        Awake already (or the pools listed awake): nothing happens."""
+        if pools is None:
+            _check(self._lib.npualloc_wake(self._live()))
+            return
+        pools = list(pools)
+        ids = [p.id if isinstance(p, Pool) else p for p in pools]
+        if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1 << 64 for i in ids):
+            raise TypeError(f"pools must be Pool objects or pool ids (ints), got {list(pools)!r}")
+        arr = (ctypes.c_uint64 * len(ids))(*ids)
+        _check(self._lib.npualloc_wake_with(self._live(), arr, len(ids)))
 
     # ---- the C API's stream and block calls (npualloc_record_stream, ...) ----
 
@@ -396,5 +410,5 @@ class Pool:
 
 
 def version():
-    """The library version, e.g. "0.1.0"."""
+    """The library version, "major.minor.patch", the same as the package version."""
     return _lib.lib().npualloc_version().decode()

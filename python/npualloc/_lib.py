@@ -102,6 +102,7 @@ def lib():
             "npualloc_wake": (status, [P]),
             "npualloc_sleep_with": (status, [P, ctypes.POINTER(ctypes.c_uint64), S,
                                              ctypes.POINTER(ctypes.c_uint64), S]),
+            "npualloc_wake_with": (status, [P, ctypes.POINTER(ctypes.c_uint64), S]),
             "npualloc_pluggable_allocator": (status, [ctypes.c_int, ctypes.POINTER(P)]),
             "npualloc_get_stats": (status, [P, ctypes.POINTER(Stats)]),
             "npualloc_snapshot_json": (status, [P, ctypes.POINTER(P)]),

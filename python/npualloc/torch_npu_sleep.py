@@ -11,7 +11,8 @@
     with camem.use_memory_pool(tag="kv_cache"):
         kv = torch.empty(1 << 24, device="npu")
     camem.sleep(offload_tags=("weights",))    # device memory of both goes back
-    camem.wake_up()                           # same addresses, weights restored
+    camem.wake_up(tags=["weights"])           # same addresses, weights restored
+    camem.wake_up(tags=["kv_cache"])          # then the KV cache
 
 Each tag is an npualloc pool of the device's process-wide allocator (the
 one the torch_npu bridge serves from, ``npualloc_pluggable_allocator``).
@@ -24,11 +25,14 @@ vllm-ascend), which stays on the device; allocations outside every tag (the
 default pool) stay too. Every address stays valid: tensors keep their
 ``data_ptr()`` across a cycle, and nothing has to be re-created.
 
+``wake_up(tags=[...])`` is ``npualloc_wake_with``: only the named tags
+wake (vllm-ascend's worker wakes ``weights``, then ``kv_cache``), all of
+them or, when the device cannot hold them, none.
+
 Differences from vllm-ascend's class: it needs no C extension and no
 ``NPUPluggableAllocator``; npualloc copies one run of mapped pages, not one
-allocation, at a time; and waking is allocator-wide (``npualloc_wake``), so
-``wake_up`` accepts ``tags=None`` or a list naming every tag that sleeps,
-never a part of them (a part raises ValueError, changing nothing).
+allocation, at a time; and a wake that does not fit changes nothing
+(MemoryError) instead of leaving some tensors mapped.
 Offloading and discarding live tensors need expandable segments (on by
 default when the runtime has virtual memory); with
 ``expandable_segments:false`` sleep raises NpuallocError (UNSUPPORTED,
@@ -99,7 +103,6 @@ class CaMemAllocator:
         self._handle = handle
         self._pools = {}  # tag -> npualloc pool id
         self._lock = threading.Lock()
-        self._asleep = False
 
     def _pool(self, tag):
         with self._lock:
@@ -155,28 +158,29 @@ class CaMemAllocator:
             off = (ctypes.c_uint64 * len(offload))(*offload)
             dis = (ctypes.c_uint64 * len(discard))(*discard)
             _check(self._lib.npualloc_sleep_with(self._handle, off, len(offload), dis, len(discard)), "sleep")
-            self._asleep = True
 
     def wake_up(self, tags=None):
-        """Maps device memory under every sleeping tensor again at its
-        address and copies the offloaded ones back. ``tags`` is None or a
-        list naming every tag that sleeps: npualloc wakes a whole allocator,
-        so a part is ValueError, changing nothing. MemoryError when the
-        device cannot hold them: still asleep, call again later. Awake
-        already: nothing happens."""
+        """Maps device memory under the sleeping tensors of ``tags`` (a str
+        or a list; None: every tag) again at their addresses and copies the
+        offloaded ones back (``npualloc_wake_with``, one pool per tag), as
+        vllm-ascend wakes ``weights`` before ``kv_cache``. The tags not
+        named stay asleep: allocating under them still raises ValueError.
+        A tag that does not sleep (unknown, ``"sleep_persistent"``, or woken
+        already) is skipped, as vllm-ascend skips it. All or nothing:
+        MemoryError when the device cannot hold them, nothing changed, still
+        asleep, call again later. Awake already: nothing happens."""
         with self._lock:
-            if tags is not None:
-                if isinstance(tags, str):
-                    tags = [tags]
-                sleeping = set(self._pools) - {CaMemAllocator.sleep_persistent_tag}
-                missing = sorted(sleeping - set(tags))
-                if self._asleep and missing:
-                    raise ValueError(
-                        f"wake_up wakes every tag at once (npualloc_wake is allocator-wide); tags {missing} "
-                        "also sleep: pass tags=None or name them too"
-                    )
-            _check(self._lib.npualloc_wake(self._handle), "wake_up")
-            self._asleep = False
+            if tags is None:
+                _check(self._lib.npualloc_wake(self._handle), "wake_up")
+                return
+            if isinstance(tags, str):
+                tags = [tags]
+            tags = list(tags)
+            if not all(isinstance(t, str) for t in tags):
+                raise ValueError(f"tags must be strings, got {tags!r}")
+            pools = [p for t, p in self._pools.items() if t in tags and t != CaMemAllocator.sleep_persistent_tag]
+            arr = (ctypes.c_uint64 * len(pools))(*pools)
+            _check(self._lib.npualloc_wake_with(self._handle, arr, len(pools)), "wake_up")
 
     def get_current_usage(self):
         """Bytes allocated (live, rounded) under every tag, asleep or not."""

@@ -79,3 +79,39 @@ def test_an_offload_pool_sleeps_and_wakes(emu):
         assert pool.stats()["reserved_bytes"] >= 24 * MIB
         a.free(weights)
         a.free(kept)
+
+
+def test_pools_wake_one_at_a_time(emu):
+    """wake(pools=[...]) wakes only those pools (npualloc_wake_with): the
+    weights read back and serve while the KV cache pool still refuses
+    allocations; the KV cache wakes next; bad lists are refused."""
+    with npualloc.CachingAllocator(device=0, config="expandable_segments:true") as a:
+        weights, kv = npualloc.Pool(a, "sleep:offload"), npualloc.Pool(a, "sleep:discard")
+        with weights:
+            w = a.malloc(12 * MIB)
+        with kv:
+            k = a.malloc(20 * MIB)
+        _fill(w.addr, 12 * MIB, 0x2B)
+        a.sleep()
+        assert weights.stats()["reserved_bytes"] == 0 and kv.stats()["reserved_bytes"] == 0
+        with pytest.raises(ValueError, match="does not exist"):
+            a.wake(pools=[weights, 9999])
+        with pytest.raises(TypeError, match="pool ids"):
+            a.wake(pools=["weights"])
+        assert weights.stats()["reserved_bytes"] == 0, "nothing was woken"
+        a.wake(pools=[weights])
+        assert _reads(w.addr, 12 * MIB, 0x2B)
+        assert weights.stats()["reserved_bytes"] >= 12 * MIB
+        assert kv.stats()["reserved_bytes"] == 0
+        with kv:
+            with pytest.raises(ValueError, match="asleep"):
+                a.malloc(4096)
+        with weights:
+            a.free(a.malloc(MIB))  # the weights pool serves
+        a.wake(pools=[kv.id])
+        with kv:
+            a.free(a.malloc(MIB))  # awake
+        _fill(k.addr, 20 * MIB, 0x01)
+        assert _reads(k.addr, 20 * MIB, 0x01) and _reads(w.addr, 12 * MIB, 0x2B)
+        a.free(w)
+        a.free(k)

@@ -54,6 +54,7 @@ mod stats;
 mod stream_order;
 mod streams;
 mod teardown;
+mod wake;
 
 #[cfg(test)]
 mod tests;
@@ -318,7 +319,14 @@ impl DeviceAllocator {
     /// Wakes: every sleeping block mapped again at its address, offloaded
     /// contents restored; OUT_OF_MEMORY changing nothing if they do not fit.
     pub fn wake(&self) -> Result<()> {
-        with_device!(&self.engine, d => d.wake())
+        with_device!(&self.engine, d => d.wake(None))
+    }
+
+    /// Wakes only the sleeping blocks of `pools` (`npualloc_wake_with`), by
+    /// the rules of `wake`; the allocator stays asleep until every pool is
+    /// awake. INVALID_ARGUMENT, nothing changed, for a pool never created.
+    pub fn wake_with(&self, pools: &[u64]) -> Result<()> {
+        with_device!(&self.engine, d => d.wake(Some(pools)))
     }
 
     /// Whether the allocator is asleep.

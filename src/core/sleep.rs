@@ -30,10 +30,18 @@
 //! in an offload or discard pool, sleep is UNSUPPORTED and changes nothing.
 //! If a step fails, what was taken is woken again and the error returned.
 //!
-//! Wake allocates every handle the sleeping runs need first; if one is
-//! refused, those allocated are freed and wake is OUT_OF_MEMORY, still
-//! asleep, having changed nothing. Then each run is mapped at its pages,
-//! its contents copied back and its host buffer freed. A run whose blocks
+//! While asleep, the pages of a sleeping run belong to its blocks: they
+//! count as neither mapped nor free to map (`VmmRange::slept_at`), so a
+//! request served meanwhile (a graph stream's) is placed where it touches
+//! none of them, in a new range if need be, and wake maps exactly what
+//! sleep unmapped.
+//!
+//! Wake (`wake`) is all or nothing: every handle first, then every run
+//! mapped and copied back while still counted asleep, then all of them
+//! made awake at once; a failure on the way undoes it whole. Short of
+//! memory it gives back the awake pools' cached memory, as the OOM ladder
+//! would, and tries again. It may name some pools only (a partial wake);
+//! the allocator is asleep until every pool is awake. A run whose blocks
 //! were all freed while asleep is mapped again all the same (its pages are
 //! then cached memory, which `empty_cache` gives back).
 //!
@@ -94,13 +102,16 @@ impl<B: Backing> Device<B> {
         if let Err(e) = result {
             // Undo: bring back what was taken (handles are there, as they
             // were just freed; if not, the memory stays asleep).
-            match self.bring_back() {
+            match self.bring_back(&|_| true, &HashMap::new(), false) {
                 Ok(()) => {
                     *state = None;
                     self.sleep.publish(None);
                 }
                 Err(w) => {
-                    return Err(Error::Internal(format!("sleep failed ({e}), and waking again failed too: {w}")));
+                    return Err(Error::Internal(format!(
+                        "sleep failed ({e}), and waking again failed too: {}",
+                        w.error
+                    )));
                 }
             }
             return Err(e);
@@ -131,80 +142,8 @@ impl<B: Backing> Device<B> {
         Ok(freed + B::free_cached(&self.sh)?)
     }
 
-    /// Wakes (Note [sleep]). Awake already: OK.
-    pub fn wake(&self) -> Result<()> {
-        self.check_alive()?;
-        let mut state = self.sleep.lock();
-        if state.is_none() {
-            return Ok(());
-        }
-        self.bring_back()?;
-        *state = None;
-        self.sleep.publish(None);
-        Ok(())
-    }
-
-    /// Maps every sleeping run again, or changes nothing (OUT_OF_MEMORY).
-    fn bring_back(&self) -> Result<()> {
-        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        // Each shard's needs, in the order the second loop visits shards:
-        // each gets its own handles, so a mapping that fails in one shard
-        // leaves the next shard's handles its own (of the sizes it needs).
-        let shards = || self.streams.iter().flat_map(|e| e.shards.iter().enumerate().map(move |s| (e, s)));
-        let per_shard: Vec<Vec<(usize, crate::sys::aclrtMemAttr)>> = shards()
-            .map(|(_, (_, shard))| {
-                let mut n = Vec::new();
-                B::wake_needs(&shard.lock_anyway(), &mut n);
-                n
-            })
-            .collect();
-        let needs: Vec<(usize, crate::sys::aclrtMemAttr)> = per_shard.iter().flatten().copied().collect();
-        let mut handles = VecDeque::with_capacity(needs.len());
-        for (i, &(bytes, attr)) in needs.iter().enumerate() {
-            match self.fresh_handle(bytes, attr) {
-                Ok(h) => handles.push_back(h),
-                Err(e) => {
-                    let short: usize = needs[i..].iter().map(|n| n.0).sum();
-                    let total: usize = needs.iter().map(|n| n.0).sum();
-                    self.free_handles(&mut handles, &needs);
-                    let oom = match &e {
-                        Error::OutOfMemory(_) => true,
-                        Error::Runtime { call, .. } => call.is_out_of_memory(),
-                        _ => false,
-                    };
-                    if !oom {
-                        return Err(e);
-                    }
-                    return Err(Error::OutOfMemory(format!(
-                        "wake needs {total} bytes of device memory for the sleeping blocks on device {} and {short} \
-                         of them could not be had; still asleep, nothing changed (free memory, then wake again)",
-                        self.sh.device
-                    )));
-                }
-            }
-        }
-        let mut first_error = None;
-        for ((e, (kind, shard)), own) in shards().zip(&per_shard) {
-            let mut mine: VecDeque<PhysicalHandle> = handles.drain(..own.len().min(handles.len())).collect();
-            let mut pool = shard.lock_anyway();
-            if let Err(err) = B::wake_pool(&mut pool, &mut mine) {
-                first_error.get_or_insert(err);
-            }
-            self.published(e, kind, &pool);
-            drop(pool);
-            // Handles left over belong to this shard's runs whose mapping
-            // failed (the tail of its needs).
-            let left = &own[own.len() - mine.len()..];
-            self.free_handles(&mut mine, left);
-        }
-        // A shard added since the needs were counted needs none.
-        let rest = needs[needs.len() - handles.len()..].to_vec();
-        self.free_handles(&mut handles, &rest);
-        first_error.map_or(Ok(()), Err)
-    }
-
     /// One physical handle of `bytes`, within the memory limit.
-    fn fresh_handle(&self, bytes: usize, attr: crate::sys::aclrtMemAttr) -> Result<PhysicalHandle> {
+    pub(super) fn fresh_handle(&self, bytes: usize, attr: crate::sys::aclrtMemAttr) -> Result<PhysicalHandle> {
         let sh = &self.sh;
         if sh.limit.charge(bytes).is_err() {
             return Err(Error::OutOfMemory("over the memory limit".into()));
@@ -222,9 +161,18 @@ impl<B: Backing> Device<B> {
     }
 
     /// Frees `handles`, the first of those `needs` describes.
-    fn free_handles(&self, handles: &mut VecDeque<PhysicalHandle>, needs: &[(usize, crate::sys::aclrtMemAttr)]) {
+    pub(super) fn free_handles(
+        &self,
+        handles: &mut VecDeque<PhysicalHandle>,
+        needs: &[(usize, crate::sys::aclrtMemAttr)],
+    ) {
+        self.free_sized(handles.drain(..).zip(needs.iter().map(|n| n.0)));
+    }
+
+    /// Frees each (handle, bytes) of `handles`.
+    pub(super) fn free_sized(&self, handles: impl IntoIterator<Item = (PhysicalHandle, usize)>) {
         let sh = &self.sh;
-        for (h, &(bytes, _)) in handles.drain(..).zip(needs) {
+        for (h, bytes) in handles {
             if sh.rt.on_device(sh.device, || sh.rt.free_physical(h)).is_ok() {
                 sh.limit.refund(bytes);
                 sh.counters.physical_freed(bytes);
@@ -232,7 +180,7 @@ impl<B: Backing> Device<B> {
         }
     }
 
-    fn check_alive(&self) -> Result<()> {
+    pub(super) fn check_alive(&self) -> Result<()> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
         }

@@ -58,6 +58,12 @@ impl SleepState {
         }
     }
 
+    /// The pools asleep whose mode gives their blocks back (none when
+    /// awake), as published.
+    pub(super) fn asleep_pools(&self) -> HashMap<u64, SleepMode> {
+        self.modes.read().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default()
+    }
+
     pub fn is_asleep(&self) -> bool {
         self.lock().is_some()
     }

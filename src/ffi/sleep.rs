@@ -32,11 +32,17 @@ pub unsafe extern "C" fn npualloc_sleep(a: *mut npualloc_allocator) -> npualloc_
 
 /// Wakes: maps device memory under every sleeping block again at the same
 /// address and restores offloaded contents (discarded ones read as
-/// undefined). Awake already: OK.
+/// undefined). All or nothing: when the handles do not fit, the cached
+/// memory of the pools awake is given back first (as the out-of-memory
+/// ladder gives it; a graph pool keeps its own) and the wake tried again; a
+/// physical allocation, map or copy refused part-way is undone whole, every
+/// block staying asleep with its host copy. Awake already: OK.
 ///
 /// Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`;
-/// OUT_OF_MEMORY when the device cannot hold the sleeping blocks: nothing
-/// changed, the allocator is still asleep, and a later call may succeed.
+/// OUT_OF_MEMORY when the device cannot hold the sleeping blocks or a map
+/// is refused: nothing changed, the allocator is still asleep, and a later
+/// call may succeed; the runtime's failure of a copy back, also changing
+/// nothing.
 ///
 /// # Safety
 /// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
@@ -84,6 +90,41 @@ pub unsafe extern "C" fn npualloc_sleep_with(
         // SAFETY: as above.
         let discard = unsafe { pool_list(discard_pools, n_discard, "discard_pools") }?;
         allocator.core.sleep_with(offload, discard).map(|_| ())
+    })
+}
+
+/// Wakes only the sleeping blocks of the `n` pools at `pools`, by the rules
+/// of `npualloc_wake`: all or nothing (OUT_OF_MEMORY changes nothing, the
+/// pools stay asleep), and the awake pools' cached memory is given back
+/// before giving up. The other pools stay asleep (their allocations still
+/// INVALID_ARGUMENT), and the allocator counts as asleep until every pool is
+/// awake. This is vLLM's `wake_up(tags=[...])` with one pool per tag, e.g.
+/// the weights before the KV cache. A pool not asleep (a `keep` pool, or
+/// one woken already) is OK and changes nothing; a destroyed pool may be
+/// listed (its sleeping live blocks wake); `npualloc_wake` wakes every pool.
+/// `pools` may be NULL when `n` is 0 (then only an allocator with no pool
+/// left asleep becomes awake).
+///
+/// Statuses: those of `npualloc_wake`, and INVALID_ARGUMENT, changing
+/// nothing, for a NULL or destroyed `a`, a NULL list with `n` above 0, a
+/// count too large for memory, a misaligned list, or a pool that was never
+/// created. Awake already: OK (the list is still checked).
+///
+/// # Safety
+/// `a` is NULL or a live handle; a non-NULL `pools` points to `n` readable
+/// `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_wake_with(
+    a: *mut npualloc_allocator,
+    pools: *const u64,
+    n: usize,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_wake_with", {
+        // SAFETY: as in npualloc_malloc.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        // SAFETY: the caller's contract for the list; pointer and count are checked first.
+        let pools = unsafe { pool_list(pools, n, "pools") }?;
+        allocator.core.wake_with(pools)
     })
 }
 

@@ -149,15 +149,28 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
         Ok(0)
     }
 
-    /// Appends the (bytes, attr) of each physical handle `wake_pool` needs.
+    /// Appends the (bytes, attr) of each physical handle `wake_map` needs.
     fn wake_needs(_pool: &Pool<Self>, _out: &mut Vec<(usize, crate::sys::aclrtMemAttr)>) {}
 
     /// Maps `handles` (in `wake_needs` order) under `pool`'s sleeping
-    /// memory; on failure, what stays asleep leaves its handles in `handles`.
-    fn wake_pool(
+    /// memory and restores its contents, the memory still counted asleep
+    /// until `wake_commit`; on failure, the handles not mapped stay in
+    /// `handles` (Note [sleep]).
+    fn wake_map(
         _pool: &mut Pool<Self>,
         _handles: &mut std::collections::VecDeque<crate::runtime::PhysicalHandle>,
     ) -> Result<()> {
+        Ok(())
+    }
+
+    /// Undoes `wake_map`: the handles it mapped, unmapped, onto `out` as
+    /// (handle, bytes).
+    fn wake_undo(_pool: &mut Pool<Self>, _out: &mut Vec<(crate::runtime::PhysicalHandle, usize)>) -> Result<()> {
+        Ok(())
+    }
+
+    /// Makes what `wake_map` mapped awake for good.
+    fn wake_commit(_pool: &mut Pool<Self>) -> Result<()> {
         Ok(())
     }
 }

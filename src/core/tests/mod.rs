@@ -18,3 +18,4 @@ mod sleep;
 mod streams;
 pub(crate) mod support;
 mod teardown;
+mod wake;

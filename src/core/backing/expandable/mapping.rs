@@ -66,13 +66,24 @@ impl RangePool {
                 i = p.end();
                 continue;
             }
+            // A sleeping page belongs to its run's blocks until wake maps it
+            // again: placement never puts a request over one (Note [sleep]).
+            if self.range(seg).slept_at(i) {
+                for head in mapped_now {
+                    let _ = self.unmap_piece(seg, head);
+                }
+                return Err(GrowError::Other(Error::Internal(format!(
+                    "a placement at {addr:#x} reached page {i}, which is asleep; nothing was mapped there"
+                ))));
+            }
+            let mappable = |pool: &Self, j: usize| pool.range(seg).mappable(j);
             let mut run = 1;
-            while i + run < end && self.range(seg).page(i + run).is_none() {
+            while i + run < end && mappable(self, i + run) {
                 run += 1;
             }
             let mut avail = run;
             let reach = room_end.min(i + floor_pages.max(run));
-            while i + avail < reach && self.range(seg).page(i + avail).is_none() {
+            while i + avail < reach && mappable(self, i + avail) {
                 avail += 1;
             }
             match self.map_piece(&mut ctx, i, Span { run, avail, room_end }) {
@@ -129,11 +140,12 @@ impl RangePool {
                 // estimate of free memory was too kind: another process
                 // holds some, or physical memory is fragmented).
                 let fresh_pages = self.fresh_piece_pages(ctx);
-                // A fresh handle may reach over every unmapped free page it covers.
+                // A fresh handle may reach over every unmapped free page it
+                // covers, never over a sleeping one.
                 let mut ahead = run;
                 if self.maps_ahead() {
                     let reach = room_end.min(i + fresh_pages.max(run));
-                    while i + ahead < reach && self.range(ctx.seg).page(i + ahead).is_none() {
+                    while i + ahead < reach && self.range(ctx.seg).mappable(i + ahead) {
                         ahead += 1;
                     }
                 }

@@ -132,6 +132,25 @@ impl VmmRange {
     pub fn top(&self) -> usize {
         self.pages.len()
     }
+
+    /// Whether page `i` lies on a run `sleep` took off the device: it is
+    /// unmapped but owned by the run's blocks, and nobody maps it until
+    /// wake brings the run back (Note [sleep]).
+    #[inline]
+    pub fn slept_at(&self, i: usize) -> bool {
+        !self.slept.is_empty() && self.slept.iter().any(|run| run.covers(i))
+    }
+
+    /// Whether a placement may map page `i`: unmapped and not asleep.
+    #[inline]
+    pub fn mappable(&self, i: usize) -> bool {
+        self.page(i).is_none() && !self.slept_at(i)
+    }
+
+    /// Whether any page of [first, end) is asleep.
+    pub fn slept_within(&self, first: usize, end: usize) -> bool {
+        self.slept.iter().any(|run| (run.head as usize) < end && first < run.head as usize + run.units())
+    }
 }
 
 /// Page geometry of one pool kind in expandable mode.
@@ -370,6 +389,10 @@ impl Backing for ExpandableRanges {
         if r.pages.iter().filter(|p| p.is_some()).count() != r.mapped {
             return Err(format!("range {:#x}: mapped count disagrees with its pages", s.base));
         }
+        // A sleeping page is mapped again only by its wake (Note [sleep]).
+        if let Some(i) = (0..r.top()).find(|&i| r.page(i).is_some() && r.slept_at(i)) {
+            return Err(format!("range {:#x}: page {i} is asleep and mapped at once", s.base));
+        }
         let mut id = s.first;
         while id != NIL {
             let b = pool.blocks.get(id);
@@ -399,8 +422,16 @@ impl Backing for ExpandableRanges {
         pool.wake_needs(out)
     }
 
-    fn wake_pool(pool: &mut RangePool, handles: &mut std::collections::VecDeque<PhysicalHandle>) -> Result<()> {
-        pool.wake_ranges(handles)
+    fn wake_map(pool: &mut RangePool, handles: &mut std::collections::VecDeque<PhysicalHandle>) -> Result<()> {
+        pool.wake_map(handles)
+    }
+
+    fn wake_undo(pool: &mut RangePool, out: &mut Vec<(PhysicalHandle, usize)>) -> Result<()> {
+        pool.wake_undo(out)
+    }
+
+    fn wake_commit(pool: &mut RangePool) -> Result<()> {
+        pool.wake_commit()
     }
 
     fn mapped_runs(seg: &Segment<VmmRange>, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {

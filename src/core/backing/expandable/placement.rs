@@ -28,10 +28,21 @@ impl RangePool {
         if let Some((id, off)) = self.find_mapped_fit(rounded) {
             return Ok(if off > 0 { self.split_front(id, off) } else { id });
         }
-        let (id, off) = match self.sh.backing.reserved_headroom {
+        let (mut id, mut off) = match self.sh.backing.reserved_headroom {
             Some(_) => self.find_most_mapped(rounded).unwrap_or((best_fit, 0)),
             None => (best_fit, 0),
         };
+        // While asleep, pages of sleeping runs are owned by their blocks: a
+        // request goes where it touches none, in a new range if need be.
+        if self.touches_slept(id, off, rounded) {
+            (id, off) = match self.find_awake_fit(rounded) {
+                Some(found) => found,
+                None => {
+                    let seg = self.make_range(rounded)?;
+                    (self.segments.get(seg).first, 0)
+                }
+            };
+        }
         // Mapped before the split: a failure leaves the block whole.
         let (seg, addr, size) = {
             let b = self.blocks.get(id);
@@ -70,6 +81,9 @@ impl RangePool {
             let below_top = b.addr + b.size <= s.base + r.top() * page;
             let end = if below_top && b.size > size { Some(b.size - size) } else { None };
             for off in std::iter::once(0).chain(end) {
+                if self.touches_slept(id, off, size) {
+                    continue;
+                }
                 let n = lacking(b.addr + off);
                 if best.is_none_or(|(m, _, _)| n < m) {
                     best = Some((n, id, off));
@@ -77,6 +91,39 @@ impl RangePool {
             }
         }
         best.map(|(_, id, off)| (id, off))
+    }
+
+    /// Whether `size` bytes at offset `off` of block `id` lie on a page of
+    /// a sleeping run (never while awake: one branch on an empty list).
+    fn touches_slept(&self, id: BlockId, off: usize, size: usize) -> bool {
+        let b = self.blocks.get(id);
+        let s = self.segments.get(b.segment);
+        let r = &s.extent;
+        if r.slept.is_empty() {
+            return false;
+        }
+        let at = b.addr + off - s.base;
+        r.slept_within(at / r.page_size, (at + size - 1) / r.page_size + 1)
+    }
+
+    /// While asleep: a free block and offset where `size` bytes touch no
+    /// sleeping page (at the block's start, or just past a sleeping run
+    /// inside it), smallest classes first.
+    fn find_awake_fit(&self, size: usize) -> Option<(BlockId, usize)> {
+        for id in self.fit_candidates(size) {
+            let b = self.blocks.get(id);
+            let s = self.segments.get(b.segment);
+            let r = &s.extent;
+            let past_runs = r.slept.iter().map(|run| s.base + (run.head as usize + run.units()) * r.page_size);
+            let offsets = std::iter::once(0)
+                .chain(past_runs.filter(|&end| end > b.addr && end + size <= b.addr + b.size).map(|end| end - b.addr));
+            let mut offsets: Vec<usize> = offsets.collect();
+            offsets.sort_unstable();
+            if let Some(off) = offsets.into_iter().find(|&off| !self.touches_slept(id, off, size)) {
+                return Some((id, off));
+            }
+        }
+        None
     }
 
     /// A free block holding a fully mapped run of at least
@@ -117,7 +164,8 @@ impl RangePool {
         None
     }
 
-    /// Pages under the first `size` bytes of free block `id` that are not mapped.
+    /// Pages under the first `size` bytes of free block `id` that are not
+    /// mapped (a sleeping page counts: the block is not ready for a request).
     #[inline]
     pub(super) fn unmapped_under(&self, id: BlockId, size: usize) -> usize {
         let b = self.blocks.get(id);

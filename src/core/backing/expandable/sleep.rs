@@ -14,6 +14,7 @@ use crate::core::segment::SegmentId;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 use crate::sys;
+use std::collections::VecDeque;
 
 /// The row of a run's 2D copy: every run is a whole number of 2 MiB pages
 /// (the smallest page), and `aclrtMemcpy2d` takes rows of at most 5000000
@@ -28,6 +29,9 @@ pub struct SleptRun {
     pub pieces: Vec<u32>,
     /// The pinned host buffer holding the run's bytes, 0 when discarded.
     pub host: usize,
+    /// The handles a wake under way mapped under the run, one per piece
+    /// (empty until `wake_map`; the run stays asleep until `wake_commit`).
+    pub woken: Vec<PhysicalHandle>,
 }
 
 impl SleptRun {
@@ -114,7 +118,7 @@ impl RangePool {
         } else {
             0
         };
-        let mut run = SleptRun { head: head as u32, pieces: Vec::with_capacity(pieces.len()), host };
+        let mut run = SleptRun { head: head as u32, pieces: Vec::with_capacity(pieces.len()), host, woken: Vec::new() };
         let mut freed = 0;
         let mut failed = None;
         for p in pieces {
@@ -150,93 +154,138 @@ impl RangePool {
     pub(crate) fn wake_needs(&self, out: &mut Vec<(usize, sys::aclrtMemAttr)>) {
         for &seg in &self.backing.ranges {
             let r = self.range(seg);
-            for run in &r.slept {
+            for run in r.slept.iter().filter(|run| run.woken.is_empty()) {
                 out.extend(run.pieces.iter().map(|&u| (u as usize * r.page_size, r.attr)));
             }
         }
     }
 
-    /// Maps `handles` (from `wake_needs`, in its order) under every sleeping
-    /// run and copies offloaded contents back. A run whose mapping fails is
-    /// left asleep (what it mapped undone) and its handles, with those of
-    /// the runs after it, are left in `handles` for the caller to free.
-    pub(crate) fn wake_ranges(&mut self, handles: &mut std::collections::VecDeque<PhysicalHandle>) -> Result<()> {
+    /// First step of a wake (Note [sleep]): maps `handles` (from
+    /// `wake_needs`, in its order) under every sleeping run and copies
+    /// offloaded contents back, keeping each run asleep in the bookkeeping
+    /// (its pages still count as owned and unmapped, its host buffer kept)
+    /// until `wake_commit`. On failure the run that failed is undone (its
+    /// handles back at the front of `handles`); the runs mapped before it
+    /// wait for `wake_commit` or `wake_undo`.
+    pub(crate) fn wake_map(&mut self, handles: &mut VecDeque<PhysicalHandle>) -> Result<()> {
+        for seg in self.backing.ranges.clone() {
+            for k in 0..self.range(seg).slept.len() {
+                if self.range(seg).slept[k].woken.is_empty() {
+                    self.wake_map_run(seg, k, handles)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Maps one run at its pages and copies it back; undone on failure.
+    fn wake_map_run(&mut self, seg: SegmentId, k: usize, handles: &mut VecDeque<PhysicalHandle>) -> Result<()> {
+        let sh = self.sh.clone();
+        let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
+        let run = self.range(seg).slept[k].clone();
+        let mut at = base + run.head as usize * page;
+        let mut mapped: Vec<(usize, PhysicalHandle)> = Vec::with_capacity(run.pieces.len());
+        let mut failed = None;
+        for &units in &run.pieces {
+            let Some(h) = handles.pop_front() else {
+                failed = Some(Error::Internal("wake has no handle left for a sleeping piece".into()));
+                break;
+            };
+            if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.map(at, units as usize * page, h)) {
+                handles.push_front(h);
+                failed = Some(Error::OutOfMemory(format!(
+                    "mapping {} bytes of device memory at {at:#x} under a sleeping block was refused ({e})",
+                    units as usize * page
+                )));
+                break;
+            }
+            mapped.push((at, h));
+            at += units as usize * page;
+        }
+        let addr = base + run.head as usize * page;
+        let bytes = run.units() * page;
+        if failed.is_none() && run.host != 0 {
+            if let Err(e) = sh.rt.on_device(sh.device, || copy(&sh.rt, addr, run.host, bytes, HOST_TO_DEVICE)) {
+                failed = Some(Error::runtime(e, "copying an offloaded run back to the device"));
+            }
+        }
+        let Some(e) = failed else {
+            self.range_mut(seg).slept[k].woken = mapped.into_iter().map(|(_, h)| h).collect();
+            return Ok(());
+        };
+        // Undo this run: nothing of it was recorded; its handles go back.
+        for &(at, h) in mapped.iter().rev() {
+            if sh.rt.on_device(sh.device, || sh.rt.unmap(at)).is_err() {
+                return Err(Error::Internal(format!(
+                    "{e}; then unmapping {at:#x} to undo the wake failed too: that memory stays mapped"
+                )));
+            }
+            handles.push_front(h);
+        }
+        Err(e)
+    }
+
+    /// Undoes `wake_map`: unmaps every run it mapped (they stay asleep with
+    /// their host copies); their handles are pushed on `out` as (handle,
+    /// bytes) for the caller to free.
+    pub(crate) fn wake_undo(&mut self, out: &mut Vec<(PhysicalHandle, usize)>) -> Result<()> {
+        let sh = self.sh.clone();
         let mut first_error = None;
         for seg in self.backing.ranges.clone() {
-            // In `wake_needs` order: the handles were allocated for it.
-            let mut runs = std::mem::take(&mut self.range_mut(seg).slept).into_iter();
-            while let Some(run) = runs.next() {
-                match self.wake_run(seg, &run, handles) {
-                    Ok(None) => {}
-                    // Mapped, but the copy back or the host free failed.
-                    Ok(Some(e)) => {
-                        first_error.get_or_insert(e);
+            let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
+            for run in &mut self.range_mut(seg).slept {
+                let mut at = base + run.head as usize * page;
+                for (&units, h) in run.pieces.iter().zip(std::mem::take(&mut run.woken)) {
+                    match sh.rt.on_device(sh.device, || sh.rt.unmap(at)) {
+                        Ok(()) => out.push((h, units as usize * page)),
+                        Err(e) => {
+                            first_error.get_or_insert(Error::Internal(format!(
+                                "unmapping {at:#x} to undo a failed wake failed ({}): that memory stays mapped",
+                                Error::runtime(e, "aclrtUnMapMem")
+                            )));
+                        }
                     }
-                    Err(e) => {
-                        let r = self.range_mut(seg);
-                        r.slept.push(run);
-                        r.slept.extend(runs);
-                        return Err(e);
-                    }
+                    at += units as usize * page;
                 }
             }
         }
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Wakes one run: Err when its mapping failed (it stays asleep), else
-    /// the error of a copy back or host free that failed after mapping.
-    fn wake_run(
-        &mut self,
-        seg: SegmentId,
-        run: &SleptRun,
-        handles: &mut std::collections::VecDeque<PhysicalHandle>,
-    ) -> Result<Option<Error>> {
+    /// Last step of a wake: every run `wake_map` mapped becomes mapped
+    /// pages of its range again and its host buffer is freed. Returns the
+    /// first host free that failed (the run is awake all the same).
+    pub(crate) fn wake_commit(&mut self) -> Result<()> {
         let sh = self.sh.clone();
-        let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
-        let mut head = run.head as usize;
-        let mut mapped: Vec<(usize, PhysicalHandle)> = Vec::new();
-        for &units in &run.pieces {
-            let h = handles.pop_front().expect("one handle per sleeping piece");
-            let at = base + head * page;
-            if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.map(at, units as usize * page, h)) {
-                // Undo this run: its handles go back to the caller.
-                handles.push_front(h);
-                for &(at, h) in mapped.iter().rev() {
-                    let _ = sh.rt.on_device(sh.device, || sh.rt.unmap(at));
-                    handles.push_front(h);
-                }
+        let mut first_error = None;
+        for seg in self.backing.ranges.clone() {
+            let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
+            let (woken, asleep): (Vec<SleptRun>, Vec<SleptRun>) =
+                std::mem::take(&mut self.range_mut(seg).slept).into_iter().partition(|r| !r.woken.is_empty());
+            self.range_mut(seg).slept = asleep;
+            for run in woken {
                 let r = self.range_mut(seg);
-                let first = run.head as usize;
-                r.pages[first..head].fill(None);
-                r.mapped -= head - first;
-                return Err(Error::runtime(e, "mapping a waking page"));
+                let mut head = run.head as usize;
+                for (&units, &handle) in run.pieces.iter().zip(&run.woken) {
+                    let piece = Piece { handle, head: head as u32, units };
+                    if r.pages.len() < piece.end() {
+                        r.pages.resize(piece.end(), None);
+                    }
+                    r.pages[head..piece.end()].fill(Some(piece));
+                    r.mapped += units as usize;
+                    head = piece.end();
+                    sh.counters.page_mapped();
+                }
+                let addr = base + run.head as usize * page;
+                sh.history.record(Action::SegmentMap, addr, run.units() * page, self.stream);
+                if run.host != 0 {
+                    if let Err(e) = sh.rt.free_host(run.host) {
+                        first_error.get_or_insert(Error::runtime(e, "freeing an offload buffer"));
+                    }
+                }
             }
-            let piece = Piece { handle: h, head: head as u32, units };
-            let r = self.range_mut(seg);
-            if r.pages.len() < piece.end() {
-                r.pages.resize(piece.end(), None);
-            }
-            r.pages[head..piece.end()].fill(Some(piece));
-            r.mapped += units as usize;
-            mapped.push((at, h));
-            head = piece.end();
         }
-        for _ in &mapped {
-            sh.counters.page_mapped();
-        }
-        let addr = base + run.head as usize * page;
-        let bytes = run.units() * page;
-        sh.history.record(Action::SegmentMap, addr, bytes, self.stream);
-        if run.host == 0 {
-            return Ok(None);
-        }
-        let copied = sh
-            .rt
-            .on_device(sh.device, || copy(&sh.rt, addr, run.host, bytes, HOST_TO_DEVICE))
-            .map_err(|e| Error::runtime(e, "copying an offloaded run back"));
-        let freed = sh.rt.free_host(run.host).map_err(|e| Error::runtime(e, "freeing an offload buffer"));
-        Ok(copied.err().or(freed.err()))
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Frees the host buffers of `seg`'s sleeping runs (teardown).

@@ -1,0 +1,243 @@
+//! Wake (Note [sleep] in `sleep`): bringing sleeping blocks back, all of an
+//! allocator's or some pools' only.
+//!
+//! A wake is all or nothing. First every physical handle the chosen runs
+//! need is allocated; then, shard by shard, each run is mapped at its
+//! pages and its offloaded contents copied back, the run still counted
+//! asleep (its pages owned, its host buffer kept). Only when every run is
+//! mapped and copied does each become mapped pages again and its host
+//! buffer go. If anything fails on the way, every run mapped so far is
+//! unmapped again, every handle taken is freed, and every sleeping block
+//! stays asleep with its host copy: the wake changed nothing, and a later
+//! one may succeed.
+//!
+//! When the handles do not fit, the wake first gives back the cached
+//! memory of the pools that are awake, as the OOM ladder gives it (the
+//! default pool's, and that of pools with `use_on_oom`; never a graph
+//! stream's or another private pool's), then tries once more; only then
+//! is it OUT_OF_MEMORY.
+//!
+//! A partial wake (`npualloc_wake_with`, vllm-ascend waking `weights`
+//! before `kv_cache`) brings back the chosen pools only: the others keep
+//! refusing allocations, and the allocator counts as asleep until every
+//! pool is awake.
+
+use super::backing::{Backing, Scope};
+use super::device::Device;
+use super::pools::config::SleepMode;
+use super::shard::Shard;
+use super::streams::StreamEntry;
+use crate::error::{Error, Result};
+use crate::runtime::PhysicalHandle;
+use crate::sys::aclrtMemAttr;
+use std::collections::{HashMap, VecDeque};
+
+/// Why a wake attempt failed: `short` when the handles it needs could not
+/// all be allocated (worth a retry once cached memory is given back).
+pub(super) struct Failed {
+    pub(super) error: Error,
+    short: bool,
+}
+
+type Needs = Vec<(usize, aclrtMemAttr)>;
+
+impl<B: Backing> Device<B> {
+    /// Wakes the pools in `pools` (None: every pool). Awake already, or the
+    /// pools listed not asleep: OK. INVALID_ARGUMENT, changing nothing, for
+    /// a pool that was never created.
+    pub fn wake(&self, pools: Option<&[u64]>) -> Result<()> {
+        self.check_alive()?;
+        if let Some(list) = pools {
+            let created = self.pool_shards().len() as u64;
+            if let Some(p) = list.iter().find(|&&p| p >= created) {
+                return Err(Error::InvalidArgument(format!(
+                    "pool {p} does not exist (no npualloc_pool_create returned it); nothing was woken"
+                )));
+            }
+        }
+        for retry in [false, true] {
+            if retry {
+                // Cached memory goes back after synchronizing the streams
+                // that used it: the host drains its queue first, with no
+                // lock held that a malloc or a pool_create needs.
+                self.sh.hooks.before_release(self.sh.device);
+            }
+            let mut state = self.sleep.lock();
+            if state.is_none() {
+                return Ok(());
+            }
+            let asleep = self.sleep.asleep_pools();
+            let chosen = |pool: u64| pools.is_none_or(|l| l.contains(&pool));
+            match self.bring_back(&|e: &StreamEntry<B>| chosen(e.pool), &asleep, retry) {
+                Ok(()) => {
+                    let left: HashMap<u64, SleepMode> = asleep.into_iter().filter(|&(p, _)| !chosen(p)).collect();
+                    if left.is_empty() {
+                        *state = None;
+                        self.sleep.publish(None);
+                    } else {
+                        self.sleep.publish(Some(&left));
+                    }
+                    return Ok(());
+                }
+                Err(Failed { short: true, .. }) if !retry => continue,
+                Err(Failed { error, .. }) => return Err(error),
+            }
+        }
+        unreachable!("the second attempt returns")
+    }
+
+    /// Maps every sleeping run of the entries `pick` chooses, or changes
+    /// nothing; with `reclaim`, gives back the awake pools' cached memory
+    /// first (`asleep`: the pools still asleep, whose cache stays).
+    pub(super) fn bring_back(
+        &self,
+        pick: &dyn Fn(&StreamEntry<B>) -> bool,
+        asleep: &HashMap<u64, SleepMode>,
+        reclaim: bool,
+    ) -> Result<(), Failed> {
+        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        if reclaim {
+            self.reclaim_for_wake(asleep);
+        }
+        let shards: Vec<(&StreamEntry<B>, usize, &Shard<B>)> = self
+            .streams
+            .iter()
+            .filter(|e| pick(e))
+            .flat_map(|e| e.shards.iter().enumerate().map(move |(k, s)| (e, k, s)))
+            .collect();
+        // Each shard's needs, in the order the map loop visits shards: each
+        // gets its own handles, of the sizes it needs.
+        let per_shard: Vec<Needs> = shards
+            .iter()
+            .map(|&(_, _, shard)| {
+                let mut n = Vec::new();
+                B::wake_needs(&shard.lock_anyway(), &mut n);
+                n
+            })
+            .collect();
+        let needs: Needs = per_shard.iter().flatten().copied().collect();
+        let mut handles = self.handles_for(&needs)?;
+        // Map and copy back, the runs still asleep in the bookkeeping.
+        let mut failure = None;
+        for (&(_, _, shard), own) in shards.iter().zip(&per_shard) {
+            if own.is_empty() {
+                continue;
+            }
+            let mut mine: VecDeque<PhysicalHandle> = handles.drain(..own.len().min(handles.len())).collect();
+            let result = B::wake_map(&mut shard.lock_anyway(), &mut mine);
+            // Handles left over belong to the runs not mapped (the tail of
+            // the shard's needs).
+            let left = &own[own.len() - mine.len()..];
+            self.free_handles(&mut mine, left);
+            if let Err(e) = result {
+                failure = Some(e);
+                break;
+            }
+        }
+        if let Some(error) = failure {
+            return Err(self.undo_wake(&shards, &mut handles, &needs, error));
+        }
+        let rest = needs[needs.len() - handles.len()..].to_vec();
+        self.free_handles(&mut handles, &rest);
+        // Every run is mapped and copied: awake for good.
+        let mut first_error = None;
+        for &(e, kind, shard) in &shards {
+            let mut pool = shard.lock_anyway();
+            if let Err(err) = B::wake_commit(&mut pool) {
+                first_error.get_or_insert(err);
+            }
+            self.published(e, kind, &pool);
+        }
+        first_error.map_or(Ok(()), |error| Err(Failed { error, short: false }))
+    }
+
+    /// Allocates one handle per need, in order; on a refusal frees those
+    /// allocated and says how much could not be had.
+    fn handles_for(&self, needs: &Needs) -> Result<VecDeque<PhysicalHandle>, Failed> {
+        let mut handles = VecDeque::with_capacity(needs.len());
+        for (i, &(bytes, attr)) in needs.iter().enumerate() {
+            match self.fresh_handle(bytes, attr) {
+                Ok(h) => handles.push_back(h),
+                Err(e) => {
+                    self.free_handles(&mut handles, needs);
+                    let oom = match &e {
+                        Error::OutOfMemory(_) => true,
+                        Error::Runtime { call, .. } => call.is_out_of_memory(),
+                        _ => false,
+                    };
+                    if !oom {
+                        return Err(Failed { error: e, short: false });
+                    }
+                    let short: usize = needs[i..].iter().map(|n| n.0).sum();
+                    let total: usize = needs.iter().map(|n| n.0).sum();
+                    return Err(Failed {
+                        error: Error::OutOfMemory(format!(
+                            "wake needs {total} bytes of device memory for the sleeping blocks on device {} and \
+                             {short} of them could not be had, even after giving back the cached memory of the \
+                             pools awake; still asleep, nothing changed (free memory, then wake again)",
+                            self.sh.device
+                        )),
+                        short: true,
+                    });
+                }
+            }
+        }
+        Ok(handles)
+    }
+
+    /// A wake failed after mapping some runs: unmaps them all and frees
+    /// every handle, so that nothing changed. Returns the error to report.
+    fn undo_wake(
+        &self,
+        shards: &[(&StreamEntry<B>, usize, &Shard<B>)],
+        handles: &mut VecDeque<PhysicalHandle>,
+        needs: &Needs,
+        error: Error,
+    ) -> Failed {
+        let mut back = Vec::new();
+        let mut undo_error = None;
+        for &(_, _, shard) in shards {
+            if let Err(e) = B::wake_undo(&mut shard.lock_anyway(), &mut back) {
+                undo_error.get_or_insert(e);
+            }
+        }
+        self.free_sized(back);
+        let rest = needs[needs.len() - handles.len()..].to_vec();
+        self.free_handles(handles, &rest);
+        let error = match (error, undo_error) {
+            (_, Some(u)) => u,
+            (Error::OutOfMemory(m), None) => Error::OutOfMemory(format!(
+                "wake on device {}: {m}; every run mapped was unmapped again: still asleep, nothing changed (call \
+                 wake again later)",
+                self.sh.device
+            )),
+            (Error::Runtime { call, context }, None) => Error::Runtime {
+                call,
+                context: format!(
+                    "{context} (wake on device {}; every run mapped was unmapped again: still asleep, nothing \
+                     changed)",
+                    self.sh.device
+                ),
+            },
+            (e, None) => e,
+        };
+        Failed { error, short: false }
+    }
+
+    /// Gives back the cached memory of the pools awake, as the OOM ladder
+    /// does (Note [sleep]): the shards it may take from, those of no pool
+    /// still asleep; held blocks and pending frees included.
+    fn reclaim_for_wake(&self, asleep: &HashMap<u64, SleepMode>) {
+        let pick = |e: &StreamEntry<B>| (e.reclaimable() || e.use_on_oom) && !asleep.contains_key(&e.pool);
+        // Failures only mean less came back; the retry says. The second
+        // pass releases the ranges the first one emptied.
+        let _ = self.release_free_where(Scope::All, pick);
+        let _ = self.release_free_where(Scope::All, pick);
+        let _ = B::free_cached(&self.sh);
+        if self.streams.shards().any(|s| s.lock_anyway().pending_bytes() > 0) {
+            self.wait_pending();
+            let _ = self.release_free_where(Scope::All, pick);
+            let _ = B::free_cached(&self.sh);
+        }
+    }
+}
