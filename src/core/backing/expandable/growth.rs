@@ -18,11 +18,14 @@
 //!   (`FreeMemory`). Near where it binds, and after a refused handle, every
 //!   fresh handle asks.
 //! - How much this allocator has used: a handle is `1/growth` of the peak
-//!   of allocated bytes, at least `start`. Growth is geometric in what the
-//!   allocator itself uses, so a small user gets small handles even on a
-//!   64 GiB card, and a large one few calls. (The rule before this one grew
-//!   with reserved bytes, which count the memory mapped ahead, so mapping
-//!   ahead fed the next handle's size.)
+//!   of allocated bytes between `start` and `near_cap`, and `1/far_growth`
+//!   of it beyond. Growth is geometric in what the allocator itself uses,
+//!   not in the card's size: a user of a few hundred MiB gets 32 to 48 MiB
+//!   handles on a 64 GiB card as on an 8 GiB one, and one of tens of GiB
+//!   few calls. (The rule before this one grew with reserved bytes, which
+//!   count the memory mapped ahead, so mapping ahead fed the next handle's
+//!   size.) Below `start` handles do not shrink with the allocator: a cap
+//!   of twice the allocated peak cost the shortest trace two handles.
 //!
 //! Under a memory fraction, what is left of the limit bounds "free" as well.
 
