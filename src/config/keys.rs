@@ -149,9 +149,10 @@ pub const KEYS: &[KeySpec] = &[
         default: "2m",
         unit: "",
         doc: "Mapping unit of the large pool's expandable segments: 2m, 20m or 1g (letter case ignored). \
-              A growth maps physical handles of 32 MiB or a sixth of what the device holds, up to \
-              256 MiB and at most a 128th of the memory not yet reserved, never below 4 MiB (or one \
-              unit, if larger), ahead of demand over the free pages after the block.",
+              A growth maps physical handles of half the allocator's peak of allocated bytes, 32 to \
+              48 MiB (a 64th of it past 3 GiB, up to 256 MiB), at most a 128th of the device's free \
+              memory as aclrtGetMemInfo reports it, never below 4 MiB (or one unit, if larger), ahead \
+              of demand over the free pages after the block.",
     },
     KeySpec {
         key: Key::ReleaseThresholdMb,

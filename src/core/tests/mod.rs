@@ -6,6 +6,7 @@ mod blocks;
 mod config_effect;
 mod erase;
 mod expandable;
+mod growth_rule;
 mod history;
 mod hooks;
 mod out_of_memory;

@@ -9,8 +9,8 @@ use crate::config::Config;
 use crate::core::DeviceAllocator;
 use crate::runtime::{Runtime, Stream};
 use ascendcl::{
-    aclemu_fail_nth, aclemu_get_usage, aclemu_set_device_memory, aclemu_stream_hold, aclemu_stream_release,
-    aclemu_usage,
+    aclemu_fail_nth, aclemu_fault_pending, aclemu_get_usage, aclemu_set_device_memory, aclemu_stream_hold,
+    aclemu_stream_release, aclemu_usage,
 };
 use std::sync::{Mutex, MutexGuard};
 
@@ -58,6 +58,13 @@ pub(crate) fn fail_nth(name: &str, n: i32) {
     let c = std::ffi::CString::new(name).unwrap();
     // SAFETY: c is a valid C string.
     assert_eq!(unsafe { aclemu_fail_nth(c.as_ptr(), n) }, 0);
+}
+
+/// Calls of `name` left before its armed failure (0: none armed, or fired).
+pub(crate) fn fault_pending(name: &str) -> i32 {
+    let c = std::ffi::CString::new(name).unwrap();
+    // SAFETY: c is a valid C string.
+    unsafe { aclemu_fault_pending(c.as_ptr()) }
 }
 
 pub(crate) fn allocator(config: &str) -> DeviceAllocator {

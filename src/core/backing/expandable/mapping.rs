@@ -26,13 +26,13 @@ pub(super) struct Placement<'a> {
 }
 
 /// Pages from the one a handle is mapped at: `run` need mapping, `avail`
-/// are unmapped free pages a cached handle may cover, `ahead` those a fresh
-/// handle may cover (more than `run` only when mapping ahead).
+/// are unmapped free pages a cached handle may cover; a fresh handle
+/// mapped ahead may cover unmapped free pages up to page `room_end`.
 #[derive(Debug, Clone, Copy)]
 struct Span {
     run: usize,
     avail: usize,
-    ahead: usize,
+    room_end: usize,
 }
 
 impl RangePool {
@@ -86,16 +86,7 @@ impl RangePool {
             while i + avail < reach && mappable(self, i + avail) {
                 avail += 1;
             }
-            // A fresh handle may reach over every unmapped free page it
-            // covers, never over a sleeping one.
-            let mut ahead = run;
-            if self.maps_ahead() {
-                let reach = room_end.min(i + self.fresh_piece_pages(seg).max(run));
-                while i + ahead < reach && mappable(self, i + ahead) {
-                    ahead += 1;
-                }
-            }
-            match self.map_piece(&mut ctx, i, Span { run, avail, ahead }) {
+            match self.map_piece(&mut ctx, i, Span { run, avail, room_end }) {
                 Ok(units) => {
                     mapped_now.push(i);
                     i += units;
@@ -117,14 +108,18 @@ impl RangePool {
 
     /// Maps one handle at page `i` (see `Span`). Returns the pages covered.
     fn map_piece(&mut self, ctx: &mut Placement<'_>, i: usize, span: Span) -> Result<usize, GrowError> {
-        let Span { run, avail, ahead } = span;
-        let (base, spec, fresh_pages) = {
+        let Span { run, avail, room_end } = span;
+        let (base, spec) = {
             let s = self.segments.get(ctx.seg);
             let r = &s.extent;
-            (s.base, PageSpec { size: r.page_size, attr: r.attr }, self.fresh_piece_pages(ctx.seg))
+            (s.base, PageSpec { size: r.page_size, attr: r.attr })
         };
         let mut cached = self.cached_handle(spec.size, run, avail);
-        if cached.is_none() && self.over_headroom(ctx, run.min(fresh_pages) * spec.size) {
+        // (Sizing a fresh handle may ask the device: only with a headroom.)
+        if cached.is_none()
+            && self.sh.backing.reserved_headroom.is_some()
+            && self.over_headroom(ctx, run.min(self.fresh_piece_pages(ctx)) * spec.size)
+        {
             self.make_room(ctx, spec.size, run, avail);
             cached = self.cached_handle(spec.size, run, avail);
             // Nothing here could move: other streams' free pieces may, but
@@ -144,11 +139,25 @@ impl RangePool {
                 // when the larger one is refused as out of memory (the
                 // estimate of free memory was too kind: another process
                 // holds some, or physical memory is fragmented).
-                let sizes = [ahead.max(run).min(fresh_pages), run.min(fresh_pages), run.min(self.floor_pages(ctx.seg))];
+                let fresh_pages = self.fresh_piece_pages(ctx);
+                // A fresh handle may reach over every unmapped free page it
+                // covers, never over a sleeping one.
+                let mut ahead = run;
+                if self.maps_ahead() {
+                    let reach = room_end.min(i + fresh_pages.max(run));
+                    while i + ahead < reach && self.range(ctx.seg).mappable(i + ahead) {
+                        ahead += 1;
+                    }
+                }
+                let sizes = [ahead.min(fresh_pages), run.min(fresh_pages), run.min(self.floor_pages(ctx.seg))];
                 let mut got = self.fresh_handle(spec, sizes[0]);
                 for w in sizes.windows(2) {
                     match got {
-                        Err(ref e) if e.is_out_of_memory() && w[1] < w[0] => got = self.fresh_handle(spec, w[1]),
+                        Err(ref e) if e.is_out_of_memory() && w[1] < w[0] => {
+                            // What the device said was too kind: ask again next time.
+                            self.sh.backing.free_memory.forget();
+                            got = self.fresh_handle(spec, w[1]);
+                        }
                         _ => {}
                     }
                 }

@@ -14,15 +14,17 @@
 //!   pages: a *piece*. How big a fresh piece is (`PieceRule`) trades
 //!   runtime calls against movable memory: a piece is never split, so a
 //!   small live block pins all of it. While the device has plenty of room,
-//!   a fresh piece is large (32 MiB, or a sixth of what the device holds,
-//!   up to 256 MiB) and is mapped ahead of demand: past the request, over
-//!   the free block's unmapped pages, so the next requests find mapped
-//!   pages and make no call at all (every runtime call costs tens of
-//!   microseconds on a card). A live block then pins at most one piece
-//!   that `empty_cache` cannot return. As free device memory shrinks, so
-//!   do fresh pieces, down to 4 MiB: near a full device, where moving
-//!   pages is what lets a request fit, a hole holds whole pieces that can
-//!   move, and little is mapped ahead.
+//!   a fresh piece is sized from what this allocator uses (half its peak
+//!   of allocated bytes, 32 to 48 MiB, and a 64th of it past 3 GiB) and is
+//!   mapped ahead of demand: past the request, over the free block's
+//!   unmapped pages, so the next requests find mapped pages and make no
+//!   call at all (every runtime call costs tens of microseconds on a card).
+//!   A live block then pins at most one piece that `empty_cache` cannot
+//!   return. As the device's free memory shrinks (`aclrtGetMemInfo`, which
+//!   counts other processes' memory too), so do fresh pieces, down to
+//!   4 MiB: near a full device, where moving pages is what lets a request
+//!   fit, a hole holds whole pieces that can move, and little is mapped
+//!   ahead. Note [sizing a fresh handle] in `growth`.
 //! - Placement (`placement`): best fit over the range's free blocks; when
 //!   that would map pages, a free block with a mapped run that fits wins
 //!   instead (mapped first), so holes are reused before the range grows.
@@ -55,6 +57,7 @@
 //!   by another, so a fragmented layout of a nearly full device still fits.
 
 pub(crate) mod budget;
+mod growth;
 mod headroom;
 mod mapping;
 mod placement;
@@ -74,65 +77,13 @@ use crate::sys;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+#[cfg(test)]
+pub(crate) use growth::{FreeMemory, REFRESH_EVERY};
+pub use growth::{GrowthView, PieceRule};
+
 /// The largest fresh handle of a small pool: four of its 2 MiB pages (a
 /// fresh large-pool handle is 32 MiB or more on a roomy device).
 const SMALL_PIECE_CAP: usize = 4 * SMALL_BUFFER;
-
-/// How big a fresh physical handle is (see the Note): at least `start`
-/// and `1/growth` of what the device already holds, within `ceiling` and
-/// `1/share` of the device memory not yet reserved, and never below
-/// `floor`. With `ahead`, a fresh handle maps that much even past the
-/// request, into the free block's unmapped pages; without it, never more
-/// than the pages a placement lacks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PieceRule {
-    pub floor: usize,
-    /// 0: always `floor`.
-    pub share: usize,
-    pub start: usize,
-    /// 0: no term in what is reserved.
-    pub growth: usize,
-    pub ceiling: usize,
-    pub ahead: bool,
-}
-
-impl PieceRule {
-    /// On a roomy device, handles start at 32 MiB and grow with what the
-    /// device holds (a sixth of it, up to 256 MiB), mapped ahead of demand:
-    /// resnet-like-infer maps 13 handles, not 62. As the device fills they
-    /// shrink to a 128th of what is unreserved, down to 4 MiB, so a nearly
-    /// full device still gets pieces small enough to move (min capacity
-    /// stayed within 1.04x peak on every trace; a 16th or a 32nd pushed it
-    /// past 1.05x). The cost is memory mapped ahead on a roomy device
-    /// (BENCHMARKS.md, "Under device-like costs"); `map_ahead:false` maps
-    /// only what requests lack. With `reserved_headroom`,
-    /// always 4 MiB and nothing ahead: moving pages to stay within the
-    /// headroom is that mode's point, and large pieces rarely fit the place
-    /// they would move to.
-    pub fn for_config(config: &crate::config::Config) -> Self {
-        if config.reserved_headroom.is_some() {
-            return PieceRule::fixed(4 << 20);
-        }
-        let ahead = config.map_ahead.unwrap_or(true);
-        PieceRule { floor: 4 << 20, share: 128, start: 32 << 20, growth: 6, ceiling: 256 << 20, ahead }
-    }
-
-    /// Every fresh handle `bytes` long, none mapped ahead.
-    pub fn fixed(bytes: usize) -> Self {
-        PieceRule { floor: bytes, share: 0, start: bytes, growth: 0, ceiling: bytes, ahead: false }
-    }
-
-    /// Bytes of a fresh handle when the device of `total` bytes has
-    /// `reserved` of them reserved (before rounding to pages).
-    pub fn fresh_bytes(&self, reserved: usize, total: usize) -> usize {
-        if self.share == 0 {
-            return self.floor;
-        }
-        let unreserved = total.saturating_sub(reserved);
-        let grown = reserved.checked_div(self.growth).unwrap_or(0);
-        self.start.max(grown).min(self.ceiling).min(unreserved / self.share).max(self.floor)
-    }
-}
 
 /// One physical handle mapped over `units` consecutive pages from `head`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,6 +198,8 @@ pub(crate) struct ExpandableRanges {
     device_total: usize,
     /// Config key `reserved_headroom`.
     reserved_headroom: Option<f64>,
+    /// The device's free memory as last reported, sizing fresh handles.
+    free_memory: growth::FreeMemory,
 }
 
 impl ExpandableRanges {
@@ -257,6 +210,7 @@ impl ExpandableRanges {
             large_page,
             device_total,
             reserved_headroom: config.reserved_headroom,
+            free_memory: growth::FreeMemory::default(),
         }
     }
 
@@ -511,22 +465,46 @@ fn free_handle(
 }
 
 impl RangePool {
-    /// Pages one fresh handle of `seg` covers at most, now. Free device
-    /// memory is estimated as total minus reserved: a wrong guess (another
-    /// process holds memory) costs one refused call and a retry at the floor.
-    /// Under a memory fraction, the limit stands for the device's size, so
-    /// handles shrink as the limit nears rather than as the device fills.
+    /// Pages one fresh handle of the placement's segment covers at most,
+    /// now (Note [sizing a fresh handle]). Free memory is what the device
+    /// reports (`FreeMemory`: asked only when a fresh handle is wanted, and
+    /// not every time while the device is roomy); under a memory fraction,
+    /// what is left of the limit bounds it too. The peak of allocated bytes
+    /// counts the request being placed.
     ///
     /// Small-pool handles stay within `SMALL_PIECE_CAP`: every stream has a
     /// small pool, its blocks are at most 1 MiB, and one live small block
     /// pins its whole handle against `empty_cache` and the OOM ladder.
-    fn fresh_piece_pages(&self, seg: SegmentId) -> usize {
-        let total = self.sh.limit.get().map_or(self.sh.backing.device_total, |l| l.min(self.sh.backing.device_total));
-        let mut bytes = self.sh.backing.pieces().fresh_bytes(self.sh.counters.reserved(), total);
+    fn fresh_piece_pages(&self, ctx: &mapping::Placement<'_>) -> usize {
+        let rule = self.sh.backing.pieces();
+        let d = ctx.device;
+        let allocated_peak = d.allocated_peak.max(d.allocated + ctx.size as u64);
+        let allocated_peak = usize::try_from(allocated_peak).unwrap_or(usize::MAX);
+        let free = if rule.reads_free_memory() {
+            let reserved = self.sh.counters.reserved();
+            self.sh.backing.free_memory.get(reserved, rule.binds_below(allocated_peak), || self.device_free())
+        } else {
+            0
+        };
+        let mut bytes = rule.fresh_bytes(GrowthView { free, allocated_peak });
         if self.kind == PoolKind::Small {
             bytes = bytes.min(SMALL_PIECE_CAP);
         }
-        (bytes / self.range(seg).page_size).max(1)
+        (bytes / self.range(ctx.seg).page_size).max(1)
+    }
+
+    /// Free device memory for sizing a handle: `aclrtGetMemInfo`'s free
+    /// bytes, within what is left of a memory fraction's limit. A failed
+    /// query falls back to the device's size less what this allocator
+    /// reserved (a wrong guess costs one refused call and a smaller retry).
+    fn device_free(&self) -> usize {
+        let sh = &self.sh;
+        let reserved = sh.counters.reserved();
+        let reported = sh
+            .rt
+            .on_device(sh.device, || sh.rt.mem_info())
+            .map_or_else(|_| sh.backing.device_total.saturating_sub(reserved), |(free, _)| free);
+        sh.limit.get().map_or(reported, |l| reported.min(l.saturating_sub(reserved)))
     }
 
     /// Whether fresh handles map ahead of the request.

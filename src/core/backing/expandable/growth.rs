@@ -1,0 +1,184 @@
+//! Note [sizing a fresh handle]
+//!
+//! A fresh physical handle is mapped whole and never split, so its size
+//! trades runtime calls (fewer, larger handles) against memory held ahead
+//! of use and pinned by one live block. Two things decide it:
+//!
+//! - What the device reports free (`aclrtGetMemInfo`, which counts every
+//!   user of the device: this allocator, other allocators of the process,
+//!   other processes). A handle is at most a `share`-th of it, so a device
+//!   that fills, whoever fills it, gets handles small enough to move, and a
+//!   card shared with a trainer or a second server is not taken from them
+//!   in large steps. The query is made only when a fresh handle is about to
+//!   be created (the request already pays a physical allocation and a map),
+//!   never on a cache hit or when a cached handle serves the growth; and
+//!   while the answer is far from mattering (free memory at least twice
+//!   what would make the share bind) one answer, less what this allocator
+//!   reserved since, sizes up to `REFRESH_EVERY` fresh handles
+//!   (`FreeMemory`). Near where it binds, and after a refused handle, every
+//!   fresh handle asks.
+//! - How much this allocator has used: a handle is `1/growth` of the peak
+//!   of allocated bytes between `start` and `near_cap`, and `1/far_growth`
+//!   of it beyond. Growth is geometric in what the allocator itself uses,
+//!   not in the card's size: a user of a few hundred MiB gets 32 to 48 MiB
+//!   handles on a 64 GiB card as on an 8 GiB one, and one of tens of GiB
+//!   few calls. (The rule before this one grew with reserved bytes, which
+//!   count the memory mapped ahead, so mapping ahead fed the next handle's
+//!   size.) Below `start` handles do not shrink with the allocator: a cap
+//!   of twice the allocated peak cost the shortest trace two handles.
+//!
+//! Under a memory fraction, what is left of the limit bounds "free" as well.
+
+use std::sync::Mutex;
+
+/// Fresh handles one answer of `aclrtGetMemInfo` may size while the device
+/// is roomy.
+pub const REFRESH_EVERY: u32 = 8;
+
+/// The device's free memory as last reported (Note [sizing a fresh handle]).
+#[derive(Debug, Default)]
+pub(crate) struct FreeMemory {
+    seen: Mutex<Option<Seen>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    /// Free bytes reported, and this allocator's reserved bytes then.
+    free: usize,
+    reserved: usize,
+    /// Fresh handles sized from this answer.
+    uses: u32,
+}
+
+impl FreeMemory {
+    /// Free bytes to size a fresh handle with, this allocator holding
+    /// `reserved` bytes: the last answer less what was reserved since,
+    /// while that is at least twice `binds_below` (where the rule's share
+    /// starts to shrink handles) and fewer than `REFRESH_EVERY` handles used
+    /// it; else what `ask` reports now. `ask` runs without the lock held.
+    pub fn get(&self, reserved: usize, binds_below: usize, ask: impl FnOnce() -> usize) -> usize {
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(s) = seen.as_mut() {
+                let left = s.free.saturating_sub(reserved.saturating_sub(s.reserved));
+                if s.uses < REFRESH_EVERY && left >= binds_below.saturating_mul(2) {
+                    s.uses += 1;
+                    return left;
+                }
+            }
+        }
+        let free = ask();
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(Seen { free, reserved, uses: 1 });
+        free
+    }
+
+    /// The next fresh handle asks again (the last answer was too kind).
+    pub fn forget(&self) {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// What a growth knows when it sizes a fresh handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrowthView {
+    /// Free bytes the device reports (`aclrtGetMemInfo`), within what is
+    /// left of a memory fraction's limit.
+    pub free: usize,
+    /// The peak of bytes this allocator has had allocated, all shards.
+    pub allocated_peak: usize,
+}
+
+/// How big a fresh physical handle is (Note [sizing a fresh handle]):
+/// `1/growth` of the allocator's peak of allocated bytes between `start`
+/// and `near_cap`, or `1/far_growth` of it once that is more, within
+/// `ceiling` and `1/share` of the device's free memory, and never below
+/// `floor`. With `ahead`, a fresh handle maps that much even past the
+/// request, into the free block's unmapped pages; without it, never more
+/// than the pages a placement lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PieceRule {
+    pub floor: usize,
+    /// 0: always `floor` (and free memory is never asked for).
+    pub share: usize,
+    pub start: usize,
+    /// 0: no term in allocated bytes below `near_cap`.
+    pub growth: usize,
+    pub near_cap: usize,
+    /// 0: no term in allocated bytes past `near_cap`.
+    pub far_growth: usize,
+    pub ceiling: usize,
+    pub ahead: bool,
+}
+
+impl PieceRule {
+    /// On a roomy device a fresh handle is half the peak of allocated bytes,
+    /// from 32 MiB to 48 MiB, and a 64th of it past 3 GiB allocated (up to
+    /// 256 MiB), mapped ahead of demand. Growing with allocated bytes, not
+    /// with what is reserved, keeps memory mapped ahead from feeding the
+    /// next handle's size; the 48 MiB step bounds what one handle holds
+    /// ahead on the small and mid-sized traces, and the 64th keeps the call
+    /// count logarithmic on large models (60 GiB allocated: about 300
+    /// handles, each at most 1.6% of what is live). As the device fills,
+    /// whoever fills it, handles shrink to a 128th of what it reports free,
+    /// down to 4 MiB, so a nearly full device still gets pieces small
+    /// enough to move (a 16th or a 32nd pushed min capacity past 1.05x).
+    /// BENCHMARKS.md, "Handles sized from free memory and allocated bytes",
+    /// has the figures that chose the constants. `map_ahead:false` maps
+    /// only what requests lack. With `reserved_headroom`, always 4 MiB and
+    /// nothing ahead: moving pages to stay within the headroom is that
+    /// mode's point, and large pieces rarely fit the place they would move
+    /// to.
+    pub fn for_config(config: &crate::config::Config) -> Self {
+        if config.reserved_headroom.is_some() {
+            return PieceRule::fixed(4 << 20);
+        }
+        let ahead = config.map_ahead.unwrap_or(true);
+        PieceRule {
+            floor: 4 << 20,
+            share: 128,
+            start: 32 << 20,
+            growth: 2,
+            near_cap: 48 << 20,
+            far_growth: 64,
+            ceiling: 256 << 20,
+            ahead,
+        }
+    }
+
+    /// Every fresh handle `bytes` long, none mapped ahead.
+    pub fn fixed(bytes: usize) -> Self {
+        PieceRule {
+            floor: bytes,
+            share: 0,
+            start: bytes,
+            growth: 0,
+            near_cap: bytes,
+            far_growth: 0,
+            ceiling: bytes,
+            ahead: false,
+        }
+    }
+
+    /// Whether the size depends on free memory (else no query is needed).
+    pub fn reads_free_memory(&self) -> bool {
+        self.share != 0
+    }
+
+    /// Free bytes below which `share` shrinks a handle for `allocated_peak`
+    /// (0 when free memory plays no part).
+    pub fn binds_below(&self, allocated_peak: usize) -> usize {
+        let unbounded = self.fresh_bytes(GrowthView { free: usize::MAX, allocated_peak });
+        unbounded.saturating_mul(self.share)
+    }
+
+    /// Bytes of a fresh handle (before rounding to pages).
+    pub fn fresh_bytes(&self, view: GrowthView) -> usize {
+        if self.share == 0 {
+            return self.floor;
+        }
+        let used = view.allocated_peak;
+        let near = self.start.max(used.checked_div(self.growth).unwrap_or(0)).min(self.near_cap);
+        let far = used.checked_div(self.far_growth).unwrap_or(0);
+        near.max(far).min(self.ceiling).min(view.free / self.share).max(self.floor)
+    }
+}
