@@ -14,7 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${PEER:-}" ] || { echo "set PEER to the peer's build directory (scripts/build-peer.sh)" >&2; exit 2; }
 [ $# -gt 0 ] || set -- traces/scale/*.trace.gz
-cargo build --release --quiet -p acl-emu -p npualloc-tools --bin npualloc-replay
+cargo build --release --quiet -p acl-emu
+cargo build --release --quiet -p npualloc-tools --bin npualloc-replay
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 MIB=1048576
