@@ -26,6 +26,7 @@ use super::policy::{PoolKind, MAX_REQUEST};
 use super::pool::Pool;
 use super::pools::routing::Routes;
 use super::pools::state::Pools;
+use super::pools::tally::PoolTally;
 use super::shard::Shard;
 use super::shared::Shared;
 use super::sleep_state::SleepState;
@@ -113,30 +114,30 @@ impl<B: Backing> Device<B> {
     fn add_entry(&self, stream: Stream, pool: u64) -> Result<&StreamEntry<B>> {
         let capturing = check_live_stream(&self.sh.rt, self.sh.device, stream)?;
         let sh = &self.sh;
-        let make = |slot: usize| {
-            let shard =
-                |kind: PoolKind| Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream));
+        let make = |slot: usize, tally: &Arc<PoolTally>| {
+            let shard = |kind: PoolKind| {
+                Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream, tally.clone()))
+            };
             [shard(PoolKind::Small), shard(PoolKind::Large)]
         };
-        // A retired entry's shards are empty: they become this stream's.
-        let revive = |e: &StreamEntry<B>| {
+        // A retired entry's shards are empty: they become this stream's
+        // (and this pool's).
+        let revive = |e: &StreamEntry<B>, tally: &Arc<PoolTally>| {
             for shard in &e.shards {
-                shard.lock_anyway().set_stream(stream);
+                let mut p = shard.lock_anyway();
+                p.set_stream(stream);
+                p.tally = tally.clone();
             }
-            e.high.clear();
-            e.clear_graph_for_revival();
         };
-        // A private pool's entry is made under the pools lock (taken before
-        // `adding`), so a racing pool_destroy marks it (Note [pools]).
-        let made = match pool {
-            0 => self.streams.get_or_add((stream, 0, false), make, revive),
-            _ => match self
-                .pools
-                .with_live(pool, |c| self.streams.get_or_add((stream, pool, c.use_on_oom), make, revive))
-            {
-                Some(made) => made,
-                None => return Err(Error::InvalidArgument(format!("pool {pool} was destroyed"))),
-            },
+        // Every entry is made or taken over under the pools lock (taken
+        // before `adding`), so a racing pool_destroy marks it, and never
+        // marks one that changes pools meanwhile (Note [pools]).
+        let made = match self.pools.with_live(pool, |c, tally| {
+            let use_on_oom = pool != 0 && c.use_on_oom;
+            self.streams.get_or_add((stream, pool, use_on_oom), |slot| make(slot, tally), |e| revive(e, tally))
+        }) {
+            Some(made) => made,
+            None => return Err(Error::InvalidArgument(format!("pool {pool} was destroyed"))),
         };
         if let Some(entry) = made {
             // A capture routed to a pool keeps its memory by the pool's
@@ -257,7 +258,27 @@ impl<B: Backing> Device<B> {
         if let Some(mut sibling) = ctx.sibling.and_then(|s| s.try_lock()) {
             sibling.drain_reuse();
         }
-        pool.grow(size, rounded, &ctx, first)
+        // The device calls of the growth are the pool's (Note [pools]).
+        let grown = {
+            let _pool_calls = super::stats::count_for(&pool.tally.calls);
+            pool.grow(size, rounded, &ctx, first)
+        };
+        if grown.is_ok() {
+            self.pool_grew(shard, pool);
+        }
+        grown
+    }
+
+    /// After a growth of `shard`: publishes its held bytes and raises its
+    /// pool's reserved peak to the sum over the pool's shards.
+    #[cold]
+    #[inline(never)]
+    fn pool_grew(&self, shard: &Shard<B>, pool: &Pool<B>) {
+        shard.lane.publish_held(pool.held_bytes());
+        let id = self.streams.entry_of(pool.id).pool();
+        let held: u64 =
+            self.streams.iter().filter(|e| e.pool() == id).flat_map(|e| &e.shards).map(|s| s.lane.held()).sum();
+        pool.tally.raise_reserved(held);
     }
 
     /// Allocated bytes over all shards (this one's exact) and their peak.
@@ -282,7 +303,22 @@ impl<B: Backing> Device<B> {
         let totals = (c.allocated + sibling.allocated(), c.requested + sibling.requested());
         if entry.high.passed(totals.0, totals.1) {
             self.peaks.raise(&entry.high, totals, self.streams.shards().map(|s| &s.lane));
+            self.raise_pool_peaks(entry, pool);
         }
+    }
+
+    /// A stream of `entry`'s pool passed its high-water mark: the pool's
+    /// peaks rise to the sums over its shards (Note [pools]).
+    #[cold]
+    #[inline(never)]
+    fn raise_pool_peaks(&self, entry: &StreamEntry<B>, pool: &Pool<B>) {
+        let id = entry.pool();
+        let (mut a, mut r) = (0, 0);
+        for lane in self.streams.iter().filter(|e| e.pool() == id).flat_map(|e| &e.shards).map(|s| &s.lane) {
+            a += lane.allocated();
+            r += lane.requested();
+        }
+        pool.tally.raise(a, r);
     }
 
     /// Frees a block by its start address (stream-ordered on its stream).
@@ -461,6 +497,15 @@ impl<B: Backing> Device<B> {
         self.check_usable()?;
         self.sh.counters.reset_peak();
         self.peaks.reset(self.streams.iter().map(|e| (&e.high, [&e.shards[0].lane, &e.shards[1].lane])));
+        for (id, tally) in self.pools.tallies().iter().enumerate() {
+            let (mut a, mut r, mut held) = (0, 0, 0);
+            for shard in self.streams.iter().filter(|e| e.pool() == id as u64).flat_map(|e| &e.shards) {
+                a += shard.lane.allocated();
+                r += shard.lane.requested();
+                held += shard.lock_anyway().held_bytes() as u64;
+            }
+            tally.reset(a, r, held);
+        }
         Ok(())
     }
 

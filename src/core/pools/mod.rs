@@ -37,6 +37,7 @@
 pub mod config;
 pub(crate) mod routing;
 pub(crate) mod state;
+pub(crate) mod tally;
 
 use super::backing::{Backing, Scope};
 use super::device::{check_live_stream, Device};
@@ -84,7 +85,7 @@ impl<B: Backing> Device<B> {
         self.sleep.while_settled(|asleep| {
             let id = {
                 let mut records = self.pools.lock();
-                records.push(Record { config, destroyed: false, routes: 0, captured: false });
+                records.push(Record::new(config));
                 records.len() as u64 - 1
             };
             if asleep && config.sleep.releases() {
@@ -165,7 +166,7 @@ impl<B: Backing> Device<B> {
             }
             r.destroyed = true;
         }
-        let entries: Vec<_> = self.streams.iter().filter(|e| e.pool == pool).collect();
+        let entries: Vec<_> = self.streams.iter().filter(|e| e.pool() == pool).collect();
         for e in &entries {
             e.mark_destroyed();
         }
@@ -178,28 +179,22 @@ impl<B: Backing> Device<B> {
         // for) goes with a later free, empty_cache or the ladder.
         // The second pass releases the ranges the first one emptied.
         for _pass in 0..2 {
-            let _ = self.release_free_where(Scope::All, |e| e.pool == pool);
+            let _ = self.release_free_where(Scope::All, |e| e.pool() == pool);
         }
         let _ = B::free_cached(&self.sh);
         Ok(())
     }
 
-    /// One pool's statistics: its blocks and the memory of its segments.
-    /// Device-call counters (device mallocs, maps, syncs, retries, OOMs)
-    /// are the allocator's only and stay 0 here; the peaks are those of
-    /// the pool's streams, exact while the pool served one stream.
+    /// One pool's statistics: its blocks, the memory of its segments, the
+    /// device calls made for them and its peaks as a whole (`tally`).
     pub fn pool_stats(&self, pool: u64) -> Result<Stats> {
         self.check_open()?;
-        if pool as usize >= self.pools.lock().len() {
+        let Some(tally) = self.pools.tally(pool) else {
             return Err(no_such_pool(pool, &self.pools.lock()));
-        }
+        };
         let mut s = Stats::default();
         let mut largest = 0;
-        let (mut peak_allocated, mut peak_requested) = (0, 0);
-        for entry in self.streams.iter().filter(|e| e.pool == pool) {
-            let (a, r) = entry.high.marks();
-            peak_allocated += a;
-            peak_requested += r;
+        for entry in self.streams.iter().filter(|e| e.pool() == pool) {
             for shard in &entry.shards {
                 let p = shard.lock()?;
                 p.counters().add_to(&mut s);
@@ -213,9 +208,7 @@ impl<B: Backing> Device<B> {
             }
         }
         s.reserved_bytes = s.segment_bytes;
-        s.reserved_bytes_peak = s.reserved_bytes;
-        s.allocated_bytes_peak = peak_allocated.max(s.allocated_bytes);
-        s.requested_bytes_peak = peak_requested.max(s.requested_bytes);
+        tally.add_to(&mut s);
         s.largest_free_block = largest as u64;
         Ok(s)
     }
@@ -224,7 +217,7 @@ impl<B: Backing> Device<B> {
     /// captures now (sleep's cold path; Note [sleep]).
     pub(crate) fn pool_captured(&self, pool: u64) -> bool {
         self.pools.captured(pool)
-            || self.streams.iter().filter(|e| e.pool == pool).any(|e| {
+            || self.streams.iter().filter(|e| e.pool() == pool).any(|e| {
                 let stream = e.shards[0].lock_anyway().stream();
                 super::capture::capturing_now(&self.sh.rt, self.sh.device, stream)
             })
@@ -240,7 +233,7 @@ impl<B: Backing> Device<B> {
             .map(|(i, r)| PoolShards {
                 id: i as u64,
                 sleep: r.config.sleep,
-                shards: self.streams.iter().filter(|e| e.pool == i as u64).flat_map(|e| e.shards.iter()).collect(),
+                shards: self.streams.iter().filter(|e| e.pool() == i as u64).flat_map(|e| e.shards.iter()).collect(),
             })
             .collect()
     }

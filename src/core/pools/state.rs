@@ -3,10 +3,11 @@
 //! `device`.
 
 use super::config::PoolConfig;
-use std::sync::Mutex;
+use super::tally::PoolTally;
+use std::sync::{Arc, Mutex};
 
 /// One pool's record.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Record {
     pub config: PoolConfig,
     pub destroyed: bool,
@@ -15,6 +16,14 @@ pub(super) struct Record {
     /// A capture was routed to it: its cached memory serves the graph's
     /// replays and stays until `pool_destroy`, sleep included (Note [sleep]).
     pub captured: bool,
+    /// Its own figures (`pool_get_stats`).
+    pub tally: Arc<PoolTally>,
+}
+
+impl Record {
+    pub fn new(config: PoolConfig) -> Self {
+        Record { config, destroyed: false, routes: 0, captured: false, tally: Default::default() }
+    }
 }
 
 /// Every pool ever created; pool `i` is `records[i]` (0: the default pool).
@@ -24,14 +33,7 @@ pub(crate) struct Pools {
 
 impl Default for Pools {
     fn default() -> Self {
-        Pools {
-            records: Mutex::new(vec![Record {
-                config: PoolConfig::default(),
-                destroyed: false,
-                routes: 0,
-                captured: false,
-            }]),
-        }
+        Pools { records: Mutex::new(vec![Record::new(PoolConfig::default())]) }
     }
 }
 
@@ -43,9 +45,19 @@ impl Pools {
     /// `f` of the pool's config, run under the pools lock, if the pool was
     /// created and not destroyed: `pool_destroy` cannot mark the pool
     /// destroyed while `f` runs, so an entry `f` makes is one it marks.
-    pub fn with_live<T>(&self, pool: u64, f: impl FnOnce(PoolConfig) -> T) -> Option<T> {
+    pub fn with_live<T>(&self, pool: u64, f: impl FnOnce(PoolConfig, &Arc<PoolTally>) -> T) -> Option<T> {
         let records = self.lock();
-        records.get(pool as usize).filter(|r| !r.destroyed).map(|r| f(r.config))
+        records.get(pool as usize).filter(|r| !r.destroyed).map(|r| f(r.config, &r.tally))
+    }
+
+    /// The figures of `pool` (created, destroyed or not).
+    pub fn tally(&self, pool: u64) -> Option<Arc<PoolTally>> {
+        self.lock().get(pool as usize).map(|r| r.tally.clone())
+    }
+
+    /// Every pool's figures, by id.
+    pub fn tallies(&self) -> Vec<Arc<PoolTally>> {
+        self.lock().iter().map(|r| r.tally.clone()).collect()
     }
 
     /// Notes that a capture was routed to `pool` (Note [capture]).
