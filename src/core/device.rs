@@ -365,10 +365,26 @@ impl<B: Backing> Device<B> {
         self.published(entry, kind, &pool);
         self.sh.trace(|t| t.free(addr));
         let detached = pool.detach_for_threshold();
+        let (live, _) = pool.live();
         drop(pool);
-        if !detached.is_empty() {
+        let released = !detached.is_empty();
+        if released {
             self.sh.hooks.before_release(self.sh.device);
             let _ = self.give_back_all(vec![(&entry.shards[kind], detached)]);
+        }
+        // The pool's last block on this stream: everything left in the
+        // entry (ranges, cached handles) goes back and its slot is freed
+        // for the next new pair (Note [pools]). A ladder under way holds
+        // the lock; then the next pool_destroy, empty_cache or
+        // forget_stream does it.
+        if live == 0 && entry.shards[kind ^ 1].lock_anyway().live().0 == 0 {
+            if !released {
+                self.sh.hooks.before_release(self.sh.device);
+            }
+            if let Ok(_ladder) = self.ladder.try_lock() {
+                let _ = self.forget_entry(entry, entry.stream_now());
+                let _ = B::free_cached(&self.sh);
+            }
         }
         Ok(())
     }

@@ -223,7 +223,10 @@ impl<B: Backing> Device<B> {
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         // The second pass releases the ranges the first one emptied.
         let released = self.release_free(Scope::All)? + self.release_free(Scope::All)?;
-        Ok(released + B::free_cached(&self.sh)?)
+        let cached = B::free_cached(&self.sh)?;
+        // Destroyed pools' entries left with nothing give their slots back.
+        self.retire_destroyed();
+        Ok(released + cached)
     }
 
     /// After a free, with `release_threshold`: when cached memory passes

@@ -257,6 +257,9 @@ impl<B: Backing> StreamTable<B> {
     /// that checked its shard's stream under it never grows a retired one.
     /// Returns true if it retired the entry.
     pub fn retire(&self, entry: &StreamEntry<B>, stream: Stream) -> bool {
+        if stream.0 == RETIRED {
+            return false;
+        }
         let mut retired = self.adding.lock().unwrap_or_else(|e| e.into_inner());
         let mut pools: Vec<_> = entry.shards.iter().map(|s| s.lock_anyway()).collect();
         if !pools.iter().all(|p| p.holds_nothing() && p.stream() == stream) {

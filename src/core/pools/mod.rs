@@ -165,12 +165,13 @@ impl<B: Backing> Device<B> {
                 )));
             }
             r.destroyed = true;
+            // Marked under the records lock, which every revival of a
+            // retired entry holds: no entry changes pools meanwhile.
+            for e in self.streams.iter().filter(|e| e.pool() == pool) {
+                e.mark_destroyed();
+            }
         }
-        let entries: Vec<_> = self.streams.iter().filter(|e| e.pool() == pool).collect();
-        for e in &entries {
-            e.mark_destroyed();
-        }
-        if entries.is_empty() {
+        if self.streams.iter().all(|e| e.pool() != pool) {
             return Ok(());
         }
         self.sh.hooks.before_release(self.sh.device);
@@ -182,6 +183,8 @@ impl<B: Backing> Device<B> {
             let _ = self.release_free_where(Scope::All, |e| e.pool() == pool);
         }
         let _ = B::free_cached(&self.sh);
+        // Entries left with nothing give their slots back.
+        self.retire_destroyed();
         Ok(())
     }
 
