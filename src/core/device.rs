@@ -101,6 +101,7 @@ impl<B: Backing> Device<B> {
     #[cold]
     #[inline(never)]
     fn routed_entry(&self, stream: Stream) -> Result<&StreamEntry<B>> {
+        self.reap_routes();
         match self.routes.pool_for(stream) {
             0 => self.stream_entry(stream),
             pool => match self.streams.find_in(pool, stream) {

@@ -26,13 +26,20 @@
 //!   back its segment once that is entirely free, and the ladder and
 //!   `empty_cache` may release what is left. Ids are never reused.
 //! - Statistics: the allocator's stay totals over every pool;
-//!   `pool_get_stats` sums one pool's shards.
-//! - Limits: a pool's entries are never retired, nor do they take over a
-//!   retired one (`forget_stream` acts on the default pool's entry only;
-//!   a forgotten stream's pool memory goes back at `pool_destroy`), so
-//!   each (pool, stream) pair ever used takes a slot of the stream table
-//!   for the allocator's life. A thread that exits inside a thread route
-//!   leaves the route counted: its pool can no longer be destroyed.
+//!   `pool_get_stats` sums one pool's shards and adds the pool's own
+//!   figures (`tally`): the device calls made for its memory (growth of
+//!   its shards, giving back its memory, its requests' retries and
+//!   refusals; not sleep and wake, nor cached handles freed, which belong
+//!   to no pool) and its peaks as a whole.
+//! - Retirement (`forget`, `streams`): a destroyed pool's entry retires
+//!   once nothing is left in it (at `pool_destroy`, at the free of its last
+//!   block, or at the next `empty_cache` or `forget_stream`), and
+//!   `forget_stream` gives back and retires the stream's entries in every
+//!   pool but a live one that served a graph capture; a retired slot serves
+//!   the next new (pool, stream) pair of any pool, so the stream table is
+//!   as long as the most pairs in use at once.
+//! - A thread that exits inside thread routes: its routes end with it
+//!   (`routing`), and its pools can be destroyed.
 
 pub mod config;
 pub(crate) mod routing;
@@ -105,9 +112,25 @@ impl<B: Backing> Device<B> {
         }
     }
 
+    /// Ends the routes of threads that exited inside them (`routing`).
+    #[cold]
+    pub(crate) fn reap_routes(&self) {
+        let pools = self.routes.reap();
+        if pools.is_empty() {
+            return;
+        }
+        let mut records = self.pools.lock();
+        for p in pools {
+            if let Some(r) = records.get_mut(p as usize) {
+                r.routes = r.routes.saturating_sub(1);
+            }
+        }
+    }
+
     /// Routes allocations on `stream` (None: of the calling thread) to `pool`.
     pub fn pool_begin(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
         self.check_open()?;
+        self.reap_routes();
         let capturing = match stream {
             Some(s) => check_live_stream(&self.sh.rt, self.sh.device, s)?,
             None => false,
@@ -128,6 +151,7 @@ impl<B: Backing> Device<B> {
     /// which must go to `pool`; otherwise nothing changes.
     pub fn pool_end(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
         self.check_open()?;
+        self.reap_routes();
         let target = target_of(stream);
         let mut records = self.pools.lock();
         if pool as usize >= records.len() {
@@ -150,6 +174,7 @@ impl<B: Backing> Device<B> {
     /// Destroys `pool` (see Note [pools]).
     pub fn pool_destroy(&self, pool: u64) -> Result<()> {
         self.check_open()?;
+        self.reap_routes();
         {
             let mut records = self.pools.lock();
             if pool == 0 {

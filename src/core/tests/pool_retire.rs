@@ -93,3 +93,37 @@ fn forget_stream_retires_private_pool_entries() {
     a.teardown().unwrap();
     drop_stream(s2);
 }
+
+/// A thread that exits inside a thread route (`pool_begin(pool, None)`)
+/// takes its route with it: the pool can be destroyed afterwards (it used
+/// to be refused for good, the route still counted), and allocations of
+/// other threads go to the default pool again.
+#[test]
+fn a_thread_exiting_inside_a_route_does_not_keep_its_pool() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let s = new_stream();
+    let p = a.pool_create(PoolConfig::default()).unwrap();
+    let q = a.pool_create(PoolConfig::default()).unwrap();
+    let in_pool = std::thread::scope(|t| {
+        t.spawn(|| {
+            a.pool_begin(p, None).unwrap();
+            a.pool_begin(q, None).unwrap();
+            a.pool_end(q, None).unwrap();
+            a.malloc(4096, s).unwrap()
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(a.pool_stats(p).unwrap().active_blocks, 1);
+    let outside = a.malloc(4096, s).unwrap();
+    assert_eq!(a.pool_stats(0).unwrap().active_blocks, 1, "a request of this thread went to the exited thread's pool");
+    a.pool_destroy(p).unwrap();
+    a.pool_destroy(q).unwrap();
+    a.free(in_pool).unwrap();
+    a.free(outside).unwrap();
+    a.check_invariants().unwrap();
+    a.teardown().unwrap();
+    drop_stream(s);
+}
