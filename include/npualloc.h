@@ -384,6 +384,7 @@ typedef struct npualloc_api {
                                   size_t,
                                   const uint64_t*,
                                   size_t);
+    npualloc_status (*pool_empty_cache)(struct npualloc_allocator*, uint64_t);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -1081,8 +1082,12 @@ npualloc_status npualloc_pool_destroy(struct npualloc_allocator *a, uint64_t poo
  * Fills `*out` as `npualloc_get_stats` does, for one pool's blocks and
  * memory (0: the default pool; a destroyed pool's live blocks still
  * count). Counters of device calls (device mallocs and frees, maps,
- * syncs, retries, OOMs) are the allocator's and read 0 here; reserved
- * bytes are the pool's segments; the peaks are those of its streams.
+ * physical mallocs and frees, syncs, retries, OOMs) count the calls made
+ * for the pool's memory and its requests (sleep and wake, and the freeing
+ * of unmapped handles cached for any pool, count only in the allocator's);
+ * reserved bytes are the pool's segments; the peaks are the pool's own
+ * (allocated and requested as `npualloc_get_stats` keeps them, over the
+ * pool's streams; reserved the most its segments held).
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle, a pool
  * never created, a NULL `out` or a `struct_size` below the header.
@@ -1094,6 +1099,23 @@ npualloc_status npualloc_pool_destroy(struct npualloc_allocator *a, uint64_t poo
 npualloc_status npualloc_pool_get_stats(const struct npualloc_allocator *a,
                                         uint64_t pool,
                                         struct npualloc_stats *out);
+
+/**
+ * Gives back the cached memory of `pool` (0: the default pool's) after
+ * synchronizing only the streams that used it; its live blocks are
+ * untouched and the pool keeps working. A destroyed pool's remaining
+ * cached memory goes back too. A pool that served a graph capture and is
+ * not destroyed keeps its memory (the graph may replay until
+ * `npualloc_pool_destroy`): NPUALLOC_OK, nothing given back. The
+ * before-release hook runs first, as for `npualloc_empty_cache`.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a pool
+ * never created or a NULL or dead handle. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle.
+ */
+npualloc_status npualloc_pool_empty_cache(struct npualloc_allocator *a, uint64_t pool);
 
 /**
  * Sleeps: synchronizes every stream that used memory, gives back all cached

@@ -412,6 +412,12 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.pool_destroy(pool))
     }
 
+    /// Gives back one pool's cached memory (see `Device::pool_empty_cache`);
+    /// returns the bytes given back.
+    pub fn pool_empty_cache(&self, pool: u64) -> Result<usize> {
+        with_device!(&self.engine, d => d.pool_empty_cache(pool))
+    }
+
     /// One pool's statistics.
     pub fn pool_stats(&self, pool: u64) -> Result<Stats> {
         with_device!(&self.engine, d => d.pool_stats(pool))

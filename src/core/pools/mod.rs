@@ -213,6 +213,35 @@ impl<B: Backing> Device<B> {
         Ok(())
     }
 
+    /// Gives back the cached memory of `pool` (0: the default pool's) after
+    /// synchronizing the streams that used it; returns the bytes given
+    /// back. A live pool that served a graph capture keeps its memory (the
+    /// graph may replay until `pool_destroy`, Note [capture]): 0, no
+    /// error. INVALID_ARGUMENT for a pool never created.
+    pub fn pool_empty_cache(&self, pool: u64) -> Result<usize> {
+        self.check_open()?;
+        let live = {
+            let records = self.pools.lock();
+            match records.get(pool as usize) {
+                Some(r) => !r.destroyed,
+                None => return Err(no_such_pool(pool, &records)),
+            }
+        };
+        if pool != 0 && live && self.pool_captured(pool) {
+            return Ok(0);
+        }
+        self.sh.hooks.before_release(self.sh.device);
+        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        // A default-pool entry of a graph stream keeps its memory (Note
+        // [capture]); every entry of a private pool here may give its back.
+        let pick = |e: &super::streams::StreamEntry<B>| e.pool() == pool && (pool != 0 || e.reclaimable());
+        // The second pass releases the ranges the first one emptied.
+        let released = self.release_free_where(Scope::All, pick)? + self.release_free_where(Scope::All, pick)?;
+        let cached = B::free_cached(&self.sh)?;
+        self.retire_destroyed();
+        Ok(released + cached)
+    }
+
     /// One pool's statistics: its blocks, the memory of its segments, the
     /// device calls made for them and its peaks as a whole (`tally`).
     pub fn pool_stats(&self, pool: u64) -> Result<Stats> {
