@@ -105,9 +105,24 @@ impl<B: Backing> Device<B> {
         match self.routes.pool_for(stream) {
             0 => self.stream_entry(stream),
             pool => match self.streams.find_in(pool, stream) {
-                Some(e) => Ok(e),
+                Some(e) => {
+                    self.note_routed_capture(e, pool, stream);
+                    Ok(e)
+                }
                 None => self.add_entry(stream, pool),
             },
+        }
+    }
+
+    /// A request routed to `pool` on `stream` whose entry predates it: if
+    /// the stream captures now, the pool becomes a graph pool for good
+    /// (Note [capture]). Asked of the runtime once per routed request until
+    /// then, as torch_npu's route filter asks for every routed allocation.
+    #[cold]
+    fn note_routed_capture(&self, entry: &StreamEntry<B>, pool: u64, stream: Stream) {
+        if !entry.saw_capture() && super::capture::capturing_now(&self.sh.rt, self.sh.device, stream) {
+            entry.note_capture();
+            self.pools.mark_captured(pool);
         }
     }
 
@@ -147,6 +162,7 @@ impl<B: Backing> Device<B> {
                 entry.mark_graph();
             } else if capturing {
                 // Its cached memory stays through sleep (Note [sleep]).
+                entry.note_capture();
                 self.pools.mark_captured(pool);
             }
         }

@@ -53,6 +53,9 @@ pub(crate) struct StreamEntry<B: Backing> {
     pub high: HighWater,
     /// GRAPH and DESTROYED. A free reads them once.
     flags: AtomicU8,
+    /// A request routed here came while the stream captured: the pool is a
+    /// graph pool (Note [capture]); read on routed requests only.
+    saw_capture: AtomicBool,
 }
 
 impl<B: Backing> StreamEntry<B> {
@@ -83,6 +86,15 @@ impl<B: Backing> StreamEntry<B> {
         self.flags.load(Ordering::Relaxed)
     }
 
+    /// True once a routed request met the stream capturing.
+    pub fn saw_capture(&self) -> bool {
+        self.saw_capture.load(Ordering::Relaxed)
+    }
+
+    pub fn note_capture(&self) {
+        self.saw_capture.store(true, Ordering::Relaxed);
+    }
+
     /// Makes the stream a graph stream for good.
     pub fn mark_graph(&self) {
         self.flags.fetch_or(GRAPH, Ordering::Relaxed);
@@ -93,6 +105,7 @@ impl<B: Backing> StreamEntry<B> {
     /// from retiring; a destroyed pool's entry retires holding nothing).
     pub fn reset_for_revival(&self, pool: u64, use_on_oom: bool) {
         self.flags.store(0, Ordering::Relaxed);
+        self.saw_capture.store(false, Ordering::Relaxed);
         self.pool.store(pool, Ordering::Relaxed);
         self.use_on_oom.store(use_on_oom, Ordering::Relaxed);
     }
@@ -197,6 +210,7 @@ impl<B: Backing> StreamTable<B> {
                 shards: make(slot),
                 high: HighWater::default(),
                 flags: AtomicU8::new(0),
+                saw_capture: AtomicBool::new(false),
             })
             .is_err()
         {

@@ -10,6 +10,7 @@ mod history;
 mod hooks;
 mod out_of_memory;
 mod pieces;
+mod pool_capture;
 mod pool_empty;
 mod pool_retire;
 mod pool_stats;
