@@ -17,9 +17,10 @@
 //!   cached memory is not given back by `empty_cache`, garbage collection,
 //!   the release threshold or another request's ladder (which would let the
 //!   device hand it to someone else), except through `use_on_oom` (the
-//!   ladder of a request outside the pool may release it). A captured
-//!   graph's memory therefore stays mapped for every replay until
-//!   `pool_destroy` (Note [capture]).
+//!   ladder of a request outside the pool may release it) and
+//!   `pool_empty_cache`, which gives one pool's cache back on request (not
+//!   a graph pool's while it lives). A captured graph's memory therefore
+//!   stays mapped for every replay until `pool_destroy` (Note [capture]).
 //! - `pool_destroy`: refused while a route to the pool is active. Its
 //!   entries are marked DESTROYED: their cached memory goes back now (after
 //!   synchronizing the streams that used it), a block freed later gives
