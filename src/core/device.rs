@@ -196,6 +196,8 @@ impl<B: Backing> Device<B> {
         if self.sleep.refusing() {
             self.sleep.check(entry)?;
         }
+        #[cfg(test)]
+        super::testpoint::hit("malloc: before the shard lock");
         let shard = &entry.shards[kind as usize];
         let mut pool = shard.lock()?;
         // The entry may have been retired, and taken over by another stream

@@ -54,6 +54,8 @@ mod stats;
 mod stream_order;
 mod streams;
 mod teardown;
+#[cfg(test)]
+mod testpoint;
 
 #[cfg(test)]
 mod tests;

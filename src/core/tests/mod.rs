@@ -18,6 +18,7 @@ mod pools;
 mod random;
 mod reuse;
 mod sleep;
+mod sleep_race;
 mod streams;
 pub(crate) mod support;
 mod teardown;
