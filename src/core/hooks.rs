@@ -2,7 +2,11 @@
 //!
 //! `before_release` runs before every synchronization that precedes giving
 //! device memory back (empty_cache, the out-of-memory ladder with its
-//! garbage collection and headroom moves, the release threshold, teardown).
+//! garbage collection and headroom moves, the release threshold, the free
+//! of a destroyed pool's last block, pool_destroy, pool_empty_cache, sleep,
+//! teardown). Some of those are inside a free, on whichever thread frees:
+//! a host whose drain would wait for the calling thread itself (torch_npu's
+//! queue threads; the bridge checks) returns at once there.
 //! A host that keeps its own queue of work not yet handed to the runtime
 //! (torch_npu's task queue) drains it there, so the synchronization that
 //! follows covers that work too. It is called with no npualloc lock held:
