@@ -100,16 +100,16 @@ impl<B: Backing> Device<B> {
     /// (Note [pools]); pool 0 when none applies.
     #[cold]
     #[inline(never)]
-    fn routed_entry(&self, stream: Stream) -> Result<&StreamEntry<B>> {
+    fn routed_entry(&self, stream: Stream) -> Result<(&StreamEntry<B>, u64)> {
         self.reap_routes();
         match self.routes.pool_for(stream) {
-            0 => self.stream_entry(stream),
+            0 => Ok((self.stream_entry(stream)?, 0)),
             pool => match self.streams.find_in(pool, stream) {
                 Some(e) => {
                     self.note_routed_capture(e, pool, stream);
-                    Ok(e)
+                    Ok((e, pool))
                 }
-                None => self.add_entry(stream, pool),
+                None => Ok((self.add_entry(stream, pool)?, pool)),
             },
         }
     }
@@ -191,7 +191,35 @@ impl<B: Backing> Device<B> {
         let rounded = self.sh.policy.round(size);
         let kind = self.sh.policy.pool_for(rounded);
         // The one branch pools add to a malloc (Note [pools]).
-        let entry = if self.routes.any() { self.routed_entry(stream)? } else { self.stream_entry(stream)? };
+        if self.routes.any() {
+            return self.malloc_routed(size, rounded, kind, stream);
+        }
+        let entry = self.stream_entry(stream)?;
+        self.malloc_in(entry, None, size, rounded, kind, stream)
+    }
+
+    /// A malloc while some route is active: the entry of the pool a route
+    /// names (pool 0 when none applies).
+    #[cold]
+    #[inline(never)]
+    fn malloc_routed(&self, size: usize, rounded: usize, kind: PoolKind, stream: Stream) -> Result<usize> {
+        let (entry, pool) = self.routed_entry(stream)?;
+        self.malloc_in(entry, Some(pool), size, rounded, kind, stream)
+    }
+
+    /// The rest of `malloc` on `entry`; `routed`: the pool the request was
+    /// routed to (None on the unrouted path, where the check of it below
+    /// compiles away).
+    #[inline(always)]
+    fn malloc_in(
+        &self,
+        entry: &StreamEntry<B>,
+        routed: Option<u64>,
+        size: usize,
+        rounded: usize,
+        kind: PoolKind,
+        stream: Stream,
+    ) -> Result<usize> {
         // The one branch sleep adds to a malloc (Note [sleep]).
         if self.sleep.refusing() {
             self.sleep.check(entry)?;
@@ -203,7 +231,9 @@ impl<B: Backing> Device<B> {
         // The entry may have been retired, and taken over by another stream
         // with blocks of its own cached, since the look-up: one compare
         // under the lock (`StreamTable::retire`), never taken in practice.
-        if pool.stream() != stream {
+        // A routed request's entry may have gone to the same stream in
+        // another pool (never a default-pool entry: `get_or_add`).
+        if pool.stream() != stream || routed.is_some_and(|p| entry.pool() != p) {
             drop(pool);
             return self.malloc_again(size, stream);
         }

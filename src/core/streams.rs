@@ -56,6 +56,8 @@ pub(crate) struct StreamEntry<B: Backing> {
     /// A request routed here came while the stream captured: the pool is a
     /// graph pool (Note [capture]); read on routed requests only.
     saw_capture: AtomicBool,
+    /// The stream the entry served when it retired (see `get_or_add`).
+    retired_from: AtomicUsize,
 }
 
 impl<B: Backing> StreamEntry<B> {
@@ -188,7 +190,17 @@ impl<B: Backing> StreamTable<B> {
         if let Some(e) = self.find_in(pool, stream) {
             return Some(e);
         }
-        if let Some(slot) = retired.pop() {
+        // A malloc that found the entry before it retired takes its shard
+        // lock and compares the shard's stream with its own (`malloc`; a
+        // routed one also the entry's pool): so a default-pool entry never
+        // goes to the same stream in a private pool, which the unrouted
+        // compare would not tell apart (a malloc stalled across two
+        // retirements and revivals excepted, as before).
+        let reusable = retired.iter().rposition(|&slot| {
+            let e = self.entry(slot);
+            e.retired_from.load(Ordering::Relaxed) != stream.0 || e.pool() != 0 || pool == 0
+        });
+        if let Some(slot) = reusable.map(|i| retired.swap_remove(i)) {
             let e = self.entry(slot);
             revive(e);
             e.high.clear();
@@ -211,6 +223,7 @@ impl<B: Backing> StreamTable<B> {
                 high: HighWater::default(),
                 flags: AtomicU8::new(0),
                 saw_capture: AtomicBool::new(false),
+                retired_from: AtomicUsize::new(RETIRED),
             })
             .is_err()
         {
@@ -255,12 +268,6 @@ impl<B: Backing> StreamTable<B> {
         self.len.load(Ordering::Acquire)
     }
 
-    /// Entries retired now, waiting to be taken over.
-    #[cfg(test)]
-    pub fn retired_len(&self) -> usize {
-        self.adding.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
     /// Retires `entry` if it still serves `stream` and its shards hold
     /// nothing: no look-up finds it, and the next new stream takes it over.
     /// Takes `adding`, then the entry's shard locks (the order `get_or_add`
@@ -285,6 +292,7 @@ impl<B: Backing> StreamTable<B> {
         for p in &mut pools {
             p.set_stream(Stream(RETIRED));
         }
+        entry.retired_from.store(stream.0, Ordering::Relaxed);
         retired.push(entry.slot);
         true
     }

@@ -127,3 +127,32 @@ fn a_thread_exiting_inside_a_route_does_not_keep_its_pool() {
     a.teardown().unwrap();
     drop_stream(s);
 }
+
+/// A default-pool entry retired by forget_stream is not taken over by the
+/// same stream in a private pool (a malloc that found it before it retired
+/// could not tell the two apart); another stream's pair takes it.
+#[test]
+fn a_forgotten_default_entry_does_not_go_to_its_stream_in_a_pool() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let (s, t) = (new_stream(), new_stream());
+    let x = a.malloc(4096, s).unwrap();
+    a.free(x).unwrap();
+    a.forget_stream(s).unwrap();
+    let served = a.streams_served();
+    let p = a.pool_create(PoolConfig::default()).unwrap();
+    a.pool_begin(p, None).unwrap();
+    let in_s = a.malloc(4096, s).unwrap();
+    assert_eq!(a.streams_served(), served + 1, "(pool, s) took the slot (0, s) retired from");
+    let in_t = a.malloc(4096, t).unwrap();
+    assert_eq!(a.streams_served(), served + 1, "(pool, t) did not take the retired slot");
+    a.pool_end(p, None).unwrap();
+    for b in [in_s, in_t] {
+        a.free(b).unwrap();
+    }
+    a.check_invariants().unwrap();
+    a.teardown().unwrap();
+    drop_stream(s);
+    drop_stream(t);
+}
