@@ -100,16 +100,16 @@ impl<B: Backing> Device<B> {
     /// (Note [pools]); pool 0 when none applies.
     #[cold]
     #[inline(never)]
-    fn routed_entry(&self, stream: Stream) -> Result<(&StreamEntry<B>, u64)> {
+    fn routed_entry(&self, stream: Stream) -> Result<&StreamEntry<B>> {
         self.reap_routes();
         match self.routes.pool_for(stream) {
-            0 => Ok((self.stream_entry(stream)?, 0)),
+            0 => self.stream_entry(stream),
             pool => match self.streams.find_in(pool, stream) {
                 Some(e) => {
                     self.note_routed_capture(e, pool, stream);
-                    Ok((e, pool))
+                    Ok(e)
                 }
-                None => Ok((self.add_entry(stream, pool)?, pool)),
+                None => self.add_entry(stream, pool),
             },
         }
     }
@@ -130,27 +130,24 @@ impl<B: Backing> Device<B> {
     fn add_entry(&self, stream: Stream, pool: u64) -> Result<&StreamEntry<B>> {
         let capturing = check_live_stream(&self.sh.rt, self.sh.device, stream)?;
         let sh = &self.sh;
-        let make = |slot: usize, tally: &Arc<PoolTally>| {
-            let shard = |kind: PoolKind| {
-                Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream, tally.clone()))
-            };
+        let make = |slot: usize| {
+            let shard =
+                |kind: PoolKind| Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream));
             [shard(PoolKind::Small), shard(PoolKind::Large)]
         };
         // A retired entry's shards are empty: they become this stream's
         // (and this pool's).
-        let revive = |e: &StreamEntry<B>, tally: &Arc<PoolTally>| {
+        let revive = |e: &StreamEntry<B>| {
             for shard in &e.shards {
-                let mut p = shard.lock_anyway();
-                p.set_stream(stream);
-                p.tally = tally.clone();
+                shard.lock_anyway().set_stream(stream);
             }
         };
         // Every entry is made or taken over under the pools lock (taken
         // before `adding`), so a racing pool_destroy marks it, and never
         // marks one that changes pools meanwhile (Note [pools]).
-        let made = match self.pools.with_live(pool, |c, tally| {
+        let made = match self.pools.with_live(pool, |c| {
             let use_on_oom = pool != 0 && c.use_on_oom;
-            self.streams.get_or_add((stream, pool, use_on_oom), |slot| make(slot, tally), |e| revive(e, tally))
+            self.streams.get_or_add((stream, pool, use_on_oom), make, revive)
         }) {
             Some(made) => made,
             None => return Err(Error::InvalidArgument(format!("pool {pool} was destroyed"))),
@@ -191,35 +188,7 @@ impl<B: Backing> Device<B> {
         let rounded = self.sh.policy.round(size);
         let kind = self.sh.policy.pool_for(rounded);
         // The one branch pools add to a malloc (Note [pools]).
-        if self.routes.any() {
-            return self.malloc_routed(size, rounded, kind, stream);
-        }
-        let entry = self.stream_entry(stream)?;
-        self.malloc_in(entry, None, size, rounded, kind, stream)
-    }
-
-    /// A malloc while some route is active: the entry of the pool a route
-    /// names (pool 0 when none applies).
-    #[cold]
-    #[inline(never)]
-    fn malloc_routed(&self, size: usize, rounded: usize, kind: PoolKind, stream: Stream) -> Result<usize> {
-        let (entry, pool) = self.routed_entry(stream)?;
-        self.malloc_in(entry, Some(pool), size, rounded, kind, stream)
-    }
-
-    /// The rest of `malloc` on `entry`; `routed`: the pool the request was
-    /// routed to (None on the unrouted path, where the check of it below
-    /// compiles away).
-    #[inline(always)]
-    fn malloc_in(
-        &self,
-        entry: &StreamEntry<B>,
-        routed: Option<u64>,
-        size: usize,
-        rounded: usize,
-        kind: PoolKind,
-        stream: Stream,
-    ) -> Result<usize> {
+        let entry = if self.routes.any() { self.routed_entry(stream)? } else { self.stream_entry(stream)? };
         // The one branch sleep adds to a malloc (Note [sleep]).
         if self.sleep.refusing() {
             self.sleep.check(entry)?;
@@ -231,9 +200,10 @@ impl<B: Backing> Device<B> {
         // The entry may have been retired, and taken over by another stream
         // with blocks of its own cached, since the look-up: one compare
         // under the lock (`StreamTable::retire`), never taken in practice.
-        // A routed request's entry may have gone to the same stream in
-        // another pool (never a default-pool entry: `get_or_add`).
-        if pool.stream() != stream || routed.is_some_and(|p| entry.pool() != p) {
+        // (A default-pool entry never goes to its stream in a private pool:
+        // `get_or_add`. A routed request whose route ended meanwhile may
+        // land in the pool its stream is routed to now.)
+        if pool.stream() != stream {
             drop(pool);
             return self.malloc_again(size, stream);
         }
@@ -309,11 +279,11 @@ impl<B: Backing> Device<B> {
         }
         // The device calls of the growth are the pool's (Note [pools]).
         let grown = {
-            let _pool_calls = super::stats::count_for(&pool.tally.calls);
+            let _pool_calls = super::stats::count_for(&self.tally_of(pool).calls);
             pool.grow(size, rounded, &ctx, first)
         };
         if grown.is_ok() {
-            self.pool_grew(shard, pool);
+            self.pool_grew(pool);
         }
         grown
     }
@@ -322,12 +292,12 @@ impl<B: Backing> Device<B> {
     /// pool's reserved peak to the sum over the pool's shards.
     #[cold]
     #[inline(never)]
-    fn pool_grew(&self, shard: &Shard<B>, pool: &Pool<B>) {
-        shard.lane.publish_held(pool.held_bytes());
-        let id = self.streams.entry_of(pool.id).pool();
-        let held: u64 =
-            self.streams.iter().filter(|e| e.pool() == id).flat_map(|e| &e.shards).map(|s| s.lane.held()).sum();
-        pool.tally.raise_reserved(held);
+    fn pool_grew(&self, pool: &Pool<B>) {
+        let entry = self.streams.entry_of(pool.id);
+        entry.publish_held(pool.kind as usize, pool.held_bytes());
+        let id = entry.pool();
+        let held: u64 = self.streams.iter().filter(|e| e.pool() == id).map(|e| e.held()).sum();
+        self.tally_of(pool).raise_reserved(held);
     }
 
     /// Allocated bytes over all shards (this one's exact) and their peak.
@@ -351,23 +321,30 @@ impl<B: Backing> Device<B> {
         let sibling = &entry.shards[kind ^ 1].lane;
         let totals = (c.allocated + sibling.allocated(), c.requested + sibling.requested());
         if entry.high.passed(totals.0, totals.1) {
-            self.peaks.raise(&entry.high, totals, self.streams.shards().map(|s| &s.lane));
-            self.raise_pool_peaks(entry, pool);
+            self.raise_peaks(entry, totals, pool);
         }
     }
 
-    /// A stream of `entry`'s pool passed its high-water mark: the pool's
-    /// peaks rise to the sums over its shards (Note [pools]).
+    /// `entry`'s stream passed its high-water mark with `totals`: the
+    /// device's peaks rise (`Peaks::raise`), and its pool's to the sums over
+    /// the pool's shards (Note [pools]).
     #[cold]
     #[inline(never)]
-    fn raise_pool_peaks(&self, entry: &StreamEntry<B>, pool: &Pool<B>) {
+    fn raise_peaks(&self, entry: &StreamEntry<B>, totals: (u64, u64), pool: &Pool<B>) {
+        self.peaks.raise(&entry.high, totals, self.streams.shards().map(|s| &s.lane));
         let id = entry.pool();
         let (mut a, mut r) = (0, 0);
         for lane in self.streams.iter().filter(|e| e.pool() == id).flat_map(|e| &e.shards).map(|s| &s.lane) {
             a += lane.allocated();
             r += lane.requested();
         }
-        pool.tally.raise(a, r);
+        self.tally_of(pool).raise(a, r);
+    }
+
+    /// The figures of the pool `pool` (a shard's state) serves.
+    #[cold]
+    pub(super) fn tally_of(&self, pool: &Pool<B>) -> Arc<PoolTally> {
+        self.pools.tally(self.streams.entry_of(pool.id).pool()).unwrap_or_default()
     }
 
     /// Frees a block by its start address (stream-ordered on its stream).

@@ -135,7 +135,7 @@ impl<B: Backing> Device<B> {
             }
         }
         // The request's retry and refusal count for its pool too (Note [pools]).
-        let own_calls = shard.lock_anyway().tally.calls.clone();
+        let own_calls = self.tally_of(&shard.lock_anyway()).calls.clone();
         {
             let _pool_calls = super::stats::count_for(&own_calls);
             self.sh.counters.retried();

@@ -43,8 +43,6 @@ pub(crate) struct Pool<B: Backing> {
     pub(super) order: StreamOrder,
     pub(super) counters: ShardCounters,
     pub(super) backing: B::ShardState,
-    /// The figures of the pool (Note [pools]) these shards serve.
-    pub(super) tally: Arc<super::pools::tally::PoolTally>,
     #[cfg(debug_assertions)]
     transitions: u64,
 }
@@ -56,13 +54,7 @@ impl<B: Backing> std::fmt::Debug for Pool<B> {
 }
 
 impl<B: Backing> Pool<B> {
-    pub fn new(
-        sh: Arc<Shared<B>>,
-        id: u32,
-        kind: PoolKind,
-        stream: Stream,
-        tally: Arc<super::pools::tally::PoolTally>,
-    ) -> Self {
+    pub fn new(sh: Arc<Shared<B>>, id: u32, kind: PoolKind, stream: Stream) -> Self {
         let reuse = ReuseLists::new(if kind == PoolKind::Small { sh.reuse_bytes } else { 0 });
         Pool {
             sh,
@@ -77,7 +69,6 @@ impl<B: Backing> Pool<B> {
             order: Default::default(),
             counters: Default::default(),
             backing: Default::default(),
-            tally,
             #[cfg(debug_assertions)]
             transitions: 0,
         }

@@ -83,7 +83,7 @@ impl<B: Backing> Device<B> {
         }
         // Each pool counts the synchronizations made for its memory once
         // per stream (Note [pools]).
-        let tallies: Vec<_> = taken.iter().map(|(shard, _)| shard.lock_anyway().tally.clone()).collect();
+        let tallies: Vec<_> = taken.iter().map(|(shard, _)| self.tally_of(&shard.lock_anyway())).collect();
         let mut counted: Vec<(*const PoolTally, Stream)> = Vec::new();
         for ((_, ds), tally) in taken.iter().zip(&tallies) {
             for &s in ds.iter().flat_map(|d| &d.streams) {
@@ -121,7 +121,7 @@ impl<B: Backing> Device<B> {
                 B::settle(&mut pool, d, ok);
             }
             pool.after_transition();
-            shard.lane.publish_held(pool.held_bytes());
+            self.streams.entry_of(pool.id).publish_held(pool.kind as usize, pool.held_bytes());
         }
         first_error.map_or(Ok(released), Err)
     }

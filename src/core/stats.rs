@@ -297,9 +297,6 @@ impl DeviceCounters {
 pub(crate) struct Lane {
     allocated: AtomicU64,
     requested: AtomicU64,
-    /// The shard's held bytes, published on the slow paths that change
-    /// them (growth, giving back) for its pool's reserved peak.
-    held: AtomicU64,
 }
 
 impl Lane {
@@ -315,14 +312,6 @@ impl Lane {
 
     pub fn requested(&self) -> u64 {
         self.requested.load(Relaxed)
-    }
-
-    pub fn publish_held(&self, bytes: usize) {
-        self.held.store(bytes as u64, Relaxed);
-    }
-
-    pub fn held(&self) -> u64 {
-        self.held.load(Relaxed)
     }
 }
 

@@ -38,26 +38,29 @@ pub(crate) const DESTROYED: u8 = 2;
 /// One stream's shards in one pool (0: the default pool; see Note [pools]),
 /// indexed by `PoolKind`.
 pub(crate) struct StreamEntry<B: Backing> {
+    pub shards: [Shard<B>; 2],
+    /// High-water marks for the device's peaks (see `stats`).
+    pub high: HighWater,
     /// The stream's handle, `RETIRED` while the entry waits for another.
     stream: AtomicUsize,
-    /// Its index in the table.
-    pub slot: usize,
     /// The pool (`npualloc_pool_create`'s id) these shards serve; changed
     /// only while the entry is retired (no look-up finds it), under the
     /// pools' records lock.
     pool: AtomicU64,
-    /// The pool's `use_on_oom`: other requests' ladder may release its cache.
-    use_on_oom: AtomicBool,
-    pub shards: [Shard<B>; 2],
-    /// High-water marks for the device's peaks (see `stats`).
-    pub high: HighWater,
     /// GRAPH and DESTROYED. A free reads them once.
     flags: AtomicU8,
+    /// The pool's `use_on_oom`: other requests' ladder may release its cache.
+    use_on_oom: AtomicBool,
     /// A request routed here came while the stream captured: the pool is a
     /// graph pool (Note [capture]); read on routed requests only.
     saw_capture: AtomicBool,
+    /// Its index in the table.
+    pub slot: usize,
     /// The stream the entry served when it retired (see `get_or_add`).
     retired_from: AtomicUsize,
+    /// Each shard's held bytes, published on the slow paths that change
+    /// them (growth, giving back) for its pool's reserved peak.
+    held: [AtomicU64; 2],
 }
 
 impl<B: Backing> StreamEntry<B> {
@@ -95,6 +98,16 @@ impl<B: Backing> StreamEntry<B> {
 
     pub fn note_capture(&self) {
         self.saw_capture.store(true, Ordering::Relaxed);
+    }
+
+    /// Publishes the held bytes of the shard of `kind`.
+    pub fn publish_held(&self, kind: usize, bytes: usize) {
+        self.held[kind].store(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// The held bytes both shards published.
+    pub fn held(&self) -> u64 {
+        self.held.iter().map(|h| h.load(Ordering::Relaxed)).sum()
     }
 
     /// Makes the stream a graph stream for good.
@@ -191,11 +204,12 @@ impl<B: Backing> StreamTable<B> {
             return Some(e);
         }
         // A malloc that found the entry before it retired takes its shard
-        // lock and compares the shard's stream with its own (`malloc`; a
-        // routed one also the entry's pool): so a default-pool entry never
-        // goes to the same stream in a private pool, which the unrouted
-        // compare would not tell apart (a malloc stalled across two
-        // retirements and revivals excepted, as before).
+        // lock and compares the shard's stream with its own (`malloc`): so
+        // a default-pool entry never goes to the same stream in a private
+        // pool, which that compare would not tell apart (a malloc stalled
+        // across two retirements and revivals excepted, as before). A
+        // private pool's entry may: a request routed to it whose route
+        // ended meanwhile lands in the pool its stream is routed to now.
         let reusable = retired.iter().rposition(|&slot| {
             let e = self.entry(slot);
             e.retired_from.load(Ordering::Relaxed) != stream.0 || e.pool() != 0 || pool == 0
@@ -224,6 +238,7 @@ impl<B: Backing> StreamTable<B> {
                 flags: AtomicU8::new(0),
                 saw_capture: AtomicBool::new(false),
                 retired_from: AtomicUsize::new(RETIRED),
+                held: Default::default(),
             })
             .is_err()
         {

@@ -93,8 +93,7 @@ impl<B: Backing> Device<B> {
         self.sleep.while_settled(|asleep| {
             let id = {
                 let mut records = self.pools.lock();
-                records.push(Record::new(config));
-                records.len() as u64 - 1
+                self.pools.push(&mut records, Record::new(config))
             };
             if asleep && config.sleep.releases() {
                 self.sleep.add_sleeping_pool(id, config.sleep);

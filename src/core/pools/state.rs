@@ -4,7 +4,7 @@
 
 use super::config::PoolConfig;
 use super::tally::PoolTally;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// One pool's record.
 #[derive(Debug, Clone)]
@@ -16,24 +16,28 @@ pub(super) struct Record {
     /// A capture was routed to it: its cached memory serves the graph's
     /// replays and stays until `pool_destroy`, sleep included (Note [sleep]).
     pub captured: bool,
-    /// Its own figures (`pool_get_stats`).
-    pub tally: Arc<PoolTally>,
 }
 
 impl Record {
     pub fn new(config: PoolConfig) -> Self {
-        Record { config, destroyed: false, routes: 0, captured: false, tally: Default::default() }
+        Record { config, destroyed: false, routes: 0, captured: false }
     }
 }
 
 /// Every pool ever created; pool `i` is `records[i]` (0: the default pool).
 pub(crate) struct Pools {
     records: Mutex<Vec<Record>>,
+    /// Each pool's own figures (`pool_get_stats`), by id: a leaf lock, read
+    /// on slow paths under a shard lock.
+    tallies: RwLock<Vec<Arc<PoolTally>>>,
 }
 
 impl Default for Pools {
     fn default() -> Self {
-        Pools { records: Mutex::new(vec![Record::new(PoolConfig::default())]) }
+        Pools {
+            records: Mutex::new(vec![Record::new(PoolConfig::default())]),
+            tallies: RwLock::new(vec![Arc::default()]),
+        }
     }
 }
 
@@ -45,19 +49,27 @@ impl Pools {
     /// `f` of the pool's config, run under the pools lock, if the pool was
     /// created and not destroyed: `pool_destroy` cannot mark the pool
     /// destroyed while `f` runs, so an entry `f` makes is one it marks.
-    pub fn with_live<T>(&self, pool: u64, f: impl FnOnce(PoolConfig, &Arc<PoolTally>) -> T) -> Option<T> {
+    pub fn with_live<T>(&self, pool: u64, f: impl FnOnce(PoolConfig) -> T) -> Option<T> {
         let records = self.lock();
-        records.get(pool as usize).filter(|r| !r.destroyed).map(|r| f(r.config, &r.tally))
+        records.get(pool as usize).filter(|r| !r.destroyed).map(|r| f(r.config))
+    }
+
+    /// Adds the record of a new pool; returns its id.
+    pub(super) fn push(&self, records: &mut Vec<Record>, record: Record) -> u64 {
+        records.push(record);
+        let mut tallies = self.tallies.write().unwrap_or_else(|e| e.into_inner());
+        tallies.push(Arc::default());
+        records.len() as u64 - 1
     }
 
     /// The figures of `pool` (created, destroyed or not).
     pub fn tally(&self, pool: u64) -> Option<Arc<PoolTally>> {
-        self.lock().get(pool as usize).map(|r| r.tally.clone())
+        self.tallies.read().unwrap_or_else(|e| e.into_inner()).get(pool as usize).cloned()
     }
 
     /// Every pool's figures, by id.
     pub fn tallies(&self) -> Vec<Arc<PoolTally>> {
-        self.lock().iter().map(|r| r.tally.clone()).collect()
+        self.tallies.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Notes that a capture was routed to `pool` (Note [capture]).
