@@ -174,8 +174,9 @@ impl Hooks {
     /// `requested` bytes on `device`. The caller holds no npualloc lock.
     #[cold]
     pub fn out_of_memory(&self, device: i32, requested: usize, report: &str) {
-        let text = CString::new(report.replace('\0', " ")).unwrap_or_default();
         self.oom.call(|f, user| {
+            // Made only when an observer is installed.
+            let text = CString::new(report.replace('\0', " ")).unwrap_or_default();
             // SAFETY: `f` and `user` come from the host together; `text`
             // outlives the call, as the contract promises.
             unsafe { f(user, device, requested, text.as_ptr()) }
