@@ -3,7 +3,7 @@
 //! whose entry and cached blocks predate the capture, so that every capture
 //! allocation is a cache hit: the pool still becomes a graph pool, and
 //! sleep and pool_empty_cache keep the memory the graph uses (Note
-//! [capture]).
+//! [capture]), and so does forget_stream of the capture's stream.
 
 use super::support::{allocator, drop_stream, emu_lock, new_stream, set_capacity, MIB};
 use crate::core::pools::config::PoolConfig;
@@ -46,6 +46,8 @@ fn graph_pool_keeps_what_its_capture_used(by_thread: bool) {
     a.sleep_pools().unwrap();
     assert_eq!(a.pool_stats(p).unwrap().reserved_bytes, kept, "sleep gave back the memory the graph uses");
     a.wake().unwrap();
+    a.forget_stream(s).unwrap();
+    assert_eq!(a.pool_stats(p).unwrap().reserved_bytes, kept, "forget_stream gave back a graph pool's memory");
     a.pool_destroy(p).unwrap();
     assert_eq!(a.pool_stats(p).unwrap().reserved_bytes, 0);
     a.check_invariants().unwrap();

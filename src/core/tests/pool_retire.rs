@@ -59,8 +59,8 @@ fn five_hundred_pools_come_and_go_in_a_bounded_table() {
 
 /// forget_stream gives back a live private pool's cache on that stream and
 /// retires its entry (it used to act on the default pool's entry only); a
-/// later use starts afresh, and the slot serves the next new pair. A pool
-/// that served a graph capture keeps its entry and memory.
+/// later use starts afresh, and the slot serves the next new pair. (A pool
+/// that served a graph capture keeps its entry and memory: `pool_capture`.)
 #[test]
 fn forget_stream_retires_private_pool_entries() {
     let _g = emu_lock();
