@@ -26,7 +26,6 @@ use super::policy::{PoolKind, MAX_REQUEST};
 use super::pool::Pool;
 use super::pools::routing::Routes;
 use super::pools::state::Pools;
-use super::pools::tally::PoolTally;
 use super::shard::Shard;
 use super::shared::Shared;
 use super::sleep_state::SleepState;
@@ -111,18 +110,6 @@ impl<B: Backing> Device<B> {
                 }
                 None => self.add_entry(stream, pool),
             },
-        }
-    }
-
-    /// A request routed to `pool` on `stream` whose entry predates it: if
-    /// the stream captures now, the pool becomes a graph pool for good
-    /// (Note [capture]). Asked of the runtime once per routed request until
-    /// then, as torch_npu's route filter asks for every routed allocation.
-    #[cold]
-    fn note_routed_capture(&self, entry: &StreamEntry<B>, pool: u64, stream: Stream) {
-        if !entry.saw_capture() && super::capture::capturing_now(&self.sh.rt, self.sh.device, stream) {
-            entry.note_capture();
-            self.pools.mark_captured(pool);
         }
     }
 
@@ -288,18 +275,6 @@ impl<B: Backing> Device<B> {
         grown
     }
 
-    /// After a growth of `shard`: publishes its held bytes and raises its
-    /// pool's reserved peak to the sum over the pool's shards.
-    #[cold]
-    #[inline(never)]
-    fn pool_grew(&self, pool: &Pool<B>) {
-        let entry = self.streams.entry_of(pool.id);
-        entry.publish_held(pool.kind as usize, pool.held_bytes());
-        let id = entry.pool();
-        let held: u64 = self.streams.iter().filter(|e| e.pool() == id).map(|e| e.held()).sum();
-        self.tally_of(pool).raise_reserved(held);
-    }
-
     /// Allocated bytes over all shards (this one's exact) and their peak.
     fn grow_context<'a>(&'a self, shard: &Shard<B>, pool: &Pool<B>) -> GrowContext<'a, B> {
         let others: u64 = self.streams.shards().filter(|s| !std::ptr::eq(*s, shard)).map(|s| s.lane.allocated()).sum();
@@ -332,19 +307,7 @@ impl<B: Backing> Device<B> {
     #[inline(never)]
     fn raise_peaks(&self, entry: &StreamEntry<B>, totals: (u64, u64), pool: &Pool<B>) {
         self.peaks.raise(&entry.high, totals, self.streams.shards().map(|s| &s.lane));
-        let id = entry.pool();
-        let (mut a, mut r) = (0, 0);
-        for lane in self.streams.iter().filter(|e| e.pool() == id).flat_map(|e| &e.shards).map(|s| &s.lane) {
-            a += lane.allocated();
-            r += lane.requested();
-        }
-        self.tally_of(pool).raise(a, r);
-    }
-
-    /// The figures of the pool `pool` (a shard's state) serves.
-    #[cold]
-    pub(super) fn tally_of(&self, pool: &Pool<B>) -> Arc<PoolTally> {
-        self.pools.tally(self.streams.entry_of(pool.id).pool()).unwrap_or_default()
+        self.raise_pool_peaks(entry, pool);
     }
 
     /// Frees a block by its start address (stream-ordered on its stream).
