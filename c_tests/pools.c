@@ -1,10 +1,12 @@
 /*
  * Private pools at the C boundary: npualloc_pool_create / begin / end /
- * destroy / get_stats refuse NULL handles, NULL out-pointers, unknown and
+ * destroy / get_stats / empty_cache refuse NULL handles, NULL out-pointers, unknown and
  * destroyed pools, pool 0's destruction, a pool_end naming the wrong route
  * and bad pool configs, each with its documented status, an explanation in
- * npualloc_last_error() and no change to the allocator's statistics; and a
- * routed allocation comes from the pool, whose statistics count it.
+ * npualloc_last_error() and no change to the allocator's statistics; a
+ * routed allocation comes from the pool, whose statistics count it (and
+ * the device call that made its memory); npualloc_pool_empty_cache gives
+ * the pool's cache back.
  */
 #include <stdint.h>
 #include <string.h>
@@ -65,6 +67,8 @@ int main(void) {
     REFUSED(npualloc_pool_destroy(NULL, pool), NPUALLOC_ERR_INVALID_ARGUMENT);
     REFUSED(npualloc_pool_get_stats(A, pool, NULL), NPUALLOC_ERR_INVALID_ARGUMENT);
     REFUSED(npualloc_pool_get_stats(NULL, pool, NULL), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_pool_empty_cache(NULL, pool), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_pool_empty_cache(A, pool + 100), NPUALLOC_ERR_INVALID_ARGUMENT);
 
     /* A route; the wrong end and a destroy while routed change nothing. */
     CHECK_STATUS(npualloc_pool_begin(A, pool, s), NPUALLOC_OK);
@@ -76,7 +80,14 @@ int main(void) {
     CHECK_EQ_INT(stats_of(A, (int)pool).active_blocks, 1);
     CHECK_EQ_INT(stats_of(A, 0).active_blocks, 0);
     CHECK_EQ_INT(stats_of(A, -1).active_blocks, 1);
+    CHECK(stats_of(A, (int)pool).num_device_mallocs + stats_of(A, (int)pool).num_maps >= 1);
+    CHECK_EQ_INT(stats_of(A, 0).num_device_mallocs + stats_of(A, 0).num_maps, 0);
     CHECK_STATUS(npualloc_free(A, p), NPUALLOC_OK);
+    /* empty_cache leaves the pool's cache; pool_empty_cache gives it back. */
+    CHECK_STATUS(npualloc_empty_cache(A), NPUALLOC_OK);
+    CHECK(stats_of(A, (int)pool).reserved_bytes > 0);
+    CHECK_STATUS(npualloc_pool_empty_cache(A, pool), NPUALLOC_OK);
+    CHECK_EQ_INT(stats_of(A, (int)pool).reserved_bytes, 0);
 
     CHECK_STATUS(npualloc_pool_destroy(A, pool), NPUALLOC_OK);
     REFUSED(npualloc_pool_destroy(A, pool), NPUALLOC_ERR_INVALID_ARGUMENT);

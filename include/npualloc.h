@@ -385,6 +385,7 @@ typedef struct npualloc_api {
                                   const uint64_t*,
                                   size_t);
     npualloc_status (*wake_with)(struct npualloc_allocator*, const uint64_t*, size_t);
+    npualloc_status (*pool_empty_cache)(struct npualloc_allocator*, uint64_t);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -753,9 +754,14 @@ npualloc_status npualloc_pluggable_snapshot_pytorch_json(int device, char **out_
  * the out-of-memory ladder (with its garbage collection and headroom
  * moves), the release threshold, and destroy. It runs with no npualloc
  * lock held that a malloc or free on another stream needs, on the thread
- * that triggered the release. A host with its own queue of work not yet
- * handed to the runtime (torch_npu's task queue) drains it there. NULL
- * `fn` removes the hook. Replaces any earlier hook.
+ * that triggered the release, which may be inside `npualloc_free` (the
+ * last block of a destroyed pool, the release threshold). A host with its
+ * own queue of work not yet handed to the runtime (torch_npu's task queue)
+ * drains it there; a host whose drain cannot run on some thread of its own
+ * (its queue's own threads) must return at once there. NULL `fn` removes
+ * the hook. Replaces any earlier hook; returns only once no other thread
+ * is inside the old one, so its `user` may be freed then (a call of the old
+ * hook on the calling thread, one replacing itself, is not waited for).
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle.
  * Thread-safe.
@@ -773,7 +779,8 @@ npualloc_status npualloc_set_before_release(struct npualloc_allocator *a,
  * NPUALLOC_ERR_OUT_OF_MEMORY, after everything the request took was given
  * back and with no npualloc lock held, on the thread that made the
  * request, with the same report text the last error gets. NULL `fn`
- * removes it; replaces any earlier observer. With the config key
+ * removes it; replaces any earlier observer, returning once no other
+ * thread is inside the old one. With the config key
  * `oom_snapshot:PATH`, a PyTorch-format snapshot (a pickle, the memory
  * history included while recording) is written to PATH just before.
  *
@@ -1082,8 +1089,12 @@ npualloc_status npualloc_pool_destroy(struct npualloc_allocator *a, uint64_t poo
  * Fills `*out` as `npualloc_get_stats` does, for one pool's blocks and
  * memory (0: the default pool; a destroyed pool's live blocks still
  * count). Counters of device calls (device mallocs and frees, maps,
- * syncs, retries, OOMs) are the allocator's and read 0 here; reserved
- * bytes are the pool's segments; the peaks are those of its streams.
+ * physical mallocs and frees, syncs, retries, OOMs) count the calls made
+ * for the pool's memory and its requests (sleep and wake, and the freeing
+ * of unmapped handles cached for any pool, count only in the allocator's);
+ * reserved bytes are the pool's segments; the peaks are the pool's own
+ * (allocated and requested as `npualloc_get_stats` keeps them, over the
+ * pool's streams; reserved the most its segments held).
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle, a pool
  * never created, a NULL `out` or a `struct_size` below the header.
@@ -1095,6 +1106,23 @@ npualloc_status npualloc_pool_destroy(struct npualloc_allocator *a, uint64_t poo
 npualloc_status npualloc_pool_get_stats(const struct npualloc_allocator *a,
                                         uint64_t pool,
                                         struct npualloc_stats *out);
+
+/**
+ * Gives back the cached memory of `pool` (0: the default pool's) after
+ * synchronizing only the streams that used it; its live blocks are
+ * untouched and the pool keeps working. A destroyed pool's remaining
+ * cached memory goes back too. A pool that served a graph capture and is
+ * not destroyed keeps its memory (the graph may replay until
+ * `npualloc_pool_destroy`): NPUALLOC_OK, nothing given back. The
+ * before-release hook runs first, as for `npualloc_empty_cache`.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a pool
+ * never created or a NULL or dead handle. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle.
+ */
+npualloc_status npualloc_pool_empty_cache(struct npualloc_allocator *a, uint64_t pool);
 
 /**
  * Sleeps: synchronizes every stream that used memory, gives back all cached

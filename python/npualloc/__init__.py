@@ -403,6 +403,12 @@ class Pool:
         _check(self._lib.npualloc_pool_get_stats(self._allocator._live(), self.id, ctypes.byref(s)))
         return _stats_dict(s)
 
+    def empty_cache(self):
+        """Gives the pool's cached memory back to the device; its live blocks
+        stay and the pool keeps working. A pool that served a graph capture
+        keeps its memory (the graph may replay) until destroyed."""
+        _check(self._lib.npualloc_pool_empty_cache(self._allocator._live(), self.id))
+
     def destroy(self):
         """Destroys the pool: its cached memory goes back to the device;
         its live blocks stay valid until freed. ValueError while routed."""

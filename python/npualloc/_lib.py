@@ -117,6 +117,7 @@ def lib():
             "npualloc_pool_end": (status, [P, ctypes.c_uint64, P]),
             "npualloc_pool_destroy": (status, [P, ctypes.c_uint64]),
             "npualloc_pool_get_stats": (status, [P, ctypes.c_uint64, ctypes.POINTER(Stats)]),
+            "npualloc_pool_empty_cache": (status, [P, ctypes.c_uint64]),
             "npualloc_record_stream": (status, [P, P, P]),
             "npualloc_erase_stream": (status, [P, P, P]),
             "npualloc_forget_stream": (status, [P, P]),

@@ -41,6 +41,10 @@ def test_thread_route_nesting_and_stats(emu):
             alloc.free(blk)
         alloc.empty_cache()
         assert outer.stats()["reserved_bytes"] > 0, "empty_cache leaves a pool's cache"
+        inner_reserved = inner.stats()["reserved_bytes"]
+        outer.empty_cache()
+        assert outer.stats()["reserved_bytes"] == 0, "Pool.empty_cache gives the pool's cache back"
+        assert inner.stats()["reserved_bytes"] == inner_reserved, "another pool's cache stays"
         outer.destroy()
         assert outer.stats()["reserved_bytes"] == 0
         with pytest.raises(ValueError, match="destroyed"):

@@ -92,3 +92,26 @@ def test_mem_pool_routes_the_threads_allocations(run_npu):
     assert r["inside"]["active_blocks"] == 1, r["inside"]
     assert r["uses"] == 1
     assert r["snap_pools"] and all(p == r["pool_id"] for p in r["snap_pools"]), r
+
+
+def test_mem_pool_destruction_empties_only_its_pool(run_npu):
+    # MemPool's destructor calls releasePool, then emptyCache(its id): as with torch_npu's own
+    # allocator, the released pool's memory goes back and the default pool keeps its cache.
+    r = run(run_npu, POOL_STATS + textwrap.dedent("""
+        pool = torch.npu.MemPool()
+        with torch.npu.use_mem_pool(pool):
+            a = torch.empty(1 << 20, device="npu")
+        b = torch.empty(4 << 20, device="npu")
+        del b
+        default_cached = pool_stats(0)["reserved_bytes"]
+        del a
+        in_pool = pool_stats(1)["reserved_bytes"]
+        del pool
+        import gc
+        gc.collect()
+        report({"default_cached": default_cached, "default_after": pool_stats(0)["reserved_bytes"],
+                "in_pool": in_pool, "pool_after": pool_stats(1)["reserved_bytes"]})
+    """)).result
+    assert r["default_cached"] > 0, r
+    assert r["default_after"] == r["default_cached"], "a MemPool's destruction emptied the default pool's cache"
+    assert r["in_pool"] > 0 and r["pool_after"] == 0, r

@@ -38,7 +38,14 @@
 //! served before its capture began, whose capture allocations are all
 //! cache hits and which no reclaim path tries to synchronize, is not seen:
 //! blocks freed on it during an unrouted capture are reused as usual.
-//! Routing the capture to a pool closes that gap.
+//! Routing the capture to a pool closes that gap: a pool becomes a graph
+//! pool (`Record::captured`) when a route to it begins on a capturing
+//! stream, when its entry is made for a capturing stream, or when a request
+//! routed to an existing entry finds its stream capturing (the routed path
+//! asks the runtime until the entry has seen a capture, as torch_npu's
+//! route filter asks for every routed allocation; torch_npu routes before
+//! `aclmdlRICaptureBegin`, docs/anchors.md "Graph capture"). A graph pool's
+//! cached memory stays through sleep and `pool_empty_cache`.
 
 use super::backing::Backing;
 use super::block::{BlockId, BlockState};

@@ -100,10 +100,14 @@ impl<B: Backing> Device<B> {
     #[cold]
     #[inline(never)]
     fn routed_entry(&self, stream: Stream) -> Result<&StreamEntry<B>> {
+        self.reap_routes();
         match self.routes.pool_for(stream) {
             0 => self.stream_entry(stream),
             pool => match self.streams.find_in(pool, stream) {
-                Some(e) => Ok(e),
+                Some(e) => {
+                    self.note_routed_capture(e, pool, stream);
+                    Ok(e)
+                }
                 None => self.add_entry(stream, pool),
             },
         }
@@ -118,25 +122,22 @@ impl<B: Backing> Device<B> {
                 |kind: PoolKind| Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream));
             [shard(PoolKind::Small), shard(PoolKind::Large)]
         };
-        // A retired entry's shards are empty: they become this stream's.
+        // A retired entry's shards are empty: they become this stream's
+        // (and this pool's).
         let revive = |e: &StreamEntry<B>| {
             for shard in &e.shards {
                 shard.lock_anyway().set_stream(stream);
             }
-            e.high.clear();
-            e.clear_graph_for_revival();
         };
-        // A private pool's entry is made under the pools lock (taken before
-        // `adding`), so a racing pool_destroy marks it (Note [pools]).
-        let made = match pool {
-            0 => self.streams.get_or_add((stream, 0, false), make, revive),
-            _ => match self
-                .pools
-                .with_live(pool, |c| self.streams.get_or_add((stream, pool, c.use_on_oom), make, revive))
-            {
-                Some(made) => made,
-                None => return Err(Error::InvalidArgument(format!("pool {pool} was destroyed"))),
-            },
+        // Every entry is made or taken over under the pools lock (taken
+        // before `adding`), so a racing pool_destroy marks it, and never
+        // marks one that changes pools meanwhile (Note [pools]).
+        let made = match self.pools.with_live(pool, |c| {
+            let use_on_oom = pool != 0 && c.use_on_oom;
+            self.streams.get_or_add((stream, pool, use_on_oom), make, revive)
+        }) {
+            Some(made) => made,
+            None => return Err(Error::InvalidArgument(format!("pool {pool} was destroyed"))),
         };
         if let Some(entry) = made {
             // A capture routed to a pool keeps its memory by the pool's
@@ -145,6 +146,7 @@ impl<B: Backing> Device<B> {
                 entry.mark_graph();
             } else if capturing {
                 // Its cached memory stays through sleep (Note [sleep]).
+                entry.note_capture();
                 self.pools.mark_captured(pool);
             }
         }
@@ -178,11 +180,16 @@ impl<B: Backing> Device<B> {
         if self.sleep.refusing() {
             self.sleep.check(entry)?;
         }
+        #[cfg(test)]
+        super::testpoint::hit("malloc: before the shard lock");
         let shard = &entry.shards[kind as usize];
         let mut pool = shard.lock()?;
         // The entry may have been retired, and taken over by another stream
         // with blocks of its own cached, since the look-up: one compare
         // under the lock (`StreamTable::retire`), never taken in practice.
+        // (A default-pool entry never goes to its stream in a private pool:
+        // `get_or_add`. A routed request whose route ended meanwhile may
+        // land in the pool its stream is routed to now.)
         if pool.stream() != stream {
             drop(pool);
             return self.malloc_again(size, stream);
@@ -257,7 +264,15 @@ impl<B: Backing> Device<B> {
         if let Some(mut sibling) = ctx.sibling.and_then(|s| s.try_lock()) {
             sibling.drain_reuse();
         }
-        pool.grow(size, rounded, &ctx, first)
+        // The device calls of the growth are the pool's (Note [pools]).
+        let grown = {
+            let _pool_calls = super::stats::count_for(&self.tally_of(pool).calls);
+            pool.grow(size, rounded, &ctx, first)
+        };
+        if grown.is_ok() {
+            self.pool_grew(pool);
+        }
+        grown
     }
 
     /// Allocated bytes over all shards (this one's exact) and their peak.
@@ -281,8 +296,18 @@ impl<B: Backing> Device<B> {
         let sibling = &entry.shards[kind ^ 1].lane;
         let totals = (c.allocated + sibling.allocated(), c.requested + sibling.requested());
         if entry.high.passed(totals.0, totals.1) {
-            self.peaks.raise(&entry.high, totals, self.streams.shards().map(|s| &s.lane));
+            self.raise_peaks(entry, totals, pool);
         }
+    }
+
+    /// `entry`'s stream passed its high-water mark with `totals`: the
+    /// device's peaks rise (`Peaks::raise`), and its pool's to the sums over
+    /// the pool's shards (Note [pools]).
+    #[cold]
+    #[inline(never)]
+    fn raise_peaks(&self, entry: &StreamEntry<B>, totals: (u64, u64), pool: &Pool<B>) {
+        self.peaks.raise(&entry.high, totals, self.streams.shards().map(|s| &s.lane));
+        self.raise_pool_peaks(entry, pool);
     }
 
     /// Frees a block by its start address (stream-ordered on its stream).
@@ -332,10 +357,26 @@ impl<B: Backing> Device<B> {
         self.published(entry, kind, &pool);
         self.sh.trace(|t| t.free(addr));
         let detached = pool.detach_for_threshold();
+        let (live, _) = pool.live();
         drop(pool);
-        if !detached.is_empty() {
+        let released = !detached.is_empty();
+        if released {
             self.sh.hooks.before_release(self.sh.device);
             let _ = self.give_back_all(vec![(&entry.shards[kind], detached)]);
+        }
+        // The pool's last block on this stream: everything left in the
+        // entry (ranges, cached handles) goes back and its slot is freed
+        // for the next new pair (Note [pools]). A ladder under way holds
+        // the lock; then the next pool_destroy, empty_cache or
+        // forget_stream does it.
+        if live == 0 && entry.shards[kind ^ 1].lock_anyway().live().0 == 0 {
+            if !released {
+                self.sh.hooks.before_release(self.sh.device);
+            }
+            if let Ok(_ladder) = self.ladder.try_lock() {
+                let _ = self.forget_entry(entry, entry.stream_now());
+                let _ = B::free_cached(&self.sh);
+            }
         }
         Ok(())
     }
@@ -464,6 +505,15 @@ impl<B: Backing> Device<B> {
         self.check_usable()?;
         self.sh.counters.reset_peak();
         self.peaks.reset(self.streams.iter().map(|e| (&e.high, [&e.shards[0].lane, &e.shards[1].lane])));
+        for (id, tally) in self.pools.tallies().iter().enumerate() {
+            let (mut a, mut r, mut held) = (0, 0, 0);
+            for shard in self.streams.iter().filter(|e| e.pool() == id as u64).flat_map(|e| &e.shards) {
+                a += shard.lane.allocated();
+                r += shard.lane.requested();
+                held += shard.lock_anyway().held_bytes() as u64;
+            }
+            tally.reset(a, r, held);
+        }
         Ok(())
     }
 

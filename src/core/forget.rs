@@ -6,33 +6,68 @@
 //! blocks stay valid and are freed as usual (their range stays until they
 //! are); a later use of the stream starts from empty shards.
 //!
-//! When nothing is left in its shards (no live block, no range or segment,
-//! no pending free), the stream's entry retires and the next new stream
-//! takes it over (`streams`); otherwise it stays, and a stream handle the
-//! runtime hands out again finds it.
+//! Each of the stream's entries is forgotten: the default pool's and those
+//! of private pools (Note [pools]), except a live pool's that served a
+//! graph capture (its memory is the graph's until `pool_destroy`).
+//!
+//! When nothing is left in an entry's shards (no live block, no range or
+//! segment, no pending free), the entry retires and the next new (pool,
+//! stream) pair takes it over (`streams`); otherwise it stays, and a stream
+//! handle the runtime hands out again finds it. A destroyed pool's entries
+//! retire the same way, at `pool_destroy` or at the free that empties them.
 
 use super::backing::{Backing, Scope};
 use super::device::Device;
 use super::shard::Shard;
+use super::streams::{StreamEntry, DESTROYED};
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use std::sync::atomic::Ordering;
 
 impl<B: Backing> Device<B> {
-    /// Gives back what `stream`'s shards cache (see the module comment).
-    /// An unknown stream is no error. Returns the bytes the device got back.
+    /// Gives back what `stream`'s shards cache (see the module comment), in
+    /// every pool but those that served a graph capture and are not
+    /// destroyed (the graph's memory stays until `pool_destroy`, Note
+    /// [capture]). An unknown stream is no error. Returns the bytes the
+    /// device got back.
     pub fn forget_stream(&self, stream: Stream) -> Result<usize> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
         }
-        if self.streams.find(stream).is_none() {
+        if self.streams.all_of(stream).next().is_none() {
             return Ok(0);
         }
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         // Looked up again under the ladder lock: another forget_stream of
-        // the same stream may have retired its entry meanwhile, and a new
-        // stream taken it over.
-        let Some(entry) = self.streams.find(stream) else { return Ok(0) };
+        // the same stream may have retired its entries meanwhile, and a new
+        // stream taken them over.
+        let entries: Vec<_> = self
+            .streams
+            .all_of(stream)
+            .filter(|e| e.pool() == 0 || e.reclaimable() || !self.pools.captured(e.pool()))
+            .collect();
+        let mut released = 0;
+        let mut first_error = None;
+        for entry in entries {
+            match self.forget_entry(entry, stream) {
+                Ok(n) => released += n,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match B::free_cached(&self.sh) {
+            Ok(n) => released += n,
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(released), Err)
+    }
+
+    /// Gives back what `entry` (of `stream`) caches and retires it if that
+    /// leaves nothing in it. The caller holds the ladder lock.
+    pub(super) fn forget_entry(&self, entry: &StreamEntry<B>, stream: Stream) -> Result<usize> {
         let mut released = 0;
         let mut first_error = None;
         // The second pass releases the ranges the first one emptied.
@@ -55,23 +90,31 @@ impl<B: Backing> Device<B> {
                 }
             }
         }
-        match B::free_cached(&self.sh) {
-            Ok(n) => released += n,
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-        let mut empty = true;
         for (kind, shard) in entry.shards.iter().enumerate() {
             let pool = shard.lock_anyway();
             self.published(entry, kind, &pool);
-            empty &= pool.holds_nothing();
         }
-        // Not under a shard lock: `adding` is taken before them. `retire`
-        // checks again under the shard locks (a malloc may have come in).
-        if empty {
-            self.streams.retire(entry, stream);
-        }
+        self.retire_if_empty(entry, stream);
         first_error.map_or(Ok(released), Err)
+    }
+
+    /// Retires `entry` (of `stream`) if its shards hold nothing: its slot
+    /// goes to the next new (pool, stream) pair. The caller holds the
+    /// ladder lock and no shard lock (`adding` is taken before them;
+    /// `retire` checks again under the shard locks, as a malloc may have
+    /// come in). Returns true if it retired the entry.
+    pub(super) fn retire_if_empty(&self, entry: &StreamEntry<B>, stream: Stream) -> bool {
+        let empty = entry.shards.iter().all(|s| s.lock_anyway().holds_nothing());
+        empty && self.streams.retire(entry, stream)
+    }
+
+    /// Retires every entry of destroyed pools that holds nothing (after
+    /// `pool_destroy`, or a free that emptied one). The caller holds the
+    /// ladder lock.
+    pub(super) fn retire_destroyed(&self) {
+        let done: Vec<_> = self.streams.iter().filter(|e| e.flags() & DESTROYED != 0).collect();
+        for entry in done {
+            self.retire_if_empty(entry, entry.stream_now());
+        }
     }
 }

@@ -2,7 +2,11 @@
 //!
 //! `before_release` runs before every synchronization that precedes giving
 //! device memory back (empty_cache, the out-of-memory ladder with its
-//! garbage collection and headroom moves, the release threshold, teardown).
+//! garbage collection and headroom moves, the release threshold, the free
+//! of a destroyed pool's last block, pool_destroy, pool_empty_cache, sleep,
+//! teardown). Some of those are inside a free, on whichever thread frees:
+//! a host whose drain would wait for the calling thread itself (torch_npu's
+//! queue threads; the bridge checks) returns at once there.
 //! A host that keeps its own queue of work not yet handed to the runtime
 //! (torch_npu's task queue) drains it there, so the synchronization that
 //! follows covers that work too. It is called with no npualloc lock held:
@@ -13,10 +17,13 @@
 //! held, with the report the error carries.
 //!
 //! The hooks are read on those cold paths only; no malloc or free that
-//! succeeds looks at them.
+//! succeeds looks at them. Replacing or removing a hook returns only once
+//! no other thread is inside the old one (`Slot`), so the host may then
+//! free what its `user` pointed to.
 
+use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CString};
-use std::sync::RwLock;
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 /// `fn(user, device)`, as the C API's `npualloc_release_hook`.
 pub type ReleaseHook = unsafe extern "C" fn(user: *mut c_void, device: i32);
@@ -38,55 +45,211 @@ unsafe impl<F: Send> Send for Registered<F> {}
 // SAFETY: as above; npualloc never dereferences `user`.
 unsafe impl<F: Sync> Sync for Registered<F> {}
 
+/// One registration and the calls of it under way.
+struct Installed<F> {
+    hook: Registered<F>,
+    calls: Mutex<usize>,
+    done: Condvar,
+}
+
+thread_local! {
+    /// The registrations this thread is calling now (a hook may call into
+    /// npualloc, and replace itself).
+    static CALLING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A hook slot. Replacing or removing the hook waits until every call of
+/// the old one under way on other threads has returned, so the host may
+/// free what `user` points to once the setter returns. A call of it on the
+/// setter's own thread (a hook that replaces itself) is not waited for.
+/// Neither side holds a lock a malloc or free needs: callers copy the
+/// registration out and count themselves in under the slot's short lock.
+struct Slot<F> {
+    current: RwLock<Option<Arc<Installed<F>>>>,
+    /// Setters waiting for calls of an old registration (tests watch it).
+    #[cfg(test)]
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+impl<F> Default for Slot<F> {
+    fn default() -> Self {
+        Slot {
+            current: RwLock::new(None),
+            #[cfg(test)]
+            waiting: Default::default(),
+        }
+    }
+}
+
+impl<F: Copy> Slot<F> {
+    fn set(&self, hook: Option<(F, *mut c_void)>) {
+        let fresh = hook.map(|(f, user)| {
+            Arc::new(Installed { hook: Registered { f, user }, calls: Mutex::new(0), done: Condvar::new() })
+        });
+        let old = std::mem::replace(&mut *self.current.write().unwrap_or_else(|e| e.into_inner()), fresh);
+        let Some(old) = old else { return };
+        let key = Arc::as_ptr(&old) as usize;
+        let mine = CALLING.with(|c| c.borrow().iter().filter(|&&k| k == key).count());
+        let mut calls = old.calls.lock().unwrap_or_else(|e| e.into_inner());
+        while *calls > mine {
+            #[cfg(test)]
+            self.waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            calls = old.done.wait(calls).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn is_set(&self) -> bool {
+        self.current.read().map(|r| r.is_some()).unwrap_or(false)
+    }
+
+    /// Runs `call(f, user)` with the hook, if any.
+    fn call(&self, call: impl FnOnce(F, *mut c_void)) {
+        let installed = {
+            let slot = self.current.read().unwrap_or_else(|e| e.into_inner());
+            let Some(i) = slot.as_ref() else { return };
+            // Counted in while the slot is read-locked: a setter that took
+            // the registration out waits for this call.
+            *i.calls.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+            i.clone()
+        };
+        let key = Arc::as_ptr(&installed) as usize;
+        CALLING.with(|c| c.borrow_mut().push(key));
+        /// Counts the call out even if the host's function unwinds.
+        struct Out<'a, F>(&'a Installed<F>, usize);
+        impl<F> Drop for Out<'_, F> {
+            fn drop(&mut self) {
+                CALLING.with(|c| {
+                    let mut c = c.borrow_mut();
+                    if let Some(i) = c.iter().rposition(|&k| k == self.1) {
+                        c.remove(i);
+                    }
+                });
+                *self.0.calls.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+                self.0.done.notify_all();
+            }
+        }
+        let _out = Out(&installed, key);
+        call(installed.hook.f, installed.hook.user);
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Hooks {
-    before_release: RwLock<Option<Registered<ReleaseHook>>>,
-    oom: RwLock<Option<Registered<OomHook>>>,
+    before_release: Slot<ReleaseHook>,
+    oom: Slot<OomHook>,
 }
 
 impl std::fmt::Debug for Hooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let set = self.before_release.read().map(|r| r.is_some()).unwrap_or(false);
-        f.debug_struct("Hooks").field("before_release", &set).finish()
+        f.debug_struct("Hooks").field("before_release", &self.before_release.is_set()).finish()
     }
 }
 
 impl Hooks {
-    /// Installs (Some) or removes (None) the before-release hook.
+    /// Installs (Some) or removes (None) the before-release hook; returns
+    /// once no other thread is inside the old one (`Slot`).
     pub fn set_before_release(&self, hook: Option<(ReleaseHook, *mut c_void)>) {
-        let mut slot = self.before_release.write().unwrap_or_else(|e| e.into_inner());
-        *slot = hook.map(|(f, user)| Registered { f, user });
+        self.before_release.set(hook);
     }
 
     /// Runs the before-release hook, if any, for `device`. The caller holds
-    /// no npualloc lock. The hook is copied out first, so it may replace
-    /// itself.
+    /// no npualloc lock. The hook may replace itself.
     #[cold]
     pub fn before_release(&self, device: i32) {
-        let hook = *self.before_release.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(Registered { f, user }) = hook {
+        self.before_release.call(|f, user| {
             // SAFETY: `f` and `user` come from the host together; calling
-            // `f(user, device)` is exactly what it registered them for.
-            unsafe { f(user, device) };
-        }
+            // `f(user, device)` is exactly what it registered them for, and
+            // the registration stays until this call returns.
+            unsafe { f(user, device) }
+        });
     }
 
-    /// Installs (Some) or removes (None) the out-of-memory observer.
+    /// Installs (Some) or removes (None) the out-of-memory observer; returns
+    /// once no other thread is inside the old one.
     pub fn set_out_of_memory(&self, hook: Option<(OomHook, *mut c_void)>) {
-        let mut slot = self.oom.write().unwrap_or_else(|e| e.into_inner());
-        *slot = hook.map(|(f, user)| Registered { f, user });
+        self.oom.set(hook);
     }
 
     /// Runs the out-of-memory observer, if any, for a refused request of
     /// `requested` bytes on `device`. The caller holds no npualloc lock.
     #[cold]
     pub fn out_of_memory(&self, device: i32, requested: usize, report: &str) {
-        let hook = *self.oom.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(Registered { f, user }) = hook {
+        self.oom.call(|f, user| {
+            // Made only when an observer is installed.
             let text = CString::new(report.replace('\0', " ")).unwrap_or_default();
             // SAFETY: `f` and `user` come from the host together; `text`
             // outlives the call, as the contract promises.
-            unsafe { f(user, device, requested, text.as_ptr()) };
-        }
+            unsafe { f(user, device, requested, text.as_ptr()) }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::mpsc;
+
+    /// What the test hook uses: it says it entered, then waits to be let go.
+    struct Gate {
+        entered: mpsc::SyncSender<()>,
+        go: Mutex<mpsc::Receiver<()>>,
+        calls: AtomicUsize,
+    }
+
+    unsafe extern "C" fn gate(user: *mut c_void, _device: i32) {
+        // SAFETY: the test passes a `Gate` that outlives every call.
+        let g = unsafe { &*(user as *const Gate) };
+        g.calls.fetch_add(1, Ordering::SeqCst);
+        g.entered.send(()).unwrap();
+        g.go.lock().unwrap().recv().unwrap();
+    }
+
+    /// Removing the hook while another thread is inside it returns only
+    /// after that call has: the setter is seen waiting (not returned) while
+    /// the call is held, and the hook is not called after removal. No
+    /// timing: the test waits for one of two states and checks which.
+    #[test]
+    fn removal_waits_for_calls_under_way_on_other_threads() {
+        let hooks = Hooks::default();
+        let (entered_tx, entered) = mpsc::sync_channel(1);
+        let (go, go_rx) = mpsc::channel();
+        let g = Gate { entered: entered_tx, go: Mutex::new(go_rx), calls: AtomicUsize::new(0) };
+        hooks.set_before_release(Some((gate, &g as *const Gate as *mut c_void)));
+        let removed = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let caller = s.spawn(|| hooks.before_release(3));
+            entered.recv().unwrap();
+            let remover = s.spawn(|| {
+                hooks.set_before_release(None);
+                removed.store(true, Ordering::SeqCst);
+            });
+            while !removed.load(Ordering::SeqCst) && hooks.before_release.waiting.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+            let returned_early = removed.load(Ordering::SeqCst);
+            go.send(()).unwrap();
+            caller.join().unwrap();
+            remover.join().unwrap();
+            assert!(!returned_early, "set_before_release(NULL) returned while the hook was still running");
+        });
+        assert!(removed.load(Ordering::SeqCst));
+        hooks.before_release(3);
+        assert_eq!(g.calls.load(Ordering::SeqCst), 1, "a removed hook was called");
+    }
+
+    unsafe extern "C" fn remove_self(user: *mut c_void, _device: i32) {
+        // SAFETY: the test passes its `Hooks` as `user`.
+        let hooks = unsafe { &*(user as *const Hooks) };
+        hooks.set_before_release(None);
+    }
+
+    /// A hook that removes itself does not wait for its own call.
+    #[test]
+    fn a_hook_may_remove_itself() {
+        let hooks = Hooks::default();
+        hooks.set_before_release(Some((remove_self, &hooks as *const Hooks as *mut c_void)));
+        hooks.before_release(0);
+        assert!(!hooks.before_release.is_set());
     }
 }

@@ -134,9 +134,14 @@ impl<B: Backing> Device<B> {
                 Err((e, largest)) => (last, seen) = (e, largest),
             }
         }
-        self.sh.counters.retried();
+        // The request's retry and refusal count for its pool too (Note [pools]).
+        let own_calls = self.tally_of(&shard.lock_anyway()).calls.clone();
+        {
+            let _pool_calls = super::stats::count_for(&own_calls);
+            self.sh.counters.retried();
+        }
         // Pools with use_on_oom give their cache to requests of other pools.
-        let own = self.streams.entry_of(shard.lock_anyway().id).pool;
+        let own = self.streams.entry_of(shard.lock_anyway().id).pool();
         for step in Step::LADDER {
             if !self.reclaim(step, own) {
                 continue;
@@ -147,7 +152,10 @@ impl<B: Backing> Device<B> {
                 Err((e, largest)) => (last, seen) = (e, largest),
             }
         }
-        self.sh.counters.oom();
+        {
+            let _pool_calls = super::stats::count_for(&own_calls);
+            self.sh.counters.oom();
+        }
         // Its own statement: the guard must not live across the device call.
         let stream = shard.lock_anyway().stream();
         self.sh.history.oom(size, stream, || {
@@ -216,7 +224,7 @@ impl<B: Backing> Device<B> {
 
     /// Runs one recovery step; false when it had nothing to do.
     fn reclaim(&self, step: Step, own: u64) -> bool {
-        let pick = |e: &super::streams::StreamEntry<B>| e.reclaimable() || (e.use_on_oom && e.pool != own);
+        let pick = |e: &super::streams::StreamEntry<B>| e.reclaimable() || (e.use_on_oom() && e.pool() != own);
         match step {
             Step::ReleaseCached => {
                 // Failures only mean less came back; the retry says. The

@@ -54,6 +54,8 @@ mod stats;
 mod stream_order;
 mod streams;
 mod teardown;
+#[cfg(test)]
+mod testpoint;
 mod wake;
 
 #[cfg(test)]
@@ -419,6 +421,12 @@ impl DeviceAllocator {
     /// Destroys a pool: no more routes, its cached memory goes back.
     pub fn pool_destroy(&self, pool: u64) -> Result<()> {
         with_device!(&self.engine, d => d.pool_destroy(pool))
+    }
+
+    /// Gives back one pool's cached memory (see `Device::pool_empty_cache`);
+    /// returns the bytes given back.
+    pub fn pool_empty_cache(&self, pool: u64) -> Result<usize> {
+        with_device!(&self.engine, d => d.pool_empty_cache(pool))
     }
 
     /// One pool's statistics.

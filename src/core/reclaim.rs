@@ -12,11 +12,14 @@ use super::backing::{Backing, Detached, Scope};
 use super::device::Device;
 use super::lock::StateGuard;
 use super::pool::Pool;
+use super::pools::tally::PoolTally;
 use super::shard::Shard;
+use super::stats::count_for;
 use super::streams::StreamEntry;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 impl<B: Backing> Device<B> {
     /// Returns every shard's held blocks and completed cross-stream frees
@@ -78,9 +81,23 @@ impl<B: Backing> Device<B> {
                 }
             }
         }
+        // Each pool counts the synchronizations made for its memory once
+        // per stream (Note [pools]).
+        let tallies: Vec<_> = taken.iter().map(|(shard, _)| self.tally_of(&shard.lock_anyway())).collect();
+        let mut counted: Vec<(*const PoolTally, Stream)> = Vec::new();
+        for ((_, ds), tally) in taken.iter().zip(&tallies) {
+            for &s in ds.iter().flat_map(|d| &d.streams) {
+                if !counted.contains(&(Arc::as_ptr(tally), s)) {
+                    counted.push((Arc::as_ptr(tally), s));
+                    tally.calls.synced_here();
+                }
+            }
+        }
         let (busy, mut first_error) = self.synchronize(&streams, "synchronizing a stream before releasing memory");
         let mut released = 0;
-        for (shard, detached) in taken {
+        for ((shard, detached), tally) in taken.into_iter().zip(tallies) {
+            // The device calls giving it back are its pool's.
+            let _pool_calls = count_for(&tally.calls);
             let mut outcomes = Vec::with_capacity(detached.len());
             for d in &detached {
                 let ok = if d.streams.iter().any(|s| busy.contains(s)) {
@@ -104,6 +121,7 @@ impl<B: Backing> Device<B> {
                 B::settle(&mut pool, d, ok);
             }
             pool.after_transition();
+            self.streams.entry_of(pool.id).publish_held(pool.kind as usize, pool.held_bytes());
         }
         first_error.map_or(Ok(released), Err)
     }
@@ -205,7 +223,10 @@ impl<B: Backing> Device<B> {
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         // The second pass releases the ranges the first one emptied.
         let released = self.release_free(Scope::All)? + self.release_free(Scope::All)?;
-        Ok(released + B::free_cached(&self.sh)?)
+        let cached = B::free_cached(&self.sh)?;
+        // Destroyed pools' entries left with nothing give their slots back.
+        self.retire_destroyed();
+        Ok(released + cached)
     }
 
     /// After a free, with `release_threshold`: when cached memory passes

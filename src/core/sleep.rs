@@ -128,10 +128,11 @@ impl<B: Backing> Device<B> {
         // pools a capture used keep theirs: the graphs' replays use it
         // (Note [capture], Note [pools]).
         let captured: Vec<u64> = modes.keys().copied().filter(|&p| self.pool_captured(p)).collect();
-        let pick = |e: &StreamEntry<B>| e.reclaimable() || (modes.contains_key(&e.pool) && !captured.contains(&e.pool));
+        let pick =
+            |e: &StreamEntry<B>| e.reclaimable() || (modes.contains_key(&e.pool()) && !captured.contains(&e.pool()));
         let mut freed = self.release_free_where(Scope::All, pick)? + self.release_free_where(Scope::All, pick)?;
         for e in self.streams.iter().filter(|e| !e.is_graph()) {
-            let Some(&mode) = modes.get(&e.pool) else { continue };
+            let Some(&mode) = modes.get(&e.pool()) else { continue };
             for (kind, shard) in e.shards.iter().enumerate() {
                 let mut pool = shard.lock_anyway();
                 let got = B::sleep_pool(&mut pool, mode == SleepMode::Offload);

@@ -41,7 +41,7 @@ impl SleepState {
     #[cold]
     #[inline(never)]
     pub fn check<B: Backing>(&self, entry: &StreamEntry<B>) -> Result<()> {
-        self.refusal(entry.pool, entry.is_graph())
+        self.refusal(entry.pool(), entry.is_graph())
     }
 
     /// `check` for a request routed to `pool` (on a graph stream or not);

@@ -128,64 +128,130 @@ pub(crate) struct DeviceCounters {
     physical_frees: AtomicU64,
 }
 
+thread_local! {
+    /// The counters device calls made by this thread count for besides the
+    /// device's (`count_for`).
+    static ALSO: std::cell::RefCell<Option<std::sync::Arc<DeviceCounters>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// While alive, the device calls this thread makes count for `counters`
+/// too (a pool's: `pools::tally`); dropping it restores what was before.
+pub(crate) struct CountingFor(Option<std::sync::Arc<DeviceCounters>>);
+
+/// Device calls made by this thread count for `counters` too until the
+/// guard drops (slow paths only: growth, giving back, the ladder).
+pub(crate) fn count_for(counters: &std::sync::Arc<DeviceCounters>) -> CountingFor {
+    CountingFor(ALSO.with(|also| also.borrow_mut().replace(counters.clone())))
+}
+
+impl Drop for CountingFor {
+    fn drop(&mut self) {
+        let before = self.0.take();
+        ALSO.with(|also| *also.borrow_mut() = before);
+    }
+}
+
 impl DeviceCounters {
+    /// Applies `f` to these counters and, on a thread inside `count_for`,
+    /// to the counters it names too (a pool's, Note [pools]). Device calls
+    /// are made on slow paths only, so the thread-local read costs no hit.
+    #[inline]
+    fn both(&self, f: impl Fn(&DeviceCounters)) {
+        f(self);
+        ALSO.with(|also| {
+            if let Some(c) = &*also.borrow() {
+                f(c);
+            }
+        });
+    }
+
     fn reserve(&self, size: usize) {
-        let now = self.reserved.fetch_add(size as u64, Relaxed) + size as u64;
-        self.reserved_peak.fetch_max(now, Relaxed);
+        self.both(|c| {
+            let now = c.reserved.fetch_add(size as u64, Relaxed) + size as u64;
+            c.reserved_peak.fetch_max(now, Relaxed);
+        });
     }
 
     /// A fixed segment obtained with `aclrtMalloc`.
     pub fn segment_added(&self, size: usize) {
         self.reserve(size);
-        self.segments.fetch_add(1, Relaxed);
-        self.device_mallocs.fetch_add(1, Relaxed);
+        self.both(|c| {
+            c.segments.fetch_add(1, Relaxed);
+            c.device_mallocs.fetch_add(1, Relaxed);
+        });
     }
 
     /// A fixed segment returned with `aclrtFree`.
     pub fn segment_removed(&self, size: usize) {
-        self.reserved.fetch_sub(size as u64, Relaxed);
-        self.segments.fetch_sub(1, Relaxed);
-        self.device_frees.fetch_add(1, Relaxed);
+        self.both(|c| {
+            c.reserved.fetch_sub(size as u64, Relaxed);
+            c.segments.fetch_sub(1, Relaxed);
+            c.device_frees.fetch_add(1, Relaxed);
+        });
     }
 
     /// An expandable segment (address range) was created; it holds no memory yet.
     pub fn range_added(&self) {
-        self.segments.fetch_add(1, Relaxed);
+        self.both(|c| {
+            c.segments.fetch_add(1, Relaxed);
+        });
     }
 
     pub fn range_removed(&self) {
-        self.segments.fetch_sub(1, Relaxed);
+        self.both(|c| {
+            c.segments.fetch_sub(1, Relaxed);
+        });
     }
 
     /// A physical handle was obtained: it is reserved until freed.
     pub fn physical_allocated(&self, size: usize) {
         self.reserve(size);
-        self.physical_mallocs.fetch_add(1, Relaxed);
+        self.both(|c| {
+            c.physical_mallocs.fetch_add(1, Relaxed);
+        });
     }
 
     pub fn physical_freed(&self, size: usize) {
-        self.reserved.fetch_sub(size as u64, Relaxed);
-        self.physical_frees.fetch_add(1, Relaxed);
+        self.both(|c| {
+            c.reserved.fetch_sub(size as u64, Relaxed);
+            c.physical_frees.fetch_add(1, Relaxed);
+        });
     }
 
     pub fn page_mapped(&self) {
-        self.maps.fetch_add(1, Relaxed);
+        self.both(|c| {
+            c.maps.fetch_add(1, Relaxed);
+        });
     }
 
     pub fn page_unmapped(&self) {
-        self.unmaps.fetch_add(1, Relaxed);
+        self.both(|c| {
+            c.unmaps.fetch_add(1, Relaxed);
+        });
     }
 
     pub fn synced(&self) {
+        self.both(|c| {
+            c.syncs.fetch_add(1, Relaxed);
+        });
+    }
+
+    /// A synchronization counted for these counters alone (a pool's share
+    /// of one the device made for several pools).
+    pub fn synced_here(&self) {
         self.syncs.fetch_add(1, Relaxed);
     }
 
     pub fn retried(&self) {
-        self.retries.fetch_add(1, Relaxed);
+        self.both(|c| {
+            c.retries.fetch_add(1, Relaxed);
+        });
     }
 
     pub fn oom(&self) {
-        self.ooms.fetch_add(1, Relaxed);
+        self.both(|c| {
+            c.ooms.fetch_add(1, Relaxed);
+        });
     }
 
     pub fn reserved(&self) -> usize {
@@ -268,11 +334,6 @@ impl HighWater {
     #[inline]
     pub fn passed(&self, allocated: u64, requested: u64) -> bool {
         allocated > self.allocated.load(Relaxed) || requested > self.requested.load(Relaxed)
-    }
-
-    /// The marks: (allocated, requested).
-    pub fn marks(&self) -> (u64, u64) {
-        (self.allocated.load(Relaxed), self.requested.load(Relaxed))
     }
 
     /// Back to no marks (a retired stream's entry taken over).

@@ -8,16 +8,17 @@
 //! retires its entry: the entry's stream becomes `RETIRED`, which no
 //! look-up matches, and the next new stream takes the entry over, shards
 //! and all, so a host that creates and forgets streams for as long as it
-//! lives keeps a table as long as its most streams at once. Entries of
-//! private pools (Note [pools]) are neither retired nor take a retired
-//! entry over.
+//! lives keeps a table as long as its most streams at once. A private
+//! pool's entry (Note [pools]) retires the same way, when its stream is
+//! forgotten or its pool destroyed with nothing left in it, and a retired
+//! entry is taken over by the next new (pool, stream) pair of any pool.
 
 use super::backing::Backing;
 use super::directory::MAX_SHARDS;
 use super::shard::Shard;
 use super::stats::HighWater;
 use crate::runtime::Stream;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// The stream value of a retired entry: no stream handle is all ones.
 const RETIRED: usize = usize::MAX;
@@ -37,22 +38,48 @@ pub(crate) const DESTROYED: u8 = 2;
 /// One stream's shards in one pool (0: the default pool; see Note [pools]),
 /// indexed by `PoolKind`.
 pub(crate) struct StreamEntry<B: Backing> {
-    /// The stream's handle, `RETIRED` while the entry waits for another.
-    stream: AtomicUsize,
-    /// Its index in the table.
-    pub slot: usize,
-    /// The pool (`npualloc_pool_create`'s id) these shards serve.
-    pub pool: u64,
-    /// The pool's `use_on_oom`: other requests' ladder may release its cache.
-    pub use_on_oom: bool,
     pub shards: [Shard<B>; 2],
     /// High-water marks for the device's peaks (see `stats`).
     pub high: HighWater,
+    /// The stream's handle, `RETIRED` while the entry waits for another.
+    stream: AtomicUsize,
+    /// The pool (`npualloc_pool_create`'s id) these shards serve; changed
+    /// only while the entry is retired (no look-up finds it), under the
+    /// pools' records lock.
+    pool: AtomicU64,
     /// GRAPH and DESTROYED. A free reads them once.
     flags: AtomicU8,
+    /// The pool's `use_on_oom`: other requests' ladder may release its cache.
+    use_on_oom: AtomicBool,
+    /// A request routed here came while the stream captured: the pool is a
+    /// graph pool (Note [capture]); read on routed requests only.
+    saw_capture: AtomicBool,
+    /// Its index in the table.
+    pub slot: usize,
+    /// The stream the entry served when it retired (see `get_or_add`).
+    retired_from: AtomicUsize,
+    /// Each shard's held bytes, published on the slow paths that change
+    /// them (growth, giving back) for its pool's reserved peak.
+    held: [AtomicU64; 2],
 }
 
 impl<B: Backing> StreamEntry<B> {
+    /// The pool these shards serve.
+    #[inline(always)]
+    pub fn pool(&self) -> u64 {
+        self.pool.load(Ordering::Relaxed)
+    }
+
+    /// The pool's `use_on_oom`.
+    pub fn use_on_oom(&self) -> bool {
+        self.use_on_oom.load(Ordering::Relaxed)
+    }
+
+    /// The stream the entry serves now (`RETIRED`'s value while retired).
+    pub fn stream_now(&self) -> Stream {
+        Stream(self.stream.load(Ordering::Acquire))
+    }
+
     /// True once the stream was seen capturing (Note [capture]).
     #[inline(always)]
     pub fn is_graph(&self) -> bool {
@@ -64,15 +91,38 @@ impl<B: Backing> StreamEntry<B> {
         self.flags.load(Ordering::Relaxed)
     }
 
+    /// True once a routed request met the stream capturing.
+    pub fn saw_capture(&self) -> bool {
+        self.saw_capture.load(Ordering::Relaxed)
+    }
+
+    pub fn note_capture(&self) {
+        self.saw_capture.store(true, Ordering::Relaxed);
+    }
+
+    /// Publishes the held bytes of the shard of `kind`.
+    pub fn publish_held(&self, kind: usize, bytes: usize) {
+        self.held[kind].store(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// The held bytes both shards published.
+    pub fn held(&self) -> u64 {
+        self.held.iter().map(|h| h.load(Ordering::Relaxed)).sum()
+    }
+
     /// Makes the stream a graph stream for good.
     pub fn mark_graph(&self) {
         self.flags.fetch_or(GRAPH, Ordering::Relaxed);
     }
 
     /// A retired entry taken over by another stream starts as a plain one
-    /// (a graph stream's quarantined blocks keep its entry from retiring).
-    pub fn clear_graph_for_revival(&self) {
-        self.flags.fetch_and(!GRAPH, Ordering::Relaxed);
+    /// of its new pool (a graph stream's quarantined blocks keep its entry
+    /// from retiring; a destroyed pool's entry retires holding nothing).
+    pub fn reset_for_revival(&self, pool: u64, use_on_oom: bool) {
+        self.flags.store(0, Ordering::Relaxed);
+        self.saw_capture.store(false, Ordering::Relaxed);
+        self.pool.store(pool, Ordering::Relaxed);
+        self.use_on_oom.store(use_on_oom, Ordering::Relaxed);
     }
 
     /// Notes that the entry's pool was destroyed.
@@ -85,7 +135,7 @@ impl<B: Backing> StreamEntry<B> {
     /// stream not seen capturing, or a destroyed pool's (Note [pools]).
     pub fn reclaimable(&self) -> bool {
         let flags = self.flags();
-        (self.pool == 0 && flags & GRAPH == 0) || flags & DESTROYED != 0
+        (self.pool() == 0 && flags & GRAPH == 0) || flags & DESTROYED != 0
     }
 }
 
@@ -122,17 +172,24 @@ impl<B: Backing> StreamTable<B> {
     #[inline]
     pub fn find(&self, stream: Stream) -> Option<&StreamEntry<B>> {
         let len = self.len.load(Ordering::Acquire);
-        (0..len).map(|i| self.entry(i)).find(|e| e.stream.load(Ordering::Acquire) == stream.0 && e.pool == 0)
+        (0..len).map(|i| self.entry(i)).find(|e| e.stream.load(Ordering::Acquire) == stream.0 && e.pool() == 0)
     }
 
     /// The entry of `stream` in `pool`, if it has one.
     pub fn find_in(&self, pool: u64, stream: Stream) -> Option<&StreamEntry<B>> {
-        self.iter().find(|e| e.stream.load(Ordering::Acquire) == stream.0 && e.pool == pool)
+        self.iter().find(|e| e.stream.load(Ordering::Acquire) == stream.0 && e.pool() == pool)
     }
 
-    /// The entry of `stream` in `pool`: for the default pool a retired one
-    /// taken over (its shards handed to `revive` first), else one made with
-    /// `make(slot)`; None once the table is full.
+    /// Every entry of `stream`, whatever its pool.
+    pub fn all_of(&self, stream: Stream) -> impl Iterator<Item = &StreamEntry<B>> + '_ {
+        self.iter().filter(move |e| e.stream.load(Ordering::Acquire) == stream.0)
+    }
+
+    /// The entry of `stream` in `pool`: a retired one taken over (its shards
+    /// handed to `revive` first, then set to `pool`), else one made with
+    /// `make(slot)`; None once the table is full. The caller holds the
+    /// pools' records lock (so a `pool_destroy` marking its entries never
+    /// meets one changing pools).
     pub fn get_or_add(
         &self,
         (stream, pool, use_on_oom): (Stream, u64, bool),
@@ -146,9 +203,22 @@ impl<B: Backing> StreamTable<B> {
         if let Some(e) = self.find_in(pool, stream) {
             return Some(e);
         }
-        if let Some(slot) = if pool == 0 { retired.pop() } else { None } {
+        // A malloc that found the entry before it retired takes its shard
+        // lock and compares the shard's stream with its own (`malloc`): so
+        // a default-pool entry never goes to the same stream in a private
+        // pool, which that compare would not tell apart (a malloc stalled
+        // across two retirements and revivals excepted, as before). A
+        // private pool's entry may: a request routed to it whose route
+        // ended meanwhile lands in the pool its stream is routed to now.
+        let reusable = retired.iter().rposition(|&slot| {
+            let e = self.entry(slot);
+            e.retired_from.load(Ordering::Relaxed) != stream.0 || e.pool() != 0 || pool == 0
+        });
+        if let Some(slot) = reusable.map(|i| retired.swap_remove(i)) {
             let e = self.entry(slot);
             revive(e);
+            e.high.clear();
+            e.reset_for_revival(pool, use_on_oom);
             e.stream.store(stream.0, Ordering::Release);
             return Some(e);
         }
@@ -161,11 +231,14 @@ impl<B: Backing> StreamTable<B> {
             .set(StreamEntry {
                 stream: AtomicUsize::new(stream.0),
                 slot,
-                pool,
-                use_on_oom,
+                pool: AtomicU64::new(pool),
+                use_on_oom: AtomicBool::new(use_on_oom),
                 shards: make(slot),
                 high: HighWater::default(),
                 flags: AtomicU8::new(0),
+                saw_capture: AtomicBool::new(false),
+                retired_from: AtomicUsize::new(RETIRED),
+                held: Default::default(),
             })
             .is_err()
         {
@@ -220,6 +293,9 @@ impl<B: Backing> StreamTable<B> {
     /// that checked its shard's stream under it never grows a retired one.
     /// Returns true if it retired the entry.
     pub fn retire(&self, entry: &StreamEntry<B>, stream: Stream) -> bool {
+        if stream.0 == RETIRED {
+            return false;
+        }
         let mut retired = self.adding.lock().unwrap_or_else(|e| e.into_inner());
         let mut pools: Vec<_> = entry.shards.iter().map(|s| s.lock_anyway()).collect();
         if !pools.iter().all(|p| p.holds_nothing() && p.stream() == stream) {
@@ -231,6 +307,7 @@ impl<B: Backing> StreamTable<B> {
         for p in &mut pools {
             p.set_stream(Stream(RETIRED));
         }
+        entry.retired_from.store(stream.0, Ordering::Relaxed);
         retired.push(entry.slot);
         true
     }

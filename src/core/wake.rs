@@ -68,7 +68,7 @@ impl<B: Backing> Device<B> {
             }
             let asleep = self.sleep.asleep_pools();
             let chosen = |pool: u64| pools.is_none_or(|l| l.contains(&pool));
-            match self.bring_back(&|e: &StreamEntry<B>| chosen(e.pool), &asleep, retry) {
+            match self.bring_back(&|e: &StreamEntry<B>| chosen(e.pool()), &asleep, retry) {
                 Ok(()) => {
                     let left: HashMap<u64, SleepMode> = asleep.into_iter().filter(|&(p, _)| !chosen(p)).collect();
                     if left.is_empty() {
@@ -228,7 +228,7 @@ impl<B: Backing> Device<B> {
     /// does (Note [sleep]): the shards it may take from, those of no pool
     /// still asleep; held blocks and pending frees included.
     fn reclaim_for_wake(&self, asleep: &HashMap<u64, SleepMode>) {
-        let pick = |e: &StreamEntry<B>| (e.reclaimable() || e.use_on_oom) && !asleep.contains_key(&e.pool);
+        let pick = |e: &StreamEntry<B>| (e.reclaimable() || e.use_on_oom()) && !asleep.contains_key(&e.pool());
         // Failures only mean less came back; the retry says. The second
         // pass releases the ranges the first one emptied.
         let _ = self.release_free_where(Scope::All, pick);

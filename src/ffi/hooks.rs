@@ -15,9 +15,14 @@ pub type npualloc_release_hook = Option<unsafe extern "C" fn(user: *mut c_void, 
 /// the out-of-memory ladder (with its garbage collection and headroom
 /// moves), the release threshold, and destroy. It runs with no npualloc
 /// lock held that a malloc or free on another stream needs, on the thread
-/// that triggered the release. A host with its own queue of work not yet
-/// handed to the runtime (torch_npu's task queue) drains it there. NULL
-/// `fn` removes the hook. Replaces any earlier hook.
+/// that triggered the release, which may be inside `npualloc_free` (the
+/// last block of a destroyed pool, the release threshold). A host with its
+/// own queue of work not yet handed to the runtime (torch_npu's task queue)
+/// drains it there; a host whose drain cannot run on some thread of its own
+/// (its queue's own threads) must return at once there. NULL `fn` removes
+/// the hook. Replaces any earlier hook; returns only once no other thread
+/// is inside the old one, so its `user` may be freed then (a call of the old
+/// hook on the calling thread, one replacing itself, is not waited for).
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle.
 /// Thread-safe.
@@ -50,7 +55,8 @@ pub type npualloc_oom_hook =
 /// NPUALLOC_ERR_OUT_OF_MEMORY, after everything the request took was given
 /// back and with no npualloc lock held, on the thread that made the
 /// request, with the same report text the last error gets. NULL `fn`
-/// removes it; replaces any earlier observer. With the config key
+/// removes it; replaces any earlier observer, returning once no other
+/// thread is inside the old one. With the config key
 /// `oom_snapshot:PATH`, a PyTorch-format snapshot (a pickle, the memory
 /// history included while recording) is written to PATH just before.
 ///

@@ -1,5 +1,5 @@
 //! Private pools: `npualloc_pool_create / begin / end / destroy /
-//! get_stats` (Note [pools] in the core).
+//! get_stats / empty_cache` (Note [pools] in the core).
 
 use super::handle::{npualloc_allocator, Allocator};
 use super::stats::npualloc_stats;
@@ -118,8 +118,12 @@ pub unsafe extern "C" fn npualloc_pool_destroy(a: *mut npualloc_allocator, pool:
 /// Fills `*out` as `npualloc_get_stats` does, for one pool's blocks and
 /// memory (0: the default pool; a destroyed pool's live blocks still
 /// count). Counters of device calls (device mallocs and frees, maps,
-/// syncs, retries, OOMs) are the allocator's and read 0 here; reserved
-/// bytes are the pool's segments; the peaks are those of its streams.
+/// physical mallocs and frees, syncs, retries, OOMs) count the calls made
+/// for the pool's memory and its requests (sleep and wake, and the freeing
+/// of unmapped handles cached for any pool, count only in the allocator's);
+/// reserved bytes are the pool's segments; the peaks are the pool's own
+/// (allocated and requested as `npualloc_get_stats` keeps them, over the
+/// pool's streams; reserved the most its segments held).
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle, a pool
 /// never created, a NULL `out` or a `struct_size` below the header.
@@ -138,5 +142,27 @@ pub unsafe extern "C" fn npualloc_pool_get_stats(
         let allocator = unsafe { Allocator::from_handle(a) }?;
         // SAFETY: the caller's contract on `out`, passed on.
         unsafe { super::stats::fill_stats(out, || allocator.core.pool_stats(pool)) }
+    })
+}
+
+/// Gives back the cached memory of `pool` (0: the default pool's) after
+/// synchronizing only the streams that used it; its live blocks are
+/// untouched and the pool keeps working. A destroyed pool's remaining
+/// cached memory goes back too. A pool that served a graph capture and is
+/// not destroyed keeps its memory (the graph may replay until
+/// `npualloc_pool_destroy`): NPUALLOC_OK, nothing given back. The
+/// before-release hook runs first, as for `npualloc_empty_cache`.
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a pool
+/// never created or a NULL or dead handle. Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pool_empty_cache(a: *mut npualloc_allocator, pool: u64) -> npualloc_status {
+    ffi_boundary!(status "npualloc_pool_empty_cache", {
+        // SAFETY: as in npualloc_pool_create.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        allocator.core.pool_empty_cache(pool).map(|_| ())
     })
 }

@@ -2,6 +2,10 @@
 // (the task-queue drain), npualloc_torch_npu_bridge_install / _active, and the torch_npu helpers
 // the base class's inline defaults need.
 
+#include <sys/prctl.h>
+
+#include <cstring>
+
 #include "bridge.h"
 
 namespace npualloc_bridge {
@@ -9,11 +13,32 @@ namespace npualloc_bridge {
 const npualloc_api* api = nullptr;
 Bridge* bridge = nullptr;
 
+namespace {
+
+// True on torch_npu's own task-queue threads: the consumer that hands queued work to the runtime
+// (NPUQueue.cpp, StartConsume: SetThreadType(ACL_THREAD)) and the thread that frees the queued
+// work's parameters (StartRelease: RELEASE_THREAD); SetThreadType names them with prctl
+// (NPUAffinityController.cpp, kThreadTypeToNameMap). Emptying the queue from either would wait
+// for the queue that thread itself works on (Repository::MakeSureQueueEmpty waits until it is
+// empty), and npualloc may run the hook inside a free (the last block of a destroyed pool, the
+// release threshold): should one of those threads free a block (the release thread destroys
+// queued tasks' parameters), the drain would never return. There the stream synchronization
+// npualloc makes next covers the work handed to the runtime; work still queued behind the
+// calling thread's own is not waited for.
+bool on_task_queue_thread() {
+  char name[17] = {0};
+  if (prctl(PR_GET_NAME, name, 0, 0, 0) != 0) return false;
+  return std::strcmp(name, "acl_thread") == 0 || std::strcmp(name, "release_thread") == 0;
+}
+
+}  // namespace
+
 void drain_task_queue(void* /*user*/, int32_t device) {
   // Called by npualloc (Rust) before it synchronizes to give memory back: nothing may escape.
   // npuSynchronizeDevice empties every stream's task queue (when TASK_QUEUE_ENABLE is on) and
   // synchronizes the device, as torch_npu's own allocator does before releasing cached blocks
   // (NPUCachingAllocator.cpp: "Make sure taskqueue is empty, then execute release_cached_blocks").
+  if (on_task_queue_thread()) return;
   try {
     // npuSynchronizeDevice acts on the current device: make it the allocator's (the caller's
     // current device may be another one), and put the caller's back afterwards.

@@ -169,11 +169,23 @@ class Bridge final : public NCA::NPUAllocator {
     empty_all(check_error);
   }
   void emptyCache(c10_npu::MempoolId_t mempool_id) override {
-    // A private pool keeps its cached memory until torch_npu releases the pool (releasePool),
-    // when npualloc gives it back: emptying one pool's cache alone is not offered; the default
-    // pool's goes back here, as for emptyCache().
-    empty_all(true);
-    (void)mempool_id;
+    // As torch_npu's own allocator (NPUCachingAllocator.cpp, emptyCache and
+    // release_cached_blocks): {0, 0} is every device's cache; another id empties only that pool,
+    // and only once torch_npu released it (its MemPool's destructor calls releasePool, then
+    // this). releasePool destroyed the npualloc pool, which gave its cache back then; what its
+    // blocks freed since left goes back here. A pool still in use keeps its cache, and the
+    // default pool's stays.
+    if (mempool_id.first == 0 && mempool_id.second == 0) {
+      empty_all(true);
+      return;
+    }
+    for (int d = 0; d < kMaxDevices; ++d) {
+      npualloc_allocator* a = __atomic_load_n(&handles_[d], __ATOMIC_ACQUIRE);
+      if (a == nullptr) continue;
+      if (uint64_t pool = pools_.take_released(d, mempool_id); pool != 0) {
+        check(api->pool_empty_cache(a, pool), "pool_empty_cache");
+      }
+    }
   }
   void emptyVirtAddrCache(bool check_error) override {
     empty_all(check_error);

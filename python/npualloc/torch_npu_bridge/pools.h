@@ -88,13 +88,33 @@ class GraphPools {
   }
 
   // releasePool: one use less; returns the npualloc pool to destroy when none is left (0: none).
+  // A released pool is remembered for the emptyCache(mempool_id) torch_npu's MemPool calls next
+  // (the most recent ones only: a graph's reset calls none).
   uint64_t release(int device, MempoolKey id) {
     std::lock_guard<std::mutex> g(mu_);
     auto it = pools_.find({device, id});
     if (it == pools_.end() || --it->second.uses > 0) return 0;
     uint64_t pool = it->second.npualloc_id;
     pools_.erase(it);
+    if (pool != 0) {
+      released_.push_back({{device, id}, pool});
+      if (released_.size() > kReleasedKept) released_.erase(released_.begin());
+    }
     return pool;
+  }
+
+  // emptyCache(mempool_id): the npualloc pool of a pool torch_npu released (0: none, which
+  // includes a pool still in use), forgotten once asked for.
+  uint64_t take_released(int device, MempoolKey id) {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto it = released_.begin(); it != released_.end(); ++it) {
+      if (it->first == std::make_pair(device, id)) {
+        uint64_t pool = it->second;
+        released_.erase(it);
+        return pool;
+      }
+    }
+    return 0;
   }
 
   int use_count(int device, MempoolKey id) {
@@ -139,6 +159,8 @@ class GraphPools {
   std::mutex mu_;
   std::map<std::pair<int, MempoolKey>, Pool> pools_;
   std::vector<Route> routes_;  // oldest first
+  static constexpr size_t kReleasedKept = 64;
+  std::vector<std::pair<std::pair<int, MempoolKey>, uint64_t>> released_;  // oldest first
   std::atomic<int> active_{0};
 };
 

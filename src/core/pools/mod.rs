@@ -17,26 +17,35 @@
 //!   cached memory is not given back by `empty_cache`, garbage collection,
 //!   the release threshold or another request's ladder (which would let the
 //!   device hand it to someone else), except through `use_on_oom` (the
-//!   ladder of a request outside the pool may release it). A captured
-//!   graph's memory therefore stays mapped for every replay until
-//!   `pool_destroy` (Note [capture]).
+//!   ladder of a request outside the pool may release it) and
+//!   `pool_empty_cache`, which gives one pool's cache back on request (not
+//!   a graph pool's while it lives). A captured graph's memory therefore
+//!   stays mapped for every replay until `pool_destroy` (Note [capture]).
 //! - `pool_destroy`: refused while a route to the pool is active. Its
 //!   entries are marked DESTROYED: their cached memory goes back now (after
 //!   synchronizing the streams that used it), a block freed later gives
 //!   back its segment once that is entirely free, and the ladder and
 //!   `empty_cache` may release what is left. Ids are never reused.
 //! - Statistics: the allocator's stay totals over every pool;
-//!   `pool_get_stats` sums one pool's shards.
-//! - Limits: a pool's entries are never retired, nor do they take over a
-//!   retired one (`forget_stream` acts on the default pool's entry only;
-//!   a forgotten stream's pool memory goes back at `pool_destroy`), so
-//!   each (pool, stream) pair ever used takes a slot of the stream table
-//!   for the allocator's life. A thread that exits inside a thread route
-//!   leaves the route counted: its pool can no longer be destroyed.
+//!   `pool_get_stats` sums one pool's shards and adds the pool's own
+//!   figures (`tally`): the device calls made for its memory (growth of
+//!   its shards, giving back its memory, its requests' retries and
+//!   refusals; not sleep and wake, nor cached handles freed, which belong
+//!   to no pool) and its peaks as a whole.
+//! - Retirement (`forget`, `streams`): a destroyed pool's entry retires
+//!   once nothing is left in it (at `pool_destroy`, at the free of its last
+//!   block, or at the next `empty_cache` or `forget_stream`), and
+//!   `forget_stream` gives back and retires the stream's entries in every
+//!   pool but a live one that served a graph capture; a retired slot serves
+//!   the next new (pool, stream) pair of any pool, so the stream table is
+//!   as long as the most pairs in use at once.
+//! - A thread that exits inside thread routes: its routes end with it
+//!   (`routing`), and its pools can be destroyed.
 
 pub mod config;
 pub(crate) mod routing;
 pub(crate) mod state;
+pub(crate) mod tally;
 
 use super::backing::{Backing, Scope};
 use super::device::{check_live_stream, Device};
@@ -84,8 +93,7 @@ impl<B: Backing> Device<B> {
         self.sleep.while_settled(|asleep| {
             let id = {
                 let mut records = self.pools.lock();
-                records.push(Record { config, destroyed: false, routes: 0, captured: false });
-                records.len() as u64 - 1
+                self.pools.push(&mut records, Record::new(config))
             };
             if asleep && config.sleep.releases() {
                 self.sleep.add_sleeping_pool(id, config.sleep);
@@ -104,9 +112,25 @@ impl<B: Backing> Device<B> {
         }
     }
 
+    /// Ends the routes of threads that exited inside them (`routing`).
+    #[cold]
+    pub(crate) fn reap_routes(&self) {
+        let pools = self.routes.reap();
+        if pools.is_empty() {
+            return;
+        }
+        let mut records = self.pools.lock();
+        for p in pools {
+            if let Some(r) = records.get_mut(p as usize) {
+                r.routes = r.routes.saturating_sub(1);
+            }
+        }
+    }
+
     /// Routes allocations on `stream` (None: of the calling thread) to `pool`.
     pub fn pool_begin(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
         self.check_open()?;
+        self.reap_routes();
         let capturing = match stream {
             Some(s) => check_live_stream(&self.sh.rt, self.sh.device, s)?,
             None => false,
@@ -127,6 +151,7 @@ impl<B: Backing> Device<B> {
     /// which must go to `pool`; otherwise nothing changes.
     pub fn pool_end(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
         self.check_open()?;
+        self.reap_routes();
         let target = target_of(stream);
         let mut records = self.pools.lock();
         if pool as usize >= records.len() {
@@ -149,6 +174,7 @@ impl<B: Backing> Device<B> {
     /// Destroys `pool` (see Note [pools]).
     pub fn pool_destroy(&self, pool: u64) -> Result<()> {
         self.check_open()?;
+        self.reap_routes();
         {
             let mut records = self.pools.lock();
             if pool == 0 {
@@ -164,12 +190,13 @@ impl<B: Backing> Device<B> {
                 )));
             }
             r.destroyed = true;
+            // Marked under the records lock, which every revival of a
+            // retired entry holds: no entry changes pools meanwhile.
+            for e in self.streams.iter().filter(|e| e.pool() == pool) {
+                e.mark_destroyed();
+            }
         }
-        let entries: Vec<_> = self.streams.iter().filter(|e| e.pool == pool).collect();
-        for e in &entries {
-            e.mark_destroyed();
-        }
-        if entries.is_empty() {
+        if self.streams.iter().all(|e| e.pool() != pool) {
             return Ok(());
         }
         self.sh.hooks.before_release(self.sh.device);
@@ -178,28 +205,53 @@ impl<B: Backing> Device<B> {
         // for) goes with a later free, empty_cache or the ladder.
         // The second pass releases the ranges the first one emptied.
         for _pass in 0..2 {
-            let _ = self.release_free_where(Scope::All, |e| e.pool == pool);
+            let _ = self.release_free_where(Scope::All, |e| e.pool() == pool);
         }
         let _ = B::free_cached(&self.sh);
+        // Entries left with nothing give their slots back.
+        self.retire_destroyed();
         Ok(())
     }
 
-    /// One pool's statistics: its blocks and the memory of its segments.
-    /// Device-call counters (device mallocs, maps, syncs, retries, OOMs)
-    /// are the allocator's only and stay 0 here; the peaks are those of
-    /// the pool's streams, exact while the pool served one stream.
+    /// Gives back the cached memory of `pool` (0: the default pool's) after
+    /// synchronizing the streams that used it; returns the bytes given
+    /// back. A live pool that served a graph capture keeps its memory (the
+    /// graph may replay until `pool_destroy`, Note [capture]): 0, no
+    /// error. INVALID_ARGUMENT for a pool never created.
+    pub fn pool_empty_cache(&self, pool: u64) -> Result<usize> {
+        self.check_open()?;
+        let live = {
+            let records = self.pools.lock();
+            match records.get(pool as usize) {
+                Some(r) => !r.destroyed,
+                None => return Err(no_such_pool(pool, &records)),
+            }
+        };
+        if pool != 0 && live && self.pool_captured(pool) {
+            return Ok(0);
+        }
+        self.sh.hooks.before_release(self.sh.device);
+        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        // A default-pool entry of a graph stream keeps its memory (Note
+        // [capture]); every entry of a private pool here may give its back.
+        let pick = |e: &super::streams::StreamEntry<B>| e.pool() == pool && (pool != 0 || e.reclaimable());
+        // The second pass releases the ranges the first one emptied.
+        let released = self.release_free_where(Scope::All, pick)? + self.release_free_where(Scope::All, pick)?;
+        let cached = B::free_cached(&self.sh)?;
+        self.retire_destroyed();
+        Ok(released + cached)
+    }
+
+    /// One pool's statistics: its blocks, the memory of its segments, the
+    /// device calls made for them and its peaks as a whole (`tally`).
     pub fn pool_stats(&self, pool: u64) -> Result<Stats> {
         self.check_open()?;
-        if pool as usize >= self.pools.lock().len() {
+        let Some(tally) = self.pools.tally(pool) else {
             return Err(no_such_pool(pool, &self.pools.lock()));
-        }
+        };
         let mut s = Stats::default();
         let mut largest = 0;
-        let (mut peak_allocated, mut peak_requested) = (0, 0);
-        for entry in self.streams.iter().filter(|e| e.pool == pool) {
-            let (a, r) = entry.high.marks();
-            peak_allocated += a;
-            peak_requested += r;
+        for entry in self.streams.iter().filter(|e| e.pool() == pool) {
             for shard in &entry.shards {
                 let p = shard.lock()?;
                 p.counters().add_to(&mut s);
@@ -213,9 +265,7 @@ impl<B: Backing> Device<B> {
             }
         }
         s.reserved_bytes = s.segment_bytes;
-        s.reserved_bytes_peak = s.reserved_bytes;
-        s.allocated_bytes_peak = peak_allocated.max(s.allocated_bytes);
-        s.requested_bytes_peak = peak_requested.max(s.requested_bytes);
+        tally.add_to(&mut s);
         s.largest_free_block = largest as u64;
         Ok(s)
     }
@@ -224,7 +274,7 @@ impl<B: Backing> Device<B> {
     /// captures now (sleep's cold path; Note [sleep]).
     pub(crate) fn pool_captured(&self, pool: u64) -> bool {
         self.pools.captured(pool)
-            || self.streams.iter().filter(|e| e.pool == pool).any(|e| {
+            || self.streams.iter().filter(|e| e.pool() == pool).any(|e| {
                 let stream = e.shards[0].lock_anyway().stream();
                 super::capture::capturing_now(&self.sh.rt, self.sh.device, stream)
             })
@@ -240,7 +290,7 @@ impl<B: Backing> Device<B> {
             .map(|(i, r)| PoolShards {
                 id: i as u64,
                 sleep: r.config.sleep,
-                shards: self.streams.iter().filter(|e| e.pool == i as u64).flat_map(|e| e.shards.iter()).collect(),
+                shards: self.streams.iter().filter(|e| e.pool() == i as u64).flat_map(|e| e.shards.iter()).collect(),
             })
             .collect()
     }

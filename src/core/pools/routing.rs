@@ -6,11 +6,17 @@
 //! innermost or its thread's innermost). While no route is active anywhere
 //! in the allocator, `any` is false and a malloc looks at nothing here: one
 //! relaxed load and one predictable branch.
+//!
+//! A thread that exits inside thread routes leaves them in its
+//! thread-local, whose destructor hands them to the allocator's `Exits`
+//! (shared with the thread-locals, so it outlives whichever goes first);
+//! the allocator takes them back on its next cold route call (`reap`),
+//! ending them as `pool_end` would, so the pool can be destroyed.
 
 use crate::runtime::Stream;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// One route: the pool it sends requests to, and when it began.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,20 +25,43 @@ struct Route {
     seq: u64,
 }
 
-thread_local! {
-    /// This thread's routes, each tagged with its allocator's `owner` id.
-    static THREAD_ROUTES: RefCell<Vec<(u64, Route)>> = const { RefCell::new(Vec::new()) };
+/// Routes of threads that exited inside them, for their allocator.
+#[derive(Default)]
+struct Exits {
+    /// Routes handed over and not yet reaped (read without the lock).
+    count: AtomicUsize,
+    /// Their pools.
+    pools: Mutex<Vec<u64>>,
 }
 
-/// Distinguishes allocators in `THREAD_ROUTES`; never reused.
-static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+/// One thread's routes, each with its allocator's `Exits` (which tells
+/// allocators apart too).
+struct ThreadRoutes(Vec<(Arc<Exits>, Route)>);
+
+impl Drop for ThreadRoutes {
+    /// The thread exits: its routes go to their allocators.
+    fn drop(&mut self) {
+        for (exits, route) in self.0.drain(..) {
+            let mut pools = exits.pools.lock().unwrap_or_else(|e| e.into_inner());
+            pools.push(route.pool);
+            exits.count.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+thread_local! {
+    /// This thread's routes.
+    static THREAD_ROUTES: RefCell<ThreadRoutes> = const { RefCell::new(ThreadRoutes(Vec::new())) };
+}
 
 pub(crate) struct Routes {
     /// Routes active now, over every stream and thread.
     active: AtomicUsize,
     /// Sequence numbers of routes (nesting order).
     seq: AtomicU64,
-    owner: u64,
+    /// Routes of exited threads (also this allocator's mark in
+    /// `THREAD_ROUTES`).
+    exits: Arc<Exits>,
     /// Each routed stream's stack, innermost last.
     streams: Mutex<Vec<(Stream, Vec<Route>)>>,
 }
@@ -42,7 +71,7 @@ impl Default for Routes {
         Routes {
             active: AtomicUsize::new(0),
             seq: AtomicU64::new(1),
-            owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
+            exits: Arc::default(),
             streams: Mutex::new(Vec::new()),
         }
     }
@@ -71,8 +100,7 @@ impl Routes {
             let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
             streams.iter().find(|(s, _)| *s == stream).and_then(|(_, stack)| stack.last().copied())
         };
-        let by_thread =
-            THREAD_ROUTES.with(|t| t.borrow().iter().rev().find(|(o, _)| *o == self.owner).map(|&(_, r)| r));
+        let by_thread = THREAD_ROUTES.with(|t| t.borrow().0.iter().rev().find(|(o, _)| self.mine(o)).map(|&(_, r)| r));
         match (by_stream, by_thread) {
             (Some(s), Some(t)) => {
                 if s.seq > t.seq {
@@ -86,6 +114,26 @@ impl Routes {
         }
     }
 
+    /// True if `exits` is this allocator's.
+    fn mine(&self, exits: &Arc<Exits>) -> bool {
+        Arc::ptr_eq(exits, &self.exits)
+    }
+
+    /// Ends the routes of threads that exited inside them; returns their
+    /// pools (one per route), for the pools' route counts.
+    #[cold]
+    pub fn reap(&self) -> Vec<u64> {
+        if self.exits.count.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        let mut listed = self.exits.pools.lock().unwrap_or_else(|e| e.into_inner());
+        let pools = std::mem::take(&mut *listed);
+        self.exits.count.fetch_sub(pools.len(), Ordering::AcqRel);
+        drop(listed);
+        self.active.fetch_sub(pools.len(), Ordering::Relaxed);
+        pools
+    }
+
     /// Pushes a route to `pool` on `target`.
     pub fn begin(&self, pool: u64, target: Target) {
         let route = Route { pool, seq: self.seq.fetch_add(1, Ordering::Relaxed) };
@@ -97,7 +145,7 @@ impl Routes {
                     None => streams.push((stream, vec![route])),
                 }
             }
-            Target::Thread => THREAD_ROUTES.with(|t| t.borrow_mut().push((self.owner, route))),
+            Target::Thread => THREAD_ROUTES.with(|t| t.borrow_mut().0.push((self.exits.clone(), route))),
         }
         self.active.fetch_add(1, Ordering::Relaxed);
     }
@@ -110,7 +158,7 @@ impl Routes {
                 streams.iter().find(|(s, _)| *s == stream).and_then(|(_, stack)| stack.last().map(|r| r.pool))
             }
             Target::Thread => {
-                THREAD_ROUTES.with(|t| t.borrow().iter().rev().find(|(o, _)| *o == self.owner).map(|(_, r)| r.pool))
+                THREAD_ROUTES.with(|t| t.borrow().0.iter().rev().find(|(o, _)| self.mine(o)).map(|(_, r)| r.pool))
             }
         }
     }
@@ -132,8 +180,8 @@ impl Routes {
                 true
             }
             Target::Thread => THREAD_ROUTES.with(|t| {
-                let mut t = t.borrow_mut();
-                let Some(i) = t.iter().rposition(|(o, _)| *o == self.owner) else { return false };
+                let t = &mut t.borrow_mut().0;
+                let Some(i) = t.iter().rposition(|(o, _)| self.mine(o)) else { return false };
                 if t[i].1.pool != pool {
                     return false;
                 }

@@ -3,10 +3,11 @@
 //! `device`.
 
 use super::config::PoolConfig;
-use std::sync::Mutex;
+use super::tally::PoolTally;
+use std::sync::{Arc, Mutex, RwLock};
 
 /// One pool's record.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Record {
     pub config: PoolConfig,
     pub destroyed: bool,
@@ -17,20 +18,25 @@ pub(super) struct Record {
     pub captured: bool,
 }
 
+impl Record {
+    pub fn new(config: PoolConfig) -> Self {
+        Record { config, destroyed: false, routes: 0, captured: false }
+    }
+}
+
 /// Every pool ever created; pool `i` is `records[i]` (0: the default pool).
 pub(crate) struct Pools {
     records: Mutex<Vec<Record>>,
+    /// Each pool's own figures (`pool_get_stats`), by id: a leaf lock, read
+    /// on slow paths under a shard lock.
+    tallies: RwLock<Vec<Arc<PoolTally>>>,
 }
 
 impl Default for Pools {
     fn default() -> Self {
         Pools {
-            records: Mutex::new(vec![Record {
-                config: PoolConfig::default(),
-                destroyed: false,
-                routes: 0,
-                captured: false,
-            }]),
+            records: Mutex::new(vec![Record::new(PoolConfig::default())]),
+            tallies: RwLock::new(vec![Arc::default()]),
         }
     }
 }
@@ -46,6 +52,24 @@ impl Pools {
     pub fn with_live<T>(&self, pool: u64, f: impl FnOnce(PoolConfig) -> T) -> Option<T> {
         let records = self.lock();
         records.get(pool as usize).filter(|r| !r.destroyed).map(|r| f(r.config))
+    }
+
+    /// Adds the record of a new pool; returns its id.
+    pub(super) fn push(&self, records: &mut Vec<Record>, record: Record) -> u64 {
+        records.push(record);
+        let mut tallies = self.tallies.write().unwrap_or_else(|e| e.into_inner());
+        tallies.push(Arc::default());
+        records.len() as u64 - 1
+    }
+
+    /// The figures of `pool` (created, destroyed or not).
+    pub fn tally(&self, pool: u64) -> Option<Arc<PoolTally>> {
+        self.tallies.read().unwrap_or_else(|e| e.into_inner()).get(pool as usize).cloned()
+    }
+
+    /// Every pool's figures, by id.
+    pub fn tallies(&self) -> Vec<Arc<PoolTally>> {
+        self.tallies.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Notes that a capture was routed to `pool` (Note [capture]).

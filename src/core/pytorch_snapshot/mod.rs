@@ -88,7 +88,7 @@ impl<B: Backing> Device<B> {
     /// The snapshot in PyTorch's format (see the module comment).
     pub fn pytorch_snapshot(&self) -> crate::error::Result<Value> {
         let mut segments = Vec::new();
-        for (pool_id, shard) in self.streams.iter().flat_map(|e| e.shards.iter().map(move |s| (e.pool, s))) {
+        for (pool_id, shard) in self.streams.iter().flat_map(|e| e.shards.iter().map(move |s| (e.pool(), s))) {
             let pool = shard.lock()?;
             let stream = pool.stream().0;
             for seg_id in pool.segments.ids() {

@@ -1,0 +1,107 @@
+//! One pool's own figures for `pool_get_stats` (Note [pools]): the device
+//! calls made for its memory and its peaks as a whole, kept off the hit
+//! path. Device calls count for the pool while the thread making them is
+//! inside `stats::count_for` of the pool's counters (growth of one of its
+//! shards, giving back its memory, a request of its own in the ladder).
+//! Its allocated and requested peaks are raised when one of its streams
+//! passes its own high-water mark (the cold branch that raises the
+//! device's, Note [peaks without a shared counter]), to the sum over the
+//! pool's shards; its reserved peak when one of its shards grows, to the
+//! sum of its shards' held bytes.
+
+use crate::core::backing::Backing;
+use crate::core::device::Device;
+use crate::core::pool::Pool;
+use crate::core::stats::{DeviceCounters, Stats};
+use crate::core::streams::StreamEntry;
+use crate::runtime::Stream;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+#[derive(Debug, Default)]
+pub(crate) struct PoolTally {
+    /// Device calls made for the pool's memory.
+    pub calls: Arc<DeviceCounters>,
+    allocated_peak: AtomicU64,
+    requested_peak: AtomicU64,
+    reserved_peak: AtomicU64,
+}
+
+impl PoolTally {
+    /// The pool's summed (allocated, requested) bytes seen by the peaks.
+    pub fn raise(&self, allocated: u64, requested: u64) {
+        self.allocated_peak.fetch_max(allocated, Relaxed);
+        self.requested_peak.fetch_max(requested, Relaxed);
+    }
+
+    /// The pool's held bytes after a growth.
+    pub fn raise_reserved(&self, held: u64) {
+        self.reserved_peak.fetch_max(held, Relaxed);
+    }
+
+    /// Peaks become the given current figures (`reset_peak_stats`).
+    pub fn reset(&self, allocated: u64, requested: u64, held: u64) {
+        self.allocated_peak.store(allocated, Relaxed);
+        self.requested_peak.store(requested, Relaxed);
+        self.reserved_peak.store(held, Relaxed);
+    }
+
+    /// Fills the device-call counters and the peaks of `s`, whose block
+    /// and segment figures are already the pool's.
+    pub fn add_to(&self, s: &mut Stats) {
+        let (reserved, segments) = (s.reserved_bytes, s.segments);
+        self.calls.add_to(s);
+        // The pool's reserved memory is its segments' (cached handles
+        // belong to no pool), counted by the caller.
+        s.reserved_bytes = reserved;
+        s.segments = segments;
+        s.reserved_bytes_peak = self.reserved_peak.load(Relaxed).max(reserved);
+        s.allocated_bytes_peak = self.allocated_peak.load(Relaxed).max(s.allocated_bytes);
+        s.requested_bytes_peak = self.requested_peak.load(Relaxed).max(s.requested_bytes);
+    }
+}
+
+/// Where the pool figures are kept up to date (slow paths only).
+impl<B: Backing> Device<B> {
+    /// A request routed to `pool` on `stream` whose entry predates it: if
+    /// the stream captures now, the pool becomes a graph pool for good
+    /// (Note [capture]). Asked of the runtime once per routed request until
+    /// then, as torch_npu's route filter asks for every routed allocation.
+    #[cold]
+    pub(in crate::core) fn note_routed_capture(&self, entry: &StreamEntry<B>, pool: u64, stream: Stream) {
+        if !entry.saw_capture() && crate::core::capture::capturing_now(&self.sh.rt, self.sh.device, stream) {
+            entry.note_capture();
+            self.pools.mark_captured(pool);
+        }
+    }
+
+    /// After a growth of `shard`: publishes its held bytes and raises its
+    /// pool's reserved peak to the sum over the pool's shards.
+    #[cold]
+    #[inline(never)]
+    pub(in crate::core) fn pool_grew(&self, pool: &Pool<B>) {
+        let entry = self.streams.entry_of(pool.id);
+        entry.publish_held(pool.kind as usize, pool.held_bytes());
+        let id = entry.pool();
+        let held: u64 = self.streams.iter().filter(|e| e.pool() == id).map(|e| e.held()).sum();
+        self.tally_of(pool).raise_reserved(held);
+    }
+
+    /// The figures of the pool `pool` (a shard's state) serves.
+    #[cold]
+    pub(in crate::core) fn tally_of(&self, pool: &Pool<B>) -> Arc<PoolTally> {
+        self.pools.tally(self.streams.entry_of(pool.id).pool()).unwrap_or_default()
+    }
+
+    /// A stream of `entry`'s pool passed its high-water mark: the pool's
+    /// peaks rise to the sums over its shards.
+    pub(in crate::core) fn raise_pool_peaks(&self, entry: &StreamEntry<B>, pool: &Pool<B>) {
+        let id = entry.pool();
+        let (mut a, mut r) = (0, 0);
+        for lane in self.streams.iter().filter(|e| e.pool() == id).flat_map(|e| &e.shards).map(|s| &s.lane) {
+            a += lane.allocated();
+            r += lane.requested();
+        }
+        self.tally_of(pool).raise(a, r);
+    }
+}

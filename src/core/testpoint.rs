@@ -1,0 +1,39 @@
+//! Test-only park points (compiled only under `cfg(test)`): a test arms a
+//! point by name on one thread; when that thread reaches `hit` with the
+//! name, it says so and waits until the test lets it go. Other threads pass
+//! through. Races become sequences the test chooses, with no timing.
+
+use std::cell::RefCell;
+use std::sync::mpsc::{Receiver, Sender};
+
+struct Armed {
+    name: &'static str,
+    arrived: Sender<()>,
+    go: Receiver<()>,
+}
+
+thread_local! {
+    static ARMED: RefCell<Option<Armed>> = const { RefCell::new(None) };
+}
+
+/// Parks this thread at the next `hit(name)`: it sends on `arrived`, then
+/// waits for `go`. Once only.
+pub(crate) fn arm(name: &'static str, arrived: Sender<()>, go: Receiver<()>) {
+    ARMED.with(|a| *a.borrow_mut() = Some(Armed { name, arrived, go }));
+}
+
+/// A park point.
+pub(crate) fn hit(name: &'static str) {
+    let armed = ARMED.with(|a| {
+        let mut a = a.borrow_mut();
+        if a.as_ref().is_some_and(|p| p.name == name) {
+            a.take()
+        } else {
+            None
+        }
+    });
+    if let Some(p) = armed {
+        let _ = p.arrived.send(());
+        let _ = p.go.recv();
+    }
+}
