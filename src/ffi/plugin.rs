@@ -305,6 +305,7 @@ mod tests {
             let st = (api.sleep_with)(std::ptr::null_mut(), std::ptr::null(), 0, std::ptr::null(), 0);
             assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
             let st = (api.wake_with)(std::ptr::null_mut(), std::ptr::null(), 0);
+            assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
             let st = (api.pool_empty_cache)(std::ptr::null_mut(), 0);
             assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
         }
