@@ -258,7 +258,8 @@ impl<B: Backing> Pool<B> {
         }
         entry.remove();
         self.return_block(id);
-        if self.order.should_poll() {
+        // One predictable branch: nothing waits in most programs.
+        if self.order.should_poll() && self.order.poll_due() {
             self.reap_pending();
         }
         self.after_transition();
@@ -289,9 +290,10 @@ impl<B: Backing> Pool<B> {
         } else {
             self.return_block(id);
         }
-        if self.order.should_poll() {
-            self.reap_pending();
-        }
+        // Other streams' work may be done already; if not, the next free
+        // asks again (Note [stream-ordered reuse]).
+        self.reap_pending();
+        self.order.poll_at_next_free();
         self.after_transition();
         Ok(())
     }
