@@ -24,7 +24,39 @@ use std::collections::HashMap;
 pub(crate) const POLL_THRESHOLD: usize = 64;
 
 /// The most frees between two polls while frees wait and none completes.
-pub(crate) const MAX_POLL_GAP: u32 = 64;
+pub(crate) const MAX_POLL_GAP: u8 = 64;
+
+/// When a free that finds frees waiting (`StreamOrder::should_poll`) polls
+/// them: at the first such free after a deferral or after a poll that
+/// reaped something, then after 2, 4, ... up to `MAX_POLL_GAP` more while
+/// polls find nothing done. Two bytes, kept in the pool beside its id and
+/// kind, where they take no space (a bigger shard costs the hot path
+/// instructions).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct PollClock {
+    countdown: u8,
+    gap: u8,
+}
+
+impl PollClock {
+    /// Counts one free that found frees waiting; true when it should poll.
+    pub fn due(&mut self) -> bool {
+        self.countdown = self.countdown.saturating_sub(1);
+        self.countdown == 0
+    }
+
+    /// The next free that finds frees waiting polls (after a deferral).
+    pub fn poll_at_next_free(&mut self) {
+        *self = PollClock { countdown: 1, gap: 1 };
+    }
+
+    /// After a free's poll that reaped `reaped` frees: back off while nothing
+    /// completes, start again when something did.
+    pub fn polled(&mut self, reaped: usize) {
+        let gap = if reaped == 0 { self.gap.saturating_mul(2).clamp(1, MAX_POLL_GAP) } else { 1 };
+        *self = PollClock { countdown: gap, gap };
+    }
+}
 
 #[derive(Debug)]
 struct PendingFree {
@@ -46,10 +78,6 @@ pub(crate) struct StreamOrder {
     uses: HashMap<BlockId, Vec<Stream>>,
     pending: Vec<PendingFree>,
     pending_bytes: usize,
-    /// Frees (that find frees waiting) until the next poll, and the gap it
-    /// was set from (see `poll_due`).
-    countdown: u32,
-    gap: u32,
     /// Events kept for reuse (creating one costs a runtime call).
     event_pool: Vec<Event>,
     /// Allocated blocks a graph stream used (Note [capture]).
@@ -182,23 +210,6 @@ impl StreamOrder {
         !self.pending.is_empty()
     }
 
-    /// Whether a free that found frees waiting (`should_poll`) polls now:
-    /// at the first such free after each deferral or poll that reaped
-    /// something, then after 2, 4, ... up to `MAX_POLL_GAP` more while
-    /// polls find nothing done, and always once more than `POLL_THRESHOLD`
-    /// wait.
-    #[cold]
-    #[inline(never)]
-    pub fn poll_due(&mut self) -> bool {
-        self.countdown = self.countdown.saturating_sub(1);
-        self.countdown == 0 || self.over_threshold()
-    }
-
-    /// The next free that finds frees waiting polls (after a deferral).
-    pub fn poll_at_next_free(&mut self) {
-        (self.gap, self.countdown) = (1, 1);
-    }
-
     /// More than `POLL_THRESHOLD` frees wait.
     pub fn over_threshold(&self) -> bool {
         self.pending.len() > POLL_THRESHOLD
@@ -233,9 +244,6 @@ impl StreamOrder {
                 i += 1;
             }
         }
-        // Back off while nothing completes; start again when something did.
-        self.gap = if done.is_empty() { (self.gap * 2).clamp(1, MAX_POLL_GAP) } else { 1 };
-        self.countdown = self.gap;
         done
     }
 
