@@ -16,7 +16,7 @@ use super::segment::{Segment, SegmentId, SegmentTable};
 use super::shared::Shared;
 use super::size_class::class_of;
 use super::stats::ShardCounters;
-use super::stream_order::StreamOrder;
+use super::stream_order::{PollClock, StreamOrder};
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use std::sync::Arc;
@@ -42,6 +42,8 @@ pub(crate) struct Pool<B: Backing> {
     /// Start address of every allocated or held block.
     pub(super) registry: Registry,
     pub(super) order: StreamOrder,
+    /// When a free polls `order` (beside `id` and `kind`: no extra space).
+    pub(super) poll: PollClock,
     pub(super) counters: ShardCounters,
     pub(super) backing: B::ShardState,
     #[cfg(debug_assertions)]
@@ -68,6 +70,7 @@ impl<B: Backing> Pool<B> {
             reuse,
             registry: Default::default(),
             order: Default::default(),
+            poll: PollClock::default(),
             counters: Default::default(),
             backing: Default::default(),
             #[cfg(debug_assertions)]
@@ -258,8 +261,9 @@ impl<B: Backing> Pool<B> {
         }
         entry.remove();
         self.return_block(id);
+        // One predictable branch: nothing waits in most programs.
         if self.order.should_poll() {
-            self.reap_pending();
+            self.poll_on_free();
         }
         self.after_transition();
         Ok(())
@@ -289,9 +293,10 @@ impl<B: Backing> Pool<B> {
         } else {
             self.return_block(id);
         }
-        if self.order.should_poll() {
-            self.reap_pending();
-        }
+        // Other streams' work may be done already; if not, the next free
+        // asks again (Note [stream-ordered reuse]).
+        self.reap_pending();
+        self.poll.poll_at_next_free();
         self.after_transition();
         Ok(())
     }
@@ -363,6 +368,17 @@ impl<B: Backing> Pool<B> {
             self.blocks.get_mut(next_next).prev = id;
         }
         self.blocks.remove(next);
+    }
+
+    /// A free found frees waiting for other streams: polls them when due
+    /// (Note [stream-ordered reuse]).
+    #[cold]
+    #[inline(never)]
+    fn poll_on_free(&mut self) {
+        if self.poll.due() || self.order.over_threshold() {
+            let reaped = self.reap_pending();
+            self.poll.polled(reaped);
+        }
     }
 
     /// Returns to the pool the pending frees whose events completed.

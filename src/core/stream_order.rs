@@ -6,8 +6,26 @@
 //! back to the shard's pool. Other streams may still be using it if the
 //! caller said so with `record_stream`; then the free records an event on
 //! each of those streams and the block waits here until all of them
-//! complete. Completion is polled lazily (on a miss, or when more than
-//! `POLL_THRESHOLD` frees wait), never on every malloc.
+//! complete. Completion is polled (one `aclrtQueryEventStatus` per event
+//! asked about), never on a malloc cache hit:
+//! - by the free that defers (the other streams' work may be done);
+//! - by the frees after it that find frees waiting (`PollClock`, kept in
+//!   the pool): the first such free after a deferral or after a poll that
+//!   reaped something, then after 2, 4, ... up to `MAX_POLL_GAP` such frees
+//!   while none completes, and any such free once more than
+//!   `POLL_THRESHOLD` wait;
+//! - by every miss before it places or grows, and by the reclaim paths.
+//!
+//! Polling only on a miss or past `POLL_THRESHOLD` let a hit take other
+//! memory while freed gradient buckets waited (a bucket request found
+//! another free block, the buckets' memory sat idle): +374 MiB of peak
+//! reserved on the 7B training trace with its buckets recorded on a
+//! communication stream, against none now (BENCHMARKS.md, "What deferral
+//! costs"). PyTorch polls at every malloc (`process_events`); polling on
+//! frees instead keeps the hit path as it was: the free path's one branch
+//! (`should_poll`, taken only while frees wait) was already there. While
+//! another stream's work is still running, the backing off bounds the
+//! queries to about one per `MAX_POLL_GAP` frees.
 //!
 //! This module is the whole of stream ordering: a shard calls `note_use`
 //! (record_stream), `free_events` then `defer` (a free with stream uses),
@@ -20,8 +38,43 @@ use crate::error::{Error, Result};
 use crate::runtime::{Event, Runtime, Stream};
 use std::collections::HashMap;
 
-/// Poll pending frees once this many wait, even without a miss.
+/// Poll pending frees at any free once this many wait.
 pub(crate) const POLL_THRESHOLD: usize = 64;
+
+/// The most frees between two polls while frees wait and none completes.
+pub(crate) const MAX_POLL_GAP: u8 = 64;
+
+/// When a free that finds frees waiting (`StreamOrder::should_poll`) polls
+/// them: at the first such free after a deferral or after a poll that
+/// reaped something, then after 2, 4, ... up to `MAX_POLL_GAP` more while
+/// polls find nothing done. Two bytes, kept in the pool beside its id and
+/// kind, where they take no space (a bigger shard costs the hot path
+/// instructions).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct PollClock {
+    countdown: u8,
+    gap: u8,
+}
+
+impl PollClock {
+    /// Counts one free that found frees waiting; true when it should poll.
+    pub fn due(&mut self) -> bool {
+        self.countdown = self.countdown.saturating_sub(1);
+        self.countdown == 0
+    }
+
+    /// The next free that finds frees waiting polls (after a deferral).
+    pub fn poll_at_next_free(&mut self) {
+        *self = PollClock { countdown: 1, gap: 1 };
+    }
+
+    /// After a free's poll that reaped `reaped` frees: back off while nothing
+    /// completes, start again when something did.
+    pub fn polled(&mut self, reaped: usize) {
+        let gap = if reaped == 0 { self.gap.saturating_mul(2).clamp(1, MAX_POLL_GAP) } else { 1 };
+        *self = PollClock { countdown: gap, gap };
+    }
+}
 
 #[derive(Debug)]
 struct PendingFree {
@@ -171,7 +224,14 @@ impl StreamOrder {
         !self.pending.is_empty()
     }
 
+    /// Whether a free should consult its `PollClock`: frees wait (one
+    /// compare, as predictable as the old `len() > POLL_THRESHOLD`).
     pub fn should_poll(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// More than `POLL_THRESHOLD` frees wait.
+    pub fn over_threshold(&self) -> bool {
         self.pending.len() > POLL_THRESHOLD
     }
 

@@ -45,3 +45,22 @@ fn waits_synchronize_and_uses_replay() {
     assert!(with > without, "with waits {with}, without {without}");
     assert_eq!((with - without) % 3, 0, "with waits {with}, without {without}");
 }
+
+#[test]
+fn the_observed_run_counts_event_records_and_queries() {
+    let emu = emulator();
+    // Two blocks used on other streams and freed (two events recorded), one
+    // used and never freed (no event), one never used elsewhere.
+    let text =
+        "# acl-trace v1\na 0 4194304 1\nu 0 0\na 1 26214400 0\nu 1 2\na 2 8192 0\nu 2 1\na 3 8192 0\nf 3\nf 1\nf 0\n";
+    let trace = parse_str(text, "t").unwrap();
+    let prepared = Prepared::new("t", &trace);
+    let reports = replay_trace(&emu, &prepared, &[Target::npualloc(""), Target::Passthrough], &quick(), &mut |_, _| {});
+    let m = reports[0].result.as_ref().unwrap();
+    assert_eq!(m.event_records, 2, "one event per free that waits for another stream");
+    // The emulator completes streams at once: each deferring free's own
+    // poll finds its event done.
+    assert_eq!(m.event_queries, 2);
+    let p = reports[1].result.as_ref().unwrap();
+    assert_eq!((p.event_records, p.event_queries), (0, 0), "the passthrough defers nothing");
+}

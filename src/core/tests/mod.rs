@@ -4,6 +4,7 @@
 mod address_space;
 mod blocks;
 mod config_effect;
+mod deferred_reuse;
 mod erase;
 mod expandable;
 mod growth_rule;

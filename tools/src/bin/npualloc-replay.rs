@@ -81,12 +81,13 @@ struct Args {
     /// Only ns/op changes; the other columns come from a first pass.
     #[arg(long)]
     warm: bool,
-    /// Print one JSON document instead of the table (the same numbers,
+    /// Print one JSON document instead of the table (the table's numbers and the event calls,
     /// sizes in bytes): {"reports": [...]}, indented by two spaces, one object
     /// a row with the keys trace, label, config, ops, peak_requested, then
     /// (when the row was measured) peak_reserved, ratio, ns_per_op,
     /// device_mallocs, device_frees, maps, unmaps, physical_mallocs,
-    /// physical_frees, syncs, ooms, min_capacity (null when not measured or
+    /// physical_frees, syncs, event_records, event_queries (aclrtRecordEvent and
+    /// aclrtQueryEventStatus calls), ooms, min_capacity (null when not measured or
     /// nothing fits), min_capacity_x or min_capacity_error, and last error
     /// (null, or why the row failed).
     #[arg(long)]

@@ -2,7 +2,7 @@
 //! plus the emulator's own control functions from the same library.
 
 use crate::runtime::{Runtime, Stream};
-use std::ffi::{CStr, CString};
+use std::ffi::{c_char, CStr, CString};
 use std::os::raw::c_void;
 use std::path::Path;
 use std::sync::Arc;
@@ -45,6 +45,11 @@ pub struct Usage {
 type SetMemoryFn = unsafe extern "C" fn(i32, u64) -> i32;
 type GetUsageFn = unsafe extern "C" fn(i32, *mut Usage) -> i32;
 type HostUsageFn = unsafe extern "C" fn(*mut u64, *mut u64) -> i32;
+type FailNthFn = unsafe extern "C" fn(*const c_char, i32) -> i32;
+type FaultPendingFn = unsafe extern "C" fn(*const c_char) -> i32;
+
+/// How far away a counting fault is armed: no replay makes that many calls.
+const FAR: i32 = i32::MAX;
 
 /// The loaded emulator. Its state is process-wide: replays run one at a time.
 pub struct Emulator {
@@ -53,6 +58,8 @@ pub struct Emulator {
     get_usage: GetUsageFn,
     /// `aclemu_host_usage`, absent from older emulators.
     host_usage: Option<HostUsageFn>,
+    /// `aclemu_fail_nth` and `aclemu_fault_pending`, to count calls.
+    faults: Option<(FailNthFn, FaultPendingFn)>,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -94,8 +101,18 @@ impl Emulator {
         // SAFETY: the emulator's header declares this signature.
         let host_usage =
             sym(c"aclemu_host_usage").ok().map(|p| unsafe { std::mem::transmute::<*mut c_void, HostUsageFn>(p) });
+        let faults = match (sym(c"aclemu_fail_nth"), sym(c"aclemu_fault_pending")) {
+            // SAFETY: the emulator's header declares these signatures.
+            (Ok(f), Ok(p)) => Some(unsafe {
+                (
+                    std::mem::transmute::<*mut c_void, FailNthFn>(f),
+                    std::mem::transmute::<*mut c_void, FaultPendingFn>(p),
+                )
+            }),
+            _ => None,
+        };
         rt.set_device(DEVICE)?;
-        Ok(Emulator { rt, set_memory, get_usage, host_usage })
+        Ok(Emulator { rt, set_memory, get_usage, host_usage, faults })
     }
 
     pub fn runtime(&self) -> &Arc<Runtime> {
@@ -127,6 +144,25 @@ impl Emulator {
         let (mut bytes, mut count) = (0u64, 0u64);
         // SAFETY: both are valid out-pointers.
         (unsafe { f(&mut bytes, &mut count) } == 0).then_some((bytes, count))
+    }
+
+    /// Starts counting calls of the ACL function `name`, with the
+    /// emulator's fault counter armed further away than any replay reaches.
+    /// False with an emulator that cannot count.
+    pub fn count_calls(&self, name: &CStr) -> bool {
+        let Some((fail_nth, _)) = self.faults else { return false };
+        // SAFETY: name is a NUL-terminated string.
+        unsafe { fail_nth(name.as_ptr(), FAR) == 0 }
+    }
+
+    /// The calls of `name` since `count_calls(name)`, and stops counting.
+    pub fn calls_counted(&self, name: &CStr) -> Option<u64> {
+        let (fail_nth, pending) = self.faults?;
+        // SAFETY: name is a NUL-terminated string.
+        let left = unsafe { pending(name.as_ptr()) };
+        // SAFETY: as above.
+        unsafe { fail_nth(name.as_ptr(), 0) };
+        (left > 0).then(|| (FAR - left) as u64)
     }
 
     /// `n` fresh streams on the replay device (trace stream i = element i).

@@ -108,6 +108,10 @@ pub struct Measured {
     pub physical_frees: u64,
     /// Host syncs the allocator made (not the trace's `w` events).
     pub syncs: u64,
+    /// aclrtRecordEvent and aclrtQueryEventStatus calls (the emulator counts
+    /// them; 0 with one that cannot).
+    pub event_records: u64,
+    pub event_queries: u64,
     /// Allocations that failed with out of memory at the default capacity.
     pub ooms: u64,
     /// Best timed run / steps.
@@ -271,6 +275,9 @@ struct RunResult {
     snapshot: Option<String>,
 }
 
+/// The event calls an observed run counts: records, then queries.
+const COUNTED: [&std::ffi::CStr; 2] = [c"aclrtRecordEvent", c"aclrtQueryEventStatus"];
+
 /// A target bound to a trace, ready to run again and again.
 struct Runner<'a> {
     emu: &'a Emulator,
@@ -309,6 +316,7 @@ impl<'a> Runner<'a> {
                 let alloc =
                     DeviceAllocator::with_runtime(config.clone(), DEVICE, rt.clone()).map_err(|e| e.to_string())?;
                 let mut b = Npu { alloc: &alloc };
+                let counting = spec.finish && COUNTED.iter().all(|name| self.emu.count_calls(name));
                 if spec.warm {
                     engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut Quiet)?;
                     for a in addrs.iter_mut().filter(|a| **a != 0) {
@@ -320,6 +328,7 @@ impl<'a> Runner<'a> {
                 } else {
                     engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut Quiet)
                 };
+                let [records, queries] = COUNTED.map(|name| self.emu.calls_counted(name).filter(|_| counting));
                 let mut counters = Measured::default();
                 let mut snapshot = None;
                 if outcome.is_ok() && (spec.finish || spec.snapshot) {
@@ -335,6 +344,8 @@ impl<'a> Runner<'a> {
                         physical_mallocs: snapshot::stat(&json, "num_physical_mallocs"),
                         physical_frees: snapshot::stat(&json, "num_physical_frees"),
                         syncs: s.num_syncs,
+                        event_records: records.unwrap_or(0),
+                        event_queries: queries.unwrap_or(0),
                         ..Measured::default()
                     };
                     if spec.snapshot {

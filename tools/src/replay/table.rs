@@ -124,6 +124,8 @@ struct JsonMeasured<'a> {
     physical_mallocs: u64,
     physical_frees: u64,
     syncs: u64,
+    event_records: u64,
+    event_queries: u64,
     ooms: u64,
     /// `null` when not measured or when no capacity fits.
     min_capacity: Option<u64>,
@@ -157,6 +159,8 @@ fn json_row(r: &Report) -> JsonRow<'_> {
             physical_mallocs: m.physical_mallocs,
             physical_frees: m.physical_frees,
             syncs: m.syncs,
+            event_records: m.event_records,
+            event_queries: m.event_queries,
             ooms: m.ooms,
             min_capacity,
             min_capacity_x,
