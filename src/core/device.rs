@@ -358,6 +358,9 @@ impl<B: Backing> Device<B> {
         self.sh.trace(|t| t.free(addr));
         let detached = pool.detach_for_threshold();
         let (live, _) = pool.live();
+        // What the entry serves now: once the lock is dropped it may retire
+        // and be taken over by another (pool, stream).
+        let (stream, pool_id) = (pool.stream(), entry.pool());
         drop(pool);
         let released = !detached.is_empty();
         if released {
@@ -368,14 +371,20 @@ impl<B: Backing> Device<B> {
         // entry (ranges, cached handles) goes back and its slot is freed
         // for the next new pair (Note [pools]). A ladder under way holds
         // the lock; then the next pool_destroy, empty_cache or
-        // forget_stream does it.
+        // forget_stream does it. Under the ladder lock (which retiring
+        // takes) the entry is forgotten only if it is still the destroyed
+        // pool's on the same stream: the hook, or another thread, may have
+        // emptied it meanwhile, and another pool taken it over.
         if live == 0 && entry.shards[kind ^ 1].lock_anyway().live().0 == 0 {
             if !released {
                 self.sh.hooks.before_release(self.sh.device);
             }
             if let Ok(_ladder) = self.ladder.try_lock() {
-                let _ = self.forget_entry(entry, entry.stream_now());
-                let _ = B::free_cached(&self.sh);
+                let same = entry.pool() == pool_id && entry.stream_now() == stream;
+                if same && entry.flags() & super::streams::DESTROYED != 0 {
+                    let _ = self.forget_entry(entry, stream);
+                    let _ = B::free_cached(&self.sh);
+                }
             }
         }
         Ok(())

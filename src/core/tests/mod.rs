@@ -4,6 +4,7 @@
 mod address_space;
 mod blocks;
 mod config_effect;
+mod destroyed_pool_free;
 mod erase;
 mod expandable;
 mod growth_rule;
