@@ -187,9 +187,11 @@ impl<B: Backing> Device<B> {
         // The entry may have been retired, and taken over by another stream
         // with blocks of its own cached, since the look-up: one compare
         // under the lock (`StreamTable::retire`), never taken in practice.
-        // (A default-pool entry never goes to its stream in a private pool:
-        // `get_or_add`. A routed request whose route ended meanwhile may
-        // land in the pool its stream is routed to now.)
+        // (A live pool's retired entry never goes to the stream it served
+        // in another pool, `get_or_add`: a request that finds its stream
+        // here is in the pool it was looked up for, or, its route ended
+        // meanwhile, the pool its stream is routed to now. One that looks
+        // up again lands in the pool its stream is routed to then.)
         if pool.stream() != stream {
             drop(pool);
             return self.malloc_again(size, stream);

@@ -3,7 +3,7 @@
 //! retire and be taken over by another (pool, stream), whose cache, even a
 //! captured graph pool's, must stay.
 
-use super::support::{allocator, emu_lock, hold_stream, new_stream, release_stream, set_capacity, MIB};
+use super::support::{allocator, emu_lock, finish, hold_stream, new_stream, release_stream, set_capacity, MIB};
 use crate::core::pools::config::PoolConfig;
 use crate::core::DeviceAllocator;
 use crate::runtime::Stream;
@@ -19,6 +19,7 @@ struct Ctx {
     capture: bool,
     armed: bool,
     q_reserved_in_hook: u64,
+    model: usize,
 }
 
 /// The before-release hook: ends the recorded use of the destroyed pool's
@@ -43,8 +44,9 @@ unsafe extern "C" fn hook(user: *mut c_void, _device: i32) {
     a.free(y).unwrap();
     if c.capture {
         let mut model = std::ptr::null_mut();
-        // SAFETY: as above; the model stays with the emulator.
+        // SAFETY: as above; `model` is writable, destroyed at the end of the test.
         assert_eq!(unsafe { ascendcl::aclmdlRICaptureEnd(c.s2.raw() as *mut _, &mut model) }, 0);
+        c.model = model as usize;
     }
     c.q_reserved_in_hook = a.pool_stats(c.q).unwrap().reserved_bytes;
 }
@@ -64,13 +66,19 @@ fn free_last_block_of_destroyed_pool(capture: bool) -> (u64, u64) {
     hold_stream(other);
     a.pool_begin(q, Some(s2)).unwrap();
     a.pool_destroy(p).unwrap();
-    let mut c = Ctx { a: &a, p, q, s2, other, capture, armed: true, q_reserved_in_hook: 0 };
+    let mut c = Ctx { a: &a, p, q, s2, other, capture, armed: true, q_reserved_in_hook: 0, model: 0 };
     a.set_before_release(Some((hook, &mut c as *mut Ctx as *mut c_void)));
     a.free(x).unwrap();
     a.set_before_release(None);
     let after = a.pool_stats(q).unwrap().reserved_bytes;
     a.pool_end(q, Some(s2)).unwrap();
     assert!(!c.armed, "setup: the hook did not run");
+    if c.model != 0 {
+        // SAFETY: the model the capture made, destroyed once.
+        assert_eq!(unsafe { ascendcl::aclmdlRIDestroy(c.model as *mut _) }, 0);
+    }
+    a.pool_destroy(q).unwrap();
+    finish(a);
     (c.q_reserved_in_hook, after)
 }
 

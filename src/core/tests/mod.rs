@@ -20,6 +20,7 @@ mod pool_stats;
 mod pools;
 mod random;
 mod reuse;
+mod routed_retired_entry;
 mod sleep;
 mod sleep_race;
 mod streams;
