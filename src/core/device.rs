@@ -123,10 +123,17 @@ impl<B: Backing> Device<B> {
             [shard(PoolKind::Small), shard(PoolKind::Large)]
         };
         // A retired entry's shards are empty: they become this stream's
-        // (and this pool's).
+        // (and this pool's). Their allocs and frees stay with the pool they
+        // served (its tally), so pool and device figures count each once.
         let revive = |e: &StreamEntry<B>| {
+            let old = self.pools.tally(e.pool());
             for shard in &e.shards {
-                shard.lock_anyway().set_stream(stream);
+                let mut p = shard.lock_anyway();
+                let counts = p.take_counts();
+                if let Some(t) = &old {
+                    t.keep_counts(counts);
+                }
+                p.set_stream(stream);
             }
         };
         // Every entry is made or taken over under the pools lock (taken
@@ -504,6 +511,9 @@ impl<B: Backing> Device<B> {
                 s.segment_bytes += B::held_bytes(seg) as u64;
                 s.address_space_bytes += seg.size as u64;
             }
+        }
+        for tally in self.pools.tallies() {
+            tally.add_kept_counts(&mut s);
         }
         self.sh.counters.add_to(&mut s);
         self.peaks.add_to(&mut s);

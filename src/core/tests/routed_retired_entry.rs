@@ -2,7 +2,7 @@
 //! `forget_stream` retired it never lands in the default pool, which the
 //! same stream's next malloc makes an entry for.
 
-use super::support::{allocator, emu_lock, new_stream, set_capacity};
+use super::support::{allocator, emu_lock, finish, new_stream, set_capacity};
 use crate::core::pools::config::PoolConfig;
 use crate::core::testpoint;
 use std::sync::mpsc;
@@ -42,4 +42,5 @@ fn a_routed_malloc_across_forget_stream_stays_in_its_pool() {
             "a request routed to p was served by the default pool"
         );
     });
+    finish(a);
 }
