@@ -23,6 +23,7 @@ mod random;
 mod reuse;
 mod routed_retired_entry;
 mod sleep;
+mod sleep_after_partial_wake;
 mod sleep_race;
 mod streams;
 pub(crate) mod support;
