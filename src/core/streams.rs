@@ -80,6 +80,11 @@ impl<B: Backing> StreamEntry<B> {
         Stream(self.stream.load(Ordering::Acquire))
     }
 
+    /// True while the entry is retired (it serves no stream).
+    pub fn is_retired(&self) -> bool {
+        self.stream.load(Ordering::Acquire) == RETIRED
+    }
+
     /// True once the stream was seen capturing (Note [capture]).
     #[inline(always)]
     pub fn is_graph(&self) -> bool {

@@ -271,10 +271,11 @@ impl<B: Backing> Device<B> {
     }
 
     /// True if a capture was routed to `pool`, or one of its streams
-    /// captures now (sleep's cold path; Note [sleep]).
+    /// captures now (sleep's cold path; Note [sleep]). A retired entry
+    /// serves no stream: it is not asked about.
     pub(crate) fn pool_captured(&self, pool: u64) -> bool {
         self.pools.captured(pool)
-            || self.streams.iter().filter(|e| e.pool() == pool).any(|e| {
+            || self.streams.iter().filter(|e| e.pool() == pool && !e.is_retired()).any(|e| {
                 let stream = e.shards[0].lock_anyway().stream();
                 super::capture::capturing_now(&self.sh.rt, self.sh.device, stream)
             })

@@ -14,6 +14,7 @@ mod out_of_memory;
 mod peaks;
 mod pieces;
 mod pool_capture;
+mod pool_captured_retired;
 mod pool_counts_reuse;
 mod pool_empty;
 mod pool_retire;
