@@ -41,11 +41,8 @@ impl<B: Backing> Device<B> {
         // Looked up again under the ladder lock: another forget_stream of
         // the same stream may have retired its entries meanwhile, and a new
         // stream taken them over.
-        let entries: Vec<_> = self
-            .streams
-            .all_of(stream)
-            .filter(|e| Self::forgettable(e, |pool| self.pools.captured(pool)))
-            .collect();
+        let entries: Vec<_> =
+            self.streams.all_of(stream).filter(|e| Self::forgettable(e, |pool| self.pools.captured(pool))).collect();
         let mut released = 0;
         let mut first_error = None;
         for entry in entries {

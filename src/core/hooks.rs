@@ -304,8 +304,8 @@ mod tests {
         std::thread::spawn(move || hooks.out_of_memory(0, 1, "test"));
         loop {
             let returned = IN_RELEASE.load(Ordering::SeqCst) == 2 && IN_OOM.load(Ordering::SeqCst) == 2;
-            let both_wait = hooks.before_release.waiting.load(Ordering::SeqCst) > 0
-                && hooks.oom.waiting.load(Ordering::SeqCst) > 0;
+            let both_wait =
+                hooks.before_release.waiting.load(Ordering::SeqCst) > 0 && hooks.oom.waiting.load(Ordering::SeqCst) > 0;
             assert!(!both_wait, "each hook waits in its setter for the other's call to return");
             if returned {
                 break;

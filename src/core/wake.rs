@@ -25,8 +25,8 @@
 use super::backing::{Backing, Scope};
 use super::device::Device;
 use super::pools::config::SleepMode;
-use super::sleep_state::Asleep;
 use super::shard::Shard;
+use super::sleep_state::Asleep;
 use super::streams::StreamEntry;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
