@@ -760,8 +760,11 @@ npualloc_status npualloc_pluggable_snapshot_pytorch_json(int device, char **out_
  * drains it there; a host whose drain cannot run on some thread of its own
  * (its queue's own threads) must return at once there. NULL `fn` removes
  * the hook. Replaces any earlier hook; returns only once no other thread
- * is inside the old one, so its `user` may be freed then (a call of the old
- * hook on the calling thread, one replacing itself, is not waited for).
+ * is inside the old one, so its `user` may be freed then. Called from
+ * inside a hook call (this hook replacing itself, or the out-of-memory
+ * observer), it returns at once without waiting: the old hook may then
+ * still run on other threads (two hooks each removing the other would
+ * otherwise wait for each other forever).
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle.
  * Thread-safe.
@@ -780,7 +783,10 @@ npualloc_status npualloc_set_before_release(struct npualloc_allocator *a,
  * back and with no npualloc lock held, on the thread that made the
  * request, with the same report text the last error gets. NULL `fn`
  * removes it; replaces any earlier observer, returning once no other
- * thread is inside the old one. With the config key
+ * thread is inside the old one. Called from inside a hook call (this
+ * observer replacing itself, or the before-release hook), it returns at
+ * once without waiting: the old observer may then still run on other
+ * threads. With the config key
  * `oom_snapshot:PATH`, a PyTorch-format snapshot (a pickle, the memory
  * history included while recording) is written to PATH just before.
  *
@@ -1132,9 +1138,12 @@ npualloc_status npualloc_pool_empty_cache(struct npualloc_allocator *a, uint64_t
  * blocks (the default pool keeps). Virtual addresses stay reserved: every
  * pointer is valid again after `npualloc_wake`. While asleep, allocations
  * routed to offload or discard pools are INVALID_ARGUMENT; freeing any
- * block is allowed. Asleep already: OK, nothing changes.
+ * block is allowed. Asleep already: OK, nothing changes; but after an
+ * `npualloc_wake_with` that woke some pools and left others asleep:
+ * INVALID_ARGUMENT, nothing changed (wake the rest first).
  *
- * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`; UNSUPPORTED
+ * Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`, or after a
+ * partial wake (above); UNSUPPORTED
  * (nothing changed) when an offload or discard pool has live blocks and
  * the allocator uses fixed segments (`expandable_segments:false`); the
  * runtime's failure otherwise (what was taken is brought back first).
@@ -1179,7 +1188,8 @@ npualloc_status npualloc_wake(struct npualloc_allocator *a);
  * nothing, for a NULL or destroyed `a`, a NULL list with a count above 0,
  * a count too large for memory, a misaligned list, a pool that does not
  * exist or was destroyed, or a pool in both lists. Asleep already: OK,
- * nothing changes (the lists are still checked).
+ * nothing changes (the lists are still checked); after a partial wake,
+ * INVALID_ARGUMENT as for `npualloc_sleep`.
  *
  * # Safety
  * `a` is NULL or a live handle; a non-NULL list points to its count of

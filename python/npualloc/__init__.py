@@ -245,7 +245,9 @@ class CachingAllocator(Allocator):
         the live blocks of ``sleep=offload`` pools are copied to host memory
         and their device memory goes back, those of ``sleep=discard`` pools
         go back without a copy, ``sleep=keep`` pools (the default) stay.
-        Asleep already: nothing happens. While asleep, allocating from an
+        Asleep already: nothing happens; but after ``wake(pools=...)`` left
+        some pools asleep, ValueError (wake them first), nothing changed.
+        While asleep, allocating from an
         offload or discard pool raises ValueError; freeing is allowed.
         NpuallocError (UNSUPPORTED, nothing changed) when an offload or
         discard pool has live blocks and segments are not expandable."""

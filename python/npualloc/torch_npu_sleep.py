@@ -140,8 +140,9 @@ class CaMemAllocator:
         ``offload_tags`` (a str or a tuple; None: ``("default",)``) are
         copied to host memory first, every other tag is discarded (reads as
         undefined after wake), ``"sleep_persistent"`` stays. Cached memory
-        goes back too. Asleep already: nothing happens. ValueError for a
-        tag that is not a str; NpuallocError (UNSUPPORTED, nothing changed)
+        goes back too. Asleep already: nothing happens; after a
+        ``wake_up(tags)`` that left some tags asleep, ValueError (wake them
+        first), nothing changed. ValueError for a tag that is not a str; NpuallocError (UNSUPPORTED, nothing changed)
         without expandable segments."""
         if offload_tags is None:
             offload_tags = (CaMemAllocator.default_tag,)

@@ -115,3 +115,26 @@ def test_pools_wake_one_at_a_time(emu):
         assert _reads(k.addr, 20 * MIB, 0x01) and _reads(w.addr, 12 * MIB, 0x2B)
         a.free(w)
         a.free(k)
+
+
+def test_sleep_after_a_partial_wake_is_refused():
+    """sleep() while wake(pools=...) left some pools asleep raises
+    ValueError saying to wake them first, changing nothing: the woken pool
+    keeps its memory; once every pool is awake, sleep works again."""
+    with npualloc.CachingAllocator(device=0, config="expandable_segments:true") as a:
+        weights, kv = npualloc.Pool(a, "sleep:offload"), npualloc.Pool(a, "sleep:discard")
+        with weights:
+            w = a.malloc(4 * MIB)
+        with kv:
+            k = a.malloc(4 * MIB)
+        a.sleep()
+        a.wake(pools=[weights])
+        with pytest.raises(ValueError, match="wake them first"):
+            a.sleep()
+        assert weights.stats()["reserved_bytes"] >= 4 * MIB, "the refused sleep took the woken pool's memory"
+        a.wake()
+        a.sleep()
+        assert weights.stats()["reserved_bytes"] == 0
+        a.wake()
+        a.free(w)
+        a.free(k)

@@ -123,10 +123,17 @@ impl<B: Backing> Device<B> {
             [shard(PoolKind::Small), shard(PoolKind::Large)]
         };
         // A retired entry's shards are empty: they become this stream's
-        // (and this pool's).
+        // (and this pool's). Their allocs and frees stay with the pool they
+        // served (its tally), so pool and device figures count each once.
         let revive = |e: &StreamEntry<B>| {
+            let old = self.pools.tally(e.pool());
             for shard in &e.shards {
-                shard.lock_anyway().set_stream(stream);
+                let mut p = shard.lock_anyway();
+                let counts = p.take_counts();
+                if let Some(t) = &old {
+                    t.keep_counts(counts);
+                }
+                p.set_stream(stream);
             }
         };
         // Every entry is made or taken over under the pools lock (taken
@@ -187,9 +194,11 @@ impl<B: Backing> Device<B> {
         // The entry may have been retired, and taken over by another stream
         // with blocks of its own cached, since the look-up: one compare
         // under the lock (`StreamTable::retire`), never taken in practice.
-        // (A default-pool entry never goes to its stream in a private pool:
-        // `get_or_add`. A routed request whose route ended meanwhile may
-        // land in the pool its stream is routed to now.)
+        // (A live pool's retired entry never goes to the stream it served
+        // in another pool, `get_or_add`: a request that finds its stream
+        // here is in the pool it was looked up for, or, its route ended
+        // meanwhile, the pool its stream is routed to now. One that looks
+        // up again lands in the pool its stream is routed to then.)
         if pool.stream() != stream {
             drop(pool);
             return self.malloc_again(size, stream);
@@ -358,6 +367,9 @@ impl<B: Backing> Device<B> {
         self.sh.trace(|t| t.free(addr));
         let detached = pool.detach_for_threshold();
         let (live, _) = pool.live();
+        // What the entry serves now: once the lock is dropped it may retire
+        // and be taken over by another (pool, stream).
+        let (stream, pool_id) = (pool.stream(), entry.pool());
         drop(pool);
         let released = !detached.is_empty();
         if released {
@@ -368,14 +380,20 @@ impl<B: Backing> Device<B> {
         // entry (ranges, cached handles) goes back and its slot is freed
         // for the next new pair (Note [pools]). A ladder under way holds
         // the lock; then the next pool_destroy, empty_cache or
-        // forget_stream does it.
+        // forget_stream does it. Under the ladder lock (which retiring
+        // takes) the entry is forgotten only if it is still the destroyed
+        // pool's on the same stream: the hook, or another thread, may have
+        // emptied it meanwhile, and another pool taken it over.
         if live == 0 && entry.shards[kind ^ 1].lock_anyway().live().0 == 0 {
             if !released {
                 self.sh.hooks.before_release(self.sh.device);
             }
             if let Ok(_ladder) = self.ladder.try_lock() {
-                let _ = self.forget_entry(entry, entry.stream_now());
-                let _ = B::free_cached(&self.sh);
+                let same = entry.pool() == pool_id && entry.stream_now() == stream;
+                if same && entry.flags() & super::streams::DESTROYED != 0 {
+                    let _ = self.forget_entry(entry, stream);
+                    let _ = B::free_cached(&self.sh);
+                }
             }
         }
         Ok(())
@@ -493,6 +511,9 @@ impl<B: Backing> Device<B> {
                 s.segment_bytes += B::held_bytes(seg) as u64;
                 s.address_space_bytes += seg.size as u64;
             }
+        }
+        for tally in self.pools.tallies() {
+            tally.add_kept_counts(&mut s);
         }
         self.sh.counters.add_to(&mut s);
         self.peaks.add_to(&mut s);

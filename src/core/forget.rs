@@ -41,11 +41,8 @@ impl<B: Backing> Device<B> {
         // Looked up again under the ladder lock: another forget_stream of
         // the same stream may have retired its entries meanwhile, and a new
         // stream taken them over.
-        let entries: Vec<_> = self
-            .streams
-            .all_of(stream)
-            .filter(|e| e.pool() == 0 || e.reclaimable() || !self.pools.captured(e.pool()))
-            .collect();
+        let entries: Vec<_> =
+            self.streams.all_of(stream).filter(|e| Self::forgettable(e, |pool| self.pools.captured(pool))).collect();
         let mut released = 0;
         let mut first_error = None;
         for entry in entries {
@@ -68,6 +65,11 @@ impl<B: Backing> Device<B> {
     /// Gives back what `entry` (of `stream`) caches and retires it if that
     /// leaves nothing in it. The caller holds the ladder lock.
     pub(super) fn forget_entry(&self, entry: &StreamEntry<B>, stream: Stream) -> Result<usize> {
+        // A live pool's entry that served a capture keeps its memory until
+        // pool_destroy (Note [capture]), whoever asks.
+        if !Self::forgettable(entry, |pool| self.pools.captured(pool)) {
+            return Ok(0);
+        }
         let mut released = 0;
         let mut first_error = None;
         // The second pass releases the ranges the first one emptied.
@@ -96,6 +98,12 @@ impl<B: Backing> Device<B> {
         }
         self.retire_if_empty(entry, stream);
         first_error.map_or(Ok(released), Err)
+    }
+
+    /// True unless `entry` is a live private pool's that served a graph
+    /// capture (`captured(pool)`): its memory is the graph's.
+    fn forgettable(entry: &StreamEntry<B>, captured: impl FnOnce(u64) -> bool) -> bool {
+        entry.pool() == 0 || entry.reclaimable() || !captured(entry.pool())
     }
 
     /// Retires `entry` (of `stream`) if its shards hold nothing: its slot

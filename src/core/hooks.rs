@@ -19,7 +19,8 @@
 //! The hooks are read on those cold paths only; no malloc or free that
 //! succeeds looks at them. Replacing or removing a hook returns only once
 //! no other thread is inside the old one (`Slot`), so the host may then
-//! free what its `user` pointed to.
+//! free what its `user` pointed to; called from inside a hook call it does
+//! not wait (two hooks removing each other would wait for each other).
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CString};
@@ -60,8 +61,11 @@ thread_local! {
 
 /// A hook slot. Replacing or removing the hook waits until every call of
 /// the old one under way on other threads has returned, so the host may
-/// free what `user` points to once the setter returns. A call of it on the
-/// setter's own thread (a hook that replaces itself) is not waited for.
+/// free what `user` points to once the setter returns. A setter called on
+/// a thread that is inside any hook call (a hook replacing itself, or
+/// another hook) does not wait: two hooks each removing the other from
+/// inside their calls would otherwise wait for each other forever. Then
+/// the old hook may still be running on other threads when it returns.
 /// Neither side holds a lock a malloc or free needs: callers copy the
 /// registration out and count themselves in under the slot's short lock.
 struct Slot<F> {
@@ -88,10 +92,13 @@ impl<F: Copy> Slot<F> {
         });
         let old = std::mem::replace(&mut *self.current.write().unwrap_or_else(|e| e.into_inner()), fresh);
         let Some(old) = old else { return };
-        let key = Arc::as_ptr(&old) as usize;
-        let mine = CALLING.with(|c| c.borrow().iter().filter(|&&k| k == key).count());
+        // Inside a hook call, waiting could wait for a thread that waits
+        // for this one (each hook removing the other).
+        if CALLING.with(|c| !c.borrow().is_empty()) {
+            return;
+        }
         let mut calls = old.calls.lock().unwrap_or_else(|e| e.into_inner());
-        while *calls > mine {
+        while *calls > 0 {
             #[cfg(test)]
             self.waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             calls = old.done.wait(calls).unwrap_or_else(|e| e.into_inner());
@@ -147,7 +154,8 @@ impl std::fmt::Debug for Hooks {
 
 impl Hooks {
     /// Installs (Some) or removes (None) the before-release hook; returns
-    /// once no other thread is inside the old one (`Slot`).
+    /// once no other thread is inside the old one, or at once when called
+    /// from inside a hook call (`Slot`).
     pub fn set_before_release(&self, hook: Option<(ReleaseHook, *mut c_void)>) {
         self.before_release.set(hook);
     }
@@ -165,7 +173,8 @@ impl Hooks {
     }
 
     /// Installs (Some) or removes (None) the out-of-memory observer; returns
-    /// once no other thread is inside the old one.
+    /// once no other thread is inside the old one, or at once when called
+    /// from inside a hook call (`Slot`).
     pub fn set_out_of_memory(&self, hook: Option<(OomHook, *mut c_void)>) {
         self.oom.set(hook);
     }
@@ -251,5 +260,58 @@ mod tests {
         hooks.set_before_release(Some((remove_self, &hooks as *const Hooks as *mut c_void)));
         hooks.before_release(0);
         assert!(!hooks.before_release.is_set());
+    }
+
+    static IN_RELEASE: AtomicUsize = AtomicUsize::new(0);
+    static IN_OOM: AtomicUsize = AtomicUsize::new(0);
+
+    /// Removes the out-of-memory observer once that observer is running.
+    unsafe extern "C" fn remove_oom(user: *mut c_void, _device: i32) {
+        // SAFETY: the test passes a leaked `Hooks` as `user`.
+        let hooks = unsafe { &*(user as *const Hooks) };
+        IN_RELEASE.store(1, Ordering::SeqCst);
+        while IN_OOM.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        hooks.set_out_of_memory(None);
+        IN_RELEASE.store(2, Ordering::SeqCst);
+    }
+
+    /// Removes the before-release hook once that hook is running.
+    unsafe extern "C" fn remove_release(user: *mut c_void, _device: i32, _requested: usize, _report: *const c_char) {
+        // SAFETY: as above.
+        let hooks = unsafe { &*(user as *const Hooks) };
+        IN_OOM.store(1, Ordering::SeqCst);
+        while IN_RELEASE.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        hooks.set_before_release(None);
+        IN_OOM.store(2, Ordering::SeqCst);
+    }
+
+    /// Two hooks, running at once on two threads, each remove the other: a
+    /// setter called from inside a hook does not wait, so both return
+    /// (waiting, each would wait for the other forever). The test watches
+    /// for either state and checks which came; the hooks are leaked, as a
+    /// failing run leaves its threads stuck.
+    #[test]
+    fn hooks_removing_each_other_from_inside_their_calls_do_not_deadlock() {
+        let hooks: &'static Hooks = Box::leak(Box::default());
+        let user = hooks as *const Hooks as *mut c_void;
+        hooks.set_before_release(Some((remove_oom, user)));
+        hooks.set_out_of_memory(Some((remove_release, user)));
+        std::thread::spawn(move || hooks.before_release(0));
+        std::thread::spawn(move || hooks.out_of_memory(0, 1, "test"));
+        loop {
+            let returned = IN_RELEASE.load(Ordering::SeqCst) == 2 && IN_OOM.load(Ordering::SeqCst) == 2;
+            let both_wait =
+                hooks.before_release.waiting.load(Ordering::SeqCst) > 0 && hooks.oom.waiting.load(Ordering::SeqCst) > 0;
+            assert!(!both_wait, "each hook waits in its setter for the other's call to return");
+            if returned {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert!(!hooks.before_release.is_set() && !hooks.oom.is_set());
     }
 }

@@ -281,7 +281,8 @@ impl DeviceAllocator {
 
     /// Sleeps with every pool, the default one included, in `mode` (Note
     /// [sleep] in `sleep`); returns the device bytes given back. Asleep
-    /// already: OK, 0.
+    /// already: OK, 0; after a partial wake left some pools asleep,
+    /// INVALID_ARGUMENT, nothing changed.
     pub fn sleep(&self, mode: SleepMode) -> Result<usize> {
         with_device!(&self.engine, d => d.sleep(&|_, _| mode))
     }

@@ -92,6 +92,11 @@ impl<B: Backing> Pool<B> {
         self.stream
     }
 
+    /// The shard's cumulative (allocs, frees), taken out (`take_counts`).
+    pub fn take_counts(&mut self) -> (u64, u64) {
+        self.counters.take_counts()
+    }
+
     /// Serves `size` bytes (rounded to `rounded`) from this shard's cache,
     /// with no device call: a held block of that size, or a free block that
     /// is ready.

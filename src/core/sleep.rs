@@ -41,7 +41,9 @@
 //! made awake at once; a failure on the way undoes it whole. Short of
 //! memory it gives back the awake pools' cached memory, as the OOM ladder
 //! would, and tries again. It may name some pools only (a partial wake);
-//! the allocator is asleep until every pool is awake. A run whose blocks
+//! the allocator is asleep until every pool is awake, and a sleep meanwhile
+//! is INVALID_ARGUMENT (it would have only the woken pools to put to
+//! sleep; the caller wakes the rest first). A run whose blocks
 //! were all freed while asleep is mapped again all the same (its pages are
 //! then cached memory, which `empty_cache` gives back).
 //!
@@ -70,15 +72,27 @@ impl SleepMode {
 
 impl<B: Backing> Device<B> {
     /// Sleeps (Note [sleep]); `mode_of(pool id, its configured mode)` is
-    /// the mode each pool sleeps in. Asleep already: OK, 0. Returns the
-    /// device bytes given back.
+    /// the mode each pool sleeps in. Asleep already: OK, 0; but after a
+    /// partial wake that left some pools asleep, INVALID_ARGUMENT (the
+    /// woken pools are not put to sleep alone), nothing changed. Returns
+    /// the device bytes given back.
     pub fn sleep(&self, mode_of: &dyn Fn(u64, SleepMode) -> SleepMode) -> Result<usize> {
         self.check_alive()?;
         // Before any lock: the host's queue may still allocate as it drains.
         self.sh.hooks.before_release(self.sh.device);
         let mut state = self.sleep.lock();
-        if state.is_some() {
-            return Ok(0);
+        match state.as_ref() {
+            // Sleeping only the pools a partial wake brought back is not
+            // done: the caller wakes the rest first.
+            Some(Asleep { partly_woken: true }) => {
+                return Err(Error::InvalidArgument(
+                    "some pools are still asleep after a partial wake (npualloc_wake_with): wake them first \
+                     (npualloc_wake), then sleep; nothing was changed"
+                        .into(),
+                ))
+            }
+            Some(_) => return Ok(0),
+            None => {}
         }
         let mut modes = HashMap::new();
         for p in self.pool_shards() {
@@ -96,7 +110,7 @@ impl<B: Backing> Device<B> {
             }
             modes.insert(p.id, mode);
         }
-        *state = Some(Asleep);
+        *state = Some(Asleep { partly_woken: false });
         self.sleep.publish(Some(&modes));
         let result = self.take_off(&modes);
         if let Err(e) = result {

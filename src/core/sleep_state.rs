@@ -24,7 +24,10 @@ pub(crate) struct SleepState {
 
 #[derive(Debug, Clone)]
 /// Present while asleep (the modes are `SleepState::modes`).
-pub(super) struct Asleep;
+pub(super) struct Asleep {
+    /// A partial wake brought some pools back (a sleep then is refused).
+    pub partly_woken: bool,
+}
 
 impl SleepState {
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Option<Asleep>> {

@@ -102,6 +102,12 @@ impl ShardCounters {
         self.frees += 1;
     }
 
+    /// Takes the cumulative (allocs, frees) out, leaving zero: an empty
+    /// shard changing pools leaves them with its old pool (`PoolTally`).
+    pub fn take_counts(&mut self) -> (u64, u64) {
+        (std::mem::take(&mut self.allocs), std::mem::take(&mut self.frees))
+    }
+
     pub fn add_to(&self, s: &mut Stats) {
         s.allocated_bytes += self.allocated;
         s.requested_bytes += self.requested;

@@ -80,6 +80,11 @@ impl<B: Backing> StreamEntry<B> {
         Stream(self.stream.load(Ordering::Acquire))
     }
 
+    /// True while the entry is retired (it serves no stream).
+    pub fn is_retired(&self) -> bool {
+        self.stream.load(Ordering::Acquire) == RETIRED
+    }
+
     /// True once the stream was seen capturing (Note [capture]).
     #[inline(always)]
     pub fn is_graph(&self) -> bool {
@@ -205,14 +210,17 @@ impl<B: Backing> StreamTable<B> {
         }
         // A malloc that found the entry before it retired takes its shard
         // lock and compares the shard's stream with its own (`malloc`): so
-        // a default-pool entry never goes to the same stream in a private
-        // pool, which that compare would not tell apart (a malloc stalled
-        // across two retirements and revivals excepted, as before). A
-        // private pool's entry may: a request routed to it whose route
-        // ended meanwhile lands in the pool its stream is routed to now.
+        // an entry of a live pool never goes to the stream it served in
+        // another pool, which that compare would not tell apart (a malloc
+        // stalled across two retirements and revivals excepted). A
+        // destroyed pool's entry may: no route leads to its pool any more,
+        // and a pool after pool on one stream keeps the table bounded (a
+        // request routed to it whose route ended meanwhile lands in the
+        // pool its stream is routed to now). Read here only, under the
+        // adding lock: nothing on the hot path.
         let reusable = retired.iter().rposition(|&slot| {
             let e = self.entry(slot);
-            e.retired_from.load(Ordering::Relaxed) != stream.0 || e.pool() != 0 || pool == 0
+            e.retired_from.load(Ordering::Relaxed) != stream.0 || e.pool() == pool || e.flags() & DESTROYED != 0
         });
         if let Some(slot) = reusable.map(|i| retired.swap_remove(i)) {
             let e = self.entry(slot);

@@ -26,6 +26,7 @@ use super::backing::{Backing, Scope};
 use super::device::Device;
 use super::pools::config::SleepMode;
 use super::shard::Shard;
+use super::sleep_state::Asleep;
 use super::streams::StreamEntry;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
@@ -70,11 +71,15 @@ impl<B: Backing> Device<B> {
             let chosen = |pool: u64| pools.is_none_or(|l| l.contains(&pool));
             match self.bring_back(&|e: &StreamEntry<B>| chosen(e.pool()), &asleep, retry) {
                 Ok(()) => {
+                    let before = asleep.len();
                     let left: HashMap<u64, SleepMode> = asleep.into_iter().filter(|&(p, _)| !chosen(p)).collect();
                     if left.is_empty() {
                         *state = None;
                         self.sleep.publish(None);
                     } else {
+                        if left.len() < before {
+                            *state = Some(Asleep { partly_woken: true });
+                        }
                         self.sleep.publish(Some(&left));
                     }
                     return Ok(());

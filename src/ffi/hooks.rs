@@ -21,8 +21,11 @@ pub type npualloc_release_hook = Option<unsafe extern "C" fn(user: *mut c_void, 
 /// drains it there; a host whose drain cannot run on some thread of its own
 /// (its queue's own threads) must return at once there. NULL `fn` removes
 /// the hook. Replaces any earlier hook; returns only once no other thread
-/// is inside the old one, so its `user` may be freed then (a call of the old
-/// hook on the calling thread, one replacing itself, is not waited for).
+/// is inside the old one, so its `user` may be freed then. Called from
+/// inside a hook call (this hook replacing itself, or the out-of-memory
+/// observer), it returns at once without waiting: the old hook may then
+/// still run on other threads (two hooks each removing the other would
+/// otherwise wait for each other forever).
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle.
 /// Thread-safe.
@@ -56,7 +59,10 @@ pub type npualloc_oom_hook =
 /// back and with no npualloc lock held, on the thread that made the
 /// request, with the same report text the last error gets. NULL `fn`
 /// removes it; replaces any earlier observer, returning once no other
-/// thread is inside the old one. With the config key
+/// thread is inside the old one. Called from inside a hook call (this
+/// observer replacing itself, or the before-release hook), it returns at
+/// once without waiting: the old observer may then still run on other
+/// threads. With the config key
 /// `oom_snapshot:PATH`, a PyTorch-format snapshot (a pickle, the memory
 /// history included while recording) is written to PATH just before.
 ///

@@ -12,9 +12,12 @@ use super::status::npualloc_status;
 /// blocks (the default pool keeps). Virtual addresses stay reserved: every
 /// pointer is valid again after `npualloc_wake`. While asleep, allocations
 /// routed to offload or discard pools are INVALID_ARGUMENT; freeing any
-/// block is allowed. Asleep already: OK, nothing changes.
+/// block is allowed. Asleep already: OK, nothing changes; but after an
+/// `npualloc_wake_with` that woke some pools and left others asleep:
+/// INVALID_ARGUMENT, nothing changed (wake the rest first).
 ///
-/// Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`; UNSUPPORTED
+/// Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`, or after a
+/// partial wake (above); UNSUPPORTED
 /// (nothing changed) when an offload or discard pool has live blocks and
 /// the allocator uses fixed segments (`expandable_segments:false`); the
 /// runtime's failure otherwise (what was taken is brought back first).
@@ -69,7 +72,8 @@ pub unsafe extern "C" fn npualloc_wake(a: *mut npualloc_allocator) -> npualloc_s
 /// nothing, for a NULL or destroyed `a`, a NULL list with a count above 0,
 /// a count too large for memory, a misaligned list, a pool that does not
 /// exist or was destroyed, or a pool in both lists. Asleep already: OK,
-/// nothing changes (the lists are still checked).
+/// nothing changes (the lists are still checked); after a partial wake,
+/// INVALID_ARGUMENT as for `npualloc_sleep`.
 ///
 /// # Safety
 /// `a` is NULL or a live handle; a non-NULL list points to its count of

@@ -31,14 +31,18 @@
 //!   figures (`tally`): the device calls made for its memory (growth of
 //!   its shards, giving back its memory, its requests' retries and
 //!   refusals; not sleep and wake, nor cached handles freed, which belong
-//!   to no pool) and its peaks as a whole.
+//!   to no pool) and its peaks as a whole. A retired entry taken over
+//!   leaves its allocs and frees with the pool it served (its tally).
 //! - Retirement (`forget`, `streams`): a destroyed pool's entry retires
 //!   once nothing is left in it (at `pool_destroy`, at the free of its last
 //!   block, or at the next `empty_cache` or `forget_stream`), and
 //!   `forget_stream` gives back and retires the stream's entries in every
 //!   pool but a live one that served a graph capture; a retired slot serves
-//!   the next new (pool, stream) pair of any pool, so the stream table is
-//!   as long as the most pairs in use at once.
+//!   the next new (pool, stream) pair of any pool (but a live pool's never
+//!   the stream it served in another pool: `get_or_add`), so the stream
+//!   table is as long as the most pairs in use at once. The free of a
+//!   destroyed pool's last block forgets its entry only while it is still
+//!   that pool's on the same stream.
 //! - A thread that exits inside thread routes: its routes end with it
 //!   (`routing`), and its pools can be destroyed.
 
@@ -271,10 +275,11 @@ impl<B: Backing> Device<B> {
     }
 
     /// True if a capture was routed to `pool`, or one of its streams
-    /// captures now (sleep's cold path; Note [sleep]).
+    /// captures now (sleep's cold path; Note [sleep]). A retired entry
+    /// serves no stream: it is not asked about.
     pub(crate) fn pool_captured(&self, pool: u64) -> bool {
         self.pools.captured(pool)
-            || self.streams.iter().filter(|e| e.pool() == pool).any(|e| {
+            || self.streams.iter().filter(|e| e.pool() == pool && !e.is_retired()).any(|e| {
                 let stream = e.shards[0].lock_anyway().stream();
                 super::capture::capturing_now(&self.sh.rt, self.sh.device, stream)
             })

@@ -25,6 +25,10 @@ pub(crate) struct PoolTally {
     allocated_peak: AtomicU64,
     requested_peak: AtomicU64,
     reserved_peak: AtomicU64,
+    /// Allocs and frees of the pool's shards that went to another pool
+    /// since (a retired entry taken over): kept here, out of those shards.
+    left_allocs: AtomicU64,
+    left_frees: AtomicU64,
 }
 
 impl PoolTally {
@@ -46,9 +50,24 @@ impl PoolTally {
         self.reserved_peak.store(held, Relaxed);
     }
 
-    /// Fills the device-call counters and the peaks of `s`, whose block
-    /// and segment figures are already the pool's.
+    /// The (allocs, frees) of one of the pool's shards that goes to another
+    /// pool (`Device::add_entry`).
+    pub fn keep_counts(&self, (allocs, frees): (u64, u64)) {
+        self.left_allocs.fetch_add(allocs, Relaxed);
+        self.left_frees.fetch_add(frees, Relaxed);
+    }
+
+    /// Adds the counts kept by `keep_counts` to `s` (the device's totals
+    /// and the pool's own).
+    pub fn add_kept_counts(&self, s: &mut Stats) {
+        s.num_allocs += self.left_allocs.load(Relaxed);
+        s.num_frees += self.left_frees.load(Relaxed);
+    }
+
+    /// Fills the device-call counters, the kept counts and the peaks of
+    /// `s`, whose block and segment figures are already the pool's shards'.
     pub fn add_to(&self, s: &mut Stats) {
+        self.add_kept_counts(s);
         let (reserved, segments) = (s.reserved_bytes, s.segments);
         self.calls.add_to(s);
         // The pool's reserved memory is its segments' (cached handles

@@ -1,0 +1,40 @@
+//! A retired entry taken over by another pool brings none of its counts
+//! along: the old pool keeps its allocs and frees, the new one starts at
+//! zero, and the allocator's totals stay the sum.
+
+use super::support::{allocator, emu_lock, finish, new_stream, set_capacity};
+use crate::core::pools::config::PoolConfig;
+
+/// Pool p makes three allocs and frees on a stream, which is forgotten (p's
+/// entry retires); pool q on a new stream takes the entry over and makes
+/// one alloc.
+#[test]
+fn pool_counts_stay_with_their_pool_when_its_entry_is_reused() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:true");
+    let total_before = a.stats().unwrap().num_allocs;
+    let p = a.pool_create(PoolConfig::default()).unwrap();
+    let s1 = new_stream();
+    a.pool_begin(p, Some(s1)).unwrap();
+    for _ in 0..3 {
+        let x = a.malloc(4096, s1).unwrap();
+        a.free(x).unwrap();
+    }
+    a.pool_end(p, Some(s1)).unwrap();
+    a.forget_stream(s1).unwrap();
+    let before = a.pool_stats(p).unwrap();
+    let q = a.pool_create(PoolConfig::default()).unwrap();
+    let s2 = new_stream();
+    a.pool_begin(q, Some(s2)).unwrap();
+    let y = a.malloc(4096, s2).unwrap();
+    let (sp, sq) = (a.pool_stats(p).unwrap(), a.pool_stats(q).unwrap());
+    let total = a.stats().unwrap().num_allocs;
+    a.free(y).unwrap();
+    a.pool_end(q, Some(s2)).unwrap();
+    assert_eq!(a.streams_served(), 1, "setup: q did not take p's entry over");
+    assert_eq!((before.num_allocs, before.num_frees), (3, 3));
+    assert_eq!((sp.num_allocs, sp.num_frees, sq.num_allocs, sq.num_frees), (3, 3, 1, 0));
+    assert_eq!(total - total_before, 4, "the allocator's total lost or doubled a count");
+    finish(a);
+}
