@@ -7,6 +7,11 @@ use npualloc::trace::parse_str;
 use npualloc_tools::replay::{replay_trace, Emulator, Options, Prepared, Target};
 use std::path::{Path, PathBuf};
 
+/// The replays of this file share one emulator, whose call counters (armed
+/// and read back by each observed run) are process-wide: one replay at a
+/// time, or a replay on another test thread resets the counts of this one.
+static ONE_REPLAY_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn emulator() -> Emulator {
     let exe = std::env::current_exe().expect("current_exe");
     let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
@@ -34,6 +39,7 @@ fn syncs_of(emu: &Emulator, text: &str) -> u64 {
 
 #[test]
 fn waits_synchronize_and_uses_replay() {
+    let _one = ONE_REPLAY_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let emu = emulator();
     // A batch made on the copy stream and used on the compute stream, a
     // bucket made on the compute stream and used on the communication
@@ -48,6 +54,7 @@ fn waits_synchronize_and_uses_replay() {
 
 #[test]
 fn the_observed_run_counts_event_records_and_queries() {
+    let _one = ONE_REPLAY_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let emu = emulator();
     // Two blocks used on other streams and freed (two events recorded), one
     // used and never freed (no event), one never used elsewhere.
