@@ -35,12 +35,13 @@ else
         python3 -m venv "$venv"
         pip=("$python" -m pip -q --disable-pip-version-check)
         "${pip[@]}" install --no-deps "$wheel"
-        "${pip[@]}" install --no-index --find-links "$tnpu/dl/deps" numpy pyyaml sympy mpmath filelock \
+        "${pip[@]}" install --no-warn-conflicts --no-index --find-links "$tnpu/dl/deps" numpy pyyaml sympy mpmath filelock \
             typing_extensions networkx jinja2 markupsafe fsspec pytest
         site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
         # torch's CUDA build loads these from its RPATH: stubs answering "no device".
         cp -r "$stubs" "$site/"
-        if ! "${pip[@]}" install transformers==5.24.0; then
+        # --no-warn-conflicts: pip would list torch's CUDA dependencies, which the stubs stand in for.
+        if ! "${pip[@]}" install --no-warn-conflicts transformers==5.24.0; then
             rm -rf "$venv"
             skip "could not install transformers 5.24.0 from PyPI"
         fi
