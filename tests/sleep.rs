@@ -6,41 +6,14 @@
 
 mod common;
 
+use common::sleep_pools::*;
 use common::*;
 use npualloc::ffi::last_error::last_error_message;
 use npualloc::ffi::npualloc_status::{self, *};
-use npualloc::ffi::sleep::{npualloc_sleep, npualloc_wake};
 use npualloc::runtime::Stream;
 
 const DEVICE: i32 = 0;
 const MIB: usize = 1 << 20;
-
-/// The emulator's counters and capacity are process-wide: these tests run
-/// one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn sleep(a: Handle) -> npualloc_status {
-    // SAFETY: a live handle, or NULL (refused).
-    unsafe { npualloc_sleep(a) }
-}
-
-fn wake(a: Handle) -> npualloc_status {
-    // SAFETY: as in `sleep`.
-    unsafe { npualloc_wake(a) }
-}
-
-fn write(p: usize, len: usize, byte: u8) {
-    // SAFETY: the emulator's device memory is host memory; p is a live block of len bytes.
-    unsafe { std::ptr::write_bytes(p as *mut u8, byte, len) }
-}
-
-fn reads(p: usize, len: usize, byte: u8) -> bool {
-    // SAFETY: as in `write`.
-    unsafe { std::slice::from_raw_parts(p as *const u8, len) }.iter().all(|&b| b == byte)
-}
 
 #[test]
 fn the_default_pool_keeps_its_blocks_and_gives_back_its_cache() {
@@ -88,27 +61,6 @@ fn bad_handles_are_refused() {
     // A destroyed handle is recognised (handles are checked, never read blindly).
     assert_eq!(sleep(a), NPUALLOC_ERR_INVALID_ARGUMENT);
     assert_eq!(wake(a), NPUALLOC_ERR_INVALID_ARGUMENT);
-}
-
-fn pool(a: Handle, config: &str) -> u64 {
-    let c = std::ffi::CString::new(config).unwrap();
-    let mut id = 0u64;
-    // SAFETY: a live handle, a C string and a valid out-pointer.
-    let st = unsafe { npualloc::ffi::pools::npualloc_pool_create(a, c.as_ptr(), &mut id) };
-    assert_eq!(st, NPUALLOC_OK, "{}", last_error_message());
-    id
-}
-
-fn route(a: Handle, pool: u64, on: bool) {
-    // SAFETY: a live handle; a NULL stream routes the calling thread.
-    let st = unsafe {
-        if on {
-            npualloc::ffi::pools::npualloc_pool_begin(a, pool, std::ptr::null_mut())
-        } else {
-            npualloc::ffi::pools::npualloc_pool_end(a, pool, std::ptr::null_mut())
-        }
-    };
-    assert_eq!(st, NPUALLOC_OK, "{}", last_error_message());
 }
 
 /// An offload pool through the C API: sleep leaves the device nothing of

@@ -7,60 +7,15 @@
 
 mod common;
 
+use common::sleep_pools::*;
 use common::*;
 use npualloc::ffi::last_error::last_error_message;
 use npualloc::ffi::npualloc_status::{self, *};
-use npualloc::ffi::pools::{npualloc_pool_begin, npualloc_pool_create, npualloc_pool_destroy, npualloc_pool_end};
-use npualloc::ffi::sleep::{npualloc_sleep_with, npualloc_wake};
-use npualloc::runtime::Stream;
+use npualloc::ffi::pools::npualloc_pool_destroy;
+use npualloc::ffi::sleep::npualloc_sleep_with;
 
 const DEVICE: i32 = 0;
 const MIB: usize = 1 << 20;
-
-/// The emulator's counters are process-wide: these tests run one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn sleep_with(a: Handle, offload: &[u64], discard: &[u64]) -> npualloc_status {
-    // SAFETY: a live handle (or NULL, refused); each list is a slice of its own length.
-    unsafe { npualloc_sleep_with(a, offload.as_ptr(), offload.len(), discard.as_ptr(), discard.len()) }
-}
-
-fn wake(a: Handle) -> npualloc_status {
-    // SAFETY: a live handle.
-    unsafe { npualloc_wake(a) }
-}
-
-fn pool(a: Handle, config: &str) -> u64 {
-    let c = std::ffi::CString::new(config).unwrap();
-    let mut id = 0u64;
-    // SAFETY: a live handle, a C string and a valid out-pointer.
-    let st = unsafe { npualloc_pool_create(a, c.as_ptr(), &mut id) };
-    assert_eq!(st, NPUALLOC_OK, "{}", last_error_message());
-    id
-}
-
-/// Allocates `size` bytes from `pool` on the calling thread's route.
-fn malloc_in(a: Handle, pool: u64, size: usize) -> Result<usize, (npualloc_status, String)> {
-    // SAFETY: a live handle; a NULL stream routes the calling thread.
-    assert_eq!(unsafe { npualloc_pool_begin(a, pool, std::ptr::null_mut()) }, NPUALLOC_OK);
-    let got = malloc(a, size, Stream::DEFAULT);
-    // SAFETY: as above.
-    assert_eq!(unsafe { npualloc_pool_end(a, pool, std::ptr::null_mut()) }, NPUALLOC_OK);
-    got
-}
-
-fn write(p: usize, len: usize, byte: u8) {
-    // SAFETY: the emulator's device memory is host memory; p is a live block of len bytes.
-    unsafe { std::ptr::write_bytes(p as *mut u8, byte, len) }
-}
-
-fn reads(p: usize, len: usize, byte: u8) -> bool {
-    // SAFETY: as in `write`.
-    unsafe { std::slice::from_raw_parts(p as *const u8, len) }.iter().all(|&b| b == byte)
-}
 
 /// vLLM's `sleep(offload_tags=("weights",))`: two keep pools, one listed to
 /// offload and one to discard. Sleep leaves the device nothing of either,

@@ -6,71 +6,15 @@
 
 mod common;
 
+use common::sleep_pools::*;
 use common::*;
 use npualloc::ffi::last_error::last_error_message;
 use npualloc::ffi::npualloc_status::{self, *};
-use npualloc::ffi::pools::{npualloc_pool_begin, npualloc_pool_create, npualloc_pool_end};
-use npualloc::ffi::sleep::{npualloc_sleep, npualloc_wake, npualloc_wake_with};
-use npualloc::runtime::Stream;
+use npualloc::ffi::sleep::{npualloc_wake, npualloc_wake_with};
 
 const DEVICE: i32 = 0;
 const MIB: usize = 1 << 20;
 const CONFIG: &str = "expandable_segments:true,page_size:2m,map_ahead:false";
-
-/// The emulator's counters are process-wide: these tests run one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn wake_with(a: Handle, pools: &[u64]) -> npualloc_status {
-    // SAFETY: a live handle (or NULL, refused); the list is a slice of its own length.
-    unsafe { npualloc_wake_with(a, pools.as_ptr(), pools.len()) }
-}
-
-fn sleep(a: Handle) -> npualloc_status {
-    // SAFETY: a live handle.
-    unsafe { npualloc_sleep(a) }
-}
-
-fn pool(a: Handle, config: &str) -> u64 {
-    let c = std::ffi::CString::new(config).unwrap();
-    let mut id = 0u64;
-    // SAFETY: a live handle, a C string and a valid out-pointer.
-    let st = unsafe { npualloc_pool_create(a, c.as_ptr(), &mut id) };
-    assert_eq!(st, NPUALLOC_OK, "{}", last_error_message());
-    id
-}
-
-/// Allocates `size` bytes from `pool` on the calling thread's route.
-fn malloc_in(a: Handle, pool: u64, size: usize) -> Result<usize, (npualloc_status, String)> {
-    // SAFETY: a live handle; a NULL stream routes the calling thread.
-    assert_eq!(unsafe { npualloc_pool_begin(a, pool, std::ptr::null_mut()) }, NPUALLOC_OK);
-    let got = malloc(a, size, Stream::DEFAULT);
-    // SAFETY: as above.
-    assert_eq!(unsafe { npualloc_pool_end(a, pool, std::ptr::null_mut()) }, NPUALLOC_OK);
-    got
-}
-
-fn asleep(a: Handle, pool: u64) -> bool {
-    match malloc_in(a, pool, 4096) {
-        Err((st, m)) => st == NPUALLOC_ERR_INVALID_ARGUMENT && m.contains("asleep"),
-        Ok(p) => {
-            assert_eq!(free(a, p), NPUALLOC_OK);
-            false
-        }
-    }
-}
-
-fn write(p: usize, len: usize, byte: u8) {
-    // SAFETY: the emulator's device memory is host memory; p is a live block of len bytes.
-    unsafe { std::ptr::write_bytes(p as *mut u8, byte, len) }
-}
-
-fn reads(p: usize, len: usize, byte: u8) -> bool {
-    // SAFETY: as in `write`.
-    unsafe { std::slice::from_raw_parts(p as *const u8, len) }.iter().all(|&b| b == byte)
-}
 
 /// vllm-ascend wakes `weights` first, then `kv_cache`: after the first
 /// wake the weights read back and serve while the KV cache pool still

@@ -5,6 +5,8 @@
 //! small wrappers over the C API that tests call directly.
 #![allow(dead_code)]
 
+pub mod sleep_pools;
+
 use npualloc::ffi::allocator::*;
 use npualloc::ffi::handle::npualloc_allocator;
 use npualloc::ffi::last_error::last_error_message;
