@@ -15,7 +15,8 @@
 #   2. fake/libcudart.so.13 (tools/peer/fakecudart*.c) and fake/libnvidia-ml.so.1
 #      (tools/peer/fakenvml.c); every cudart symbol libc10_cuda.so needs is checked to
 #      be defined, with its version node.
-#   3. replay_torch (tools/peer/replay_torch.cpp), linked against the wheel's libc10.
+#   3. replay_torch (tools/peer/replay_torch.cpp), linked against the wheel's libc10,
+#      and shared_check (tools/peer/shared_check.c, for test.sh).
 #   4. two synthetic traces in traces/ and a smoke replay; then `PEER_OUT/test.sh`
 #      runs the harness's own checks.
 #
@@ -26,9 +27,11 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SRC=$ROOT/tools/peer
 # fakecudart's translation units (one library), then every file copied into PEER_OUT.
-CUDART_SOURCES="fakecudart.c fakecudart_mem.c fakecudart_stream.c fakecudart_driver.c"
-SOURCES="$CUDART_SOURCES fakecudart_internal.h fakecudart.map fakecudart_stats.h fakenvml.c
-         replay_torch.cpp trace_common.h make_synthetic_trace.py test.sh"
+CUDART_SOURCES="fakecudart.c fakecudart_mem.c fakecudart_stream.c fakecudart_driver.c
+                fakecudart_shared.c"
+SOURCES="$CUDART_SOURCES fakecudart_internal.h fakecudart.map fakecudart_stats.h
+         fakecudart_shared.h fakenvml.c replay_torch.cpp trace_common.h tenants.h shared_check.c
+         make_synthetic_trace.py test.sh"
 
 if [ "${SYNTAX_ONLY:-0}" = 1 ]; then
   # fakenvml.c needs no headers; fakecudart*.c need the CUDA runtime headers, so they are
@@ -39,10 +42,10 @@ if [ "${SYNTAX_ONLY:-0}" = 1 ]; then
     inc=$(find "${PEER_OUT:-$ROOT/target/peer}/venv" -path '*nvidia/cu13/include' -type d | head -1)
   fi
   if [ -n "$inc" ]; then
-    for f in $CUDART_SOURCES; do
+    for f in $CUDART_SOURCES shared_check.c; do
       gcc -fsyntax-only -std=gnu11 -Wall -Wextra -I"$SRC" -I"$inc" "$SRC/$f"
     done
-    echo "peer C sources compile (fakenvml.c, $CUDART_SOURCES)"
+    echo "peer C sources compile (fakenvml.c, shared_check.c, "$CUDART_SOURCES")"
   else
     echo "peer C sources compile (fakenvml.c; $CUDART_SOURCES skipped: no CUDA runtime headers)"
   fi
@@ -80,7 +83,7 @@ mkdir -p fake traces
 echo "== fake/libcudart.so.13"
 gcc -O2 -g -fPIC -shared -std=gnu11 -Wall -Wextra -I. -I"$CUDAINC" -fvisibility=hidden \
     -Wl,-soname,libcudart.so.13 -Wl,--version-script=fakecudart.map \
-    -o fake/libcudart.so.13 $CUDART_SOURCES -lpthread
+    -o fake/libcudart.so.13 $CUDART_SOURCES -lpthread -lrt
 echo "== fake/libnvidia-ml.so.1"
 gcc -O2 -g -fPIC -shared -Wall -Wextra -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 \
     -o fake/libnvidia-ml.so.1 fakenvml.c
@@ -97,6 +100,10 @@ g++ -std=c++20 -O2 -g -D_GLIBCXX_USE_CXX11_ABI=1 -I. -I"$TORCH/include" -I"$CUDA
     -L"$TORCH/lib" -lc10_cuda -lc10 fake/libcudart.so.13 \
     -Wl,--no-as-needed fake/libnvidia-ml.so.1 -Wl,--as-needed -ldl \
     -Wl,-rpath,"$OUT/fake" -Wl,-rpath,"$TORCH/lib"
+
+echo "== shared_check (test.sh's checks of FAKECUDA_SHARED)"
+gcc -O2 -std=gnu11 -Wall -Wextra -I"$CUDAINC" -o shared_check shared_check.c \
+    fake/libcudart.so.13 -Wl,-rpath,"$OUT/fake"
 
 echo "== synthetic traces"
 [ -e traces/synthetic-100k.trace.gz ] || "$PY" make_synthetic_trace.py traces/synthetic-100k.trace.gz

@@ -130,7 +130,7 @@ fn run(a: &Path, b: &Path, room: f64, config: &str) -> Result<(), String> {
     emu.set_capacity(64 << 30).map_err(err)?;
     let label = if config.is_empty() { "npualloc" } else { config };
     println!(
-        "config {label}: device {:.1} MiB = {room:.2} x the combined live peak {:.1} MiB",
+        "config {label}: device {:.1} MiB = {room:.2} x the combined live peak {:.1} MiB ({capacity} B = {room} x {peak} B)",
         capacity as f64 / MIB,
         peak as f64 / MIB
     );

@@ -27,6 +27,7 @@
 #define FAKE_DRIVER_VERSION 13020          /* 13.2 */
 #define FAKE_RUNTIME_VERSION 13020
 
+#include "fakecudart_shared.h"
 #include "fakecudart_stats.h"
 
 #define INTERNAL __attribute__((visibility("hidden")))
@@ -68,18 +69,33 @@ static inline cudaError_t set_err(cudaError_t e) {
   return e;
 }
 
-/* reserve capacity; returns 1 on success */
+/* a device shared with other processes (fakecudart_shared.c): NULL unless
+   FAKECUDA_SHARED names one */
+extern INTERNAL struct fakecuda_shared* g_shared;
+INTERNAL int shared_attach(const char* name);
+INTERNAL int shared_charge(size_t bytes);
+INTERNAL void shared_uncharge(size_t bytes);
+
+/* reserve capacity (the shared device's first, when there is one); returns 1
+   on success */
 static inline int charge(size_t bytes) {
+  if (g_shared && !shared_charge(bytes)) return 0;
   uint64_t cur = atomic_load(&g_used);
   do {
-    if (cur + bytes > g_capacity || cur + bytes < cur) return 0;
+    if (cur + bytes > g_capacity || cur + bytes < cur) {
+      if (g_shared) shared_uncharge(bytes);
+      return 0;
+    }
   } while (!atomic_compare_exchange_weak(&g_used, &cur, cur + bytes));
   uint64_t now = cur + bytes, pk = atomic_load(&g_peak);
   while (now > pk && !atomic_compare_exchange_weak(&g_peak, &pk, now)) {
   }
   return 1;
 }
-static inline void uncharge(size_t bytes) { atomic_fetch_sub(&g_used, bytes); }
+static inline void uncharge(size_t bytes) {
+  atomic_fetch_sub(&g_used, bytes);
+  if (g_shared) shared_uncharge(bytes);
+}
 
 /* pointer -> size table of cudaMalloc'd blocks, host mappings (fakecudart_mem.c) */
 INTERNAL void tab_insert(uintptr_t p, size_t size, size_t mapped);
