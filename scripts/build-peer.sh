@@ -22,7 +22,9 @@
 #
 # Env: PYTHON (default python3), SKIP_PIP=1 to reuse an existing venv,
 #      SYNTAX_ONLY=1 to only compile the C sources against stub declarations
-#      (no download; what scripts/test.sh runs).
+#      (no download; what scripts/test.sh runs); where the CUDA runtime headers
+#      are found it also builds the fake runtime alone and runs
+#      tools/peer/test-shared.sh (the shared device, no torch needed).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SRC=$ROOT/tools/peer
@@ -31,7 +33,7 @@ CUDART_SOURCES="fakecudart.c fakecudart_mem.c fakecudart_stream.c fakecudart_dri
                 fakecudart_shared.c"
 SOURCES="$CUDART_SOURCES fakecudart_internal.h fakecudart.map fakecudart_stats.h
          fakecudart_shared.h fakenvml.c replay_torch.cpp trace_common.h tenants.h shared_check.c
-         make_synthetic_trace.py test.sh"
+         make_synthetic_trace.py test.sh test-shared.sh"
 
 if [ "${SYNTAX_ONLY:-0}" = 1 ]; then
   # fakenvml.c needs no headers; fakecudart*.c need the CUDA runtime headers, so they are
@@ -39,15 +41,26 @@ if [ "${SYNTAX_ONLY:-0}" = 1 ]; then
   gcc -fsyntax-only -std=gnu11 -Wall -Wextra -Werror "$SRC/fakenvml.c"
   inc=${CUDA_INCLUDE:-}
   if [ -z "$inc" ] && [ -d "${PEER_OUT:-$ROOT/target/peer}/venv" ]; then
-    inc=$(find "${PEER_OUT:-$ROOT/target/peer}/venv" -path '*nvidia/cu13/include' -type d | head -1)
+    inc=$(find -H "${PEER_OUT:-$ROOT/target/peer}/venv" -path '*nvidia/cu13/include' -type d | head -1)
   fi
   if [ -n "$inc" ]; then
     for f in $CUDART_SOURCES shared_check.c; do
       gcc -fsyntax-only -std=gnu11 -Wall -Wextra -I"$SRC" -I"$inc" "$SRC/$f"
     done
-    echo "peer C sources compile (fakenvml.c, shared_check.c, "$CUDART_SOURCES")"
+    echo "peer C sources compile (fakenvml.c, shared_check.c," $CUDART_SOURCES")"
+    # The shared device needs no torch: build the fake runtime and shared_check
+    # in a scratch directory and run its checks.
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    mkdir -p "$tmp/fake"
+    (cd "$SRC" && gcc -O2 -fPIC -shared -std=gnu11 -Wall -Wextra -I. -I"$inc" \
+        -fvisibility=hidden -Wl,-soname,libcudart.so.13 -Wl,--version-script=fakecudart.map \
+        -o "$tmp/fake/libcudart.so.13" $CUDART_SOURCES -lpthread -lrt)
+    gcc -O2 -std=gnu11 -Wall -Wextra -I"$inc" -o "$tmp/shared_check" "$SRC/shared_check.c" \
+        "$tmp/fake/libcudart.so.13" -Wl,-rpath,"$tmp/fake"
+    bash "$SRC/test-shared.sh" "$tmp"
   else
-    echo "peer C sources compile (fakenvml.c; $CUDART_SOURCES skipped: no CUDA runtime headers)"
+    echo "peer C sources compile (fakenvml.c;" $CUDART_SOURCES "and the shared-device checks skipped: no CUDA runtime headers)"
   fi
   exit 0
 fi

@@ -18,6 +18,12 @@
 //! whether its trace completed. CONFIG (default: npualloc's defaults)
 //! configures both.
 //!
+//! The PyTorch side of the comparison (`scripts/bench-two-tenants.sh`) runs
+//! two processes on one shared fake device (`replay_torch --tenant`,
+//! `tools/peer/tenants.h`) with this interleaving and this combined peak; the
+//! first line's device size in bytes lets the script check that both sides
+//! use the same device.
+//!
 //! The emulator is `$NPUALLOC_ACL_LIBRARY`, else `libascendcl.so` in the
 //! build directory the example was built into (`target/release/`).
 
