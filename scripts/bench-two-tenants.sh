@@ -105,7 +105,11 @@ rows() { # ALLOCATOR ROOM
     pytorch-exp) pytorch_rows expandable_segments:True "$2" ;;
   esac
 }
-fits() { rows "$1" "$2" | awk '$4 != 0 {bad = 1} END {exit bad}'; }
+fits() { # a failed run stops the script (not read as "does not fit")
+  local out
+  out=$(rows "$1" "$2") || exit 1
+  awk '$4 != 0 {bad = 1} END {exit bad}' <<<"$out"
+}
 
 name() { basename "$1" .trace.gz; }
 peak=$("$RT" --combined-peak "$A" "$B" 1 | awk '/^combined/{print $4}')
