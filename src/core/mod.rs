@@ -32,6 +32,7 @@ mod forget;
 mod free_index;
 pub mod history;
 mod hooks;
+mod inspect;
 mod invariants;
 mod ladder;
 mod lock;
