@@ -170,13 +170,9 @@ impl<B: Backing> Device<B> {
     #[inline(always)]
     pub fn malloc(&self, size: usize, stream: Stream) -> Result<usize> {
         self.check_usable()?;
-        if size == 0 {
-            return Err(Error::InvalidArgument("size is 0; allocations must be at least 1 byte".into()));
-        }
-        if size >= MAX_REQUEST {
-            return Err(Error::InvalidArgument(format!(
-                "size {size} exceeds the largest supported request ({MAX_REQUEST} bytes)"
-            )));
+        // 0 and MAX_REQUEST on: one compare (0 wraps to the largest value).
+        if size.wrapping_sub(1) >= MAX_REQUEST - 1 {
+            return Err(bad_size(size));
         }
         let rounded = self.sh.policy.round(size);
         let kind = self.sh.policy.pool_for(rounded);
@@ -223,7 +219,7 @@ impl<B: Backing> Device<B> {
             },
         };
         self.published(entry, kind as usize, &pool);
-        self.sh.trace(|t| t.alloc(addr, size, stream));
+        self.sh.trace_alloc(addr, size, stream);
         self.sh.history.record(Action::Alloc, addr, size, stream);
         Ok(addr)
     }
@@ -337,11 +333,22 @@ impl<B: Backing> Device<B> {
         // high-water mark: publishing the lane is all (Note [peaks without
         // a shared counter]).
         shard.lane.publish(pool.counters());
-        self.sh.trace(|t| t.free(addr));
+        // Tracing and `release_threshold` (both fixed when the allocator is
+        // made): one predictable branch for the two.
+        if self.sh.after_free {
+            self.after_free(shard, pool, addr);
+        }
+        Ok(())
+    }
+
+    /// The trace event, then the release threshold's check, of a free.
+    #[cold]
+    #[inline(never)]
+    fn after_free(&self, shard: &Shard<B>, pool: super::lock::StateGuard<'_, Pool<B>>, addr: usize) {
+        self.sh.trace(move |t| t.free(addr));
         if self.sh.release_threshold.is_some() {
             self.release_over_threshold(shard, pool);
         }
-        Ok(())
     }
 
     /// A free on a graph stream or in a destroyed pool.
@@ -358,12 +365,12 @@ impl<B: Backing> Device<B> {
         if flags & super::streams::GRAPH != 0 {
             pool.free_quarantined(addr)?;
             self.published(entry, kind, &pool);
-            self.sh.trace(|t| t.free(addr));
+            self.sh.trace(move |t| t.free(addr));
             return Ok(());
         }
         pool.free(addr)?;
         self.published(entry, kind, &pool);
-        self.sh.trace(|t| t.free(addr));
+        self.sh.trace(move |t| t.free(addr));
         let detached = pool.detach_for_threshold();
         let (live, _) = pool.live();
         // What the entry serves now: once the lock is dropped it may retire
@@ -400,20 +407,27 @@ impl<B: Backing> Device<B> {
 
     /// The shard owning `addr`, or the error for a pointer no shard owns.
     #[inline(always)]
-    pub(super) fn owner(&self, addr: usize, what: &str) -> Result<&Shard<B>> {
+    pub(super) fn owner(&self, addr: usize, what: &'static str) -> Result<&Shard<B>> {
         self.owner_entry(addr, what).map(|(e, kind)| &e.shards[kind])
     }
 
     /// The stream entry and pool kind of the shard owning `addr`.
     #[inline(always)]
-    fn owner_entry(&self, addr: usize, what: &str) -> Result<(&StreamEntry<B>, usize)> {
+    fn owner_entry(&self, addr: usize, what: &'static str) -> Result<(&StreamEntry<B>, usize)> {
         match self.sh.directory.owner(addr).and_then(|id| self.streams.entry_by_id(id)) {
             Some(found) => Ok(found),
-            None => Err(Error::UnknownPointer(format!(
-                "{what} of {addr:#x} on device {}: this allocator did not allocate it",
-                self.sh.device
-            ))),
+            None => Err(self.not_ours(addr, what)),
         }
+    }
+
+    /// The error for a pointer no shard owns (built off the hot path).
+    #[cold]
+    #[inline(never)]
+    fn not_ours(&self, addr: usize, what: &str) -> Error {
+        Error::UnknownPointer(format!(
+            "{what} of {addr:#x} on device {}: this allocator did not allocate it",
+            self.sh.device
+        ))
     }
 
     /// Notes that work on `stream` uses the block at `addr`.
@@ -452,6 +466,16 @@ impl<B: Backing> Device<B> {
         let shard = self.owner(addr, "erase_stream")?;
         shard.lock()?.erase_stream(addr, stream)
     }
+}
+
+/// The error for a request of 0 bytes or of `MAX_REQUEST` on.
+#[cold]
+#[inline(never)]
+fn bad_size(size: usize) -> Error {
+    if size == 0 {
+        return Error::InvalidArgument("size is 0; allocations must be at least 1 byte".into());
+    }
+    Error::InvalidArgument(format!("size {size} exceeds the largest supported request ({MAX_REQUEST} bytes)"))
 }
 
 /// Checks that the runtime knows `stream` on `device`; returns whether it

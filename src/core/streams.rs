@@ -147,6 +147,11 @@ impl<B: Backing> StreamEntry<B> {
 type Chunk<B> = [OnceLock<StreamEntry<B>>; CHUNK];
 
 pub(crate) struct StreamTable<B: Backing> {
+    /// The first `CHUNK` entries, allocated with the table: a look-up among
+    /// them (every host with at most 32 streams) reads no chunk pointer and
+    /// checks no chunk's publication, only the entry's.
+    first: Box<Chunk<B>>,
+    /// The chunks of the later entries (`chunks[0]` stays unset).
     chunks: Box<[OnceLock<Box<Chunk<B>>>]>,
     /// Entries published (each below is set).
     len: AtomicUsize,
@@ -160,6 +165,7 @@ impl<B: Backing> StreamTable<B> {
     pub fn with_capacity(cap: usize) -> Self {
         let cap = cap.min(MAX_STREAMS);
         StreamTable {
+            first: Box::new(std::array::from_fn(|_| OnceLock::new())),
             chunks: (0..cap.div_ceil(CHUNK)).map(|_| OnceLock::new()).collect(),
             len: AtomicUsize::new(0),
             cap,
@@ -167,10 +173,25 @@ impl<B: Backing> StreamTable<B> {
         }
     }
 
-    #[inline]
+    /// The published entry in `slot` (below `len`).
+    #[inline(always)]
     fn entry(&self, slot: usize) -> &StreamEntry<B> {
-        let chunk = self.chunks[slot >> CHUNK_BITS].get().expect("published chunk");
-        chunk[slot & (CHUNK - 1)].get().expect("published entry")
+        self.cell(slot).get().expect("published entry")
+    }
+
+    /// The cell of `slot`, in the first chunk or a later one (made, for a
+    /// slot being added, under the adding lock).
+    #[inline(always)]
+    fn cell(&self, slot: usize) -> &OnceLock<StreamEntry<B>> {
+        if slot < CHUNK {
+            return &self.first[slot];
+        }
+        &self.later_chunk(slot)[slot & (CHUNK - 1)]
+    }
+
+    #[inline]
+    fn later_chunk(&self, slot: usize) -> &Chunk<B> {
+        self.chunks[slot >> CHUNK_BITS].get().expect("published chunk")
     }
 
     /// The default pool's entry of `stream`, if it has one.
@@ -234,8 +255,11 @@ impl<B: Backing> StreamTable<B> {
         if slot >= self.cap {
             return None;
         }
-        let chunk = self.chunks[slot >> CHUNK_BITS].get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())));
-        if chunk[slot & (CHUNK - 1)]
+        if slot >= CHUNK {
+            self.chunks[slot >> CHUNK_BITS].get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())));
+        }
+        if self
+            .cell(slot)
             .set(StreamEntry {
                 stream: AtomicUsize::new(stream.0),
                 slot,
