@@ -269,12 +269,14 @@ impl<B: Backing> Device<B> {
             sibling.drain_reuse();
         }
         // The device calls of the growth are the pool's (Note [pools]).
+        // The pool's figures are looked up once for both uses.
+        let tally = self.tally_of(pool);
         let grown = {
-            let _pool_calls = super::stats::count_for(&self.tally_of(pool).calls);
+            let _pool_calls = super::stats::count_for(&tally.calls);
             pool.grow(size, rounded, &ctx, first)
         };
         if grown.is_ok() {
-            self.pool_grew(pool);
+            self.pool_grew(pool, &tally);
         }
         grown
     }

@@ -424,6 +424,54 @@ mod tests {
         assert_eq!((u.malloc_count, u.events), (0, 0), "the emulator reports leaks");
     }
 
+    /// Streams past the first chunk (whose entries a look-up reaches
+    /// without reading a chunk pointer) and in it are found alike: each
+    /// stream's blocks map back (directory, then shard id) to it, a
+    /// forgotten stream's entry on either side of the boundary is taken
+    /// over by the next new stream, and the table grows no longer for it.
+    #[test]
+    fn entries_either_side_of_the_first_chunk_are_found_and_taken_over() {
+        const STREAMS: usize = 2 * super::CHUNK + 6;
+        let _g = emu_lock();
+        set_capacity(1 << 30);
+        let rt = Runtime::emulated();
+        let new_stream = crate::core::tests::support::new_stream;
+        let mut streams: Vec<Stream> = (0..STREAMS).map(|_| new_stream()).collect();
+        let config = Config::parse("expandable_segments:false").unwrap();
+        let a = DeviceAllocator::build(config, DEV, rt.clone(), STREAMS).unwrap();
+        let check_all = |a: &DeviceAllocator, streams: &[Stream], what: &str| {
+            for (i, &s) in streams.iter().enumerate() {
+                let small = a.malloc(4096, s).unwrap();
+                let large = a.malloc(4 << 20, s).unwrap();
+                for p in [small, large] {
+                    assert_eq!(a.query(p).unwrap().stream, s, "{what}: stream {i}, block {p:#x}");
+                    a.free(p).unwrap();
+                }
+            }
+        };
+        check_all(&a, &streams, "first pass");
+        assert_eq!(a.streams_served(), STREAMS);
+        // A slot in the first chunk, the first past it, and one in the third.
+        for slot in [3, super::CHUNK, 2 * super::CHUNK + 1] {
+            a.empty_cache().unwrap();
+            a.forget_stream(streams[slot]).unwrap();
+            rt.on_device(DEV, || rt.destroy_stream(streams[slot])).unwrap();
+            streams[slot] = new_stream();
+            check_all(&a, &streams, &format!("after slot {slot} was taken over"));
+            assert_eq!(a.streams_served(), STREAMS, "slot {slot}: the retired entry was reused");
+        }
+        // The table is full: one stream more is refused, changing nothing.
+        let extra = new_stream();
+        assert!(matches!(a.malloc(512, extra), Err(Error::Unsupported(m)) if m.contains("its most")));
+        a.check_invariants().unwrap();
+        a.teardown().unwrap();
+        for s in streams.into_iter().chain([extra]) {
+            rt.on_device(DEV, || rt.destroy_stream(s)).unwrap();
+        }
+        let u = usage(DEV);
+        assert_eq!((u.malloc_count, u.events), (0, 0), "the emulator reports leaks");
+    }
+
     /// Threads allocate, free and forget the same few streams at once (two
     /// forgets of one stream may overlap, and a forget may overlap a malloc
     /// on the stream or on one that takes its retired entry over): every
