@@ -29,9 +29,8 @@ use super::pools::state::Pools;
 use super::shard::Shard;
 use super::shared::Shared;
 use super::sleep_state::SleepState;
-use super::stats::{Peaks, Stats};
+use super::stats::Peaks;
 use super::streams::{StreamEntry, StreamTable};
-use super::BlockInfo;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,7 +70,7 @@ impl<B: Backing> Device<B> {
     }
 
     #[inline(always)]
-    fn check_usable(&self) -> Result<()> {
+    pub(super) fn check_usable(&self) -> Result<()> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
         }
@@ -171,13 +170,9 @@ impl<B: Backing> Device<B> {
     #[inline(always)]
     pub fn malloc(&self, size: usize, stream: Stream) -> Result<usize> {
         self.check_usable()?;
-        if size == 0 {
-            return Err(Error::InvalidArgument("size is 0; allocations must be at least 1 byte".into()));
-        }
-        if size >= MAX_REQUEST {
-            return Err(Error::InvalidArgument(format!(
-                "size {size} exceeds the largest supported request ({MAX_REQUEST} bytes)"
-            )));
+        // 0 and MAX_REQUEST on: one compare (0 wraps to the largest value).
+        if size.wrapping_sub(1) >= MAX_REQUEST - 1 {
+            return Err(bad_size(size));
         }
         let rounded = self.sh.policy.round(size);
         let kind = self.sh.policy.pool_for(rounded);
@@ -224,7 +219,7 @@ impl<B: Backing> Device<B> {
             },
         };
         self.published(entry, kind as usize, &pool);
-        self.sh.trace(|t| t.alloc(addr, size, stream));
+        self.sh.trace_alloc(addr, size, stream);
         self.sh.history.record(Action::Alloc, addr, size, stream);
         Ok(addr)
     }
@@ -274,12 +269,14 @@ impl<B: Backing> Device<B> {
             sibling.drain_reuse();
         }
         // The device calls of the growth are the pool's (Note [pools]).
+        // The pool's figures are looked up once for both uses.
+        let tally = self.tally_of(pool);
         let grown = {
-            let _pool_calls = super::stats::count_for(&self.tally_of(pool).calls);
+            let _pool_calls = super::stats::count_for(&tally.calls);
             pool.grow(size, rounded, &ctx, first)
         };
         if grown.is_ok() {
-            self.pool_grew(pool);
+            self.pool_grew(pool, &tally);
         }
         grown
     }
@@ -338,11 +335,22 @@ impl<B: Backing> Device<B> {
         // high-water mark: publishing the lane is all (Note [peaks without
         // a shared counter]).
         shard.lane.publish(pool.counters());
-        self.sh.trace(|t| t.free(addr));
+        // Tracing and `release_threshold` (both fixed when the allocator is
+        // made): one predictable branch for the two.
+        if self.sh.after_free {
+            self.after_free(shard, pool, addr);
+        }
+        Ok(())
+    }
+
+    /// The trace event, then the release threshold's check, of a free.
+    #[cold]
+    #[inline(never)]
+    fn after_free(&self, shard: &Shard<B>, pool: super::lock::StateGuard<'_, Pool<B>>, addr: usize) {
+        self.sh.trace(move |t| t.free(addr));
         if self.sh.release_threshold.is_some() {
             self.release_over_threshold(shard, pool);
         }
-        Ok(())
     }
 
     /// A free on a graph stream or in a destroyed pool.
@@ -359,12 +367,12 @@ impl<B: Backing> Device<B> {
         if flags & super::streams::GRAPH != 0 {
             pool.free_quarantined(addr)?;
             self.published(entry, kind, &pool);
-            self.sh.trace(|t| t.free(addr));
+            self.sh.trace(move |t| t.free(addr));
             return Ok(());
         }
         pool.free(addr)?;
         self.published(entry, kind, &pool);
-        self.sh.trace(|t| t.free(addr));
+        self.sh.trace(move |t| t.free(addr));
         let detached = pool.detach_for_threshold();
         let (live, _) = pool.live();
         // What the entry serves now: once the lock is dropped it may retire
@@ -401,20 +409,27 @@ impl<B: Backing> Device<B> {
 
     /// The shard owning `addr`, or the error for a pointer no shard owns.
     #[inline(always)]
-    fn owner(&self, addr: usize, what: &str) -> Result<&Shard<B>> {
+    pub(super) fn owner(&self, addr: usize, what: &'static str) -> Result<&Shard<B>> {
         self.owner_entry(addr, what).map(|(e, kind)| &e.shards[kind])
     }
 
     /// The stream entry and pool kind of the shard owning `addr`.
     #[inline(always)]
-    fn owner_entry(&self, addr: usize, what: &str) -> Result<(&StreamEntry<B>, usize)> {
+    fn owner_entry(&self, addr: usize, what: &'static str) -> Result<(&StreamEntry<B>, usize)> {
         match self.sh.directory.owner(addr).and_then(|id| self.streams.entry_by_id(id)) {
             Some(found) => Ok(found),
-            None => Err(Error::UnknownPointer(format!(
-                "{what} of {addr:#x} on device {}: this allocator did not allocate it",
-                self.sh.device
-            ))),
+            None => Err(self.not_ours(addr, what)),
         }
+    }
+
+    /// The error for a pointer no shard owns (built off the hot path).
+    #[cold]
+    #[inline(never)]
+    fn not_ours(&self, addr: usize, what: &str) -> Error {
+        Error::UnknownPointer(format!(
+            "{what} of {addr:#x} on device {}: this allocator did not allocate it",
+            self.sh.device
+        ))
     }
 
     /// Notes that work on `stream` uses the block at `addr`.
@@ -453,109 +468,16 @@ impl<B: Backing> Device<B> {
         let shard = self.owner(addr, "erase_stream")?;
         shard.lock()?.erase_stream(addr, stream)
     }
+}
 
-    /// The live block containing `addr` (interior pointers allowed).
-    pub fn query(&self, addr: usize) -> Result<BlockInfo> {
-        self.check_usable()?;
-        let shard = self.owner(addr, "query")?;
-        let pool = shard.lock()?;
-        let Some(id) = pool.allocated_block_at(addr) else {
-            return Err(pool.unknown_pointer(addr, "query"));
-        };
-        let b = pool.block(id);
-        Ok(BlockInfo { addr: b.addr, size: b.size, requested: b.requested, stream: pool.stream() })
+/// The error for a request of 0 bytes or of `MAX_REQUEST` on.
+#[cold]
+#[inline(never)]
+fn bad_size(size: usize) -> Error {
+    if size == 0 {
+        return Error::InvalidArgument("size is 0; allocations must be at least 1 byte".into());
     }
-
-    /// Start and size of the live block containing `addr`, if any.
-    #[inline]
-    pub fn block_range(&self, addr: usize) -> Result<Option<(usize, usize)>> {
-        self.check_usable()?;
-        let Some(shard) = self.sh.directory.owner(addr).and_then(|id| self.streams.by_id(id)) else {
-            return Ok(None);
-        };
-        let pool = shard.lock()?;
-        Ok(pool.allocated_block_at(addr).map(|id| {
-            let b = pool.block(id);
-            (b.addr, b.size)
-        }))
-    }
-
-    /// Start and size of the segment holding the live block at `addr`.
-    pub fn segment_of(&self, addr: usize) -> Result<(usize, usize)> {
-        self.check_usable()?;
-        let shard = self.owner(addr, "segment look-up")?;
-        let pool = shard.lock()?;
-        let Some(id) = pool.allocated_block_at(addr) else {
-            return Err(pool.unknown_pointer(addr, "segment look-up"));
-        };
-        Ok(pool.segment_range(id))
-    }
-
-    /// Caps the device memory this allocator holds at `limit` bytes.
-    pub fn set_limit(&self, limit: usize) -> Result<()> {
-        self.check_usable()?;
-        self.sh.limit.set(limit);
-        Ok(())
-    }
-
-    pub fn stats(&self) -> Result<Stats> {
-        self.check_usable()?;
-        let mut s = Stats::default();
-        let mut largest = 0;
-        for shard in self.streams.shards() {
-            let pool = shard.lock()?;
-            pool.counters().add_to(&mut s);
-            largest = largest.max(B::largest_free(&pool));
-            s.pending_free_bytes += (pool.pending_bytes() + pool.quarantined_bytes()) as u64;
-            for seg in pool.segments.ids().map(|id| pool.segments.get(id)) {
-                s.segment_bytes += B::held_bytes(seg) as u64;
-                s.address_space_bytes += seg.size as u64;
-            }
-        }
-        for tally in self.pools.tallies() {
-            tally.add_kept_counts(&mut s);
-        }
-        self.sh.counters.add_to(&mut s);
-        self.peaks.add_to(&mut s);
-        s.largest_free_block = largest as u64;
-        s.cached_handle_bytes = self.sh.backing.cached_bytes() as u64;
-        Ok(s)
-    }
-
-    pub fn reset_peak_stats(&self) -> Result<()> {
-        self.check_usable()?;
-        self.sh.counters.reset_peak();
-        self.peaks.reset(self.streams.iter().map(|e| (&e.high, [&e.shards[0].lane, &e.shards[1].lane])));
-        for (id, tally) in self.pools.tallies().iter().enumerate() {
-            let (mut a, mut r, mut held) = (0, 0, 0);
-            for shard in self.streams.iter().filter(|e| e.pool() == id as u64).flat_map(|e| &e.shards) {
-                a += shard.lane.allocated();
-                r += shard.lane.requested();
-                held += shard.lock_anyway().held_bytes() as u64;
-            }
-            tally.reset(a, r, held);
-        }
-        Ok(())
-    }
-
-    /// Runs every shard's invariant checks and the device-wide ones (the
-    /// reserved-bytes recount only holds while no other call runs).
-    pub fn check_invariants(&self) -> Result<(), String> {
-        let mut held = 0usize;
-        let mut stats = Stats::default();
-        for shard in self.streams.shards() {
-            let pool = shard.lock_anyway();
-            pool.check_invariants()?;
-            held += pool.held_bytes();
-            pool.counters().add_to(&mut stats);
-        }
-        held += self.sh.backing.cached_bytes();
-        let reserved = self.sh.counters.reserved();
-        if reserved != held {
-            return Err(format!("stats say {reserved} bytes reserved, segments and cached handles hold {held}"));
-        }
-        Ok(())
-    }
+    Error::InvalidArgument(format!("size {size} exceeds the largest supported request ({MAX_REQUEST} bytes)"))
 }
 
 /// Checks that the runtime knows `stream` on `device`; returns whether it

@@ -22,6 +22,7 @@ const ADDRESS_BITS: u32 = 48;
 const LEAF_BITS: u32 = 14;
 const ROOT_BITS: u32 = ADDRESS_BITS - GRANULE_SHIFT - LEAF_BITS;
 const LEAF_LEN: usize = 1 << LEAF_BITS;
+const ROOT_LEN: usize = 1 << ROOT_BITS;
 /// The largest address the table can hold (exclusive).
 pub(crate) const ADDRESS_LIMIT: usize = 1 << ADDRESS_BITS;
 
@@ -51,12 +52,14 @@ impl Entry {
 type Leaf = [AtomicU64; LEAF_LEN];
 
 pub(crate) struct Directory {
-    root: Box<[AtomicPtr<Leaf>]>,
+    /// A fixed-length array: a look-up's index (below 2^ROOT_BITS for
+    /// an address under `ADDRESS_LIMIT`) needs no bounds check.
+    root: Box<[AtomicPtr<Leaf>; ROOT_LEN]>,
 }
 
 impl Default for Directory {
     fn default() -> Self {
-        Directory { root: (0..1usize << ROOT_BITS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect() }
+        Directory { root: Box::new(std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut()))) }
     }
 }
 

@@ -80,6 +80,17 @@ impl<T> StateLock<T> {
         }
     }
 
+    /// `lock` for the hot path: the guard, and whether the lock is
+    /// poisoned, as a flag (no guard moves through a wrapping result).
+    #[inline(always)]
+    pub fn lock_flagged(&self) -> (StateGuard<'_, T>, bool) {
+        if self.state.compare_exchange_weak(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            self.wait();
+        }
+        let guard = StateGuard { lock: self, panicking: std::thread::panicking() };
+        (guard, self.poisoned.load(Ordering::Relaxed))
+    }
+
     /// The lock if it is free now (never waits); None if held or poisoned.
     pub fn try_lock(&self) -> Option<StateGuard<'_, T>> {
         if self.state.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).is_err() {
@@ -215,7 +226,9 @@ impl<T> DerefMut for StateGuard<'_, T> {
 impl<T> Drop for StateGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        if !self.panicking && std::thread::panicking() {
+        // The global panic count first: it is zero unless some thread
+        // panics, so a hit reads one word here.
+        if std::thread::panicking() && !self.panicking {
             self.lock.poisoned.store(true, Ordering::Relaxed);
         }
         self.lock.release();

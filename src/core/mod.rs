@@ -32,6 +32,7 @@ mod forget;
 mod free_index;
 pub mod history;
 mod hooks;
+mod inspect;
 mod invariants;
 mod ladder;
 mod lock;
@@ -184,6 +185,7 @@ impl DeviceAllocator {
                 directory: Default::default(),
                 backing,
                 release_threshold: config.release_threshold,
+                after_free: trace.is_some() || config.release_threshold.is_some(),
                 gc_threshold: config.garbage_collection_threshold,
                 reuse_bytes: config.reuse_cache_bytes(),
                 trace,

@@ -24,9 +24,12 @@ impl<B: Backing> Shard<B> {
     /// Locks the shard's pool.
     #[inline(always)]
     pub fn lock(&self) -> Result<StateGuard<'_, Pool<B>>> {
-        self.pool
-            .lock()
-            .map_err(|_| Error::Internal("the allocator is unusable after an earlier internal error".into()))
+        let (guard, poisoned) = self.pool.lock_flagged();
+        if poisoned {
+            drop(guard);
+            return Err(poisoned_error());
+        }
+        Ok(guard)
     }
 
     /// The pool if no one holds it now (never waits).
@@ -38,4 +41,11 @@ impl<B: Backing> Shard<B> {
     pub fn lock_anyway(&self) -> StateGuard<'_, Pool<B>> {
         self.pool.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The error of every call on a shard whose lock a panic poisoned.
+#[cold]
+#[inline(never)]
+fn poisoned_error() -> Error {
+    Error::Internal("the allocator is unusable after an earlier internal error".into())
 }

@@ -22,6 +22,9 @@ pub(crate) struct Shared<B: Backing> {
     pub backing: B,
     /// Config key `release_threshold`.
     pub release_threshold: Option<usize>,
+    /// Tracing or `release_threshold`: a free has more to do after the
+    /// block is back (`Device::after_free`).
+    pub after_free: bool,
     /// Config key `garbage_collection_threshold`.
     pub gc_threshold: Option<f64>,
     /// Held bytes of each shard's reuse lists at most (`reuse_cache_mb`).
@@ -57,6 +60,21 @@ impl<B: Backing> Shared<B> {
             traced(t, f);
         }
     }
+
+    /// `trace` of an allocation: the arguments go to the recorder only
+    /// when tracing (no closure is built on the hot path).
+    #[inline(always)]
+    pub fn trace_alloc(&self, addr: usize, size: usize, stream: crate::runtime::Stream) {
+        if let Some(t) = &self.trace {
+            traced_alloc(t, addr, size, stream);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn traced_alloc(t: &StateLock<TraceRecorder>, addr: usize, size: usize, stream: crate::runtime::Stream) {
+    t.lock().unwrap_or_else(|e| e.into_inner()).alloc(addr, size, stream);
 }
 
 #[cold]

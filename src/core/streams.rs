@@ -147,6 +147,11 @@ impl<B: Backing> StreamEntry<B> {
 type Chunk<B> = [OnceLock<StreamEntry<B>>; CHUNK];
 
 pub(crate) struct StreamTable<B: Backing> {
+    /// The first `CHUNK` entries, allocated with the table: a look-up among
+    /// them (every host with at most 32 streams) reads no chunk pointer and
+    /// checks no chunk's publication, only the entry's.
+    first: Box<Chunk<B>>,
+    /// The chunks of the later entries (`chunks[0]` stays unset).
     chunks: Box<[OnceLock<Box<Chunk<B>>>]>,
     /// Entries published (each below is set).
     len: AtomicUsize,
@@ -160,6 +165,7 @@ impl<B: Backing> StreamTable<B> {
     pub fn with_capacity(cap: usize) -> Self {
         let cap = cap.min(MAX_STREAMS);
         StreamTable {
+            first: Box::new(std::array::from_fn(|_| OnceLock::new())),
             chunks: (0..cap.div_ceil(CHUNK)).map(|_| OnceLock::new()).collect(),
             len: AtomicUsize::new(0),
             cap,
@@ -167,10 +173,25 @@ impl<B: Backing> StreamTable<B> {
         }
     }
 
-    #[inline]
+    /// The published entry in `slot` (below `len`).
+    #[inline(always)]
     fn entry(&self, slot: usize) -> &StreamEntry<B> {
-        let chunk = self.chunks[slot >> CHUNK_BITS].get().expect("published chunk");
-        chunk[slot & (CHUNK - 1)].get().expect("published entry")
+        self.cell(slot).get().expect("published entry")
+    }
+
+    /// The cell of `slot`, in the first chunk or a later one (made, for a
+    /// slot being added, under the adding lock).
+    #[inline(always)]
+    fn cell(&self, slot: usize) -> &OnceLock<StreamEntry<B>> {
+        if slot < CHUNK {
+            return &self.first[slot];
+        }
+        &self.later_chunk(slot)[slot & (CHUNK - 1)]
+    }
+
+    #[inline]
+    fn later_chunk(&self, slot: usize) -> &Chunk<B> {
+        self.chunks[slot >> CHUNK_BITS].get().expect("published chunk")
     }
 
     /// The default pool's entry of `stream`, if it has one.
@@ -234,8 +255,11 @@ impl<B: Backing> StreamTable<B> {
         if slot >= self.cap {
             return None;
         }
-        let chunk = self.chunks[slot >> CHUNK_BITS].get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())));
-        if chunk[slot & (CHUNK - 1)]
+        if slot >= CHUNK {
+            self.chunks[slot >> CHUNK_BITS].get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())));
+        }
+        if self
+            .cell(slot)
             .set(StreamEntry {
                 stream: AtomicUsize::new(stream.0),
                 slot,
@@ -394,6 +418,54 @@ mod tests {
             a.teardown().unwrap();
         }
         for s in streams {
+            rt.on_device(DEV, || rt.destroy_stream(s)).unwrap();
+        }
+        let u = usage(DEV);
+        assert_eq!((u.malloc_count, u.events), (0, 0), "the emulator reports leaks");
+    }
+
+    /// Streams past the first chunk (whose entries a look-up reaches
+    /// without reading a chunk pointer) and in it are found alike: each
+    /// stream's blocks map back (directory, then shard id) to it, a
+    /// forgotten stream's entry on either side of the boundary is taken
+    /// over by the next new stream, and the table grows no longer for it.
+    #[test]
+    fn entries_either_side_of_the_first_chunk_are_found_and_taken_over() {
+        const STREAMS: usize = 2 * super::CHUNK + 6;
+        let _g = emu_lock();
+        set_capacity(1 << 30);
+        let rt = Runtime::emulated();
+        let new_stream = crate::core::tests::support::new_stream;
+        let mut streams: Vec<Stream> = (0..STREAMS).map(|_| new_stream()).collect();
+        let config = Config::parse("expandable_segments:false").unwrap();
+        let a = DeviceAllocator::build(config, DEV, rt.clone(), STREAMS).unwrap();
+        let check_all = |a: &DeviceAllocator, streams: &[Stream], what: &str| {
+            for (i, &s) in streams.iter().enumerate() {
+                let small = a.malloc(4096, s).unwrap();
+                let large = a.malloc(4 << 20, s).unwrap();
+                for p in [small, large] {
+                    assert_eq!(a.query(p).unwrap().stream, s, "{what}: stream {i}, block {p:#x}");
+                    a.free(p).unwrap();
+                }
+            }
+        };
+        check_all(&a, &streams, "first pass");
+        assert_eq!(a.streams_served(), STREAMS);
+        // A slot in the first chunk, the first past it, and one in the third.
+        for slot in [3, super::CHUNK, 2 * super::CHUNK + 1] {
+            a.empty_cache().unwrap();
+            a.forget_stream(streams[slot]).unwrap();
+            rt.on_device(DEV, || rt.destroy_stream(streams[slot])).unwrap();
+            streams[slot] = new_stream();
+            check_all(&a, &streams, &format!("after slot {slot} was taken over"));
+            assert_eq!(a.streams_served(), STREAMS, "slot {slot}: the retired entry was reused");
+        }
+        // The table is full: one stream more is refused, changing nothing.
+        let extra = new_stream();
+        assert!(matches!(a.malloc(512, extra), Err(Error::Unsupported(m)) if m.contains("its most")));
+        a.check_invariants().unwrap();
+        a.teardown().unwrap();
+        for s in streams.into_iter().chain([extra]) {
             rt.on_device(DEV, || rt.destroy_stream(s)).unwrap();
         }
         let u = usage(DEV);

@@ -95,15 +95,16 @@ impl<B: Backing> Device<B> {
     }
 
     /// After a growth of `shard`: publishes its held bytes and raises its
-    /// pool's reserved peak to the sum over the pool's shards.
+    /// pool's reserved peak (`tally`, `tally_of(pool)` read once by the
+    /// growth) to the sum over the pool's shards.
     #[cold]
     #[inline(never)]
-    pub(in crate::core) fn pool_grew(&self, pool: &Pool<B>) {
+    pub(in crate::core) fn pool_grew(&self, pool: &Pool<B>, tally: &PoolTally) {
         let entry = self.streams.entry_of(pool.id);
         entry.publish_held(pool.kind as usize, pool.held_bytes());
         let id = entry.pool();
         let held: u64 = self.streams.iter().filter(|e| e.pool() == id).map(|e| e.held()).sum();
-        self.tally_of(pool).raise_reserved(held);
+        tally.raise_reserved(held);
     }
 
     /// The figures of the pool `pool` (a shard's state) serves.

@@ -90,6 +90,12 @@ fn bad_input_changes_nothing() {
     let before = a.stats().unwrap();
     assert!(matches!(a.malloc(0, Stream::DEFAULT), Err(Error::InvalidArgument(_))));
     assert!(matches!(a.malloc(usize::MAX, Stream::DEFAULT), Err(Error::InvalidArgument(_))));
+    // The size check is one compare (0 wraps around): each end of the
+    // refused range gets its own message (the largest supported request
+    // passes it: below).
+    let max = crate::core::policy::MAX_REQUEST;
+    assert!(matches!(a.malloc(0, Stream::DEFAULT), Err(Error::InvalidArgument(m)) if m.contains("size is 0")));
+    assert!(matches!(a.malloc(max, Stream::DEFAULT), Err(Error::InvalidArgument(m)) if m.contains("exceeds")));
     assert!(matches!(a.free(0xdead_0000), Err(Error::UnknownPointer(m)) if m.contains("did not allocate")));
     assert!(matches!(a.free(p + 512), Err(Error::UnknownPointer(m)) if m.contains("inside the block")));
     assert!(matches!(a.record_stream(p + 512, Stream(7)), Err(Error::UnknownPointer(_))));
@@ -99,5 +105,8 @@ fn bad_input_changes_nothing() {
     a.free(p).unwrap();
     assert!(matches!(a.free(p), Err(Error::UnknownPointer(m)) if m.contains("already freed")));
     assert!(a.query(p).is_err());
+    // One byte under the refused range: past the size check, refused for
+    // lack of memory.
+    assert!(matches!(a.malloc(max - 1, Stream::DEFAULT), Err(Error::OutOfMemory(_))));
     finish(a);
 }

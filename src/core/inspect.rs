@@ -1,0 +1,115 @@
+//! The device's inspection and statistics calls: a live block's
+//! description and ranges, the memory limit, the statistics and their peaks,
+//! and the invariant checks. None is on the hot path; each locks the shards
+//! it reads one at a time (the lock order of `device`).
+
+use super::backing::Backing;
+use super::device::Device;
+use super::stats::Stats;
+use super::BlockInfo;
+use crate::error::Result;
+
+impl<B: Backing> Device<B> {
+    /// The live block containing `addr` (interior pointers allowed).
+    pub fn query(&self, addr: usize) -> Result<BlockInfo> {
+        self.check_usable()?;
+        let shard = self.owner(addr, "query")?;
+        let pool = shard.lock()?;
+        let Some(id) = pool.allocated_block_at(addr) else {
+            return Err(pool.unknown_pointer(addr, "query"));
+        };
+        let b = pool.block(id);
+        Ok(BlockInfo { addr: b.addr, size: b.size, requested: b.requested, stream: pool.stream() })
+    }
+
+    /// Start and size of the live block containing `addr`, if any.
+    #[inline]
+    pub fn block_range(&self, addr: usize) -> Result<Option<(usize, usize)>> {
+        self.check_usable()?;
+        let Some(shard) = self.sh.directory.owner(addr).and_then(|id| self.streams.by_id(id)) else {
+            return Ok(None);
+        };
+        let pool = shard.lock()?;
+        Ok(pool.allocated_block_at(addr).map(|id| {
+            let b = pool.block(id);
+            (b.addr, b.size)
+        }))
+    }
+
+    /// Start and size of the segment holding the live block at `addr`.
+    pub fn segment_of(&self, addr: usize) -> Result<(usize, usize)> {
+        self.check_usable()?;
+        let shard = self.owner(addr, "segment look-up")?;
+        let pool = shard.lock()?;
+        let Some(id) = pool.allocated_block_at(addr) else {
+            return Err(pool.unknown_pointer(addr, "segment look-up"));
+        };
+        Ok(pool.segment_range(id))
+    }
+
+    /// Caps the device memory this allocator holds at `limit` bytes.
+    pub fn set_limit(&self, limit: usize) -> Result<()> {
+        self.check_usable()?;
+        self.sh.limit.set(limit);
+        Ok(())
+    }
+
+    pub fn stats(&self) -> Result<Stats> {
+        self.check_usable()?;
+        let mut s = Stats::default();
+        let mut largest = 0;
+        for shard in self.streams.shards() {
+            let pool = shard.lock()?;
+            pool.counters().add_to(&mut s);
+            largest = largest.max(B::largest_free(&pool));
+            s.pending_free_bytes += (pool.pending_bytes() + pool.quarantined_bytes()) as u64;
+            for seg in pool.segments.ids().map(|id| pool.segments.get(id)) {
+                s.segment_bytes += B::held_bytes(seg) as u64;
+                s.address_space_bytes += seg.size as u64;
+            }
+        }
+        for tally in self.pools.tallies() {
+            tally.add_kept_counts(&mut s);
+        }
+        self.sh.counters.add_to(&mut s);
+        self.peaks.add_to(&mut s);
+        s.largest_free_block = largest as u64;
+        s.cached_handle_bytes = self.sh.backing.cached_bytes() as u64;
+        Ok(s)
+    }
+
+    pub fn reset_peak_stats(&self) -> Result<()> {
+        self.check_usable()?;
+        self.sh.counters.reset_peak();
+        self.peaks.reset(self.streams.iter().map(|e| (&e.high, [&e.shards[0].lane, &e.shards[1].lane])));
+        for (id, tally) in self.pools.tallies().iter().enumerate() {
+            let (mut a, mut r, mut held) = (0, 0, 0);
+            for shard in self.streams.iter().filter(|e| e.pool() == id as u64).flat_map(|e| &e.shards) {
+                a += shard.lane.allocated();
+                r += shard.lane.requested();
+                held += shard.lock_anyway().held_bytes() as u64;
+            }
+            tally.reset(a, r, held);
+        }
+        Ok(())
+    }
+
+    /// Runs every shard's invariant checks and the device-wide ones (the
+    /// reserved-bytes recount only holds while no other call runs).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut held = 0usize;
+        let mut stats = Stats::default();
+        for shard in self.streams.shards() {
+            let pool = shard.lock_anyway();
+            pool.check_invariants()?;
+            held += pool.held_bytes();
+            pool.counters().add_to(&mut stats);
+        }
+        held += self.sh.backing.cached_bytes();
+        let reserved = self.sh.counters.reserved();
+        if reserved != held {
+            return Err(format!("stats say {reserved} bytes reserved, segments and cached handles hold {held}"));
+        }
+        Ok(())
+    }
+}
