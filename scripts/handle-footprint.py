@@ -27,11 +27,15 @@ Variants:
 
     scripts/handle-footprint.py TRACE.gz... [--no-ahead] [--bound-ahead A] [--pace K] [--moves]
     scripts/handle-footprint.py --table TRACE.gz...
+    scripts/handle-footprint.py --check REPLAY TRACE.gz...   # the default rule against npualloc-replay
 """
 import argparse
 import bisect
 import importlib.util
+import json
 import os
+import subprocess
+import sys
 
 _spec = importlib.util.spec_from_file_location(
     "placement_footprint", os.path.join(os.path.dirname(os.path.abspath(__file__)), "placement-footprint.py"))
@@ -246,8 +250,22 @@ def main():
     ap.add_argument("--pace", type=int, default=None)
     ap.add_argument("--moves", action="store_true")
     ap.add_argument("--table", action="store_true")
+    ap.add_argument("--check", metavar="REPLAY", help="compare the default rule with npualloc-replay's first pass")
     args = ap.parse_args()
     evs = [(t.split("/")[-1].split(".")[0], pf.events(t)) for t in args.trace]
+    if args.check:
+        bad = 0
+        for (name, ev), path in zip(evs, args.trace):
+            out = subprocess.run([args.check, "--json", "--repeat", "1", "--no-min-capacity", path],
+                                 check=True, capture_output=True, text=True).stdout
+            real = json.loads(out)["reports"][0]
+            m = Model()
+            ratio = m.run(ev)
+            ok = m.fresh == real["physical_mallocs"] and abs(ratio - real["ratio"]) <= 0.002
+            bad += not ok
+            print(f"{name}: model {ratio:.3f} with {m.fresh} handles, replay {real['ratio']:.3f} with "
+                  f"{real['physical_mallocs']}: {'same' if ok else 'DIFFERENT'}")
+        sys.exit(1 if bad else 0)
     if args.table:
         print("| handles | " + " | ".join(n for n, _ in evs) + " |")
         print("|---|" + "---:|" * len(evs))
