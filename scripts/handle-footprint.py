@@ -9,10 +9,14 @@ at the best fit, where each run of unmapped pages gets a handle: a cached
 one, else a fresh one of half the peak of allocated bytes, 32 to 48 MiB (at
 most 8 MiB in the small pool), mapped ahead over the free block's unmapped
 pages (the default rule of src/core/backing/expandable/growth.rs, below
-3 GiB allocated). Prints peak physical bytes over peak requested, fresh
+3 GiB allocated), while the stream has served fewer than 1000 requests per
+fresh handle (both pools; Note [mapping ahead while growth is frequent]).
+Prints peak physical bytes over peak requested, fresh
 handles (= physical allocations) and maps.
 
 Variants:
+  --ahead-while N   map ahead while the stream served fewer than N requests
+                    per fresh handle (0: always, the rule before)
   --no-ahead        a fresh handle covers only the run it was made for
   --bound-ahead A   a fresh handle maps ahead only while physical bytes stay
                     within (1 + A) x allocated bytes (request included)
@@ -27,7 +31,7 @@ Variants:
 
     scripts/handle-footprint.py TRACE.gz... [--no-ahead] [--bound-ahead A] [--pace K] [--moves]
     scripts/handle-footprint.py --table TRACE.gz...
-    scripts/handle-footprint.py --check REPLAY TRACE.gz...   # the default rule against npualloc-replay
+    scripts/handle-footprint.py --check REPLAY [--ahead-while N] TRACE.gz...   # the rule against npualloc-replay
 """
 import argparse
 import bisect
@@ -53,6 +57,8 @@ class Range:
         self.free = [(0, 1 << 50)]
         self.page = {}  # mapped page -> handle id
         self.handles = {}  # handle id -> (first page, pages)
+        self.stream = None
+        self.requests = self.fresh = 0
 
     def block_at(self, addr):
         i = bisect.bisect(self.free, (addr, 1 << 60)) - 1
@@ -98,8 +104,9 @@ class Range:
 
 
 class Model:
-    def __init__(self, ahead=True, bound=None, pace=None, moves=False):
+    def __init__(self, ahead=True, bound=None, pace=None, moves=False, ahead_while=1000):
         self.ahead, self.bound, self.pace, self.moves = ahead, bound, pace, moves
+        self.ahead_while = ahead_while
         self.ranges = {}
         self.phys = self.peak_phys = 0
         self.fresh = self.maps = self.moved = 0
@@ -166,6 +173,10 @@ class Model:
             else:
                 fp = self.fresh_pages(r.small)
                 quiet = self.pace is not None and self.requests - self.last_fresh >= self.pace
+                if self.ahead_while:
+                    mine = [x for x in self.ranges.values() if x.stream == r.stream]
+                    requests, fresh = sum(x.requests for x in mine), sum(x.fresh for x in mine)
+                    quiet = quiet or (fresh + 1) * self.ahead_while <= requests
                 self.last_fresh = self.requests
                 # As the core: at most a fresh handle's pages, over the run
                 # and, mapped ahead, the free block's unmapped pages after it.
@@ -181,6 +192,7 @@ class Model:
                         units = max(run, min(units, cap // PAGE))
                 units = min(units, fp)
                 self.fresh += 1
+                r.fresh += 1
                 self.phys += units * PAGE
                 self.peak_phys = max(self.peak_phys, self.phys)
             self.next_id += 1
@@ -213,7 +225,9 @@ class Model:
                 r = self.ranges.get((small, stream))
                 if r is None:
                     r = self.ranges[(small, stream)] = Range(small)
+                    r.stream = stream
                 self.requests += 1
+                r.requests += 1
                 self.pending = size
                 live[ident] = ((small, stream), self.place(r, size), size, n)
                 self.pending = 0
@@ -230,15 +244,18 @@ class Model:
 
 
 TABLE = [
-    ("mapped ahead (the default rule)", {}),
-    ("nothing ahead", dict(ahead=False)),
-    ("ahead within 1.05x allocated", dict(bound=0.05)),
-    ("ahead within 1.10x allocated", dict(bound=0.10)),
-    ("ahead within 1.20x allocated", dict(bound=0.20)),
-    ("nothing ahead after 1000 requests without growth", dict(pace=1000)),
-    ("ahead within 1.10x after 200 requests without growth", dict(bound=0.10, pace=200)),
-    ("ahead within 1.10x after 1000 requests without growth", dict(bound=0.10, pace=1000)),
-    ("ahead, free handles mapped again (no sync)", dict(moves=True)),
+    ("mapped ahead (the rule before)", dict(ahead_while=0)),
+    ("ahead while < 1000 requests per fresh handle (the default)", {}),
+    ("ahead while < 250 requests per fresh handle", dict(ahead_while=250)),
+    ("ahead while < 4000 requests per fresh handle", dict(ahead_while=4000)),
+    ("nothing ahead", dict(ahead=False, ahead_while=0)),
+    ("ahead within 1.05x allocated", dict(bound=0.05, ahead_while=0)),
+    ("ahead within 1.10x allocated", dict(bound=0.10, ahead_while=0)),
+    ("ahead within 1.20x allocated", dict(bound=0.20, ahead_while=0)),
+    ("nothing ahead after 1000 requests without growth", dict(pace=1000, ahead_while=0)),
+    ("ahead within 1.10x after 200 requests without growth", dict(bound=0.10, pace=200, ahead_while=0)),
+    ("ahead within 1.10x after 1000 requests without growth", dict(bound=0.10, pace=1000, ahead_while=0)),
+    ("ahead, free handles mapped again (no sync)", dict(moves=True, ahead_while=0)),
 ]
 
 
@@ -249,6 +266,7 @@ def main():
     ap.add_argument("--bound-ahead", type=float, default=None)
     ap.add_argument("--pace", type=int, default=None)
     ap.add_argument("--moves", action="store_true")
+    ap.add_argument("--ahead-while", type=int, default=1000)
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--check", metavar="REPLAY", help="compare the default rule with npualloc-replay's first pass")
     args = ap.parse_args()
@@ -259,7 +277,7 @@ def main():
             out = subprocess.run([args.check, "--json", "--repeat", "1", "--no-min-capacity", path],
                                  check=True, capture_output=True, text=True).stdout
             real = json.loads(out)["reports"][0]
-            m = Model()
+            m = Model(ahead_while=args.ahead_while)
             ratio = m.run(ev)
             ok = m.fresh == real["physical_mallocs"] and abs(ratio - real["ratio"]) <= 0.002
             bad += not ok
@@ -278,7 +296,7 @@ def main():
             print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
         return
     for name, ev in evs:
-        m = Model(not args.no_ahead, args.bound_ahead, args.pace, args.moves)
+        m = Model(not args.no_ahead, args.bound_ahead, args.pace, args.moves, args.ahead_while)
         ratio = m.run(ev)
         print(f"{name}: peak physical / peak requested {ratio:.3f}, {m.fresh} fresh handles, {m.maps} maps, "
               f"{m.moved} moved")
