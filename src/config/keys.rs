@@ -206,7 +206,8 @@ pub const KEYS: &[KeySpec] = &[
         default: "true",
         unit: "",
         doc: "Expandable segments: a growth maps whole fresh handles past the request, over the free \
-              pages after the block, so the next requests need no runtime call. false: map only the \
+              pages after the block, so the next requests need no runtime call, while the stream grows \
+              often (fewer than 1000 requests served per fresh handle). false: map only the \
               pages a request lacks (more calls, less memory held on a roomy device). Refused with \
               reserved_headroom, which never maps ahead.",
     },

@@ -2,6 +2,7 @@
 //! fixtures they share are in `support`.
 
 mod address_space;
+mod ahead_pacing;
 mod blocks;
 mod config_effect;
 mod deferred_reuse;

@@ -143,7 +143,7 @@ impl RangePool {
                 // A fresh handle may reach over every unmapped free page it
                 // covers, never over a sleeping one.
                 let mut ahead = run;
-                if self.maps_ahead() {
+                if self.maps_ahead(ctx.device.sibling) {
                     let reach = room_end.min(i + fresh_pages.max(run));
                     while i + ahead < reach && self.range(ctx.seg).mappable(i + ahead) {
                         ahead += 1;
@@ -195,6 +195,7 @@ impl RangePool {
         match sh.rt.on_device(sh.device, || sh.rt.malloc_physical(sh.device, spec.attr, bytes)) {
             Ok(h) => {
                 sh.counters.physical_allocated(bytes);
+                self.backing.fresh += 1;
                 Ok((h, bytes))
             }
             Err(e) => {

@@ -78,6 +78,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 #[cfg(test)]
+pub(crate) use growth::{growth_is_frequent, AHEAD_WHILE_REQUESTS_PER_HANDLE};
+#[cfg(test)]
 pub(crate) use growth::{FreeMemory, REFRESH_EVERY};
 pub use growth::{GrowthView, PieceRule};
 
@@ -245,6 +247,9 @@ impl ExpandableRanges {
 #[derive(Debug, Default)]
 pub(crate) struct RangeOf {
     ranges: Vec<SegmentId>,
+    /// Fresh handles this shard has made (Note [mapping ahead while growth
+    /// is frequent]).
+    fresh: u64,
 }
 
 type RangePool = Pool<ExpandableRanges>;
@@ -507,9 +512,20 @@ impl RangePool {
         sh.limit.get().map_or(reported, |l| reported.min(l.saturating_sub(reserved)))
     }
 
-    /// Whether fresh handles map ahead of the request.
-    fn maps_ahead(&self) -> bool {
-        self.sh.backing.pieces().ahead
+    /// Whether a fresh handle made now maps ahead of the request: the rule
+    /// says so and the stream still grows often (Note [mapping ahead while
+    /// growth is frequent]). The stream's other pool is counted when its
+    /// lock is free (it always is on one thread); else this pool alone.
+    fn maps_ahead(&self, sibling: Option<&crate::core::shard::Shard<ExpandableRanges>>) -> bool {
+        if !self.sh.backing.pieces().ahead {
+            return false;
+        }
+        let (mut requests, mut fresh) = (self.counters().allocs, self.backing.fresh);
+        if let Some(other) = sibling.and_then(|s| s.try_lock()) {
+            requests += other.counters().allocs;
+            fresh += other.backing.fresh;
+        }
+        growth::growth_is_frequent(requests, fresh)
     }
 
     /// Pages of a handle of the floor size: how far a cached handle may
