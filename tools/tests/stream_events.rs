@@ -114,3 +114,20 @@ fn replays_on_two_threads_at_once_count_only_their_own_events() {
         other.join().unwrap();
     });
 }
+
+#[test]
+fn the_syncs_column_leaves_out_the_traces_own_waits() {
+    // The trace of tools/peer/test.sh's u/w checks: its one `w` is replayed
+    // as a stream synchronize, which is the workload's, not the allocator's;
+    // the peer's syncs leave it out as well.
+    let text = "# acl-trace v1\na 0 4194304 0\nu 0 1\nf 0\na 1 4194304 0\nw 1\nf 1\na 2 1000 1\nu 2 0\nf 2\n";
+    let emu = emulator();
+    let trace = parse_str(text, "t").unwrap();
+    let prepared = Prepared::new("t", &trace);
+    let before = thread_syncs(&emu);
+    let reports = replay_trace(&emu, &prepared, &[Target::npualloc(""), Target::Passthrough], &quick(), &mut |_, _| {});
+    let replayed = thread_syncs(&emu) - before;
+    let [npualloc, passthrough] = [0, 1].map(|i| reports[i].result.as_ref().unwrap().syncs);
+    assert!(replayed >= 2, "each target's runs replayed the wait: {replayed} synchronizations");
+    assert_eq!((npualloc, passthrough), (0, 0), "neither allocator synchronizes on this trace");
+}
