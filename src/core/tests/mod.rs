@@ -31,3 +31,4 @@ mod streams;
 pub(crate) mod support;
 mod teardown;
 mod wake;
+mod wake_undo;
