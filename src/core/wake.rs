@@ -121,6 +121,8 @@ impl<B: Backing> Device<B> {
             .collect();
         let needs: Needs = per_shard.iter().flatten().copied().collect();
         let mut handles = self.handles_for(&needs)?;
+        #[cfg(test)]
+        super::testpoint::hit("wake: handles taken");
         // Map and copy back, the runs still asleep in the bookkeeping.
         let mut failure = None;
         for (&(_, _, shard), own) in shards.iter().zip(&per_shard) {
