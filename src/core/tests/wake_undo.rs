@@ -13,15 +13,13 @@ use super::wake::{many_runs, paged, pool, refused};
 use crate::core::*;
 use crate::error::Error;
 
+/// What `stuck_wake` leaves: the allocator, its stream, the offload pool,
+/// the blocks (address, size, fill byte) and what the emulator holds.
+type Stuck = (DeviceAllocator, Stream, u64, Vec<(usize, usize, u8)>, Vmm);
+
 /// Blocks asleep, and a wake stopped by the `stop_nth` call of `stop`
-/// whose undo has its `unmap_nth` unmap refused. Returns the allocator,
-/// its stream, the blocks and what the emulator held asleep.
-fn stuck_wake(
-    base: &Baseline,
-    stop: &str,
-    stop_nth: i32,
-    unmap_nth: i32,
-) -> (DeviceAllocator, Stream, u64, Vec<(usize, usize, u8)>, Vmm) {
+/// whose undo has its `unmap_nth` unmap refused.
+fn stuck_wake(base: &Baseline, stop: &str, stop_nth: i32, unmap_nth: i32) -> Stuck {
     budget(GIB);
     let a = paged();
     let s = new_stream();
