@@ -129,7 +129,10 @@ fn fixed_segments_refuse_to_offload_live_blocks() {
 /// A thread allocating from an offload pool while another sleeps and
 /// wakes: each allocation either succeeds while awake or is refused
 /// (INVALID_ARGUMENT), never lands in a sleeping pool; no wake fails and
-/// the offloaded block's bytes survive every round.
+/// the offloaded block's bytes survive every round. A stress test: which
+/// interleavings it meets depends on timing. The ones that matter are
+/// played in a fixed order with park points by the core's tests
+/// (`core/tests/sleep_race.rs`, `core/tests/wake_race.rs`).
 #[test]
 fn allocations_racing_sleep_are_refused_or_awake_and_wake_never_fails() {
     let _s = serial();

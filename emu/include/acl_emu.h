@@ -55,6 +55,16 @@ int32_t  aclemu_fail_nth(const char *function, int32_t n);   /* n >= 1 arms, 0 d
  * -1 for an unknown or NULL name. */
 int32_t  aclemu_fault_pending(const char *function);
 
+/* How many times the ACL function named `function` was called so far:
+ * in the whole process (aclemu_call_count) or on the calling thread
+ * (aclemu_thread_call_count). Every call counts, failed and fault-refused
+ * ones too. The counts only grow: measure with the difference of two
+ * readings; fault injection (aclemu_fail_nth) leaves them alone. The
+ * thread's count is 0 once the thread's own state is gone (a call from a
+ * thread-local destructor at exit). -1 for an unknown or NULL name. */
+int64_t  aclemu_call_count(const char *function);
+int64_t  aclemu_thread_call_count(const char *function);
+
 /* Sets the cost of every later call of the ACL function named `function`:
  * the call sleeps that long after its work, outside the emulator's locks,
  * so calls on different threads overlap. Calls already sleeping measure

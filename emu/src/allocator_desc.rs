@@ -142,6 +142,7 @@ unsafe fn get_by_stream(stream: *mut c_void, outs: Outs) -> AclResult<()> {
 /// No pointer arguments.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtAllocatorCreateDesc() -> *mut c_void {
+    crate::calls::note(Api::AllocatorCreateDesc);
     let desc = if faults::should_fail(Api::AllocatorCreateDesc) {
         std::ptr::null_mut()
     } else {

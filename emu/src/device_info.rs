@@ -69,6 +69,7 @@ pub unsafe extern "C" fn aclrtGetDeviceCount(count: *mut u32) -> crate::aclError
 /// No arguments.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtGetSocName() -> *const c_char {
+    crate::calls::note(Api::GetSocName);
     let run = || {
         let name = if faults::should_fail(Api::GetSocName) { std::ptr::null() } else { SOC_NAME.as_ptr() };
         crate::cost::spend(Api::GetSocName);

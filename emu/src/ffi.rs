@@ -6,13 +6,14 @@ use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
 
 /// Body of an exported ACL function: catches panics (a panic must never cross
-/// the C boundary), applies fault injection first, turns the body's
+/// the C boundary), counts the call (`calls`), applies fault injection first, turns the body's
 /// `AclResult<()>` into an aclError (a failure is kept as the thread's last
 /// error, `last_error`), and then spends the call's cost. The
 /// body has dropped every lock it took by then, so costs overlap across
 /// threads.
 macro_rules! acl_entry {
     ($api:expr, $body:block) => {{
+        $crate::calls::note($api);
         let run = || -> $crate::error::AclResult<()> {
             $crate::faults::check($api)?;
             $body

@@ -76,8 +76,9 @@ fn recent_message() -> *const c_char {
     HANDED_OUT.with(|h| h.borrow_mut().insert(text).as_ptr())
 }
 
-/// Runs `f` behind a panic boundary, then spends `api`'s cost.
+/// Counts the call, runs `f` behind a panic boundary, then spends `api`'s cost.
 fn entry<T>(api: Api, on_panic: T, f: impl FnOnce() -> T) -> T {
+    crate::calls::note(api);
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(on_panic);
     crate::cost::spend(api);
     out

@@ -28,7 +28,9 @@
 //!   memfd per device (`ranges` allocates within it).
 //! - `allocator_desc`: the aclrtAllocator* family; `run_op`: the graph-engine
 //!   driver `aclemu_run_op`.
-//! - `faults`: `aclemu_fail_nth`, `aclemu_fault_pending`. `usage`: `aclemu_get_usage`,
+//! - `faults`: `aclemu_fail_nth`, `aclemu_fault_pending` (fault injection only).
+//!   `calls`: `aclemu_call_count`, `aclemu_thread_call_count` (how often each
+//!   function was called, for measurements). `usage`: `aclemu_get_usage`,
 //!   `aclemu_host_usage` (pinned host memory).
 //! - `cost`: per-function latencies (`ACLEMU_COST`, `aclemu_set_cost`).
 //! - `api`: the exported function names those per-function controls take.
@@ -48,6 +50,7 @@
 
 mod allocator_desc;
 mod api;
+mod calls;
 mod capture;
 mod context;
 mod copy;
@@ -82,6 +85,7 @@ pub use allocator_desc::{
     aclrtAllocatorSetAllocAdviseFuncToDesc, aclrtAllocatorSetAllocFuncToDesc, aclrtAllocatorSetFreeFuncToDesc,
     aclrtAllocatorSetGetAddrFromBlockFuncToDesc, aclrtAllocatorSetObjToDesc, aclrtAllocatorUnregister,
 };
+pub use calls::{aclemu_call_count, aclemu_thread_call_count};
 pub use capture::{
     aclmdlRICaptureBegin, aclmdlRICaptureEnd, aclmdlRICaptureGetInfo, aclmdlRICaptureThreadExchangeMode,
     aclmdlRIDestroy, aclmdlRIExecuteAsync,

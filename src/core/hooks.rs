@@ -22,7 +22,7 @@
 //! free what its `user` pointed to; called from inside a hook call it does
 //! not wait (two hooks removing each other would wait for each other).
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::ffi::{c_char, c_void, CString};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
@@ -54,9 +54,10 @@ struct Installed<F> {
 }
 
 thread_local! {
-    /// The registrations this thread is calling now (a hook may call into
-    /// npualloc, and replace itself).
-    static CALLING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    /// How many hook calls this thread is inside now (a hook may call into
+    /// npualloc, and replace itself). A plain counter has no destructor, so
+    /// it stays readable from other thread-locals' destructors at exit.
+    static CALLING: Cell<usize> = const { Cell::new(0) };
 }
 
 /// A hook slot. Replacing or removing the hook waits until every call of
@@ -94,7 +95,7 @@ impl<F: Copy> Slot<F> {
         let Some(old) = old else { return };
         // Inside a hook call, waiting could wait for a thread that waits
         // for this one (each hook removing the other).
-        if CALLING.with(|c| !c.borrow().is_empty()) {
+        if CALLING.with(|c| c.get() > 0) {
             return;
         }
         let mut calls = old.calls.lock().unwrap_or_else(|e| e.into_inner());
@@ -119,23 +120,17 @@ impl<F: Copy> Slot<F> {
             *i.calls.lock().unwrap_or_else(|e| e.into_inner()) += 1;
             i.clone()
         };
-        let key = Arc::as_ptr(&installed) as usize;
-        CALLING.with(|c| c.borrow_mut().push(key));
+        CALLING.with(|c| c.set(c.get() + 1));
         /// Counts the call out even if the host's function unwinds.
-        struct Out<'a, F>(&'a Installed<F>, usize);
+        struct Out<'a, F>(&'a Installed<F>);
         impl<F> Drop for Out<'_, F> {
             fn drop(&mut self) {
-                CALLING.with(|c| {
-                    let mut c = c.borrow_mut();
-                    if let Some(i) = c.iter().rposition(|&k| k == self.1) {
-                        c.remove(i);
-                    }
-                });
+                CALLING.with(|c| c.set(c.get() - 1));
                 *self.0.calls.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
                 self.0.done.notify_all();
             }
         }
-        let _out = Out(&installed, key);
+        let _out = Out(&installed);
         call(installed.hook.f, installed.hook.user);
     }
 }

@@ -60,7 +60,7 @@ use super::sleep_state::Asleep;
 use super::streams::StreamEntry;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 impl SleepMode {
@@ -173,15 +173,6 @@ impl<B: Backing> Device<B> {
                 Err(Error::runtime(e, "allocating device memory to wake into"))
             }
         }
-    }
-
-    /// Frees `handles`, the first of those `needs` describes.
-    pub(super) fn free_handles(
-        &self,
-        handles: &mut VecDeque<PhysicalHandle>,
-        needs: &[(usize, crate::sys::aclrtMemAttr)],
-    ) {
-        self.free_sized(handles.drain(..).zip(needs.iter().map(|n| n.0)));
     }
 
     /// Frees each (handle, bytes) of `handles`.

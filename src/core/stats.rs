@@ -142,18 +142,22 @@ thread_local! {
 
 /// While alive, the device calls this thread makes count for `counters`
 /// too (a pool's: `pools::tally`); dropping it restores what was before.
-pub(crate) struct CountingFor(Option<std::sync::Arc<DeviceCounters>>);
+/// `None` when the thread's locals were already gone (a call from a
+/// thread-local destructor at thread exit): then the device calls count
+/// for the device only, never twice and never lost from its counters.
+pub(crate) struct CountingFor(Option<Option<std::sync::Arc<DeviceCounters>>>);
 
 /// Device calls made by this thread count for `counters` too until the
 /// guard drops (slow paths only: growth, giving back, the ladder).
 pub(crate) fn count_for(counters: &std::sync::Arc<DeviceCounters>) -> CountingFor {
-    CountingFor(ALSO.with(|also| also.borrow_mut().replace(counters.clone())))
+    CountingFor(ALSO.try_with(|also| also.borrow_mut().replace(counters.clone())).ok())
 }
 
 impl Drop for CountingFor {
     fn drop(&mut self) {
-        let before = self.0.take();
-        ALSO.with(|also| *also.borrow_mut() = before);
+        if let Some(before) = self.0.take() {
+            let _ = ALSO.try_with(|also| *also.borrow_mut() = before);
+        }
     }
 }
 
@@ -164,7 +168,8 @@ impl DeviceCounters {
     #[inline]
     fn both(&self, f: impl Fn(&DeviceCounters)) {
         f(self);
-        ALSO.with(|also| {
+        // Gone at thread exit: the device's counters have the call already.
+        let _ = ALSO.try_with(|also| {
             if let Some(c) = &*also.borrow() {
                 f(c);
             }

@@ -17,21 +17,26 @@ thread_local! {
 }
 
 /// Parks this thread at the next `hit(name)`: it sends on `arrived`, then
-/// waits for `go`. Once only.
+/// waits for `go`. Once only. On a thread whose locals are gone (a
+/// thread-local destructor) nothing is armed: `arrived` is dropped, so the
+/// test's wait for it ends with an error instead of hanging.
 pub(crate) fn arm(name: &'static str, arrived: Sender<()>, go: Receiver<()>) {
-    ARMED.with(|a| *a.borrow_mut() = Some(Armed { name, arrived, go }));
+    let _ = ARMED.try_with(|a| *a.borrow_mut() = Some(Armed { name, arrived, go }));
 }
 
-/// A park point.
+/// A park point (passed through on a thread whose locals are gone).
 pub(crate) fn hit(name: &'static str) {
-    let armed = ARMED.with(|a| {
-        let mut a = a.borrow_mut();
-        if a.as_ref().is_some_and(|p| p.name == name) {
-            a.take()
-        } else {
-            None
-        }
-    });
+    let armed = ARMED
+        .try_with(|a| {
+            let mut a = a.borrow_mut();
+            if a.as_ref().is_some_and(|p| p.name == name) {
+                a.take()
+            } else {
+                None
+            }
+        })
+        .ok()
+        .flatten();
     if let Some(p) = armed {
         let _ = p.arrived.send(());
         let _ = p.go.recv();

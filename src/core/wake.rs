@@ -9,7 +9,10 @@
 //! buffer go. If anything fails on the way, every run mapped so far is
 //! unmapped again, every handle taken is freed, and every sleeping block
 //! stays asleep with its host copy: the wake changed nothing, and a later
-//! one may succeed.
+//! one may succeed. Should an unmap of that undo fail too, the page stays
+//! mapped under its sleeping block with its handle, which the range keeps
+//! (still held and counted reserved); the error says so, and the next wake
+//! of that run, or teardown, unmaps and frees it first.
 //!
 //! When the handles do not fit, the wake first gives back the cached
 //! memory of the pools that are awake, as the OOM ladder gives it (the
@@ -22,16 +25,15 @@
 //! refusing allocations, and the allocator counts as asleep until every
 //! pool is awake.
 
-use super::backing::{Backing, Scope};
+use super::backing::{Backing, Scope, WakeHandles};
 use super::device::Device;
 use super::pools::config::SleepMode;
 use super::shard::Shard;
 use super::sleep_state::Asleep;
 use super::streams::StreamEntry;
 use crate::error::{Error, Result};
-use crate::runtime::PhysicalHandle;
 use crate::sys::aclrtMemAttr;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 /// Why a wake attempt failed: `short` when the handles it needs could not
 /// all be allocated (worth a retry once cached memory is given back).
@@ -122,28 +124,27 @@ impl<B: Backing> Device<B> {
             .collect();
         let needs: Needs = per_shard.iter().flatten().copied().collect();
         let mut handles = self.handles_for(&needs)?;
+        #[cfg(test)]
+        super::testpoint::hit("wake: handles taken");
         // Map and copy back, the runs still asleep in the bookkeeping.
         let mut failure = None;
         for (&(_, _, shard), own) in shards.iter().zip(&per_shard) {
             if own.is_empty() {
                 continue;
             }
-            let mut mine: VecDeque<PhysicalHandle> = handles.drain(..own.len().min(handles.len())).collect();
+            let mut mine: WakeHandles = handles.drain(..own.len().min(handles.len())).collect();
             let result = B::wake_map(&mut shard.lock_anyway(), &mut mine);
-            // Handles left over belong to the runs not mapped (the tail of
-            // the shard's needs).
-            let left = &own[own.len() - mine.len()..];
-            self.free_handles(&mut mine, left);
+            // Handles left over belong to the runs not mapped.
+            self.free_sized(mine);
             if let Err(e) = result {
                 failure = Some(e);
                 break;
             }
         }
         if let Some(error) = failure {
-            return Err(self.undo_wake(&shards, &mut handles, &needs, error));
+            return Err(self.undo_wake(&shards, handles, error));
         }
-        let rest = needs[needs.len() - handles.len()..].to_vec();
-        self.free_handles(&mut handles, &rest);
+        self.free_sized(handles);
         // Every run is mapped and copied: awake for good.
         let mut first_error = None;
         for &(e, kind, shard) in &shards {
@@ -158,13 +159,13 @@ impl<B: Backing> Device<B> {
 
     /// Allocates one handle per need, in order; on a refusal frees those
     /// allocated and says how much could not be had.
-    fn handles_for(&self, needs: &Needs) -> Result<VecDeque<PhysicalHandle>, Failed> {
-        let mut handles = VecDeque::with_capacity(needs.len());
+    fn handles_for(&self, needs: &Needs) -> Result<WakeHandles, Failed> {
+        let mut handles = WakeHandles::with_capacity(needs.len());
         for (i, &(bytes, attr)) in needs.iter().enumerate() {
             match self.fresh_handle(bytes, attr) {
-                Ok(h) => handles.push_back(h),
+                Ok(h) => handles.push_back((h, bytes)),
                 Err(e) => {
-                    self.free_handles(&mut handles, needs);
+                    self.free_sized(handles);
                     let oom = match &e {
                         Error::OutOfMemory(_) => true,
                         Error::Runtime { call, .. } => call.is_out_of_memory(),
@@ -191,14 +192,11 @@ impl<B: Backing> Device<B> {
     }
 
     /// A wake failed after mapping some runs: unmaps them all and frees
-    /// every handle, so that nothing changed. Returns the error to report.
-    fn undo_wake(
-        &self,
-        shards: &[(&StreamEntry<B>, usize, &Shard<B>)],
-        handles: &mut VecDeque<PhysicalHandle>,
-        needs: &Needs,
-        error: Error,
-    ) -> Failed {
+    /// every handle, so that nothing changed. Returns the error to report;
+    /// a piece that could not be unmapped stays mapped with its handle,
+    /// kept by its range until the next wake or teardown, and the error
+    /// says so.
+    fn undo_wake(&self, shards: &[(&StreamEntry<B>, usize, &Shard<B>)], handles: WakeHandles, error: Error) -> Failed {
         let mut back = Vec::new();
         let mut undo_error = None;
         for &(_, _, shard) in shards {
@@ -207,10 +205,9 @@ impl<B: Backing> Device<B> {
             }
         }
         self.free_sized(back);
-        let rest = needs[needs.len() - handles.len()..].to_vec();
-        self.free_handles(handles, &rest);
+        self.free_sized(handles);
         let error = match (error, undo_error) {
-            (_, Some(u)) => u,
+            (e, Some(u)) => Error::Internal(format!("wake on device {}: {e}; {u}", self.sh.device)),
             (Error::OutOfMemory(m), None) => Error::OutOfMemory(format!(
                 "wake on device {}: {m}; every run mapped was unmapped again: still asleep, nothing changed (call \
                  wake again later)",

@@ -53,8 +53,10 @@ pub unsafe extern "C" fn npualloc_pool_create(
 /// is never queried or synchronized.
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a NULL or
-/// dead handle, a pool never created or destroyed, or a stream the runtime
-/// does not know. Thread-safe.
+/// dead handle, a pool never created or destroyed, a stream the runtime
+/// does not know, or a thread route (NULL `stream`) asked for from a
+/// thread-local destructor once the thread's own state is gone (it could
+/// never end). Thread-safe.
 ///
 /// # Safety
 /// `a` is NULL or a live handle.
@@ -77,7 +79,9 @@ pub unsafe extern "C" fn npualloc_pool_begin(
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, when that
 /// route goes to another pool, there is none, the pool does not exist, or
-/// the handle is NULL or dead. Thread-safe.
+/// the handle is NULL or dead. Thread-safe. Called for the calling thread
+/// from a thread-local destructor once the thread's own state is gone,
+/// returns NPUALLOC_OK: its routes ended with that state.
 ///
 /// # Safety
 /// `a` is NULL or a live handle.

@@ -156,10 +156,7 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// memory and restores its contents, the memory still counted asleep
     /// until `wake_commit`; on failure, the handles not mapped stay in
     /// `handles` (Note [sleep]).
-    fn wake_map(
-        _pool: &mut Pool<Self>,
-        _handles: &mut std::collections::VecDeque<crate::runtime::PhysicalHandle>,
-    ) -> Result<()> {
+    fn wake_map(_pool: &mut Pool<Self>, _handles: &mut WakeHandles) -> Result<()> {
         Ok(())
     }
 
@@ -174,6 +171,10 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
         Ok(())
     }
 }
+
+/// The physical handles a wake allocated, each with its size in bytes, in
+/// the order of the needs they were made for.
+pub type WakeHandles = std::collections::VecDeque<(crate::runtime::PhysicalHandle, usize)>;
 
 /// Why memory could not be obtained.
 #[derive(Debug)]

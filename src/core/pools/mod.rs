@@ -142,9 +142,14 @@ impl<B: Backing> Device<B> {
         let mut records = self.pools.lock();
         match records.get_mut(pool as usize) {
             Some(r) if !r.destroyed => {
+                if !self.routes.begin(pool, target_of(stream)) {
+                    return Err(Error::InvalidArgument(format!(
+                        "pool_begin for pool {pool} on the calling thread while the thread is exiting (called from \
+                         a thread-local destructor): a thread route cannot begin now; route a stream instead"
+                    )));
+                }
                 r.routes += 1;
                 r.captured |= capturing;
-                self.routes.begin(pool, target_of(stream));
                 Ok(())
             }
             _ => Err(no_such_pool(pool, &records)),
@@ -161,18 +166,27 @@ impl<B: Backing> Device<B> {
         if pool as usize >= records.len() {
             return Err(no_such_pool(pool, &records));
         }
-        if !self.routes.end(pool, target) {
-            let found = match self.routes.innermost(target) {
-                Some(p) => format!("its innermost route goes to pool {p}"),
-                None => "it has no active route".into(),
-            };
-            return Err(Error::InvalidArgument(format!(
-                "pool_end names pool {pool} for {}, but {found}; routes end innermost first",
-                describe(target)
-            )));
+        match self.routes.end(pool, target) {
+            routing::Ended::Popped => {}
+            // The thread's routes ended with its locals, and were reaped
+            // above: their pools' counts are right already.
+            routing::Ended::ThreadGone => return Ok(()),
+            routing::Ended::NotInnermost => return Err(self.not_innermost(pool, target)),
         }
         records[pool as usize].routes -= 1;
         Ok(())
+    }
+
+    /// The error of a `pool_end` that does not name the innermost route.
+    fn not_innermost(&self, pool: u64, target: Target) -> Error {
+        let found = match self.routes.innermost(target) {
+            Some(p) => format!("its innermost route goes to pool {p}"),
+            None => "it has no active route".into(),
+        };
+        Error::InvalidArgument(format!(
+            "pool_end names pool {pool} for {}, but {found}; routes end innermost first",
+            describe(target)
+        ))
     }
 
     /// Destroys `pool` (see Note [pools]).

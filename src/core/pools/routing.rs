@@ -77,6 +77,14 @@ impl Default for Routes {
     }
 }
 
+/// What `Routes::end` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    Popped,
+    NotInnermost,
+    ThreadGone,
+}
+
 /// Which route stack a `pool_begin` / `pool_end` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Target {
@@ -100,7 +108,11 @@ impl Routes {
             let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
             streams.iter().find(|(s, _)| *s == stream).and_then(|(_, stack)| stack.last().copied())
         };
-        let by_thread = THREAD_ROUTES.with(|t| t.borrow().0.iter().rev().find(|(o, _)| self.mine(o)).map(|&(_, r)| r));
+        // Gone at thread exit: the thread's routes were handed over, none applies.
+        let by_thread = THREAD_ROUTES
+            .try_with(|t| t.borrow().0.iter().rev().find(|(o, _)| self.mine(o)).map(|&(_, r)| r))
+            .ok()
+            .flatten();
         match (by_stream, by_thread) {
             (Some(s), Some(t)) => {
                 if s.seq > t.seq {
@@ -134,8 +146,10 @@ impl Routes {
         pools
     }
 
-    /// Pushes a route to `pool` on `target`.
-    pub fn begin(&self, pool: u64, target: Target) {
+    /// Pushes a route to `pool` on `target`. False, changing nothing, for
+    /// a thread route on a thread whose locals are gone (a call from a
+    /// thread-local destructor at exit): it could never be ended.
+    pub fn begin(&self, pool: u64, target: Target) -> bool {
         let route = Route { pool, seq: self.seq.fetch_add(1, Ordering::Relaxed) };
         match target {
             Target::Stream(stream) => {
@@ -145,9 +159,14 @@ impl Routes {
                     None => streams.push((stream, vec![route])),
                 }
             }
-            Target::Thread => THREAD_ROUTES.with(|t| t.borrow_mut().0.push((self.exits.clone(), route))),
+            Target::Thread => {
+                if THREAD_ROUTES.try_with(|t| t.borrow_mut().0.push((self.exits.clone(), route))).is_err() {
+                    return false;
+                }
+            }
         }
         self.active.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// The pool of `target`'s innermost route, if it has one.
@@ -157,21 +176,26 @@ impl Routes {
                 let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
                 streams.iter().find(|(s, _)| *s == stream).and_then(|(_, stack)| stack.last().map(|r| r.pool))
             }
-            Target::Thread => {
-                THREAD_ROUTES.with(|t| t.borrow().0.iter().rev().find(|(o, _)| self.mine(o)).map(|(_, r)| r.pool))
-            }
+            Target::Thread => THREAD_ROUTES
+                .try_with(|t| t.borrow().0.iter().rev().find(|(o, _)| self.mine(o)).map(|(_, r)| r.pool))
+                .ok()
+                .flatten(),
         }
     }
 
-    /// Pops `target`'s innermost route if it goes to `pool`; false (nothing
-    /// changed) otherwise.
-    pub fn end(&self, pool: u64, target: Target) -> bool {
+    /// Pops `target`'s innermost route if it goes to `pool` (`Popped`);
+    /// `NotInnermost`, changing nothing, otherwise. `ThreadGone` for a
+    /// thread route on a thread whose locals are gone (a call from a
+    /// thread-local destructor at exit): its routes ended already, handed
+    /// over with the thread's locals and reaped as those of an exited
+    /// thread.
+    pub fn end(&self, pool: u64, target: Target) -> Ended {
         let popped = match target {
             Target::Stream(stream) => {
                 let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-                let Some(i) = streams.iter().position(|(s, _)| *s == stream) else { return false };
+                let Some(i) = streams.iter().position(|(s, _)| *s == stream) else { return Ended::NotInnermost };
                 if streams[i].1.last().map(|r| r.pool) != Some(pool) {
-                    return false;
+                    return Ended::NotInnermost;
                 }
                 streams[i].1.pop();
                 if streams[i].1.is_empty() {
@@ -179,20 +203,28 @@ impl Routes {
                 }
                 true
             }
-            Target::Thread => THREAD_ROUTES.with(|t| {
-                let t = &mut t.borrow_mut().0;
-                let Some(i) = t.iter().rposition(|(o, _)| self.mine(o)) else { return false };
-                if t[i].1.pool != pool {
-                    return false;
+            Target::Thread => {
+                let popped = THREAD_ROUTES.try_with(|t| {
+                    let t = &mut t.borrow_mut().0;
+                    let Some(i) = t.iter().rposition(|(o, _)| self.mine(o)) else { return false };
+                    if t[i].1.pool != pool {
+                        return false;
+                    }
+                    t.remove(i);
+                    true
+                });
+                match popped {
+                    Ok(popped) => popped,
+                    Err(_) => return Ended::ThreadGone,
                 }
-                t.remove(i);
-                true
-            }),
+            }
         };
         if popped {
             self.active.fetch_sub(1, Ordering::Relaxed);
+            Ended::Popped
+        } else {
+            Ended::NotInnermost
         }
-        popped
     }
 }
 
@@ -206,43 +238,43 @@ mod tests {
         let (s1, s2) = (Stream(0x10), Stream(0x20));
         assert!(!r.any());
         assert_eq!(r.pool_for(s1), 0);
-        r.begin(1, Target::Stream(s1));
-        r.begin(2, Target::Thread);
+        assert!(r.begin(1, Target::Stream(s1)));
+        assert!(r.begin(2, Target::Thread));
         assert!(r.any());
         // The thread route is newer than s1's.
         assert_eq!((r.pool_for(s1), r.pool_for(s2)), (2, 2));
-        r.begin(3, Target::Stream(s1));
+        assert!(r.begin(3, Target::Stream(s1)));
         assert_eq!((r.pool_for(s1), r.pool_for(s2)), (3, 2));
         // Not the innermost: nothing changes.
-        assert!(!r.end(1, Target::Stream(s1)));
-        assert!(!r.end(3, Target::Thread));
-        assert!(!r.end(1, Target::Stream(s2)));
+        assert_eq!(r.end(1, Target::Stream(s1)), Ended::NotInnermost);
+        assert_eq!(r.end(3, Target::Thread), Ended::NotInnermost);
+        assert_eq!(r.end(1, Target::Stream(s2)), Ended::NotInnermost);
         assert_eq!(r.pool_for(s1), 3);
-        assert!(r.end(3, Target::Stream(s1)));
+        assert_eq!(r.end(3, Target::Stream(s1)), Ended::Popped);
         assert_eq!(r.pool_for(s1), 2);
-        assert!(r.end(2, Target::Thread));
+        assert_eq!(r.end(2, Target::Thread), Ended::Popped);
         assert_eq!((r.pool_for(s1), r.pool_for(s2)), (1, 0));
         // Another allocator's thread routes are not this one's.
         let other = Routes::default();
-        other.begin(9, Target::Thread);
+        assert!(other.begin(9, Target::Thread));
         assert_eq!(r.pool_for(s2), 0);
-        assert!(!r.end(9, Target::Thread));
-        assert!(other.end(9, Target::Thread));
-        assert!(r.end(1, Target::Stream(s1)));
+        assert_eq!(r.end(9, Target::Thread), Ended::NotInnermost);
+        assert_eq!(other.end(9, Target::Thread), Ended::Popped);
+        assert_eq!(r.end(1, Target::Stream(s1)), Ended::Popped);
         assert!(!r.any());
     }
 
     #[test]
     fn thread_routes_belong_to_their_thread() {
         let r = Routes::default();
-        r.begin(4, Target::Thread);
+        assert!(r.begin(4, Target::Thread));
         std::thread::scope(|s| {
             s.spawn(|| {
                 assert_eq!(r.pool_for(Stream(0x10)), 0);
-                assert!(!r.end(4, Target::Thread));
+                assert_eq!(r.end(4, Target::Thread), Ended::NotInnermost);
             });
         });
         assert_eq!(r.pool_for(Stream(0x10)), 4);
-        assert!(r.end(4, Target::Thread));
+        assert_eq!(r.end(4, Target::Thread), Ended::Popped);
     }
 }

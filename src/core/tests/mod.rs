@@ -32,3 +32,5 @@ mod streams;
 pub(crate) mod support;
 mod teardown;
 mod wake;
+mod wake_race;
+mod wake_undo;

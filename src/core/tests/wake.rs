@@ -13,13 +13,13 @@ use crate::core::*;
 use crate::error::Error;
 
 /// One page per physical handle, so pages, handles and maps can be counted.
-fn paged() -> DeviceAllocator {
+pub(super) fn paged() -> DeviceAllocator {
     let a = allocator("expandable_segments:true,page_size:2m");
     a.set_piece_rule(PieceRule::fixed(PAGE));
     a
 }
 
-fn pool(a: &DeviceAllocator, sleep: SleepMode) -> u64 {
+pub(super) fn pool(a: &DeviceAllocator, sleep: SleepMode) -> u64 {
     a.pool_create(PoolConfig { sleep, ..PoolConfig::default() }).unwrap()
 }
 
@@ -37,7 +37,7 @@ fn block_in(a: &DeviceAllocator, pool: u64, s: Stream, size: usize, byte: u8) ->
 }
 
 /// Whether a malloc routed to `pool` on `s` is refused as asleep.
-fn refused(a: &DeviceAllocator, pool: u64, s: Stream) -> bool {
+pub(super) fn refused(a: &DeviceAllocator, pool: u64, s: Stream) -> bool {
     a.pool_begin(pool, Some(s)).unwrap();
     let got = a.malloc(4096, s);
     a.pool_end(pool, Some(s)).unwrap();
@@ -129,7 +129,7 @@ fn a_sleeping_page_is_never_mapped_for_anyone_else() {
 
 /// Blocks in the default pool on two streams and in an offload pool: many
 /// shards, several runs each (holes between blocks).
-fn many_runs(a: &DeviceAllocator, s: Stream, off: u64) -> Vec<(usize, usize, u8)> {
+pub(super) fn many_runs(a: &DeviceAllocator, s: Stream, off: u64) -> Vec<(usize, usize, u8)> {
     let mut blocks = Vec::new();
     let mut byte = 0x10;
     for (pool, stream) in [(0, Stream::DEFAULT), (0, s), (off, s)] {

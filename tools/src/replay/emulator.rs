@@ -45,21 +45,18 @@ pub struct Usage {
 type SetMemoryFn = unsafe extern "C" fn(i32, u64) -> i32;
 type GetUsageFn = unsafe extern "C" fn(i32, *mut Usage) -> i32;
 type HostUsageFn = unsafe extern "C" fn(*mut u64, *mut u64) -> i32;
-type FailNthFn = unsafe extern "C" fn(*const c_char, i32) -> i32;
-type FaultPendingFn = unsafe extern "C" fn(*const c_char) -> i32;
+type CallCountFn = unsafe extern "C" fn(*const c_char) -> i64;
 
-/// How far away a counting fault is armed: no replay makes that many calls.
-const FAR: i32 = i32::MAX;
-
-/// The loaded emulator. Its state is process-wide: replays run one at a time.
+/// The loaded emulator. Its capacity is process-wide: replays at different
+/// capacities run one at a time; call counts are per thread.
 pub struct Emulator {
     rt: Arc<Runtime>,
     set_memory: SetMemoryFn,
     get_usage: GetUsageFn,
     /// `aclemu_host_usage`, absent from older emulators.
     host_usage: Option<HostUsageFn>,
-    /// `aclemu_fail_nth` and `aclemu_fault_pending`, to count calls.
-    faults: Option<(FailNthFn, FaultPendingFn)>,
+    /// `aclemu_thread_call_count`, absent from older emulators.
+    thread_calls: Option<CallCountFn>,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -101,18 +98,12 @@ impl Emulator {
         // SAFETY: the emulator's header declares this signature.
         let host_usage =
             sym(c"aclemu_host_usage").ok().map(|p| unsafe { std::mem::transmute::<*mut c_void, HostUsageFn>(p) });
-        let faults = match (sym(c"aclemu_fail_nth"), sym(c"aclemu_fault_pending")) {
-            // SAFETY: the emulator's header declares these signatures.
-            (Ok(f), Ok(p)) => Some(unsafe {
-                (
-                    std::mem::transmute::<*mut c_void, FailNthFn>(f),
-                    std::mem::transmute::<*mut c_void, FaultPendingFn>(p),
-                )
-            }),
-            _ => None,
-        };
+        let thread_calls = sym(c"aclemu_thread_call_count")
+            .ok()
+            // SAFETY: the emulator's header declares this signature.
+            .map(|p| unsafe { std::mem::transmute::<*mut c_void, CallCountFn>(p) });
         rt.set_device(DEVICE)?;
-        Ok(Emulator { rt, set_memory, get_usage, host_usage, faults })
+        Ok(Emulator { rt, set_memory, get_usage, host_usage, thread_calls })
     }
 
     pub fn runtime(&self) -> &Arc<Runtime> {
@@ -146,23 +137,13 @@ impl Emulator {
         (unsafe { f(&mut bytes, &mut count) } == 0).then_some((bytes, count))
     }
 
-    /// Starts counting calls of the ACL function `name`, with the
-    /// emulator's fault counter armed further away than any replay reaches.
-    /// False with an emulator that cannot count.
-    pub fn count_calls(&self, name: &CStr) -> bool {
-        let Some((fail_nth, _)) = self.faults else { return false };
+    /// How many times this thread has called the ACL function `name` so far
+    /// (a count that only grows: measure with differences). None with an
+    /// emulator that does not count calls, or for a name it does not know.
+    pub fn thread_calls(&self, name: &CStr) -> Option<u64> {
+        let f = self.thread_calls?;
         // SAFETY: name is a NUL-terminated string.
-        unsafe { fail_nth(name.as_ptr(), FAR) == 0 }
-    }
-
-    /// The calls of `name` since `count_calls(name)`, and stops counting.
-    pub fn calls_counted(&self, name: &CStr) -> Option<u64> {
-        let (fail_nth, pending) = self.faults?;
-        // SAFETY: name is a NUL-terminated string.
-        let left = unsafe { pending(name.as_ptr()) };
-        // SAFETY: as above.
-        unsafe { fail_nth(name.as_ptr(), 0) };
-        (left > 0).then(|| (FAR - left) as u64)
+        u64::try_from(unsafe { f(name.as_ptr()) }).ok()
     }
 
     /// `n` fresh streams on the replay device (trace stream i = element i).

@@ -316,7 +316,8 @@ impl<'a> Runner<'a> {
                 let alloc =
                     DeviceAllocator::with_runtime(config.clone(), DEVICE, rt.clone()).map_err(|e| e.to_string())?;
                 let mut b = Npu { alloc: &alloc };
-                let counting = spec.finish && COUNTED.iter().all(|name| self.emu.count_calls(name));
+                // The allocator calls the runtime on this thread only.
+                let calls_before = COUNTED.map(|name| self.emu.thread_calls(name));
                 if spec.warm {
                     engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut Quiet)?;
                     for a in addrs.iter_mut().filter(|a| **a != 0) {
@@ -328,7 +329,11 @@ impl<'a> Runner<'a> {
                 } else {
                     engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut Quiet)
                 };
-                let [records, queries] = COUNTED.map(|name| self.emu.calls_counted(name).filter(|_| counting));
+                let calls_after = COUNTED.map(|name| self.emu.thread_calls(name));
+                let [records, queries] = [0, 1].map(|i| match (calls_before[i], calls_after[i]) {
+                    (Some(before), Some(after)) if spec.finish => Some(after - before),
+                    _ => None,
+                });
                 let mut counters = Measured::default();
                 let mut snapshot = None;
                 if outcome.is_ok() && (spec.finish || spec.snapshot) {

@@ -120,6 +120,11 @@ pub struct VmmRange {
     pub reserved_len: usize,
     /// Runs of pages unmapped by `sleep`, to map again at `wake`.
     pub slept: Vec<sleep::SleptRun>,
+    /// Pieces a wake mapped under a sleeping run and then failed to unmap
+    /// when it undid itself: still mapped, their handles still held (and
+    /// counted reserved). Unmapped and freed before a later wake maps
+    /// their run again, or at teardown (`sleep`).
+    pub stuck: Vec<Piece>,
 }
 
 impl VmmRange {
@@ -365,7 +370,8 @@ impl Backing for ExpandableRanges {
     }
 
     fn held_bytes(seg: &Segment<VmmRange>) -> usize {
-        seg.extent.mapped * seg.extent.page_size
+        let stuck: usize = seg.extent.stuck.iter().map(|p| p.units as usize).sum();
+        (seg.extent.mapped + stuck) * seg.extent.page_size
     }
 
     fn largest_free(pool: &RangePool) -> usize {
@@ -398,6 +404,12 @@ impl Backing for ExpandableRanges {
         if let Some(i) = (0..r.top()).find(|&i| r.page(i).is_some() && r.slept_at(i)) {
             return Err(format!("range {:#x}: page {i} is asleep and mapped at once", s.base));
         }
+        // A piece an undo could not unmap lies on a sleeping run, off the pages.
+        if let Some(p) =
+            r.stuck.iter().find(|p| !r.slept_within(p.head as usize, p.end()) || r.page(p.head as usize).is_some())
+        {
+            return Err(format!("range {:#x}: a piece left mapped at page {} lies on no sleeping run", s.base, p.head));
+        }
         let mut id = s.first;
         while id != NIL {
             let b = pool.blocks.get(id);
@@ -427,7 +439,7 @@ impl Backing for ExpandableRanges {
         pool.wake_needs(out)
     }
 
-    fn wake_map(pool: &mut RangePool, handles: &mut std::collections::VecDeque<PhysicalHandle>) -> Result<()> {
+    fn wake_map(pool: &mut RangePool, handles: &mut super::WakeHandles) -> Result<()> {
         pool.wake_map(handles)
     }
 

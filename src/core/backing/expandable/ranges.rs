@@ -76,6 +76,7 @@ impl RangePool {
             reserved_at,
             reserved_len,
             slept: Vec::new(),
+            stuck: Vec::new(),
         };
         // The directory learns a range's pages as they are mapped (`mapping`):
         // registering a range of many GiB up front cost a millisecond.
@@ -167,6 +168,7 @@ impl RangePool {
             reserved_at,
             reserved_len,
             slept: Vec::new(),
+            stuck: Vec::new(),
         };
         let (seg, _) = self.add_segment(d.addr, d.size, range, None);
         self.segments.get_mut(seg).serial = d.serial;

@@ -9,12 +9,12 @@
 //! same pages, copies the run back in one call and frees the host buffer.
 
 use super::{Piece, RangePool};
+use crate::core::backing::WakeHandles;
 use crate::core::history::Action;
 use crate::core::segment::SegmentId;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 use crate::sys;
-use std::collections::VecDeque;
 
 /// The row of a run's 2D copy: every run is a whole number of 2 MiB pages
 /// (the smallest page), and `aclrtMemcpy2d` takes rows of at most 5000000
@@ -167,7 +167,7 @@ impl RangePool {
     /// until `wake_commit`. On failure the run that failed is undone (its
     /// handles back at the front of `handles`); the runs mapped before it
     /// wait for `wake_commit` or `wake_undo`.
-    pub(crate) fn wake_map(&mut self, handles: &mut VecDeque<PhysicalHandle>) -> Result<()> {
+    pub(crate) fn wake_map(&mut self, handles: &mut WakeHandles) -> Result<()> {
         for seg in self.backing.ranges.clone() {
             for k in 0..self.range(seg).slept.len() {
                 if self.range(seg).slept[k].woken.is_empty() {
@@ -179,27 +179,28 @@ impl RangePool {
     }
 
     /// Maps one run at its pages and copies it back; undone on failure.
-    fn wake_map_run(&mut self, seg: SegmentId, k: usize, handles: &mut VecDeque<PhysicalHandle>) -> Result<()> {
+    fn wake_map_run(&mut self, seg: SegmentId, k: usize, handles: &mut WakeHandles) -> Result<()> {
         let sh = self.sh.clone();
         let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
         let run = self.range(seg).slept[k].clone();
+        self.unstick(seg, &run)?;
         let mut at = base + run.head as usize * page;
-        let mut mapped: Vec<(usize, PhysicalHandle)> = Vec::with_capacity(run.pieces.len());
+        let mut mapped: Vec<(usize, PhysicalHandle, usize)> = Vec::with_capacity(run.pieces.len());
         let mut failed = None;
         for &units in &run.pieces {
-            let Some(h) = handles.pop_front() else {
+            let Some((h, size)) = handles.pop_front() else {
                 failed = Some(Error::Internal("wake has no handle left for a sleeping piece".into()));
                 break;
             };
             if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.map(at, units as usize * page, h)) {
-                handles.push_front(h);
+                handles.push_front((h, size));
                 failed = Some(Error::OutOfMemory(format!(
                     "mapping {} bytes of device memory at {at:#x} under a sleeping block was refused ({e})",
                     units as usize * page
                 )));
                 break;
             }
-            mapped.push((at, h));
+            mapped.push((at, h, size));
             at += units as usize * page;
         }
         let addr = base + run.head as usize * page;
@@ -210,43 +211,99 @@ impl RangePool {
             }
         }
         let Some(e) = failed else {
-            self.range_mut(seg).slept[k].woken = mapped.into_iter().map(|(_, h)| h).collect();
+            self.range_mut(seg).slept[k].woken = mapped.into_iter().map(|(_, h, _)| h).collect();
             return Ok(());
         };
-        // Undo this run: nothing of it was recorded; its handles go back.
-        for &(at, h) in mapped.iter().rev() {
-            if sh.rt.on_device(sh.device, || sh.rt.unmap(at)).is_err() {
-                return Err(Error::Internal(format!(
-                    "{e}; then unmapping {at:#x} to undo the wake failed too: that memory stays mapped"
-                )));
+        // Undo this run: nothing of it was recorded; its handles go back,
+        // but those of pieces that cannot be unmapped stay with the range.
+        let mut stuck = None;
+        for &(at, h, size) in mapped.iter().rev() {
+            match sh.rt.on_device(sh.device, || sh.rt.unmap(at)) {
+                Ok(()) => handles.push_front((h, size)),
+                Err(u) => {
+                    self.keep_stuck(seg, at, h, size);
+                    stuck.get_or_insert((at, u));
+                }
             }
-            handles.push_front(h);
         }
-        Err(e)
+        match stuck {
+            None => Err(e),
+            Some((at, u)) => Err(Error::Internal(format!("{e}; then {}", stuck_message(at, u)))),
+        }
+    }
+
+    /// Records a piece mapped at `at` that an undo could not unmap.
+    fn keep_stuck(&mut self, seg: SegmentId, at: usize, handle: PhysicalHandle, size: usize) {
+        let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
+        let piece = Piece { handle, head: ((at - base) / page) as u32, units: (size / page) as u32 };
+        self.range_mut(seg).stuck.push(piece);
+    }
+
+    /// Unmaps and frees the pieces an earlier undo left mapped on `run`'s
+    /// pages, so the run can be mapped again. A piece that still cannot be
+    /// unmapped stays as it was, and the run cannot wake.
+    fn unstick(&mut self, seg: SegmentId, run: &SleptRun) -> Result<()> {
+        let (first, end) = (run.head as usize, run.head as usize + run.units());
+        let on_run = |p: &Piece| (p.head as usize) < end && first < p.end();
+        if !self.range(seg).stuck.iter().any(on_run) {
+            return Ok(());
+        }
+        let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
+        let pieces: Vec<Piece> = self.range(seg).stuck.iter().copied().filter(on_run).collect();
+        for p in pieces {
+            let at = base + p.head as usize * page;
+            self.free_stuck(seg, p).map_err(|u| {
+                Error::Internal(format!(
+                    "the sleeping block at {at:#x} cannot wake: an earlier wake that failed left its page mapped, and \
+                     unmapping it failed again ({}); still asleep, nothing changed",
+                    Error::runtime(u, "aclrtUnmapMem")
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Unmaps a stuck piece and gives its handle back (to the handle cache
+    /// if the runtime refuses the free); forgets it once unmapped.
+    fn free_stuck(&mut self, seg: SegmentId, p: Piece) -> Result<(), crate::runtime::AclCallError> {
+        let sh = self.sh.clone();
+        let page = self.range(seg).page_size;
+        let at = self.segments.get(seg).base + p.head as usize * page;
+        let size = p.units as usize * page;
+        sh.rt.on_device(sh.device, || sh.rt.unmap(at))?;
+        self.range_mut(seg).stuck.retain(|q| q.head != p.head);
+        if super::free_handle(&sh, p.handle, size).is_err() {
+            sh.backing.cache_handle(size, p.handle);
+        }
+        Ok(())
     }
 
     /// Undoes `wake_map`: unmaps every run it mapped (they stay asleep with
     /// their host copies); their handles are pushed on `out` as (handle,
-    /// bytes) for the caller to free.
+    /// bytes) for the caller to free. A piece that cannot be unmapped stays
+    /// mapped with its handle, kept by the range (`VmmRange::stuck`).
     pub(crate) fn wake_undo(&mut self, out: &mut Vec<(PhysicalHandle, usize)>) -> Result<()> {
         let sh = self.sh.clone();
         let mut first_error = None;
         for seg in self.backing.ranges.clone() {
             let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
+            let mut stuck = Vec::new();
             for run in &mut self.range_mut(seg).slept {
                 let mut at = base + run.head as usize * page;
                 for (&units, h) in run.pieces.iter().zip(std::mem::take(&mut run.woken)) {
+                    let size = units as usize * page;
                     match sh.rt.on_device(sh.device, || sh.rt.unmap(at)) {
-                        Ok(()) => out.push((h, units as usize * page)),
+                        Ok(()) => out.push((h, size)),
                         Err(e) => {
-                            first_error.get_or_insert(Error::Internal(format!(
-                                "unmapping {at:#x} to undo a failed wake failed ({}): that memory stays mapped",
-                                Error::runtime(e, "aclrtUnMapMem")
-                            )));
+                            stuck.push((at, h, size));
+                            first_error.get_or_insert(Error::Internal(stuck_message(at, e)));
                         }
                     }
-                    at += units as usize * page;
+                    at += size;
                 }
+            }
+            for (at, h, size) in stuck {
+                self.keep_stuck(seg, at, h, size);
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -288,10 +345,16 @@ impl RangePool {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Frees the host buffers of `seg`'s sleeping runs (teardown).
+    /// Frees the host buffers of `seg`'s sleeping runs, and unmaps and
+    /// frees the pieces an undo left mapped on them (teardown).
     pub(super) fn drop_slept(&mut self, seg: SegmentId) -> Result<()> {
         let sh = self.sh.clone();
         let mut first_error = None;
+        for p in self.range(seg).stuck.clone() {
+            if let Err(e) = self.free_stuck(seg, p) {
+                first_error.get_or_insert(Error::runtime(e, "unmapping a page a failed wake left mapped"));
+            }
+        }
         for run in std::mem::take(&mut self.range_mut(seg).slept) {
             if run.host != 0 {
                 if let Err(e) = sh.rt.free_host(run.host) {
@@ -301,4 +364,13 @@ impl RangePool {
         }
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// What a failed undo unmap left: said in the error of the wake.
+fn stuck_message(at: usize, e: crate::runtime::AclCallError) -> String {
+    format!(
+        "unmapping {at:#x} to undo the wake failed ({}): that page stays mapped under its sleeping block and its \
+         handle stays held, counted reserved; the next wake or teardown unmaps and frees it. Still asleep",
+        Error::runtime(e, "aclrtUnmapMem")
+    )
 }
