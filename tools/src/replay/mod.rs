@@ -112,6 +112,11 @@ pub struct Measured {
     /// them; 0 with one that cannot).
     pub event_records: u64,
     pub event_queries: u64,
+    /// Calls of each ACL function a cost table may charge (`CHARGED`), as
+    /// the emulator counted them in the observed run: the allocator's and
+    /// the trace's own waits (`aclrtSynchronizeStream`). Empty with an
+    /// emulator that cannot count.
+    pub acl_calls: Vec<(&'static str, u64)>,
     /// Allocations that failed with out of memory at the default capacity.
     pub ooms: u64,
     /// Best timed run / steps.
@@ -278,6 +283,24 @@ struct RunResult {
 /// The event calls an observed run counts: records, then queries.
 const COUNTED: [&std::ffi::CStr; 2] = [c"aclrtRecordEvent", c"aclrtQueryEventStatus"];
 
+/// The calls an observed run counts for `Measured::acl_calls`: every one
+/// the emulator's cost model (`ACLEMU_COST`) may charge in a replay, so a
+/// cost table times these counts is what the run was charged.
+const CHARGED: [&std::ffi::CStr; 12] = [
+    c"aclrtMalloc",
+    c"aclrtFree",
+    c"aclrtMallocPhysical",
+    c"aclrtFreePhysical",
+    c"aclrtMapMem",
+    c"aclrtUnmapMem",
+    c"aclrtReserveMemAddress",
+    c"aclrtReleaseMemAddress",
+    c"aclrtGetMemInfo",
+    c"aclrtSynchronizeStream",
+    c"aclrtSynchronizeEvent",
+    c"aclrtSynchronizeDevice",
+];
+
 /// A target bound to a trace, ready to run again and again.
 struct Runner<'a> {
     emu: &'a Emulator,
@@ -316,7 +339,7 @@ impl<'a> Runner<'a> {
                 let alloc =
                     DeviceAllocator::with_runtime(config.clone(), DEVICE, rt.clone()).map_err(|e| e.to_string())?;
                 let mut b = Npu { alloc: &alloc };
-                let counting = spec.finish && COUNTED.iter().all(|name| self.emu.count_calls(name));
+                let counting = spec.finish && COUNTED.iter().chain(&CHARGED).all(|name| self.emu.count_calls(name));
                 if spec.warm {
                     engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut Quiet)?;
                     for a in addrs.iter_mut().filter(|a| **a != 0) {
@@ -329,6 +352,8 @@ impl<'a> Runner<'a> {
                     engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut Quiet)
                 };
                 let [records, queries] = COUNTED.map(|name| self.emu.calls_counted(name).filter(|_| counting));
+                let charged = CHARGED.map(|name| (name, self.emu.calls_counted(name).filter(|_| counting)));
+                let acl_calls = charged.iter().filter_map(|(name, n)| Some((name.to_str().ok()?, (*n)?))).collect();
                 let mut counters = Measured::default();
                 let mut snapshot = None;
                 if outcome.is_ok() && (spec.finish || spec.snapshot) {
@@ -346,6 +371,7 @@ impl<'a> Runner<'a> {
                         syncs: s.num_syncs,
                         event_records: records.unwrap_or(0),
                         event_queries: queries.unwrap_or(0),
+                        acl_calls,
                         ..Measured::default()
                     };
                     if spec.snapshot {
