@@ -23,7 +23,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: PEER=DIR $0 TRACE..." >&2; exit 2; }
 [ -n "${PEER:-}" ] && [ -x "$PEER/replay_torch" ] || { echo "set PEER to the directory holding replay_torch" >&2; exit 2; }
-REPLAY=target/release/npualloc-replay
+# REPLAY: another build of npualloc-replay (with its libascendcl.so beside it) to compare.
+REPLAY=${REPLAY:-target/release/npualloc-replay}
 # Spin the last 200 us of each emulated cost as the peer's fake runtime does
 # (a timed sleep wakes tens of microseconds late; emu/README.md, "Cost model").
 export ACLEMU_COST_SPIN=200us

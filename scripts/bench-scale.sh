@@ -59,6 +59,7 @@ for t in "${runs[@]}"; do
     label=default
     [ -z "$conf" ] || label=expandable
     printf '%s\n' "$out" >"$work/peer.$(basename "$t").$label"
+    echo "$best" >"$work/peer.$(basename "$t").$label.best"
     printf '%-40s %-12s %8s %13.1f %13.1f %9s %8s %8s %8s %6s\n' "$(basename "$t")" "$label" \
       "$best" "$(awk -v b="$(field peak_reserved <<<"$out")" -v m=$MIB 'BEGIN { print b / m }')" \
       "$(awk -v b="$cap" -v m=$MIB 'BEGIN { print b / m }')" "$csecs" "$(field cuda_malloc_calls <<<"$out")" \
@@ -70,7 +71,7 @@ echo "table made in $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%
 echo
 echo "== Device calls under equal costs, modelled (scripts/equal_costs.py: calls x cost table / events, the trace's waits left out)"
 start=$(date +%s.%N)
-target/release/npualloc-replay --json --repeat 1 --no-min-capacity "${runs[@]}" >"$work/npu.json"
+target/release/npualloc-replay --json --repeat 3 --no-min-capacity "${runs[@]}" >"$work/npu.json"
 python3 - "$work" "${runs[@]}" <<'EOF'
 import json, os, sys
 sys.path.insert(0, "scripts")
@@ -79,8 +80,11 @@ import equal_costs
 work, traces = sys.argv[1], sys.argv[2:]
 cost = equal_costs.parse_cost(equal_costs.EQUAL_ACL)
 rows = {r["trace"]: r for r in json.load(open(f"{work}/npu.json"))["reports"]}
-print("| trace | npualloc calls | npualloc ns/op | PyTorch ns/op | PyTorch exp. ns/op | modelled ratio to the faster |")
-print("|---|---:|---:|---:|---:|---:|")
+wait_ns = cost["aclrtSynchronizeStream"]
+print("Calls: what the cost table charges, the trace's waits left out. Host: ns/op without costs, best of 3 (measured).")
+print("Host + calls: the host figure plus the modelled calls and the trace's waits, an estimate of the equal-costs ns/op.\n")
+print("| trace | npualloc calls | calls ns/op: npualloc / PyTorch / exp. | calls ratio to the faster | host ns/op: npualloc / PyTorch / exp. | host + calls ratio to the faster |")
+print("|---|---:|---|---:|---|---:|")
 for t in traces:
     name = os.path.basename(t)
     r = rows[name]
@@ -88,7 +92,12 @@ for t in traces:
     ours = equal_costs.npu_ns_per_op(r, cost, waits)
     pd, pe = (equal_costs.peer_ns_per_op(equal_costs.peer_calls(open(f"{work}/peer.{name}.{c}").read()), cost)
               for c in ("default", "expandable"))
+    hn = r["ns_per_op"]
+    hd, he = (float(open(f"{work}/peer.{name}.{c}.best").read()) for c in ("default", "expandable"))
     calls = sum(n for k, n in r["acl_calls"].items() if cost.get(k)) - waits
-    print(f"| {name} | {calls} | {ours:.1f} | {pd:.1f} | {pe:.1f} | {ours / min(pd, pe):.2f}x |")
+    w = waits * wait_ns / r["ops"]
+    total = (hn + ours + w) / min(hd + pd + w, he + pe + w)
+    print(f"| {name} | {calls} | {ours:.1f} / {pd:.1f} / {pe:.1f} | {ours / min(pd, pe):.2f}x "
+          f"| {hn:.1f} / {hd:.1f} / {he:.1f} | {total:.2f}x |")
 EOF
 echo "table made in $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
