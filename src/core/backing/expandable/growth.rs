@@ -22,8 +22,8 @@
 //!   allocated `1/far_growth` of it, bounded by `1/far_share` of free
 //!   memory instead of `1/share`: at the scale of 7B-class models the
 //!   handle is a fixed fraction of what is live and of what is left, so
-//!   calls grow with the logarithm of the allocated peak. Growth is geometric in what the allocator itself uses,
-//!   not in the card's size: a user of a few hundred MiB gets 32 to 48 MiB
+//!   calls grow with the logarithm of the allocated peak. Growth is
+//!   geometric in what the allocator itself uses, not in the card's size: a user of a few hundred MiB gets 32 to 48 MiB
 //!   handles on a 64 GiB card as on an 8 GiB one, and one of tens of GiB
 //!   few calls. (The rule before this one grew with reserved bytes, which
 //!   count the memory mapped ahead, so mapping ahead fed the next handle's
@@ -127,20 +127,19 @@ impl PieceRule {
     /// Growing with allocated bytes, not with what is reserved, keeps
     /// memory mapped ahead from feeding the next handle's size; the 48 MiB
     /// step bounds what one handle holds ahead on the small and mid-sized
-    /// traces. Past 3.5 GiB allocated (above the mid-sized traces, 3.1 GiB;
-    /// a model whose weights alone are GBs) a
-    /// handle is a 32nd of the allocated peak and at most a 32nd of what is
-    /// free, up to 1 GiB: what one handle may hold ahead is then a fixed
-    /// fraction of what is live (3%) and of what is left, and the count of
-    /// handles grows with the logarithm of the allocated peak (0 to 50 GiB
-    /// allocated on a 64 GiB card: 180 handles, 365 with the rule
-    /// before, a 64th up to 256 MiB), where a fixed cap made it linear; the
-    /// 128th of free memory at that scale (100 MiB handles with 50 GiB
-    /// live on 64 GiB) made more calls than PyTorch's one cudaMalloc per
-    /// large block. The 1 GiB cap bounds what one live block pins against
-    /// `empty_cache`.
-    /// BENCHMARKS.md, "Handles sized from free memory and allocated bytes",
-    /// has the figures that chose the constants. `map_ahead:false` maps
+    /// traces. Past 3.5 GiB allocated (above the mid-sized traces' 3.1 GiB:
+    /// a model whose weights alone are GBs) a handle is a 32nd of the
+    /// allocated peak and at most a 32nd of what is free, up to 1 GiB: what
+    /// one handle may hold ahead is then a fixed fraction of what is live
+    /// (3%) and of what is left, and the count of handles grows with the
+    /// logarithm of the allocated peak (0 to 50 GiB allocated on a 64 GiB
+    /// card: 180 handles; 365 with the rule before, a 64th up to 256 MiB
+    /// within a 128th of free memory, which at that scale gave about
+    /// 110 MiB handles and more calls than PyTorch's one cudaMalloc per
+    /// large block). The 1 GiB cap bounds what one live block pins against
+    /// `empty_cache`. BENCHMARKS.md, "Handles sized from free memory and
+    /// allocated bytes" and "A handle rule for 7B scale", has the figures
+    /// that chose the constants. `map_ahead:false` maps
     /// only what requests lack. With `reserved_headroom`, always 4 MiB and
     /// nothing ahead: moving pages to stay within the headroom is that
     /// mode's point, and large pieces rarely fit the place they would move
