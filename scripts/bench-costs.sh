@@ -12,7 +12,9 @@
 #     profile's costs in FAKECUDA_* terms (see PEER_DEVICE_* below).
 #  2. Equal costs, 20 us per malloc/free/physical/map/unmap call and 50 us
 #     per synchronization on both sides: npualloc's default against the
-#     faster PyTorch configuration, and its min capacity.
+#     faster PyTorch configuration, and its min capacity; beside the measured
+#     ratio, the modelled one: the calls each side made times the same cost
+#     table, per event (scripts/equal_costs.py), exact in every run.
 # Every ns/op is the median of 3 runs, each a first pass over the trace on a
 # fresh allocator (the pass that grows, cost sleeps included). Both devices
 # are 64 GiB. Needs target/release/npualloc-replay (cargo build --release
@@ -21,13 +23,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: PEER=DIR $0 TRACE..." >&2; exit 2; }
 [ -n "${PEER:-}" ] && [ -x "$PEER/replay_torch" ] || { echo "set PEER to the directory holding replay_torch" >&2; exit 2; }
-REPLAY=target/release/npualloc-replay
+# REPLAY: another build of npualloc-replay (with its libascendcl.so beside it) to compare.
+REPLAY=${REPLAY:-target/release/npualloc-replay}
 # Spin the last 200 us of each emulated cost as the peer's fake runtime does
 # (a timed sleep wakes tens of microseconds late; emu/README.md, "Cost model").
 export ACLEMU_COST_SPIN=200us
 [ -x "$REPLAY" ] || { echo "build first: cargo build --release --workspace" >&2; exit 2; }
 
-EQUAL_ACL="aclrtMalloc=20us,aclrtFree=20us,aclrtMallocPhysical=20us,aclrtFreePhysical=20us,aclrtMapMem=20us,aclrtUnmapMem=20us,aclrtReserveMemAddress=20us,aclrtSynchronizeStream=50us,aclrtSynchronizeEvent=50us,aclrtSynchronizeDevice=50us"
+EQUAL_ACL=$(cd scripts && python3 -c "import equal_costs; print(equal_costs.EQUAL_ACL)")
 # The fake CUDA runtime charges FAKECUDA_MALLOC_NS for each cudaMalloc,
 # cudaFree, cuMemCreate, cuMemMap, cuMemUnmap and cuMemRelease, SYNC_NS for
 # each stream, device or event synchronization, EVENT_NS for each event
@@ -67,14 +70,17 @@ npualloc() {
 peer() {
     local table=$1 conf=$2 trace=$3
     shift 3
+    mkdir -p "$OUT/$table.raw"
     for run in 0 1 2; do
-        env "$@" FAKECUDA_MEM_GIB=64 PYTORCH_CUDA_ALLOC_CONF="$conf" "$PEER/replay_torch" "$trace" |
-            awk -v run=$run -v conf="$conf" '
+        # The whole output is kept for the modelled calls (equal_costs.py).
+        raw="$OUT/$table.raw/$(ls "$OUT/$table.raw" | wc -l)"
+        env "$@" FAKECUDA_MEM_GIB=64 PYTORCH_CUDA_ALLOC_CONF="$conf" "$PEER/replay_torch" "$trace" | tee "$raw" |
+            awk -v run=$run -v conf="$conf" -v raw="$raw" '
                 /^cudaMalloc calls/ { gsub(/[(),]/, " "); mallocs = $3; frees = $7 }
                 /^cuMemCreate/ { gsub(/[(),]/, " "); creates = $2; maps = $4; unmaps = $6; releases = $8 }
                 /^runtime calls/ { gsub(/,/, " "); syncs = $NF }
                 /^RESULT / { sub(/^RESULT /, ""); result = $0 }
-                END { printf "%s\t%s\t%s %s %s %s %s %s %s\n", run, conf, mallocs, frees, creates, maps, unmaps, releases, syncs; print result }' \
+                END { printf "%s\t%s\t%s %s %s %s %s %s %s\t%s\n", run, conf, mallocs, frees, creates, maps, unmaps, releases, syncs, raw; print result }' \
                 >>"$OUT/$table.peer"
     done
 }
@@ -90,11 +96,16 @@ for trace in "$@"; do
     peer equal expandable_segments:True "$trace" "${EQUAL_PEER[@]}"
 done
 
-python3 - "$OUT" <<'EOF'
-import json, statistics, sys
+python3 - "$OUT" "$EQUAL_ACL" "$@" <<'EOF'
+import json, os, statistics, sys
 from collections import defaultdict
 
+sys.path.insert(0, "scripts")
+import equal_costs
+
 out = sys.argv[1]
+EQUAL = equal_costs.parse_cost(sys.argv[2])
+WAITS = {os.path.basename(t): equal_costs.trace_waits(t) for t in sys.argv[3:]}
 MIB = 1 << 20
 
 def npu(table):
@@ -108,8 +119,9 @@ def peer(table):
     rows = defaultdict(list)
     lines = open(f"{out}/{table}.peer").read().splitlines()
     for head, result in zip(lines[0::2], lines[1::2]):
-        _, conf, calls = head.split("\t")
+        _, conf, calls, raw = head.split("\t")
         r = json.loads(result)
+        r["raw_calls"] = equal_costs.peer_calls(open(raw).read())
         m, f, c, mp, u, rel, s = (int(x or 0) for x in calls.split())
         r["calls"] = dict(mallocs=m, frees=f, creates=c, maps=mp, unmaps=u, releases=rel, syncs=s)
         rows[(r["trace"], "PyTorch exp." if conf else "PyTorch")].append(r)
@@ -160,8 +172,9 @@ for t in traces:
         print(f'| {t} | {label} | {median(rs):.1f} | {peer_calls(rs[0]["calls"])} | {rs[0]["calls"]["syncs"]} | {rs[0]["peak_reserved"] / MIB:.1f} | - |')
 
 print("\nTable 2: equal costs (20 us per malloc/free/physical/map/unmap call, 50 us per synchronization)\n")
-print("| trace | npualloc ns/op | device calls | PyTorch ns/op | PyTorch exp. ns/op | ratio to the faster | target 0.5x | min cap x | target 1.05x |")
-print("|---|---:|---|---:|---:|---:|---|---:|---|")
+print("Modelled: the calls each side made times the cost table, per event, the trace's own waits left out (scripts/equal_costs.py); exact and the same in every run.\n")
+print("| trace | npualloc ns/op | device calls | PyTorch ns/op | PyTorch exp. ns/op | ratio to the faster | target 0.5x | modelled calls ns/op: npualloc / PyTorch / exp. | modelled ratio | min cap x | target 1.05x |")
+print("|---|---:|---|---:|---:|---:|---|---|---:|---:|---|")
 n, p = npu("equal"), peer("equal")
 for t in traces:
     rs = n[(t, "npualloc")]
@@ -170,5 +183,12 @@ for t in traces:
     ratio = ours / min(pd, pe)
     mc = min_cap(first)
     cap_ok = "yes" if mc != "-" and float(mc) <= 1.05 else "no"
-    print(f'| {t} | {ours:.1f} | {npu_calls(first)} | {pd:.1f} | {pe:.1f} | {ratio:.2f}x | {"yes" if ratio <= 0.5 else "no"} | {mc} | {cap_ok} |')
+    m_ours = equal_costs.npu_ns_per_op(first, EQUAL, WAITS.get(t, 0))
+    m_pd, m_pe = (equal_costs.peer_ns_per_op(p[(t, c)][0]["raw_calls"], EQUAL) for c in ("PyTorch", "PyTorch exp."))
+    if None in (m_ours, m_pd, m_pe):
+        modelled, m_ratio = "-", "-"
+    else:
+        modelled = f"{m_ours:.1f} / {m_pd:.1f} / {m_pe:.1f}"
+        m_ratio = f"{m_ours / min(m_pd, m_pe):.2f}x"
+    print(f'| {t} | {ours:.1f} | {npu_calls(first)} | {pd:.1f} | {pe:.1f} | {ratio:.2f}x | {"yes" if ratio <= 0.5 else "no"} | {modelled} | {m_ratio} | {mc} | {cap_ok} |')
 EOF

@@ -68,6 +68,9 @@ if [[ -d python/tests ]]; then
     bash scripts/test-python.sh
 fi
 
+# The equal-costs model of the benchmark scripts (scripts/equal_costs.py).
+python3 scripts/test_equal_costs.py
+
 
 # The PyTorch comparison harness of BENCHMARKS.md (tools/peer/): only that its C
 # sources compile; the full build downloads the torch wheel (scripts/build-peer.sh).

@@ -150,8 +150,9 @@ pub const KEYS: &[KeySpec] = &[
         unit: "",
         doc: "Mapping unit of the large pool's expandable segments: 2m, 20m or 1g (letter case ignored). \
               A growth maps physical handles of half the allocator's peak of allocated bytes, 32 to \
-              48 MiB (a 64th of it past 3 GiB, up to 256 MiB), at most a 128th of the device's free \
-              memory as aclrtGetMemInfo reports it, never below 4 MiB (or one unit, if larger), ahead \
+              48 MiB, at most a 128th of the device's free memory as aclrtGetMemInfo reports it (past \
+              3.5 GiB allocated, a 32nd of the allocated peak, at most a 32nd of free memory, up to \
+              1 GiB), never below 4 MiB (or one unit, if larger), ahead \
               of demand over the free pages after the block.",
     },
     KeySpec {

@@ -131,3 +131,27 @@ fn the_syncs_column_leaves_out_the_traces_own_waits() {
     assert!(replayed >= 2, "each target's runs replayed the wait: {replayed} synchronizations");
     assert_eq!((npualloc, passthrough), (0, 0), "neither allocator synchronizes on this trace");
 }
+
+#[test]
+fn the_observed_run_counts_every_call_a_cost_table_charges() {
+    let emu = emulator();
+    // Two blocks on two streams, freed, and three host waits of the trace.
+    let text = "# acl-trace v1\na 0 4194304 1\na 1 26214400 0\nf 1\nw 0\nf 0\nw 1\nw 0\n";
+    let trace = parse_str(text, "t").unwrap();
+    let prepared = Prepared::new("t", &trace);
+    let reports = replay_trace(&emu, &prepared, &[Target::npualloc("")], &quick(), &mut |_, _| {});
+    let m = reports[0].result.as_ref().unwrap();
+    let calls = |name: &str| m.acl_calls.iter().find(|(n, _)| *n == name).map(|&(_, c)| c);
+    // The same counts the allocator's own statistics give...
+    assert_eq!(calls("aclrtMallocPhysical"), Some(m.physical_mallocs));
+    assert_eq!(calls("aclrtMapMem"), Some(m.maps));
+    assert!(m.maps >= 2, "a handle for each stream's pool: {m:?}");
+    assert_eq!(calls("aclrtUnmapMem"), Some(m.unmaps));
+    assert_eq!(calls("aclrtMalloc"), Some(m.device_mallocs));
+    // ...one address reservation per stream's large pool...
+    assert_eq!(calls("aclrtReserveMemAddress"), Some(2));
+    // ...and the trace's three waits, the allocator itself making none.
+    assert_eq!(m.syncs, 0);
+    assert_eq!(calls("aclrtSynchronizeStream"), Some(3));
+    assert_eq!(calls("aclrtSynchronizeDevice"), Some(0));
+}

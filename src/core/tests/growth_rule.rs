@@ -26,13 +26,14 @@ fn fresh_handle_size_follows_free_memory_and_allocated_bytes() {
     // 600 MiB allocated: 48 MiB. (The rule before this one grew with
     // reserved bytes, a sixth of them: 100 MiB with 600 MiB reserved.)
     assert_eq!(rule.fresh_bytes(view(roomy, 600 * MIB)), 48 * MIB);
-    // Past 3 GiB allocated, a 64th of it, up to 256 MiB.
-    assert_eq!(rule.fresh_bytes(view(roomy, 6 * GIB)), 96 * MIB);
-    assert_eq!(rule.fresh_bytes(view(roomy, 40 * GIB)), 256 * MIB);
+    // Past 3.5 GiB allocated, a 32nd of it, up to 1 GiB.
+    assert_eq!(rule.fresh_bytes(view(roomy, 6 * GIB)), 192 * MIB);
+    assert_eq!(rule.fresh_bytes(view(roomy, 40 * GIB)), GIB);
     // What the device reports free bounds it, whoever holds the rest: a
     // 128th of it...
     assert_eq!(rule.fresh_bytes(view(2 * GIB, 600 * MIB)), 16 * MIB);
-    assert_eq!(rule.fresh_bytes(view(4 * GIB, 40 * GIB)), 32 * MIB);
+    // (a 32nd of it past 3.5 GiB allocated)
+    assert_eq!(rule.fresh_bytes(view(4 * GIB, 40 * GIB)), 128 * MIB);
     // ...down to the 4 MiB floor, even with nothing left.
     assert_eq!(rule.fresh_bytes(view(256 * MIB, 600 * MIB)), 4 * MIB);
     assert_eq!(rule.fresh_bytes(view(0, 0)), 4 * MIB);

@@ -87,7 +87,9 @@ struct Args {
     /// (when the row was measured) peak_reserved, ratio, ns_per_op,
     /// device_mallocs, device_frees, maps, unmaps, physical_mallocs,
     /// physical_frees, syncs, event_records, event_queries (aclrtRecordEvent and
-    /// aclrtQueryEventStatus calls), ooms, min_capacity (null when not measured or
+    /// aclrtQueryEventStatus calls), acl_calls (the calls of each ACL function the
+    /// emulator's cost model may charge, by name, the trace's waits included),
+    /// ooms, min_capacity (null when not measured or
     /// nothing fits), min_capacity_x or min_capacity_error, and last error
     /// (null, or why the row failed).
     #[arg(long)]

@@ -112,6 +112,11 @@ pub struct Measured {
     /// them; 0 with one that cannot).
     pub event_records: u64,
     pub event_queries: u64,
+    /// Calls of each ACL function a cost table may charge (`CHARGED`), as
+    /// the emulator counted them in the observed run: the allocator's and
+    /// the trace's own waits (`aclrtSynchronizeStream`). Empty with an
+    /// emulator that cannot count.
+    pub acl_calls: Vec<(&'static str, u64)>,
     /// Allocations that failed with out of memory at the default capacity.
     pub ooms: u64,
     /// Best timed run / steps.
@@ -278,6 +283,24 @@ struct RunResult {
 /// The event calls an observed run counts: records, then queries.
 const COUNTED: [&std::ffi::CStr; 2] = [c"aclrtRecordEvent", c"aclrtQueryEventStatus"];
 
+/// The calls an observed run counts for `Measured::acl_calls`: every one
+/// the emulator's cost model (`ACLEMU_COST`) may charge in a replay, so a
+/// cost table times these counts is what the run was charged.
+const CHARGED: [&std::ffi::CStr; 12] = [
+    c"aclrtMalloc",
+    c"aclrtFree",
+    c"aclrtMallocPhysical",
+    c"aclrtFreePhysical",
+    c"aclrtMapMem",
+    c"aclrtUnmapMem",
+    c"aclrtReserveMemAddress",
+    c"aclrtReleaseMemAddress",
+    c"aclrtGetMemInfo",
+    c"aclrtSynchronizeStream",
+    c"aclrtSynchronizeEvent",
+    c"aclrtSynchronizeDevice",
+];
+
 /// A target bound to a trace, ready to run again and again.
 struct Runner<'a> {
     emu: &'a Emulator,
@@ -318,6 +341,7 @@ impl<'a> Runner<'a> {
                 let mut b = Npu { alloc: &alloc };
                 // The allocator calls the runtime on this thread only.
                 let calls_before = COUNTED.map(|name| self.emu.thread_calls(name));
+                let charged_before = CHARGED.map(|name| self.emu.thread_calls(name));
                 if spec.warm {
                     engine::run(&mut b, steps, streams, &mut addrs, spec.stop_on_oom, &mut Quiet)?;
                     for a in addrs.iter_mut().filter(|a| **a != 0) {
@@ -334,6 +358,14 @@ impl<'a> Runner<'a> {
                     (Some(before), Some(after)) if spec.finish => Some(after - before),
                     _ => None,
                 });
+                let mut acl_calls = Vec::new();
+                for (name, before) in CHARGED.into_iter().zip(charged_before) {
+                    if let (true, Some(before), Some(after), Ok(name)) =
+                        (spec.finish, before, self.emu.thread_calls(name), name.to_str())
+                    {
+                        acl_calls.push((name, after - before));
+                    }
+                }
                 let mut counters = Measured::default();
                 let mut snapshot = None;
                 if outcome.is_ok() && (spec.finish || spec.snapshot) {
@@ -351,6 +383,7 @@ impl<'a> Runner<'a> {
                         syncs: s.num_syncs,
                         event_records: records.unwrap_or(0),
                         event_queries: queries.unwrap_or(0),
+                        acl_calls,
                         ..Measured::default()
                     };
                     if spec.snapshot {

@@ -126,6 +126,8 @@ struct JsonMeasured<'a> {
     syncs: u64,
     event_records: u64,
     event_queries: u64,
+    /// Calls per ACL function the emulator's cost model may charge.
+    acl_calls: std::collections::BTreeMap<&'a str, u64>,
     ooms: u64,
     /// `null` when not measured or when no capacity fits.
     min_capacity: Option<u64>,
@@ -161,6 +163,7 @@ fn json_row(r: &Report) -> JsonRow<'_> {
             syncs: m.syncs,
             event_records: m.event_records,
             event_queries: m.event_queries,
+            acl_calls: m.acl_calls.iter().copied().collect(),
             ooms: m.ooms,
             min_capacity,
             min_capacity_x,

@@ -18,9 +18,12 @@
 //!   (`FreeMemory`). Near where it binds, and after a refused handle, every
 //!   fresh handle asks.
 //! - How much this allocator has used: a handle is `1/growth` of the peak
-//!   of allocated bytes between `start` and `near_cap`, and `1/far_growth`
-//!   of it beyond. Growth is geometric in what the allocator itself uses,
-//!   not in the card's size: a user of a few hundred MiB gets 32 to 48 MiB
+//!   of allocated bytes between `start` and `near_cap`, and from `far_from`
+//!   allocated `1/far_growth` of it, bounded by `1/far_share` of free
+//!   memory instead of `1/share`: at the scale of 7B-class models the
+//!   handle is a fixed fraction of what is live and of what is left, so
+//!   calls grow with the logarithm of the allocated peak. Growth is
+//!   geometric in what the allocator itself uses, not in the card's size: a user of a few hundred MiB gets 32 to 48 MiB
 //!   handles on a 64 GiB card as on an 8 GiB one, and one of tens of GiB
 //!   few calls. (The rule before this one grew with reserved bytes, which
 //!   count the memory mapped ahead, so mapping ahead fed the next handle's
@@ -116,11 +119,12 @@ pub struct GrowthView {
 
 /// How big a fresh physical handle is (Note [sizing a fresh handle]):
 /// `1/growth` of the allocator's peak of allocated bytes between `start`
-/// and `near_cap`, or `1/far_growth` of it once that is more, within
-/// `ceiling` and `1/share` of the device's free memory, and never below
-/// `floor`. With `ahead`, a fresh handle maps that much even past the
-/// request, into the free block's unmapped pages; without it, never more
-/// than the pages a placement lacks.
+/// and `near_cap`, within `1/share` of the device's free memory; from
+/// `far_from` allocated, `1/far_growth` of it if that is more, within
+/// `1/far_share` of free memory; never above `ceiling` nor below `floor`.
+/// With `ahead`, a fresh handle maps that much even past the request, into
+/// the free block's unmapped pages; without it, never more than the pages
+/// a placement lacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PieceRule {
     pub floor: usize,
@@ -130,26 +134,38 @@ pub struct PieceRule {
     /// 0: no term in allocated bytes below `near_cap`.
     pub growth: usize,
     pub near_cap: usize,
-    /// 0: no term in allocated bytes past `near_cap`.
+    /// Allocated bytes from which `far_growth` and `far_share` apply.
+    pub far_from: usize,
+    /// 0: no term in allocated bytes past `far_from`.
     pub far_growth: usize,
+    /// 0: `share` past `far_from` too.
+    pub far_share: usize,
     pub ceiling: usize,
     pub ahead: bool,
 }
 
 impl PieceRule {
     /// On a roomy device a fresh handle is half the peak of allocated bytes,
-    /// from 32 MiB to 48 MiB, and a 64th of it past 3 GiB allocated (up to
-    /// 256 MiB), mapped ahead of demand. Growing with allocated bytes, not
-    /// with what is reserved, keeps memory mapped ahead from feeding the
-    /// next handle's size; the 48 MiB step bounds what one handle holds
-    /// ahead on the small and mid-sized traces, and the 64th keeps the call
-    /// count logarithmic on large models (60 GiB allocated: about 300
-    /// handles, each at most 1.6% of what is live). As the device fills,
+    /// from 32 MiB to 48 MiB, mapped ahead of demand; as the device fills,
     /// whoever fills it, handles shrink to a 128th of what it reports free,
     /// down to 4 MiB, so a nearly full device still gets pieces small
     /// enough to move (a 16th or a 32nd pushed min capacity past 1.05x).
-    /// BENCHMARKS.md, "Handles sized from free memory and allocated bytes",
-    /// has the figures that chose the constants. `map_ahead:false` maps
+    /// Growing with allocated bytes, not with what is reserved, keeps
+    /// memory mapped ahead from feeding the next handle's size; the 48 MiB
+    /// step bounds what one handle holds ahead on the small and mid-sized
+    /// traces. Past 3.5 GiB allocated (above the mid-sized traces' 3.1 GiB:
+    /// a model whose weights alone are GBs) a handle is a 32nd of the
+    /// allocated peak and at most a 32nd of what is free, up to 1 GiB: what
+    /// one handle may hold ahead is then a fixed fraction of what is live
+    /// (3%) and of what is left, and the count of handles grows with the
+    /// logarithm of the allocated peak (0 to 50 GiB allocated on a 64 GiB
+    /// card: 180 handles; 365 with the rule before, a 64th up to 256 MiB
+    /// within a 128th of free memory, which at that scale gave about
+    /// 110 MiB handles and more calls than PyTorch's one cudaMalloc per
+    /// large block). The 1 GiB cap bounds what one live block pins against
+    /// `empty_cache`. BENCHMARKS.md, "Handles sized from free memory and
+    /// allocated bytes" and "A handle rule for 7B scale", has the figures
+    /// that chose the constants. `map_ahead:false` maps
     /// only what requests lack. With `reserved_headroom`, always 4 MiB and
     /// nothing ahead: moving pages to stay within the headroom is that
     /// mode's point, and large pieces rarely fit the place they would move
@@ -165,8 +181,10 @@ impl PieceRule {
             start: 32 << 20,
             growth: 2,
             near_cap: 48 << 20,
-            far_growth: 64,
-            ceiling: 256 << 20,
+            far_from: 7 << 29,
+            far_growth: 32,
+            far_share: 32,
+            ceiling: 1 << 30,
             ahead,
         }
     }
@@ -179,7 +197,9 @@ impl PieceRule {
             start: bytes,
             growth: 0,
             near_cap: bytes,
+            far_from: usize::MAX,
             far_growth: 0,
+            far_share: 0,
             ceiling: bytes,
             ahead: false,
         }
@@ -194,7 +214,7 @@ impl PieceRule {
     /// (0 when free memory plays no part).
     pub fn binds_below(&self, allocated_peak: usize) -> usize {
         let unbounded = self.fresh_bytes(GrowthView { free: usize::MAX, allocated_peak });
-        unbounded.saturating_mul(self.share)
+        unbounded.saturating_mul(self.share_at(allocated_peak))
     }
 
     /// Bytes of a fresh handle (before rounding to pages).
@@ -204,7 +224,57 @@ impl PieceRule {
         }
         let used = view.allocated_peak;
         let near = self.start.max(used.checked_div(self.growth).unwrap_or(0)).min(self.near_cap);
-        let far = used.checked_div(self.far_growth).unwrap_or(0);
-        near.max(far).min(self.ceiling).min(view.free / self.share).max(self.floor)
+        let far = if used >= self.far_from { used.checked_div(self.far_growth).unwrap_or(0) } else { 0 };
+        near.max(far).min(self.ceiling).min(view.free / self.share_at(used)).max(self.floor)
+    }
+
+    /// The share of free memory a handle may take with `allocated_peak`.
+    fn share_at(&self, allocated_peak: usize) -> usize {
+        if allocated_peak >= self.far_from && self.far_share != 0 {
+            self.far_share
+        } else {
+            self.share
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{GrowthView, PieceRule};
+    const MIB: usize = 1 << 20;
+    const GIB: usize = 1 << 30;
+
+    fn bytes(free: usize, allocated_peak: usize) -> usize {
+        PieceRule::for_config(&crate::config::Config::default()).fresh_bytes(GrowthView { free, allocated_peak })
+    }
+
+    #[test]
+    fn past_3_5_gib_allocated_a_handle_is_a_32nd_of_allocated_and_of_free() {
+        let roomy = 512 * GIB;
+        // Up to 3.5 GiB the 48 MiB step holds (the mid-sized traces' handles,
+        // 3.1 GiB allocated, stay as they were: a 64th was 48 MiB there too).
+        assert_eq!(bytes(roomy, 3 * GIB + 100 * MIB), 48 * MIB);
+        assert_eq!(bytes(roomy, 3 * GIB + 511 * MIB), 48 * MIB);
+        // From 3.5 GiB, a 32nd of the allocated peak.
+        assert_eq!(bytes(roomy, 3 * GIB + 512 * MIB), 112 * MIB);
+        assert_eq!(bytes(roomy, 4 * GIB), 128 * MIB);
+        assert_eq!(bytes(roomy, 10 * GIB), 320 * MIB);
+        // 50 GiB allocated: 1.56 GiB, held to the 1 GiB ceiling.
+        assert_eq!(bytes(roomy, 50 * GIB), GIB);
+        // A 32nd of free memory bounds it (a 128th below 3.5 GiB): 10 GiB
+        // allocated on a 64 GiB card, 54 GiB free: the 320 MiB stand...
+        assert_eq!(bytes(54 * GIB, 10 * GIB), 320 * MIB);
+        // ...50 GiB on it with 14 GiB free: 448 MiB, not the 112 MiB a
+        // 128th of free gave; 2 GiB free: 64 MiB.
+        assert_eq!(bytes(14 * GIB, 50 * GIB), 448 * MIB);
+        assert_eq!(bytes(2 * GIB, 50 * GIB), 64 * MIB);
+        // Nearly full: down to the 4 MiB floor.
+        assert_eq!(bytes(64 * MIB, 50 * GIB), 4 * MIB);
+        // Below 3.5 GiB the 128th still binds: 3 GiB allocated, 2 GiB free.
+        assert_eq!(bytes(2 * GIB, 3 * GIB), 16 * MIB);
+        // binds_below follows the share that applies.
+        let rule = PieceRule::for_config(&crate::config::Config::default());
+        assert_eq!(rule.binds_below(10 * GIB), 320 * MIB * 32);
+        assert_eq!(rule.binds_below(GIB), 48 * MIB * 128);
     }
 }

@@ -15,7 +15,7 @@
 //!   runtime calls against movable memory: a piece is never split, so a
 //!   small live block pins all of it. While the device has plenty of room,
 //!   a fresh piece is sized from what this allocator uses (half its peak
-//!   of allocated bytes, 32 to 48 MiB, and a 64th of it past 3 GiB) and is
+//!   of allocated bytes, 32 to 48 MiB, and a 32nd of it past 3.5 GiB) and is
 //!   mapped ahead of demand: past the request, over the free block's
 //!   unmapped pages, so the next requests find mapped pages and make no
 //!   call at all (every runtime call costs tens of microseconds on a card).
