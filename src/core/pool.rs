@@ -241,12 +241,11 @@ impl<B: Backing> Pool<B> {
     /// fixed segment to give back when `release_threshold` asks for it.
     #[inline]
     pub fn free(&mut self, addr: usize) -> Result<()> {
-        use std::collections::hash_map::Entry;
-        // One hash look-up: a held block keeps its entry, any other leaves.
-        let Entry::Occupied(entry) = self.registry.entry(addr) else {
+        // One look-up: a held block keeps its entry, any other leaves.
+        let Some(found) = self.registry.find(addr) else {
             return Err(self.unknown_pointer(addr, "free"));
         };
-        let id = *entry.get();
+        let id = found.id;
         let b = self.blocks.get(id);
         if b.state != BlockState::Allocated {
             return Err(self.unknown_pointer(addr, "free"));
@@ -264,7 +263,7 @@ impl<B: Backing> Pool<B> {
             self.after_transition();
             return Ok(());
         }
-        entry.remove();
+        self.registry.remove_found(found);
         self.return_block(id);
         // One predictable branch: nothing waits in most programs.
         if self.order.should_poll() {
