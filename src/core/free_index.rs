@@ -9,6 +9,22 @@
 //! best-fit's fragmentation at segregated-fit speed (docs/anchors.md §e,
 //! idea 1).
 //!
+//! Note [the top block]
+//!
+//! One free block of the index sits on no list: the top (`FreeIndex::top`),
+//! the way glibc keeps its top chunk apart from its bins. `insert` makes a
+//! block the top when there is none, `remove` of the top just clears it, and
+//! `find` weighs the top against the lists' best fit by size (the smaller
+//! fitting block wins, the top on a tie), which is the best-fit order the
+//! lists follow: classes grow with size. So the warm pair that splits a block
+//! and coalesces it back touches no list, no bitmap and no `class_of` when
+//! its block is the top: the split's remainder becomes the top again (the
+//! top was taken, so there is none), and the free's merge absorbs the top
+//! and files the whole as the top. On the scaling mix that is every
+//! small-pool pair and the large-pool pairs in the top's segment. The top is
+//! an ordinary member of the index for everything else: `count`, `bytes`,
+//! `iter`, `iter_from`, `largest` and `contains` include it.
+//!
 //! A block on a list carries its class (`Block::class`, set by `insert`), so
 //! taking it off (`remove`, twice in a warm pair through the index) reads
 //! it instead of computing `class_of` again; debug builds check that the
@@ -25,6 +41,8 @@ const _: () = assert!(CLASS_COUNT <= u16::MAX as usize);
 
 #[derive(Debug)]
 pub struct FreeIndex {
+    /// The free block on no list (Note [the top block]), or NIL.
+    top: BlockId,
     heads: Box<[BlockId; CLASS_COUNT]>,
     bitmap: [u64; WORDS],
     /// Bit w set when `bitmap[w]` is non-zero.
@@ -35,7 +53,14 @@ pub struct FreeIndex {
 
 impl Default for FreeIndex {
     fn default() -> Self {
-        FreeIndex { heads: Box::new([NIL; CLASS_COUNT]), bitmap: [0; WORDS], summary: 0, count: 0, bytes: 0 }
+        FreeIndex {
+            top: NIL,
+            heads: Box::new([NIL; CLASS_COUNT]),
+            bitmap: [0; WORDS],
+            summary: 0,
+            count: 0,
+            bytes: 0,
+        }
     }
 }
 
@@ -43,6 +68,15 @@ impl FreeIndex {
     #[inline]
     pub fn insert(&mut self, arena: &mut BlockArena, id: BlockId) {
         let size = arena.get(id).size;
+        self.count += 1;
+        self.bytes += size;
+        if self.top == NIL {
+            let b = arena.get_mut(id);
+            b.free_prev = NIL;
+            b.free_next = NIL;
+            self.top = id;
+            return;
+        }
         let class = class_of(size);
         let head = self.heads[class];
         {
@@ -57,12 +91,16 @@ impl FreeIndex {
         self.heads[class] = id;
         self.bitmap[class / 64] |= 1 << (class % 64);
         self.summary |= 1 << (class / 64);
-        self.count += 1;
-        self.bytes += size;
     }
 
     #[inline]
     pub fn remove(&mut self, arena: &mut BlockArena, id: BlockId) {
+        if id == self.top {
+            self.top = NIL;
+            self.count -= 1;
+            self.bytes -= arena.get(id).size;
+            return;
+        }
         let (size, prev, next, class) = {
             let b = arena.get(id);
             (b.size, b.free_prev, b.free_next, b.class as usize)
@@ -122,10 +160,32 @@ impl FreeIndex {
         &self,
         arena: &BlockArena,
         size: usize,
-        mut class: usize,
+        class: usize,
         accept: impl Fn(usize) -> bool,
     ) -> Option<BlockId> {
         debug_assert_eq!(class, class_of(size));
+        let listed = self.find_listed(arena, size, class, &accept);
+        if self.top != NIL {
+            let t = arena.get(self.top).size;
+            if t >= size && accept(t) {
+                return match listed {
+                    Some(id) if arena.get(id).size < t => listed,
+                    _ => Some(self.top),
+                };
+            }
+        }
+        listed
+    }
+
+    /// The lists' best fit (the top aside).
+    #[inline]
+    fn find_listed(
+        &self,
+        arena: &BlockArena,
+        size: usize,
+        mut class: usize,
+        accept: &impl Fn(usize) -> bool,
+    ) -> Option<BlockId> {
         loop {
             class = self.next_class(class)?;
             let mut best = NIL;
@@ -156,8 +216,9 @@ impl FreeIndex {
 
     /// Size of the largest free block (a scan of the top class only).
     pub fn largest(&self, arena: &BlockArena) -> usize {
+        let top = if self.top == NIL { 0 } else { arena.get(self.top).size };
         let Some(w) = (0..WORDS).rev().find(|&w| self.bitmap[w] != 0) else {
-            return 0;
+            return top;
         };
         let class = w * 64 + 63 - self.bitmap[w].leading_zeros() as usize;
         let mut id = self.heads[class];
@@ -167,32 +228,40 @@ impl FreeIndex {
             largest = largest.max(b.size);
             id = b.free_next;
         }
-        largest
+        largest.max(top)
     }
 
-    /// Every block on the lists, for the invariant checker and snapshots.
+    /// Every free block (the top included), for the invariant checker and
+    /// snapshots.
     pub fn iter<'a>(&'a self, arena: &'a BlockArena) -> impl Iterator<Item = BlockId> + 'a {
-        self.heads.iter().flat_map(move |&head| {
-            std::iter::successors((head != NIL).then_some(head), move |&id| {
-                let next = arena.get(id).free_next;
-                (next != NIL).then_some(next)
-            })
-        })
+        self.iter_classes(arena, 0)
     }
 
     /// Every block of at least `size` bytes' class or above (some blocks of
-    /// the first class may be smaller than `size`).
+    /// the first class may be smaller than `size`), smallest classes first.
     pub fn iter_from<'a>(&'a self, arena: &'a BlockArena, size: usize) -> impl Iterator<Item = BlockId> + 'a {
-        self.heads[class_of(size)..].iter().flat_map(move |&head| {
-            std::iter::successors((head != NIL).then_some(head), move |&id| {
+        self.iter_classes(arena, class_of(size))
+    }
+
+    /// The blocks of classes `from` and above in class order, the top first
+    /// in its class (where the lists' newest block stands).
+    fn iter_classes<'a>(&'a self, arena: &'a BlockArena, from: usize) -> impl Iterator<Item = BlockId> + 'a {
+        let top_class = if self.top == NIL { usize::MAX } else { class_of(arena.get(self.top).size) };
+        let top = self.top;
+        self.heads[from..].iter().enumerate().flat_map(move |(i, &head)| {
+            let t = (from + i == top_class).then_some(top);
+            t.into_iter().chain(std::iter::successors((head != NIL).then_some(head), move |&id| {
                 let next = arena.get(id).free_next;
                 (next != NIL).then_some(next)
-            })
+            }))
         })
     }
 
-    /// Whether `id` sits on the list of its class.
+    /// Whether `id` is the top or sits on the list of its class.
     pub fn contains(&self, arena: &BlockArena, id: BlockId) -> bool {
+        if self.top != NIL && id == self.top {
+            return true;
+        }
         let class = class_of(arena.get(id).size);
         let mut cur = self.heads[class];
         while cur != NIL {
@@ -244,6 +313,48 @@ mod tests {
         assert_eq!(index.find(&arena, 5 << 20, |_| true), None);
         assert_eq!(index.find(&arena, 512, |_| true), Some(ids[0]));
         assert_eq!(index.find(&arena, 1024, |s| s > 3 << 20), Some(ids[1]));
+    }
+
+    /// The first block inserted is the top (on no list); `find` weighs it
+    /// against the lists by size, and every walk sees it exactly once, in
+    /// its class's place.
+    #[test]
+    fn the_top_is_found_by_size_and_walked_once() {
+        // Top 64 KiB; lists: 8 KiB, 1 MiB, and another 64 KiB.
+        let (mut arena, mut index, ids) = index_of(&[64 << 10, 8 << 10, 1 << 20, 64 << 10]);
+        assert_eq!(index.top, ids[0]);
+        assert_eq!(arena.get(ids[0]).free_next, NIL);
+        assert_eq!(index.heads[class_of(64 << 10)], ids[3]);
+        // Smaller fitting list block wins; the top wins a tie and over larger.
+        assert_eq!(index.find(&arena, 4096, |_| true), Some(ids[1]));
+        assert_eq!(index.find(&arena, 60 << 10, |_| true), Some(ids[0]));
+        assert_eq!(index.find(&arena, 100 << 10, |_| true), Some(ids[2]));
+        // `accept` applies to the top too.
+        assert_eq!(index.find(&arena, 60 << 10, |s| s != 64 << 10), Some(ids[2]));
+        let walked: Vec<BlockId> = index.iter(&arena).collect();
+        assert_eq!(walked, vec![ids[1], ids[0], ids[3], ids[2]]);
+        let from: Vec<BlockId> = index.iter_from(&arena, 32 << 10).collect();
+        assert_eq!(from, vec![ids[0], ids[3], ids[2]]);
+        assert_eq!(index.iter_from(&arena, 2 << 20).count(), 0);
+        assert!(index.contains(&arena, ids[0]));
+        assert_eq!(index.largest(&arena), 1 << 20);
+        assert_eq!((index.count, index.bytes), (4, (136 << 10) + (1 << 20)));
+        // Taking the top leaves none; the next insert becomes the top.
+        index.remove(&mut arena, ids[0]);
+        assert_eq!(index.top, NIL);
+        assert!(!index.contains(&arena, ids[0]));
+        assert_eq!(index.find(&arena, 60 << 10, |_| true), Some(ids[3]));
+        assert_eq!((index.count, index.bytes), (3, (72 << 10) + (1 << 20)));
+        arena.get_mut(ids[0]).size = 2 << 20;
+        index.insert(&mut arena, ids[0]);
+        assert_eq!(index.top, ids[0]);
+        assert_eq!(index.largest(&arena), 2 << 20);
+        assert_eq!(index.find(&arena, 1 << 20, |_| true), Some(ids[2]));
+        assert_eq!(index.find(&arena, (1 << 20) + 512, |_| true), Some(ids[0]));
+        // A top larger than every list block is still the largest alone.
+        index.remove(&mut arena, ids[2]);
+        assert_eq!(index.largest(&arena), 2 << 20);
+        assert_eq!(index.iter(&arena).count(), index.count);
     }
 
     #[test]
