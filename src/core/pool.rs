@@ -170,11 +170,14 @@ impl<B: Backing> Pool<B> {
         if !self.reuse.holds() {
             return;
         }
+        let mut drained = 0;
         while let Some(id) = self.reuse.pop_any(&self.blocks) {
             let addr = self.blocks.get(id).addr;
             self.registry.remove(&addr);
             self.return_block(id);
+            drained += 1;
         }
+        self.reuse.drained(drained);
         self.after_transition();
     }
 
