@@ -15,8 +15,9 @@
 //! the way glibc keeps its top chunk apart from its bins. `insert` makes a
 //! block the top when there is none, `remove` of the top just clears it, and
 //! `find` weighs the top against the lists' best fit by size (the smaller
-//! fitting block wins, the top on a tie), which is the best-fit order the
-//! lists follow: classes grow with size. So the warm pair that splits a block
+//! fitting block wins, the list's on a tie, as the newer block at a list's
+//! head wins there), which is the best-fit order the lists follow: classes
+//! grow with size. So the warm pair that splits a block
 //! and coalesces it back touches no list, no bitmap and no `class_of` when
 //! its block is the top: the split's remainder becomes the top again (the
 //! top was taken, so there is none), and the free's merge absorbs the top
@@ -53,14 +54,7 @@ pub struct FreeIndex {
 
 impl Default for FreeIndex {
     fn default() -> Self {
-        FreeIndex {
-            top: NIL,
-            heads: Box::new([NIL; CLASS_COUNT]),
-            bitmap: [0; WORDS],
-            summary: 0,
-            count: 0,
-            bytes: 0,
-        }
+        FreeIndex { top: NIL, heads: Box::new([NIL; CLASS_COUNT]), bitmap: [0; WORDS], summary: 0, count: 0, bytes: 0 }
     }
 }
 
@@ -169,7 +163,7 @@ impl FreeIndex {
             let t = arena.get(self.top).size;
             if t >= size && accept(t) {
                 return match listed {
-                    Some(id) if arena.get(id).size < t => listed,
+                    Some(id) if arena.get(id).size <= t => listed,
                     _ => Some(self.top),
                 };
             }
@@ -325,10 +319,13 @@ mod tests {
         assert_eq!(index.top, ids[0]);
         assert_eq!(arena.get(ids[0]).free_next, NIL);
         assert_eq!(index.heads[class_of(64 << 10)], ids[3]);
-        // Smaller fitting list block wins; the top wins a tie and over larger.
+        // A smaller fitting list block wins, and a list block of the top's
+        // size; the top wins over a larger one.
         assert_eq!(index.find(&arena, 4096, |_| true), Some(ids[1]));
-        assert_eq!(index.find(&arena, 60 << 10, |_| true), Some(ids[0]));
+        assert_eq!(index.find(&arena, 60 << 10, |_| true), Some(ids[3]));
         assert_eq!(index.find(&arena, 100 << 10, |_| true), Some(ids[2]));
+        let (small, small_index, small_ids) = index_of(&[64 << 10, 1 << 20]);
+        assert_eq!(small_index.find(&small, 60 << 10, |_| true), Some(small_ids[0]));
         // `accept` applies to the top too.
         assert_eq!(index.find(&arena, 60 << 10, |s| s != 64 << 10), Some(ids[2]));
         let walked: Vec<BlockId> = index.iter(&arena).collect();

@@ -125,15 +125,18 @@ impl<B: Backing> Pool<B> {
         ctx: &GrowContext<'_, B>,
         gc: bool,
     ) -> Result<usize, GrowError> {
-        if self.reuse.holds() {
-            self.drain_reuse();
-        }
+        let drained = self.drain_reuse();
         if self.order.has_pending() {
             self.reap_pending();
         }
         let best_fit = self.find_free(rounded);
         if let Some(id) = best_fit {
             if B::ready(self, id, rounded) {
+                // The held blocks alone kept the request from a fit: they
+                // starved the pool (Note [resting reuse lists]).
+                if drained != 0 {
+                    self.weigh_drain(drained);
+                }
                 return Ok(self.take_block(id, rounded, size));
             }
         } else if gc && self.gc_due(rounded) {
@@ -141,6 +144,22 @@ impl<B: Backing> Pool<B> {
         }
         let id = B::obtain(self, rounded, best_fit, ctx)?;
         Ok(self.take_block(id, rounded, size))
+    }
+
+    /// A drain of `drained` held blocks served the request that made it:
+    /// the lists weigh it, unless the device ran short of memory before
+    /// (the out-of-memory ladder ran): then every layout choice counts more
+    /// than speed, and the lists hold again (Note [resting reuse lists]).
+    #[cold]
+    #[inline(never)]
+    fn weigh_drain(&mut self, drained: usize) {
+        let mut s = super::stats::Stats::default();
+        self.sh.counters.add_to(&mut s);
+        if s.num_alloc_retries != 0 || s.num_ooms != 0 {
+            self.reuse.hold_again();
+        } else {
+            self.reuse.drained(drained);
+        }
     }
 
     /// With `garbage_collection_threshold` and a memory limit: whether a
@@ -165,10 +184,14 @@ impl<B: Backing> Pool<B> {
         addr
     }
 
-    /// Returns the held blocks to the pool, coalescing.
-    pub fn drain_reuse(&mut self) {
+    /// Returns the held blocks to the pool, coalescing; returns how many.
+    /// Only a growth of the shard that the drain alone then serves weighs
+    /// them (`ReuseLists::drained`): the other drains (a growth that needs
+    /// the device all the same, the sibling pool's growth, the out-of-memory
+    /// ladder, empty_cache, release) are not the lists' doing.
+    pub fn drain_reuse(&mut self) -> usize {
         if !self.reuse.holds() {
-            return;
+            return 0;
         }
         let mut drained = 0;
         while let Some(id) = self.reuse.pop_any(&self.blocks) {
@@ -177,8 +200,8 @@ impl<B: Backing> Pool<B> {
             self.return_block(id);
             drained += 1;
         }
-        self.reuse.drained(drained);
         self.after_transition();
+        drained
     }
 
     #[inline]

@@ -31,9 +31,11 @@
 //! top block] in `free_index`) stops at it, so later pairs split and merge
 //! through the lists, and a request the cut-up space cannot hold drains
 //! everything (the scaling mix of many sizes: 1 in 19 mallocs, 4,200
-//! instructions each, for 1 hit in 12 held blocks). So each drain weighs the
-//! blocks it returned against the hits since the last one: when more went
-//! back unused than were used, the lists rest, refusing the next frees
+//! instructions each, for 1 hit in 12 held blocks). So a drain that alone
+//! serves the request that made it (the held blocks starved the pool: the
+//! growth then needs no device call) weighs the blocks it returned against
+//! the hits since the last such drain: when they are at least 8 and more
+//! than four per hit, the lists rest, refusing the next frees
 //! (`push` with the limit at 0, the same compare as a full list), 256 at
 //! first, twice as many after each wasted period in a row, at most 65,536;
 //! a productive period sets the rest back to 256. A program whose sizes repeat
@@ -56,6 +58,11 @@ const WORDS: usize = CLASS_COUNT.div_ceil(64);
 /// Frees refused by the first rest, and by any rest at most (Note [resting
 /// reuse lists]).
 const REST_FIRST: u32 = 256;
+/// A drain rests the lists when it returns more than this many blocks per
+/// hit since the last drain.
+const WASTED: usize = 4;
+/// A drain of fewer blocks costs too little to rest for.
+const MIN_WASTED: usize = 8;
 const REST_MAX: u32 = 1 << 16;
 
 /// The reuse lists of one shard.
@@ -155,17 +162,25 @@ impl ReuseLists {
     }
 
     /// A drain returned `drained` held blocks to the pool: rests the lists
-    /// when more of them went back unused than were used since the last
-    /// drain (Note [resting reuse lists]).
+    /// when they are at least `MIN_WASTED` and more than `WASTED` per hit
+    /// since the last drain (Note [resting reuse lists]).
     pub fn drained(&mut self, drained: usize) {
         let hits = std::mem::take(&mut self.hits) as usize;
-        if drained > hits {
+        if drained >= MIN_WASTED && drained > WASTED * hits {
             self.limit = 0;
             self.resting = self.rest_len;
             self.rest_len = (self.rest_len * 2).min(REST_MAX);
         } else {
             self.rest_len = REST_FIRST;
         }
+    }
+
+    /// Ends a rest, and forgets the wasted periods before it.
+    pub fn hold_again(&mut self) {
+        self.hits = 0;
+        self.resting = 0;
+        self.limit = self.budget;
+        self.rest_len = REST_FIRST;
     }
 
     /// Whether the lists are resting (refusing frees).
@@ -244,37 +259,60 @@ mod tests {
         n
     }
 
-    /// A drain of blocks nobody asked for again rests the lists for 256
-    /// frees, then 512 after another wasted period; a period with as many
-    /// hits as drained blocks holds on and sets the rest back; nothing held
-    /// is lost on the way (Note [resting reuse lists]).
+    fn hold(lists: &mut ReuseLists, arena: &mut BlockArena, ids: &[BlockId]) {
+        for &id in ids {
+            assert!(lists.push(arena, id, 512));
+        }
+    }
+
+    fn hit(lists: &mut ReuseLists, arena: &BlockArena) {
+        assert!(lists.pop(arena, 512, class_of(512)).is_some());
+    }
+
+    /// A drain of 8 or more blocks nobody asked for again rests the lists
+    /// for 256 frees, then 512 after another wasted period; a drain of
+    /// fewer, or of at most four per hit, holds on and sets the rest back;
+    /// nothing held is lost on the way (Note [resting reuse lists]).
     #[test]
     fn wasted_periods_rest_the_lists_and_productive_ones_do_not() {
         let mut arena = BlockArena::default();
         let mut lists = ReuseLists::new(64 << 20);
-        let ids: Vec<BlockId> = (0..4).map(|i| arena.insert(Block::segment_root(i << 24, 512))).collect();
-        for &id in &ids {
-            assert!(lists.push(&mut arena, id, 512));
-        }
-        assert_eq!(drain(&mut lists, &arena), 4);
+        let ids: Vec<BlockId> = (0..12).map(|i| arena.insert(Block::segment_root(i << 24, 512))).collect();
+        hold(&mut lists, &mut arena, &ids[..10]);
+        assert_eq!(drain(&mut lists, &arena), 10);
         assert!(lists.is_resting());
         assert_eq!(refusals(&mut lists, &mut arena, ids[0]), REST_FIRST);
         assert!(!lists.is_resting());
-        // Held again: one block, drained unused, rests twice as long.
-        assert_eq!(drain(&mut lists, &arena), 1);
+        // Another wasted period rests twice as long.
+        hold(&mut lists, &mut arena, &ids[1..10]);
+        assert_eq!(drain(&mut lists, &arena), 10);
         assert_eq!(refusals(&mut lists, &mut arena, ids[0]), 2 * REST_FIRST);
-        // A productive period: two held, two hits, one drained.
-        assert!(lists.push(&mut arena, ids[1], 512));
-        assert!(lists.push(&mut arena, ids[2], 512));
-        assert!(lists.pop(&arena, 512, class_of(512)).is_some());
-        assert!(lists.pop(&arena, 512, class_of(512)).is_some());
-        assert_eq!(drain(&mut lists, &arena), 1);
+        // Seven drained, no hit: too few to rest for; the rest is set back.
+        hold(&mut lists, &mut arena, &ids[1..7]);
+        assert_eq!(drain(&mut lists, &arena), 7);
         assert!(!lists.is_resting());
-        assert!(lists.push(&mut arena, ids[3], 512));
-        // The next wasted period rests for the first length again.
-        assert_eq!(drain(&mut lists, &arena), 1);
+        // Eight drained for two hits: productive.
+        hold(&mut lists, &mut arena, &ids[..10]);
+        hit(&mut lists, &arena);
+        hit(&mut lists, &arena);
+        assert_eq!(drain(&mut lists, &arena), 8);
+        assert!(!lists.is_resting(), "8 drained for 2 hits");
+        // Nine drained for two hits: wasted, and the rest is the first
+        // length again.
+        hold(&mut lists, &mut arena, &ids[..11]);
+        hit(&mut lists, &arena);
+        hit(&mut lists, &arena);
+        assert_eq!(drain(&mut lists, &arena), 9);
+        assert!(lists.is_resting(), "9 drained for 2 hits");
         assert_eq!(refusals(&mut lists, &mut arena, ids[3]), REST_FIRST);
         assert_eq!((lists.count, lists.bytes), (1, 512));
+        // `hold_again` ends a rest at once.
+        hold(&mut lists, &mut arena, &ids[4..12]);
+        assert_eq!(drain(&mut lists, &arena), 9);
+        assert!(lists.is_resting());
+        lists.hold_again();
+        assert!(!lists.is_resting());
+        assert!(lists.push(&mut arena, ids[0], 512));
     }
 
     /// A rest never grows past its cap.
@@ -282,13 +320,13 @@ mod tests {
     fn rests_are_capped() {
         let mut arena = BlockArena::default();
         let mut lists = ReuseLists::new(64 << 20);
-        let id = arena.insert(Block::segment_root(0, 512));
+        let ids: Vec<BlockId> = (0..8).map(|i| arena.insert(Block::segment_root(i << 24, 512))).collect();
         let mut last = 0;
         for _ in 0..12 {
-            assert!(lists.push(&mut arena, id, 512));
-            assert_eq!(drain(&mut lists, &arena), 1);
-            last = refusals(&mut lists, &mut arena, id);
-            assert!(lists.pop(&arena, 512, class_of(512)).is_some());
+            hold(&mut lists, &mut arena, &ids);
+            assert_eq!(drain(&mut lists, &arena), 8);
+            last = refusals(&mut lists, &mut arena, ids[0]);
+            hit(&mut lists, &arena);
             // The hit above counts for the next period: undo it.
             lists.hits = 0;
         }
