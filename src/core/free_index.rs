@@ -15,9 +15,10 @@
 //! the way glibc keeps its top chunk apart from its bins. `insert` makes a
 //! block the top when there is none, `remove` of the top just clears it, and
 //! `find` weighs the top against the lists' best fit by size (the smaller
-//! fitting block wins, the list's on a tie, as the newer block at a list's
-//! head wins there), which is the best-fit order the lists follow: classes
-//! grow with size. So the warm pair that splits a block
+//! fitting block wins; of two of one size the one filed later, as the newer
+//! block at a list's head wins there: each insertion is counted, `Block::filed`
+//! and the top's count say which), which is the order the lists follow:
+//! classes grow with size. So the warm pair that splits a block
 //! and coalesces it back touches no list, no bitmap and no `class_of` when
 //! its block is the top: the split's remainder becomes the top again (the
 //! top was taken, so there is none), and the free's merge absorbs the top
@@ -44,6 +45,9 @@ const _: () = assert!(CLASS_COUNT <= u16::MAX as usize);
 pub struct FreeIndex {
     /// The free block on no list (Note [the top block]), or NIL.
     top: BlockId,
+    /// Insertions so far (wrapping), and their count when the top came.
+    filed: u32,
+    top_filed: u32,
     heads: Box<[BlockId; CLASS_COUNT]>,
     bitmap: [u64; WORDS],
     /// Bit w set when `bitmap[w]` is non-zero.
@@ -54,7 +58,16 @@ pub struct FreeIndex {
 
 impl Default for FreeIndex {
     fn default() -> Self {
-        FreeIndex { top: NIL, heads: Box::new([NIL; CLASS_COUNT]), bitmap: [0; WORDS], summary: 0, count: 0, bytes: 0 }
+        FreeIndex {
+            top: NIL,
+            filed: 0,
+            top_filed: 0,
+            heads: Box::new([NIL; CLASS_COUNT]),
+            bitmap: [0; WORDS],
+            summary: 0,
+            count: 0,
+            bytes: 0,
+        }
     }
 }
 
@@ -64,11 +77,13 @@ impl FreeIndex {
         let size = arena.get(id).size;
         self.count += 1;
         self.bytes += size;
+        self.filed = self.filed.wrapping_add(1);
         if self.top == NIL {
             let b = arena.get_mut(id);
             b.free_prev = NIL;
             b.free_next = NIL;
             self.top = id;
+            self.top_filed = self.filed;
             return;
         }
         let class = class_of(size);
@@ -78,6 +93,7 @@ impl FreeIndex {
             b.free_prev = NIL;
             b.free_next = head;
             b.class = class as u16;
+            b.filed = self.filed;
         }
         if head != NIL {
             arena.get_mut(head).free_prev = id;
@@ -162,13 +178,21 @@ impl FreeIndex {
         if self.top != NIL {
             let t = arena.get(self.top).size;
             if t >= size && accept(t) {
-                return match listed {
-                    Some(id) if arena.get(id).size <= t => listed,
+                return match listed.map(|id| arena.get(id)) {
+                    Some(b) if b.size < t || (b.size == t && self.filed_after_top(b.filed)) => listed,
                     _ => Some(self.top),
                 };
             }
         }
         listed
+    }
+
+    /// Whether a list block filed at `filed` came after the top (the
+    /// counts wrap: a block that stays filed while 2^31 others are may
+    /// lose or win a tie it should not; either block serves).
+    #[inline]
+    fn filed_after_top(&self, filed: u32) -> bool {
+        (filed.wrapping_sub(self.top_filed) as i32) > 0
     }
 
     /// The lists' best fit (the top aside).
@@ -237,18 +261,11 @@ impl FreeIndex {
         self.iter_classes(arena, class_of(size))
     }
 
-    /// The blocks of classes `from` and above in class order, the top first
-    /// in its class (where the lists' newest block stands).
-    fn iter_classes<'a>(&'a self, arena: &'a BlockArena, from: usize) -> impl Iterator<Item = BlockId> + 'a {
+    /// The blocks of classes `from` and above in class order, each list
+    /// newest first with the top in its place by `filed`.
+    fn iter_classes<'a>(&'a self, arena: &'a BlockArena, from: usize) -> Walk<'a> {
         let top_class = if self.top == NIL { usize::MAX } else { class_of(arena.get(self.top).size) };
-        let top = self.top;
-        self.heads[from..].iter().enumerate().flat_map(move |(i, &head)| {
-            let t = (from + i == top_class).then_some(top);
-            t.into_iter().chain(std::iter::successors((head != NIL).then_some(head), move |&id| {
-                let next = arena.get(id).free_next;
-                (next != NIL).then_some(next)
-            }))
-        })
+        Walk { index: self, arena, class: from, cur: self.heads[from], top_class, top_pending: top_class >= from }
     }
 
     /// Whether `id` is the top or sits on the list of its class.
@@ -265,6 +282,44 @@ impl FreeIndex {
             cur = arena.get(cur).free_next;
         }
         false
+    }
+}
+
+/// The walk of `FreeIndex::iter_classes`.
+struct Walk<'a> {
+    index: &'a FreeIndex,
+    arena: &'a BlockArena,
+    class: usize,
+    /// The next list block of `class`, or NIL.
+    cur: BlockId,
+    top_class: usize,
+    /// The top is still to come (`top_class` is at or above `class`).
+    top_pending: bool,
+}
+
+impl Iterator for Walk<'_> {
+    type Item = BlockId;
+
+    fn next(&mut self) -> Option<BlockId> {
+        loop {
+            if self.top_pending
+                && self.class == self.top_class
+                && (self.cur == NIL || !self.index.filed_after_top(self.arena.get(self.cur).filed))
+            {
+                self.top_pending = false;
+                return Some(self.index.top);
+            }
+            if self.cur != NIL {
+                let id = self.cur;
+                self.cur = self.arena.get(id).free_next;
+                return Some(id);
+            }
+            self.class += 1;
+            if self.class >= CLASS_COUNT {
+                return None;
+            }
+            self.cur = self.index.heads[self.class];
+        }
     }
 }
 
@@ -326,12 +381,21 @@ mod tests {
         assert_eq!(index.find(&arena, 100 << 10, |_| true), Some(ids[2]));
         let (small, small_index, small_ids) = index_of(&[64 << 10, 1 << 20]);
         assert_eq!(small_index.find(&small, 60 << 10, |_| true), Some(small_ids[0]));
+        // Of two of one size, the one filed later wins, the top or not.
+        let (mut tie, mut tie_index, tie_ids) = index_of(&[64 << 10, 64 << 10]);
+        assert_eq!(tie_index.find(&tie, 60 << 10, |_| true), Some(tie_ids[1]));
+        tie_index.remove(&mut tie, tie_ids[0]);
+        tie_index.insert(&mut tie, tie_ids[0]);
+        assert_eq!(tie_index.top, tie_ids[0]);
+        assert_eq!(tie_index.find(&tie, 60 << 10, |_| true), Some(tie_ids[0]));
+        assert_eq!(tie_index.iter(&tie).collect::<Vec<_>>(), vec![tie_ids[0], tie_ids[1]]);
         // `accept` applies to the top too.
         assert_eq!(index.find(&arena, 60 << 10, |s| s != 64 << 10), Some(ids[2]));
         let walked: Vec<BlockId> = index.iter(&arena).collect();
-        assert_eq!(walked, vec![ids[1], ids[0], ids[3], ids[2]]);
+        // The 64 KiB list block was filed after the top: it walks first.
+        assert_eq!(walked, vec![ids[1], ids[3], ids[0], ids[2]]);
         let from: Vec<BlockId> = index.iter_from(&arena, 32 << 10).collect();
-        assert_eq!(from, vec![ids[0], ids[3], ids[2]]);
+        assert_eq!(from, vec![ids[3], ids[0], ids[2]]);
         assert_eq!(index.iter_from(&arena, 2 << 20).count(), 0);
         assert!(index.contains(&arena, ids[0]));
         assert_eq!(index.largest(&arena), 1 << 20);

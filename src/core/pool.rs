@@ -132,10 +132,9 @@ impl<B: Backing> Pool<B> {
         let best_fit = self.find_free(rounded);
         if let Some(id) = best_fit {
             if B::ready(self, id, rounded) {
-                // The held blocks alone kept the request from a fit: they
-                // starved the pool (Note [resting reuse lists]).
+                // Held blocks alone kept the request from a fit.
                 if drained != 0 {
-                    self.weigh_drain(drained);
+                    self.reuse.weigh(drained, &self.sh.counters);
                 }
                 return Ok(self.take_block(id, rounded, size));
             }
@@ -144,22 +143,6 @@ impl<B: Backing> Pool<B> {
         }
         let id = B::obtain(self, rounded, best_fit, ctx)?;
         Ok(self.take_block(id, rounded, size))
-    }
-
-    /// A drain of `drained` held blocks served the request that made it:
-    /// the lists weigh it, unless the device ran short of memory before
-    /// (the out-of-memory ladder ran): then every layout choice counts more
-    /// than speed, and the lists hold again (Note [resting reuse lists]).
-    #[cold]
-    #[inline(never)]
-    fn weigh_drain(&mut self, drained: usize) {
-        let mut s = super::stats::Stats::default();
-        self.sh.counters.add_to(&mut s);
-        if s.num_alloc_retries != 0 || s.num_ooms != 0 {
-            self.reuse.hold_again();
-        } else {
-            self.reuse.drained(drained);
-        }
     }
 
     /// With `garbage_collection_threshold` and a memory limit: whether a
@@ -184,11 +167,8 @@ impl<B: Backing> Pool<B> {
         addr
     }
 
-    /// Returns the held blocks to the pool, coalescing; returns how many.
-    /// Only a growth of the shard that the drain alone then serves weighs
-    /// them (`ReuseLists::drained`): the other drains (a growth that needs
-    /// the device all the same, the sibling pool's growth, the out-of-memory
-    /// ladder, empty_cache, release) are not the lists' doing.
+    /// Returns the held blocks to the pool, coalescing; returns how many
+    /// (only `grow` weighs them: Note [resting reuse lists]).
     pub fn drain_reuse(&mut self) -> usize {
         if !self.reuse.holds() {
             return 0;

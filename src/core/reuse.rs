@@ -41,9 +41,17 @@
 //! a productive period sets the rest back to 256. A program whose sizes repeat
 //! (frameworks' steps) keeps its lists; one whose sizes do not pays for a
 //! few drains, not for one every few mallocs. The hit path adds one count.
+//! Other drains (a growth that needs the device all the same, the sibling
+//! pool's growth, the out-of-memory ladder, empty_cache, release) are not
+//! weighed, and once the device ran short of memory (the ladder ran) such a
+//! drain ends a rest instead: layouts count more than speed then. With the
+//! floor of 8 blocks a rest changed no figure of the replayed traces (min
+//! capacity included), where a first version without it rested after
+//! drains of one block at small capacities and lost a layout the lists gave.
 
 use super::block::{BlockArena, BlockId, NIL};
 use super::size_class::{class_of, CLASS_COUNT};
+use super::stats::{DeviceCounters, Stats};
 
 /// Blocks one size class holds at most.
 const PER_CLASS: u8 = 16;
@@ -172,6 +180,22 @@ impl ReuseLists {
             self.rest_len = (self.rest_len * 2).min(REST_MAX);
         } else {
             self.rest_len = REST_FIRST;
+        }
+    }
+
+    /// A drain of `drained` held blocks served the request that made it:
+    /// weighed (`drained`), unless the device ran short of memory before
+    /// (the out-of-memory ladder ran): then layouts count more than speed,
+    /// and the lists hold again.
+    #[cold]
+    #[inline(never)]
+    pub fn weigh(&mut self, drained: usize, device: &DeviceCounters) {
+        let mut s = Stats::default();
+        device.add_to(&mut s);
+        if s.num_alloc_retries != 0 || s.num_ooms != 0 {
+            self.hold_again();
+        } else {
+            self.drained(drained);
         }
     }
 
