@@ -183,9 +183,10 @@ mod tests {
         for step in 0..200_000u32 {
             let k = next(6000);
             let addr = addr_of(k);
-            if model.contains_key(&addr) && next(3) != 0 {
+            let present = model.contains_key(&addr);
+            if present && next(3) != 0 {
                 assert_eq!(reg.remove(&addr), model.remove(&addr));
-            } else if !model.contains_key(&addr) {
+            } else if !present {
                 reg.insert(addr, step);
                 model.insert(addr, step);
             }
