@@ -1,5 +1,5 @@
-//! The hasher of every map keyed by a device address (the core's pointer
-//! registry, the trace recorder's block ids).
+//! The hasher of maps keyed by a device address (the trace recorder's block
+//! ids; the core's pointer registry is a table of its own, `core::registry`).
 //!
 //! Block addresses are distinct integers, at least 512-byte aligned (large
 //! blocks often 2 MiB aligned), so their own low bits carry nothing: one

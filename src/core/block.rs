@@ -50,6 +50,10 @@ pub(crate) struct Block {
     /// off the free index (the reuse lists compute their class). Fits the
     /// struct's padding.
     pub class: u16,
+    /// When the free index filed the block on a list (its count of
+    /// insertions then), so that `find` orders a tie with the top as the
+    /// lists order theirs, newest first (Note [the top block]).
+    pub filed: u32,
 }
 
 impl Block {
@@ -68,6 +72,7 @@ impl Block {
             state: BlockState::Free,
             has_other_streams: false,
             class: 0,
+            filed: 0,
         }
     }
 }

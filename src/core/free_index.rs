@@ -9,6 +9,28 @@
 //! best-fit's fragmentation at segregated-fit speed (docs/anchors.md §e,
 //! idea 1).
 //!
+//! Note [the top block]
+//!
+//! One free block of the index sits on no list: the top (`FreeIndex::top`),
+//! the way glibc keeps its top chunk apart from its bins. `insert` makes a
+//! block the top when there is none, `remove` of the top just clears it, and
+//! `find` weighs the top against the lists' best fit by size (the smaller
+//! fitting block wins; of two of one size the one filed later, as the newer
+//! block at a list's head wins there: each insertion is counted, `Block::filed`
+//! and the top's count say which), which is the order the lists follow:
+//! classes grow with size. So the warm pair that splits a block
+//! and coalesces it back touches no list, no bitmap and no `class_of` when
+//! its block is the top: the split's remainder becomes the top again (the
+//! top was taken, so there is none), and the free's merge absorbs the top
+//! and files the whole as the top. On the scaling mix that is every
+//! small-pool pair and the large-pool pairs in the top's segment. The top is
+//! an ordinary member of the index for everything else: `count`, `bytes`,
+//! `iter`, `iter_from`, `largest` and `contains` include it, and the walks
+//! put it in its class where the lists would have it (by the same counts),
+//! so expandable placement scans blocks in the lists' order. On every
+//! replayed trace the layouts are those of the lists alone; the count costs
+//! `Block` 8 bytes (48 to 56).
+//!
 //! A block on a list carries its class (`Block::class`, set by `insert`), so
 //! taking it off (`remove`, twice in a warm pair through the index) reads
 //! it instead of computing `class_of` again; debug builds check that the
@@ -25,6 +47,11 @@ const _: () = assert!(CLASS_COUNT <= u16::MAX as usize);
 
 #[derive(Debug)]
 pub struct FreeIndex {
+    /// The free block on no list (Note [the top block]), or NIL.
+    top: BlockId,
+    /// Insertions so far (wrapping), and their count when the top came.
+    filed: u32,
+    top_filed: u32,
     heads: Box<[BlockId; CLASS_COUNT]>,
     bitmap: [u64; WORDS],
     /// Bit w set when `bitmap[w]` is non-zero.
@@ -35,7 +62,16 @@ pub struct FreeIndex {
 
 impl Default for FreeIndex {
     fn default() -> Self {
-        FreeIndex { heads: Box::new([NIL; CLASS_COUNT]), bitmap: [0; WORDS], summary: 0, count: 0, bytes: 0 }
+        FreeIndex {
+            top: NIL,
+            filed: 0,
+            top_filed: 0,
+            heads: Box::new([NIL; CLASS_COUNT]),
+            bitmap: [0; WORDS],
+            summary: 0,
+            count: 0,
+            bytes: 0,
+        }
     }
 }
 
@@ -43,6 +79,17 @@ impl FreeIndex {
     #[inline]
     pub fn insert(&mut self, arena: &mut BlockArena, id: BlockId) {
         let size = arena.get(id).size;
+        self.count += 1;
+        self.bytes += size;
+        self.filed = self.filed.wrapping_add(1);
+        if self.top == NIL {
+            let b = arena.get_mut(id);
+            b.free_prev = NIL;
+            b.free_next = NIL;
+            self.top = id;
+            self.top_filed = self.filed;
+            return;
+        }
         let class = class_of(size);
         let head = self.heads[class];
         {
@@ -50,6 +97,7 @@ impl FreeIndex {
             b.free_prev = NIL;
             b.free_next = head;
             b.class = class as u16;
+            b.filed = self.filed;
         }
         if head != NIL {
             arena.get_mut(head).free_prev = id;
@@ -57,12 +105,16 @@ impl FreeIndex {
         self.heads[class] = id;
         self.bitmap[class / 64] |= 1 << (class % 64);
         self.summary |= 1 << (class / 64);
-        self.count += 1;
-        self.bytes += size;
     }
 
     #[inline]
     pub fn remove(&mut self, arena: &mut BlockArena, id: BlockId) {
+        if id == self.top {
+            self.top = NIL;
+            self.count -= 1;
+            self.bytes -= arena.get(id).size;
+            return;
+        }
         let (size, prev, next, class) = {
             let b = arena.get(id);
             (b.size, b.free_prev, b.free_next, b.class as usize)
@@ -122,10 +174,40 @@ impl FreeIndex {
         &self,
         arena: &BlockArena,
         size: usize,
-        mut class: usize,
+        class: usize,
         accept: impl Fn(usize) -> bool,
     ) -> Option<BlockId> {
         debug_assert_eq!(class, class_of(size));
+        let listed = self.find_listed(arena, size, class, &accept);
+        if self.top != NIL {
+            let t = arena.get(self.top).size;
+            if t >= size && accept(t) {
+                return match listed.map(|id| arena.get(id)) {
+                    Some(b) if b.size < t || (b.size == t && self.filed_after_top(b.filed)) => listed,
+                    _ => Some(self.top),
+                };
+            }
+        }
+        listed
+    }
+
+    /// Whether a list block filed at `filed` came after the top (the
+    /// counts wrap: a block that stays filed while 2^31 others are may
+    /// lose or win a tie it should not; either block serves).
+    #[inline]
+    fn filed_after_top(&self, filed: u32) -> bool {
+        (filed.wrapping_sub(self.top_filed) as i32) > 0
+    }
+
+    /// The lists' best fit (the top aside).
+    #[inline]
+    fn find_listed(
+        &self,
+        arena: &BlockArena,
+        size: usize,
+        mut class: usize,
+        accept: &impl Fn(usize) -> bool,
+    ) -> Option<BlockId> {
         loop {
             class = self.next_class(class)?;
             let mut best = NIL;
@@ -156,8 +238,9 @@ impl FreeIndex {
 
     /// Size of the largest free block (a scan of the top class only).
     pub fn largest(&self, arena: &BlockArena) -> usize {
+        let top = if self.top == NIL { 0 } else { arena.get(self.top).size };
         let Some(w) = (0..WORDS).rev().find(|&w| self.bitmap[w] != 0) else {
-            return 0;
+            return top;
         };
         let class = w * 64 + 63 - self.bitmap[w].leading_zeros() as usize;
         let mut id = self.heads[class];
@@ -167,32 +250,33 @@ impl FreeIndex {
             largest = largest.max(b.size);
             id = b.free_next;
         }
-        largest
+        largest.max(top)
     }
 
-    /// Every block on the lists, for the invariant checker and snapshots.
+    /// Every free block (the top included), for the invariant checker and
+    /// snapshots.
     pub fn iter<'a>(&'a self, arena: &'a BlockArena) -> impl Iterator<Item = BlockId> + 'a {
-        self.heads.iter().flat_map(move |&head| {
-            std::iter::successors((head != NIL).then_some(head), move |&id| {
-                let next = arena.get(id).free_next;
-                (next != NIL).then_some(next)
-            })
-        })
+        self.iter_classes(arena, 0)
     }
 
     /// Every block of at least `size` bytes' class or above (some blocks of
-    /// the first class may be smaller than `size`).
+    /// the first class may be smaller than `size`), smallest classes first.
     pub fn iter_from<'a>(&'a self, arena: &'a BlockArena, size: usize) -> impl Iterator<Item = BlockId> + 'a {
-        self.heads[class_of(size)..].iter().flat_map(move |&head| {
-            std::iter::successors((head != NIL).then_some(head), move |&id| {
-                let next = arena.get(id).free_next;
-                (next != NIL).then_some(next)
-            })
-        })
+        self.iter_classes(arena, class_of(size))
     }
 
-    /// Whether `id` sits on the list of its class.
+    /// The blocks of classes `from` and above in class order, each list
+    /// newest first with the top in its place by `filed`.
+    fn iter_classes<'a>(&'a self, arena: &'a BlockArena, from: usize) -> Walk<'a> {
+        let top_class = if self.top == NIL { usize::MAX } else { class_of(arena.get(self.top).size) };
+        Walk { index: self, arena, class: from, cur: self.heads[from], top_class, top_pending: top_class >= from }
+    }
+
+    /// Whether `id` is the top or sits on the list of its class.
     pub fn contains(&self, arena: &BlockArena, id: BlockId) -> bool {
+        if self.top != NIL && id == self.top {
+            return true;
+        }
         let class = class_of(arena.get(id).size);
         let mut cur = self.heads[class];
         while cur != NIL {
@@ -202,6 +286,44 @@ impl FreeIndex {
             cur = arena.get(cur).free_next;
         }
         false
+    }
+}
+
+/// The walk of `FreeIndex::iter_classes`.
+struct Walk<'a> {
+    index: &'a FreeIndex,
+    arena: &'a BlockArena,
+    class: usize,
+    /// The next list block of `class`, or NIL.
+    cur: BlockId,
+    top_class: usize,
+    /// The top is still to come (`top_class` is at or above `class`).
+    top_pending: bool,
+}
+
+impl Iterator for Walk<'_> {
+    type Item = BlockId;
+
+    fn next(&mut self) -> Option<BlockId> {
+        loop {
+            if self.top_pending
+                && self.class == self.top_class
+                && (self.cur == NIL || !self.index.filed_after_top(self.arena.get(self.cur).filed))
+            {
+                self.top_pending = false;
+                return Some(self.index.top);
+            }
+            if self.cur != NIL {
+                let id = self.cur;
+                self.cur = self.arena.get(id).free_next;
+                return Some(id);
+            }
+            self.class += 1;
+            if self.class >= CLASS_COUNT {
+                return None;
+            }
+            self.cur = self.index.heads[self.class];
+        }
     }
 }
 
@@ -244,6 +366,60 @@ mod tests {
         assert_eq!(index.find(&arena, 5 << 20, |_| true), None);
         assert_eq!(index.find(&arena, 512, |_| true), Some(ids[0]));
         assert_eq!(index.find(&arena, 1024, |s| s > 3 << 20), Some(ids[1]));
+    }
+
+    /// The first block inserted is the top (on no list); `find` weighs it
+    /// against the lists by size, and every walk sees it exactly once, in
+    /// its class's place.
+    #[test]
+    fn the_top_is_found_by_size_and_walked_once() {
+        // Top 64 KiB; lists: 8 KiB, 1 MiB, and another 64 KiB.
+        let (mut arena, mut index, ids) = index_of(&[64 << 10, 8 << 10, 1 << 20, 64 << 10]);
+        assert_eq!(index.top, ids[0]);
+        assert_eq!(arena.get(ids[0]).free_next, NIL);
+        assert_eq!(index.heads[class_of(64 << 10)], ids[3]);
+        // A smaller fitting list block wins, and a list block of the top's
+        // size; the top wins over a larger one.
+        assert_eq!(index.find(&arena, 4096, |_| true), Some(ids[1]));
+        assert_eq!(index.find(&arena, 60 << 10, |_| true), Some(ids[3]));
+        assert_eq!(index.find(&arena, 100 << 10, |_| true), Some(ids[2]));
+        let (small, small_index, small_ids) = index_of(&[64 << 10, 1 << 20]);
+        assert_eq!(small_index.find(&small, 60 << 10, |_| true), Some(small_ids[0]));
+        // Of two of one size, the one filed later wins, the top or not.
+        let (mut tie, mut tie_index, tie_ids) = index_of(&[64 << 10, 64 << 10]);
+        assert_eq!(tie_index.find(&tie, 60 << 10, |_| true), Some(tie_ids[1]));
+        tie_index.remove(&mut tie, tie_ids[0]);
+        tie_index.insert(&mut tie, tie_ids[0]);
+        assert_eq!(tie_index.top, tie_ids[0]);
+        assert_eq!(tie_index.find(&tie, 60 << 10, |_| true), Some(tie_ids[0]));
+        assert_eq!(tie_index.iter(&tie).collect::<Vec<_>>(), vec![tie_ids[0], tie_ids[1]]);
+        // `accept` applies to the top too.
+        assert_eq!(index.find(&arena, 60 << 10, |s| s != 64 << 10), Some(ids[2]));
+        let walked: Vec<BlockId> = index.iter(&arena).collect();
+        // The 64 KiB list block was filed after the top: it walks first.
+        assert_eq!(walked, vec![ids[1], ids[3], ids[0], ids[2]]);
+        let from: Vec<BlockId> = index.iter_from(&arena, 32 << 10).collect();
+        assert_eq!(from, vec![ids[3], ids[0], ids[2]]);
+        assert_eq!(index.iter_from(&arena, 2 << 20).count(), 0);
+        assert!(index.contains(&arena, ids[0]));
+        assert_eq!(index.largest(&arena), 1 << 20);
+        assert_eq!((index.count, index.bytes), (4, (136 << 10) + (1 << 20)));
+        // Taking the top leaves none; the next insert becomes the top.
+        index.remove(&mut arena, ids[0]);
+        assert_eq!(index.top, NIL);
+        assert!(!index.contains(&arena, ids[0]));
+        assert_eq!(index.find(&arena, 60 << 10, |_| true), Some(ids[3]));
+        assert_eq!((index.count, index.bytes), (3, (72 << 10) + (1 << 20)));
+        arena.get_mut(ids[0]).size = 2 << 20;
+        index.insert(&mut arena, ids[0]);
+        assert_eq!(index.top, ids[0]);
+        assert_eq!(index.largest(&arena), 2 << 20);
+        assert_eq!(index.find(&arena, 1 << 20, |_| true), Some(ids[2]));
+        assert_eq!(index.find(&arena, (1 << 20) + 512, |_| true), Some(ids[0]));
+        // A top larger than every list block is still the largest alone.
+        index.remove(&mut arena, ids[2]);
+        assert_eq!(index.largest(&arena), 2 << 20);
+        assert_eq!(index.iter(&arena).count(), index.count);
     }
 
     #[test]

@@ -125,15 +125,17 @@ impl<B: Backing> Pool<B> {
         ctx: &GrowContext<'_, B>,
         gc: bool,
     ) -> Result<usize, GrowError> {
-        if self.reuse.holds() {
-            self.drain_reuse();
-        }
+        let drained = self.drain_reuse();
         if self.order.has_pending() {
             self.reap_pending();
         }
         let best_fit = self.find_free(rounded);
         if let Some(id) = best_fit {
             if B::ready(self, id, rounded) {
+                // Held blocks alone kept the request from a fit.
+                if drained != 0 {
+                    self.reuse.weigh(drained, &self.sh.counters);
+                }
                 return Ok(self.take_block(id, rounded, size));
             }
         } else if gc && self.gc_due(rounded) {
@@ -165,17 +167,21 @@ impl<B: Backing> Pool<B> {
         addr
     }
 
-    /// Returns the held blocks to the pool, coalescing.
-    pub fn drain_reuse(&mut self) {
+    /// Returns the held blocks to the pool, coalescing; returns how many
+    /// (only `grow` weighs them: Note [resting reuse lists]).
+    pub fn drain_reuse(&mut self) -> usize {
         if !self.reuse.holds() {
-            return;
+            return 0;
         }
+        let mut drained = 0;
         while let Some(id) = self.reuse.pop_any(&self.blocks) {
             let addr = self.blocks.get(id).addr;
             self.registry.remove(&addr);
             self.return_block(id);
+            drained += 1;
         }
         self.after_transition();
+        drained
     }
 
     #[inline]
@@ -241,12 +247,11 @@ impl<B: Backing> Pool<B> {
     /// fixed segment to give back when `release_threshold` asks for it.
     #[inline]
     pub fn free(&mut self, addr: usize) -> Result<()> {
-        use std::collections::hash_map::Entry;
-        // One hash look-up: a held block keeps its entry, any other leaves.
-        let Entry::Occupied(entry) = self.registry.entry(addr) else {
+        // One look-up: a held block keeps its entry, any other leaves.
+        let Some(found) = self.registry.find(addr) else {
             return Err(self.unknown_pointer(addr, "free"));
         };
-        let id = *entry.get();
+        let id = found.id;
         let b = self.blocks.get(id);
         if b.state != BlockState::Allocated {
             return Err(self.unknown_pointer(addr, "free"));
@@ -264,7 +269,7 @@ impl<B: Backing> Pool<B> {
             self.after_transition();
             return Ok(());
         }
-        entry.remove();
+        self.registry.remove_found(found);
         self.return_block(id);
         // One predictable branch: nothing waits in most programs.
         if self.order.should_poll() {

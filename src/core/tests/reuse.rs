@@ -154,3 +154,42 @@ fn the_byte_limit_bounds_what_is_held() {
     assert_eq!(a.held_blocks().1, 1 << 20);
     finish(a);
 }
+
+/// Held blocks of sizes nobody asks for again starve the small segment: the
+/// request that drains them is served by the drain alone, so the lists rest
+/// for the next 256 frees (nothing held, nothing lost, no growth) and then
+/// hold again (Note [resting reuse lists]).
+#[test]
+fn held_blocks_that_starve_the_pool_rest_the_lists() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator(FIXED);
+    // Ten pairs of distinct sizes, 110 to 146 KiB: each freed block is held
+    // and the next is carved after it.
+    for i in 0..10 {
+        let p = a.malloc((110 << 10) + (i << 12), Stream::DEFAULT).unwrap();
+        a.free(p).unwrap();
+    }
+    assert_eq!(held(&a), 10);
+    // 1 MiB does not fit beside them: the drain serves it, in one segment.
+    let q = a.malloc(1 << 20, Stream::DEFAULT).unwrap();
+    let s = a.stats().unwrap();
+    assert_eq!((s.segments, s.num_device_mallocs, held(&a)), (1, 1, 0));
+    a.free(q).unwrap();
+    assert_eq!(held(&a), 0, "the lists rest: the free was not held");
+    for _ in 0..254 {
+        let p = a.malloc(4096, Stream::DEFAULT).unwrap();
+        a.free(p).unwrap();
+        assert_eq!(held(&a), 0);
+    }
+    // The 256th refused free ends the rest; the next one is held.
+    let p = a.malloc(4096, Stream::DEFAULT).unwrap();
+    a.free(p).unwrap();
+    assert_eq!(held(&a), 0);
+    let p = a.malloc(4096, Stream::DEFAULT).unwrap();
+    a.free(p).unwrap();
+    assert_eq!(held(&a), 1);
+    let s = a.stats().unwrap();
+    assert_eq!((s.segments, s.num_device_mallocs, s.allocated_bytes), (1, 1, 0));
+    finish(a);
+}
