@@ -171,11 +171,17 @@ impl RangePool {
         let b = self.blocks.get(id);
         let s = self.segments.get(b.segment);
         let r = &s.extent;
-        let first = (b.addr - s.base) / r.page_size;
-        let last = (b.addr + size - 1 - s.base) / r.page_size;
+        let end = b.addr + size;
         // Every page below the top mapped (the range never gave one back):
-        // no need to look at the pages one by one.
-        if r.mapped == r.top() {
+        // no need to look at the pages one by one, and a block that ends
+        // below the top (a cache hit) needs no division either.
+        let dense = r.mapped == r.top();
+        if dense && end <= s.base + r.top() * r.page_size {
+            return 0;
+        }
+        let first = (b.addr - s.base) / r.page_size;
+        let last = (end - 1 - s.base) / r.page_size;
+        if dense {
             return (last + 1).saturating_sub(r.top().max(first));
         }
         (first..=last).filter(|&i| r.page(i).is_none()).count()
