@@ -16,15 +16,17 @@
 #      (tools/peer/fakenvml.c); every cudart symbol libc10_cuda.so needs is checked to
 #      be defined, with its version node.
 #   3. replay_torch (tools/peer/replay_torch.cpp), linked against the wheel's libc10,
-#      and shared_check (tools/peer/shared_check.c, for test.sh).
+#      and shared_check, shared_exit_check (tools/peer/shared_*check.c, for test.sh).
 #   4. two synthetic traces in traces/ and a smoke replay; then `PEER_OUT/test.sh`
 #      runs the harness's own checks.
 #
 # Env: PYTHON (default python3), SKIP_PIP=1 to reuse an existing venv,
-#      SYNTAX_ONLY=1 to only compile the C sources against stub declarations
-#      (no download; what scripts/test.sh runs); where the CUDA runtime headers
-#      are found it also builds the fake runtime alone and runs
-#      tools/peer/test-shared.sh (the shared device, no torch needed).
+#      SYNTAX_ONLY=1 to only compile the C sources and run tools/peer/test-shared.sh
+#      (the shared device, no torch needed; what scripts/test.sh runs). It needs the
+#      CUDA runtime headers: CUDA_INCLUDE, else a peer build's venv, else the two
+#      header wheels (2.4 MB, nvidia-cuda-runtime and nvidia-cuda-crt) fetched once
+#      with pip into CUDA_HEADERS (default target/cuda-headers); when they cannot be
+#      fetched it prints a SKIPPED banner and skips the checks.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SRC=$ROOT/tools/peer
@@ -33,35 +35,77 @@ CUDART_SOURCES="fakecudart.c fakecudart_mem.c fakecudart_stream.c fakecudart_dri
                 fakecudart_shared.c"
 SOURCES="$CUDART_SOURCES fakecudart_internal.h fakecudart.map fakecudart_stats.h
          fakecudart_shared.h fakenvml.c replay_torch.cpp trace_common.h tenants.h shared_check.c
-         make_synthetic_trace.py test.sh test-shared.sh"
+         shared_exit_check.c make_synthetic_trace.py test.sh test-shared.sh"
+PY=${PYTHON:-python3}
+CUDA_HDR_VER=13.2.86        # nvidia-cuda-runtime / nvidia-cuda-crt: headers only
+
+# cuda_headers DIR: the include directory of the two header wheels, fetched into DIR
+# unless already there; fails when pip cannot fetch them.
+cuda_headers() {
+  local dir=$1/$CUDA_HDR_VER
+  if [ ! -e "$dir/include/cuda_runtime_api.h" ] || [ ! -e "$dir/include/crt/host_defines.h" ]; then
+    local tmp
+    tmp=$(mktemp -d "$1.XXXXXX") || return 1
+    if ! "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$tmp/dl" \
+        "nvidia-cuda-runtime==$CUDA_HDR_VER" "nvidia-cuda-crt==$CUDA_HDR_VER" >&2; then
+      rm -rf "$tmp"
+      return 1
+    fi
+    # Only the headers: nvidia/cu13/include/ of each wheel (a zip).
+    "$PY" - "$tmp/dl" "$tmp/include" <<'PYEOF' || { rm -rf "$tmp"; return 1; }
+import pathlib, sys, zipfile
+src, dst = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+prefix = "nvidia/cu13/include/"
+for wheel in sorted(src.glob("*.whl")):
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if name.startswith(prefix) and not name.endswith("/"):
+                out = dst / name[len(prefix):]
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(z.read(name))
+PYEOF
+    mkdir -p "$dir" && rm -rf "$dir/include" && mv "$tmp/include" "$dir/include"
+    rm -rf "$tmp"
+  fi
+  echo "$dir/include"
+}
 
 if [ "${SYNTAX_ONLY:-0}" = 1 ]; then
-  # fakenvml.c needs no headers; fakecudart*.c need the CUDA runtime headers, so they are
-  # checked only when they are found (a previous full build, or CUDA_INCLUDE).
   gcc -fsyntax-only -std=gnu11 -Wall -Wextra -Werror "$SRC/fakenvml.c"
   inc=${CUDA_INCLUDE:-}
   if [ -z "$inc" ] && [ -d "${PEER_OUT:-$ROOT/target/peer}/venv" ]; then
     inc=$(find -H "${PEER_OUT:-$ROOT/target/peer}/venv" -path '*nvidia/cu13/include' -type d | head -1)
   fi
-  if [ -n "$inc" ]; then
-    for f in $CUDART_SOURCES shared_check.c; do
-      gcc -fsyntax-only -std=gnu11 -Wall -Wextra -I"$SRC" -I"$inc" "$SRC/$f"
-    done
-    echo "peer C sources compile (fakenvml.c, shared_check.c," $CUDART_SOURCES")"
-    # The shared device needs no torch: build the fake runtime and shared_check
-    # in a scratch directory and run its checks.
-    tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
-    mkdir -p "$tmp/fake"
-    (cd "$SRC" && gcc -O2 -fPIC -shared -std=gnu11 -Wall -Wextra -I. -I"$inc" \
-        -fvisibility=hidden -Wl,-soname,libcudart.so.13 -Wl,--version-script=fakecudart.map \
-        -o "$tmp/fake/libcudart.so.13" $CUDART_SOURCES -lpthread -lrt)
-    gcc -O2 -std=gnu11 -Wall -Wextra -I"$inc" -o "$tmp/shared_check" "$SRC/shared_check.c" \
-        "$tmp/fake/libcudart.so.13" -Wl,-rpath,"$tmp/fake"
-    bash "$SRC/test-shared.sh" "$tmp"
-  else
-    echo "peer C sources compile (fakenvml.c;" $CUDART_SOURCES "and the shared-device checks skipped: no CUDA runtime headers)"
+  if [ -z "$inc" ]; then
+    cache=${CUDA_HEADERS:-$ROOT/target/cuda-headers}
+    mkdir -p "$(dirname "$cache")"
+    if ! inc=$(cuda_headers "$cache"); then
+      echo
+      echo "######################################################################"
+      echo "SKIPPED: the fake CUDA runtime's compile and shared-device checks"
+      echo "(could not download nvidia-cuda-runtime / nvidia-cuda-crt $CUDA_HDR_VER, the"
+      echo "CUDA runtime headers; set CUDA_INCLUDE to a directory holding them)"
+      echo "######################################################################"
+      exit 0
+    fi
   fi
+  for f in $CUDART_SOURCES shared_check.c shared_exit_check.c; do
+    gcc -fsyntax-only -std=gnu11 -Wall -Wextra -Werror -I"$SRC" -I"$inc" "$SRC/$f"
+  done
+  echo "peer C sources compile (fakenvml.c, shared_check.c, shared_exit_check.c," $CUDART_SOURCES")"
+  # The shared device needs no torch: build the fake runtime and the checks'
+  # programs in a scratch directory and run its checks.
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  mkdir -p "$tmp/fake"
+  (cd "$SRC" && gcc -O2 -fPIC -shared -std=gnu11 -Wall -Wextra -I. -I"$inc" \
+      -fvisibility=hidden -Wl,-soname,libcudart.so.13 -Wl,--version-script=fakecudart.map \
+      -o "$tmp/fake/libcudart.so.13" $CUDART_SOURCES -lpthread -lrt)
+  gcc -O2 -std=gnu11 -Wall -Wextra -I"$inc" -o "$tmp/shared_check" "$SRC/shared_check.c" \
+      "$tmp/fake/libcudart.so.13" -Wl,-rpath,"$tmp/fake"
+  (cd "$SRC" && gcc -O2 -std=gnu11 -Wall -Wextra -I. -I"$inc" -o "$tmp/shared_exit_check" \
+      shared_exit_check.c $CUDART_SOURCES -lpthread -lrt)
+  bash "$SRC/test-shared.sh" "$tmp"
   exit 0
 fi
 
@@ -70,10 +114,8 @@ mkdir -p "$OUT"
 for f in $SOURCES; do cp "$SRC/$f" "$OUT/"; done
 cd "$OUT"
 OUT=$PWD
-PY=${PYTHON:-python3}
 
 TORCH_VER=2.15.0            # torch 2.15.0 (the PyPI build links libcudart.so.13)
-CUDA_HDR_VER=13.2.86        # nvidia-cuda-runtime / nvidia-cuda-crt: headers only
 
 if [ "${SKIP_PIP:-0}" != 1 ]; then
   [ -x venv/bin/python ] || "$PY" -m venv venv
@@ -114,9 +156,11 @@ g++ -std=c++20 -O2 -g -D_GLIBCXX_USE_CXX11_ABI=1 -I. -I"$TORCH/include" -I"$CUDA
     -Wl,--no-as-needed fake/libnvidia-ml.so.1 -Wl,--as-needed -ldl \
     -Wl,-rpath,"$OUT/fake" -Wl,-rpath,"$TORCH/lib"
 
-echo "== shared_check (test.sh's checks of FAKECUDA_SHARED)"
+echo "== shared_check, shared_exit_check (test.sh's checks of FAKECUDA_SHARED)"
 gcc -O2 -std=gnu11 -Wall -Wextra -I"$CUDAINC" -o shared_check shared_check.c \
     fake/libcudart.so.13 -Wl,-rpath,"$OUT/fake"
+gcc -O2 -std=gnu11 -Wall -Wextra -I. -I"$CUDAINC" -o shared_exit_check shared_exit_check.c \
+    $CUDART_SOURCES -lpthread -lrt
 
 echo "== synthetic traces"
 [ -e traces/synthetic-100k.trace.gz ] || "$PY" make_synthetic_trace.py traces/synthetic-100k.trace.gz

@@ -70,20 +70,36 @@ static inline cudaError_t set_err(cudaError_t e) {
 }
 
 /* a device shared with other processes (fakecudart_shared.c): NULL unless
-   FAKECUDA_SHARED names one */
-extern INTERNAL struct fakecuda_shared* g_shared;
+   FAKECUDA_SHARED names one, and again NULL once this process has left it at
+   exit. Read it once per use (shared_device()): the exit destructor may
+   clear it between two reads. */
+extern INTERNAL _Atomic(struct fakecuda_shared*) g_shared;
+static inline struct fakecuda_shared* shared_device(void) {
+  return atomic_load_explicit(&g_shared, memory_order_acquire);
+}
 INTERNAL int shared_attach(const char* name);
-INTERNAL int shared_charge(size_t bytes);
-INTERNAL void shared_uncharge(size_t bytes);
+INTERNAL int shared_charge(struct fakecuda_shared* s, size_t bytes);
+INTERNAL void shared_uncharge(struct fakecuda_shared* s, size_t bytes);
+INTERNAL void shared_detach(void);
+
+/* Takes up to `bytes` from *counter, never below zero; returns what it took. */
+static inline uint64_t take_bytes(_Atomic uint64_t* counter, uint64_t bytes) {
+  uint64_t cur = atomic_load(counter), take;
+  do {
+    take = cur < bytes ? cur : bytes;
+  } while (take && !atomic_compare_exchange_weak(counter, &cur, cur - take));
+  return take;
+}
 
 /* reserve capacity (the shared device's first, when there is one); returns 1
    on success */
 static inline int charge(size_t bytes) {
-  if (g_shared && !shared_charge(bytes)) return 0;
+  struct fakecuda_shared* s = shared_device();
+  if (s && !shared_charge(s, bytes)) return 0;
   uint64_t cur = atomic_load(&g_used);
   do {
     if (cur + bytes > g_capacity || cur + bytes < cur) {
-      if (g_shared) shared_uncharge(bytes);
+      if (s) shared_uncharge(s, bytes);
       return 0;
     }
   } while (!atomic_compare_exchange_weak(&g_used, &cur, cur + bytes));
@@ -92,9 +108,15 @@ static inline int charge(size_t bytes) {
   }
   return 1;
 }
+/* Gives back what a block took. The shared device gets back only what this
+   process's count still held: once the exit destructor has handed the
+   process's remaining bytes back (and zeroed the count), a late free takes
+   nothing from either count, so neither wraps below zero nor is returned
+   twice. */
 static inline void uncharge(size_t bytes) {
-  atomic_fetch_sub(&g_used, bytes);
-  if (g_shared) shared_uncharge(bytes);
+  struct fakecuda_shared* s = shared_device();
+  uint64_t took = take_bytes(&g_used, bytes);
+  if (s && took) shared_uncharge(s, took);
 }
 
 /* pointer -> size table of cudaMalloc'd blocks, host mappings (fakecudart_mem.c) */

@@ -158,7 +158,8 @@ EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size,
 EXPORT cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total) {
   INIT();
   /* a shared device: what every process that shares it leaves free */
-  uint64_t used = g_shared ? atomic_load(&g_shared->used) : atomic_load(&g_used);
+  struct fakecuda_shared* dev = shared_device();
+  uint64_t used = dev ? atomic_load(&dev->used) : atomic_load(&g_used);
   if (free_b) *free_b = used > g_capacity ? 0 : g_capacity - used;
   if (total) *total = g_capacity;
   return cudaSuccess;

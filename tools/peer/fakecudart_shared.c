@@ -10,7 +10,11 @@
 _Static_assert(sizeof(struct fakecuda_shared) == 72,
                "the segment's layout is read by C and C++ alike");
 
-struct fakecuda_shared* g_shared = NULL;
+_Atomic(struct fakecuda_shared*) g_shared = NULL;
+/* The process that attached: a child made by fork() inherits the mapping and
+   this process's used count, but its exit must not give the parent's memory
+   back (shared_detach). */
+static pid_t g_attached_pid;
 
 /* Maps /<name> and checks its capacity against this process's; returns 0
    and says why on stderr when the device cannot be shared. */
@@ -61,12 +65,12 @@ int shared_attach(const char* name) {
     return 0;
   }
   atomic_fetch_add(&s->attached, 1);
-  g_shared = s;
+  g_attached_pid = getpid();
+  atomic_store_explicit(&g_shared, s, memory_order_release);
   return 1;
 }
 
-int shared_charge(size_t bytes) {
-  struct fakecuda_shared* s = g_shared;
+int shared_charge(struct fakecuda_shared* s, size_t bytes) {
   uint64_t cur = atomic_load(&s->used);
   uint64_t cap = atomic_load(&s->capacity);
   do {
@@ -78,20 +82,32 @@ int shared_charge(size_t bytes) {
   return 1;
 }
 
-void shared_uncharge(size_t bytes) { atomic_fetch_sub(&g_shared->used, bytes); }
+/* Never below zero: the count is the device's, not this process's. */
+void shared_uncharge(struct fakecuda_shared* s, size_t bytes) {
+  take_bytes(&s->used, bytes);
+}
 
 /* A process's device memory is the device's again when it exits, as with a
    real driver: what it still holds leaves the shared count at a normal exit
    (exit, return from main). _exit and crashes skip this: their bytes stay
-   charged until the segment is removed. */
-__attribute__((destructor)) static void shared_detach(void) {
-  if (!g_shared) return;
-  shared_uncharge(atomic_exchange(&g_used, 0));
-  atomic_fetch_sub(&g_shared->attached, 1);
-  g_shared = NULL; /* a later free counts in this process alone */
+   charged until the segment is removed. A child made by fork() shares the
+   parent's bookkeeping (as CUDA, it must not use the parent's device
+   memory): its exit leaves the count alone, so what it charged itself stays
+   charged, as after _exit. */
+__attribute__((destructor)) void shared_detach(void) {
+  struct fakecuda_shared* s = shared_device();
+  if (!s || getpid() != g_attached_pid) return;
+  /* What is still held goes back, then later calls count in this process
+     alone. A free racing with this took its bytes from g_used before the
+     exchange (and gives them back itself) or finds nothing left to give
+     (uncharge); a cudaMalloc racing with it may stay charged, as after
+     _exit. */
+  shared_uncharge(s, atomic_exchange(&g_used, 0));
+  atomic_store_explicit(&g_shared, NULL, memory_order_release);
+  atomic_fetch_sub(&s->attached, 1);
 }
 
 EXPORT struct fakecuda_shared* fakecuda_shared_device(void) {
   INIT();
-  return g_shared;
+  return shared_device();
 }

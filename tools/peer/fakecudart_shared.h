@@ -39,7 +39,8 @@ struct fakecuda_shared {
   /* lockstep (harnesses only) */
   FAKECUDA_ATOMIC(uint32_t) arrived;  /* tenants ready to start */
   FAKECUDA_ATOMIC(uint32_t) turn;     /* futex word: whose part runs now */
-  FAKECUDA_ATOMIC(int32_t) pids[FAKECUDA_MAX_TENANTS];
+  FAKECUDA_ATOMIC(int32_t) pids[FAKECUDA_MAX_TENANTS]; /* a tenant's pid once it has joined */
+  FAKECUDA_ATOMIC(uint32_t) failed;   /* bit K: tenant K stopped on an error */
 };
 
 /* fakecuda_shared_device(): the mapped segment, or NULL when FAKECUDA_SHARED

@@ -17,6 +17,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "fakecudart_shared.h"
 #include "trace_common.h"
@@ -66,51 +69,132 @@ static uint64_t combined_peak(const std::vector<uint64_t>& a, const std::vector<
   return peak;
 }
 
-// One tenant's side of the lockstep.
+// One tenant's side of the lockstep. A tenant joins (takes its slot in the
+// segment) before it loads its trace and warms up, so that a tenant failing
+// in those is seen as failed, not as late; every wait ends when another
+// tenant has failed (it marks itself in `failed` when it stops on an error,
+// fail()) or is gone (no such process, or exited and not yet reaped: a
+// zombie answers kill(pid, 0)), and after `limit_s` seconds without
+// progress (TENANT_WAIT_S, default 300: a tenant that never joins, or one
+// stuck), each with a message saying which tenant it waited for.
 struct Lockstep {
   fakecuda_shared* s = nullptr;
   uint32_t index = 0, count = 1;
+  double limit_s = 300;
+  bool joined = false;
 
   static long futex(std::atomic<uint32_t>* w, int op, uint32_t val, const timespec* to) {
     // Not FUTEX_PRIVATE_FLAG: the word is in memory other processes map.
     return syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), op, val, to, nullptr, 0);
   }
-  // Fails when a tenant that has arrived is gone (it would never take its turn).
+  static void wake(std::atomic<uint32_t>& w) { futex(&w, FUTEX_WAKE, INT32_MAX, nullptr); }
+  // No such process, or one that has exited (state Z or X in /proc/PID/stat).
+  static bool gone(int32_t pid) {
+    if (kill(pid, 0) != 0) return errno == ESRCH;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE* f = fopen(path, "r");
+    if (!f) return errno == ENOENT;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char* end = strrchr(buf, ')');  // the command name may hold spaces and ')'
+    return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+  }
+  // Reads TENANT_WAIT_S; false (and a message) when it is not a positive number.
+  bool configure() {
+    const char* v = getenv("TENANT_WAIT_S");
+    if (!v || !*v) return true;
+    char* end;
+    double d = strtod(v, &end);
+    if (*end || !(d > 0) || d > 1e9) {
+      fprintf(stderr, "TENANT_WAIT_S=%s: a positive number of seconds is needed\n", v);
+      return false;
+    }
+    limit_s = d;
+    return true;
+  }
+  // Takes this tenant's slot; false when another process holds it.
+  bool join() {
+    int32_t expected = 0;
+    if (!s->pids[index].compare_exchange_strong(expected, (int32_t)getpid())) {
+      fprintf(stderr,
+              "tenant %u: the slot is taken by pid %d (two tenants with one index, or a segment "
+              "left from an earlier run: remove /dev/shm/<FAKECUDA_SHARED>)\n",
+              index, (int)expected);
+      return false;
+    }
+    joined = true;
+    return true;
+  }
+  // This tenant stops on an error: the others stop instead of waiting for it.
+  void fail() {
+    if (!joined) return;
+    s->failed.fetch_or(1u << index);
+    wake(s->arrived);
+    wake(s->turn);
+  }
+  // Fails (with a message) when another tenant has failed or is gone.
   bool others_alive() const {
+    uint32_t failed = s->failed.load();
     for (uint32_t i = 0; i < count; i++) {
+      if (i == index) continue;
       int32_t pid = s->pids[i].load();
-      if (i != index && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
-        fprintf(stderr, "tenant %u (pid %d) is gone; tenant %u stops\n", i, pid, index);
+      if (failed & (1u << i)) {
+        fprintf(stderr, "tenant %u (pid %d) failed; tenant %u stops\n", i, (int)pid, index);
+        return false;
+      }
+      if (pid > 0 && gone(pid)) {
+        fprintf(stderr, "tenant %u (pid %d) is gone; tenant %u stops\n", i, (int)pid, index);
         return false;
       }
     }
     return true;
   }
-  // Waits until *w reaches at least `target`.
-  bool wait_for(std::atomic<uint32_t>& w, uint32_t target) const {
+  // Waits until *w reaches at least `target`; `what` names the wait in the
+  // message when no tenant moves it for limit_s seconds.
+  bool wait_for(std::atomic<uint32_t>& w, uint32_t target, const char* what) const {
     const timespec tick = {0, 100 * 1000 * 1000};
+    uint32_t seen = w.load();
+    uint64_t since = mono_ns();
     for (uint32_t v; (v = w.load()) < target;) {
+      if (!others_alive()) return false;
+      if (v != seen) {
+        seen = v;
+        since = mono_ns();
+      } else if ((double)(mono_ns() - since) * 1e-9 > limit_s) {
+        fprintf(stderr, "tenant %u: waited %.0f s for %s", index, limit_s, what);
+        for (uint32_t i = 0; i < count; i++)
+          if (i != index && s->pids[i].load() == 0) fprintf(stderr, "; tenant %u has not joined", i);
+        fprintf(stderr,
+                " (counter at %u of %u); stopping (TENANT_WAIT_S sets the wait; every tenant names "
+                "the same FAKECUDA_SHARED and capacity)\n",
+                v, target);
+        return false;
+      }
       futex(&w, FUTEX_WAIT, v, &tick);
-      if (w.load() < target && !others_alive()) return false;
     }
     return true;
   }
   // All tenants ready (after their warm-up), so no set-up runs during another's parts.
   bool start() {
-    s->pids[index].store((int32_t)getpid());
     s->arrived.fetch_add(1);
-    futex(&s->arrived, FUTEX_WAKE, INT32_MAX, nullptr);
-    if (!wait_for(s->arrived, count)) return false;
+    wake(s->arrived);
+    if (!wait_for(s->arrived, count, "the other tenants to arrive")) return false;
     // Everyone waits for tenant 0's first part now: the device's peak starts
     // from here, without the warm-ups.
     if (index == 0) s->peak.store(s->used.load());
     return true;
   }
-  bool begin_part(size_t k) const { return wait_for(s->turn, (uint32_t)((k - 1) * count + index)); }
+  bool begin_part(size_t k) const {
+    return wait_for(s->turn, (uint32_t)((k - 1) * count + index), "the other tenants' parts");
+  }
   void end_part() const {
     s->turn.fetch_add(1);
-    futex(&s->turn, FUTEX_WAKE, INT32_MAX, nullptr);
+    wake(s->turn);
   }
   // Every tenant has run every part: what is held now is what the others saw.
-  bool finish() const { return wait_for(s->turn, (uint32_t)(TENANT_PARTS * count)); }
+  bool finish() const {
+    return wait_for(s->turn, (uint32_t)(TENANT_PARTS * count), "the other tenants' last parts");
+  }
 };

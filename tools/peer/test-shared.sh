@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test-shared.sh DIR -- checks of FAKECUDA_SHARED (fakecudart_shared.h) with
-# DIR/shared_check, which links the fake runtime (DIR/fake/libcudart.so.13).
+# DIR/shared_check, which links the fake runtime (DIR/fake/libcudart.so.13),
+# and DIR/shared_exit_check (the runtime's sources linked in).
 # No torch needed: test.sh runs it in a peer build, and scripts/build-peer.sh
-# SYNTAX_ONLY=1 (scripts/test.sh) wherever the CUDA runtime headers are found.
+# SYNTAX_ONLY=1 (scripts/test.sh), with the CUDA runtime headers it fetches.
 set -uo pipefail
 cd "${1:?usage: test-shared.sh DIR}"
 pass=0; fail=0
@@ -12,15 +13,17 @@ MIB=$((1 << 20))
 CAP=$((1000 * MIB)) # 60% and 30% of it are whole 2 MiB pages
 SEG=fakecuda-test-$$
 export FAKECUDA_MEM_BYTES=$CAP
-# hold BYTES: a background shared_check keeps BYTES allocated until release()
-# closes its standard input; fifos carry its input and output.
+# hold BYTES [MODE]: a background shared_check keeps BYTES allocated until
+# release() closes its standard input; fifos carry its input and output; what
+# it printed before "held" is in HELD.
 hold() {
   rm -f "$SEG.in" "$SEG.out" && mkfifo "$SEG.in" "$SEG.out" || return 1
-  ./shared_check "$1" hold <"$SEG.in" >"$SEG.out" &
+  ./shared_check "$1" "${2:-hold}" <"$SEG.in" >"$SEG.out" &
   HOLDER_PID=$!
   exec 7>"$SEG.in" 8<"$SEG.out"
   local line
-  while read -r -u 8 line && [ "$line" != held ]; do :; done
+  HELD=
+  while read -r -u 8 line && [ "$line" != held ]; do HELD+="$line"$'\n'; done
   [ "$line" = held ]
 }
 release() {
@@ -49,6 +52,25 @@ check "shared: a process's memory is the device's again when it exits or frees" 
 check "shared: a process asking for another capacity sees no device" \
   bash -c "! FAKECUDA_SHARED=$SEG FAKECUDA_MEM_BYTES=$((CAP / 2)) ./shared_check $MIB 2>/dev/null"
 rm -f "/dev/shm/$SEG"
+
+# A child made by fork() inherits the mapping and the parent's used count;
+# its normal exit must not give the parent's 600 MiB back to the device.
+FAKECUDA_SHARED=$SEG hold $((600 * MIB)) fork-hold
+forked=${HELD%$'\n'}
+other=$(shared ./shared_check $((600 * MIB)))
+release >/dev/null
+check "shared: a forked child's exit leaves its parent's memory charged" \
+  bash -c "grep -qx 'child exited' <<<'$forked' &&
+           [ \"\$(tail -1 <<<'$forked')\" = 'free $((400 * MIB)) total $CAP' ] &&
+           grep -qx 'malloc refused' <<<'$other'"
+rm -f "/dev/shm/$SEG"
+
+# A free after the process has left the device at exit (a thread freeing
+# while it exits) takes nothing: neither count wraps below zero.
+check "shared: a free after the exit detach wraps no count" \
+  bash -c "[ \"\$(FAKECUDA_SHARED=$SEG ./shared_exit_check $((600 * MIB)))\" = 'used 0 shared 0' ]"
+rm -f "/dev/shm/$SEG"
+
 hold $((600 * MIB))
 alone=$(./shared_check $((600 * MIB)))
 release >/dev/null

@@ -46,18 +46,74 @@ printf '%s\n' '# acl-trace v1' "a 0 $((600 * MIB)) 0" 'f 0' >"$AF"
 # device before it gives up, so the peak is the capacity)
 tenants() {
   rm -f "/dev/shm/$SEG"
-  FAKECUDA_SHARED=$SEG ./replay_torch --tenant 1/2 "$AF" | grep '^TENANT' >"$SEG.1" &
+  FAKECUDA_SHARED=$SEG ./replay_torch --tenant 1/2 "$AF" >"$SEG.1" &
+  local t1=$!
   sleep 1 # tenant 1 is under way first (a head start, not a timed check)
-  FAKECUDA_SHARED=$SEG ./replay_torch --tenant 0/2 "$AF" | grep '^TENANT' >"$SEG.0"
-  wait
+  FAKECUDA_SHARED=$SEG ./replay_torch --tenant 0/2 "$AF" >"$SEG.0" &
+  local t0=$! status=0
+  # Whichever stops first: a failure stops the other (it would wait for turns).
+  wait -n "$t0" "$t1" || { status=1; kill "$t0" "$t1" 2>/dev/null; }
+  wait "$t0" || status=1
+  wait "$t1" || status=1
   rm -f "/dev/shm/$SEG"
-  grep -q '"ooms":0,' "$SEG.0" && grep -q '"ooms":1,' "$SEG.1" &&
-    grep -q "\"shared_peak\":$1}" "$SEG.0"
+  [ $status = 0 ] && grep -q '^TENANT.*"ooms":0,' "$SEG.0" && grep -q '^TENANT.*"ooms":1,' "$SEG.1" &&
+    grep -q "^TENANT.*\"shared_peak\":$1}" "$SEG.0"
 }
 check "tenants: lockstep, tenant 0 first; the second 60% is refused (default)" tenants $((600 * MIB))
 check "tenants: the same with expandable segments (cuMemCreate)" \
   env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True bash -c "$(declare -f tenants); SEG=$SEG AF=$AF tenants $CAP 2>/dev/null"
 rm -f "$SEG.0" "$SEG.1"
+
+# A tenant that fails or dies stops the others, wherever it is; the waits are
+# guarded by `timeout` (a hang fails the check: the rc is 124, not 1).
+# failing_tenant: tenant 1's trace does not exist, so it fails before its
+# warm-up; tenant 0 must stop saying so.
+failing_tenant() {
+  rm -f "/dev/shm/$SEG"
+  FAKECUDA_SHARED=$SEG timeout 120 ./replay_torch --tenant 1/2 traces/no-such.trace 2>/dev/null &
+  local t1=$! rc0=0 rc1=0
+  FAKECUDA_SHARED=$SEG timeout 120 ./replay_torch --tenant 0/2 "$AF" >/dev/null 2>"$SEG.err" || rc0=$?
+  wait "$t1" || rc1=$?
+  rm -f "/dev/shm/$SEG"
+  [ $rc0 = 1 ] && [ $rc1 = 1 ] && grep -q '^tenant 1 (pid [0-9]*) failed; tenant 0 stops' "$SEG.err"
+}
+check "tenants: one failing before it arrives stops the other" failing_tenant
+# zombie_tenant: tenant 1 is killed and not reaped (its parent, a sleep,
+# never waits), after it has joined; tenant 0 must see it gone.
+zombie_tenant() {
+  rm -f "/dev/shm/$SEG"
+  (FAKECUDA_SHARED=$SEG ./replay_torch --tenant 1/2 "$AF" >/dev/null 2>&1 & exec sleep 300) &
+  local parent=$! pid=0 rc0=0 state
+  # pids[1] (offset 40 of the segment) once tenant 1 has joined
+  for _ in $(seq 600); do
+    [ -e "/dev/shm/$SEG" ] && pid=$(od -An -t d4 -j 40 -N 4 "/dev/shm/$SEG" | tr -d ' ')
+    [ "${pid:-0}" -gt 0 ] && break
+    sleep 0.1
+  done
+  [ "${pid:-0}" -gt 0 ] && kill -KILL "$pid"
+  for _ in $(seq 100); do
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
+    [ "$state" = Z ] && break
+    sleep 0.1
+  done
+  FAKECUDA_SHARED=$SEG timeout 120 ./replay_torch --tenant 0/2 "$AF" >/dev/null 2>"$SEG.err" || rc0=$?
+  kill "$parent" 2>/dev/null
+  wait "$parent" 2>/dev/null
+  rm -f "/dev/shm/$SEG"
+  [ "$state" = Z ] && [ $rc0 = 1 ] && grep -q "^tenant 1 (pid $pid) is gone; tenant 0 stops" "$SEG.err"
+}
+check "tenants: one killed and not reaped (a zombie) stops the other" zombie_tenant
+# absent_tenant: tenant 1 never starts; tenant 0's wait ends at TENANT_WAIT_S.
+absent_tenant() {
+  rm -f "/dev/shm/$SEG"
+  local rc0=0
+  TENANT_WAIT_S=1 FAKECUDA_SHARED=$SEG timeout 120 ./replay_torch --tenant 0/2 "$AF" >/dev/null 2>"$SEG.err" ||
+    rc0=$?
+  rm -f "/dev/shm/$SEG"
+  [ $rc0 = 1 ] && grep -q '^tenant 0: waited 1 s for the other tenants to arrive; tenant 1 has not joined' "$SEG.err"
+}
+check "tenants: a tenant that never joins ends the wait at TENANT_WAIT_S" absent_tenant
+rm -f "$SEG.err"
 check "combined live peak: both 60% in part 500 (1200 MiB)" \
   bash -c "./replay_torch --combined-peak $AF $AF 1.5 | grep -qx 'combined live peak $((1200 * MIB)) B' &&
            ./replay_torch --combined-peak $AF $AF 1.5 | grep -qx 'capacity $((1800 * MIB)) B (room 1.5000)'"
