@@ -127,6 +127,24 @@ fn a_sleeping_page_is_never_mapped_for_anyone_else() {
     rt.on_device(GRAPH_DEV, || rt.destroy_stream(s)).unwrap();
 }
 
+/// The end of a test that woke its blocks: each reads back its fill byte and
+/// is freed (`what` prefixes the message), then the allocator is torn down
+/// clean and the stream destroyed.
+pub(super) fn read_back_and_finish(
+    a: DeviceAllocator,
+    base: &Baseline,
+    s: Stream,
+    blocks: &[(usize, usize, u8)],
+    what: &str,
+) {
+    for &(addr, size, byte) in blocks {
+        assert!(check_fill(addr, size, byte), "{what}{addr:#x} reads back");
+        a.free(addr).unwrap();
+    }
+    super::support::teardown_clean(a, base);
+    super::support::drop_stream(s);
+}
+
 /// Blocks in the default pool on two streams and in an offload pool: many
 /// shards, several runs each (holes between blocks).
 pub(super) fn many_runs(a: &DeviceAllocator, s: Stream, off: u64) -> Vec<(usize, usize, u8)> {
@@ -181,12 +199,7 @@ fn wake_failing_at(function: &str, nth: i32, oom: bool) {
     assert!(refused(&a, off, s) && refused(&a, 0, s), "{function} #{nth}: the pools still sleep");
     a.check_invariants().unwrap();
     a.wake().expect("the next wake succeeds");
-    for &(addr, size, byte) in &blocks {
-        assert!(check_fill(addr, size, byte), "{function} #{nth}: {addr:#x} reads back");
-        a.free(addr).unwrap();
-    }
-    super::support::teardown_clean(a, &base);
-    super::support::drop_stream(s);
+    read_back_and_finish(a, &base, s, &blocks, &format!("{function} #{nth}: "));
 }
 
 #[test]
@@ -215,12 +228,7 @@ fn a_physical_allocation_refused_once_mid_wake_is_tried_again() {
     fail_nth("aclrtMallocPhysical", 0);
     let s_ = a.stats().unwrap();
     assert_eq!(base.vmm().physical_bytes as u64, s_.reserved_bytes, "no handle of the first try is left");
-    for &(addr, size, byte) in &blocks {
-        assert!(check_fill(addr, size, byte), "{addr:#x} reads back");
-        a.free(addr).unwrap();
-    }
-    super::support::teardown_clean(a, &base);
-    super::support::drop_stream(s);
+    read_back_and_finish(a, &base, s, &blocks, "");
 }
 
 #[test]

@@ -6,10 +6,9 @@
 //! teardown while still asleep gives it back (`expandable/sleep.rs`).
 
 use super::support::{
-    budget, check_accounting, check_fill, emu_lock, fail_nth, fault_pending, host_usage, new_stream, Baseline, Vmm,
-    GIB, PAGE,
+    budget, check_accounting, emu_lock, fail_nth, fault_pending, host_usage, new_stream, Baseline, Vmm, GIB, PAGE,
 };
-use super::wake::{many_runs, paged, pool, refused};
+use super::wake::{many_runs, paged, pool, read_back_and_finish, refused};
 use crate::core::*;
 use crate::error::Error;
 
@@ -68,12 +67,7 @@ fn the_next_wake_frees_a_page_an_undo_left_mapped() {
         a.wake().unwrap_or_else(|e| panic!("{stop} #{stop_nth}: the next wake succeeds: {e}"));
         assert!(!a.is_asleep());
         check_accounting(&a, &base, None, "woken");
-        for &(addr, size, byte) in &blocks {
-            assert!(check_fill(addr, size, byte), "{stop} #{stop_nth}: {addr:#x} reads back");
-            a.free(addr).unwrap();
-        }
-        super::support::teardown_clean(a, &base);
-        super::support::drop_stream(s);
+        read_back_and_finish(a, &base, s, &blocks, &format!("{stop} #{stop_nth}: "));
     }
 }
 
@@ -94,12 +88,7 @@ fn a_page_that_still_cannot_be_unmapped_keeps_the_next_wake_from_changing_anythi
     assert_eq!((base.vmm(), host_usage()), (stuck, host), "the refused retry changed nothing");
     check_accounting(&a, &base, None, "retry refused");
     a.wake().expect("the wake after that succeeds");
-    for &(addr, size, byte) in &blocks {
-        assert!(check_fill(addr, size, byte), "{addr:#x} reads back");
-        a.free(addr).unwrap();
-    }
-    super::support::teardown_clean(a, &base);
-    super::support::drop_stream(s);
+    read_back_and_finish(a, &base, s, &blocks, "");
 }
 
 #[test]
