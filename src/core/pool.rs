@@ -92,8 +92,10 @@ impl<B: Backing> Pool<B> {
         self.stream
     }
 
-    /// The shard's cumulative (allocs, frees), taken out (`take_counts`).
+    /// The shard's cumulative (allocs, frees), taken out (`take_counts`);
+    /// what the backing keeps in terms of them starts again with them.
     pub fn take_counts(&mut self) -> (u64, u64) {
+        B::counts_taken(&mut self.backing);
         self.counters.take_counts()
     }
 

@@ -84,6 +84,10 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// What a shard of this backing keeps.
     type ShardState: Default + Send + std::fmt::Debug;
 
+    /// The shard's request counts were taken out (its entry goes to another
+    /// stream): what `state` keeps in terms of them starts from zero too.
+    fn counts_taken(_state: &mut Self::ShardState) {}
+
     /// Whether free block `id` serves `rounded` bytes with no device call.
     fn ready(pool: &Pool<Self>, id: BlockId, rounded: usize) -> bool;
 

@@ -3,7 +3,10 @@
 //! the request lacks once the stream has served many requests per fresh
 //! handle.
 
-use super::support::{allocator, budget, check_accounting, emu_lock, set_capacity, teardown_clean, Baseline, GIB, MIB};
+use super::support::{
+    allocator, budget, check_accounting, drop_stream, emu_lock, new_stream, set_capacity, teardown_clean, Baseline,
+    GIB, MIB,
+};
 use crate::core::backing::expandable::{growth_is_frequent, AHEAD_WHILE_REQUESTS_PER_HANDLE};
 use crate::core::*;
 
@@ -56,5 +59,66 @@ fn a_stream_that_grows_rarely_maps_only_what_a_request_lacks() {
     // After 5000 requests served by two handles, the fresh handle covers the
     // 8 MiB the request lacks and nothing more.
     assert_eq!(growth_after(5000), 8 * MIB as u64);
+    set_capacity(1 << 30);
+}
+
+/// (reserved bytes, fresh handles) stream S2 adds on a roomy device with
+/// 5000 small hits then a 30 MiB and a 10 MiB request, after a stream S1
+/// made 13 large handles, the last after 20,000 small hits, and gave them
+/// back; with `reuse` S1 is forgotten first and S2 takes over its entry,
+/// else S2 gets an entry of its own (the allocator's history, and so the
+/// handles' size, is the same either way).
+fn second_stream_growth(reuse: bool) -> (u64, u64) {
+    let base = Baseline::take();
+    budget(64 * GIB);
+    let a = allocator("");
+    let s1 = new_stream();
+    let mut held: Vec<usize> = (0..12).map(|_| a.malloc(64 * MIB, s1).unwrap()).collect();
+    for _ in 0..20_000 {
+        let p = a.malloc(4096, s1).unwrap();
+        a.free(p).unwrap();
+    }
+    held.push(a.malloc(64 * MIB, s1).unwrap());
+    for p in held {
+        a.free(p).unwrap();
+    }
+    a.empty_cache().unwrap();
+    assert_eq!(base.vmm().physical_count, 0, "setup: S1's handles outlived empty_cache");
+    if reuse {
+        a.forget_stream(s1).unwrap();
+    }
+    let s2 = new_stream();
+    for _ in 0..5000 {
+        let p = a.malloc(4096, s2).unwrap();
+        a.free(p).unwrap();
+    }
+    let before = a.stats().unwrap();
+    let x = a.malloc(30 * MIB, s2).unwrap();
+    let y = a.malloc(10 * MIB, s2).unwrap();
+    let after = a.stats().unwrap();
+    assert_eq!(a.streams_served(), if reuse { 1 } else { 2 }, "setup: S2 took S1's entry over, or did not");
+    check_accounting(&a, &base, None, "after S2's growths");
+    a.free(x).unwrap();
+    a.free(y).unwrap();
+    for s in [s1, s2] {
+        a.forget_stream(s).unwrap();
+        drop_stream(s);
+    }
+    teardown_clean(a, &base);
+    (after.reserved_bytes - before.reserved_bytes, after.num_physical_mallocs - before.num_physical_mallocs)
+}
+
+/// A stream on a retired entry grows as on a new one: the entry's count of
+/// fresh handles starts again with its request counts. (It did not: S2
+/// inherited S1's 13 handles and mapped 48 MiB ahead in one handle for the
+/// 30 MiB, where on a new entry 5000 requests and no handle say it grows
+/// rarely.)
+#[test]
+fn a_reused_stream_entry_paces_growth_as_a_new_one() {
+    let _g = emu_lock();
+    let (new, reused) = (second_stream_growth(false), second_stream_growth(true));
+    assert_eq!(reused, new, "S2 on S1's entry grew otherwise than on a new entry");
+    // 5000 hits and no fresh handle yet: each request maps what it lacks.
+    assert_eq!(new, (40 * MIB as u64, 2));
     set_capacity(1 << 30);
 }

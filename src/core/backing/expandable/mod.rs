@@ -263,6 +263,12 @@ impl Backing for ExpandableRanges {
     type Extent = VmmRange;
     type ShardState = RangeOf;
 
+    /// A stream taking the entry over starts with no fresh handles, as it
+    /// starts with no requests.
+    fn counts_taken(state: &mut RangeOf) {
+        state.fresh = 0;
+    }
+
     #[inline]
     fn ready(pool: &RangePool, id: BlockId, rounded: usize) -> bool {
         pool.unmapped_under(id, rounded) == 0
