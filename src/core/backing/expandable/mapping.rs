@@ -241,4 +241,20 @@ impl RangePool {
         sh.history.record(Action::SegmentUnmap, addr, units * page, self.stream);
         Ok(())
     }
+
+    /// Whether a fresh handle made now maps ahead of the request: the rule
+    /// says so and the stream still grows often (Note [mapping ahead while
+    /// growth is frequent]). The stream's other pool is counted when its
+    /// lock is free (it always is on one thread); else this pool alone.
+    fn maps_ahead(&self, sibling: Option<&crate::core::shard::Shard<super::ExpandableRanges>>) -> bool {
+        if !self.sh.backing.pieces().ahead {
+            return false;
+        }
+        let (mut requests, mut fresh) = (self.counters().allocs, self.backing.fresh);
+        if let Some(other) = sibling.and_then(|s| s.try_lock()) {
+            requests += other.counters().allocs;
+            fresh += other.backing.fresh;
+        }
+        super::growth::growth_is_frequent(requests, fresh)
+    }
 }

@@ -530,22 +530,6 @@ impl RangePool {
         sh.limit.get().map_or(reported, |l| reported.min(l.saturating_sub(reserved)))
     }
 
-    /// Whether a fresh handle made now maps ahead of the request: the rule
-    /// says so and the stream still grows often (Note [mapping ahead while
-    /// growth is frequent]). The stream's other pool is counted when its
-    /// lock is free (it always is on one thread); else this pool alone.
-    fn maps_ahead(&self, sibling: Option<&crate::core::shard::Shard<ExpandableRanges>>) -> bool {
-        if !self.sh.backing.pieces().ahead {
-            return false;
-        }
-        let (mut requests, mut fresh) = (self.counters().allocs, self.backing.fresh);
-        if let Some(other) = sibling.and_then(|s| s.try_lock()) {
-            requests += other.counters().allocs;
-            fresh += other.backing.fresh;
-        }
-        growth::growth_is_frequent(requests, fresh)
-    }
-
     /// Pages of a handle of the floor size: how far a cached handle may
     /// reach past what a placement needs.
     fn floor_pages(&self, seg: SegmentId) -> usize {
