@@ -455,6 +455,54 @@ mod tests {
         assert_eq!(index.iter(&arena).count(), index.count);
     }
 
+    /// The inline answer (the top, when no listed class at or above the
+    /// request's lies at or below the top's) is what the full weighing of
+    /// the lists against the top gives, on random indexes and requests,
+    /// with and without an `accept` that refuses some sizes.
+    #[test]
+    fn the_top_shortcut_agrees_with_the_full_weighing() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut shortcuts = 0;
+        for round in 0..300 {
+            let count = 1 + next(12);
+            let sizes: Vec<usize> = (0..count)
+                .map(|_| {
+                    let span = 1 << (4 + next(12));
+                    (1 + next(span)) as usize * 512
+                })
+                .collect();
+            let (arena, index, _) = index_of(&sizes);
+            for _ in 0..40 {
+                let span = 1 << (4 + next(12));
+                let size = (1 + next(span)) as usize * 512;
+                let class = class_of(size);
+                let limit = if round % 2 == 0 { usize::MAX } else { (1 + next(1 << 14)) as usize * 512 };
+                let accept = |b: usize| b < limit;
+                let fast = index.find_in_class(&arena, size, class, accept);
+                let full = match index.next_class(class) {
+                    Some(first) => index.find_weighed(&arena, size, first, &accept),
+                    None => {
+                        let t = arena.get(index.top).size;
+                        (t >= size && accept(t)).then_some(index.top)
+                    }
+                };
+                assert_eq!(fast, full, "sizes {sizes:?}, request {size}, limit {limit}");
+                if let (Some(id), Some(first)) = (fast, index.next_class(class)) {
+                    shortcuts += usize::from(id == index.top && first > class_of(arena.get(id).size));
+                }
+            }
+        }
+        // The shortcut with listed blocks present was taken, not only the
+        // empty-lists case.
+        assert!(shortcuts > 0);
+    }
+
     #[test]
     fn remove_clears_bitmaps_and_counts() {
         let (mut arena, mut index, ids) = index_of(&[1 << 30, 2048]);

@@ -355,10 +355,9 @@ impl<B: Backing> Pool<B> {
         };
         if prev != NIL && self.blocks.get(prev).state == BlockState::Free {
             self.index.remove(&mut self.blocks, prev);
-            self.absorb_next(prev, id);
+            self.absorb_next(prev, id); // `prev` takes over `id`'s next
             id = prev;
         }
-        // `prev` absorbing `id` took over `id`'s next: `next` still is.
         if next != NIL && self.blocks.get(next).state == BlockState::Free {
             self.index.remove(&mut self.blocks, next);
             self.absorb_next(id, next);
@@ -366,8 +365,7 @@ impl<B: Backing> Pool<B> {
         self.index.insert(&mut self.blocks, id);
     }
 
-    /// Merges `id`'s next neighbour `next` (free, already off its list)
-    /// into `id`.
+    /// Merges `next`, `id`'s free next neighbour (off its list), into `id`.
     #[inline]
     fn absorb_next(&mut self, id: BlockId, next: BlockId) {
         debug_assert_eq!(self.blocks.get(id).next, next);
