@@ -78,28 +78,50 @@ impl Block {
 }
 
 /// Slab of blocks with reusable slots.
-#[derive(Debug, Default)]
+///
+/// The freed slots are a stack: `free_slots` with `spare` on top. A warm
+/// pair through the top block frees one slot (the free's merge) and takes
+/// one (the next malloc's split), so the one in `spare` serves it with no
+/// vector push or pop; the order slots come back in is the stack's either
+/// way.
+#[derive(Debug)]
 pub(crate) struct BlockArena {
     blocks: Vec<Block>,
     free_slots: Vec<BlockId>,
+    /// The slot freed last, or NIL (then `free_slots`' last is).
+    spare: BlockId,
+}
+
+impl Default for BlockArena {
+    fn default() -> Self {
+        BlockArena { blocks: Vec::new(), free_slots: Vec::new(), spare: NIL }
+    }
 }
 
 impl BlockArena {
+    #[inline]
     pub fn insert(&mut self, block: Block) -> BlockId {
-        if let Some(id) = self.free_slots.pop() {
-            self.blocks[id as usize] = block;
+        let id = if self.spare != NIL {
+            std::mem::replace(&mut self.spare, NIL)
+        } else if let Some(id) = self.free_slots.pop() {
             id
         } else {
             self.blocks.push(block);
-            (self.blocks.len() - 1) as BlockId
-        }
+            return (self.blocks.len() - 1) as BlockId;
+        };
+        self.blocks[id as usize] = block;
+        id
     }
 
     /// Returns the slot to the arena. The caller has unlinked the block.
+    #[inline]
     pub fn remove(&mut self, id: BlockId) {
-        debug_assert!(!self.free_slots.contains(&id));
+        debug_assert!(id != self.spare && !self.free_slots.contains(&id));
         self.blocks[id as usize].segment = SegmentId(u32::MAX);
-        self.free_slots.push(id);
+        if self.spare != NIL {
+            self.free_slots.push(self.spare);
+        }
+        self.spare = id;
     }
 
     #[inline]
@@ -115,6 +137,49 @@ impl BlockArena {
     /// Number of live blocks (the debug invariant checks' pace).
     #[cfg(debug_assertions)]
     pub fn live(&self) -> usize {
-        self.blocks.len() - self.free_slots.len()
+        self.blocks.len() - self.free_slots.len() - usize::from(self.spare != NIL)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Slots come back last freed first, whether the spare or the stack
+    /// holds them, a live slot is never handed out, and `live` counts
+    /// what is in use.
+    #[test]
+    fn freed_slots_come_back_last_first_and_never_a_live_one() {
+        let mut arena = BlockArena::default();
+        let ids: Vec<BlockId> = (0..6).map(|i| arena.insert(Block::segment_root(i << 20, 512))).collect();
+        assert_eq!(ids, vec![0, 1, 2, 3, 4, 5]);
+        // One freed, one taken: the spare alone, again and again.
+        for _ in 0..3 {
+            arena.remove(ids[2]);
+            assert_eq!(arena.live(), 5);
+            assert_eq!(arena.insert(Block::segment_root(7 << 20, 1024)), ids[2]);
+            assert_eq!(arena.get(ids[2]).addr, 7 << 20);
+        }
+        // Several freed: they return in the reverse order, then new slots.
+        for &id in &[ids[4], ids[1], ids[3]] {
+            arena.remove(id);
+        }
+        assert_eq!(arena.live(), 3);
+        let mut live: Vec<BlockId> = vec![ids[0], ids[2], ids[5]];
+        for expect in [ids[3], ids[1], ids[4], 6, 7] {
+            let id = arena.insert(Block::segment_root(9 << 20, 512));
+            assert_eq!(id, expect);
+            assert!(!live.contains(&id), "slot {id} handed out while live");
+            live.push(id);
+        }
+        assert_eq!(arena.live(), live.len());
+        // A free between takes: the newest freed comes first.
+        arena.remove(ids[0]);
+        arena.remove(6);
+        assert_eq!(arena.insert(Block::segment_root(0, 512)), 6);
+        arena.remove(7);
+        assert_eq!(arena.insert(Block::segment_root(0, 512)), 7);
+        assert_eq!(arena.insert(Block::segment_root(0, 512)), ids[0]);
+        assert_eq!(arena.insert(Block::segment_root(0, 512)), 8);
     }
 }

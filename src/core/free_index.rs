@@ -107,14 +107,20 @@ impl FreeIndex {
         self.summary |= 1 << (class / 64);
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn remove(&mut self, arena: &mut BlockArena, id: BlockId) {
         if id == self.top {
             self.top = NIL;
             self.count -= 1;
             self.bytes -= arena.get(id).size;
-            return;
+        } else {
+            self.remove_listed(arena, id);
         }
+    }
+
+    /// `remove` of a block on a list.
+    #[inline(never)]
+    fn remove_listed(&mut self, arena: &mut BlockArena, id: BlockId) {
         let (size, prev, next, class) = {
             let b = arena.get(id);
             (b.size, b.free_prev, b.free_next, b.class as usize)
@@ -168,8 +174,11 @@ impl FreeIndex {
         self.find_in_class(arena, size, class_of(size), accept)
     }
 
-    /// `find` for a caller that has `class_of(size)` already.
-    #[inline]
+    /// `find` for a caller that has `class_of(size)` already. The warm
+    /// pair's case is inline: the top fits, and no listed block can beat it
+    /// (classes grow with size: when the first listed class at or above the
+    /// request's lies above the top's, every listed candidate is larger).
+    #[inline(always)]
     pub fn find_in_class(
         &self,
         arena: &BlockArena,
@@ -178,7 +187,30 @@ impl FreeIndex {
         accept: impl Fn(usize) -> bool,
     ) -> Option<BlockId> {
         debug_assert_eq!(class, class_of(size));
-        let listed = self.find_listed(arena, size, class, &accept);
+        let first = self.next_class(class);
+        if self.top != NIL {
+            let t = arena.get(self.top).size;
+            if t >= size && accept(t) {
+                match first {
+                    Some(c) if c <= class_of(t) => {}
+                    _ => return Some(self.top),
+                }
+            }
+        }
+        self.find_weighed(arena, size, first?, &accept)
+    }
+
+    /// `find_in_class` with listed blocks from class `first` on: the
+    /// lists' best fit weighed against the top.
+    #[inline(never)]
+    fn find_weighed(
+        &self,
+        arena: &BlockArena,
+        size: usize,
+        first: usize,
+        accept: &impl Fn(usize) -> bool,
+    ) -> Option<BlockId> {
+        let listed = self.find_listed(arena, size, first, accept);
         if self.top != NIL {
             let t = arena.get(self.top).size;
             if t >= size && accept(t) {
@@ -199,7 +231,8 @@ impl FreeIndex {
         (filed.wrapping_sub(self.top_filed) as i32) > 0
     }
 
-    /// The lists' best fit (the top aside).
+    /// The lists' best fit (the top aside), from `class`, a non-empty
+    /// class (the first at or above the request's).
     #[inline]
     fn find_listed(
         &self,
@@ -209,7 +242,7 @@ impl FreeIndex {
         accept: &impl Fn(usize) -> bool,
     ) -> Option<BlockId> {
         loop {
-            class = self.next_class(class)?;
+            debug_assert_ne!(self.heads[class], NIL);
             let mut best = NIL;
             let mut best_size = usize::MAX;
             let mut id = self.heads[class];
@@ -229,10 +262,10 @@ impl FreeIndex {
             if best != NIL {
                 return Some(best);
             }
-            class += 1;
-            if class >= CLASS_COUNT {
+            if class + 1 >= CLASS_COUNT {
                 return None;
             }
+            class = self.next_class(class + 1)?;
         }
     }
 
@@ -420,6 +453,54 @@ mod tests {
         index.remove(&mut arena, ids[2]);
         assert_eq!(index.largest(&arena), 2 << 20);
         assert_eq!(index.iter(&arena).count(), index.count);
+    }
+
+    /// The inline answer (the top, when no listed class at or above the
+    /// request's lies at or below the top's) is what the full weighing of
+    /// the lists against the top gives, on random indexes and requests,
+    /// with and without an `accept` that refuses some sizes.
+    #[test]
+    fn the_top_shortcut_agrees_with_the_full_weighing() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut shortcuts = 0;
+        for round in 0..300 {
+            let count = 1 + next(12);
+            let sizes: Vec<usize> = (0..count)
+                .map(|_| {
+                    let span = 1 << (4 + next(12));
+                    (1 + next(span)) as usize * 512
+                })
+                .collect();
+            let (arena, index, _) = index_of(&sizes);
+            for _ in 0..40 {
+                let span = 1 << (4 + next(12));
+                let size = (1 + next(span)) as usize * 512;
+                let class = class_of(size);
+                let limit = if round % 2 == 0 { usize::MAX } else { (1 + next(1 << 14)) as usize * 512 };
+                let accept = |b: usize| b < limit;
+                let fast = index.find_in_class(&arena, size, class, accept);
+                let full = match index.next_class(class) {
+                    Some(first) => index.find_weighed(&arena, size, first, &accept),
+                    None => {
+                        let t = arena.get(index.top).size;
+                        (t >= size && accept(t)).then_some(index.top)
+                    }
+                };
+                assert_eq!(fast, full, "sizes {sizes:?}, request {size}, limit {limit}");
+                if let (Some(id), Some(first)) = (fast, index.next_class(class)) {
+                    shortcuts += usize::from(id == index.top && first > class_of(arena.get(id).size));
+                }
+            }
+        }
+        // The shortcut with listed blocks present was taken, not only the
+        // empty-lists case.
+        assert!(shortcuts > 0);
     }
 
     #[test]

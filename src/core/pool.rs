@@ -346,29 +346,29 @@ impl<B: Backing> Pool<B> {
 
     /// Puts a block back into the pool, merging it with free neighbours.
     pub fn return_block(&mut self, mut id: BlockId) {
-        {
+        let (prev, next) = {
             let b = self.blocks.get_mut(id);
             b.state = BlockState::Free;
             b.requested = 0;
             b.has_other_streams = false;
-        }
-        let prev = self.blocks.get(id).prev;
+            (b.prev, b.next)
+        };
         if prev != NIL && self.blocks.get(prev).state == BlockState::Free {
             self.index.remove(&mut self.blocks, prev);
-            self.absorb_next(prev);
+            self.absorb_next(prev, id); // `prev` takes over `id`'s next
             id = prev;
         }
-        let next = self.blocks.get(id).next;
         if next != NIL && self.blocks.get(next).state == BlockState::Free {
             self.index.remove(&mut self.blocks, next);
-            self.absorb_next(id);
+            self.absorb_next(id, next);
         }
         self.index.insert(&mut self.blocks, id);
     }
 
-    /// Merges `id`'s next neighbour (free, already off its list) into `id`.
-    fn absorb_next(&mut self, id: BlockId) {
-        let next = self.blocks.get(id).next;
+    /// Merges `next`, `id`'s free next neighbour (off its list), into `id`.
+    #[inline]
+    fn absorb_next(&mut self, id: BlockId, next: BlockId) {
+        debug_assert_eq!(self.blocks.get(id).next, next);
         let (next_size, next_next) = {
             let n = self.blocks.get(next);
             (n.size, n.next)
@@ -583,6 +583,7 @@ impl<B: Backing> Pool<B> {
 
 /// Cuts block `id` (off every free list) at `at` bytes: `id` keeps the
 /// front, a new free block (on no list) gets the rest. Returns the new block.
+#[inline(always)]
 fn split_off(blocks: &mut BlockArena, id: BlockId, at: usize) -> BlockId {
     let b = blocks.get(id).clone();
     let rest = blocks.insert(Block {
