@@ -1,0 +1,94 @@
+//! A shard's read-only questions (which streams, which block, what is
+//! live or pending), apart from its transitions in `pool.rs`.
+
+use super::Pool;
+use crate::core::backing::Backing;
+use crate::core::block::{Block, BlockId, BlockState, NIL};
+use crate::core::segment::SegmentId;
+use crate::runtime::Stream;
+
+impl<B: Backing> Pool<B> {
+    /// Every stream whose work may use segment `seg`: its owner and the
+    /// streams recorded on its blocks.
+    pub fn streams_of(&self, seg: SegmentId) -> Vec<Stream> {
+        let mut out = vec![self.stream];
+        for &s in &self.segments.get(seg).other_streams {
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// The block of segment `seg` that contains `addr`.
+    pub fn block_containing(&self, seg: SegmentId, addr: usize) -> Option<BlockId> {
+        let mut id = self.segments.get(seg).first;
+        while id != NIL {
+            let b = self.blocks.get(id);
+            if addr >= b.addr && addr < b.addr + b.size {
+                return Some(id);
+            }
+            id = b.next;
+        }
+        None
+    }
+
+    /// The allocated block containing `addr` (interior pointers allowed).
+    pub fn allocated_block_at(&self, addr: usize) -> Option<BlockId> {
+        if let Some(&id) = self.registry.get(&addr) {
+            return (self.blocks.get(id).state == BlockState::Allocated).then_some(id);
+        }
+        let seg = self.segments.containing(addr)?;
+        let id = self.block_containing(seg, addr)?;
+        (self.blocks.get(id).state == BlockState::Allocated).then_some(id)
+    }
+
+    /// (address, size, requested) of block `id`.
+    pub fn block(&self, id: BlockId) -> &Block {
+        self.blocks.get(id)
+    }
+
+    /// (base, size) of the segment holding block `id`.
+    pub fn segment_range(&self, id: BlockId) -> (usize, usize) {
+        let s = self.segments.get(self.blocks.get(id).segment);
+        (s.base, s.size)
+    }
+
+    /// Bytes waiting for cross-stream events.
+    pub fn pending_bytes(&self) -> usize {
+        self.order.pending_bytes()
+    }
+
+    /// Events pending frees wait for (see `reclaim`).
+    pub fn pending_events(&self) -> Vec<crate::runtime::Event> {
+        self.order.pending_events()
+    }
+
+    /// Every event this shard owns, for teardown.
+    pub fn take_all_events(&mut self) -> Vec<crate::runtime::Event> {
+        self.order.take_all_events()
+    }
+
+    /// Streams any segment of this shard was used on (teardown).
+    pub fn all_streams(&self) -> Vec<Stream> {
+        let mut out = vec![self.stream];
+        for seg in self.segments.ids() {
+            for &s in &self.segments.get(seg).other_streams {
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+        }
+        out
+    }
+
+    /// No segment, so no block of any state: the shard may change stream.
+    pub fn holds_nothing(&self) -> bool {
+        self.segments.ids().next().is_none() && self.counters.active == 0 && self.pending_bytes() == 0
+    }
+
+    /// Live (allocated) blocks and bytes.
+    pub fn live(&self) -> (u64, u64) {
+        (self.counters.active, self.counters.allocated)
+    }
+}
