@@ -4,8 +4,8 @@
 //! and pools wake one at a time.
 
 use super::support::{
-    allocator, budget, check_fill, emu_lock, fail_nth, fill, host_usage, new_stream, usage, Baseline, Vmm, DEV, GIB,
-    MIB, PAGE,
+    allocator, budget, check_fill, emu_lock, fail_nth, fault_pending, fill, host_usage, new_stream, usage, Baseline,
+    Vmm, DEV, GIB, MIB, PAGE,
 };
 use crate::core::backing::expandable::PieceRule;
 use crate::core::pools::config::PoolConfig;
@@ -166,27 +166,30 @@ pub(super) fn many_runs(a: &DeviceAllocator, s: Stream, off: u64) -> Vec<(usize,
     blocks
 }
 
-/// A wake whose Nth runtime call of `function` fails, part-way through the
-/// runs: OUT_OF_MEMORY (or the copy's error), still asleep, the device and
-/// the host hold exactly what they held asleep, every sleeping pool still
-/// refuses allocations; the next wake restores every byte.
-fn wake_failing_at(function: &str, nth: i32, oom: bool) {
-    let base = Baseline::take();
+/// A paged allocator on a 1 GiB device with `many_runs` blocks, its offload
+/// pool asleep: the allocator, the stream, the pool and the blocks.
+pub(super) fn asleep_in_runs() -> (DeviceAllocator, Stream, u64, Vec<(usize, usize, u8)>) {
     budget(GIB);
     let a = paged();
     let s = new_stream();
     let off = pool(&a, SleepMode::Offload);
     let blocks = many_runs(&a, s, off);
     a.sleep(SleepMode::Offload).unwrap();
+    (a, s, off, blocks)
+}
+
+/// A wake whose Nth runtime call of `function` fails, part-way through the
+/// runs: OUT_OF_MEMORY (or the copy's error), still asleep, the device and
+/// the host hold exactly what they held asleep, every sleeping pool still
+/// refuses allocations; the next wake restores every byte.
+fn wake_failing_at(function: &str, nth: i32, oom: bool) {
+    let base = Baseline::take();
+    let (a, s, off, blocks) = asleep_in_runs();
     let (asleep, host) = (base.vmm(), host_usage());
     assert!(host.1 >= 6, "several runs slept ({} host buffers)", host.1);
     fail_nth(function, nth);
     let got = a.wake();
-    let pending = {
-        let c = std::ffi::CString::new(function).unwrap();
-        // SAFETY: a valid C string.
-        unsafe { ascendcl::aclemu_fault_pending(c.as_ptr()) }
-    };
+    let pending = fault_pending(function);
     fail_nth(function, 0);
     assert_eq!(pending, 0, "{function} #{nth}: the failure fired");
     match got {

@@ -5,10 +5,8 @@
 //! happened; the next wake unmaps and frees it first and succeeds, and a
 //! teardown while still asleep gives it back (`expandable/sleep.rs`).
 
-use super::support::{
-    budget, check_accounting, emu_lock, fail_nth, fault_pending, host_usage, new_stream, Baseline, Vmm, GIB, PAGE,
-};
-use super::wake::{many_runs, paged, pool, read_back_and_finish, refused};
+use super::support::{check_accounting, emu_lock, fail_nth, fault_pending, host_usage, Baseline, Vmm, PAGE};
+use super::wake::{asleep_in_runs, read_back_and_finish, refused};
 use crate::core::*;
 use crate::error::Error;
 
@@ -19,12 +17,7 @@ type Stuck = (DeviceAllocator, Stream, u64, Vec<(usize, usize, u8)>, Vmm);
 /// Blocks asleep, and a wake stopped by the `stop_nth` call of `stop`
 /// whose undo has its `unmap_nth` unmap refused.
 fn stuck_wake(base: &Baseline, stop: &str, stop_nth: i32, unmap_nth: i32) -> Stuck {
-    budget(GIB);
-    let a = paged();
-    let s = new_stream();
-    let off = pool(&a, SleepMode::Offload);
-    let blocks = many_runs(&a, s, off);
-    a.sleep(SleepMode::Offload).unwrap();
+    let (a, s, off, blocks) = asleep_in_runs();
     let (asleep, host) = (base.vmm(), host_usage());
     let what = format!("{stop} #{stop_nth}, unmap #{unmap_nth}");
     fail_nth(stop, stop_nth);
