@@ -478,6 +478,11 @@ impl DeviceAllocator {
         })
     }
 
+    /// (leaves made, granules `remove` looked at) of the directory.
+    pub(crate) fn directory_cost(&self) -> (usize, usize) {
+        with_device!(&self.engine, d => (d.sh.directory.leaves(), d.sh.directory.visited()))
+    }
+
     /// (blocks, bytes) held in every shard's reuse lists.
     pub(crate) fn held_blocks(&self) -> (usize, usize) {
         with_device!(&self.engine, d => d.streams.shards().fold((0, 0), |(n, b), s| {

@@ -23,6 +23,7 @@ mod pool_retire;
 mod pool_stats;
 mod pools;
 mod random;
+mod range_release;
 mod reuse;
 mod routed_retired_entry;
 mod sleep;
