@@ -35,3 +35,4 @@ mod teardown;
 mod wake;
 mod wake_race;
 mod wake_undo;
+mod wake_unfreed;

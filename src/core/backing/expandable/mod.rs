@@ -380,6 +380,12 @@ impl Backing for ExpandableRanges {
         first_error.map_or(Ok(freed), Err)
     }
 
+    /// With the cached handles: `free_cached` tries it again, and a mapping
+    /// may take it first.
+    fn keep_unfreed(sh: &Shared<Self>, handle: PhysicalHandle, bytes: usize) {
+        sh.backing.cache_handle(bytes, handle);
+    }
+
     fn cached_bytes(&self) -> usize {
         self.handles().iter().map(|(size, hs)| size * hs.len()).sum()
     }
