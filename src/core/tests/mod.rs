@@ -12,6 +12,7 @@ mod expandable;
 mod growth_rule;
 mod history;
 mod hooks;
+mod invariant_checks;
 mod out_of_memory;
 mod peaks;
 mod pieces;
