@@ -20,7 +20,9 @@
 # (npualloc: physical + device mallocs; PyTorch: cudaMalloc + cuMemCreate),
 # OOMs (failed requests; a trace goes on past them), and whether both fit
 # (no OOM). Then, per allocator, the smallest ROOM where both fit, by
-# bisection to ROOM_STEP.
+# bisection to ROOM_STEP. A run that fails (either tenant, either side) stops
+# the script with status 1 and says which allocator, ROOM and tenant failed
+# and what it printed on stderr; no row is printed for it.
 #
 # Env: PEER (peer build dir, required), EXAMPLES (default target/release/examples),
 #      ROOMS (default "1.10 1.08 1.07 1.06 1.05"), ROOM_STEP (default 0.005),
@@ -49,31 +51,43 @@ capacity() {
   "$RT" --combined-peak "$A" "$B" "$1" | awk '/^capacity/{print $2}'
 }
 
+# failed WHAT FILE: says WHAT failed, with FILE (its stderr) indented, and exits 1.
+failed() {
+  echo "$1" >&2
+  sed 's/^/    /' "$2" >&2
+  exit 1
+}
+
 # npualloc ROOM: two_tenants' two table rows as "rsv_mib x handles ooms" lines.
 npualloc_rows() {
-  local out cap
-  out=$("$TT" "$A" "$B" "$1")
+  local out cap rows
+  out=$("$TT" "$A" "$B" "$1" 2>"$WORK/tt.err") ||
+    failed "npualloc at ROOM $1: two_tenants failed (status $?; it names the tenant):" "$WORK/tt.err"
   cap=$(sed -n 's/.*(\([0-9]*\) B = .*/\1/p' <<<"$out")
   [ "$cap" = "$(capacity "$1")" ] || {
     echo "the device sizes differ at ROOM $1: two_tenants $cap B, peer $(capacity "$1") B" >&2
     exit 1
   }
-  awk -F'|' '/\.trace/{gsub(/ /,""); print $4, $5, $7, $8}' <<<"$out"
+  rows=$(awk -F'|' '/\.trace/{gsub(/ /,""); print $4, $5, $7, $8}' <<<"$out")
+  awk 'NF != 4 {bad = 1} END {exit bad || NR != 2}' <<<"$rows" || {
+    echo "npualloc at ROOM $1: two_tenants printed no row per tenant:" >&2
+    sed 's/^/    /' <<<"$out" >&2
+    exit 1
+  }
+  echo "$rows"
 }
 
 # pytorch CONF ROOM: the two replay_torch tenants, same format.
 n_pair=0
 pytorch_rows() {
-  local conf=$1 cap seg pids=() t status=0
+  local conf=$1 cap seg pids=() t status=0 rc=(0 0) traces=("$A" "$B")
   cap=$(capacity "$2")
   n_pair=$((n_pair + 1))
   seg=$SEG-$n_pair
   rm -f "/dev/shm/$seg"
   for t in 0 1; do
-    local trace=$A
-    [ $t = 1 ] && trace=$B
     PYTORCH_CUDA_ALLOC_CONF=$conf FAKECUDA_SHARED=$seg FAKECUDA_MEM_BYTES=$cap \
-      "$RT" --tenant $t/2 "$trace" >"$WORK/t$t" 2>"$WORK/e$t" &
+      "$RT" --tenant $t/2 "${traces[$t]}" >"$WORK/t$t" 2>"$WORK/e$t" &
     pids+=($!)
   done
   # Whichever tenant stops first: when it failed, stop the other too (it
@@ -84,15 +98,24 @@ pytorch_rows() {
     kill "${pids[@]}" 2>/dev/null || true
   fi
   for t in 0 1; do
-    wait "${pids[$t]}" || status=1
+    wait "${pids[$t]}" || { rc[$t]=$?; status=1; }
   done
   rm -f "/dev/shm/$seg"
   if [ $status != 0 ]; then
-    echo "replay_torch tenants failed (conf '$conf', ROOM $2):" >&2
-    cat "$WORK/e0" "$WORK/e1" >&2
+    echo "pytorch${conf:+ ($conf)} at ROOM $2: replay_torch tenants failed:" >&2
+    for t in 0 1; do
+      case ${rc[$t]} in
+        0) echo "  tenant $t ($(name "${traces[$t]}")): finished" >&2 ;;
+        143) echo "  tenant $t ($(name "${traces[$t]}")): stopped by this script after the other failed" >&2 ;;
+        *) echo "  tenant $t ($(name "${traces[$t]}")): failed, status ${rc[$t]}:" >&2 ;;
+      esac
+      sed 's/^/    /' "$WORK/e$t" >&2
+    done
     exit 1
   fi
   for t in 0 1; do
+    grep -q '^TENANT ' "$WORK/t$t" ||
+      failed "pytorch${conf:+ ($conf)} at ROOM $2: tenant $t ($(name "${traces[$t]}")) printed no TENANT line; its stderr:" "$WORK/e$t"
     python3 -c '
 import json, sys
 r = json.loads(sys.stdin.read().split("TENANT ", 1)[1].splitlines()[0])
@@ -123,25 +146,30 @@ echo "| ROOM | allocator | $(name "$A") peak rsv MiB (x live) | handles | OOMs |
 echo "|---|---|---|---:|---:|---|---:|---:|---|"
 for room in $ROOMS; do
   for alloc in npualloc pytorch pytorch-exp; do
-    rows "$alloc" "$room" | awk -v room="$room" -v alloc="$alloc" -v a="$(name "$A")" -v b="$(name "$B")" '
+    # Its own step: a failed run prints its error and stops here, with no row.
+    out=$(rows "$alloc" "$room") || exit 1
+    awk -v room="$room" -v alloc="$alloc" -v a="$(name "$A")" -v b="$(name "$B")" '
       { rsv[NR] = $1; x[NR] = $2; h[NR] = $3; o[NR] = $4 }
       END {
         fit = (o[1] == 0 && o[2] == 0) ? "yes" : "no:" (o[1] ? " " a : "") (o[2] ? " " b : "")
         printf "| %s | %s | %s (%s) | %s | %s | %s (%s) | %s | %s | %s |\n",
           room, alloc, rsv[1], x[1], h[1], o[1], rsv[2], x[2], h[2], o[2], fit
-      }'
+      }' <<<"$out"
   done
 done
 
 # Alone on 64 GiB: what each tenant holds without the other.
 echo
 echo "alone on 64 GiB, peak reserved MiB ($(name "$A"), $(name "$B")):"
-"$TT" "$A" "$B" 1.10 | awk -F'|' '/\.trace/{gsub(/ /,""); s = s " " $6} END {print "  npualloc" s}'
+out=$("$TT" "$A" "$B" 1.10 2>"$WORK/tt.err") ||
+  failed "npualloc alone: two_tenants failed (status $?; it names the trace):" "$WORK/tt.err"
+awk -F'|' '/\.trace/{gsub(/ /,""); s = s " " $6} END {print "  npualloc" s}' <<<"$out"
 for conf in "" expandable_segments:True; do
   s=""
   for trace in "$A" "$B"; do
-    s="$s $(PYTORCH_CUDA_ALLOC_CONF=$conf FAKECUDA_MEM_GIB=64 "$RT" "$trace" |
-      sed -n 's/.*"peak_reserved":\([0-9]*\).*/\1/p' | awk -v m=$MIB '{printf "%.1f", $1/m}')"
+    out=$(PYTORCH_CUDA_ALLOC_CONF=$conf FAKECUDA_MEM_GIB=64 "$RT" "$trace" 2>"$WORK/rt.err") ||
+      failed "pytorch${conf:+ ($conf)} alone: replay_torch $(name "$trace") failed (status $?):" "$WORK/rt.err"
+    s="$s $(sed -n 's/.*"peak_reserved":\([0-9]*\).*/\1/p' <<<"$out" | awk -v m=$MIB '{printf "%.1f", $1/m}')"
   done
   echo "  pytorch${conf:+ ($conf)}$s"
 done

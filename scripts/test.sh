@@ -71,6 +71,9 @@ fi
 # The equal-costs model of the benchmark scripts (scripts/equal_costs.py).
 python3 scripts/test_equal_costs.py
 
+# bench-two-tenants.sh's failure reports, with stand-ins for its programs.
+bash scripts/test-bench-two-tenants.sh
+
 
 # The PyTorch comparison harness of BENCHMARKS.md (tools/peer/): that its C
 # sources compile, and the checks of its shared fake device (tools/peer/test-shared.sh,

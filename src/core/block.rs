@@ -50,11 +50,16 @@ pub(crate) struct Block {
     /// off the free index (the reuse lists compute their class). Fits the
     /// struct's padding.
     pub class: u16,
-    /// When the free index filed the block on a list (its count of
-    /// insertions then), so that `find` orders a tie with the top as the
-    /// lists order theirs, newest first (Note [the top block]).
-    pub filed: u32,
+    /// When the free index filed the block on a list or as its top (its
+    /// count of insertions then), so that `find` orders a tie with the top
+    /// as the lists order theirs, newest first (Note [the top block]). 64 bits,
+    /// so that the count never wraps (a 32-bit one misordered a block
+    /// left filed while 2^31 others were); it takes what was padding.
+    pub filed: u64,
 }
+
+// The filing count took the struct's padding: a block is still 56 bytes.
+const _: () = assert!(std::mem::size_of::<Block>() == 56);
 
 impl Block {
     /// The one free block covering a new segment (its `segment` is set once

@@ -55,11 +55,18 @@ pub(crate) struct Directory {
     /// A fixed-length array: a look-up's index (below 2^ROOT_BITS for
     /// an address under `ADDRESS_LIMIT`) needs no bounds check.
     root: Box<[AtomicPtr<Leaf>; ROOT_LEN]>,
+    /// Granules `remove` looked at (tests: what a call cost).
+    #[cfg(test)]
+    visited: std::sync::atomic::AtomicUsize,
 }
 
 impl Default for Directory {
     fn default() -> Self {
-        Directory { root: Box::new(std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut()))) }
+        Directory {
+            root: Box::new(std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut()))),
+            #[cfg(test)]
+            visited: Default::default(),
+        }
     }
 }
 
@@ -108,13 +115,39 @@ impl Directory {
         });
     }
 
-    /// Forgets [base, base + size) (registered with `insert`).
+    /// Forgets [base, base + size) (registered with `insert`, whole or in
+    /// parts: granules nothing was registered in are passed over). A leaf
+    /// that does not exist holds nothing to forget, so none is made, and
+    /// its 32 GiB are skipped at once; an entry already empty is not
+    /// written.
     pub fn remove(&self, base: usize, size: usize) {
-        self.update(base, size, |e, head, tail_end| match (head, tail_end) {
-            (Some(_), _) => Entry { from: 0, ..e },
-            (None, Some(_)) => Entry { below: 0, ..e },
-            (None, None) => Entry { below: 0, from: 0, boundary: 0 },
-        });
+        if size == 0 {
+            return;
+        }
+        let end = base + size;
+        let (first, last) = (base >> GRANULE_SHIFT, (end - 1) >> GRANULE_SHIFT);
+        let mut g = first;
+        while g <= last {
+            let leaf = self.root[g >> LEAF_BITS].load(Ordering::Acquire);
+            // The last granule of this leaf the range meets.
+            let leaf_last = last.min(g | (LEAF_LEN - 1));
+            if leaf.is_null() {
+                g = leaf_last + 1;
+                continue;
+            }
+            for g in g..=leaf_last {
+                // SAFETY: as in `owner`.
+                let slot = unsafe { &(*leaf)[g & (LEAF_LEN - 1)] };
+                #[cfg(test)]
+                self.visited.fetch_add(1, Ordering::Relaxed);
+                Self::apply(slot, Self::span(g, first, last, base, end), |e, head, tail_end| match (head, tail_end) {
+                    (Some(_), _) => Entry { from: 0, ..e },
+                    (None, Some(_)) => Entry { below: 0, ..e },
+                    (None, None) => Entry { below: 0, from: 0, boundary: 0 },
+                });
+            }
+            g = leaf_last + 1;
+        }
     }
 
     /// Applies `f(entry, start offset if the range starts in the granule,
@@ -123,19 +156,52 @@ impl Directory {
         let end = base + size;
         let (first, last) = (base >> GRANULE_SHIFT, (end - 1) >> GRANULE_SHIFT);
         for g in first..=last {
-            let start = g << GRANULE_SHIFT;
-            let head = (g == first && base > start).then(|| base - start);
-            let tail_end = (g == last && end < start + GRANULE).then(|| end - start);
-            let slot = self.slot(g);
-            let mut cur = slot.load(Ordering::Acquire);
-            loop {
-                let next = f(Entry::unpack(cur), head, tail_end).pack();
-                match slot.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => break,
-                    Err(v) => cur = v,
-                }
+            Self::apply(self.slot(g), Self::span(g, first, last, base, end), &f);
+        }
+    }
+
+    /// Where [base, end), whose granules are first..=last, starts and ends
+    /// in granule `g`: (start offset if it starts inside, end offset if it
+    /// ends inside).
+    #[inline]
+    fn span(g: usize, first: usize, last: usize, base: usize, end: usize) -> (Option<usize>, Option<usize>) {
+        let start = g << GRANULE_SHIFT;
+        let head = (g == first && base > start).then(|| base - start);
+        let tail_end = (g == last && end < start + GRANULE).then(|| end - start);
+        (head, tail_end)
+    }
+
+    /// Replaces the entry in `slot` with `f(entry, head, tail_end)`; an
+    /// entry `f` leaves as it is is not written.
+    #[inline]
+    fn apply(
+        slot: &AtomicU64,
+        (head, tail_end): (Option<usize>, Option<usize>),
+        f: impl Fn(Entry, Option<usize>, Option<usize>) -> Entry,
+    ) {
+        let mut cur = slot.load(Ordering::Acquire);
+        loop {
+            let next = f(Entry::unpack(cur), head, tail_end).pack();
+            if next == cur {
+                return;
+            }
+            match slot.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(v) => cur = v,
             }
         }
+    }
+
+    /// Leaves made so far (tests: what a call cost).
+    #[cfg(test)]
+    pub(crate) fn leaves(&self) -> usize {
+        self.root.iter().filter(|l| !l.load(Ordering::Acquire).is_null()).count()
+    }
+
+    /// Granules `remove` has looked at so far (tests: what a call cost).
+    #[cfg(test)]
+    pub(crate) fn visited(&self) -> usize {
+        self.visited.load(Ordering::Relaxed)
     }
 
     fn slot(&self, g: usize) -> &AtomicU64 {
@@ -331,6 +397,69 @@ mod tests {
                 }
             }
         }
+    }
+
+    const GIB: usize = 1 << 30;
+
+    /// Removing what was never inserted makes no leaf: 64 GiB (a device's
+    /// range, over three leaves) from an empty directory, and from one whose
+    /// only leaf is the range's first.
+    #[test]
+    fn removing_a_range_never_inserted_makes_no_leaf() {
+        let d = Directory::default();
+        let base = 0x2000_0000_0000 + 3 * MIB;
+        d.remove(base, 64 * GIB);
+        assert_eq!((d.leaves(), d.visited()), (0, 0));
+        d.insert(base, 2 * MIB, 4);
+        assert_eq!(d.leaves(), 1);
+        d.remove(base, 64 * GIB);
+        assert_eq!(d.leaves(), 1, "leaves made for granules nothing was inserted in");
+        assert_eq!(d.visited(), LEAF_LEN - (base >> GRANULE_SHIFT) % LEAF_LEN, "only the existing leaf is walked");
+        assert_eq!(d.owner(base), None);
+        // Nothing at all: no granule to look at.
+        d.remove(base + MIB, 0);
+        assert_eq!(d.owner(base + MIB), None);
+    }
+
+    /// A 64 GiB range over three leaves, starting and ending inside granules
+    /// its neighbours share, inserted in pieces (its first page, some in its
+    /// second leaf, its last page), then removed whole: nothing in it has an
+    /// owner any more, its neighbours keep theirs, and the one leaf nothing
+    /// was inserted in was never made.
+    #[test]
+    fn removing_a_partly_inserted_range_clears_it_and_keeps_its_neighbours() {
+        let leaf_span = GRANULE << LEAF_BITS;
+        let base = 0x2000_0000_0000 + leaf_span - 3 * MIB + 4096;
+        let end = base + 64 * GIB;
+        let (below, range, above, piece) = (1, 2, 3, 9);
+        let d = Directory::default();
+        d.insert(base - 4 * MIB, 4 * MIB, below);
+        d.insert(end, 4 * MIB, above);
+        let pieces = [(base, 2 * MIB), (base + 40 * GIB + 512, 6 * MIB), (end - 2 * MIB, 2 * MIB)];
+        for (i, &(at, len)) in pieces.iter().enumerate() {
+            d.insert(at, len, if i == 1 { piece } else { range });
+        }
+        assert_eq!(d.owner(base + 40 * GIB + 512), Some(piece));
+        assert_eq!(d.owner(end - 1), Some(range));
+        let leaves = d.leaves();
+        // The range's first and third leaves, and the one its upper
+        // neighbour reaches into; its second leaf holds nothing.
+        assert_eq!(leaves, 3);
+        d.remove(base, end - base);
+        assert_eq!(d.leaves(), leaves, "a leaf made to clear it");
+        let mut probes = vec![base, base + MIB, base + 2 * MIB - 1, base + 2 * MIB, end - 2 * MIB, end - 1];
+        probes.extend(pieces.iter().flat_map(|&(at, len)| [at, at + len / 2, at + len - 1]));
+        probes.extend((0..64).map(|i| base + i * GIB + 7 * MIB));
+        for a in probes {
+            assert_eq!(d.owner(a), None, "{a:#x} in the removed range");
+        }
+        for a in [base - 4 * MIB, base - 2 * MIB, base - 1] {
+            assert_eq!(d.owner(a), Some(below), "{a:#x} below the range");
+        }
+        for a in [end, end + 2 * MIB, end + 4 * MIB - 1] {
+            assert_eq!(d.owner(a), Some(above), "{a:#x} above the range");
+        }
+        assert_eq!((d.owner(base - 4 * MIB - 1), d.owner(end + 4 * MIB)), (None, None));
     }
 
     #[test]

@@ -16,8 +16,8 @@
 //! block the top when there is none, `remove` of the top just clears it, and
 //! `find` weighs the top against the lists' best fit by size (the smaller
 //! fitting block wins; of two of one size the one filed later, as the newer
-//! block at a list's head wins there: each insertion is counted, `Block::filed`
-//! and the top's count say which), which is the order the lists follow:
+//! block at a list's head wins there: each insertion is counted in `Block::filed`,
+//! the top's too), which is the order the lists follow:
 //! classes grow with size. So the warm pair that splits a block
 //! and coalesces it back touches no list, no bitmap and no `class_of` when
 //! its block is the top: the split's remainder becomes the top again (the
@@ -49,9 +49,10 @@ const _: () = assert!(CLASS_COUNT <= u16::MAX as usize);
 pub struct FreeIndex {
     /// The free block on no list (Note [the top block]), or NIL.
     top: BlockId,
-    /// Insertions so far (wrapping), and their count when the top came.
-    filed: u32,
-    top_filed: u32,
+    /// Insertions so far (the top's `Block::filed` is their count when it
+    /// came). 64 bits never wrap (a billion frees a second for 584 years),
+    /// so the later of two filings is the larger count.
+    filed: u64,
     heads: Box<[BlockId; CLASS_COUNT]>,
     bitmap: [u64; WORDS],
     /// Bit w set when `bitmap[w]` is non-zero.
@@ -65,7 +66,6 @@ impl Default for FreeIndex {
         FreeIndex {
             top: NIL,
             filed: 0,
-            top_filed: 0,
             heads: Box::new([NIL; CLASS_COUNT]),
             bitmap: [0; WORDS],
             summary: 0,
@@ -81,13 +81,13 @@ impl FreeIndex {
         let size = arena.get(id).size;
         self.count += 1;
         self.bytes += size;
-        self.filed = self.filed.wrapping_add(1);
+        self.filed += 1;
         if self.top == NIL {
             let b = arena.get_mut(id);
             b.free_prev = NIL;
             b.free_next = NIL;
+            b.filed = self.filed;
             self.top = id;
-            self.top_filed = self.filed;
             return;
         }
         let class = class_of(size);
@@ -215,7 +215,7 @@ impl FreeIndex {
             let t = arena.get(self.top).size;
             if t >= size && accept(t) {
                 return match listed.map(|id| arena.get(id)) {
-                    Some(b) if b.size < t || (b.size == t && self.filed_after_top(b.filed)) => listed,
+                    Some(b) if b.size < t || (b.size == t && self.filed_after_top(arena, b.filed)) => listed,
                     _ => Some(self.top),
                 };
             }
@@ -223,12 +223,24 @@ impl FreeIndex {
         listed
     }
 
-    /// Whether a list block filed at `filed` came after the top (the
-    /// counts wrap: a block that stays filed while 2^31 others are may
-    /// lose or win a tie it should not; either block serves).
+    /// Whether a list block filed at `filed` came after the top.
     #[inline]
-    fn filed_after_top(&self, filed: u32) -> bool {
-        (filed.wrapping_sub(self.top_filed) as i32) > 0
+    fn filed_after_top(&self, arena: &BlockArena, filed: u64) -> bool {
+        filed > arena.get(self.top).filed
+    }
+
+    /// An empty index whose insertions are counted from `filed` on (tests:
+    /// a long-running process's count).
+    #[cfg(test)]
+    fn counting_from(filed: u64) -> Self {
+        FreeIndex { filed, ..Default::default() }
+    }
+
+    /// Counts `n` insertions that came and went (tests: a long-running
+    /// process files billions of frees while a block stays put).
+    #[cfg(test)]
+    fn skip_filings(&mut self, n: u64) {
+        self.filed += n;
     }
 
     /// The lists' best fit (the top aside), from `class`, a non-empty
@@ -341,7 +353,7 @@ impl Iterator for Walk<'_> {
         loop {
             if self.top_pending
                 && self.class == self.top_class
-                && (self.cur == NIL || !self.index.filed_after_top(self.arena.get(self.cur).filed))
+                && (self.cur == NIL || !self.index.filed_after_top(self.arena, self.arena.get(self.cur).filed))
             {
                 self.top_pending = false;
                 return Some(self.index.top);
@@ -501,6 +513,34 @@ mod tests {
         // The shortcut with listed blocks present was taken, not only the
         // empty-lists case.
         assert!(shortcuts > 0);
+    }
+
+    /// Ties between the top and a list block go to the one filed later
+    /// however many insertions lie between them: from a count just below
+    /// 2^32 (where a 32-bit count wrapped), a list block filed, then 2^31
+    /// insertions, then a top of its size: the top is newer, so it wins the
+    /// tie and walks first; filed the other way round, the list block wins.
+    #[test]
+    fn ties_follow_filing_order_across_billions_of_insertions() {
+        for start in [u32::MAX as u64 - 1, 0, 1 << 40] {
+            let mut arena = BlockArena::default();
+            let mut index = FreeIndex::counting_from(start);
+            let [a, b, c] = [0, 1, 2].map(|i| arena.insert(block(64 << 10, i << 32)));
+            // `a` is the top, `b` listed; `a` leaves so `c` can be the top.
+            index.insert(&mut arena, a);
+            index.insert(&mut arena, b);
+            index.remove(&mut arena, a);
+            index.skip_filings(1 << 31);
+            index.insert(&mut arena, c);
+            assert_eq!(index.top, c);
+            assert_eq!(index.find(&arena, 60 << 10, |_| true), Some(c), "from {start}: the newer top wins");
+            assert_eq!(index.iter(&arena).collect::<Vec<_>>(), vec![c, b], "from {start}");
+            // Now a list block newer than the top by 2^31 + 1 insertions.
+            index.skip_filings((1 << 31) + 1);
+            index.insert(&mut arena, a);
+            assert_eq!(index.find(&arena, 60 << 10, |_| true), Some(a), "from {start}: the newer list block wins");
+            assert_eq!(index.iter(&arena).collect::<Vec<_>>(), vec![a, c, b], "from {start}");
+        }
     }
 
     #[test]

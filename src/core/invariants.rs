@@ -5,7 +5,8 @@
 //!   back links;
 //! - no two neighbours are both free;
 //! - every free block is on the shard's index, and the index holds nothing
-//!   else (counts agree);
+//!   else (its block and byte counts agree with the segments' and with a
+//!   walk of the index);
 //! - the registry maps exactly the allocated and held blocks, by start
 //!   address; the reuse lists hold exactly the held blocks;
 //! - pending blocks are exactly those waiting in the stream order;
@@ -26,7 +27,7 @@ impl<B: Backing> Pool<B> {
 
     pub fn check_invariants(&self) -> Result<(), String> {
         let (mut allocated, mut requested, mut active) = (0u64, 0u64, 0u64);
-        let mut free_count = 0usize;
+        let (mut free_count, mut free_bytes) = (0usize, 0usize);
         let mut pending = 0usize;
         let (mut held, mut held_bytes) = (0usize, 0usize);
         for seg_id in self.segments.ids() {
@@ -54,6 +55,7 @@ impl<B: Backing> Pool<B> {
                 match b.state {
                     BlockState::Free => {
                         free_count += 1;
+                        free_bytes += b.size;
                         if !self.index.contains(&self.blocks, id) {
                             return Err(format!("free block {:#x} is missing from its index", b.addr));
                         }
@@ -91,11 +93,18 @@ impl<B: Backing> Pool<B> {
                 return Err(format!("segment {:#x}: blocks end at {expect:#x}, not at its end", seg.base));
             }
         }
-        let walked = self.index.iter(&self.blocks).count();
+        let (walked, walked_bytes) =
+            self.index.iter(&self.blocks).fold((0, 0), |(n, bytes), id| (n + 1, bytes + self.blocks.get(id).size));
         if self.index.count != free_count || walked != free_count {
             return Err(format!(
                 "free index holds {} ({walked} walked) blocks, segments have {free_count}",
                 self.index.count
+            ));
+        }
+        if self.index.bytes != free_bytes || walked_bytes != free_bytes {
+            return Err(format!(
+                "free index counts {} bytes ({walked_bytes} walked), segments have {free_bytes} free",
+                self.index.bytes
             ));
         }
         if self.registry.len() as u64 != active + held as u64 {

@@ -175,13 +175,19 @@ impl<B: Backing> Device<B> {
         }
     }
 
-    /// Frees each (handle, bytes) of `handles`.
+    /// Frees each (handle, bytes) of `handles` (unmapped: a wake's
+    /// leftovers). One the runtime refuses to free is still held: the
+    /// backing keeps it with its cached handles (counted reserved, within
+    /// the limit), and the next `free_cached` (empty_cache, the OOM ladder,
+    /// a wake short of memory, teardown) tries again.
     pub(super) fn free_sized(&self, handles: impl IntoIterator<Item = (PhysicalHandle, usize)>) {
         let sh = &self.sh;
         for (h, bytes) in handles {
             if sh.rt.on_device(sh.device, || sh.rt.free_physical(h)).is_ok() {
                 sh.limit.refund(bytes);
                 sh.counters.physical_freed(bytes);
+            } else {
+                B::keep_unfreed(sh, h, bytes);
             }
         }
     }

@@ -9,7 +9,9 @@
 //! buffer go. If anything fails on the way, every run mapped so far is
 //! unmapped again, every handle taken is freed, and every sleeping block
 //! stays asleep with its host copy: the wake changed nothing, and a later
-//! one may succeed. Should an unmap of that undo fail too, the page stays
+//! one may succeed. A handle the runtime refuses to free is kept with the
+//! cached handles, still counted reserved, for `empty_cache`, the OOM
+//! ladder or teardown to free (`free_sized`). Should an unmap of that undo fail too, the page stays
 //! mapped under its sleeping block with its handle, which the range keeps
 //! (still held and counted reserved); the error says so, and the next wake
 //! of that run, or teardown, unmaps and frees it first.

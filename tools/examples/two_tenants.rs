@@ -85,7 +85,7 @@ fn alone(emu: &Emulator, p: &Prepared, config: &str) -> Result<u64, String> {
         DeviceAllocator::with_runtime(Config::parse(config).map_err(err)?, 0, emu.runtime().clone()).map_err(err)?;
     let streams = emu.create_streams(p.streams).map_err(err)?;
     let mut addrs = vec![0; p.slots];
-    replay_steps(&a, &p.steps, &streams, &mut addrs)?;
+    replay_steps(&a, &p.steps, &streams, &mut addrs).map_err(|e| format!("{} alone on 64 GiB: {e}", p.name))?;
     let peak = a.stats().map_err(err)?.reserved_bytes_peak;
     a.teardown().map_err(err)?;
     Ok(peak)
@@ -106,7 +106,8 @@ fn together(emu: &Emulator, a: &Prepared, b: &Prepared, capacity: u64, config: &
         for t in 0..2 {
             let n = traces[t].steps.len();
             let part = &traces[t].steps[cut(n, k - 1)..cut(n, k)];
-            ooms[t] += replay_steps(&alloc[t], part, &streams[t], &mut addrs[t])?;
+            ooms[t] += replay_steps(&alloc[t], part, &streams[t], &mut addrs[t])
+                .map_err(|e| format!("tenant {t} ({}) failed in part {k} of {PARTS}: {e}", traces[t].name))?;
         }
     }
     let mut out = Vec::new();

@@ -108,6 +108,12 @@ impl Backing for FixedSegments {
         Ok(0)
     }
 
+    /// Fixed segments have no physical handles: a wake needs none
+    /// (`wake_needs` lists nothing), so there is never one to keep.
+    fn keep_unfreed(_: &Shared<Self>, _: crate::runtime::PhysicalHandle, _: usize) {
+        debug_assert!(false, "fixed segments were given a physical handle to keep");
+    }
+
     fn cached_bytes(&self) -> usize {
         0
     }

@@ -119,6 +119,11 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// handles). Returns bytes freed.
     fn free_cached(sh: &Shared<Self>) -> Result<usize>;
 
+    /// Keeps an unmapped physical handle of `bytes` that the runtime
+    /// refused to free (a wake's leftover, `Device::free_sized`): still held
+    /// and counted reserved, freed by a later `free_cached`.
+    fn keep_unfreed(sh: &Shared<Self>, handle: crate::runtime::PhysicalHandle, bytes: usize);
+
     /// Bytes held outside any segment (cached handles).
     fn cached_bytes(&self) -> usize;
 

@@ -140,6 +140,15 @@ impl VmmRange {
         self.pages.len()
     }
 
+    /// Bytes from the range's start that the directory may have entries
+    /// for: mapping registers each piece (`mapping`), and `pages` grows to
+    /// cover it and never shrinks; the rest of the range was never
+    /// registered, and its release has nothing there to remove.
+    #[inline]
+    pub fn registered_len(&self) -> usize {
+        self.top() * self.page_size
+    }
+
     /// Whether page `i` lies on a run `sleep` took off the device: it is
     /// unmapped but owned by the run's blocks, and nobody maps it until
     /// wake brings the run back (Note [sleep]).
@@ -371,6 +380,12 @@ impl Backing for ExpandableRanges {
         first_error.map_or(Ok(freed), Err)
     }
 
+    /// With the cached handles: `free_cached` tries it again, and a mapping
+    /// may take it first.
+    fn keep_unfreed(sh: &Shared<Self>, handle: PhysicalHandle, bytes: usize) {
+        sh.backing.cache_handle(bytes, handle);
+    }
+
     fn cached_bytes(&self) -> usize {
         self.handles().iter().map(|(size, hs)| size * hs.len()).sum()
     }
@@ -394,7 +409,8 @@ impl Backing for ExpandableRanges {
             if let Err(e) = pool.destroy_range(seg) {
                 first_error.get_or_insert(e);
             }
-            pool.sh.directory.remove(pool.segments.get(seg).base, pool.segments.get(seg).size);
+            let s = pool.segments.get(seg);
+            pool.sh.directory.remove(s.base, s.extent.registered_len().min(s.size));
             pool.sh.counters.range_removed();
         }
         first_error.map_or(Ok(()), Err)

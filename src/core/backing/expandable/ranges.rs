@@ -141,7 +141,7 @@ impl RangePool {
             let first = self.segments.get(seg).first;
             self.index.remove(&mut self.blocks, first);
             let s = self.remove_segment(seg);
-            self.sh.directory.remove(s.base, s.size);
+            self.sh.directory.remove(s.base, s.extent.registered_len().min(s.size));
             out.push(Detached {
                 segment: seg,
                 block: NIL,
