@@ -31,9 +31,13 @@ Placement variants (--place):
           hold the fewest free pages (the fullest handles first: frees
           gather in the emptier handles), best fit breaking ties
 
---exact MIB: a fresh handle made for a large-pool request of at least MIB
-maps only the run that request lacks (no mapping ahead), so the block and its
-handle are freed together.
+--exact MIB ("own handles"): a fresh handle made for a large-pool request of
+at least MIB maps only the run that request lacks (no mapping ahead; still at
+most a fresh handle's 48 MiB, or with --whole one handle per run), so the
+block and its handles are freed together. --pick: the wholly free handle a
+move takes, the largest that fits in the free room from the run's start
+(largest) or the smallest covering the run (fit). --big MIB: requests of at
+least MIB get a range of their own per stream, with own handles.
 
 Calls, as in BENCHMARKS.md "Page moves against the call budget": each fresh
 handle 2 (physical allocation and map), each move 1 (nosync) or 2 (sync) and
@@ -41,13 +45,16 @@ handle 2 (physical allocation and map), each move 1 (nosync) or 2 (sync) and
 nosync moves leave mapped cost one unmap each when they are finally
 released, listed apart ("deferred").
 
-    scripts/handle-moves.py TRACE.gz... [--place best|keep|pack] [--moves nosync|sync] [--exact MIB]
-    scripts/handle-moves.py --table TRACE.gz...
+    scripts/handle-moves.py TRACE.gz... [--place best|keep|choose|pack] [--moves nosync|sync]
+        [--exact MIB [--whole]] [--pick largest|fit] [--big MIB]
+    scripts/handle-moves.py --table [--rows A:B] TRACE.gz...   # BENCHMARKS.md's table
+    scripts/handle-moves.py --self-test                       # one move, checked by hand
 """
 import argparse
 import bisect
 import importlib.util
 import os
+import sys
 
 _spec = importlib.util.spec_from_file_location(
     "handle_footprint", os.path.join(os.path.dirname(os.path.abspath(__file__)), "handle-footprint.py"))
@@ -73,7 +80,6 @@ class Moves(hf.Model):
         self.exact = exact * MIB if exact is not None else None
         self.whole, self.uncapped = whole, False
         self.syncs = self.deferred = 0
-        self.size = 0
 
     def range_key(self, small, size, stream):
         if self.big is not None and size >= self.big:
@@ -200,9 +206,10 @@ class Moves(hf.Model):
         return n
 
     def cover(self, r, addr, size, room_end):
-        if not self.kind or r.small:
-            return super().cover(r, addr, size, room_end)
         first, end = addr // PAGE, (addr + size - 1) // PAGE + 1
+        if not self.kind or r.small:
+            self.cover_fresh(r, addr, size, first, end)
+            return
         p, synced = first, False
         while p < end:
             if p in r.page:
@@ -260,24 +267,8 @@ class Moves(hf.Model):
         return 2 * (self.fresh) + per_move * self.moved + 2.5 * self.syncs + len(self.ranges)
 
 
-def exact_cover(model):
-    """--exact without moves: fresh handles of large requests map only their run."""
-    orig = hf.Model.cover
-
-    def cover(r, addr, size, room_end):
-        if model.exact is not None and not r.small and model.pending >= model.exact:
-            ahead, model.ahead, model.uncapped = model.ahead, False, model.whole
-            orig(model, r, addr, size, room_end)
-            model.ahead, model.uncapped = ahead, False
-        else:
-            orig(model, r, addr, size, room_end)
-    return cover
-
-
 def measure(ev, **kw):
     m = Moves(**kw)
-    if not m.kind and m.exact is not None:
-        m.cover = exact_cover(m)
     return m, m.run(ev)
 
 
@@ -309,7 +300,35 @@ def cell(name, m, ratio):
     return f"{ratio:.3f} ({m.fresh}/{m.maps}/{m.moved}) {m.calls():g}{deferred} / {budget or '?'}"
 
 
+def self_test():
+    """A freed 30 MiB block's own handle moves to where a 58 MiB request grows."""
+    evs = [(True, "a", 30 * MIB, "s"), (True, "b", 4 * MIB, "s"), (False, "a", 0, None),
+           (True, "c", 58 * MIB, "s")]
+    plain, own = Moves(), Moves(exact=16)
+    plain.run(evs), own.run(evs)
+    assert plain.moved == own.moved == 0
+    nosync, sync = Moves(exact=16, moves="nosync"), Moves(exact=16, moves="sync")
+    nosync.run(evs), sync.run(evs)
+    # The 15-page handle moves (1 call) instead of a fresh one (2 calls).
+    assert nosync.moved == 1 and nosync.deferred == 1 and nosync.syncs == 0, vars(nosync)
+    assert own.peak_phys - nosync.peak_phys == 15 * PAGE, (own.peak_phys, nosync.peak_phys)
+    assert (nosync.fresh, own.fresh) == (2, 3) and nosync.calls() == own.calls() - 1
+    # Its old address: out of use (taken) without a sync, free again with one.
+    r = nosync.ranges[(False, "s")]
+    assert r.block_at(0) is None and 0 not in r.page
+    assert sync.moved == 1 and sync.syncs == 1 and sync.deferred == 0, vars(sync)
+    r = sync.ranges[(False, "s")]
+    assert r.free[0] == (0, 30 * MIB) and 0 not in r.page
+    # The default handles (mapped ahead, shared) never move.
+    best = Moves(moves="nosync")
+    best.run(evs)
+    assert best.moved == 0
+    print("self-test passed")
+
+
 def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
     ap = argparse.ArgumentParser()
     ap.add_argument("trace", nargs="+")
     ap.add_argument("--place", default="best", choices=["best", "keep", "pack", "choose"])
