@@ -79,7 +79,7 @@ class Moves(hf.Model):
         self.rule, self.kind = place, moves
         self.exact = exact * MIB if exact is not None else None
         self.whole, self.uncapped = whole, False
-        self.syncs = self.deferred = 0
+        self.syncs = self.deferred = self.stale = 0
 
     def range_key(self, small, size, stream):
         if self.big is not None and size >= self.big:
@@ -239,6 +239,7 @@ class Moves(hf.Model):
             if self.kind == "nosync":
                 r.take(head * PAGE, units * PAGE)
                 self.deferred += 1
+                self.stale += units * PAGE
             elif not synced:
                 self.syncs += 1
                 synced = True
@@ -355,7 +356,9 @@ def main():
     for name, ev in evs:
         m, ratio = measure(ev, place=args.place, moves=args.moves, exact=args.exact, whole=args.whole, big=args.big,
                            pick=args.pick)
-        print(f"{name}: {cell(name, m, ratio)}")
+        top = max(max(r.page, default=0) for r in m.ranges.values()) * PAGE
+        print(f"{name}: {cell(name, m, ratio)}; old addresses left mapped {m.stale / MIB:.0f} MiB, "
+              f"highest mapped page at {top / MIB:.0f} MiB")
 
 
 if __name__ == "__main__":
