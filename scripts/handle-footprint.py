@@ -29,6 +29,10 @@ Variants:
                     driver counts mappings per handle), instead of a fresh
                     handle; counted as a map, no physical allocation
 
+scripts/handle-moves.py builds on this model: handle-aware placement, handles
+of their own for large blocks, and moves of wholly free handles, against each
+trace's call budget.
+
     scripts/handle-footprint.py TRACE.gz... [--no-ahead] [--bound-ahead A] [--pace K] [--moves]
     scripts/handle-footprint.py --table TRACE.gz...
     scripts/handle-footprint.py --check REPLAY [--ahead-while N] TRACE.gz...   # the rule against npualloc-replay
@@ -216,20 +220,25 @@ class Model:
         r.take(addr, size)
         return addr
 
+    def range_key(self, small, size, stream):
+        """The range a request goes to: one per pool and stream."""
+        return (small, stream)
+
     def run(self, evs):
         live, cur, peak = {}, 0, 0
         for is_alloc, ident, n, stream in evs:
             if is_alloc:
                 size = pf.rounded(n)
                 small = size <= MIB
-                r = self.ranges.get((small, stream))
+                key = self.range_key(small, size, stream)
+                r = self.ranges.get(key)
                 if r is None:
-                    r = self.ranges[(small, stream)] = Range(small)
+                    r = self.ranges[key] = Range(small)
                     r.stream = stream
                 self.requests += 1
                 r.requests += 1
                 self.pending = size
-                live[ident] = ((small, stream), self.place(r, size), size, n)
+                live[ident] = (key, self.place(r, size), size, n)
                 self.pending = 0
                 self.allocated += size
                 self.allocated_peak = max(self.allocated_peak, self.allocated)

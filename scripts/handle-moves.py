@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""Handle-aware placement and moves of whole handles, on top of the model of
+scripts/handle-footprint.py (the default growth rule, exact against the
+replay), against each trace's call budget.
+
+A handle (one aclrtMallocPhysical) is mapped whole, so it can move only when
+every one of its pages lies in free blocks of its range ("wholly free"). A
+move replaces a fresh handle where a placement lacks pages. Kinds:
+
+  nosync  the wholly free handle is mapped a second time where the request
+          needs it (1 call); its old address stays mapped, out of use (a
+          block nobody frees), until the allocator synchronizes anyway; the
+          request's own stream is the range's stream, so stream order covers
+          the work still queued on the old address
+  sync    the range's stream is synchronized (2.5 calls, once per request
+          that moves), the handle unmapped (1) and mapped at the new
+          address (1); its old address becomes free, unmapped, again
+
+Placement variants (--place):
+
+  best    the core's best fit (handle-footprint.py)
+  keep    best fit, but a placement that would touch a wholly free handle is
+          taken only when no other placement needs no growth: among free
+          blocks, best fit over placements touching no wholly free handle
+          (fully mapped, at the block's start, else the first mapped run
+          that fits), then the default's steps
+  choose  best fit; where that would grow, the fitting free block that
+          needs the fewest fresh pages once wholly free handles are moved
+          in (best fit among equals)
+  pack    keep, and among fully mapped placements the one whose handles
+          hold the fewest free pages (the fullest handles first: frees
+          gather in the emptier handles), best fit breaking ties
+
+--exact MIB ("own handles"): a fresh handle made for a large-pool request of
+at least MIB maps only the run that request lacks (no mapping ahead; still at
+most a fresh handle's 48 MiB, or with --whole one handle per run), so the
+block and its handles are freed together. --pick: the wholly free handle a
+move takes, the largest that fits in the free room from the run's start
+(largest) or the smallest covering the run (fit). --big MIB: requests of at
+least MIB get a range of their own per stream, with own handles.
+
+Calls, as in BENCHMARKS.md "Page moves against the call budget": each fresh
+handle 2 (physical allocation and map), each move 1 (nosync) or 2 (sync) and
+2.5 per synchronization, one reservation per range; the old addresses the
+nosync moves leave mapped cost one unmap each when they are finally
+released, listed apart ("deferred").
+
+    scripts/handle-moves.py TRACE.gz... [--place best|keep|choose|pack] [--moves nosync|sync]
+        [--exact MIB [--whole]] [--pick largest|fit] [--big MIB]
+    scripts/handle-moves.py --table [--rows A:B] TRACE.gz...   # BENCHMARKS.md's table
+    scripts/handle-moves.py --self-test                       # one move, checked by hand
+"""
+import argparse
+import bisect
+import importlib.util
+import os
+import sys
+
+_spec = importlib.util.spec_from_file_location(
+    "handle_footprint", os.path.join(os.path.dirname(os.path.abspath(__file__)), "handle-footprint.py"))
+hf = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(hf)
+pf = hf.pf
+
+MIB, PAGE = hf.MIB, hf.PAGE
+FAR = 1 << 40  # the free block at a range's top is unbounded
+
+# Calls each trace can spend under equal costs (BENCHMARKS.md, "Page moves
+# against the call budget").
+BUDGET = {"bert-encode-varbatch": 166, "gpt2-generate": 2615, "gpt2-train": 166,
+          "resnet-like-infer": 26, "serve-bert-gpt2": 3405}
+
+
+class Moves(hf.Model):
+    def __init__(self, place="best", moves=None, exact=None, whole=False, big=None, pick="largest"):
+        super().__init__()
+        self.pick = pick
+        self.big = big * MIB if big is not None else None
+        self.rule, self.kind = place, moves
+        self.exact = exact * MIB if exact is not None else None
+        self.whole, self.uncapped = whole, False
+        self.syncs = self.deferred = self.stale = 0
+
+    def range_key(self, small, size, stream):
+        if self.big is not None and size >= self.big:
+            return ("big", stream)
+        return (small, stream)
+
+    def fresh_pages(self, small):
+        if self.uncapped and not small:
+            return 1 << 30
+        return super().fresh_pages(small)
+
+    # -- wholly free handles -------------------------------------------
+
+    def whole_free(self, r):
+        """Handles of `r` lying inside one free block: {id: (head, units)}."""
+        out = {}
+        for hid, (head, units) in r.handles.items():
+            i = r.block_at(head * PAGE)
+            if i is not None and r.free[i][0] + r.free[i][1] >= (head + units) * PAGE:
+                out[hid] = (head, units)
+        return out
+
+    def touches(self, spans, addr, size):
+        first, end = addr // PAGE, (addr + size - 1) // PAGE + 1
+        return any(head < end and first < head + units for head, units in spans)
+
+    def mapped(self, r, addr, size):
+        return all(q in r.page for q in range(addr // PAGE, (addr + size - 1) // PAGE + 1))
+
+    # -- placement -----------------------------------------------------
+
+    def place(self, r, size):
+        if self.rule == "choose" and self.kind and not r.small:
+            return self.place_choosing(r, size)
+        if self.rule in ("best", "choose"):
+            return super().place(r, size)
+        spans = list(self.whole_free(r).values())
+        fits = [(a, sz) for a, sz in r.free if sz >= size]
+        keep = [(a, sz) for a, sz in fits if self.mapped(r, a, size) and not self.touches(spans, a, size)]
+        if keep:
+            if self.rule == "pack":
+                a, _ = min(keep, key=lambda b: (self.free_in_handles(r, b[0], size), b[1], b[0]))
+            else:
+                a, _ = min(keep, key=lambda b: (b[1], b[0]))
+            r.take(a, size)
+            return a
+        at = self.mapped_run_fit_avoiding(r, size, spans)
+        if at is not None:
+            r.take(at, size)
+            return at
+        return super().place(r, size)
+
+    def place_choosing(self, r, size):
+        """Best fit; where it would grow, the fitting free block needing the
+        fewest fresh pages once wholly free handles are moved in."""
+        i = min(range(len(r.free)), key=lambda j: (r.free[j][1] < size, r.free[j][1], j))
+        addr = r.free[i][0]
+        if not self.mapped(r, addr, size):
+            at = r.mapped_run_fit(size)
+            if at is not None:
+                addr = at
+            else:
+                spans = list(self.whole_free(r).values())
+                addr = min(((self.fresh_needed(r, a, sz, size, spans), sz, a) for a, sz in r.free if sz >= size))[2]
+                i = r.block_at(addr)
+                self.cover(r, addr, size, (r.free[i][0] + r.free[i][1]) // PAGE)
+        r.take(addr, size)
+        return addr
+
+    def fresh_needed(self, r, a, sz, size, spans):
+        units = sorted(u for head, u in spans if not self.touches([(head, u)], a, size))
+        first, end, stop = a // PAGE, (a + size - 1) // PAGE + 1, min((a + sz) // PAGE, a // PAGE + FAR // PAGE)
+        p, fresh = first, 0
+        while p < end:
+            if p in r.page:
+                p += 1
+                continue
+            avail = 0
+            while p + avail < stop and p + avail not in r.page and avail < 1 << 20:
+                avail += 1
+            j = bisect.bisect(units, avail) - 1
+            if j < 0:
+                fresh += sum(1 for q in range(p, end) if q not in r.page)
+                break
+            p += units.pop(j)
+        return fresh
+
+    def free_in_handles(self, r, addr, size):
+        """Free pages of the handles a placement at `addr` would use."""
+        ids = {r.page[q] for q in range(addr // PAGE, (addr + size - 1) // PAGE + 1)}
+        free = 0
+        for hid in ids:
+            head, units = r.handles[hid]
+            free += sum(1 for q in range(head, head + units) if self.page_free(r, q))
+        return free
+
+    def page_free(self, r, q):
+        i = r.block_at(q * PAGE)
+        return i is not None and r.free[i][0] + r.free[i][1] >= (q + 1) * PAGE
+
+    def mapped_run_fit_avoiding(self, r, size, spans):
+        for a, sz in sorted(r.free, key=lambda b: (b[1], b[0])):
+            if sz < size:
+                continue
+            lo, hi = a, min(a + sz, (r.top() + 1) * PAGE)
+            start = lo
+            while start + size <= hi:
+                if self.mapped(r, start, size) and not self.touches(spans, start, size):
+                    return start
+                # Past the first page that is unmapped or in a wholly free handle.
+                q = start // PAGE + 1
+                start = max(q * PAGE, lo)
+        return None
+
+    # -- moves ---------------------------------------------------------
+
+    def room(self, r, p, lo, hi):
+        """Unmapped free pages from page p on, in the free block holding [lo, hi)."""
+        i = r.block_at(lo)
+        end = min((r.free[i][0] + r.free[i][1]) // PAGE, p + FAR // PAGE)
+        n = 0
+        while p + n < end and p + n not in r.page:
+            n += 1
+        return n
+
+    def cover(self, r, addr, size, room_end):
+        first, end = addr // PAGE, (addr + size - 1) // PAGE + 1
+        if not self.kind or r.small:
+            self.cover_fresh(r, addr, size, first, end)
+            return
+        p, synced = first, False
+        while p < end:
+            if p in r.page:
+                p += 1
+                continue
+            run = 1
+            while p + run < end and p + run not in r.page:
+                run += 1
+            avail = self.room(r, p, addr, addr + size)
+            free = {h: s for h, s in self.whole_free(r).items()
+                    if s[1] <= avail and not self.touches([s], addr, size)}
+            if not free:
+                # The rest of the request as the default would cover it.
+                self.cover_fresh(r, addr, size, p, end)
+                return
+            # The largest wholly free handle that fits (its pages past the
+            # run are physical already: mapping them ahead costs nothing);
+            # with pick "fit", the smallest one covering the run, if any.
+            covering = [h for h in free if free[h][1] >= run]
+            if self.pick == "fit" and covering:
+                hid = min(covering, key=lambda h: (free[h][1], free[h][0]))
+            else:
+                hid = max(free, key=lambda h: (free[h][1], -free[h][0]))
+            head, units = r.handles.pop(hid)
+            for q in range(head, head + units):
+                del r.page[q]
+            if self.kind == "nosync":
+                r.take(head * PAGE, units * PAGE)
+                self.deferred += 1
+                self.stale += units * PAGE
+            elif not synced:
+                self.syncs += 1
+                synced = True
+            self.moved += 1
+            self.maps += 1
+            self.next_id += 1
+            r.handles[self.next_id] = (p, units)
+            for q in range(p, p + units):
+                r.page[q] = self.next_id
+            p += units
+
+    def cover_fresh(self, r, addr, size, p, end):
+        i = r.block_at(addr)
+        room_end = (r.free[i][0] + r.free[i][1]) // PAGE
+        big = self.big is not None and size >= self.big
+        if (self.exact is not None and size >= self.exact) or big:
+            ahead, self.ahead = self.ahead, False
+            self.uncapped = self.whole or big
+            super().cover(r, p * PAGE, (end - p) * PAGE, room_end)
+            self.ahead, self.uncapped = ahead, False
+        else:
+            super().cover(r, p * PAGE, (end - p) * PAGE, room_end)
+
+    def calls(self):
+        per_move = {"nosync": 1, "sync": 2}.get(self.kind, 0)
+        return 2 * (self.fresh) + per_move * self.moved + 2.5 * self.syncs + len(self.ranges)
+
+
+def measure(ev, **kw):
+    m = Moves(**kw)
+    return m, m.run(ev)
+
+
+TABLE = [
+    ("best fit, no moves (the default)", {}),
+    ("best fit, no-sync moves", dict(moves="nosync")),
+    ("keep wholly free handles, no-sync moves", dict(place="keep", moves="nosync")),
+    ("fullest handles first, no-sync moves", dict(place="pack", moves="nosync")),
+    ("own handles >= 16 MiB, no moves", dict(exact=16)),
+    ("own handles >= 32 MiB, no-sync moves", dict(moves="nosync", exact=32)),
+    ("own handles >= 16 MiB, no-sync moves", dict(moves="nosync", exact=16)),
+    ("own handles >= 12 MiB, no-sync moves, smallest covering", dict(moves="nosync", exact=12, pick="fit")),
+    ("own handles >= 16 MiB, no-sync moves, smallest covering", dict(moves="nosync", exact=16, pick="fit")),
+    ("own handles >= 24 MiB, no-sync moves, smallest covering", dict(moves="nosync", exact=24, pick="fit")),
+    ("own handles >= 32 MiB, no-sync moves, smallest covering", dict(moves="nosync", exact=32, pick="fit")),
+    ("own handles >= 16 MiB uncapped, no-sync moves, smallest covering",
+     dict(moves="nosync", exact=16, whole=True, pick="fit")),
+    ("own handles >= 16 MiB, sync moves, smallest covering", dict(moves="sync", exact=16, pick="fit")),
+    ("own handles >= 16 MiB, sync moves, smallest covering, growing where moves fit",
+     dict(place="choose", moves="sync", exact=16, pick="fit")),
+    ("requests >= 32 MiB in ranges of their own, no-sync moves", dict(moves="nosync", big=32)),
+]
+
+
+def cell(name, m, ratio):
+    """peak x live (fresh handles / maps / moves) calls[+deferred unmaps] / budget"""
+    budget = BUDGET.get(name)
+    deferred = f"+{m.deferred}" if m.deferred else ""
+    return f"{ratio:.3f} ({m.fresh}/{m.maps}/{m.moved}) {m.calls():g}{deferred} / {budget or '?'}"
+
+
+def self_test():
+    """A freed 30 MiB block's own handle moves to where a 58 MiB request grows."""
+    evs = [(True, "a", 30 * MIB, "s"), (True, "b", 4 * MIB, "s"), (False, "a", 0, None),
+           (True, "c", 58 * MIB, "s")]
+    plain, own = Moves(), Moves(exact=16)
+    plain.run(evs), own.run(evs)
+    assert plain.moved == own.moved == 0
+    nosync, sync = Moves(exact=16, moves="nosync"), Moves(exact=16, moves="sync")
+    nosync.run(evs), sync.run(evs)
+    # The 15-page handle moves (1 call) instead of a fresh one (2 calls).
+    assert nosync.moved == 1 and nosync.deferred == 1 and nosync.syncs == 0, vars(nosync)
+    assert own.peak_phys - nosync.peak_phys == 15 * PAGE, (own.peak_phys, nosync.peak_phys)
+    assert (nosync.fresh, own.fresh) == (2, 3) and nosync.calls() == own.calls() - 1
+    # Its old address: out of use (taken) without a sync, free again with one.
+    r = nosync.ranges[(False, "s")]
+    assert r.block_at(0) is None and 0 not in r.page
+    assert sync.moved == 1 and sync.syncs == 1 and sync.deferred == 0, vars(sync)
+    r = sync.ranges[(False, "s")]
+    assert r.free[0] == (0, 30 * MIB) and 0 not in r.page
+    # The default handles (mapped ahead, shared) never move.
+    best = Moves(moves="nosync")
+    best.run(evs)
+    assert best.moved == 0
+    print("self-test passed")
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace", nargs="+")
+    ap.add_argument("--place", default="best", choices=["best", "keep", "pack", "choose"])
+    ap.add_argument("--moves", default=None, choices=["nosync", "sync"])
+    ap.add_argument("--exact", type=float, default=None)
+    ap.add_argument("--whole", action="store_true", help="with --exact: one handle per run, not capped at 48 MiB")
+    ap.add_argument("--big", type=float, default=None,
+                    help="MIB: requests this large get a range of their own, one handle per run")
+    ap.add_argument("--pick", default="largest", choices=["largest", "fit"],
+                    help="the wholly free handle a move takes: the largest that fits, or the smallest covering the run")
+    ap.add_argument("--table", action="store_true")
+    ap.add_argument("--rows", default=":", help="with --table: rows A:B only (as a Python slice)")
+    args = ap.parse_args()
+    evs = [(t.split("/")[-1].split(".")[0], pf.events(t)) for t in args.trace]
+    if args.table:
+        if args.rows.startswith((":", "0")):
+            print("| rule | " + " | ".join(n for n, _ in evs) + " |")
+            print("|---|" + "---:|" * len(evs))
+        lo, _, hi = args.rows.partition(":")
+        for label, kw in TABLE[int(lo or 0):int(hi) if hi else None]:
+            cells = [cell(name, *measure(ev, **kw)) for name, ev in evs]
+            print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
+        return
+    for name, ev in evs:
+        m, ratio = measure(ev, place=args.place, moves=args.moves, exact=args.exact, whole=args.whole, big=args.big,
+                           pick=args.pick)
+        top = max(max(r.page, default=0) for r in m.ranges.values()) * PAGE
+        print(f"{name}: {cell(name, m, ratio)}; old addresses left mapped {m.stale / MIB:.0f} MiB, "
+              f"highest mapped page at {top / MIB:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
