@@ -59,6 +59,7 @@
 pub(crate) mod budget;
 mod growth;
 mod headroom;
+mod joint;
 mod mapping;
 mod placement;
 mod ranges;
@@ -113,10 +114,12 @@ pub struct VmmRange {
     /// Pages mapped.
     pub mapped: usize,
     /// The address `aclrtReserveMemAddress` returned: the range may start
-    /// above it, at the page attr's alignment (`reserve_aligned`).
+    /// above it, at the page attr's alignment (`reserve_aligned`), or be
+    /// one part of a region its stream's two pools share (`joint`).
     pub reserved_at: usize,
     /// Bytes reserved there (alignment padding included), charged to the
-    /// process-wide budget.
+    /// process-wide budget; 0 for a part of a shared region (charged whole
+    /// in `joint`).
     pub reserved_len: usize,
     /// Runs of pages unmapped by `sleep`, to map again at `wake`.
     pub slept: Vec<sleep::SleptRun>,
@@ -207,6 +210,8 @@ pub(crate) struct ExpandableRanges {
     reserved_headroom: Option<f64>,
     /// The device's free memory as last reported, sizing fresh handles.
     free_memory: growth::FreeMemory,
+    /// Reservations shared by a stream's two pools (`joint`).
+    pub(crate) joints: joint::Joints,
 }
 
 impl ExpandableRanges {
@@ -218,6 +223,7 @@ impl ExpandableRanges {
             device_total,
             reserved_headroom: config.reserved_headroom,
             free_memory: growth::FreeMemory::default(),
+            joints: joint::Joints::default(),
         }
     }
 
@@ -582,11 +588,13 @@ impl RangePool {
         }
         let (reserved_at, reserved_len) = (self.range(seg).reserved_at, self.range(seg).reserved_len);
         let sh = &self.sh;
-        match sh.rt.on_device(sh.device, || sh.rt.release(reserved_at)) {
-            Ok(()) => budget::give(reserved_len),
-            Err(e) => {
-                first_error.get_or_insert(Error::runtime(e, "releasing a reserved address range"));
-            }
+        let base = self.segments.get(seg).base;
+        let released = match sh.backing.joints.release_part(sh, reserved_at, base, true) {
+            Some(done) => done,
+            None => sh.rt.on_device(sh.device, || sh.rt.release(reserved_at)).map(|()| budget::give(reserved_len)),
+        };
+        if let Err(e) = released {
+            first_error.get_or_insert(Error::runtime(e, "releasing a reserved address range"));
         }
         first_error.map_or(Ok(()), Err)
     }
