@@ -10,6 +10,7 @@
 //! failed growth in `growth_failure`, other streams' work in `streams`.
 
 mod growth_failure;
+mod joint;
 mod streams;
 
 use super::support::{
