@@ -34,7 +34,7 @@
 //! pages) or from the reservation's heap, which is a huge-page heap for any
 //! reservation of 2 MiB or more, and is checked per mapping, as is the
 //! alignment of each mapping's address and size (docs/runtime-behaviour.md,
-//! "Reservations").
+//! "Virtual memory", one reservation for handles of two page sizes).
 
 use super::{budget, ExpandableRanges, RangePool, SMALL_BUFFER};
 use crate::core::backing::GrowError;
@@ -81,7 +81,7 @@ impl Joints {
     /// too the region goes back to the runtime; a refused release leaves
     /// the part taken, its range to go back to its pool, unless `forget`
     /// (teardown: the range is gone either way, and so is the record).
-    pub(super) fn release_part(
+    fn release_part(
         &self,
         sh: &Shared<ExpandableRanges>,
         reserved_at: usize,
@@ -107,6 +107,22 @@ impl Joints {
                 Some(Err(e))
             }
         }
+    }
+}
+
+/// Gives back the reservation of the range at `base` (made at
+/// `reserved_at`, `reserved_len` bytes charged), or its part of a shared
+/// one (`Joints::release_part`).
+pub(super) fn release(
+    sh: &Shared<ExpandableRanges>,
+    reserved_at: usize,
+    reserved_len: usize,
+    base: usize,
+    forget: bool,
+) -> Result<(), AclCallError> {
+    match sh.backing.joints.release_part(sh, reserved_at, base, forget) {
+        Some(done) => done,
+        None => sh.rt.on_device(sh.device, || sh.rt.release(reserved_at)).map(|()| budget::give(reserved_len)),
     }
 }
 

@@ -3,6 +3,9 @@
 //! In expandable mode each shard (stream and pool kind) owns reserved
 //! virtual ranges (`aclrtReserveMemAddress`), one to start with and another
 //! whenever no free block of the ranges it has fits a request (`ranges`).
+//! A stream's first two ranges, one per pool, are the two parts of one
+//! reservation while address space is plentiful (Note [one reservation per
+//! stream] in `joint`).
 //! A range's blocks tile it, mapped or not; it starts as one free block.
 //! Physical memory is mapped only under blocks that are handed out, so free
 //! neighbours always coalesce and a range grows and shrinks instead of
@@ -47,7 +50,8 @@
 //! - Reserved bytes count physical memory held (mapped or cached). Only
 //!   `empty_cache`, the OOM ladder, `forget_stream` and teardown give
 //!   handles back; the first three also release ranges with nothing mapped
-//!   and nothing allocated.
+//!   and nothing allocated (a part of a shared reservation goes back with
+//!   the other part, `joint`).
 //! - Address space is finite and shared by the process (Note
 //!   [address-space budget] in `budget`): a large-pool range is the
 //!   device's size (twice it with `reserved_headroom`), a small-pool range
@@ -586,14 +590,8 @@ impl RangePool {
         if let Err(e) = self.drop_slept(seg) {
             first_error.get_or_insert(e);
         }
-        let (reserved_at, reserved_len) = (self.range(seg).reserved_at, self.range(seg).reserved_len);
-        let sh = &self.sh;
-        let base = self.segments.get(seg).base;
-        let released = match sh.backing.joints.release_part(sh, reserved_at, base, true) {
-            Some(done) => done,
-            None => sh.rt.on_device(sh.device, || sh.rt.release(reserved_at)).map(|()| budget::give(reserved_len)),
-        };
-        if let Err(e) = released {
+        let s = self.segments.get(seg);
+        if let Err(e) = joint::release(&self.sh, s.extent.reserved_at, s.extent.reserved_len, s.base, true) {
             first_error.get_or_insert(Error::runtime(e, "releasing a reserved address range"));
         }
         first_error.map_or(Ok(()), Err)

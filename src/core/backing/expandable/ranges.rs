@@ -5,7 +5,9 @@
 //! A range is released whole only when nothing in it is mapped and no block
 //! of it is handed out (it is one free block): its pages' directory entries
 //! go with it, so a pointer into it is unknown again, and the runtime may
-//! hand the addresses to anyone.
+//! hand the addresses to anyone. A range that is a part of its stream's
+//! shared reservation leaves its pool the same way; the runtime gets the
+//! reservation back with the other part (`joint`).
 
 use super::{budget, ExpandableRanges, RangePool, VmmRange, SMALL_BUFFER};
 use crate::core::backing::{Detached, GrowError, Scope};
@@ -244,16 +246,8 @@ impl RangePool {
 /// Gives a detached empty range back to the runtime (no lock held).
 pub(super) fn release_range(sh: &Shared<ExpandableRanges>, d: &Detached) -> Result<usize> {
     let (reserved_at, reserved_len) = d.device;
-    let what = "releasing an address range that holds nothing";
-    if let Some(done) = sh.backing.joints.release_part(sh, reserved_at, d.addr, false) {
-        done.map_err(|e| Error::runtime(e, what))?;
-        sh.counters.range_removed();
-        return Ok(0);
-    }
-    sh.rt
-        .on_device(sh.device, || sh.rt.release(reserved_at))
-        .map_err(|e| Error::runtime(e, what))?;
-    budget::give(reserved_len);
+    super::joint::release(sh, reserved_at, reserved_len, d.addr, false)
+        .map_err(|e| Error::runtime(e, "releasing an address range that holds nothing"))?;
     sh.counters.range_removed();
     Ok(0)
 }

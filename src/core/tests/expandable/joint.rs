@@ -4,8 +4,8 @@
 //! Counted with the emulator's own call counters.
 
 use super::{
-    allocator, budget, check_accounting, check_fill, drop_stream, emu_lock, fail_nth, fill, new_stream,
-    set_capacity, teardown_clean, Baseline, DEV, GIB, MIB, PAGE,
+    allocator, budget, check_accounting, check_fill, drop_stream, emu_lock, fail_nth, fill, new_stream, set_capacity,
+    teardown_clean, Baseline, DEV, GIB, MIB, PAGE,
 };
 use crate::core::backing::expandable::budget as va_budget;
 use crate::runtime::Stream;
