@@ -30,10 +30,10 @@
 //!   reserve or release of a shared region runs under it, so the entry's
 //!   other pool cannot take its part meanwhile.
 //!
-//! The driver allows it: a mapping's page type comes from its handle (1 GiB
-//! pages) or from the reservation's heap, which is a huge-page heap for any
-//! reservation of 2 MiB or more, and is checked per mapping, as is the
-//! alignment of each mapping's address and size (docs/runtime-behaviour.md,
+//! The driver allows it: a device handle's page type is the huge one for
+//! 2 MiB and 1 GiB pages alike, a reservation of 2 MiB or more is a
+//! huge-page heap, and the page type and the alignment of address and size
+//! are checked per mapping, not per reservation (docs/runtime-behaviour.md,
 //! "Virtual memory", one reservation for handles of two page sizes).
 
 use super::{budget, ExpandableRanges, RangePool, SMALL_BUFFER};
