@@ -318,3 +318,38 @@ fn one_reservation_holds_one_device() {
     dev.assert_clean();
     other.assert_clean();
 }
+
+/// RB "one handle mapped at two addresses at once": the driver counts a
+/// handle's mappings and checks only addresses, so a handle mapped in one
+/// reservation may be mapped in another at the same time (what GE's page
+/// allocator does with free handles), freed meanwhile, and unmapped at its
+/// old address while the new one stays in use.
+#[test]
+fn a_handle_mapped_in_two_reservations_moves_between_them() {
+    let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
+    unsafe {
+        let old = reserve(2 * MIB).cast::<u8>();
+        let new = reserve(2 * MIB).cast::<u8>();
+        let h = physical(&dev, 2 * MIB);
+        assert_eq!(aclrtMapMem(old.cast(), 2 * MIB, 0, h, 0), 0);
+        *old.add(777) = 0x3c;
+        assert_eq!(aclrtMapMem(new.cast(), 2 * MIB, 0, h, 0), 0);
+        assert_eq!(*new.add(777), 0x3c);
+        assert_eq!(dev.usage().mapped_bytes, (4 * MIB) as u64);
+        // One handle, counted once however often it is mapped.
+        assert_eq!(dev.usage().physical_count, 1);
+        assert_eq!(aclrtFreePhysical(h), 0);
+        assert_eq!(aclrtUnmapMem(old.cast()), 0);
+        // The new address still holds the handle's bytes and takes writes.
+        assert_eq!(dev.usage().physical_count, 1);
+        *new.add(778) = 0x3d;
+        assert_eq!(*new.add(777), 0x3c);
+        assert_eq!(*new.add(778), 0x3d);
+        assert_eq!(aclrtUnmapMem(new.cast()), 0);
+        assert_eq!(dev.usage().physical_count, 0);
+        assert_eq!(aclrtReleaseMemAddress(old.cast()), 0);
+        assert_eq!(aclrtReleaseMemAddress(new.cast()), 0);
+    }
+    dev.assert_clean();
+}
