@@ -1,0 +1,91 @@
+//! One expandable segment's page table: which physical handle (a piece)
+//! is mapped over each page, what sleep took off the device, and what a
+//! failed wake left mapped.
+
+use super::sleep;
+use crate::runtime::PhysicalHandle;
+use crate::sys;
+
+/// One physical handle mapped over `units` consecutive pages from `head`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub handle: PhysicalHandle,
+    pub head: u32,
+    pub units: u32,
+}
+
+impl Piece {
+    pub(super) fn end(&self) -> usize {
+        (self.head + self.units) as usize
+    }
+}
+
+/// Virtual-memory bookkeeping of one expandable segment.
+#[derive(Debug, Clone)]
+pub struct VmmRange {
+    /// The mapping unit: every handle is a whole number of these.
+    pub page_size: usize,
+    pub attr: sys::aclrtMemAttr,
+    /// The piece mapped over each page, if any; pages past the end have
+    /// never been mapped (the vector grows with the highest mapping).
+    pub pages: Vec<Option<Piece>>,
+    /// Pages mapped.
+    pub mapped: usize,
+    /// The address `aclrtReserveMemAddress` returned: the range may start
+    /// above it, at the page attr's alignment (`reserve_aligned`), or be
+    /// one part of a region its stream's two pools share (`joint`).
+    pub reserved_at: usize,
+    /// Bytes reserved there (alignment padding included), charged to the
+    /// process-wide budget; 0 for a part of a shared region (charged whole
+    /// in `joint`).
+    pub reserved_len: usize,
+    /// Runs of pages unmapped by `sleep`, to map again at `wake`.
+    pub slept: Vec<sleep::SleptRun>,
+    /// Pieces a wake mapped under a sleeping run and then failed to unmap
+    /// when it undid itself: still mapped, their handles still held (and
+    /// counted reserved). Unmapped and freed before a later wake maps
+    /// their run again, or at teardown (`sleep`).
+    pub stuck: Vec<Piece>,
+}
+
+impl VmmRange {
+    /// The piece mapped over page `i`, if any.
+    #[inline]
+    pub fn page(&self, i: usize) -> Option<Piece> {
+        self.pages.get(i).copied().flatten()
+    }
+
+    /// No page at or above this index has ever been mapped.
+    #[inline]
+    pub fn top(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Bytes from the range's start that the directory may have entries
+    /// for: mapping registers each piece (`mapping`), and `pages` grows to
+    /// cover it and never shrinks; the rest of the range was never
+    /// registered, and its release has nothing there to remove.
+    #[inline]
+    pub fn registered_len(&self) -> usize {
+        self.top() * self.page_size
+    }
+
+    /// Whether page `i` lies on a run `sleep` took off the device: it is
+    /// unmapped but owned by the run's blocks, and nobody maps it until
+    /// wake brings the run back (Note [sleep]).
+    #[inline]
+    pub fn slept_at(&self, i: usize) -> bool {
+        !self.slept.is_empty() && self.slept.iter().any(|run| run.covers(i))
+    }
+
+    /// Whether a placement may map page `i`: unmapped and not asleep.
+    #[inline]
+    pub fn mappable(&self, i: usize) -> bool {
+        self.page(i).is_none() && !self.slept_at(i)
+    }
+
+    /// Whether any page of [first, end) is asleep.
+    pub fn slept_within(&self, first: usize, end: usize) -> bool {
+        self.slept.iter().any(|run| (run.head as usize) < end && first < run.head as usize + run.units())
+    }
+}
