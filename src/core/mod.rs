@@ -470,15 +470,6 @@ impl DeviceAllocator {
         }
     }
 
-    /// Reservations a stream's two pools share now (Note [one reservation
-    /// per stream]).
-    pub(crate) fn shared_reservations(&self) -> usize {
-        match &self.engine {
-            Engine::Expandable(d) => d.sh.backing.joints.count(),
-            Engine::Fixed(_) => 0,
-        }
-    }
-
     /// (bytes mapped or held in segments, bytes of cached handles).
     pub(crate) fn own_accounting(&self) -> (usize, usize) {
         with_device!(&self.engine, d => {

@@ -3,8 +3,7 @@
 //! - `FixedSegments` (`fixed`): one `aclrtMalloc` per segment, released
 //!   whole with `aclrtFree` once entirely free;
 //! - `ExpandableRanges` (`expandable`): reserved address ranges per shard
-//!   (a stream's first two in one reservation, another when one fills,
-//!   released when they hold nothing), physical
+//!   (another when one fills, released when they hold nothing), physical
 //!   handles mapped under the blocks handed out, unmapped and recycled when
 //!   free (page placement, handle cache, headroom moves).
 //!

@@ -3,9 +3,6 @@
 //! In expandable mode each shard (stream and pool kind) owns reserved
 //! virtual ranges (`aclrtReserveMemAddress`), one to start with and another
 //! whenever no free block of the ranges it has fits a request (`ranges`).
-//! A stream's first two ranges, one per pool, are the two parts of one
-//! reservation while address space is plentiful (Note [one reservation per
-//! stream] in `joint`).
 //! A range's blocks tile it, mapped or not; it starts as one free block.
 //! Physical memory is mapped only under blocks that are handed out, so free
 //! neighbours always coalesce and a range grows and shrinks instead of
@@ -50,8 +47,7 @@
 //! - Reserved bytes count physical memory held (mapped or cached). Only
 //!   `empty_cache`, the OOM ladder, `forget_stream` and teardown give
 //!   handles back; the first three also release ranges with nothing mapped
-//!   and nothing allocated (a part of a shared reservation goes back with
-//!   the other part, `joint`).
+//!   and nothing allocated.
 //! - Address space is finite and shared by the process (Note
 //!   [address-space budget] in `budget`): a large-pool range is the
 //!   device's size (twice it with `reserved_headroom`), a small-pool range
@@ -63,7 +59,6 @@
 pub(crate) mod budget;
 mod growth;
 mod headroom;
-mod joint;
 mod mapping;
 mod placement;
 mod ranges;
@@ -141,8 +136,6 @@ pub(crate) struct ExpandableRanges {
     reserved_headroom: Option<f64>,
     /// The device's free memory as last reported, sizing fresh handles.
     free_memory: growth::FreeMemory,
-    /// Reservations shared by a stream's two pools (`joint`).
-    pub(crate) joints: joint::Joints,
 }
 
 impl ExpandableRanges {
@@ -154,7 +147,6 @@ impl ExpandableRanges {
             device_total,
             reserved_headroom: config.reserved_headroom,
             free_memory: growth::FreeMemory::default(),
-            joints: joint::Joints::default(),
         }
     }
 
@@ -524,9 +516,13 @@ impl RangePool {
         if let Err(e) = self.drop_slept(seg) {
             first_error.get_or_insert(e);
         }
-        let s = self.segments.get(seg);
-        if let Err(e) = joint::release(&self.sh, s.extent.reserved_at, s.extent.reserved_len, s.base, true) {
-            first_error.get_or_insert(Error::runtime(e, "releasing a reserved address range"));
+        let (reserved_at, reserved_len) = (self.range(seg).reserved_at, self.range(seg).reserved_len);
+        let sh = &self.sh;
+        match sh.rt.on_device(sh.device, || sh.rt.release(reserved_at)) {
+            Ok(()) => budget::give(reserved_len),
+            Err(e) => {
+                first_error.get_or_insert(Error::runtime(e, "releasing a reserved address range"));
+            }
         }
         first_error.map_or(Ok(()), Err)
     }

@@ -5,9 +5,7 @@
 //! A range is released whole only when nothing in it is mapped and no block
 //! of it is handed out (it is one free block): its pages' directory entries
 //! go with it, so a pointer into it is unknown again, and the runtime may
-//! hand the addresses to anyone. A range that is a part of its stream's
-//! shared reservation leaves its pool the same way; the runtime gets the
-//! reservation back with the other part (`joint`).
+//! hand the addresses to anyone.
 
 use super::{budget, ExpandableRanges, RangePool, VmmRange, SMALL_BUFFER};
 use crate::core::backing::{Detached, GrowError, Scope};
@@ -31,23 +29,17 @@ impl RangePool {
     /// alignment padding. None when even the request cannot fit one
     /// reservation.
     fn range_bytes(&self, rounded: usize, page: usize, align: usize) -> Option<usize> {
-        let usual = self.usual_bytes(self.kind);
+        let total = self.sh.backing.device_total;
+        let usual = match self.kind {
+            PoolKind::Large if self.sh.backing.reserved_headroom.is_some() => 2 * total,
+            PoolKind::Large => total,
+            PoolKind::Small => total / 16,
+        };
         // Room for a retry padded to the alignment (`reserve_aligned`).
         let cap = (budget::MAX_RESERVATION - align) / page * page;
         let need = rounded.div_ceil(page) * page;
         let want = usual.min(budget::share()).div_ceil(page).max(1) * page;
         (need <= cap).then(|| want.max(need).min(cap))
-    }
-
-    /// Bytes of address space a range of pool `kind` gets while the
-    /// budget has room: see `range_bytes`.
-    pub(super) fn usual_bytes(&self, kind: PoolKind) -> usize {
-        let total = self.sh.backing.device_total;
-        match kind {
-            PoolKind::Large if self.sh.backing.reserved_headroom.is_some() => 2 * total,
-            PoolKind::Large => total,
-            PoolKind::Small => total / 16,
-        }
     }
 
     /// Makes another range for this shard, large enough for `rounded`
@@ -67,11 +59,6 @@ impl RangePool {
                 budget::MAX_RESERVATION
             ))));
         };
-        // The stream's first range shares its reservation with its other
-        // pool's (Note [one reservation per stream] in `joint`).
-        if let Some((reserved_at, base, len)) = self.joint_part(rounded)? {
-            return Ok(self.add_range(spec, base, len, reserved_at, 0));
-        }
         let (reserved_at, base, reserved_len) = self.reserve_aligned(va, align)?;
         if base + va > ADDRESS_LIMIT {
             let _ = sh.rt.on_device(sh.device, || sh.rt.release(reserved_at));
@@ -81,20 +68,6 @@ impl RangePool {
                 base + va
             ))));
         }
-        Ok(self.add_range(spec, base, va, reserved_at, reserved_len))
-    }
-
-    /// Adds a range of `len` bytes at `base` to this shard: part of the
-    /// reservation at `reserved_at`, of which it was charged `reserved_len`
-    /// (0 for a part of a shared one, charged whole in `joint`).
-    fn add_range(
-        &mut self,
-        spec: super::PageSpec,
-        base: usize,
-        len: usize,
-        reserved_at: usize,
-        reserved_len: usize,
-    ) -> SegmentId {
         let range = VmmRange {
             page_size: spec.size,
             attr: spec.attr,
@@ -107,10 +80,10 @@ impl RangePool {
         };
         // The directory learns a range's pages as they are mapped (`mapping`):
         // registering a range of many GiB up front cost a millisecond.
-        let (seg, _) = self.add_segment(base, len, range, None);
+        let (seg, _) = self.add_segment(base, va, range, None);
         self.backing.ranges.push(seg);
-        self.sh.counters.range_added();
-        seg
+        sh.counters.range_added();
+        Ok(seg)
     }
 
     /// Reserves `va` bytes of address space starting at an `align` boundary:
@@ -119,7 +92,7 @@ impl RangePool {
     /// back and taken again `align` larger, its start rounded up. Each try
     /// is charged to the budget first; a refusal (the budget's or the
     /// runtime's 207001) is an address-space failure.
-    pub(super) fn reserve_aligned(&self, va: usize, align: usize) -> Result<(usize, usize, usize), GrowError> {
+    fn reserve_aligned(&self, va: usize, align: usize) -> Result<(usize, usize, usize), GrowError> {
         let at = self.reserve_charged(va)?;
         if at % align == 0 {
             return Ok((at, at, va));
@@ -246,8 +219,10 @@ impl RangePool {
 /// Gives a detached empty range back to the runtime (no lock held).
 pub(super) fn release_range(sh: &Shared<ExpandableRanges>, d: &Detached) -> Result<usize> {
     let (reserved_at, reserved_len) = d.device;
-    super::joint::release(sh, reserved_at, reserved_len, d.addr, false)
+    sh.rt
+        .on_device(sh.device, || sh.rt.release(reserved_at))
         .map_err(|e| Error::runtime(e, "releasing an address range that holds nothing"))?;
+    budget::give(reserved_len);
     sh.counters.range_removed();
     Ok(0)
 }

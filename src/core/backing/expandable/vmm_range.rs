@@ -32,12 +32,10 @@ pub struct VmmRange {
     /// Pages mapped.
     pub mapped: usize,
     /// The address `aclrtReserveMemAddress` returned: the range may start
-    /// above it, at the page attr's alignment (`reserve_aligned`), or be
-    /// one part of a region its stream's two pools share (`joint`).
+    /// above it, at the page attr's alignment (`reserve_aligned`).
     pub reserved_at: usize,
     /// Bytes reserved there (alignment padding included), charged to the
-    /// process-wide budget; 0 for a part of a shared region (charged whole
-    /// in `joint`).
+    /// process-wide budget.
     pub reserved_len: usize,
     /// Runs of pages unmapped by `sleep`, to map again at `wake`.
     pub slept: Vec<sleep::SleptRun>,
