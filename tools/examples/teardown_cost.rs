@@ -16,25 +16,15 @@
 //! The emulator is `$NPUALLOC_ACL_LIBRARY`, else `libascendcl.so` in the
 //! build directory the example was built into (`target/release/`).
 
+mod mt_common;
+
+use mt_common::load_emulator;
 use npualloc::config::Config;
 use npualloc::core::DeviceAllocator;
-use npualloc_tools::replay::Emulator;
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 const MIB: usize = 1 << 20;
-
-fn emulator_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("NPUALLOC_ACL_LIBRARY").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    // target/<profile>/examples/<this> -> target/<profile>/libascendcl.so
-    std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().and_then(Path::parent).map(|d| d.join("libascendcl.so")))
-        .unwrap_or_else(|| PathBuf::from("libascendcl.so"))
-}
 
 /// (median, best) of `times`, in microseconds.
 fn summary(times: &mut [Duration]) -> (f64, f64) {
@@ -44,7 +34,7 @@ fn summary(times: &mut [Duration]) -> (f64, f64) {
 }
 
 fn run(rounds: usize) -> Result<(), String> {
-    let emu = Emulator::load(&emulator_path()).map_err(|e| e.to_string())?;
+    let emu = load_emulator()?;
     let streams = emu.create_streams(1).map_err(|e| e.to_string())?;
     let s = streams[0];
     let (mut empties, mut teardowns) = (Vec::new(), Vec::new());
