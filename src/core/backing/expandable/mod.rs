@@ -329,8 +329,7 @@ impl Backing for ExpandableRanges {
             if let Err(e) = pool.destroy_range(seg) {
                 first_error.get_or_insert(e);
             }
-            let s = pool.segments.get(seg);
-            pool.sh.directory.remove(s.base, s.extent.registered_len().min(s.size));
+            pool.unregister(pool.segments.get(seg));
             pool.sh.counters.range_removed();
         }
         first_error.map_or(Ok(()), Err)

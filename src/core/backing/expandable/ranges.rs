@@ -12,12 +12,18 @@ use crate::core::backing::{Detached, GrowError, Scope};
 use crate::core::block::{BlockState, NIL};
 use crate::core::directory::ADDRESS_LIMIT;
 use crate::core::policy::PoolKind;
-use crate::core::segment::SegmentId;
+use crate::core::segment::{Segment, SegmentId};
 use crate::core::shared::Shared;
 use crate::error::{Error, Result};
 use crate::sys;
 
 impl RangePool {
+    /// Forgets a range's addresses in the directory: only the pages its
+    /// mapping ever registered (`VmmRange::registered_len`).
+    pub(super) fn unregister(&self, s: &Segment<VmmRange>) {
+        self.sh.directory.remove(s.base, s.extent.registered_len().min(s.size));
+    }
+
     /// Bytes of address space a new range of this shard gets for a request
     /// of `rounded` bytes aligned to `align`: the device's size (large
     /// pool; twice it with `reserved_headroom`, whose page moves leave holes
@@ -141,7 +147,7 @@ impl RangePool {
             let first = self.segments.get(seg).first;
             self.index.remove(&mut self.blocks, first);
             let s = self.remove_segment(seg);
-            self.sh.directory.remove(s.base, s.extent.registered_len().min(s.size));
+            self.unregister(&s);
             out.push(Detached {
                 segment: seg,
                 block: NIL,
