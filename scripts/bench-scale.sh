@@ -22,7 +22,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 MIB=1048576
 
-field() { sed -n 's/^RESULT //p' | tr ',{}' '\n\n\n' | sed -n "s/^\"$1\"://p" | head -1; }
+field() { sed -n 's/^RESULT //p' | tr ',{}' '\n\n\n' | sed -n "s/^\"$1\"://p" | sed -n 1p; }
 
 runs=()
 for t in "$@"; do

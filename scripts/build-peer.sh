@@ -74,7 +74,7 @@ if [ "${SYNTAX_ONLY:-0}" = 1 ]; then
   gcc -fsyntax-only -std=gnu11 -Wall -Wextra -Werror "$SRC/fakenvml.c"
   inc=${CUDA_INCLUDE:-}
   if [ -z "$inc" ] && [ -d "${PEER_OUT:-$ROOT/target/peer}/venv" ]; then
-    inc=$(find -H "${PEER_OUT:-$ROOT/target/peer}/venv" -path '*nvidia/cu13/include' -type d | head -1)
+    inc=$(find -H "${PEER_OUT:-$ROOT/target/peer}/venv" -path '*nvidia/cu13/include' -type d -print -quit)
   fi
   if [ -z "$inc" ]; then
     cache=${CUDA_HEADERS:-$ROOT/target/cuda-headers}

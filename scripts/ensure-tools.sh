@@ -20,7 +20,7 @@ npualloc_have_libclang() {
     if [[ -n "${LIBCLANG_PATH:-}" ]] && compgen -G "${LIBCLANG_PATH}/libclang*.so*" >/dev/null; then
         return 0
     fi
-    ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' && return 0
+    grep -q 'libclang[-.0-9]*\.so' <<<"$(ldconfig -p 2>/dev/null || true)" && return 0
     compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null
 }
 

@@ -26,7 +26,7 @@ CACHE="${NPUALLOC_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/npualloc/wheels}"
 mkdir -p "$CACHE"
 
 find_wheel() {
-    find "$CACHE" -maxdepth 1 -name 'torch_npu-2.14.0-*.whl' -print | sort | head -n 1
+    find "$CACHE" -maxdepth 1 -name 'torch_npu-2.14.0-*.whl' -print | sort | sed -n 1p
 }
 
 WHEEL="$(find_wheel)"

@@ -16,7 +16,7 @@ PEER=$1 TRACE=$2
 MIB=$((1 << 20))
 
 field() { # field NAME  (reads a RESULT line on stdin)
-  sed -n 's/^RESULT //p' | tr ',{}' '\n\n\n' | sed -n "s/^\"$1\"://p" | head -1
+  sed -n 's/^RESULT //p' | tr ',{}' '\n\n\n' | sed -n "s/^\"$1\"://p" | sed -n 1p
 }
 
 base=$("$PEER" "$TRACE")

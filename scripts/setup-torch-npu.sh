@@ -86,9 +86,13 @@ torch_dir=$site/torch
 npu_dir=$site/torch_npu
 
 # The C and C++ runtime libraries: symbols they define are not stubbed.
+# The cache is read whole first: awk stopping at its first match would leave
+# ldconfig writing to a closed pipe, and under pipefail a long cache (more than
+# a pipe's 64 KiB) would then fail the script with SIGPIPE's status 141.
 system_libs=()
+ld_cache=$(ldconfig -p)
 for lib in libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1 libdl.so.2 librt.so.1 libpthread.so.0; do
-    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}')
+    path=$(awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}' <<<"$ld_cache")
     [[ -n $path ]] && system_libs+=("$path")
 done
 system_libs+=(/lib64/ld-linux-x86-64.so.2)

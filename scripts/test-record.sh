@@ -28,8 +28,8 @@ else
     python=$venv/bin/python
     if ! has_all "$python"; then
         tnpu=${NPUALLOC_TORCH_NPU_DIR:-$cache/torch-npu}
-        wheel=$(compgen -G "$tnpu/dl/torch-2.14.0-*.whl" | head -n 1 || true)
-        stubs=$(compgen -G "$tnpu/venv/lib/python3*/site-packages/nvidia" | head -n 1 || true)
+        wheel=$(compgen -G "$tnpu/dl/torch-2.14.0-*.whl" | sed -n 1p || true)
+        stubs=$(compgen -G "$tnpu/venv/lib/python3*/site-packages/nvidia" | sed -n 1p || true)
         [[ -n $wheel && -n $stubs ]] || skip "no torch wheel and CUDA stubs in $tnpu (scripts/setup-torch-npu.sh makes them)"
         rm -rf "$venv"
         python3 -m venv "$venv"

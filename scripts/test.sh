@@ -14,6 +14,8 @@ npualloc_ensure_tools
 echo "== cargo fmt --check and cargo clippy"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== scripts: no pipe into a reader that stops early under pipefail"
+bash scripts/check-pipes.sh
 
 # The real ACL headers, so the build uses them and tests/acl_headers_agree.rs
 # checks our own declarations against them (it fails without them from here on).
