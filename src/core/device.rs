@@ -302,7 +302,7 @@ impl<B: Backing> Device<B> {
         let sibling = &entry.shards[kind ^ 1].lane;
         let totals = (c.allocated + sibling.allocated(), c.requested + sibling.requested());
         if entry.high.passed(totals.0, totals.1) {
-            self.raise_peaks(entry, totals, pool);
+            self.raise_peaks(entry, totals);
         }
     }
 
@@ -311,9 +311,9 @@ impl<B: Backing> Device<B> {
     /// the pool's shards (Note [pools]).
     #[cold]
     #[inline(never)]
-    fn raise_peaks(&self, entry: &StreamEntry<B>, totals: (u64, u64), pool: &Pool<B>) {
+    fn raise_peaks(&self, entry: &StreamEntry<B>, totals: (u64, u64)) {
         self.peaks.raise(&entry.high, totals, self.streams.shards().map(|s| &s.lane));
-        self.raise_pool_peaks(entry, pool);
+        self.raise_pool_peaks(entry);
     }
 
     /// Frees a block by its start address (stream-ordered on its stream).

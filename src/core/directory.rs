@@ -51,6 +51,26 @@ impl Entry {
 
 type Leaf = [AtomicU64; LEAF_LEN];
 
+/// Marks the tables that may start as zeroed memory: every entry all zero
+/// bits is a valid table ("no shard", "no leaf").
+///
+/// # Safety
+/// All-zero bytes must be a valid value of the type.
+unsafe trait ZeroIsEmpty {}
+// SAFETY: an AtomicU64 has u64's representation; zero is the empty entry.
+unsafe impl ZeroIsEmpty for Leaf {}
+// SAFETY: an AtomicPtr has a pointer's representation; zero is null.
+unsafe impl ZeroIsEmpty for [AtomicPtr<Leaf>; ROOT_LEN] {}
+
+/// A table on the heap, zeroed by the allocator: a fresh 128 KiB leaf comes
+/// from pages the kernel has already zeroed, so only the granules written
+/// are ever touched (written entry by entry, a leaf cost a 128 KiB memset
+/// and a page fault for each of its 32 pages on the growth that made it).
+fn zeroed<T: ZeroIsEmpty>() -> Box<T> {
+    // SAFETY: ZeroIsEmpty says all-zero bytes are a valid T.
+    unsafe { Box::<T>::new_zeroed().assume_init() }
+}
+
 pub(crate) struct Directory {
     /// A fixed-length array: a look-up's index (below 2^ROOT_BITS for
     /// an address under `ADDRESS_LIMIT`) needs no bounds check.
@@ -63,7 +83,7 @@ pub(crate) struct Directory {
 impl Default for Directory {
     fn default() -> Self {
         Directory {
-            root: Box::new(std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut()))),
+            root: zeroed(),
             #[cfg(test)]
             visited: Default::default(),
         }
@@ -208,7 +228,7 @@ impl Directory {
         let root = &self.root[g >> LEAF_BITS];
         let mut leaf = root.load(Ordering::Acquire);
         if leaf.is_null() {
-            let fresh: Box<Leaf> = Box::new(std::array::from_fn(|_| AtomicU64::new(0)));
+            let fresh = zeroed::<Leaf>();
             let fresh = Box::into_raw(fresh);
             match root.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => leaf = fresh,

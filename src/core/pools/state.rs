@@ -30,13 +30,18 @@ pub(crate) struct Pools {
     /// Each pool's own figures (`pool_get_stats`), by id: a leaf lock, read
     /// on slow paths under a shard lock.
     tallies: RwLock<Vec<Arc<PoolTally>>>,
+    /// The default pool's figures, also `tallies[0]`: raised without the
+    /// lock (every stream's peaks, unless it is routed to a pool).
+    default_tally: Arc<PoolTally>,
 }
 
 impl Default for Pools {
     fn default() -> Self {
+        let default_tally = Arc::<PoolTally>::default();
         Pools {
             records: Mutex::new(vec![Record::new(PoolConfig::default())]),
-            tallies: RwLock::new(vec![Arc::default()]),
+            tallies: RwLock::new(vec![default_tally.clone()]),
+            default_tally,
         }
     }
 }
@@ -65,6 +70,18 @@ impl Pools {
     /// The figures of `pool` (created, destroyed or not).
     pub fn tally(&self, pool: u64) -> Option<Arc<PoolTally>> {
         self.tallies.read().unwrap_or_else(|e| e.into_inner()).get(pool as usize).cloned()
+    }
+
+    /// `f` of the figures of `pool`, if it was ever created; the default
+    /// pool's take no lock and no reference count.
+    #[inline]
+    pub fn with_tally(&self, pool: u64, f: impl FnOnce(&PoolTally)) {
+        if pool == 0 {
+            return f(&self.default_tally);
+        }
+        if let Some(t) = self.tallies.read().unwrap_or_else(|e| e.into_inner()).get(pool as usize) {
+            f(t);
+        }
     }
 
     /// Every pool's figures, by id.

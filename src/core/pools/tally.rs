@@ -115,13 +115,13 @@ impl<B: Backing> Device<B> {
 
     /// A stream of `entry`'s pool passed its high-water mark: the pool's
     /// peaks rise to the sums over its shards.
-    pub(in crate::core) fn raise_pool_peaks(&self, entry: &StreamEntry<B>, pool: &Pool<B>) {
+    pub(in crate::core) fn raise_pool_peaks(&self, entry: &StreamEntry<B>) {
         let id = entry.pool();
         let (mut a, mut r) = (0, 0);
         for lane in self.streams.iter().filter(|e| e.pool() == id).flat_map(|e| &e.shards).map(|s| &s.lane) {
             a += lane.allocated();
             r += lane.requested();
         }
-        self.tally_of(pool).raise(a, r);
+        self.pools.with_tally(id, |t| t.raise(a, r));
     }
 }
