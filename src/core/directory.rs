@@ -67,8 +67,17 @@ unsafe impl ZeroIsEmpty for [AtomicPtr<Leaf>; ROOT_LEN] {}
 /// are ever touched (written entry by entry, a leaf cost a 128 KiB memset
 /// and a page fault for each of its 32 pages on the growth that made it).
 fn zeroed<T: ZeroIsEmpty>() -> Box<T> {
-    // SAFETY: ZeroIsEmpty says all-zero bytes are a valid T.
-    unsafe { Box::<T>::new_zeroed().assume_init() }
+    let layout = std::alloc::Layout::new::<T>();
+    // SAFETY: both tables have a nonzero size; a non-null result is a
+    // zeroed allocation of `layout`, which ZeroIsEmpty says is a valid T,
+    // and the global allocator's block of T's layout is what Box frees.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<T>();
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(p)
+    }
 }
 
 pub(crate) struct Directory {
