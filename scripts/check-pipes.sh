@@ -8,10 +8,33 @@
 # (a variable and <<<, `sed -n 1p`, `find -print -quit`).
 #
 #   scripts/check-pipes.sh [FILE...]     (default: scripts/*.sh .ci/run)
+#   scripts/check-pipes.sh --self-test   (the check finds what it must, and only that)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ ${1:-} = --self-test ]]; then
+    t=$(mktemp -d)
+    trap 'rm -rf "$t"' EXIT
+    printf '%s\n' 'set -o pipefail' 'x=$(ldconfig -p | head -1)' >"$t/head.sh"
+    printf '%s\n' 'set -o pipefail' 'ldconfig -p | grep -q libc && echo yes' >"$t/grepq.sh"
+    printf '%s\n' 'set -o pipefail' "p=\$(ldconfig -p | awk '/libc/ {print; exit}')" >"$t/awk.sh"
+    printf '%s\n' 'set -o pipefail' 'c=$(ldconfig -p)' 'x=$(sed -n 1p <<<"$c")' 'a || grep -q b f' \
+        '# ldconfig -p | head -1 (a comment)' >"$t/clean.sh"
+    printf '%s\n' 'ldconfig -p | head -1' >"$t/no-pipefail.sh"
+    bad=0
+    for f in head grepq awk; do
+        if bash "$0" "$t/$f.sh" >/dev/null 2>&1; then echo "FAIL self-test: $f.sh not found" >&2; bad=1; fi
+    done
+    for f in clean no-pipefail; do
+        if ! bash "$0" "$t/$f.sh" >/dev/null 2>&1; then echo "FAIL self-test: $f.sh flagged" >&2; bad=1; fi
+    done
+    [[ $bad = 0 ]] && echo "check-pipes self-test: 5 passed"
+    exit "$bad"
+fi
 files=("$@")
-[[ ${#files[@]} -gt 0 ]] || files=(scripts/*.sh .ci/run)
+# This script's own self-test fixtures hold such pipes as data.
+if [[ ${#files[@]} -eq 0 ]]; then
+    for f in scripts/*.sh .ci/run; do [[ $f = scripts/check-pipes.sh ]] || files+=("$f"); done
+fi
 found=0
 for f in "${files[@]}"; do
     grep -q 'pipefail' "$f" || continue

@@ -15,6 +15,7 @@ echo "== cargo fmt --check and cargo clippy"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== scripts: no pipe into a reader that stops early under pipefail"
+bash scripts/check-pipes.sh --self-test
 bash scripts/check-pipes.sh
 
 # The real ACL headers, so the build uses them and tests/acl_headers_agree.rs
