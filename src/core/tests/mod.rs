@@ -25,6 +25,7 @@ mod pool_stats;
 mod pools;
 mod random;
 mod range_release;
+mod reserve_refused;
 mod reuse;
 mod routed_retired_entry;
 mod sleep;
