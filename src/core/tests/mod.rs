@@ -10,6 +10,7 @@ mod destroyed_pool_free;
 mod erase;
 mod expandable;
 mod growth_rule;
+mod handle_cache_kinds;
 mod history;
 mod hooks;
 mod invariant_checks;
