@@ -42,7 +42,8 @@ fn with_refused_release(base: &Baseline, before: usize) -> (crate::core::DeviceA
     let a = allocator("page_size:1g");
     misalign(1);
     fail_nth(RELEASE, 1);
-    let p = a.malloc(100 * MIB, Stream::DEFAULT).unwrap_or_else(|e| panic!("a refused release failed the request: {e}"));
+    let p =
+        a.malloc(100 * MIB, Stream::DEFAULT).unwrap_or_else(|e| panic!("a refused release failed the request: {e}"));
     assert_eq!(fault_pending(RELEASE), 0, "the misaligned reservation was never released");
     let (range, len) = a.segment_of(p).unwrap();
     assert_eq!(range % GIB, 0, "the range is not at a 1 GiB boundary");
