@@ -88,6 +88,12 @@ int64_t  aclemu_violations(void);
  * ACLEMU_EVENT_LAG). Always 0. */
 int32_t  aclemu_set_event_lag(uint32_t queries);
 
+/* The next `count` reservations above 512 MiB start one 2 MiB granule past a
+ * 1 GiB boundary instead of at one (the runtime only documents its 2 MiB
+ * granularity); smaller reservations are 2 MiB-aligned as always and do not
+ * count. 0 turns it off. Process-wide. Always 0. */
+int32_t  aclemu_misalign_reservations(uint32_t count);
+
 typedef struct aclemu_usage {
   uint64_t malloc_bytes, malloc_count;       /* live aclrtMalloc memory */
   uint64_t physical_bytes, physical_count;   /* live aclrtMallocPhysical handles */

@@ -123,6 +123,7 @@ pub use stream_config::{
 pub use usage::{aclemu_get_usage, aclemu_host_usage, aclemu_usage};
 pub use violation::aclemu_violations;
 pub use vmm::{
-    aclrtFreePhysical, aclrtMallocPhysical, aclrtMapMem, aclrtMemGetAllocationGranularity, aclrtMemLocation,
-    aclrtPhysicalMemProp, aclrtReleaseMemAddress, aclrtReserveMemAddress, aclrtUnmapMem,
+    aclemu_misalign_reservations, aclrtFreePhysical, aclrtMallocPhysical, aclrtMapMem,
+    aclrtMemGetAllocationGranularity, aclrtMemLocation, aclrtPhysicalMemProp, aclrtReleaseMemAddress,
+    aclrtReserveMemAddress, aclrtUnmapMem,
 };

@@ -194,6 +194,36 @@ fn map_rules() {
     dev.assert_clean();
 }
 
+/// A 1 GiB-page handle maps only at a 1 GiB boundary of a reservation (RB
+/// VMM: `devmm_mem_map_info_check`), a 2 MiB-page one at any 2 MiB one.
+#[test]
+fn a_gib_page_handle_maps_only_at_a_gib_boundary() {
+    let dev = Dev::take();
+    // SAFETY: pointers are live locals or emulator handles.
+    unsafe {
+        let base = reserve(3 * GIB);
+        assert_eq!(base as usize % GIB, 0);
+        let b = base.cast::<u8>();
+        let mut g = null_mut();
+        let prop = dev.prop(ACL_HBM_MEM_HUGE1G);
+        assert_eq!(aclrtMallocPhysical(&mut g, GIB, &prop, 0), 0);
+        for off in [2 * MIB, 512 * MIB, GIB + 2 * MIB] {
+            assert_eq!(aclrtMapMem(b.add(off).cast(), GIB, 0, g, 0), RT_DRV_INTERNAL, "at {off:#x}");
+        }
+        assert_eq!(dev.usage().mapped_bytes, 0);
+        assert_eq!(aclrtMapMem(b.add(GIB).cast(), GIB, 0, g, 0), 0);
+        // A 2 MiB-page handle goes 2 MiB past the boundary the other took.
+        let h = physical(&dev, 2 * MIB);
+        assert_eq!(aclrtMapMem(b.add(2 * GIB + 2 * MIB).cast(), 2 * MIB, 0, h, 0), 0);
+        assert_eq!(aclrtUnmapMem(b.add(2 * GIB + 2 * MIB).cast()), 0);
+        assert_eq!(aclrtUnmapMem(b.add(GIB).cast()), 0);
+        assert_eq!(aclrtFreePhysical(h), 0);
+        assert_eq!(aclrtFreePhysical(g), 0);
+        assert_eq!(aclrtReleaseMemAddress(base), 0);
+    }
+    dev.assert_clean();
+}
+
 #[test]
 fn two_mappings_of_one_handle_share_bytes() {
     let dev = Dev::take();

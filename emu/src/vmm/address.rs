@@ -7,22 +7,48 @@
 //! at a time is 128GB"); above 512 MiB the size is rounded up to 1 GiB and
 //! the address 1 GiB-aligned, below it 2 MiB; every range takes the
 //! process's address window (207001 when it is full, see `device`).
+//!
+//! Test control: `aclemu_misalign_reservations(n)` places the next `n`
+//! reservations above 512 MiB one 2 MiB granule past a 1 GiB boundary, as a
+//! runtime that promises only its 2 MiB granularity may (the allocator must
+//! not rely on more, see its `reserve_aligned`).
 
 use super::{vmm, Reservation, GRANULARITY, GRANULARITY_1G};
 use crate::device;
 use crate::error::{require, AclResult, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_PARAM_INVALID};
 use crate::faults::Api;
-use crate::ffi::{acl_entry, write_out};
+use crate::ffi::{acl_entry, emu_entry, write_out};
 use crate::host_map;
 use crate::usage;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The largest reservation the driver accepts on 910B / 910_93: 128 GiB
 /// (`svm_define.h`: `DEVMM_MAPPEDSZ_PER_DEV`, `1 << 37`).
 pub const MAX_RESERVATION: usize = 128 << 30;
 /// Above this size reservations come from the base heap, in whole GiB.
 const BASE_HEAP_THRESHOLD: usize = 512 << 20;
+
+/// Reservations above 512 MiB still to be placed off their 1 GiB boundary
+/// (`aclemu_misalign_reservations`).
+static MISALIGN: AtomicU32 = AtomicU32::new(0);
+
+/// How far past its alignment the next reservation aligned to `align`
+/// starts: one 2 MiB granule while `aclemu_misalign_reservations` asks for
+/// it and the alignment is above that granule, else 0.
+fn shift_for(align: usize) -> usize {
+    let granule = GRANULARITY as usize;
+    if align <= granule || MISALIGN.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    let took = MISALIGN.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    if took.is_ok() {
+        granule
+    } else {
+        0
+    }
+}
 
 /// The alignment (and size granule) of a reservation of `size` bytes.
 fn align_for(size: usize) -> usize {
@@ -33,9 +59,10 @@ fn align_for(size: usize) -> usize {
     }
 }
 
-/// Maps `len` bytes of inaccessible address space at an `align` boundary.
-fn map_none_aligned(len: usize, align: usize) -> Option<usize> {
-    let padded = len.checked_add(align)?;
+/// Maps `len` bytes of inaccessible address space `shift` bytes past an
+/// `align` boundary.
+fn map_none_aligned(len: usize, align: usize, shift: usize) -> Option<usize> {
+    let padded = len.checked_add(align)?.checked_add(shift)?;
     // SAFETY: a fresh anonymous mapping touches no existing memory.
     let p = unsafe {
         libc::mmap(
@@ -51,7 +78,7 @@ fn map_none_aligned(len: usize, align: usize) -> Option<usize> {
         return None;
     }
     let base = p as usize;
-    let start = (base + align - 1) & !(align - 1);
+    let start = ((base + align - 1) & !(align - 1)) + shift;
     let end = start + len;
     // SAFETY: trimming the unaligned head and the tail of our own mapping.
     unsafe {
@@ -89,7 +116,7 @@ unsafe fn reserve(
     let align = align_for(size);
     let len = size.checked_add(align - 1).map(|n| n & !(align - 1)).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
     dev.take_address(len as u64)?;
-    let Some(start) = map_none_aligned(len, align) else {
+    let Some(start) = map_none_aligned(len, align, shift_for(align)) else {
         dev.return_address(len as u64);
         return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
     };
@@ -149,4 +176,19 @@ pub unsafe extern "C" fn aclrtReserveMemAddress(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtReleaseMemAddress(virPtr: *mut c_void) -> crate::aclError {
     acl_entry!(Api::ReleaseMemAddress, { release(virPtr) })
+}
+
+/// Test control: the next `count` reservations above 512 MiB start one
+/// 2 MiB granule past a 1 GiB boundary instead of at one (0 turns it off).
+/// Smaller reservations are 2 MiB-aligned as always and do not count.
+/// Always 0.
+///
+/// # Safety
+/// No pointer arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclemu_misalign_reservations(count: u32) -> i32 {
+    emu_entry!({
+        MISALIGN.store(count, Ordering::Relaxed);
+        Ok(())
+    })
 }

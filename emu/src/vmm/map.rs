@@ -38,8 +38,9 @@ fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64)
     let (device, file_offset, granularity) = (phys.device, phys.offset, phys.granularity);
     require_kernel(size as u64 == phys.size)?;
     let addr = ptr as usize;
-    // [doc] Sizes and addresses follow the attr's granularity: a 1 GiB page
-    // maps at a 1 GiB boundary.
+    // Sizes and addresses follow the attr's granularity: a 1 GiB page maps
+    // at a 1 GiB boundary (RB VMM: `devmm_mem_map_info_check`, "Va is not
+    // giant page align").
     require_kernel(addr.is_multiple_of(granularity.max(GRANULARITY) as usize))?;
     let start = v.reservation_of(addr, size).ok_or(ACL_ERROR_RT_DRV_INTERNAL_ERROR)?;
     let fd = v.pools[&device].raw_fd();

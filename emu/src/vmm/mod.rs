@@ -26,7 +26,7 @@ mod map;
 mod physical;
 mod pool;
 
-pub use address::{aclrtReleaseMemAddress, aclrtReserveMemAddress};
+pub use address::{aclemu_misalign_reservations, aclrtReleaseMemAddress, aclrtReserveMemAddress};
 pub use map::{aclrtMapMem, aclrtUnmapMem};
 pub use physical::{
     aclrtFreePhysical, aclrtMallocPhysical, aclrtMemGetAllocationGranularity, aclrtMemLocation, aclrtPhysicalMemProp,

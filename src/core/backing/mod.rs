@@ -116,7 +116,8 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     fn settle(pool: &mut Pool<Self>, d: Detached, given_back: bool);
 
     /// Gives back device memory held outside any block (cached physical
-    /// handles). Returns bytes freed.
+    /// handles; for expandable ranges also reservations whose release was
+    /// refused before). Returns bytes of device memory freed.
     fn free_cached(sh: &Shared<Self>) -> Result<usize>;
 
     /// Keeps an unmapped physical handle of `bytes` that the runtime

@@ -14,7 +14,12 @@
 //!   the first streams cannot take it all and later ones still get a range
 //!   (smaller, growing by another range when it fills);
 //! - a range that would pass the budget is refused before the runtime is
-//!   asked, as an address-space failure (`GrowError::AddressSpace`).
+//!   asked, as an address-space failure (`GrowError::AddressSpace`);
+//! - the charge goes only with the reservation: one the runtime refuses to
+//!   release (a misaligned first try, a range at teardown) stays charged,
+//!   kept with the backing until a later `free_cached` releases it
+//!   (`ranges::release_unused`), so the budget always equals what is
+//!   really reserved.
 //!
 //! The budget is below the window: other libraries' `aclrtMalloc` and
 //! reservations use it too, and the runtime's own refusal (207001 on a

@@ -208,6 +208,15 @@ impl RangePool {
     /// A cached handle for `run` pages that need mapping followed by
     /// `avail` unmapped free pages: the largest of at most `run` pages, else
     /// the smallest of at most `avail`. Taken off the cache.
+    ///
+    /// The cache is keyed by size alone, yet a handle fits only where its
+    /// page does (a 1 GiB-page handle maps only at a 1 GiB boundary, see
+    /// docs/runtime-behaviour.md "where a 1 GiB-page handle may be mapped").
+    /// Sizes keep the pools apart: a large-pool range takes whole
+    /// numbers of its pages, which no small-pool handle (at most
+    /// `SMALL_PIECE_CAP`) is with 1 GiB or 20 MiB pages, and a small-pool
+    /// placement reaches at most its floor past what it needs, far below a
+    /// 1 GiB handle's 512 pages (core tests `handle_cache_kinds`).
     pub(super) fn cached_handle(&mut self, page: usize, run: usize, avail: usize) -> Option<(PhysicalHandle, usize)> {
         let mut cache = self.sh.backing.handles();
         let sizes = |limit: usize| {

@@ -126,6 +126,10 @@ pub(crate) fn large_page_spec(
 pub(crate) struct ExpandableRanges {
     /// Unmapped physical handles kept for reuse, by size.
     handles: Mutex<HashMap<usize, Vec<PhysicalHandle>>>,
+    /// Reservations no range uses whose release the runtime refused, as
+    /// (address, bytes charged to the budget): still held and charged, and
+    /// released by a later `free_cached` (`ranges::release_unused`).
+    unreleased: Mutex<Vec<(usize, usize)>>,
     /// How big fresh handles are.
     pieces: Mutex<PieceRule>,
     /// The large pool's page.
@@ -142,6 +146,7 @@ impl ExpandableRanges {
     pub fn new(config: &crate::config::Config, large_page: PageSpec, device_total: usize) -> Self {
         ExpandableRanges {
             handles: Mutex::default(),
+            unreleased: Mutex::default(),
             pieces: Mutex::new(PieceRule::for_config(config)),
             large_page,
             device_total,
@@ -282,10 +287,12 @@ impl Backing for ExpandableRanges {
         pool.return_block(d.block);
     }
 
+    /// Also releases the reservations kept unreleased (address space, not
+    /// counted in the bytes returned).
     fn free_cached(sh: &Shared<Self>) -> Result<usize> {
         let taken: Vec<(usize, Vec<PhysicalHandle>)> = sh.backing.handles().drain().collect();
         let mut freed = 0;
-        let mut first_error = None;
+        let mut first_error = ranges::release_kept(sh).err();
         for (size, handles) in taken {
             for h in handles {
                 match free_handle(sh, h, size) {
@@ -516,13 +523,9 @@ impl RangePool {
             first_error.get_or_insert(e);
         }
         let (reserved_at, reserved_len) = (self.range(seg).reserved_at, self.range(seg).reserved_len);
-        let sh = &self.sh;
-        match sh.rt.on_device(sh.device, || sh.rt.release(reserved_at)) {
-            Ok(()) => budget::give(reserved_len),
-            Err(e) => {
-                first_error.get_or_insert(Error::runtime(e, "releasing a reserved address range"));
-            }
-        }
+        // A refused release is kept: teardown's `free_cached` tries it again
+        // and reports it if it is refused once more.
+        let _ = ranges::release_unused(&self.sh, reserved_at, reserved_len);
         first_error.map_or(Ok(()), Err)
     }
 }

@@ -67,8 +67,7 @@ impl RangePool {
         };
         let (reserved_at, base, reserved_len) = self.reserve_aligned(va, align)?;
         if base + va > ADDRESS_LIMIT {
-            let _ = sh.rt.on_device(sh.device, || sh.rt.release(reserved_at));
-            budget::give(reserved_len);
+            let _ = release_unused(&sh, reserved_at, reserved_len);
             return Err(GrowError::Other(Error::Unsupported(format!(
                 "the runtime reserved device addresses up to {:#x}, above the {ADDRESS_LIMIT:#x} this allocator supports",
                 base + va
@@ -97,15 +96,16 @@ impl RangePool {
     /// promises its own granularity, so an unaligned reservation is given
     /// back and taken again `align` larger, its start rounded up. Each try
     /// is charged to the budget first; a refusal (the budget's or the
-    /// runtime's 207001) is an address-space failure.
+    /// runtime's 207001) is an address-space failure. An unaligned
+    /// reservation the runtime refuses to give back stays held and charged,
+    /// kept for `free_cached` to release (`release_unused`), and the padded
+    /// try goes on: the request need not fail for it.
     fn reserve_aligned(&self, va: usize, align: usize) -> Result<(usize, usize, usize), GrowError> {
         let at = self.reserve_charged(va)?;
         if at % align == 0 {
             return Ok((at, at, va));
         }
-        let sh = &self.sh;
-        sh.rt.on_device(sh.device, || sh.rt.release(at)).map_err(GrowError::Runtime)?;
-        budget::give(va);
+        let _ = release_unused(&self.sh, at, va);
         let padded = va + align;
         let at = self.reserve_charged(padded)?;
         Ok((at, at.next_multiple_of(align), padded))
@@ -220,6 +220,42 @@ impl RangePool {
             });
         }
     }
+}
+
+/// Releases a reservation no range uses: `at` as the runtime returned it,
+/// `len` bytes charged to the budget. One the runtime refuses stays
+/// reserved, so it stays charged: it is kept with the backing
+/// (`ExpandableRanges::unreleased`) for `release_kept` to try again,
+/// instead of being forgotten, held and charged for the process's life.
+pub(super) fn release_unused(
+    sh: &Shared<ExpandableRanges>,
+    at: usize,
+    len: usize,
+) -> Result<(), crate::runtime::AclCallError> {
+    match sh.rt.on_device(sh.device, || sh.rt.release(at)) {
+        Ok(()) => {
+            budget::give(len);
+            Ok(())
+        }
+        Err(e) => {
+            sh.backing.unreleased.lock().unwrap_or_else(|e| e.into_inner()).push((at, len));
+            Err(e)
+        }
+    }
+}
+
+/// Tries again to release every reservation `release_unused` kept (from
+/// `free_cached`: empty_cache, the OOM ladder, forget_stream, teardown);
+/// one refused again stays kept. The first refusal is the error.
+pub(super) fn release_kept(sh: &Shared<ExpandableRanges>) -> Result<()> {
+    let kept = std::mem::take(&mut *sh.backing.unreleased.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut first_error = None;
+    for (at, len) in kept {
+        if let Err(e) = release_unused(sh, at, len) {
+            first_error.get_or_insert(Error::runtime(e, "releasing a reserved address range no segment uses"));
+        }
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Gives a detached empty range back to the runtime (no lock held).
