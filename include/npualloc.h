@@ -290,7 +290,10 @@ typedef struct npualloc_stats {
 
 /**
  * The function table of one ABI version (see `npualloc_get_api`). Each field
- * points to the function of the same name without the `npualloc_` prefix.
+ * points to the function of the same name without the `npualloc_` prefix,
+ * except two in C: `register_` is `npualloc_register` (`register` is a C keyword)
+ * and `abi_version_fn` is `npualloc_abi_version` (the field `abi_version`
+ * holds the table's version).
  */
 typedef struct npualloc_api {
     /**
