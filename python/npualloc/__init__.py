@@ -151,7 +151,10 @@ class CachingAllocator(Allocator):
     allocator for a stream that ran an op with nothing registered.
 
     ``config`` is npualloc's config string (``"key:value,..."``); None reads
-    ``NPUALLOC_CONF``. Use as a context manager, or call ``close()``.
+    ``NPUALLOC_CONF``, or ``PYTORCH_NPU_ALLOC_CONF`` when that is unset
+    (torch_npu-only keys ignored, with a line on stderr). A refused config
+    raises NpuallocError (``status`` 2, NPUALLOC_ERR_BAD_CONFIG) naming the
+    key. Use as a context manager, or call ``close()``.
     """
 
     def __init__(self, device=0, config=None, stream=None):
