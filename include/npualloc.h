@@ -444,7 +444,8 @@ npualloc_status npualloc_destroy(struct npualloc_allocator *a);
  * 512-byte aligned.
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out_ptr`, size 0,
- * a size no device can hold, a stream the runtime does not know, or a
+ * a size of 2^60 bytes or more (a smaller one the device cannot hold is
+ * NPUALLOC_ERR_OUT_OF_MEMORY), a stream the runtime does not know, or a
  * stream of another device (each stream is checked the first time this
  * allocator meets it, with aclrtStreamQuery and aclrtGetStreamOverflowSwitch
  * when the runtime has them; the message names both devices; a stream in

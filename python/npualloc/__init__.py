@@ -180,9 +180,10 @@ class CachingAllocator(Allocator):
     def malloc(self, size):
         """``size`` bytes on the allocator's stream, as a MemBlock.
 
-        Raises MemoryError when the device is exhausted (GE's documented
-        contract) and ValueError for a bad size (0, negative, or larger than
-        any device).
+        Raises MemoryError when the device cannot hold the request (GE's
+        documented contract), and ValueError for a bad size: not an int, 0 or
+        negative, or 2**60 bytes or more (no device holds that; a smaller
+        request larger than the device is a MemoryError).
 
         Called by GE's ctypes callback adapter, a refused request (any of
         these errors) returns a block with address 0 instead of raising: the
