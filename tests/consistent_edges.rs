@@ -52,6 +52,11 @@ fn register_refuses_a_stream_the_runtime_does_not_know_as_malloc_does() {
     for bad in unknown_streams() {
         let (st, msg) = malloc(a, 4096, bad).unwrap_err();
         assert_eq!(st, NPUALLOC_ERR_INVALID_ARGUMENT, "malloc: {msg}");
+        // The header: the message names the call that refused the stream.
+        assert!(
+            ["aclmdlRICaptureGetInfo failed with", "aclrtStreamQuery failed with"].iter().any(|c| msg.contains(c)),
+            "malloc on an unknown stream: {msg}"
+        );
 
         let before = (format!("{:?}", stats(a)), e.usage(DEVICE));
         let st = register(a, bad);

@@ -290,3 +290,43 @@ void second_fn(void);
     expected.sort();
     assert_eq!(names, expected);
 }
+
+/// The plugin table's promise, "each field points to the function of the
+/// same name without the `npualloc_` prefix", holds for every field, and a
+/// field named otherwise is named in the table's comment with its function
+/// (`` `register_` is `npualloc_register` ``). And the table has every
+/// function of the header but `npualloc_get_api` itself (README: "a table
+/// of every function").
+#[test]
+fn plugin_table_fields_are_named_after_their_functions() {
+    let header = std::fs::read_to_string(header_path()).expect("read include/npualloc.h");
+    let functions: Vec<String> = declared_names(&header)
+        .into_iter()
+        .filter(|n| header.contains(&format!(" {n}(")) || header.contains(&format!("*{n}(")))
+        .collect();
+    let start = header.find("typedef struct npualloc_api {").expect("the npualloc_api struct");
+    let end = start + header[start..].find("} npualloc_api;").expect("the end of npualloc_api");
+    let comment_start = header[..start].rfind("/**").expect("the comment of npualloc_api");
+    let comment = &header[comment_start..start];
+    let fields: Vec<&str> =
+        header[start..end].split("(*").skip(1).map(|rest| rest.split(')').next().expect("a field name")).collect();
+    assert!(fields.len() > 40, "the table scan found only {fields:?}");
+    let mut covered = Vec::new();
+    for field in &fields {
+        let same_name = format!("npualloc_{field}");
+        let function = if functions.contains(&same_name) {
+            same_name
+        } else {
+            let named = comment
+                .split(&format!("`{field}` is `"))
+                .nth(1)
+                .and_then(|rest| rest.split('`').next())
+                .unwrap_or_else(|| panic!("field {field} has no function npualloc_{field}, and the comment of npualloc_api does not name its function"));
+            assert!(functions.iter().any(|f| f == named), "the comment names {named} for {field}: no such function");
+            named.to_string()
+        };
+        covered.push(function);
+    }
+    let missing: Vec<&String> = functions.iter().filter(|f| *f != "npualloc_get_api" && !covered.contains(f)).collect();
+    assert!(missing.is_empty(), "functions missing from the plugin table: {missing:?}");
+}

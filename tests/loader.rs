@@ -70,13 +70,16 @@ fn missing_library_is_unavailable_and_names_the_path() {
     let err = load_error(&path);
     let shown = err.to_string();
     match &err {
-        RuntimeError::Unavailable { path: p, reason } => {
+        RuntimeError::Unavailable { path: p, reason, origin } => {
             assert_eq!(p, path.to_str().unwrap());
             assert!(!reason.is_empty());
+            assert_eq!(*origin, loader::LibrarySource::Given);
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
     assert!(shown.contains(path.to_str().unwrap()), "message does not name the path: {shown}");
+    // ... and says where the path came from, so the user knows what to change.
+    assert!(shown.contains("config key acl_library"), "message does not say what to change: {shown}");
 
     // The same failure through Runtime::load and the crate error type.
     let err = Runtime::load(Some(path.to_str().unwrap())).unwrap_err();

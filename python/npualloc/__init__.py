@@ -151,7 +151,10 @@ class CachingAllocator(Allocator):
     allocator for a stream that ran an op with nothing registered.
 
     ``config`` is npualloc's config string (``"key:value,..."``); None reads
-    ``NPUALLOC_CONF``. Use as a context manager, or call ``close()``.
+    ``NPUALLOC_CONF``, or ``PYTORCH_NPU_ALLOC_CONF`` when that is unset
+    (torch_npu-only keys ignored, with a line on stderr). A refused config
+    raises NpuallocError (``status`` 2, NPUALLOC_ERR_BAD_CONFIG) naming the
+    key. Use as a context manager, or call ``close()``.
     """
 
     def __init__(self, device=0, config=None, stream=None):
@@ -177,9 +180,10 @@ class CachingAllocator(Allocator):
     def malloc(self, size):
         """``size`` bytes on the allocator's stream, as a MemBlock.
 
-        Raises MemoryError when the device is exhausted (GE's documented
-        contract) and ValueError for a bad size (0, negative, or larger than
-        any device).
+        Raises MemoryError when the device cannot hold the request (GE's
+        documented contract), and ValueError for a bad size: not an int, 0 or
+        negative, or 2**60 bytes or more (no device holds that; a smaller
+        request larger than the device is a MemoryError).
 
         Called by GE's ctypes callback adapter, a refused request (any of
         these errors) returns a block with address 0 instead of raising: the

@@ -119,6 +119,21 @@ def test_memory_error_when_the_device_is_full(emu):
         assert emu.aclemu_set_device_memory(0, 8 << 30) == 0
 
 
+def test_bad_sizes_are_value_errors_and_sizes_the_device_lacks_memory_errors(emu):
+    # As CachingAllocator.malloc's docstring says: from 2**60 bytes on the size
+    # itself is refused; below that, a size larger than the device is out of memory.
+    with npualloc.CachingAllocator(config="") as alloc:
+        before = alloc.stats()
+        for size in (0, -1, 1 << 60, (1 << 64) - 1):
+            with pytest.raises(ValueError):
+                alloc.malloc(size)
+        assert alloc.stats() == before
+        for size in ((1 << 60) - 1, 1 << 40):   # 1 << 40: a TiB, more than the emulated device
+            with pytest.raises(MemoryError, match="out of memory"):
+                alloc.malloc(size)
+        assert alloc.stats()["allocated_bytes"] == 0
+
+
 def test_closed_allocator_refuses_work(emu):
     alloc = npualloc.CachingAllocator(config="")
     alloc.malloc(4096)  # a live block: close releases it

@@ -38,3 +38,40 @@ def test_free_entries_carry_the_frees_frames_with_context_all(run_npu, context):
         assert "make_the_tensor" not in r["frames"]["free_requested"], "the free's own frames, not the allocation's"
     else:
         assert r["frames"]["free_requested"] == [], r["frames"]
+
+
+def test_dump_snapshot_writes_the_file_then_fails_on_the_emulator(run_npu):
+    """torch_npu's _dump_snapshot pickles _snapshot() first, then saves the
+    device's memory-usage table (aclrtGetMemUsageInfo) and, when that fails,
+    starts its profiler (torch_npu/npu/memory.py, _dump_snapshot). The
+    emulator has neither, so the call raises after the file is written; the
+    README says so and gives the way that works. When this test fails because
+    the call no longer raises, the README's "What works" list can drop that note."""
+    r = run(run_npu, """
+        import pickle
+        torch.npu.memory._record_memory_history(max_entries=1000)
+        def make_the_tensor():
+            return torch.empty(3 << 20, dtype=torch.uint8, device="npu")
+        x = make_the_tensor()
+        try:
+            torch.npu.memory._dump_snapshot("snap.pickle")
+            raised = None
+        except RuntimeError as e:
+            raised = str(e)
+        with open("snap.pickle", "rb") as f:
+            dumped = pickle.load(f)
+        # The README's way: _snapshot() pickled by hand, the same dict.
+        with open("by_hand.pickle", "wb") as f:
+            pickle.dump(torch.npu.memory._snapshot(), f)
+        with open("by_hand.pickle", "rb") as f:
+            by_hand = pickle.load(f)
+        def allocs(snap):
+            return [[fr["name"] for fr in t["frames"]] for t in snap["device_traces"][0]
+                    if t["action"] == "alloc" and t["addr"] == x.data_ptr()]
+        report({"raised": raised, "dumped": allocs(dumped), "by_hand": allocs(by_hand),
+                "segments": len(by_hand["segments"])})
+    """).result
+    assert r["raised"] is not None and "libmsprofiler" in r["raised"], r["raised"]
+    for name in ("dumped", "by_hand"):
+        assert len(r[name]) == 1 and "make_the_tensor" in r[name][0], (name, r[name])
+    assert r["segments"] >= 1

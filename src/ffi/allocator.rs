@@ -111,10 +111,12 @@ pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npuallo
 /// 512-byte aligned.
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out_ptr`, size 0,
-/// a size no device can hold, a stream the runtime does not know, or a
+/// a size of 2^60 bytes or more (a smaller one the device cannot hold is
+/// NPUALLOC_ERR_OUT_OF_MEMORY), a stream the runtime does not know, or a
 /// stream of another device (each stream is checked the first time this
-/// allocator meets it, with aclrtStreamQuery and aclrtGetStreamOverflowSwitch
-/// when the runtime has them; the message names both devices; a stream in
+/// allocator meets it, with aclmdlRICaptureGetInfo, aclrtStreamQuery and
+/// aclrtGetStreamOverflowSwitch when the runtime has them; an unknown stream's
+/// message names the call that refused it, another device's names both devices; a stream in
 /// graph capture is accepted without aclrtStreamQuery); NPUALLOC_ERR_OUT_OF_MEMORY after every
 /// recovery step failed (the message says where memory is);
 /// NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise. Thread-safe.

@@ -16,7 +16,10 @@ use crate::sys::aclrtStream;
 use std::ffi::{c_char, c_int, c_void};
 
 /// The function table of one ABI version (see `npualloc_get_api`). Each field
-/// points to the function of the same name without the `npualloc_` prefix.
+/// points to the function of the same name without the `npualloc_` prefix,
+/// except two in C: `register_` is `npualloc_register` (`register` is a C keyword)
+/// and `abi_version_fn` is `npualloc_abi_version` (the field `abi_version`
+/// holds the table's version).
 #[repr(C)]
 pub struct npualloc_api {
     /// `sizeof(npualloc_api)` in the library that made the table.

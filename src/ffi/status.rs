@@ -257,7 +257,11 @@ mod tests {
             (Error::OutOfMemory("o".into()), NPUALLOC_ERR_OUT_OF_MEMORY),
             (Error::runtime(call, "growing the pool"), NPUALLOC_ERR_RUNTIME),
             (
-                Error::RuntimeUnavailable(RuntimeError::Unavailable { path: "p".into(), reason: "r".into() }),
+                Error::RuntimeUnavailable(RuntimeError::Unavailable {
+                    path: "p".into(),
+                    reason: "r".into(),
+                    origin: crate::runtime::loader::LibrarySource::Search,
+                }),
                 NPUALLOC_ERR_RUNTIME_UNAVAILABLE,
             ),
             (Error::Internal("i".into()), NPUALLOC_ERR_INTERNAL),

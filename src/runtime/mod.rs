@@ -58,8 +58,9 @@ impl AclCallError {
 /// Why the ACL runtime could not be used at all.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("cannot load the ACL runtime library '{path}': {reason}")]
-    Unavailable { path: String, reason: String },
+    /// `origin` says where the path came from and what to change.
+    #[error("cannot load the ACL runtime library '{path}': {reason}; {origin}")]
+    Unavailable { path: String, reason: String, origin: loader::LibrarySource },
     #[error("the ACL runtime library '{path}' lacks the required function {symbol}")]
     MissingSymbol { path: String, symbol: &'static str },
 }
