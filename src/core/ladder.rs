@@ -97,6 +97,11 @@ impl<B: Backing> Device<B> {
     ) -> Result<usize> {
         if !first.is_out_of_memory() {
             let _ = B::free_cached(&self.sh);
+            if let GrowError::Other(Error::OutOfMemory(_)) = &first {
+                // A request no step could serve (larger than any address
+                // reservation): refused for lack of memory all the same.
+                self.count_refusal(shard, size);
+            }
             return Err(first.into_error(size));
         }
         // Every step below may synchronize before giving memory back; the
@@ -152,16 +157,7 @@ impl<B: Backing> Device<B> {
                 Err((e, largest)) => (last, seen) = (e, largest),
             }
         }
-        {
-            let _pool_calls = super::stats::count_for(&own_calls);
-            self.sh.counters.oom();
-        }
-        // Its own statement: the guard must not live across the device call.
-        let stream = shard.lock_anyway().stream();
-        self.sh.history.oom(size, stream, || {
-            let rt = &self.sh.rt;
-            rt.on_device(self.sh.device, || rt.mem_info()).map_or(0, |(free, _)| free as u64)
-        });
+        self.count_refusal(shard, size);
         // Nothing kept on failure: handles this request obtained and could
         // not use go back to the device, before the message counts what is held.
         let _ = B::free_cached(&self.sh);
@@ -193,6 +189,23 @@ impl<B: Backing> Device<B> {
             cause: last.cause(),
         };
         Err(Error::OutOfMemory(report.to_string()))
+    }
+
+    /// A request of `size` bytes on `shard` is refused for lack of memory:
+    /// counted for the device and the request's pool (Note [pools]), and
+    /// recorded in the history with the free memory the device reports.
+    fn count_refusal(&self, shard: &Shard<B>, size: usize) {
+        let own_calls = self.tally_of(&shard.lock_anyway()).calls.clone();
+        {
+            let _pool_calls = super::stats::count_for(&own_calls);
+            self.sh.counters.oom();
+        }
+        // Its own statement: the guard must not live across the device call.
+        let stream = shard.lock_anyway().stream();
+        self.sh.history.oom(size, stream, || {
+            let rt = &self.sh.rt;
+            rt.on_device(self.sh.device, || rt.mem_info()).map_or(0, |(free, _)| free as u64)
+        });
     }
 
     /// One retry of a request: an out-of-memory failure is the inner

@@ -98,3 +98,29 @@ fn memory_fraction_caps_reserved_memory() {
     finish(a);
     set_capacity(1 << 30);
 }
+
+/// A request larger than any address reservation (expandable segments) is
+/// refused with no recovery to try, and it counts as a refusal like any
+/// other: in `num_ooms`, in its pool's figures, and in the history (before,
+/// only the error and the `oom_snapshot` file showed it).
+#[test]
+fn a_request_no_reservation_can_hold_counts_as_an_oom() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:true");
+    a.record_history(16);
+    let err = a.malloc(1 << 40, Stream::DEFAULT).unwrap_err();
+    let Error::OutOfMemory(msg) = &err else { panic!("expected OOM, got {err:?}") };
+    assert!(msg.contains("more than one reservation of address space holds"), "{msg}");
+    let s = a.stats().unwrap();
+    assert_eq!((s.num_ooms, s.num_alloc_retries), (1, 0), "refused once, no step retried: {s:?}");
+    let pool = a.pool_stats(0).unwrap();
+    assert_eq!(pool.num_ooms, 1, "the default pool's own figures count it too: {pool:?}");
+    let last = a.history().last().map(|e| (e.action, e.size));
+    assert_eq!(last, Some((crate::core::history::Action::Oom, 1 << 40)));
+    // Nothing was taken: a request that fits is served as before.
+    let p = a.malloc(4 << 20, Stream::DEFAULT).unwrap();
+    a.free(p).unwrap();
+    a.check_invariants().unwrap();
+    finish(a);
+}
