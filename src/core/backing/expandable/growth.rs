@@ -73,8 +73,9 @@ pub const REFRESH_EVERY: u32 = 8;
 /// apart, that map their own pages; with a burst of three or four (or the
 /// recent rate alone: map ahead while the previous fresh handle came fewer
 /// than 1000 requests ago) one of them maps a 48 MiB handle ahead the phase
-/// never uses (gpt2-generate 1.121x to 1.134x, serve 1.177x to 1.197x, and
-/// min capacity 1.040x on serve with the recent rate). Five to eight
+/// never uses (bursts of three: gpt2-generate 1.121x, serve 1.192x; of
+/// four: 1.134x, 1.197x; the recent rate: 1.112x, 1.177x and min capacity
+/// 1.040x on serve). Five to eight
 /// handles, and windows of 1000 to 20,000 requests at five, give the
 /// figures of the lifetime rule alone on all eight traces (BENCHMARKS.md,
 /// "What the rule costs"). Each pool keeps the stream's request count at
