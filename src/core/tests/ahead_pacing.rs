@@ -75,7 +75,8 @@ fn a_burst_is_burst_handles_within_burst_requests() {
 
 /// Fresh handles a phase of 64 growths of 3 MiB (each block held) takes on
 /// a roomy device after `hits` small malloc/free pairs served from the
-/// cache (the first of them made the stream's only earlier handle).
+/// cache (the first of them made the stream's only earlier handle); it
+/// holds less than one 48 MiB handle ahead of what it uses at its end.
 fn phase_handles(hits: usize) -> u64 {
     let base = Baseline::take();
     budget(64 * GIB);
@@ -88,6 +89,8 @@ fn phase_handles(hits: usize) -> u64 {
     let held: Vec<usize> = (0..64).map(|_| a.malloc(3 * MIB, Stream::DEFAULT).unwrap()).collect();
     let after = a.stats().unwrap();
     check_accounting(&a, &base, None, "after the phase");
+    let ahead = after.reserved_bytes - before.reserved_bytes - 64 * 3 * MIB as u64;
+    assert!(ahead < 48 * MIB as u64, "the phase holds {ahead} bytes ahead after {hits} hits");
     for p in held {
         a.free(p).unwrap();
     }

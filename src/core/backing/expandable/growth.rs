@@ -76,9 +76,10 @@ pub const REFRESH_EVERY: u32 = 8;
 /// never uses (bursts of three: gpt2-generate 1.121x, serve 1.192x; of
 /// four: 1.134x, 1.197x; the recent rate: 1.112x, 1.177x and min capacity
 /// 1.040x on serve). Five to eight
-/// handles, and windows of 1000 to 20,000 requests at five, give the
-/// figures of the lifetime rule alone on all eight traces (BENCHMARKS.md,
-/// "What the rule costs"). Each pool keeps the stream's request count at
+/// handles, and windows of 1000 to 20,000 requests at five, give the peak
+/// reserved and handles of the lifetime rule alone on all eight traces
+/// (the default five within 5000: min capacity and every call count too;
+/// BENCHMARKS.md, "What the rule costs"). Each pool keeps the stream's request count at
 /// its last four fresh handles (`RecentHandles`), written only when it
 /// makes one and read only when a fresh handle is about to be made: nothing
 /// on a cache hit. While the stream's other pool is locked by another
