@@ -10,13 +10,16 @@ one, else a fresh one of half the peak of allocated bytes, 32 to 48 MiB (at
 most 8 MiB in the small pool), mapped ahead over the free block's unmapped
 pages (the default rule of src/core/backing/expandable/growth.rs, below
 3 GiB allocated), while the stream has served fewer than 1000 requests per
-fresh handle (both pools; Note [mapping ahead while growth is frequent]).
+fresh handle, or its fresh handles make a burst: this one is the 5th within
+5000 requests (both pools; Note [mapping ahead while growth is frequent]).
 Prints peak physical bytes over peak requested, fresh
 handles (= physical allocations) and maps.
 
 Variants:
   --ahead-while N   map ahead while the stream served fewer than N requests
                     per fresh handle (0: always, the rule before)
+  --burst N K       ...or while a fresh handle is the K-th of the stream's
+                    within its last N requests (default 5000 5; 0 0: never)
   --no-ahead        a fresh handle covers only the run it was made for
   --bound-ahead A   a fresh handle maps ahead only while physical bytes stay
                     within (1 + A) x allocated bytes (request included)
@@ -35,7 +38,7 @@ trace's call budget.
 
     scripts/handle-footprint.py TRACE.gz... [--no-ahead] [--bound-ahead A] [--pace K] [--moves]
     scripts/handle-footprint.py --table TRACE.gz...
-    scripts/handle-footprint.py --check REPLAY [--ahead-while N] TRACE.gz...   # the rule against npualloc-replay
+    scripts/handle-footprint.py --check REPLAY [--ahead-while N] [--burst N K] TRACE.gz...   # the rule against npualloc-replay
 """
 import argparse
 import bisect
@@ -108,9 +111,11 @@ class Range:
 
 
 class Model:
-    def __init__(self, ahead=True, bound=None, pace=None, moves=False, ahead_while=1000):
+    def __init__(self, ahead=True, bound=None, pace=None, moves=False, ahead_while=1000, burst=(5000, 5)):
         self.ahead, self.bound, self.pace, self.moves = ahead, bound, pace, moves
         self.ahead_while = ahead_while
+        self.burst = burst  # (N, K) or None
+        self.stamps = {}  # stream -> stream request counts at its fresh handles
         self.ranges = {}
         self.phys = self.peak_phys = 0
         self.fresh = self.maps = self.moved = 0
@@ -181,6 +186,12 @@ class Model:
                     mine = [x for x in self.ranges.values() if x.stream == r.stream]
                     requests, fresh = sum(x.requests for x in mine), sum(x.fresh for x in mine)
                     quiet = quiet or (fresh + 1) * self.ahead_while <= requests
+                    stamps = self.stamps.setdefault(r.stream, [])
+                    if quiet and self.burst and self.burst[1]:
+                        n, k = self.burst
+                        recent = sum(1 for t in stamps[-(k - 1):] if requests - t < n) if k > 1 else 0
+                        quiet = recent + 1 < k
+                    stamps.append(requests)
                 self.last_fresh = self.requests
                 # As the core: at most a fresh handle's pages, over the run
                 # and, mapped ahead, the free block's unmapped pages after it.
@@ -254,9 +265,15 @@ class Model:
 
 TABLE = [
     ("mapped ahead (the rule before)", dict(ahead_while=0)),
-    ("ahead while < 1000 requests per fresh handle (the default)", {}),
-    ("ahead while < 250 requests per fresh handle", dict(ahead_while=250)),
-    ("ahead while < 4000 requests per fresh handle", dict(ahead_while=4000)),
+    ("ahead while < 1000 requests per fresh handle, or 5 within 5000 (the default)", {}),
+    ("ahead while < 1000 requests per fresh handle (no bursts)", dict(burst=None)),
+    ("ahead while < 250 requests per fresh handle", dict(ahead_while=250, burst=None)),
+    ("ahead while < 4000 requests per fresh handle", dict(ahead_while=4000, burst=None)),
+    ("... or 3 within 3000 requests", dict(burst=(3000, 3))),
+    ("... or 4 within 4000 requests", dict(burst=(4000, 4))),
+    ("... or 5 within 1000 requests", dict(burst=(1000, 5))),
+    ("... or 5 within 20000 requests", dict(burst=(20000, 5))),
+    ("... or 8 within 8000 requests", dict(burst=(8000, 8))),
     ("nothing ahead", dict(ahead=False, ahead_while=0)),
     ("ahead within 1.05x allocated", dict(bound=0.05, ahead_while=0)),
     ("ahead within 1.10x allocated", dict(bound=0.10, ahead_while=0)),
@@ -276,6 +293,7 @@ def main():
     ap.add_argument("--pace", type=int, default=None)
     ap.add_argument("--moves", action="store_true")
     ap.add_argument("--ahead-while", type=int, default=1000)
+    ap.add_argument("--burst", nargs=2, type=int, metavar=("N", "K"), default=[5000, 5])
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--check", metavar="REPLAY", help="compare the default rule with npualloc-replay's first pass")
     args = ap.parse_args()
@@ -286,7 +304,7 @@ def main():
             out = subprocess.run([args.check, "--json", "--repeat", "1", "--no-min-capacity", path],
                                  check=True, capture_output=True, text=True).stdout
             real = json.loads(out)["reports"][0]
-            m = Model(ahead_while=args.ahead_while)
+            m = Model(ahead_while=args.ahead_while, burst=tuple(args.burst))
             ratio = m.run(ev)
             ok = m.fresh == real["physical_mallocs"] and abs(ratio - real["ratio"]) <= 0.002
             bad += not ok
@@ -305,7 +323,8 @@ def main():
             print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
         return
     for name, ev in evs:
-        m = Model(not args.no_ahead, args.bound_ahead, args.pace, args.moves, args.ahead_while)
+        m = Model(not args.no_ahead, args.bound_ahead, args.pace, args.moves, args.ahead_while,
+                  tuple(args.burst))
         ratio = m.run(ev)
         print(f"{name}: peak physical / peak requested {ratio:.3f}, {m.fresh} fresh handles, {m.maps} maps, "
               f"{m.moved} moved")

@@ -1,13 +1,15 @@
 //! Tests of Note [mapping ahead while growth is frequent]: a fresh handle
-//! maps ahead of the request while its stream grows often, and only what
-//! the request lacks once the stream has served many requests per fresh
-//! handle.
+//! maps ahead of the request while its stream grows often, over its life or
+//! in a burst, and only what the request lacks once the stream has served
+//! many requests per fresh handle.
 
 use super::support::{
     allocator, budget, check_accounting, drop_stream, emu_lock, new_stream, set_capacity, teardown_clean, Baseline,
     GIB, MIB,
 };
-use crate::core::backing::expandable::{growth_is_frequent, AHEAD_WHILE_REQUESTS_PER_HANDLE};
+use crate::core::backing::expandable::{
+    growth_is_frequent, in_burst, RecentHandles, AHEAD_WHILE_REQUESTS_PER_HANDLE, BURST_HANDLES, BURST_REQUESTS,
+};
 use crate::core::*;
 
 #[test]
@@ -24,6 +26,95 @@ fn growth_is_frequent_below_the_requests_per_handle_bound() {
     // No overflow at the extremes.
     assert!(growth_is_frequent(u64::MAX - 1, u64::MAX));
     assert!(!growth_is_frequent(u64::MAX, 0));
+}
+
+#[test]
+fn a_burst_is_burst_handles_within_burst_requests() {
+    let (k, n) = (BURST_HANDLES, BURST_REQUESTS);
+    // A burst holds the lifetime bound's rate.
+    assert_eq!(n, k as u64 * AHEAD_WHILE_REQUESTS_PER_HANDLE);
+    assert!(!in_burst(0, []), "a first handle is no burst");
+    let mut recent = RecentHandles::default();
+    // k - 2 handles made just now: the next one is not yet the k-th.
+    for _ in 0..k - 2 {
+        recent.push(100_000);
+    }
+    assert!(!in_burst(100_001, recent.iter()));
+    // One more, and the next handle completes a burst...
+    recent.push(100_010);
+    assert!(in_burst(100_011, recent.iter()));
+    // ...while the oldest of them is fewer than n requests back.
+    assert!(in_burst(100_000 + n - 1, recent.iter()));
+    assert!(!in_burst(100_000 + n, recent.iter()));
+    // Only the last k - 1 handles are kept: older ones do not count.
+    let mut spaced = RecentHandles::default();
+    for at in [0, 100_000, 100_001] {
+        spaced.push(at);
+    }
+    for _ in 0..k - 1 {
+        spaced.push(200_000 + n);
+    }
+    assert_eq!(spaced.iter().count(), k - 1);
+    assert!(spaced.iter().all(|at| at == 200_000 + n));
+    // Both pools of a stream: their kept handles count together.
+    let (mut large, mut small) = (RecentHandles::default(), RecentHandles::default());
+    for i in 0..(k - 1) as u64 {
+        if i % 2 == 0 {
+            large.push(50 + i)
+        } else {
+            small.push(50 + i)
+        }
+    }
+    assert!(!in_burst(60, large.iter()));
+    assert!(in_burst(60, large.iter().chain(small.iter())));
+    // Counts above the stream's (from before its counts were taken out)
+    // are not recent, and nothing overflows.
+    assert!(!in_burst(0, [u64::MAX; 4]));
+    assert!(in_burst(u64::MAX, [u64::MAX; 4]));
+}
+
+/// Fresh handles a phase of 64 growths of 3 MiB (each block held) takes on
+/// a roomy device after `hits` small malloc/free pairs served from the
+/// cache (the first of them made the stream's only earlier handle); it
+/// holds less than one 48 MiB handle ahead of what it uses at its end.
+fn phase_handles(hits: usize) -> u64 {
+    let base = Baseline::take();
+    budget(64 * GIB);
+    let a = allocator("");
+    for _ in 0..hits {
+        let p = a.malloc(4096, Stream::DEFAULT).unwrap();
+        a.free(p).unwrap();
+    }
+    let before = a.stats().unwrap();
+    let held: Vec<usize> = (0..64).map(|_| a.malloc(3 * MIB, Stream::DEFAULT).unwrap()).collect();
+    let after = a.stats().unwrap();
+    check_accounting(&a, &base, None, "after the phase");
+    let ahead = after.reserved_bytes - before.reserved_bytes - 64 * 3 * MIB as u64;
+    assert!(ahead < 48 * MIB as u64, "the phase holds {ahead} bytes ahead after {hits} hits");
+    for p in held {
+        a.free(p).unwrap();
+    }
+    teardown_clean(a, &base);
+    after.num_physical_mallocs - before.num_physical_mallocs
+}
+
+/// A stream that served many requests and then starts growing again maps
+/// ahead once the phase's handles make a burst: a few handles more than a
+/// new stream, not one per growth. (Before the burst rule the lifetime
+/// counts alone decided: after 100,000 hits the phase took 64 handles,
+/// one per request, where a new stream took 5.)
+#[test]
+fn a_growth_phase_after_many_hits_maps_ahead_once_in_a_burst() {
+    let _g = emu_lock();
+    let new = phase_handles(0);
+    let late = phase_handles(100_000);
+    assert!(new <= 6, "setup: a new stream took {new} handles for 64 x 3 MiB");
+    // The burst's first BURST_HANDLES - 1 handles map what each request
+    // lacks, then handles map ahead as on a new stream (9 handles against
+    // 5; 64 with the lifetime rule alone).
+    assert!(late < new + BURST_HANDLES as u64, "after 100,000 hits the phase took {late} handles, a new stream {new}");
+    assert!(late > new, "the phase's first handles map only what each request lacks ({late} / {new})");
+    set_capacity(1 << 30);
 }
 
 /// Reserved bytes a 10 MiB request adds on a roomy device after a 30 MiB

@@ -55,16 +55,38 @@ pub const REFRESH_EVERY: u32 = 8;
 /// 1.167x instead of 1.184x on 64 GiB, three handles more each, and changes
 /// nothing on the others; any bound from 250 to 4000 requests gives the
 /// same figures (BENCHMARKS.md, "Mapping ahead while growth is frequent").
-/// What it costs: the counts are the stream's whole life, so a stream that
-/// served many requests and then starts a new growth phase maps only what
-/// each request lacks until the phase's handles catch up with its requests
-/// (after 100,000 hits, 64 growths of 3 MiB take 64 handles where a new
-/// stream takes 5): calls, never memory, at most one handle per growing
-/// request, as `map_ahead:false`. A rule of the recent rate instead (map
-/// ahead while the previous fresh handle came fewer than 1000 requests ago)
-/// was measured and not kept: gpt2-generate 1.112x, serve 1.177x and min
-/// capacity 1.040x on serve. A stream taking over a retired entry starts
-/// with no fresh handles, as with no requests (`counts_taken`).
+/// The counts are the stream's whole life, so a stream that served many
+/// requests and then starts a new growth phase would map only what each
+/// request lacks until the phase's handles caught up with its requests
+/// (after 100,000 hits, 64 growths of 3 MiB took 64 handles where a new
+/// stream takes 5). So a fresh handle also maps ahead when the stream is in
+/// a burst: it is at least the `BURST_HANDLES`-th (5th) fresh handle of the
+/// stream (both pools) within its last `BURST_REQUESTS` requests. The
+/// window is five times the lifetime bound: a burst is the same rate, one
+/// fresh handle per 1000 requests or more, measured over the last five
+/// handles instead of the whole life. That phase then takes 9 handles: its
+/// first four map what each request lacks (8 calls more than a new stream,
+/// once per phase however long it is), the rest map ahead, and what they
+/// hold ahead is at most one handle, as on a new stream. Five is the one
+/// constant the shipped traces decide: gpt2-generate's decoding phase
+/// starts some 97,000 requests in with four growths of 14 MiB, 28 requests
+/// apart, that map their own pages; with a burst of three or four (or the
+/// recent rate alone: map ahead while the previous fresh handle came fewer
+/// than 1000 requests ago) one of them maps a 48 MiB handle ahead the phase
+/// never uses (bursts of three: gpt2-generate 1.121x, serve 1.192x; of
+/// four: 1.134x, 1.197x; the recent rate: 1.112x, 1.177x and min capacity
+/// 1.040x on serve). Five to eight
+/// handles, and windows of 1000 to 20,000 requests at five, give the peak
+/// reserved and handles of the lifetime rule alone on all eight traces
+/// (the default five within 5000: min capacity and every call count too;
+/// BENCHMARKS.md, "What the rule costs"). Each pool keeps the stream's request count at
+/// its last four fresh handles (`RecentHandles`), written only when it
+/// makes one and read only when a fresh handle is about to be made: nothing
+/// on a cache hit. While the stream's other pool is locked by another
+/// thread, the growing pool decides by the lifetime rule alone (its own
+/// request count would make the other pool's handles look recent). A
+/// stream taking over a retired entry starts with no fresh handles, as
+/// with no requests (`counts_taken`).
 pub const AHEAD_WHILE_REQUESTS_PER_HANDLE: u64 = 1000;
 
 /// Whether a fresh handle, made now, may map ahead: its stream has made
@@ -72,6 +94,48 @@ pub const AHEAD_WHILE_REQUESTS_PER_HANDLE: u64 = 1000;
 /// [mapping ahead while growth is frequent]).
 pub fn growth_is_frequent(requests: u64, fresh: u64) -> bool {
     fresh.saturating_add(1).saturating_mul(AHEAD_WHILE_REQUESTS_PER_HANDLE) > requests
+}
+
+/// Fresh handles, this one included, that make a burst within
+/// `BURST_REQUESTS` requests of the stream (Note [mapping ahead while
+/// growth is frequent]).
+pub const BURST_HANDLES: usize = 5;
+
+/// The window of a burst: `BURST_HANDLES` handles within it are the
+/// lifetime bound's rate, one fresh handle per
+/// `AHEAD_WHILE_REQUESTS_PER_HANDLE` requests.
+pub const BURST_REQUESTS: u64 = BURST_HANDLES as u64 * AHEAD_WHILE_REQUESTS_PER_HANDLE;
+
+/// The stream's request count at each of a shard's last `BURST_HANDLES - 1`
+/// fresh handles, oldest first (`None`: not made yet). Written only when a
+/// fresh handle is made.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RecentHandles {
+    at: [Option<u64>; BURST_HANDLES - 1],
+}
+
+impl RecentHandles {
+    /// A fresh handle was made when the stream had served `requests`.
+    pub fn push(&mut self, requests: u64) {
+        self.at.rotate_left(1);
+        self.at[BURST_HANDLES - 2] = Some(requests);
+    }
+
+    /// The request counts kept.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.at.iter().flatten().copied()
+    }
+}
+
+/// Whether a fresh handle, made when the stream has served `requests`,
+/// completes a burst: the stream's fresh handles at the request counts
+/// `recent` (each pool's last `BURST_HANDLES - 1`) include at least
+/// `BURST_HANDLES - 1` made within the last `BURST_REQUESTS` requests. A
+/// count above `requests` (from before counts were taken out) is not
+/// recent.
+pub fn in_burst(requests: u64, recent: impl IntoIterator<Item = u64>) -> bool {
+    let within = recent.into_iter().filter(|&at| requests.checked_sub(at).is_some_and(|d| d < BURST_REQUESTS)).count();
+    within + 1 >= BURST_HANDLES
 }
 
 /// The device's free memory as last reported (Note [sizing a fresh handle]).

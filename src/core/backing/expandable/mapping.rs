@@ -140,10 +140,11 @@ impl RangePool {
                 // estimate of free memory was too kind: another process
                 // holds some, or physical memory is fragmented).
                 let fresh_pages = self.fresh_piece_pages(ctx);
+                let (requests, ahead_now) = self.pace(ctx.device.sibling);
                 // A fresh handle may reach over every unmapped free page it
                 // covers, never over a sleeping one.
                 let mut ahead = run;
-                if self.maps_ahead(ctx.device.sibling) {
+                if ahead_now {
                     let reach = room_end.min(i + fresh_pages.max(run));
                     while i + ahead < reach && self.range(ctx.seg).mappable(i + ahead) {
                         ahead += 1;
@@ -161,7 +162,9 @@ impl RangePool {
                         _ => {}
                     }
                 }
-                got?
+                let made = got?;
+                self.backing.recent.push(requests);
+                made
             }
         };
         let sh = self.sh.clone();
@@ -251,19 +254,28 @@ impl RangePool {
         Ok(())
     }
 
-    /// Whether a fresh handle made now maps ahead of the request: the rule
-    /// says so and the stream still grows often (Note [mapping ahead while
-    /// growth is frequent]). The stream's other pool is counted when its
-    /// lock is free (it always is on one thread); else this pool alone.
-    fn maps_ahead(&self, sibling: Option<&crate::core::shard::Shard<super::ExpandableRanges>>) -> bool {
+    /// The stream's request count, and whether a fresh handle made now maps
+    /// ahead of the request: the rule says so and the stream grows often,
+    /// over its life or in a burst (Note [mapping ahead while growth is
+    /// frequent]). The stream's other pool is counted when its lock is free
+    /// (it always is on one thread); else this pool alone decides, by the
+    /// lifetime rule only (its own request count would make the other
+    /// pool's recent handles look more recent than they are).
+    fn pace(&self, sibling: Option<&crate::core::shard::Shard<super::ExpandableRanges>>) -> (u64, bool) {
+        use super::growth::{growth_is_frequent, in_burst};
+        let (requests, fresh) = (self.counters().allocs, self.backing.fresh);
         if !self.sh.backing.pieces().ahead {
-            return false;
+            return (requests, false);
         }
-        let (mut requests, mut fresh) = (self.counters().allocs, self.backing.fresh);
-        if let Some(other) = sibling.and_then(|s| s.try_lock()) {
-            requests += other.counters().allocs;
-            fresh += other.backing.fresh;
-        }
-        super::growth::growth_is_frequent(requests, fresh)
+        let Some(sibling) = sibling else {
+            let frequent = growth_is_frequent(requests, fresh) || in_burst(requests, self.backing.recent.iter());
+            return (requests, frequent);
+        };
+        let Some(other) = sibling.try_lock() else {
+            return (requests, growth_is_frequent(requests, fresh));
+        };
+        let (requests, fresh) = (requests + other.counters().allocs, fresh + other.backing.fresh);
+        let recent = self.backing.recent.iter().chain(other.backing.recent.iter());
+        (requests, growth_is_frequent(requests, fresh) || in_burst(requests, recent))
     }
 }

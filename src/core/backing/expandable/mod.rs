@@ -79,7 +79,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 #[cfg(test)]
-pub(crate) use growth::{growth_is_frequent, AHEAD_WHILE_REQUESTS_PER_HANDLE};
+pub(crate) use growth::{
+    growth_is_frequent, in_burst, RecentHandles, AHEAD_WHILE_REQUESTS_PER_HANDLE, BURST_HANDLES, BURST_REQUESTS,
+};
 #[cfg(test)]
 pub(crate) use growth::{FreeMemory, REFRESH_EVERY};
 pub use growth::{GrowthView, PieceRule};
@@ -186,9 +188,10 @@ impl ExpandableRanges {
 #[derive(Debug, Default)]
 pub(crate) struct RangeOf {
     ranges: Vec<SegmentId>,
-    /// Fresh handles this shard has made (Note [mapping ahead while growth
-    /// is frequent]).
+    /// Fresh handles this shard has made, and the stream's request count
+    /// at its last few (Note [mapping ahead while growth is frequent]).
     fresh: u64,
+    recent: growth::RecentHandles,
 }
 
 type RangePool = Pool<ExpandableRanges>;
@@ -201,6 +204,7 @@ impl Backing for ExpandableRanges {
     /// starts with no requests.
     fn counts_taken(state: &mut RangeOf) {
         state.fresh = 0;
+        state.recent = growth::RecentHandles::default();
     }
 
     #[inline]
