@@ -136,7 +136,7 @@ fn open(path: &str, source: LibrarySource) -> Result<LoadedLibrary, RuntimeError
     // The handle is deliberately never closed (see the module docs).
     let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if handle.is_null() {
-        return Err(RuntimeError::Unavailable { path: path.to_string(), reason: dl_error(), origin: source });
+        return Err(RuntimeError::Unavailable { path: path.to_string(), reason: dl_error().into(), origin: source });
     }
     let lookup = |name: &str| {
         let c_name = CString::new(name).expect("symbol names have no NUL");

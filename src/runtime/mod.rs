@@ -60,7 +60,7 @@ impl AclCallError {
 pub enum RuntimeError {
     /// `origin` says where the path came from and what to change.
     #[error("cannot load the ACL runtime library '{path}': {reason}; {origin}")]
-    Unavailable { path: String, reason: String, origin: loader::LibrarySource },
+    Unavailable { path: String, reason: Box<str>, origin: loader::LibrarySource },
     #[error("the ACL runtime library '{path}' lacks the required function {symbol}")]
     MissingSymbol { path: String, symbol: &'static str },
 }
