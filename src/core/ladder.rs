@@ -246,7 +246,15 @@ impl<B: Backing> Device<B> {
                 let _ = self.release_free_where(Scope::All, pick);
                 true
             }
-            Step::FreeCachedPages => B::free_cached(&self.sh).is_ok_and(|freed| freed > 0),
+            Step::FreeCachedPages => {
+                // Worth a retry when there was anything to give back: cached
+                // handles, or kept reservations (address space, no bytes of
+                // memory). A refusal among them does not undo what the rest
+                // gave back, so the error is not the answer here.
+                let had = self.sh.backing.cached_bytes() > 0 || self.sh.backing.keeps_reservations();
+                let _ = B::free_cached(&self.sh);
+                had
+            }
             Step::WaitPending => {
                 if !self.streams.shards().any(|s| s.lock_anyway().pending_bytes() > 0) {
                     return false;

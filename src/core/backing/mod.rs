@@ -128,6 +128,12 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// Bytes held outside any segment (cached handles).
     fn cached_bytes(&self) -> usize;
 
+    /// Whether `free_cached` has anything besides cached handles to give
+    /// back (expandable: reservations whose release was refused before).
+    fn keeps_reservations(&self) -> bool {
+        false
+    }
+
     /// Device memory `seg` holds (mapped bytes of a range, a fixed
     /// segment's size).
     fn held_bytes(seg: &Segment<Self::Extent>) -> usize;

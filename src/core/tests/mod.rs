@@ -14,6 +14,7 @@ mod handle_cache_kinds;
 mod history;
 mod hooks;
 mod invariant_checks;
+mod ladder_kept;
 mod out_of_memory;
 mod peaks;
 mod pieces;

@@ -317,6 +317,10 @@ impl Backing for ExpandableRanges {
         sh.backing.cache_handle(bytes, handle);
     }
 
+    fn keeps_reservations(&self) -> bool {
+        !self.unreleased.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
     fn cached_bytes(&self) -> usize {
         self.handles().iter().map(|(size, hs)| size * hs.len()).sum()
     }
