@@ -10,7 +10,15 @@
 #   scripts/check-pipes.sh [FILE...]     (default: scripts/*.sh .ci/run)
 #   scripts/check-pipes.sh --self-test   (the check finds what it must, and only that)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+self=$(realpath "$0")
+# Arguments are named from where the script was started, not from the
+# checkout it moves to.
+args=()
+for a in "$@"; do
+    if [[ $a = --* ]]; then args+=("$a"); else args+=("$(realpath -m -- "$a")"); fi
+done
+set -- "${args[@]+"${args[@]}"}"
+cd "$(dirname "$self")/.."
 if [[ ${1:-} = --self-test ]]; then
     t=$(mktemp -d)
     trap 'rm -rf "$t"' EXIT
@@ -20,14 +28,16 @@ if [[ ${1:-} = --self-test ]]; then
     printf '%s\n' 'set -o pipefail' 'c=$(ldconfig -p)' 'x=$(sed -n 1p <<<"$c")' 'a || grep -q b f' \
         '# ldconfig -p | head -1 (a comment)' >"$t/clean.sh"
     printf '%s\n' 'ldconfig -p | head -1' >"$t/no-pipefail.sh"
+    printf '%s\n' 'set -o pipefail' 'x=$(ldconfig -p | sed 1q)' >"$t/sedq.sh"
+    printf '%s\n' 'set -o pipefail' "grep -c x f | awk '{print}'; exit 0" >"$t/exit-after.sh"
     bad=0
-    for f in head grepq awk; do
-        if bash "$0" "$t/$f.sh" >/dev/null 2>&1; then echo "FAIL self-test: $f.sh not found" >&2; bad=1; fi
+    for f in head grepq awk sedq missing; do
+        if bash "$self" "$t/$f.sh" >/dev/null 2>&1; then echo "FAIL self-test: $f.sh not found" >&2; bad=1; fi
     done
-    for f in clean no-pipefail; do
-        if ! bash "$0" "$t/$f.sh" >/dev/null 2>&1; then echo "FAIL self-test: $f.sh flagged" >&2; bad=1; fi
+    for f in clean no-pipefail exit-after; do
+        if ! bash "$self" "$t/$f.sh" >/dev/null 2>&1; then echo "FAIL self-test: $f.sh flagged" >&2; bad=1; fi
     done
-    [[ $bad = 0 ]] && echo "check-pipes self-test: 5 passed"
+    [[ $bad = 0 ]] && echo "check-pipes self-test: 8 passed"
     exit "$bad"
 fi
 files=("$@")
@@ -35,11 +45,18 @@ files=("$@")
 if [[ ${#files[@]} -eq 0 ]]; then
     for f in scripts/*.sh .ci/run; do [[ $f = scripts/check-pipes.sh ]] || files+=("$f"); done
 fi
+# A pipe (not ||) into head, sed's q, grep -q/-m, or an awk program with exit.
+q="'"
+early="(^|[^|])\\|[[:space:]]*(head\\b|sed[[:space:]]+(-n[[:space:]]+)?$q?[0-9]*q|grep[[:space:]]+(-[[:alnum:]]*[qm]|--quiet|--max-count)|awk\\b[^|$q]*$q[^$q]*\\bexit\\b)"
 found=0
 for f in "${files[@]}"; do
+    if [[ ! -r $f ]]; then
+        echo "$f: cannot be read" >&2
+        found=1
+        continue
+    fi
     grep -q 'pipefail' "$f" || continue
-    # A pipe into head, into grep -q/-m, or into an awk program that exits.
-    if hits=$(grep -nE '(^|[^|])\|[[:space:]]*(head\b|grep[[:space:]]+(-[[:alnum:]]*[qm]|--quiet|--max-count)|awk\b.*\bexit\b)' "$f" |
+    if hits=$(grep -nE "$early" "$f" |
               grep -vE '^[0-9]+:[[:space:]]*#'); then
         echo "$f: a pipe into a reader that stops early fails under pipefail with 141:" >&2
         echo "$hits" | sed 's/^/    /' >&2

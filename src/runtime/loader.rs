@@ -53,8 +53,10 @@ impl fmt::Display for LibrarySource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             LibrarySource::Given => {
-                "the path was given with the config key acl_library: name a libascendcl.so that loads, \
-                 or leave the key out to use NPUALLOC_ACL_LIBRARY or the CANN install"
+                "the path was given by the program that loads npualloc (the config key acl_library, \
+                 or a tool's --acl-library and the defaults the tool applies): name a libascendcl.so \
+                 that loads; without the config key npualloc falls back to NPUALLOC_ACL_LIBRARY or \
+                 the CANN install"
             }
             LibrarySource::Env => {
                 "the path was given with NPUALLOC_ACL_LIBRARY: set it to a libascendcl.so that loads, \
@@ -195,6 +197,7 @@ mod tests {
             assert!(search.contains(needed), "the search failure does not mention {needed}: {search}");
         }
         assert!(shown(LibrarySource::Given).contains("config key acl_library"));
+        assert!(shown(LibrarySource::Given).contains("--acl-library"), "a tool's option is named too");
         assert!(shown(LibrarySource::Env).contains("given with NPUALLOC_ACL_LIBRARY"));
         assert!(shown(LibrarySource::AscendHome).contains("$ASCEND_HOME_PATH/lib64"));
         // The loader's own reason stays in the message.
