@@ -14,6 +14,7 @@ mod handle_cache_kinds;
 mod history;
 mod hooks;
 mod invariant_checks;
+mod oom_snapshot_message;
 mod out_of_memory;
 mod peaks;
 mod pieces;
