@@ -154,7 +154,9 @@ class CachingAllocator(Allocator):
     ``NPUALLOC_CONF``, or ``PYTORCH_NPU_ALLOC_CONF`` when that is unset
     (torch_npu-only keys ignored, with a line on stderr). A refused config
     raises NpuallocError (``status`` 2, NPUALLOC_ERR_BAD_CONFIG) naming the
-    key. Use as a context manager, or call ``close()``.
+    key. Use as a context manager, or call ``close()``. A stream the runtime
+    does not know (or one of another device) raises ValueError here, with
+    the message ``malloc`` would give for it.
     """
 
     def __init__(self, device=0, config=None, stream=None):
@@ -171,6 +173,22 @@ class CachingAllocator(Allocator):
         self._handle = handle
         self.device = int(device)
         self._stream = ctypes.c_void_p(self.stream or None)
+        if self.stream:
+            self._check_stream()
+
+    def _check_stream(self):
+        """Refuses a stream the runtime does not know, as the first malloc
+        on it would. The C API has no call that only checks a stream; making
+        a binding checks it as ``npualloc_malloc`` does, and the binding,
+        destroyed at once, has no other effect."""
+        binding = ctypes.c_void_p()
+        try:
+            _check(self._lib.npualloc_binding_create(self._handle, self._stream, ctypes.byref(binding)))
+        except BaseException:
+            handle, self._handle = self._handle, None
+            self._lib.npualloc_destroy(handle)
+            raise
+        _check(self._lib.npualloc_binding_destroy(binding))
 
     def _live(self):
         if self._handle is None:

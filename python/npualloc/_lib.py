@@ -124,6 +124,8 @@ def lib():
             "npualloc_query": (status, [P, P, ctypes.POINTER(BlockInfo)]),
             "npualloc_set_memory_fraction": (status, [P, ctypes.c_double]),
             "npualloc_reset_peak_stats": (status, [P]),
+            "npualloc_binding_create": (status, [P, P, ctypes.POINTER(P)]),
+            "npualloc_binding_destroy": (status, [P]),
         }
         for name, (restype, argtypes) in sigs.items():
             fn = getattr(handle, name)

@@ -229,6 +229,35 @@ def test_stream_argument_is_checked(emu):
         assert alloc.stream == 0
 
 
+def test_an_unknown_stream_is_refused_at_construction(emu):
+    import ctypes
+
+    # What a malloc on that stream says (through an allocator of the default stream).
+    with npualloc.CachingAllocator(config="") as alloc:
+        out = ctypes.c_void_p()
+        lib = npualloc._lib.lib()
+        status = lib.npualloc_malloc(alloc._live(), 4096, ctypes.c_void_p(0xDEAD0), ctypes.byref(out))
+        assert status == npualloc._lib.ERR_INVALID_ARGUMENT
+        malloc_says = npualloc._lib.last_error()
+    assert "not a live stream" in malloc_says, malloc_says
+    with pytest.raises(ValueError) as refused:
+        npualloc.CachingAllocator(config="", stream=0xDEAD0)
+    assert str(refused.value) == malloc_says
+    # A stream destroyed before the allocator is made is refused the same way.
+    stream = ctypes.c_void_p()
+    assert emu.aclrtCreateStream(ctypes.byref(stream)) == 0
+    assert emu.aclrtDestroyStream(stream) == 0
+    with pytest.raises(ValueError, match="not a live stream"):
+        npualloc.CachingAllocator(config="", stream=stream.value)
+    # A live one is accepted and served.
+    assert emu.aclrtCreateStream(ctypes.byref(stream)) == 0
+    try:
+        with npualloc.CachingAllocator(config="", stream=stream.value) as alloc:
+            alloc.free(alloc.malloc(4096))
+    finally:
+        assert emu.aclrtDestroyStream(stream) == 0
+
+
 def test_out_of_memory_retry_synchronizes_the_allocators_stream(emu):
     import ctypes
 

@@ -57,3 +57,26 @@ def test_installed_package_without_library_says_so(tmp_path):
     assert str(site / "npualloc" / "libnpualloc.so") in last
     assert "target" not in last
     assert "pip install ./python" in last
+
+
+@pytest.mark.skipif(not INSTALLED, reason="checks a pip-installed package (NPUALLOC_TEST_INSTALLED=1)")
+def test_installed_package_describes_itself_with_its_readme():
+    from importlib.metadata import metadata
+
+    meta = metadata("npualloc")
+    assert meta["Description-Content-Type"] == "text/markdown"
+    # The long description is the METADATA's body (Core metadata 2.1 and later).
+    body = meta.get_payload() or meta["Description"] or ""
+    assert body.strip() == (PYTHON_DIR / "README.md").read_text().strip()
+
+
+def test_readme_example_without_torch_npu_runs(emu):
+    text = (PYTHON_DIR / "README.md").read_text()
+    after = text.split("Without torch_npu:", 1)[1]
+    code = after.split("```python\n", 1)[1].split("```", 1)[0]
+    env = {k: v for k, v in os.environ.items() if k != "NPUALLOC_CONF"}
+    if not INSTALLED:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PYTHON_DIR), env.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("MemBlock(addr=0x") and done.stdout.split()[-1] == "1048576", done.stdout

@@ -70,3 +70,24 @@ def test_stream_route(emu):
             assert pool.stats()["active_blocks"] == 0
     finally:
         assert emu.aclrtDestroyStream(s) == 0
+
+
+def test_snapshot_names_each_segments_pool(emu):
+    with npualloc.CachingAllocator(device=0, config="expandable_segments:false") as alloc:
+        pool = npualloc.Pool(alloc)
+        outside = alloc.malloc(5 * MIB)
+        with pool:
+            inside = alloc.malloc(5 * MIB)
+
+        def owner(block):
+            segs = [s for s in alloc.snapshot()["segments"]
+                    if s["address"] <= block.addr < s["address"] + s["size"]]
+            assert len(segs) == 1, segs
+            return segs[0]["pool"], segs[0]["stream"], segs[0]["pool_id"]
+
+        # Same stream, same kind: only pool_id tells the two apart.
+        assert owner(outside) == ("large", 0, 0)
+        assert owner(inside) == ("large", 0, pool.id)
+        alloc.free(outside)
+        alloc.free(inside)
+        pool.destroy()

@@ -220,7 +220,8 @@ pub const KEYS: &[KeySpec] = &[
         unit: "",
         doc: "When a request is refused for lack of memory, write a PyTorch-format memory snapshot \
               (a pickle, as torch.cuda.memory._dump_snapshot writes; the memory history included \
-              while it is recorded) to this file, replacing it.",
+              while it is recorded) to this file, replacing it. The request's error message then \
+              ends by naming the file, or by saying why it could not be written.",
     },
 ];
 

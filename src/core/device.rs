@@ -209,12 +209,11 @@ impl<B: Backing> Device<B> {
                 Ok(addr) => addr,
                 Err(e) => {
                     drop(pool);
-                    let refused = self.ladder(shard, stream, size, rounded, e);
-                    if let Err(Error::OutOfMemory(report)) = &refused {
+                    return match self.ladder(shard, stream, size, rounded, e) {
                         // No lock held, everything the request took given back.
-                        self.refused(size, report);
-                    }
-                    return refused;
+                        Err(Error::OutOfMemory(report)) => Err(Error::OutOfMemory(self.refused(size, report))),
+                        other => other,
+                    };
                 }
             },
         };
@@ -234,17 +233,22 @@ impl<B: Backing> Device<B> {
 
     /// A request of `size` bytes was refused for lack of memory: the
     /// `oom_snapshot` file first (so the observer may read it), then the
-    /// observer. No lock is held.
+    /// observer. Returns the request's message, which (as the observer's)
+    /// ends by saying where the file went or why it could not be written.
+    /// No lock is held.
     #[cold]
     #[inline(never)]
-    fn refused(&self, size: usize, report: &str) {
+    fn refused(&self, size: usize, mut report: String) -> String {
         if let Some(path) = &self.sh.oom_snapshot {
             // A failed write leaves the file as it was; the request's error stays the answer.
-            if let Ok(doc) = self.pytorch_snapshot() {
-                let _ = write_replacing(path, &super::pytorch_snapshot::to_pickle(&doc));
-            }
+            let written = match self.pytorch_snapshot() {
+                Ok(doc) => write_replacing(path, &super::pytorch_snapshot::to_pickle(&doc)).map_err(|e| e.to_string()),
+                Err(e) => Err(format!("the snapshot could not be taken ({e})")),
+            };
+            super::oom_report::add_snapshot_sentence(&mut report, path, written);
         }
-        self.sh.hooks.out_of_memory(self.sh.device, size, report);
+        self.sh.hooks.out_of_memory(self.sh.device, size, &report);
+        report
     }
 
     /// The miss path under the shard's lock; an out-of-memory failure is

@@ -9,7 +9,7 @@
 
 use super::stats::Stats;
 use crate::runtime::{AclCallError, Stream};
-use std::fmt;
+use std::fmt::{self, Write};
 
 /// Everything the message says, gathered after the ladder gave back what
 /// the failed request obtained (so none of it is counted as held).
@@ -100,6 +100,21 @@ impl fmt::Display for OomReport<'_> {
         }
         write!(f, "Last failure: {}.", self.cause)
     }
+}
+
+/// Ends the message of a refused request with the `oom_snapshot` file:
+/// where it was written, or why it could not be (`written`'s error).
+pub(super) fn add_snapshot_sentence(report: &mut String, path: &std::path::Path, written: Result<(), String>) {
+    if !report.ends_with('.') {
+        report.push('.');
+    }
+    match written {
+        Ok(()) => write!(report, " A memory snapshot (oom_snapshot) was written to {}.", path.display()),
+        Err(why) => {
+            write!(report, " The memory snapshot (oom_snapshot) could not be written to {}: {why}.", path.display())
+        }
+    }
+    .expect("writing to a String cannot fail");
 }
 
 /// The message of a request refused because no address space was left
@@ -216,6 +231,25 @@ mod tests {
         let m = alone.to_string();
         assert!(!m.contains("does not hold"), "all used memory is this allocator's: {m}");
         assert!(m.contains("Nothing could be released."), "{m}");
+    }
+
+    #[test]
+    fn the_snapshot_sentence_names_the_file_or_why_it_is_missing() {
+        let path = std::path::Path::new("/tmp/oom.pickle");
+        let mut m = String::from("cannot allocate 1.00 MiB. Last failure: aclrtMalloc failed.");
+        add_snapshot_sentence(&mut m, path, Ok(()));
+        assert_eq!(
+            m,
+            "cannot allocate 1.00 MiB. Last failure: aclrtMalloc failed. A memory snapshot (oom_snapshot) was \
+             written to /tmp/oom.pickle."
+        );
+        let mut m = String::from("cannot allocate 4096 bytes: no range fits");
+        add_snapshot_sentence(&mut m, path, Err("Permission denied (os error 13)".into()));
+        assert_eq!(
+            m,
+            "cannot allocate 4096 bytes: no range fits. The memory snapshot (oom_snapshot) could not be written to \
+             /tmp/oom.pickle: Permission denied (os error 13)."
+        );
     }
 
     /// The concurrent case: by the time the report is gathered, another

@@ -61,7 +61,11 @@ pub struct SegmentSnapshot {
     /// Its address range: the reserved range of an expandable segment; the
     /// part of a fixed segment that blocks tile.
     pub address_space_bytes: usize,
+    /// The kind: "small" or "large".
     pub pool: &'static str,
+    /// The pool that owns it (Note [pools]): 0 for the default pool, else
+    /// the id `pool_create` returned.
+    pub pool_id: u64,
     pub stream: usize,
     pub expandable: bool,
     /// Address order; an expandable range's unmapped pages are left out.
@@ -80,8 +84,11 @@ impl<B: Backing> Device<B> {
         let stats = self.stats()?;
         let mut segments = Vec::new();
         let mut runs = Vec::new();
-        for shard in self.streams.shards() {
+        for (entry, shard) in self.streams.iter().flat_map(|e| e.shards.iter().map(move |s| (e, s))) {
             let pool = shard.lock_anyway();
+            // Read under the shard's lock: an entry changes pools only while
+            // empty, before any segment of its new pool is added under it.
+            let pool_id = entry.pool();
             let stream = pool.stream().0;
             for seg_id in pool.segments.ids() {
                 let seg = pool.segments.get(seg_id);
@@ -111,6 +118,7 @@ impl<B: Backing> Device<B> {
                     size: held,
                     address_space_bytes: seg.size,
                     pool: pool.kind.name(),
+                    pool_id,
                     stream,
                     expandable,
                     blocks,
@@ -142,13 +150,14 @@ impl Serialize for Stats {
 
 impl Serialize for SegmentSnapshot {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seg = s.serialize_struct("SegmentSnapshot", 8)?;
+        let mut seg = s.serialize_struct("SegmentSnapshot", 9)?;
         seg.serialize_field("address", &self.address)?;
         seg.serialize_field("size", &self.size)?;
         seg.serialize_field("address_space_bytes", &self.address_space_bytes)?;
         // Repeats "size" for readers of the first format.
         seg.serialize_field("mapped_bytes", &self.size)?;
         seg.serialize_field("pool", self.pool)?;
+        seg.serialize_field("pool_id", &self.pool_id)?;
         seg.serialize_field("stream", &self.stream)?;
         seg.serialize_field("expandable", &self.expandable)?;
         seg.serialize_field("blocks", &self.blocks)?;
@@ -171,6 +180,7 @@ mod tests {
             size: 4096,
             address_space_bytes: 8192,
             pool: "large",
+            pool_id: 3,
             stream: 7,
             expandable: true,
             blocks: blocks.to_vec(),
@@ -183,7 +193,7 @@ mod tests {
             .collect();
         let expected = format!(
             "{{\"device\":1,\"stats\":{{{}}},\"segments\":[{{\"address\":65536,\"size\":4096,\
-             \"address_space_bytes\":8192,\"mapped_bytes\":4096,\"pool\":\"large\",\"stream\":7,\"expandable\":true,\
+             \"address_space_bytes\":8192,\"mapped_bytes\":4096,\"pool\":\"large\",\"pool_id\":3,\"stream\":7,\"expandable\":true,\
              \"blocks\":[{{\"address\":65536,\"size\":1024,\"requested\":1000,\"state\":\"active\",\"stream\":7}},\
              {{\"address\":66560,\"size\":1024,\"requested\":0,\"state\":\"cached\",\"stream\":7}},\
              {{\"address\":67584,\"size\":2048,\"requested\":2000,\"state\":\"pending-free\",\"stream\":7}}]}}]}}",

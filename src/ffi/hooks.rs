@@ -64,7 +64,9 @@ pub type npualloc_oom_hook =
 /// once without waiting: the old observer may then still run on other
 /// threads. With the config key
 /// `oom_snapshot:PATH`, a PyTorch-format snapshot (a pickle, the memory
-/// history included while recording) is written to PATH just before.
+/// history included while recording) is written to PATH just before, and
+/// the report (the error's message as well) ends with a sentence naming
+/// PATH, or saying why the file could not be written.
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle.
 /// Thread-safe.

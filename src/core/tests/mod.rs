@@ -15,6 +15,7 @@ mod history;
 mod hooks;
 mod invariant_checks;
 mod ladder_kept;
+mod oom_snapshot_message;
 mod out_of_memory;
 mod peaks;
 mod pieces;

@@ -194,6 +194,43 @@ fn pytorch_snapshot_shows_each_segments_pool() {
     a.teardown().unwrap();
 }
 
+/// The JSON snapshot tells a private pool's segment from the default
+/// pool's on the same stream and of the same kind: `pool_id`.
+#[test]
+fn json_snapshot_shows_each_segments_pool_id() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let p = a.pool_create(PoolConfig::default()).unwrap();
+    let outside = a.malloc(5 * MIB, Stream::DEFAULT).unwrap();
+    a.pool_begin(p, None).unwrap();
+    let inside = a.malloc(5 * MIB, Stream::DEFAULT).unwrap();
+    a.pool_end(p, None).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&a.snapshot_json().unwrap()).unwrap();
+    let mut seen = Vec::new();
+    for seg in doc["segments"].as_array().unwrap() {
+        let addr = seg["address"].as_u64().unwrap() as usize;
+        let size = seg["size"].as_u64().unwrap() as usize;
+        let keys = (seg["pool"].as_str().unwrap(), seg["stream"].as_u64().unwrap(), seg["pool_id"].as_u64());
+        let holds = |b: usize| (addr..addr + size).contains(&b);
+        if holds(outside) {
+            seen.push(("outside", keys));
+        }
+        if holds(inside) {
+            seen.push(("inside", keys));
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, vec![("inside", ("large", 0, Some(p))), ("outside", ("large", 0, Some(0)))]);
+    // The struct carries it too.
+    let ids: Vec<u64> = a.snapshot().unwrap().segments.iter().map(|s| s.pool_id).collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&0) && ids.contains(&p), "{ids:?}");
+    a.free(outside).unwrap();
+    a.free(inside).unwrap();
+    a.teardown().unwrap();
+}
+
 /// Threads each routed to their own pool (thread routes), on one shared
 /// stream, allocating and freeing at once, while another thread allocates
 /// unrouted: every block lands in its thread's pool, and no block of one
