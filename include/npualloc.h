@@ -37,9 +37,9 @@ typedef void *aclrtStream;
 
 /**
  * Version of the `npualloc_stats` layout this library fills: 2 added the
- * fields from `num_physical_mallocs` on.
+ * fields from `num_physical_mallocs` on, 3 those from `segments_peak` on.
  */
-#define NPUALLOC_STATS_VERSION 2
+#define NPUALLOC_STATS_VERSION 3
 
 /**
  * Major version of the library (semantic versioning).
@@ -286,6 +286,20 @@ typedef struct npualloc_stats {
      * blocks tile (`segment_bytes` less any alignment slack).
      */
     uint64_t address_space_bytes;
+    /**
+     * The most `segments` at once. (Version 3 from here on.)
+     */
+    uint64_t segments_peak;
+    /**
+     * Segments made: fixed segments obtained with aclrtMalloc plus
+     * expandable ranges reserved.
+     */
+    uint64_t num_segments_created;
+    /**
+     * Segments given back; `num_segments_created - num_segments_released`
+     * is `segments`.
+     */
+    uint64_t num_segments_released;
 } npualloc_stats;
 
 /**

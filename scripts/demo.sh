@@ -20,7 +20,10 @@ jobs="$(nproc 2>/dev/null || echo 2)"
 echo "== cargo build --release"
 cargo build --release --workspace --locked
 echo "== CMake (Release) in build/demo"
-cmake -S . -B build/demo -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
+# NPUALLOC_CARGO_WORKSPACE: CMake's cargo step asks for the same packages as
+# the build above, so it finds everything fresh instead of compiling npualloc
+# again with other features (CMakeLists.txt says why).
+cmake -S . -B build/demo -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DNPUALLOC_CARGO_WORKSPACE=ON >/dev/null
 cmake --build build/demo --target inference_demo -j "$jobs"
 
 target_dir="${CARGO_TARGET_DIR:-target}"

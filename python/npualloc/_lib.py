@@ -66,6 +66,7 @@ class Stats(ctypes.Structure):
             "num_maps", "num_unmaps", "num_alloc_retries", "num_ooms", "num_syncs",
             "largest_free_block", "num_physical_mallocs", "num_physical_frees", "pending_free_bytes",
             "segment_bytes", "cached_handle_bytes", "address_space_bytes",
+            "segments_peak", "num_segments_created", "num_segments_released",
         )
     ]
 

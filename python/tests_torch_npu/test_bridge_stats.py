@@ -3,6 +3,7 @@ counts and the cumulative requested bytes the bridge counts itself, against
 npualloc's own statistics and the sizes asked (each with torch_npu's 32-byte
 tail on this SoC)."""
 
+import pytest
 from test_bridge import run
 
 
@@ -39,3 +40,36 @@ def test_block_count_peaks_and_cumulative_requested_bytes(run_npu):
     assert r["after_reset"] == [0, 0]
     assert r["after_one"] == [5000 + 32, 0, 2]
     assert int(r["allocs_line"][0].split("|")[2]) == 2, "memory_summary's peak column shows it"
+
+
+@pytest.mark.parametrize("conf", ["expandable_segments:false", "expandable_segments:true"])
+def test_segment_counts_agree_with_each_other_and_npualloc(run_npu, conf):
+    """segment.all.*: current, peak, allocated and freed never contradict
+    each other, in fixed and expandable mode (where a segment is an address
+    range with handles mapped into it, and no aclrtMalloc is made)."""
+    r = run(run_npu, """
+        def seg():
+            st = torch.npu.memory_stats()
+            return {k: st["segment.all." + k] for k in ("current", "peak", "allocated", "freed")}
+        torch.npu.reset_accumulated_memory_stats()      # before anything exists
+        ts = [torch.empty(n, dtype=torch.uint8, device="npu") for n in (3000, 1 << 22, 64 << 20)]
+        out = {"live": seg(), "npl_live": npl_stats()["segments"]}
+        del ts
+        torch.npu.empty_cache()
+        out["emptied"], out["npl_emptied"] = seg(), npl_stats()["segments"]
+        line = [l for l in torch.npu.memory_summary().splitlines() if "NPU reserved segments" in l][0]
+        out["summary"] = [int(f.strip()) for f in line.split("|")[2:6]]
+        torch.npu.reset_peak_memory_stats()
+        out["peak_reset"] = seg()
+        report(out)
+    """, env={"NPUALLOC_CONF": conf}).result
+    live, emptied = r["live"], r["emptied"]
+    assert live["current"] == r["npl_live"] >= 1
+    assert live["allocated"] - live["freed"] == live["current"], live
+    assert live["peak"] >= live["current"]
+    assert emptied["current"] == r["npl_emptied"]
+    assert emptied["allocated"] - emptied["freed"] == emptied["current"], emptied
+    assert emptied["allocated"] >= live["allocated"] and emptied["freed"] >= live["current"] - emptied["current"]
+    assert emptied["peak"] >= live["current"], "the peak remembers the segments given back"
+    assert r["summary"] == [emptied["current"], emptied["peak"], emptied["allocated"], emptied["freed"]]
+    assert r["peak_reset"]["peak"] == r["peak_reset"]["current"] == emptied["current"]

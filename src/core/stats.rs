@@ -42,7 +42,10 @@ macro_rules! stats_table {
             pending_free_bytes "Bytes freed by the caller and waiting for work on other streams (record_stream) to complete.",
             segment_bytes "Device memory held by segments: whole fixed segments, and the mapped pages of expandable ranges. The snapshot's segment sizes add up to it.",
             cached_handle_bytes "Physical handles unmapped and kept for reuse (expandable segments); 0 with fixed segments.",
-            address_space_bytes "Address space of all segments: with expandable segments their reserved virtual ranges; with fixed segments the part of each that blocks tile (`segment_bytes` less any alignment slack)."
+            address_space_bytes "Address space of all segments: with expandable segments their reserved virtual ranges; with fixed segments the part of each that blocks tile (`segment_bytes` less any alignment slack).",
+            segments_peak "The most `segments` at once. (Version 3 from here on.)",
+            num_segments_created "Segments made: fixed segments obtained with aclrtMalloc plus expandable ranges reserved.",
+            num_segments_released "Segments given back; `num_segments_created - num_segments_released` is `segments`."
         }
     };
 }
@@ -123,6 +126,9 @@ pub(crate) struct DeviceCounters {
     reserved: AtomicU64,
     reserved_peak: AtomicU64,
     segments: AtomicU64,
+    segments_peak: AtomicU64,
+    segments_created: AtomicU64,
+    segments_released: AtomicU64,
     device_mallocs: AtomicU64,
     device_frees: AtomicU64,
     maps: AtomicU64,
@@ -183,11 +189,23 @@ impl DeviceCounters {
         });
     }
 
+    /// One more segment, fixed or expandable (a device call's cold path).
+    fn one_more_segment(&self) {
+        let now = self.segments.fetch_add(1, Relaxed) + 1;
+        self.segments_peak.fetch_max(now, Relaxed);
+        self.segments_created.fetch_add(1, Relaxed);
+    }
+
+    fn one_segment_less(&self) {
+        self.segments.fetch_sub(1, Relaxed);
+        self.segments_released.fetch_add(1, Relaxed);
+    }
+
     /// A fixed segment obtained with `aclrtMalloc`.
     pub fn segment_added(&self, size: usize) {
         self.reserve(size);
         self.both(|c| {
-            c.segments.fetch_add(1, Relaxed);
+            c.one_more_segment();
             c.device_mallocs.fetch_add(1, Relaxed);
         });
     }
@@ -196,22 +214,19 @@ impl DeviceCounters {
     pub fn segment_removed(&self, size: usize) {
         self.both(|c| {
             c.reserved.fetch_sub(size as u64, Relaxed);
-            c.segments.fetch_sub(1, Relaxed);
+            c.one_segment_less();
             c.device_frees.fetch_add(1, Relaxed);
         });
     }
 
     /// An expandable segment (address range) was created; it holds no memory yet.
     pub fn range_added(&self) {
-        self.both(|c| {
-            c.segments.fetch_add(1, Relaxed);
-        });
+        self.both(|c| c.one_more_segment());
     }
 
+    /// An expandable segment's address range was given back.
     pub fn range_removed(&self) {
-        self.both(|c| {
-            c.segments.fetch_sub(1, Relaxed);
-        });
+        self.both(|c| c.one_segment_less());
     }
 
     /// A physical handle was obtained: it is reserved until freed.
@@ -271,12 +286,16 @@ impl DeviceCounters {
 
     pub fn reset_peak(&self) {
         self.reserved_peak.store(self.reserved.load(Relaxed), Relaxed);
+        self.segments_peak.store(self.segments.load(Relaxed), Relaxed);
     }
 
     pub fn add_to(&self, s: &mut Stats) {
         s.reserved_bytes = self.reserved.load(Relaxed);
         s.reserved_bytes_peak = self.reserved_peak.load(Relaxed);
         s.segments = self.segments.load(Relaxed);
+        s.segments_peak = self.segments_peak.load(Relaxed).max(s.segments);
+        s.num_segments_created = self.segments_created.load(Relaxed);
+        s.num_segments_released = self.segments_released.load(Relaxed);
         s.num_device_mallocs = self.device_mallocs.load(Relaxed);
         s.num_device_frees = self.device_frees.load(Relaxed);
         s.num_maps = self.maps.load(Relaxed);

@@ -6,8 +6,8 @@ use crate::error::Error;
 use std::ffi::{c_char, CString};
 
 /// Version of the `npualloc_stats` layout this library fills: 2 added the
-/// fields from `num_physical_mallocs` on.
-pub const NPUALLOC_STATS_VERSION: u32 = 2;
+/// fields from `num_physical_mallocs` on, 3 those from `segments_peak` on.
+pub const NPUALLOC_STATS_VERSION: u32 = 3;
 
 /// Allocator statistics (PyTorch `memory_stats()` vocabulary, plus where the
 /// reserved memory is). The caller sets `struct_size` to
@@ -83,6 +83,14 @@ pub struct npualloc_stats {
     /// reserved virtual ranges; with fixed segments the part of each that
     /// blocks tile (`segment_bytes` less any alignment slack).
     pub address_space_bytes: u64,
+    /// The most `segments` at once. (Version 3 from here on.)
+    pub segments_peak: u64,
+    /// Segments made: fixed segments obtained with aclrtMalloc plus
+    /// expandable ranges reserved.
+    pub num_segments_created: u64,
+    /// Segments given back; `num_segments_created - num_segments_released`
+    /// is `segments`.
+    pub num_segments_released: u64,
 }
 
 macro_rules! stats_from_core {

@@ -82,7 +82,7 @@ struct Live {
 
 // Counters at the last reset_accumulated_memory_stats, per device.
 struct Baseline {
-  uint64_t allocs = 0, frees = 0, device_mallocs = 0, device_frees = 0, retries = 0, ooms = 0, syncs = 0;
+  uint64_t allocs = 0, frees = 0, segments_created = 0, segments_released = 0, retries = 0, ooms = 0, syncs = 0;
 };
 
 // What the bridge counts itself, per device, under its lock (it already takes it for every
@@ -430,6 +430,13 @@ class Bridge final : public NCA::NPUAllocator {
     npualloc_allocator* a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
     if (a != nullptr) {
       check(api->get_stats(a, &s), "get_stats");
+      if (s.version < 3) {
+        // A library older than the segment counts (stats version 3): its aclrtMalloc counts are
+        // the fixed segments', and the current count the only peak known.
+        s.segments_peak = s.segments;
+        s.num_segments_created = s.num_device_mallocs;
+        s.num_segments_released = s.num_device_frees;
+      }
     }
     return s;
   }

@@ -23,11 +23,15 @@ c10::CachingDeviceAllocator::DeviceStats Bridge::getDeviceStats(c10::DeviceIndex
     st.freed = freed;
   };
   auto i = [](uint64_t v) { return static_cast<int64_t>(v); };
-  // Block counts: the peak is the bridge's count of torch_npu's live blocks. npualloc keeps no
-  // peak of segment counts: segment.peak reads as current (a lower bound).
+  // Block counts: the peak is the bridge's count of torch_npu's live blocks.
   set(d.allocation, i(s.active_blocks), c.live_peak, i(s.num_allocs - b.allocs), i(s.num_frees - b.frees));
-  set(d.segment, i(s.segments), i(s.segments), i(s.num_device_mallocs - b.device_mallocs),
-      i(s.num_device_frees - b.device_frees));
+  // Segments: npualloc's, fixed ones and expandable address ranges alike (its snapshot lists each
+  // as one segment), with its peak and its counts of segments made and given back, so
+  // allocated - freed is what changed since the last reset. torch_npu itself counts only
+  // aclrtMalloc'ed segments and leaves these at 0 with expandable segments
+  // (docs/runtime-behaviour.md "How torch_npu talks to its allocator").
+  set(d.segment, i(s.segments), i(s.segments_peak), i(s.num_segments_created - b.segments_created),
+      i(s.num_segments_released - b.segments_released));
   set(d.active, i(s.active_blocks), c.live_peak, i(s.num_allocs - b.allocs), i(s.num_frees - b.frees));
   // Bytes: requested bytes asked and given back are the bridge's sums. npualloc keeps no
   // cumulative totals of rounded or reserved bytes (they would cost its cache-hit path), so
@@ -49,8 +53,8 @@ c10::CachingDeviceAllocator::DeviceStats Bridge::getDeviceStats(c10::DeviceIndex
 void Bridge::resetAccumulatedStats(c10::DeviceIndex device) {
   npualloc_stats s = stats_of(device);
   std::lock_guard<std::mutex> g(mu_);
-  baselines_[device] = Baseline{s.num_allocs,       s.num_frees,         s.num_device_mallocs, s.num_device_frees,
-                                s.num_alloc_retries, s.num_ooms, s.num_syncs};
+  baselines_[device] = Baseline{s.num_allocs,        s.num_frees, s.num_segments_created, s.num_segments_released,
+                                s.num_alloc_retries, s.num_ooms,  s.num_syncs};
   counts_[device].requested_in = counts_[device].requested_out = 0;
 }
 

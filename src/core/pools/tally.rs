@@ -48,6 +48,7 @@ impl PoolTally {
         self.allocated_peak.store(allocated, Relaxed);
         self.requested_peak.store(requested, Relaxed);
         self.reserved_peak.store(held, Relaxed);
+        self.calls.reset_peak();
     }
 
     /// The (allocs, frees) of one of the pool's shards that goes to another
@@ -74,6 +75,7 @@ impl PoolTally {
         // belong to no pool), counted by the caller.
         s.reserved_bytes = reserved;
         s.segments = segments;
+        s.segments_peak = s.segments_peak.max(segments);
         s.reserved_bytes_peak = self.reserved_peak.load(Relaxed).max(reserved);
         s.allocated_bytes_peak = self.allocated_peak.load(Relaxed).max(s.allocated_bytes);
         s.requested_bytes_peak = self.requested_peak.load(Relaxed).max(s.requested_bytes);
