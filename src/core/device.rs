@@ -209,11 +209,7 @@ impl<B: Backing> Device<B> {
                 Ok(addr) => addr,
                 Err(e) => {
                     drop(pool);
-                    return match self.ladder(shard, stream, size, rounded, e) {
-                        // No lock held, everything the request took given back.
-                        Err(Error::OutOfMemory(report)) => Err(Error::OutOfMemory(self.refused(size, report))),
-                        other => other,
-                    };
+                    return self.ladder_or_refuse(shard, stream, size, rounded, e);
                 }
             },
         };
@@ -229,6 +225,26 @@ impl<B: Backing> Device<B> {
     #[inline(never)]
     pub(super) fn malloc_again(&self, size: usize, stream: Stream) -> Result<usize> {
         self.malloc(size, stream)
+    }
+
+    /// The request's growth failed with `e`: the ladder, and if it ends in
+    /// a refusal, the refusal's file and observer (`refused`). Out of line,
+    /// so the miss path in `malloc` stays a call and a return.
+    #[cold]
+    #[inline(never)]
+    fn ladder_or_refuse(
+        &self,
+        shard: &Shard<B>,
+        stream: Stream,
+        size: usize,
+        rounded: usize,
+        e: GrowError,
+    ) -> Result<usize> {
+        match self.ladder(shard, stream, size, rounded, e) {
+            // No lock held, everything the request took given back.
+            Err(Error::OutOfMemory(report)) => Err(Error::OutOfMemory(self.refused(size, report))),
+            other => other,
+        }
     }
 
     /// A request of `size` bytes was refused for lack of memory: the
