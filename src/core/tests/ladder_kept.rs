@@ -9,7 +9,13 @@ use crate::runtime::Stream;
 const RELEASE: &str = "aclrtReleaseMemAddress";
 const FREE_PHYS: &str = "aclrtFreePhysical";
 
-struct Guard;
+/// One test's hold on the emulator; its controls are put back when the
+/// test ends, even by a panic.
+struct Guard {
+    _lock: std::sync::MutexGuard<'static, ()>,
+    _base: Baseline,
+}
+
 impl Drop for Guard {
     fn drop(&mut self) {
         // SAFETY: plain values.
@@ -20,17 +26,24 @@ impl Drop for Guard {
     }
 }
 
-fn scenario(refuse_in_ladder: bool) -> Result<usize, String> {
-    let _g = emu_lock();
-    let _c = Guard;
-    set_capacity(2 * GIB as u64);
-    let _base = Baseline::take();
+/// On a device of `capacity` bytes, an allocator with 1 GiB pages holding
+/// a 100 MiB block, whose first (misaligned) reservation's release was
+/// refused: that reservation is kept, charged, for `free_cached`.
+fn with_a_kept_reservation(capacity: usize) -> (Guard, crate::core::DeviceAllocator, usize) {
+    let lock = emu_lock();
+    set_capacity(capacity as u64);
+    let g = Guard { _lock: lock, _base: Baseline::take() };
     let a = allocator("page_size:1g");
     // SAFETY: plain value.
     unsafe { ascendcl::aclemu_misalign_reservations(1) };
     fail_nth(RELEASE, 1);
     let p = a.malloc(100 * MIB, Stream::DEFAULT).unwrap();
     assert_eq!(fault_pending(RELEASE), 0, "the misaligned reservation's release was not refused");
+    (g, a, p)
+}
+
+fn scenario(refuse_in_ladder: bool) -> Result<usize, String> {
+    let (_g, a, p) = with_a_kept_reservation(2 * GIB);
     let x = a.malloc(GIB, Stream::DEFAULT).unwrap();
     a.free(x).unwrap();
     // empty_cache: the kept reservation refused again, the freed 1 GiB
@@ -75,16 +88,7 @@ fn a_kept_reservation_refused_again_does_not_stop_the_retry() {
 /// memory), and the request is tried again and fits.
 fn budget_scenario(release_kept_first: bool) -> Result<(), String> {
     use crate::core::backing::expandable::budget;
-    let _g = emu_lock();
-    let _c = Guard;
-    set_capacity(4 * GIB as u64);
-    let _base = Baseline::take();
-    let a = allocator("page_size:1g");
-    // SAFETY: plain value.
-    unsafe { ascendcl::aclemu_misalign_reservations(1) };
-    fail_nth(RELEASE, 1);
-    let p = a.malloc(100 * MIB, Stream::DEFAULT).unwrap();
-    assert_eq!(fault_pending(RELEASE), 0, "the misaligned reservation's release was not refused");
+    let (_g, a, p) = with_a_kept_reservation(4 * GIB);
     if release_kept_first {
         // What the ladder's FreeCachedPages does, done beforehand.
         a.empty_cache().unwrap();

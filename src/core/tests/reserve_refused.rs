@@ -13,10 +13,24 @@ use crate::runtime::Stream;
 
 const RELEASE: &str = "aclrtReleaseMemAddress";
 
-/// Puts the emulator's controls back when a test ends, even by a panic.
-struct Guard;
+/// One test's hold on the emulator on a 4 GiB device: the process's
+/// reservations and budget charge when it began, and the emulator's
+/// controls put back when it ends, even by a panic.
+struct Scene {
+    base: Baseline,
+    before: usize,
+    _lock: std::sync::MutexGuard<'static, ()>,
+}
 
-impl Drop for Guard {
+impl Scene {
+    fn new() -> Self {
+        let lock = emu_lock();
+        set_capacity(4 << 30);
+        Scene { base: Baseline::take(), before: budget::reserved(), _lock: lock }
+    }
+}
+
+impl Drop for Scene {
     fn drop(&mut self) {
         misalign(0);
         fail_nth(RELEASE, 0);
@@ -56,14 +70,11 @@ fn with_refused_release(base: &Baseline, before: usize) -> (crate::core::DeviceA
 
 #[test]
 fn a_reservation_whose_release_was_refused_goes_at_teardown() {
-    let _g = emu_lock();
-    let _c = Guard;
-    set_capacity(4 << 30);
-    let base = Baseline::take();
-    let before = budget::reserved();
-    let (a, p, _) = with_refused_release(&base, before);
+    let sc = Scene::new();
+    let (base, before) = (&sc.base, sc.before);
+    let (a, p, _) = with_refused_release(base, before);
     a.free(p).unwrap();
-    teardown_clean(a, &base);
+    teardown_clean(a, base);
     assert_eq!(charged_since(before), 0, "the budget still charges a released reservation");
 }
 
@@ -72,11 +83,8 @@ fn a_reservation_whose_release_was_refused_goes_at_teardown() {
 /// held and charged for the process's life).
 #[test]
 fn after_a_refused_release_teardown_leaves_nothing_reserved() {
-    let _g = emu_lock();
-    let _c = Guard;
-    set_capacity(4 << 30);
-    let base = Baseline::take();
-    let before = budget::reserved();
+    let sc = Scene::new();
+    let (base, before) = (&sc.base, sc.before);
     let a = allocator("page_size:1g");
     misalign(1);
     fail_nth(RELEASE, 1);
@@ -91,12 +99,9 @@ fn after_a_refused_release_teardown_leaves_nothing_reserved() {
 
 #[test]
 fn a_reservation_whose_release_was_refused_goes_at_empty_cache() {
-    let _g = emu_lock();
-    let _c = Guard;
-    set_capacity(4 << 30);
-    let base = Baseline::take();
-    let before = budget::reserved();
-    let (a, p, len) = with_refused_release(&base, before);
+    let sc = Scene::new();
+    let (base, before) = (&sc.base, sc.before);
+    let (a, p, len) = with_refused_release(base, before);
     // With the block live only the kept reservation can go.
     a.empty_cache().unwrap();
     assert_eq!(base.vmm().reserved_ranges, 1);
@@ -105,17 +110,14 @@ fn a_reservation_whose_release_was_refused_goes_at_empty_cache() {
     a.empty_cache().unwrap();
     assert_eq!(base.vmm().reserved_ranges, 0);
     assert_eq!(charged_since(before), 0);
-    teardown_clean(a, &base);
+    teardown_clean(a, base);
 }
 
 #[test]
 fn a_release_refused_twice_stays_charged_until_teardown() {
-    let _g = emu_lock();
-    let _c = Guard;
-    set_capacity(4 << 30);
-    let base = Baseline::take();
-    let before = budget::reserved();
-    let (a, p, len) = with_refused_release(&base, before);
+    let sc = Scene::new();
+    let (base, before) = (&sc.base, sc.before);
+    let (a, p, len) = with_refused_release(base, before);
     // The block is live: the kept reservation's is empty_cache's one release.
     fail_nth(RELEASE, 1);
     assert!(a.empty_cache().is_err(), "a release refused again is not reported");
@@ -123,7 +125,7 @@ fn a_release_refused_twice_stays_charged_until_teardown() {
     assert_eq!(base.vmm().reserved_ranges, 2);
     assert_eq!(charged_since(before), 2 * len + GIB, "the budget dropped a reservation still held");
     a.free(p).unwrap();
-    teardown_clean(a, &base);
+    teardown_clean(a, base);
     assert_eq!(charged_since(before), 0);
 }
 
@@ -131,17 +133,14 @@ fn a_release_refused_twice_stays_charged_until_teardown() {
 /// before teardown returns: nothing stays reserved or charged.
 #[test]
 fn teardown_tries_a_refused_range_release_again() {
-    let _g = emu_lock();
-    let _c = Guard;
-    set_capacity(4 << 30);
-    let base = Baseline::take();
-    let before = budget::reserved();
+    let sc = Scene::new();
+    let (base, before) = (&sc.base, sc.before);
     let a = allocator("");
     let p = a.malloc(100 * MIB, Stream::DEFAULT).unwrap();
     a.free(p).unwrap();
     assert_eq!(base.vmm().reserved_ranges, 1);
     fail_nth(RELEASE, 1);
-    teardown_clean(a, &base);
+    teardown_clean(a, base);
     assert_eq!(fault_pending(RELEASE), 0, "teardown released nothing");
     assert_eq!(charged_since(before), 0);
 }
