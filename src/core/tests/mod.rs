@@ -17,6 +17,7 @@ mod invariant_checks;
 mod ladder_kept;
 mod oom_snapshot_message;
 mod out_of_memory;
+mod own_handles;
 mod peaks;
 mod pieces;
 mod pool_capture;

@@ -139,18 +139,24 @@ impl RangePool {
                 // when the larger one is refused as out of memory (the
                 // estimate of free memory was too kind: another process
                 // holds some, or physical memory is fragmented).
-                let fresh_pages = self.fresh_piece_pages(ctx);
+                let (fresh_pages, roomy) = self.fresh_piece(ctx);
                 let (requests, ahead_now) = self.pace(ctx.device.sibling);
+                // On a roomy device a request as large as a fresh handle gets
+                // handles of its own: the run it lacks, whole, nothing ahead
+                // (Note [handles of their own]).
+                let own = roomy && self.owns_handles(ctx.size, fresh_pages * spec.size);
                 // A fresh handle may reach over every unmapped free page it
                 // covers, never over a sleeping one.
                 let mut ahead = run;
-                if ahead_now {
+                if ahead_now && !own {
                     let reach = room_end.min(i + fresh_pages.max(run));
                     while i + ahead < reach && self.range(ctx.seg).mappable(i + ahead) {
                         ahead += 1;
                     }
                 }
-                let sizes = [ahead.min(fresh_pages), run.min(fresh_pages), run.min(self.floor_pages(ctx.seg))];
+                // Refused as out of memory, each size tries the next smaller.
+                let first = if own { run } else { ahead.min(fresh_pages) };
+                let sizes = [first, run.min(fresh_pages), run.min(self.floor_pages(ctx.seg))];
                 let mut got = self.fresh_handle(spec, sizes[0]);
                 for w in sizes.windows(2) {
                     match got {

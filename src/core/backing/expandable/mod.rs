@@ -20,7 +20,9 @@
 //!   unmapped pages, so the next requests find mapped pages and make no
 //!   call at all (every runtime call costs tens of microseconds on a card).
 //!   A live block then pins at most one piece that `empty_cache` cannot
-//!   return. As the device's free memory shrinks (`aclrtGetMemInfo`, which
+//!   return. A request at least as large as a fresh piece gets pieces of
+//!   its own instead, exactly the pages it lacks, freed with it (Note
+//!   [handles of their own] in `own`). As the device's free memory shrinks (`aclrtGetMemInfo`, which
 //!   counts other processes' memory too), so do fresh pieces, down to
 //!   4 MiB: near a full device, where moving pages is what lets a request
 //!   fit, a hole holds whole pieces that can move, and little is mapped
@@ -60,6 +62,7 @@ pub(crate) mod budget;
 mod growth;
 mod headroom;
 mod mapping;
+mod own;
 mod placement;
 mod ranges;
 pub(crate) mod sleep;
@@ -449,6 +452,13 @@ impl RangePool {
     /// small pool, its blocks are at most 1 MiB, and one live small block
     /// pins its whole handle against `empty_cache` and the OOM ladder.
     fn fresh_piece_pages(&self, ctx: &mapping::Placement<'_>) -> usize {
+        self.fresh_piece(ctx).0
+    }
+
+    /// A fresh handle's pages, and whether the device is roomy for it: the
+    /// device's free memory did not make it smaller than the allocator's
+    /// own use asks for (Note [handles of their own]).
+    fn fresh_piece(&self, ctx: &mapping::Placement<'_>) -> (usize, bool) {
         let rule = self.sh.backing.pieces();
         let d = ctx.device;
         let allocated_peak = d.allocated_peak.max(d.allocated + ctx.size as u64);
@@ -460,10 +470,12 @@ impl RangePool {
             0
         };
         let mut bytes = rule.fresh_bytes(GrowthView { free, allocated_peak });
+        let roomy =
+            rule.reads_free_memory() && bytes >= rule.fresh_bytes(GrowthView { free: usize::MAX, allocated_peak });
         if self.kind == PoolKind::Small {
             bytes = bytes.min(SMALL_PIECE_CAP);
         }
-        (bytes / self.range(ctx.seg).page_size).max(1)
+        ((bytes / self.range(ctx.seg).page_size).max(1), roomy)
     }
 
     /// Free device memory for sizing a handle: `aclrtGetMemInfo`'s free
