@@ -111,8 +111,11 @@ class Range:
 
 
 class Model:
-    def __init__(self, ahead=True, bound=None, pace=None, moves=False, ahead_while=1000, burst=(5000, 5)):
+    def __init__(self, ahead=True, bound=None, pace=None, moves=False, ahead_while=1000, burst=(5000, 5), own=True):
         self.ahead, self.bound, self.pace, self.moves = ahead, bound, pace, moves
+        # A large request as large as a fresh handle maps exactly the runs it
+        # lacks, one handle each, nothing ahead (Note [handles of their own]).
+        self.own = own
         self.ahead_while = ahead_while
         self.burst = burst  # (N, K) or None
         self.stamps = {}  # stream -> stream request counts at its fresh handles
@@ -194,18 +197,23 @@ class Model:
                     stamps.append(requests)
                 self.last_fresh = self.requests
                 # As the core: at most a fresh handle's pages, over the run
-                # and, mapped ahead, the free block's unmapped pages after it.
+                # and, mapped ahead, the free block's unmapped pages after it;
+                # a request of its own takes the run, whole.
                 units = run
+                own = self.own and not r.small and size >= fp * PAGE
                 # With both --bound-ahead and --pace, the bound holds only
                 # after a quiet spell.
                 paced_bound = self.bound is not None and self.pace is not None
-                if self.ahead and (not quiet or paced_bound):
+                if own:
+                    pass
+                elif self.ahead and (not quiet or paced_bound):
                     while units < fp and p + units < room_end and p + units not in r.page:
                         units += 1
                     if self.bound is not None and (quiet or not paced_bound):
                         cap = int((1 + self.bound) * (self.allocated + self.pending)) - self.phys
                         units = max(run, min(units, cap // PAGE))
-                units = min(units, fp)
+                if not own:
+                    units = min(units, fp)
                 self.fresh += 1
                 r.fresh += 1
                 self.phys += units * PAGE
@@ -292,6 +300,7 @@ def main():
     ap.add_argument("--bound-ahead", type=float, default=None)
     ap.add_argument("--pace", type=int, default=None)
     ap.add_argument("--moves", action="store_true")
+    ap.add_argument("--no-own", action="store_true", help="no handles of their own (the rule before)")
     ap.add_argument("--ahead-while", type=int, default=1000)
     ap.add_argument("--burst", nargs=2, type=int, metavar=("N", "K"), default=[5000, 5])
     ap.add_argument("--table", action="store_true")
@@ -304,7 +313,7 @@ def main():
             out = subprocess.run([args.check, "--json", "--repeat", "1", "--no-min-capacity", path],
                                  check=True, capture_output=True, text=True).stdout
             real = json.loads(out)["reports"][0]
-            m = Model(ahead_while=args.ahead_while, burst=tuple(args.burst))
+            m = Model(ahead_while=args.ahead_while, burst=tuple(args.burst), own=not args.no_own)
             ratio = m.run(ev)
             ok = m.fresh == real["physical_mallocs"] and abs(ratio - real["ratio"]) <= 0.002
             bad += not ok
@@ -317,14 +326,14 @@ def main():
         for label, kw in TABLE:
             cells = []
             for _, ev in evs:
-                m = Model(**kw)
+                m = Model(**{"own": False, **kw})
                 ratio = m.run(ev)
                 cells.append(f"{ratio:.3f} ({m.fresh}/{m.maps}{f', {m.moved} moved' if m.moved else ''})")
             print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
         return
     for name, ev in evs:
         m = Model(not args.no_ahead, args.bound_ahead, args.pace, args.moves, args.ahead_while,
-                  tuple(args.burst))
+                  tuple(args.burst), own=not args.no_own)
         ratio = m.run(ev)
         print(f"{name}: peak physical / peak requested {ratio:.3f}, {m.fresh} fresh handles, {m.maps} maps, "
               f"{m.moved} moved")
