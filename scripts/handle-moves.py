@@ -114,6 +114,10 @@ class Moves(hf.Model):
     # -- placement -----------------------------------------------------
 
     def place(self, r, size):
+        if self.rule == "align" and not r.small:
+            return self.place_aligned(r, size)
+        if self.rule == "topend" and not r.small:
+            return self.place_topend(r, size)
         if self.rule == "choose" and self.kind and not r.small:
             return self.place_choosing(r, size)
         if self.rule in ("best", "choose"):
@@ -130,6 +134,43 @@ class Moves(hf.Model):
             return a
         at = self.mapped_run_fit_avoiding(r, size, spans)
         if at is not None:
+            r.take(at, size)
+            return at
+        return super().place(r, size)
+
+    def place_aligned(self, r, size):
+        """Best fit's block; where the request's pages are all mapped there,
+        the start among the block's start, a handle's start and a handle's
+        end less the request that leaves the most pages in wholly free
+        handles (the block's start among equals)."""
+        i = min(range(len(r.free)), key=lambda j: (r.free[j][1] < size, r.free[j][1], j))
+        a, sz = r.free[i]
+        if not self.mapped(r, a, size):
+            return super().place(r, size)
+        hi = min(a + sz, (r.top() + 1) * PAGE)
+        cands = {a}
+        for head, units in r.handles.values():
+            for at in (head * PAGE, (head + units) * PAGE - size):
+                if a <= at and at + size <= hi and self.mapped(r, at, size):
+                    cands.add(at)
+        spans = self.whole_free(r)
+
+        def kept(at):
+            return sum(u for h, u in spans.values() if not self.touches([(h, u)], at, size))
+
+        at = max(sorted(cands), key=lambda c: (kept(c), c == a))
+        r.take(at, size)
+        return at
+
+    def place_topend(self, r, size):
+        """Best fit; in the top free block, a request the block's mapped part
+        holds goes to that part's high end (the mapped room left stays next to
+        the blocks below, whose frees merge with it)."""
+        i = min(range(len(r.free)), key=lambda j: (r.free[j][1] < size, r.free[j][1], j))
+        a, sz = r.free[i]
+        end = (r.top() + 1) * PAGE
+        if i == len(r.free) - 1 and a + size <= end:
+            at = end - size
             r.take(at, size)
             return at
         return super().place(r, size)
@@ -334,7 +375,7 @@ def main():
         return self_test()
     ap = argparse.ArgumentParser()
     ap.add_argument("trace", nargs="+")
-    ap.add_argument("--place", default="best", choices=["best", "keep", "pack", "choose"])
+    ap.add_argument("--place", default="best", choices=["best", "keep", "pack", "choose", "topend", "align"])
     ap.add_argument("--moves", default=None, choices=["nosync", "sync"])
     ap.add_argument("--exact", type=float, default=None)
     ap.add_argument("--whole", action="store_true", help="with --exact: one handle per run, not capped at 48 MiB")
