@@ -30,6 +30,23 @@ Placement variants (--place):
   pack    keep, and among fully mapped placements the one whose handles
           hold the fewest free pages (the fullest handles first: frees
           gather in the emptier handles), best fit breaking ties
+  align   handle-aligned placement: best fit's block; where the request's
+          pages are all mapped there, it starts at the block's start, at a
+          handle's start or at a handle's end less its size, whichever
+          leaves the most pages in wholly free handles (the block's start
+          among equals), so a freed handle stays whole for a later move
+  alignpage  align, trying every page boundary in the block (the same
+          figures on the five traces: the handle boundaries are the ones
+          that matter)
+  aligntop   align only in the range's top free block
+  topend  best fit; in the top free block, a request its mapped part holds
+          goes to that part's high end
+
+--own-align page|fresh (with --place align): a request that grows with
+handles of its own starts at the first page boundary of best fit's block
+(page), or past the range's mapped pages in the top block (fresh), so its own
+handles hold it whole. --per-request N: at most N moves per request, the rest
+fresh.
 
 --exact MIB ("own handles"): a fresh handle made for a large-pool request of
 at least MIB maps only the run that request lacks (no mapping ahead; still at
@@ -45,8 +62,9 @@ handle 2 (physical allocation and map), each move 1 (nosync) or 2 (sync) and
 nosync moves leave mapped cost one unmap each when they are finally
 released, listed apart ("deferred").
 
-    scripts/handle-moves.py TRACE.gz... [--place best|keep|choose|pack] [--moves nosync|sync]
-        [--exact MIB [--whole]] [--pick largest|fit] [--big MIB]
+    scripts/handle-moves.py TRACE.gz... [--place best|keep|choose|pack|align|alignpage|aligntop|topend]
+        [--moves nosync|sync] [--exact MIB [--whole]] [--pick largest|fit] [--big MIB]
+        [--own-align page|fresh] [--per-request N]
     scripts/handle-moves.py --table [--rows A:B] TRACE.gz...   # BENCHMARKS.md's table
     scripts/handle-moves.py --self-test                       # one move, checked by hand
 """
@@ -72,16 +90,19 @@ BUDGET = {"bert-encode-varbatch": 166, "gpt2-generate": 2615, "gpt2-train": 166,
 
 
 class Moves(hf.Model):
-    def __init__(self, place="best", moves=None, exact=None, whole=False, big=None, pick="largest"):
+    def __init__(self, place="best", moves=None, exact=None, whole=False, big=None, pick="largest", per_request=None, own_align=None):
         # The rows of BENCHMARKS.md's table were made before handles of their
         # own were the core's default: --exact N [--whole] models them here.
         super().__init__(own=False)
         self.pick = pick
+        self.own_align = own_align  # None, "page" or "fresh": where a request growing with own handles goes
+        self.per_request = per_request  # at most this many moves per request, the rest fresh
         self.big = big * MIB if big is not None else None
         self.rule, self.kind = place, moves
         self.exact = exact * MIB if exact is not None else None
         self.whole, self.uncapped = whole, False
         self.syncs = self.deferred = self.stale = 0
+        self.aligned = self.align_looked = 0  # placements moved off the block's start; looked at handles
 
     def range_key(self, small, size, stream):
         if self.big is not None and size >= self.big:
@@ -114,7 +135,7 @@ class Moves(hf.Model):
     # -- placement -----------------------------------------------------
 
     def place(self, r, size):
-        if self.rule == "align" and not r.small:
+        if self.rule in ("align", "aligntop", "alignpage") and not r.small:
             return self.place_aligned(r, size)
         if self.rule == "topend" and not r.small:
             return self.place_topend(r, size)
@@ -145,20 +166,46 @@ class Moves(hf.Model):
         handles (the block's start among equals)."""
         i = min(range(len(r.free)), key=lambda j: (r.free[j][1] < size, r.free[j][1], j))
         a, sz = r.free[i]
-        if not self.mapped(r, a, size):
+        if not self.mapped(r, a, size) and self.own_align and self.exact is not None and size >= self.exact \
+                and r.mapped_run_fit(size) is None:
+            return self.place_own_aligned(r, size, i)
+        if not self.mapped(r, a, size) or (self.rule == "aligntop" and i < len(r.free) - 1):
             return super().place(r, size)
         hi = min(a + sz, (r.top() + 1) * PAGE)
         cands = {a}
-        for head, units in r.handles.values():
-            for at in (head * PAGE, (head + units) * PAGE - size):
-                if a <= at and at + size <= hi and self.mapped(r, at, size):
-                    cands.add(at)
+        if self.rule == "alignpage":
+            starts = [q * PAGE for q in range(a // PAGE + 1, hi // PAGE)] + [hi - size]
+        else:
+            starts = [x for head, units in r.handles.values() for x in (head * PAGE, (head + units) * PAGE - size)]
+        for at in starts:
+            if a <= at and at + size <= hi and self.mapped(r, at, size):
+                cands.add(at)
         spans = self.whole_free(r)
+        if spans:
+            self.align_looked += 1
 
         def kept(at):
             return sum(u for h, u in spans.values() if not self.touches([(h, u)], at, size))
 
         at = max(sorted(cands), key=lambda c: (kept(c), c == a))
+        self.aligned += at != a
+        r.take(at, size)
+        return at
+
+    def place_own_aligned(self, r, size, i):
+        """A request that grows with handles of its own: at a page boundary
+        ("page": the first in best fit's block), or past the range's mapped
+        pages in the top block ("fresh"), so its own handles hold it whole."""
+        a, sz = r.free[i]
+        at = a
+        if self.own_align == "page":
+            at = -(-a // PAGE) * PAGE
+        elif self.own_align == "fresh" and i == len(r.free) - 1:
+            at = max(a, (r.top() + 1) * PAGE)
+        if at + size > a + sz:
+            at = a
+        if not self.mapped(r, at, size):
+            self.cover(r, at, size, (a + sz) // PAGE)
         r.take(at, size)
         return at
 
@@ -253,7 +300,7 @@ class Moves(hf.Model):
         if not self.kind or r.small:
             self.cover_fresh(r, addr, size, first, end)
             return
-        p, synced = first, False
+        p, synced, made = first, False, 0
         while p < end:
             if p in r.page:
                 p += 1
@@ -264,7 +311,7 @@ class Moves(hf.Model):
             avail = self.room(r, p, addr, addr + size)
             free = {h: s for h, s in self.whole_free(r).items()
                     if s[1] <= avail and not self.touches([s], addr, size)}
-            if not free:
+            if not free or (self.per_request is not None and made >= self.per_request):
                 # The rest of the request as the default would cover it.
                 self.cover_fresh(r, addr, size, p, end)
                 return
@@ -287,6 +334,7 @@ class Moves(hf.Model):
                 self.syncs += 1
                 synced = True
             self.moved += 1
+            made += 1
             self.maps += 1
             self.next_id += 1
             r.handles[self.next_id] = (p, units)
@@ -316,6 +364,8 @@ def measure(ev, **kw):
     return m, m.run(ev)
 
 
+OWN = dict(moves="nosync", exact=32, whole=True, pick="fit")
+
 TABLE = [
     ("best fit, no moves (the default)", {}),
     ("best fit, no-sync moves", dict(moves="nosync")),
@@ -334,6 +384,22 @@ TABLE = [
     ("own handles >= 16 MiB, sync moves, smallest covering, growing where moves fit",
      dict(place="choose", moves="sync", exact=16, pick="fit")),
     ("requests >= 32 MiB in ranges of their own, no-sync moves", dict(moves="nosync", big=32)),
+    # Handles of their own as the core makes them (--exact 32 --whole: any
+    # bound from 32 to 48 MiB gives the same figures), then handle-aware
+    # placement on top of them.
+    ("own handles (the core's), no-sync moves, smallest covering", OWN),
+    ("own handles (the core's), no-sync moves, smallest covering, handle-aligned", dict(OWN, place="align")),
+    ("own handles (the core's), no moves, handle-aligned", dict(exact=32, whole=True, place="align")),
+    ("own handles (the core's), sync moves, smallest covering, handle-aligned",
+     dict(OWN, moves="sync", place="align")),
+    ("own handles (the core's), no-sync moves, smallest covering, handle-aligned in the top block",
+     dict(OWN, place="aligntop")),
+    ("own handles (the core's), no-sync moves, smallest covering, top block from its mapped end",
+     dict(OWN, place="topend")),
+    ("own handles (the core's), no-sync moves, smallest covering, handle-aligned, own growth at a page boundary",
+     dict(OWN, place="align", own_align="page")),
+    ("own handles (the core's), no-sync moves, smallest covering, handle-aligned, one move per request",
+     dict(OWN, place="align", per_request=1)),
 ]
 
 
@@ -367,7 +433,35 @@ def self_test():
     best = Moves(moves="nosync")
     best.run(evs)
     assert best.moved == 0
+    self_test_align()
     print("self-test passed")
+
+
+def self_test_align():
+    """Handle-aligned placement keeps the larger freed handle whole, and the
+    move that follows takes it: 20 MiB less at the peak, the same calls.
+
+    a (60 MiB) and b (40 MiB) get handles of their own, [0, 60) and
+    [60, 100); e (40 MiB) stays live above them at [100, 140). With a and b
+    free, c (10 MiB) fits mapped pages at 0 (best fit: a's handle is no longer
+    wholly free, b's is) or at 60 (handle-aligned: b's start, a's handle
+    stays whole). d (100 MiB) fits only above e and lacks all its pages: the
+    move takes the wholly free handle (b's 40 MiB, or a's 60 MiB), the rest
+    is a fresh handle of its own (60 or 40 MiB)."""
+    evs = [(True, "a", 60 * MIB, "s"), (True, "b", 40 * MIB, "s"), (True, "e", 40 * MIB, "s"),
+           (False, "a", 0, None), (False, "b", 0, None), (True, "c", 10 * MIB, "s"), (True, "d", 100 * MIB, "s")]
+    best, align, still = Moves(**OWN), Moves(**dict(OWN, place="align")), Moves(exact=32, whole=True, place="align")
+    for m in (best, align, still):
+        m.run(evs)
+    assert (best.peak_phys, align.peak_phys) == (200 * MIB, 180 * MIB), (best.peak_phys, align.peak_phys)
+    assert best.fresh == align.fresh == 4 and best.moved == align.moved == 1 and best.calls() == align.calls() == 10
+    assert (best.aligned, align.aligned) == (0, 1)
+    r = align.ranges[(False, "s")]
+    # c at b's old start; a's 30 pages moved to d's start (page 70), d's
+    # last 20 pages fresh; b's handle under c, e's above it.
+    assert r.handles and sorted(r.handles.values()) == [(30, 20), (50, 20), (70, 30), (100, 20)], r.handles
+    # Without moves the kept handle is of no use: d's 100 MiB are all fresh.
+    assert still.moved == 0 and still.peak_phys == 240 * MIB
 
 
 def main():
@@ -375,7 +469,7 @@ def main():
         return self_test()
     ap = argparse.ArgumentParser()
     ap.add_argument("trace", nargs="+")
-    ap.add_argument("--place", default="best", choices=["best", "keep", "pack", "choose", "topend", "align"])
+    ap.add_argument("--place", default="best", choices=["best", "keep", "pack", "choose", "topend", "align", "aligntop", "alignpage"])
     ap.add_argument("--moves", default=None, choices=["nosync", "sync"])
     ap.add_argument("--exact", type=float, default=None)
     ap.add_argument("--whole", action="store_true", help="with --exact: one handle per run, not capped at 48 MiB")
@@ -383,6 +477,9 @@ def main():
                     help="MIB: requests this large get a range of their own, one handle per run")
     ap.add_argument("--pick", default="largest", choices=["largest", "fit"],
                     help="the wholly free handle a move takes: the largest that fits, or the smallest covering the run")
+    ap.add_argument("--own-align", default=None, choices=["page", "fresh"],
+                    help="with --place align: a request growing with own handles at a page boundary, or past the mapped pages")
+    ap.add_argument("--per-request", type=int, default=None, help="at most N moves per request, the rest fresh")
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--rows", default=":", help="with --table: rows A:B only (as a Python slice)")
     args = ap.parse_args()
@@ -398,10 +495,11 @@ def main():
         return
     for name, ev in evs:
         m, ratio = measure(ev, place=args.place, moves=args.moves, exact=args.exact, whole=args.whole, big=args.big,
-                           pick=args.pick)
+                           pick=args.pick, per_request=args.per_request, own_align=args.own_align)
         top = max(max(r.page, default=0) for r in m.ranges.values()) * PAGE
         print(f"{name}: {cell(name, m, ratio)}; old addresses left mapped {m.stale / MIB:.0f} MiB, "
-              f"highest mapped page at {top / MIB:.0f} MiB")
+              f"highest mapped page at {top / MIB:.0f} MiB; placements off the block's start {m.aligned} "
+              f"(of {m.align_looked} with a wholly free handle, {m.requests} requests)")
 
 
 if __name__ == "__main__":
