@@ -48,6 +48,11 @@ handles of its own starts at the first page boundary of best fit's block
 handles hold it whole. --per-request N: at most N moves per request, the rest
 fresh.
 
+--scale F multiplies every request's bytes by F: how much a figure rests on
+the trace's exact sizes. --force ID=MIB,... places the named large-pool
+requests at the given addresses (an offline layout; the rest by the rule),
+to show what a placement knowing the future would hold.
+
 --exact MIB ("own handles"): a fresh handle made for a large-pool request of
 at least MIB maps only the run that request lacks (no mapping ahead; still at
 most a fresh handle's 48 MiB, or with --whole one handle per run), so the
@@ -64,7 +69,7 @@ released, listed apart ("deferred").
 
     scripts/handle-moves.py TRACE.gz... [--place best|keep|choose|pack|align|alignpage|aligntop|topend]
         [--moves nosync|sync] [--exact MIB [--whole]] [--pick largest|fit] [--big MIB]
-        [--own-align page|fresh] [--per-request N]
+        [--own-align page|fresh] [--per-request N] [--scale F] [--force ID=MIB,...]
     scripts/handle-moves.py --table [--rows A:B] TRACE.gz...   # BENCHMARKS.md's table
     scripts/handle-moves.py --self-test                       # one move, checked by hand
 """
@@ -90,7 +95,8 @@ BUDGET = {"bert-encode-varbatch": 166, "gpt2-generate": 2615, "gpt2-train": 166,
 
 
 class Moves(hf.Model):
-    def __init__(self, place="best", moves=None, exact=None, whole=False, big=None, pick="largest", per_request=None, own_align=None):
+    def __init__(self, place="best", moves=None, exact=None, whole=False, big=None, pick="largest", per_request=None,
+                 own_align=None):
         # The rows of BENCHMARKS.md's table were made before handles of their
         # own were the core's default: --exact N [--whole] models them here.
         super().__init__(own=False)
@@ -354,13 +360,50 @@ class Moves(hf.Model):
         else:
             super().cover(r, p * PAGE, (end - p) * PAGE, room_end)
 
+    def run_forced(self, evs, force):
+        """run(), with the large-pool requests named in `force` placed at the
+        given address (the free block's start when that is within a MiB of
+        it); a forced address that is not free is an error."""
+        current = [None]
+        rule_place = self.place
+
+        def place(r, size):
+            want = force.get(current[0])
+            if want is None or r.small:
+                return rule_place(r, size)
+            i = r.block_at(int(want))
+            if i is None:
+                # A free block starting just past the address given.
+                i = r.block_at(int(want) + MIB)
+                addr = r.free[i][0] if i is not None and r.free[i][0] <= want + MIB else int(want)
+            else:
+                addr = r.free[i][0] if r.free[i][0] > want - MIB else int(want) // 512 * 512
+            i = r.block_at(addr)
+            if i is None or r.free[i][0] + r.free[i][1] < addr + size:
+                raise SystemExit(f"request {current[0]}: {want / MIB:.1f} MiB is not free for {size} bytes")
+            if not self.mapped(r, addr, size):
+                self.cover(r, addr, size, (r.free[i][0] + r.free[i][1]) // PAGE)
+            r.take(addr, size)
+            return addr
+
+        self.place = place
+
+        def named():
+            for e in evs:
+                current[0] = e[1]
+                yield e
+
+        return self.run(named())
+
     def calls(self):
         per_move = {"nosync": 1, "sync": 2}.get(self.kind, 0)
         return 2 * (self.fresh) + per_move * self.moved + 2.5 * self.syncs + len(self.ranges)
 
 
-def measure(ev, **kw):
+def measure(ev, force=None, **kw):
     m = Moves(**kw)
+    if force:
+        return m, m.run_forced(ev, force)
     return m, m.run(ev)
 
 
@@ -469,7 +512,8 @@ def main():
         return self_test()
     ap = argparse.ArgumentParser()
     ap.add_argument("trace", nargs="+")
-    ap.add_argument("--place", default="best", choices=["best", "keep", "pack", "choose", "topend", "align", "aligntop", "alignpage"])
+    ap.add_argument("--place", default="best",
+                    choices=["best", "keep", "pack", "choose", "topend", "align", "aligntop", "alignpage"])
     ap.add_argument("--moves", default=None, choices=["nosync", "sync"])
     ap.add_argument("--exact", type=float, default=None)
     ap.add_argument("--whole", action="store_true", help="with --exact: one handle per run, not capped at 48 MiB")
@@ -478,12 +522,19 @@ def main():
     ap.add_argument("--pick", default="largest", choices=["largest", "fit"],
                     help="the wholly free handle a move takes: the largest that fits, or the smallest covering the run")
     ap.add_argument("--own-align", default=None, choices=["page", "fresh"],
-                    help="with --place align: a request growing with own handles at a page boundary, or past the mapped pages")
+                    help="with --place align: a request growing with own handles at a page boundary, "
+                    "or past the mapped pages")
     ap.add_argument("--per-request", type=int, default=None, help="at most N moves per request, the rest fresh")
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="multiply every request's bytes by F (how much a figure depends on the trace's exact sizes)")
+    ap.add_argument("--force", default=None, metavar="ID=MIB,...",
+                    help="place these requests at these addresses (an offline layout), the rest by the rule")
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--rows", default=":", help="with --table: rows A:B only (as a Python slice)")
     args = ap.parse_args()
     evs = [(t.split("/")[-1].split(".")[0], pf.events(t)) for t in args.trace]
+    if args.scale != 1.0:
+        evs = [(name, [(a, i, int(n * args.scale), s) for a, i, n, s in ev]) for name, ev in evs]
     if args.table:
         if args.rows.startswith((":", "0")):
             print("| rule | " + " | ".join(n for n, _ in evs) + " |")
@@ -495,7 +546,9 @@ def main():
         return
     for name, ev in evs:
         m, ratio = measure(ev, place=args.place, moves=args.moves, exact=args.exact, whole=args.whole, big=args.big,
-                           pick=args.pick, per_request=args.per_request, own_align=args.own_align)
+                           pick=args.pick, per_request=args.per_request, own_align=args.own_align,
+                           force=dict((k, float(v) * MIB) for k, v in (x.split("=") for x in args.force.split(",")))
+                           if args.force else None)
         top = max(max(r.page, default=0) for r in m.ranges.values()) * PAGE
         print(f"{name}: {cell(name, m, ratio)}; old addresses left mapped {m.stale / MIB:.0f} MiB, "
               f"highest mapped page at {top / MIB:.0f} MiB; placements off the block's start {m.aligned} "
