@@ -383,3 +383,38 @@ fn a_handle_mapped_in_two_reservations_moves_between_them() {
     }
     dev.assert_clean();
 }
+
+/// RB "one handle mapped at two addresses at once", inside one reservation
+/// (what npualloc's handle moves do: a free handle's pages stay mapped
+/// until a synchronization while the handle backs other pages of the same
+/// range): both addresses show the same bytes, and unmapping the old one
+/// leaves the new one as it was.
+#[test]
+fn a_handle_mapped_twice_in_one_reservation() {
+    let dev = Dev::take();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
+    unsafe {
+        let base = reserve(8 * MIB).cast::<u8>();
+        let (old, new) = (base, base.add(4 * MIB));
+        let h = physical(&dev, 2 * MIB);
+        assert_eq!(aclrtMapMem(old.cast(), 2 * MIB, 0, h, 0), 0);
+        *old.add(4242) = 0x5a;
+        assert_eq!(aclrtMapMem(new.cast(), 2 * MIB, 0, h, 0), 0);
+        assert_eq!(*new.add(4242), 0x5a);
+        *new.add(4243) = 0xa5;
+        assert_eq!(*old.add(4243), 0xa5);
+        assert_eq!(dev.usage().physical_count, 1);
+        assert_eq!(aclrtUnmapMem(old.cast()), 0);
+        assert_eq!(*new.add(4242), 0x5a);
+        assert_eq!(*new.add(4243), 0xa5);
+        // The old address takes another mapping again.
+        let other = physical(&dev, 2 * MIB);
+        assert_eq!(aclrtMapMem(old.cast(), 2 * MIB, 0, other, 0), 0);
+        assert_eq!(aclrtUnmapMem(old.cast()), 0);
+        assert_eq!(aclrtUnmapMem(new.cast()), 0);
+        assert_eq!(aclrtFreePhysical(h), 0);
+        assert_eq!(aclrtFreePhysical(other), 0);
+        assert_eq!(aclrtReleaseMemAddress(base.cast()), 0);
+    }
+    dev.assert_clean();
+}

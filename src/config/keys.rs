@@ -21,6 +21,7 @@ pub enum Key {
     ReservedHeadroom,
     MapAhead,
     OomSnapshot,
+    HandleMoves,
 }
 
 impl Key {
@@ -222,6 +223,18 @@ pub const KEYS: &[KeySpec] = &[
               (a pickle, as torch.cuda.memory._dump_snapshot writes; the memory history included \
               while it is recorded) to this file, replacing it. The request's error message then \
               ends by naming the file, or by saying why it could not be written.",
+    },
+    KeySpec {
+        key: Key::HandleMoves,
+        name: "handle_moves",
+        kind: ValueKind::Bool,
+        default: "true",
+        unit: "",
+        doc: "Expandable segments, large pool: when a growth would make a fresh physical handle, a \
+              handle of the same range that lies wholly in free blocks is mapped again where the \
+              request needs it (one runtime call instead of two, no synchronization); its old \
+              addresses are never handed out again until the next empty_cache, OOM recovery or \
+              forget_stream unmaps them. false: never move a handle this way.",
     },
 ];
 

@@ -30,7 +30,7 @@
 //!   reuse their mapped pages; forbidding splits of large blocks makes every
 //!   new large request map more pages, so reserved memory grows without bound
 //!   (PyTorch issue #123548). torch_npu refuses the combination too.
-//! - `page_size`, `reserved_headroom` and `map_ahead` apply to expandable
+//! - `page_size`, `reserved_headroom`, `map_ahead` and `handle_moves` apply to expandable
 //!   segments only: refused with `expandable_segments:false` (and, at
 //!   creation, where the runtime lacks the virtual-memory API).
 //! - `map_ahead` does nothing with `reserved_headroom`, which maps nothing
@@ -133,6 +133,8 @@ pub struct Config {
     pub reserved_headroom: Option<f64>,
     /// `map_ahead`. `None`: on.
     pub map_ahead: Option<bool>,
+    /// `handle_moves`. `None`: on.
+    pub handle_moves: Option<bool>,
     /// `oom_snapshot`: where to write a PyTorch-format snapshot when a
     /// request is refused for lack of memory. `None`: nowhere.
     pub oom_snapshot: Option<PathBuf>,
@@ -234,6 +236,9 @@ impl fmt::Display for Config {
         }
         if let Some(path) = &self.oom_snapshot {
             entry(f, Key::OomSnapshot, &path.display())?;
+        }
+        if let Some(on) = self.handle_moves {
+            entry(f, Key::HandleMoves, &on)?;
         }
         Ok(())
     }

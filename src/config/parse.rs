@@ -89,7 +89,7 @@ fn check_conflicts(config: &Config, seen: u32) -> Result<(), Error> {
         _ => {}
     }
     if config.expandable_segments == Some(false) {
-        for key in [Key::PageSize, Key::ReservedHeadroom, Key::MapAhead] {
+        for key in [Key::PageSize, Key::ReservedHeadroom, Key::MapAhead, Key::HandleMoves] {
             if given(key) {
                 return Err(Error::bad_config(
                     key.name(),
@@ -159,6 +159,7 @@ fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
             config.reserved_headroom = Some(h);
         }
         Key::MapAhead => config.map_ahead = Some(parse_bool(key, value)?),
+        Key::HandleMoves => config.handle_moves = Some(parse_bool(key, value)?),
     }
     Ok(())
 }

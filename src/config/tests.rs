@@ -354,6 +354,7 @@ fn expandable_only_keys_are_refused_with_fixed_segments() {
         ("expandable_segments:0,page_size:2m", "page_size"),
         ("expandable_segments:false,map_ahead:true", "map_ahead"),
         ("map_ahead:false,expandable_segments:false,max_split_size_mb:64", "map_ahead"),
+        ("expandable_segments:false,handle_moves:false", "handle_moves"),
     ] {
         let reason = bad(s, key);
         assert!(reason.contains("no effect with expandable_segments:false"), "{s}: {reason}");
@@ -567,6 +568,19 @@ fn map_ahead_values() {
     assert_eq!(ok("map_ahead:false").to_string(), "map_ahead:false");
     let reason = bad("map_ahead:maybe", "map_ahead");
     assert!(reason.contains("maybe"), "{reason}");
+}
+
+#[test]
+fn handle_moves_values() {
+    assert_eq!(ok("").handle_moves, None);
+    assert_eq!(ok("handle_moves:false").handle_moves, Some(false));
+    assert_eq!(ok("handle_moves:1").handle_moves, Some(true));
+    assert_eq!(ok("handle_moves:false").to_string(), "handle_moves:false");
+    // It applies with reserved_headroom too (a move without a synchronization
+    // comes before one with).
+    assert_eq!(ok("reserved_headroom:0.02,handle_moves:false").handle_moves, Some(false));
+    let reason = bad("handle_moves:often", "handle_moves");
+    assert!(reason.contains("often"), "{reason}");
 }
 
 #[test]

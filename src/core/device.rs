@@ -304,11 +304,15 @@ impl<B: Backing> Device<B> {
     /// Allocated bytes over all shards (this one's exact) and their peak.
     fn grow_context<'a>(&'a self, shard: &Shard<B>, pool: &Pool<B>) -> GrowContext<'a, B> {
         let others: u64 = self.streams.shards().filter(|s| !std::ptr::eq(*s, shard)).map(|s| s.lane.allocated()).sum();
+        let entry = self.streams.entry_of(pool.id);
         GrowContext {
             allocated: others + pool.counters().allocated,
             allocated_peak: self.peaks.allocated(),
             may_borrow: false,
-            sibling: Some(&self.streams.entry_of(pool.id).shards[(pool.kind as usize + 1) % 2]),
+            // A private pool's memory may be a graph's, which replays on
+            // the old addresses (and sleep would unmap them): no moves.
+            may_move: entry.pool() == 0 && !entry.is_graph(),
+            sibling: Some(&entry.shards[(pool.kind as usize + 1) % 2]),
         }
     }
 

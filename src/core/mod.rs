@@ -478,6 +478,19 @@ impl DeviceAllocator {
         })
     }
 
+    /// Bytes of moved handles' old addresses still mapped (Note [moves of
+    /// wholly free handles]): mapped in the runtime, counted nowhere.
+    pub(crate) fn retired_bytes(&self) -> usize {
+        let Engine::Expandable(d) = &self.engine else { return 0 };
+        let of = |pool: &pool::Pool<backing::ExpandableRanges>| -> usize {
+            pool.segments
+                .ids()
+                .map(|id| pool.segments.get(id).extent.retired_units() * pool.segments.get(id).extent.page_size)
+                .sum()
+        };
+        d.streams.shards().map(|s| of(&s.lock_anyway())).sum()
+    }
+
     /// (leaves made, granules `remove` looked at) of the directory.
     pub(crate) fn directory_cost(&self) -> (usize, usize) {
         with_device!(&self.engine, d => (d.sh.directory.leaves(), d.sh.directory.visited()))

@@ -75,6 +75,7 @@ impl Backing for FixedSegments {
                 device: (s.extent.at, s.extent.len),
                 serial: s.serial,
                 streams,
+                retired: false,
             });
         }
         out

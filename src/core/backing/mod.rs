@@ -45,6 +45,10 @@ pub(crate) struct GrowContext<'a, B: Backing> {
     /// Whether a placement over `reserved_headroom` may stop and ask for
     /// other shards' free pieces (`GrowError::NeedsRoom`) instead of growing.
     pub may_borrow: bool,
+    /// Whether a wholly free handle may move without a synchronization
+    /// (Note [moves of wholly free handles]): the default pool's shards of
+    /// streams not seen capturing, whose old addresses no graph replays on.
+    pub may_move: bool,
 }
 
 /// Free memory taken out of a shard's pool to be given back.
@@ -63,6 +67,9 @@ pub(crate) struct Detached {
     pub serial: u64,
     /// Streams whose work may still use it: synchronized first.
     pub streams: Vec<Stream>,
+    /// A moved handle's old address (expandable ranges): unmapped, but its
+    /// handle stays mapped at its new address (neither cached nor freed).
+    pub retired: bool,
 }
 
 /// Which free memory `detach` takes.

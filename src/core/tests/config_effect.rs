@@ -31,6 +31,7 @@ fn expandable_only_keys_are_refused_where_segments_are_fixed_by_default() {
         ("page_size:20m", "page_size"),
         ("reserved_headroom:0.02", "reserved_headroom"),
         ("map_ahead:false", "map_ahead"),
+        ("handle_moves:false", "handle_moves"),
     ] {
         let (k, reason) = refused(config);
         assert_eq!(k, key, "{config}: {reason}");

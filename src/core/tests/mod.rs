@@ -11,6 +11,7 @@ mod erase;
 mod expandable;
 mod growth_rule;
 mod handle_cache_kinds;
+mod handle_moves;
 mod history;
 mod hooks;
 mod invariant_checks;

@@ -202,7 +202,9 @@ fn handles_in_a_hole_move_whole_under_memory_pressure() {
     let _g = emu_lock();
     let base = Baseline::take();
     budget(GIB);
-    let a = floor_pieces("");
+    // Moves with a synchronization (the OOM ladder's), not the moves of
+    // wholly free handles that need none (tests `handle_moves`).
+    let a = floor_pieces("handle_moves:false");
     let x = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
     let sep = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
     fill(sep, 2 * MIB, 0x77);
@@ -301,16 +303,21 @@ fn hole_then_larger_request(config: &str) -> (u64, u64, u64) {
 #[test]
 fn reserved_headroom_moves_free_handles_instead_of_growing() {
     let _g = emu_lock();
-    // Without a headroom the hole stays mapped and the request maps 12 MiB.
-    let (reserved, unmaps, _) = hole_then_larger_request("");
+    // Without a headroom or handle moves the hole stays mapped and the
+    // request maps 12 MiB.
+    let (reserved, unmaps, _) = hole_then_larger_request("handle_moves:false");
     assert_eq!((reserved, unmaps), (22 * MIB as u64, 0));
+    // Handle moves (the default) map the hole's two wholly free handles
+    // again under the request, with no unmap and no synchronization.
+    let (reserved, unmaps, syncs) = hole_then_larger_request("");
+    assert_eq!((reserved, unmaps, syncs), (14 * MIB as u64, 0, 0));
     // With headroom 0, reserved may not pass the peak allocated (14 MiB):
     // the hole's two 4 MiB handles move, one 4 MiB handle is new.
-    let (reserved, unmaps, syncs) = hole_then_larger_request("reserved_headroom:0");
+    let (reserved, unmaps, syncs) = hole_then_larger_request("reserved_headroom:0,handle_moves:false");
     assert_eq!((reserved, unmaps), (14 * MIB as u64, 2));
     assert!(syncs >= 1, "the stream was synchronized before the unmaps");
     // A headroom wide enough for the growth moves nothing.
-    let (reserved, unmaps, _) = hole_then_larger_request("reserved_headroom:1");
+    let (reserved, unmaps, _) = hole_then_larger_request("reserved_headroom:1,handle_moves:false");
     assert_eq!((reserved, unmaps), (22 * MIB as u64, 0));
     set_capacity(1 << 30);
 }

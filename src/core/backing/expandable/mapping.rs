@@ -70,7 +70,7 @@ impl RangePool {
             // again: placement never puts a request over one (Note [sleep]).
             if self.range(seg).slept_at(i) {
                 for head in mapped_now {
-                    let _ = self.unmap_piece(seg, head);
+                    self.undo_piece(seg, head);
                 }
                 return Err(GrowError::Other(Error::Internal(format!(
                     "a placement at {addr:#x} reached page {i}, which is asleep; nothing was mapped there"
@@ -94,7 +94,7 @@ impl RangePool {
                 Err(e) => {
                     for head in mapped_now {
                         // Undo: the pages were never used, no sync needed.
-                        let _ = self.unmap_piece(seg, head);
+                        self.undo_piece(seg, head);
                     }
                     // The handles stay cached: the ladder's retry maps them
                     // again, and a request that fails for good gives them
@@ -115,6 +115,13 @@ impl RangePool {
             (s.base, PageSpec { size: r.page_size, attr: r.attr })
         };
         let mut cached = self.cached_handle(spec.size, run, avail);
+        // A wholly free handle of the range moves here before any fresh one
+        // is made or any page moves with a synchronization (`moves`).
+        if cached.is_none() {
+            if let Some(units) = self.move_free_handle(ctx, i, run, room_end) {
+                return Ok(units);
+            }
+        }
         // (Sizing a fresh handle may ask the device: only with a headroom.)
         if cached.is_none()
             && self.sh.backing.reserved_headroom.is_some()
@@ -242,6 +249,20 @@ impl RangePool {
     /// Unmaps the piece whose first page is `head`; its handle goes to the
     /// cache. The caller has made sure no queued work uses it.
     pub(super) fn unmap_piece(&mut self, seg: SegmentId, head: usize) -> Result<()> {
+        let handle = self.unmap_leaving(seg, head)?;
+        let page = self.range(seg).page_size;
+        self.sh.backing.cache_handle(handle.1 * page, handle.0);
+        Ok(())
+    }
+
+    /// Unmaps the piece at `head` whose handle is still mapped elsewhere
+    /// (teardown after a refused unmap of its old address): not cached.
+    pub(super) fn unmap_leaving_handle(&mut self, seg: SegmentId, head: usize) -> Result<()> {
+        self.unmap_leaving(seg, head).map(|_| ())
+    }
+
+    /// Unmaps the piece at `head`; returns its handle and pages.
+    fn unmap_leaving(&mut self, seg: SegmentId, head: usize) -> Result<(PhysicalHandle, usize)> {
         let (addr, page, piece) = {
             let s = self.segments.get(seg);
             let r = &s.extent;
@@ -254,10 +275,9 @@ impl RangePool {
         let r = self.range_mut(seg);
         r.pages[head..head + units].fill(None);
         r.mapped -= units;
-        sh.backing.cache_handle(units * page, piece.handle);
         sh.counters.page_unmapped();
         sh.history.record(Action::SegmentUnmap, addr, units * page, self.stream);
-        Ok(())
+        Ok((piece.handle, units))
     }
 
     /// The stream's request count, and whether a fresh handle made now maps

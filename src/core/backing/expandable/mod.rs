@@ -43,6 +43,11 @@
 //!   memory past that headroom over the peak of allocated bytes
 //!   (`headroom`; pieces of the growing shard's own ranges only, since
 //!   moving another stream's pages would need its lock across the calls).
+//! - Wholly free handles move without a synchronization (`moves`, Note
+//!   [moves of wholly free handles]): where a large-pool placement would
+//!   make a fresh handle, a handle of the same range whose pages all lie in
+//!   free blocks is mapped there too, its old address kept out of use until
+//!   the next reclaim unmaps it.
 //! - Pages are unmapped only after synchronizing the streams that used them.
 //! - A mapping attempt that fails part-way unmaps what it mapped, keeping the
 //!   handles in the cache: no half-mapped block is ever left behind.
@@ -62,6 +67,7 @@ pub(crate) mod budget;
 mod growth;
 mod headroom;
 mod mapping;
+mod moves;
 mod own;
 mod placement;
 mod ranges;
@@ -88,7 +94,7 @@ pub(crate) use growth::{
 #[cfg(test)]
 pub(crate) use growth::{FreeMemory, REFRESH_EVERY};
 pub use growth::{GrowthView, PieceRule};
-pub use vmm_range::{Piece, VmmRange};
+pub use vmm_range::{Piece, Retired, RetiredSpans, VmmRange};
 
 /// The largest fresh handle of a small pool: four of its 2 MiB pages (a
 /// fresh large-pool handle is 32 MiB or more on a roomy device).
@@ -143,6 +149,8 @@ pub(crate) struct ExpandableRanges {
     device_total: usize,
     /// Config key `reserved_headroom`.
     reserved_headroom: Option<f64>,
+    /// Config key `handle_moves` (Note [moves of wholly free handles]).
+    handle_moves: bool,
     /// The device's free memory as last reported, sizing fresh handles.
     free_memory: growth::FreeMemory,
 }
@@ -156,6 +164,7 @@ impl ExpandableRanges {
             large_page,
             device_total,
             reserved_headroom: config.reserved_headroom,
+            handle_moves: config.handle_moves.unwrap_or(true),
             free_memory: growth::FreeMemory::default(),
         }
     }
@@ -238,7 +247,8 @@ impl Backing for ExpandableRanges {
     }
 
     /// Free pieces, each carved out as a block of its own, from every
-    /// range; with `Scope::All`, also the ranges that hold nothing (whole).
+    /// range; with `Scope::All`, also the ranges that hold nothing (whole)
+    /// and the old addresses of moved handles (`moves`), last.
     fn detach(pool: &mut RangePool, scope: Scope) -> Vec<Detached> {
         let mut out = Vec::new();
         let mut left = match scope {
@@ -257,6 +267,9 @@ impl Backing for ExpandableRanges {
             pool.detach_pieces(seg, scope, left, &mut out);
             left = left.saturating_sub(out[before..].iter().map(|d| d.size).sum());
         }
+        if scope == Scope::All {
+            pool.detach_retired(&mut out);
+        }
         out
     }
 
@@ -266,7 +279,8 @@ impl Backing for ExpandableRanges {
         }
         sh.rt.on_device(sh.device, || sh.rt.unmap(d.addr)).map_err(|e| Error::runtime(e, "unmapping a free page"))?;
         sh.counters.page_unmapped();
-        // The handle stays reserved, in the cache, until `free_cached`.
+        // The handle stays reserved, in the cache, until `free_cached` (a
+        // retired span's handle stays mapped at its new pages).
         Ok(0)
     }
 
@@ -276,6 +290,9 @@ impl Backing for ExpandableRanges {
                 pool.restore_range(d);
             }
             return;
+        }
+        if d.retired {
+            return pool.settle_retired(&d, given_back);
         }
         if given_back {
             let (base, page) = {
@@ -329,8 +346,10 @@ impl Backing for ExpandableRanges {
     }
 
     fn held_bytes(seg: &Segment<VmmRange>) -> usize {
-        let stuck: usize = seg.extent.stuck.iter().map(|p| p.units as usize).sum();
-        (seg.extent.mapped + stuck) * seg.extent.page_size
+        // A moved handle counts once: at its new pages, not its retired ones.
+        let r = &seg.extent;
+        let stuck: usize = r.stuck.iter().map(|p| p.units as usize).sum();
+        (r.mapped - r.retired_units() + stuck) * r.page_size
     }
 
     fn largest_free(pool: &RangePool) -> usize {
@@ -381,11 +400,12 @@ impl Backing for ExpandableRanges {
             }
             id = b.next;
         }
-        Ok(())
+        pool.check_retired(seg)
     }
 
     fn describe(seg: &Segment<VmmRange>) -> (bool, usize) {
-        (true, seg.extent.mapped * seg.extent.page_size)
+        let r = &seg.extent;
+        (true, (r.mapped - r.retired_units()) * r.page_size)
     }
 
     const SLEEPS_LIVE: bool = true;
@@ -415,7 +435,8 @@ impl Backing for ExpandableRanges {
         let first = (addr - seg.base) / page;
         let last = (end - seg.base).div_ceil(page).min(seg.extent.top());
         for i in first..last {
-            if seg.extent.page(i).is_none() {
+            // A retired span is address space: its memory is its new pages'.
+            if seg.extent.page(i).is_none() || seg.extent.retired_at(i) {
                 continue;
             }
             let from = (seg.base + i * page).max(addr);
@@ -524,15 +545,23 @@ impl RangePool {
     }
 
     /// Teardown of the range: unmap, free physical, release (the
-    /// documented order). The caller synchronized the streams.
+    /// documented order). The caller synchronized the streams. Moved
+    /// handles' old addresses go first, so each handle is freed once; one
+    /// whose old address stays mapped (a refused unmap) is unmapped at its
+    /// new pages but not freed (it is still mapped).
     fn destroy_range(&mut self, seg: SegmentId) -> Result<()> {
+        let mut first_error = self.flush_retired(seg).err();
         let heads: Vec<usize> = {
             let r = self.range(seg);
-            r.pages.iter().enumerate().filter_map(|(i, p)| p.filter(|p| p.head as usize == i).map(|_| i)).collect()
+            let heads = r.pages.iter().enumerate().filter_map(|(i, p)| p.filter(|p| p.head as usize == i).map(|_| i));
+            heads.filter(|&i| !r.retired_at(i)).collect()
         };
-        let mut first_error = None;
         for head in heads {
-            if let Err(e) = self.unmap_piece(seg, head) {
+            let result = match self.range(seg).page(head) {
+                Some(p) if self.range(seg).is_moved(p.handle) => self.unmap_leaving_handle(seg, head),
+                _ => self.unmap_piece(seg, head),
+            };
+            if let Err(e) = result {
                 first_error.get_or_insert(e);
             }
         }

@@ -224,8 +224,17 @@ impl RangePool {
         best
     }
 
-    /// Pieces of `seg` that lie entirely inside free blocks, as (head, pages).
+    /// Pieces of `seg` that lie entirely inside free blocks, as (head,
+    /// pages), but for handles also mapped at a retired span (`moves`):
+    /// what may be unmapped into the cache.
     pub(super) fn free_pieces(&self, seg: SegmentId) -> Vec<(usize, usize)> {
+        self.wholly_free_pieces(seg, false)
+    }
+
+    /// Pieces of `seg` that lie entirely inside free blocks; with `moved`,
+    /// also those of handles mapped at a retired span too (which may move
+    /// again, never be unmapped into the cache).
+    pub(super) fn wholly_free_pieces(&self, seg: SegmentId, moved: bool) -> Vec<(usize, usize)> {
         let s = self.segments.get(seg);
         let r = &s.extent;
         let mut out = Vec::new();
@@ -237,7 +246,9 @@ impl RangePool {
                 let mut i = (b.addr - s.base).div_ceil(r.page_size);
                 while i < end {
                     match r.page(i) {
-                        Some(p) if p.head as usize == i && p.end() <= end => {
+                        // A moved handle's new pages, while its old ones are
+                        // still mapped, neither move again nor are unmapped.
+                        Some(p) if p.head as usize == i && p.end() <= end && (moved || !r.is_moved(p.handle)) => {
                             out.push((i, p.units as usize));
                             i = p.end();
                         }

@@ -7,7 +7,7 @@
 //! go with it, so a pointer into it is unknown again, and the runtime may
 //! hand the addresses to anyone.
 
-use super::{budget, ExpandableRanges, RangePool, VmmRange, SMALL_BUFFER};
+use super::{budget, ExpandableRanges, RangePool, RetiredSpans, VmmRange, SMALL_BUFFER};
 use crate::core::backing::{Detached, GrowError, Scope};
 use crate::core::block::{BlockState, NIL};
 use crate::core::directory::ADDRESS_LIMIT;
@@ -82,6 +82,7 @@ impl RangePool {
             reserved_len,
             slept: Vec::new(),
             stuck: Vec::new(),
+            retired: RetiredSpans::default(),
         };
         // The directory learns a range's pages as they are mapped (`mapping`):
         // registering a range of many GiB up front cost a millisecond.
@@ -157,6 +158,7 @@ impl RangePool {
                 serial: s.serial,
                 // Nothing is mapped: no queued work can touch it.
                 streams: Vec::new(),
+                retired: false,
             });
         }
         out
@@ -175,6 +177,7 @@ impl RangePool {
             reserved_len,
             slept: Vec::new(),
             stuck: Vec::new(),
+            retired: RetiredSpans::default(),
         };
         let (seg, _) = self.add_segment(d.addr, d.size, range, None);
         self.segments.get_mut(seg).serial = d.serial;
@@ -217,6 +220,7 @@ impl RangePool {
                 device: (addr, size),
                 serial,
                 streams: streams.clone(),
+                retired: false,
             });
         }
     }

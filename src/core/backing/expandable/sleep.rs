@@ -79,6 +79,9 @@ impl RangePool {
                 continue;
             }
             self.sync_streams_of(seg)?;
+            // Moved handles' old addresses are unmapped, not slept: their
+            // memory sleeps at the new pages (Note [moves of wholly free handles]).
+            self.flush_retired(seg)?;
             let mut i = 0;
             while i < self.range(seg).top() {
                 let Some(first) = self.range(seg).page(i) else {

@@ -44,6 +44,59 @@ pub struct VmmRange {
     /// counted reserved). Unmapped and freed before a later wake maps
     /// their run again, or at teardown (`sleep`).
     pub stuck: Vec<Piece>,
+    /// Old addresses of handles moved without a synchronization (Note
+    /// [moves of wholly free handles] in `moves`): each still maps its
+    /// handle, which is also mapped (and counted) at its new pages.
+    pub retired: RetiredSpans,
+}
+
+/// A range's retired spans, boxed: a range with none costs one word (a
+/// segment is 176 bytes; with a `Vec` here it was 192, and the hit path's
+/// `unmapped_under` took one more instruction to index the segments by a
+/// stride of 3 x 64: callgrind pairs +1 a pair).
+#[derive(Debug, Clone, Default)]
+// One word when empty (a `Vec` is three): the box is the point.
+#[allow(clippy::box_collection)]
+pub struct RetiredSpans(Option<Box<Vec<Retired>>>);
+
+impl RetiredSpans {
+    pub fn push(&mut self, r: Retired) {
+        self.0.get_or_insert_with(Default::default).push(r);
+    }
+
+    /// Takes the `k`th span out (the box goes with the last one).
+    pub fn remove(&mut self, k: usize) -> Retired {
+        let spans = self.0.as_mut().expect("a retired span to remove");
+        let r = spans.remove(k);
+        if spans.is_empty() {
+            self.0 = None;
+        }
+        r
+    }
+
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Retired> {
+        self.0.as_deref_mut().map_or(&mut [][..], |v| v.as_mut_slice()).iter_mut()
+    }
+}
+
+impl std::ops::Deref for RetiredSpans {
+    type Target = [Retired];
+
+    fn deref(&self) -> &[Retired] {
+        self.0.as_deref().map_or(&[], |v| v.as_slice())
+    }
+}
+
+/// A moved handle's old pages: `units` pages from `head`, still mapped,
+/// covered by `block` (a `Reclaiming` block of their own, so nobody is
+/// handed them) until a reclaim has synchronized and unmaps them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retired {
+    pub head: u32,
+    pub units: u32,
+    pub block: crate::core::block::BlockId,
+    /// Detached for a reclaim now under way (`Backing::detach`).
+    pub flushing: bool,
 }
 
 impl VmmRange {
@@ -80,6 +133,28 @@ impl VmmRange {
     #[inline]
     pub fn mappable(&self, i: usize) -> bool {
         self.page(i).is_none() && !self.slept_at(i)
+    }
+
+    /// Pages mapped at a moved handle's old address: mapped in the page
+    /// table, yet memory counted at the handle's new pages.
+    #[inline]
+    pub fn retired_units(&self) -> usize {
+        self.retired.iter().map(|r| r.units as usize).sum()
+    }
+
+    /// Whether page `i` lies on a retired span.
+    #[inline]
+    pub fn retired_at(&self, i: usize) -> bool {
+        !self.retired.is_empty()
+            && self.retired.iter().any(|r| (r.head as usize..(r.head + r.units) as usize).contains(&i))
+    }
+
+    /// Whether `handle` is mapped at a retired span too (its other mapping
+    /// must not be unmapped into the cache, nor moved, meanwhile).
+    #[inline]
+    pub fn is_moved(&self, handle: PhysicalHandle) -> bool {
+        !self.retired.is_empty()
+            && self.retired.iter().any(|r| self.page(r.head as usize).is_some_and(|p| p.handle == handle))
     }
 
     /// Whether any page of [first, end) is asleep.
