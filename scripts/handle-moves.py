@@ -317,6 +317,10 @@ class Moves(hf.Model):
             avail = self.room(r, p, addr, addr + size)
             free = {h: s for h, s in self.whole_free(r).items()
                     if s[1] <= avail and not self.touches([s], addr, size)}
+            if self.pick == "cover":
+                # Only a handle covering the whole run: one call where a
+                # fresh handle of its own would take two, never more calls.
+                free = {h: u for h, u in free.items() if u[1] >= run}
             if not free or (self.per_request is not None and made >= self.per_request):
                 # The rest of the request as the default would cover it.
                 self.cover_fresh(r, addr, size, p, end)
@@ -325,10 +329,17 @@ class Moves(hf.Model):
             # run are physical already: mapping them ahead costs nothing);
             # with pick "fit", the smallest one covering the run, if any.
             covering = [h for h in free if free[h][1] >= run]
-            if self.pick == "fit" and covering:
+            if self.pick in ("fit", "cover", "pair") and covering:
                 hid = min(covering, key=lambda h: (free[h][1], free[h][0]))
             else:
                 hid = max(free, key=lambda h: (free[h][1], -free[h][0]))
+                if self.pick == "pair":
+                    # Two moves at most, and only if they cover the run whole:
+                    # never more calls than the fresh handle of its own (two).
+                    u1 = free[hid][1]
+                    if not any(h != hid and run - u1 <= free[h][1] <= avail - u1 for h in free):
+                        self.cover_fresh(r, addr, size, p, end)
+                        return
             head, units = r.handles.pop(hid)
             for q in range(head, head + units):
                 del r.page[q]
@@ -519,8 +530,9 @@ def main():
     ap.add_argument("--whole", action="store_true", help="with --exact: one handle per run, not capped at 48 MiB")
     ap.add_argument("--big", type=float, default=None,
                     help="MIB: requests this large get a range of their own, one handle per run")
-    ap.add_argument("--pick", default="largest", choices=["largest", "fit"],
-                    help="the wholly free handle a move takes: the largest that fits, or the smallest covering the run")
+    ap.add_argument("--pick", default="largest", choices=["largest", "fit", "cover", "pair"],
+                    help="the wholly free handle a move takes: the largest that fits, the smallest covering the run "
+                         "(else the largest), or only the smallest covering the run")
     ap.add_argument("--own-align", default=None, choices=["page", "fresh"],
                     help="with --place align: a request growing with own handles at a page boundary, "
                     "or past the mapped pages")

@@ -72,8 +72,10 @@ impl<B: Backing> Device<B> {
         }
         let mut released = 0;
         let mut first_error = None;
-        // The second pass releases the ranges the first one emptied.
-        for _pass in 0..2 {
+        // The second pass releases the ranges the first one emptied; the
+        // third those a moved handle emptied (its new pages are detached only
+        // once the first pass has unmapped its old address).
+        for _pass in 0..3 {
             let mut taken: Vec<(&Shard<B>, _)> = Vec::new();
             for shard in &entry.shards {
                 let mut pool = shard.lock_anyway();

@@ -221,8 +221,13 @@ impl<B: Backing> Device<B> {
         }
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        // The second pass releases the ranges the first one emptied.
-        let released = self.release_free(Scope::All)? + self.release_free(Scope::All)?;
+        // The second pass releases the ranges the first one emptied; the
+        // third those a moved handle emptied (its new pages are detached only
+        // once the first pass has unmapped its old address).
+        let mut released = 0;
+        for _pass in 0..3 {
+            released += self.release_free(Scope::All)?;
+        }
         let cached = B::free_cached(&self.sh)?;
         // Destroyed pools' entries left with nothing give their slots back.
         self.retire_destroyed();

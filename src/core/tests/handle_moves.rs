@@ -290,11 +290,15 @@ fn a_moved_handle_moves_again() {
     // wholly in the 33 MiB hole between the spacers.
     let spacer2 = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
     assert_eq!(spacer2, grown + 33 * MIB);
+    // A live 64 MiB block past it: old addresses stay within the memory in
+    // use, and H1's two would not without it.
+    let ballast = a.malloc(64 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(ballast, spacer2 + 3 * MIB);
     a.free(grown).unwrap();
     let s = a.stats().unwrap();
-    // 34 MiB fits no hole; past the second spacer it lacks 17 pages.
+    // 34 MiB fits no hole; past the ballast it lacks 17 pages.
     let far = a.malloc(34 * MIB, Stream::DEFAULT).unwrap();
-    assert_eq!(far, spacer2 + 3 * MIB);
+    assert_eq!(far, ballast + 64 * MIB);
     let t = a.stats().unwrap();
     assert_eq!(
         (t.num_maps - s.num_maps, t.num_physical_mallocs - s.num_physical_mallocs),
@@ -307,7 +311,7 @@ fn a_moved_handle_moves_again() {
     assert_eq!(a.retired_bytes(), 0);
     check_accounting(&a, &base, None, "after both old addresses went");
     assert!(check_fill(far, 34 * MIB, 0x5c), "the twice-moved handle's bytes changed");
-    for p in [spacer, spacer2, far] {
+    for p in [spacer, spacer2, ballast, far] {
         a.free(p).unwrap();
     }
     teardown_clean(a, &base);
@@ -327,5 +331,129 @@ fn a_device_short_of_memory_makes_no_move() {
     assert_eq!(a.retired_bytes(), 0, "a handle moved on a device short of memory");
     assert!(calls.1 >= 1, "no fresh handle was made");
     check_accounting(&a, &base, None, "no move");
+    teardown_clean(a, &base);
+}
+
+/// Moves (maps without a physical allocation) made by a 100 MiB request
+/// after a 64 MiB block with a handle of its own was freed, on an
+/// allocator that served `hits` cache hits in between, with the default
+/// config (mapping ahead while growth is frequent).
+fn moves_after(hits: usize) -> u64 {
+    let base = Baseline::take();
+    let a = allocator("");
+    let x = a.malloc(64 * MIB, Stream::DEFAULT).unwrap();
+    let spacer = a.malloc(4 * MIB, Stream::DEFAULT).unwrap();
+    for _ in 0..hits {
+        let p = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
+        a.free(p).unwrap();
+    }
+    a.free(x).unwrap();
+    let s = a.stats().unwrap();
+    let c = a.malloc(100 * MIB, Stream::DEFAULT).unwrap();
+    let t = a.stats().unwrap();
+    check_accounting(&a, &base, None, "after the 100 MiB request");
+    fill(c, 100 * MIB, 0x4d);
+    assert!(check_fill(c, 100 * MIB, 0x4d));
+    for p in [spacer, c] {
+        a.free(p).unwrap();
+    }
+    teardown_clean(a, &base);
+    (t.num_maps - s.num_maps) - (t.num_physical_mallocs - s.num_physical_mallocs)
+}
+
+/// While the stream grows often a move's extra calls matter more than its
+/// memory: a fresh allocator makes fresh handles; after thousands of
+/// requests on two handles the same request moves the freed one (Note
+/// [moves of wholly free handles]).
+#[test]
+fn moves_wait_until_growth_is_rare() {
+    let _g = emu_lock();
+    let _c = Guard;
+    set_capacity(8 << 30);
+    assert_eq!(moves_after(0), 0, "a move while the stream grows often");
+    assert!(moves_after(5000) >= 1, "no move once growth is rare");
+}
+
+/// The scene with everything freed afterwards: (allocator, retired bytes
+/// before the frees).
+fn scene_all_freed(config: &str, stream: Stream) -> (DeviceAllocator, usize) {
+    let Scene { a, spacer, grown, .. } = scene(config, stream);
+    let retired = a.retired_bytes();
+    a.free(spacer).unwrap();
+    a.free(grown).unwrap();
+    (a, retired)
+}
+
+/// After a move, `empty_cache` with nothing allocated gives back every
+/// handle and the range, as without moves (the moved handle's new pages
+/// are free to detach only once its old address is unmapped: a third pass).
+#[test]
+fn empty_cache_after_a_move_gives_everything_back() {
+    let _g = emu_lock();
+    let _c = Guard;
+    set_capacity(8 << 30);
+    for config in ["handle_moves:false", ""] {
+        let base = Baseline::take();
+        let (a, retired) = scene_all_freed(config, Stream::DEFAULT);
+        assert_eq!(retired > 0, config.is_empty(), "[{config}] the scene moved a handle");
+        a.empty_cache().unwrap();
+        check_accounting(&a, &base, None, "after empty_cache");
+        assert_eq!(a.stats().unwrap().reserved_bytes, 0, "[{config}] reserved after empty_cache");
+        assert_eq!(base.vmm().reserved_ranges, 0, "[{config}] a range is left reserved after empty_cache");
+        teardown_clean(a, &base);
+    }
+}
+
+/// The same through `forget_stream`: its range and handles all go back.
+#[test]
+fn forget_stream_after_a_move_gives_everything_back() {
+    let _g = emu_lock();
+    let _c = Guard;
+    set_capacity(8 << 30);
+    for config in ["handle_moves:false", ""] {
+        let base = Baseline::take();
+        let stream = new_stream();
+        let (a, retired) = scene_all_freed(config, stream);
+        assert_eq!(retired > 0, config.is_empty(), "[{config}] the scene moved a handle");
+        a.forget_stream(stream).unwrap();
+        assert_eq!(base.vmm().reserved_ranges, 0, "[{config}] forget_stream left a range");
+        assert_eq!(base.vmm().physical_count, 0, "[{config}] forget_stream left a handle");
+        teardown_clean(a, &base);
+        super::support::drop_stream(stream);
+    }
+}
+
+/// A request that grows by a MiB each time, after its predecessor is
+/// freed, would move the same handle again and again, each move leaving an
+/// old address mapped: they stay within the memory the range maps in use.
+#[test]
+fn old_addresses_stay_within_the_memory_in_use() {
+    let _g = emu_lock();
+    let _c = Guard;
+    set_capacity(8 << 30);
+    let base = Baseline::take();
+    let a = allocator("map_ahead:false");
+    let mut spacers = Vec::new();
+    let mut prev = a.malloc(32 * MIB, Stream::DEFAULT).unwrap();
+    let mut moved = false;
+    for k in 0..150 {
+        spacers.push(a.malloc(2 * MIB, Stream::DEFAULT).unwrap());
+        a.free(prev).unwrap();
+        prev = a.malloc((33 + k) * MIB, Stream::DEFAULT).unwrap();
+        let s = a.stats().unwrap();
+        moved |= a.retired_bytes() > 0;
+        assert!(
+            a.retired_bytes() as u64 <= s.reserved_bytes,
+            "k={k}: {} MiB of old addresses for {} MiB reserved",
+            a.retired_bytes() >> 20,
+            s.reserved_bytes >> 20
+        );
+    }
+    assert!(moved, "the loop never moved a handle");
+    check_accounting(&a, &base, None, "after the loop");
+    a.free(prev).unwrap();
+    for p in spacers {
+        a.free(p).unwrap();
+    }
     teardown_clean(a, &base);
 }

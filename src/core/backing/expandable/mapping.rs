@@ -287,7 +287,7 @@ impl RangePool {
     /// (it always is on one thread); else this pool alone decides, by the
     /// lifetime rule only (its own request count would make the other
     /// pool's recent handles look more recent than they are).
-    fn pace(&self, sibling: Option<&crate::core::shard::Shard<super::ExpandableRanges>>) -> (u64, bool) {
+    pub(super) fn pace(&self, sibling: Option<&crate::core::shard::Shard<super::ExpandableRanges>>) -> (u64, bool) {
         use super::growth::{growth_is_frequent, in_burst};
         let (requests, fresh) = (self.counters().allocs, self.backing.fresh);
         if !self.sh.backing.pieces().ahead {

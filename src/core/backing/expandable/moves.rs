@@ -8,6 +8,19 @@
 //! handle of the same range that lies wholly inside free blocks moves
 //! there instead (`handle_moves`, on by default):
 //!
+//! - When: on a roomy device (as handles of their own), in the default
+//!   pool, and only while the stream does not grow often, by the rule that
+//!   decides mapping ahead (Note [mapping ahead while growth is frequent]).
+//!   A move saves memory at the cost of calls: a run covered by several
+//!   moved handles takes one call each, where one handle of its own takes
+//!   two. Moving on every growth brought bert-encode-varbatch from 1.175x
+//!   to 1.150x its live peak but from 50 to 91 calls, past what its
+//!   equal-costs target allows (about 72); while growth is frequent calls
+//!   matter more, and once the stream has served 1000 requests or more per
+//!   fresh handle (a long-running server meeting a new, larger batch)
+//!   memory does. With `map_ahead:false`, which puts memory first
+//!   throughout, every growth may move (bert 1.138x, serve 1.139x:
+//!   BENCHMARKS.md, "Moves of wholly free handles").
 //! - Which: among the range's wholly free pieces (`free_pieces`) that fit
 //!   the unmapped free pages from the run's start (as far as a fresh handle
 //!   mapped ahead may reach) and lie outside the placement's free block
@@ -105,12 +118,26 @@ impl RangePool {
         while i + avail < reach && self.range(seg).mappable(i + avail) {
             avail += 1;
         }
-        fits.retain(|p| p.1 <= avail);
+        // The old addresses a range keeps mapped stay within what it maps
+        // in use: nothing else bounds them on a roomy device, where nothing
+        // reclaims, and each costs address space (and, on a card, the
+        // driver's record of a mapping). Past that a fresh handle is made.
+        let r = self.range(seg);
+        let in_use = r.mapped - r.retired_units();
+        fits.retain(|p| p.1 <= avail && r.retired_units() + p.1 <= in_use);
         // Only on a roomy device, as handles of their own: near a full one a
         // large handle moved under a small run would be pinned whole by it,
         // where the rule's small fresh handles stay movable. (Asked only
         // when a handle could move: the answer sizes fresh handles too.)
         if fits.is_empty() || (self.sh.backing.pieces().reads_free_memory() && !self.fresh_piece(ctx).1) {
+            return None;
+        }
+        // Nor while the stream grows often (in its life or in a burst): a
+        // move saves memory at the cost of calls (a run covered by several
+        // moved handles takes a call each, where one handle of its own takes
+        // two), and there calls matter more, as for mapping ahead (Note
+        // [mapping ahead while growth is frequent]).
+        if self.pace(ctx.device.sibling).1 {
             return None;
         }
         let covering =
