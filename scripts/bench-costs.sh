@@ -15,8 +15,9 @@
 #     faster PyTorch configuration, and its min capacity; beside the measured
 #     ratio, the modelled one: the calls each side made times the same cost
 #     table, per event (scripts/equal_costs.py), exact in every run.
-# Every ns/op is the median of 3 runs, each a first pass over the trace on a
-# fresh allocator (the pass that grows, cost sleeps included). Both devices
+# Every ns/op is the median of RUNS runs (default 5; the three sides'
+# runs alternate), each a first pass over the trace on a fresh allocator
+# (the pass that grows, cost sleeps included). Both devices
 # are 64 GiB. Needs target/release/npualloc-replay (cargo build --release
 # --workspace) and python3.
 set -euo pipefail
@@ -25,6 +26,8 @@ cd "$(dirname "$0")/.."
 [ -n "${PEER:-}" ] && [ -x "$PEER/replay_torch" ] || { echo "set PEER to the directory holding replay_torch" >&2; exit 2; }
 # REPLAY: another build of npualloc-replay (with its libascendcl.so beside it) to compare.
 REPLAY=${REPLAY:-target/release/npualloc-replay}
+RUNS=${RUNS:-5}
+[[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || { echo "RUNS must be a positive number of runs, not '$RUNS'" >&2; exit 2; }
 # Spin the last 200 us of each emulated cost as the peer's fake runtime does
 # (a timed sleep wakes tens of microseconds late; emu/README.md, "Cost model").
 export ACLEMU_COST_SPIN=200us
@@ -55,45 +58,49 @@ for r in json.load(sys.stdin)["reports"]:
     print(json.dumps({"run": int(sys.argv[1]), **r}))' "$1"
 }
 
-# npualloc TABLE COST TRACE ARGS...: one run with min capacity, two without
-# (JSON lines in $OUT/TABLE.npu).
+# npualloc RUN TABLE COST TRACE ARGS...: one run, with min capacity when
+# RUN is 0 (JSON lines in $OUT/TABLE.npu).
 npualloc() {
-    local table=$1 cost=$2 trace=$3
-    shift 3
-    ACLEMU_COST=$cost "$REPLAY" --json --repeat 1 "$@" "$trace" | rows 0 >>"$OUT/$table.npu"
-    for run in 1 2; do
-        ACLEMU_COST=$cost "$REPLAY" --json --repeat 1 --no-min-capacity "$@" "$trace" | rows "$run" >>"$OUT/$table.npu"
-    done
+    local run=$1 table=$2 cost=$3 trace=$4
+    shift 4
+    local min=()
+    [ "$run" -eq 0 ] || min=(--no-min-capacity)
+    ACLEMU_COST=$cost "$REPLAY" --json --repeat 1 "${min[@]}" "$@" "$trace" | rows "$run" >>"$OUT/$table.npu"
 }
 
-# peer TABLE CONF TRACE ENV...: three runs (lines in $OUT/TABLE.peer).
+# peer RUN TABLE CONF TRACE ENV...: one run (lines in $OUT/TABLE.peer).
 peer() {
-    local table=$1 conf=$2 trace=$3
-    shift 3
+    local run=$1 table=$2 conf=$3 trace=$4
+    shift 4
     mkdir -p "$OUT/$table.raw"
-    for run in 0 1 2; do
-        # The whole output is kept for the modelled calls (equal_costs.py).
-        raw="$OUT/$table.raw/$(ls "$OUT/$table.raw" | wc -l)"
-        env "$@" FAKECUDA_MEM_GIB=64 PYTORCH_CUDA_ALLOC_CONF="$conf" "$PEER/replay_torch" "$trace" | tee "$raw" |
-            awk -v run=$run -v conf="$conf" -v raw="$raw" '
-                /^cudaMalloc calls/ { gsub(/[(),]/, " "); mallocs = $3; frees = $7 }
-                /^cuMemCreate/ { gsub(/[(),]/, " "); creates = $2; maps = $4; unmaps = $6; releases = $8 }
-                /^runtime calls/ { gsub(/,/, " "); syncs = $NF }
-                /^RESULT / { sub(/^RESULT /, ""); result = $0 }
-                END { printf "%s\t%s\t%s %s %s %s %s %s %s\t%s\n", run, conf, mallocs, frees, creates, maps, unmaps, releases, syncs, raw; print result }' \
-                >>"$OUT/$table.peer"
-    done
+    # The whole output is kept for the modelled calls (equal_costs.py).
+    local raw
+    raw="$OUT/$table.raw/$(ls "$OUT/$table.raw" | wc -l)"
+    env "$@" FAKECUDA_MEM_GIB=64 PYTORCH_CUDA_ALLOC_CONF="$conf" "$PEER/replay_torch" "$trace" | tee "$raw" |
+        awk -v run="$run" -v conf="$conf" -v raw="$raw" '
+            /^cudaMalloc calls/ { gsub(/[(),]/, " "); mallocs = $3; frees = $7 }
+            /^cuMemCreate/ { gsub(/[(),]/, " "); creates = $2; maps = $4; unmaps = $6; releases = $8 }
+            /^runtime calls/ { gsub(/,/, " "); syncs = $NF }
+            /^RESULT / { sub(/^RESULT /, ""); result = $0 }
+            END { printf "%s\t%s\t%s %s %s %s %s %s %s\t%s\n", run, conf, mallocs, frees, creates, maps, unmaps, releases, syncs, raw; print result }' \
+            >>"$OUT/$table.peer"
 }
 
+# The runs of the three sides alternate, so that a slower spell of the
+# machine falls on all of them alike.
 for trace in "$@"; do
     echo "device profile: $(basename "$trace")" >&2
-    npualloc device device "$trace" --config "" --config page_size:20m --config reserved_headroom:0.02 --baseline pytorch
-    peer device "" "$trace" "${PEER_DEVICE_DEFAULT[@]}"
-    peer device expandable_segments:True "$trace" "${PEER_DEVICE_EXPANDABLE[@]}"
+    for ((run = 0; run < RUNS; run++)); do
+        npualloc "$run" device device "$trace" --config "" --config page_size:20m --config reserved_headroom:0.02 --baseline pytorch
+        peer "$run" device "" "$trace" "${PEER_DEVICE_DEFAULT[@]}"
+        peer "$run" device expandable_segments:True "$trace" "${PEER_DEVICE_EXPANDABLE[@]}"
+    done
     echo "equal costs: $(basename "$trace")" >&2
-    npualloc equal "$EQUAL_ACL" "$trace"
-    peer equal "" "$trace" "${EQUAL_PEER[@]}"
-    peer equal expandable_segments:True "$trace" "${EQUAL_PEER[@]}"
+    for ((run = 0; run < RUNS; run++)); do
+        npualloc "$run" equal "$EQUAL_ACL" "$trace"
+        peer "$run" equal "" "$trace" "${EQUAL_PEER[@]}"
+        peer "$run" equal expandable_segments:True "$trace" "${EQUAL_PEER[@]}"
+    done
 done
 
 python3 - "$OUT" "$EQUAL_ACL" "$@" <<'EOF'
@@ -119,8 +126,9 @@ def peer(table):
     rows = defaultdict(list)
     lines = open(f"{out}/{table}.peer").read().splitlines()
     for head, result in zip(lines[0::2], lines[1::2]):
-        _, conf, calls, raw = head.split("\t")
+        run, conf, calls, raw = head.split("\t")
         r = json.loads(result)
+        r["run"] = int(run)
         r["raw_calls"] = equal_costs.peer_calls(open(raw).read())
         m, f, c, mp, u, rel, s = (int(x or 0) for x in calls.split())
         r["calls"] = dict(mallocs=m, frees=f, creates=c, maps=mp, unmaps=u, releases=rel, syncs=s)
@@ -173,14 +181,19 @@ for t in traces:
 
 print("\nTable 2: equal costs (20 us per malloc/free/physical/map/unmap call, 50 us per synchronization)\n")
 print("Modelled: the calls each side made times the cost table, per event, the trace's own waits left out (scripts/equal_costs.py); exact and the same in every run.\n")
-print("| trace | npualloc ns/op | device calls | PyTorch ns/op | PyTorch exp. ns/op | ratio to the faster | target 0.5x | modelled calls ns/op: npualloc / PyTorch / exp. | modelled ratio | min cap x | target 1.05x |")
-print("|---|---:|---|---:|---:|---:|---|---|---:|---:|---|")
+print("| trace | npualloc ns/op | device calls | PyTorch ns/op | PyTorch exp. ns/op | ratio to the faster | each run's ratio | target 0.5x | modelled calls ns/op: npualloc / PyTorch / exp. | modelled ratio | min cap x | target 1.05x |")
+print("|---|---:|---|---:|---:|---:|---|---|---|---:|---:|---|")
 n, p = npu("equal"), peer("equal")
 for t in traces:
     rs = n[(t, "npualloc")]
     first = next(r for r in rs if r["run"] == 0)
     ours, pd, pe = median(rs), median(p[(t, "PyTorch")]), median(p[(t, "PyTorch exp.")])
     ratio = ours / min(pd, pe)
+    # Each run's own ratio: npualloc's run i over the faster configuration's run i.
+    faster = p[(t, "PyTorch")] if pd <= pe else p[(t, "PyTorch exp.")]
+    runs = {r["run"]: r["ns_per_op"] for r in faster}
+    each = sorted(r["ns_per_op"] / runs[r["run"]] for r in rs if r["run"] in runs)
+    spread = f"{each[0]:.2f}x-{each[-1]:.2f}x" if each else "-"
     mc = min_cap(first)
     cap_ok = "yes" if mc != "-" and float(mc) <= 1.05 else "no"
     m_ours = equal_costs.npu_ns_per_op(first, EQUAL, WAITS.get(t, 0))
@@ -190,5 +203,5 @@ for t in traces:
     else:
         modelled = f"{m_ours:.1f} / {m_pd:.1f} / {m_pe:.1f}"
         m_ratio = f"{m_ours / min(m_pd, m_pe):.2f}x"
-    print(f'| {t} | {ours:.1f} | {npu_calls(first)} | {pd:.1f} | {pe:.1f} | {ratio:.2f}x | {"yes" if ratio <= 0.5 else "no"} | {modelled} | {m_ratio} | {mc} | {cap_ok} |')
+    print(f'| {t} | {ours:.1f} | {npu_calls(first)} | {pd:.1f} | {pe:.1f} | {ratio:.2f}x | {spread} | {"yes" if ratio <= 0.5 else "no"} | {modelled} | {m_ratio} | {mc} | {cap_ok} |')
 EOF

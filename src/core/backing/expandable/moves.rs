@@ -19,7 +19,7 @@
 //!   matter more, and once the stream has served 1000 requests or more per
 //!   fresh handle (a long-running server meeting a new, larger batch)
 //!   memory does. With `map_ahead:false`, which puts memory first
-//!   throughout, every growth may move (bert 1.138x, serve 1.139x:
+//!   throughout, every growth may move (bert 1.148x, serve 1.144x:
 //!   BENCHMARKS.md, "Moves of wholly free handles").
 //! - Which: among the range's wholly free pieces (`free_pieces`) that fit
 //!   the unmapped free pages from the run's start (as far as a fresh handle
@@ -93,6 +93,15 @@ impl RangePool {
         if !self.sh.backing.handle_moves || self.kind != PoolKind::Large || !ctx.device.may_move {
             return None;
         }
+        // Nor while the stream grows often (in its life or in a burst): a
+        // move saves memory at the cost of calls (a run covered by several
+        // moved handles takes a call each, where one handle of its own takes
+        // two), and there calls matter more, as for mapping ahead (Note
+        // [mapping ahead while growth is frequent]). Asked first: it is
+        // the usual answer, and the cheapest (no scan of the range).
+        if self.pace(ctx.device.sibling).1 {
+            return None;
+        }
         let seg = ctx.seg;
         let (base, page) = {
             let s = self.segments.get(seg);
@@ -130,14 +139,6 @@ impl RangePool {
         // where the rule's small fresh handles stay movable. (Asked only
         // when a handle could move: the answer sizes fresh handles too.)
         if fits.is_empty() || (self.sh.backing.pieces().reads_free_memory() && !self.fresh_piece(ctx).1) {
-            return None;
-        }
-        // Nor while the stream grows often (in its life or in a burst): a
-        // move saves memory at the cost of calls (a run covered by several
-        // moved handles takes a call each, where one handle of its own takes
-        // two), and there calls matter more, as for mapping ahead (Note
-        // [mapping ahead while growth is frequent]).
-        if self.pace(ctx.device.sibling).1 {
             return None;
         }
         let covering =
