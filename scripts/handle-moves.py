@@ -96,13 +96,17 @@ BUDGET = {"bert-encode-varbatch": 166, "gpt2-generate": 2615, "gpt2-train": 166,
 
 class Moves(hf.Model):
     def __init__(self, place="best", moves=None, exact=None, whole=False, big=None, pick="largest", per_request=None,
-                 own_align=None):
+                 own_align=None, move_above=None):
         # The rows of BENCHMARKS.md's table were made before handles of their
         # own were the core's default: --exact N [--whole] models them here.
         super().__init__(own=False)
         self.pick = pick
         self.own_align = own_align  # None, "page" or "fresh": where a request growing with own handles goes
         self.per_request = per_request  # at most this many moves per request, the rest fresh
+        # Moves only where a fresh handle for the run would raise physical
+        # memory past this many times the allocated bytes (the request's
+        # included); None: wherever a handle can move.
+        self.move_above = move_above
         self.big = big * MIB if big is not None else None
         self.rule, self.kind = place, moves
         self.exact = exact * MIB if exact is not None else None
@@ -317,6 +321,9 @@ class Moves(hf.Model):
             avail = self.room(r, p, addr, addr + size)
             free = {h: s for h, s in self.whole_free(r).items()
                     if s[1] <= avail and not self.touches([s], addr, size)}
+            if self.move_above is not None and self.phys + run * PAGE <= self.move_above * (
+                    self.allocated + self.pending):
+                free = {}
             if self.pick == "cover":
                 # Only a handle covering the whole run: one call where a
                 # fresh handle of its own would take two, never more calls.
@@ -537,6 +544,8 @@ def main():
                     help="with --place align: a request growing with own handles at a page boundary, "
                     "or past the mapped pages")
     ap.add_argument("--per-request", type=int, default=None, help="at most N moves per request, the rest fresh")
+    ap.add_argument("--move-above", type=float, default=None, metavar="F",
+                    help="move only where a fresh handle would raise physical memory past F x the allocated bytes")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="multiply every request's bytes by F (how much a figure depends on the trace's exact sizes)")
     ap.add_argument("--force", default=None, metavar="ID=MIB,...",
@@ -559,6 +568,7 @@ def main():
     for name, ev in evs:
         m, ratio = measure(ev, place=args.place, moves=args.moves, exact=args.exact, whole=args.whole, big=args.big,
                            pick=args.pick, per_request=args.per_request, own_align=args.own_align,
+                           move_above=args.move_above,
                            force=dict((k, float(v) * MIB) for k, v in (x.split("=") for x in args.force.split(",")))
                            if args.force else None)
         top = max(max(r.page, default=0) for r in m.ranges.values()) * PAGE
