@@ -101,6 +101,14 @@ fn check_conflicts(config: &Config, seen: u32) -> Result<(), Error> {
             }
         }
     }
+    if config.handle_moves == Some(true) && config.reserved_headroom.is_some() {
+        return Err(Error::bad_config(
+            Key::HandleMoves.name(),
+            "cannot be on with reserved_headroom: that mode moves free pieces itself, synchronizing, \
+             to hold reserved memory within its bound, and a moved handle is never one of them; \
+             drop handle_moves or reserved_headroom",
+        ));
+    }
     if given(Key::MapAhead) && config.reserved_headroom.is_some() {
         return Err(Error::bad_config(
             Key::MapAhead.name(),

@@ -457,3 +457,29 @@ fn old_addresses_stay_within_the_memory_in_use() {
     }
     teardown_clean(a, &base);
 }
+
+#[test]
+fn no_handle_moves_with_reserved_headroom() {
+    let _g = emu_lock();
+    let _c = Guard;
+    set_capacity(8 << 30);
+    let base = Baseline::take();
+    // The scene, in reserved_headroom's 4 MiB handles mapped nothing ahead,
+    // with a headroom never exceeded: a move is the only way not to make
+    // fresh handles for the 33 MiB request, and none is made.
+    let a = allocator("reserved_headroom:100");
+    let old = a.malloc(32 * MIB, Stream::DEFAULT).unwrap();
+    let spacer = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    a.free(old).unwrap();
+    let s = a.stats().unwrap();
+    let grown = a.malloc(33 * MIB, Stream::DEFAULT).unwrap();
+    let t = a.stats().unwrap();
+    assert!(grown > spacer, "the request goes past the spacer");
+    assert_eq!(a.retired_bytes(), 0, "no old address retired");
+    assert_eq!(t.num_physical_mallocs - s.num_physical_mallocs, 8, "eight fresh 4 MiB handles, none moved");
+    assert_eq!(t.num_maps - s.num_maps, 8);
+    for p in [grown, spacer] {
+        a.free(p).unwrap();
+    }
+    teardown_clean(a, &base);
+}

@@ -45,6 +45,9 @@ impl RangePool {
         if !self.over_headroom(ctx, run * page) {
             return;
         }
+        // The victims stay valid through the placement because no handle
+        // moves in this mode (Note [moves of wholly free handles]).
+        debug_assert!(!self.sh.backing.handle_moves, "handle moves with reserved_headroom");
         let mut victims = match ctx.victims.take() {
             Some(v) => v,
             None => self.movable_pieces(ctx),

@@ -164,7 +164,10 @@ impl ExpandableRanges {
             large_page,
             device_total,
             reserved_headroom: config.reserved_headroom,
-            handle_moves: config.handle_moves.unwrap_or(true),
+            // Off with `reserved_headroom` (refused if asked for): that mode
+            // moves free pieces itself, and a moved handle is never one of
+            // them (Note [moves of wholly free handles]).
+            handle_moves: config.handle_moves.unwrap_or(config.reserved_headroom.is_none()),
             free_memory: growth::FreeMemory::default(),
         }
     }
