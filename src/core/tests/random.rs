@@ -19,7 +19,7 @@ mod seeded;
 mod threads;
 
 use super::support::{allocator, check_fill, drop_stream, emu_lock, fill, new_stream, set_capacity, usage, Rng, DEV};
-use seeded::{run_seed, SEEDS};
+use seeded::{run_seed, run_seed_as, SEEDS};
 use threads::{run_threads_over_configs, EXPANDABLE_CONFIGS, FIXED_CONFIGS};
 
 #[test]
@@ -36,6 +36,18 @@ fn random_operations_with_injected_faults_keep_the_invariants() {
     let _g = emu_lock();
     for seed in 1..=SEEDS {
         run_seed(seed, true);
+    }
+    set_capacity(1 << 30);
+}
+
+/// The seeds again where every growth may move a wholly free handle (Note
+/// [moves of wholly free handles]): a roomy device and nothing mapped
+/// ahead, with and without faults.
+#[test]
+fn random_operations_with_handle_moves_keep_the_invariants() {
+    let _g = emu_lock();
+    for seed in 1..=SEEDS {
+        run_seed_as(seed, seed % 2 == 0, Some(("expandable_segments:true,map_ahead:false", 8 << 30)));
     }
     set_capacity(1 << 30);
 }

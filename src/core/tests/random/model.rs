@@ -13,19 +13,21 @@ use crate::core::*;
 const MODEL_FAULTS: [&str; 6] =
     ["aclrtMalloc", "aclrtFree", "aclrtRecordEvent", "aclrtMallocPhysical", "aclrtMapMem", "aclrtUnmapMem"];
 
-const MODEL_CONFIGS: [&str; 6] = [
+const MODEL_CONFIGS: [&str; 7] = [
     "expandable_segments:false",
     "expandable_segments:false,max_split_size_mb:24",
     "expandable_segments:false,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
     "expandable_segments:true",
     "expandable_segments:true,page_size:20m",
     "expandable_segments:true,per_process_memory_fraction:0.8",
+    // Every growth may move a wholly free handle (on a roomy device: 8 GiB).
+    "expandable_segments:true,map_ahead:false",
 ];
 
 /// One seed of `model_based_random_sequences`.
 pub(super) fn run_model_seed(seed: u64) {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let capacity = [48u64 << 20, 96 << 20, 1 << 30][rng.below(3) as usize];
+    let capacity = [48u64 << 20, 96 << 20, 1 << 30, 8 << 30][rng.below(4) as usize];
     set_capacity(capacity);
     let a = allocator(MODEL_CONFIGS[rng.below(MODEL_CONFIGS.len() as u64) as usize]);
     let streams: Vec<Stream> =

@@ -15,7 +15,7 @@ const STREAMS: usize = 3;
 const STEPS: usize = 500;
 pub(super) const SEEDS: u64 = 64;
 
-const CONFIGS: [&str; 8] = [
+const CONFIGS: [&str; 9] = [
     "expandable_segments:false",
     "expandable_segments:false,release_threshold_mb:0",
     "expandable_segments:false,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
@@ -24,6 +24,8 @@ const CONFIGS: [&str; 8] = [
     "expandable_segments:true,reserved_headroom:0",
     "expandable_segments:true,reserved_headroom:0.1,page_size:20m",
     "expandable_segments:true,per_process_memory_fraction:0.8",
+    // Every growth may move a wholly free handle (on a roomy device: 8 GiB).
+    "expandable_segments:true,map_ahead:false",
 ];
 
 /// A block the test holds.
@@ -116,11 +118,18 @@ impl Model {
 }
 
 pub(super) fn run_seed(seed: u64, faults: bool) {
+    run_seed_as(seed, faults, None);
+}
+
+/// `run_seed` with the config and capacity given, not drawn.
+pub(super) fn run_seed_as(seed: u64, faults: bool, setup: Option<(&str, u64)>) {
     // A fault another test left armed would fire here.
     disarm_faults();
     let mut rng = Rng::new(seed);
-    set_capacity([64u64 << 20, 128 << 20, 1 << 30][rng.index(3)]);
-    let config = CONFIGS[rng.index(CONFIGS.len())];
+    let capacity = [64u64 << 20, 128 << 20, 1 << 30, 8 << 30][rng.index(4)];
+    let drawn = CONFIGS[rng.index(CONFIGS.len())];
+    let (config, capacity) = setup.unwrap_or((drawn, capacity));
+    set_capacity(capacity);
     let a = allocator(config);
     let mut m = Model::new();
     for step in 0..STEPS {
