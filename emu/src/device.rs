@@ -62,6 +62,18 @@ fn take_within(counter: &AtomicU64, bytes: u64, limit: u64) -> AclResult<()> {
         .map_err(|_| ACL_ERROR_RT_MEMORY_ALLOCATION)
 }
 
+/// Takes `bytes` of the process's address window, or fails with 207001.
+/// The window belongs to no device, so this needs none current.
+pub fn take_address(bytes: u64) -> AclResult<()> {
+    devices();
+    take_within(&ADDRESS_USED, bytes, ADDRESS_SPACE.get().copied().unwrap_or(DEFAULT_ADDRESS_SPACE))
+}
+
+/// Returns address space taken earlier.
+pub fn return_address(bytes: u64) {
+    ADDRESS_USED.fetch_sub(bytes, Ordering::AcqRel);
+}
+
 impl Device {
     /// Charges `bytes` of `pool` against the capacity, or fails with 207001.
     pub fn charge(&self, bytes: u64, pool: PagePool) -> AclResult<()> {
@@ -74,17 +86,6 @@ impl Device {
     pub fn uncharge(&self, bytes: u64, pool: PagePool) {
         self.pool_used[pool as usize].fetch_sub(bytes, Ordering::AcqRel);
         self.used.fetch_sub(bytes, Ordering::AcqRel);
-    }
-
-    /// Takes `bytes` of the process's address window, or fails with 207001.
-    pub fn take_address(&self, bytes: u64) -> AclResult<()> {
-        devices();
-        take_within(&ADDRESS_USED, bytes, ADDRESS_SPACE.get().copied().unwrap_or(DEFAULT_ADDRESS_SPACE))
-    }
-
-    /// Returns address space taken earlier.
-    pub fn return_address(&self, bytes: u64) {
-        ADDRESS_USED.fetch_sub(bytes, Ordering::AcqRel);
     }
 
     fn pool(&self, pool: PagePool) -> u64 {

@@ -138,13 +138,13 @@ unsafe fn malloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32, padded: bo
         .ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
     let pool = pool_of(size, policy);
     dev.charge(charged, pool)?;
-    if let Err(e) = dev.take_address(map_len as u64) {
+    if let Err(e) = device::take_address(map_len as u64) {
         dev.uncharge(charged, pool);
         return Err(e);
     }
     let Some(base) = host_map::map_rw(map_len) else {
         dev.uncharge(charged, pool);
-        dev.return_address(map_len as u64);
+        device::return_address(map_len as u64);
         return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
     };
     let ptr = (base as usize + offset) as *mut c_void;
@@ -169,7 +169,7 @@ fn free(ptr: *mut c_void) -> AclResult<()> {
     unsafe { host_map::unmap(block.base as *mut c_void, block.map_len) };
     let dev = device::get(block.device)?;
     dev.uncharge(block.charged, block.pool);
-    dev.return_address(block.map_len as u64);
+    device::return_address(block.map_len as u64);
     let counters = usage::of(block.device);
     usage::sub(&counters.malloc_bytes, block.charged);
     usage::sub(&counters.malloc_count, 1);
@@ -192,7 +192,7 @@ pub fn release_device(device: i32) {
         // device's work was finished before its release.
         unsafe { host_map::unmap(block.base as *mut c_void, block.map_len) };
         dev.uncharge(block.charged, block.pool);
-        dev.return_address(block.map_len as u64);
+        device::return_address(block.map_len as u64);
         usage::sub(&counters.malloc_bytes, block.charged);
         usage::sub(&counters.malloc_count, 1);
     }

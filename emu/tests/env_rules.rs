@@ -80,6 +80,30 @@ fn every_device_shares_one_address_window() {
     first.assert_clean();
 }
 
+/// A range reserved with no context current still takes the process's
+/// window, and releasing it (with or without one) gives the space back.
+#[test]
+fn reservations_without_a_context_take_the_window_too() {
+    let _window = window();
+    let dev = setup();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
+    unsafe {
+        let big = on_fresh_thread(|| {
+            let big = reserve(40 * GIB) as usize;
+            let mut p = null_mut();
+            assert_eq!(aclrtReserveMemAddress(&mut p, 30 * GIB, 0, null_mut(), 0), RT_MEMORY_ALLOCATION);
+            big
+        });
+        let mut p = null_mut();
+        assert_eq!(aclrtReserveMemAddress(&mut p, 30 * GIB, 0, null_mut(), 0), RT_MEMORY_ALLOCATION);
+        assert_eq!(dev.usage().reserved_ranges, 0);
+        assert_eq!(on_fresh_thread(|| aclrtReleaseMemAddress(big as *mut c_void)), 0);
+        let whole = reserve(60 * GIB);
+        assert_eq!(aclrtReleaseMemAddress(whole), 0);
+    }
+    dev.assert_clean();
+}
+
 #[test]
 fn without_huge1g_support_only_the_allocation_fails() {
     let _window = window();

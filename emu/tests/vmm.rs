@@ -316,6 +316,67 @@ fn sync_copy_between_mapped_ranges_is_d2d() {
     dev.assert_clean();
 }
 
+/// RB VMM "what reserving and releasing need": neither call needs a current
+/// context (the runtime passes both straight on to the driver, which
+/// reserves from the process's SVM range), as when torch_npu probes with
+/// 512 bytes before it sets a device (`NPUAllocatorConfig::parseArgs`).
+/// Such a range counts in no device's usage; its first map decides its
+/// device, as for any reservation.
+#[test]
+fn reserve_and_release_need_no_context() {
+    let dev = Dev::take();
+    let other = Dev::take_besides(&dev);
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
+    unsafe {
+        assert_eq!(aclrtSetDevice(dev.id), 0);
+        // torch_npu's probe: 512 bytes, flags 1, then released at once.
+        let probe = on_fresh_thread(|| {
+            let mut id = -1;
+            assert_eq!(aclrtGetDevice(&mut id), RT_CONTEXT_NULL);
+            let mut p = null_mut();
+            assert_eq!(aclrtReserveMemAddress(&mut p, 512, 0, null_mut(), 1), 0);
+            assert!(!p.is_null());
+            assert_eq!(p as usize % (2 * MIB), 0, "small reservations are 2 MiB-aligned");
+            assert_eq!(aclrtReleaseMemAddress(p), 0);
+            assert_eq!(aclrtReleaseMemAddress(p), RT_PARAM_INVALID);
+            // The parameter checks stay as they are.
+            assert_eq!(aclrtReserveMemAddress(&mut p, 2 * MIB, 2 * MIB, null_mut(), 0), RT_PARAM_INVALID);
+            assert_eq!(aclrtReserveMemAddress(&mut p, 0, 0, null_mut(), 0), INVALID_PARAM);
+            p as usize
+        });
+        assert_ne!(probe, 0);
+        // Reserved with no context: no device counts it; mapped from a
+        // thread with a device, it takes that device's memory.
+        let base = on_fresh_thread(|| reserve(4 * MIB) as usize) as *mut c_void;
+        assert_eq!(dev.usage().reserved_ranges, 0);
+        assert_eq!(other.usage().reserved_ranges, 0);
+        let h = physical(&dev, 2 * MIB);
+        assert_eq!(aclrtMapMem(base, 2 * MIB, 0, h, 0), 0);
+        assert_eq!(dev.usage().mapped_bytes, (2 * MIB) as u64);
+        base.cast::<u8>().write(7);
+        assert_eq!(base.cast::<u8>().read(), 7);
+        // The first map fixed its device.
+        let theirs = physical(&other, 2 * MIB);
+        let b = base.cast::<u8>().add(2 * MIB).cast();
+        assert_eq!(aclrtMapMem(b, 2 * MIB, 0, theirs, 0), RT_DRV_INTERNAL);
+        // Still mapped: refused on any thread.
+        let based = base as usize;
+        assert_eq!(on_fresh_thread(|| aclrtReleaseMemAddress(based as *mut c_void)), RT_PARAM_INVALID);
+        assert_eq!(aclrtUnmapMem(base), 0);
+        assert_eq!(aclrtFreePhysical(h), 0);
+        assert_eq!(aclrtFreePhysical(theirs), 0);
+        assert_eq!(on_fresh_thread(|| aclrtReleaseMemAddress(based as *mut c_void)), 0);
+        // Reserved with a device current, released with none: the device's
+        // count drops.
+        let owned = reserve(2 * MIB) as usize;
+        assert_eq!(dev.usage().reserved_ranges, 1);
+        assert_eq!(on_fresh_thread(|| aclrtReleaseMemAddress(owned as *mut c_void)), 0);
+        assert_eq!(dev.usage().reserved_ranges, 0);
+    }
+    dev.assert_clean();
+    other.assert_clean();
+}
+
 #[test]
 fn one_reservation_holds_one_device() {
     let dev = Dev::take();

@@ -1,6 +1,10 @@
 //! aclrtReserveMemAddress / aclrtReleaseMemAddress: PROT_NONE,
-//! MAP_NORESERVE ranges owned by the current device, with the driver's rules
-//! (RB "Virtual memory"): a non-zero alignment is refused (107000); one
+//! MAP_NORESERVE ranges, with the driver's rules (RB "Virtual memory"):
+//! neither call needs a current context or device (the runtime passes both
+//! on to the driver, which reserves from the process's one SVM range; RB
+//! VMM, "what reserving and releasing need"), so a range reserved while a
+//! context is current counts in its device's usage and one reserved without
+//! any in no device's; a non-zero alignment is refused (107000); one
 //! reservation is at most 128 GiB (207001), the limit the driver documents
 //! for Ascend910B and Ascend910_93 (`ascend_hal_base.h`,
 //! `halMemAddressReserve`: "The maximum virtual memory(no page) applied for
@@ -108,22 +112,23 @@ unsafe fn reserve(
     if alignment != 0 {
         return Err(ACL_ERROR_RT_PARAM_INVALID);
     }
-    let dev_id = device::current()?;
-    let dev = device::get(dev_id)?;
+    // No current context is needed: the device current now, if any, is
+    // only whose usage counts the range.
+    let owner = device::current().ok();
     if size > MAX_RESERVATION {
         return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
     }
     let align = align_for(size);
     let len = size.checked_add(align - 1).map(|n| n & !(align - 1)).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
-    dev.take_address(len as u64)?;
+    device::take_address(len as u64)?;
     let Some(start) = map_none_aligned(len, align, shift_for(align)) else {
-        dev.return_address(len as u64);
+        device::return_address(len as u64);
         return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
     };
-    vmm()
-        .reservations
-        .insert(start, Reservation { len, device: dev_id, mapped_device: None, mappings: BTreeMap::new() });
-    usage::add(&usage::of(dev_id).reserved_ranges, 1);
+    vmm().reservations.insert(start, Reservation { len, owner, mapped_device: None, mappings: BTreeMap::new() });
+    if let Some(id) = owner {
+        usage::add(&usage::of(id).reserved_ranges, 1);
+    }
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { write_out(out, start as *mut c_void) }
 }
@@ -140,16 +145,17 @@ fn release(ptr: *mut c_void) -> AclResult<()> {
     drop(v);
     // SAFETY: the range was ours, has no mappings and left the registry.
     unsafe { host_map::unmap(ptr, r.len) };
-    if let Ok(dev) = device::get(r.device) {
-        dev.return_address(r.len as u64);
+    device::return_address(r.len as u64);
+    if let Some(id) = r.owner {
+        usage::sub(&usage::of(id).reserved_ranges, 1);
     }
-    usage::sub(&usage::of(r.device).reserved_ranges, 1);
     Ok(())
 }
 
 /// Reserves `size` bytes of address space (rounded up to 2 MiB, or to
-/// 1 GiB above 512 MiB). alignment must be 0 (107000); expectPtr must be
-/// NULL; flags 0 or 1; over 128 GiB or beyond the address window: 207001.
+/// 1 GiB above 512 MiB), with or without a current context. alignment must
+/// be 0 (107000); expectPtr must be NULL; flags 0 or 1; over 128 GiB or
+/// beyond the address window: 207001.
 ///
 /// # Safety
 /// `virPtr` must be NULL or writable.
@@ -168,8 +174,8 @@ pub unsafe extern "C" fn aclrtReserveMemAddress(
     })
 }
 
-/// Releases a reservation by its start address; refused (107000) while
-/// anything in it is mapped.
+/// Releases a reservation by its start address, with or without a current
+/// context; refused (107000) while anything in it is mapped.
 ///
 /// # Safety
 /// Nothing may use the range afterwards.

@@ -2,8 +2,9 @@
 //! between them, on host memory.
 //!
 //! - A reservation is a PROT_NONE, MAP_NORESERVE anonymous range, 2 MiB
-//!   aligned (1 GiB-aligned and a 1 GiB multiple above 512 MiB), owned by
-//!   the device current at reserve time, taking the device's address window.
+//!   aligned (1 GiB-aligned and a 1 GiB multiple above 512 MiB), taking the
+//!   process's address window; it needs no current device, and counts in
+//!   the usage of the device current at reserve time, if any.
 //! - A physical handle is a range of its device's memfd (`pool`).
 //! - A mapping is a MAP_SHARED|MAP_FIXED view of a handle's range placed over
 //!   a reservation, so two mappings of one handle see the same bytes.
@@ -62,7 +63,9 @@ struct Mapping {
 
 struct Reservation {
     len: usize,
-    device: i32,
+    /// The device current at reserve time, whose usage counts the range
+    /// (None: reserved with no context current).
+    owner: Option<i32>,
     /// The device of the first handle mapped here; never cleared.
     mapped_device: Option<i32>,
     mappings: BTreeMap<usize, Mapping>,
