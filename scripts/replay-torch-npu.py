@@ -16,7 +16,10 @@ that stream; trace stream 0 is the device's default stream, every other
 one a torch.npu.Stream of its own. ``u id stream`` (record_stream) has no
 raw-pointer form in torch_npu: its recordStream takes a DataPtr whose
 deleter is the allocator's own, which only tensors carry, so a trace with
-``u`` lines is refused.
+``u`` lines is refused, unless ``--tensors``: then ``a`` is a uint8
+torch.empty of that many bytes on the event's stream (the same
+NPUCachingAllocator::malloc the raw call makes), ``f`` drops the tensor,
+``u`` is Tensor.record_stream.
 
 The device has ``--device-memory`` (ACLEMU_DEVICE_MEMORY, default 64G, the
 benchmarks' device). An out-of-memory error (torch.OutOfMemoryError, after
@@ -50,15 +53,16 @@ MIB = 1 << 20
 CONFS = {"default": "", "expandable": "expandable_segments:True"}
 CALLS = ("aclrtMalloc", "aclrtMallocAlign32", "aclrtFree", "aclrtMallocPhysical", "aclrtFreePhysical", "aclrtMapMem",
          "aclrtUnmapMem", "aclrtReserveMemAddress", "aclrtReleaseMemAddress", "aclrtSynchronizeStream",
-         "aclrtSynchronizeStreamWithTimeout")
+         "aclrtSynchronizeStreamWithTimeout", "aclrtRecordEvent", "aclrtQueryEventStatus")
 
 
 class TraceError(Exception):
     pass
 
 
-def parse_trace(path):
-    """The trace's events as tuples, and its peak of live requested bytes."""
+def parse_trace(path, tensors=False):
+    """The trace's events as tuples, and its peak of live requested bytes;
+    ``u`` events only with ``tensors``."""
     opener = gzip.open if path.endswith(".gz") else open
     events, live, cur, peak = [], {}, 0, 0
     with opener(path, "rt") as f:
@@ -81,8 +85,14 @@ def parse_trace(path):
                 elif p[0] == "w" and len(p) == 2 and int(p[1]) >= 0:
                     events.append(("w", int(p[1])))
                 elif p[0] == "u" and len(p) == 3:
-                    raise TraceError(f"{path}:{n}: 'u' (record_stream) is not supported: torch_npu has no "
-                                     "record_stream for a raw pointer (only for a tensor's DataPtr)")
+                    if not tensors:
+                        raise TraceError(f"{path}:{n}: 'u' (record_stream) is not supported: torch_npu has no "
+                                         "record_stream for a raw pointer (only for a tensor's DataPtr); "
+                                         "replay with --tensors")
+                    i, stream = int(p[1]), int(p[2])
+                    if i not in live or stream < 0:
+                        raise ValueError
+                    events.append(("u", i, stream))
                 else:
                     raise ValueError
             except (ValueError, KeyError):
@@ -118,7 +128,7 @@ def conf_of(args):
 
 def replay(args):
     """One replay in this process; returns the result object."""
-    events, peak_requested = parse_trace(args.trace)
+    events, peak_requested = parse_trace(args.trace, args.tensors)
     os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     os.environ["ACLEMU_DEVICE_MEMORY"] = str(args.device_memory)
     os.environ["PYTORCH_NPU_ALLOC_CONF"] = conf_of(args)
@@ -134,11 +144,12 @@ def replay(args):
     streams = {0: torch.npu.current_stream(0)}
     stream_ptrs = {0: streams[0].npu_stream}
     for ev in events:
-        s = ev[3] if ev[0] == "a" else ev[1] if ev[0] == "w" else None
+        s = ev[3] if ev[0] == "a" else ev[1] if ev[0] == "w" else ev[2] if ev[0] == "u" else None
         if s is not None and s not in streams:
             streams[s] = torch.npu.Stream(0)
             stream_ptrs[s] = streams[s].npu_stream
     alloc, delete = torch.npu.caching_allocator_alloc, torch.npu.caching_allocator_delete
+    raw, empty, u8, set_stream, current = not args.tensors, torch.empty, torch.uint8, torch.npu.set_stream, 0
     oom_error = torch.OutOfMemoryError
     ptrs, ooms, first_oom, peak_emu, done = {}, 0, None, 0, 0
     sample = not args.no_emu_peak
@@ -148,7 +159,13 @@ def replay(args):
         kind = ev[0]
         if kind == "a":
             try:
-                ptrs[ev[1]] = alloc(ev[2], 0, stream_ptrs[ev[3]])
+                if raw:
+                    ptrs[ev[1]] = alloc(ev[2], 0, stream_ptrs[ev[3]])
+                else:
+                    if ev[3] != current:
+                        current = ev[3]
+                        set_stream(streams[current])
+                    ptrs[ev[1]] = empty(ev[2], dtype=u8, device="npu")
             except oom_error:
                 ooms += 1
                 if first_oom is None:
@@ -159,18 +176,26 @@ def replay(args):
                 get_usage(0, uref)
                 peak_emu = max(peak_emu, usage.malloc_bytes + usage.mapped_bytes)
         elif kind == "f":
-            p = ptrs.pop(ev[1], None)
-            if p is not None:
-                delete(p)
+            if raw:
+                p = ptrs.pop(ev[1], None)
+                if p is not None:
+                    delete(p)
+            else:
+                ptrs.pop(ev[1], None)  # the tensor's last reference
+        elif kind == "u":
+            if ev[1] in ptrs:
+                ptrs[ev[1]].record_stream(streams[ev[2]])
         else:
             streams[ev[1]].synchronize()
         done += 1
     t1 = time.perf_counter_ns()
+    set_stream(streams[0])
     torch.npu.synchronize()
     st = torch.npu.memory_stats(0)
     get_usage(0, uref)
     return {
         "allocator": "torch_npu", "conf": conf_of(args), "trace": os.path.basename(args.trace),
+        "api": "raw" if raw else "tensor",
         "capacity": args.device_memory, "ops": len(events), "ops_replayed": done,
         "streams": len(streams), "peak_requested": peak_requested,
         "peak_reserved": torch.npu.max_memory_reserved(0), "peak_reserved_emu": peak_emu,
@@ -187,6 +212,7 @@ def replay(args):
 def child(args, capacity, stop_on_oom, no_emu_peak):
     """A replay in a fresh process (the emulator reads its capacity once)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--conf", args.conf, "--device-memory", str(capacity)]
+    cmd += ["--tensors"] * args.tensors
     cmd += [] if args.alloc_conf is None else ["--alloc-conf", args.alloc_conf]
     cmd += ["--stop-on-oom"] * stop_on_oom + ["--no-emu-peak"] * no_emu_peak + [args.trace]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -246,6 +272,9 @@ def main():
                          "expandable_segments:True,base_addr_aligned_kb:0")
     ap.add_argument("--device-memory", type=size_arg, default=64 << 30, metavar="SIZE",
                     help="the emulated device's capacity (ACLEMU_DEVICE_MEMORY), default 64G")
+    ap.add_argument("--tensors", action="store_true",
+                    help="allocate uint8 tensors (torch.empty on the event's stream) instead of raw pointers; "
+                         "needed for 'u' (Tensor.record_stream)")
     ap.add_argument("--stop-on-oom", action="store_true", help="end the replay at the first OOM")
     ap.add_argument("--no-emu-peak", action="store_true", help="do not read the emulator's usage per allocation")
     ap.add_argument("--min-capacity", action="store_true", help="also bisect the capacity (child processes)")
@@ -255,7 +284,7 @@ def main():
         ap.error(f"no such trace: {args.trace}")
     try:
         if args.min_capacity:
-            parse_trace(args.trace)  # a bad trace fails here, not in a child
+            parse_trace(args.trace, args.tensors)  # a bad trace fails here, not in a child
             t0 = time.monotonic()
             result = child(args, args.device_memory, args.stop_on_oom, args.no_emu_peak)
             if result["ooms"]:
