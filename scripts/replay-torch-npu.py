@@ -31,13 +31,16 @@ to max(1 MiB, 0.5%), the rule of scripts/peer-min-capacity.sh.
 
 Fields: peak_requested (from the trace), peak_reserved
 (torch.npu.max_memory_reserved()), peak_reserved_emu (the emulator's
-aclrtMalloc'ed plus mapped bytes, read after every allocation; 0 with
---no-emu-peak), num_device_alloc / num_device_free / num_alloc_retries /
-num_ooms (torch_npu's memory_stats), calls (the emulator's call counts), syncs (its count of
-synchronizations, the final torch.npu.synchronize() included),
-ooms (OOM errors the replay caught), ns_per_op_python (wall time of the
-replay loop over its events: Python-dominated, not the allocator's cost;
-it includes the emulator reads unless --no-emu-peak).
+live aclrtMalloc / aclrtMallocAlign32 bytes plus mapped bytes, read after
+every allocation; 0 with --no-emu-peak), num_device_alloc /
+num_device_free / num_alloc_retries / num_ooms (torch_npu's
+memory_stats), calls (the emulator's call counts; torch_npu's segments
+are aclrtMallocAlign32 calls), syncs (the emulator's count of
+synchronizations, the final torch.npu.synchronize() included), ooms (OOM
+errors the replay caught), ops_replayed (events done before a stop),
+ns_per_op_python (wall time of the replay loop per event: Python-
+dominated, not the allocator's cost; it includes the emulator reads
+unless --no-emu-peak, and torch.empty with --tensors).
 """
 
 import argparse
@@ -57,7 +60,7 @@ CALLS = ("aclrtMalloc", "aclrtMallocAlign32", "aclrtFree", "aclrtMallocPhysical"
 
 
 class TraceError(Exception):
-    pass
+    """A trace or a setup this script cannot replay (exit status 2)."""
 
 
 def parse_trace(path, tensors=False):
@@ -134,7 +137,10 @@ def replay(args):
     os.environ["PYTORCH_NPU_ALLOC_CONF"] = conf_of(args)
     if not conf_of(args):
         del os.environ["PYTORCH_NPU_ALLOC_CONF"]
-    import npu_emu  # noqa: F401  (torch, then torch_npu, on the emulator)
+    try:
+        import npu_emu  # noqa: F401  (torch, then torch_npu, on the emulator)
+    except ImportError as e:
+        raise TraceError(f"{e}: run this with the python of the venv scripts/setup-torch-npu.sh makes") from None
     import torch
 
     torch.npu.init()
