@@ -13,13 +13,14 @@ use crate::core::*;
 const MODEL_FAULTS: [&str; 6] =
     ["aclrtMalloc", "aclrtFree", "aclrtRecordEvent", "aclrtMallocPhysical", "aclrtMapMem", "aclrtUnmapMem"];
 
-const MODEL_CONFIGS: [&str; 6] = [
+const MODEL_CONFIGS: [&str; 7] = [
     "expandable_segments:false",
     "expandable_segments:false,max_split_size_mb:24",
     "expandable_segments:false,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
     "expandable_segments:true",
     "expandable_segments:true,page_size:20m",
     "expandable_segments:true,per_process_memory_fraction:0.8",
+    "expandable_segments:true,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
 ];
 
 /// One seed of `model_based_random_sequences`.

@@ -15,7 +15,7 @@ const STREAMS: usize = 3;
 const STEPS: usize = 500;
 pub(super) const SEEDS: u64 = 64;
 
-const CONFIGS: [&str; 8] = [
+const CONFIGS: [&str; 10] = [
     "expandable_segments:false",
     "expandable_segments:false,release_threshold_mb:0",
     "expandable_segments:false,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
@@ -24,6 +24,8 @@ const CONFIGS: [&str; 8] = [
     "expandable_segments:true,reserved_headroom:0",
     "expandable_segments:true,reserved_headroom:0.1,page_size:20m",
     "expandable_segments:true,per_process_memory_fraction:0.8",
+    "expandable_segments:true,release_threshold_mb:0",
+    "expandable_segments:true,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
 ];
 
 /// A block the test holds.
