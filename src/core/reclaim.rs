@@ -241,7 +241,8 @@ impl<B: Backing> Device<B> {
 
     /// Returns every cached, unused segment and handle to the device, and
     /// releases expandable ranges that hold nothing (may synchronize the
-    /// streams that used them).
+    /// streams that used them). Everything is tried, whatever fails; the
+    /// first error is the answer.
     pub fn empty_cache(&self) -> Result<usize> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
@@ -252,13 +253,19 @@ impl<B: Backing> Device<B> {
         // third those a moved handle emptied (its new pages are detached only
         // once the first pass has unmapped its old address).
         let mut released = 0;
-        for _pass in 0..3 {
-            released += self.release_free(Scope::All)?;
+        let mut first_error = None;
+        let passes = (0..3).map(|_| self.release_free(Scope::All));
+        for result in passes.chain(std::iter::once_with(|| B::free_cached(&self.sh))) {
+            match result {
+                Ok(n) => released += n,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
         }
-        let cached = B::free_cached(&self.sh)?;
         // Destroyed pools' entries left with nothing give their slots back.
         self.retire_destroyed();
-        Ok(released + cached)
+        first_error.map_or(Ok(released), Err)
     }
 
     /// After a free at `addr`, with `release_threshold`: when cached memory
