@@ -23,10 +23,12 @@
 //! wholly free only when a block on it is freed, so a free elsewhere
 //! cannot have made anything else unused, and a free whose handle stays
 //! pinned by live blocks finds nothing and makes no device call (finding
-//! the free block walks the range's blocks up to it, no page table).
-//! Memory that became free otherwise (a cross-stream free completing, held
-//! blocks going back) waits for garbage collection, `empty_cache` or the
-//! ladder.
+//! the free block walks the range's blocks up to it, no page table). The
+//! second round after a moved handle's old address went looks at the
+//! whole shard (rare; the first round may have unmapped what lay under the
+//! freed block). Memory that became free otherwise (a cross-stream free
+//! completing, held blocks going back) waits for garbage collection,
+//! `empty_cache` or the ladder.
 
 use super::{free_handle, ExpandableRanges, RangePool};
 use crate::core::backing::Detached;
