@@ -281,7 +281,7 @@ impl<B: Backing> Device<B> {
     ) -> Result<usize, GrowError> {
         // Borrowing needs another stream to borrow from.
         let may_borrow = first && self.streams.len() > 1;
-        let ctx = GrowContext { may_borrow, ..self.grow_context(shard, pool) };
+        let ctx = GrowContext { may_borrow, may_collect: first, ..self.grow_context(shard, pool) };
         // The stream's blocks held for reuse go back before it grows, in
         // both its pools (the other pool's free memory may then move here),
         // unless another thread is using that pool right now.
@@ -293,7 +293,7 @@ impl<B: Backing> Device<B> {
         let tally = self.tally_of(pool);
         let grown = {
             let _pool_calls = super::stats::count_for(&tally.calls);
-            pool.grow(size, rounded, &ctx, first)
+            pool.grow(size, rounded, &ctx)
         };
         if grown.is_ok() {
             self.pool_grew(pool, &tally);
@@ -312,6 +312,7 @@ impl<B: Backing> Device<B> {
             // A private pool's memory may be a graph's, which replays on
             // the old addresses (and sleep would unmap them): no moves.
             may_move: entry.pool() == 0 && !entry.is_graph(),
+            may_collect: false,
             sibling: Some(&entry.shards[(pool.kind as usize + 1) % 2]),
         }
     }
@@ -373,7 +374,7 @@ impl<B: Backing> Device<B> {
     fn after_free(&self, shard: &Shard<B>, pool: super::lock::StateGuard<'_, Pool<B>>, addr: usize) {
         self.sh.trace(move |t| t.free(addr));
         if self.sh.release_threshold.is_some() {
-            self.release_over_threshold(shard, pool);
+            self.release_over_threshold(shard, pool, addr);
         }
     }
 
@@ -397,7 +398,7 @@ impl<B: Backing> Device<B> {
         pool.free(addr)?;
         self.published(entry, kind, &pool);
         self.sh.trace(move |t| t.free(addr));
-        let detached = pool.detach_for_threshold();
+        let detached = pool.detach_whole_segments();
         let (live, _) = pool.live();
         // What the entry serves now: once the lock is dropped it may retire
         // and be taken over by another (pool, stream).

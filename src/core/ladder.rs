@@ -72,7 +72,7 @@ impl GrowError {
             GrowError::AddressSpace { range, refused: Some(e) } => {
                 format!("reserving another address range of {} failed: {e}", Mib(*range as u64))
             }
-            GrowError::Collect => "garbage collection could not make room under its threshold".into(),
+            GrowError::Collect { .. } => "garbage collection could not make room under its threshold".into(),
             GrowError::NeedsRoom { .. } => {
                 "moving other streams' free pages within reserved_headroom did not suffice".into()
             }
@@ -131,8 +131,8 @@ impl<B: Backing> Device<B> {
                 Err((e, largest)) => (last, seen) = (e, largest),
             }
         }
-        if matches!(last, GrowError::Collect) {
-            self.collect_garbage(rounded);
+        if let GrowError::Collect { needed } = last {
+            self.collect_garbage(needed);
             tried.push("garbage collection");
             match self.attempt(shard, size, rounded)? {
                 Ok(addr) => return Ok(addr),

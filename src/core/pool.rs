@@ -120,15 +120,9 @@ impl<B: Backing> Pool<B> {
 
     /// The miss path: held blocks go back first (they may coalesce into a
     /// fit), completed cross-stream frees are reaped, then the backing
-    /// places the request or grows. `gc` says whether garbage collection may
-    /// be asked for first.
-    pub fn grow(
-        &mut self,
-        size: usize,
-        rounded: usize,
-        ctx: &GrowContext<'_, B>,
-        gc: bool,
-    ) -> Result<usize, GrowError> {
+    /// places the request or grows (asking for garbage collection first
+    /// when `ctx.may_collect` and the growth would pass its threshold).
+    pub fn grow(&mut self, size: usize, rounded: usize, ctx: &GrowContext<'_, B>) -> Result<usize, GrowError> {
         let drained = self.drain_reuse();
         if self.order.has_pending() {
             self.reap_pending();
@@ -142,21 +136,9 @@ impl<B: Backing> Pool<B> {
                 }
                 return Ok(self.take_block(id, rounded, size));
             }
-        } else if gc && self.gc_due(rounded) {
-            return Err(GrowError::Collect);
         }
         let id = B::obtain(self, rounded, best_fit, ctx)?;
         Ok(self.take_block(id, rounded, size))
-    }
-
-    /// With `garbage_collection_threshold` and a memory limit: whether a
-    /// new segment for `rounded` bytes would pass threshold × limit.
-    fn gc_due(&self, rounded: usize) -> bool {
-        let (Some(t), Some(limit)) = (self.sh.gc_threshold, self.sh.limit.get()) else {
-            return false;
-        };
-        let needed = self.sh.policy.segment_size(rounded);
-        self.sh.counters.reserved() + needed > (t * limit as f64) as usize
     }
 
     /// Hands out held block `id` again (see Note [exact-size reuse]).
@@ -247,8 +229,7 @@ impl<B: Backing> Pool<B> {
         mid
     }
 
-    /// Frees the block at `addr` (its exact start address). Returns a whole
-    /// fixed segment to give back when `release_threshold` asks for it.
+    /// Frees the block at `addr` (its exact start address).
     #[inline]
     pub fn free(&mut self, addr: usize) -> Result<()> {
         // One look-up: a held block keeps its entry, any other leaves.
@@ -315,9 +296,9 @@ impl<B: Backing> Pool<B> {
         Ok(())
     }
 
-    /// A whole free fixed segment `release_threshold` should give back now,
-    /// detached (the caller gives it back with no lock held).
-    pub fn detach_for_threshold(&mut self) -> Vec<Detached> {
+    /// The whole free fixed segments a destroyed pool's free gives back
+    /// now, detached (the caller gives them back with no lock held).
+    pub fn detach_whole_segments(&mut self) -> Vec<Detached> {
         B::detach(self, Scope::WholeSegments)
     }
 

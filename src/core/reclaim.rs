@@ -176,45 +176,73 @@ impl<B: Backing> Device<B> {
     }
 
     /// With `garbage_collection_threshold` and a memory limit: before
-    /// growing past threshold × limit, give back the oldest entirely free
-    /// segments until the growth fits under the threshold.
-    pub(super) fn collect_garbage(&self, rounded: usize) {
-        let (Some(t), Some(limit)) = (self.sh.gc_threshold, self.sh.limit.get()) else {
-            return;
-        };
-        let target = (t * limit as f64) as usize;
-        let needed = self.sh.policy.segment_size(rounded);
-        let reserved = self.sh.counters.reserved();
-        if reserved + needed <= target {
-            return;
-        }
-        let mut all: Vec<(&Shard<B>, Detached)> = Vec::new();
-        for shard in self.reclaimable_shards() {
-            let mut pool = shard.lock_anyway();
-            pool.drain_reuse();
-            all.extend(B::detach(&mut pool, Scope::WholeSegments).into_iter().map(|d| (shard, d)));
-        }
-        all.sort_by_key(|(_, d)| d.serial);
-        let mut to_free = reserved + needed - target;
-        let mut keep: Vec<(&Shard<B>, Detached)> = Vec::new();
-        let mut chosen: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
-        for (shard, d) in all {
-            if to_free == 0 {
-                keep.push((shard, d));
-                continue;
+    /// growing by `needed` bytes past threshold x limit, give back the
+    /// oldest cached memory that nothing uses until the growth fits under
+    /// the threshold: cached handles first (no synchronization), then whole
+    /// free segments, or of expandable ranges wholly free pieces (oldest
+    /// range first), synchronizing only the streams whose memory goes back.
+    /// A moved handle's old address that pins a wholly free handle is
+    /// unmapped on the way, and a second round gives that handle back.
+    pub(super) fn collect_garbage(&self, needed: usize) {
+        let Some(target) = self.sh.gc_target() else { return };
+        for _round in 0..2 {
+            let Some(mut to_free) = (self.sh.counters.reserved() + needed).checked_sub(target).filter(|&n| n > 0)
+            else {
+                return;
+            };
+            if self.sh.backing.cached_bytes() > 0 {
+                to_free = to_free.saturating_sub(B::free_cached_upto(&self.sh, to_free).unwrap_or(0));
+                if to_free == 0 {
+                    return;
+                }
             }
-            to_free = to_free.saturating_sub(d.size);
-            chosen.push((shard, vec![d]));
+            let mut all: Vec<(&Shard<B>, Detached)> = Vec::new();
+            for shard in self.reclaimable_shards() {
+                let mut pool = shard.lock_anyway();
+                pool.drain_reuse();
+                all.extend(B::detach(&mut pool, Scope::Unused(to_free)).into_iter().map(|d| (shard, d)));
+                pool.after_transition();
+            }
+            all.sort_by_key(|(_, d)| d.serial);
+            let mut keep: Vec<(&Shard<B>, Detached)> = Vec::new();
+            let mut chosen: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
+            let mut unpinned = false;
+            for (shard, d) in all {
+                // What holds no memory (a range with nothing mapped) goes
+                // anyway: it needs no synchronization.
+                let memory = B::memory(&d);
+                if to_free == 0 && memory > 0 {
+                    keep.push((shard, d));
+                    continue;
+                }
+                to_free = to_free.saturating_sub(memory);
+                unpinned |= d.retired;
+                chosen.push((shard, vec![d]));
+            }
+            for (shard, d) in keep {
+                let mut pool = shard.lock_anyway();
+                B::settle(&mut pool, d, false);
+                pool.after_transition();
+            }
+            if chosen.is_empty() {
+                return;
+            }
+            let _ = self.give_back_all(chosen);
+            // Expandable pieces went to the handle cache: free them.
+            if self.sh.backing.cached_bytes() > 0 {
+                let left = (self.sh.counters.reserved() + needed).saturating_sub(target);
+                let _ = B::free_cached_upto(&self.sh, left);
+            }
+            if !unpinned {
+                return;
+            }
         }
-        for (shard, d) in keep {
-            B::settle(&mut shard.lock_anyway(), d, false);
-        }
-        let _ = self.give_back_all(chosen);
     }
 
     /// Returns every cached, unused segment and handle to the device, and
     /// releases expandable ranges that hold nothing (may synchronize the
-    /// streams that used them).
+    /// streams that used them). Everything is tried, whatever fails; the
+    /// first error is the answer.
     pub fn empty_cache(&self) -> Result<usize> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
@@ -225,35 +253,84 @@ impl<B: Backing> Device<B> {
         // third those a moved handle emptied (its new pages are detached only
         // once the first pass has unmapped its old address).
         let mut released = 0;
-        for _pass in 0..3 {
-            released += self.release_free(Scope::All)?;
+        let mut first_error = None;
+        let passes = (0..3).map(|_| self.release_free(Scope::All));
+        for result in passes.chain(std::iter::once_with(|| B::free_cached(&self.sh))) {
+            match result {
+                Ok(n) => released += n,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
         }
-        let cached = B::free_cached(&self.sh)?;
         // Destroyed pools' entries left with nothing give their slots back.
         self.retire_destroyed();
-        Ok(released + cached)
+        first_error.map_or(Ok(released), Err)
     }
 
-    /// After a free, with `release_threshold`: when cached memory passes
-    /// it, give back the shard's entirely free segments (after dropping its
-    /// lock for the device calls).
+    /// After a free at `addr`, with `release_threshold`: when cached memory
+    /// passes it, give back what the free left unused (whole free fixed
+    /// segments of the shard; cached handles, and the wholly free handles
+    /// under the freed block: `Backing::detach_after_free`), about the
+    /// excess, after dropping the shard's lock for the device calls. Only
+    /// the stream whose memory goes back is synchronized, and a free that
+    /// leaves nothing unused (its handle pinned by live blocks) makes no
+    /// device call at all. A moved handle's old address pinning a freed
+    /// handle is unmapped first, then the handle goes in a second round
+    /// (over the whole shard: rare, and the first may have changed what
+    /// lies under the freed block).
     #[cold]
     #[inline(never)]
-    pub(super) fn release_over_threshold(&self, shard: &Shard<B>, mut pool: StateGuard<'_, Pool<B>>) {
+    pub(super) fn release_over_threshold<'s>(
+        &self,
+        shard: &'s Shard<B>,
+        mut pool: StateGuard<'s, Pool<B>>,
+        addr: usize,
+    ) {
         let Some(threshold) = self.sh.release_threshold else { return };
         if !self.streams.entry_of(pool.id).reclaimable() {
             return;
         }
-        let allocated: u64 = self.streams.shards().map(|s| s.lane.allocated()).sum();
-        let cached = (self.sh.counters.reserved() as u64).saturating_sub(allocated);
-        if cached <= threshold as u64 {
-            return;
-        }
-        let detached = pool.detach_for_threshold();
-        drop(pool);
-        if !detached.is_empty() {
-            self.sh.hooks.before_release(self.sh.device);
-            let _ = self.give_back_all(vec![(shard, detached)]);
+        let over = || {
+            let allocated: u64 = self.streams.shards().map(|s| s.lane.allocated()).sum();
+            let cached = (self.sh.counters.reserved() as u64).saturating_sub(allocated);
+            usize::try_from(cached.saturating_sub(threshold as u64)).unwrap_or(usize::MAX)
+        };
+        for round in 0..2 {
+            let excess = over();
+            if excess == 0 {
+                return;
+            }
+            // Cached handles cover part of it with no synchronization.
+            let handles = self.sh.backing.cached_bytes();
+            let detached = match excess.checked_sub(handles).filter(|&n| n > 0) {
+                None => Vec::new(),
+                Some(bytes) => {
+                    // The second round, after a moved handle's old address
+                    // went, looks at the whole shard: the first one may have
+                    // unmapped what lay under the freed block.
+                    let d = if round == 0 {
+                        B::detach_after_free(&mut pool, addr, bytes)
+                    } else {
+                        B::detach(&mut pool, Scope::Unused(bytes))
+                    };
+                    pool.after_transition();
+                    d
+                }
+            };
+            drop(pool);
+            let unpinned = detached.iter().any(|d| d.retired);
+            if !detached.is_empty() {
+                self.sh.hooks.before_release(self.sh.device);
+                let _ = self.give_back_all(vec![(shard, detached)]);
+            }
+            if self.sh.backing.cached_bytes() > 0 {
+                let _ = B::free_cached_upto(&self.sh, over());
+            }
+            if !unpinned || round == 1 {
+                return;
+            }
+            pool = shard.lock_anyway();
         }
     }
 }

@@ -46,6 +46,21 @@ pub(crate) struct Shared<B: Backing> {
 }
 
 impl<B: Backing> Shared<B> {
+    /// With `garbage_collection_threshold` and a memory limit: threshold x
+    /// limit, the reserved bytes a growth should not pass before garbage
+    /// collection has given old cached memory back.
+    pub fn gc_target(&self) -> Option<usize> {
+        let (Some(t), Some(limit)) = (self.gc_threshold, self.limit.get()) else {
+            return None;
+        };
+        Some((t * limit as f64) as usize)
+    }
+
+    /// Whether growing by `needed` bytes would pass `gc_target`.
+    pub fn gc_due(&self, needed: usize) -> bool {
+        self.gc_target().is_some_and(|target| self.counters.reserved() + needed > target)
+    }
+
     #[inline]
     pub fn calls(&self) -> DeviceCalls<'_> {
         DeviceCalls { rt: &self.rt, device: self.device, counters: &self.counters }

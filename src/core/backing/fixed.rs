@@ -37,13 +37,17 @@ impl Backing for FixedSegments {
         pool: &mut Pool<Self>,
         rounded: usize,
         best_fit: Option<BlockId>,
-        _: &GrowContext<'_, Self>,
+        ctx: &GrowContext<'_, Self>,
     ) -> Result<BlockId, GrowError> {
         if let Some(id) = best_fit {
             return Ok(id);
         }
         let sh = pool.sh.clone();
-        let (raw, base, size) = obtain_aligned(pool, sh.policy.segment_size(rounded), rounded)?;
+        let needed = sh.policy.segment_size(rounded);
+        if ctx.may_collect && sh.gc_due(needed) {
+            return Err(GrowError::Collect { needed });
+        }
+        let (raw, base, size) = obtain_aligned(pool, needed, rounded)?;
         if base.checked_add(size).is_none_or(|end| end > ADDRESS_LIMIT) {
             // The directory cannot hold it; give it straight back.
             let _ = sh.rt.on_device(sh.device, || sh.rt.free(raw.at));

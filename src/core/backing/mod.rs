@@ -49,6 +49,10 @@ pub(crate) struct GrowContext<'a, B: Backing> {
     /// (Note [moves of wholly free handles]): the default pool's shards of
     /// streams not seen capturing, whose old addresses no graph replays on.
     pub may_move: bool,
+    /// Whether a growth that would pass `garbage_collection_threshold` x
+    /// the memory limit stops and asks for garbage collection first
+    /// (`GrowError::Collect`): a request's first try, not the ladder's retry.
+    pub may_collect: bool,
 }
 
 /// Free memory taken out of a shard's pool to be given back.
@@ -77,9 +81,14 @@ pub(crate) struct Detached {
 pub(crate) enum Scope {
     /// Everything free that can go back.
     All,
-    /// Only what returns device memory at once (whole fixed segments);
-    /// garbage collection and the release threshold use it.
+    /// Only whole free fixed segments (a destroyed pool's free).
     WholeSegments,
+    /// What garbage collection gives back, about this many bytes of device
+    /// memory: whole free fixed segments (all of them); of expandable
+    /// ranges, those that hold nothing, wholly free pieces (oldest range
+    /// first, largest first), and the old addresses of moved handles whose
+    /// live pages are wholly free (unmapped, they let those pages go next).
+    Unused(usize),
     /// Free pieces of at least this many bytes in all, largest first (a
     /// `reserved_headroom` move from other shards).
     Pieces(usize),
@@ -114,6 +123,24 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// Takes what `pool` can give back out of it (see the module comment).
     fn detach(pool: &mut Pool<Self>, scope: Scope) -> Vec<Detached>;
 
+    /// After a free at `addr` with cached memory `bytes` over
+    /// `release_threshold`: what the free left unused, taken out as by
+    /// `detach` with `Scope::Unused`, looking only where the free could
+    /// have changed anything (so that a free that frees nothing costs no
+    /// synchronization and no walk of the shard). Fixed segments: every
+    /// whole free segment of the shard.
+    fn detach_after_free(pool: &mut Pool<Self>, addr: usize, bytes: usize) -> Vec<Detached> {
+        let _ = (addr, bytes);
+        Self::detach(pool, Scope::WholeSegments)
+    }
+
+    /// Bytes of device memory that giving `d` back returns (for an
+    /// expandable piece once its handle is freed; a moved handle's old
+    /// address counts its handle, which the next pass may then free).
+    fn memory(d: &Detached) -> usize {
+        d.size
+    }
+
     /// The device calls that give `d` back; no lock is held. Returns the
     /// bytes the device got back (0 when they stay cached as handles).
     fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize>;
@@ -126,6 +153,13 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// handles; for expandable ranges also reservations whose release was
     /// refused before). Returns bytes of device memory freed.
     fn free_cached(sh: &Shared<Self>) -> Result<usize>;
+
+    /// Frees cached physical handles until `bytes` are freed or none is
+    /// left (the smallest that covers what is left, else the largest);
+    /// returns bytes freed. Reservations kept unreleased are left alone.
+    fn free_cached_upto(_sh: &Shared<Self>, _bytes: usize) -> Result<usize> {
+        Ok(0)
+    }
 
     /// Keeps an unmapped physical handle of `bytes` that the runtime
     /// refused to free (a wake's leftover, `Device::free_sized`): still held
@@ -213,8 +247,11 @@ pub(crate) enum GrowError {
         range: usize,
         refused: Option<crate::runtime::AclCallError>,
     },
-    /// Garbage collection is due before growing (see `reclaim`).
-    Collect,
+    /// Garbage collection is due before growing by `needed` bytes (see
+    /// `reclaim`).
+    Collect {
+        needed: usize,
+    },
     /// `reserved_headroom` wants `bytes` of other shards' free pieces moved
     /// here rather than new memory (see `ladder`).
     NeedsRoom {
@@ -230,7 +267,7 @@ impl GrowError {
         match self {
             GrowError::OverLimit { .. }
             | GrowError::AddressSpace { .. }
-            | GrowError::Collect
+            | GrowError::Collect { .. }
             | GrowError::NeedsRoom { .. } => true,
             GrowError::Runtime(e) => e.is_out_of_memory(),
             GrowError::Other(_) => false,

@@ -21,6 +21,9 @@ fn a_routed_malloc_across_forget_stream_stays_in_its_pool() {
     let (arrived_tx, arrived) = mpsc::channel();
     let (go, go_rx) = mpsc::channel();
     std::thread::scope(|t| {
+        // Owned here, so that a panic below drops it and the worker, waiting
+        // at the testpoint, is let go instead of holding the scope open.
+        let go = go;
         let worker = t.spawn(|| {
             a.pool_begin(p, None).unwrap();
             testpoint::arm("malloc: before the shard lock", arrived_tx, go_rx);

@@ -163,6 +163,14 @@ impl RangePool {
                 }
                 // Refused as out of memory, each size tries the next smaller.
                 let first = if own { run } else { ahead.min(fresh_pages) };
+                if ctx.device.may_collect {
+                    // Garbage collection before growing past its threshold,
+                    // for all the pages the request still lacks.
+                    let needed = first.max(self.lacking(ctx, i)) * spec.size;
+                    if self.sh.gc_due(needed) {
+                        return Err(GrowError::Collect { needed });
+                    }
+                }
                 let sizes = [first, run.min(fresh_pages), run.min(self.floor_pages(ctx.seg))];
                 let mut got = self.fresh_handle(spec, sizes[0]);
                 for w in sizes.windows(2) {
@@ -201,6 +209,13 @@ impl RangePool {
         sh.counters.page_mapped();
         sh.history.record(Action::SegmentMap, addr, bytes, self.stream);
         Ok(units)
+    }
+
+    /// Pages of the placement from page `i` on that are not mapped.
+    fn lacking(&self, ctx: &Placement<'_>, i: usize) -> usize {
+        let s = self.segments.get(ctx.seg);
+        let end = (ctx.addr + ctx.size - 1 - s.base) / s.extent.page_size + 1;
+        (i..end).filter(|&j| s.extent.page(j).is_none()).count()
     }
 
     /// A new physical handle of `pages` pages, within the memory limit.

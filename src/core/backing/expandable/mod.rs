@@ -52,9 +52,11 @@
 //! - A mapping attempt that fails part-way unmaps what it mapped, keeping the
 //!   handles in the cache: no half-mapped block is ever left behind.
 //! - Reserved bytes count physical memory held (mapped or cached). Only
-//!   `empty_cache`, the OOM ladder, `forget_stream` and teardown give
-//!   handles back; the first three also release ranges with nothing mapped
-//!   and nothing allocated.
+//!   `empty_cache`, the OOM ladder, `forget_stream`, teardown, and with
+//!   their keys garbage collection and the release threshold (`unused`,
+//!   Note [unused memory of expandable ranges]) give handles back; all but
+//!   teardown also release ranges with nothing mapped and nothing
+//!   allocated.
 //! - Address space is finite and shared by the process (Note
 //!   [address-space budget] in `budget`): a large-pool range is the
 //!   device's size (twice it with `reserved_headroom`), a small-pool range
@@ -72,6 +74,7 @@ mod own;
 mod placement;
 mod ranges;
 pub(crate) mod sleep;
+mod unused;
 mod vmm_range;
 
 use super::{Backing, Detached, GrowContext, GrowError, Scope};
@@ -251,15 +254,18 @@ impl Backing for ExpandableRanges {
 
     /// Free pieces, each carved out as a block of its own, from every
     /// range; with `Scope::All`, also the ranges that hold nothing (whole)
-    /// and the old addresses of moved handles (`moves`), last.
+    /// and the old addresses of moved handles (`moves`), last; with
+    /// `Scope::Unused`, the ranges that hold nothing and, after each
+    /// range's pieces, the old addresses that pin its wholly free handles
+    /// (`unused`).
     fn detach(pool: &mut RangePool, scope: Scope) -> Vec<Detached> {
         let mut out = Vec::new();
         let mut left = match scope {
             Scope::WholeSegments => return out,
             Scope::All => usize::MAX,
-            Scope::Pieces(bytes) => bytes,
+            Scope::Pieces(bytes) | Scope::Unused(bytes) => bytes,
         };
-        if scope == Scope::All {
+        if matches!(scope, Scope::All | Scope::Unused(_)) {
             out.extend(pool.detach_empty_ranges());
         }
         for seg in pool.backing.ranges.clone() {
@@ -268,12 +274,31 @@ impl Backing for ExpandableRanges {
             }
             let before = out.len();
             pool.detach_pieces(seg, scope, left, &mut out);
+            if let Scope::Unused(_) = scope {
+                let taken: usize = out[before..].iter().map(|d| d.size).sum();
+                pool.detach_pinning(seg, left.saturating_sub(taken), &mut out);
+            }
             left = left.saturating_sub(out[before..].iter().map(|d| d.size).sum());
         }
         if scope == Scope::All {
             pool.detach_retired(&mut out);
         }
         out
+    }
+
+    fn detach_after_free(pool: &mut RangePool, addr: usize, bytes: usize) -> Vec<Detached> {
+        let mut out = pool.detach_empty_ranges();
+        pool.detach_freed(addr, bytes, &mut out);
+        out
+    }
+
+    /// A range holds no memory (address space only).
+    fn memory(d: &Detached) -> usize {
+        if d.block == NIL {
+            0
+        } else {
+            d.size
+        }
     }
 
     fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize> {
@@ -332,6 +357,10 @@ impl Backing for ExpandableRanges {
             }
         }
         first_error.map_or(Ok(freed), Err)
+    }
+
+    fn free_cached_upto(sh: &Shared<Self>, bytes: usize) -> Result<usize> {
+        unused::free_cached_upto(sh, bytes)
     }
 
     /// With the cached handles: `free_cached` tries it again, and a mapping
@@ -545,39 +574,5 @@ impl RangePool {
             }
         }
         Ok(())
-    }
-
-    /// Teardown of the range: unmap, free physical, release (the
-    /// documented order). The caller synchronized the streams. Moved
-    /// handles' old addresses go first, so each handle is freed once; one
-    /// whose old address stays mapped (a refused unmap) is unmapped at its
-    /// new pages but not freed (it is still mapped).
-    fn destroy_range(&mut self, seg: SegmentId) -> Result<()> {
-        let mut first_error = self.flush_retired(seg).err();
-        let heads: Vec<usize> = {
-            let r = self.range(seg);
-            let heads = r.pages.iter().enumerate().filter_map(|(i, p)| p.filter(|p| p.head as usize == i).map(|_| i));
-            heads.filter(|&i| !r.retired_at(i)).collect()
-        };
-        for head in heads {
-            let result = match self.range(seg).page(head) {
-                Some(p) if self.range(seg).is_moved(p.handle) => self.unmap_leaving_handle(seg, head),
-                _ => self.unmap_piece(seg, head),
-            };
-            if let Err(e) = result {
-                first_error.get_or_insert(e);
-            }
-        }
-        if let Err(e) = ExpandableRanges::free_cached(&self.sh) {
-            first_error.get_or_insert(e);
-        }
-        if let Err(e) = self.drop_slept(seg) {
-            first_error.get_or_insert(e);
-        }
-        let (reserved_at, reserved_len) = (self.range(seg).reserved_at, self.range(seg).reserved_len);
-        // A refused release is kept: teardown's `free_cached` tries it again
-        // and reports it if it is refused once more.
-        let _ = ranges::release_unused(&self.sh, reserved_at, reserved_len);
-        first_error.map_or(Ok(()), Err)
     }
 }

@@ -83,6 +83,7 @@ use crate::core::history::Action;
 use crate::core::policy::PoolKind;
 use crate::core::segment::SegmentId;
 use crate::error::{Error, Result};
+use crate::runtime::PhysicalHandle;
 
 impl RangePool {
     /// Maps a wholly free handle of the placement's range at page `i`,
@@ -212,28 +213,42 @@ impl RangePool {
     /// a reclaim (`Backing::detach` with `Scope::All`).
     pub(super) fn detach_retired(&mut self, out: &mut Vec<Detached>) {
         for seg in self.backing.ranges.clone() {
-            if self.range(seg).retired.iter().all(|x| x.flushing) {
-                continue;
-            }
-            let (base, page, serial) = {
-                let s = self.segments.get(seg);
-                (s.base, s.extent.page_size, s.serial)
-            };
-            let streams = self.streams_of(seg);
-            for x in self.range_mut(seg).retired.iter_mut().filter(|x| !x.flushing) {
-                x.flushing = true;
-                let (addr, size) = (base + x.head as usize * page, x.units as usize * page);
-                out.push(Detached {
-                    segment: seg,
-                    block: x.block,
-                    addr,
-                    size,
-                    device: (addr, size),
-                    serial,
-                    streams: streams.clone(),
-                    retired: true,
-                });
-            }
+            self.detach_retired_of(seg, |_| true, out);
+        }
+    }
+
+    /// The retired spans of range `seg` not being flushed yet that map a
+    /// handle `pick` accepts, detached for a reclaim.
+    pub(super) fn detach_retired_of(
+        &mut self,
+        seg: SegmentId,
+        pick: impl Fn(PhysicalHandle) -> bool,
+        out: &mut Vec<Detached>,
+    ) {
+        let r = self.range(seg);
+        let picked = |x: &Retired| !x.flushing && r.page(x.head as usize).is_some_and(|p| pick(p.handle));
+        if !r.retired.iter().any(picked) {
+            return;
+        }
+        let heads: Vec<u32> = r.retired.iter().filter(|x| picked(x)).map(|x| x.head).collect();
+        let (base, page, serial) = {
+            let s = self.segments.get(seg);
+            (s.base, s.extent.page_size, s.serial)
+        };
+        let streams = self.streams_of(seg);
+        for x in self.range_mut(seg).retired.iter_mut().filter(|x| heads.contains(&x.head)) {
+            x.flushing = true;
+            let (addr, size) = (base + x.head as usize * page, x.units as usize * page);
+            out.push(Detached {
+                segment: seg,
+                block: x.block,
+                addr,
+                size,
+                device: (addr, size),
+                serial,
+                streams: streams.clone(),
+                retired: true,
+            });
         }
     }
 

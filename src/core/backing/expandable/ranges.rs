@@ -1,6 +1,7 @@
 //! A shard's address ranges: how big a new one is, reserving it within the
 //! per-reservation cap and the process-wide budget (Note [address-space
-//! budget] in `budget`), and giving back a range that holds nothing.
+//! budget] in `budget`), giving back a range that holds nothing, and a
+//! range's teardown.
 //!
 //! A range is released whole only when nothing in it is mapped and no block
 //! of it is handed out (it is one free block): its pages' directory entries
@@ -8,7 +9,7 @@
 //! hand the addresses to anyone.
 
 use super::{budget, ExpandableRanges, RangePool, RetiredSpans, VmmRange, SMALL_BUFFER};
-use crate::core::backing::{Detached, GrowError, Scope};
+use crate::core::backing::{Backing, Detached, GrowError, Scope};
 use crate::core::block::{BlockState, NIL};
 use crate::core::directory::ADDRESS_LIMIT;
 use crate::core::policy::PoolKind;
@@ -184,11 +185,46 @@ impl RangePool {
         self.backing.ranges.push(seg);
     }
 
+    /// Teardown of the range: unmap, free physical, release (the
+    /// documented order). The caller synchronized the streams. Moved
+    /// handles' old addresses go first, so each handle is freed once; one
+    /// whose old address stays mapped (a refused unmap) is unmapped at its
+    /// new pages but not freed (it is still mapped).
+    pub(super) fn destroy_range(&mut self, seg: SegmentId) -> Result<()> {
+        let mut first_error = self.flush_retired(seg).err();
+        let heads: Vec<usize> = {
+            let r = self.range(seg);
+            let heads = r.pages.iter().enumerate().filter_map(|(i, p)| p.filter(|p| p.head as usize == i).map(|_| i));
+            heads.filter(|&i| !r.retired_at(i)).collect()
+        };
+        for head in heads {
+            let result = match self.range(seg).page(head) {
+                Some(p) if self.range(seg).is_moved(p.handle) => self.unmap_leaving_handle(seg, head),
+                _ => self.unmap_piece(seg, head),
+            };
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Err(e) = ExpandableRanges::free_cached(&self.sh) {
+            first_error.get_or_insert(e);
+        }
+        if let Err(e) = self.drop_slept(seg) {
+            first_error.get_or_insert(e);
+        }
+        let (reserved_at, reserved_len) = (self.range(seg).reserved_at, self.range(seg).reserved_len);
+        // A refused release is kept: teardown's `free_cached` tries it again
+        // and reports it if it is refused once more.
+        let _ = release_unused(&self.sh, reserved_at, reserved_len);
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// Free pieces of range `seg` (see `Backing::detach`), `bytes` of them
-    /// at most for `Scope::Pieces`, each carved out as a block, onto `out`.
+    /// at most for `Scope::Pieces` and `Scope::Unused` (largest first),
+    /// each carved out as a block, onto `out`.
     pub(super) fn detach_pieces(&mut self, seg: SegmentId, scope: Scope, bytes: usize, out: &mut Vec<Detached>) {
         let mut pieces = self.free_pieces(seg);
-        if let Scope::Pieces(_) = scope {
+        if let Scope::Pieces(_) | Scope::Unused(_) = scope {
             let page = self.range(seg).page_size;
             pieces.sort_unstable_by_key(|&(head, units)| (std::cmp::Reverse(units), head));
             let mut taken = 0;

@@ -13,7 +13,7 @@ use crate::core::*;
 const MODEL_FAULTS: [&str; 6] =
     ["aclrtMalloc", "aclrtFree", "aclrtRecordEvent", "aclrtMallocPhysical", "aclrtMapMem", "aclrtUnmapMem"];
 
-const MODEL_CONFIGS: [&str; 7] = [
+const MODEL_CONFIGS: [&str; 8] = [
     "expandable_segments:false",
     "expandable_segments:false,max_split_size_mb:24",
     "expandable_segments:false,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
@@ -22,6 +22,7 @@ const MODEL_CONFIGS: [&str; 7] = [
     "expandable_segments:true,per_process_memory_fraction:0.8",
     // Every growth may move a wholly free handle (on a roomy device: 8 GiB).
     "expandable_segments:true,map_ahead:false",
+    "expandable_segments:true,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
 ];
 
 /// One seed of `model_based_random_sequences`.

@@ -15,7 +15,7 @@ const STREAMS: usize = 3;
 const STEPS: usize = 500;
 pub(super) const SEEDS: u64 = 64;
 
-const CONFIGS: [&str; 9] = [
+const CONFIGS: [&str; 11] = [
     "expandable_segments:false",
     "expandable_segments:false,release_threshold_mb:0",
     "expandable_segments:false,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
@@ -26,6 +26,8 @@ const CONFIGS: [&str; 9] = [
     "expandable_segments:true,per_process_memory_fraction:0.8",
     // Every growth may move a wholly free handle (on a roomy device: 8 GiB).
     "expandable_segments:true,map_ahead:false",
+    "expandable_segments:true,release_threshold_mb:0",
+    "expandable_segments:true,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
 ];
 
 /// A block the test holds.

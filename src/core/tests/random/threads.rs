@@ -319,11 +319,12 @@ pub(super) const FIXED_CONFIGS: [&str; 4] = [
     "expandable_segments:false,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
     "expandable_segments:false,max_split_size_mb:24",
 ];
-pub(super) const EXPANDABLE_CONFIGS: [&str; 4] = [
+pub(super) const EXPANDABLE_CONFIGS: [&str; 5] = [
     "expandable_segments:true",
     "expandable_segments:true,reserved_headroom:0.1,page_size:20m",
     "expandable_segments:true,per_process_memory_fraction:0.8",
     "expandable_segments:true,release_threshold_mb:0",
+    "expandable_segments:true,garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
 ];
 
 pub(super) fn run_threads_over_configs(configs: &[&str]) {

@@ -1,0 +1,158 @@
+//! Note [unused memory of expandable ranges]
+//!
+//! `garbage_collection_threshold` and `release_threshold_mb` give back
+//! cached memory that nothing uses, as they give back whole free fixed
+//! segments. In a range, that memory is:
+//! - cached handles (unmapped already): freed with no synchronization,
+//!   first (`free_cached_upto`);
+//! - wholly free pieces: handles whose pages all lie in free blocks,
+//!   unmapped after synchronizing the streams that used their range, then
+//!   freed. A piece that shares a handle with a live block is pinned by it
+//!   and stays: handles are never split;
+//! - ranges that hold nothing (address space only, no synchronization);
+//! - a moved handle's old address (Note [moves of wholly free handles]),
+//!   when the handle's live pages are wholly free: while it is mapped the
+//!   handle can be neither cached nor freed, so it is unmapped first and
+//!   the handle goes in a second round.
+//!
+//! Garbage collection looks at every shard (`Backing::detach` with
+//! `Scope::Unused`), oldest range first and largest piece first, and takes
+//! what brings reserved memory plus the growth under its threshold. The
+//! release threshold runs after a free, when cached memory passes it; it
+//! looks only under the freed block (`detach_freed`): a handle becomes
+//! wholly free only when a block on it is freed, so a free elsewhere
+//! cannot have made anything else unused, and a free whose handle stays
+//! pinned by live blocks finds nothing and makes no device call (finding
+//! the free block walks the range's blocks up to it, no page table). The
+//! second round after a moved handle's old address went looks at the
+//! whole shard (rare; the first round may have unmapped what lay under the
+//! freed block). Memory that became free otherwise (a cross-stream free
+//! completing, held blocks going back) waits for garbage collection,
+//! `empty_cache` or the ladder.
+
+use super::{free_handle, ExpandableRanges, RangePool};
+use crate::core::backing::Detached;
+use crate::core::block::BlockState;
+use crate::core::segment::SegmentId;
+use crate::core::shared::Shared;
+use crate::error::{Error, Result};
+
+impl RangePool {
+    /// The old addresses of moved handles whose live pages in range `seg`
+    /// are wholly free, for about `bytes` of those handles, onto `out`.
+    pub(super) fn detach_pinning(&mut self, seg: SegmentId, bytes: usize, out: &mut Vec<Detached>) {
+        let r = self.range(seg);
+        if bytes == 0 || r.retired.is_empty() {
+            return;
+        }
+        let page = r.page_size;
+        let (mut handles, mut taken) = (Vec::new(), 0);
+        for (head, units) in self.wholly_free_pieces(seg, true) {
+            if taken >= bytes {
+                break;
+            }
+            match r.page(head) {
+                Some(p) if r.is_moved(p.handle) => {
+                    handles.push(p.handle);
+                    taken += units * page;
+                }
+                _ => {}
+            }
+        }
+        if !handles.is_empty() {
+            self.detach_retired_of(seg, |h| handles.contains(&h), out);
+        }
+    }
+
+    /// After the free of the block at `addr`: the pieces under it that the
+    /// free left wholly free, about `bytes` of them, each carved out of the
+    /// free block as a block of its own, onto `out`, and for a moved handle
+    /// among them its old addresses instead. Looks at the free block that
+    /// holds `addr` and the mapped pages from `addr` on, nothing else.
+    pub(super) fn detach_freed(&mut self, addr: usize, bytes: usize, out: &mut Vec<Detached>) {
+        let Some(seg) = self.segments.containing(addr) else { return };
+        let Some(mut holder) = self.block_containing(seg, addr) else { return };
+        let (lo, hi) = {
+            let b = self.blocks.get(holder);
+            if b.state != BlockState::Free {
+                // Held for reuse or waiting for other streams: in use still.
+                return;
+            }
+            (b.addr, b.addr + b.size)
+        };
+        let (base, page, serial) = {
+            let s = self.segments.get(seg);
+            (s.base, s.extent.page_size, s.serial)
+        };
+        let r = self.range(seg);
+        let Some(first) = r.page((addr - base) / page) else { return };
+        let (mut pieces, mut moved, mut taken) = (Vec::new(), Vec::new(), 0);
+        let mut i = first.head as usize;
+        // The freed block's pages are mapped (it was handed out): walk its
+        // pieces, and the mapped ones after it, while they lie in the block.
+        while taken < bytes {
+            let Some(p) = r.page(i) else { break };
+            if base + p.end() * page > hi {
+                break;
+            }
+            if base + i * page >= lo {
+                if r.is_moved(p.handle) {
+                    moved.push(p.handle);
+                } else {
+                    pieces.push((i, p.units as usize));
+                }
+                taken += p.units as usize * page;
+            }
+            i = p.end();
+        }
+        if pieces.is_empty() && moved.is_empty() {
+            return;
+        }
+        let streams = self.streams_of(seg);
+        for (head, units) in pieces {
+            let (at, size) = (base + head * page, units * page);
+            let block = self.carve(holder, at, size);
+            out.push(Detached {
+                segment: seg,
+                block,
+                addr: at,
+                size,
+                device: (at, size),
+                serial,
+                streams: streams.clone(),
+                retired: false,
+            });
+            // What is left of the free block after the piece holds the next.
+            holder = self.blocks.get(block).next;
+        }
+        if !moved.is_empty() {
+            self.detach_retired_of(seg, |h| moved.contains(&h), out);
+        }
+    }
+}
+
+/// `Backing::free_cached_upto`: cached handles freed until `bytes` are,
+/// the smallest that covers what is left first, else the largest.
+pub(super) fn free_cached_upto(sh: &Shared<ExpandableRanges>, bytes: usize) -> Result<usize> {
+    let mut freed = 0;
+    while freed < bytes {
+        let want = bytes - freed;
+        let taken = {
+            let mut cache = sh.backing.handles();
+            let sizes = || cache.iter().filter(|(_, hs)| !hs.is_empty()).map(|(&size, _)| size);
+            let Some(size) = sizes().filter(|&size| size >= want).min().or_else(|| sizes().max()) else {
+                break;
+            };
+            cache.get_mut(&size).and_then(Vec::pop).map(|h| (size, h))
+        };
+        let Some((size, h)) = taken else { break };
+        if let Err(e) = free_handle(sh, h, size) {
+            // Kept for a later `free_cached`: asking again now would pick
+            // the same handle.
+            sh.backing.cache_handle(size, h);
+            return Err(Error::runtime(e, "freeing a cached physical page"));
+        }
+        freed += size;
+    }
+    Ok(freed)
+}
