@@ -545,7 +545,8 @@ def main():
                     "or past the mapped pages")
     ap.add_argument("--per-request", type=int, default=None, help="at most N moves per request, the rest fresh")
     ap.add_argument("--move-above", type=float, default=None, metavar="F",
-                    help="move only where a fresh handle would raise physical memory past F x the allocated bytes")
+                    help="move only where mapping the run of pages a request lacks would raise physical memory "
+                         "past F x the allocated bytes")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="multiply every request's bytes by F (how much a figure depends on the trace's exact sizes)")
     ap.add_argument("--force", default=None, metavar="ID=MIB,...",

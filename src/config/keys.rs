@@ -234,8 +234,8 @@ pub const KEYS: &[KeySpec] = &[
               handle of the same range that lies wholly in free blocks is mapped again where the \
               request needs it (one runtime call instead of two, no synchronization); its old \
               addresses are never handed out again until the next empty_cache, OOM recovery or \
-              forget_stream unmaps them. false: never move a handle this way. Off with \
-              reserved_headroom, which moves free pieces itself (true is refused there).",
+              forget_stream unmaps them. false: never move a handle this way. Refused \
+              with reserved_headroom, which moves free pieces itself and never a handle this way.",
     },
 ];
 

@@ -34,7 +34,9 @@
 //!   segments only: refused with `expandable_segments:false` (and, at
 //!   creation, where the runtime lacks the virtual-memory API).
 //! - `map_ahead` does nothing with `reserved_headroom`, which maps nothing
-//!   ahead: refused.
+//!   ahead: refused. Nor does `handle_moves`: that mode moves free pieces
+//!   itself and never a handle this way (Note [moves of wholly free
+//!   handles]): refused.
 
 mod env;
 pub mod keys;

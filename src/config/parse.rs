@@ -101,11 +101,11 @@ fn check_conflicts(config: &Config, seen: u32) -> Result<(), Error> {
             }
         }
     }
-    if config.handle_moves == Some(true) && config.reserved_headroom.is_some() {
+    if given(Key::HandleMoves) && config.reserved_headroom.is_some() {
         return Err(Error::bad_config(
             Key::HandleMoves.name(),
-            "cannot be on with reserved_headroom: that mode moves free pieces itself, synchronizing, \
-             to hold reserved memory within its bound, and a moved handle is never one of them; \
+            "has no effect with reserved_headroom: that mode moves free pieces itself, synchronizing, \
+             to hold reserved memory within its bound, and never moves a handle this way; \
              drop handle_moves or reserved_headroom",
         ));
     }

@@ -208,10 +208,12 @@ impl<B: Backing> Device<B> {
             let mut chosen: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
             let mut unpinned = false;
             for (shard, d) in all {
-                // What holds no memory (a range with nothing mapped) goes
-                // anyway: it needs no synchronization.
+                // What holds no memory (a range with nothing mapped) stays:
+                // it frees nothing, and the range may be the one the growth
+                // asking for collection just reserved (it would be reserved
+                // again at once). empty_cache and the ladder release it.
                 let memory = B::memory(&d);
-                if to_free == 0 && memory > 0 {
+                if to_free == 0 || memory == 0 {
                     keep.push((shard, d));
                     continue;
                 }
@@ -296,6 +298,7 @@ impl<B: Backing> Device<B> {
             let cached = (self.sh.counters.reserved() as u64).saturating_sub(allocated);
             usize::try_from(cached.saturating_sub(threshold as u64)).unwrap_or(usize::MAX)
         };
+        let stream = pool.stream();
         for round in 0..2 {
             let excess = over();
             if excess == 0 {
@@ -303,31 +306,59 @@ impl<B: Backing> Device<B> {
             }
             // Cached handles cover part of it with no synchronization.
             let handles = self.sh.backing.cached_bytes();
-            let detached = match excess.checked_sub(handles).filter(|&n| n > 0) {
-                None => Vec::new(),
-                Some(bytes) => {
-                    // The second round, after a moved handle's old address
-                    // went, looks at the whole shard: the first one may have
-                    // unmapped what lay under the freed block.
-                    let d = if round == 0 {
-                        B::detach_after_free(&mut pool, addr, bytes)
+            let mut unpinned = false;
+            if let Some(bytes) = excess.checked_sub(handles).filter(|&n| n > 0) {
+                // The second round, after a moved handle's old address
+                // went, looks at the whole shard: the first one may have
+                // unmapped what lay under the freed block.
+                let detach = |pool: &mut Pool<B>| {
+                    if round == 0 {
+                        B::detach_after_free(pool, addr, bytes)
                     } else {
-                        B::detach(&mut pool, Scope::Unused(bytes))
-                    };
-                    pool.after_transition();
-                    d
+                        B::detach(pool, Scope::Unused(bytes))
+                    }
+                };
+                // A look under the shard lock alone first: most frees find
+                // nothing to give back (a live block shares the handle).
+                let probe = detach(&mut pool);
+                let found = !probe.is_empty();
+                for d in probe {
+                    B::settle(&mut pool, d, false);
                 }
-            };
-            drop(pool);
-            let unpinned = detached.iter().any(|d| d.retired);
-            if !detached.is_empty() {
-                self.sh.hooks.before_release(self.sh.device);
-                let _ = self.give_back_all(vec![(shard, detached)]);
-            }
-            if self.sh.backing.cached_bytes() > 0 {
-                let _ = B::free_cached_upto(&self.sh, over());
+                pool.after_transition();
+                drop(pool);
+                if found {
+                    // As on every path that gives memory back: the host's
+                    // hook with no lock held, then the ladder lock, which
+                    // sleep, wake, empty_cache, forget_stream and the OOM
+                    // ladder hold while they take pieces out: none of them
+                    // may meet the pieces given back here half-way.
+                    self.sh.hooks.before_release(self.sh.device);
+                    let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut again = shard.lock_anyway();
+                    // forget_stream may have retired the entry meanwhile, or
+                    // a capture made its stream a graph stream.
+                    if again.stream() != stream || !self.streams.entry_of(again.id).reclaimable() {
+                        return;
+                    }
+                    let detached = detach(&mut again);
+                    again.after_transition();
+                    drop(again);
+                    unpinned = detached.iter().any(|d| d.retired);
+                    if !detached.is_empty() {
+                        let _ = self.give_back_all(vec![(shard, detached)]);
+                    }
+                    if self.sh.backing.cached_bytes() > 0 {
+                        let _ = B::free_cached_upto(&self.sh, over());
+                    }
+                }
+            } else {
+                drop(pool);
             }
             if !unpinned || round == 1 {
+                if self.sh.backing.cached_bytes() > 0 && over() > 0 {
+                    let _ = B::free_cached_upto(&self.sh, over());
+                }
                 return;
             }
             pool = shard.lock_anyway();

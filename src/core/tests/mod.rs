@@ -41,6 +41,7 @@ mod streams;
 pub(crate) mod support;
 mod teardown;
 mod thresholds;
+mod thresholds_race;
 mod wake;
 mod wake_race;
 mod wake_undo;

@@ -313,11 +313,11 @@ fn reserved_headroom_moves_free_handles_instead_of_growing() {
     assert_eq!((reserved, unmaps, syncs), (14 * MIB as u64, 0, 0));
     // With headroom 0, reserved may not pass the peak allocated (14 MiB):
     // the hole's two 4 MiB handles move, one 4 MiB handle is new.
-    let (reserved, unmaps, syncs) = hole_then_larger_request("reserved_headroom:0,handle_moves:false");
+    let (reserved, unmaps, syncs) = hole_then_larger_request("reserved_headroom:0");
     assert_eq!((reserved, unmaps), (14 * MIB as u64, 2));
     assert!(syncs >= 1, "the stream was synchronized before the unmaps");
     // A headroom wide enough for the growth moves nothing.
-    let (reserved, unmaps, _) = hole_then_larger_request("reserved_headroom:1,handle_moves:false");
+    let (reserved, unmaps, _) = hole_then_larger_request("reserved_headroom:1");
     assert_eq!((reserved, unmaps), (22 * MIB as u64, 0));
     set_capacity(1 << 30);
 }

@@ -167,9 +167,9 @@ impl ExpandableRanges {
             large_page,
             device_total,
             reserved_headroom: config.reserved_headroom,
-            // Off with `reserved_headroom` (refused if asked for): that mode
-            // moves free pieces itself, and a moved handle is never one of
-            // them (Note [moves of wholly free handles]).
+            // Not with `reserved_headroom` (the key is refused there): that
+            // mode moves free pieces itself, and a moved handle is never one
+            // of them (Note [moves of wholly free handles]).
             handle_moves: config.handle_moves.unwrap_or(config.reserved_headroom.is_none()),
             free_memory: growth::FreeMemory::default(),
         }

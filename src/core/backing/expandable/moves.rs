@@ -66,7 +66,7 @@
 //!   private pools (Note [pools]) and graph streams (Note [capture]): a
 //!   captured graph replays on the old addresses of blocks freed during its
 //!   capture, which sleep would unmap and not map again at wake.
-//! - Nor with `reserved_headroom` (off there, refused if asked for). That
+//! - Nor with `reserved_headroom` (the key is refused there). That
 //!   mode holds reserved memory within its bound by unmapping free pieces,
 //!   after a synchronization, where the request needs them, and a moved
 //!   handle is never one of those pieces while its old address is mapped:

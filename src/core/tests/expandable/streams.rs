@@ -85,7 +85,9 @@ fn held_stream_pages_are_unmapped_only_after_its_sync() {
     assert!(a.empty_cache().is_err(), "empty_cache must report the failed synchronize");
     fail_nth("aclrtSynchronizeStream", 0);
     assert!(out.iter().all(|&b| b == 0x5E), "the held copy did not run before its pages were unmapped");
-    assert!(base.syncs() - syncs <= 2, "empty_cache synchronized more than s, twice");
+    // The refused synchronize is not counted by the emulator: the next
+    // pass synchronizes s once, and nothing else.
+    assert_eq!(base.syncs() - syncs, 1, "empty_cache synchronized other than s, once");
     let s_after = a.stats().unwrap();
     assert_eq!(s_after.num_unmaps - s_now.num_unmaps, pages_of_s as u64);
     // s2: `other` [0, 4) MiB and g [4, 10) MiB: five pages stay.
