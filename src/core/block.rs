@@ -140,7 +140,7 @@ impl BlockArena {
     }
 
     /// Number of live blocks (the debug invariant checks' pace).
-    #[cfg(debug_assertions)]
+    #[cfg(any(debug_assertions, test))]
     pub fn live(&self) -> usize {
         self.blocks.len() - self.free_slots.len() - usize::from(self.spare != NIL)
     }

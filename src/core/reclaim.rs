@@ -229,13 +229,15 @@ impl<B: Backing> Device<B> {
             if chosen.is_empty() {
                 return;
             }
-            let _ = self.give_back_all(chosen);
+            // A refused call (an old address left mapped) ends it: a second
+            // round would only ask the runtime again at once.
+            let gave_back = self.give_back_all(chosen).is_ok();
             // Expandable pieces went to the handle cache: free them.
             if self.sh.backing.cached_bytes() > 0 {
                 let left = (self.sh.counters.reserved() + needed).saturating_sub(target);
                 let _ = B::free_cached_upto(&self.sh, left);
             }
-            if !unpinned {
+            if !unpinned || !gave_back {
                 return;
             }
         }
@@ -344,10 +346,11 @@ impl<B: Backing> Device<B> {
                     let detached = detach(&mut again);
                     again.after_transition();
                     drop(again);
-                    unpinned = detached.iter().any(|d| d.retired);
-                    if !detached.is_empty() {
-                        let _ = self.give_back_all(vec![(shard, detached)]);
-                    }
+                    // The second round only follows an old address that went:
+                    // after a refusal it would ask the runtime again at once.
+                    let retired = detached.iter().any(|d| d.retired);
+                    let gave_back = detached.is_empty() || self.give_back_all(vec![(shard, detached)]).is_ok();
+                    unpinned = retired && gave_back;
                     if self.sh.backing.cached_bytes() > 0 {
                         let _ = B::free_cached_upto(&self.sh, over());
                     }

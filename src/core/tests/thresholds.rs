@@ -5,8 +5,8 @@
 //! memory under its threshold as it does with fixed segments.
 
 use super::support::{
-    allocator, check_accounting, emu_lock, hold_stream, new_stream, release_stream, set_capacity, teardown_clean,
-    Baseline, GIB, MIB,
+    allocator, check_accounting, emu_lock, fail_nth, fault_pending, hold_stream, new_stream, release_stream,
+    set_capacity, teardown_clean, Baseline, GIB, MIB,
 };
 use crate::core::{DeviceAllocator, Stats};
 use crate::runtime::Stream;
@@ -255,5 +255,89 @@ fn garbage_collection_unmaps_a_moved_handles_old_address() {
     assert_eq!(after.reserved_bytes, 60 * MIB as u64, "something stayed besides the new block's pages");
     check_accounting(&a, &base, None, "after garbage collection");
     a.free(p).unwrap();
+    teardown_clean(a, &base);
+}
+
+const UNMAP: &str = "aclrtUnmapMem";
+
+/// Disarms the emulator's armed unmap failure when a test ends.
+struct Disarm;
+
+impl Drop for Disarm {
+    fn drop(&mut self) {
+        fail_nth(UNMAP, 0);
+    }
+}
+
+/// The release threshold's scene with the old address's unmap refused: the
+/// free still succeeds, the old address stays mapped and retired, and no
+/// second round asks the runtime again in the same free; `empty_cache`
+/// then gives everything back.
+#[test]
+fn a_refused_old_address_unmap_ends_the_release_thresholds_work() {
+    let _g = emu_lock();
+    let _c = Guard;
+    let _d = Disarm;
+    set_capacity(8 << 30);
+    let base = Baseline::take();
+    let a = allocator("expandable_segments:true,map_ahead:false,release_threshold_mb:16");
+    let other = new_stream();
+    let old = a.malloc(32 * MIB, Stream::DEFAULT).unwrap();
+    let spacer = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    // Freed while another stream still uses it: the threshold waits.
+    a.record_stream(old, other).unwrap();
+    hold_stream(other);
+    a.free(old).unwrap();
+    release_stream(other);
+    let grown = a.malloc(33 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(a.retired_bytes(), 32 * MIB, "setup: the handle did not move");
+    let before = stats(&a);
+    fail_nth(UNMAP, 1);
+    a.free(grown).unwrap();
+    assert_eq!(fault_pending(UNMAP), 0, "setup: the free made no unmap");
+    let after = stats(&a);
+    assert_eq!(a.retired_bytes(), 32 * MIB, "the refused old address was unmapped after all");
+    assert_eq!(after.num_unmaps, before.num_unmaps, "the refused unmap was asked again in the same free");
+    assert_eq!(after.num_physical_frees, before.num_physical_frees, "a handle went back while mapped twice");
+    a.check_invariants().unwrap();
+    // The old address, still mapped to the moved handle, is handed to no one.
+    let q = a.malloc(32 * MIB, Stream::DEFAULT).unwrap();
+    assert!(q + 32 * MIB <= old || q >= old + 32 * MIB, "a request got the retired old address");
+    a.free(q).unwrap();
+    a.free(spacer).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!((a.retired_bytes(), stats(&a).reserved_bytes), (0, 0), "empty_cache left memory");
+    teardown_clean(a, &base);
+    super::support::drop_stream(other);
+}
+
+/// Garbage collection's scene with the old address's unmap refused: the
+/// growth is still served (the ladder's release pass, a later pass, asks
+/// again), nothing is lost or leaked, and `empty_cache` gives it all back.
+#[test]
+fn a_refused_old_address_unmap_in_garbage_collection_loses_nothing() {
+    let _g = emu_lock();
+    let _c = Guard;
+    let _d = Disarm;
+    set_capacity(16 << 30);
+    let base = Baseline::take();
+    let a = allocator(
+        "expandable_segments:true,map_ahead:false,per_process_memory_fraction:0.5,garbage_collection_threshold:0.005",
+    );
+    let old = a.malloc(32 * MIB, Stream::DEFAULT).unwrap();
+    let spacer = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    a.free(old).unwrap();
+    let grown = a.malloc(33 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(a.retired_bytes(), 32 * MIB, "setup: the handle did not move");
+    a.free(grown).unwrap();
+    a.free(spacer).unwrap();
+    fail_nth(UNMAP, 1);
+    let p = a.malloc(60 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(fault_pending(UNMAP), 0, "setup: garbage collection made no unmap");
+    a.check_invariants().unwrap();
+    check_accounting(&a, &base, None, "after the refused unmap");
+    a.free(p).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!((a.retired_bytes(), stats(&a).reserved_bytes), (0, 0), "empty_cache left memory");
     teardown_clean(a, &base);
 }
