@@ -37,9 +37,10 @@ typedef void *aclrtStream;
 
 /**
  * Version of the `npualloc_stats` layout this library fills: 2 added the
- * fields from `num_physical_mallocs` on, 3 those from `segments_peak` on.
+ * fields from `num_physical_mallocs` on, 3 those from `segments_peak` on,
+ * 4 `num_handle_moves`.
  */
-#define NPUALLOC_STATS_VERSION 3
+#define NPUALLOC_STATS_VERSION 4
 
 /**
  * Major version of the library (semantic versioning).
@@ -300,6 +301,13 @@ typedef struct npualloc_stats {
      * is `segments`.
      */
     uint64_t num_segments_released;
+    /**
+     * Wholly free physical handles mapped a second time where an
+     * expandable range grew, in place of a fresh handle (each also counts
+     * in `num_maps`; its old address is unmapped later). (Version 4 from
+     * here on.)
+     */
+    uint64_t num_handle_moves;
 } npualloc_stats;
 
 /**

@@ -67,6 +67,7 @@ class Stats(ctypes.Structure):
             "largest_free_block", "num_physical_mallocs", "num_physical_frees", "pending_free_bytes",
             "segment_bytes", "cached_handle_bytes", "address_space_bytes",
             "segments_peak", "num_segments_created", "num_segments_released",
+            "num_handle_moves",
         )
     ]
 

@@ -45,7 +45,8 @@ macro_rules! stats_table {
             address_space_bytes "Address space of all segments: with expandable segments their reserved virtual ranges; with fixed segments the part of each that blocks tile (`segment_bytes` less any alignment slack).",
             segments_peak "The most `segments` at once. (Version 3 from here on.)",
             num_segments_created "Segments made: fixed segments obtained with aclrtMalloc plus expandable ranges reserved.",
-            num_segments_released "Segments given back; `num_segments_created - num_segments_released` is `segments`."
+            num_segments_released "Segments given back; `num_segments_created - num_segments_released` is `segments`.",
+            num_handle_moves "Wholly free physical handles mapped a second time where an expandable range grew, in place of a fresh handle (each also counts in `num_maps`; its old address is unmapped later). (Version 4 from here on.)"
         }
     };
 }
@@ -138,6 +139,7 @@ pub(crate) struct DeviceCounters {
     syncs: AtomicU64,
     physical_mallocs: AtomicU64,
     physical_frees: AtomicU64,
+    handle_moves: AtomicU64,
 }
 
 thread_local! {
@@ -250,6 +252,14 @@ impl DeviceCounters {
         });
     }
 
+    /// A wholly free handle mapped a second time (its map counts too).
+    pub fn handle_moved(&self) {
+        self.both(|c| {
+            c.maps.fetch_add(1, Relaxed);
+            c.handle_moves.fetch_add(1, Relaxed);
+        });
+    }
+
     pub fn page_unmapped(&self) {
         self.both(|c| {
             c.unmaps.fetch_add(1, Relaxed);
@@ -305,6 +315,7 @@ impl DeviceCounters {
         s.num_syncs = self.syncs.load(Relaxed);
         s.num_physical_mallocs = self.physical_mallocs.load(Relaxed);
         s.num_physical_frees = self.physical_frees.load(Relaxed);
+        s.num_handle_moves = self.handle_moves.load(Relaxed);
     }
 }
 

@@ -6,8 +6,9 @@ use crate::error::Error;
 use std::ffi::{c_char, CString};
 
 /// Version of the `npualloc_stats` layout this library fills: 2 added the
-/// fields from `num_physical_mallocs` on, 3 those from `segments_peak` on.
-pub const NPUALLOC_STATS_VERSION: u32 = 3;
+/// fields from `num_physical_mallocs` on, 3 those from `segments_peak` on,
+/// 4 `num_handle_moves`.
+pub const NPUALLOC_STATS_VERSION: u32 = 4;
 
 /// Allocator statistics (PyTorch `memory_stats()` vocabulary, plus where the
 /// reserved memory is). The caller sets `struct_size` to
@@ -91,6 +92,11 @@ pub struct npualloc_stats {
     /// Segments given back; `num_segments_created - num_segments_released`
     /// is `segments`.
     pub num_segments_released: u64,
+    /// Wholly free physical handles mapped a second time where an
+    /// expandable range grew, in place of a fresh handle (each also counts
+    /// in `num_maps`; its old address is unmapped later). (Version 4 from
+    /// here on.)
+    pub num_handle_moves: u64,
 }
 
 macro_rules! stats_from_core {

@@ -67,6 +67,7 @@ fn a_wholly_free_handle_moves_where_a_larger_request_grows() {
     let Scene { a, old, spacer, grown, calls } = scene("", Stream::DEFAULT);
     assert_eq!(calls, (1, 0), "one map and no physical allocation: H1 moved");
     let s = a.stats().unwrap();
+    assert_eq!(s.num_handle_moves, 1, "the move is not counted");
     assert_eq!(s.reserved_bytes, 36 * MIB as u64, "H1 and H2, each counted once");
     assert_eq!(s.reserved_bytes_peak, 36 * MIB as u64);
     assert_eq!(base.vmm().physical_count, 2);
@@ -111,6 +112,7 @@ fn without_handle_moves_a_fresh_handle_is_made() {
     assert_eq!(calls, (1, 1), "no move: one fresh handle mapped");
     assert_eq!(a.retired_bytes(), 0);
     let s = a.stats().unwrap();
+    assert_eq!(s.num_handle_moves, 0, "a fresh handle counted as a move");
     assert_eq!(s.reserved_bytes_peak, 68 * MIB as u64, "H1 kept in its hole besides a fresh handle");
     check_accounting(&a, &base, None, "no move");
     teardown_clean(a, &base);
@@ -303,6 +305,7 @@ fn a_moved_handle_moves_again() {
         (2, 1),
         "H1 moved for 16 pages, a fresh handle for the last one"
     );
+    assert_eq!((s.num_handle_moves, t.num_handle_moves), (1, 2), "the second move is not counted");
     mapped_with_retired(&a, &base, 64 * MIB);
     fill(far, 34 * MIB, 0x5c);
     a.empty_cache().unwrap();

@@ -173,7 +173,7 @@ impl RangePool {
         r.pages[i..i + units].fill(Some(Piece { handle, head: i as u32, units: units as u32 }));
         r.mapped += units;
         r.retired.push(Retired { head: head as u32, units: units as u32, block, flushing: false });
-        sh.counters.page_mapped();
+        sh.counters.handle_moved();
         sh.history.record(Action::SegmentMap, new, bytes, self.stream);
         Some(units)
     }
