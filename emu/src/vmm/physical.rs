@@ -98,10 +98,11 @@ unsafe fn malloc_physical(
         }
         (size as u64, PagePool::Huge)
     };
-    // Stricter than what is traced (docs/runtime-behaviour.md, "what a
-    // physical allocation needs"): neither the runtime nor the host driver
+    // Stricter than what is traced: neither the runtime nor the host driver
     // looks up a context; the device side, not in the sources, may need the
-    // device opened. A host that allocates with no device set fails here.
+    // device opened (docs/runtime-behaviour.md,
+    // "what a physical allocation needs"). A host that allocates with no
+    // device set fails here.
     device::current()?;
     let dev_id = prop.location.id as i32;
     let dev = device::get(dev_id)?;
