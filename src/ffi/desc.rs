@@ -16,9 +16,9 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 
 /// What a desc's `obj` points to (inside its [`Checked`] box): the
-/// allocator and the stream its blocks belong to.
+/// allocator's handle and the stream its blocks belong to.
 pub struct Binding {
-    allocator: *const Allocator,
+    allocator: *const npualloc_allocator,
     stream: Stream,
 }
 
@@ -38,15 +38,23 @@ impl Binding {
         unsafe { Checked::borrow(b) }
     }
 
-    fn allocator(&self) -> &Allocator {
-        // SAFETY: a binding never outlives its allocator: destroy unregisters
-        // and frees every registered binding first, and hosts that build their
-        // own descs must destroy their bindings before the allocator.
-        unsafe { &*self.allocator }
+    /// The binding's allocator, checked like any handle: a host binding
+    /// that outlived its allocator (destroyed first) is refused, the
+    /// destroyed handle's memory being kept (`super::handle`).
+    fn allocator(&self) -> Result<&Allocator> {
+        // SAFETY: `allocator` is the handle the binding was made from, live
+        // or destroyed (its memory is never freed): readable for the check.
+        unsafe { Allocator::from_handle(self.allocator) }.map_err(|e| match e {
+            Error::InvalidArgument(m) if m.contains("destroyed") => Error::InvalidArgument(format!(
+                "the binding's allocator {:p} was destroyed; destroy a binding before its allocator",
+                self.allocator
+            )),
+            e => e,
+        })
     }
 }
 
-fn new_binding(allocator: &Allocator, stream: Stream) -> *mut Checked<Binding> {
+fn new_binding(allocator: *const npualloc_allocator, stream: Stream) -> *mut Checked<Binding> {
     Checked::into_raw(Binding { allocator, stream })
 }
 
@@ -105,7 +113,7 @@ pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: a
         }
         check_stream(allocator, stream)?;
         let rt = allocator.core.runtime();
-        let binding = new_binding(allocator, stream);
+        let binding = new_binding(a, stream);
         let registered = rt
             .create_desc(&callbacks(binding))
             .and_then(|desc| match rt.register_desc(stream, desc) {
@@ -220,7 +228,7 @@ pub unsafe extern "C" fn npualloc_desc_alloc(binding: *mut c_void, size: usize) 
 unsafe fn desc_malloc(binding: *mut c_void, size: usize) -> Result<*mut c_void> {
     // SAFETY: forwarded to the caller.
     let b = unsafe { Binding::from_raw(binding) }?;
-    Ok(b.allocator().core.malloc(size, b.stream)? as *mut c_void)
+    Ok(b.allocator()?.core.malloc(size, b.stream)? as *mut c_void)
 }
 
 /// The desc's free callback: frees a block handle. A NULL block is a no-op
@@ -239,7 +247,7 @@ pub unsafe extern "C" fn npualloc_desc_free(binding: *mut c_void, block: *mut c_
         if block.is_null() {
             return Ok(());
         }
-        b.allocator().core.free(block as usize).inspect_err(|e| eprintln!("npualloc: desc free refused: {e}"))
+        b.allocator()?.core.free(block as usize).inspect_err(|e| eprintln!("npualloc: desc free refused: {e}"))
     })
 }
 
@@ -270,7 +278,9 @@ pub extern "C" fn npualloc_desc_get_addr(block: *mut c_void) -> *mut c_void {
 
 /// Makes a binding (the `obj` for a host-built desc or GE's external
 /// allocator shim) whose blocks belong to `stream` (NULL: default stream).
-/// Destroy it with `npualloc_binding_destroy` before destroying the allocator.
+/// Destroy it with `npualloc_binding_destroy` before destroying the
+/// allocator; the callbacks refuse a binding whose allocator was destroyed
+/// (NULL, or nothing freed, and a last error saying so).
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `binding`, or a
 /// stream the runtime does not know (checked as in npualloc_register).
@@ -290,7 +300,7 @@ pub unsafe extern "C" fn npualloc_binding_create(
         let out = try_out!(binding, "binding");
         let stream = Stream::from_raw(stream);
         check_stream(allocator, stream)?;
-        let b = new_binding(allocator, stream);
+        let b = new_binding(a, stream);
         // SAFETY: out was checked non-NULL and aligned.
         unsafe { out.write(b.cast()) };
         Ok(())

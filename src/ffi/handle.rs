@@ -7,6 +7,13 @@
 //! instead of trusting the pointer. The kinds are the allocator
 //! (`npualloc_allocator *`, made by `npualloc_create`) and the binding
 //! behind a desc's `obj` (`super::desc::Binding`).
+//!
+//! Destroying a handle drops its value but keeps its memory, the magic word
+//! saying "destroyed", for the process's life (`SHELLS`): no later handle
+//! gets its address, so a destroyed handle is refused however late it comes
+//! back (a second destroy, a free after destroy, a binding that outlived
+//! its allocator), never read as another allocator created since. A shell
+//! is the size of its kind (about 600 bytes for an allocator).
 
 use crate::core::DeviceAllocator;
 use crate::error::{Error, Result};
@@ -22,8 +29,12 @@ pub(crate) trait HandleKind {
     const NOUN: &'static str;
 }
 
-/// The word a destroyed handle of any kind carries until its memory is reused.
+/// The word a destroyed handle of any kind carries.
 const DESTROYED: u64 = 0xdead_dead_dead_dead;
+
+/// The addresses of destroyed handles' memory, kept so that it is never
+/// handed out again (and stays reachable: a leak checker sees it in use).
+static SHELLS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 /// A value of kind `T` as C holds it. The magic word is read on its own
 /// before anything else of the object is trusted. It comes first (`repr(C)`
@@ -47,8 +58,8 @@ impl<T: HandleKind> Checked<T> {
     ///
     /// # Safety
     /// A non-NULL, aligned `p` must be readable for a `Checked<T>`: a handle
-    /// of this kind not yet destroyed or, at worst, a recently destroyed one
-    /// (whose memory has not been reused), as the C contract requires.
+    /// of this kind, live or destroyed (its memory stays), as the C contract
+    /// requires.
     #[inline]
     pub unsafe fn borrow<'a, P>(p: *const P) -> Result<&'a T> {
         let ptr = p.cast::<Checked<T>>();
@@ -69,9 +80,9 @@ impl<T: HandleKind> Checked<T> {
         Ok(unsafe { &(*ptr).value })
     }
 
-    /// Takes the object back from C for destruction (it is freed, in place,
-    /// when the result drops); the handle reads as destroyed until its
-    /// memory is reused.
+    /// Takes the object back from C for destruction (its value drops, in
+    /// place, when the result drops); from now on the handle reads as
+    /// destroyed, and its memory is never reused.
     ///
     /// # Safety
     /// As [`borrow`](Self::borrow), and no other thread may use the handle
@@ -79,11 +90,11 @@ impl<T: HandleKind> Checked<T> {
     pub unsafe fn destroy<P>(p: *mut P) -> Result<Owned<T>> {
         // SAFETY: forwarded to the caller.
         unsafe { Self::borrow(p.cast_const()) }?;
+        let ptr = p.cast::<Checked<T>>();
         // SAFETY: live (checked above), so it came from Box::into_raw in
         // `into_raw`; the caller gives up every other use.
-        let mut boxed = unsafe { Box::from_raw(p.cast::<Checked<T>>()) };
-        boxed.magic = DESTROYED;
-        Ok(Owned(boxed))
+        unsafe { (*ptr).magic = DESTROYED };
+        Ok(Owned(ptr))
     }
 
     /// Marks a handle destroyed without freeing it (tests use this to check
@@ -114,13 +125,25 @@ fn refused<T: HandleKind>(p: *const (), magic: u64) -> Error {
 }
 
 /// A handle's object taken back from C, still at the address C knew (other
-/// handles may point into it until it drops).
-pub(crate) struct Owned<T: HandleKind>(Box<Checked<T>>);
+/// handles may point into it until it drops). Dropping it drops the value
+/// and keeps the memory, marked destroyed, in `SHELLS`.
+pub(crate) struct Owned<T: HandleKind>(*mut Checked<T>);
 
 impl<T: HandleKind> std::ops::Deref for Owned<T> {
     type Target = T;
     fn deref(&self) -> &T {
-        &self.0.value
+        // SAFETY: the value is live until this drops (`destroy`).
+        unsafe { &(*self.0).value }
+    }
+}
+
+impl<T: HandleKind> Drop for Owned<T> {
+    fn drop(&mut self) {
+        // SAFETY: from Box::into_raw, marked destroyed, its value dropped
+        // only here; the memory stays allocated (never freed) and only its
+        // magic word is read from now on.
+        unsafe { std::ptr::drop_in_place(std::ptr::addr_of_mut!((*self.0).value)) };
+        SHELLS.lock().unwrap_or_else(|e| e.into_inner()).push(self.0 as usize);
     }
 }
 
@@ -216,8 +239,18 @@ mod tests {
         // SAFETY: h is live and used by nobody else.
         let owned = unsafe { Checked::<Probe>::destroy(h) }.unwrap();
         assert_eq!((*owned).0, 7);
-        // (Borrowing h now would read freed memory: the destroyed-handle
-        // check is shown on memory that stays allocated, below.)
+        drop(owned);
+        // The memory stays: the handle is refused as destroyed, and a new
+        // handle does not get its address.
+        // SAFETY: h was destroyed, its memory kept.
+        let m = message(unsafe { Checked::<Probe>::borrow(h) });
+        assert_eq!(m, format!("{h:p} is a destroyed npualloc probe"));
+        let fresh: Vec<*mut Checked<Probe>> = (0..64).map(|i| Checked::into_raw(Probe(i))).collect();
+        assert!(!fresh.contains(&h), "a new handle got a destroyed one's address");
+        for f in fresh {
+            // SAFETY: each is live and used by nobody else.
+            drop(unsafe { Checked::<Probe>::destroy(f) }.unwrap());
+        }
     }
 
     #[test]
@@ -262,7 +295,7 @@ mod tests {
     /// Every export that takes a handle refuses a NULL, a foreign and a
     /// destroyed one of each kind with INVALID_ARGUMENT and a message naming
     /// the kind. A destroyed handle is shown by its magic word on memory that
-    /// stays allocated, as it reads until the memory is reused.
+    /// stays allocated, as a destroyed handle reads.
     #[test]
     fn exports_refuse_bad_handles_of_every_kind() {
         use crate::ffi::allocator::{npualloc_destroy, npualloc_free};
