@@ -119,12 +119,14 @@ extern "C" __attribute__((visibility("default"))) int npualloc_torch_npu_bridge_
     if (table == nullptr || table->struct_size < offsetof(npualloc_api, set_before_release) + sizeof(void*)) {
       write_error(err, err_len, std::string(library) + " is an npualloc without erase_stream, pluggable_allocator "
                                                            "and set_before_release (ABI 1, API 0.3 or newer needed)");
+      dlclose(h);  // nothing changed: the library loaded here goes again
       return 1;
     }
     NCA::NPUAllocator* current = NCA::allocator.load();
     if (current != nullptr && current->initialized()) {
       write_error(err, err_len, "torch_npu has already initialized its allocator (" + current->name() +
                                     "); it can be replaced only before the first NPU use");
+      dlclose(h);
       return 1;
     }
     api = table;

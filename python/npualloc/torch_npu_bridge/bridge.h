@@ -200,6 +200,7 @@ class Bridge final : public NCA::NPUAllocator {
   }
 
   void cacheInfo(int device, size_t* cached_and_free, size_t* largest_block) override {
+    TORCH_CHECK(cached_and_free != nullptr && largest_block != nullptr, "npualloc: cacheInfo: an output pointer is NULL");
     npualloc_stats s = stats_of(device);
     *cached_and_free = s.segment_bytes - std::min(s.segment_bytes, s.allocated_bytes + s.pending_free_bytes);
     *largest_block = s.largest_free_block;
