@@ -157,6 +157,32 @@ fn the_release_threshold_unmaps_a_moved_handles_old_address() {
     super::support::drop_stream(other);
 }
 
+/// Garbage collection's allocator (16 GiB device, a limit of 8 GiB, the
+/// threshold 0.005 of it) after a 32 MiB block's handle moved under a
+/// 33 MiB request past a 3 MiB spacer, all three freed: the moved handle's
+/// old address is mapped still, and nothing is live.
+fn gc_after_a_move() -> DeviceAllocator {
+    let a = allocator(
+        "expandable_segments:true,map_ahead:false,per_process_memory_fraction:0.5,garbage_collection_threshold:0.005",
+    );
+    let (_, spacer, grown) = moved_handle(&a);
+    a.free(grown).unwrap();
+    a.free(spacer).unwrap();
+    a
+}
+
+/// A 32 MiB block and a 3 MiB spacer after it, the block freed, then a
+/// 33 MiB request that fits no hole and takes the block's handle, moved
+/// past the spacer: (old address, spacer, the 33 MiB block).
+fn moved_handle(a: &DeviceAllocator) -> (usize, usize, usize) {
+    let old = a.malloc(32 * MIB, Stream::DEFAULT).unwrap();
+    let spacer = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    a.free(old).unwrap();
+    let grown = a.malloc(33 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(a.retired_bytes(), 32 * MIB, "setup: the handle did not move");
+    (old, spacer, grown)
+}
+
 /// Garbage collection's scene on a 1 GiB device with a limit of 512 MiB
 /// and a threshold of 256 MiB (when `config` asks for it): three 64 MiB
 /// blocks with a 2 MiB spacer after each, the three freed, then a 96 MiB
@@ -234,16 +260,7 @@ fn garbage_collection_unmaps_a_moved_handles_old_address() {
     let _c = Guard;
     set_capacity(16 << 30);
     let base = Baseline::take();
-    let a = allocator(
-        "expandable_segments:true,map_ahead:false,per_process_memory_fraction:0.5,garbage_collection_threshold:0.005",
-    );
-    let old = a.malloc(32 * MIB, Stream::DEFAULT).unwrap();
-    let spacer = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
-    a.free(old).unwrap();
-    let grown = a.malloc(33 * MIB, Stream::DEFAULT).unwrap();
-    assert_eq!(a.retired_bytes(), 32 * MIB, "setup: the handle did not move");
-    a.free(grown).unwrap();
-    a.free(spacer).unwrap();
+    let a = gc_after_a_move();
     let before = stats(&a);
     assert_eq!(before.reserved_bytes, 36 * MIB as u64);
     // 60 MiB lacks 12 pages past the mapped ones: 36 + 24 MiB passes the
@@ -321,16 +338,7 @@ fn a_refused_old_address_unmap_in_garbage_collection_loses_nothing() {
     let _d = Disarm;
     set_capacity(16 << 30);
     let base = Baseline::take();
-    let a = allocator(
-        "expandable_segments:true,map_ahead:false,per_process_memory_fraction:0.5,garbage_collection_threshold:0.005",
-    );
-    let old = a.malloc(32 * MIB, Stream::DEFAULT).unwrap();
-    let spacer = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
-    a.free(old).unwrap();
-    let grown = a.malloc(33 * MIB, Stream::DEFAULT).unwrap();
-    assert_eq!(a.retired_bytes(), 32 * MIB, "setup: the handle did not move");
-    a.free(grown).unwrap();
-    a.free(spacer).unwrap();
+    let a = gc_after_a_move();
     fail_nth(UNMAP, 1);
     let p = a.malloc(60 * MIB, Stream::DEFAULT).unwrap();
     assert_eq!(fault_pending(UNMAP), 0, "setup: garbage collection made no unmap");
