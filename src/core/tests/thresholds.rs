@@ -157,6 +157,21 @@ fn the_release_threshold_unmaps_a_moved_handles_old_address() {
     super::support::drop_stream(other);
 }
 
+/// `moved_handle` under a release threshold: the 32 MiB block is freed
+/// while `other` still has work on it (held), so the threshold cannot give
+/// its handle back before it moves.
+pub(super) fn moved_past_a_waiting_free(a: &DeviceAllocator, other: Stream) -> (usize, usize, usize) {
+    let old = a.malloc(32 * MIB, Stream::DEFAULT).unwrap();
+    let spacer = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
+    a.record_stream(old, other).unwrap();
+    hold_stream(other);
+    a.free(old).unwrap();
+    release_stream(other);
+    let grown = a.malloc(33 * MIB, Stream::DEFAULT).unwrap();
+    assert_eq!(a.retired_bytes(), 32 * MIB, "setup: the handle did not move");
+    (old, spacer, grown)
+}
+
 /// Garbage collection's allocator (16 GiB device, a limit of 8 GiB, the
 /// threshold 0.005 of it) after a 32 MiB block's handle moved under a
 /// 33 MiB request past a 3 MiB spacer, all three freed: the moved handle's
@@ -299,15 +314,7 @@ fn a_refused_old_address_unmap_ends_the_release_thresholds_work() {
     let base = Baseline::take();
     let a = allocator("expandable_segments:true,map_ahead:false,release_threshold_mb:16");
     let other = new_stream();
-    let old = a.malloc(32 * MIB, Stream::DEFAULT).unwrap();
-    let spacer = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
-    // Freed while another stream still uses it: the threshold waits.
-    a.record_stream(old, other).unwrap();
-    hold_stream(other);
-    a.free(old).unwrap();
-    release_stream(other);
-    let grown = a.malloc(33 * MIB, Stream::DEFAULT).unwrap();
-    assert_eq!(a.retired_bytes(), 32 * MIB, "setup: the handle did not move");
+    let (old, spacer, grown) = moved_past_a_waiting_free(&a, other);
     let before = stats(&a);
     fail_nth(UNMAP, 1);
     a.free(grown).unwrap();

@@ -2,8 +2,7 @@
 //! range a growth just reserved (Note [unused memory of expandable ranges]).
 
 use super::support::{
-    allocator, check_accounting, drop_stream, emu_lock, hold_stream, new_stream, release_stream, set_capacity,
-    Baseline, GIB, MIB,
+    allocator, check_accounting, drop_stream, emu_lock, new_stream, set_capacity, Baseline, GIB, MIB,
 };
 use crate::core::SleepMode;
 use crate::runtime::Stream;
@@ -40,15 +39,7 @@ fn a_threshold_release_waiting_in_the_hook_does_not_unmap_what_sleep_handed_out(
     let base = Baseline::take();
     let a = allocator("expandable_segments:true,map_ahead:false,release_threshold_mb:0");
     let other = new_stream();
-    let old = a.malloc(32 * MIB, Stream::DEFAULT).unwrap();
-    let spacer = a.malloc(3 * MIB, Stream::DEFAULT).unwrap();
-    // Freed while another stream's work is pending: not given back at once.
-    a.record_stream(old, other).unwrap();
-    hold_stream(other);
-    a.free(old).unwrap();
-    release_stream(other);
-    let grown = a.malloc(33 * MIB, Stream::DEFAULT).unwrap();
-    assert_eq!(a.retired_bytes(), 32 * MIB, "setup: the handle did not move");
+    let (_, spacer, grown) = super::thresholds::moved_past_a_waiting_free(&a, other);
     check_accounting(&a, &base, None, "setup");
     let gate = Gate { armed: AtomicBool::new(true), barrier: Barrier::new(2) };
     a.set_before_release(Some((pause, &gate as *const Gate as *mut c_void)));
