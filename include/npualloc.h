@@ -452,7 +452,11 @@ npualloc_status npualloc_create(const char *config,
  * that stream, whose runtime would otherwise call into freed memory); call
  * it again later.
  * `npualloc_destroy(NULL)` is a no-op returning NPUALLOC_OK. No other thread
- * may use the allocator during or after this call.
+ * may use the allocator during this call. Afterwards every call given the
+ * handle (a second destroy included), and every callback of a binding made
+ * from it, refuses it with INVALID_ARGUMENT: the handle's memory (a few
+ * hundred bytes) is kept for the process's life so that no later allocator
+ * gets its address.
  *
  * # Safety
  * `a` is NULL or a handle from `npualloc_create` not yet destroyed, which no
@@ -648,7 +652,9 @@ void *npualloc_desc_get_addr(void *block);
 /**
  * Makes a binding (the `obj` for a host-built desc or GE's external
  * allocator shim) whose blocks belong to `stream` (NULL: default stream).
- * Destroy it with `npualloc_binding_destroy` before destroying the allocator.
+ * Destroy it with `npualloc_binding_destroy` before destroying the
+ * allocator; the callbacks refuse a binding whose allocator was destroyed
+ * (NULL, or nothing freed, and a last error saying so).
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `binding`, or a
  * stream the runtime does not know (checked as in npualloc_register).

@@ -69,7 +69,11 @@ pub unsafe extern "C" fn npualloc_create(
 /// that stream, whose runtime would otherwise call into freed memory); call
 /// it again later.
 /// `npualloc_destroy(NULL)` is a no-op returning NPUALLOC_OK. No other thread
-/// may use the allocator during or after this call.
+/// may use the allocator during this call. Afterwards every call given the
+/// handle (a second destroy included), and every callback of a binding made
+/// from it, refuses it with INVALID_ARGUMENT: the handle's memory (a few
+/// hundred bytes) is kept for the process's life so that no later allocator
+/// gets its address.
 ///
 /// # Safety
 /// `a` is NULL or a handle from `npualloc_create` not yet destroyed, which no
