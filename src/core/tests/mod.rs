@@ -17,6 +17,7 @@ mod history;
 mod hooks;
 mod invariant_checks;
 mod ladder_kept;
+mod moves_mixed;
 mod oom_snapshot_message;
 mod out_of_memory;
 mod own_handles;
