@@ -54,7 +54,7 @@ fn run(seed: u64, config: &str, cap: u64, faults: bool) -> u64 {
     let mut rng = Rng::new(seed);
     let mut live: Vec<(usize, usize, u8)> = Vec::new();
     let mut tag = 1u8;
-    let sizes = [1 * MIB, 3 * MIB, 17 * MIB, 32 * MIB, 33 * MIB, 48 * MIB, 65 * MIB, 100 * MIB, 200 * MIB];
+    let sizes = [MIB, 3 * MIB, 17 * MIB, 32 * MIB, 33 * MIB, 48 * MIB, 65 * MIB, 100 * MIB, 200 * MIB];
     for step in 0..120 {
         if faults && rng.below(6) == 0 {
             fail_nth(FAULTS[rng.index(FAULTS.len())], 1 + rng.below(3) as i32);
