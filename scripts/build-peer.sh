@@ -26,7 +26,8 @@
 #      CUDA runtime headers: CUDA_INCLUDE, else a peer build's venv, else the two
 #      header wheels (2.4 MB, nvidia-cuda-runtime and nvidia-cuda-crt) fetched once
 #      with pip into CUDA_HEADERS (default target/cuda-headers); when they cannot be
-#      fetched it prints a SKIPPED banner and skips the checks.
+#      fetched it prints a SKIPPED banner and skips the checks (a failure
+#      in CI: scripts/skip.sh).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SRC=$ROOT/tools/peer
@@ -80,13 +81,10 @@ if [ "${SYNTAX_ONLY:-0}" = 1 ]; then
     cache=${CUDA_HEADERS:-$ROOT/target/cuda-headers}
     mkdir -p "$(dirname "$cache")"
     if ! inc=$(cuda_headers "$cache"); then
-      echo
-      echo "######################################################################"
-      echo "SKIPPED: the fake CUDA runtime's compile and shared-device checks"
-      echo "(could not download nvidia-cuda-runtime / nvidia-cuda-crt $CUDA_HDR_VER, the"
-      echo "CUDA runtime headers; set CUDA_INCLUDE to a directory holding them)"
-      echo "######################################################################"
-      exit 0
+      # shellcheck source=scripts/skip.sh
+      source "$ROOT/scripts/skip.sh"
+      npualloc_skip "the fake CUDA runtime's compile and shared-device checks" \
+        "could not download nvidia-cuda-runtime / nvidia-cuda-crt $CUDA_HDR_VER, the CUDA runtime headers; set CUDA_INCLUDE to a directory holding them"
     fi
   fi
   for f in $CUDART_SOURCES shared_check.c shared_exit_check.c; do

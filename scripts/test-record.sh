@@ -6,18 +6,15 @@
 # from the torch 2.14.0 wheel and CUDA stubs that scripts/setup-torch-npu.sh
 # left in its directory (NPUALLOC_TORCH_NPU_DIR; test.sh runs that first), and
 # transformers 5.24.0 from PyPI. When that cannot be done (no wheel, no
-# network) this prints a SKIPPED banner saying why and succeeds.
+# network) this prints a SKIPPED banner saying why and succeeds, or fails in
+# CI (scripts/skip.sh).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 echo "== the trace recorder against the profiler"
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/npualloc
-skip() {
-    echo
-    echo "######################################################################"
-    echo "SKIPPED: tools/record tests ($1)"
-    echo "######################################################################"
-    exit 0
-}
+# shellcheck source=scripts/skip.sh
+source scripts/skip.sh
+skip() { npualloc_skip "tools/record tests" "$1"; }
 has_all() { "$1" -c "import torch, transformers, pytest" >/dev/null 2>&1; }
 
 if [[ -n ${RECORD_PYTHON:-} ]]; then

@@ -81,6 +81,13 @@ int32_t  aclemu_set_cost(const char *function, uint64_t nanoseconds);
  * (and aclrtSynchronizeDevice of their device) return 507000. */
 int64_t  aclemu_violations(void);
 
+/* Non-zero: every later violation prints what happened and the stack of
+ * the call that made it, then aborts the process (a test fails at the
+ * call); 0: violations are only counted. The environment variable
+ * ACLEMU_VIOLATIONS=abort sets the first; this call overrides it. Returns
+ * the previous setting (1 aborting, 0 counting). */
+int32_t  aclemu_set_violation_abort(int32_t abort);
+
 /* The first `queries` aclrtQueryEventStatus calls after an event's work
  * completed still report NOT_READY (completion reported late, as in the
  * runtime's threaded mode); a synchronize covering the event ends it.

@@ -34,7 +34,8 @@
 //!   `aclemu_host_usage` (pinned host memory).
 //! - `cost`: per-function latencies (`ACLEMU_COST`, `aclemu_set_cost`).
 //! - `api`: the exported function names those per-function controls take.
-//! - `violation`: memory misused under queued work (`aclemu_violations`).
+//! - `violation`: memory misused under queued work (`aclemu_violations`,
+//!   `aclemu_set_violation_abort`).
 //! - `capture`: stream capture into models (aclmdlRICapture*, aclmdlRIExecuteAsync,
 //!   aclmdlRIDestroy): captured work is recorded, and runs at each execute.
 //! - `ffi`: panic boundary, out-pointers, handles; `error`: the codes.
@@ -121,7 +122,7 @@ pub use stream_config::{
     aclrtSynchronizeStreamWithTimeout,
 };
 pub use usage::{aclemu_get_usage, aclemu_host_usage, aclemu_usage};
-pub use violation::aclemu_violations;
+pub use violation::{aclemu_set_violation_abort, aclemu_violations};
 pub use vmm::{
     aclemu_misalign_reservations, aclrtFreePhysical, aclrtMallocPhysical, aclrtMapMem,
     aclrtMemGetAllocationGranularity, aclrtMemLocation, aclrtPhysicalMemProp, aclrtReleaseMemAddress,

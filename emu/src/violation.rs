@@ -18,18 +18,49 @@
 //! `aclrtSynchronizeStream`, `aclrtSynchronizeDevice` or
 //! `aclemu_stream_release` then returns 507000, as a device reports a
 //! failed kernel at the next synchronization. Host-side writes cannot be
-//! seen and are not modelled. Misuse shows only where the emulator's order
+//! seen and are not modelled.
+//!
+//! A test suite wants more than a count: `ACLEMU_VIOLATIONS=abort` (read at
+//! the first violation) or `aclemu_set_violation_abort(1)` makes the first
+//! violation print its description and the stack of the call that made it,
+//! then abort the process, so the test fails at the call, not at a later
+//! synchronize whose 507000 a recovery path may discard. Misuse shows only where the emulator's order
 //! of execution exposes it: work on a stream that is not held runs at
 //! launch and pins nothing, so tests hold a stream to catch a race.
 
 use crate::queue::{any_pinned, engine};
 use crate::{memory, vmm};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 
 /// A byte range `[start, end)`.
 pub type Span = (usize, usize);
 
 static COUNT: AtomicI64 = AtomicI64::new(0);
+
+/// What a violation does beyond counting: `UNSET` until the first question
+/// (then the environment decides), `COUNT_ONLY` or `ABORT`.
+static MODE: AtomicU8 = AtomicU8::new(UNSET);
+const UNSET: u8 = 0;
+const COUNT_ONLY: u8 = 1;
+const ABORT: u8 = 2;
+
+/// The variable that turns every violation into an abort.
+const ENV: &str = "ACLEMU_VIOLATIONS";
+
+fn aborts() -> bool {
+    match MODE.load(Ordering::Acquire) {
+        UNSET => {
+            let from_env = match std::env::var(ENV) {
+                Ok(v) if v.trim() == "abort" => ABORT,
+                _ => COUNT_ONLY,
+            };
+            // A concurrent aclemu_set_violation_abort wins over the environment.
+            let _ = MODE.compare_exchange(UNSET, from_env, Ordering::AcqRel, Ordering::Acquire);
+            MODE.load(Ordering::Acquire) == ABORT
+        }
+        mode => mode == ABORT,
+    }
+}
 
 /// True if two ranges share a byte.
 pub fn overlap(a: Span, b: Span) -> bool {
@@ -46,6 +77,11 @@ pub fn still_device_memory(spans: &[Span]) -> bool {
 pub fn record(what: &str) {
     let n = COUNT.fetch_add(1, Ordering::AcqRel) + 1;
     eprintln!("acl-emu: violation {n}: {what}");
+    if aborts() {
+        let stack = std::backtrace::Backtrace::force_capture();
+        eprintln!("acl-emu: aborting at the violation ({ENV}=abort or aclemu_set_violation_abort); the call that made it:\n{stack}");
+        std::process::abort();
+    }
 }
 
 /// Records a violation if queued work pins memory in `span`, which `call`
@@ -69,6 +105,19 @@ pub fn check_release(span: Span, call: &str) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclemu_violations() -> i64 {
     COUNT.load(Ordering::Acquire)
+}
+
+/// Makes every later violation abort the process (`abort` non-zero) or only
+/// count (0), whatever `ACLEMU_VIOLATIONS` says. Returns the previous
+/// setting: 1 if violations aborted, 0 if not.
+///
+/// # Safety
+/// No pointer arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclemu_set_violation_abort(abort: i32) -> i32 {
+    let before = aborts();
+    MODE.store(if abort != 0 { ABORT } else { COUNT_ONLY }, Ordering::Release);
+    i32::from(before)
 }
 
 #[cfg(test)]

@@ -294,6 +294,7 @@ fn replayed_work_on_freed_or_unmapped_memory_is_a_violation() {
         begin(s, GLOBAL);
         copy_through(d, src, out, s);
         let m = end(s);
+        counting_violations();
         let before = aclemu_violations();
         // Freeing after capture is no violation by itself: nothing is queued.
         assert_eq!(aclrtFree(d), 0);
@@ -316,6 +317,7 @@ fn replayed_work_on_freed_or_unmapped_memory_is_a_violation() {
         let m = end(s);
         assert_eq!(aclemu_stream_hold(exec), 0);
         assert_eq!(aclmdlRIExecuteAsync(m, exec), 0);
+        counting_violations();
         let before = aclemu_violations();
         assert_eq!(aclrtUnmapMem(base), 0);
         assert_eq!(aclemu_violations(), before + 1);
@@ -370,6 +372,7 @@ fn a_captured_op_replayed_over_memory_another_streams_queued_work_uses_is_caught
         begin(s, GLOBAL);
         assert_eq!(aclemu_run_op(s, sizes.as_ptr(), 1), 0);
         let m = end(s);
+        counting_violations();
         let before = aclemu_violations();
         // Replayed with nothing else using the block: fine.
         assert_eq!(aclmdlRIExecuteAsync(m, exec), 0);

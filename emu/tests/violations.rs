@@ -16,7 +16,10 @@ fn turn() -> MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The violation count; every test here reads it before it makes one on
+/// purpose, so this binary only counts them.
 fn violations() -> i64 {
+    counting_violations();
     // SAFETY: no arguments; the counter is read atomically.
     unsafe { aclemu_violations() }
 }
@@ -308,4 +311,50 @@ fn work_that_waits_for_a_copy_may_use_what_it_wrote() {
         assert_eq!(aclrtDestroyStream(b), 0);
     }
     dev.assert_clean();
+}
+
+/// The child of `a_violation_aborts_at_its_call_when_asked`: the scene of
+/// `acl_free_under_a_held_streams_op_is_caught` with aborting turned on.
+/// It must not get past the first violation.
+fn free_under_a_held_op_with_aborts_on() {
+    let dev = Dev::take();
+    let s = stream();
+    let alloc = Alloc { mode: Mode::FreeAtOnce, block: 0, allocs: AtomicUsize::new(0) };
+    let d = register(s, &alloc);
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
+    unsafe {
+        aclemu_set_violation_abort(1);
+        assert_eq!(aclemu_stream_hold(s), 0);
+        aclemu_run_op(s, [4096usize].as_ptr(), 1);
+    }
+    eprintln!("CHILD NOT ABORTED");
+    unregister(s, d);
+    drop(dev);
+}
+
+/// With aborting on, the first violation ends the process with SIGABRT and
+/// prints what happened and the stack of the call that made it; the process
+/// does not go on past it.
+#[test]
+fn a_violation_aborts_at_its_call_when_asked() {
+    const CHILD: &str = "ACLEMU_TEST_VIOLATION_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        free_under_a_held_op_with_aborts_on();
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_violation_aborts_at_its_call_when_asked", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .env_remove("ACLEMU_VIOLATIONS")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    use std::os::unix::process::ExitStatusExt;
+    const SIGABRT: i32 = 6;
+    assert_eq!(out.status.signal(), Some(SIGABRT), "{:?}\n{stderr}", out.status);
+    assert!(!stderr.contains("CHILD NOT ABORTED"), "{stderr}");
+    assert!(stderr.contains("acl-emu: violation 1: aclrtFree released memory that queued work still uses"), "{stderr}");
+    assert!(stderr.contains("aborting at the violation"), "{stderr}");
+    // The stack names the runtime call that made the violation.
+    assert!(stderr.contains("check_release") && stderr.contains("aclrtFree"), "{stderr}");
 }

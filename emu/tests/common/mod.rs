@@ -33,6 +33,14 @@ pub const RT_NO_EVENT_RESOURCE: i32 = 207_007;
 pub const NOT_READY: u32 = 0;
 pub const COMPLETE: u32 = 1;
 
+/// For the tests of the violation check itself, which make violations on
+/// purpose and count them: violations are only counted from now on in this
+/// process, whatever `ACLEMU_VIOLATIONS` says (the suites set it to abort).
+pub fn counting_violations() {
+    // SAFETY: plain value.
+    unsafe { aclemu_set_violation_abort(0) };
+}
+
 static LOCKS: [Mutex<()>; DEVICES] = [const { Mutex::new(()) }; DEVICES];
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 

@@ -3,7 +3,9 @@
 //! retire and be taken over by another (pool, stream), whose cache, even a
 //! captured graph pool's, must stay.
 
-use super::support::{allocator, emu_lock, finish, hold_stream, new_stream, release_stream, set_capacity, MIB};
+use super::support::{
+    allocator, drop_stream, emu_lock, finish, hold_stream, new_stream, release_stream, set_capacity, MIB,
+};
 use crate::core::pools::config::PoolConfig;
 use crate::core::DeviceAllocator;
 use crate::runtime::Stream;
@@ -79,6 +81,9 @@ fn free_last_block_of_destroyed_pool(capture: bool) -> (u64, u64) {
     }
     a.pool_destroy(q).unwrap();
     finish(a);
+    for s in [s1, s2, other] {
+        drop_stream(s);
+    }
     (c.q_reserved_in_hook, after)
 }
 

@@ -72,8 +72,8 @@ fn a_fresh_handle_is_sized_from_what_other_users_of_the_device_leave() {
     check_accounting(&a, &base, None, "after a growth on the emptied device");
     a.free(p).unwrap();
     a.free(q).unwrap();
-    finish(other);
     teardown_clean(a, &base);
+    finish(other);
     set_capacity(1 << 30);
 }
 

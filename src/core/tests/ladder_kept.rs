@@ -12,7 +12,7 @@ const FREE_PHYS: &str = "aclrtFreePhysical";
 /// One test's hold on the emulator; its controls are put back when the
 /// test ends, even by a panic.
 struct Guard {
-    _lock: std::sync::MutexGuard<'static, ()>,
+    _lock: super::support::EmuGuard,
     _base: Baseline,
 }
 
@@ -105,6 +105,7 @@ fn budget_scenario(release_kept_first: bool) -> Result<(), String> {
     }
     a.free(p).unwrap();
     let _ = a.teardown();
+    super::support::drop_stream(s2);
     r.map(|_| ())
 }
 

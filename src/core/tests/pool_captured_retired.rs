@@ -2,7 +2,7 @@
 //! pool_empty_cache and sleep) is asked of the runtime for the streams the
 //! pool's entries serve now: a retired entry serves none, and is skipped.
 
-use super::support::{allocator, emu_lock, fail_nth, fault_pending, finish, new_stream, set_capacity};
+use super::support::{allocator, drop_stream, emu_lock, fail_nth, fault_pending, finish, new_stream, set_capacity};
 use crate::core::pools::config::PoolConfig;
 
 /// Pool p's only entry retires with its stream forgotten; pool_empty_cache
@@ -32,4 +32,5 @@ fn pool_empty_cache_asks_no_capture_state_of_a_retired_entry() {
     assert!(live > 0, "setup: a live entry's stream is not asked");
     assert_eq!(retired, 0, "the capture state of a retired entry's stream was asked");
     finish(a);
+    drop_stream(s);
 }

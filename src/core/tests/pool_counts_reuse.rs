@@ -2,7 +2,7 @@
 //! along: the old pool keeps its allocs and frees, the new one starts at
 //! zero, and the allocator's totals stay the sum.
 
-use super::support::{allocator, emu_lock, finish, new_stream, set_capacity};
+use super::support::{allocator, drop_stream, emu_lock, finish, new_stream, set_capacity};
 use crate::core::pools::config::PoolConfig;
 
 /// Pool p makes three allocs and frees on a stream, which is forgotten (p's
@@ -37,4 +37,6 @@ fn pool_counts_stay_with_their_pool_when_its_entry_is_reused() {
     assert_eq!((sp.num_allocs, sp.num_frees, sq.num_allocs, sq.num_frees), (3, 3, 1, 0));
     assert_eq!(total - total_before, 4, "the allocator's total lost or doubled a count");
     finish(a);
+    drop_stream(s1);
+    drop_stream(s2);
 }

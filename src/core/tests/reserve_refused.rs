@@ -19,7 +19,7 @@ const RELEASE: &str = "aclrtReleaseMemAddress";
 struct Scene {
     base: Baseline,
     before: usize,
-    _lock: std::sync::MutexGuard<'static, ()>,
+    _lock: super::support::EmuGuard,
 }
 
 impl Scene {

@@ -2,7 +2,7 @@
 //! `forget_stream` retired it never lands in the default pool, which the
 //! same stream's next malloc makes an entry for.
 
-use super::support::{allocator, emu_lock, finish, new_stream, set_capacity};
+use super::support::{allocator, drop_stream, emu_lock, finish, new_stream, set_capacity};
 use crate::core::pools::config::PoolConfig;
 use crate::core::testpoint;
 use std::sync::mpsc;
@@ -46,4 +46,5 @@ fn a_routed_malloc_across_forget_stream_stays_in_its_pool() {
         );
     });
     finish(a);
+    drop_stream(s);
 }

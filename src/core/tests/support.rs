@@ -9,8 +9,8 @@ use crate::config::Config;
 use crate::core::DeviceAllocator;
 use crate::runtime::{Runtime, Stream};
 use ascendcl::{
-    aclemu_fail_nth, aclemu_fault_pending, aclemu_get_usage, aclemu_set_device_memory, aclemu_stream_hold,
-    aclemu_stream_release, aclemu_usage,
+    aclemu_fail_nth, aclemu_fault_pending, aclemu_get_usage, aclemu_set_device_memory, aclemu_set_violation_abort,
+    aclemu_stream_hold, aclemu_stream_release, aclemu_usage, aclemu_violations,
 };
 use std::sync::{Mutex, MutexGuard};
 
@@ -23,9 +23,47 @@ pub(crate) const PAGE: usize = 2 * MIB;
 pub(crate) const DEV: i32 = 1;
 
 /// The emulator's state is process-wide: tests that use it run one at a time.
-pub(crate) fn emu_lock() -> MutexGuard<'static, ()> {
+///
+/// Every violation aborts the test process at the call that made it (the
+/// emulator's `aclemu_set_violation_abort`): no core test misuses memory
+/// under queued work on purpose. When the guard drops at the end of a test
+/// that did not panic, the emulator must hold on `DEV` what it held when the
+/// test began: the same device memory, physical handles, mappings, reserved
+/// ranges, events, descs and streams, and no violation was recorded.
+pub(crate) fn emu_lock() -> EmuGuard {
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    let lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: plain value.
+    unsafe { aclemu_set_violation_abort(1) };
+    EmuGuard { _lock: lock, at_start: held(), violations: violations() }
+}
+
+/// A test's turn at the emulator; see [`emu_lock`].
+pub(crate) struct EmuGuard {
+    _lock: MutexGuard<'static, ()>,
+    at_start: aclemu_usage,
+    violations: i64,
+}
+
+impl Drop for EmuGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        assert_eq!(held(), self.at_start, "at the end of the test: the emulator holds what the test began without");
+        assert_eq!(violations(), self.violations, "the emulator recorded violations during the test (see stderr)");
+    }
+}
+
+/// What the emulator holds on `DEV` (every counter but the running count of
+/// synchronizations).
+fn held() -> aclemu_usage {
+    aclemu_usage { syncs: 0, ..usage(DEV) }
+}
+
+fn violations() -> i64 {
+    // SAFETY: no arguments.
+    unsafe { aclemu_violations() }
 }
 
 /// The emulator's counters for `device`.
@@ -40,12 +78,7 @@ pub(crate) fn usage(device: i32) -> aclemu_usage {
 /// Nothing is left in the emulator: no device memory, event, physical
 /// handle, mapping or reserved range.
 pub(crate) fn assert_emulator_empty(what: &str) {
-    let u = usage(DEV);
-    assert_eq!(
-        (u.malloc_count, u.events, u.physical_count, u.mapped_bytes, u.reserved_ranges),
-        (0, 0, 0, 0, 0),
-        "{what}: the emulator reports leaks"
-    );
+    assert_emulator_gave_back(what);
 }
 
 pub(crate) fn set_capacity(bytes: u64) {
@@ -76,8 +109,18 @@ pub(crate) fn allocator(config: &str) -> DeviceAllocator {
 pub(crate) fn finish(a: DeviceAllocator) {
     a.check_invariants().unwrap();
     a.teardown().unwrap();
+    assert_emulator_gave_back("after teardown");
+}
+
+/// After a teardown: no device memory, physical handle, mapping, reserved
+/// range, event or desc left on `DEV`, and no violation. (Streams belong to
+/// the test, which may destroy them after its allocator; the guard of
+/// [`emu_lock`] checks them at the end of the test.)
+pub(crate) fn assert_emulator_gave_back(what: &str) {
     let u = usage(DEV);
-    assert_eq!((u.malloc_count, u.malloc_bytes, u.events), (0, 0, 0), "emulator reports leaks");
+    let left = aclemu_usage { syncs: 0, streams: 0, ..u };
+    assert_eq!(left, aclemu_usage::default(), "{what}: the emulator reports leaks");
+    assert_eq!(violations(), 0, "{what}: the emulator recorded violations (see stderr)");
 }
 
 pub(crate) fn fill(addr: usize, len: usize, byte: u8) {
