@@ -246,10 +246,11 @@ impl Backing for ExpandableRanges {
         if let Some(id) = best_fit {
             return pool.place_in_range(id, rounded, ctx);
         }
-        // No free block of the shard's ranges fits: another range.
+        // No free block of the shard's ranges fits: another range, given
+        // back if the request fails in it.
         let seg = pool.make_range(rounded)?;
         let id = pool.segments.get(seg).first;
-        pool.place_in_range(id, rounded, ctx)
+        pool.place_in_range(id, rounded, ctx).inspect_err(|_| pool.unmake_range(seg))
     }
 
     /// Free pieces, each carved out as a block of its own, from every

@@ -34,21 +34,29 @@ impl RangePool {
         };
         // While asleep, pages of sleeping runs are owned by their blocks: a
         // request goes where it touches none, in a new range if need be.
+        let mut made = None;
         if self.touches_slept(id, off, rounded) {
             (id, off) = match self.find_awake_fit(rounded) {
                 Some(found) => found,
                 None => {
                     let seg = self.make_range(rounded)?;
+                    made = Some(seg);
                     (self.segments.get(seg).first, 0)
                 }
             };
         }
-        // Mapped before the split: a failure leaves the block whole.
+        // Mapped before the split: a failure leaves the block whole, and a
+        // range made for the request goes back.
         let (seg, addr, size) = {
             let b = self.blocks.get(id);
             (b.segment, b.addr, b.size)
         };
-        self.ensure_mapped(seg, addr + off, rounded, size - off, device)?;
+        if let Err(e) = self.ensure_mapped(seg, addr + off, rounded, size - off, device) {
+            if let Some(new) = made {
+                self.unmake_range(new);
+            }
+            return Err(e);
+        }
         Ok(if off > 0 { self.split_front(id, off) } else { id })
     }
 

@@ -165,6 +165,25 @@ impl RangePool {
         out
     }
 
+    /// Gives back range `seg`, made by a request that then failed before
+    /// anything was mapped in it: a refused request leaves the device's
+    /// address space as it found it. A refused release is kept for
+    /// `free_cached` (`release_unused`).
+    pub(super) fn unmake_range(&mut self, seg: SegmentId) {
+        debug_assert!({
+            let s = self.segments.get(seg);
+            let b = self.blocks.get(s.first);
+            s.extent.mapped == 0 && b.state == BlockState::Free && b.size == s.size
+        });
+        self.backing.ranges.retain(|&r| r != seg);
+        let first = self.segments.get(seg).first;
+        self.index.remove(&mut self.blocks, first);
+        let s = self.remove_segment(seg);
+        self.unregister(&s);
+        let _ = release_unused(&self.sh, s.extent.reserved_at, s.extent.reserved_len);
+        self.sh.counters.range_removed();
+    }
+
     /// A range `release_range` could not give back returns to the shard.
     pub(super) fn restore_range(&mut self, d: Detached) {
         let spec = self.sh.backing.page_spec(self.kind);

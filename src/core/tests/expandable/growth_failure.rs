@@ -21,6 +21,7 @@ fn growth_failure_case(config: &str, fault: &str, n: usize, first_on_range: bool
     let before = a.stats().unwrap();
     assert_eq!(before.num_physical_mallocs as usize, held_pages);
 
+    let ranges_before = usage(DEV).reserved_ranges;
     match fault {
         "capacity" => budget((n - 1) * PAGE),
         f => fail_nth(f, n as i32),
@@ -47,6 +48,11 @@ fn growth_failure_case(config: &str, fault: &str, n: usize, first_on_range: bool
             assert_eq!(s.allocated_bytes, before.allocated_bytes, "{what}: a failed call changed allocated bytes");
             assert_eq!(s.active_blocks, before.active_blocks, "{what}");
             assert_eq!(mapped, held_pages * PAGE, "{what}: pages left mapped after a failed growth");
+            assert_eq!(
+                usage(DEV).reserved_ranges,
+                ranges_before,
+                "{what}: a failed request kept an address range it reserved"
+            );
         }
     }
     if fault == "capacity" {
