@@ -4,8 +4,9 @@
 //! plus a bounded best-fit scan: inside the request's own class the smallest
 //! block that fits wins (an exact fit stops the scan), and if none fits, the
 //! smallest of the first few blocks of the next non-empty class. Pure
-//! "good fit" (take any block of a larger class) was measured to multiply
-//! reserved memory with exact-size segments; the bounded scan keeps
+//! "good fit" (take any block of a larger class) splits large blocks for
+//! small requests and multiplies reserved memory with exact-size segments;
+//! the bounded scan keeps
 //! best-fit's fragmentation at segregated-fit speed (docs/anchors.md §e,
 //! idea 1).
 //!
