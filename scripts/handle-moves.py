@@ -446,9 +446,9 @@ TABLE = [
     ("own handles >= 16 MiB, sync moves, smallest covering, growing where moves fit",
      dict(place="choose", moves="sync", exact=16, pick="fit")),
     ("requests >= 32 MiB in ranges of their own, no-sync moves", dict(moves="nosync", big=32)),
-    # Handles of their own as the core makes them (--exact 32 --whole: any
-    # bound from 32 to 48 MiB gives the same figures), then handle-aware
-    # placement on top of them.
+    # Handles of their own as the core makes them (--exact 32 --whole: the
+    # core's bound is the fresh handle the rule would make, 32 to 48 MiB on
+    # these traces), then handle-aware placement on top of them.
     ("own handles (the core's), no-sync moves, smallest covering", OWN),
     ("own handles (the core's), no-sync moves, smallest covering, handle-aligned", dict(OWN, place="align")),
     ("own handles (the core's), no moves, handle-aligned", dict(exact=32, whole=True, place="align")),

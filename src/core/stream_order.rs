@@ -227,7 +227,7 @@ impl StreamOrder {
     }
 
     /// Whether a free should consult its `PollClock`: frees wait (one
-    /// compare, as predictable as the old `len() > POLL_THRESHOLD`).
+    /// predictable compare on the free path).
     pub fn should_poll(&self) -> bool {
         !self.pending.is_empty()
     }
