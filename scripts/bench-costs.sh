@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-costs.sh -- the replay tables under the emulator's cost model
-# (BENCHMARKS.md, "Under device-like costs"), npualloc beside the real PyTorch
+# (BENCHMARKS.md, "Speed under equal costs"), npualloc beside the real PyTorch
 # caching allocator (the peer's replay_torch on its fake CUDA runtime).
 #
 #   PEER=$PEER scripts/bench-costs.sh TRACE...

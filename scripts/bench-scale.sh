@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-scale.sh -- the "Traces at real scale" tables of BENCHMARKS.md: the 7B
+# bench-scale.sh -- the tables of BENCHMARKS.md, "Traces at real scale": the 7B
 # traces of traces/scale/ replayed on a 64 GiB device by npualloc (defaults and
 # the PyTorch policy, npualloc-replay) and by the real PyTorch caching allocator
 # (the peer's replay_torch, default and expandable segments, FAKECUDA_MEM_GIB=64),

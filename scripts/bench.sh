@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench.sh -- regenerates the numbers in BENCHMARKS.md (release build).
+# bench.sh -- regenerates the tables of BENCHMARKS.md, "Memory against peers" and
+# "Host costs and the hot path" (release build).
 #
 #   scripts/bench.sh [TRACE...]          default: traces/*.trace.gz
 #   PEER=<peer dir> scripts/bench.sh ... also replays each trace through the real

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# build-peer.sh -- builds the PyTorch comparison harness of BENCHMARKS.md (tools/peer/):
-# the unmodified, compiled CUDA caching allocator of the official torch wheel, replaying
+# build-peer.sh -- builds the PyTorch comparison harness (tools/peer/; BENCHMARKS.md,
+# "Method"): the unmodified, compiled CUDA caching allocator of the official torch wheel, replaying
 # traces on a fake CUDA runtime that serves "device memory" from host memory (no GPU, no
 # CUDA toolkit needed).
 #

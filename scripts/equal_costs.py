@@ -27,9 +27,9 @@ import re
 
 US = 1000
 
-# The equal costs of BENCHMARKS.md ("Equal costs: the device-call target"):
-# 20 us per malloc/free/physical/map/unmap call and address reservation, 50 us
-# per synchronization. ACLEMU_COST syntax; scripts/bench-costs.sh charges it.
+# The equal costs of BENCHMARKS.md, "Method": 20 us per
+# malloc/free/physical/map/unmap call and address reservation, 50 us per
+# synchronization. ACLEMU_COST syntax; scripts/bench-costs.sh charges it.
 EQUAL_ACL = ("aclrtMalloc=20us,aclrtFree=20us,aclrtMallocPhysical=20us,aclrtFreePhysical=20us,"
              "aclrtMapMem=20us,aclrtUnmapMem=20us,aclrtReserveMemAddress=20us,"
              "aclrtSynchronizeStream=50us,aclrtSynchronizeEvent=50us,aclrtSynchronizeDevice=50us")

@@ -9,7 +9,7 @@ at the best fit, where each run of unmapped pages gets a handle: a cached
 one, else a fresh one of half the peak of allocated bytes, 32 to 48 MiB (at
 most 8 MiB in the small pool), mapped ahead over the free block's unmapped
 pages (the default rule of src/core/backing/expandable/growth.rs, below
-3 GiB allocated), while the stream has served fewer than 1000 requests per
+3.5 GiB allocated), while the stream has served fewer than 1000 requests per
 fresh handle, or its fresh handles make a burst: this one is the 5th within
 5000 requests (both pools; Note [mapping ahead while growth is frequent]).
 Prints peak physical bytes over peak requested, fresh
@@ -17,7 +17,7 @@ handles (= physical allocations) and maps.
 
 Variants:
   --ahead-while N   map ahead while the stream served fewer than N requests
-                    per fresh handle (0: always, the rule before)
+                    per fresh handle (0: always)
   --burst N K       ...or while a fresh handle is the K-th of the stream's
                     within its last N requests (default 5000 5; 0 0: never)
   --no-ahead        a fresh handle covers only the run it was made for

@@ -61,7 +61,7 @@ move takes, the largest that fits in the free room from the run's start
 (largest) or the smallest covering the run (fit). --big MIB: requests of at
 least MIB get a range of their own per stream, with own handles.
 
-Calls, as in BENCHMARKS.md "Page moves against the call budget": each fresh
+Calls, as in BENCHMARKS.md, "Models of placement and growth": each fresh
 handle 2 (physical allocation and map), each move 1 (nosync) or 2 (sync) and
 2.5 per synchronization, one reservation per range; the old addresses the
 nosync moves leave mapped cost one unmap each when they are finally
@@ -70,7 +70,7 @@ released, listed apart ("deferred").
     scripts/handle-moves.py TRACE.gz... [--place best|keep|choose|pack|align|alignpage|aligntop|topend]
         [--moves nosync|sync] [--exact MIB [--whole]] [--pick largest|fit] [--big MIB]
         [--own-align page|fresh] [--per-request N] [--scale F] [--force ID=MIB,...]
-    scripts/handle-moves.py --table [--rows A:B] TRACE.gz...   # BENCHMARKS.md's table
+    scripts/handle-moves.py --table [--rows A:B] TRACE.gz...   # every variant, a row each
     scripts/handle-moves.py --self-test                       # one move, checked by hand
 """
 import argparse
@@ -88,8 +88,9 @@ pf = hf.pf
 MIB, PAGE = hf.MIB, hf.PAGE
 FAR = 1 << 40  # the free block at a range's top is unbounded
 
-# Calls each trace can spend under equal costs (BENCHMARKS.md, "Page moves
-# against the call budget").
+# Calls each trace can spend under equal costs: events x (half the faster
+# PyTorch configuration's ns/op less npualloc's host ns/op) / 20 us, from one
+# run of each (BENCHMARKS.md, "Models of placement and growth").
 BUDGET = {"bert-encode-varbatch": 166, "gpt2-generate": 2615, "gpt2-train": 166,
           "resnet-like-infer": 26, "serve-bert-gpt2": 3405}
 
@@ -97,8 +98,8 @@ BUDGET = {"bert-encode-varbatch": 166, "gpt2-generate": 2615, "gpt2-train": 166,
 class Moves(hf.Model):
     def __init__(self, place="best", moves=None, exact=None, whole=False, big=None, pick="largest", per_request=None,
                  own_align=None, move_above=None):
-        # The rows of BENCHMARKS.md's table were made before handles of their
-        # own were the core's default: --exact N [--whole] models them here.
+        # No handles of their own unless asked: --exact N [--whole] models
+        # them (the core's default), so a row can compare with and without.
         super().__init__(own=False)
         self.pick = pick
         self.own_align = own_align  # None, "page" or "fresh": where a request growing with own handles goes
@@ -445,9 +446,9 @@ TABLE = [
     ("own handles >= 16 MiB, sync moves, smallest covering, growing where moves fit",
      dict(place="choose", moves="sync", exact=16, pick="fit")),
     ("requests >= 32 MiB in ranges of their own, no-sync moves", dict(moves="nosync", big=32)),
-    # Handles of their own as the core makes them (--exact 32 --whole: any
-    # bound from 32 to 48 MiB gives the same figures), then handle-aware
-    # placement on top of them.
+    # Handles of their own as the core makes them (--exact 32 --whole: the
+    # core's bound is the fresh handle the rule would make, 32 to 48 MiB on
+    # these traces), then handle-aware placement on top of them.
     ("own handles (the core's), no-sync moves, smallest covering", OWN),
     ("own handles (the core's), no-sync moves, smallest covering, handle-aligned", dict(OWN, place="align")),
     ("own handles (the core's), no moves, handle-aligned", dict(exact=32, whole=True, place="align")),

@@ -164,7 +164,7 @@ def footprint(evs, policy="best", segregate=(), two_ended=0, rounding=None, per_
     return pages * PAGE / peak, sum(r.growths for r in ranges.values()), peak
 
 
-# The variants of BENCHMARKS.md "Placement without page moves (simulated)".
+# The placement rules --table compares (BENCHMARKS.md, "Models of placement and growth").
 TABLE = [
     ("best fit (the core's rule)", {}),
     ("best fit, a range per stream", dict(per_stream=True)),

@@ -49,6 +49,6 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 // Every malloc and free returns a `Result<_, Error>`: a larger error makes
-// the cache-hit path move and test more bytes (8 more cost 7 instructions a
-// pair). A variant that needs more room boxes its fields.
+// the cache-hit path move and test more bytes on every call. A variant that
+// needs more room boxes its fields.
 const _: () = assert!(std::mem::size_of::<Error>() <= 56, "Error grew past 56 bytes");

@@ -3,10 +3,17 @@
 //! must be a heading's number, and a quoted title right after the path or
 //! section must be text of that file. Citations of the documents' old
 //! location outside the repository are refused.
+//!
+//! Citations of `BENCHMARKS.md` are held to its headings: a quoted title
+//! right after it (`BENCHMARKS.md, "X"`, `BENCHMARKS.md "X"`, `BENCHMARKS
+//! "X"`, `(BENCHMARKS.md, "X")`, and further titles joined by `,` or `and`)
+//! must be exactly the text of one of its headings, at any level. Outside
+//! Markdown a citation must name a section: figures move between runs and
+//! the report is rewritten, so only a heading is a stable place to point at.
 
 use std::path::{Path, PathBuf};
 
-const SCANNED: &[&str] = &["rs", "md", "h", "c", "py", "sh", "toml", "txt", "cmake", "in"];
+const SCANNED: &[&str] = &["rs", "md", "h", "hpp", "c", "cpp", "py", "sh", "toml", "txt", "cmake", "in"];
 const SKIPPED_DIRS: &[&str] = &["target", ".git", "third_party", "node_modules", "__pycache__", ".venv"];
 
 fn root() -> PathBuf {
@@ -78,6 +85,117 @@ fn folded(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// Files whose bare mentions of BENCHMARKS.md wait for their owners to
+/// name a section; an entry whose file no longer has one is refused, so the
+/// list only shrinks.
+const BARE_BENCHMARKS_AWAITING_OWNER: &[&str] = &["scripts/test.sh"];
+
+/// Comment leaders a quoted title may cross when it continues on the next
+/// line of a comment.
+fn is_comment_marker(token: &str) -> bool {
+    !token.is_empty() && token.chars().all(|c| matches!(c, '/' | '!' | '#' | '*' | '-'))
+}
+
+/// A quoted title with its line breaks, indentation and comment leaders
+/// folded into single spaces.
+fn folded_title(raw: &str) -> String {
+    raw.split_whitespace().filter(|t| !is_comment_marker(t)).collect::<Vec<_>>().join(" ")
+}
+
+/// `text` with leading spaces, commas and line breaks skipped, and the
+/// comment leader of each line crossed.
+fn skip_gap(mut text: &str) -> &str {
+    loop {
+        let trimmed = text.trim_start_matches([' ', '\t', ',']);
+        let Some(next_line) = trimmed.strip_prefix('\n').or_else(|| trimmed.strip_prefix("\r\n")) else {
+            return trimmed;
+        };
+        let body = next_line.trim_start_matches([' ', '\t']);
+        let leader = body.split_whitespace().next().filter(|t| is_comment_marker(t)).map_or(0, str::len);
+        text = &body[leader..];
+    }
+}
+
+/// One citation of BENCHMARKS.md: the quoted titles that follow it (none,
+/// or one and more joined by `,` or `and`).
+#[derive(Debug)]
+struct BenchCitation {
+    titles: Vec<String>,
+    line: usize,
+}
+
+/// The citations of BENCHMARKS.md (or `BENCHMARKS` alone) in `text`.
+fn bench_citations(text: &str) -> Vec<BenchCitation> {
+    const NAME: &str = "BENCHMARKS";
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices(NAME) {
+        if text[..at].chars().next_back().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let mut rest = &text[at + NAME.len()..];
+        if let Some(r) = rest.strip_prefix(".md") {
+            rest = r;
+        }
+        // BENCHMARKS.mdx, BENCHMARKS_DIR, BENCHMARKS/x, BENCHMARKS.txt: another name.
+        let mut next = rest.chars();
+        let another = match next.next() {
+            Some('.') => next.next().is_some_and(|c| c.is_ascii_alphanumeric()),
+            Some(c) => c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '/'),
+            None => false,
+        };
+        if another {
+            continue;
+        }
+        let mut after = skip_gap(rest.trim_start_matches(['`', ')', ']']));
+        let mut titles = Vec::new();
+        while let Some((title, tail)) = after.strip_prefix('"').and_then(|t| t.split_once('"')) {
+            titles.push(folded_title(title));
+            let tail = skip_gap(tail);
+            after = skip_gap(tail.strip_prefix("and").unwrap_or(tail));
+        }
+        let line = text[..at].matches('\n').count() + 1;
+        found.push(BenchCitation { titles, line });
+    }
+    found
+}
+
+/// The headings of a Markdown document, the text after the `#`s, outside
+/// fenced code blocks.
+fn headings(doc: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut found = Vec::new();
+    for line in doc.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            found.push(line.trim_start_matches('#').trim().to_string());
+        }
+    }
+    found
+}
+
+/// What is wrong with the BENCHMARKS.md citations of `text` (`code`: not a
+/// Markdown file), each as "LINE: why", and how many titles were checked.
+fn bench_problems(text: &str, code: bool, headings: &[String]) -> (Vec<String>, usize) {
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for c in bench_citations(text) {
+        if c.titles.is_empty() && code {
+            problems.push(format!(
+                "{}: BENCHMARKS.md without a section: cite a section by its heading (BENCHMARKS.md, \"Heading\")",
+                c.line
+            ));
+        }
+        for title in &c.titles {
+            checked += 1;
+            if !headings.iter().any(|h| h == title) {
+                problems.push(format!("{}: BENCHMARKS.md has no heading \"{title}\"", c.line));
+            }
+        }
+    }
+    (problems, checked)
+}
+
 fn has_section(doc: &str, id: &str) -> bool {
     doc.lines().filter(|l| l.starts_with('#')).any(|l| {
         let heading = l.trim_start_matches('#').trim_start();
@@ -98,8 +216,11 @@ fn every_cited_doc_and_section_exists() {
     let root = root();
     let mut files = Vec::new();
     source_files(&root, &mut files);
+    let benchmarks = std::fs::read_to_string(root.join("BENCHMARKS.md")).expect("BENCHMARKS.md");
+    let bench_headings = headings(&benchmarks);
     let mut problems = Vec::new();
     let mut checked = 0;
+    let mut bench_checked = 0;
     for path in &files {
         let Ok(text) = std::fs::read_to_string(path) else { continue };
         let shown = path.strip_prefix(&root).unwrap_or(path).display().to_string();
@@ -112,6 +233,19 @@ fn every_cited_doc_and_section_exists() {
                 problems.push(format!("{shown}: cites reference/{old}; cite docs/ instead"));
             }
         }
+        let code = path.extension().and_then(|e| e.to_str()) != Some("md");
+        let (mut bench, titles) = bench_problems(&text, code, &bench_headings);
+        bench_checked += titles;
+        if BARE_BENCHMARKS_AWAITING_OWNER.contains(&shown.as_str()) {
+            let before = bench.len();
+            bench.retain(|p| !p.contains("cite a section by its heading"));
+            if bench.len() == before {
+                problems.push(format!(
+                    "{shown}: names every section it cites: remove it from BARE_BENCHMARKS_AWAITING_OWNER"
+                ));
+            }
+        }
+        problems.extend(bench.into_iter().map(|p| format!("{shown}:{p}")));
         for c in citations(&text) {
             checked += 1;
             let doc_path = root.join("docs").join(&c.file);
@@ -133,6 +267,10 @@ fn every_cited_doc_and_section_exists() {
     }
     assert!(problems.is_empty(), "{} broken citation(s):\n{}", problems.len(), problems.join("\n"));
     assert!(checked >= 20, "only {checked} citations found: is the scan still reading the sources?");
+    assert!(
+        bench_checked >= 10,
+        "only {bench_checked} BENCHMARKS.md sections cited: is the scan still reading the sources?"
+    );
 }
 
 #[test]
@@ -147,4 +285,44 @@ fn the_citation_reader_finds_sections_and_titles() {
     let doc = "# T\n## 5. Calls\n### 6.1 Inside\n## b. Constants\n";
     assert!(has_section(doc, "5") && has_section(doc, "6.1") && has_section(doc, "b"));
     assert!(!has_section(doc, "6") && !has_section(doc, "c"));
+}
+
+#[test]
+fn the_benchmarks_reader_holds_citations_to_headings() {
+    let text = "see BENCHMARKS.md, \"Sleep and wake\" and (BENCHMARKS.md, \"Commands\"); \
+                `BENCHMARKS.md`, \"Caveats\"; BENCHMARKS \"Method\"; BENCHMARKS.md's order; \
+                BENCHMARKS.md, \"Memory against peers\" and \"Commands\".\n\
+                //! (BENCHMARKS.md,\n//! \"Speed under\n//! equal costs\"). NPUALLOC_BENCHMARKS, BENCHMARKS.mdx";
+    let got: Vec<_> = bench_citations(text).into_iter().map(|c| c.titles).collect();
+    let want: [&[&str]; 7] = [
+        &["Sleep and wake"],
+        &["Commands"],
+        &["Caveats"],
+        &["Method"],
+        &[],
+        &["Memory against peers", "Commands"],
+        &["Speed under equal costs"],
+    ];
+    assert_eq!(got, want.map(|w| w.iter().map(|t| t.to_string()).collect::<Vec<_>>()));
+
+    let doc = "# Benchmarks\n## Method\n## Speed under equal costs\n### Two allocators on one device\n\
+               ```sh\n# Not a heading\n```\n## Commands\n";
+    let h = headings(doc);
+    assert_eq!(h, ["Benchmarks", "Method", "Speed under equal costs", "Two allocators on one device", "Commands"]);
+    // Headings of any level pass, exactly.
+    let (problems, checked) = bench_problems("(BENCHMARKS.md, \"Two allocators on one device\")", true, &h);
+    assert!(problems.is_empty() && checked == 1, "{problems:?}");
+    // A title that is not a heading, or only part of one, is refused.
+    for wrong in
+        ["BENCHMARKS.md, \"What the rule costs\"", "BENCHMARKS \"Speed under\"", "BENCHMARKS.md \"Not a heading\""]
+    {
+        let (problems, _) = bench_problems(wrong, false, &h);
+        assert_eq!(problems.len(), 1, "{wrong}: {problems:?}");
+    }
+    // A second title of a list is checked too.
+    assert_eq!(bench_problems("BENCHMARKS.md, \"Method\" and \"Results\"", true, &h).0.len(), 1);
+    // In code a bare citation is refused; in Markdown it is prose.
+    let bare = "// the numbers in BENCHMARKS.md.";
+    assert!(bench_problems(bare, true, &h).0[0].contains("cite a section by its heading"));
+    assert!(bench_problems(bare, false, &h).0.is_empty());
 }

@@ -171,9 +171,10 @@ pub fn set(api: Api, ns: u64) {
 
 /// The environment variable that asks for the last stretch of every cost
 /// to be spun, not slept (a duration, e.g. `200us`; default none). A timed
-/// wait wakes tens of microseconds late (timer slack, scheduling), which
-/// made a 20 us call cost about 100 us: comparisons with a runtime that
-/// busy-waits its costs (the PyTorch baseline's fake CUDA) set it. Off by
+/// wait wakes tens of microseconds late (timer slack, scheduling), so a
+/// short cost slept whole takes several times what it is charged:
+/// comparisons with a runtime that busy-waits its costs (the PyTorch
+/// baseline's fake CUDA) set it. Off by
 /// default because a spinning call takes a core from the threads doing real
 /// work, where a card's runtime would block in the kernel.
 pub const SPIN_ENV: &str = "ACLEMU_COST_SPIN";

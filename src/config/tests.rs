@@ -334,7 +334,8 @@ fn expandable_segments_with_max_split_size_is_refused() {
 
 #[test]
 fn max_split_size_needs_fixed_segments_given() {
-    // Alone it used to switch the allocator to fixed segments silently.
+    // Alone it must not switch the allocator to fixed segments silently:
+    // it is refused, and the reason names what it needs.
     for s in ["max_split_size_mb:128", "page_size:2m,max_split_size_mb:20"] {
         let reason = bad(s, "max_split_size_mb");
         assert!(reason.contains("expandable_segments:false"), "{reason}");

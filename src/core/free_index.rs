@@ -4,8 +4,9 @@
 //! plus a bounded best-fit scan: inside the request's own class the smallest
 //! block that fits wins (an exact fit stops the scan), and if none fits, the
 //! smallest of the first few blocks of the next non-empty class. Pure
-//! "good fit" (take any block of a larger class) was measured to multiply
-//! reserved memory with exact-size segments; the bounded scan keeps
+//! "good fit" (take any block of a larger class) splits large blocks for
+//! small requests and multiplies reserved memory with exact-size segments;
+//! the bounded scan keeps
 //! best-fit's fragmentation at segregated-fit speed (docs/anchors.md §e,
 //! idea 1).
 //!
@@ -27,9 +28,9 @@
 //! an ordinary member of the index for everything else: `count`, `bytes`,
 //! `iter`, `iter_from`, `largest` and `contains` include it, and the walks
 //! put it in its class where the lists would have it (by the same counts),
-//! so expandable placement scans blocks in the lists' order. On every
-//! replayed trace the layouts are those of the lists alone; the count costs
-//! `Block` 8 bytes (48 to 56).
+//! so expandable placement scans blocks in the lists' order, and a layout
+//! is the one the lists alone would give; the count costs 8 bytes of
+//! `Block`.
 //!
 //! A block on a list carries its class (`Block::class`, set by `insert`), so
 //! taking it off (`remove`, twice in a warm pair through the index) reads

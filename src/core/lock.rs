@@ -2,8 +2,8 @@
 //!
 //! Every allocator call takes it once, so its cost is on the hot path. A
 //! `std::sync::Mutex` costs two atomic read-modify-writes per call (take, and
-//! release checking for sleepers); each drains the store buffer, and they
-//! were the largest single cost of a replay (10% of its samples). This lock
+//! release checking for sleepers); each drains the store buffer, which in a
+//! profile of a replay is the largest single cost of a call. This lock
 //! takes with one compare-exchange, and until some thread has had to wait
 //! for it a release is a plain load and a plain store: a host that calls
 //! from one thread never pays for the others.
@@ -21,9 +21,9 @@
 //! every time it sleeps, so a lost wake costs at most a nap: it then takes
 //! the lock marked and its release wakes the next sleeper. Other sleeps are
 //! unbounded: a futex wait with a timeout arms a kernel timer each time,
-//! which made two busy threads twice as slow.
-//! Releases stay swaps for good: switching back and forth cost two busy
-//! threads on small blocks about 1.5x.
+//! which two busy threads would pay on every wait.
+//! Releases stay swaps for good: switching back and forth would put the
+//! switch's own atomics on every call of two busy threads.
 //!
 //! Poisoning as in std: a panic while the lock is held marks it, and every
 //! later `lock` returns `Err` with the guard inside.

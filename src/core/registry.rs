@@ -5,8 +5,8 @@
 //! Every malloc that splits a block inserts its address and every free
 //! removes it, so the map is on the hot path twice per pair. It is an
 //! open-addressing table made for its keys, where a general hash map (with
-//! the address hasher of [`crate::addr_hash`]) spent about 130 instructions a
-//! pair in probing groups, tags and tombstones:
+//! the address hasher of [`crate::addr_hash`]) spends its work on probing
+//! groups, tags and tombstones these keys do not need:
 //!
 //! - Keys are block start addresses: distinct, at least 512-byte aligned,
 //!   never `usize::MAX` (a block of 512 bytes or more ends at or below it),

@@ -30,8 +30,8 @@
 //! and while held it cut up the pool's free space: the pool's top (Note [the
 //! top block] in `free_index`) stops at it, so later pairs split and merge
 //! through the lists, and a request the cut-up space cannot hold drains
-//! everything (the scaling mix of many sizes: 1 in 19 mallocs, 4,200
-//! instructions each, for 1 hit in 12 held blocks). So a drain that alone
+//! everything (a mix of many sizes that rarely repeat drains often, each
+//! drain costing thousands of instructions, for few hits). So a drain that alone
 //! serves the request that made it (the held blocks starved the pool: the
 //! growth then needs no device call) weighs the blocks it returned against
 //! the hits since the last such drain: when they are at least 8 and more
@@ -44,10 +44,10 @@
 //! Other drains (a growth that needs the device all the same, the sibling
 //! pool's growth, the out-of-memory ladder, empty_cache, release) are not
 //! weighed, and once the device ran short of memory (the ladder ran) such a
-//! drain ends a rest instead: layouts count more than speed then. With the
-//! floor of 8 blocks a rest changed no figure of the replayed traces (min
-//! capacity included), where a first version without it rested after
-//! drains of one block at small capacities and lost a layout the lists gave.
+//! drain ends a rest instead: layouts count more than speed then. The
+//! floor of 8 blocks keeps drains of a block or two, common on a nearly
+//! full device, from resting the lists, which would lose the layouts they
+//! give there.
 
 use super::block::{BlockArena, BlockId, NIL};
 use super::size_class::{class_of, CLASS_COUNT};
@@ -56,9 +56,10 @@ use super::stats::{DeviceCounters, Stats};
 /// Blocks one size class holds at most.
 const PER_CLASS: u8 = 16;
 
-/// The largest block held: small-pool blocks only. Large blocks went
-/// through the free index in measurements at no cost in speed, and holding
-/// them changed layouts enough to raise peak reserved memory.
+/// The largest block held: small-pool blocks only. A large block costs
+/// little more through the free index, and holding one keeps its memory
+/// from coalescing, which changes layouts enough to raise peak reserved
+/// memory.
 const MAX_BLOCK: usize = super::policy::SMALL_SIZE;
 
 const WORDS: usize = CLASS_COUNT.div_ceil(64);

@@ -16,16 +16,18 @@
 //!   `POLL_THRESHOLD` wait;
 //! - by every miss before it places or grows, and by the reclaim paths.
 //!
-//! Polling only on a miss or past `POLL_THRESHOLD` let a hit take other
-//! memory while freed gradient buckets waited (a bucket request found
-//! another free block, the buckets' memory sat idle): +374 MiB of peak
-//! reserved on the 7B training trace with its buckets recorded on a
-//! communication stream, against none now (BENCHMARKS.md, "What deferral
-//! costs"). PyTorch polls at every malloc (`process_events`); polling on
-//! frees instead keeps the hit path as it was: the free path's one branch
-//! (`should_poll`, taken only while frees wait) was already there. While
-//! another stream's work is still running, the backing off bounds the
-//! queries to about one per `MAX_POLL_GAP` frees.
+//! Why frees poll: if only a miss (or more than `POLL_THRESHOLD` waiting)
+//! polled, a cache hit could take other memory while freed blocks whose
+//! streams are done sat idle (gradient buckets recorded on a communication
+//! stream: the next bucket finds another free block, and the freed ones
+//! are never reused), and peak reserved would grow by what waits. With the
+//! deferring free polling, a trace replays in the same memory with its
+//! `record_stream` events as without them (BENCHMARKS.md, "Traces at real
+//! scale"). PyTorch polls at every malloc (`process_events`); polling on
+//! frees instead keeps the hit path free of it: the free path's one branch
+//! (`should_poll`, taken only while frees wait) serves both. While another
+//! stream's work is still running, the backing off bounds the queries to
+//! about one per `MAX_POLL_GAP` frees.
 //!
 //! This module is the whole of stream ordering: a shard calls `note_use`
 //! (record_stream), `free_events` then `defer` (a free with stream uses),
@@ -225,7 +227,7 @@ impl StreamOrder {
     }
 
     /// Whether a free should consult its `PollClock`: frees wait (one
-    /// compare, as predictable as the old `len() > POLL_THRESHOLD`).
+    /// predictable compare on the free path).
     pub fn should_poll(&self) -> bool {
         !self.pending.is_empty()
     }

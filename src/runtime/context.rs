@@ -20,7 +20,7 @@
 //! context current, which holds no reference. A device with no hold (a
 //! query before an allocator exists) is switched with a paired
 //! `aclrtSetDevice` / `aclrtResetDevice`. A runtime without the context
-//! calls falls back to `aclrtSetDevice` both ways, as before.
+//! calls falls back to `aclrtSetDevice` both ways.
 
 use super::{check, AclCallError, Runtime, Stream};
 use crate::sys;

@@ -1,7 +1,7 @@
 /* fakecudart_shared.c -- the fake device's capacity shared between processes
    (FAKECUDA_SHARED, described in fakecudart_shared.h; fakecudart.c describes
    the library). Without FAKECUDA_SHARED nothing here runs: g_shared stays
-   NULL and charge() counts this process alone, as before. */
+   NULL and charge() counts this process alone. */
 #include <fcntl.h>
 #include <sys/stat.h>
 

@@ -58,9 +58,9 @@ fn five_hundred_streams_come_and_go_on_a_64_gib_device() {
 }
 
 /// 64 streams live at once, each holding a 256 MiB and a 4 KiB block, on a
-/// 64 GiB device: 128 ranges fit the address space (each stream used to
-/// take 200 GiB of a 5 TiB window), and every reservation stays within the
-/// driver's 128 GiB cap.
+/// 64 GiB device: 128 ranges fit the address space (a range sized to a
+/// multiple of the device per stream would not), and every reservation
+/// stays within the driver's 128 GiB cap.
 #[test]
 fn sixty_four_streams_live_at_once_each_with_two_blocks() {
     let _g = emu_lock();

@@ -100,9 +100,8 @@ fn phase_handles(hits: usize) -> u64 {
 
 /// A stream that served many requests and then starts growing again maps
 /// ahead once the phase's handles make a burst: a few handles more than a
-/// new stream, not one per growth. (Before the burst rule the lifetime
-/// counts alone decided: after 100,000 hits the phase took 64 handles,
-/// one per request, where a new stream took 5.)
+/// new stream, not one per growth (by the lifetime counts alone, the phase
+/// after 100,000 hits would take one handle per request).
 #[test]
 fn a_growth_phase_after_many_hits_maps_ahead_once_in_a_burst() {
     let _g = emu_lock();
@@ -200,10 +199,9 @@ fn second_stream_growth(reuse: bool) -> (u64, u64) {
 }
 
 /// A stream on a retired entry grows as on a new one: the entry's count of
-/// fresh handles starts again with its request counts. (It did not: S2
-/// inherited S1's 13 handles and mapped 48 MiB ahead in one handle for the
-/// 30 MiB, where on a new entry 5000 requests and no handle say it grows
-/// rarely.)
+/// fresh handles starts again with its request counts: S2 must not count
+/// S1's handles and map a handle ahead for its 30 MiB, where on a new entry
+/// 5000 requests and no handle say it grows rarely.
 #[test]
 fn a_reused_stream_entry_paces_growth_as_a_new_one() {
     let _g = emu_lock();

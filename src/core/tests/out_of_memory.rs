@@ -101,8 +101,8 @@ fn memory_fraction_caps_reserved_memory() {
 
 /// A request larger than any address reservation (expandable segments) is
 /// refused with no recovery to try, and it counts as a refusal like any
-/// other: in `num_ooms`, in its pool's figures, and in the history (before,
-/// only the error and the `oom_snapshot` file showed it).
+/// other: in `num_ooms`, in its pool's figures, and in the history, not only
+/// in the error and the `oom_snapshot` file.
 #[test]
 fn a_request_no_reservation_can_hold_counts_as_an_oom() {
     let _g = emu_lock();

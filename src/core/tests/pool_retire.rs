@@ -58,7 +58,7 @@ fn five_hundred_pools_come_and_go_in_a_bounded_table() {
 }
 
 /// forget_stream gives back a live private pool's cache on that stream and
-/// retires its entry (it used to act on the default pool's entry only); a
+/// retires its entry, not only the default pool's; a
 /// later use starts afresh, and the slot serves the next new pair. (A pool
 /// that served a graph capture keeps its entry and memory: `pool_capture`.)
 #[test]

@@ -79,8 +79,8 @@ fn a_reservation_whose_release_was_refused_goes_at_teardown() {
 }
 
 /// Whatever the request made of the refusal, teardown leaves nothing
-/// reserved and nothing charged (the reservation used to be forgotten,
-/// held and charged for the process's life).
+/// reserved and nothing charged (a forgotten reservation would stay held
+/// and charged for the process's life).
 #[test]
 fn after_a_refused_release_teardown_leaves_nothing_reserved() {
     let sc = Scene::new();

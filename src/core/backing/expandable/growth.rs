@@ -25,10 +25,11 @@
 //!   calls grow with the logarithm of the allocated peak. Growth is
 //!   geometric in what the allocator itself uses, not in the card's size: a user of a few hundred MiB gets 32 to 48 MiB
 //!   handles on a 64 GiB card as on an 8 GiB one, and one of tens of GiB
-//!   few calls. (The rule before this one grew with reserved bytes, which
-//!   count the memory mapped ahead, so mapping ahead fed the next handle's
-//!   size.) Below `start` handles do not shrink with the allocator: a cap
-//!   of twice the allocated peak cost the shortest trace two handles.
+//!   few calls. Growth follows allocated bytes, not reserved ones: reserved
+//!   bytes count the memory mapped ahead, so mapping ahead would feed the
+//!   next handle's size. Below `start` handles do not shrink with the
+//!   allocator: a program whose first requests are large would pay for
+//!   small first handles in calls.
 //!
 //! Under a memory fraction, what is left of the limit bounds "free" as well.
 
@@ -50,16 +51,16 @@ pub const REFRESH_EVERY: u32 = 8;
 /// made (both pools of the stream counted), another growth's calls are
 /// spread over so many operations (at most 40 ns each at 20 us a call)
 /// that memory matters more: a fresh handle then maps only what the request
-/// lacks (up to the usual size). On the shipped traces this holds
-/// gpt2-generate at 1.068x its live peak instead of 1.105x and serve at
-/// 1.167x instead of 1.184x on 64 GiB, three handles more each, and changes
-/// nothing on the others; any bound from 250 to 4000 requests gives the
-/// same figures (BENCHMARKS.md, "Mapping ahead while growth is frequent").
+/// lacks (up to the usual size). The bound is on calls, not on memory: a
+/// bound on what is mapped ahead costs calls where the holes between live
+/// blocks, not the handles, hold the memory, and a bound on calls holds its
+/// effect over a wide range of its value (BENCHMARKS.md, "Models of
+/// placement and growth").
 /// The counts are the stream's whole life, so a stream that served many
 /// requests and then starts a new growth phase would map only what each
 /// request lacks until the phase's handles caught up with its requests
-/// (after 100,000 hits, 64 growths of 3 MiB took 64 handles where a new
-/// stream takes 5). So a fresh handle also maps ahead when the stream is in
+/// (after 100,000 hits, 64 growths of 3 MiB would take 64 handles where a
+/// new stream takes 5). So a fresh handle also maps ahead when the stream is in
 /// a burst: it is at least the `BURST_HANDLES`-th (5th) fresh handle of the
 /// stream (both pools) within its last `BURST_REQUESTS` requests. The
 /// window is five times the lifetime bound: a burst is the same rate, one
@@ -67,19 +68,13 @@ pub const REFRESH_EVERY: u32 = 8;
 /// handles instead of the whole life. That phase then takes 9 handles: its
 /// first four map what each request lacks (8 calls more than a new stream,
 /// once per phase however long it is), the rest map ahead, and what they
-/// hold ahead is at most one handle, as on a new stream. Five is the one
-/// constant the shipped traces decide: gpt2-generate's decoding phase
-/// starts some 97,000 requests in with four growths of 14 MiB, 28 requests
-/// apart, that map their own pages; with a burst of three or four (or the
-/// recent rate alone: map ahead while the previous fresh handle came fewer
-/// than 1000 requests ago) one of them maps a 48 MiB handle ahead the phase
-/// never uses (bursts of three: gpt2-generate 1.121x, serve 1.192x; of
-/// four: 1.134x, 1.197x; the recent rate: 1.112x, 1.177x and min capacity
-/// 1.040x on serve). Five to eight
-/// handles, and windows of 1000 to 20,000 requests at five, give the peak
-/// reserved and handles of the lifetime rule alone on all eight traces
-/// (the default five within 5000: min capacity and every call count too;
-/// BENCHMARKS.md, "What the rule costs"). Each pool keeps the stream's request count at
+/// hold ahead is at most one handle, as on a new stream. Five, not fewer:
+/// a short late phase (a generation's decoding, a few growths some way
+/// apart) should map its own pages, since a handle mapped ahead for it is
+/// one the phase never uses; a count below five, or a rule of the recent
+/// rate alone (map ahead while the previous fresh handle came fewer than
+/// 1000 requests ago), lets such a phase map ahead (BENCHMARKS.md, "Models
+/// of placement and growth"). Each pool keeps the stream's request count at
 /// its last four fresh handles (`RecentHandles`), written only when it
 /// makes one and read only when a fresh handle is about to be made: nothing
 /// on a cache hit. While the stream's other pool is locked by another
@@ -223,7 +218,7 @@ impl PieceRule {
     /// from 32 MiB to 48 MiB, mapped ahead of demand; as the device fills,
     /// whoever fills it, handles shrink to a 128th of what it reports free,
     /// down to 4 MiB, so a nearly full device still gets pieces small
-    /// enough to move (a 16th or a 32nd pushed min capacity past 1.05x).
+    /// enough to move (a larger share pins pages a nearly full device needs).
     /// Growing with allocated bytes, not with what is reserved, keeps
     /// memory mapped ahead from feeding the next handle's size; the 48 MiB
     /// step bounds what one handle holds ahead on the small and mid-sized
@@ -232,14 +227,11 @@ impl PieceRule {
     /// allocated peak and at most a 32nd of what is free, up to 1 GiB: what
     /// one handle may hold ahead is then a fixed fraction of what is live
     /// (3%) and of what is left, and the count of handles grows with the
-    /// logarithm of the allocated peak (0 to 50 GiB allocated on a 64 GiB
-    /// card: 180 handles; 365 with the rule before, a 64th up to 256 MiB
-    /// within a 128th of free memory, which at that scale gave about
-    /// 110 MiB handles and more calls than PyTorch's one cudaMalloc per
-    /// large block). The 1 GiB cap bounds what one live block pins against
-    /// `empty_cache`. BENCHMARKS.md, "Handles sized from free memory and
-    /// allocated bytes" and "A handle rule for 7B scale", has the figures
-    /// that chose the constants. `map_ahead:false` maps
+    /// logarithm of the allocated peak (a 128th of free memory there would
+    /// keep handles small on a nearly full card and make the count grow
+    /// linearly). The 1 GiB cap bounds what one live block pins against
+    /// `empty_cache`. BENCHMARKS.md, "Models of placement and growth", says
+    /// how the constants were chosen. `map_ahead:false` maps
     /// only what requests lack. With `reserved_headroom`, always 4 MiB and
     /// nothing ahead: moving pages to stay within the headroom is that
     /// mode's point, and large pieces rarely fit the place they would move
@@ -325,8 +317,8 @@ mod tests {
     #[test]
     fn past_3_5_gib_allocated_a_handle_is_a_32nd_of_allocated_and_of_free() {
         let roomy = 512 * GIB;
-        // Up to 3.5 GiB the 48 MiB step holds (the mid-sized traces' handles,
-        // 3.1 GiB allocated, stay as they were: a 64th was 48 MiB there too).
+        // Up to 3.5 GiB the 48 MiB step holds (the mid-sized traces, 3.1 GiB
+        // allocated, keep 48 MiB handles).
         assert_eq!(bytes(roomy, 3 * GIB + 100 * MIB), 48 * MIB);
         assert_eq!(bytes(roomy, 3 * GIB + 511 * MIB), 48 * MIB);
         // From 3.5 GiB, a 32nd of the allocated peak.
@@ -339,7 +331,7 @@ mod tests {
         // allocated on a 64 GiB card, 54 GiB free: the 320 MiB stand...
         assert_eq!(bytes(54 * GIB, 10 * GIB), 320 * MIB);
         // ...50 GiB on it with 14 GiB free: 448 MiB, not the 112 MiB a
-        // 128th of free gave; 2 GiB free: 64 MiB.
+        // 128th of free would give; 2 GiB free: 64 MiB.
         assert_eq!(bytes(14 * GIB, 50 * GIB), 448 * MIB);
         assert_eq!(bytes(2 * GIB, 50 * GIB), 64 * MIB);
         // Nearly full: down to the 4 MiB floor.

@@ -13,7 +13,7 @@
 //! with a headroom a request that needs pages goes where the fewest are
 //! missing (`placement`), so fewer pieces move. Off by default:
 //! on a busy device those synchronizations cost more than the memory they
-//! save (see BENCHMARKS.md).
+//! save (BENCHMARKS.md, "Models of placement and growth").
 
 use super::mapping::Placement;
 use super::{free_handle, RangePool};
@@ -109,9 +109,9 @@ impl RangePool {
     }
 
     /// Free pieces of the range outside the request: largest first (fewest
-    /// calls per byte moved), then lowest page. Which of equal pieces goes
-    /// first changes how many move later by a fifth either way on bert
-    /// (BENCHMARKS.md); none was better on every trace.
+    /// calls per byte moved), then lowest page, a deterministic order. Which
+    /// of equal pieces goes first changes how many move later, in no
+    /// direction that holds across workloads.
     fn movable_pieces(&self, ctx: &Placement<'_>) -> Vec<Victim> {
         let page = self.range(ctx.seg).page_size;
         let mut found: Vec<Victim> = Vec::new();

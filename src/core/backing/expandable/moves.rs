@@ -2,8 +2,8 @@
 //!
 //! On a roomy device nothing is ever unmapped, so the pages of a freed
 //! block stay mapped in their hole while the range grows elsewhere: peak
-//! reserved memory stays above the live bytes (BENCHMARKS.md, "Handles of
-//! their own and moves of whole handles (model)"). When a large-pool
+//! reserved memory stays above the live bytes (BENCHMARKS.md, "Models of
+//! placement and growth"). When a large-pool
 //! placement would make a fresh handle for a run of unmapped pages, a
 //! handle of the same range that lies wholly inside free blocks moves
 //! there instead (`handle_moves`, on by default):
@@ -13,14 +13,13 @@
 //!   decides mapping ahead (Note [mapping ahead while growth is frequent]).
 //!   A move saves memory at the cost of calls: a run covered by several
 //!   moved handles takes one call each, where one handle of its own takes
-//!   two. Moving on every growth brought bert-encode-varbatch from 1.175x
-//!   to 1.150x its live peak but from 50 to 91 calls, past what its
-//!   equal-costs target allows (about 72); while growth is frequent calls
-//!   matter more, and once the stream has served 1000 requests or more per
-//!   fresh handle (a long-running server meeting a new, larger batch)
-//!   memory does. With `map_ahead:false`, which puts memory first
-//!   throughout, every growth may move (bert 1.148x, serve 1.144x:
-//!   BENCHMARKS.md, "Moves of wholly free handles").
+//!   two, so moving on every growth can spend more calls than a warm-up
+//!   may. While growth is frequent calls matter more, and once the stream
+//!   has served 1000 requests or more per fresh handle (a long-running
+//!   server meeting a new, larger batch) memory does. With
+//!   `map_ahead:false`, which puts memory first throughout, every growth
+//!   may move (BENCHMARKS.md, "Memory against peers", and "Models of
+//!   placement and growth" for what moving on every growth costs).
 //! - Which: among the range's wholly free pieces (`free_pieces`) that fit
 //!   the unmapped free pages from the run's start (as far as a fresh handle
 //!   mapped ahead may reach) and lie outside the placement's free block
@@ -69,11 +68,11 @@
 //! - Nor with `reserved_headroom` (the key is refused there). That
 //!   mode holds reserved memory within its bound by unmapping free pieces,
 //!   after a synchronization, where the request needs them, and a moved
-//!   handle is never one of those pieces while its old address is mapped:
-//!   with moves on, bert-encode-varbatch went from 1.020x to 1.173x under
-//!   `reserved_headroom:0.02`. Its list of pieces, found once a placement,
-//!   could also hold a piece that moved later in the same placement, whose
-//!   old address it would then unmap (and cache the handle mapped still).
+//!   handle is never one of those pieces while its old address is mapped,
+//!   so with both on that bound would not hold. Its list of pieces, found
+//!   once a placement, could also hold a piece that moved later in the
+//!   same placement, whose old address it would then unmap (and cache the
+//!   handle mapped still).
 
 use super::mapping::Placement;
 use super::{Piece, RangePool, Retired};

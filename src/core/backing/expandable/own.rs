@@ -1,7 +1,7 @@
 //! Note [handles of their own]
 //!
 //! A fresh handle is normally sized by the rule (`PieceRule`: 32 to 48 MiB
-//! on a roomy device, up to 256 MiB at scale) and mapped ahead of the
+//! on a roomy device, up to 1 GiB at scale) and mapped ahead of the
 //! request over the free pages after it, so that the blocks placed next
 //! share it. A request at least as large as that handle gains nothing from
 //! sharing: it would fill a fresh handle or more by itself. Such a request
@@ -24,12 +24,13 @@
 //! shrinks the rule's handles (a 128th of what it reports free), pages
 //! must stay movable in small pieces, and a large request that took one
 //! handle for all it lacks would have it pinned whole by any small block
-//! best fit later puts in its last page or in its hole (min capacity went
-//! from 1.04x to 1.15x that way on resnet-like-infer). There every request
-//! gets the rule's handles, as before. The model of the backing
-//! (`scripts/handle-moves.py --exact N --whole`) gives the same figures
-//! on every shipped trace for any fixed bound from 32 to 48 MiB
-//! (BENCHMARKS.md, "Handles of their own").
+//! best fit later puts in its last page or in its hole, and the smallest
+//! device the program fits on would grow. There every request gets the
+//! rule's handles. The bound follows the rule rather than a fixed size
+//! because, in the model of the backing (`scripts/handle-moves.py --exact
+//! N --whole`), the figures do not depend on a fixed bound between the
+//! rule's smallest and largest handles (BENCHMARKS.md, "Models of
+//! placement and growth").
 
 use super::RangePool;
 use crate::core::policy::PoolKind;

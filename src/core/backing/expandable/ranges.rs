@@ -28,9 +28,9 @@ impl RangePool {
     /// Bytes of address space a new range of this shard gets for a request
     /// of `rounded` bytes aligned to `align`: the device's size (large
     /// pool; twice it with `reserved_headroom`, whose page moves leave holes
-    /// that a range of the device's size fills: min capacity went from
-    /// 1.0175x to 1.0307x peak on gpt2-generate, 1.0188x to 1.0235x on
-    /// bert-encode-varbatch) or a sixteenth of it (small pool), within the
+    /// until a range of the device's size fills and the next one is
+    /// reserved, so a nearly full device would refuse sooner) or a
+    /// sixteenth of it (small pool), within the
     /// budget's share,
     /// never below the request, and within the per-reservation cap with the
     /// alignment padding. None when even the request cannot fit one

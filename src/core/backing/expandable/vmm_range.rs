@@ -50,10 +50,10 @@ pub struct VmmRange {
     pub retired: RetiredSpans,
 }
 
-/// A range's retired spans, boxed: a range with none costs one word (a
-/// segment is 176 bytes; with a `Vec` here it was 192, and the hit path's
-/// `unmapped_under` took one more instruction to index the segments by a
-/// stride of 3 x 64: callgrind pairs +1 a pair).
+/// A range's retired spans, boxed: a range with none costs one word, so
+/// the segment stays 176 bytes (a `Vec` here would make it 192, and the hit
+/// path's `unmapped_under` would need an extra instruction to index the
+/// segments by a stride of 3 x 64).
 #[derive(Debug, Clone, Default)]
 // One word when empty (a `Vec` is three): the box is the point.
 #[allow(clippy::box_collection)]
