@@ -28,11 +28,14 @@
 //!   look-up, so only a live handle matches a word.
 //! - Only a registry's own tags reach its words, and each kind has a tag of
 //!   its own ([`Kind`]): a handle of one kind never matches another's word.
-//! - Chunks are allocated as slots are first needed and are never moved or
-//!   freed; the table of chunks has a fixed place. A look-up is two loads
-//!   (the chunk, the word) and a compare, with no lock and no write, so
-//!   threads using different handles, or the same one, never contend.
-//!   Creation and destruction take the registry's lock.
+//! - Slots come in chunks of 256 that are never moved or freed. Chunk 0 is
+//!   part of the registry (a static), and destroyed handles' slots are
+//!   reused first, so a kind's handles are there while at most 256 are live
+//!   at once: looking one up is a test, one load (the word) and a compare.
+//!   Other chunks are allocated as needed and found through a table, two
+//!   loads more. A look-up takes no lock and writes nothing, so threads
+//!   using different handles, or the same one, never contend. Creation and
+//!   destruction take the registry's lock.
 //! - Destroying a handle frees its object at once and gives the slot back
 //!   for the next handle of the kind, which gets the next generation: a
 //!   stale handle then differs from the word in its generation and is
@@ -97,6 +100,8 @@ pub(crate) enum Kind {
     Reused = 5,
     #[cfg(test)]
     Retired = 6,
+    #[cfg(test)]
+    Many = 7,
 }
 
 /// A kind of object C holds by handle.
@@ -143,20 +148,46 @@ struct Slot<T> {
     value: AtomicPtr<T>,
 }
 
+impl<T> Slot<T> {
+    const fn fresh() -> Self {
+        Slot { word: AtomicUsize::new(FRESH), value: AtomicPtr::new(std::ptr::null_mut()) }
+    }
+
+    /// The object of the live handle this slot's word was seen to be.
+    ///
+    /// # Safety
+    /// The word was read (Acquire) as a live handle, which is not destroyed
+    /// while the result is in use.
+    #[inline]
+    unsafe fn object<'a>(&self) -> &'a T {
+        // SAFETY: while the word is a live handle, `value` is its object
+        // from Box::into_raw, set before the word was published (Release)
+        // and freed only by `remove`, which the caller rules out.
+        unsafe { &*self.value.load(Ordering::Relaxed) }
+    }
+}
+
 type Chunk<T> = [Slot<T>; SLOTS_PER_CHUNK];
+/// Entry `i` is chunk `i` (entry 0 is unused: chunk 0 is `Registry::first`).
+type Table<T> = [AtomicPtr<Chunk<T>>; CHUNKS];
 
 /// The live handles of one kind, and the slots that issue new ones.
 pub(crate) struct Registry<T> {
-    /// Chunk `i` holds slots `256 i` to `256 i + 255`; NULL until its first
-    /// slot is needed, then never changed (the chunk is never freed).
-    chunks: [AtomicPtr<Chunk<T>>; CHUNKS],
+    /// Chunk 0, in place: looking up one of its handles, which the first 256
+    /// live handles of a kind are, reads no pointer.
+    first: Chunk<T>,
+    /// The table of the other chunks: NULL until a slot past chunk 0 is
+    /// needed; then set once, and so is each of its entries as its chunk's
+    /// first slot is needed. Neither a table nor a chunk is ever freed or
+    /// moved.
+    rest: AtomicPtr<Table<T>>,
     /// The slots to issue from; held while creating or destroying.
     spare: Mutex<Spare>,
 }
 
 struct Spare {
-    /// Slots given back by destroy, reused last in, first out (the table
-    /// stays as small as the peak of live handles).
+    /// Slots given back by destroy, reused last in, first out (the slots in
+    /// use stay as few as the peak of live handles, in chunk 0 if they fit).
     free: Vec<usize>,
     /// Slots from this one on were never used.
     fresh: usize,
@@ -165,30 +196,75 @@ struct Spare {
 impl<T: HandleKind> Registry<T> {
     pub const fn new() -> Self {
         Registry {
-            chunks: [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS],
+            first: [const { Slot::fresh() }; SLOTS_PER_CHUNK],
+            rest: AtomicPtr::new(std::ptr::null_mut()),
             spare: Mutex::new(Spare { free: Vec::new(), fresh: 0 }),
         }
     }
 
-    /// The slot a value's chunk and slot bits name, if its chunk exists
-    /// (whatever the other bits hold).
-    #[inline]
-    fn slot(&self, h: usize) -> Option<&Slot<T>> {
-        let chunk = self.chunks[(h >> CHUNK_SHIFT) & (CHUNKS - 1)].load(Ordering::Acquire);
+    fn table(&self) -> Option<&Table<T>> {
+        // SAFETY: a non-NULL `rest` is a table from Box::into_raw in
+        // `insert`, published (Release) once initialised, never freed.
+        unsafe { self.rest.load(Ordering::Acquire).as_ref() }
+    }
+
+    fn chunk(&self, c: usize) -> Option<&Chunk<T>> {
+        if c == 0 {
+            return Some(&self.first);
+        }
+        let table = self.table()?;
         // SAFETY: a non-NULL entry is a chunk from Box::into_raw in `insert`,
-        // published once its slots were initialised and never freed or moved.
-        let chunk = unsafe { chunk.as_ref() }?;
+        // published (Release) once its slots were initialised, never freed.
+        unsafe { table[c].load(Ordering::Acquire).as_ref() }
+    }
+
+    /// The slot a value's chunk and slot bits name, if that chunk exists
+    /// (whatever the other bits hold).
+    fn slot(&self, h: usize) -> Option<&Slot<T>> {
+        let chunk = self.chunk((h >> CHUNK_SHIFT) & (CHUNKS - 1))?;
         Some(&chunk[(h >> SLOT_SHIFT) & (SLOTS_PER_CHUNK - 1)])
     }
 
-    /// The slot of `h` if `h` is a live handle of this registry.
-    #[inline]
+    /// The slot of `h` if `h` is a live handle of this registry. Acquire on
+    /// the word: the object stored before the word was published is seen.
     fn live(&self, h: usize) -> Option<&Slot<T>> {
         if h & DEAD != 0 {
             return None;
         }
-        // Acquire: the object stored before the word was published is seen.
         self.slot(h).filter(|slot| slot.word.load(Ordering::Acquire) == h)
+    }
+
+    /// The object of `h` if `h` is a live handle of this registry.
+    ///
+    /// # Safety
+    /// As [`borrow`].
+    #[inline]
+    unsafe fn get<'a>(&self, h: usize) -> Result<&'a T> {
+        // One test sends everything but a value of chunk 0 without bit 0
+        // out of line.
+        if h & (DEAD | (CHUNKS - 1) << CHUNK_SHIFT) != 0 {
+            // SAFETY: forwarded to the caller.
+            return unsafe { self.get_past_first(h) };
+        }
+        let slot = &self.first[(h >> SLOT_SHIFT) & (SLOTS_PER_CHUNK - 1)];
+        if slot.word.load(Ordering::Acquire) != h {
+            return Err(refused::<T>(Handle(h)));
+        }
+        // SAFETY: the word is the live handle `h`; forwarded to the caller.
+        Ok(unsafe { slot.object() })
+    }
+
+    /// [`get`](Self::get) for the values it does not decide inline.
+    ///
+    /// # Safety
+    /// As [`borrow`].
+    #[inline(never)]
+    unsafe fn get_past_first<'a>(&self, h: usize) -> Result<&'a T> {
+        match self.live(h) {
+            // SAFETY: the word is the live handle `h`; forwarded to the caller.
+            Some(slot) => Ok(unsafe { slot.object() }),
+            None => Err(refused::<T>(Handle(h))),
+        }
     }
 
     /// Whether `h` was issued by this registry (it may be live or destroyed).
@@ -217,12 +293,15 @@ impl<T: HandleKind> Registry<T> {
             }
             None => {
                 let index = spare.fresh;
-                if index % SLOTS_PER_CHUNK == 0 {
-                    let chunk: Box<Chunk<T>> = Box::new(std::array::from_fn(|_| Slot {
-                        word: AtomicUsize::new(FRESH),
-                        value: AtomicPtr::new(std::ptr::null_mut()),
-                    }));
-                    self.chunks[index / SLOTS_PER_CHUNK].store(Box::into_raw(chunk), Ordering::Release);
+                let c = index / SLOTS_PER_CHUNK;
+                if c > 0 && index % SLOTS_PER_CHUNK == 0 {
+                    if self.table().is_none() {
+                        let table: Box<Table<T>> = Box::new([const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS]);
+                        self.rest.store(Box::into_raw(table), Ordering::Release);
+                    }
+                    let chunk: Box<Chunk<T>> = Box::new([const { Slot::fresh() }; SLOTS_PER_CHUNK]);
+                    let table = self.table().expect("the table was just published");
+                    table[c].store(Box::into_raw(chunk), Ordering::Release);
                 }
                 spare.fresh += 1;
                 index
@@ -276,12 +355,8 @@ pub(crate) fn register<T: HandleKind>(value: T) -> Result<Handle> {
 /// (`npualloc_destroy`'s contract).
 #[inline]
 pub(crate) unsafe fn borrow<'a, T: HandleKind>(h: Handle) -> Result<&'a T> {
-    match T::registry().live(h.0) {
-        // SAFETY: a live handle's slot holds its object (from Box::into_raw),
-        // freed only by `destroy`, which the caller does not call meanwhile.
-        Some(slot) => Ok(unsafe { &*slot.value.load(Ordering::Relaxed) }),
-        None => Err(refused::<T>(h)),
-    }
+    // SAFETY: forwarded to the caller.
+    unsafe { T::registry().get(h.0) }
 }
 
 /// Takes a live handle's object back from C, for destruction; from now on
@@ -408,6 +483,7 @@ mod tests {
     test_kind!(Other, Other, "other");
     test_kind!(Reused, Reused, "reused");
     test_kind!(Retired, Retired, "retired");
+    test_kind!(Many, Many, "many");
 
     fn message<T: HandleKind>(r: Result<&T>) -> String {
         match r {
@@ -507,6 +583,42 @@ mod tests {
         drop(unsafe { destroy::<Retired>(next) }.unwrap());
     }
 
+    /// Past chunk 0 handles work the same, up to the registry's capacity,
+    /// where creation fails until a handle is destroyed.
+    #[test]
+    fn handles_past_the_first_chunk_up_to_the_capacity() {
+        let capacity = CHUNKS * SLOTS_PER_CHUNK;
+        let live: Vec<Handle> = (0..capacity).map(|i| register(Many(i as u32)).unwrap()).collect();
+        for (i, &h) in live.iter().enumerate() {
+            assert_eq!(h.0 >> SLOT_SHIFT & (capacity - 1), i, "slots are issued in order");
+            // SAFETY: h is live.
+            assert_eq!(unsafe { borrow::<Many>(h) }.unwrap().0, i as u32);
+        }
+        let full = register(Many(0)).map(|h| h.0);
+        assert!(matches!(&full, Err(Error::Unsupported(m)) if m.contains("262144")), "{full:?}");
+
+        // One of chunk 1 and one of the last chunk, destroyed and reissued.
+        for i in [SLOTS_PER_CHUNK + 3, capacity - 1] {
+            let old = live[i];
+            // SAFETY: nobody else uses it.
+            drop(unsafe { destroy::<Many>(old) }.unwrap());
+            assert_eq!(refusal::<Many>(old.0), format!("{old:p} is a destroyed npualloc many"));
+            let new = register(Many(7)).unwrap();
+            assert_eq!((slot_bits(new), generation(new.0)), (slot_bits(old), 1));
+            assert_eq!(refusal::<Many>(old.0), format!("{old:p} is a destroyed npualloc many"));
+            // SAFETY: new is live.
+            assert_eq!(unsafe { borrow::<Many>(new) }.unwrap().0, 7);
+            // SAFETY: nobody else uses it.
+            drop(unsafe { destroy::<Many>(new) }.unwrap());
+        }
+        for (i, &h) in live.iter().enumerate() {
+            if i != SLOTS_PER_CHUNK + 3 && i != capacity - 1 {
+                // SAFETY: nobody else uses it.
+                drop(unsafe { destroy::<Many>(h) }.unwrap());
+            }
+        }
+    }
+
     /// A page nobody may read (PROT_NONE), and the same address once
     /// unmapped.
     struct NoAccess(*mut libc::c_void);
@@ -551,6 +663,7 @@ mod tests {
             h.0 | 8,
             h.0 + 16,
             h.0 | 1 << 63,
+            h.0 | 5 << CHUNK_SHIFT,
             with_generation(h, generation(h.0) + 1),
             (h.0 & !(7 << KIND_SHIFT)) | (Kind::Other as usize) << KIND_SHIFT,
         ];
