@@ -50,10 +50,11 @@ impl Binding {
     /// callback, also once the allocator's slot issued another handle.
     #[inline]
     fn allocator(&self) -> Result<&Allocator> {
-        // SAFETY: the allocator is not destroyed during a callback: destroy
-        // unregisters every desc first, and a host binding is destroyed
-        // before its allocator (the callers' contract).
-        unsafe { Allocator::from_handle(self.allocator.as_ptr()) }.map_err(|e| match e {
+        // SAFETY: the allocator is not destroyed while a callback runs:
+        // npualloc_destroy unregisters its descs first, and a host calling a
+        // binding's callbacks uses the allocator, which no other thread may
+        // do during its destroy (npualloc_destroy's contract).
+        unsafe { handle::borrow::<Allocator>(self.allocator) }.map_err(|e| match e {
             Error::InvalidArgument(m) if m.contains("destroyed") => Error::InvalidArgument(format!(
                 "the binding's allocator {:p} was destroyed; destroy a binding before its allocator",
                 self.allocator

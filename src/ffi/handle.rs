@@ -4,7 +4,7 @@
 //! [`Registry`] and the generation of that slot it was issued for:
 //!
 //! ```text
-//! bit   63   62..60   59..22       21..12   11..4   3..0
+//! bit   63   62..60   59..21       20..11   10..3   2..0
 //!       0    kind     generation   chunk    slot    0
 //! ```
 //!
@@ -18,7 +18,7 @@
 //! the binding behind a desc's `obj` (`super::desc::Binding`).
 //!
 //! Invariants:
-//! - A handle is non-NULL, a multiple of 16, positive as a signed
+//! - A handle is non-NULL, a multiple of 8, positive as a signed
 //!   `intptr_t`, and at least 2^60 (the kind is never 0): above every
 //!   user-space address of x86-64 and AArch64 (below 2^57), so no pointer to
 //!   memory ever equals a live handle.
@@ -31,9 +31,9 @@
 //! - Slots come in chunks of 256 that are never moved or freed. Chunk 0 is
 //!   part of the registry (a static), and destroyed handles' slots are
 //!   reused first, so a kind's handles are there while at most 256 are live
-//!   at once: looking one up is a test, one load (the word) and a compare.
-//!   Other chunks are allocated as needed and found through a table, two
-//!   loads more. A look-up takes no lock and writes nothing, so threads
+//!   at once: looking one up is a test, a load of the word and a compare,
+//!   then a load of the object's pointer. Other chunks are allocated as
+//!   needed and found through a table, two loads more. A look-up takes no lock and writes nothing, so threads
 //!   using different handles, or the same one, never contend. Creation and
 //!   destruction take the registry's lock.
 //! - Destroying a handle frees its object at once and gives the slot back
@@ -41,15 +41,16 @@
 //!   stale handle then differs from the word in its generation and is
 //!   refused as destroyed, however late it comes back. Nothing else is kept
 //!   of a destroyed handle. A generation never wraps: a slot whose
-//!   generation reached 2^38 - 1 is retired instead of reused, so no stale
+//!   generation reached 2^39 - 1 is retired instead of reused, so no stale
 //!   handle is ever accepted again. Retiring keeps one 16-byte slot per
-//!   2^38 destroys; a kind runs out of handles (creation fails) after 2^56
-//!   creations, more than two centuries at ten million a second.
+//!   2^39 destroys; a kind runs out of handles (creation fails) after 2^57
+//!   creations, more than four centuries at ten million a second.
 //! - A kind has at most 262,144 live handles (1024 chunks of 256 slots).
 //!
-//! As before, a handle must not be used while or after another thread
-//! destroys it (`npualloc_destroy`'s contract): a look-up that succeeded
-//! hands out a reference to the object, which destroy frees.
+//! A handle must not be used while another thread destroys it
+//! (`npualloc_destroy`'s contract): a look-up that succeeded hands out a
+//! reference to the object, which destroy frees. Once destroy has returned,
+//! every use is refused.
 
 use crate::core::DeviceAllocator;
 use crate::error::{Error, Result};
@@ -62,24 +63,26 @@ use std::sync::Mutex;
 // The layout above packs 64 bits into a pointer.
 const _: () = assert!(usize::BITS == 64, "handles need 64-bit pointers");
 
-/// Bits 0..4 of a handle are 0; bit 0 marks a word that admits no handle.
+/// Bits 0..3 of a handle are 0; bit 0 marks a word that admits no handle.
 const DEAD: usize = 1;
-const LOW_BITS: usize = 0xf;
-/// Bits 4..12: the slot within its chunk.
-const SLOT_SHIFT: u32 = 4;
+const LOW_BITS: usize = 0x7;
+/// Bits 3..11: the slot within its chunk, so that `h & 0x7f8` is the byte
+/// offset of its word (8 bytes each) in the chunk.
+const SLOT_SHIFT: u32 = 3;
 const SLOTS_PER_CHUNK: usize = 256;
-/// Bits 12..22: the chunk.
-const CHUNK_SHIFT: u32 = 12;
+/// Bits 11..21: the chunk.
+const CHUNK_SHIFT: u32 = 11;
 const CHUNKS: usize = 1024;
-/// Bits 22..60: the generation.
-const GENERATION_SHIFT: u32 = 22;
-const GENERATION_MAX: usize = (1 << 38) - 1;
+/// Bits 21..60: the generation.
+const GENERATION_SHIFT: u32 = 21;
+const GENERATION_MAX: usize = (1 << 39) - 1;
 /// Bits 60..63: the kind; bit 63 is 0.
 const KIND_SHIFT: u32 = 60;
 /// The word of a slot no handle was issued from yet.
 const FRESH: usize = DEAD;
 
 const _: () = assert!(SLOTS_PER_CHUNK == 1 << (CHUNK_SHIFT - SLOT_SHIFT));
+const _: () = assert!(1 << SLOT_SHIFT == size_of::<AtomicUsize>() && 1 << SLOT_SHIFT == size_of::<AtomicPtr<()>>());
 const _: () = assert!(CHUNKS == 1 << (GENERATION_SHIFT - CHUNK_SHIFT));
 const _: () = assert!(GENERATION_MAX == (1 << (KIND_SHIFT - GENERATION_SHIFT)) - 1);
 
@@ -138,21 +141,44 @@ impl fmt::Pointer for Handle {
     }
 }
 
-/// One slot of a registry.
-struct Slot<T> {
-    /// The handle last issued from this slot, `DEAD` set once it was
+/// Slots of a registry, each a word and a value at the same index (kept
+/// apart so a look-up addresses both from the chunk without a sum).
+struct Chunk<T> {
+    /// The handle last issued from each slot, `DEAD` set once it was
     /// destroyed; `FRESH` before the first (see the module docs).
-    word: AtomicUsize,
+    words: [AtomicUsize; SLOTS_PER_CHUNK],
     /// While the word is a live handle: its object, from `Box::into_raw`.
     /// NULL otherwise.
-    value: AtomicPtr<T>,
+    values: [AtomicPtr<T>; SLOTS_PER_CHUNK],
 }
 
-impl<T> Slot<T> {
+impl<T> Chunk<T> {
     const fn fresh() -> Self {
-        Slot { word: AtomicUsize::new(FRESH), value: AtomicPtr::new(std::ptr::null_mut()) }
+        Chunk {
+            words: [const { AtomicUsize::new(FRESH) }; SLOTS_PER_CHUNK],
+            values: [const { AtomicPtr::new(std::ptr::null_mut()) }; SLOTS_PER_CHUNK],
+        }
     }
 
+    /// The slot a value's slot bits name (whatever the other bits hold).
+    #[inline]
+    fn slot(&self, h: usize) -> Slot<'_, T> {
+        // The bits as they are: the byte offset of the slot's word, and of
+        // its value (a word and a pointer are both 8 bytes).
+        let offset = h & ((SLOTS_PER_CHUNK - 1) << SLOT_SHIFT);
+        // SAFETY: `offset` is a multiple of 8 below 8 * SLOTS_PER_CHUNK, the
+        // size of either array: it is the start of one element of each.
+        unsafe { Slot { word: &*self.words.as_ptr().byte_add(offset), value: &*self.values.as_ptr().byte_add(offset) } }
+    }
+}
+
+/// One slot of a chunk.
+struct Slot<'c, T> {
+    word: &'c AtomicUsize,
+    value: &'c AtomicPtr<T>,
+}
+
+impl<T> Slot<'_, T> {
     /// The object of the live handle this slot's word was seen to be.
     ///
     /// # Safety
@@ -167,7 +193,6 @@ impl<T> Slot<T> {
     }
 }
 
-type Chunk<T> = [Slot<T>; SLOTS_PER_CHUNK];
 /// Entry `i` is chunk `i` (entry 0 is unused: chunk 0 is `Registry::first`).
 type Table<T> = [AtomicPtr<Chunk<T>>; CHUNKS];
 
@@ -196,7 +221,7 @@ struct Spare {
 impl<T: HandleKind> Registry<T> {
     pub const fn new() -> Self {
         Registry {
-            first: [const { Slot::fresh() }; SLOTS_PER_CHUNK],
+            first: Chunk::fresh(),
             rest: AtomicPtr::new(std::ptr::null_mut()),
             spare: Mutex::new(Spare { free: Vec::new(), fresh: 0 }),
         }
@@ -220,14 +245,14 @@ impl<T: HandleKind> Registry<T> {
 
     /// The slot a value's chunk and slot bits name, if that chunk exists
     /// (whatever the other bits hold).
-    fn slot(&self, h: usize) -> Option<&Slot<T>> {
+    fn slot(&self, h: usize) -> Option<Slot<'_, T>> {
         let chunk = self.chunk((h >> CHUNK_SHIFT) & (CHUNKS - 1))?;
-        Some(&chunk[(h >> SLOT_SHIFT) & (SLOTS_PER_CHUNK - 1)])
+        Some(chunk.slot(h))
     }
 
     /// The slot of `h` if `h` is a live handle of this registry. Acquire on
     /// the word: the object stored before the word was published is seen.
-    fn live(&self, h: usize) -> Option<&Slot<T>> {
+    fn live(&self, h: usize) -> Option<Slot<'_, T>> {
         if h & DEAD != 0 {
             return None;
         }
@@ -242,11 +267,11 @@ impl<T: HandleKind> Registry<T> {
     unsafe fn get<'a>(&self, h: usize) -> Result<&'a T> {
         // One test sends everything but a value of chunk 0 without bit 0
         // out of line.
-        if h & (DEAD | (CHUNKS - 1) << CHUNK_SHIFT) != 0 {
+        if h & (DEAD | ((CHUNKS - 1) << CHUNK_SHIFT)) != 0 {
             // SAFETY: forwarded to the caller.
             return unsafe { self.get_past_first(h) };
         }
-        let slot = &self.first[(h >> SLOT_SHIFT) & (SLOTS_PER_CHUNK - 1)];
+        let slot = self.first.slot(h);
         if slot.word.load(Ordering::Acquire) != h {
             return Err(refused::<T>(Handle(h)));
         }
@@ -286,7 +311,7 @@ impl<T: HandleKind> Registry<T> {
             None if spare.fresh == CHUNKS * SLOTS_PER_CHUNK => {
                 return Err(Error::Unsupported(format!(
                     "no npualloc {} left to issue: {} are live at once at most, and a slot is retired after \
-                     2^38 handles",
+                     2^39 handles",
                     T::NOUN,
                     CHUNKS * SLOTS_PER_CHUNK
                 )));
@@ -299,7 +324,7 @@ impl<T: HandleKind> Registry<T> {
                         let table: Box<Table<T>> = Box::new([const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS]);
                         self.rest.store(Box::into_raw(table), Ordering::Release);
                     }
-                    let chunk: Box<Chunk<T>> = Box::new([const { Slot::fresh() }; SLOTS_PER_CHUNK]);
+                    let chunk: Box<Chunk<T>> = Box::new(Chunk::fresh());
                     let table = self.table().expect("the table was just published");
                     table[c].store(Box::into_raw(chunk), Ordering::Release);
                 }
@@ -310,7 +335,7 @@ impl<T: HandleKind> Registry<T> {
         let slot = self.slot(index << SLOT_SHIFT).expect("a spare slot's chunk exists");
         let last = slot.word.load(Ordering::Relaxed);
         let generation = if last == FRESH { 0 } else { generation(last) + 1 };
-        let h = (T::KIND as usize) << KIND_SHIFT | generation << GENERATION_SHIFT | index << SLOT_SHIFT;
+        let h = ((T::KIND as usize) << KIND_SHIFT) | (generation << GENERATION_SHIFT) | (index << SLOT_SHIFT);
         slot.value.store(Box::into_raw(Box::new(value)), Ordering::Relaxed);
         // Release: a look-up that sees the word sees the object.
         slot.word.store(h, Ordering::Release);
@@ -504,13 +529,13 @@ mod tests {
     }
 
     fn with_generation(h: Handle, generation: usize) -> usize {
-        h.0 & !(GENERATION_MAX << GENERATION_SHIFT) | generation << GENERATION_SHIFT
+        (h.0 & !(GENERATION_MAX << GENERATION_SHIFT)) | (generation << GENERATION_SHIFT)
     }
 
     #[test]
     fn live_handles_are_accepted_and_destroyed_once() {
         let h = register(Probe(7)).unwrap();
-        assert!(h.0 != 0 && h.0 % 16 == 0 && h.0 >= 1 << 60 && (h.0 as isize) > 0, "{h:p}");
+        assert!(h.0 != 0 && h.0 % 8 == 0 && h.0 >= 1 << 60 && (h.0 as isize) > 0, "{h:p}");
         // SAFETY: h is live and destroyed only below.
         assert_eq!(unsafe { borrow::<Probe>(h) }.unwrap().0, 7);
         // SAFETY: h is used by nobody else, no borrow of it is in use.
@@ -590,7 +615,7 @@ mod tests {
         let capacity = CHUNKS * SLOTS_PER_CHUNK;
         let live: Vec<Handle> = (0..capacity).map(|i| register(Many(i as u32)).unwrap()).collect();
         for (i, &h) in live.iter().enumerate() {
-            assert_eq!(h.0 >> SLOT_SHIFT & (capacity - 1), i, "slots are issued in order");
+            assert_eq!((h.0 >> SLOT_SHIFT) & (capacity - 1), i, "slots are issued in order");
             // SAFETY: h is live.
             assert_eq!(unsafe { borrow::<Many>(h) }.unwrap().0, i as u32);
         }
@@ -660,10 +685,10 @@ mod tests {
         let h = register(Probe(3)).unwrap();
         let near = [
             h.0 + 1,
-            h.0 | 8,
-            h.0 + 16,
-            h.0 | 1 << 63,
-            h.0 | 5 << CHUNK_SHIFT,
+            h.0 | 4,
+            h.0 + 8,
+            h.0 | (1 << 63),
+            h.0 | (5 << CHUNK_SHIFT),
             with_generation(h, generation(h.0) + 1),
             (h.0 & !(7 << KIND_SHIFT)) | (Kind::Other as usize) << KIND_SHIFT,
         ];
@@ -704,7 +729,9 @@ mod tests {
     fn exports_refuse_bad_handles_of_every_kind() {
         use crate::config::Config;
         use crate::ffi::allocator::{npualloc_destroy, npualloc_free, npualloc_malloc};
-        use crate::ffi::desc::{npualloc_binding_create, npualloc_binding_destroy, npualloc_desc_alloc, npualloc_desc_free};
+        use crate::ffi::desc::{
+            npualloc_binding_create, npualloc_binding_destroy, npualloc_desc_alloc, npualloc_desc_free,
+        };
         use crate::ffi::last_error::last_error_message;
         use crate::ffi::status::npualloc_status::*;
         use crate::runtime::Runtime;
