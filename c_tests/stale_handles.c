@@ -3,9 +3,10 @@
  * destroyed allocator handle, and a host binding that outlived its
  * allocator. Each is refused with INVALID_ARGUMENT (or NULL from a desc
  * callback) and a message naming the destroyed handle, also after another
- * allocator was created (a destroyed handle's memory is never reused, so the
- * stale pointer can never reach the new allocator). The memcheck run of the
- * C tests sees any read of freed memory here.
+ * allocator was created (which may take the destroyed one's registry slot,
+ * never its handle value, so the stale handle can never reach the new
+ * allocator). The memcheck run of the C tests sees any read of freed memory
+ * here.
  */
 #include "npualloc.h"
 #include "test_helper.h"

@@ -127,7 +127,10 @@ typedef int32_t npualloc_status;
 #endif // __cplusplus
 
 /**
- * Opaque allocator handle (C sees only a pointer to it).
+ * Opaque allocator handle. C holds a pointer to it whose value names a
+ * registered allocator and is not an address: npualloc never reads through
+ * it, and checks it on every call, refusing NULL, any other value and a
+ * destroyed handle with NPUALLOC_ERR_INVALID_ARGUMENT.
  */
 typedef struct npualloc_allocator npualloc_allocator;
 
@@ -454,9 +457,9 @@ npualloc_status npualloc_create(const char *config,
  * `npualloc_destroy(NULL)` is a no-op returning NPUALLOC_OK. No other thread
  * may use the allocator during this call. Afterwards every call given the
  * handle (a second destroy included), and every callback of a binding made
- * from it, refuses it with INVALID_ARGUMENT: the handle's memory (a few
- * hundred bytes) is kept for the process's life so that no later allocator
- * gets its address.
+ * from it, refuses it with INVALID_ARGUMENT, however many allocators are
+ * created since: a later allocator never gets the same handle value, and
+ * nothing of the destroyed one is kept.
  *
  * # Safety
  * `a` is NULL or a handle from `npualloc_create` not yet destroyed, which no

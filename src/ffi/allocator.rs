@@ -51,9 +51,9 @@ pub unsafe extern "C" fn npualloc_create(
         let out = try_out!(out, "out");
         let text = if config.is_null() { None } else { Some(try_str!(config, "config")) };
         let config = Config::from_c(text)?;
-        let core = DeviceAllocator::new(config, device)?;
+        let handle = Allocator::into_raw(DeviceAllocator::new(config, device)?)?;
         // SAFETY: out was checked non-NULL and aligned.
-        unsafe { out.write(Allocator::into_raw(core)) };
+        unsafe { out.write(handle) };
         Ok(())
     })
 }
@@ -71,9 +71,9 @@ pub unsafe extern "C" fn npualloc_create(
 /// `npualloc_destroy(NULL)` is a no-op returning NPUALLOC_OK. No other thread
 /// may use the allocator during this call. Afterwards every call given the
 /// handle (a second destroy included), and every callback of a binding made
-/// from it, refuses it with INVALID_ARGUMENT: the handle's memory (a few
-/// hundred bytes) is kept for the process's life so that no later allocator
-/// gets its address.
+/// from it, refuses it with INVALID_ARGUMENT, however many allocators are
+/// created since: a later allocator never gets the same handle value, and
+/// nothing of the destroyed one is kept.
 ///
 /// # Safety
 /// `a` is NULL or a handle from `npualloc_create` not yet destroyed, which no
@@ -84,8 +84,8 @@ pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npuallo
         if a.is_null() {
             return Ok(());
         }
-        // SAFETY: the caller hands over a handle from npualloc_create (or
-        // npualloc_pluggable_allocator, refused below).
+        // SAFETY: no other thread uses the handle during or after this call
+        // (the caller's contract); anything but a live handle is refused.
         let live = unsafe { Allocator::from_handle(a) }?;
         if live.process_wide {
             return Err(crate::error::Error::InvalidArgument(format!(
@@ -95,7 +95,8 @@ pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npuallo
             )));
         }
         super::desc::unregister_all(live)?;
-        // SAFETY: checked live just above; no stream's runtime refers to it now.
+        // SAFETY: no other thread uses the handle (as above), `live` is not
+        // used past this point, and no stream's runtime refers to it now.
         let allocator = unsafe { Allocator::take(a) }?;
         let report = allocator.core.teardown();
         drop(allocator);
@@ -138,7 +139,7 @@ pub unsafe extern "C" fn npualloc_malloc(
     ffi_boundary!(status "npualloc_malloc", {
         #[cfg(test)]
         tests::panic_if_armed();
-        // SAFETY: handle validity is the caller's contract; NULL and dead handles are refused.
+        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         let out = try_out!(out_ptr, "out_ptr");
         let addr = allocator.core.malloc(size, Stream::from_raw(stream))?;

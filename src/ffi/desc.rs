@@ -6,7 +6,7 @@
 //! `npualloc_desc_free` resolves the block through the allocator's pointer
 //! registry in O(1).
 
-use super::handle::{npualloc_allocator, Allocator, Checked, HandleKind, Registration};
+use super::handle::{self, npualloc_allocator, Allocator, Handle, HandleKind, Kind, Registration, Registry};
 use super::last_error::set_last_error;
 use super::status::npualloc_status;
 use crate::error::{Error, Result};
@@ -15,36 +15,46 @@ use crate::sys::aclrtStream;
 use std::collections::HashMap;
 use std::ffi::c_void;
 
-/// What a desc's `obj` points to (inside its [`Checked`] box): the
-/// allocator's handle and the stream its blocks belong to.
+/// What a desc's `obj` names (registered in [`BINDINGS`]): the allocator's
+/// handle and the stream its blocks belong to.
 pub struct Binding {
-    allocator: *const npualloc_allocator,
+    allocator: Handle,
     stream: Stream,
 }
 
+static BINDINGS: Registry<Binding> = Registry::new();
+
 impl HandleKind for Binding {
-    const LIVE: u64 = 0x6269_6e64_696e_6721; // "binding!"
+    const KIND: Kind = Kind::Binding;
     const NOUN: &'static str = "binding";
+    #[inline]
+    fn registry() -> &'static Registry<Self> {
+        &BINDINGS
+    }
 }
 
 impl Binding {
-    /// Borrows the binding behind a desc's `obj`; see [`Checked::borrow`].
+    /// Borrows the binding behind a desc's `obj`; see [`handle::borrow`].
+    /// Only the value of `b` is used.
     ///
     /// # Safety
-    /// As [`Checked::borrow`]: a non-NULL `b` comes from `npualloc_register`
-    /// or `npualloc_binding_create`.
+    /// As [`handle::borrow`]: `b` is not destroyed while the result is in use.
+    #[inline]
     unsafe fn from_raw<'a>(b: *const c_void) -> Result<&'a Binding> {
         // SAFETY: forwarded to the caller.
-        unsafe { Checked::borrow(b) }
+        unsafe { handle::borrow(Handle::of(b)) }
     }
 
     /// The binding's allocator, checked like any handle: a host binding
-    /// that outlived its allocator (destroyed first) is refused, the
-    /// destroyed handle's memory being kept (`super::handle`).
+    /// that outlived its allocator (destroyed first) is refused on every
+    /// callback, also once the allocator's slot issued another handle.
+    #[inline]
     fn allocator(&self) -> Result<&Allocator> {
-        // SAFETY: `allocator` is the handle the binding was made from, live
-        // or destroyed (its memory is never freed): readable for the check.
-        unsafe { Allocator::from_handle(self.allocator) }.map_err(|e| match e {
+        // SAFETY: the allocator is not destroyed while a callback runs:
+        // npualloc_destroy unregisters its descs first, and a host calling a
+        // binding's callbacks uses the allocator, which no other thread may
+        // do during its destroy (npualloc_destroy's contract).
+        unsafe { handle::borrow::<Allocator>(self.allocator) }.map_err(|e| match e {
             Error::InvalidArgument(m) if m.contains("destroyed") => Error::InvalidArgument(format!(
                 "the binding's allocator {:p} was destroyed; destroy a binding before its allocator",
                 self.allocator
@@ -54,13 +64,13 @@ impl Binding {
     }
 }
 
-fn new_binding(allocator: *const npualloc_allocator, stream: Stream) -> *mut Checked<Binding> {
-    Checked::into_raw(Binding { allocator, stream })
+fn new_binding(allocator: *const npualloc_allocator, stream: Stream) -> Result<Handle> {
+    handle::register(Binding { allocator: Handle::of(allocator), stream })
 }
 
-fn callbacks(binding: *mut Checked<Binding>) -> DescCallbacks {
+fn callbacks(binding: Handle) -> DescCallbacks {
     DescCallbacks {
-        obj: binding.cast(),
+        obj: binding.as_ptr(),
         alloc: npualloc_desc_alloc,
         free: npualloc_desc_free,
         alloc_advise: npualloc_desc_alloc_advise,
@@ -99,7 +109,7 @@ fn check_stream(allocator: &Allocator, stream: Stream) -> Result<()> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_register", {
-        // SAFETY: handle validity is the caller's contract; NULL and dead handles are refused.
+        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         if stream.is_null() {
             return Err(Error::InvalidArgument(
@@ -113,7 +123,7 @@ pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: a
         }
         check_stream(allocator, stream)?;
         let rt = allocator.core.runtime();
-        let binding = new_binding(a, stream);
+        let binding = new_binding(a, stream)?;
         let registered = rt
             .create_desc(&callbacks(binding))
             .and_then(|desc| match rt.register_desc(stream, desc) {
@@ -142,8 +152,8 @@ pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: a
                 Ok(())
             }
             Err(e) => {
-                // SAFETY: binding came from Box::into_raw above and was never shared.
-                drop(unsafe { Box::from_raw(binding) });
+                // SAFETY: binding was registered above and never shared.
+                drop(unsafe { handle::destroy::<Binding>(binding) });
                 Err(Error::runtime(e, "registering the allocator on a stream"))
             }
         }
@@ -181,7 +191,7 @@ fn release(allocator: &Allocator, stream: Stream, regs: &mut HashMap<Stream, Reg
     let destroyed = rt.destroy_desc(reg.desc);
     // SAFETY: the binding was made by npualloc_register and is no longer
     // reachable from the runtime once unregistered.
-    let _ = unsafe { Checked::<Binding>::destroy(reg.binding) };
+    let _ = unsafe { handle::destroy::<Binding>(reg.binding) };
     if let Err(e) = destroyed {
         let msg = format!("npualloc: the stream is unregistered, but its allocator descriptor was not destroyed: {e}");
         eprintln!("{msg}");
@@ -300,9 +310,9 @@ pub unsafe extern "C" fn npualloc_binding_create(
         let out = try_out!(binding, "binding");
         let stream = Stream::from_raw(stream);
         check_stream(allocator, stream)?;
-        let b = new_binding(a, stream);
+        let b = new_binding(a, stream)?;
         // SAFETY: out was checked non-NULL and aligned.
-        unsafe { out.write(b.cast()) };
+        unsafe { out.write(b.as_ptr()) };
         Ok(())
     })
 }
@@ -318,8 +328,8 @@ pub unsafe extern "C" fn npualloc_binding_destroy(binding: *mut c_void) -> npual
         if binding.is_null() {
             return Ok(());
         }
-        // SAFETY: validity is the caller's contract; foreign and destroyed
-        // bindings are refused.
-        unsafe { Checked::<Binding>::destroy(binding) }.map(drop)
+        // SAFETY: no other thread uses the binding any more (the caller's
+        // contract); anything but a live binding is refused.
+        unsafe { handle::destroy::<Binding>(Handle::of(binding)) }.map(drop)
     })
 }

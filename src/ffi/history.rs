@@ -25,8 +25,8 @@ use std::ffi::{c_char, c_int, CString};
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_record_history(a: *mut npualloc_allocator, max_entries: usize) -> npualloc_status {
     ffi_boundary!(status "npualloc_record_history", {
-        // SAFETY: from_handle refuses NULL and non-allocators; the caller
-        // promises a handle from npualloc_create.
+        // SAFETY: the handle is not destroyed during the call (the caller's
+        // contract); anything but a live handle is refused.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         allocator.core.record_history(max_entries);
         Ok(())

@@ -40,7 +40,7 @@ pub unsafe extern "C" fn npualloc_set_before_release(
     user: *mut c_void,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_set_before_release", {
-        // SAFETY: handle validity is the caller's contract; NULL and dead handles are refused.
+        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         allocator.core.set_before_release(r#fn.map(|f| (f, user)));
         Ok(())

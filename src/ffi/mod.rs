@@ -14,6 +14,11 @@
 //!   friends); destructors accept NULL, and freeing NULL is a successful
 //!   no-op at every free (`npualloc_free`, `npualloc_desc_free`,
 //!   `npualloc_pluggable_free`), as with C's `free`.
+//! - A handle (an allocator, a desc's binding) is a value checked on every
+//!   use against a registry of live handles ([`handle`]), never read
+//!   through: NULL, any other value and a destroyed handle are refused with
+//!   `NPUALLOC_ERR_INVALID_ARGUMENT` and a message (by a desc callback, with
+//!   NULL or nothing, and the message).
 //! - Everything is thread-safe unless its doc comment says otherwise.
 //!
 //! Shims stay thin: they check pointers, convert types and call safe code in

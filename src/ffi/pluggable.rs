@@ -12,7 +12,7 @@
 //! frees and failed hooks also print one line on stderr, because torch never
 //! reads the last error.
 
-use super::handle::{npualloc_allocator, Allocator};
+use super::handle::{npualloc_allocator, Allocator, Handle};
 use super::status::npualloc_status;
 use crate::config::Config;
 use crate::core::DeviceAllocator;
@@ -29,15 +29,9 @@ pub const NPUALLOC_PLUGGABLE_MAX_DEVICES: usize = 64;
 /// A device's allocator as a C handle (from `Allocator::into_raw_process_wide`,
 /// never destroyed) and the allocator behind it.
 struct Created {
-    handle: *mut npualloc_allocator,
+    handle: Handle,
     allocator: &'static Allocator,
 }
-
-// SAFETY: the handle points to an `Allocator`, which is Send + Sync, and is
-// never freed; the pointer itself is only handed out.
-unsafe impl Send for Created {}
-// SAFETY: as above.
-unsafe impl Sync for Created {}
 
 type Slot = OnceLock<Result<Created>>;
 
@@ -67,10 +61,7 @@ pub(crate) fn allocator(device: c_int) -> Result<&'static DeviceAllocator> {
 fn created_slot(d: usize, device: c_int) -> Result<&'static Created> {
     let created = SLOTS[d].get_or_init(|| {
         let core = Config::from_env().and_then(|c| DeviceAllocator::new(c, device))?;
-        let handle = Allocator::into_raw_process_wide(core);
-        // SAFETY: just made by into_raw_process_wide and never destroyed
-        // (npualloc_destroy refuses process-wide handles).
-        let allocator = unsafe { Allocator::from_handle(handle) }?;
+        let (handle, allocator) = Allocator::into_raw_process_wide(core)?;
         Ok(Created { handle, allocator })
     });
     created.as_ref().map_err(|e| e.clone())
@@ -277,7 +268,7 @@ pub unsafe extern "C" fn npualloc_pluggable_allocator(
         let d = check_device(device)?;
         let created = created_slot(d, device)?;
         // SAFETY: out was checked non-NULL and aligned.
-        unsafe { out.write(created.handle) };
+        unsafe { out.write(created.handle.as_ptr()) };
         Ok(())
     })
 }

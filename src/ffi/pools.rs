@@ -32,7 +32,7 @@ pub unsafe extern "C" fn npualloc_pool_create(
     out_pool: *mut u64,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_create", {
-        // SAFETY: handle validity is the caller's contract; NULL and dead handles are refused.
+        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         let out = try_out!(out_pool, "out_pool");
         let text = if config.is_null() { None } else { Some(try_str!(config, "config")) };

@@ -131,7 +131,7 @@ crate::core::stats_table!(stats_from_core);
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_get_stats(a: *const npualloc_allocator, out: *mut npualloc_stats) -> npualloc_status {
     ffi_boundary!(status "npualloc_get_stats", {
-        // SAFETY: handle validity is the caller's contract; NULL and dead handles are refused.
+        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         // SAFETY: the caller's contract on `out`, passed on.
         unsafe { fill_stats(out, || allocator.core.stats()) }
