@@ -84,7 +84,7 @@ python3 scripts/test_equal_costs.py
 bash scripts/test-bench-two-tenants.sh
 
 
-# The PyTorch comparison harness of BENCHMARKS.md (tools/peer/): that its C
+# The PyTorch comparison harness (tools/peer/; BENCHMARKS.md, "Method"): that its C
 # sources compile, and the checks of its shared fake device (tools/peer/test-shared.sh,
 # no torch needed), with the CUDA runtime headers fetched once (2.4 MB of wheels,
 # cached in target/cuda-headers; a loud SKIPPED banner when they cannot be). The

@@ -85,10 +85,6 @@ fn folded(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Files whose bare mentions of BENCHMARKS.md wait for their owners to
-/// name a section; an entry whose file no longer has one is refused, so the
-/// list only shrinks.
-const BARE_BENCHMARKS_AWAITING_OWNER: &[&str] = &["scripts/test.sh"];
 
 /// Comment leaders a quoted title may cross when it continues on the next
 /// line of a comment.
@@ -234,17 +230,8 @@ fn every_cited_doc_and_section_exists() {
             }
         }
         let code = path.extension().and_then(|e| e.to_str()) != Some("md");
-        let (mut bench, titles) = bench_problems(&text, code, &bench_headings);
+        let (bench, titles) = bench_problems(&text, code, &bench_headings);
         bench_checked += titles;
-        if BARE_BENCHMARKS_AWAITING_OWNER.contains(&shown.as_str()) {
-            let before = bench.len();
-            bench.retain(|p| !p.contains("cite a section by its heading"));
-            if bench.len() == before {
-                problems.push(format!(
-                    "{shown}: names every section it cites: remove it from BARE_BENCHMARKS_AWAITING_OWNER"
-                ));
-            }
-        }
         problems.extend(bench.into_iter().map(|p| format!("{shown}:{p}")));
         for c in citations(&text) {
             checked += 1;
