@@ -85,7 +85,6 @@ fn folded(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-
 /// Comment leaders a quoted title may cross when it continues on the next
 /// line of a comment.
 fn is_comment_marker(token: &str) -> bool {

@@ -3,17 +3,14 @@
 //! synchronize on the emulator, and a replay with `u` events on other
 //! streams completes without errors or OOMs in every configuration.
 
+mod common;
+
 use npualloc::trace::parse_str;
 use npualloc_tools::replay::{replay_trace, Emulator, Options, Prepared, Target};
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 fn emulator() -> Emulator {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
-    let path: PathBuf = dir.join("libascendcl.so");
-    assert!(path.is_file(), "the ACL emulator {} is not built; run `cargo build --workspace`", path.display());
-    Emulator::load(&path).expect("load the emulator")
+    common::load_emulator()
 }
 
 fn quick() -> Options {

@@ -4,37 +4,23 @@
 //! a small trace replays to hand-computed answers, the SVG is well-formed,
 //! and the `npualloc-replay` tool fails clearly on bad input.
 
+mod common;
+
+use common::{emulator_path, repo_file};
 use npualloc::config::Config;
 use npualloc::core::DeviceAllocator;
 use npualloc::trace::{parse_file, LineError, Op};
 use npualloc_tools::replay::svg::{self, Figure};
 use npualloc_tools::replay::{replay_trace, Emulator, Options, Prepared, Report, Target};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
-
-/// `target/<profile>`: integration tests run from `target/<profile>/deps/`.
-fn target_profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
-}
-
-fn emulator_path() -> PathBuf {
-    let path = target_profile_dir().join("libascendcl.so");
-    assert!(
-        path.is_file(),
-        "the ACL emulator {} is not built; run `cargo build --workspace` (add --release for release tests) \
-         before `cargo test`",
-        path.display()
-    );
-    path
-}
 
 /// The emulator is process-wide (capacity, devices): one test at a time.
 fn emulator() -> (MutexGuard<'static, ()>, Emulator) {
     static LOCK: Mutex<()> = Mutex::new(());
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let emu = Emulator::load(&emulator_path()).expect("load the emulator");
+    let emu = common::load_emulator();
     (guard, emu)
 }
 
@@ -42,11 +28,6 @@ fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("npualloc-trace-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
-}
-
-/// A file of the repository (this crate lives in `tools/`).
-fn repo_file(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
 }
 
 /// The emulator's charge for an aclrtMalloc (docs/acl-api.md §5):
