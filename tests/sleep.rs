@@ -128,8 +128,12 @@ fn fixed_segments_refuse_to_offload_live_blocks() {
 
 /// A thread allocating from an offload pool while another sleeps and
 /// wakes: each allocation either succeeds while awake or is refused
-/// (INVALID_ARGUMENT), never lands in a sleeping pool; no wake fails and
-/// the offloaded block's bytes survive every round. A stress test: which
+/// (INVALID_ARGUMENT), never lands in a sleeping pool; no wake fails, the
+/// offloaded block's bytes survive every round, and once the last wake is
+/// done every block the worker still holds is mapped and its own. The
+/// worker touches its blocks only then: a block it was just given may be
+/// offloaded by a sleep before it could write, and a sleeping block's
+/// addresses are not mapped. A stress test: which
 /// interleavings it meets depends on timing. The ones that matter are
 /// played in a fixed order with park points by the core's tests
 /// (`core/tests/sleep_race.rs`, `core/tests/wake_race.rs`).
@@ -153,7 +157,6 @@ fn allocations_racing_sleep_are_refused_or_awake_and_wake_never_fails() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 match malloc(a, 64 * 1024 + 512 * (held.len() % 7), Stream::DEFAULT) {
                     Ok(b) => {
-                        write(b, 4096, 0x11);
                         held.push(b);
                         if held.len() > 32 {
                             for b in held.drain(..16) {
@@ -169,7 +172,12 @@ fn allocations_racing_sleep_are_refused_or_awake_and_wake_never_fails() {
                 }
             }
             route(a, p, false);
-            for b in held {
+            // `stop` is set after the last wake: every held block is mapped.
+            for (k, &b) in held.iter().enumerate() {
+                write(b, 64 * 1024, k as u8);
+            }
+            for (k, &b) in held.iter().enumerate() {
+                assert!(reads(b, 64 * 1024, k as u8), "held block {k} at {b:#x} overlaps another");
                 assert_eq!(free(a, b), NPUALLOC_OK);
             }
             refused
