@@ -263,6 +263,13 @@ pub(crate) enum GrowError {
 }
 
 impl GrowError {
+    /// Whether the request is tried again after this (garbage collection,
+    /// or room moved from other shards): what the try reserved stays for
+    /// the retry.
+    pub fn is_retried(&self) -> bool {
+        matches!(self, GrowError::Collect { .. } | GrowError::NeedsRoom { .. })
+    }
+
     pub fn is_out_of_memory(&self) -> bool {
         match self {
             GrowError::OverLimit { .. }

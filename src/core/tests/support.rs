@@ -32,10 +32,26 @@ pub(crate) const DEV: i32 = 1;
 /// ranges, events, descs and streams, and no violation was recorded.
 pub(crate) fn emu_lock() -> EmuGuard {
     static LOCK: Mutex<()> = Mutex::new(());
-    let lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let lock = LOCK.lock().unwrap_or_else(|e| {
+        EARLIER_FAILURE.store(true, std::sync::atomic::Ordering::Relaxed);
+        e.into_inner()
+    });
     // SAFETY: plain value.
     unsafe { aclemu_set_violation_abort(1) };
     EmuGuard { _lock: lock, at_start: held(), violations: violations() }
+}
+
+/// Set once a test panicked holding the emulator: what it left behind may
+/// fail the checks of the tests after it.
+static EARLIER_FAILURE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// What a failed check adds when an earlier test failed holding the emulator.
+fn earlier_failure() -> &'static str {
+    if EARLIER_FAILURE.load(std::sync::atomic::Ordering::Relaxed) {
+        " (a test that failed earlier may have left this behind: see the first failure)"
+    } else {
+        ""
+    }
 }
 
 /// A test's turn at the emulator; see [`emu_lock`].
@@ -50,7 +66,12 @@ impl Drop for EmuGuard {
         if std::thread::panicking() {
             return;
         }
-        assert_eq!(held(), self.at_start, "at the end of the test: the emulator holds what the test began without");
+        assert_eq!(
+            held(),
+            self.at_start,
+            "at the end of the test: the emulator holds what the test began without{}",
+            earlier_failure()
+        );
         assert_eq!(violations(), self.violations, "the emulator recorded violations during the test (see stderr)");
     }
 }
@@ -119,7 +140,7 @@ pub(crate) fn finish(a: DeviceAllocator) {
 pub(crate) fn assert_emulator_gave_back(what: &str) {
     let u = usage(DEV);
     let left = aclemu_usage { syncs: 0, streams: 0, ..u };
-    assert_eq!(left, aclemu_usage::default(), "{what}: the emulator reports leaks");
+    assert_eq!(left, aclemu_usage::default(), "{what}: the emulator reports leaks{}", earlier_failure());
     assert_eq!(violations(), 0, "{what}: the emulator recorded violations (see stderr)");
 }
 

@@ -247,10 +247,14 @@ impl Backing for ExpandableRanges {
             return pool.place_in_range(id, rounded, ctx);
         }
         // No free block of the shard's ranges fits: another range, given
-        // back if the request fails in it.
+        // back if the request fails in it for good.
         let seg = pool.make_range(rounded)?;
         let id = pool.segments.get(seg).first;
-        pool.place_in_range(id, rounded, ctx).inspect_err(|_| pool.unmake_range(seg))
+        pool.place_in_range(id, rounded, ctx).inspect_err(|e| {
+            if !e.is_retried() {
+                pool.unmake_range(seg)
+            }
+        })
     }
 
     /// Free pieces, each carved out as a block of its own, from every

@@ -46,13 +46,13 @@ impl RangePool {
             };
         }
         // Mapped before the split: a failure leaves the block whole, and a
-        // range made for the request goes back.
+        // range made for the request goes back unless the request is retried.
         let (seg, addr, size) = {
             let b = self.blocks.get(id);
             (b.segment, b.addr, b.size)
         };
         if let Err(e) = self.ensure_mapped(seg, addr + off, rounded, size - off, device) {
-            if let Some(new) = made {
+            if let Some(new) = made.filter(|_| !e.is_retried()) {
                 self.unmake_range(new);
             }
             return Err(e);

@@ -165,16 +165,18 @@ impl RangePool {
         out
     }
 
-    /// Gives back range `seg`, made by a request that then failed before
-    /// anything was mapped in it: a refused request leaves the device's
-    /// address space as it found it. A refused release is kept for
-    /// `free_cached` (`release_unused`).
+    /// Gives back range `seg`, made by a request that then failed: a refused
+    /// request leaves the device's address space as it found it. The
+    /// placement's undo unmaps what it mapped; a piece whose unmap the
+    /// runtime refused keeps the range, a free mapped range like any other.
+    /// A refused release is kept for `free_cached` (`release_unused`).
     pub(super) fn unmake_range(&mut self, seg: SegmentId) {
-        debug_assert!({
-            let s = self.segments.get(seg);
-            let b = self.blocks.get(s.first);
-            s.extent.mapped == 0 && b.state == BlockState::Free && b.size == s.size
-        });
+        let s = self.segments.get(seg);
+        let b = self.blocks.get(s.first);
+        debug_assert!(b.state == BlockState::Free && b.size == s.size, "a failed request's range holds a block");
+        if s.extent.mapped != 0 {
+            return;
+        }
         self.backing.ranges.retain(|&r| r != seg);
         let first = self.segments.get(seg).first;
         self.index.remove(&mut self.blocks, first);
