@@ -8,7 +8,11 @@
 //! Invariants (checked by `invariants`): the blocks of a segment tile it in
 //! address order through `prev`/`next`; no two adjacent blocks are both free.
 
-use super::segment::SegmentId;
+/// Index of a segment in its shard's table. Defined with the blocks, which
+/// name their segment by it, so that `block` needs nothing of `segment`
+/// (which builds on blocks and re-exports it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct SegmentId(pub u32);
 
 /// Index of a block in the arena.
 pub(crate) type BlockId = u32;

@@ -6,12 +6,9 @@
 //! What else a segment keeps depends on its backing (`Extent`).
 
 use super::block::BlockId;
+pub(crate) use super::block::SegmentId;
 use crate::runtime::Stream;
 use std::collections::BTreeMap;
-
-/// Index of a segment in its shard's table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct SegmentId(pub u32);
 
 #[derive(Debug)]
 pub(crate) struct Segment<E> {

@@ -10,10 +10,15 @@
 //! the stats: the segments' sizes add up to `segment_bytes`, which with
 //! `cached_handle_bytes` makes `reserved_bytes`; active blocks add up to
 //! `allocated_bytes`, pending-free ones to `pending_free_bytes`.
+//!
+//! The same walk over the shards gives PyTorch's form of the snapshot
+//! (`Device::pytorch_snapshot`); `pytorch_snapshot` holds that format.
 
 use super::backing::Backing;
 use super::block::{BlockState, NIL};
 use super::device::Device;
+use super::history::Action;
+use super::pytorch_snapshot::{document, split_into_runs, BlockView, SegmentView, State, Value};
 use super::stats::Stats;
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
@@ -130,6 +135,53 @@ impl<B: Backing> Device<B> {
 
     pub fn snapshot_json(&self) -> crate::error::Result<String> {
         Ok(self.snapshot()?.to_json())
+    }
+
+    /// The snapshot in PyTorch's format (see `pytorch_snapshot`, which
+    /// builds the document from the views read here). The shards are read
+    /// one at a time, as by `snapshot_json`: calls running meanwhile on
+    /// other threads may show up in some shards and not others.
+    pub fn pytorch_snapshot(&self) -> crate::error::Result<Value> {
+        let mut segments = Vec::new();
+        for (pool_id, shard) in self.streams.iter().flat_map(|e| e.shards.iter().map(move |s| (e.pool(), s))) {
+            let pool = shard.lock()?;
+            let stream = pool.stream().0;
+            for seg_id in pool.segments.ids() {
+                let seg = pool.segments.get(seg_id);
+                let mut blocks = Vec::new();
+                let mut id = seg.first;
+                while id != NIL {
+                    let b = pool.blocks.get(id);
+                    let state = match b.state {
+                        BlockState::Allocated => State::Allocated,
+                        BlockState::Pending => State::PendingFree,
+                        BlockState::Free | BlockState::Held | BlockState::Reclaiming => State::Inactive,
+                    };
+                    let requested = if state == State::Inactive { 0 } else { b.requested };
+                    blocks.push(BlockView { addr: b.addr, size: b.size, requested, state });
+                    id = b.next;
+                }
+                let (expandable, _) = B::describe(seg);
+                let mut runs = Vec::new();
+                B::mapped_runs(seg, seg.base, seg.size, &mut runs);
+                for (run, blocks) in runs.iter().zip(split_into_runs(&blocks, &runs)) {
+                    segments.push(SegmentView {
+                        addr: run.0,
+                        size: run.1,
+                        kind: pool.kind.name(),
+                        stream,
+                        pool: pool_id,
+                        expandable,
+                        blocks,
+                    });
+                }
+            }
+        }
+        segments.sort_by_key(|s| s.addr);
+        let allocated: usize =
+            segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state == State::Allocated).map(|b| b.size).sum();
+        self.sh.history.record(Action::Snapshot, 0, allocated, crate::runtime::Stream::DEFAULT);
+        Ok(document(self.sh.device, &segments, &self.sh.history.events()))
     }
 }
 

@@ -8,13 +8,11 @@
 //! device's, Note [peaks without a shared counter]), to the sum over the
 //! pool's shards; its reserved peak when one of its shards grows, to the
 //! sum of its shards' held bytes.
+//!
+//! The `Device` methods that keep the figures up to date are in `pools`:
+//! the device holds them (`state`), so this module names nothing of it.
 
-use crate::core::backing::Backing;
-use crate::core::device::Device;
-use crate::core::pool::Pool;
 use crate::core::stats::{DeviceCounters, Stats};
-use crate::core::streams::StreamEntry;
-use crate::runtime::Stream;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -79,51 +77,5 @@ impl PoolTally {
         s.reserved_bytes_peak = self.reserved_peak.load(Relaxed).max(reserved);
         s.allocated_bytes_peak = self.allocated_peak.load(Relaxed).max(s.allocated_bytes);
         s.requested_bytes_peak = self.requested_peak.load(Relaxed).max(s.requested_bytes);
-    }
-}
-
-/// Where the pool figures are kept up to date (slow paths only).
-impl<B: Backing> Device<B> {
-    /// A request routed to `pool` on `stream` whose entry predates it: if
-    /// the stream captures now, the pool becomes a graph pool for good
-    /// (Note [capture]). Asked of the runtime once per routed request until
-    /// then, as torch_npu's route filter asks for every routed allocation.
-    #[cold]
-    pub(in crate::core) fn note_routed_capture(&self, entry: &StreamEntry<B>, pool: u64, stream: Stream) {
-        if !entry.saw_capture() && crate::core::capture::capturing_now(&self.sh.rt, self.sh.device, stream) {
-            entry.note_capture();
-            self.pools.mark_captured(pool);
-        }
-    }
-
-    /// After a growth of `shard`: publishes its held bytes and raises its
-    /// pool's reserved peak (`tally`, `tally_of(pool)` read once by the
-    /// growth) to the sum over the pool's shards.
-    #[cold]
-    #[inline(never)]
-    pub(in crate::core) fn pool_grew(&self, pool: &Pool<B>, tally: &PoolTally) {
-        let entry = self.streams.entry_of(pool.id);
-        entry.publish_held(pool.kind as usize, pool.held_bytes());
-        let id = entry.pool();
-        let held: u64 = self.streams.iter().filter(|e| e.pool() == id).map(|e| e.held()).sum();
-        tally.raise_reserved(held);
-    }
-
-    /// The figures of the pool `pool` (a shard's state) serves.
-    #[cold]
-    pub(in crate::core) fn tally_of(&self, pool: &Pool<B>) -> Arc<PoolTally> {
-        self.pools.tally(self.streams.entry_of(pool.id).pool()).unwrap_or_default()
-    }
-
-    /// A stream of `entry`'s pool passed its high-water mark: the pool's
-    /// peaks rise to the sums over its shards.
-    pub(in crate::core) fn raise_pool_peaks(&self, entry: &StreamEntry<B>) {
-        let id = entry.pool();
-        let (mut a, mut r) = (0, 0);
-        for lane in self.streams.iter().filter(|e| e.pool() == id).flat_map(|e| &e.shards).map(|s| &s.lane) {
-            a += lane.allocated();
-            r += lane.requested();
-        }
-        self.pools.with_tally(id, |t| t.raise(a, r));
     }
 }

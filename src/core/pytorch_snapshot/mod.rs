@@ -28,8 +28,10 @@
 //!   default pool, and a private pool's id goes second, as in the ids
 //!   PyTorch gives pools a user creates (Note [pools]).
 //!
-//! The shards are read one at a time, as by `snapshot_json`: calls running
-//! meanwhile on other threads may show up in some shards and not others.
+//! This module is the format alone: `Device::pytorch_snapshot` (in
+//! `snapshot`) reads the shards into the views below, and the device's
+//! `oom_snapshot` file is `to_pickle` of that document, so nothing here
+//! names the device.
 
 mod pickle;
 mod value;
@@ -37,9 +39,6 @@ mod value;
 pub use pickle::to_pickle;
 pub use value::Value;
 
-use super::backing::Backing;
-use super::block::{BlockState, NIL};
-use super::device::Device;
 use super::history::{Action, Event};
 
 /// A block's state in PyTorch's words.
@@ -82,52 +81,6 @@ pub(crate) struct SegmentView {
     pub pool: u64,
     pub expandable: bool,
     pub blocks: Vec<BlockView>,
-}
-
-impl<B: Backing> Device<B> {
-    /// The snapshot in PyTorch's format (see the module comment).
-    pub fn pytorch_snapshot(&self) -> crate::error::Result<Value> {
-        let mut segments = Vec::new();
-        for (pool_id, shard) in self.streams.iter().flat_map(|e| e.shards.iter().map(move |s| (e.pool(), s))) {
-            let pool = shard.lock()?;
-            let stream = pool.stream().0;
-            for seg_id in pool.segments.ids() {
-                let seg = pool.segments.get(seg_id);
-                let mut blocks = Vec::new();
-                let mut id = seg.first;
-                while id != NIL {
-                    let b = pool.blocks.get(id);
-                    let state = match b.state {
-                        BlockState::Allocated => State::Allocated,
-                        BlockState::Pending => State::PendingFree,
-                        BlockState::Free | BlockState::Held | BlockState::Reclaiming => State::Inactive,
-                    };
-                    let requested = if state == State::Inactive { 0 } else { b.requested };
-                    blocks.push(BlockView { addr: b.addr, size: b.size, requested, state });
-                    id = b.next;
-                }
-                let (expandable, _) = B::describe(seg);
-                let mut runs = Vec::new();
-                B::mapped_runs(seg, seg.base, seg.size, &mut runs);
-                for (run, blocks) in runs.iter().zip(split_into_runs(&blocks, &runs)) {
-                    segments.push(SegmentView {
-                        addr: run.0,
-                        size: run.1,
-                        kind: pool.kind.name(),
-                        stream,
-                        pool: pool_id,
-                        expandable,
-                        blocks,
-                    });
-                }
-            }
-        }
-        segments.sort_by_key(|s| s.addr);
-        let allocated: usize =
-            segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state == State::Allocated).map(|b| b.size).sum();
-        self.sh.history.record(Action::Snapshot, 0, allocated, crate::runtime::Stream::DEFAULT);
-        Ok(document(self.sh.device, &segments, &self.sh.history.events()))
-    }
 }
 
 /// Cuts address-ordered `blocks` at the edges of `runs` (address-ordered,

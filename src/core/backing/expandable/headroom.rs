@@ -15,17 +15,8 @@
 //! on a busy device those synchronizations cost more than the memory they
 //! save (BENCHMARKS.md, "Models of placement and growth").
 
-use super::mapping::Placement;
+use super::mapping::{Placement, Victim};
 use super::{free_handle, RangePool};
-use crate::core::segment::SegmentId;
-
-/// A free piece that may move: its range, first page and length in pages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Victim {
-    pub pages: usize,
-    pub head: usize,
-    pub seg: SegmentId,
-}
 
 impl RangePool {
     /// Whether `extra` fresh bytes would take reserved memory past the

@@ -18,11 +18,20 @@ pub(super) struct Placement<'a> {
     /// placement).
     pub(super) synced: bool,
     /// Free pieces that may move here, found on the first move.
-    pub(super) victims: Option<Vec<super::headroom::Victim>>,
+    pub(super) victims: Option<Vec<Victim>>,
     /// Allocated bytes over the device and their peak.
     pub(super) device: &'a GrowContext<'a, super::ExpandableRanges>,
     /// Whether the sibling shard's streams were synchronized for a move.
     pub(super) sibling_synced: bool,
+}
+
+/// A free piece that may move: its range, first page and length in pages.
+/// Kept with `Placement`, which caches the ones `headroom` finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Victim {
+    pub pages: usize,
+    pub head: usize,
+    pub seg: SegmentId,
 }
 
 /// Pages from the one a handle is mapped at: `run` need mapping, `avail`
