@@ -210,6 +210,10 @@ pub(crate) struct RangeOf {
     /// at its last few (Note [mapping ahead while growth is frequent]).
     fresh: u64,
     recent: growth::RecentHandles,
+    /// Ranges made for the request being served, kept while the ladder
+    /// tries it again (garbage collection, room moved from other shards);
+    /// given back, if still untouched, when it fails for good.
+    made_for_request: Vec<SegmentId>,
 }
 
 type RangePool = Pool<ExpandableRanges>;
@@ -243,18 +247,26 @@ impl Backing for ExpandableRanges {
         best_fit: Option<BlockId>,
         ctx: &GrowContext<'_, Self>,
     ) -> Result<BlockId, GrowError> {
-        if let Some(id) = best_fit {
-            return pool.place_in_range(id, rounded, ctx);
-        }
-        // No free block of the shard's ranges fits: another range, given
-        // back if the request fails in it for good.
-        let seg = pool.make_range(rounded)?;
-        let id = pool.segments.get(seg).first;
-        pool.place_in_range(id, rounded, ctx).inspect_err(|e| {
-            if !e.is_retried() {
-                pool.unmake_range(seg)
+        let placed = match best_fit {
+            Some(id) => pool.place_in_range(id, rounded, ctx),
+            // No free block of the shard's ranges fits: another range.
+            None => pool.make_range_for_request(rounded).and_then(|seg| {
+                let id = pool.segments.get(seg).first;
+                pool.place_in_range(id, rounded, ctx)
+            }),
+        };
+        match &placed {
+            Ok(_) => pool.backing.made_for_request.clear(),
+            Err(e) if e.is_retried() => {}
+            // A refused request leaves the device's address space as it
+            // found it.
+            Err(_) => {
+                for seg in std::mem::take(&mut pool.backing.made_for_request) {
+                    pool.unmake_range(seg);
+                }
             }
-        })
+        }
+        placed
     }
 
     /// Free pieces, each carved out as a block of its own, from every

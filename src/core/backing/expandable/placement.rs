@@ -34,29 +34,21 @@ impl RangePool {
         };
         // While asleep, pages of sleeping runs are owned by their blocks: a
         // request goes where it touches none, in a new range if need be.
-        let mut made = None;
         if self.touches_slept(id, off, rounded) {
             (id, off) = match self.find_awake_fit(rounded) {
                 Some(found) => found,
                 None => {
-                    let seg = self.make_range(rounded)?;
-                    made = Some(seg);
+                    let seg = self.make_range_for_request(rounded)?;
                     (self.segments.get(seg).first, 0)
                 }
             };
         }
-        // Mapped before the split: a failure leaves the block whole, and a
-        // range made for the request goes back unless the request is retried.
+        // Mapped before the split: a failure leaves the block whole.
         let (seg, addr, size) = {
             let b = self.blocks.get(id);
             (b.segment, b.addr, b.size)
         };
-        if let Err(e) = self.ensure_mapped(seg, addr + off, rounded, size - off, device) {
-            if let Some(new) = made.filter(|_| !e.is_retried()) {
-                self.unmake_range(new);
-            }
-            return Err(e);
-        }
+        self.ensure_mapped(seg, addr + off, rounded, size - off, device)?;
         Ok(if off > 0 { self.split_front(id, off) } else { id })
     }
 

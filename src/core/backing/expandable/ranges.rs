@@ -165,16 +165,27 @@ impl RangePool {
         out
     }
 
-    /// Gives back range `seg`, made by a request that then failed: a refused
-    /// request leaves the device's address space as it found it. The
-    /// placement's undo unmaps what it mapped; a piece whose unmap the
-    /// runtime refused keeps the range, a free mapped range like any other.
+    /// `make_range` for the request being served: given back by
+    /// `unmake_range` if the request fails for good.
+    pub(super) fn make_range_for_request(&mut self, rounded: usize) -> Result<SegmentId, GrowError> {
+        let seg = self.make_range(rounded)?;
+        self.backing.made_for_request.push(seg);
+        Ok(seg)
+    }
+
+    /// Gives back range `seg`, made by a request that then failed, if it is
+    /// still one of this shard's ranges and untouched: one free block,
+    /// nothing mapped. (Between the ladder's tries the shard's lock may be
+    /// dropped and another request placed there; a piece whose unmap the
+    /// runtime refused keeps it too, a free mapped range like any other.)
     /// A refused release is kept for `free_cached` (`release_unused`).
     pub(super) fn unmake_range(&mut self, seg: SegmentId) {
+        if !self.backing.ranges.contains(&seg) {
+            return;
+        }
         let s = self.segments.get(seg);
         let b = self.blocks.get(s.first);
-        debug_assert!(b.state == BlockState::Free && b.size == s.size, "a failed request's range holds a block");
-        if s.extent.mapped != 0 {
+        if s.extent.mapped != 0 || b.state != BlockState::Free || b.size != s.size {
             return;
         }
         self.backing.ranges.retain(|&r| r != seg);
