@@ -6,11 +6,14 @@
  *   CHECK_STATUS(expr, status)  compares an npualloc_status and prints the names and
  *                               npualloc_last_error() on mismatch (needs npualloc.h first)
  *   return TEST_SUMMARY();      prints "N passed, M failed"; 0 when nothing failed
+ *   last_error_has(text)        whether npualloc_last_error() says `text` (needs npualloc.h first)
+ *   active_blocks(allocator)    the allocator's active_blocks statistic (needs npualloc.h first)
  */
 #ifndef NPUALLOC_TEST_HELPER_H
 #define NPUALLOC_TEST_HELPER_H
 
 #include <stdio.h>
+#include <string.h>
 
 static int test_passed_ = 0;
 static int test_failed_ = 0;
@@ -50,6 +53,19 @@ static int test_failed_ = 0;
                     npualloc_status_name(check_want_), npualloc_last_error());                \
         }                                                                                     \
     } while (0)
+
+static inline int last_error_has(const char *needle) {
+    const char *msg = npualloc_last_error();
+    return msg != NULL && strstr(msg, needle) != NULL;
+}
+
+static inline unsigned long long active_blocks(npualloc_allocator *a) {
+    npualloc_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
+    CHECK_STATUS(npualloc_get_stats(a, &s), NPUALLOC_OK);
+    return s.active_blocks;
+}
 #endif
 
 #define TEST_SUMMARY() \

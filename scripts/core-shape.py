@@ -36,13 +36,12 @@ def strip_strings_and_comments(line):
     return line.split("//", 1)[0]
 
 
-def shipped_lines(path):
-    """Non-blank lines of `path` outside `#[cfg(test)]` items."""
-    count = 0
+def outside_tests(lines):
+    """The lines that are not part of a `#[cfg(test)]` item."""
     skipping = False
     depth = 0
     started = False
-    for raw in open(path, encoding="utf-8"):
+    for raw in lines:
         line = raw.strip()
         if not skipping and re.match(r"#\[cfg\(test\)\]", line):
             skipping, depth, started = True, 0, False
@@ -56,9 +55,13 @@ def shipped_lines(path):
             if (started and depth <= 0) or (not started and code.endswith(";")):
                 skipping = False
             continue
-        if line:
-            count += 1
-    return count
+        yield raw
+
+
+def shipped_lines(path):
+    """Non-blank lines of `path` outside `#[cfg(test)]` items."""
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for line in outside_tests(f) if line.strip())
 
 
 def module_of(path):
@@ -138,27 +141,12 @@ def flatten(tree, prefix=""):
 
 
 def strip_tests(text):
-    """The text without `#[cfg(test)]` items (same rule as the line count)."""
-    out = []
-    skipping = False
-    depth = 0
-    started = False
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not skipping and re.match(r"#\[cfg\(test\)\]", line):
-            skipping, depth, started = True, 0, False
-            continue
-        if skipping:
-            code = strip_strings_and_comments(line)
-            depth += code.count("{") - code.count("}")
-            if "{" in code:
-                started = True
-            if (started and depth <= 0) or (not started and code.endswith(";")):
-                skipping = False
-            continue
-        if not line.startswith("//"):
-            out.append(strip_strings_and_comments(raw))
-    return "\n".join(out)
+    """The code of `text` outside `#[cfg(test)]` items, without comments."""
+    return "\n".join(
+        strip_strings_and_comments(line)
+        for line in outside_tests(text.splitlines())
+        if not line.strip().startswith("//")
+    )
 
 
 def core_graph():
