@@ -210,10 +210,6 @@ pub(crate) struct RangeOf {
     /// at its last few (Note [mapping ahead while growth is frequent]).
     fresh: u64,
     recent: growth::RecentHandles,
-    /// Ranges made for the request being served, kept while the ladder
-    /// tries it again (garbage collection, room moved from other shards);
-    /// given back, if still untouched, when it fails for good.
-    made_for_request: Vec<SegmentId>,
 }
 
 type RangePool = Pool<ExpandableRanges>;
@@ -252,21 +248,14 @@ impl Backing for ExpandableRanges {
             // No free block of the shard's ranges fits: another range.
             None => pool.make_range_for_request(rounded).and_then(|seg| {
                 let id = pool.segments.get(seg).first;
-                pool.place_in_range(id, rounded, ctx)
+                let placed = pool.place_in_range(id, rounded, ctx);
+                if placed.is_ok() {
+                    pool.range_mut(seg).for_request = false;
+                }
+                placed
             }),
         };
-        match &placed {
-            Ok(_) => pool.backing.made_for_request.clear(),
-            Err(e) if e.is_retried() => {}
-            // A refused request leaves the device's address space as it
-            // found it.
-            Err(_) => {
-                for seg in std::mem::take(&mut pool.backing.made_for_request) {
-                    pool.unmake_range(seg);
-                }
-            }
-        }
-        placed
+        placed.inspect_err(|e| pool.refused(e))
     }
 
     /// Free pieces, each carved out as a block of its own, from every

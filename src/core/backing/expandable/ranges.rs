@@ -77,6 +77,7 @@ impl RangePool {
         let range = VmmRange {
             page_size: spec.size,
             attr: spec.attr,
+            for_request: false,
             pages: Vec::new(),
             mapped: 0,
             reserved_at,
@@ -165,12 +166,29 @@ impl RangePool {
         out
     }
 
-    /// `make_range` for the request being served: given back by
-    /// `unmake_range` if the request fails for good.
+    /// `make_range` for the request being served: given back by `refused`
+    /// if the request fails for good.
     pub(super) fn make_range_for_request(&mut self, rounded: usize) -> Result<SegmentId, GrowError> {
         let seg = self.make_range(rounded)?;
-        self.backing.made_for_request.push(seg);
+        self.range_mut(seg).for_request = true;
         Ok(seg)
+    }
+
+    /// After a try of a request failed with `e`: unless the ladder tries it
+    /// again, the ranges made for requests that are still empty go back (a
+    /// refused request leaves the device's address space as it found it).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn refused(&mut self, e: &GrowError) {
+        if e.is_retried() {
+            return;
+        }
+        for seg in self.backing.ranges.clone() {
+            if self.range(seg).for_request {
+                self.range_mut(seg).for_request = false;
+                self.unmake_range(seg);
+            }
+        }
     }
 
     /// Gives back range `seg`, made by a request that then failed, if it is
@@ -204,6 +222,7 @@ impl RangePool {
         let range = VmmRange {
             page_size: spec.size,
             attr: spec.attr,
+            for_request: false,
             pages: Vec::new(),
             mapped: 0,
             reserved_at,

@@ -26,6 +26,10 @@ pub struct VmmRange {
     /// The mapping unit: every handle is a whole number of these.
     pub page_size: usize,
     pub attr: sys::aclrtMemAttr,
+    /// Made for a request the ladder may try again (garbage collection,
+    /// room moved from other shards): given back, if still empty, when a
+    /// try fails for good; cleared when a request succeeds in it.
+    pub for_request: bool,
     /// The piece mapped over each page, if any; pages past the end have
     /// never been mapped (the vector grows with the highest mapping).
     pub pages: Vec<Option<Piece>>,
