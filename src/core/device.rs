@@ -371,7 +371,7 @@ impl<B: Backing> Device<B> {
     /// The trace event, then the release threshold's check, of a free.
     #[cold]
     #[inline(never)]
-    fn after_free(&self, shard: &Shard<B>, pool: super::lock::StateGuard<'_, Pool<B>>, addr: usize) {
+    fn after_free(&self, shard: &Shard<B>, pool: std::sync::MutexGuard<'_, Pool<B>>, addr: usize) {
         self.sh.trace(move |t| t.free(addr));
         if self.sh.release_threshold.is_some() {
             self.release_over_threshold(shard, pool, addr);
@@ -385,7 +385,7 @@ impl<B: Backing> Device<B> {
         &self,
         entry: &StreamEntry<B>,
         kind: usize,
-        mut pool: super::lock::StateGuard<'_, Pool<B>>,
+        mut pool: std::sync::MutexGuard<'_, Pool<B>>,
         addr: usize,
         flags: u8,
     ) -> Result<()> {

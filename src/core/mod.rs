@@ -35,7 +35,6 @@ mod hooks;
 mod inspect;
 mod invariants;
 mod ladder;
-mod lock;
 mod oom_report;
 pub(crate) mod policy;
 mod pool;
@@ -164,7 +163,7 @@ impl DeviceAllocator {
             if rt.has_vmm() { Some(backing::expandable::large_page_spec(&rt, device, &config)?) } else { None };
         let limit = config.per_process_memory_fraction.map(|f| (f * total as f64) as usize);
         let trace = match &config.trace {
-            Some(path) => Some(lock::StateLock::new(TraceRecorder::create(path, device, &config)?)),
+            Some(path) => Some(std::sync::Mutex::new(TraceRecorder::create(path, device, &config)?)),
             None => None,
         };
         fn shared<B: Backing>(
@@ -172,7 +171,7 @@ impl DeviceAllocator {
             device: i32,
             config: &Config,
             limit: Option<usize>,
-            trace: Option<lock::StateLock<TraceRecorder>>,
+            trace: Option<std::sync::Mutex<TraceRecorder>>,
             backing: B,
             hold: crate::runtime::DeviceHold,
         ) -> Shared<B> {

@@ -10,7 +10,6 @@
 
 use super::backing::{Backing, Detached, Scope};
 use super::device::Device;
-use super::lock::StateGuard;
 use super::pool::Pool;
 use super::pools::tally::PoolTally;
 use super::shard::Shard;
@@ -20,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::MutexGuard;
 
 impl<B: Backing> Device<B> {
     /// Returns every shard's held blocks and completed cross-stream frees
@@ -288,7 +288,7 @@ impl<B: Backing> Device<B> {
     pub(super) fn release_over_threshold<'s>(
         &self,
         shard: &'s Shard<B>,
-        mut pool: StateGuard<'s, Pool<B>>,
+        mut pool: MutexGuard<'s, Pool<B>>,
         addr: usize,
     ) {
         let Some(threshold) = self.sh.release_threshold else { return };

@@ -4,13 +4,12 @@
 
 use super::backing::{Backing, MemoryLimit};
 use super::directory::Directory;
-use super::lock::StateLock;
 use super::policy::Policy;
 use super::stats::DeviceCounters;
 use super::stream_order::DeviceCalls;
 use crate::runtime::Runtime;
 use crate::trace::TraceRecorder;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub(crate) struct Shared<B: Backing> {
     pub rt: Arc<Runtime>,
@@ -31,7 +30,7 @@ pub(crate) struct Shared<B: Backing> {
     pub reuse_bytes: usize,
     /// Config key `trace`. Events are recorded under the lock of the shard
     /// that handles them, so a block's alloc is always listed before its free.
-    pub trace: Option<StateLock<TraceRecorder>>,
+    pub trace: Option<Mutex<TraceRecorder>>,
     /// The memory history (`history`), off unless asked for.
     pub history: super::history::History,
     /// The next segment's serial (creation order over all shards).
@@ -88,13 +87,13 @@ impl<B: Backing> Shared<B> {
 
 #[cold]
 #[inline(never)]
-fn traced_alloc(t: &StateLock<TraceRecorder>, addr: usize, size: usize, stream: crate::runtime::Stream) {
+fn traced_alloc(t: &Mutex<TraceRecorder>, addr: usize, size: usize, stream: crate::runtime::Stream) {
     t.lock().unwrap_or_else(|e| e.into_inner()).alloc(addr, size, stream);
 }
 
 #[cold]
 #[inline(never)]
-fn traced(t: &StateLock<TraceRecorder>, f: impl FnOnce(&mut TraceRecorder)) {
+fn traced(t: &Mutex<TraceRecorder>, f: impl FnOnce(&mut TraceRecorder)) {
     let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
     f(&mut t);
 }

@@ -5,12 +5,12 @@
 
 use super::backing::Backing;
 use super::device::Device;
-use super::lock::StateGuard;
 use super::pool::Pool;
 use super::TeardownReport;
 use crate::error::Result;
 use crate::runtime::Stream;
 use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
 
 impl<B: Backing> Device<B> {
     /// Releases everything: synchronizes every stream the allocator used,
@@ -20,7 +20,7 @@ impl<B: Backing> Device<B> {
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         // Every shard at once: nothing else may run during teardown.
-        let mut pools: Vec<StateGuard<'_, Pool<B>>> = self.streams.shards().map(|s| s.lock_anyway()).collect();
+        let mut pools: Vec<MutexGuard<'_, Pool<B>>> = self.streams.shards().map(|s| s.lock_anyway()).collect();
         let mut report = TeardownReport::default();
         let mut streams: Vec<Stream> = Vec::new();
         for pool in &pools {
