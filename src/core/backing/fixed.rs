@@ -80,6 +80,7 @@ impl Backing for FixedSegments {
                 serial: s.serial,
                 streams,
                 retired: false,
+                for_request: false,
             });
         }
         out

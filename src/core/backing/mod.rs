@@ -74,6 +74,9 @@ pub(crate) struct Detached {
     /// A moved handle's old address (expandable ranges): unmapped, but its
     /// handle stays mapped at its new address (neither cached nor freed).
     pub retired: bool,
+    /// An empty range made for a request the ladder tries again
+    /// (expandable ranges): restored with that mark when kept.
+    pub for_request: bool,
 }
 
 /// Which free memory `detach` takes.

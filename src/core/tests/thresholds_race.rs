@@ -2,7 +2,8 @@
 //! range a growth just reserved (Note [unused memory of expandable ranges]).
 
 use super::support::{
-    allocator, check_accounting, drop_stream, emu_lock, new_stream, set_capacity, Baseline, GIB, MIB,
+    allocator, check_accounting, drop_stream, emu_lock, fail_nth, new_stream, set_capacity, usage, Baseline, DEV, GIB,
+    MIB,
 };
 use crate::core::SleepMode;
 use crate::runtime::Stream;
@@ -90,5 +91,35 @@ fn garbage_collection_keeps_the_range_a_growth_just_reserved() {
     }
     assert_eq!(seen[0], (2, 0), "with garbage collection: ranges (made, released)");
     assert_eq!(seen[0], seen[1], "garbage collection made or released ranges of its own");
+    set_capacity(1 << 30);
+}
+
+/// The same growth, refused after the collection (its first map fails on
+/// the retry): the range made on the first try and kept through the
+/// collection goes back, so the refused request leaves the reserved ranges
+/// as it found them; the next request makes its own.
+#[test]
+fn a_request_refused_after_garbage_collection_gives_back_the_range_it_made() {
+    let _g = emu_lock();
+    set_capacity(GIB as u64);
+    let a = allocator("expandable_segments:true,per_process_memory_fraction:0.5,garbage_collection_threshold:0.1");
+    let x = a.malloc(60 * MIB, Stream::DEFAULT).unwrap();
+    let before = (usage(DEV).reserved_ranges, a.stats().unwrap());
+    fail_nth("aclrtMapMem", 1);
+    let refused = a.malloc(4096, Stream::DEFAULT);
+    fail_nth("aclrtMapMem", 0);
+    assert!(refused.is_err(), "the retry's map was made to fail");
+    let after = a.stats().unwrap();
+    assert_eq!(usage(DEV).reserved_ranges, before.0, "the refused request's range went back");
+    assert_eq!(
+        after.num_segments_created - after.num_segments_released,
+        before.1.num_segments_created - before.1.num_segments_released,
+        "segments held"
+    );
+    let y = a.malloc(4096, Stream::DEFAULT).unwrap();
+    assert_eq!(usage(DEV).reserved_ranges, before.0 + 1);
+    a.free(x).unwrap();
+    a.free(y).unwrap();
+    a.teardown().unwrap();
     set_capacity(1 << 30);
 }

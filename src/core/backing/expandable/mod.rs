@@ -248,14 +248,19 @@ impl Backing for ExpandableRanges {
             // No free block of the shard's ranges fits: another range.
             None => pool.make_range_for_request(rounded).and_then(|seg| {
                 let id = pool.segments.get(seg).first;
-                let placed = pool.place_in_range(id, rounded, ctx);
-                if placed.is_ok() {
-                    pool.range_mut(seg).for_request = false;
-                }
-                placed
+                pool.place_in_range(id, rounded, ctx)
             }),
         };
-        placed.inspect_err(|e| pool.refused(e))
+        match placed {
+            // The range it landed in is the request's now, whichever try
+            // made it.
+            Ok(id) => {
+                let seg = pool.blocks.get(id).segment;
+                pool.range_mut(seg).for_request = false;
+            }
+            Err(ref e) => pool.refused(e),
+        }
+        placed
     }
 
     /// Free pieces, each carved out as a block of its own, from every

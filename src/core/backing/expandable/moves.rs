@@ -247,6 +247,7 @@ impl RangePool {
                 serial,
                 streams: streams.clone(),
                 retired: true,
+                for_request: false,
             });
         }
     }

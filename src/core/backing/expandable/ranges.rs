@@ -130,20 +130,20 @@ impl RangePool {
         })
     }
 
-    /// Takes every range that holds nothing (one free block, no page mapped)
-    /// out of the shard, for `release_range`.
+    /// Whether range `seg` holds nothing: one free block, no page mapped,
+    /// none asleep or stuck (what may be released whole).
+    fn range_holds_nothing(&self, seg: SegmentId) -> bool {
+        let s = self.segments.get(seg);
+        let b = self.blocks.get(s.first);
+        let r = &s.extent;
+        r.mapped == 0 && r.slept.is_empty() && r.stuck.is_empty() && b.state == BlockState::Free && b.size == s.size
+    }
+
+    /// Takes every range that holds nothing out of the shard, for
+    /// `release_range`.
     pub(super) fn detach_empty_ranges(&mut self) -> Vec<Detached> {
-        let empty: Vec<SegmentId> = self
-            .backing
-            .ranges
-            .iter()
-            .copied()
-            .filter(|&seg| {
-                let s = self.segments.get(seg);
-                let b = self.blocks.get(s.first);
-                s.extent.mapped == 0 && s.extent.slept.is_empty() && b.state == BlockState::Free && b.size == s.size
-            })
-            .collect();
+        let empty: Vec<SegmentId> =
+            self.backing.ranges.iter().copied().filter(|&seg| self.range_holds_nothing(seg)).collect();
         let mut out = Vec::with_capacity(empty.len());
         for seg in empty {
             self.backing.ranges.retain(|&r| r != seg);
@@ -161,6 +161,7 @@ impl RangePool {
                 // Nothing is mapped: no queued work can touch it.
                 streams: Vec::new(),
                 retired: false,
+                for_request: s.extent.for_request,
             });
         }
         out
@@ -192,18 +193,13 @@ impl RangePool {
     }
 
     /// Gives back range `seg`, made by a request that then failed, if it is
-    /// still one of this shard's ranges and untouched: one free block,
-    /// nothing mapped. (Between the ladder's tries the shard's lock may be
-    /// dropped and another request placed there; a piece whose unmap the
-    /// runtime refused keeps it too, a free mapped range like any other.)
+    /// still one of this shard's ranges and holds nothing. (Between the
+    /// ladder's tries the shard's lock may be dropped and another request
+    /// placed there; a piece whose unmap the runtime refused keeps it too,
+    /// a free mapped range like any other.)
     /// A refused release is kept for `free_cached` (`release_unused`).
     pub(super) fn unmake_range(&mut self, seg: SegmentId) {
-        if !self.backing.ranges.contains(&seg) {
-            return;
-        }
-        let s = self.segments.get(seg);
-        let b = self.blocks.get(s.first);
-        if s.extent.mapped != 0 || b.state != BlockState::Free || b.size != s.size {
+        if !self.backing.ranges.contains(&seg) || !self.range_holds_nothing(seg) {
             return;
         }
         self.backing.ranges.retain(|&r| r != seg);
@@ -222,7 +218,7 @@ impl RangePool {
         let range = VmmRange {
             page_size: spec.size,
             attr: spec.attr,
-            for_request: false,
+            for_request: d.for_request,
             pages: Vec::new(),
             mapped: 0,
             reserved_at,
@@ -308,6 +304,7 @@ impl RangePool {
                 serial,
                 streams: streams.clone(),
                 retired: false,
+                for_request: false,
             });
         }
     }

@@ -121,6 +121,7 @@ impl RangePool {
                 serial,
                 streams: streams.clone(),
                 retired: false,
+                for_request: false,
             });
             // What is left of the free block after the piece holds the next.
             holder = self.blocks.get(block).next;
