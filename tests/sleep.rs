@@ -147,6 +147,8 @@ fn allocations_racing_sleep_are_refused_or_awake_and_wake_never_fails() {
     route(a, p, false);
     write(kept, 4 * MIB, 0x5a);
     let stop = std::sync::atomic::AtomicBool::new(false);
+    // The rounds start once the worker has been served: they overlap its loop.
+    let served = std::sync::atomic::AtomicUsize::new(0);
     let handle = a as usize;
     std::thread::scope(|scope| {
         let worker = scope.spawn(|| {
@@ -157,6 +159,7 @@ fn allocations_racing_sleep_are_refused_or_awake_and_wake_never_fails() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 match malloc(a, 64 * 1024 + 512 * (held.len() % 7), Stream::DEFAULT) {
                     Ok(b) => {
+                        served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         held.push(b);
                         if held.len() > 32 {
                             for b in held.drain(..16) {
@@ -182,6 +185,9 @@ fn allocations_racing_sleep_are_refused_or_awake_and_wake_never_fails() {
             }
             refused
         });
+        while served.load(std::sync::atomic::Ordering::Relaxed) == 0 && !worker.is_finished() {
+            std::thread::yield_now();
+        }
         for round in 0..40 {
             assert_eq!(sleep(a), NPUALLOC_OK, "round {round}: {}", last_error_message());
             std::thread::yield_now();

@@ -32,14 +32,24 @@ PRELUDE = {
 HERE = Path(__file__).resolve().parent
 
 
+def skips_fail():
+    """In CI (``CI`` set, not ``false``) a skipped suite is a failure unless
+    ``NPUALLOC_ALLOW_SKIP=1`` (as scripts/skip.sh)."""
+    ci = os.environ.get("CI", "")
+    return ci not in ("", "false") and os.environ.get("NPUALLOC_ALLOW_SKIP") != "1"
+
+
 def pytest_collection_modifyitems(config, items):
     """Outside the harness's venv these tests are skipped, each with the
-    reason (pytest counts and lists skips; -rs prints the reason)."""
+    reason (pytest counts and lists skips; -rs prints the reason); in CI
+    that fails the run instead."""
     if (SITE / "npu_emu.py").is_file() and WRAPPER.is_file():
         return
-    skip = pytest.mark.skip(reason=(
-        f"SKIPPED: torch_npu tests: {sys.executable} is not the torch_npu harness's venv; "
-        "run scripts/test-torch-npu.sh"))
+    reason = (f"torch_npu tests: {sys.executable} is not the torch_npu harness's venv; "
+              "run scripts/test-torch-npu.sh")
+    if skips_fail() and any(HERE in Path(str(i.fspath)).resolve().parents for i in items):
+        raise pytest.UsageError(f"{reason} (in CI a skip fails; NPUALLOC_ALLOW_SKIP=1 allows it)")
+    skip = pytest.mark.skip(reason=f"SKIPPED: {reason}")
     for item in items:
         if HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(skip)
