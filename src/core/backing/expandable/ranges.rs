@@ -139,6 +139,17 @@ impl RangePool {
         r.mapped == 0 && r.slept.is_empty() && r.stuck.is_empty() && b.state == BlockState::Free && b.size == s.size
     }
 
+    /// Takes range `seg`, which holds nothing, out of the shard: its free
+    /// block off the index, its segment and directory entries gone.
+    fn take_out_range(&mut self, seg: SegmentId) -> Segment<VmmRange> {
+        self.backing.ranges.retain(|&r| r != seg);
+        let first = self.segments.get(seg).first;
+        self.index.remove(&mut self.blocks, first);
+        let s = self.remove_segment(seg);
+        self.unregister(&s);
+        s
+    }
+
     /// Takes every range that holds nothing out of the shard, for
     /// `release_range`.
     pub(super) fn detach_empty_ranges(&mut self) -> Vec<Detached> {
@@ -146,11 +157,7 @@ impl RangePool {
             self.backing.ranges.iter().copied().filter(|&seg| self.range_holds_nothing(seg)).collect();
         let mut out = Vec::with_capacity(empty.len());
         for seg in empty {
-            self.backing.ranges.retain(|&r| r != seg);
-            let first = self.segments.get(seg).first;
-            self.index.remove(&mut self.blocks, first);
-            let s = self.remove_segment(seg);
-            self.unregister(&s);
+            let s = self.take_out_range(seg);
             out.push(Detached {
                 segment: seg,
                 block: NIL,
@@ -192,21 +199,17 @@ impl RangePool {
         }
     }
 
-    /// Gives back range `seg`, made by a request that then failed, if it is
-    /// still one of this shard's ranges and holds nothing. (Between the
+    /// Gives back range `seg` (one of this shard's), made by a request that
+    /// then failed, if it holds nothing. (Between the
     /// ladder's tries the shard's lock may be dropped and another request
     /// placed there; a piece whose unmap the runtime refused keeps it too,
     /// a free mapped range like any other.)
     /// A refused release is kept for `free_cached` (`release_unused`).
     pub(super) fn unmake_range(&mut self, seg: SegmentId) {
-        if !self.backing.ranges.contains(&seg) || !self.range_holds_nothing(seg) {
+        if !self.range_holds_nothing(seg) {
             return;
         }
-        self.backing.ranges.retain(|&r| r != seg);
-        let first = self.segments.get(seg).first;
-        self.index.remove(&mut self.blocks, first);
-        let s = self.remove_segment(seg);
-        self.unregister(&s);
+        let s = self.take_out_range(seg);
         let _ = release_unused(&self.sh, s.extent.reserved_at, s.extent.reserved_len);
         self.sh.counters.range_removed();
     }
