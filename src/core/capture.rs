@@ -48,7 +48,7 @@
 //! cached memory stays through sleep and `pool_empty_cache`.
 
 use super::backing::Backing;
-use super::block::{BlockId, BlockState};
+use super::cache::block::{BlockId, BlockState};
 use super::pool::Pool;
 use crate::error::Result;
 use crate::runtime::Stream;
@@ -59,8 +59,8 @@ impl<B: Backing> Pool<B> {
     #[cold]
     #[inline(never)]
     pub fn free_quarantined(&mut self, addr: usize) -> Result<()> {
-        let id = match self.registry.get(&addr) {
-            Some(&id) if self.blocks.get(id).state == BlockState::Allocated => id,
+        let id = match self.cache.registry.get(&addr) {
+            Some(&id) if self.cache.blocks.get(id).state == BlockState::Allocated => id,
             _ => return Err(self.unknown_pointer(addr, "free")),
         };
         self.quarantine(id, addr);
@@ -69,15 +69,15 @@ impl<B: Backing> Pool<B> {
 
     /// Takes block `id` (allocated, at `addr`) out of use for good.
     pub(super) fn quarantine(&mut self, id: BlockId, addr: usize) {
-        self.registry.remove(&addr);
+        self.cache.registry.remove(&addr);
         let (size, requested) = {
-            let b = self.blocks.get(id);
+            let b = self.cache.blocks.get(id);
             (b.size, b.requested)
         };
-        self.counters.block_freed(size, requested);
-        self.order.quarantine(id, size);
-        self.sh.history.freed(addr, requested, self.stream, false);
-        self.blocks.get_mut(id).state = BlockState::Pending;
+        self.cache.counters.block_freed(size, requested);
+        self.cache.order.quarantine(id, size);
+        self.sh.history.freed(addr, requested, self.stream(), false);
+        self.cache.blocks.get_mut(id).state = BlockState::Pending;
         self.after_transition();
     }
 
@@ -85,23 +85,23 @@ impl<B: Backing> Pool<B> {
     /// quarantined: a graph stream used it, or one of its streams captures
     /// now (asked of the runtime; this path makes runtime calls anyway).
     pub(super) fn used_by_graph(&self, id: BlockId) -> bool {
-        if self.order.graph_used(id) {
+        if self.cache.order.graph_used(id) {
             return true;
         }
         let (rt, device) = (&self.sh.rt, self.sh.device);
-        self.order.uses_of(id).iter().any(|&s| rt.on_device(device, || rt.is_capturing(s)).unwrap_or(false))
+        self.cache.order.uses_of(id).iter().any(|&s| rt.on_device(device, || rt.is_capturing(s)).unwrap_or(false))
     }
 
     /// Notes that a graph stream uses the allocated block at `addr`.
     pub fn note_graph_use(&mut self, addr: usize) {
-        if let Some(&id) = self.registry.get(&addr) {
-            self.order.note_graph_use(id);
+        if let Some(&id) = self.cache.registry.get(&addr) {
+            self.cache.order.note_graph_use(id);
         }
     }
 
     /// Bytes of blocks quarantined here.
     pub fn quarantined_bytes(&self) -> usize {
-        self.order.quarantined_bytes()
+        self.cache.order.quarantined_bytes()
     }
 }
 

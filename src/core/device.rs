@@ -285,8 +285,10 @@ impl<B: Backing> Device<B> {
         // The stream's blocks held for reuse go back before it grows, in
         // both its pools (the other pool's free memory may then move here),
         // unless another thread is using that pool right now.
-        if let Some(mut sibling) = ctx.sibling.and_then(|s| s.try_lock()) {
-            sibling.drain_reuse();
+        if let Some(sibling) = ctx.sibling {
+            sibling.try_with(&mut |mut other| {
+                other.drain_reuse();
+            });
         }
         // The device calls of the growth are the pool's (Note [pools]).
         // The pool's figures are looked up once for both uses.
@@ -304,7 +306,7 @@ impl<B: Backing> Device<B> {
     /// Allocated bytes over all shards (this one's exact) and their peak.
     fn grow_context<'a>(&'a self, shard: &Shard<B>, pool: &Pool<B>) -> GrowContext<'a, B> {
         let others: u64 = self.streams.shards().filter(|s| !std::ptr::eq(*s, shard)).map(|s| s.lane.allocated()).sum();
-        let entry = self.streams.entry_of(pool.id);
+        let entry = self.streams.entry_of(pool.cache.id);
         GrowContext {
             allocated: others + pool.counters().allocated,
             allocated_peak: self.peaks.allocated(),
@@ -313,7 +315,7 @@ impl<B: Backing> Device<B> {
             // the old addresses (and sleep would unmap them): no moves.
             may_move: entry.pool() == 0 && !entry.is_graph(),
             may_collect: false,
-            sibling: Some(&entry.shards[(pool.kind as usize + 1) % 2]),
+            sibling: Some(&entry.shards[(pool.cache.kind as usize + 1) % 2]),
         }
     }
 
@@ -399,7 +401,7 @@ impl<B: Backing> Device<B> {
         self.published(entry, kind, &pool);
         self.sh.trace(move |t| t.free(addr));
         let detached = pool.detach_whole_segments();
-        let (live, _) = pool.live();
+        let (live, _) = pool.cache.live();
         // What the entry serves now: once the lock is dropped it may retire
         // and be taken over by another (pool, stream).
         let (stream, pool_id) = (pool.stream(), entry.pool());
@@ -417,7 +419,7 @@ impl<B: Backing> Device<B> {
         // takes) the entry is forgotten only if it is still the destroyed
         // pool's on the same stream: the hook, or another thread, may have
         // emptied it meanwhile, and another pool taken it over.
-        if live == 0 && entry.shards[kind ^ 1].lock_anyway().live().0 == 0 {
+        if live == 0 && entry.shards[kind ^ 1].lock_anyway().cache.live().0 == 0 {
             if !released {
                 self.sh.hooks.before_release(self.sh.device);
             }

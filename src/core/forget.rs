@@ -81,7 +81,7 @@ impl<B: Backing> Device<B> {
                 let mut pool = shard.lock_anyway();
                 pool.drain_reuse();
                 pool.reap_pending();
-                let detached = B::detach(&mut pool, Scope::All);
+                let detached = B::detach(pool.parts(), Scope::All);
                 pool.after_transition();
                 if !detached.is_empty() {
                     taken.push((shard, detached));
@@ -114,7 +114,7 @@ impl<B: Backing> Device<B> {
     /// `retire` checks again under the shard locks, as a malloc may have
     /// come in). Returns true if it retired the entry.
     pub(super) fn retire_if_empty(&self, entry: &StreamEntry<B>, stream: Stream) -> bool {
-        let empty = entry.shards.iter().all(|s| s.lock_anyway().holds_nothing());
+        let empty = entry.shards.iter().all(|s| s.lock_anyway().cache.holds_nothing());
         empty && self.streams.retire(entry, stream)
     }
 

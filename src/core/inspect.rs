@@ -15,10 +15,10 @@ impl<B: Backing> Device<B> {
         self.check_usable()?;
         let shard = self.owner(addr, "query")?;
         let pool = shard.lock()?;
-        let Some(id) = pool.allocated_block_at(addr) else {
+        let Some(id) = pool.cache.allocated_block_at(addr) else {
             return Err(pool.unknown_pointer(addr, "query"));
         };
-        let b = pool.block(id);
+        let b = pool.cache.block(id);
         Ok(BlockInfo { addr: b.addr, size: b.size, requested: b.requested, stream: pool.stream() })
     }
 
@@ -30,8 +30,8 @@ impl<B: Backing> Device<B> {
             return Ok(None);
         };
         let pool = shard.lock()?;
-        Ok(pool.allocated_block_at(addr).map(|id| {
-            let b = pool.block(id);
+        Ok(pool.cache.allocated_block_at(addr).map(|id| {
+            let b = pool.cache.block(id);
             (b.addr, b.size)
         }))
     }
@@ -41,10 +41,10 @@ impl<B: Backing> Device<B> {
         self.check_usable()?;
         let shard = self.owner(addr, "segment look-up")?;
         let pool = shard.lock()?;
-        let Some(id) = pool.allocated_block_at(addr) else {
+        let Some(id) = pool.cache.allocated_block_at(addr) else {
             return Err(pool.unknown_pointer(addr, "segment look-up"));
         };
-        Ok(pool.segment_range(id))
+        Ok(pool.cache.segment_range(id))
     }
 
     /// Caps the device memory this allocator holds at `limit` bytes.
@@ -61,9 +61,9 @@ impl<B: Backing> Device<B> {
         for shard in self.streams.shards() {
             let pool = shard.lock()?;
             pool.counters().add_to(&mut s);
-            largest = largest.max(B::largest_free(&pool));
-            s.pending_free_bytes += (pool.pending_bytes() + pool.quarantined_bytes()) as u64;
-            for seg in pool.segments.ids().map(|id| pool.segments.get(id)) {
+            largest = largest.max(B::largest_free(&pool.cache));
+            s.pending_free_bytes += (pool.cache.pending_bytes() + pool.quarantined_bytes()) as u64;
+            for seg in pool.cache.segments.ids().map(|id| pool.cache.segments.get(id)) {
                 s.segment_bytes += B::held_bytes(seg) as u64;
                 s.address_space_bytes += seg.size as u64;
             }

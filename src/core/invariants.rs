@@ -16,13 +16,13 @@
 //! The device-wide recount of reserved bytes is `Device::check_invariants`.
 
 use super::backing::Backing;
-use super::block::{BlockState, NIL};
+use super::cache::block::{BlockState, NIL};
 use super::pool::Pool;
 
 impl<B: Backing> Pool<B> {
     /// Device memory this shard's segments hold.
     pub fn held_bytes(&self) -> usize {
-        self.segments.ids().map(|s| B::held_bytes(self.segments.get(s))).sum()
+        self.cache.segments.ids().map(|s| B::held_bytes(self.cache.segments.get(s))).sum()
     }
 
     pub fn check_invariants(&self) -> Result<(), String> {
@@ -30,15 +30,15 @@ impl<B: Backing> Pool<B> {
         let (mut free_count, mut free_bytes) = (0usize, 0usize);
         let mut pending = 0usize;
         let (mut held, mut held_bytes) = (0usize, 0usize);
-        for seg_id in self.segments.ids() {
-            let seg = self.segments.get(seg_id);
-            B::check_segment(self, seg_id)?;
+        for seg_id in self.cache.segments.ids() {
+            let seg = self.cache.segments.get(seg_id);
+            B::check_segment(&self.cache, seg_id)?;
             let mut expect = seg.base;
             let mut prev = NIL;
             let mut prev_free = false;
             let mut id = seg.first;
             while id != NIL {
-                let b = self.blocks.get(id);
+                let b = self.cache.blocks.get(id);
                 if b.addr != expect {
                     return Err(format!("segment {:#x}: block at {:#x}, expected {expect:#x}", seg.base, b.addr));
                 }
@@ -56,7 +56,7 @@ impl<B: Backing> Pool<B> {
                     BlockState::Free => {
                         free_count += 1;
                         free_bytes += b.size;
-                        if !self.index.contains(&self.blocks, id) {
+                        if !self.cache.index.contains(&self.cache.blocks, id) {
                             return Err(format!("free block {:#x} is missing from its index", b.addr));
                         }
                     }
@@ -64,20 +64,20 @@ impl<B: Backing> Pool<B> {
                         allocated += b.size as u64;
                         requested += b.requested as u64;
                         active += 1;
-                        if self.registry.get(&b.addr) != Some(&id) {
+                        if self.cache.registry.get(&b.addr) != Some(&id) {
                             return Err(format!("allocated block {:#x} is missing from the registry", b.addr));
                         }
                     }
                     BlockState::Held => {
                         held += 1;
                         held_bytes += b.size;
-                        if self.registry.get(&b.addr) != Some(&id) {
+                        if self.cache.registry.get(&b.addr) != Some(&id) {
                             return Err(format!("held block {:#x} is missing from the registry", b.addr));
                         }
                     }
                     BlockState::Pending => {
                         pending += 1;
-                        if !self.order.is_pending(id) {
+                        if !self.cache.order.is_pending(id) {
                             return Err(format!("pending block {:#x} is not waiting on any event", b.addr));
                         }
                     }
@@ -93,43 +93,54 @@ impl<B: Backing> Pool<B> {
                 return Err(format!("segment {:#x}: blocks end at {expect:#x}, not at its end", seg.base));
             }
         }
-        let (walked, walked_bytes) =
-            self.index.iter(&self.blocks).fold((0, 0), |(n, bytes), id| (n + 1, bytes + self.blocks.get(id).size));
-        if self.index.count != free_count || walked != free_count {
+        let (walked, walked_bytes) = self
+            .cache
+            .index
+            .iter(&self.cache.blocks)
+            .fold((0, 0), |(n, bytes), id| (n + 1, bytes + self.cache.blocks.get(id).size));
+        if self.cache.index.count != free_count || walked != free_count {
             return Err(format!(
                 "free index holds {} ({walked} walked) blocks, segments have {free_count}",
-                self.index.count
+                self.cache.index.count
             ));
         }
-        if self.index.bytes != free_bytes || walked_bytes != free_bytes {
+        if self.cache.index.bytes != free_bytes || walked_bytes != free_bytes {
             return Err(format!(
                 "free index counts {} bytes ({walked_bytes} walked), segments have {free_bytes} free",
-                self.index.bytes
+                self.cache.index.bytes
             ));
         }
-        if self.registry.len() as u64 != active + held as u64 {
+        if self.cache.registry.len() as u64 != active + held as u64 {
             return Err(format!(
                 "registry holds {} pointers, {} blocks are allocated and {held} held",
-                self.registry.len(),
+                self.cache.registry.len(),
                 active
             ));
         }
-        let listed = self.reuse.iter(&self.blocks).filter(|&id| self.blocks.get(id).state == BlockState::Held).count();
-        if listed != held || self.reuse.count != held || self.reuse.bytes != held_bytes {
+        let listed = self
+            .cache
+            .reuse
+            .iter(&self.cache.blocks)
+            .filter(|&id| self.cache.blocks.get(id).state == BlockState::Held)
+            .count();
+        if listed != held || self.cache.reuse.count != held || self.cache.reuse.bytes != held_bytes {
             return Err(format!(
                 "reuse lists hold {} blocks ({} bytes, {listed} held), segments have {held} ({held_bytes} bytes)",
-                self.reuse.count, self.reuse.bytes
+                self.cache.reuse.count, self.cache.reuse.bytes
             ));
         }
-        if self.order.pending_count() != pending {
-            return Err(format!("{} pending frees, {} pending blocks", self.order.pending_count(), pending));
+        if self.cache.order.pending_count() != pending {
+            return Err(format!("{} pending frees, {} pending blocks", self.cache.order.pending_count(), pending));
         }
-        for id in self.order.blocks_with_uses() {
-            if self.blocks.get(id).state != BlockState::Allocated {
-                return Err(format!("block {:#x} has stream uses but is not allocated", self.blocks.get(id).addr));
+        for id in self.cache.order.blocks_with_uses() {
+            if self.cache.blocks.get(id).state != BlockState::Allocated {
+                return Err(format!(
+                    "block {:#x} has stream uses but is not allocated",
+                    self.cache.blocks.get(id).addr
+                ));
             }
         }
-        let c = self.counters;
+        let c = self.cache.counters;
         if c.allocated != allocated || c.requested != requested || c.active != active {
             return Err(format!(
                 "counters say {} allocated / {} requested / {} active, recount {allocated} / {requested} / {active}",

@@ -119,7 +119,7 @@ impl<B: Backing> Device<B> {
         // The largest free block the request could use at its last attempt:
         // the report states it, not a figure gathered later, which other
         // threads' frees could make contradict the failure.
-        let mut seen = B::largest_free(&shard.lock_anyway());
+        let mut seen = B::largest_free(&shard.lock_anyway().cache);
         let mut tried: Vec<&'static str> = Vec::new();
         if let GrowError::NeedsRoom { bytes } = last {
             // Not a shortage: `reserved_headroom` asks for other streams'
@@ -146,7 +146,7 @@ impl<B: Backing> Device<B> {
             self.sh.counters.retried();
         }
         // Pools with use_on_oom give their cache to requests of other pools.
-        let own = self.streams.entry_of(shard.lock_anyway().id).pool();
+        let own = self.streams.entry_of(shard.lock_anyway().cache.id).pool();
         for step in Step::LADDER {
             if !self.reclaim(step, own) {
                 continue;
@@ -216,17 +216,17 @@ impl<B: Backing> Device<B> {
         // Sleep takes the ladder lock too: a pool put to sleep since the
         // request's check takes nothing now (Note [sleep]).
         if self.sleep.refusing() {
-            self.sleep.check(self.streams.entry_of(pool.id))?;
+            self.sleep.check(self.streams.entry_of(pool.cache.id))?;
         }
         match self.grow(shard, &mut pool, size, rounded, false) {
             Ok(addr) => {
-                self.published(self.streams.entry_of(pool.id), pool.kind as usize, &pool);
+                self.published(self.streams.entry_of(pool.cache.id), pool.cache.kind as usize, &pool);
                 let stream = pool.stream();
                 self.sh.trace(|t| t.alloc(addr, size, stream));
                 self.sh.history.record(super::history::Action::Alloc, addr, size, stream);
                 Ok(Ok(addr))
             }
-            Err(e) if e.is_out_of_memory() => Ok(Err((e, B::largest_free(&pool)))),
+            Err(e) if e.is_out_of_memory() => Ok(Err((e, B::largest_free(&pool.cache)))),
             Err(e) => {
                 drop(pool);
                 let _ = B::free_cached(&self.sh);
@@ -256,7 +256,7 @@ impl<B: Backing> Device<B> {
                 had
             }
             Step::WaitPending => {
-                if !self.streams.shards().any(|s| s.lock_anyway().pending_bytes() > 0) {
+                if !self.streams.shards().any(|s| s.lock_anyway().cache.pending_bytes() > 0) {
                     return false;
                 }
                 self.wait_pending();

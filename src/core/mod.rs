@@ -1,57 +1,70 @@
 //! The caching allocator core: safe Rust, no exported symbols.
 //!
+//! Two layers meet at one seam:
+//! - the caching layer (`cache`): blocks tiling segments, split and
+//!   coalesce, the free index, exact-size reuse, the registry of live
+//!   blocks, and stream-ordered reuse. It makes no device call and knows a
+//!   segment's device side only as an opaque extent;
+//! - the device memory (`backing`): where a segment comes from and how its
+//!   memory goes back: `aclrtMalloc` segments, or reserved ranges with
+//!   physical handles mapped under the blocks handed out; how much to
+//!   grow, the handle cache, the address-space budget.
+//!
+//! The seam is the `Backing` trait. A backing never sees a `Pool`: it is
+//! handed `Parts` (the shard's cache, the backing's own per-shard state,
+//! and what the device's shards share) under the shard's lock, or the
+//! cache alone where it only reads. Its own state lives in its types: the
+//! extent of each segment, a per-shard part, and a device-wide part.
+//!
+//! Above the seam:
+//! - `pool`, `shard`: a shard is one stream's pool of one kind (small or
+//!   large), its cache and backing part behind one lock. A malloc or free
+//!   served from its cache takes that lock and no other; frees find their
+//!   shard through the address directory (`directory`), with no lock.
+//! - `device`, `streams`: the allocator of one device, its streams' shards.
+//! - giving memory back: `reclaim` (detach, give back, settle), `ladder`
+//!   (the out-of-memory recovery, serialized by one lock no cache hit
+//!   takes), `forget` (a stream's shards), `teardown`.
+//! - features: `pools` (private pools and their routes), `capture`,
+//!   `sleep`/`wake`, `snapshot`, `history`, `hooks`, `stats`.
+//!
 //! Glossary:
-//! - *shard*: one stream's pool of one kind (small or large) behind its own
-//!   lock (`shard`, `pool`). A malloc or free served from its cache takes
-//!   that lock and no other; frees find their shard through the address
-//!   directory (`directory`), with no lock.
 //! - *segment*: one contiguous range the backing obtained for a shard; its
 //!   blocks tile it.
 //! - *block*: a piece of a segment, allocated, free (cached), pending, held
 //!   for a same-size request (see Note [exact-size reuse] in `reuse`), or
 //!   being given back (`Reclaiming`).
-//! - *backing* (`backing`): where memory comes from and how it goes back,
-//!   fixed segments or expandable ranges; it owns growth, page placement,
-//!   the memory limit and teardown.
 //! - *stream use*: a stream other than the owner that touched a block
 //!   (record_stream); see Note [stream-ordered reuse] in `stream_order`.
-//! - *ladder* (`reclaim`): the out-of-memory recovery, and everything else
-//!   that visits every shard (garbage collection, empty_cache, teardown),
-//!   serialized by one lock that no cache hit takes.
 //!
 //! `device` says which lock guards what; no shard lock is held across a
 //! device call made for another stream.
 
 mod backing;
-mod block;
+mod cache;
 mod capture;
 mod config_effect;
 mod device;
 mod directory;
 mod forget;
-mod free_index;
 pub mod history;
 mod hooks;
 mod inspect;
 mod invariants;
 mod ladder;
+mod limit;
 mod oom_report;
 pub(crate) mod policy;
 mod pool;
 pub mod pools;
 pub mod pytorch_snapshot;
 mod reclaim;
-mod registry;
-mod reuse;
-mod segment;
 mod shard;
 mod shared;
-mod size_class;
 mod sleep;
 mod sleep_state;
 mod snapshot;
 mod stats;
-mod stream_order;
 mod streams;
 mod teardown;
 #[cfg(test)]
@@ -482,9 +495,12 @@ impl DeviceAllocator {
     pub(crate) fn retired_bytes(&self) -> usize {
         let Engine::Expandable(d) = &self.engine else { return 0 };
         let of = |pool: &pool::Pool<backing::ExpandableRanges>| -> usize {
-            pool.segments
+            pool.cache
+                .segments
                 .ids()
-                .map(|id| pool.segments.get(id).extent.retired_units() * pool.segments.get(id).extent.page_size)
+                .map(|id| {
+                    pool.cache.segments.get(id).extent.retired_units() * pool.cache.segments.get(id).extent.page_size
+                })
                 .sum()
         };
         d.streams.shards().map(|s| of(&s.lock_anyway())).sum()
@@ -500,9 +516,9 @@ impl DeviceAllocator {
     /// see it; nothing else may run meanwhile).
     pub(crate) fn skew_free_bytes(&self, by: isize) {
         with_device!(&self.engine, d => {
-            let shard = d.streams.shards().find(|s| s.lock_anyway().index.count > 0).expect("a free block");
+            let shard = d.streams.shards().find(|s| s.lock_anyway().cache.index.count > 0).expect("a free block");
             let mut pool = shard.lock_anyway();
-            pool.index.bytes = pool.index.bytes.wrapping_add_signed(by);
+            pool.cache.index.bytes = pool.cache.index.bytes.wrapping_add_signed(by);
         })
     }
 
@@ -510,7 +526,7 @@ impl DeviceAllocator {
     pub(crate) fn held_blocks(&self) -> (usize, usize) {
         with_device!(&self.engine, d => d.streams.shards().fold((0, 0), |(n, b), s| {
             let pool = s.lock_anyway();
-            (n + pool.reuse.count, b + pool.reuse.bytes)
+            (n + pool.cache.reuse.count, b + pool.cache.reuse.bytes)
         }))
     }
 }

@@ -36,7 +36,7 @@ impl<B: Backing> Device<B> {
             let mut pool = shard.lock_anyway();
             pool.drain_reuse();
             pool.reap_pending();
-            let detached = B::detach(&mut pool, scope);
+            let detached = B::detach(pool.parts(), scope);
             pool.after_transition();
             if !detached.is_empty() {
                 taken.push((shard, detached));
@@ -50,17 +50,17 @@ impl<B: Backing> Device<B> {
     /// unmapped into the handle cache (after synchronizing their streams).
     pub(super) fn release_free_except(&self, to: &Shard<B>, scope: Scope) -> Result<usize> {
         let Scope::Pieces(mut bytes) = scope else { return self.release_free(scope) };
-        let kind = to.lock_anyway().kind;
+        let kind = to.lock_anyway().cache.kind;
         let mut taken: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
         for shard in self.reclaimable_shards().filter(|s| !std::ptr::eq(*s, to)) {
             if bytes == 0 {
                 break;
             }
             let mut pool = shard.lock_anyway();
-            if pool.kind != kind {
+            if pool.cache.kind != kind {
                 continue;
             }
-            let detached = B::detach(&mut pool, Scope::Pieces(bytes));
+            let detached = B::detach(pool.parts(), Scope::Pieces(bytes));
             pool.after_transition();
             bytes = bytes.saturating_sub(detached.iter().map(|d| d.size).sum());
             if !detached.is_empty() {
@@ -118,10 +118,10 @@ impl<B: Backing> Device<B> {
             }
             let mut pool = shard.lock_anyway();
             for (d, ok) in detached.into_iter().zip(outcomes) {
-                B::settle(&mut pool, d, ok);
+                B::settle(pool.parts(), d, ok);
             }
             pool.after_transition();
-            self.streams.entry_of(pool.id).publish_held(pool.kind as usize, pool.held_bytes());
+            self.streams.entry_of(pool.cache.id).publish_held(pool.cache.kind as usize, pool.held_bytes());
         }
         first_error.map_or(Ok(released), Err)
     }
@@ -165,7 +165,7 @@ impl<B: Backing> Device<B> {
     /// events stay owned by their shards), then reaps them all.
     pub(super) fn wait_pending(&self) {
         let (rt, device) = (&self.sh.rt, self.sh.device);
-        let events: Vec<_> = self.streams.shards().flat_map(|s| s.lock_anyway().pending_events()).collect();
+        let events: Vec<_> = self.streams.shards().flat_map(|s| s.lock_anyway().cache.pending_events()).collect();
         for ev in events {
             let _ = rt.on_device(device, || rt.synchronize_event(ev));
             self.sh.counters.synced();
@@ -200,7 +200,7 @@ impl<B: Backing> Device<B> {
             for shard in self.reclaimable_shards() {
                 let mut pool = shard.lock_anyway();
                 pool.drain_reuse();
-                all.extend(B::detach(&mut pool, Scope::Unused(to_free)).into_iter().map(|d| (shard, d)));
+                all.extend(B::detach(pool.parts(), Scope::Unused(to_free)).into_iter().map(|d| (shard, d)));
                 pool.after_transition();
             }
             all.sort_by_key(|(_, d)| d.serial);
@@ -223,7 +223,7 @@ impl<B: Backing> Device<B> {
             }
             for (shard, d) in keep {
                 let mut pool = shard.lock_anyway();
-                B::settle(&mut pool, d, false);
+                B::settle(pool.parts(), d, false);
                 pool.after_transition();
             }
             if chosen.is_empty() {
@@ -292,7 +292,7 @@ impl<B: Backing> Device<B> {
         addr: usize,
     ) {
         let Some(threshold) = self.sh.release_threshold else { return };
-        if !self.streams.entry_of(pool.id).reclaimable() {
+        if !self.streams.entry_of(pool.cache.id).reclaimable() {
             return;
         }
         let over = || {
@@ -315,9 +315,9 @@ impl<B: Backing> Device<B> {
                 // unmapped what lay under the freed block.
                 let detach = |pool: &mut Pool<B>| {
                     if round == 0 {
-                        B::detach_after_free(pool, addr, bytes)
+                        B::detach_after_free(pool.parts(), addr, bytes)
                     } else {
-                        B::detach(pool, Scope::Unused(bytes))
+                        B::detach(pool.parts(), Scope::Unused(bytes))
                     }
                 };
                 // A look under the shard lock alone first: most frees find
@@ -325,7 +325,7 @@ impl<B: Backing> Device<B> {
                 let probe = detach(&mut pool);
                 let found = !probe.is_empty();
                 for d in probe {
-                    B::settle(&mut pool, d, false);
+                    B::settle(pool.parts(), d, false);
                 }
                 pool.after_transition();
                 drop(pool);
@@ -340,7 +340,7 @@ impl<B: Backing> Device<B> {
                     let mut again = shard.lock_anyway();
                     // forget_stream may have retired the entry meanwhile, or
                     // a capture made its stream a graph stream.
-                    if again.stream() != stream || !self.streams.entry_of(again.id).reclaimable() {
+                    if again.stream() != stream || !self.streams.entry_of(again.cache.id).reclaimable() {
                         return;
                     }
                     let detached = detach(&mut again);

@@ -2,7 +2,7 @@
 //! publishes for the device-wide peaks (see Note [peaks without a shared
 //! counter] in `stats`). A cache hit takes this lock and no other.
 
-use super::backing::Backing;
+use super::backing::{Backing, Parts, Sibling};
 use super::pool::Pool;
 use super::stats::Lane;
 use crate::error::{Error, Result};
@@ -44,4 +44,16 @@ impl<B: Backing> Shard<B> {
 #[inline(never)]
 fn poisoned_error() -> Error {
     Error::Internal("the allocator is unusable after an earlier internal error".into())
+}
+
+impl<B: Backing> Sibling<B> for Shard<B> {
+    fn try_with(&self, f: &mut dyn FnMut(Parts<'_, B>)) -> bool {
+        match self.try_lock() {
+            Some(mut pool) => {
+                f(pool.parts());
+                true
+            }
+            None => false,
+        }
+    }
 }

@@ -2,16 +2,16 @@
 //! policy, the backing's shared part, device-wide counters, the address
 //! directory and the trace. Nothing here is written by a cache hit.
 
-use super::backing::{Backing, MemoryLimit};
+use super::cache::stream_order::DeviceCalls;
 use super::directory::Directory;
+use super::limit::MemoryLimit;
 use super::policy::Policy;
 use super::stats::DeviceCounters;
-use super::stream_order::DeviceCalls;
 use crate::runtime::Runtime;
 use crate::trace::TraceRecorder;
 use std::sync::{Arc, Mutex};
 
-pub(crate) struct Shared<B: Backing> {
+pub(crate) struct Shared<B> {
     pub rt: Arc<Runtime>,
     pub device: i32,
     pub policy: Policy,
@@ -44,7 +44,7 @@ pub(crate) struct Shared<B: Backing> {
     pub _hold: crate::runtime::DeviceHold,
 }
 
-impl<B: Backing> Shared<B> {
+impl<B> Shared<B> {
     /// With `garbage_collection_threshold` and a memory limit: threshold x
     /// limit, the reserved bytes a growth should not pass before garbage
     /// collection has given old cached memory back.

@@ -100,7 +100,7 @@ impl<B: Backing> Device<B> {
             if !mode.releases() {
                 continue;
             }
-            if !B::SLEEPS_LIVE && p.shards.iter().any(|s| s.lock_anyway().live().0 > 0) {
+            if !B::SLEEPS_LIVE && p.shards.iter().any(|s| s.lock_anyway().cache.live().0 > 0) {
                 return Err(Error::Unsupported(format!(
                     "sleep with sleep={} needs expandable segments while pool {} has live blocks (fixed segments \
                      cannot be unmapped under a live block); nothing was changed",
@@ -149,7 +149,7 @@ impl<B: Backing> Device<B> {
             let Some(&mode) = modes.get(&e.pool()) else { continue };
             for (kind, shard) in e.shards.iter().enumerate() {
                 let mut pool = shard.lock_anyway();
-                let got = B::sleep_pool(&mut pool, mode == SleepMode::Offload);
+                let got = B::sleep_pool(pool.parts(), mode == SleepMode::Offload);
                 self.published(e, kind, &pool);
                 freed += got?;
             }

@@ -15,7 +15,7 @@
 //! (`Device::pytorch_snapshot`); `pytorch_snapshot` holds that format.
 
 use super::backing::Backing;
-use super::block::{BlockState, NIL};
+use super::cache::block::{BlockState, NIL};
 use super::device::Device;
 use super::history::Action;
 use super::pytorch_snapshot::{document, split_into_runs, BlockView, SegmentView, State, Value};
@@ -95,13 +95,13 @@ impl<B: Backing> Device<B> {
             // empty, before any segment of its new pool is added under it.
             let pool_id = entry.pool();
             let stream = pool.stream().0;
-            for seg_id in pool.segments.ids() {
-                let seg = pool.segments.get(seg_id);
+            for seg_id in pool.cache.segments.ids() {
+                let seg = pool.cache.segments.get(seg_id);
                 let (expandable, held) = B::describe(seg);
                 let mut blocks = Vec::new();
                 let mut id = seg.first;
                 while id != NIL {
-                    let b = pool.blocks.get(id);
+                    let b = pool.cache.blocks.get(id);
                     let (state, requested) = match b.state {
                         BlockState::Allocated => (BlockSnapshotState::Active, b.requested),
                         BlockState::Pending => (BlockSnapshotState::PendingFree, b.requested),
@@ -122,7 +122,7 @@ impl<B: Backing> Device<B> {
                     address: seg.base,
                     size: held,
                     address_space_bytes: seg.size,
-                    pool: pool.kind.name(),
+                    pool: pool.cache.kind.name(),
                     pool_id,
                     stream,
                     expandable,
@@ -146,12 +146,12 @@ impl<B: Backing> Device<B> {
         for (pool_id, shard) in self.streams.iter().flat_map(|e| e.shards.iter().map(move |s| (e.pool(), s))) {
             let pool = shard.lock()?;
             let stream = pool.stream().0;
-            for seg_id in pool.segments.ids() {
-                let seg = pool.segments.get(seg_id);
+            for seg_id in pool.cache.segments.ids() {
+                let seg = pool.cache.segments.get(seg_id);
                 let mut blocks = Vec::new();
                 let mut id = seg.first;
                 while id != NIL {
-                    let b = pool.blocks.get(id);
+                    let b = pool.cache.blocks.get(id);
                     let state = match b.state {
                         BlockState::Allocated => State::Allocated,
                         BlockState::Pending => State::PendingFree,
@@ -168,7 +168,7 @@ impl<B: Backing> Device<B> {
                     segments.push(SegmentView {
                         addr: run.0,
                         size: run.1,
-                        kind: pool.kind.name(),
+                        kind: pool.cache.kind.name(),
                         stream,
                         pool: pool_id,
                         expandable,

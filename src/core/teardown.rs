@@ -24,10 +24,10 @@ impl<B: Backing> Device<B> {
         let mut report = TeardownReport::default();
         let mut streams: Vec<Stream> = Vec::new();
         for pool in &pools {
-            let (blocks, bytes) = pool.live();
+            let (blocks, bytes) = pool.cache.live();
             report.live_blocks += blocks as usize;
             report.live_bytes += bytes as usize;
-            for s in pool.all_streams() {
+            for s in pool.cache.all_streams() {
                 if !streams.contains(&s) {
                     streams.push(s);
                 }
@@ -45,12 +45,12 @@ impl<B: Backing> Device<B> {
         busy.extend(graph);
         let (rt, device) = (&self.sh.rt, self.sh.device);
         for pool in &mut pools {
-            for ev in pool.take_all_events() {
+            for ev in pool.cache.take_all_events() {
                 let _ = rt.on_device(device, || rt.destroy_event(ev));
             }
         }
         for pool in &mut pools {
-            if let Err(e) = B::teardown(pool, &busy) {
+            if let Err(e) = B::teardown(pool.parts(), &busy) {
                 first_error.get_or_insert(e);
             }
         }

@@ -120,7 +120,7 @@ impl<B: Backing> Device<B> {
             .iter()
             .map(|&(_, _, shard)| {
                 let mut n = Vec::new();
-                B::wake_needs(&shard.lock_anyway(), &mut n);
+                B::wake_needs(shard.lock_anyway().parts(), &mut n);
                 n
             })
             .collect();
@@ -135,7 +135,7 @@ impl<B: Backing> Device<B> {
                 continue;
             }
             let mut mine: WakeHandles = handles.drain(..own.len().min(handles.len())).collect();
-            let result = B::wake_map(&mut shard.lock_anyway(), &mut mine);
+            let result = B::wake_map(shard.lock_anyway().parts(), &mut mine);
             // Handles left over belong to the runs not mapped.
             self.free_sized(mine);
             if let Err(e) = result {
@@ -151,7 +151,7 @@ impl<B: Backing> Device<B> {
         let mut first_error = None;
         for &(e, kind, shard) in &shards {
             let mut pool = shard.lock_anyway();
-            if let Err(err) = B::wake_commit(&mut pool) {
+            if let Err(err) = B::wake_commit(pool.parts()) {
                 first_error.get_or_insert(err);
             }
             self.published(e, kind, &pool);
@@ -202,7 +202,7 @@ impl<B: Backing> Device<B> {
         let mut back = Vec::new();
         let mut undo_error = None;
         for &(_, _, shard) in shards {
-            if let Err(e) = B::wake_undo(&mut shard.lock_anyway(), &mut back) {
+            if let Err(e) = B::wake_undo(shard.lock_anyway().parts(), &mut back) {
                 undo_error.get_or_insert(e);
             }
         }
@@ -238,7 +238,7 @@ impl<B: Backing> Device<B> {
         let _ = self.release_free_where(Scope::All, pick);
         let _ = self.release_free_where(Scope::All, pick);
         let _ = B::free_cached(&self.sh);
-        if self.streams.shards().any(|s| s.lock_anyway().pending_bytes() > 0) {
+        if self.streams.shards().any(|s| s.lock_anyway().cache.pending_bytes() > 0) {
             self.wait_pending();
             let _ = self.release_free_where(Scope::All, pick);
             let _ = B::free_cached(&self.sh);

@@ -4,13 +4,14 @@
 //! free. Everything in a segment is always mapped, so any free block that
 //! fits is ready.
 
-use super::{Backing, Detached, GrowContext, GrowError, Scope};
-use crate::core::block::{BlockId, BlockState, NIL};
+use super::{Backing, Detached, GrowContext, GrowError, Parts, Scope};
+use crate::core::cache::block::{BlockId, BlockState, NIL};
+use crate::core::cache::segment::{Segment, SegmentId};
+use crate::core::cache::Cache;
 use crate::core::directory::ADDRESS_LIMIT;
 use crate::core::history::Action;
+use crate::core::policy::PoolKind;
 use crate::core::policy::MIN_BLOCK_SIZE;
-use crate::core::pool::Pool;
-use crate::core::segment::{Segment, SegmentId};
 use crate::core::shared::Shared;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
@@ -24,17 +25,17 @@ impl Backing for FixedSegments {
     type ShardState = ();
 
     #[inline(always)]
-    fn ready(_: &Pool<Self>, _: BlockId, _: usize) -> bool {
+    fn ready(_: &Cache<Raw>, _: BlockId, _: usize) -> bool {
         true
     }
 
     #[inline]
-    fn splits(pool: &Pool<Self>, size: usize, rounded: usize) -> bool {
-        pool.sh.policy.should_split(pool.kind, size, rounded)
+    fn splits(sh: &Shared<Self>, kind: PoolKind, size: usize, rounded: usize) -> bool {
+        sh.policy.should_split(kind, size, rounded)
     }
 
     fn obtain(
-        pool: &mut Pool<Self>,
+        mut pool: Parts<'_, Self>,
         rounded: usize,
         best_fit: Option<BlockId>,
         ctx: &GrowContext<'_, Self>,
@@ -47,7 +48,7 @@ impl Backing for FixedSegments {
         if ctx.may_collect && sh.gc_due(needed) {
             return Err(GrowError::Collect { needed });
         }
-        let (raw, base, size) = obtain_aligned(pool, needed, rounded)?;
+        let (raw, base, size) = obtain_aligned(&mut pool, needed, rounded)?;
         if base.checked_add(size).is_none_or(|end| end > ADDRESS_LIMIT) {
             // The directory cannot hold it; give it straight back.
             let _ = sh.rt.on_device(sh.device, || sh.rt.free(raw.at));
@@ -56,19 +57,19 @@ impl Backing for FixedSegments {
                 "the runtime returned device address {base:#x}, above the {ADDRESS_LIMIT:#x} this allocator supports"
             ))));
         }
-        Ok(add_raw(pool, raw, base, size))
+        Ok(add_raw(&mut pool, raw, base, size))
     }
 
     /// Whole free segments leave the shard entirely (its table and the
     /// directory): once freed, their range may come straight back from the
     /// runtime to this or another shard, before `settle` runs.
-    fn detach(pool: &mut Pool<Self>, _: Scope) -> Vec<Detached> {
-        let free: Vec<SegmentId> = pool.segments.ids().filter(|&s| is_whole_free(pool, s)).collect();
+    fn detach(mut pool: Parts<'_, Self>, _: Scope) -> Vec<Detached> {
+        let free: Vec<SegmentId> = pool.segments.ids().filter(|&s| is_whole_free(&pool, s)).collect();
         let mut out = Vec::with_capacity(free.len());
         for seg in free {
             let streams = pool.streams_of(seg);
             let first = pool.segments.get(seg).first;
-            pool.index.remove(&mut pool.blocks, first);
+            pool.cache.index.remove(&mut pool.cache.blocks, first);
             let s = pool.remove_segment(seg);
             pool.sh.directory.remove(s.extent.at, s.extent.len);
             out.push(Detached {
@@ -97,7 +98,7 @@ impl Backing for FixedSegments {
         Ok(len)
     }
 
-    fn settle(pool: &mut Pool<Self>, d: Detached, given_back: bool) {
+    fn settle(mut pool: Parts<'_, Self>, d: Detached, given_back: bool) {
         if given_back {
             pool.sh.history.record(Action::SegmentFree, d.addr, d.size, pool.stream);
             return;
@@ -128,11 +129,11 @@ impl Backing for FixedSegments {
         seg.extent.len
     }
 
-    fn largest_free(pool: &Pool<Self>) -> usize {
+    fn largest_free(pool: &Cache<Raw>) -> usize {
         pool.index.largest(&pool.blocks)
     }
 
-    fn teardown(pool: &mut Pool<Self>, busy: &[Stream]) -> Result<()> {
+    fn teardown(pool: Parts<'_, Self>, busy: &[Stream]) -> Result<()> {
         let sh = pool.sh.clone();
         let mut first_error = None;
         let segs: Vec<SegmentId> = pool.segments.ids().collect();
@@ -155,7 +156,7 @@ impl Backing for FixedSegments {
         first_error.map_or(Ok(()), Err)
     }
 
-    fn check_segment(_: &Pool<Self>, _: SegmentId) -> Result<(), String> {
+    fn check_segment(_: &Cache<Raw>, _: SegmentId) -> Result<(), String> {
         Ok(())
     }
 
@@ -187,7 +188,7 @@ pub(crate) struct Raw {
 /// every one met so far does, costs nothing. Bytes are charged against the
 /// limit as they are obtained.
 fn obtain_aligned(
-    pool: &mut Pool<FixedSegments>,
+    pool: &mut Parts<'_, FixedSegments>,
     size: usize,
     rounded: usize,
 ) -> Result<(Raw, usize, usize), GrowError> {
@@ -224,14 +225,14 @@ fn malloc_charged(sh: &Shared<FixedSegments>, len: usize) -> Result<Raw, GrowErr
 
 /// Adds a segment over `raw`, blocks at [base, base + size); returns its
 /// free block.
-fn add_raw(pool: &mut Pool<FixedSegments>, raw: Raw, base: usize, size: usize) -> BlockId {
+fn add_raw(pool: &mut Parts<'_, FixedSegments>, raw: Raw, base: usize, size: usize) -> BlockId {
     pool.sh.counters.segment_added(raw.len);
     pool.sh.history.record(Action::SegmentAlloc, base, size, pool.stream);
     pool.add_segment(base, size, raw, Some((raw.at, raw.len))).1
 }
 
 /// Whether fixed segment `seg` holds one free block and nothing else.
-fn is_whole_free(pool: &Pool<FixedSegments>, seg: SegmentId) -> bool {
+fn is_whole_free(pool: &Cache<Raw>, seg: SegmentId) -> bool {
     let b = pool.blocks.get(pool.segments.get(seg).first);
     b.state == BlockState::Free && b.next == NIL
 }

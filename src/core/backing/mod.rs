@@ -8,8 +8,10 @@
 //!   free (page placement, handle cache, headroom moves).
 //!
 //! The backing owns growth, page placement, giving memory back, the memory
-//! limit and teardown. Shards and the reclaim paths call only this trait;
-//! nothing outside this module asks which backing it has.
+//! limit and teardown. It sees a shard as `Parts` (its cache, the backing's
+//! part of it, the device's shared state), never as a `Pool`; shards and
+//! the reclaim paths call only this trait, and nothing outside this module
+//! asks which backing it has.
 //!
 //! Giving memory back runs in three steps so that no shard lock is held
 //! across a device call: `detach` (under the shard's lock: take free memory
@@ -21,14 +23,16 @@
 pub(crate) mod expandable;
 pub(crate) mod fixed;
 
-use super::block::BlockId;
-use super::pool::Pool;
-use super::segment::{Segment, SegmentId};
+use super::cache::block::BlockId;
+use super::cache::segment::{Segment, SegmentId};
+use super::cache::Cache;
+use super::policy::PoolKind;
 use super::shared::Shared;
 use crate::error::Result;
 use crate::runtime::Stream;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
+pub(crate) use super::limit::MemoryLimit;
 pub(crate) use expandable::ExpandableRanges;
 pub(crate) use fixed::FixedSegments;
 
@@ -41,7 +45,7 @@ pub(crate) struct GrowContext<'a, B: Backing> {
     /// `reserved_headroom` move may take its free pieces when no one holds
     /// it (it belongs to the same stream, so its lock may be held across the
     /// calls; it is never waited for).
-    pub sibling: Option<&'a super::shard::Shard<B>>,
+    pub sibling: Option<&'a dyn Sibling<B>>,
     /// Whether a placement over `reserved_headroom` may stop and ask for
     /// other shards' free pieces (`GrowError::NeedsRoom`) instead of growing.
     pub may_borrow: bool,
@@ -53,6 +57,59 @@ pub(crate) struct GrowContext<'a, B: Backing> {
     /// the memory limit stops and asks for garbage collection first
     /// (`GrowError::Collect`): a request's first try, not the ladder's retry.
     pub may_collect: bool,
+}
+
+/// What a backing sees of one shard: its cache (blocks and segments, whose
+/// extents are the backing's), the backing's own part of the shard, and
+/// what every shard of the device shares. Made by `Pool::parts` under the
+/// shard's lock.
+pub(crate) struct Parts<'a, B: Backing> {
+    pub sh: &'a std::sync::Arc<Shared<B>>,
+    pub cache: &'a mut Cache<B::Extent>,
+    pub backing: &'a mut B::ShardState,
+}
+
+impl<B: Backing> Parts<'_, B> {
+    /// Adds a segment [base, base + size) with one free block over it; the
+    /// directory gets `claim` (the whole range the runtime gave, which holds
+    /// the segment: at least 2 MiB, see `directory`), if any. Returns the
+    /// segment and its block.
+    pub fn add_segment(
+        &mut self,
+        base: usize,
+        size: usize,
+        extent: B::Extent,
+        claim: Option<(usize, usize)>,
+    ) -> (SegmentId, BlockId) {
+        let serial = self.sh.next_serial.fetch_add(1, Ordering::Relaxed);
+        let made = self.cache.add_segment(base, size, extent, serial);
+        if let Some((at, len)) = claim {
+            debug_assert!(at <= base && base + size <= at + len);
+            self.sh.directory.insert(at, len, self.cache.id);
+        }
+        made
+    }
+}
+
+impl<B: Backing> std::ops::Deref for Parts<'_, B> {
+    type Target = Cache<B::Extent>;
+
+    fn deref(&self) -> &Cache<B::Extent> {
+        self.cache
+    }
+}
+
+impl<B: Backing> std::ops::DerefMut for Parts<'_, B> {
+    fn deref_mut(&mut self) -> &mut Cache<B::Extent> {
+        self.cache
+    }
+}
+
+/// The growing stream's other shard, reached only if no one holds it.
+pub(crate) trait Sibling<B: Backing> {
+    /// Runs `f` on the shard's parts if its lock is free now (never waits);
+    /// returns whether it ran.
+    fn try_with(&self, f: &mut dyn FnMut(Parts<'_, B>)) -> bool;
 }
 
 /// Free memory taken out of a shard's pool to be given back.
@@ -108,23 +165,23 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     fn counts_taken(_state: &mut Self::ShardState) {}
 
     /// Whether free block `id` serves `rounded` bytes with no device call.
-    fn ready(pool: &Pool<Self>, id: BlockId, rounded: usize) -> bool;
+    fn ready(cache: &Cache<Self::Extent>, id: BlockId, rounded: usize) -> bool;
 
-    /// Whether taking `rounded` bytes of a free block of `size` splits off
-    /// the rest.
-    fn splits(pool: &Pool<Self>, size: usize, rounded: usize) -> bool;
+    /// Whether taking `rounded` bytes of a free block of `size` in a pool
+    /// of `kind` splits off the rest.
+    fn splits(sh: &Shared<Self>, kind: PoolKind, size: usize, rounded: usize) -> bool;
 
     /// A free block whose first `rounded` bytes are ready, from `best_fit`
     /// or new device memory. Fails changing nothing (beyond handles cached).
     fn obtain(
-        pool: &mut Pool<Self>,
+        p: Parts<'_, Self>,
         rounded: usize,
         best_fit: Option<BlockId>,
         ctx: &GrowContext<'_, Self>,
     ) -> Result<BlockId, GrowError>;
 
     /// Takes what `pool` can give back out of it (see the module comment).
-    fn detach(pool: &mut Pool<Self>, scope: Scope) -> Vec<Detached>;
+    fn detach(p: Parts<'_, Self>, scope: Scope) -> Vec<Detached>;
 
     /// After a free at `addr` with cached memory `bytes` over
     /// `release_threshold`: what the free left unused, taken out as by
@@ -132,9 +189,9 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// have changed anything (so that a free that frees nothing costs no
     /// synchronization and no walk of the shard). Fixed segments: every
     /// whole free segment of the shard.
-    fn detach_after_free(pool: &mut Pool<Self>, addr: usize, bytes: usize) -> Vec<Detached> {
+    fn detach_after_free(p: Parts<'_, Self>, addr: usize, bytes: usize) -> Vec<Detached> {
         let _ = (addr, bytes);
-        Self::detach(pool, Scope::WholeSegments)
+        Self::detach(p, Scope::WholeSegments)
     }
 
     /// Bytes of device memory that giving `d` back returns (for an
@@ -150,7 +207,7 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
 
     /// After `give_back`: forgets `d` if it went back, else returns it to
     /// the pool.
-    fn settle(pool: &mut Pool<Self>, d: Detached, given_back: bool);
+    fn settle(p: Parts<'_, Self>, d: Detached, given_back: bool);
 
     /// Gives back device memory held outside any block (cached physical
     /// handles; for expandable ranges also reservations whose release was
@@ -183,15 +240,15 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     fn held_bytes(seg: &Segment<Self::Extent>) -> usize;
 
     /// The longest run a request could get from `pool` with no device call.
-    fn largest_free(pool: &Pool<Self>) -> usize;
+    fn largest_free(cache: &Cache<Self::Extent>) -> usize;
 
     /// Gives every segment of `pool` back (teardown; the streams were
     /// synchronized), except those a `busy` stream (one that could not be
     /// waited for) may still use. Returns the first error after trying all.
-    fn teardown(pool: &mut Pool<Self>, busy: &[Stream]) -> Result<()>;
+    fn teardown(p: Parts<'_, Self>, busy: &[Stream]) -> Result<()>;
 
     /// Backing-specific invariants of segment `seg`.
-    fn check_segment(pool: &Pool<Self>, seg: SegmentId) -> Result<(), String>;
+    fn check_segment(cache: &Cache<Self::Extent>, seg: SegmentId) -> Result<(), String>;
 
     /// The segment's entry in a snapshot: (expandable, mapped bytes).
     fn describe(seg: &Segment<Self::Extent>) -> (bool, usize);
@@ -205,29 +262,29 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
 
     /// Takes `pool`'s mapped memory off the device (to host memory with
     /// `offload`); returns bytes given back. Only when `SLEEPS_LIVE`.
-    fn sleep_pool(_pool: &mut Pool<Self>, _offload: bool) -> Result<usize> {
+    fn sleep_pool(_p: Parts<'_, Self>, _offload: bool) -> Result<usize> {
         Ok(0)
     }
 
     /// Appends the (bytes, attr) of each physical handle `wake_map` needs.
-    fn wake_needs(_pool: &Pool<Self>, _out: &mut Vec<(usize, crate::sys::aclrtMemAttr)>) {}
+    fn wake_needs(_p: Parts<'_, Self>, _out: &mut Vec<(usize, crate::sys::aclrtMemAttr)>) {}
 
     /// Maps `handles` (in `wake_needs` order) under `pool`'s sleeping
     /// memory and restores its contents, the memory still counted asleep
     /// until `wake_commit`; on failure, the handles not mapped stay in
     /// `handles` (Note [sleep]).
-    fn wake_map(_pool: &mut Pool<Self>, _handles: &mut WakeHandles) -> Result<()> {
+    fn wake_map(_p: Parts<'_, Self>, _handles: &mut WakeHandles) -> Result<()> {
         Ok(())
     }
 
     /// Undoes `wake_map`: the handles it mapped, unmapped, onto `out` as
     /// (handle, bytes).
-    fn wake_undo(_pool: &mut Pool<Self>, _out: &mut Vec<(crate::runtime::PhysicalHandle, usize)>) -> Result<()> {
+    fn wake_undo(_p: Parts<'_, Self>, _out: &mut Vec<(crate::runtime::PhysicalHandle, usize)>) -> Result<()> {
         Ok(())
     }
 
     /// Makes what `wake_map` mapped awake for good.
-    fn wake_commit(_pool: &mut Pool<Self>) -> Result<()> {
+    fn wake_commit(_p: Parts<'_, Self>) -> Result<()> {
         Ok(())
     }
 }
@@ -265,6 +322,12 @@ pub(crate) enum GrowError {
     Other(crate::error::Error),
 }
 
+impl From<super::limit::OverLimit> for GrowError {
+    fn from(e: super::limit::OverLimit) -> Self {
+        GrowError::OverLimit { size: e.size, limit: e.limit }
+    }
+}
+
 impl GrowError {
     /// Whether the request is tried again after this (garbage collection,
     /// or room moved from other shards): what the try reserved stays for
@@ -282,46 +345,5 @@ impl GrowError {
             GrowError::Runtime(e) => e.is_out_of_memory(),
             GrowError::Other(_) => false,
         }
-    }
-}
-
-/// The memory fraction limit and the device bytes charged against it.
-/// Bytes are charged before the device call that obtains them, so two
-/// shards growing at once cannot both pass the limit.
-#[derive(Debug)]
-pub(crate) struct MemoryLimit {
-    limit: AtomicUsize,
-    charged: AtomicUsize,
-}
-
-impl MemoryLimit {
-    pub fn new(limit: Option<usize>) -> Self {
-        MemoryLimit { limit: AtomicUsize::new(limit.unwrap_or(usize::MAX)), charged: AtomicUsize::new(0) }
-    }
-
-    pub fn get(&self) -> Option<usize> {
-        Some(self.limit.load(Ordering::Relaxed)).filter(|&l| l != usize::MAX)
-    }
-
-    pub fn set(&self, limit: usize) {
-        self.limit.store(limit, Ordering::Relaxed);
-    }
-
-    /// Charges `size` bytes, or says the limit would be passed.
-    pub fn charge(&self, size: usize) -> Result<(), GrowError> {
-        let limit = self.limit.load(Ordering::Relaxed);
-        let mut cur = self.charged.load(Ordering::Relaxed);
-        loop {
-            let next = cur.checked_add(size).filter(|&n| n <= limit).ok_or(GrowError::OverLimit { size, limit })?;
-            match self.charged.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(()),
-                Err(v) => cur = v,
-            }
-        }
-    }
-
-    /// Gives back a charge (the call failed, or the memory was freed).
-    pub fn refund(&self, size: usize) {
-        self.charged.fetch_sub(size, Ordering::Relaxed);
     }
 }

@@ -277,9 +277,9 @@ impl<B: Backing> Device<B> {
             for shard in &entry.shards {
                 let p = shard.lock()?;
                 p.counters().add_to(&mut s);
-                largest = largest.max(B::largest_free(&p));
-                s.pending_free_bytes += (p.pending_bytes() + p.quarantined_bytes()) as u64;
-                for seg in p.segments.ids().map(|id| p.segments.get(id)) {
+                largest = largest.max(B::largest_free(&p.cache));
+                s.pending_free_bytes += (p.cache.pending_bytes() + p.quarantined_bytes()) as u64;
+                for seg in p.cache.segments.ids().map(|id| p.cache.segments.get(id)) {
                     s.segment_bytes += B::held_bytes(seg) as u64;
                     s.address_space_bytes += seg.size as u64;
                     s.segments += 1;
@@ -339,8 +339,8 @@ impl<B: Backing> Device<B> {
     #[cold]
     #[inline(never)]
     pub(in crate::core) fn pool_grew(&self, pool: &Pool<B>, tally: &PoolTally) {
-        let entry = self.streams.entry_of(pool.id);
-        entry.publish_held(pool.kind as usize, pool.held_bytes());
+        let entry = self.streams.entry_of(pool.cache.id);
+        entry.publish_held(pool.cache.kind as usize, pool.held_bytes());
         let id = entry.pool();
         let held: u64 = self.streams.iter().filter(|e| e.pool() == id).map(|e| e.held()).sum();
         tally.raise_reserved(held);
@@ -349,7 +349,7 @@ impl<B: Backing> Device<B> {
     /// The figures of the pool `pool` (a shard's state) serves.
     #[cold]
     pub(in crate::core) fn tally_of(&self, pool: &Pool<B>) -> Arc<PoolTally> {
-        self.pools.tally(self.streams.entry_of(pool.id).pool()).unwrap_or_default()
+        self.pools.tally(self.streams.entry_of(pool.cache.id).pool()).unwrap_or_default()
     }
 
     /// A stream of `entry`'s pool passed its high-water mark: the pool's

@@ -7,7 +7,7 @@ use super::support::{
     allocator, drop_stream, emu_lock, fail_nth, fault_pending, hold_stream, new_stream, release_stream, set_capacity,
     usage, DEV,
 };
-use crate::core::stream_order::MAX_POLL_GAP;
+use crate::core::cache::stream_order::MAX_POLL_GAP;
 use crate::core::*;
 
 const MIB: usize = 1 << 20;

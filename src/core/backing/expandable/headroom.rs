@@ -18,7 +18,7 @@
 use super::mapping::{Placement, Victim};
 use super::{free_handle, RangePool};
 
-impl RangePool {
+impl RangePool<'_> {
     /// Whether `extra` fresh bytes would take reserved memory past the
     /// headroom (always false when `reserved_headroom` is off).
     pub(super) fn over_headroom(&self, ctx: &Placement<'_>, extra: usize) -> bool {
@@ -73,30 +73,35 @@ impl RangePool {
     /// so holding it across the calls stalls no other stream) and its pages
     /// are whole pages here. Returns whether a piece moved.
     fn move_from_sibling(&mut self, ctx: &mut Placement<'_>, page: usize, avail: usize, beat: usize) -> bool {
-        let Some(mut other) = ctx.device.sibling.and_then(|s| s.try_lock()) else { return false };
-        // Its held blocks may coalesce into whole free pieces.
-        other.drain_reuse();
-        // The largest piece that fits, over the sibling's ranges.
-        let mut best: Option<(usize, crate::core::segment::SegmentId, usize)> = None;
-        for seg in other.backing.ranges.clone() {
-            let theirs = other.range(seg).page_size;
-            if theirs % page != 0 {
-                continue;
-            }
-            let fits = |units: usize| units * theirs / page;
-            for (head, units) in other.free_pieces(seg) {
-                let n = fits(units);
-                if n <= avail && best.is_none_or(|(m, _, _)| n > m) {
-                    best = Some((n, seg, head));
+        let Some(sibling) = ctx.device.sibling else { return false };
+        let mut moved = false;
+        let synced = &mut ctx.sibling_synced;
+        sibling.try_with(&mut |mut other| {
+            // Its held blocks may coalesce into whole free pieces.
+            other.drain_reuse();
+            // The largest piece that fits, over the sibling's ranges.
+            let mut best: Option<(usize, crate::core::cache::segment::SegmentId, usize)> = None;
+            for seg in other.backing.ranges.clone() {
+                let theirs = other.range(seg).page_size;
+                if theirs % page != 0 {
+                    continue;
+                }
+                let fits = |units: usize| units * theirs / page;
+                for (head, units) in other.free_pieces(seg) {
+                    let n = fits(units);
+                    if n <= avail && best.is_none_or(|(m, _, _)| n > m) {
+                        best = Some((n, seg, head));
+                    }
                 }
             }
-        }
-        let Some((pages, seg, head)) = best else { return false };
-        if pages <= beat {
-            return false;
-        }
-        ctx.sibling_synced = ctx.sibling_synced || other.sync_streams_of(seg).is_ok();
-        ctx.sibling_synced && other.unmap_piece(seg, head).is_ok()
+            let Some((pages, seg, head)) = best else { return };
+            if pages <= beat {
+                return;
+            }
+            *synced = *synced || other.sync_streams_of(seg).is_ok();
+            moved = *synced && other.unmap_piece(seg, head).is_ok();
+        });
+        moved
     }
 
     /// Free pieces of the range outside the request: largest first (fewest
@@ -144,7 +149,7 @@ impl RangePool {
         for size in sizes {
             while freed < bytes {
                 let Some(h) = self.sh.backing.handles().get_mut(&size).and_then(Vec::pop) else { break };
-                if free_handle(&self.sh, h, size).is_err() {
+                if free_handle(self.sh, h, size).is_err() {
                     self.sh.backing.cache_handle(size, h);
                     return;
                 }

@@ -1,10 +1,10 @@
 //! Mapping pages under a block and unmapping free pieces: which handle backs
 //! which pages (cached or fresh), and rolling back a partial mapping.
 
-use super::{PageSpec, Piece, RangePool};
-use crate::core::backing::{GrowContext, GrowError};
+use super::{PageSpec, Piece, RangeCache, RangePool};
+use crate::core::backing::{GrowContext, GrowError, Sibling};
+use crate::core::cache::segment::SegmentId;
 use crate::core::history::Action;
-use crate::core::segment::SegmentId;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 
@@ -44,7 +44,7 @@ struct Span {
     room_end: usize,
 }
 
-impl RangePool {
+impl RangePool<'_> {
     /// Maps every unmapped page under [addr, addr + size) of segment `seg`,
     /// each run of unmapped pages with as few handles as the cache allows.
     /// The free block being placed spans [addr, addr + room): a cached handle
@@ -220,13 +220,6 @@ impl RangePool {
         Ok(units)
     }
 
-    /// Pages of the placement from page `i` on that are not mapped.
-    fn lacking(&self, ctx: &Placement<'_>, i: usize) -> usize {
-        let s = self.segments.get(ctx.seg);
-        let end = (ctx.addr + ctx.size - 1 - s.base) / s.extent.page_size + 1;
-        (i..end).filter(|&j| s.extent.page(j).is_none()).count()
-    }
-
     /// A new physical handle of `pages` pages, within the memory limit.
     fn fresh_handle(&mut self, spec: PageSpec, pages: usize) -> Result<(PhysicalHandle, usize), GrowError> {
         let bytes = pages * spec.size;
@@ -311,7 +304,7 @@ impl RangePool {
     /// (it always is on one thread); else this pool alone decides, by the
     /// lifetime rule only (its own request count would make the other
     /// pool's recent handles look more recent than they are).
-    pub(super) fn pace(&self, sibling: Option<&crate::core::shard::Shard<super::ExpandableRanges>>) -> (u64, bool) {
+    pub(super) fn pace(&self, sibling: Option<&dyn Sibling<super::ExpandableRanges>>) -> (u64, bool) {
         use super::growth::{growth_is_frequent, in_burst};
         let (requests, fresh) = (self.counters().allocs, self.backing.fresh);
         if !self.sh.backing.pieces().ahead {
@@ -321,11 +314,21 @@ impl RangePool {
             let frequent = growth_is_frequent(requests, fresh) || in_burst(requests, self.backing.recent.iter());
             return (requests, frequent);
         };
-        let Some(other) = sibling.try_lock() else {
-            return (requests, growth_is_frequent(requests, fresh));
-        };
-        let (requests, fresh) = (requests + other.counters().allocs, fresh + other.backing.fresh);
-        let recent = self.backing.recent.iter().chain(other.backing.recent.iter());
-        (requests, growth_is_frequent(requests, fresh) || in_burst(requests, recent))
+        let mut paced = None;
+        sibling.try_with(&mut |other| {
+            let (requests, fresh) = (requests + other.counters().allocs, fresh + other.backing.fresh);
+            let recent = self.backing.recent.iter().chain(other.backing.recent.iter());
+            paced = Some((requests, growth_is_frequent(requests, fresh) || in_burst(requests, recent)));
+        });
+        paced.unwrap_or_else(|| (requests, growth_is_frequent(requests, fresh)))
+    }
+}
+
+impl RangeCache {
+    /// Pages of the placement from page `i` on that are not mapped.
+    fn lacking(&self, ctx: &Placement<'_>, i: usize) -> usize {
+        let s = self.segments.get(ctx.seg);
+        let end = (ctx.addr + ctx.size - 1 - s.base) / s.extent.page_size + 1;
+        (i..end).filter(|&j| s.extent.page(j).is_none()).count()
     }
 }

@@ -77,12 +77,12 @@ pub(crate) mod sleep;
 mod unused;
 mod vmm_range;
 
-use super::{Backing, Detached, GrowContext, GrowError, Scope};
-use crate::core::block::{BlockId, BlockState, NIL};
+use super::{Backing, Detached, GrowContext, GrowError, Parts, Scope};
+use crate::core::cache::block::{BlockId, BlockState, NIL};
+use crate::core::cache::segment::{Segment, SegmentId};
+use crate::core::cache::Cache;
 use crate::core::history::Action;
 use crate::core::policy::{PoolKind, SMALL_BUFFER};
-use crate::core::pool::Pool;
-use crate::core::segment::{Segment, SegmentId};
 use crate::core::shared::Shared;
 use crate::error::{Error, Result};
 use crate::runtime::{PhysicalHandle, Stream};
@@ -212,7 +212,9 @@ pub(crate) struct RangeOf {
     recent: growth::RecentHandles,
 }
 
-type RangePool = Pool<ExpandableRanges>;
+/// What the backing sees of one shard (`Parts`), and of its cache alone.
+type RangePool<'a> = Parts<'a, ExpandableRanges>;
+type RangeCache = Cache<VmmRange>;
 
 impl Backing for ExpandableRanges {
     type Extent = VmmRange;
@@ -226,19 +228,19 @@ impl Backing for ExpandableRanges {
     }
 
     #[inline]
-    fn ready(pool: &RangePool, id: BlockId, rounded: usize) -> bool {
-        pool.unmapped_under(id, rounded) == 0
+    fn ready(cache: &RangeCache, id: BlockId, rounded: usize) -> bool {
+        cache.unmapped_under(id, rounded) == 0
     }
 
     /// Inside a range every remainder splits: unmapped tails cost nothing,
     /// and the oversize rules exist for fixed segments.
     #[inline]
-    fn splits(_: &RangePool, size: usize, rounded: usize) -> bool {
+    fn splits(_: &Shared<Self>, _: PoolKind, size: usize, rounded: usize) -> bool {
         size - rounded >= crate::core::policy::MIN_BLOCK_SIZE
     }
 
     fn obtain(
-        pool: &mut RangePool,
+        mut pool: RangePool<'_>,
         rounded: usize,
         best_fit: Option<BlockId>,
         ctx: &GrowContext<'_, Self>,
@@ -269,7 +271,7 @@ impl Backing for ExpandableRanges {
     /// `Scope::Unused`, the ranges that hold nothing and, after each
     /// range's pieces, the old addresses that pin its wholly free handles
     /// (`unused`).
-    fn detach(pool: &mut RangePool, scope: Scope) -> Vec<Detached> {
+    fn detach(mut pool: RangePool<'_>, scope: Scope) -> Vec<Detached> {
         let mut out = Vec::new();
         let mut left = match scope {
             Scope::WholeSegments => return out,
@@ -297,7 +299,7 @@ impl Backing for ExpandableRanges {
         out
     }
 
-    fn detach_after_free(pool: &mut RangePool, addr: usize, bytes: usize) -> Vec<Detached> {
+    fn detach_after_free(mut pool: RangePool<'_>, addr: usize, bytes: usize) -> Vec<Detached> {
         let mut out = pool.detach_empty_ranges();
         pool.detach_freed(addr, bytes, &mut out);
         out
@@ -323,7 +325,7 @@ impl Backing for ExpandableRanges {
         Ok(0)
     }
 
-    fn settle(pool: &mut RangePool, d: Detached, given_back: bool) {
+    fn settle(mut pool: RangePool<'_>, d: Detached, given_back: bool) {
         if d.block == NIL {
             if !given_back {
                 pool.restore_range(d);
@@ -395,11 +397,11 @@ impl Backing for ExpandableRanges {
         (r.mapped - r.retired_units() + stuck) * r.page_size
     }
 
-    fn largest_free(pool: &RangePool) -> usize {
-        pool.largest_mapped_free()
+    fn largest_free(cache: &RangeCache) -> usize {
+        cache.largest_mapped_free()
     }
 
-    fn teardown(pool: &mut RangePool, busy: &[Stream]) -> Result<()> {
+    fn teardown(mut pool: RangePool<'_>, busy: &[Stream]) -> Result<()> {
         let mut first_error = None;
         for seg in std::mem::take(&mut pool.backing.ranges) {
             if pool.streams_of(seg).iter().any(|s| busy.contains(s)) {
@@ -415,7 +417,7 @@ impl Backing for ExpandableRanges {
         first_error.map_or(Ok(()), Err)
     }
 
-    fn check_segment(pool: &RangePool, seg: SegmentId) -> Result<(), String> {
+    fn check_segment(pool: &RangeCache, seg: SegmentId) -> Result<(), String> {
         let s = pool.segments.get(seg);
         let r = &s.extent;
         if r.pages.iter().filter(|p| p.is_some()).count() != r.mapped {
@@ -453,23 +455,23 @@ impl Backing for ExpandableRanges {
 
     const SLEEPS_LIVE: bool = true;
 
-    fn sleep_pool(pool: &mut RangePool, offload: bool) -> Result<usize> {
+    fn sleep_pool(mut pool: RangePool<'_>, offload: bool) -> Result<usize> {
         pool.sleep_ranges(offload)
     }
 
-    fn wake_needs(pool: &RangePool, out: &mut Vec<(usize, sys::aclrtMemAttr)>) {
+    fn wake_needs(pool: RangePool<'_>, out: &mut Vec<(usize, sys::aclrtMemAttr)>) {
         pool.wake_needs(out)
     }
 
-    fn wake_map(pool: &mut RangePool, handles: &mut super::WakeHandles) -> Result<()> {
+    fn wake_map(mut pool: RangePool<'_>, handles: &mut super::WakeHandles) -> Result<()> {
         pool.wake_map(handles)
     }
 
-    fn wake_undo(pool: &mut RangePool, out: &mut Vec<(PhysicalHandle, usize)>) -> Result<()> {
+    fn wake_undo(mut pool: RangePool<'_>, out: &mut Vec<(PhysicalHandle, usize)>) -> Result<()> {
         pool.wake_undo(out)
     }
 
-    fn wake_commit(pool: &mut RangePool) -> Result<()> {
+    fn wake_commit(mut pool: RangePool<'_>) -> Result<()> {
         pool.wake_commit()
     }
 
@@ -504,7 +506,7 @@ fn free_handle(
     Ok(())
 }
 
-impl RangePool {
+impl RangePool<'_> {
     /// Pages one fresh handle of the placement's segment covers at most,
     /// now (Note [sizing a fresh handle]). Free memory is what the device
     /// reports (`FreeMemory`: asked only when a fresh handle is wanted, and
@@ -562,10 +564,6 @@ impl RangePool {
         (self.sh.backing.pieces().floor / self.range(seg).page_size).max(1)
     }
 
-    fn range(&self, seg: SegmentId) -> &VmmRange {
-        &self.segments.get(seg).extent
-    }
-
     fn range_mut(&mut self, seg: SegmentId) -> &mut VmmRange {
         &mut self.segments.get_mut(seg).extent
     }
@@ -585,5 +583,11 @@ impl RangePool {
             }
         }
         Ok(())
+    }
+}
+
+impl RangeCache {
+    fn range(&self, seg: SegmentId) -> &VmmRange {
+        &self.segments.get(seg).extent
     }
 }

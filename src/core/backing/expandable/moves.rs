@@ -75,16 +75,16 @@
 //!   handle mapped still).
 
 use super::mapping::Placement;
-use super::{Piece, RangePool, Retired};
+use super::{Piece, RangeCache, RangePool, Retired};
 use crate::core::backing::Detached;
-use crate::core::block::{BlockId, BlockState};
+use crate::core::cache::block::{BlockId, BlockState};
+use crate::core::cache::segment::SegmentId;
 use crate::core::history::Action;
 use crate::core::policy::PoolKind;
-use crate::core::segment::SegmentId;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 
-impl RangePool {
+impl RangePool<'_> {
     /// Maps a wholly free handle of the placement's range at page `i`,
     /// where `run` pages need mapping, instead of a fresh handle; it may
     /// reach past the run over the free block's unmapped pages up to page
@@ -301,7 +301,9 @@ impl RangePool {
         self.sh.history.record(Action::SegmentUnmap, base + head * page, units * page, self.stream);
         self.return_block(block);
     }
+}
 
+impl RangeCache {
     /// Retired spans' invariants (`check_segment`): each covers a
     /// `Reclaiming` block of exactly its pages, every page maps its handle,
     /// and that handle is mapped at one live piece of the range besides.

@@ -32,10 +32,10 @@
 //! rule's smallest and largest handles (BENCHMARKS.md, "Models of
 //! placement and growth").
 
-use super::RangePool;
+use super::RangeCache;
 use crate::core::policy::PoolKind;
 
-impl RangePool {
+impl RangeCache {
     /// Whether a request of `size` bytes that lacks pages gets handles of
     /// its own, given the `fresh` bytes a fresh handle would have (Note
     /// [handles of their own]).

@@ -1,15 +1,15 @@
 //! Where a request goes inside an expandable range, and what the range's
 //! free blocks hold mapped.
 
-use super::RangePool;
+use super::{RangeCache, RangePool};
 use crate::core::backing::{GrowContext, GrowError};
-use crate::core::block::{BlockId, BlockState, NIL};
-use crate::core::segment::SegmentId;
+use crate::core::cache::block::{BlockId, BlockState, NIL};
+use crate::core::cache::segment::SegmentId;
 
 /// Free blocks the mapped-first search looks at, smallest classes first.
 const MAPPED_FIT_SCAN: usize = 64;
 
-impl RangePool {
+impl RangePool<'_> {
     /// Places a request of `rounded` bytes given its best fit: as is when
     /// its pages are mapped; else in a free block with a mapped run that
     /// fits (no mapping at all); else, with a headroom, where the fewest
@@ -51,7 +51,9 @@ impl RangePool {
         self.ensure_mapped(seg, addr + off, rounded, size - off, device)?;
         Ok(if off > 0 { self.split_front(id, off) } else { id })
     }
+}
 
+impl RangeCache {
     /// Free blocks that can hold `size` bytes, smallest classes first, at
     /// most `MAPPED_FIT_SCAN` of them.
     fn fit_candidates(&self, size: usize) -> impl Iterator<Item = BlockId> + '_ {

@@ -8,17 +8,17 @@
 //! go with it, so a pointer into it is unknown again, and the runtime may
 //! hand the addresses to anyone.
 
-use super::{budget, ExpandableRanges, RangePool, RetiredSpans, VmmRange, SMALL_BUFFER};
+use super::{budget, ExpandableRanges, RangeCache, RangePool, RetiredSpans, VmmRange, SMALL_BUFFER};
 use crate::core::backing::{Backing, Detached, GrowError, Scope};
-use crate::core::block::{BlockState, NIL};
+use crate::core::cache::block::{BlockState, NIL};
+use crate::core::cache::segment::{Segment, SegmentId};
 use crate::core::directory::ADDRESS_LIMIT;
 use crate::core::policy::PoolKind;
-use crate::core::segment::{Segment, SegmentId};
 use crate::core::shared::Shared;
 use crate::error::{Error, Result};
 use crate::sys;
 
-impl RangePool {
+impl RangePool<'_> {
     /// Forgets a range's addresses in the directory: only the pages its
     /// mapping ever registered (`VmmRange::registered_len`).
     pub(super) fn unregister(&self, s: &Segment<VmmRange>) {
@@ -108,7 +108,7 @@ impl RangePool {
         if at % align == 0 {
             return Ok((at, at, va));
         }
-        let _ = release_unused(&self.sh, at, va);
+        let _ = release_unused(self.sh, at, va);
         let padded = va + align;
         let at = self.reserve_charged(padded)?;
         Ok((at, at.next_multiple_of(align), padded))
@@ -130,21 +130,12 @@ impl RangePool {
         })
     }
 
-    /// Whether range `seg` holds nothing: one free block, no page mapped,
-    /// none asleep or stuck (what may be released whole).
-    fn range_holds_nothing(&self, seg: SegmentId) -> bool {
-        let s = self.segments.get(seg);
-        let b = self.blocks.get(s.first);
-        let r = &s.extent;
-        r.mapped == 0 && r.slept.is_empty() && r.stuck.is_empty() && b.state == BlockState::Free && b.size == s.size
-    }
-
     /// Takes range `seg`, which holds nothing, out of the shard: its free
     /// block off the index, its segment and directory entries gone.
     fn take_out_range(&mut self, seg: SegmentId) -> Segment<VmmRange> {
         self.backing.ranges.retain(|&r| r != seg);
         let first = self.segments.get(seg).first;
-        self.index.remove(&mut self.blocks, first);
+        self.cache.index.remove(&mut self.cache.blocks, first);
         let s = self.remove_segment(seg);
         self.unregister(&s);
         s
@@ -210,7 +201,7 @@ impl RangePool {
             return;
         }
         let s = self.take_out_range(seg);
-        let _ = release_unused(&self.sh, s.extent.reserved_at, s.extent.reserved_len);
+        let _ = release_unused(self.sh, s.extent.reserved_at, s.extent.reserved_len);
         self.sh.counters.range_removed();
     }
 
@@ -256,7 +247,7 @@ impl RangePool {
                 first_error.get_or_insert(e);
             }
         }
-        if let Err(e) = ExpandableRanges::free_cached(&self.sh) {
+        if let Err(e) = ExpandableRanges::free_cached(self.sh) {
             first_error.get_or_insert(e);
         }
         if let Err(e) = self.drop_slept(seg) {
@@ -265,7 +256,7 @@ impl RangePool {
         let (reserved_at, reserved_len) = (self.range(seg).reserved_at, self.range(seg).reserved_len);
         // A refused release is kept: teardown's `free_cached` tries it again
         // and reports it if it is refused once more.
-        let _ = release_unused(&self.sh, reserved_at, reserved_len);
+        let _ = release_unused(self.sh, reserved_at, reserved_len);
         first_error.map_or(Ok(()), Err)
     }
 
@@ -310,6 +301,17 @@ impl RangePool {
                 for_request: false,
             });
         }
+    }
+}
+
+impl RangeCache {
+    /// Whether range `seg` holds nothing: one free block, no page mapped,
+    /// none asleep or stuck (what may be released whole).
+    fn range_holds_nothing(&self, seg: SegmentId) -> bool {
+        let s = self.segments.get(seg);
+        let b = self.blocks.get(s.first);
+        let r = &s.extent;
+        r.mapped == 0 && r.slept.is_empty() && r.stuck.is_empty() && b.state == BlockState::Free && b.size == s.size
     }
 }
 

@@ -10,8 +10,8 @@
 
 use super::{Piece, RangePool};
 use crate::core::backing::WakeHandles;
+use crate::core::cache::segment::SegmentId;
 use crate::core::history::Action;
-use crate::core::segment::SegmentId;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 use crate::sys;
@@ -66,7 +66,7 @@ fn copy(
     unsafe { rt.memcpy2d(dst as *mut _, COPY_ROW, src as *const _, COPY_ROW, COPY_ROW, bytes / COPY_ROW, kind) }
 }
 
-impl RangePool {
+impl RangePool<'_> {
     /// Takes every mapped run of this shard's ranges off the device (its
     /// contents to host memory with `offload`). The caller synchronized
     /// nothing: the streams that used each range are synchronized here.

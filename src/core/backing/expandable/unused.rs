@@ -32,12 +32,12 @@
 
 use super::{free_handle, ExpandableRanges, RangePool};
 use crate::core::backing::Detached;
-use crate::core::block::BlockState;
-use crate::core::segment::SegmentId;
+use crate::core::cache::block::BlockState;
+use crate::core::cache::segment::SegmentId;
 use crate::core::shared::Shared;
 use crate::error::{Error, Result};
 
-impl RangePool {
+impl RangePool<'_> {
     /// The old addresses of moved handles whose live pages in range `seg`
     /// are wholly free, for about `bytes` of those handles, onto `out`.
     pub(super) fn detach_pinning(&mut self, seg: SegmentId, bytes: usize, out: &mut Vec<Detached>) {

@@ -98,7 +98,7 @@ impl std::ops::Deref for RetiredSpans {
 pub struct Retired {
     pub head: u32,
     pub units: u32,
-    pub block: crate::core::block::BlockId,
+    pub block: crate::core::cache::block::BlockId,
     /// Detached for a reclaim now under way (`Backing::detach`).
     pub flushing: bool,
 }

@@ -376,7 +376,7 @@ impl Iterator for Walk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::block::Block;
+    use crate::core::cache::block::Block;
 
     fn block(size: usize, addr: usize) -> Block {
         Block::segment_root(addr, size)

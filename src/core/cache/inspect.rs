@@ -1,13 +1,12 @@
 //! A shard's read-only questions (which streams, which block, what is
-//! live or pending), apart from its transitions in `pool.rs`.
+//! live or pending), apart from its transitions.
 
-use super::Pool;
-use crate::core::backing::Backing;
-use crate::core::block::{Block, BlockId, BlockState, NIL};
-use crate::core::segment::SegmentId;
+use super::Cache;
+use crate::core::cache::block::{Block, BlockId, BlockState, NIL};
+use crate::core::cache::segment::SegmentId;
 use crate::runtime::Stream;
 
-impl<B: Backing> Pool<B> {
+impl<X> Cache<X> {
     /// Every stream whose work may use segment `seg`: its owner and the
     /// streams recorded on its blocks.
     pub fn streams_of(&self, seg: SegmentId) -> Vec<Stream> {

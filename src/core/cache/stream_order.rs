@@ -35,7 +35,7 @@
 //! `take_all_events`. Each shard has its own `StreamOrder` under its lock.
 
 use super::block::BlockId;
-use super::stats::DeviceCounters;
+use crate::core::stats::DeviceCounters;
 use crate::error::{Error, Result};
 use crate::runtime::{Event, Runtime, Stream};
 use std::collections::HashMap;

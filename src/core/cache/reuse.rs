@@ -51,7 +51,7 @@
 
 use super::block::{BlockArena, BlockId, NIL};
 use super::size_class::{class_of, CLASS_COUNT};
-use super::stats::{DeviceCounters, Stats};
+use crate::core::stats::{DeviceCounters, Stats};
 
 /// Blocks one size class holds at most.
 const PER_CLASS: u8 = 16;
@@ -60,7 +60,7 @@ const PER_CLASS: u8 = 16;
 /// little more through the free index, and holding one keeps its memory
 /// from coalescing, which changes layouts enough to raise peak reserved
 /// memory.
-const MAX_BLOCK: usize = super::policy::SMALL_SIZE;
+const MAX_BLOCK: usize = crate::core::policy::SMALL_SIZE;
 
 const WORDS: usize = CLASS_COUNT.div_ceil(64);
 
@@ -263,7 +263,7 @@ impl ReuseLists {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::block::Block;
+    use crate::core::cache::block::Block;
 
     fn drain(lists: &mut ReuseLists, arena: &BlockArena) -> usize {
         let mut n = 0;

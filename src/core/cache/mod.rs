@@ -1,0 +1,270 @@
+//! The caching layer's state for one shard (one stream, one pool kind):
+//! blocks tiling segments, the free index, blocks held for exact-size
+//! reuse, the registry of live starts, frees waiting for other streams,
+//! and the counters; and the block surgery on them (take with split,
+//! return with coalesce, carve). It knows nothing of where device memory
+//! comes from: a segment's device side is the opaque `X`
+//! (`Backing::Extent`), and nothing here makes a device call.
+
+use super::policy::{Policy, PoolKind};
+use super::stats::ShardCounters;
+use crate::error::Error;
+use crate::runtime::Stream;
+use block::{Block, BlockArena, BlockId, BlockState, NIL};
+use free_index::FreeIndex;
+use registry::Registry;
+use reuse::ReuseLists;
+use segment::{Segment, SegmentId, SegmentTable};
+use stream_order::{PollClock, StreamOrder};
+
+pub(crate) mod block;
+pub(crate) mod free_index;
+mod inspect;
+pub(crate) mod registry;
+pub(crate) mod reuse;
+pub(crate) mod segment;
+pub(crate) mod size_class;
+pub(crate) mod stream_order;
+
+pub(crate) struct Cache<X> {
+    /// This shard's id in the directory.
+    pub(super) id: u32,
+    pub(super) kind: PoolKind,
+    pub(super) stream: Stream,
+    pub(super) blocks: BlockArena,
+    pub(super) segments: SegmentTable<X>,
+    pub(super) index: FreeIndex,
+    /// Freed blocks held for exact-size reuse.
+    pub(super) reuse: ReuseLists,
+    /// Start address of every allocated or held block.
+    pub(super) registry: Registry,
+    pub(super) order: StreamOrder,
+    /// When a free polls `order` (beside `id` and `kind`: no extra space).
+    pub(super) poll: PollClock,
+    pub(super) counters: ShardCounters,
+}
+
+impl<X> Cache<X> {
+    /// An empty cache; its small pool holds up to `reuse_bytes` for
+    /// exact-size reuse.
+    pub fn new(id: u32, kind: PoolKind, stream: Stream, reuse_bytes: usize) -> Self {
+        let reuse = ReuseLists::new(if kind == PoolKind::Small { reuse_bytes } else { 0 });
+        Cache {
+            id,
+            kind,
+            stream,
+            blocks: Default::default(),
+            segments: Default::default(),
+            index: Default::default(),
+            reuse,
+            registry: Default::default(),
+            order: Default::default(),
+            poll: PollClock::default(),
+            counters: Default::default(),
+        }
+    }
+
+    pub fn counters(&self) -> &ShardCounters {
+        &self.counters
+    }
+
+    /// Hands out held block `id` again (see Note [exact-size reuse]).
+    #[inline]
+    pub fn reuse_block(&mut self, id: BlockId, requested: usize) -> usize {
+        let b = self.blocks.get_mut(id);
+        b.state = BlockState::Allocated;
+        b.requested = requested;
+        let (addr, size) = (b.addr, b.size);
+        self.counters.block_allocated(size, requested);
+        addr
+    }
+
+    /// Returns the held blocks to the free blocks, coalescing; returns how
+    /// many (only a growth weighs them: Note [resting reuse lists]).
+    pub fn drain_reuse(&mut self) -> usize {
+        let mut drained = 0;
+        while let Some(id) = self.reuse.pop_any(&self.blocks) {
+            let addr = self.blocks.get(id).addr;
+            self.registry.remove(&addr);
+            self.return_block(id);
+            drained += 1;
+        }
+        drained
+    }
+
+    /// The best free block for `rounded` bytes that `policy` lets serve it.
+    #[inline]
+    pub fn find_free(&self, policy: &Policy, rounded: usize) -> Option<BlockId> {
+        self.index.find(&self.blocks, rounded, |b| policy.may_use(b, rounded))
+    }
+
+    /// Moves free block `id` to allocated for a request of `requested`
+    /// bytes (rounded to `rounded`), splitting off the rest when `splits`
+    /// says so of the pool kind and the block's size.
+    #[inline(always)]
+    pub fn take(
+        &mut self,
+        id: BlockId,
+        rounded: usize,
+        requested: usize,
+        splits: impl FnOnce(PoolKind, usize) -> bool,
+    ) -> usize {
+        let size = self.blocks.get(id).size;
+        self.index.remove(&mut self.blocks, id);
+        let size = if splits(self.kind, size) {
+            let rest = split_off(&mut self.blocks, id, rounded);
+            self.index.insert(&mut self.blocks, rest);
+            rounded
+        } else {
+            size
+        };
+        let b = self.blocks.get_mut(id);
+        b.state = BlockState::Allocated;
+        b.requested = requested;
+        let addr = b.addr;
+        self.registry.insert(addr, id);
+        self.counters.block_allocated(size, requested);
+        addr
+    }
+
+    /// Splits free block `id` at `off` bytes; both parts stay free and
+    /// indexed (the caller takes the back part at once). Returns the back.
+    pub fn split_front(&mut self, id: BlockId, off: usize) -> BlockId {
+        self.index.remove(&mut self.blocks, id);
+        let back = split_off(&mut self.blocks, id, off);
+        self.index.insert(&mut self.blocks, id);
+        self.index.insert(&mut self.blocks, back);
+        back
+    }
+
+    /// Cuts free block `id` (on the index) so that [addr, addr + size)
+    /// becomes a block of its own in state `Reclaiming`, off the index; the
+    /// parts around it stay free. Returns the new block.
+    pub fn carve(&mut self, id: BlockId, addr: usize, size: usize) -> BlockId {
+        self.index.remove(&mut self.blocks, id);
+        let b = self.blocks.get(id);
+        let (start, end) = (b.addr, b.addr + b.size);
+        let mid = if addr > start {
+            let back = split_off(&mut self.blocks, id, addr - start);
+            self.index.insert(&mut self.blocks, id);
+            back
+        } else {
+            id
+        };
+        if addr + size < end {
+            let rest = split_off(&mut self.blocks, mid, size);
+            self.index.insert(&mut self.blocks, rest);
+        }
+        self.blocks.get_mut(mid).state = BlockState::Reclaiming;
+        mid
+    }
+
+    /// Puts a block back among the free ones, merging it with free
+    /// neighbours.
+    #[inline(always)]
+    pub fn return_block(&mut self, mut id: BlockId) {
+        let (prev, next) = {
+            let b = self.blocks.get_mut(id);
+            b.state = BlockState::Free;
+            b.requested = 0;
+            b.has_other_streams = false;
+            (b.prev, b.next)
+        };
+        if prev != NIL && self.blocks.get(prev).state == BlockState::Free {
+            self.index.remove(&mut self.blocks, prev);
+            self.absorb_next(prev, id); // `prev` takes over `id`'s next
+            id = prev;
+        }
+        if next != NIL && self.blocks.get(next).state == BlockState::Free {
+            self.index.remove(&mut self.blocks, next);
+            self.absorb_next(id, next);
+        }
+        self.index.insert(&mut self.blocks, id);
+    }
+
+    /// Merges `next`, `id`'s free next neighbour (off its list), into `id`.
+    #[inline]
+    fn absorb_next(&mut self, id: BlockId, next: BlockId) {
+        debug_assert_eq!(self.blocks.get(id).next, next);
+        let (next_size, next_next) = {
+            let n = self.blocks.get(next);
+            (n.size, n.next)
+        };
+        let b = self.blocks.get_mut(id);
+        b.size += next_size;
+        b.next = next_next;
+        if next_next != NIL {
+            self.blocks.get_mut(next_next).prev = id;
+        }
+        self.blocks.remove(next);
+    }
+
+    /// Adds a segment [base, base + size), the `serial`th made on the
+    /// device, with one free block over it. Returns the segment and its
+    /// block.
+    pub fn add_segment(&mut self, base: usize, size: usize, extent: X, serial: u64) -> (SegmentId, BlockId) {
+        let block = self.blocks.insert(Block::segment_root(base, size));
+        let seg = self.segments.insert(Segment { base, size, first: block, other_streams: Vec::new(), serial, extent });
+        self.blocks.get_mut(block).segment = seg;
+        self.index.insert(&mut self.blocks, block);
+        (seg, block)
+    }
+
+    /// Removes segment `seg`, whose one block is off the index.
+    pub fn remove_segment(&mut self, seg: SegmentId) -> Segment<X> {
+        let s = self.segments.remove(seg);
+        self.blocks.remove(s.first);
+        s
+    }
+
+    /// A message for a pointer this shard of device `device` does not hand
+    /// out.
+    pub fn unknown_pointer(&self, device: i32, addr: usize, what: &str) -> Error {
+        let detail = match self.segments.containing(addr) {
+            Some(seg) => {
+                let inside = self.block_containing(seg, addr).map(|id| self.blocks.get(id));
+                match inside {
+                    Some(b) if b.addr == addr && b.state == BlockState::Pending => {
+                        "it was already freed (its free waits for other streams)".to_string()
+                    }
+                    Some(b) if b.addr == addr => "it was already freed".to_string(),
+                    Some(b) if b.state == BlockState::Allocated => {
+                        format!(
+                            "it points {} bytes inside the block at {:#x}; pass the block's start",
+                            addr - b.addr,
+                            b.addr
+                        )
+                    }
+                    _ => "it lies in this allocator's memory but not at a live block".to_string(),
+                }
+            }
+            None => "this allocator did not allocate it".to_string(),
+        };
+        Error::UnknownPointer(format!("{what} of {addr:#x} on device {device}: {detail}"))
+    }
+}
+
+/// Cuts block `id` (off every free list) at `at` bytes: `id` keeps the
+/// front, a new free block (on no list) gets the rest. Returns the new block.
+#[inline(always)]
+fn split_off(blocks: &mut BlockArena, id: BlockId, at: usize) -> BlockId {
+    let b = blocks.get(id).clone();
+    let rest = blocks.insert(Block {
+        addr: b.addr + at,
+        size: b.size - at,
+        requested: 0,
+        prev: id,
+        free_prev: NIL,
+        free_next: NIL,
+        state: BlockState::Free,
+        has_other_streams: false,
+        ..b
+    });
+    if b.next != NIL {
+        blocks.get_mut(b.next).prev = rest;
+    }
+    let front = blocks.get_mut(id);
+    front.next = rest;
+    front.size = at;
+    rest
+}

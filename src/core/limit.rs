@@ -1,0 +1,52 @@
+//! The memory fraction limit (`set_memory_fraction`) and the device bytes
+//! charged against it, shared by every shard of a device.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A charge the limit refused: `size` bytes past `limit`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OverLimit {
+    pub size: usize,
+    pub limit: usize,
+}
+
+/// The memory fraction limit and the device bytes charged against it.
+/// Bytes are charged before the device call that obtains them, so two
+/// shards growing at once cannot both pass the limit.
+#[derive(Debug)]
+pub(crate) struct MemoryLimit {
+    limit: AtomicUsize,
+    charged: AtomicUsize,
+}
+
+impl MemoryLimit {
+    pub fn new(limit: Option<usize>) -> Self {
+        MemoryLimit { limit: AtomicUsize::new(limit.unwrap_or(usize::MAX)), charged: AtomicUsize::new(0) }
+    }
+
+    pub fn get(&self) -> Option<usize> {
+        Some(self.limit.load(Ordering::Relaxed)).filter(|&l| l != usize::MAX)
+    }
+
+    pub fn set(&self, limit: usize) {
+        self.limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// Charges `size` bytes, or says the limit would be passed.
+    pub fn charge(&self, size: usize) -> Result<(), OverLimit> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let mut cur = self.charged.load(Ordering::Relaxed);
+        loop {
+            let next = cur.checked_add(size).filter(|&n| n <= limit).ok_or(OverLimit { size, limit })?;
+            match self.charged.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    /// Gives back a charge (the call failed, or the memory was freed).
+    pub fn refund(&self, size: usize) {
+        self.charged.fetch_sub(size, Ordering::Relaxed);
+    }
+}
