@@ -73,7 +73,7 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
   TORCH_CHECK(st == NPUALLOC_OK, "npualloc: malloc failed (", api->status_name(st), "): ", error);
   std::lock_guard<std::mutex> g(mu_);
   Live& live = live_[p];
-  live = Live{device, size + tail_, context, {}};
+  live = Live{device, size + tail_, context, {}, stream, nullptr};
   Counts& c = counts_[device];
   c.live_peak = std::max(c.live_peak, ++c.live);
   c.requested_in += static_cast<int64_t>(size + tail_);
@@ -139,8 +139,28 @@ void Bridge::deleter(void* ptr) {
   }
 }
 
-void Bridge::erase(void* p, c10_npu::NPUStream stream) {
-  int device = device_of(p);
+// torch_npu's guard (NPUCachingAllocator.cpp, eraseStream and eraseStreamWithBlockPtr): HCCL's
+// WorkHCCL::synchronize made the current stream wait for the collective, so a stream use ends only
+// when that stream is the block's own, where the block's next tenant will be ordered after the
+// wait; on any other stream a new tensor could take the block before the collective ends. With a
+// work (MULTI_STREAM_MEMORY_REUSE=3), only the work last recorded on this block may end it: an
+// erase for a block's previous tenant at the same address changes nothing. A block no longer live
+// has no use to end.
+void Bridge::erase(void* p, c10_npu::NPUStream stream, const void* work) {
+  int device;
+  aclrtStream owner;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = live_.find(p);
+    if (it == live_.end() || (work != nullptr && it->second.hccl_work != work)) {
+      return;
+    }
+    device = it->second.device;
+    owner = it->second.stream;
+  }
+  if (owner != c10_npu::getCurrentNPUStream(device).stream(false)) {
+    return;
+  }
   check(api->erase_stream(handle(device), p, stream.stream(false)), "erase_stream");
   std::lock_guard<std::mutex> g(mu_);
   auto it = live_.find(p);

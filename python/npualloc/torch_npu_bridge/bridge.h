@@ -78,6 +78,10 @@ struct Live {
   std::shared_ptr<c10::GatheredContext> context;
   // Streams record_stream named (torch_npu's NPUStream, to empty their task queue at free).
   std::vector<c10_npu::NPUStream> streams;
+  // The stream it was allocated on, and the HCCL work last recorded on it
+  // (recordHcclWorkForBlock): what torch_npu's erase guard compares (Bridge::erase).
+  aclrtStream stream = nullptr;
+  void* hccl_work = nullptr;
 };
 
 // Counters at the last reset_accumulated_memory_stats, per device.
@@ -234,24 +238,27 @@ class Bridge final : public NCA::NPUAllocator {
     if (p == nullptr || ptr.get_deleter() != &deleter) {
       return;
     }
-    erase(p, stream);
+    erase(p, stream, nullptr);
   }
 
-  void eraseStreamWithBlockPtr(void* block_ptr, c10_npu::NPUStream stream, void* /*work_ptr*/) override {
+  void eraseStreamWithBlockPtr(void* block_ptr, c10_npu::NPUStream stream, void* work_ptr) override {
     // getBlockPtr hands out the block's own address, so block_ptr is a block start.
-    if (block_ptr != nullptr) {
-      erase(block_ptr, stream);
-    }
+    TORCH_CHECK(block_ptr != nullptr, "npualloc: eraseStreamWithBlockPtr: the block pointer is NULL");
+    TORCH_CHECK(work_ptr != nullptr, "npualloc: eraseStreamWithBlockPtr: the HCCL work pointer is NULL");
+    erase(block_ptr, stream, work_ptr);
   }
 
   void* getBlockPtr(const c10::DataPtr& ptr) override {
     return ptr.get_deleter() == &deleter ? ptr.get() : nullptr;
   }
 
-  void recordHcclWorkForBlock(void* /*block_ptr*/, void* /*work_ptr*/) override {
-    // torch_npu's allocator keeps HCCL work objects per block for its MULTI_STREAM_MEMORY_REUSE
-    // modes; npualloc orders cross-stream reuse by events (record_stream), so there is nothing
-    // to keep: the HCCL stream's use is waited for through the event recorded at free.
+  void recordHcclWorkForBlock(void* block_ptr, void* work_ptr) override {
+    // The work eraseStreamWithBlockPtr must name to end the block's stream use (Bridge::erase).
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = live_.find(block_ptr);
+    if (it != live_.end()) {
+      it->second.hccl_work = work_ptr;
+    }
   }
 
 
@@ -449,7 +456,7 @@ class Bridge final : public NCA::NPUAllocator {
   }
 
   void* malloc_on(int device, size_t size, aclrtStream stream);
-  void erase(void* p, c10_npu::NPUStream stream);
+  void erase(void* p, c10_npu::NPUStream stream, const void* work);
   void empty_all(bool check_error);
   void add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info);
 };
