@@ -338,3 +338,32 @@ def test_statistics_of_a_device_never_used_are_zero(run_npu):
     """).result
     assert (r["allocated3"], r["reserved3"], r["allocs3"]) == (0, 0, 0)
     assert r["allocated0"] > 0
+
+
+@pytest.mark.parametrize("allocator", ["own", "npualloc"])
+def test_the_oom_observer_gets_the_refused_request_and_the_memory_allowed(run_npu, allocator):
+    """torch_npu calls an out-of-memory observer with the device, the refused
+    allocation, the memory the process may use (the fraction's share when one
+    is set) and the device's free memory (NPUCachingAllocator.cpp,
+    DeviceCachingAllocator::malloc)."""
+    r = run(run_npu, """
+        seen = []
+        torch_npu._C._npu_attach_out_of_memory_observer(lambda *args: seen.append(args))
+        free, total = torch.npu.mem_get_info()
+        torch.npu.set_per_process_memory_fraction(0.5)
+        request = total // 2 + (64 << 20)
+        try:
+            torch.empty(request, dtype=torch.uint8, device="npu")
+            raised = False
+        except torch.OutOfMemoryError:
+            raised = True
+        report({"raised": raised, "seen": seen, "request": request, "total": total})
+    """, allocator).result
+    assert r["raised"] and r["seen"], r
+    device, alloc, allowed, free = r["seen"][-1]
+    assert device == 0
+    # torch_npu reports the segment it tried to allocate (the request, padded and
+    # rounded to 2 MiB); npualloc the request as it was asked (with the pad).
+    assert r["request"] <= alloc <= r["request"] + (2 << 20), (alloc, r["request"])
+    assert allowed == int(0.5 * r["total"])
+    assert 0 < free <= r["total"]

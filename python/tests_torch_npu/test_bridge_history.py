@@ -75,3 +75,22 @@ def test_dump_snapshot_writes_the_file_then_fails_on_the_emulator(run_npu):
     for name in ("dumped", "by_hand"):
         assert len(r[name]) == 1 and "make_the_tensor" in r[name][0], (name, r[name])
     assert r["segments"] >= 1
+
+
+@pytest.mark.parametrize("allocator", ["own", "npualloc"])
+def test_the_default_history_keeps_every_allocations_frames(run_npu, allocator):
+    """_record_memory_history's default max_entries is sys.maxsize (and
+    OOM_SNAPSHOT_ENABLE passes UINT64_MAX): every allocation keeps its frames."""
+    r = run(run_npu, """
+        torch.npu.memory._record_memory_history(stacks="python")
+        def make_one():
+            return torch.empty(4096, dtype=torch.uint8, device="npu")
+        keep = [make_one() for _ in range(3000)]
+        snap = torch.npu.memory._snapshot()
+        torch.npu.memory._record_memory_history(enabled=None)
+        allocs = [t for t in snap["device_traces"][0] if t["action"] == "alloc"]
+        framed = [t for t in allocs if any(f["name"] == "make_one" for f in t.get("frames", []))]
+        report({"allocs": len(allocs), "framed": len(framed)})
+    """, allocator).result
+    assert r["allocs"] >= 3000
+    assert r["framed"] == 3000, r

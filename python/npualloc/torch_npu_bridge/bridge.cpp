@@ -60,12 +60,15 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
       observers = oom_observers_;
     }
     if (!observers.empty()) {
-      npualloc_stats s = stats_of(device);
+      // As torch_npu calls them (NPUCachingAllocator.cpp, DeviceCachingAllocator::malloc): the
+      // refused request, the memory the process may use (the fraction's share when one is set,
+      // else the device's total), the device's free memory.
       size_t free_bytes = 0, total_bytes = 0;
       if (aclrtGetMemInfo(ACL_HBM_MEM, &free_bytes, &total_bytes) != ACL_SUCCESS) free_bytes = total_bytes = 0;
+      double fraction = fractions_[device];
+      size_t allowed = fraction < 1.0 ? static_cast<size_t>(fraction * static_cast<double>(total_bytes)) : total_bytes;
       for (auto& o : observers) {
-        o(device, static_cast<int64_t>(s.allocated_bytes), static_cast<int64_t>(total_bytes),
-          static_cast<int64_t>(free_bytes));
+        o(device, static_cast<int64_t>(size + tail_), static_cast<int64_t>(allowed), static_cast<int64_t>(free_bytes));
       }
     }
     TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory (npualloc). ", report);

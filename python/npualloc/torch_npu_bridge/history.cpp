@@ -54,7 +54,11 @@ NCA::SnapshotInfo Bridge::snapshot(c10_npu::MempoolId_t mempool_id) {
 // With mu_ held.
 void Bridge::keep_context(Contexts& where, void* p, std::shared_ptr<c10::GatheredContext> context) {
   where[reinterpret_cast<int64_t>(p)].push_back(std::move(context));
-  if (++trace_context_count_ > 2 * history_entries_.load() + 1024) {
+  // torch_npu's defaults ask for SIZE_MAX entries (sys.maxsize from Python, UINT64_MAX from
+  // OOM_SNAPSHOT_ENABLE): the bound saturates rather than wraps to a small number.
+  size_t entries = history_entries_.load();
+  size_t bound = entries > (SIZE_MAX - 1024) / 2 ? SIZE_MAX : 2 * entries + 1024;
+  if (++trace_context_count_ > bound) {
     // Bounded: drop the oldest context of every address.
     for (Contexts* m : {&trace_contexts_, &free_contexts_}) {
       for (auto it = m->begin(); it != m->end();) {
