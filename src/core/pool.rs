@@ -73,10 +73,12 @@ impl<B: Backing> Pool<B> {
         self.cache.stream
     }
 
-    /// The shard's cumulative (allocs, frees), taken out (`take_counts`);
-    /// what the backing keeps in terms of them starts again with them.
+    /// The empty shard's cumulative (allocs, frees), taken out (its entry
+    /// goes to another stream); the backing's part of it starts again, as
+    /// its request counts do (it holds no segment).
     pub fn take_counts(&mut self) -> (u64, u64) {
-        B::counts_taken(&mut self.backing);
+        debug_assert!(self.cache.segments.ids().next().is_none(), "a shard with segments is taken over");
+        self.backing = Default::default();
         self.cache.counters.take_counts()
     }
 

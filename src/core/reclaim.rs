@@ -212,7 +212,7 @@ impl<B: Backing> Device<B> {
                 // it frees nothing, and the range may be the one the growth
                 // asking for collection just reserved (it would be reserved
                 // again at once). empty_cache and the ladder release it.
-                let memory = B::memory(&d);
+                let memory = d.memory;
                 if to_free == 0 || memory == 0 {
                     keep.push((shard, d));
                     continue;
@@ -275,7 +275,7 @@ impl<B: Backing> Device<B> {
     /// After a free at `addr`, with `release_threshold`: when cached memory
     /// passes it, give back what the free left unused (whole free fixed
     /// segments of the shard; cached handles, and the wholly free handles
-    /// under the freed block: `Backing::detach_after_free`), about the
+    /// under the freed block: `Scope::Freed`), about the
     /// excess, after dropping the shard's lock for the device calls. Only
     /// the stream whose memory goes back is synchronized, and a free that
     /// leaves nothing unused (its handle pinned by live blocks) makes no
@@ -315,7 +315,7 @@ impl<B: Backing> Device<B> {
                 // unmapped what lay under the freed block.
                 let detach = |pool: &mut Pool<B>| {
                     if round == 0 {
-                        B::detach_after_free(pool.parts(), addr, bytes)
+                        B::detach(pool.parts(), Scope::Freed { addr, bytes })
                     } else {
                         B::detach(pool.parts(), Scope::Unused(bytes))
                     }

@@ -77,6 +77,7 @@ impl Backing for FixedSegments {
                 block: NIL,
                 addr: s.base,
                 size: s.size,
+                memory: s.size,
                 device: (s.extent.at, s.extent.len),
                 serial: s.serial,
                 streams,

@@ -121,6 +121,11 @@ pub(crate) struct Detached {
     pub block: BlockId,
     pub addr: usize,
     pub size: usize,
+    /// Bytes of device memory that giving it back returns: `size`, but 0
+    /// for an expandable range (address space only). An expandable piece
+    /// counts once its handle is freed; a moved handle's old address counts
+    /// its handle, which the next pass may then free.
+    pub memory: usize,
     /// What goes back to the device: (address, bytes). A whole fixed
     /// segment's allocation may start below `addr` (see `fixed`).
     pub device: (usize, usize),
@@ -152,6 +157,12 @@ pub(crate) enum Scope {
     /// Free pieces of at least this many bytes in all, largest first (a
     /// `reserved_headroom` move from other shards).
     Pieces(usize),
+    /// After a free at `addr` with cached memory `bytes` over
+    /// `release_threshold`: what the free left unused, taken as by `Unused`
+    /// but looking only where the free could have changed anything (so that
+    /// a free that frees nothing costs no synchronization and no walk of the
+    /// shard). Fixed segments: every whole free segment of the shard.
+    Freed { addr: usize, bytes: usize },
 }
 
 pub(crate) trait Backing: Sized + Send + Sync + 'static {
@@ -159,10 +170,6 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     type Extent: Send + Sync + std::fmt::Debug;
     /// What a shard of this backing keeps.
     type ShardState: Default + Send + std::fmt::Debug;
-
-    /// The shard's request counts were taken out (its entry goes to another
-    /// stream): what `state` keeps in terms of them starts from zero too.
-    fn counts_taken(_state: &mut Self::ShardState) {}
 
     /// Whether free block `id` serves `rounded` bytes with no device call.
     fn ready(cache: &Cache<Self::Extent>, id: BlockId, rounded: usize) -> bool;
@@ -182,24 +189,6 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
 
     /// Takes what `pool` can give back out of it (see the module comment).
     fn detach(p: Parts<'_, Self>, scope: Scope) -> Vec<Detached>;
-
-    /// After a free at `addr` with cached memory `bytes` over
-    /// `release_threshold`: what the free left unused, taken out as by
-    /// `detach` with `Scope::Unused`, looking only where the free could
-    /// have changed anything (so that a free that frees nothing costs no
-    /// synchronization and no walk of the shard). Fixed segments: every
-    /// whole free segment of the shard.
-    fn detach_after_free(p: Parts<'_, Self>, addr: usize, bytes: usize) -> Vec<Detached> {
-        let _ = (addr, bytes);
-        Self::detach(p, Scope::WholeSegments)
-    }
-
-    /// Bytes of device memory that giving `d` back returns (for an
-    /// expandable piece once its handle is freed; a moved handle's old
-    /// address counts its handle, which the next pass may then free).
-    fn memory(d: &Detached) -> usize {
-        d.size
-    }
 
     /// The device calls that give `d` back; no lock is held. Returns the
     /// bytes the device got back (0 when they stay cached as handles).

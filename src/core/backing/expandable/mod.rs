@@ -220,13 +220,6 @@ impl Backing for ExpandableRanges {
     type Extent = VmmRange;
     type ShardState = RangeOf;
 
-    /// A stream taking the entry over starts with no fresh handles, as it
-    /// starts with no requests.
-    fn counts_taken(state: &mut RangeOf) {
-        state.fresh = 0;
-        state.recent = growth::RecentHandles::default();
-    }
-
     #[inline]
     fn ready(cache: &RangeCache, id: BlockId, rounded: usize) -> bool {
         cache.unmapped_under(id, rounded) == 0
@@ -277,6 +270,11 @@ impl Backing for ExpandableRanges {
             Scope::WholeSegments => return out,
             Scope::All => usize::MAX,
             Scope::Pieces(bytes) | Scope::Unused(bytes) => bytes,
+            Scope::Freed { addr, bytes } => {
+                let mut out = pool.detach_empty_ranges();
+                pool.detach_freed(addr, bytes, &mut out);
+                return out;
+            }
         };
         if matches!(scope, Scope::All | Scope::Unused(_)) {
             out.extend(pool.detach_empty_ranges());
@@ -297,21 +295,6 @@ impl Backing for ExpandableRanges {
             pool.detach_retired(&mut out);
         }
         out
-    }
-
-    fn detach_after_free(mut pool: RangePool<'_>, addr: usize, bytes: usize) -> Vec<Detached> {
-        let mut out = pool.detach_empty_ranges();
-        pool.detach_freed(addr, bytes, &mut out);
-        out
-    }
-
-    /// A range holds no memory (address space only).
-    fn memory(d: &Detached) -> usize {
-        if d.block == NIL {
-            0
-        } else {
-            d.size
-        }
     }
 
     fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize> {

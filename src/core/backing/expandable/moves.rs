@@ -243,6 +243,7 @@ impl RangePool<'_> {
                 block: x.block,
                 addr,
                 size,
+                memory: size,
                 device: (addr, size),
                 serial,
                 streams: streams.clone(),

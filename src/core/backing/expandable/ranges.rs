@@ -154,6 +154,8 @@ impl RangePool<'_> {
                 block: NIL,
                 addr: s.base,
                 size: s.size,
+                // Address space only.
+                memory: 0,
                 device: (s.extent.reserved_at, s.extent.reserved_len),
                 serial: s.serial,
                 // Nothing is mapped: no queued work can touch it.
@@ -294,6 +296,7 @@ impl RangePool<'_> {
                 block,
                 addr,
                 size,
+                memory: size,
                 device: (addr, size),
                 serial,
                 streams: streams.clone(),

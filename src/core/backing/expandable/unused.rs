@@ -117,6 +117,7 @@ impl RangePool<'_> {
                 block,
                 addr: at,
                 size,
+                memory: size,
                 device: (at, size),
                 serial,
                 streams: streams.clone(),
