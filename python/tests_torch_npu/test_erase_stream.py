@@ -170,10 +170,13 @@ finish(freed)
     assert not r["reused"], "an erase for another HCCL work let the block be taken while the held stream used it"
 
 
-@pytest.mark.parametrize("allocator", ["own", "npualloc"])
-def test_a_stale_erase_leaves_the_blocks_next_tenant_alone(run_npu, probe_lib, allocator):
+def test_a_stale_erase_leaves_the_blocks_next_tenant_alone(run_npu, probe_lib):
     # x's work ends and x goes; y takes x's memory on s1 and the held stream
-    # uses it; the old work's erase for x's block arrives late.
+    # uses it; the old work's erase for x's block arrives late. npualloc's
+    # block pointer is the block's address, which y now holds. (Not run under
+    # torch_npu's own allocator: there y is a new Block split off the cached
+    # one, and the old pointer names the remainder, so the case does not arise.)
+    allocator = "npualloc"
     r = run_npu(f"PROBE_LIB = {probe_lib!r}\n" + WORK + """
 erase(block, 0x1000)
 freed = x.data_ptr()

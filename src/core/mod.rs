@@ -12,8 +12,8 @@
 //!
 //! The seam is the `Backing` trait. A backing never sees a `Pool`: it is
 //! handed `Parts` (the shard's cache, the backing's own per-shard state,
-//! and what the device's shards share) under the shard's lock, or the
-//! cache alone where it only reads. Its own state lives in its types: the
+//! and what the device's shards share) under the shard's lock, or, for the
+//! questions the hot path and the snapshots ask, the cache alone. Its own state lives in its types: the
 //! extent of each segment, a per-shard part, and a device-wide part.
 //!
 //! Above the seam:

@@ -3,8 +3,10 @@
 //! serve from the cache or grow through the backing, free (holding for
 //! exact-size reuse, or waiting for other streams), record and erase
 //! stream uses. Everything here runs under the shard's lock and touches
-//! only this shard; device calls made here (growth through the backing,
-//! events for cross-stream frees) block only this shard.
+//! only this shard, but for a `reserved_headroom` move, which may take the
+//! free pieces of the same stream's other shard when no one holds it (see
+//! `Sibling`); device calls made here (growth through the backing, events
+//! for cross-stream frees) block only this shard, and that one.
 
 use super::backing::{Backing, Detached, GrowContext, GrowError, Parts, Scope};
 use super::cache::block::{BlockId, BlockState};

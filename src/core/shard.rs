@@ -51,6 +51,7 @@ impl<B: Backing> Sibling<B> for Shard<B> {
         match self.try_lock() {
             Some(mut pool) => {
                 f(pool.parts());
+                pool.after_transition();
                 true
             }
             None => false,

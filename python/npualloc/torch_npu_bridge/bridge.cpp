@@ -65,7 +65,7 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
       // else the device's total), the device's free memory.
       size_t free_bytes = 0, total_bytes = 0;
       if (aclrtGetMemInfo(ACL_HBM_MEM, &free_bytes, &total_bytes) != ACL_SUCCESS) free_bytes = total_bytes = 0;
-      double fraction = fractions_[device];
+      double fraction = fractions_[device].load();
       size_t allowed = fraction < 1.0 ? static_cast<size_t>(fraction * static_cast<double>(total_bytes)) : total_bytes;
       for (auto& o : observers) {
         o(device, static_cast<int64_t>(size + tail_), static_cast<int64_t>(allowed), static_cast<int64_t>(free_bytes));
@@ -148,29 +148,23 @@ void Bridge::deleter(void* ptr) {
 // wait; on any other stream a new tensor could take the block before the collective ends. With a
 // work (MULTI_STREAM_MEMORY_REUSE=3), only the work last recorded on this block may end it: an
 // erase for a block's previous tenant at the same address changes nothing. A block no longer live
-// has no use to end.
+// keeps its use: torch_npu's allocator ends the wait of a freed block here (its HCCL-mode erase
+// comes once the tensor is gone), npualloc's freed block waits for the event recorded at its free,
+// which completes with the collective. mu_ is held to the end, so a free and a new tenant at the
+// same address cannot come between the check and the erase.
 void Bridge::erase(void* p, c10_npu::NPUStream stream, const void* work) {
-  int device;
-  aclrtStream owner;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    auto it = live_.find(p);
-    if (it == live_.end() || (work != nullptr && it->second.hccl_work != work)) {
-      return;
-    }
-    device = it->second.device;
-    owner = it->second.stream;
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = live_.find(p);
+  if (it == live_.end() || (work != nullptr && it->second.hccl_work != work)) {
+    return;
   }
-  if (owner != c10_npu::getCurrentNPUStream(device).stream(false)) {
+  int device = it->second.device;
+  if (it->second.stream != c10_npu::getCurrentNPUStream(device).stream(false)) {
     return;
   }
   check(api->erase_stream(handle(device), p, stream.stream(false)), "erase_stream");
-  std::lock_guard<std::mutex> g(mu_);
-  auto it = live_.find(p);
-  if (it != live_.end()) {
-    auto& v = it->second.streams;
-    v.erase(std::remove(v.begin(), v.end(), stream), v.end());
-  }
+  auto& v = it->second.streams;
+  v.erase(std::remove(v.begin(), v.end(), stream), v.end());
 }
 
 void Bridge::empty_all(bool check_error) {

@@ -103,7 +103,7 @@ void drain_task_queue(void* user, int32_t device);
 class Bridge final : public NCA::NPUAllocator {
  public:
   explicit Bridge(size_t tail) : tail_(tail) {
-    fractions_.fill(1.0);
+    for (auto& f : fractions_) f.store(1.0);
   }
 
   // ---- allocation -------------------------------------------------------------------------
@@ -156,13 +156,13 @@ class Bridge final : public NCA::NPUAllocator {
 
   double getMemoryFraction(int device) override {
     check_device(device);
-    return fractions_[device];
+    return fractions_[device].load();
   }
 
   void setMemoryFraction(double fraction, int device) override {
     npualloc_allocator* a = handle(device);
     check(api->set_memory_fraction(a, fraction), "set_memory_fraction");
-    fractions_[device] = fraction;
+    fractions_[device].store(fraction);
   }
 
   void emptyCacheImpl(bool check_error, bool /*free_physical*/) override {
@@ -390,7 +390,7 @@ class Bridge final : public NCA::NPUAllocator {
   size_t tail_;
   bool initialized_ = false;
   int device_count_ = 1;
-  std::array<double, kMaxDevices> fractions_{};
+  std::array<std::atomic<double>, kMaxDevices> fractions_{};
   std::array<npualloc_allocator*, kMaxDevices> handles_{};
   std::array<Baseline, kMaxDevices> baselines_{};
   std::array<Counts, kMaxDevices> counts_{};

@@ -187,7 +187,7 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
         ctx: &GrowContext<'_, Self>,
     ) -> Result<BlockId, GrowError>;
 
-    /// Takes what `pool` can give back out of it (see the module comment).
+    /// Takes what the shard can give back out of it (see the module comment).
     fn detach(p: Parts<'_, Self>, scope: Scope) -> Vec<Detached>;
 
     /// The device calls that give `d` back; no lock is held. Returns the
@@ -228,10 +228,10 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// segment's size).
     fn held_bytes(seg: &Segment<Self::Extent>) -> usize;
 
-    /// The longest run a request could get from `pool` with no device call.
+    /// The longest run a request could get from `cache` with no device call.
     fn largest_free(cache: &Cache<Self::Extent>) -> usize;
 
-    /// Gives every segment of `pool` back (teardown; the streams were
+    /// Gives every segment of the shard back (teardown; the streams were
     /// synchronized), except those a `busy` stream (one that could not be
     /// waited for) may still use. Returns the first error after trying all.
     fn teardown(p: Parts<'_, Self>, busy: &[Stream]) -> Result<()>;
@@ -249,7 +249,7 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// Whether sleep can take live blocks off the device (Note [sleep]).
     const SLEEPS_LIVE: bool = false;
 
-    /// Takes `pool`'s mapped memory off the device (to host memory with
+    /// Takes the shard's mapped memory off the device (to host memory with
     /// `offload`); returns bytes given back. Only when `SLEEPS_LIVE`.
     fn sleep_pool(_p: Parts<'_, Self>, _offload: bool) -> Result<usize> {
         Ok(0)
@@ -258,7 +258,7 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// Appends the (bytes, attr) of each physical handle `wake_map` needs.
     fn wake_needs(_p: Parts<'_, Self>, _out: &mut Vec<(usize, crate::sys::aclrtMemAttr)>) {}
 
-    /// Maps `handles` (in `wake_needs` order) under `pool`'s sleeping
+    /// Maps `handles` (in `wake_needs` order) under the shard's sleeping
     /// memory and restores its contents, the memory still counted asleep
     /// until `wake_commit`; on failure, the handles not mapped stay in
     /// `handles` (Note [sleep]).
