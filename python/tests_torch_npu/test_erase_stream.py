@@ -149,25 +149,16 @@ def probe_lib(run_npu, tmp_path_factory):
 
 
 @pytest.mark.parametrize("allocator", ["own", "npualloc"])
-def test_erase_with_the_recorded_work_ends_the_wait(run_npu, probe_lib, allocator):
-    r = run_npu(f"PROBE_LIB = {probe_lib!r}\n" + WORK + """
-erase(block, 0x1000)
+@pytest.mark.parametrize("work,ends", [(0x1000, True), (0x2000, False)], ids=["recorded_work", "another_work"])
+def test_an_erase_with_a_work_ends_the_wait_only_for_the_recorded_work(run_npu, probe_lib, allocator, work, ends):
+    r = run_npu(f"PROBE_LIB = {probe_lib!r}\n" + WORK + f"""
+erase(block, {work})
 freed = x.data_ptr()
 del x
 finish(freed)
 """, allocator).result
-    assert r["reused"], "the erase with the block's recorded work did not end the wait"
-
-
-@pytest.mark.parametrize("allocator", ["own", "npualloc"])
-def test_erase_with_another_work_keeps_the_wait(run_npu, probe_lib, allocator):
-    r = run_npu(f"PROBE_LIB = {probe_lib!r}\n" + WORK + """
-erase(block, 0x2000)
-freed = x.data_ptr()
-del x
-finish(freed)
-""", allocator).result
-    assert not r["reused"], "an erase for another HCCL work let the block be taken while the held stream used it"
+    assert r["reused"] == ends, ("the erase with the block's recorded work did not end the wait" if ends else
+                                 "an erase for another HCCL work let the block be taken while the held stream used it")
 
 
 def test_a_stale_erase_leaves_the_blocks_next_tenant_alone(run_npu, probe_lib):
