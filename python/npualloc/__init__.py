@@ -49,13 +49,19 @@ class NpuallocError(RuntimeError):
 
 
 class MemBlock:
-    """A block of device memory: its address and size (read-only)."""
+    """A block of device memory: its address and size (read-only).
 
-    __slots__ = ("_addr", "_size")
+    A block is an object with a life: ``free`` takes the very object
+    ``malloc`` returned, once. A block freed before is refused as already
+    freed even after its address went to a newer block, and a MemBlock made
+    by hand, or one of another (or a closed) allocator, as not its own."""
+
+    __slots__ = ("_addr", "_size", "_freed")
 
     def __init__(self, addr, size):
         self._addr = int(addr)
         self._size = int(size)
+        self._freed = False
 
     @property
     def addr(self):
@@ -171,6 +177,8 @@ class CachingAllocator(Allocator):
         cfg = None if cfg is None else cfg.encode()
         _check(self._lib.npualloc_create(cfg, int(device), ctypes.byref(handle)))
         self._handle = handle
+        # The blocks malloc handed out and free has not taken back, by address.
+        self._blocks = {}
         self.device = int(device)
         self._stream = ctypes.c_void_p(self.stream or None)
         if self.stream:
@@ -225,20 +233,34 @@ class CachingAllocator(Allocator):
             raise ValueError(f"size must be in 1..2**64-1, got {size}")
         out = ctypes.c_void_p()
         _check(self._lib.npualloc_malloc(self._live(), size, self._stream, ctypes.byref(out)))
-        return MemBlock(out.value, size)
+        block = MemBlock(out.value, size)
+        self._blocks[out.value] = block
+        return block
 
     def free(self, block):
-        """Returns ``block``. ValueError (nothing changes) for a block this
-        allocator does not own or already freed."""
+        """Returns ``block``, the object ``malloc`` returned. ValueError
+        (nothing changes) for a block already freed, even when a newer block
+        has its address, and for one this allocator did not hand out."""
         if isinstance(block, _RefusedBlock):
             return  # a refused request given to GE's adapter: nothing to free
         if not isinstance(block, MemBlock):
             raise ValueError(f"expected a MemBlock, got {block!r}")
-        if block.addr == 0:
-            # npualloc_free(a, NULL) is a no-op, as with C's free; no block
-            # this allocator made has address 0, so it is not one of its own.
-            raise ValueError(f"{block!r} is not a block of this allocator")
-        _check(self._lib.npualloc_free(self._live(), ctypes.c_void_p(block.addr)))
+        handle = self._live()
+        # Taken out first (one step under the GIL), so two threads freeing
+        # one block cannot both pass; put back if it is another block.
+        held = self._blocks.pop(block.addr, None)
+        if held is not block:
+            if held is not None:
+                self._blocks[block.addr] = held
+            if block._freed:
+                raise ValueError(f"{block!r} was already freed")
+            raise ValueError(f"{block!r} is not a block of this allocator (blocks come from its malloc)")
+        try:
+            _check(self._lib.npualloc_free(handle, ctypes.c_void_p(block.addr)))
+        except BaseException:
+            self._blocks[block.addr] = block
+            raise
+        block._freed = True
 
     def stats(self):
         """The allocator's statistics as a dict (PyTorch memory_stats names):
@@ -343,6 +365,7 @@ class CachingAllocator(Allocator):
         """Destroys the allocator (live blocks are released). Idempotent."""
         if self._handle is not None:
             handle, self._handle = self._handle, None
+            self._blocks.clear()
             _check(self._lib.npualloc_destroy(handle))
 
     def __enter__(self):

@@ -95,10 +95,40 @@ def test_double_and_foreign_free_refused(emu):
         assert a.stats() == before
         a.free(block)
         after = a.stats()
-        with pytest.raises(ValueError, match="unknown pointer"):
+        with pytest.raises(ValueError, match="already freed"):
             a.free(block)
         assert a.stats() == after
         b.free(theirs)
+
+
+def test_a_freed_block_is_refused_after_its_address_went_to_a_newer_block(emu):
+    with npualloc.CachingAllocator(config="") as a:
+        b = a.malloc(4096)
+        a.free(b)
+        c = a.malloc(4096)
+        assert c.addr == b.addr, "the test needs the address handed out again"
+        before = a.stats()
+        with pytest.raises(ValueError, match="already freed"):
+            a.free(b)
+        with pytest.raises(ValueError, match="not a block of this allocator"):
+            a.free(npualloc.MemBlock(c.addr, c.size))
+        assert a.stats() == before
+        assert before["active_blocks"] == 1
+        a.free(c)
+        assert a.stats()["active_blocks"] == 0
+
+
+def test_a_block_of_a_closed_allocator_is_not_the_new_ones(emu):
+    old = npualloc.CachingAllocator(config="")
+    stale = old.malloc(4096)
+    old.close()
+    with npualloc.CachingAllocator(config="") as a:
+        live = a.malloc(4096)
+        before = a.stats()
+        with pytest.raises(ValueError, match="not a block of this allocator"):
+            a.free(stale)
+        assert a.stats() == before
+        a.free(live)
 
 
 def test_memory_error_when_the_device_is_full(emu):
