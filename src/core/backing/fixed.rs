@@ -68,8 +68,6 @@ impl Backing for FixedSegments {
         let mut out = Vec::with_capacity(free.len());
         for seg in free {
             let streams = pool.streams_of(seg);
-            let first = pool.segments.get(seg).first;
-            pool.cache.index.remove(&mut pool.cache.blocks, first);
             let s = pool.remove_segment(seg);
             pool.sh.directory.remove(s.extent.at, s.extent.len);
             out.push(Detached {

@@ -210,8 +210,12 @@ impl<X> Cache<X> {
         (seg, block)
     }
 
-    /// Removes segment `seg`, whose one block is off the index.
+    /// Removes segment `seg`, which is one free block (taken off the
+    /// index here).
     pub fn remove_segment(&mut self, seg: SegmentId) -> Segment<X> {
+        let first = self.segments.get(seg).first;
+        debug_assert_eq!(self.blocks.get(first).next, NIL, "a segment of more than one block is removed");
+        self.index.remove(&mut self.blocks, first);
         let s = self.segments.remove(seg);
         self.blocks.remove(s.first);
         s

@@ -134,8 +134,6 @@ impl RangePool<'_> {
     /// block off the index, its segment and directory entries gone.
     fn take_out_range(&mut self, seg: SegmentId) -> Segment<VmmRange> {
         self.backing.ranges.retain(|&r| r != seg);
-        let first = self.segments.get(seg).first;
-        self.cache.index.remove(&mut self.cache.blocks, first);
         let s = self.remove_segment(seg);
         self.unregister(&s);
         s
