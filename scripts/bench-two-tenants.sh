@@ -92,13 +92,20 @@ pytorch_rows() {
   done
   # Whichever tenant stops first: when it failed, stop the other too (it
   # stops by itself once it sees the failure, tools/peer/tenants.h; this is
-  # for a tenant that cannot see it).
-  if ! wait -n "${pids[@]}"; then
-    status=1
-    kill "${pids[@]}" 2>/dev/null || true
-  fi
-  for t in 0 1; do
-    wait "${pids[$t]}" || { rc[$t]=$?; status=1; }
+  # for a tenant that cannot see it). Polled, not `wait -n`: bash 5.2's
+  # `wait -n PID...` in a command substitution says "no such job" on stderr
+  # when both have already ended.
+  local first=
+  while [ -z "$first" ]; do
+    for t in 0 1; do kill -0 "${pids[$t]}" 2>/dev/null || first=${first:-$t}; done
+    [ -n "$first" ] || sleep 0.05
+  done
+  for t in "$first" $((1 - first)); do
+    wait "${pids[$t]}" || {
+      rc[$t]=$?
+      [ $status != 0 ] || kill "${pids[@]}" 2>/dev/null || true
+      status=1
+    }
   done
   rm -f "/dev/shm/$seg"
   if [ $status != 0 ]; then

@@ -44,7 +44,13 @@ STUB
 chmod +x "$STUBS/two_tenants" "$STUBS/replay_torch"
 pass=0 fail=0
 check() {
-  if "${@:2}"; then echo "PASS $1"; pass=$((pass + 1)); else echo "FAIL $1"; fail=$((fail + 1)); fi
+  if "${@:2}"; then
+    echo "PASS $1"; pass=$((pass + 1))
+  else
+    echo "FAIL $1; the script printed:"; sed 's/^/    /' "$STUBS/out"
+    echo "  and on stderr:"; sed 's/^/    /' "$STUBS/err"
+    fail=$((fail + 1))
+  fi
 }
 # run STUB_FAIL: the script's status, stdout in $STUBS/out, stderr in $STUBS/err.
 run() {
