@@ -16,7 +16,7 @@
 //! save (BENCHMARKS.md, "Models of placement and growth").
 
 use super::mapping::{Placement, Victim};
-use super::{free_handle, RangePool};
+use super::{give_handle, RangePool};
 
 impl RangePool<'_> {
     /// Whether `extra` fresh bytes would take reserved memory past the
@@ -149,8 +149,7 @@ impl RangePool<'_> {
         for size in sizes {
             while freed < bytes {
                 let Some(h) = self.sh.backing.handles().get_mut(&size).and_then(Vec::pop) else { break };
-                if free_handle(self.sh, h, size).is_err() {
-                    self.sh.backing.cache_handle(size, h);
+                if give_handle(self.sh, h, size).is_err() {
                     return;
                 }
                 freed += size;

@@ -209,12 +209,7 @@ impl RangePool<'_> {
         sh.directory.insert(addr, bytes, self.id);
         let units = bytes / spec.size;
         let piece = Piece { handle, head: i as u32, units: units as u32 };
-        let r = self.range_mut(ctx.seg);
-        if r.pages.len() < i + units {
-            r.pages.resize(i + units, None);
-        }
-        r.pages[i..i + units].fill(Some(piece));
-        r.mapped += units;
+        self.range_mut(ctx.seg).set(piece);
         sh.counters.page_mapped();
         sh.history.record(Action::SegmentMap, addr, bytes, self.stream);
         Ok(units)
@@ -289,9 +284,7 @@ impl RangePool<'_> {
         let sh = self.sh.clone();
         sh.rt.on_device(sh.device, || sh.rt.unmap(addr)).map_err(|e| Error::runtime(e, "unmapping a free page"))?;
         let units = piece.units as usize;
-        let r = self.range_mut(seg);
-        r.pages[head..head + units].fill(None);
-        r.mapped -= units;
+        self.range_mut(seg).clear(head, units);
         sh.counters.page_unmapped();
         sh.history.record(Action::SegmentUnmap, addr, units * page, self.stream);
         Ok((piece.handle, units))

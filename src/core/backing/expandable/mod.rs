@@ -326,9 +326,7 @@ impl Backing for ExpandableRanges {
             let head = (d.addr - base) / page;
             let piece = pool.range(d.segment).page(head).expect("a detached piece is mapped");
             let units = piece.units as usize;
-            let r = pool.range_mut(d.segment);
-            r.pages[head..head + units].fill(None);
-            r.mapped -= units;
+            pool.range_mut(d.segment).clear(head, units);
             pool.sh.backing.cache_handle(units * page, piece.handle);
             pool.sh.history.record(Action::SegmentUnmap, d.addr, units * page, pool.stream);
         }
@@ -343,12 +341,9 @@ impl Backing for ExpandableRanges {
         let mut first_error = ranges::release_kept(sh).err();
         for (size, handles) in taken {
             for h in handles {
-                match free_handle(sh, h, size) {
+                match give_handle(sh, h, size) {
                     Ok(()) => freed += size,
-                    Err(e) => {
-                        first_error.get_or_insert(Error::runtime(e, "freeing a cached physical page"));
-                        sh.backing.cache_handle(size, h);
-                    }
+                    Err(e) => _ = first_error.get_or_insert(Error::runtime(e, "freeing a cached physical page")),
                 }
             }
         }
@@ -459,31 +454,26 @@ impl Backing for ExpandableRanges {
     }
 
     fn mapped_runs(seg: &Segment<VmmRange>, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
-        let (page, end) = (seg.extent.page_size, addr + size);
-        let first = (addr - seg.base) / page;
-        let last = (end - seg.base).div_ceil(page).min(seg.extent.top());
-        for i in first..last {
-            // A retired span is address space: its memory is its new pages'.
-            if seg.extent.page(i).is_none() || seg.extent.retired_at(i) {
-                continue;
-            }
-            let from = (seg.base + i * page).max(addr);
-            let to = (seg.base + (i + 1) * page).min(end);
-            match out.last_mut() {
-                Some((at, len)) if *at + *len == from => *len += to - from,
-                _ => out.push((from, to - from)),
-            }
+        let (page, base, end) = (seg.extent.page_size, seg.base, addr + size);
+        for (from, to) in seg.extent.mapped_spans((addr - base) / page, (end - base).div_ceil(page)) {
+            let (from, to) = ((base + from * page).max(addr), (base + to * page).min(end));
+            out.push((from, to - from));
         }
     }
 }
 
-/// Gives one unmapped handle of `size` bytes back to the runtime.
-fn free_handle(
+/// Gives one unmapped handle of `size` bytes back to the runtime; one the
+/// runtime refuses goes to the handle cache (still held and counted
+/// reserved: a later `free_cached` tries again, a mapping may take it).
+fn give_handle(
     sh: &Shared<ExpandableRanges>,
     h: PhysicalHandle,
     size: usize,
 ) -> Result<(), crate::runtime::AclCallError> {
-    sh.rt.on_device(sh.device, || sh.rt.free_physical(h))?;
+    if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.free_physical(h)) {
+        sh.backing.cache_handle(size, h);
+        return Err(e);
+    }
     sh.limit.refund(size);
     sh.counters.physical_freed(size);
     Ok(())

@@ -166,11 +166,7 @@ impl RangePool<'_> {
         }
         sh.directory.insert(new, bytes, self.id);
         let r = self.range_mut(seg);
-        if r.pages.len() < i + units {
-            r.pages.resize(i + units, None);
-        }
-        r.pages[i..i + units].fill(Some(Piece { handle, head: i as u32, units: units as u32 }));
-        r.mapped += units;
+        r.set(Piece { handle, head: i as u32, units: units as u32 });
         r.retired.push(Retired { head: head as u32, units: units as u32, block, flushing: false });
         sh.counters.handle_moved();
         sh.history.record(Action::SegmentMap, new, bytes, self.stream);
@@ -202,8 +198,7 @@ impl RangePool<'_> {
         sh.counters.page_unmapped();
         sh.history.record(Action::SegmentUnmap, addr, bytes, self.stream);
         let r = self.range_mut(seg);
-        r.pages[head..p.end()].fill(None);
-        r.mapped -= p.units as usize;
+        r.clear(head, p.units as usize);
         let rec = r.retired.remove(k);
         self.return_block(rec.block);
     }
@@ -297,8 +292,7 @@ impl RangePool<'_> {
         let Some(k) = r.retired.iter().position(|x| x.block == block) else { return };
         let x = r.retired.remove(k);
         let (head, units) = (x.head as usize, x.units as usize);
-        r.pages[head..head + units].fill(None);
-        r.mapped -= units;
+        r.clear(head, units);
         self.sh.history.record(Action::SegmentUnmap, base + head * page, units * page, self.stream);
         self.return_block(block);
     }

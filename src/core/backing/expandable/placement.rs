@@ -133,37 +133,19 @@ impl RangeCache {
     fn find_mapped_fit(&self, size: usize) -> Option<(BlockId, usize)> {
         // Candidates come smallest class first: the first run that fits is a
         // good enough fit.
-        for id in self.fit_candidates(size) {
+        self.fit_candidates(size).find_map(|id| {
             let b = self.blocks.get(id);
             let s = self.segments.get(b.segment);
-            let r = &s.extent;
             let (lo, hi) = (b.addr - s.base, b.addr + b.size - s.base);
-            let page = r.page_size;
-            if r.mapped == r.top() {
-                // Mapped exactly below the top: the block's run starts at it.
-                if (r.top() * page).min(hi).saturating_sub(lo) >= size {
-                    return Some((id, 0));
-                }
-                continue;
-            }
-            let (mut i, end) = (lo / page, hi.div_ceil(page).min(r.top()));
-            while i < end {
-                if r.pages[i].is_none() {
-                    i += 1;
-                    continue;
-                }
-                let start = i;
-                while i < end && r.pages[i].is_some() {
-                    i += 1;
-                }
-                // The run in bytes, clipped to the block.
-                let run_lo = (start * page).max(lo);
-                if (i * page).min(hi) - run_lo >= size {
-                    return Some((id, run_lo - lo));
-                }
-            }
-        }
-        None
+            let page = s.extent.page_size;
+            // Each run in bytes, clipped to the block.
+            let mut runs = s.extent.mapped_spans(lo / page, hi.div_ceil(page));
+            let run_lo = runs.find_map(|(from, to)| {
+                let run_lo = (from * page).max(lo);
+                ((to * page).min(hi) - run_lo >= size).then_some(run_lo)
+            })?;
+            Some((id, run_lo - lo))
+        })
     }
 
     /// Pages under the first `size` bytes of free block `id` that are not
@@ -195,29 +177,14 @@ impl RangeCache {
         let mut best = 0;
         for seg in self.segments.ids() {
             let s = self.segments.get(seg);
-            let r = &s.extent;
-            // Mapped exactly below the top: a free block's run is its part
-            // below the top.
-            let dense = r.mapped == r.top();
-            let top = s.base + r.top() * r.page_size;
+            let page = s.extent.page_size;
             let mut id = s.first;
             while id != NIL {
                 let b = self.blocks.get(id);
-                if b.state == BlockState::Free && dense {
-                    best = best.max((b.addr + b.size).min(top).saturating_sub(b.addr));
-                } else if b.state == BlockState::Free {
-                    let (mut run, mut at) = (0usize, b.addr);
-                    let stop = (b.addr + b.size).min(s.base + r.top() * r.page_size);
-                    while at < stop {
-                        let page = (at - s.base) / r.page_size;
-                        let page_end = (s.base + (page + 1) * r.page_size).min(b.addr + b.size);
-                        if r.page(page).is_some() {
-                            run += page_end - at;
-                            best = best.max(run);
-                        } else {
-                            run = 0;
-                        }
-                        at = page_end;
+                if b.state == BlockState::Free {
+                    let (lo, hi) = (b.addr - s.base, b.addr + b.size - s.base);
+                    for (from, to) in s.extent.mapped_spans(lo / page, hi.div_ceil(page)) {
+                        best = best.max((to * page).min(hi) - (from * page).max(lo));
                     }
                 }
                 id = b.next;

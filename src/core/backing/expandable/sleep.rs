@@ -133,14 +133,10 @@ impl RangePool<'_> {
             }
             sh.counters.page_unmapped();
             sh.history.record(Action::SegmentUnmap, at, size, self.stream);
-            let r = self.range_mut(seg);
-            r.pages[p.head as usize..p.end()].fill(None);
-            r.mapped -= p.units as usize;
+            self.range_mut(seg).clear(p.head as usize, p.units as usize);
             run.pieces.push(p.units);
-            match super::free_handle(&sh, p.handle, size) {
-                Ok(()) => freed += size,
-                // Still held, now in the cache: a later empty_cache retries.
-                Err(_) => sh.backing.cache_handle(size, p.handle),
+            if super::give_handle(&sh, p.handle, size).is_ok() {
+                freed += size;
             }
         }
         if run.pieces.is_empty() {
@@ -275,9 +271,7 @@ impl RangePool<'_> {
         let size = p.units as usize * page;
         sh.rt.on_device(sh.device, || sh.rt.unmap(at))?;
         self.range_mut(seg).stuck.retain(|q| q.head != p.head);
-        if super::free_handle(&sh, p.handle, size).is_err() {
-            sh.backing.cache_handle(size, p.handle);
-        }
+        let _ = super::give_handle(&sh, p.handle, size);
         Ok(())
     }
 
@@ -328,11 +322,7 @@ impl RangePool<'_> {
                 let mut head = run.head as usize;
                 for (&units, &handle) in run.pieces.iter().zip(&run.woken) {
                     let piece = Piece { handle, head: head as u32, units };
-                    if r.pages.len() < piece.end() {
-                        r.pages.resize(piece.end(), None);
-                    }
-                    r.pages[head..piece.end()].fill(Some(piece));
-                    r.mapped += units as usize;
+                    r.set(piece);
                     head = piece.end();
                     sh.counters.page_mapped();
                 }

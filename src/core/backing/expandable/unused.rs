@@ -30,7 +30,7 @@
 //! completing, held blocks going back) waits for garbage collection,
 //! `empty_cache` or the ladder.
 
-use super::{free_handle, ExpandableRanges, RangePool};
+use super::{give_handle, ExpandableRanges, RangePool};
 use crate::core::backing::Detached;
 use crate::core::cache::block::BlockState;
 use crate::core::cache::segment::SegmentId;
@@ -148,10 +148,9 @@ pub(super) fn free_cached_upto(sh: &Shared<ExpandableRanges>, bytes: usize) -> R
             cache.get_mut(&size).and_then(Vec::pop).map(|h| (size, h))
         };
         let Some((size, h)) = taken else { break };
-        if let Err(e) = free_handle(sh, h, size) {
-            // Kept for a later `free_cached`: asking again now would pick
-            // the same handle.
-            sh.backing.cache_handle(size, h);
+        // Kept on refusal for a later `free_cached`: asking again now would
+        // pick the same handle.
+        if let Err(e) = give_handle(sh, h, size) {
             return Err(Error::runtime(e, "freeing a cached physical page"));
         }
         freed += size;

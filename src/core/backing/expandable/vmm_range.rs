@@ -104,6 +104,22 @@ pub struct Retired {
 }
 
 impl VmmRange {
+    /// Records `piece` mapped over its pages.
+    pub fn set(&mut self, piece: Piece) {
+        let (head, end) = (piece.head as usize, piece.end());
+        if self.pages.len() < end {
+            self.pages.resize(end, None);
+        }
+        self.pages[head..end].fill(Some(piece));
+        self.mapped += piece.units as usize;
+    }
+
+    /// Records the `units` pages from `head` unmapped.
+    pub fn clear(&mut self, head: usize, units: usize) {
+        self.pages[head..head + units].fill(None);
+        self.mapped -= units;
+    }
+
     /// The piece mapped over page `i`, if any.
     #[inline]
     pub fn page(&self, i: usize) -> Option<Piece> {
@@ -159,6 +175,28 @@ impl VmmRange {
     pub fn is_moved(&self, handle: PhysicalHandle) -> bool {
         !self.retired.is_empty()
             && self.retired.iter().any(|r| self.page(r.head as usize).is_some_and(|p| p.handle == handle))
+    }
+
+    /// The runs of pages in [first, end) that device memory backs, as page
+    /// ranges [from, to), in address order: mapped and not on a retired
+    /// span (whose memory is counted at its new pages; a free block never
+    /// holds one).
+    pub fn mapped_spans(&self, first: usize, end: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let end = end.min(self.top());
+        // Mapped exactly below the top: one run, no page looked at.
+        let dense = self.mapped == self.top() && self.retired.is_empty();
+        let backs = move |i: usize| dense || (self.page(i).is_some() && !self.retired_at(i));
+        let mut i = first;
+        std::iter::from_fn(move || {
+            while i < end && !backs(i) {
+                i += 1;
+            }
+            let from = i;
+            while i < end && backs(i) {
+                i += 1;
+            }
+            (from < i).then_some((from, i))
+        })
     }
 
     /// Whether any page of [first, end) is asleep.
