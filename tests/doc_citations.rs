@@ -10,6 +10,12 @@
 //! must be exactly the text of one of its headings, at any level. Outside
 //! Markdown a citation must name a section: figures move between runs and
 //! the report is rewritten, so only a heading is a stable place to point at.
+//!
+//! Citations of the core's design notes, `Note [title]` (the title may wrap
+//! across lines of a comment), are held to docs/design.md: each title must be
+//! the title of a `## Note [title]` heading there, and each such heading must
+//! be cited from code (a file that is not Markdown) at least once. The few
+//! notes that are not the core's are listed in `NOTES_ELSEWHERE`.
 
 use std::path::{Path, PathBuf};
 
@@ -191,6 +197,72 @@ fn bench_problems(text: &str, code: bool, headings: &[String]) -> (Vec<String>, 
     (problems, checked)
 }
 
+/// Notes cited by title that are not the core's, so not in docs/design.md,
+/// with the file of this repository that holds each, if one does.
+const NOTES_ELSEWHERE: &[(&str, Option<&str>)] = &[
+    // The emulator's: it stays in the emulator's source.
+    ("pins", Some("emu/src/violation.rs")),
+    // PyTorch's (c10/cuda/CUDACachingAllocator.cpp), cited in docs/anchors.md.
+    ("Interaction with CUDA graph capture", None),
+];
+
+/// One citation of a design note: its title, folded across line breaks and
+/// comment leaders.
+#[derive(Debug)]
+struct NoteCitation {
+    title: String,
+    line: usize,
+}
+
+/// The citations `Note [title]` in `text`; the `[` may be on the next line
+/// of a comment, and the title may wrap across lines.
+fn note_citations(text: &str) -> Vec<NoteCitation> {
+    const WORD: &str = "Note";
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices(WORD) {
+        if text[..at].chars().next_back().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let Some(rest) = skip_gap(&text[at + WORD.len()..]).strip_prefix('[') else { continue };
+        let Some((raw, _)) = rest.split_once(']') else { continue };
+        if raw.contains('[') {
+            continue;
+        }
+        let line = text[..at].matches('\n').count() + 1;
+        found.push(NoteCitation { title: folded_title(raw), line });
+    }
+    found
+}
+
+/// The titles of the `## Note [title]` headings of a Markdown document,
+/// outside fenced code blocks.
+fn note_headings(doc: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut found = Vec::new();
+    for line in doc.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if let Some(title) = line.strip_prefix("## Note [").filter(|_| !fenced) {
+            if let Some(title) = title.trim_end().strip_suffix(']') {
+                found.push(folded(title));
+            }
+        }
+    }
+    found
+}
+
+/// What is wrong with the note citations of `text`, each as "LINE: why",
+/// given the titles of design.md's notes.
+fn note_problems(text: &str, notes: &[String]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for c in note_citations(text) {
+        if !notes.contains(&c.title) && !NOTES_ELSEWHERE.iter().any(|(title, _)| *title == c.title) {
+            problems.push(format!("{}: docs/design.md has no heading \"## Note [{}]\"", c.line, c.title));
+        }
+    }
+    problems
+}
+
 fn has_section(doc: &str, id: &str) -> bool {
     doc.lines().filter(|l| l.starts_with('#')).any(|l| {
         let heading = l.trim_start_matches('#').trim_start();
@@ -213,7 +285,11 @@ fn every_cited_doc_and_section_exists() {
     source_files(&root, &mut files);
     let benchmarks = std::fs::read_to_string(root.join("BENCHMARKS.md")).expect("BENCHMARKS.md");
     let bench_headings = headings(&benchmarks);
+    let design = std::fs::read_to_string(root.join("docs/design.md")).expect("docs/design.md");
+    let notes = note_headings(&design);
     let mut problems = Vec::new();
+    let mut cited_from_code = std::collections::HashSet::new();
+    let mut notes_checked = 0;
     let mut checked = 0;
     let mut bench_checked = 0;
     for path in &files {
@@ -232,6 +308,12 @@ fn every_cited_doc_and_section_exists() {
         let (bench, titles) = bench_problems(&text, code, &bench_headings);
         bench_checked += titles;
         problems.extend(bench.into_iter().map(|p| format!("{shown}:{p}")));
+        let cited = note_citations(&text);
+        notes_checked += cited.len();
+        if code {
+            cited_from_code.extend(cited.into_iter().map(|c| c.title));
+        }
+        problems.extend(note_problems(&text, &notes).into_iter().map(|p| format!("{shown}:{p}")));
         for c in citations(&text) {
             checked += 1;
             let doc_path = root.join("docs").join(&c.file);
@@ -251,7 +333,25 @@ fn every_cited_doc_and_section_exists() {
             }
         }
     }
+    for (i, title) in notes.iter().enumerate() {
+        if notes[..i].contains(title) {
+            problems.push(format!("docs/design.md: two headings \"## Note [{title}]\""));
+        }
+        if !cited_from_code.contains(title) {
+            problems.push(format!("docs/design.md: Note [{title}] is cited from no code"));
+        }
+    }
+    for (title, home) in NOTES_ELSEWHERE {
+        if let Some(home) = home {
+            let text = std::fs::read_to_string(root.join(home)).unwrap_or_default();
+            if !text.contains(&format!("Note [{title}]")) {
+                problems.push(format!("{home} does not hold Note [{title}]"));
+            }
+        }
+    }
     assert!(problems.is_empty(), "{} broken citation(s):\n{}", problems.len(), problems.join("\n"));
+    assert!(notes.len() >= 10, "only {} notes in docs/design.md: is it still read?", notes.len());
+    assert!(notes_checked >= 40, "only {notes_checked} note citations found: is the scan still reading the sources?");
     assert!(checked >= 20, "only {checked} citations found: is the scan still reading the sources?");
     assert!(
         bench_checked >= 10,
@@ -311,4 +411,36 @@ fn the_benchmarks_reader_holds_citations_to_headings() {
     let bare = "// the numbers in BENCHMARKS.md.";
     assert!(bench_problems(bare, true, &h).0[0].contains("cite a section by its heading"));
     assert!(bench_problems(bare, false, &h).0.is_empty());
+}
+
+#[test]
+fn the_note_reader_holds_citations_to_design_headings() {
+    let text = "see Note [the top block] and (Note [moves of\n//! wholly free handles]); (Note\n    /// [pools]).\n\
+                # Note [capture], Notes [x], FootNote [y], a Note: [z]\n// (docs/design.md, Note [a registry for\n\
+                // aligned addresses])";
+    let got: Vec<_> = note_citations(text).into_iter().map(|c| (c.title, c.line)).collect();
+    let want = [
+        ("the top block", 1),
+        ("moves of wholly free handles", 1),
+        ("pools", 2),
+        ("capture", 4),
+        ("a registry for aligned addresses", 5),
+    ];
+    assert_eq!(got, want.map(|(t, l)| (t.to_string(), l)));
+
+    let doc = "# Design\n## Note [the top block]\n## Note [moves of wholly free handles]\n### Note [deeper]\n\
+               ```md\n## Note [fenced]\n```\n## Note [pools]\n## Note [capture]\n\
+               ## Note [a registry for aligned addresses]\n## Pools\n";
+    let notes = note_headings(doc);
+    assert_eq!(
+        notes,
+        ["the top block", "moves of wholly free handles", "pools", "capture", "a registry for aligned addresses"]
+    );
+    assert!(note_problems(text, &notes).is_empty(), "{:?}", note_problems(text, &notes));
+    // A note with no heading is refused, as is a heading only at another level.
+    for wrong in ["// (Note [a note nobody wrote])", "see Note [deeper]", "Note [the top\n//! blocks]"] {
+        assert_eq!(note_problems(wrong, &notes).len(), 1, "{wrong}");
+    }
+    // The notes kept elsewhere pass.
+    assert!(note_problems("(Note [pins] in `violation`)", &notes).is_empty());
 }

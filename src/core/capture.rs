@@ -1,51 +1,6 @@
-//! Note [capture]: streams in graph capture (ACL graphs:
-//! `aclmdlRICaptureBegin`, what `torch.npu.graph` and vllm-ascend use).
-//!
-//! While a stream captures, work submitted to it is recorded into a model,
-//! not run, and the model replays it later, any number of times, on any
-//! stream (`aclmdlRIExecuteAsync`). The runtime refuses `aclrtStreamQuery`,
-//! `aclrtSynchronizeStream` and `aclrtDestroyStream` on a capturing stream
-//! (ACL_ERROR_RT_STREAM_CAPTURED). So:
-//! - a capturing stream met for the first time is accepted from
-//!   `aclmdlRICaptureGetInfo`, never queried (`device::check_live_stream`);
-//! - no path synchronizes a capturing stream: `Runtime::synchronize_stream`
-//!   asks `aclmdlRICaptureGetInfo` first and fails as the runtime would,
-//!   and every caller treats that as a stream it could not wait for (the
-//!   memory it used is kept);
-//! - memory the captured work may use must never be handed to other work
-//!   or given back while the graph may still replay. The host says which
-//!   memory that is by routing the capture to a private pool
-//!   (`npualloc_pool_begin` on the capturing stream, as PyTorch routes a
-//!   capture with `beginAllocateToPool`; Note [pools]): the capture's
-//!   allocations come from the pool, a block freed during the capture is
-//!   reused only by later allocations routed to that pool, and the pool's
-//!   memory is given back only at `npualloc_pool_destroy` (empty_cache, the
-//!   ladder, garbage collection and the release threshold leave it). A
-//!   routed capturing stream's pool entry is not a graph stream.
-//! - Without a route (the fallback), a stream the allocator has seen
-//!   capturing is a *graph stream* for good (`StreamEntry::mark_graph`) in
-//!   the default pool; every block freed on a graph stream, and every block
-//!   recorded (`record_stream`) on one, is quarantined when freed: never
-//!   reused, never given back (teardown leaves it to the runtime). Graph
-//!   streams' shards are skipped by `empty_cache`, the OOM ladder, garbage
-//!   collection and the release threshold, and teardown neither
-//!   synchronizes graph streams nor frees memory they used. Quarantined
-//!   bytes count as `pending_free_bytes`.
-//!
-//! The allocator learns that a stream captures when it first meets the
-//! stream, when a synchronize it wanted is refused, when `record_stream`
-//! names it, and when a block used by it is freed. A stream the allocator
-//! served before its capture began, whose capture allocations are all
-//! cache hits and which no reclaim path tries to synchronize, is not seen:
-//! blocks freed on it during an unrouted capture are reused as usual.
-//! Routing the capture to a pool closes that gap: a pool becomes a graph
-//! pool (`Record::captured`) when a route to it begins on a capturing
-//! stream, when its entry is made for a capturing stream, or when a request
-//! routed to an existing entry finds its stream capturing (the routed path
-//! asks the runtime until the entry has seen a capture, as torch_npu's
-//! route filter asks for every routed allocation; torch_npu routes before
-//! `aclmdlRICaptureBegin`, docs/anchors.md "Graph capture"). A graph pool's
-//! cached memory stays through sleep and `pool_empty_cache`.
+//! Streams in graph capture: no path synchronizes a capturing stream, and memory
+//! a graph may replay on is neither handed to other work nor given back while it
+//! may still replay (docs/design.md, Note [capture]).
 
 use super::backing::Backing;
 use super::cache::block::{BlockId, BlockState};

@@ -1,57 +1,6 @@
-//! Note [sleep]
-//!
-//! `sleep` gives back the device memory of an allocator while every address
-//! it handed out stays valid; `wake` brings it back at the same addresses.
-//! What happens to a pool's live blocks is its *mode* (the pool's `sleep`
-//! config): `Keep` leaves them, `Offload` copies them to pinned host memory
-//! first, `Discard` drops their contents.
-//!
-//! Sleep, in order:
-//! 0. The before-release hook runs, before any lock is taken: a host
-//!    drains its queue of work there, which may still allocate.
-//! 1. The allocator becomes asleep: from now on a malloc routed to an
-//!    offload or discard pool is INVALID_ARGUMENT ("asleep"); frees of any
-//!    block go on (a sleeping block is just dropped; its pages are gone).
-//! 2. The default pool's cached memory goes back as `empty_cache` gives it
-//!    back (after synchronizing the streams that used it), and so does that
-//!    of each offload/discard pool no capture was routed to. A pool a
-//!    capture was routed to keeps its cached memory (its graphs' replays
-//!    use the blocks freed during the capture; Note [pools]), as do kept
-//!    pools and graph streams.
-//! 3. Under the ladder lock, each offload/discard pool's ranges are taken
-//!    off the device run by run (`backing::expandable::sleep`): the streams
-//!    that used a range are synchronized, then one host buffer and one copy
-//!    per run of mapped pages, then the run's pieces are unmapped and their
-//!    handles freed. Ranges stay reserved and the directory keeps mapping
-//!    their addresses to their shards.
-//! 4. Handles that could not be freed are retried with the handle cache.
-//!
-//! Fixed segments cannot be unmapped under a live block: with live blocks
-//! in an offload or discard pool, sleep is UNSUPPORTED and changes nothing.
-//! If a step fails, what was taken is woken again and the error returned.
-//!
-//! While asleep, the pages of a sleeping run belong to its blocks: they
-//! count as neither mapped nor free to map (`VmmRange::slept_at`), so a
-//! request served meanwhile (a graph stream's) is placed where it touches
-//! none of them, in a new range if need be, and wake maps exactly what
-//! sleep unmapped.
-//!
-//! Wake (`wake`) is all or nothing: every handle first, then every run
-//! mapped and copied back while still counted asleep, then all of them
-//! made awake at once; a failure on the way undoes it whole. Short of
-//! memory it gives back the awake pools' cached memory, as the OOM ladder
-//! would, and tries again. It may name some pools only (a partial wake);
-//! the allocator is asleep until every pool is awake, and a sleep meanwhile
-//! is INVALID_ARGUMENT (it would have only the woken pools to put to
-//! sleep; the caller wakes the rest first). A run whose blocks
-//! were all freed while asleep is mapped again all the same (its pages are
-//! then cached memory, which `empty_cache` gives back).
-//!
-//! Shards of streams seen capturing (Note [capture]) are never taken off
-//! the device: their blocks belong to captured graphs.
-//!
-//! The hot path gets one predictable branch: a malloc reads `refusing`
-//! (false unless asleep with an offload or discard pool). A free gets none.
+//! Sleep and wake: an allocator's device memory goes back, per pool mode, while
+//! every address stays valid; wake is all or nothing. A malloc gets one branch
+//! (`refusing`), a free none (docs/design.md, Note [sleep]).
 
 use super::backing::{Backing, Scope};
 use super::device::Device;

@@ -319,23 +319,9 @@ impl DeviceCounters {
     }
 }
 
-// Note [peaks without a shared counter]
-//
-// The peak of allocated bytes is a peak of a sum over shards. Adding every
-// change to one shared counter would make every hit on every stream write
-// the same cache line (and an exact peak over streams running at once needs
-// exactly that). Instead each shard publishes its own totals (a plain store
-// to its own line), and each stream keeps the high-water mark of its two
-// shards' sum. Only a stream passing its own high-water mark touches shared
-// state: it sums every shard's published totals and raises the device's
-// peak to that sum. So the peak is exact while one stream allocates (every
-// trace and program with one stream); with several, it is the highest sum
-// seen when some stream reached a new high of its own, and can miss a peak
-// that several streams, each below its own high, make together.
-//
-// Only an allocation raises a stream's totals, so only a malloc compares
-// them with the mark; a free on the hot path publishes its lane and reads
-// nothing else (the sum it would compare can only have gone down).
+// Peaks: a shard publishes its totals to its own `Lane`; only a stream passing
+// its `HighWater` mark sums the lanes and raises `Peaks`, and a free compares
+// nothing (docs/design.md, Note [peaks without a shared counter]).
 
 /// What one shard publishes: its block totals.
 #[derive(Debug, Default)]

@@ -10,27 +10,8 @@
 //! best-fit's fragmentation at segregated-fit speed (docs/anchors.md §e,
 //! idea 1).
 //!
-//! Note [the top block]
-//!
-//! One free block of the index sits on no list: the top (`FreeIndex::top`),
-//! the way glibc keeps its top chunk apart from its bins. `insert` makes a
-//! block the top when there is none, `remove` of the top just clears it, and
-//! `find` weighs the top against the lists' best fit by size (the smaller
-//! fitting block wins; of two of one size the one filed later, as the newer
-//! block at a list's head wins there: each insertion is counted in `Block::filed`,
-//! the top's too), which is the order the lists follow:
-//! classes grow with size. So the warm pair that splits a block
-//! and coalesces it back touches no list, no bitmap and no `class_of` when
-//! its block is the top: the split's remainder becomes the top again (the
-//! top was taken, so there is none), and the free's merge absorbs the top
-//! and files the whole as the top. On the scaling mix that is every
-//! small-pool pair and the large-pool pairs in the top's segment. The top is
-//! an ordinary member of the index for everything else: `count`, `bytes`,
-//! `iter`, `iter_from`, `largest` and `contains` include it, and the walks
-//! put it in its class where the lists would have it (by the same counts),
-//! so expandable placement scans blocks in the lists' order, and a layout
-//! is the one the lists alone would give; the count costs 8 bytes of
-//! `Block`.
+//! One free block sits on no list, the top (`FreeIndex::top`); counts and walks
+//! include it where the lists would file it (docs/design.md, Note [the top block]).
 //!
 //! A block on a list carries its class (`Block::class`, set by `insert`), so
 //! taking it off (`remove`, twice in a warm pair through the index) reads

@@ -1,24 +1,7 @@
 //! Pointer registry: device address of an allocated or held block → its id.
-//!
-//! Note [a registry for aligned addresses]
-//!
-//! Every malloc that splits a block inserts its address and every free
-//! removes it, so the map is on the hot path twice per pair. It is an
-//! open-addressing table made for its keys, where a general hash map (with
-//! the address hasher of [`crate::addr_hash`]) spends its work on probing
-//! groups, tags and tombstones these keys do not need:
-//!
-//! - Keys are block start addresses: distinct, at least 512-byte aligned,
-//!   never `usize::MAX` (a block of 512 bytes or more ends at or below it),
-//!   which marks an empty slot. A slot is the key and its id, 16 bytes.
-//! - The slot is picked by Fibonacci hashing (one multiply, the product's
-//!   top bits), which spreads arithmetic runs of addresses (blocks carved one
-//!   after another, segments 2 MiB apart) over the table.
-//! - Collisions probe linearly; a removal shifts the run after it back
-//!   (no tombstones), so a look-up stops at the first empty slot and the
-//!   table never needs cleaning.
-//! - At most half full: it doubles when an insert would pass that, and never
-//!   shrinks (as the map it replaces). An empty registry allocates nothing.
+//! An open-addressing table whose keys, block starts, are 512-byte aligned and
+//! never `usize::MAX`, the empty slot (docs/design.md, Note [a registry for
+//! aligned addresses]).
 
 use super::block::BlockId;
 

@@ -1,53 +1,7 @@
-//! Note [exact-size reuse]
-//!
-//! Framework allocation streams repeat: a step frees a tensor and the next
-//! step asks for one of the same size on the same stream. The reuse lists
-//! keep the last few blocks freed at each size aside, still registered and
-//! unsplit, and hand them out again to a request of exactly that rounded
-//! size. A hit touches one list head and the block: no free-index search, no
-//! split, no coalescing, no registry update.
-//!
-//! - Lists are per shard (so per stream) and size class, LIFO, intrusive
-//!   through the block's free-list links; only the head is looked at, and it must match
-//!   the rounded size exactly.
-//! - A held block is not in any free index and does not coalesce, so every
-//!   path that needs free memory to be whole (growth, page moves, the OOM
-//!   ladder, empty_cache, release, teardown) first returns the held blocks
-//!   to their pool (`Pool::drain_reuse`): a request that would grow its
-//!   shard drains that shard's lists; the OOM ladder and empty_cache drain
-//!   every shard's.
-//! - Blocks other streams used (record_stream) never enter: their frees wait
-//!   for events.
-//! - Bounded: small-pool blocks only, a few per size, and a cap on held
-//!   bytes per stream (`reuse_cache_mb`), so the lists stay a small, hot
-//!   working set.
-//! - Held only while holding pays (Note [resting reuse lists]).
-//!
-//! Note [resting reuse lists]
-//!
-//! A held block that is drained before a request of its size came back cost
-//! its free nothing, but its drain the coalescing the free would have done,
-//! and while held it cut up the pool's free space: the pool's top (Note [the
-//! top block] in `free_index`) stops at it, so later pairs split and merge
-//! through the lists, and a request the cut-up space cannot hold drains
-//! everything (a mix of many sizes that rarely repeat drains often, each
-//! drain costing thousands of instructions, for few hits). So a drain that alone
-//! serves the request that made it (the held blocks starved the pool: the
-//! growth then needs no device call) weighs the blocks it returned against
-//! the hits since the last such drain: when they are at least 8 and more
-//! than four per hit, the lists rest, refusing the next frees
-//! (`push` with the limit at 0, the same compare as a full list), 256 at
-//! first, twice as many after each wasted period in a row, at most 65,536;
-//! a productive period sets the rest back to 256. A program whose sizes repeat
-//! (frameworks' steps) keeps its lists; one whose sizes do not pays for a
-//! few drains, not for one every few mallocs. The hit path adds one count.
-//! Other drains (a growth that needs the device all the same, the sibling
-//! pool's growth, the out-of-memory ladder, empty_cache, release) are not
-//! weighed, and once the device ran short of memory (the ladder ran) such a
-//! drain ends a rest instead: layouts count more than speed then. The
-//! floor of 8 blocks keeps drains of a block or two, common on a nearly
-//! full device, from resting the lists, which would lose the layouts they
-//! give there.
+//! Exact-size reuse lists: the last blocks freed at each size, held unsplit for a
+//! request of exactly that size. A held block is in no free index: paths that need
+//! free memory whole drain them first (docs/design.md, Note [exact-size reuse]).
+//! Held only while drains do not outweigh hits (docs/design.md, Note [resting reuse lists]).
 
 use super::block::{BlockArena, BlockId, NIL};
 use super::size_class::{class_of, CLASS_COUNT};

@@ -1,38 +1,6 @@
-//! Note [stream-ordered reuse]
-//!
-//! Every block belongs to the stream it was allocated on, and lives in that
-//! stream's shard. Work on one stream runs in order, so a block freed by the
-//! host is safe for *later* work on the same stream at once: it goes straight
-//! back to the shard's pool. Other streams may still be using it if the
-//! caller said so with `record_stream`; then the free records an event on
-//! each of those streams and the block waits here until all of them
-//! complete. Completion is polled (one `aclrtQueryEventStatus` per event
-//! asked about), never on a malloc cache hit:
-//! - by the free that defers (the other streams' work may be done);
-//! - by the frees after it that find frees waiting (`PollClock`, kept in
-//!   the pool): the first such free after a deferral or after a poll that
-//!   reaped something, then after 2, 4, ... up to `MAX_POLL_GAP` such frees
-//!   while none completes, and any such free once more than
-//!   `POLL_THRESHOLD` wait;
-//! - by every miss before it places or grows, and by the reclaim paths.
-//!
-//! Why frees poll: if only a miss (or more than `POLL_THRESHOLD` waiting)
-//! polled, a cache hit could take other memory while freed blocks whose
-//! streams are done sat idle (gradient buckets recorded on a communication
-//! stream: the next bucket finds another free block, and the freed ones
-//! are never reused), and peak reserved would grow by what waits. With the
-//! deferring free polling, a trace replays in the same memory with its
-//! `record_stream` events as without them (BENCHMARKS.md, "Traces at real
-//! scale"). PyTorch polls at every malloc (`process_events`); polling on
-//! frees instead keeps the hit path free of it: the free path's one branch
-//! (`should_poll`, taken only while frees wait) serves both. While another
-//! stream's work is still running, the backing off bounds the queries to
-//! about one per `MAX_POLL_GAP` frees.
-//!
-//! This module is the whole of stream ordering: a shard calls `note_use`
-//! (record_stream), `free_events` then `defer` (a free with stream uses),
-//! `poll` (completed frees), and the reclaim paths call `pending_events` /
-//! `take_all_events`. Each shard has its own `StreamOrder` under its lock.
+//! Stream ordering of a shard's frees: a block other streams used waits here
+//! for their events, polled by frees and misses, never on a cache hit
+//! (docs/design.md, Note [stream-ordered reuse]).
 
 use super::block::BlockId;
 use crate::core::stats::DeviceCounters;

@@ -1,50 +1,6 @@
-//! Note [pools]: private pools (`npualloc_pool_create`), what PyTorch calls
-//! a `MemPool` and what graph capture allocates from.
-//!
-//! A pool is a routing layer over the shards: pool P's memory lives in its
-//! own stream entries, one per (P, stream), each with a small and a large
-//! shard exactly like the default pool's (pool 0), in the same stream
-//! table. So everything per shard (stream-ordered reuse, record_stream,
-//! growth, the directory's address -> shard map, statistics, snapshots)
-//! works unchanged, and a free always goes to the block's own pool.
-//!
-//! - Routes (`routing`): `pool_begin(P, stream)` sends every allocation on
-//!   `stream` to P until the matching `pool_end`; with no stream, every
-//!   allocation of the calling thread. The newest applicable route wins.
-//!   A malloc checks one allocator-wide count of active routes; only when
-//!   it is non-zero does it look the route up (cold).
-//! - Isolation: a pool's shards serve only requests routed to it, and its
-//!   cached memory is not given back by `empty_cache`, garbage collection,
-//!   the release threshold or another request's ladder (which would let the
-//!   device hand it to someone else), except through `use_on_oom` (the
-//!   ladder of a request outside the pool may release it) and
-//!   `pool_empty_cache`, which gives one pool's cache back on request (not
-//!   a graph pool's while it lives). A captured graph's memory therefore
-//!   stays mapped for every replay until `pool_destroy` (Note [capture]).
-//! - `pool_destroy`: refused while a route to the pool is active. Its
-//!   entries are marked DESTROYED: their cached memory goes back now (after
-//!   synchronizing the streams that used it), a block freed later gives
-//!   back its segment once that is entirely free, and the ladder and
-//!   `empty_cache` may release what is left. Ids are never reused.
-//! - Statistics: the allocator's stay totals over every pool;
-//!   `pool_get_stats` sums one pool's shards and adds the pool's own
-//!   figures (`tally`): the device calls made for its memory (growth of
-//!   its shards, giving back its memory, its requests' retries and
-//!   refusals; not sleep and wake, nor cached handles freed, which belong
-//!   to no pool) and its peaks as a whole. A retired entry taken over
-//!   leaves its allocs and frees with the pool it served (its tally).
-//! - Retirement (`forget`, `streams`): a destroyed pool's entry retires
-//!   once nothing is left in it (at `pool_destroy`, at the free of its last
-//!   block, or at the next `empty_cache` or `forget_stream`), and
-//!   `forget_stream` gives back and retires the stream's entries in every
-//!   pool but a live one that served a graph capture; a retired slot serves
-//!   the next new (pool, stream) pair of any pool (but a live pool's never
-//!   the stream it served in another pool: `get_or_add`), so the stream
-//!   table is as long as the most pairs in use at once. The free of a
-//!   destroyed pool's last block forgets its entry only while it is still
-//!   that pool's on the same stream.
-//! - A thread that exits inside thread routes: its routes end with it
-//!   (`routing`), and its pools can be destroyed.
+//! Private pools (`npualloc_pool_create`, PyTorch's `MemPool`): a routing layer
+//! over the shards, each pool in its own stream entries; a free always goes to the
+//! block's own pool (docs/design.md, Note [pools]).
 
 pub mod config;
 pub(crate) mod routing;

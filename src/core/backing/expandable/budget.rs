@@ -1,29 +1,6 @@
-//! Note [address-space budget]
-//!
-//! Device address space is finite and shared by the whole process: the
-//! driver hands every reservation and every `aclrtMalloc` out of one SVM
-//! window (`svm_define.h`: `DEVMM_MAX_MAPPED_RANGE`, 8 TiB, of which
-//! `DEVMM_NORMAL_ADDR_SIZE`, 5.25 TiB, is left once the DVPP and read-only
-//! heaps are carved out), and on 910B / 910_93 one reservation is at most
-//! 128 GB (`ascend_hal_base.h`, `halMemAddressReserve`). So:
-//!
-//! - every reservation stays within `MAX_RESERVATION`, its alignment
-//!   padding included;
-//! - every expandable range of every allocator in the process is charged
-//!   here, and a new range takes at most `1/SHARE` of what is left, so
-//!   the first streams cannot take it all and later ones still get a range
-//!   (smaller, growing by another range when it fills);
-//! - a range that would pass the budget is refused before the runtime is
-//!   asked, as an address-space failure (`GrowError::AddressSpace`);
-//! - the charge goes only with the reservation: one the runtime refuses to
-//!   release (a misaligned first try, a range at teardown) stays charged,
-//!   kept with the backing until a later `free_cached` releases it
-//!   (`ranges::release_unused`), so the budget always equals what is
-//!   really reserved.
-//!
-//! The budget is below the window: other libraries' `aclrtMalloc` and
-//! reservations use it too, and the runtime's own refusal (207001 on a
-//! reservation) is handled the same way.
+//! The process-wide budget of device address space: every expandable range is
+//! charged here, and the charge goes only with the reservation, so the budget
+//! equals what is reserved (docs/design.md, Note [address-space budget]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

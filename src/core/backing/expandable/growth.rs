@@ -1,37 +1,6 @@
-//! Note [sizing a fresh handle]
-//!
-//! A fresh physical handle is mapped whole and never split, so its size
-//! trades runtime calls (fewer, larger handles) against memory held ahead
-//! of use and pinned by one live block. Two things decide it:
-//!
-//! - What the device reports free (`aclrtGetMemInfo`, which counts every
-//!   user of the device: this allocator, other allocators of the process,
-//!   other processes). A handle is at most a `share`-th of it, so a device
-//!   that fills, whoever fills it, gets handles small enough to move, and a
-//!   card shared with a trainer or a second server is not taken from them
-//!   in large steps. The query is made only when a fresh handle is about to
-//!   be created (the request already pays a physical allocation and a map),
-//!   never on a cache hit or when a cached handle serves the growth; and
-//!   while the answer is far from mattering (free memory at least twice
-//!   what would make the share bind) one answer, less what this allocator
-//!   reserved since, sizes up to `REFRESH_EVERY` fresh handles
-//!   (`FreeMemory`). Near where it binds, and after a refused handle, every
-//!   fresh handle asks.
-//! - How much this allocator has used: a handle is `1/growth` of the peak
-//!   of allocated bytes between `start` and `near_cap`, and from `far_from`
-//!   allocated `1/far_growth` of it, bounded by `1/far_share` of free
-//!   memory instead of `1/share`: at the scale of 7B-class models the
-//!   handle is a fixed fraction of what is live and of what is left, so
-//!   calls grow with the logarithm of the allocated peak. Growth is
-//!   geometric in what the allocator itself uses, not in the card's size: a user of a few hundred MiB gets 32 to 48 MiB
-//!   handles on a 64 GiB card as on an 8 GiB one, and one of tens of GiB
-//!   few calls. Growth follows allocated bytes, not reserved ones: reserved
-//!   bytes count the memory mapped ahead, so mapping ahead would feed the
-//!   next handle's size. Below `start` handles do not shrink with the
-//!   allocator: a program whose first requests are large would pay for
-//!   small first handles in calls.
-//!
-//! Under a memory fraction, what is left of the limit bounds "free" as well.
+//! How large a fresh physical handle is (mapped whole, never split): from the
+//! device's free memory and this allocator's peak of allocated bytes, never its
+//! reserved bytes (docs/design.md, Note [sizing a fresh handle]).
 
 use std::sync::Mutex;
 
@@ -39,49 +8,9 @@ use std::sync::Mutex;
 /// is roomy.
 pub const REFRESH_EVERY: u32 = 8;
 
-/// Note [mapping ahead while growth is frequent]
-///
-/// Mapping a fresh handle ahead of the request saves the calls of the next
-/// growths and costs the memory it maps past the request until blocks use
-/// it: on a roomy device up to one handle (48 MiB on the small traces) per
-/// range at the peak. While a stream grows often (a warm-up, a short
-/// program) the saved calls are worth it: each fresh handle is a physical
-/// allocation and a map, 40 us on a card. Once the stream has served
-/// `AHEAD_WHILE_REQUESTS_PER_HANDLE` requests or more per fresh handle it
-/// made (both pools of the stream counted), another growth's calls are
-/// spread over so many operations (at most 40 ns each at 20 us a call)
-/// that memory matters more: a fresh handle then maps only what the request
-/// lacks (up to the usual size). The bound is on calls, not on memory: a
-/// bound on what is mapped ahead costs calls where the holes between live
-/// blocks, not the handles, hold the memory, and a bound on calls holds its
-/// effect over a wide range of its value (BENCHMARKS.md, "Models of
-/// placement and growth").
-/// The counts are the stream's whole life, so a stream that served many
-/// requests and then starts a new growth phase would map only what each
-/// request lacks until the phase's handles caught up with its requests
-/// (after 100,000 hits, 64 growths of 3 MiB would take 64 handles where a
-/// new stream takes 5). So a fresh handle also maps ahead when the stream is in
-/// a burst: it is at least the `BURST_HANDLES`-th (5th) fresh handle of the
-/// stream (both pools) within its last `BURST_REQUESTS` requests. The
-/// window is five times the lifetime bound: a burst is the same rate, one
-/// fresh handle per 1000 requests or more, measured over the last five
-/// handles instead of the whole life. That phase then takes 9 handles: its
-/// first four map what each request lacks (8 calls more than a new stream,
-/// once per phase however long it is), the rest map ahead, and what they
-/// hold ahead is at most one handle, as on a new stream. Five, not fewer:
-/// a short late phase (a generation's decoding, a few growths some way
-/// apart) should map its own pages, since a handle mapped ahead for it is
-/// one the phase never uses; a count below five, or a rule of the recent
-/// rate alone (map ahead while the previous fresh handle came fewer than
-/// 1000 requests ago), lets such a phase map ahead (BENCHMARKS.md, "Models
-/// of placement and growth"). Each pool keeps the stream's request count at
-/// its last four fresh handles (`RecentHandles`), written only when it
-/// makes one and read only when a fresh handle is about to be made: nothing
-/// on a cache hit. While the stream's other pool is locked by another
-/// thread, the growing pool decides by the lifetime rule alone (its own
-/// request count would make the other pool's handles look recent). A
-/// stream taking over a retired entry starts with no fresh handles, as
-/// with no requests (`counts_taken`).
+/// Requests per fresh handle, over the stream's life (both pools), below which a
+/// fresh handle maps ahead; a burst maps ahead too. Read only when a fresh handle
+/// is made (docs/design.md, Note [mapping ahead while growth is frequent]).
 pub const AHEAD_WHILE_REQUESTS_PER_HANDLE: u64 = 1000;
 
 /// Whether a fresh handle, made now, may map ahead: its stream has made

@@ -1,34 +1,6 @@
-//! Note [unused memory of expandable ranges]
-//!
-//! `garbage_collection_threshold` and `release_threshold_mb` give back
-//! cached memory that nothing uses, as they give back whole free fixed
-//! segments. In a range, that memory is:
-//! - cached handles (unmapped already): freed with no synchronization,
-//!   first (`free_cached_upto`);
-//! - wholly free pieces: handles whose pages all lie in free blocks,
-//!   unmapped after synchronizing the streams that used their range, then
-//!   freed. A piece that shares a handle with a live block is pinned by it
-//!   and stays: handles are never split;
-//! - ranges that hold nothing (address space only, no synchronization);
-//! - a moved handle's old address (Note [moves of wholly free handles]),
-//!   when the handle's live pages are wholly free: while it is mapped the
-//!   handle can be neither cached nor freed, so it is unmapped first and
-//!   the handle goes in a second round.
-//!
-//! Garbage collection looks at every shard (`Backing::detach` with
-//! `Scope::Unused`), oldest range first and largest piece first, and takes
-//! what brings reserved memory plus the growth under its threshold. The
-//! release threshold runs after a free, when cached memory passes it; it
-//! looks only under the freed block (`detach_freed`): a handle becomes
-//! wholly free only when a block on it is freed, so a free elsewhere
-//! cannot have made anything else unused, and a free whose handle stays
-//! pinned by live blocks finds nothing and makes no device call (finding
-//! the free block walks the range's blocks up to it, no page table). The
-//! second round after a moved handle's old address went looks at the
-//! whole shard (rare; the first round may have unmapped what lay under the
-//! freed block). Memory that became free otherwise (a cross-stream free
-//! completing, held blocks going back) waits for garbage collection,
-//! `empty_cache` or the ladder.
+//! What garbage collection and the release threshold give back of expandable
+//! ranges: cached handles, wholly free pieces, empty ranges, moved handles' old
+//! addresses (docs/design.md, Note [unused memory of expandable ranges]).
 
 use super::{give_handle, ExpandableRanges, RangePool};
 use crate::core::backing::Detached;
