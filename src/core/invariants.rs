@@ -36,9 +36,7 @@ impl<B: Backing> Pool<B> {
             let mut expect = seg.base;
             let mut prev = NIL;
             let mut prev_free = false;
-            let mut id = seg.first;
-            while id != NIL {
-                let b = self.cache.blocks.get(id);
+            for (id, b) in self.cache.blocks_of(seg_id) {
                 if b.addr != expect {
                     return Err(format!("segment {:#x}: block at {:#x}, expected {expect:#x}", seg.base, b.addr));
                 }
@@ -87,7 +85,6 @@ impl<B: Backing> Pool<B> {
                 prev_free = is_free;
                 expect = b.addr + b.size;
                 prev = id;
-                id = b.next;
             }
             if expect != seg.base + seg.size {
                 return Err(format!("segment {:#x}: blocks end at {expect:#x}, not at its end", seg.base));

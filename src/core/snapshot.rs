@@ -15,7 +15,7 @@
 //! (`Device::pytorch_snapshot`); `pytorch_snapshot` holds that format.
 
 use super::backing::Backing;
-use super::cache::block::{BlockState, NIL};
+use super::cache::block::BlockState;
 use super::device::Device;
 use super::history::Action;
 use super::pytorch_snapshot::{document, split_into_runs, BlockView, SegmentView, State, Value};
@@ -99,9 +99,7 @@ impl<B: Backing> Device<B> {
                 let seg = pool.cache.segments.get(seg_id);
                 let (expandable, held) = B::describe(seg);
                 let mut blocks = Vec::new();
-                let mut id = seg.first;
-                while id != NIL {
-                    let b = pool.cache.blocks.get(id);
+                for (_, b) in pool.cache.blocks_of(seg_id) {
                     let (state, requested) = match b.state {
                         BlockState::Allocated => (BlockSnapshotState::Active, b.requested),
                         BlockState::Pending => (BlockSnapshotState::PendingFree, b.requested),
@@ -116,7 +114,6 @@ impl<B: Backing> Device<B> {
                         state,
                         stream,
                     }));
-                    id = b.next;
                 }
                 segments.push(SegmentSnapshot {
                     address: seg.base,
@@ -149,9 +146,7 @@ impl<B: Backing> Device<B> {
             for seg_id in pool.cache.segments.ids() {
                 let seg = pool.cache.segments.get(seg_id);
                 let mut blocks = Vec::new();
-                let mut id = seg.first;
-                while id != NIL {
-                    let b = pool.cache.blocks.get(id);
+                for (_, b) in pool.cache.blocks_of(seg_id) {
                     let state = match b.state {
                         BlockState::Allocated => State::Allocated,
                         BlockState::Pending => State::PendingFree,
@@ -159,7 +154,6 @@ impl<B: Backing> Device<B> {
                     };
                     let requested = if state == State::Inactive { 0 } else { b.requested };
                     blocks.push(BlockView { addr: b.addr, size: b.size, requested, state });
-                    id = b.next;
                 }
                 let (expandable, _) = B::describe(seg);
                 let mut runs = Vec::new();

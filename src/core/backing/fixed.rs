@@ -5,7 +5,7 @@
 //! fits is ready.
 
 use super::{Backing, Detached, GrowContext, GrowError, Parts, Scope};
-use crate::core::cache::block::{BlockId, BlockState, NIL};
+use crate::core::cache::block::{BlockId, NIL};
 use crate::core::cache::segment::{Segment, SegmentId};
 use crate::core::cache::Cache;
 use crate::core::directory::ADDRESS_LIMIT;
@@ -64,7 +64,7 @@ impl Backing for FixedSegments {
     /// directory): once freed, their range may come straight back from the
     /// runtime to this or another shard, before `settle` runs.
     fn detach(mut pool: Parts<'_, Self>, _: Scope) -> Vec<Detached> {
-        let free: Vec<SegmentId> = pool.segments.ids().filter(|&s| is_whole_free(&pool, s)).collect();
+        let free: Vec<SegmentId> = pool.segments.ids().filter(|&s| pool.is_wholly_free(s)).collect();
         let mut out = Vec::with_capacity(free.len());
         for seg in free {
             let streams = pool.streams_of(seg);
@@ -228,10 +228,4 @@ fn add_raw(pool: &mut Parts<'_, FixedSegments>, raw: Raw, base: usize, size: usi
     pool.sh.counters.segment_added(raw.len);
     pool.sh.history.record(Action::SegmentAlloc, base, size, pool.stream);
     pool.add_segment(base, size, raw, Some((raw.at, raw.len))).1
-}
-
-/// Whether fixed segment `seg` holds one free block and nothing else.
-fn is_whole_free(pool: &Cache<Raw>, seg: SegmentId) -> bool {
-    let b = pool.blocks.get(pool.segments.get(seg).first);
-    b.state == BlockState::Free && b.next == NIL
 }

@@ -19,17 +19,33 @@ impl<X> Cache<X> {
         out
     }
 
+    /// The blocks of segment `seg`, in address order (they tile it).
+    pub fn blocks_of(&self, seg: SegmentId) -> impl Iterator<Item = (BlockId, &Block)> + '_ {
+        let mut id = self.segments.get(seg).first;
+        std::iter::from_fn(move || {
+            let at = id;
+            (at != NIL).then(|| {
+                let b = self.blocks.get(at);
+                id = b.next;
+                (at, b)
+            })
+        })
+    }
+
+    /// The free blocks of segment `seg` as (address, size), in address order.
+    pub fn free_runs(&self, seg: SegmentId) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.blocks_of(seg).filter(|(_, b)| b.state == BlockState::Free).map(|(_, b)| (b.addr, b.size))
+    }
+
+    /// Whether segment `seg` is one free block.
+    pub fn is_wholly_free(&self, seg: SegmentId) -> bool {
+        let b = self.blocks.get(self.segments.get(seg).first);
+        b.state == BlockState::Free && b.next == NIL
+    }
+
     /// The block of segment `seg` that contains `addr`.
     pub fn block_containing(&self, seg: SegmentId, addr: usize) -> Option<BlockId> {
-        let mut id = self.segments.get(seg).first;
-        while id != NIL {
-            let b = self.blocks.get(id);
-            if addr >= b.addr && addr < b.addr + b.size {
-                return Some(id);
-            }
-            id = b.next;
-        }
-        None
+        self.blocks_of(seg).find(|(_, b)| addr >= b.addr && addr < b.addr + b.size).map(|(id, _)| id)
     }
 
     /// The allocated block containing `addr` (interior pointers allowed).

@@ -348,9 +348,7 @@ impl Backing for ExpandableRanges {
         {
             return Err(format!("range {:#x}: a piece left mapped at page {} lies on no sleeping run", s.base, p.head));
         }
-        let mut id = s.first;
-        while id != NIL {
-            let b = pool.blocks.get(id);
+        for (_, b) in pool.blocks_of(seg) {
             if matches!(b.state, BlockState::Allocated | BlockState::Held | BlockState::Pending) {
                 let first = (b.addr - s.base) / r.page_size;
                 let last = (b.addr + b.size - 1 - s.base) / r.page_size;
@@ -358,7 +356,6 @@ impl Backing for ExpandableRanges {
                     return Err(format!("allocated block {:#x} is not fully mapped", b.addr));
                 }
             }
-            id = b.next;
         }
         pool.check_retired(seg)
     }

@@ -3,7 +3,7 @@
 
 use super::{RangeCache, RangePool};
 use crate::core::backing::{GrowContext, GrowError};
-use crate::core::cache::block::{BlockId, BlockState, NIL};
+use crate::core::cache::block::BlockId;
 use crate::core::cache::segment::SegmentId;
 
 /// Free blocks the mapped-first search looks at, smallest classes first.
@@ -178,16 +178,11 @@ impl RangeCache {
         for seg in self.segments.ids() {
             let s = self.segments.get(seg);
             let page = s.extent.page_size;
-            let mut id = s.first;
-            while id != NIL {
-                let b = self.blocks.get(id);
-                if b.state == BlockState::Free {
-                    let (lo, hi) = (b.addr - s.base, b.addr + b.size - s.base);
-                    for (from, to) in s.extent.mapped_spans(lo / page, hi.div_ceil(page)) {
-                        best = best.max((to * page).min(hi) - (from * page).max(lo));
-                    }
+            for (addr, size) in self.free_runs(seg) {
+                let (lo, hi) = (addr - s.base, addr + size - s.base);
+                for (from, to) in s.extent.mapped_spans(lo / page, hi.div_ceil(page)) {
+                    best = best.max((to * page).min(hi) - (from * page).max(lo));
                 }
-                id = b.next;
             }
         }
         best
@@ -207,26 +202,21 @@ impl RangeCache {
         let s = self.segments.get(seg);
         let r = &s.extent;
         let mut out = Vec::new();
-        let mut id = s.first;
-        while id != NIL {
-            let b = self.blocks.get(id);
-            if b.state == BlockState::Free {
-                let end = ((b.addr + b.size - s.base) / r.page_size).min(r.top());
-                let mut i = (b.addr - s.base).div_ceil(r.page_size);
-                while i < end {
-                    match r.page(i) {
-                        // A moved handle's new pages, while its old ones are
-                        // still mapped, neither move again nor are unmapped.
-                        Some(p) if p.head as usize == i && p.end() <= end && (moved || !r.is_moved(p.handle)) => {
-                            out.push((i, p.units as usize));
-                            i = p.end();
-                        }
-                        Some(p) => i = p.end().max(i + 1),
-                        None => i += 1,
+        for (addr, size) in self.free_runs(seg) {
+            let end = ((addr + size - s.base) / r.page_size).min(r.top());
+            let mut i = (addr - s.base).div_ceil(r.page_size);
+            while i < end {
+                match r.page(i) {
+                    // A moved handle's new pages, while its old ones are
+                    // still mapped, neither move again nor are unmapped.
+                    Some(p) if p.head as usize == i && p.end() <= end && (moved || !r.is_moved(p.handle)) => {
+                        out.push((i, p.units as usize));
+                        i = p.end();
                     }
+                    Some(p) => i = p.end().max(i + 1),
+                    None => i += 1,
                 }
             }
-            id = b.next;
         }
         out
     }

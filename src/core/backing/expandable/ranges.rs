@@ -10,7 +10,7 @@
 
 use super::{budget, ExpandableRanges, RangeCache, RangePool, RetiredSpans, VmmRange, SMALL_BUFFER};
 use crate::core::backing::{Backing, Detached, GrowError, Scope};
-use crate::core::cache::block::{BlockState, NIL};
+use crate::core::cache::block::NIL;
 use crate::core::cache::segment::{Segment, SegmentId};
 use crate::core::directory::ADDRESS_LIMIT;
 use crate::core::policy::PoolKind;
@@ -309,10 +309,8 @@ impl RangeCache {
     /// Whether range `seg` holds nothing: one free block, no page mapped,
     /// none asleep or stuck (what may be released whole).
     fn range_holds_nothing(&self, seg: SegmentId) -> bool {
-        let s = self.segments.get(seg);
-        let b = self.blocks.get(s.first);
-        let r = &s.extent;
-        r.mapped == 0 && r.slept.is_empty() && r.stuck.is_empty() && b.state == BlockState::Free && b.size == s.size
+        let r = &self.segments.get(seg).extent;
+        r.mapped == 0 && r.slept.is_empty() && r.stuck.is_empty() && self.is_wholly_free(seg)
     }
 }
 
