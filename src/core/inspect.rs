@@ -61,11 +61,11 @@ impl<B: Backing> Device<B> {
         for shard in self.streams.shards() {
             let pool = shard.lock()?;
             pool.counters().add_to(&mut s);
-            largest = largest.max(B::largest_free(&pool.cache));
+            largest = largest.max(pool.largest_free());
             s.pending_free_bytes += (pool.cache.pending_bytes() + pool.quarantined_bytes()) as u64;
-            for seg in pool.cache.segments.ids().map(|id| pool.cache.segments.get(id)) {
-                s.segment_bytes += B::held_bytes(seg) as u64;
-                s.address_space_bytes += seg.size as u64;
+            for id in pool.cache.segments.ids() {
+                s.segment_bytes += B::held_bytes(&pool.backing, id) as u64;
+                s.address_space_bytes += pool.cache.segments.get(id).size as u64;
             }
         }
         for tally in self.pools.tallies() {

@@ -22,7 +22,13 @@ use super::pool::Pool;
 impl<B: Backing> Pool<B> {
     /// Device memory this shard's segments hold.
     pub fn held_bytes(&self) -> usize {
-        self.cache.segments.ids().map(|s| B::held_bytes(self.cache.segments.get(s))).sum()
+        self.cache.segments.ids().map(|s| B::held_bytes(&self.backing, s)).sum()
+    }
+
+    /// The longest run a request could get from this shard with no device
+    /// call.
+    pub fn largest_free(&self) -> usize {
+        B::largest_free(&self.cache, &self.backing)
     }
 
     pub fn check_invariants(&self) -> Result<(), String> {
@@ -32,7 +38,7 @@ impl<B: Backing> Pool<B> {
         let (mut held, mut held_bytes) = (0usize, 0usize);
         for seg_id in self.cache.segments.ids() {
             let seg = self.cache.segments.get(seg_id);
-            B::check_segment(&self.cache, seg_id)?;
+            B::check_segment(&self.cache, &self.backing, seg_id)?;
             let mut expect = seg.base;
             let mut prev = NIL;
             let mut prev_free = false;

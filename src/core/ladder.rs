@@ -119,7 +119,7 @@ impl<B: Backing> Device<B> {
         // The largest free block the request could use at its last attempt:
         // the report states it, not a figure gathered later, which other
         // threads' frees could make contradict the failure.
-        let mut seen = B::largest_free(&shard.lock_anyway().cache);
+        let mut seen = shard.lock_anyway().largest_free();
         let mut tried: Vec<&'static str> = Vec::new();
         if let GrowError::NeedsRoom { bytes } = last {
             // Not a shortage: `reserved_headroom` asks for other streams'
@@ -226,7 +226,7 @@ impl<B: Backing> Device<B> {
                 self.sh.history.record(super::history::Action::Alloc, addr, size, stream);
                 Ok(Ok(addr))
             }
-            Err(e) if e.is_out_of_memory() => Ok(Err((e, B::largest_free(&pool.cache)))),
+            Err(e) if e.is_out_of_memory() => Ok(Err((e, pool.largest_free()))),
             Err(e) => {
                 drop(pool);
                 let _ = B::free_cached(&self.sh);

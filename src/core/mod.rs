@@ -495,13 +495,7 @@ impl DeviceAllocator {
     pub(crate) fn retired_bytes(&self) -> usize {
         let Engine::Expandable(d) = &self.engine else { return 0 };
         let of = |pool: &pool::Pool<backing::ExpandableRanges>| -> usize {
-            pool.cache
-                .segments
-                .ids()
-                .map(|id| {
-                    pool.cache.segments.get(id).extent.retired_units() * pool.cache.segments.get(id).extent.page_size
-                })
-                .sum()
+            pool.cache.segments.ids().map(|id| pool.backing.retired_bytes(id)).sum()
         };
         d.streams.shards().map(|s| of(&s.lock_anyway())).sum()
     }

@@ -31,7 +31,7 @@ pub(crate) enum Miss {
 /// device's other shards.
 pub(crate) struct Pool<B: Backing> {
     pub(super) sh: Arc<Shared<B>>,
-    pub(super) cache: Cache<B::Extent>,
+    pub(super) cache: Cache,
     pub(super) backing: B::ShardState,
     #[cfg(debug_assertions)]
     transitions: u64,
@@ -99,7 +99,7 @@ impl<B: Backing> Pool<B> {
         }
         let policy = &self.sh.policy;
         match c.index.find_in_class(&c.blocks, rounded, class, |b| policy.may_use(b, rounded)) {
-            Some(id) if B::ready(c, id, rounded) => Ok(self.take_block(id, rounded, size)),
+            Some(id) if B::ready(c, &self.backing, id, rounded) => Ok(self.take_block(id, rounded, size)),
             _ => Err(Miss::NeedsDevice),
         }
     }
@@ -115,7 +115,7 @@ impl<B: Backing> Pool<B> {
         }
         let best_fit = self.cache.find_free(&self.sh.policy, rounded);
         if let Some(id) = best_fit {
-            if B::ready(&self.cache, id, rounded) {
+            if B::ready(&self.cache, &self.backing, id, rounded) {
                 // Held blocks alone kept the request from a fit.
                 if drained != 0 {
                     self.cache.reuse.weigh(drained, &self.sh.counters);

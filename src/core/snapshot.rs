@@ -97,7 +97,7 @@ impl<B: Backing> Device<B> {
             let stream = pool.stream().0;
             for seg_id in pool.cache.segments.ids() {
                 let seg = pool.cache.segments.get(seg_id);
-                let (expandable, held) = B::describe(seg);
+                let (expandable, held) = B::describe(&pool.backing, seg_id);
                 let mut blocks = Vec::new();
                 for (_, b) in pool.cache.blocks_of(seg_id) {
                     let (state, requested) = match b.state {
@@ -106,7 +106,7 @@ impl<B: Backing> Device<B> {
                         BlockState::Free | BlockState::Held | BlockState::Reclaiming => (BlockSnapshotState::Cached, 0),
                     };
                     runs.clear();
-                    B::mapped_runs(seg, b.addr, b.size, &mut runs);
+                    B::mapped_runs(&pool.backing, seg_id, b.addr, b.size, &mut runs);
                     blocks.extend(runs.iter().map(|&(address, size)| BlockSnapshot {
                         address,
                         size,
@@ -155,9 +155,9 @@ impl<B: Backing> Device<B> {
                     let requested = if state == State::Inactive { 0 } else { b.requested };
                     blocks.push(BlockView { addr: b.addr, size: b.size, requested, state });
                 }
-                let (expandable, _) = B::describe(seg);
+                let (expandable, _) = B::describe(&pool.backing, seg_id);
                 let mut runs = Vec::new();
-                B::mapped_runs(seg, seg.base, seg.size, &mut runs);
+                B::mapped_runs(&pool.backing, seg_id, seg.base, seg.size, &mut runs);
                 for (run, blocks) in runs.iter().zip(split_into_runs(&blocks, &runs)) {
                     segments.push(SegmentView {
                         addr: run.0,

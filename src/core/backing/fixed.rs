@@ -4,9 +4,9 @@
 //! free. Everything in a segment is always mapped, so any free block that
 //! fits is ready.
 
-use super::{Backing, Detached, GrowContext, GrowError, Parts, Scope};
+use super::{Backing, Detached, GrowContext, GrowError, Parts, PerSegment, Scope};
 use crate::core::cache::block::{BlockId, NIL};
-use crate::core::cache::segment::{Segment, SegmentId};
+use crate::core::cache::segment::SegmentId;
 use crate::core::cache::Cache;
 use crate::core::directory::ADDRESS_LIMIT;
 use crate::core::history::Action;
@@ -20,12 +20,17 @@ use crate::runtime::Stream;
 #[derive(Debug, Default)]
 pub(crate) struct FixedSegments;
 
+/// A shard's segments: what `aclrtMalloc` returned for each.
+#[derive(Debug, Default)]
+pub(crate) struct FixedOf {
+    raws: PerSegment<Raw>,
+}
+
 impl Backing for FixedSegments {
-    type Extent = Raw;
-    type ShardState = ();
+    type ShardState = FixedOf;
 
     #[inline(always)]
-    fn ready(_: &Cache<Raw>, _: BlockId, _: usize) -> bool {
+    fn ready(_: &Cache, _: &FixedOf, _: BlockId, _: usize) -> bool {
         true
     }
 
@@ -69,14 +74,15 @@ impl Backing for FixedSegments {
         for seg in free {
             let streams = pool.streams_of(seg);
             let s = pool.remove_segment(seg);
-            pool.sh.directory.remove(s.extent.at, s.extent.len);
+            let raw = pool.backing.raws.take(seg);
+            pool.sh.directory.remove(raw.at, raw.len);
             out.push(Detached {
                 segment: seg,
                 block: NIL,
                 addr: s.base,
                 size: s.size,
                 memory: s.size,
-                device: (s.extent.at, s.extent.len),
+                device: (raw.at, raw.len),
                 serial: s.serial,
                 streams,
                 retired: false,
@@ -103,7 +109,8 @@ impl Backing for FixedSegments {
             return;
         }
         let raw = Raw { at: d.device.0, len: d.device.1 };
-        let (seg, _) = pool.add_segment(d.addr, d.size, raw, Some((raw.at, raw.len)));
+        let (seg, _) = pool.add_segment(d.addr, d.size, Some((raw.at, raw.len)));
+        pool.backing.raws.set(seg, raw);
         let owner = pool.stream;
         let s = pool.segments.get_mut(seg);
         s.serial = d.serial;
@@ -124,11 +131,11 @@ impl Backing for FixedSegments {
         0
     }
 
-    fn held_bytes(seg: &Segment<Raw>) -> usize {
-        seg.extent.len
+    fn held_bytes(st: &FixedOf, seg: SegmentId) -> usize {
+        st.raws.get(seg).len
     }
 
-    fn largest_free(pool: &Cache<Raw>) -> usize {
+    fn largest_free(pool: &Cache, _: &FixedOf) -> usize {
         pool.index.largest(&pool.blocks)
     }
 
@@ -140,7 +147,7 @@ impl Backing for FixedSegments {
             if pool.streams_of(seg).iter().any(|s| busy.contains(s)) {
                 continue;
             }
-            let raw = pool.segments.get(seg).extent;
+            let raw = *pool.backing.raws.get(seg);
             sh.directory.remove(raw.at, raw.len);
             match sh.rt.on_device(sh.device, || sh.rt.free(raw.at)) {
                 Ok(()) => {
@@ -155,15 +162,15 @@ impl Backing for FixedSegments {
         first_error.map_or(Ok(()), Err)
     }
 
-    fn check_segment(_: &Cache<Raw>, _: SegmentId) -> Result<(), String> {
+    fn check_segment(_: &Cache, _: &FixedOf, _: SegmentId) -> Result<(), String> {
         Ok(())
     }
 
-    fn describe(seg: &Segment<Raw>) -> (bool, usize) {
-        (false, seg.extent.len)
+    fn describe(st: &FixedOf, seg: SegmentId) -> (bool, usize) {
+        (false, st.raws.get(seg).len)
     }
 
-    fn mapped_runs(_: &Segment<Raw>, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
+    fn mapped_runs(_: &FixedOf, _: SegmentId, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
         out.push((addr, size));
     }
 }
@@ -227,5 +234,7 @@ fn malloc_charged(sh: &Shared<FixedSegments>, len: usize) -> Result<Raw, GrowErr
 fn add_raw(pool: &mut Parts<'_, FixedSegments>, raw: Raw, base: usize, size: usize) -> BlockId {
     pool.sh.counters.segment_added(raw.len);
     pool.sh.history.record(Action::SegmentAlloc, base, size, pool.stream);
-    pool.add_segment(base, size, raw, Some((raw.at, raw.len))).1
+    let (seg, block) = pool.add_segment(base, size, Some((raw.at, raw.len)));
+    pool.backing.raws.set(seg, raw);
+    block
 }

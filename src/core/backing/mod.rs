@@ -24,7 +24,7 @@ pub(crate) mod expandable;
 pub(crate) mod fixed;
 
 use super::cache::block::BlockId;
-use super::cache::segment::{Segment, SegmentId};
+use super::cache::segment::SegmentId;
 use super::cache::Cache;
 use super::policy::PoolKind;
 use super::shared::Shared;
@@ -59,13 +59,12 @@ pub(crate) struct GrowContext<'a, B: Backing> {
     pub may_collect: bool,
 }
 
-/// What a backing sees of one shard: its cache (blocks and segments, whose
-/// extents are the backing's), the backing's own part of the shard, and
-/// what every shard of the device shares. Made by `Pool::parts` under the
-/// shard's lock.
+/// What a backing sees of one shard: its cache (blocks and segments), the
+/// backing's own part of the shard, and what every shard of the device
+/// shares. Made by `Pool::parts` under the shard's lock.
 pub(crate) struct Parts<'a, B: Backing> {
     pub sh: &'a std::sync::Arc<Shared<B>>,
-    pub cache: &'a mut Cache<B::Extent>,
+    pub cache: &'a mut Cache,
     pub backing: &'a mut B::ShardState,
 }
 
@@ -73,16 +72,11 @@ impl<B: Backing> Parts<'_, B> {
     /// Adds a segment [base, base + size) with one free block over it; the
     /// directory gets `claim` (the whole range the runtime gave, which holds
     /// the segment: at least 2 MiB, see `directory`), if any. Returns the
-    /// segment and its block.
-    pub fn add_segment(
-        &mut self,
-        base: usize,
-        size: usize,
-        extent: B::Extent,
-        claim: Option<(usize, usize)>,
-    ) -> (SegmentId, BlockId) {
+    /// segment and its block; the backing records its side of the segment
+    /// under that id.
+    pub fn add_segment(&mut self, base: usize, size: usize, claim: Option<(usize, usize)>) -> (SegmentId, BlockId) {
         let serial = self.sh.next_serial.fetch_add(1, Ordering::Relaxed);
-        let made = self.cache.add_segment(base, size, extent, serial);
+        let made = self.cache.add_segment(base, size, serial);
         if let Some((at, len)) = claim {
             debug_assert!(at <= base && base + size <= at + len);
             self.sh.directory.insert(at, len, self.cache.id);
@@ -92,16 +86,53 @@ impl<B: Backing> Parts<'_, B> {
 }
 
 impl<B: Backing> std::ops::Deref for Parts<'_, B> {
-    type Target = Cache<B::Extent>;
+    type Target = Cache;
 
-    fn deref(&self) -> &Cache<B::Extent> {
+    fn deref(&self) -> &Cache {
         self.cache
     }
 }
 
 impl<B: Backing> std::ops::DerefMut for Parts<'_, B> {
-    fn deref_mut(&mut self) -> &mut Cache<B::Extent> {
+    fn deref_mut(&mut self) -> &mut Cache {
         self.cache
+    }
+}
+
+/// What a backing keeps for each segment of a shard, by the cache's
+/// segment id: recorded when the backing adds the segment, taken out when
+/// it removes it (an id is reused only after that).
+#[derive(Debug)]
+pub(crate) struct PerSegment<T>(Vec<Option<T>>);
+
+impl<T> Default for PerSegment<T> {
+    fn default() -> Self {
+        PerSegment(Vec::new())
+    }
+}
+
+impl<T> PerSegment<T> {
+    pub fn set(&mut self, seg: SegmentId, value: T) {
+        let i = seg.0 as usize;
+        if self.0.len() <= i {
+            self.0.resize_with(i + 1, || None);
+        }
+        debug_assert!(self.0[i].is_none(), "segment {i} already has its backing's record");
+        self.0[i] = Some(value);
+    }
+
+    pub fn take(&mut self, seg: SegmentId) -> T {
+        self.0[seg.0 as usize].take().expect("the backing's record of a live segment")
+    }
+
+    #[inline]
+    pub fn get(&self, seg: SegmentId) -> &T {
+        self.0[seg.0 as usize].as_ref().expect("the backing's record of a live segment")
+    }
+
+    #[inline]
+    pub fn get_mut(&mut self, seg: SegmentId) -> &mut T {
+        self.0[seg.0 as usize].as_mut().expect("the backing's record of a live segment")
     }
 }
 
@@ -166,13 +197,12 @@ pub(crate) enum Scope {
 }
 
 pub(crate) trait Backing: Sized + Send + Sync + 'static {
-    /// What a segment of this backing keeps besides its blocks.
-    type Extent: Send + Sync + std::fmt::Debug;
-    /// What a shard of this backing keeps.
+    /// What a shard of this backing keeps, its segments' device side
+    /// included (`PerSegment`).
     type ShardState: Default + Send + std::fmt::Debug;
 
     /// Whether free block `id` serves `rounded` bytes with no device call.
-    fn ready(cache: &Cache<Self::Extent>, id: BlockId, rounded: usize) -> bool;
+    fn ready(cache: &Cache, st: &Self::ShardState, id: BlockId, rounded: usize) -> bool;
 
     /// Whether taking `rounded` bytes of a free block of `size` in a pool
     /// of `kind` splits off the rest.
@@ -226,10 +256,10 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
 
     /// Device memory `seg` holds (mapped bytes of a range, a fixed
     /// segment's size).
-    fn held_bytes(seg: &Segment<Self::Extent>) -> usize;
+    fn held_bytes(st: &Self::ShardState, seg: SegmentId) -> usize;
 
     /// The longest run a request could get from `cache` with no device call.
-    fn largest_free(cache: &Cache<Self::Extent>) -> usize;
+    fn largest_free(cache: &Cache, st: &Self::ShardState) -> usize;
 
     /// Gives every segment of the shard back (teardown; the streams were
     /// synchronized), except those a `busy` stream (one that could not be
@@ -237,14 +267,14 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     fn teardown(p: Parts<'_, Self>, busy: &[Stream]) -> Result<()>;
 
     /// Backing-specific invariants of segment `seg`.
-    fn check_segment(cache: &Cache<Self::Extent>, seg: SegmentId) -> Result<(), String>;
+    fn check_segment(cache: &Cache, st: &Self::ShardState, seg: SegmentId) -> Result<(), String>;
 
     /// The segment's entry in a snapshot: (expandable, mapped bytes).
-    fn describe(seg: &Segment<Self::Extent>) -> (bool, usize);
+    fn describe(st: &Self::ShardState, seg: SegmentId) -> (bool, usize);
 
     /// Appends to `out` the (address, bytes) runs of [addr, addr + size),
     /// a block of `seg`, that device memory backs (a snapshot's blocks).
-    fn mapped_runs(seg: &Segment<Self::Extent>, addr: usize, size: usize, out: &mut Vec<(usize, usize)>);
+    fn mapped_runs(st: &Self::ShardState, seg: SegmentId, addr: usize, size: usize, out: &mut Vec<(usize, usize)>);
 
     /// Whether sleep can take live blocks off the device (Note [sleep]).
     const SLEEPS_LIVE: bool = false;

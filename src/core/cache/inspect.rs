@@ -6,7 +6,7 @@ use crate::core::cache::block::{Block, BlockId, BlockState, NIL};
 use crate::core::cache::segment::SegmentId;
 use crate::runtime::Stream;
 
-impl<X> Cache<X> {
+impl Cache {
     /// Every stream whose work may use segment `seg`: its owner and the
     /// streams recorded on its blocks.
     pub fn streams_of(&self, seg: SegmentId) -> Vec<Stream> {

@@ -3,8 +3,8 @@
 //! reuse, the registry of live starts, frees waiting for other streams,
 //! and the counters; and the block surgery on them (take with split,
 //! return with coalesce, carve). It knows nothing of where device memory
-//! comes from: a segment's device side is the opaque `X`
-//! (`Backing::Extent`), and nothing here makes a device call.
+//! comes from: a segment's device side is the backing's, kept by segment
+//! id, and nothing here makes a device call.
 
 use super::policy::{Policy, PoolKind};
 use super::stats::ShardCounters;
@@ -26,13 +26,13 @@ pub(crate) mod segment;
 pub(crate) mod size_class;
 pub(crate) mod stream_order;
 
-pub(crate) struct Cache<X> {
+pub(crate) struct Cache {
     /// This shard's id in the directory.
     pub(super) id: u32,
     pub(super) kind: PoolKind,
     pub(super) stream: Stream,
     pub(super) blocks: BlockArena,
-    pub(super) segments: SegmentTable<X>,
+    pub(super) segments: SegmentTable,
     pub(super) index: FreeIndex,
     /// Freed blocks held for exact-size reuse.
     pub(super) reuse: ReuseLists,
@@ -44,7 +44,7 @@ pub(crate) struct Cache<X> {
     pub(super) counters: ShardCounters,
 }
 
-impl<X> Cache<X> {
+impl Cache {
     /// An empty cache; its small pool holds up to `reuse_bytes` for
     /// exact-size reuse.
     pub fn new(id: u32, kind: PoolKind, stream: Stream, reuse_bytes: usize) -> Self {
@@ -202,9 +202,9 @@ impl<X> Cache<X> {
     /// Adds a segment [base, base + size), the `serial`th made on the
     /// device, with one free block over it. Returns the segment and its
     /// block.
-    pub fn add_segment(&mut self, base: usize, size: usize, extent: X, serial: u64) -> (SegmentId, BlockId) {
+    pub fn add_segment(&mut self, base: usize, size: usize, serial: u64) -> (SegmentId, BlockId) {
         let block = self.blocks.insert(Block::segment_root(base, size));
-        let seg = self.segments.insert(Segment { base, size, first: block, other_streams: Vec::new(), serial, extent });
+        let seg = self.segments.insert(Segment { base, size, first: block, other_streams: Vec::new(), serial });
         self.blocks.get_mut(block).segment = seg;
         self.index.insert(&mut self.blocks, block);
         (seg, block)
@@ -212,7 +212,7 @@ impl<X> Cache<X> {
 
     /// Removes segment `seg`, which is one free block (taken off the
     /// index here).
-    pub fn remove_segment(&mut self, seg: SegmentId) -> Segment<X> {
+    pub fn remove_segment(&mut self, seg: SegmentId) -> Segment {
         let first = self.segments.get(seg).first;
         debug_assert_eq!(self.blocks.get(first).next, NIL, "a segment of more than one block is removed");
         self.index.remove(&mut self.blocks, first);

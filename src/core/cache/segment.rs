@@ -3,7 +3,8 @@
 //! A segment belongs to one shard (one stream and pool kind); its blocks
 //! tile it. Segments never merge with each other (each came from its own
 //! runtime call), so free neighbours coalesce only inside one segment.
-//! What else a segment keeps depends on its backing (`Extent`).
+//! What the device side keeps for a segment is the backing's own
+//! (`backing::PerSegment`), keyed by the segment's id.
 
 use super::block::BlockId;
 pub(crate) use super::block::SegmentId;
@@ -11,7 +12,7 @@ use crate::runtime::Stream;
 use std::collections::BTreeMap;
 
 #[derive(Debug)]
-pub(crate) struct Segment<E> {
+pub(crate) struct Segment {
     pub base: usize,
     pub size: usize,
     /// Lowest-address block.
@@ -22,26 +23,18 @@ pub(crate) struct Segment<E> {
     /// Creation order over the device, for releasing the oldest cached
     /// segments first.
     pub serial: u64,
-    /// What the backing keeps for this segment.
-    pub extent: E,
 }
 
-#[derive(Debug)]
-pub(crate) struct SegmentTable<E> {
-    slots: Vec<Option<Segment<E>>>,
+#[derive(Debug, Default)]
+pub(crate) struct SegmentTable {
+    slots: Vec<Option<Segment>>,
     free_slots: Vec<u32>,
     /// base address → segment id, for interior-pointer look-ups.
     by_base: BTreeMap<usize, SegmentId>,
 }
 
-impl<E> Default for SegmentTable<E> {
-    fn default() -> Self {
-        SegmentTable { slots: Vec::new(), free_slots: Vec::new(), by_base: BTreeMap::new() }
-    }
-}
-
-impl<E> SegmentTable<E> {
-    pub fn insert(&mut self, seg: Segment<E>) -> SegmentId {
+impl SegmentTable {
+    pub fn insert(&mut self, seg: Segment) -> SegmentId {
         let base = seg.base;
         let id = SegmentId(match self.free_slots.pop() {
             Some(id) => {
@@ -57,7 +50,7 @@ impl<E> SegmentTable<E> {
         id
     }
 
-    pub fn remove(&mut self, id: SegmentId) -> Segment<E> {
+    pub fn remove(&mut self, id: SegmentId) -> Segment {
         let seg = self.slots[id.0 as usize].take().expect("removing a live segment");
         self.by_base.remove(&seg.base);
         self.free_slots.push(id.0);
@@ -65,12 +58,12 @@ impl<E> SegmentTable<E> {
     }
 
     #[inline]
-    pub fn get(&self, id: SegmentId) -> &Segment<E> {
+    pub fn get(&self, id: SegmentId) -> &Segment {
         self.slots[id.0 as usize].as_ref().expect("live segment")
     }
 
     #[inline]
-    pub fn get_mut(&mut self, id: SegmentId) -> &mut Segment<E> {
+    pub fn get_mut(&mut self, id: SegmentId) -> &mut Segment {
         self.slots[id.0 as usize].as_mut().expect("live segment")
     }
 

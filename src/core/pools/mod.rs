@@ -233,11 +233,11 @@ impl<B: Backing> Device<B> {
             for shard in &entry.shards {
                 let p = shard.lock()?;
                 p.counters().add_to(&mut s);
-                largest = largest.max(B::largest_free(&p.cache));
+                largest = largest.max(p.largest_free());
                 s.pending_free_bytes += (p.cache.pending_bytes() + p.quarantined_bytes()) as u64;
-                for seg in p.cache.segments.ids().map(|id| p.cache.segments.get(id)) {
-                    s.segment_bytes += B::held_bytes(seg) as u64;
-                    s.address_space_bytes += seg.size as u64;
+                for id in p.cache.segments.ids() {
+                    s.segment_bytes += B::held_bytes(&p.backing, id) as u64;
+                    s.address_space_bytes += p.cache.segments.get(id).size as u64;
                     s.segments += 1;
                 }
             }

@@ -87,7 +87,7 @@ impl RangePool<'_> {
                     continue;
                 }
                 let fits = |units: usize| units * theirs / page;
-                for (head, units) in other.free_pieces(seg) {
+                for (head, units) in other.view().free_pieces(seg) {
                     let n = fits(units);
                     if n <= avail && best.is_none_or(|(m, _, _)| n > m) {
                         best = Some((n, seg, head));
@@ -114,12 +114,12 @@ impl RangePool<'_> {
         // Every range of the shard: a request that opened a new range may
         // take the pages of the older ones.
         for &seg in &self.backing.ranges {
-            let s = self.segments.get(seg);
-            if s.extent.page_size != page {
+            let s = self.range(seg);
+            if s.page_size != page {
                 continue;
             }
             found.extend(
-                self.free_pieces(seg)
+                self.view().free_pieces(seg)
                     .into_iter()
                     .filter(|&(head, units)| {
                         let (lo, hi) = (s.base + head * page, s.base + (head + units) * page);

@@ -1,7 +1,7 @@
 //! Mapping pages under a block and unmapping free pieces: which handle backs
 //! which pages (cached or fresh), and rolling back a partial mapping.
 
-use super::{PageSpec, Piece, RangeCache, RangePool};
+use super::{PageSpec, Piece, RangePool};
 use crate::core::backing::{GrowContext, GrowError, Sibling};
 use crate::core::cache::segment::SegmentId;
 use crate::core::history::Action;
@@ -58,10 +58,7 @@ impl RangePool<'_> {
         room: usize,
         device: &GrowContext<'_, super::ExpandableRanges>,
     ) -> Result<(), GrowError> {
-        let (base, page, floor_pages) = {
-            let s = self.segments.get(seg);
-            (s.base, s.extent.page_size, self.floor_pages(seg))
-        };
+        let (base, page, floor_pages) = (self.range(seg).base, self.range(seg).page_size, self.floor_pages(seg));
         let first = (addr - base) / page;
         let end = (addr + size - 1 - base) / page + 1;
         // Whole pages inside the free block. Its first page may be shared
@@ -119,9 +116,8 @@ impl RangePool<'_> {
     fn map_piece(&mut self, ctx: &mut Placement<'_>, i: usize, span: Span) -> Result<usize, GrowError> {
         let Span { run, avail, room_end } = span;
         let (base, spec) = {
-            let s = self.segments.get(ctx.seg);
-            let r = &s.extent;
-            (s.base, PageSpec { size: r.page_size, attr: r.attr })
+            let r = self.range(ctx.seg);
+            (r.base, PageSpec { size: r.page_size, attr: r.attr })
         };
         let mut cached = self.cached_handle(spec.size, run, avail);
         // A wholly free handle of the range moves here before any fresh one
@@ -276,9 +272,8 @@ impl RangePool<'_> {
     /// Unmaps the piece at `head`; returns its handle and pages.
     fn unmap_leaving(&mut self, seg: SegmentId, head: usize) -> Result<(PhysicalHandle, usize)> {
         let (addr, page, piece) = {
-            let s = self.segments.get(seg);
-            let r = &s.extent;
-            (s.base + head * r.page_size, r.page_size, r.page(head).expect("mapped page"))
+            let r = self.range(seg);
+            (r.base + head * r.page_size, r.page_size, r.page(head).expect("mapped page"))
         };
         debug_assert_eq!(piece.head as usize, head);
         let sh = self.sh.clone();
@@ -317,11 +312,11 @@ impl RangePool<'_> {
     }
 }
 
-impl RangeCache {
+impl RangePool<'_> {
     /// Pages of the placement from page `i` on that are not mapped.
     fn lacking(&self, ctx: &Placement<'_>, i: usize) -> usize {
-        let s = self.segments.get(ctx.seg);
-        let end = (ctx.addr + ctx.size - 1 - s.base) / s.extent.page_size + 1;
-        (i..end).filter(|&j| s.extent.page(j).is_none()).count()
+        let r = self.range(ctx.seg);
+        let end = (ctx.addr + ctx.size - 1 - r.base) / r.page_size + 1;
+        (i..end).filter(|&j| r.page(j).is_none()).count()
     }
 }

@@ -14,9 +14,9 @@ pub(crate) mod sleep;
 mod unused;
 mod vmm_range;
 
-use super::{Backing, Detached, GrowContext, GrowError, Parts, Scope};
+use super::{Backing, Detached, GrowContext, GrowError, Parts, PerSegment, Scope};
 use crate::core::cache::block::{BlockId, BlockState, NIL};
-use crate::core::cache::segment::{Segment, SegmentId};
+use crate::core::cache::segment::SegmentId;
 use crate::core::cache::Cache;
 use crate::core::history::Action;
 use crate::core::policy::{PoolKind, SMALL_BUFFER};
@@ -139,9 +139,10 @@ impl ExpandableRanges {
     }
 }
 
-/// A shard's ranges, oldest first.
+/// A shard's ranges: their page tables, and their order (oldest first).
 #[derive(Debug, Default)]
 pub(crate) struct RangeOf {
+    tables: PerSegment<VmmRange>,
     ranges: Vec<SegmentId>,
     /// Fresh handles this shard has made, and the stream's request count
     /// at its last few (Note [mapping ahead while growth is frequent]).
@@ -149,17 +150,40 @@ pub(crate) struct RangeOf {
     recent: growth::RecentHandles,
 }
 
-/// What the backing sees of one shard (`Parts`), and of its cache alone.
+impl RangeOf {
+    /// Bytes of range `seg` still mapped at moved handles' old addresses.
+    #[cfg(test)]
+    pub(crate) fn retired_bytes(&self, seg: SegmentId) -> usize {
+        let r = self.tables.get(seg);
+        r.retired_units() * r.page_size
+    }
+}
+
+/// What the backing sees of one shard (`Parts`).
 type RangePool<'a> = Parts<'a, ExpandableRanges>;
-type RangeCache = Cache<VmmRange>;
+
+/// A shard's ranges with its cache, read only: the questions that need both
+/// the blocks and the page tables.
+#[derive(Clone, Copy)]
+pub(super) struct RangeView<'a> {
+    cache: &'a Cache,
+    st: &'a RangeOf,
+}
+
+impl std::ops::Deref for RangeView<'_> {
+    type Target = Cache;
+
+    fn deref(&self) -> &Cache {
+        self.cache
+    }
+}
 
 impl Backing for ExpandableRanges {
-    type Extent = VmmRange;
     type ShardState = RangeOf;
 
     #[inline]
-    fn ready(cache: &RangeCache, id: BlockId, rounded: usize) -> bool {
-        cache.unmapped_under(id, rounded) == 0
+    fn ready(cache: &Cache, st: &RangeOf, id: BlockId, rounded: usize) -> bool {
+        RangeView { cache, st }.unmapped_under(id, rounded) == 0
     }
 
     /// Inside a range every remainder splits: unmapped tails cost nothing,
@@ -256,10 +280,7 @@ impl Backing for ExpandableRanges {
             return pool.settle_retired(&d, given_back);
         }
         if given_back {
-            let (base, page) = {
-                let s = pool.segments.get(d.segment);
-                (s.base, s.extent.page_size)
-            };
+            let (base, page) = (pool.range(d.segment).base, pool.range(d.segment).page_size);
             let head = (d.addr - base) / page;
             let piece = pool.range(d.segment).page(head).expect("a detached piece is mapped");
             let units = piece.units as usize;
@@ -305,15 +326,15 @@ impl Backing for ExpandableRanges {
         self.handles().iter().map(|(size, hs)| size * hs.len()).sum()
     }
 
-    fn held_bytes(seg: &Segment<VmmRange>) -> usize {
+    fn held_bytes(st: &RangeOf, seg: SegmentId) -> usize {
         // A moved handle counts once: at its new pages, not its retired ones.
-        let r = &seg.extent;
+        let r = st.tables.get(seg);
         let stuck: usize = r.stuck.iter().map(|p| p.units as usize).sum();
         (r.mapped - r.retired_units() + stuck) * r.page_size
     }
 
-    fn largest_free(cache: &RangeCache) -> usize {
-        cache.largest_mapped_free()
+    fn largest_free(cache: &Cache, st: &RangeOf) -> usize {
+        RangeView { cache, st }.largest_mapped_free()
     }
 
     fn teardown(mut pool: RangePool<'_>, busy: &[Stream]) -> Result<()> {
@@ -326,15 +347,18 @@ impl Backing for ExpandableRanges {
             if let Err(e) = pool.destroy_range(seg) {
                 first_error.get_or_insert(e);
             }
-            pool.unregister(pool.segments.get(seg));
+            pool.unregister(pool.range(seg), pool.segments.get(seg).size);
             pool.sh.counters.range_removed();
         }
         first_error.map_or(Ok(()), Err)
     }
 
-    fn check_segment(pool: &RangeCache, seg: SegmentId) -> Result<(), String> {
-        let s = pool.segments.get(seg);
-        let r = &s.extent;
+    fn check_segment(cache: &Cache, st: &RangeOf, seg: SegmentId) -> Result<(), String> {
+        let pool = RangeView { cache, st };
+        let (s, r) = (pool.segments.get(seg), pool.range(seg));
+        if r.base != s.base {
+            return Err(format!("range {:#x}: its page table says it starts at {:#x}", s.base, r.base));
+        }
         if r.pages.iter().filter(|p| p.is_some()).count() != r.mapped {
             return Err(format!("range {:#x}: mapped count disagrees with its pages", s.base));
         }
@@ -360,8 +384,8 @@ impl Backing for ExpandableRanges {
         pool.check_retired(seg)
     }
 
-    fn describe(seg: &Segment<VmmRange>) -> (bool, usize) {
-        let r = &seg.extent;
+    fn describe(st: &RangeOf, seg: SegmentId) -> (bool, usize) {
+        let r = st.tables.get(seg);
         (true, (r.mapped - r.retired_units()) * r.page_size)
     }
 
@@ -387,9 +411,10 @@ impl Backing for ExpandableRanges {
         pool.wake_commit()
     }
 
-    fn mapped_runs(seg: &Segment<VmmRange>, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
-        let (page, base, end) = (seg.extent.page_size, seg.base, addr + size);
-        for (from, to) in seg.extent.mapped_spans((addr - base) / page, (end - base).div_ceil(page)) {
+    fn mapped_runs(st: &RangeOf, seg: SegmentId, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
+        let r = st.tables.get(seg);
+        let (page, base, end) = (r.page_size, r.base, addr + size);
+        for (from, to) in r.mapped_spans((addr - base) / page, (end - base).div_ceil(page)) {
             let (from, to) = ((base + from * page).max(addr), (base + to * page).min(end));
             out.push((from, to - from));
         }
@@ -471,8 +496,17 @@ impl RangePool<'_> {
         (self.sh.backing.pieces().floor / self.range(seg).page_size).max(1)
     }
 
+    /// The shard's ranges with its cache (see `RangeView`).
+    fn view(&self) -> RangeView<'_> {
+        RangeView { cache: self.cache, st: self.backing }
+    }
+
+    fn range(&self, seg: SegmentId) -> &VmmRange {
+        self.backing.tables.get(seg)
+    }
+
     fn range_mut(&mut self, seg: SegmentId) -> &mut VmmRange {
-        &mut self.segments.get_mut(seg).extent
+        self.backing.tables.get_mut(seg)
     }
 
     /// Synchronizes the streams that used segment `seg` (before unmapping
@@ -493,8 +527,8 @@ impl RangePool<'_> {
     }
 }
 
-impl RangeCache {
-    fn range(&self, seg: SegmentId) -> &VmmRange {
-        &self.segments.get(seg).extent
+impl<'a> RangeView<'a> {
+    fn range(&self, seg: SegmentId) -> &'a VmmRange {
+        self.st.tables.get(seg)
     }
 }

@@ -3,7 +3,7 @@
 //! synchronization lets it be unmapped (docs/design.md, Note [moves of wholly free handles]).
 
 use super::mapping::Placement;
-use super::{Piece, RangeCache, RangePool, Retired};
+use super::{Piece, RangeView, RangePool, Retired};
 use crate::core::backing::Detached;
 use crate::core::cache::block::{BlockId, BlockState};
 use crate::core::cache::segment::SegmentId;
@@ -39,10 +39,7 @@ impl RangePool<'_> {
             return None;
         }
         let seg = ctx.seg;
-        let (base, page) = {
-            let s = self.segments.get(seg);
-            (s.base, s.extent.page_size)
-        };
+        let (base, page) = (self.range(seg).base, self.range(seg).page_size);
         let first = (ctx.addr - base) / page;
         let end = (ctx.addr + ctx.size - 1 - base) / page + 1;
         // The placement's own free block: carving it would cut the block
@@ -53,6 +50,7 @@ impl RangePool<'_> {
         });
         let apart = |(head, units): (usize, usize), a: usize, b: usize| head + units <= a || b <= head;
         let mut fits: Vec<(usize, usize)> = self
+            .view()
             .wholly_free_pieces(seg, true)
             .into_iter()
             .filter(|&p| apart(p, first, end) && apart(p, lo, hi))
@@ -153,10 +151,7 @@ impl RangePool<'_> {
             return;
         }
         let heads: Vec<u32> = r.retired.iter().filter(|x| picked(x)).map(|x| x.head).collect();
-        let (base, page, serial) = {
-            let s = self.segments.get(seg);
-            (s.base, s.extent.page_size, s.serial)
-        };
+        let (base, page, serial) = (self.range(seg).base, self.range(seg).page_size, self.segments.get(seg).serial);
         let streams = self.streams_of(seg);
         for x in self.range_mut(seg).retired.iter_mut().filter(|x| heads.contains(&x.head)) {
             x.flushing = true;
@@ -226,13 +221,12 @@ impl RangePool<'_> {
     }
 }
 
-impl RangeCache {
+impl RangeView<'_> {
     /// Retired spans' invariants (`check_segment`): each covers a
     /// `Reclaiming` block of exactly its pages, every page maps its handle,
     /// and that handle is mapped at one live piece of the range besides.
     pub(super) fn check_retired(&self, seg: SegmentId) -> Result<(), String> {
-        let s = self.segments.get(seg);
-        let r = &s.extent;
+        let (s, r) = (self.segments.get(seg), self.range(seg));
         for x in r.retired.iter() {
             let (head, end) = (x.head as usize, (x.head + x.units) as usize);
             let b = self.blocks.get(x.block);

@@ -2,10 +2,10 @@
 //! gets handles of its own: exactly the pages it lacks, nothing mapped ahead
 //! (docs/design.md, Note [handles of their own]).
 
-use super::RangeCache;
+use super::RangePool;
 use crate::core::policy::PoolKind;
 
-impl RangeCache {
+impl RangePool<'_> {
     /// Whether a request of `size` bytes that lacks pages gets handles of
     /// its own, given the `fresh` bytes a fresh handle would have (Note
     /// [handles of their own]).

@@ -1,7 +1,7 @@
 //! Where a request goes inside an expandable range, and what the range's
 //! free blocks hold mapped.
 
-use super::{RangeCache, RangePool};
+use super::{RangePool, RangeView};
 use crate::core::backing::{GrowContext, GrowError};
 use crate::core::cache::block::BlockId;
 use crate::core::cache::segment::SegmentId;
@@ -22,20 +22,20 @@ impl RangePool<'_> {
         rounded: usize,
         device: &GrowContext<'_, super::ExpandableRanges>,
     ) -> Result<BlockId, GrowError> {
-        if self.unmapped_under(best_fit, rounded) == 0 {
+        if self.view().unmapped_under(best_fit, rounded) == 0 {
             return Ok(best_fit);
         }
-        if let Some((id, off)) = self.find_mapped_fit(rounded) {
+        if let Some((id, off)) = self.view().find_mapped_fit(rounded) {
             return Ok(if off > 0 { self.split_front(id, off) } else { id });
         }
         let (mut id, mut off) = match self.sh.backing.reserved_headroom {
-            Some(_) => self.find_most_mapped(rounded).unwrap_or((best_fit, 0)),
+            Some(_) => self.view().find_most_mapped(rounded).unwrap_or((best_fit, 0)),
             None => (best_fit, 0),
         };
         // While asleep, pages of sleeping runs are owned by their blocks: a
         // request goes where it touches none, in a new range if need be.
-        if self.touches_slept(id, off, rounded) {
-            (id, off) = match self.find_awake_fit(rounded) {
+        if self.view().touches_slept(id, off, rounded) {
+            (id, off) = match self.view().find_awake_fit(rounded) {
                 Some(found) => found,
                 None => {
                     let seg = self.make_range_for_request(rounded)?;
@@ -53,7 +53,7 @@ impl RangePool<'_> {
     }
 }
 
-impl RangeCache {
+impl RangeView<'_> {
     /// Free blocks that can hold `size` bytes, smallest classes first, at
     /// most `MAPPED_FIT_SCAN` of them.
     fn fit_candidates(&self, size: usize) -> impl Iterator<Item = BlockId> + '_ {
@@ -71,16 +71,15 @@ impl RangeCache {
         let mut best: Option<(usize, BlockId, usize)> = None;
         for id in self.fit_candidates(size) {
             let b = self.blocks.get(id);
-            let s = self.segments.get(b.segment);
-            let r = &s.extent;
+            let r = self.range(b.segment);
             let page = r.page_size;
             let lacking = |at: usize| {
-                let (first, last) = ((at - s.base) / page, (at + size - 1 - s.base) / page);
+                let (first, last) = ((at - r.base) / page, (at + size - 1 - r.base) / page);
                 (first..=last).filter(|&i| r.page(i).is_none()).count()
             };
             // The end only below the top: the range's last block ends far
             // past anything mapped.
-            let below_top = b.addr + b.size <= s.base + r.top() * page;
+            let below_top = b.addr + b.size <= r.base + r.top() * page;
             let end = if below_top && b.size > size { Some(b.size - size) } else { None };
             for off in std::iter::once(0).chain(end) {
                 if self.touches_slept(id, off, size) {
@@ -99,12 +98,11 @@ impl RangeCache {
     /// a sleeping run (never while awake: one branch on an empty list).
     fn touches_slept(&self, id: BlockId, off: usize, size: usize) -> bool {
         let b = self.blocks.get(id);
-        let s = self.segments.get(b.segment);
-        let r = &s.extent;
+        let r = self.range(b.segment);
         if r.slept.is_empty() {
             return false;
         }
-        let at = b.addr + off - s.base;
+        let at = b.addr + off - r.base;
         r.slept_within(at / r.page_size, (at + size - 1) / r.page_size + 1)
     }
 
@@ -114,9 +112,8 @@ impl RangeCache {
     fn find_awake_fit(&self, size: usize) -> Option<(BlockId, usize)> {
         for id in self.fit_candidates(size) {
             let b = self.blocks.get(id);
-            let s = self.segments.get(b.segment);
-            let r = &s.extent;
-            let past_runs = r.slept.iter().map(|run| s.base + (run.head as usize + run.units()) * r.page_size);
+            let r = self.range(b.segment);
+            let past_runs = r.slept.iter().map(|run| r.base + (run.head as usize + run.units()) * r.page_size);
             let offsets = std::iter::once(0)
                 .chain(past_runs.filter(|&end| end > b.addr && end + size <= b.addr + b.size).map(|end| end - b.addr));
             let mut offsets: Vec<usize> = offsets.collect();
@@ -135,11 +132,11 @@ impl RangeCache {
         // good enough fit.
         self.fit_candidates(size).find_map(|id| {
             let b = self.blocks.get(id);
-            let s = self.segments.get(b.segment);
-            let (lo, hi) = (b.addr - s.base, b.addr + b.size - s.base);
-            let page = s.extent.page_size;
+            let r = self.range(b.segment);
+            let (lo, hi) = (b.addr - r.base, b.addr + b.size - r.base);
+            let page = r.page_size;
             // Each run in bytes, clipped to the block.
-            let mut runs = s.extent.mapped_spans(lo / page, hi.div_ceil(page));
+            let mut runs = r.mapped_spans(lo / page, hi.div_ceil(page));
             let run_lo = runs.find_map(|(from, to)| {
                 let run_lo = (from * page).max(lo);
                 ((to * page).min(hi) - run_lo >= size).then_some(run_lo)
@@ -153,18 +150,17 @@ impl RangeCache {
     #[inline]
     pub(super) fn unmapped_under(&self, id: BlockId, size: usize) -> usize {
         let b = self.blocks.get(id);
-        let s = self.segments.get(b.segment);
-        let r = &s.extent;
+        let r = self.range(b.segment);
         let end = b.addr + size;
         // Every page below the top mapped (the range never gave one back):
         // no need to look at the pages one by one, and a block that ends
         // below the top (a cache hit) needs no division either.
         let dense = r.mapped == r.top();
-        if dense && end <= s.base + r.top() * r.page_size {
+        if dense && end <= r.base + r.top() * r.page_size {
             return 0;
         }
-        let first = (b.addr - s.base) / r.page_size;
-        let last = (end - 1 - s.base) / r.page_size;
+        let first = (b.addr - r.base) / r.page_size;
+        let last = (end - 1 - r.base) / r.page_size;
         if dense {
             return (last + 1).saturating_sub(r.top().max(first));
         }
@@ -176,11 +172,11 @@ impl RangeCache {
     pub(in crate::core) fn largest_mapped_free(&self) -> usize {
         let mut best = 0;
         for seg in self.segments.ids() {
-            let s = self.segments.get(seg);
-            let page = s.extent.page_size;
+            let r = self.range(seg);
+            let page = r.page_size;
             for (addr, size) in self.free_runs(seg) {
-                let (lo, hi) = (addr - s.base, addr + size - s.base);
-                for (from, to) in s.extent.mapped_spans(lo / page, hi.div_ceil(page)) {
+                let (lo, hi) = (addr - r.base, addr + size - r.base);
+                for (from, to) in r.mapped_spans(lo / page, hi.div_ceil(page)) {
                     best = best.max((to * page).min(hi) - (from * page).max(lo));
                 }
             }
@@ -199,12 +195,11 @@ impl RangeCache {
     /// also those of handles mapped at a retired span too (which may move
     /// again, never be unmapped into the cache).
     pub(super) fn wholly_free_pieces(&self, seg: SegmentId, moved: bool) -> Vec<(usize, usize)> {
-        let s = self.segments.get(seg);
-        let r = &s.extent;
+        let r = self.range(seg);
         let mut out = Vec::new();
         for (addr, size) in self.free_runs(seg) {
-            let end = ((addr + size - s.base) / r.page_size).min(r.top());
-            let mut i = (addr - s.base).div_ceil(r.page_size);
+            let end = ((addr + size - r.base) / r.page_size).min(r.top());
+            let mut i = (addr - r.base).div_ceil(r.page_size);
             while i < end {
                 match r.page(i) {
                     // A moved handle's new pages, while its old ones are

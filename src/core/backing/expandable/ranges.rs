@@ -8,7 +8,7 @@
 //! go with it, so a pointer into it is unknown again, and the runtime may
 //! hand the addresses to anyone.
 
-use super::{budget, ExpandableRanges, RangeCache, RangePool, RetiredSpans, VmmRange, SMALL_BUFFER};
+use super::{budget, ExpandableRanges, RangeView, RangePool, RetiredSpans, VmmRange, SMALL_BUFFER};
 use crate::core::backing::{Backing, Detached, GrowError, Scope};
 use crate::core::cache::block::NIL;
 use crate::core::cache::segment::{Segment, SegmentId};
@@ -21,8 +21,8 @@ use crate::sys;
 impl RangePool<'_> {
     /// Forgets a range's addresses in the directory: only the pages its
     /// mapping ever registered (`VmmRange::registered_len`).
-    pub(super) fn unregister(&self, s: &Segment<VmmRange>) {
-        self.sh.directory.remove(s.base, s.extent.registered_len().min(s.size));
+    pub(super) fn unregister(&self, r: &VmmRange, size: usize) {
+        self.sh.directory.remove(r.base, r.registered_len().min(size));
     }
 
     /// Bytes of address space a new range of this shard gets for a request
@@ -75,6 +75,7 @@ impl RangePool<'_> {
             ))));
         }
         let range = VmmRange {
+            base,
             page_size: spec.size,
             attr: spec.attr,
             for_request: false,
@@ -88,7 +89,8 @@ impl RangePool<'_> {
         };
         // The directory learns a range's pages as they are mapped (`mapping`):
         // registering a range of many GiB up front cost a millisecond.
-        let (seg, _) = self.add_segment(base, va, range, None);
+        let (seg, _) = self.add_segment(base, va, None);
+        self.backing.tables.set(seg, range);
         self.backing.ranges.push(seg);
         sh.counters.range_added();
         Ok(seg)
@@ -132,21 +134,22 @@ impl RangePool<'_> {
 
     /// Takes range `seg`, which holds nothing, out of the shard: its free
     /// block off the index, its segment and directory entries gone.
-    fn take_out_range(&mut self, seg: SegmentId) -> Segment<VmmRange> {
+    fn take_out_range(&mut self, seg: SegmentId) -> (Segment, VmmRange) {
         self.backing.ranges.retain(|&r| r != seg);
         let s = self.remove_segment(seg);
-        self.unregister(&s);
-        s
+        let r = self.backing.tables.take(seg);
+        self.unregister(&r, s.size);
+        (s, r)
     }
 
     /// Takes every range that holds nothing out of the shard, for
     /// `release_range`.
     pub(super) fn detach_empty_ranges(&mut self) -> Vec<Detached> {
         let empty: Vec<SegmentId> =
-            self.backing.ranges.iter().copied().filter(|&seg| self.range_holds_nothing(seg)).collect();
+            self.backing.ranges.iter().copied().filter(|&seg| self.view().range_holds_nothing(seg)).collect();
         let mut out = Vec::with_capacity(empty.len());
         for seg in empty {
-            let s = self.take_out_range(seg);
+            let (s, r) = self.take_out_range(seg);
             out.push(Detached {
                 segment: seg,
                 block: NIL,
@@ -154,12 +157,12 @@ impl RangePool<'_> {
                 size: s.size,
                 // Address space only.
                 memory: 0,
-                device: (s.extent.reserved_at, s.extent.reserved_len),
+                device: (r.reserved_at, r.reserved_len),
                 serial: s.serial,
                 // Nothing is mapped: no queued work can touch it.
                 streams: Vec::new(),
                 retired: false,
-                for_request: s.extent.for_request,
+                for_request: r.for_request,
             });
         }
         out
@@ -197,11 +200,11 @@ impl RangePool<'_> {
     /// a free mapped range like any other.)
     /// A refused release is kept for `free_cached` (`release_unused`).
     pub(super) fn unmake_range(&mut self, seg: SegmentId) {
-        if !self.range_holds_nothing(seg) {
+        if !self.view().range_holds_nothing(seg) {
             return;
         }
-        let s = self.take_out_range(seg);
-        let _ = release_unused(self.sh, s.extent.reserved_at, s.extent.reserved_len);
+        let (_, r) = self.take_out_range(seg);
+        let _ = release_unused(self.sh, r.reserved_at, r.reserved_len);
         self.sh.counters.range_removed();
     }
 
@@ -210,6 +213,7 @@ impl RangePool<'_> {
         let spec = self.sh.backing.page_spec(self.kind);
         let (reserved_at, reserved_len) = d.device;
         let range = VmmRange {
+            base: d.addr,
             page_size: spec.size,
             attr: spec.attr,
             for_request: d.for_request,
@@ -221,7 +225,8 @@ impl RangePool<'_> {
             stuck: Vec::new(),
             retired: RetiredSpans::default(),
         };
-        let (seg, _) = self.add_segment(d.addr, d.size, range, None);
+        let (seg, _) = self.add_segment(d.addr, d.size, None);
+        self.backing.tables.set(seg, range);
         self.segments.get_mut(seg).serial = d.serial;
         self.backing.ranges.push(seg);
     }
@@ -264,7 +269,7 @@ impl RangePool<'_> {
     /// at most for `Scope::Pieces` and `Scope::Unused` (largest first),
     /// each carved out as a block, onto `out`.
     pub(super) fn detach_pieces(&mut self, seg: SegmentId, scope: Scope, bytes: usize, out: &mut Vec<Detached>) {
-        let mut pieces = self.free_pieces(seg);
+        let mut pieces = self.view().free_pieces(seg);
         if let Scope::Pieces(_) | Scope::Unused(_) = scope {
             let page = self.range(seg).page_size;
             pieces.sort_unstable_by_key(|&(head, units)| (std::cmp::Reverse(units), head));
@@ -279,10 +284,7 @@ impl RangePool<'_> {
         if pieces.is_empty() {
             return;
         }
-        let (base, page, serial) = {
-            let s = self.segments.get(seg);
-            (s.base, s.extent.page_size, s.serial)
-        };
+        let (base, page, serial) = (self.range(seg).base, self.range(seg).page_size, self.segments.get(seg).serial);
         let streams = self.streams_of(seg);
         for (head, units) in pieces {
             let addr = base + head * page;
@@ -305,11 +307,11 @@ impl RangePool<'_> {
     }
 }
 
-impl RangeCache {
+impl RangeView<'_> {
     /// Whether range `seg` holds nothing: one free block, no page mapped,
     /// none asleep or stuck (what may be released whole).
     fn range_holds_nothing(&self, seg: SegmentId) -> bool {
-        let r = &self.segments.get(seg).extent;
+        let r = self.range(seg);
         r.mapped == 0 && r.slept.is_empty() && r.stuck.is_empty() && self.is_wholly_free(seg)
     }
 }

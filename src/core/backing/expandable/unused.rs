@@ -19,7 +19,7 @@ impl RangePool<'_> {
         }
         let page = r.page_size;
         let (mut handles, mut taken) = (Vec::new(), 0);
-        for (head, units) in self.wholly_free_pieces(seg, true) {
+        for (head, units) in self.view().wholly_free_pieces(seg, true) {
             if taken >= bytes {
                 break;
             }
@@ -52,10 +52,7 @@ impl RangePool<'_> {
             }
             (b.addr, b.addr + b.size)
         };
-        let (base, page, serial) = {
-            let s = self.segments.get(seg);
-            (s.base, s.extent.page_size, s.serial)
-        };
+        let (base, page, serial) = (self.range(seg).base, self.range(seg).page_size, self.segments.get(seg).serial);
         let r = self.range(seg);
         let Some(first) = r.page((addr - base) / page) else { return };
         let (mut pieces, mut moved, mut taken) = (Vec::new(), Vec::new(), 0);

@@ -23,6 +23,8 @@ impl Piece {
 /// Virtual-memory bookkeeping of one expandable segment.
 #[derive(Debug, Clone)]
 pub struct VmmRange {
+    /// The range's first address (its segment's base).
+    pub base: usize,
     /// The mapping unit: every handle is a whole number of these.
     pub page_size: usize,
     pub attr: sys::aclrtMemAttr,
