@@ -9,8 +9,10 @@ use crate::error::{Error, Result};
 use std::sync::{Mutex, MutexGuard};
 
 /// Aligned to two cache lines (adjacent-line prefetch pairs lines on x86)
-/// so that two shards' hot words never share one.
-#[repr(align(128))]
+/// so that two shards' hot words never share one. In declaration order, the
+/// lock first: the hit path then finds it at the shard's address itself
+/// (left to the compiler, the order changes with the pool's size).
+#[repr(C, align(128))]
 pub(crate) struct Shard<B: Backing> {
     pool: Mutex<Pool<B>>,
     pub lane: Lane,

@@ -173,6 +173,7 @@ pub(super) struct RangeView<'a> {
 impl std::ops::Deref for RangeView<'_> {
     type Target = Cache;
 
+    #[inline(always)]
     fn deref(&self) -> &Cache {
         self.cache
     }
@@ -528,6 +529,7 @@ impl RangePool<'_> {
 }
 
 impl<'a> RangeView<'a> {
+    #[inline(always)]
     fn range(&self, seg: SegmentId) -> &'a VmmRange {
         self.st.tables.get(seg)
     }
