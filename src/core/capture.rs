@@ -2,13 +2,13 @@
 //! a graph may replay on is neither handed to other work nor given back while it
 //! may still replay (docs/design.md, Note [capture]).
 
-use super::backing::Backing;
+use super::backing::Memory;
 use super::cache::block::{BlockId, BlockState};
 use super::pool::Pool;
 use crate::error::Result;
 use crate::runtime::Stream;
 
-impl<B: Backing> Pool<B> {
+impl<B: Memory> Pool<B> {
     /// Frees the allocated block at `addr` of a graph stream's pool into
     /// quarantine (Note [capture]).
     #[cold]

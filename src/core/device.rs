@@ -20,7 +20,7 @@
 //! but only with `try_lock`, never waiting (to return that pool's held
 //! blocks, and for `reserved_headroom` moves within the stream).
 
-use super::backing::{Backing, GrowContext, GrowError};
+use super::backing::{Memory, GrowContext, GrowError};
 use super::history::Action;
 use super::policy::{PoolKind, MAX_REQUEST};
 use super::pool::Pool;
@@ -36,7 +36,7 @@ use crate::runtime::Stream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub(crate) struct Device<B: Backing> {
+pub(crate) struct Device<B: Memory> {
     pub(super) sh: Arc<Shared<B>>,
     pub(super) streams: StreamTable<B>,
     pub(super) peaks: Peaks,
@@ -50,7 +50,7 @@ pub(crate) struct Device<B: Backing> {
     pub(super) sleep: SleepState,
 }
 
-impl<B: Backing> Device<B> {
+impl<B: Memory> Device<B> {
     pub fn new(sh: Shared<B>, max_streams: usize) -> Self {
         Device {
             sh: Arc::new(sh),
@@ -571,6 +571,6 @@ fn write_replacing(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> 
 }
 
 /// The stream that owns `shard` (for error paths).
-fn shard_stream<B: Backing>(shard: &Shard<B>) -> Stream {
+fn shard_stream<B: Memory>(shard: &Shard<B>) -> Stream {
     shard.lock_anyway().stream()
 }

@@ -16,7 +16,7 @@
 //! handle the runtime hands out again finds it. A destroyed pool's entries
 //! retire the same way, at `pool_destroy` or at the free that empties them.
 
-use super::backing::{Backing, Scope};
+use super::backing::{Memory, Scope};
 use super::device::Device;
 use super::shard::Shard;
 use super::streams::{StreamEntry, DESTROYED};
@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use std::sync::atomic::Ordering;
 
-impl<B: Backing> Device<B> {
+impl<B: Memory> Device<B> {
     /// Gives back what `stream`'s shards cache (see the module comment), in
     /// every pool but those that served a graph capture and are not
     /// destroyed (the graph's memory stays until `pool_destroy`, Note

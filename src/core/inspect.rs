@@ -3,13 +3,13 @@
 //! and the invariant checks. None is on the hot path; each locks the shards
 //! it reads one at a time (the lock order of `device`).
 
-use super::backing::Backing;
+use super::backing::Memory;
 use super::device::Device;
 use super::stats::Stats;
 use super::BlockInfo;
 use crate::error::Result;
 
-impl<B: Backing> Device<B> {
+impl<B: Memory> Device<B> {
     /// The live block containing `addr` (interior pointers allowed).
     pub fn query(&self, addr: usize) -> Result<BlockInfo> {
         self.check_usable()?;

@@ -15,11 +15,11 @@
 //!
 //! The device-wide recount of reserved bytes is `Device::check_invariants`.
 
-use super::backing::Backing;
+use super::backing::Memory;
 use super::cache::block::{BlockState, NIL};
 use super::pool::Pool;
 
-impl<B: Backing> Pool<B> {
+impl<B: Memory> Pool<B> {
     /// Device memory this shard's segments hold.
     pub fn held_bytes(&self) -> usize {
         self.cache.segments.ids().map(|s| B::held_bytes(&self.backing, s)).sum()

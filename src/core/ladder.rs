@@ -20,7 +20,7 @@
 //! The ladder holds the device's `ladder` lock (one at a time) but no shard
 //! lock across its device calls (see `reclaim`).
 
-use super::backing::{Backing, GrowError, Scope};
+use super::backing::{Memory, GrowError, Scope};
 use super::device::Device;
 use super::oom_report::{AddressSpaceReport, Mib, OomReport};
 use super::shard::Shard;
@@ -82,7 +82,7 @@ impl GrowError {
     }
 }
 
-impl<B: Backing> Device<B> {
+impl<B: Memory> Device<B> {
     /// The request of `size` bytes on `shard` could not grow: run the
     /// ladder (see the module comment).
     #[cold]

@@ -3,18 +3,23 @@
 //! Two layers meet at one seam:
 //! - the caching layer (`cache`): blocks tiling segments, split and
 //!   coalesce, the free index, exact-size reuse, the registry of live
-//!   blocks, and stream-ordered reuse. It makes no device call and knows a
-//!   segment's device side only as an opaque extent;
+//!   blocks, and stream-ordered reuse. It makes no device call and knows
+//!   nothing of a segment's device side;
 //! - the device memory (`backing`): where a segment comes from and how its
 //!   memory goes back: `aclrtMalloc` segments, or reserved ranges with
 //!   physical handles mapped under the blocks handed out; how much to
 //!   grow, the handle cache, the address-space budget.
 //!
-//! The seam is the `Backing` trait. A backing never sees a `Pool`: it is
-//! handed `Parts` (the shard's cache, the backing's own per-shard state,
-//! and what the device's shards share) under the shard's lock, or, for the
-//! questions the hot path and the snapshots ask, the cache alone. Its own state lives in its types: the
-//! extent of each segment, a per-shard part, and a device-wide part.
+//! The seam is the `Backing` trait: whether a free block is ready, whether
+//! it splits, obtain, detach, give back, settle, teardown. The same backing
+//! also answers for memory held outside any segment (`HeldOutside`), for
+//! sleep (`Sleeps`) and for reports (`Reports`). A backing never sees a
+//! `Pool`: it is handed `Parts` (the shard's cache, the backing's own
+//! per-shard state, and what the device's shards share) under the shard's
+//! lock, or, for the questions the hot path and the reports ask, the cache
+//! and its own state. Its state lives in its own types: a per-shard part
+//! that keeps each segment's device side by segment id (`PerSegment`), and
+//! a device-wide part.
 //!
 //! Above the seam:
 //! - `pool`, `shard`: a shard is one stream's pool of one kind (small or
@@ -79,7 +84,7 @@ use crate::error::{Error, Result};
 use crate::runtime::{Runtime, Stream};
 use crate::sys;
 use crate::trace::TraceRecorder;
-use backing::{Backing, ExpandableRanges, FixedSegments, MemoryLimit};
+use backing::{Memory, ExpandableRanges, FixedSegments, MemoryLimit};
 use device::Device;
 pub use hooks::{OomHook, ReleaseHook};
 use policy::Policy;
@@ -179,7 +184,7 @@ impl DeviceAllocator {
             Some(path) => Some(std::sync::Mutex::new(TraceRecorder::create(path, device, &config)?)),
             None => None,
         };
-        fn shared<B: Backing>(
+        fn shared<B: Memory>(
             rt: &Arc<Runtime>,
             device: i32,
             config: &Config,
@@ -484,6 +489,7 @@ impl DeviceAllocator {
 
     /// (bytes mapped or held in segments, bytes of cached handles).
     pub(crate) fn own_accounting(&self) -> (usize, usize) {
+        use backing::HeldOutside;
         with_device!(&self.engine, d => {
             let held = d.streams.shards().map(|s| s.lock_anyway().held_bytes()).sum();
             (held, d.sh.backing.cached_bytes())

@@ -8,7 +8,7 @@
 //! `Sibling`); device calls made here (growth through the backing, events
 //! for cross-stream frees) block only this shard, and that one.
 
-use super::backing::{Backing, Detached, GrowContext, GrowError, Parts, Scope};
+use super::backing::{Memory, Detached, GrowContext, GrowError, Parts, Scope};
 use super::cache::block::{BlockId, BlockState};
 use super::cache::size_class::class_of;
 use super::cache::Cache;
@@ -29,7 +29,7 @@ pub(crate) enum Miss {
 
 /// A shard's cache and its backing's part, with what they share with the
 /// device's other shards.
-pub(crate) struct Pool<B: Backing> {
+pub(crate) struct Pool<B: Memory> {
     pub(super) sh: Arc<Shared<B>>,
     pub(super) cache: Cache,
     pub(super) backing: B::ShardState,
@@ -37,13 +37,13 @@ pub(crate) struct Pool<B: Backing> {
     transitions: u64,
 }
 
-impl<B: Backing> std::fmt::Debug for Pool<B> {
+impl<B: Memory> std::fmt::Debug for Pool<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pool").field("id", &self.cache.id).field("kind", &self.cache.kind).finish()
     }
 }
 
-impl<B: Backing> Pool<B> {
+impl<B: Memory> Pool<B> {
     pub fn new(sh: Arc<Shared<B>>, id: u32, kind: PoolKind, stream: Stream) -> Self {
         let cache = Cache::new(id, kind, stream, sh.reuse_bytes);
         Pool {

@@ -8,7 +8,7 @@
 //! held, settle under the lock again. Meanwhile the other streams' hits go
 //! on.
 
-use super::backing::{Backing, Detached, Scope};
+use super::backing::{Memory, Detached, Scope};
 use super::device::Device;
 use super::pool::Pool;
 use super::pools::tally::PoolTally;
@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::sync::MutexGuard;
 
-impl<B: Backing> Device<B> {
+impl<B: Memory> Device<B> {
     /// Returns every shard's held blocks and completed cross-stream frees
     /// to its pool, then gives back what `scope` covers. Returns the bytes
     /// given back to the device; the first error after trying everything.

@@ -2,7 +2,7 @@
 //! publishes for the device-wide peaks (see Note [peaks without a shared
 //! counter] in `stats`). A cache hit takes this lock and no other.
 
-use super::backing::{Backing, Parts, Sibling};
+use super::backing::{Memory, Parts, Sibling};
 use super::pool::Pool;
 use super::stats::Lane;
 use crate::error::{Error, Result};
@@ -13,12 +13,12 @@ use std::sync::{Mutex, MutexGuard};
 /// lock first: the hit path then finds it at the shard's address itself
 /// (left to the compiler, the order changes with the pool's size).
 #[repr(C, align(128))]
-pub(crate) struct Shard<B: Backing> {
+pub(crate) struct Shard<B: Memory> {
     pool: Mutex<Pool<B>>,
     pub lane: Lane,
 }
 
-impl<B: Backing> Shard<B> {
+impl<B: Memory> Shard<B> {
     pub fn new(pool: Pool<B>) -> Self {
         Shard { pool: Mutex::new(pool), lane: Lane::default() }
     }
@@ -48,7 +48,7 @@ fn poisoned_error() -> Error {
     Error::Internal("the allocator is unusable after an earlier internal error".into())
 }
 
-impl<B: Backing> Sibling<B> for Shard<B> {
+impl<B: Memory> Sibling<B> for Shard<B> {
     fn try_with(&self, f: &mut dyn FnMut(Parts<'_, B>)) -> bool {
         match self.try_lock() {
             Some(mut pool) => {

@@ -2,7 +2,7 @@
 //! every address stays valid; wake is all or nothing. A malloc gets one branch
 //! (`refusing`), a free none (docs/design.md, Note [sleep]).
 
-use super::backing::{Backing, Scope};
+use super::backing::{Memory, Scope};
 use super::device::Device;
 pub use super::pools::config::SleepMode;
 use super::sleep_state::Asleep;
@@ -19,7 +19,7 @@ impl SleepMode {
     }
 }
 
-impl<B: Backing> Device<B> {
+impl<B: Memory> Device<B> {
     /// Sleeps (Note [sleep]); `mode_of(pool id, its configured mode)` is
     /// the mode each pool sleeps in. Asleep already: OK, 0; but after a
     /// partial wake that left some pools asleep, INVALID_ARGUMENT (the

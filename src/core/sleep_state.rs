@@ -1,7 +1,7 @@
 //! An allocator's sleep state (Note [sleep] in `sleep`): a leaf module, so
 //! `device` holds it without importing the sleep paths, which import `device`.
 
-use super::backing::Backing;
+use super::backing::Memory;
 use super::pools::config::SleepMode;
 use super::streams::StreamEntry;
 use crate::error::{Error, Result};
@@ -43,7 +43,7 @@ impl SleepState {
     /// The refusal of a malloc routed to `entry`, if its pool sleeps.
     #[cold]
     #[inline(never)]
-    pub fn check<B: Backing>(&self, entry: &StreamEntry<B>) -> Result<()> {
+    pub fn check<B: Memory>(&self, entry: &StreamEntry<B>) -> Result<()> {
         self.refusal(entry.pool(), entry.is_graph())
     }
 

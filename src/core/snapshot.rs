@@ -14,7 +14,7 @@
 //! The same walk over the shards gives PyTorch's form of the snapshot
 //! (`Device::pytorch_snapshot`); `pytorch_snapshot` holds that format.
 
-use super::backing::Backing;
+use super::backing::Memory;
 use super::cache::block::BlockState;
 use super::device::Device;
 use super::history::Action;
@@ -84,7 +84,7 @@ pub struct Snapshot {
     pub segments: Vec<SegmentSnapshot>,
 }
 
-impl<B: Backing> Device<B> {
+impl<B: Memory> Device<B> {
     pub fn snapshot(&self) -> crate::error::Result<Snapshot> {
         let stats = self.stats()?;
         let mut segments = Vec::new();

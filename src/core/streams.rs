@@ -13,7 +13,7 @@
 //! forgotten or its pool destroyed with nothing left in it, and a retired
 //! entry is taken over by the next new (pool, stream) pair of any pool.
 
-use super::backing::Backing;
+use super::backing::Memory;
 use super::directory::MAX_SHARDS;
 use super::shard::Shard;
 use super::stats::HighWater;
@@ -37,7 +37,7 @@ pub(crate) const DESTROYED: u8 = 2;
 
 /// One stream's shards in one pool (0: the default pool; see Note [pools]),
 /// indexed by `PoolKind`.
-pub(crate) struct StreamEntry<B: Backing> {
+pub(crate) struct StreamEntry<B: Memory> {
     pub shards: [Shard<B>; 2],
     /// High-water marks for the device's peaks (see `stats`).
     pub high: HighWater,
@@ -63,7 +63,7 @@ pub(crate) struct StreamEntry<B: Backing> {
     held: [AtomicU64; 2],
 }
 
-impl<B: Backing> StreamEntry<B> {
+impl<B: Memory> StreamEntry<B> {
     /// The pool these shards serve.
     #[inline(always)]
     pub fn pool(&self) -> u64 {
@@ -146,7 +146,7 @@ impl<B: Backing> StreamEntry<B> {
 
 type Chunk<B> = [OnceLock<StreamEntry<B>>; CHUNK];
 
-pub(crate) struct StreamTable<B: Backing> {
+pub(crate) struct StreamTable<B: Memory> {
     /// The first `CHUNK` entries, allocated with the table: a look-up among
     /// them (every host with at most 32 streams) reads no chunk pointer and
     /// checks no chunk's publication, only the entry's.
@@ -161,7 +161,7 @@ pub(crate) struct StreamTable<B: Backing> {
     adding: Mutex<Vec<usize>>,
 }
 
-impl<B: Backing> StreamTable<B> {
+impl<B: Memory> StreamTable<B> {
     pub fn with_capacity(cap: usize) -> Self {
         let cap = cap.min(MAX_STREAMS);
         StreamTable {

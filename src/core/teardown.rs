@@ -3,7 +3,7 @@
 //! streams excepted (Note [capture]): never synchronized, and the memory
 //! they used is left to the runtime.
 
-use super::backing::Backing;
+use super::backing::Memory;
 use super::device::Device;
 use super::pool::Pool;
 use super::TeardownReport;
@@ -12,7 +12,7 @@ use crate::runtime::Stream;
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
-impl<B: Backing> Device<B> {
+impl<B: Memory> Device<B> {
     /// Releases everything: synchronizes every stream the allocator used,
     /// returns all segments (live blocks included) and events. The allocator
     /// refuses further work afterwards.

@@ -27,7 +27,7 @@
 //! refusing allocations, and the allocator counts as asleep until every
 //! pool is awake.
 
-use super::backing::{Backing, Scope, WakeHandles};
+use super::backing::{Memory, Scope, WakeHandles};
 use super::device::Device;
 use super::pools::config::SleepMode;
 use super::shard::Shard;
@@ -46,7 +46,7 @@ pub(super) struct Failed {
 
 type Needs = Vec<(usize, aclrtMemAttr)>;
 
-impl<B: Backing> Device<B> {
+impl<B: Memory> Device<B> {
     /// Wakes the pools in `pools` (None: every pool). Awake already, or the
     /// pools listed not asleep: OK. INVALID_ARGUMENT, changing nothing, for
     /// a pool that was never created.

@@ -4,7 +4,7 @@
 //! free. Everything in a segment is always mapped, so any free block that
 //! fits is ready.
 
-use super::{Backing, Detached, GrowContext, GrowError, Parts, PerSegment, Scope};
+use super::{Backing, Detached, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, Sleeps};
 use crate::core::cache::block::{BlockId, NIL};
 use crate::core::cache::segment::SegmentId;
 use crate::core::cache::Cache;
@@ -117,28 +117,6 @@ impl Backing for FixedSegments {
         s.other_streams = d.streams.into_iter().filter(|&st| st != owner).collect();
     }
 
-    fn free_cached(_: &Shared<Self>) -> Result<usize> {
-        Ok(0)
-    }
-
-    /// Fixed segments have no physical handles: a wake needs none
-    /// (`wake_needs` lists nothing), so there is never one to keep.
-    fn keep_unfreed(_: &Shared<Self>, _: crate::runtime::PhysicalHandle, _: usize) {
-        debug_assert!(false, "fixed segments were given a physical handle to keep");
-    }
-
-    fn cached_bytes(&self) -> usize {
-        0
-    }
-
-    fn held_bytes(st: &FixedOf, seg: SegmentId) -> usize {
-        st.raws.get(seg).len
-    }
-
-    fn largest_free(pool: &Cache, _: &FixedOf) -> usize {
-        pool.index.largest(&pool.blocks)
-    }
-
     fn teardown(pool: Parts<'_, Self>, busy: &[Stream]) -> Result<()> {
         let sh = pool.sh.clone();
         let mut first_error = None;
@@ -160,6 +138,35 @@ impl Backing for FixedSegments {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl HeldOutside for FixedSegments {
+    fn free_cached(_: &Shared<Self>) -> Result<usize> {
+        Ok(0)
+    }
+
+    /// Fixed segments have no physical handles: a wake needs none
+    /// (`wake_needs` lists nothing), so there is never one to keep.
+    fn keep_unfreed(_: &Shared<Self>, _: crate::runtime::PhysicalHandle, _: usize) {
+        debug_assert!(false, "fixed segments were given a physical handle to keep");
+    }
+
+    fn cached_bytes(&self) -> usize {
+        0
+    }
+}
+
+/// Fixed segments never sleep while live (`SLEEPS_LIVE` false).
+impl Sleeps for FixedSegments {}
+
+impl Reports for FixedSegments {
+    fn held_bytes(st: &FixedOf, seg: SegmentId) -> usize {
+        st.raws.get(seg).len
+    }
+
+    fn largest_free(pool: &Cache, _: &FixedOf) -> usize {
+        pool.index.largest(&pool.blocks)
     }
 
     fn check_segment(_: &Cache, _: &FixedOf, _: SegmentId) -> Result<(), String> {

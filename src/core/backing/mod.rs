@@ -10,8 +10,9 @@
 //! The backing owns growth, page placement, giving memory back, the memory
 //! limit and teardown. It sees a shard as `Parts` (its cache, the backing's
 //! part of it, the device's shared state), never as a `Pool`; shards and
-//! the reclaim paths call only this trait, and nothing outside this module
-//! asks which backing it has.
+//! the reclaim paths call only these traits (`Backing`, and `HeldOutside`,
+//! `Sleeps`, `Reports` beside it), and nothing outside this module asks
+//! which backing it has.
 //!
 //! Giving memory back runs in three steps so that no shard lock is held
 //! across a device call: `detach` (under the shard's lock: take free memory
@@ -196,6 +197,11 @@ pub(crate) enum Scope {
     Freed { addr: usize, bytes: usize },
 }
 
+/// The seam: how a shard's memory is obtained and given back. What else a
+/// backing answers is in the traits it also implements (`Memory`):
+/// `HeldOutside` (memory the device holds outside any segment), `Sleeps`
+/// (taking live memory off the device and back) and `Reports` (what
+/// snapshots, statistics and the invariant checks read).
 pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// What a shard of this backing keeps, its segments' device side
     /// included (`PerSegment`).
@@ -228,6 +234,22 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// the pool.
     fn settle(p: Parts<'_, Self>, d: Detached, given_back: bool);
 
+    /// Gives every segment of the shard back (teardown; the streams were
+    /// synchronized), except those a `busy` stream (one that could not be
+    /// waited for) may still use. Returns the first error after trying all.
+    fn teardown(p: Parts<'_, Self>, busy: &[Stream]) -> Result<()>;
+}
+
+/// A backing with everything the core asks of one: the seam and the
+/// traits beside it. Code above the seam is generic over this.
+pub(crate) trait Memory: Backing + HeldOutside + Sleeps + Reports {}
+
+impl<B: Backing + HeldOutside + Sleeps + Reports> Memory for B {}
+
+/// Device memory a backing holds outside any segment, shared by the
+/// device's shards: cached physical handles, and reservations whose release
+/// the runtime refused.
+pub(crate) trait HeldOutside: Backing {
     /// Gives back device memory held outside any block (cached physical
     /// handles; for expandable ranges also reservations whose release was
     /// refused before). Returns bytes of device memory freed.
@@ -253,30 +275,12 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     fn keeps_reservations(&self) -> bool {
         false
     }
+}
 
-    /// Device memory `seg` holds (mapped bytes of a range, a fixed
-    /// segment's size).
-    fn held_bytes(st: &Self::ShardState, seg: SegmentId) -> usize;
-
-    /// The longest run a request could get from `cache` with no device call.
-    fn largest_free(cache: &Cache, st: &Self::ShardState) -> usize;
-
-    /// Gives every segment of the shard back (teardown; the streams were
-    /// synchronized), except those a `busy` stream (one that could not be
-    /// waited for) may still use. Returns the first error after trying all.
-    fn teardown(p: Parts<'_, Self>, busy: &[Stream]) -> Result<()>;
-
-    /// Backing-specific invariants of segment `seg`.
-    fn check_segment(cache: &Cache, st: &Self::ShardState, seg: SegmentId) -> Result<(), String>;
-
-    /// The segment's entry in a snapshot: (expandable, mapped bytes).
-    fn describe(st: &Self::ShardState, seg: SegmentId) -> (bool, usize);
-
-    /// Appends to `out` the (address, bytes) runs of [addr, addr + size),
-    /// a block of `seg`, that device memory backs (a snapshot's blocks).
-    fn mapped_runs(st: &Self::ShardState, seg: SegmentId, addr: usize, size: usize, out: &mut Vec<(usize, usize)>);
-
-    /// Whether sleep can take live blocks off the device (Note [sleep]).
+/// Taking a shard's live memory off the device and back (Note [sleep]).
+/// A backing that cannot (`SLEEPS_LIVE` false) keeps the defaults.
+pub(crate) trait Sleeps: Backing {
+    /// Whether sleep can take live blocks off the device.
     const SLEEPS_LIVE: bool = false;
 
     /// Takes the shard's mapped memory off the device (to host memory with
@@ -286,7 +290,8 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     }
 
     /// Appends the (bytes, attr) of each physical handle `wake_map` needs.
-    fn wake_needs(_p: Parts<'_, Self>, _out: &mut Vec<(usize, crate::sys::aclrtMemAttr)>) {}
+    fn wake_needs(_p: Parts<'_, Self>, _out: &mut Vec<(usize, crate::sys::aclrtMemAttr)>) {
+    }
 
     /// Maps `handles` (in `wake_needs` order) under the shard's sleeping
     /// memory and restores its contents, the memory still counted asleep
@@ -306,6 +311,27 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     fn wake_commit(_p: Parts<'_, Self>) -> Result<()> {
         Ok(())
     }
+}
+
+/// What a backing tells about a shard's segments: to statistics, snapshots,
+/// the out-of-memory report and the invariant checks. Read only.
+pub(crate) trait Reports: Backing {
+    /// Device memory `seg` holds (mapped bytes of a range, a fixed
+    /// segment's size).
+    fn held_bytes(st: &Self::ShardState, seg: SegmentId) -> usize;
+
+    /// The longest run a request could get from `cache` with no device call.
+    fn largest_free(cache: &Cache, st: &Self::ShardState) -> usize;
+
+    /// The segment's entry in a snapshot: (expandable, mapped bytes).
+    fn describe(st: &Self::ShardState, seg: SegmentId) -> (bool, usize);
+
+    /// Appends to `out` the (address, bytes) runs of [addr, addr + size),
+    /// a block of `seg`, that device memory backs (a snapshot's blocks).
+    fn mapped_runs(st: &Self::ShardState, seg: SegmentId, addr: usize, size: usize, out: &mut Vec<(usize, usize)>);
+
+    /// Backing-specific invariants of segment `seg`.
+    fn check_segment(cache: &Cache, st: &Self::ShardState, seg: SegmentId) -> Result<(), String>;
 }
 
 /// The physical handles a wake allocated, each with its size in bytes, in

@@ -7,7 +7,7 @@ pub(crate) mod routing;
 pub(crate) mod state;
 pub(crate) mod tally;
 
-use super::backing::{Backing, Scope};
+use super::backing::{Memory, Scope};
 use super::device::{check_live_stream, Device};
 use super::pool::Pool;
 use super::shard::Shard;
@@ -23,7 +23,7 @@ use tally::PoolTally;
 
 /// One pool's shards, for the paths that visit pools (sleep).
 #[allow(dead_code)] // read by the sleep paths
-pub(crate) struct PoolShards<'a, B: Backing> {
+pub(crate) struct PoolShards<'a, B: Memory> {
     pub id: u64,
     pub sleep: SleepMode,
     pub shards: Vec<&'a Shard<B>>,
@@ -48,7 +48,7 @@ fn describe(target: Target) -> String {
     }
 }
 
-impl<B: Backing> Device<B> {
+impl<B: Memory> Device<B> {
     /// Creates a pool; returns its id (never 0, never reused).
     pub fn pool_create(&self, config: PoolConfig) -> Result<u64> {
         self.check_open()?;
@@ -276,7 +276,7 @@ impl<B: Backing> Device<B> {
 }
 
 /// Where the pool figures are kept up to date (slow paths only).
-impl<B: Backing> Device<B> {
+impl<B: Memory> Device<B> {
     /// A request routed to `pool` on `stream` whose entry predates it: if
     /// the stream captures now, the pool becomes a graph pool for good
     /// (Note [capture]). Asked of the runtime once per routed request until

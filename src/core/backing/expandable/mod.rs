@@ -14,7 +14,7 @@ pub(crate) mod sleep;
 mod unused;
 mod vmm_range;
 
-use super::{Backing, Detached, GrowContext, GrowError, Parts, PerSegment, Scope};
+use super::{Backing, Detached, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, Sleeps};
 use crate::core::cache::block::{BlockId, BlockState, NIL};
 use crate::core::cache::segment::SegmentId;
 use crate::core::cache::Cache;
@@ -292,6 +292,24 @@ impl Backing for ExpandableRanges {
         pool.return_block(d.block);
     }
 
+    fn teardown(mut pool: RangePool<'_>, busy: &[Stream]) -> Result<()> {
+        let mut first_error = None;
+        for seg in std::mem::take(&mut pool.backing.ranges) {
+            if pool.streams_of(seg).iter().any(|s| busy.contains(s)) {
+                pool.backing.ranges.push(seg);
+                continue;
+            }
+            if let Err(e) = pool.destroy_range(seg) {
+                first_error.get_or_insert(e);
+            }
+            pool.unregister(pool.range(seg), pool.segments.get(seg).size);
+            pool.sh.counters.range_removed();
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl HeldOutside for ExpandableRanges {
     /// Also releases the reservations kept unreleased (address space, not
     /// counted in the bytes returned).
     fn free_cached(sh: &Shared<Self>) -> Result<usize> {
@@ -326,7 +344,33 @@ impl Backing for ExpandableRanges {
     fn cached_bytes(&self) -> usize {
         self.handles().iter().map(|(size, hs)| size * hs.len()).sum()
     }
+}
 
+impl Sleeps for ExpandableRanges {
+    const SLEEPS_LIVE: bool = true;
+
+    fn sleep_pool(mut pool: RangePool<'_>, offload: bool) -> Result<usize> {
+        pool.sleep_ranges(offload)
+    }
+
+    fn wake_needs(pool: RangePool<'_>, out: &mut Vec<(usize, sys::aclrtMemAttr)>) {
+        pool.wake_needs(out)
+    }
+
+    fn wake_map(mut pool: RangePool<'_>, handles: &mut super::WakeHandles) -> Result<()> {
+        pool.wake_map(handles)
+    }
+
+    fn wake_undo(mut pool: RangePool<'_>, out: &mut Vec<(PhysicalHandle, usize)>) -> Result<()> {
+        pool.wake_undo(out)
+    }
+
+    fn wake_commit(mut pool: RangePool<'_>) -> Result<()> {
+        pool.wake_commit()
+    }
+}
+
+impl Reports for ExpandableRanges {
     fn held_bytes(st: &RangeOf, seg: SegmentId) -> usize {
         // A moved handle counts once: at its new pages, not its retired ones.
         let r = st.tables.get(seg);
@@ -336,22 +380,6 @@ impl Backing for ExpandableRanges {
 
     fn largest_free(cache: &Cache, st: &RangeOf) -> usize {
         RangeView { cache, st }.largest_mapped_free()
-    }
-
-    fn teardown(mut pool: RangePool<'_>, busy: &[Stream]) -> Result<()> {
-        let mut first_error = None;
-        for seg in std::mem::take(&mut pool.backing.ranges) {
-            if pool.streams_of(seg).iter().any(|s| busy.contains(s)) {
-                pool.backing.ranges.push(seg);
-                continue;
-            }
-            if let Err(e) = pool.destroy_range(seg) {
-                first_error.get_or_insert(e);
-            }
-            pool.unregister(pool.range(seg), pool.segments.get(seg).size);
-            pool.sh.counters.range_removed();
-        }
-        first_error.map_or(Ok(()), Err)
     }
 
     fn check_segment(cache: &Cache, st: &RangeOf, seg: SegmentId) -> Result<(), String> {
@@ -388,28 +416,6 @@ impl Backing for ExpandableRanges {
     fn describe(st: &RangeOf, seg: SegmentId) -> (bool, usize) {
         let r = st.tables.get(seg);
         (true, (r.mapped - r.retired_units()) * r.page_size)
-    }
-
-    const SLEEPS_LIVE: bool = true;
-
-    fn sleep_pool(mut pool: RangePool<'_>, offload: bool) -> Result<usize> {
-        pool.sleep_ranges(offload)
-    }
-
-    fn wake_needs(pool: RangePool<'_>, out: &mut Vec<(usize, sys::aclrtMemAttr)>) {
-        pool.wake_needs(out)
-    }
-
-    fn wake_map(mut pool: RangePool<'_>, handles: &mut super::WakeHandles) -> Result<()> {
-        pool.wake_map(handles)
-    }
-
-    fn wake_undo(mut pool: RangePool<'_>, out: &mut Vec<(PhysicalHandle, usize)>) -> Result<()> {
-        pool.wake_undo(out)
-    }
-
-    fn wake_commit(mut pool: RangePool<'_>) -> Result<()> {
-        pool.wake_commit()
     }
 
     fn mapped_runs(st: &RangeOf, seg: SegmentId, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {

@@ -9,7 +9,7 @@
 //! hand the addresses to anyone.
 
 use super::{budget, ExpandableRanges, RangeView, RangePool, RetiredSpans, VmmRange, SMALL_BUFFER};
-use crate::core::backing::{Backing, Detached, GrowError, Scope};
+use crate::core::backing::{Detached, GrowError, HeldOutside, Scope};
 use crate::core::cache::block::NIL;
 use crate::core::cache::segment::{Segment, SegmentId};
 use crate::core::directory::ADDRESS_LIMIT;
