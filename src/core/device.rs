@@ -20,7 +20,7 @@
 //! but only with `try_lock`, never waiting (to return that pool's held
 //! blocks, and for `reserved_headroom` moves within the stream).
 
-use super::backing::{Memory, GrowContext, GrowError};
+use super::backing::{GrowContext, GrowError, Memory};
 use super::history::Action;
 use super::policy::{PoolKind, MAX_REQUEST};
 use super::pool::Pool;

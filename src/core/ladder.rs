@@ -20,7 +20,7 @@
 //! The ladder holds the device's `ladder` lock (one at a time) but no shard
 //! lock across its device calls (see `reclaim`).
 
-use super::backing::{Memory, GrowError, Scope};
+use super::backing::{GrowError, Memory, Scope};
 use super::device::Device;
 use super::oom_report::{AddressSpaceReport, Mib, OomReport};
 use super::shard::Shard;

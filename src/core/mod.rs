@@ -84,7 +84,7 @@ use crate::error::{Error, Result};
 use crate::runtime::{Runtime, Stream};
 use crate::sys;
 use crate::trace::TraceRecorder;
-use backing::{Memory, ExpandableRanges, FixedSegments, MemoryLimit};
+use backing::{ExpandableRanges, FixedSegments, Memory, MemoryLimit};
 use device::Device;
 pub use hooks::{OomHook, ReleaseHook};
 use policy::Policy;

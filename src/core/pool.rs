@@ -8,7 +8,7 @@
 //! `Sibling`); device calls made here (growth through the backing, events
 //! for cross-stream frees) block only this shard, and that one.
 
-use super::backing::{Memory, Detached, GrowContext, GrowError, Parts, Scope};
+use super::backing::{Detached, GrowContext, GrowError, Memory, Parts, Scope};
 use super::cache::block::{BlockId, BlockState};
 use super::cache::size_class::class_of;
 use super::cache::Cache;

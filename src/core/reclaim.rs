@@ -8,7 +8,7 @@
 //! held, settle under the lock again. Meanwhile the other streams' hits go
 //! on.
 
-use super::backing::{Memory, Detached, Scope};
+use super::backing::{Detached, Memory, Scope};
 use super::device::Device;
 use super::pool::Pool;
 use super::pools::tally::PoolTally;

@@ -290,8 +290,7 @@ pub(crate) trait Sleeps: Backing {
     }
 
     /// Appends the (bytes, attr) of each physical handle `wake_map` needs.
-    fn wake_needs(_p: Parts<'_, Self>, _out: &mut Vec<(usize, crate::sys::aclrtMemAttr)>) {
-    }
+    fn wake_needs(_p: Parts<'_, Self>, _out: &mut Vec<(usize, crate::sys::aclrtMemAttr)>) {}
 
     /// Maps `handles` (in `wake_needs` order) under the shard's sleeping
     /// memory and restores its contents, the memory still counted asleep

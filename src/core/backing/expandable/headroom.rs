@@ -119,7 +119,8 @@ impl RangePool<'_> {
                 continue;
             }
             found.extend(
-                self.view().free_pieces(seg)
+                self.view()
+                    .free_pieces(seg)
                     .into_iter()
                     .filter(|&(head, units)| {
                         let (lo, hi) = (s.base + head * page, s.base + (head + units) * page);

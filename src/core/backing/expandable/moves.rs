@@ -3,7 +3,7 @@
 //! synchronization lets it be unmapped (docs/design.md, Note [moves of wholly free handles]).
 
 use super::mapping::Placement;
-use super::{Piece, RangeView, RangePool, Retired};
+use super::{Piece, RangePool, RangeView, Retired};
 use crate::core::backing::Detached;
 use crate::core::cache::block::{BlockId, BlockState};
 use crate::core::cache::segment::SegmentId;

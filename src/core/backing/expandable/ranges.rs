@@ -8,7 +8,7 @@
 //! go with it, so a pointer into it is unknown again, and the runtime may
 //! hand the addresses to anyone.
 
-use super::{budget, ExpandableRanges, RangeView, RangePool, RetiredSpans, VmmRange, SMALL_BUFFER};
+use super::{budget, ExpandableRanges, RangePool, RangeView, RetiredSpans, VmmRange, SMALL_BUFFER};
 use crate::core::backing::{Detached, GrowError, HeldOutside, Scope};
 use crate::core::cache::block::NIL;
 use crate::core::cache::segment::{Segment, SegmentId};
