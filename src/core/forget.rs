@@ -81,7 +81,7 @@ impl<B: Memory> Device<B> {
                 let mut pool = shard.lock_anyway();
                 pool.drain_reuse();
                 pool.reap_pending();
-                let detached = B::detach(pool.parts(), Scope::All);
+                let detached = pool.detach(Scope::All);
                 pool.after_transition();
                 if !detached.is_empty() {
                     taken.push((shard, detached));

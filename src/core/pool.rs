@@ -8,8 +8,8 @@
 //! `Sibling`); device calls made here (growth through the backing, events
 //! for cross-stream frees) block only this shard, and that one.
 
-use super::backing::{Detached, GrowContext, GrowError, Memory, Parts, Scope};
-use super::cache::block::{BlockId, BlockState};
+use super::backing::{Detached, GrowContext, GrowError, Memory, Parts, Scope, What};
+use super::cache::block::{BlockId, BlockState, NIL};
 use super::cache::size_class::class_of;
 use super::cache::Cache;
 use super::history::Action;
@@ -224,7 +224,61 @@ impl<B: Memory> Pool<B> {
     /// The whole free fixed segments a destroyed pool's free gives back
     /// now, detached (the caller gives them back with no lock held).
     pub fn detach_whole_segments(&mut self) -> Vec<Detached> {
-        B::detach(self.parts(), Scope::WholeSegments)
+        self.detach(Scope::WholeSegments)
+    }
+
+    /// Takes out of the cache what the backing says `scope` gives back, in
+    /// the backing's order (see `backing`).
+    pub fn detach(&mut self, scope: Scope) -> Vec<Detached> {
+        let gives = B::unused(self.parts(), scope);
+        let c = &mut self.cache;
+        // Pieces come in address order within a segment: what is left of the
+        // free block after one piece usually holds the next.
+        let mut after = NIL;
+        let mut out = Vec::with_capacity(gives.len());
+        for give in gives {
+            let seg = give.segment;
+            let serial = c.segments.get(seg).serial;
+            let streams = if give.sync { c.streams_of(seg) } else { Vec::new() };
+            let block = match give.what {
+                What::Segment => {
+                    c.remove_segment(seg);
+                    NIL
+                }
+                What::Piece => {
+                    let holds = |b: &super::cache::block::Block| {
+                        b.state == BlockState::Free && b.addr <= give.addr && give.addr < b.addr + b.size
+                    };
+                    let holder = match after {
+                        id if id != NIL && c.blocks.get(id).segment == seg && holds(c.blocks.get(id)) => id,
+                        _ => c.block_containing(seg, give.addr).expect("a piece to give back lies in its segment"),
+                    };
+                    let block = c.carve(holder, give.addr, give.size);
+                    after = c.blocks.get(block).next;
+                    block
+                }
+                What::Retired => c.block_containing(seg, give.addr).expect("a retired span is a block of its own"),
+            };
+            out.push(Detached { give, block, serial, streams });
+        }
+        out
+    }
+
+    /// After `give_back`: what went back is forgotten; what did not returns
+    /// to the pool (a whole segment is added back with its age and streams).
+    pub fn settle(&mut self, d: Detached, given_back: bool) {
+        let readded = (d.what == What::Segment && !given_back).then(|| {
+            let mut p = self.parts();
+            let (seg, _) = p.add_segment(d.addr, d.size, d.claim.then_some(d.device));
+            let owner = p.cache.stream;
+            let s = p.cache.segments.get_mut(seg);
+            s.serial = d.serial;
+            s.other_streams = d.streams.iter().copied().filter(|&st| st != owner).collect();
+            seg
+        });
+        if B::settle(self.parts(), &d.give, given_back, readded) && d.block != NIL {
+            self.cache.return_block(d.block);
+        }
     }
 
     /// A free found frees waiting for other streams: polls them when due

@@ -8,7 +8,7 @@
 //! held, settle under the lock again. Meanwhile the other streams' hits go
 //! on.
 
-use super::backing::{Detached, Memory, Scope};
+use super::backing::{Detached, Memory, Scope, What};
 use super::device::Device;
 use super::pool::Pool;
 use super::pools::tally::PoolTally;
@@ -36,7 +36,7 @@ impl<B: Memory> Device<B> {
             let mut pool = shard.lock_anyway();
             pool.drain_reuse();
             pool.reap_pending();
-            let detached = B::detach(pool.parts(), scope);
+            let detached = pool.detach(scope);
             pool.after_transition();
             if !detached.is_empty() {
                 taken.push((shard, detached));
@@ -60,7 +60,7 @@ impl<B: Memory> Device<B> {
             if pool.cache.kind != kind {
                 continue;
             }
-            let detached = B::detach(pool.parts(), Scope::Pieces(bytes));
+            let detached = pool.detach(Scope::Pieces(bytes));
             pool.after_transition();
             bytes = bytes.saturating_sub(detached.iter().map(|d| d.size).sum());
             if !detached.is_empty() {
@@ -118,7 +118,7 @@ impl<B: Memory> Device<B> {
             }
             let mut pool = shard.lock_anyway();
             for (d, ok) in detached.into_iter().zip(outcomes) {
-                B::settle(pool.parts(), d, ok);
+                pool.settle(d, ok);
             }
             pool.after_transition();
             self.streams.entry_of(pool.cache.id).publish_held(pool.cache.kind as usize, pool.held_bytes());
@@ -200,7 +200,7 @@ impl<B: Memory> Device<B> {
             for shard in self.reclaimable_shards() {
                 let mut pool = shard.lock_anyway();
                 pool.drain_reuse();
-                all.extend(B::detach(pool.parts(), Scope::Unused(to_free)).into_iter().map(|d| (shard, d)));
+                all.extend(pool.detach(Scope::Unused(to_free)).into_iter().map(|d| (shard, d)));
                 pool.after_transition();
             }
             all.sort_by_key(|(_, d)| d.serial);
@@ -218,12 +218,12 @@ impl<B: Memory> Device<B> {
                     continue;
                 }
                 to_free = to_free.saturating_sub(memory);
-                unpinned |= d.retired;
+                unpinned |= d.what == What::Retired;
                 chosen.push((shard, vec![d]));
             }
             for (shard, d) in keep {
                 let mut pool = shard.lock_anyway();
-                B::settle(pool.parts(), d, false);
+                pool.settle(d, false);
                 pool.after_transition();
             }
             if chosen.is_empty() {
@@ -315,9 +315,9 @@ impl<B: Memory> Device<B> {
                 // unmapped what lay under the freed block.
                 let detach = |pool: &mut Pool<B>| {
                     if round == 0 {
-                        B::detach(pool.parts(), Scope::Freed { addr, bytes })
+                        pool.detach(Scope::Freed { addr, bytes })
                     } else {
-                        B::detach(pool.parts(), Scope::Unused(bytes))
+                        pool.detach(Scope::Unused(bytes))
                     }
                 };
                 // A look under the shard lock alone first: most frees find
@@ -325,7 +325,7 @@ impl<B: Memory> Device<B> {
                 let probe = detach(&mut pool);
                 let found = !probe.is_empty();
                 for d in probe {
-                    B::settle(pool.parts(), d, false);
+                    pool.settle(d, false);
                 }
                 pool.after_transition();
                 drop(pool);
@@ -348,7 +348,7 @@ impl<B: Memory> Device<B> {
                     drop(again);
                     // The second round only follows an old address that went:
                     // after a refusal it would ask the runtime again at once.
-                    let retired = detached.iter().any(|d| d.retired);
+                    let retired = detached.iter().any(|d| d.what == What::Retired);
                     let gave_back = detached.is_empty() || self.give_back_all(vec![(shard, detached)]).is_ok();
                     unpinned = retired && gave_back;
                     if self.sh.backing.cached_bytes() > 0 {

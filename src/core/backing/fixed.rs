@@ -4,8 +4,10 @@
 //! free. Everything in a segment is always mapped, so any free block that
 //! fits is ready.
 
-use super::{Backing, Detached, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, Sleeps};
-use crate::core::cache::block::{BlockId, NIL};
+use super::{
+    Backing, Detached, Give, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, Sleeps, What,
+};
+use crate::core::cache::block::BlockId;
 use crate::core::cache::segment::SegmentId;
 use crate::core::cache::Cache;
 use crate::core::directory::ADDRESS_LIMIT;
@@ -68,24 +70,22 @@ impl Backing for FixedSegments {
     /// Whole free segments leave the shard entirely (its table and the
     /// directory): once freed, their range may come straight back from the
     /// runtime to this or another shard, before `settle` runs.
-    fn detach(mut pool: Parts<'_, Self>, _: Scope) -> Vec<Detached> {
+    fn unused(pool: Parts<'_, Self>, _: Scope) -> Vec<Give> {
         let free: Vec<SegmentId> = pool.segments.ids().filter(|&s| pool.is_wholly_free(s)).collect();
         let mut out = Vec::with_capacity(free.len());
         for seg in free {
-            let streams = pool.streams_of(seg);
-            let s = pool.remove_segment(seg);
+            let s = pool.cache.segments.get(seg);
             let raw = pool.backing.raws.take(seg);
             pool.sh.directory.remove(raw.at, raw.len);
-            out.push(Detached {
+            out.push(Give {
+                what: What::Segment,
                 segment: seg,
-                block: NIL,
                 addr: s.base,
                 size: s.size,
                 memory: s.size,
                 device: (raw.at, raw.len),
-                serial: s.serial,
-                streams,
-                retired: false,
+                sync: true,
+                claim: true,
                 for_request: false,
             });
         }
@@ -103,18 +103,13 @@ impl Backing for FixedSegments {
         Ok(len)
     }
 
-    fn settle(mut pool: Parts<'_, Self>, d: Detached, given_back: bool) {
-        if given_back {
-            pool.sh.history.record(Action::SegmentFree, d.addr, d.size, pool.stream);
-            return;
+    fn settle(pool: Parts<'_, Self>, g: &Give, given_back: bool, readded: Option<SegmentId>) -> bool {
+        match readded {
+            Some(seg) => pool.backing.raws.set(seg, Raw { at: g.device.0, len: g.device.1 }),
+            None if given_back => pool.sh.history.record(Action::SegmentFree, g.addr, g.size, pool.stream),
+            None => {}
         }
-        let raw = Raw { at: d.device.0, len: d.device.1 };
-        let (seg, _) = pool.add_segment(d.addr, d.size, Some((raw.at, raw.len)));
-        pool.backing.raws.set(seg, raw);
-        let owner = pool.stream;
-        let s = pool.segments.get_mut(seg);
-        s.serial = d.serial;
-        s.other_streams = d.streams.into_iter().filter(|&st| st != owner).collect();
+        false
     }
 
     fn teardown(pool: Parts<'_, Self>, busy: &[Stream]) -> Result<()> {

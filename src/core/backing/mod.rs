@@ -15,11 +15,12 @@
 //! which backing it has.
 //!
 //! Giving memory back runs in three steps so that no shard lock is held
-//! across a device call: `detach` (under the shard's lock: take free memory
-//! out of the pool, as `Reclaiming` blocks), `give_back` (no lock: the
-//! device calls, after the streams that used it were synchronized), and
-//! `settle` (under the lock again: forget what went back, or return to the
-//! pool what could not).
+//! across a device call: detach (under the shard's lock: the backing says
+//! what is `unused`, by address, and the cache takes it out as
+//! `Reclaiming` blocks or whole segments), `give_back` (no lock: the device
+//! calls, after the streams that used it were synchronized), and `settle`
+//! (under the lock again: forget what went back, or return to the pool
+//! what could not).
 
 pub(crate) mod expandable;
 pub(crate) mod fixed;
@@ -144,13 +145,14 @@ pub(crate) trait Sibling<B: Backing> {
     fn try_with(&self, f: &mut dyn FnMut(Parts<'_, B>)) -> bool;
 }
 
-/// Free memory taken out of a shard's pool to be given back.
+/// What a backing gives back of a shard, named by address: the cache takes
+/// it out (`Pool::detach`) in the order the backing lists it, since the
+/// free index's order depends on it.
 #[derive(Debug)]
-pub(crate) struct Detached {
-    /// Its segment (stale when the whole segment left the shard).
+pub(crate) struct Give {
+    pub what: What,
+    /// Its segment (stale once a whole segment left the shard).
     pub segment: SegmentId,
-    /// The `Reclaiming` block covering it (NIL when the whole segment left).
-    pub block: BlockId,
     pub addr: usize,
     pub size: usize,
     /// Bytes of device memory that giving it back returns: `size`, but 0
@@ -161,19 +163,71 @@ pub(crate) struct Detached {
     /// What goes back to the device: (address, bytes). A whole fixed
     /// segment's allocation may start below `addr` (see `fixed`).
     pub device: (usize, usize),
-    /// The segment's age (oldest first for garbage collection).
-    pub serial: u64,
-    /// Streams whose work may still use it: synchronized first.
-    pub streams: Vec<Stream>,
-    /// A moved handle's old address (expandable ranges): unmapped, but its
-    /// handle stays mapped at its new address (neither cached nor freed).
-    pub retired: bool,
+    /// Whether the streams that used the segment must be synchronized first
+    /// (not for a range with nothing mapped: no queued work can touch it).
+    pub sync: bool,
+    /// Whether the directory holds the segment by its `device` range (fixed
+    /// segments), so that a segment kept is claimed there again.
+    pub claim: bool,
     /// An empty range made for a request the ladder tries again
     /// (expandable ranges): restored with that mark when kept.
     pub for_request: bool,
 }
 
-/// Which free memory `detach` takes.
+impl Give {
+    /// Pages of segment `seg` at [addr, addr + size) that device memory
+    /// backs: a piece or a retired span, given back after its streams.
+    pub fn pages(what: What, segment: SegmentId, addr: usize, size: usize) -> Give {
+        Give {
+            what,
+            segment,
+            addr,
+            size,
+            memory: size,
+            device: (addr, size),
+            sync: true,
+            claim: false,
+            for_request: false,
+        }
+    }
+}
+
+/// What a `Give` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum What {
+    /// A whole segment, which leaves the shard (the backing forgot its side
+    /// of it already).
+    Segment,
+    /// Free pages of a segment, carved out as a `Reclaiming` block.
+    Piece,
+    /// A moved handle's old address (expandable ranges): a `Reclaiming`
+    /// block already; unmapped, its handle stays mapped at its new address
+    /// (neither cached nor freed).
+    Retired,
+}
+
+/// A `Give` taken out of the shard's cache, to be given back with no lock
+/// held and settled after.
+#[derive(Debug)]
+pub(crate) struct Detached {
+    pub give: Give,
+    /// The `Reclaiming` block covering it (NIL when the whole segment left).
+    pub block: BlockId,
+    /// The segment's age (oldest first for garbage collection).
+    pub serial: u64,
+    /// Streams whose work may still use it: synchronized first.
+    pub streams: Vec<Stream>,
+}
+
+impl std::ops::Deref for Detached {
+    type Target = Give;
+
+    fn deref(&self) -> &Give {
+        &self.give
+    }
+}
+
+/// Which free memory `unused` gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Scope {
     /// Everything free that can go back.
@@ -223,16 +277,20 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
         ctx: &GrowContext<'_, Self>,
     ) -> Result<BlockId, GrowError>;
 
-    /// Takes what the shard can give back out of it (see the module comment).
-    fn detach(p: Parts<'_, Self>, scope: Scope) -> Vec<Detached>;
+    /// What the shard can give back, in the order the cache takes it out
+    /// (see the module comment); the backing forgets its side of each whole
+    /// segment it lists.
+    fn unused(p: Parts<'_, Self>, scope: Scope) -> Vec<Give>;
 
     /// The device calls that give `d` back; no lock is held. Returns the
     /// bytes the device got back (0 when they stay cached as handles).
     fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize>;
 
-    /// After `give_back`: forgets `d` if it went back, else returns it to
-    /// the pool.
-    fn settle(p: Parts<'_, Self>, d: Detached, given_back: bool);
+    /// After `give_back`: forgets `g` if it went back, else keeps it; a
+    /// whole segment kept is back in the cache as `readded`, for the backing
+    /// to record its side again. Returns whether the cache returns the
+    /// give's block to its free blocks.
+    fn settle(p: Parts<'_, Self>, g: &Give, given_back: bool, readded: Option<SegmentId>) -> bool;
 
     /// Gives every segment of the shard back (teardown; the streams were
     /// synchronized), except those a `busy` stream (one that could not be

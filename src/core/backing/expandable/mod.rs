@@ -14,8 +14,10 @@ pub(crate) mod sleep;
 mod unused;
 mod vmm_range;
 
-use super::{Backing, Detached, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, Sleeps};
-use crate::core::cache::block::{BlockId, BlockState, NIL};
+use super::{
+    Backing, Detached, Give, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, Sleeps, What,
+};
+use crate::core::cache::block::{BlockId, BlockState};
 use crate::core::cache::segment::SegmentId;
 use crate::core::cache::Cache;
 use crate::core::history::Action;
@@ -220,47 +222,48 @@ impl Backing for ExpandableRanges {
         placed
     }
 
-    /// Free pieces, each carved out as a block of its own, from every
-    /// range; with `Scope::All`, also the ranges that hold nothing (whole)
-    /// and the old addresses of moved handles (`moves`), last; with
-    /// `Scope::Unused`, the ranges that hold nothing and, after each
-    /// range's pieces, the old addresses that pin its wholly free handles
-    /// (`unused`).
-    fn detach(mut pool: RangePool<'_>, scope: Scope) -> Vec<Detached> {
+    /// Free pieces, each given as a block of its own, from every range;
+    /// with `Scope::All`, also the ranges that hold nothing (whole) and the
+    /// old addresses of moved handles (`moves`), last; with `Scope::Unused`,
+    /// the ranges that hold nothing and, after each range's pieces, the old
+    /// addresses that pin its wholly free handles (`unused`).
+    fn unused(mut pool: RangePool<'_>, scope: Scope) -> Vec<Give> {
         let mut out = Vec::new();
         let mut left = match scope {
             Scope::WholeSegments => return out,
             Scope::All => usize::MAX,
             Scope::Pieces(bytes) | Scope::Unused(bytes) => bytes,
             Scope::Freed { addr, bytes } => {
-                let mut out = pool.detach_empty_ranges();
-                pool.detach_freed(addr, bytes, &mut out);
+                let mut out = pool.give_empty_ranges();
+                pool.give_freed(addr, bytes, &mut out);
                 return out;
             }
         };
         if matches!(scope, Scope::All | Scope::Unused(_)) {
-            out.extend(pool.detach_empty_ranges());
+            out.extend(pool.give_empty_ranges());
         }
         for seg in pool.backing.ranges.clone() {
             if left == 0 {
                 break;
             }
             let before = out.len();
-            pool.detach_pieces(seg, scope, left, &mut out);
+            pool.give_pieces(seg, scope, left, &mut out);
             if let Scope::Unused(_) = scope {
-                let taken: usize = out[before..].iter().map(|d| d.size).sum();
-                pool.detach_pinning(seg, left.saturating_sub(taken), &mut out);
+                // Reads the free runs as they were before the pieces above
+                // leave them: those are never-moved handles, which it skips.
+                let taken: usize = out[before..].iter().map(|g| g.size).sum();
+                pool.give_pinning(seg, left.saturating_sub(taken), &mut out);
             }
-            left = left.saturating_sub(out[before..].iter().map(|d| d.size).sum());
+            left = left.saturating_sub(out[before..].iter().map(|g| g.size).sum());
         }
         if scope == Scope::All {
-            pool.detach_retired(&mut out);
+            pool.give_retired(&mut out);
         }
         out
     }
 
     fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize> {
-        if d.block == NIL {
+        if d.what == What::Segment {
             return ranges::release_range(sh, d);
         }
         sh.rt.on_device(sh.device, || sh.rt.unmap(d.addr)).map_err(|e| Error::runtime(e, "unmapping a free page"))?;
@@ -270,26 +273,28 @@ impl Backing for ExpandableRanges {
         Ok(0)
     }
 
-    fn settle(mut pool: RangePool<'_>, d: Detached, given_back: bool) {
-        if d.block == NIL {
-            if !given_back {
-                pool.restore_range(d);
+    fn settle(mut pool: RangePool<'_>, g: &Give, given_back: bool, readded: Option<SegmentId>) -> bool {
+        match g.what {
+            What::Segment => {
+                if let Some(seg) = readded {
+                    pool.restore_range(seg, g);
+                }
+                false
             }
-            return;
+            What::Retired => pool.settle_retired(g, given_back),
+            What::Piece => {
+                if given_back {
+                    let (base, page) = (pool.range(g.segment).base, pool.range(g.segment).page_size);
+                    let head = (g.addr - base) / page;
+                    let piece = pool.range(g.segment).page(head).expect("a detached piece is mapped");
+                    let units = piece.units as usize;
+                    pool.range_mut(g.segment).clear(head, units);
+                    pool.sh.backing.cache_handle(units * page, piece.handle);
+                    pool.sh.history.record(Action::SegmentUnmap, g.addr, units * page, pool.stream);
+                }
+                true
+            }
         }
-        if d.retired {
-            return pool.settle_retired(&d, given_back);
-        }
-        if given_back {
-            let (base, page) = (pool.range(d.segment).base, pool.range(d.segment).page_size);
-            let head = (d.addr - base) / page;
-            let piece = pool.range(d.segment).page(head).expect("a detached piece is mapped");
-            let units = piece.units as usize;
-            pool.range_mut(d.segment).clear(head, units);
-            pool.sh.backing.cache_handle(units * page, piece.handle);
-            pool.sh.history.record(Action::SegmentUnmap, d.addr, units * page, pool.stream);
-        }
-        pool.return_block(d.block);
     }
 
     fn teardown(mut pool: RangePool<'_>, busy: &[Stream]) -> Result<()> {

@@ -4,8 +4,8 @@
 
 use super::mapping::Placement;
 use super::{Piece, RangePool, RangeView, Retired};
-use crate::core::backing::Detached;
-use crate::core::cache::block::{BlockId, BlockState};
+use crate::core::backing::{Give, What};
+use crate::core::cache::block::BlockState;
 use crate::core::cache::segment::SegmentId;
 use crate::core::history::Action;
 use crate::core::policy::PoolKind;
@@ -129,58 +129,46 @@ impl RangePool<'_> {
         self.return_block(rec.block);
     }
 
-    /// The retired spans of every range not being flushed yet, detached for
-    /// a reclaim (`Backing::detach` with `Scope::All`).
-    pub(super) fn detach_retired(&mut self, out: &mut Vec<Detached>) {
+    /// The retired spans of every range not being flushed yet, given back
+    /// (`Backing::unused` with `Scope::All`).
+    pub(super) fn give_retired(&mut self, out: &mut Vec<Give>) {
         for seg in self.backing.ranges.clone() {
-            self.detach_retired_of(seg, |_| true, out);
+            self.give_retired_of(seg, |_| true, out);
         }
     }
 
     /// The retired spans of range `seg` not being flushed yet that map a
-    /// handle `pick` accepts, detached for a reclaim.
-    pub(super) fn detach_retired_of(
+    /// handle `pick` accepts, given back (each marked as being flushed).
+    pub(super) fn give_retired_of(
         &mut self,
         seg: SegmentId,
         pick: impl Fn(PhysicalHandle) -> bool,
-        out: &mut Vec<Detached>,
+        out: &mut Vec<Give>,
     ) {
-        let r = self.range(seg);
-        let picked = |x: &Retired| !x.flushing && r.page(x.head as usize).is_some_and(|p| pick(p.handle));
-        if !r.retired.iter().any(picked) {
-            return;
-        }
-        let heads: Vec<u32> = r.retired.iter().filter(|x| picked(x)).map(|x| x.head).collect();
-        let (base, page, serial) = (self.range(seg).base, self.range(seg).page_size, self.segments.get(seg).serial);
-        let streams = self.streams_of(seg);
-        for x in self.range_mut(seg).retired.iter_mut().filter(|x| heads.contains(&x.head)) {
-            x.flushing = true;
-            let (addr, size) = (base + x.head as usize * page, x.units as usize * page);
-            out.push(Detached {
-                segment: seg,
-                block: x.block,
-                addr,
-                size,
-                memory: size,
-                device: (addr, size),
-                serial,
-                streams: streams.clone(),
-                retired: true,
-                for_request: false,
-            });
+        let r = self.range_mut(seg);
+        let (base, page, pages) = (r.base, r.page_size, &r.pages);
+        for x in r.retired.iter_mut() {
+            let mapped = pages.get(x.head as usize).copied().flatten();
+            let picked = !x.flushing && mapped.is_some_and(|p| pick(p.handle));
+            if picked {
+                x.flushing = true;
+                out.push(Give::pages(What::Retired, seg, base + x.head as usize * page, x.units as usize * page));
+            }
         }
     }
 
-    /// After `give_back` of a retired span: forgets it once unmapped, else
-    /// keeps it retired for the next reclaim.
-    pub(super) fn settle_retired(&mut self, d: &Detached, unmapped: bool) {
+    /// After `give_back` of a retired span: forgets it once unmapped (its
+    /// block then returns to the free ones: true), else keeps it retired for
+    /// the next reclaim.
+    pub(super) fn settle_retired(&mut self, g: &Give, unmapped: bool) -> bool {
+        let r = self.range_mut(g.segment);
+        let head = ((g.addr - r.base) / r.page_size) as u32;
         if unmapped {
-            self.forget_retired(d.segment, d.block);
-            return;
-        }
-        if let Some(x) = self.range_mut(d.segment).retired.iter_mut().find(|x| x.block == d.block) {
+            self.forget_retired(g.segment, head);
+        } else if let Some(x) = r.retired.iter_mut().find(|x| x.head == head) {
             x.flushing = false;
         }
+        unmapped
     }
 
     /// Unmaps every retired span of `seg` (the caller synchronized its
@@ -196,7 +184,8 @@ impl RangePool<'_> {
             match sh.rt.on_device(sh.device, || sh.rt.unmap(addr)) {
                 Ok(()) => {
                     sh.counters.page_unmapped();
-                    self.forget_retired(seg, x.block);
+                    self.forget_retired(seg, x.head);
+                    self.return_block(x.block);
                 }
                 Err(e) => {
                     first_error.get_or_insert(Error::runtime(e, "unmapping the old address of a moved page"));
@@ -206,18 +195,17 @@ impl RangePool<'_> {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// A retired span just unmapped: its pages unmapped in the page table
-    /// and its block free again (coalesced); the handle stays mapped at its
-    /// new pages, neither cached nor freed.
-    fn forget_retired(&mut self, seg: SegmentId, block: BlockId) {
-        let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
+    /// The retired span at page `head` just unmapped: its pages unmapped in
+    /// the page table (its block is the caller's to free); the handle stays
+    /// mapped at its new pages, neither cached nor freed.
+    fn forget_retired(&mut self, seg: SegmentId, head: u32) {
         let r = self.range_mut(seg);
-        let Some(k) = r.retired.iter().position(|x| x.block == block) else { return };
+        let (base, page) = (r.base, r.page_size);
+        let Some(k) = r.retired.iter().position(|x| x.head == head) else { return };
         let x = r.retired.remove(k);
         let (head, units) = (x.head as usize, x.units as usize);
         r.clear(head, units);
         self.sh.history.record(Action::SegmentUnmap, base + head * page, units * page, self.stream);
-        self.return_block(block);
     }
 }
 

@@ -9,9 +9,8 @@
 //! hand the addresses to anyone.
 
 use super::{budget, ExpandableRanges, RangePool, RangeView, RetiredSpans, VmmRange, SMALL_BUFFER};
-use crate::core::backing::{Detached, GrowError, HeldOutside, Scope};
-use crate::core::cache::block::NIL;
-use crate::core::cache::segment::{Segment, SegmentId};
+use crate::core::backing::{Detached, Give, GrowError, HeldOutside, Scope, What};
+use crate::core::cache::segment::SegmentId;
 use crate::core::directory::ADDRESS_LIMIT;
 use crate::core::policy::PoolKind;
 use crate::core::shared::Shared;
@@ -132,36 +131,42 @@ impl RangePool<'_> {
         })
     }
 
-    /// Takes range `seg`, which holds nothing, out of the shard: its free
-    /// block off the index, its segment and directory entries gone.
-    fn take_out_range(&mut self, seg: SegmentId) -> (Segment, VmmRange) {
+    /// Forgets this backing's side of range `seg`, which holds nothing:
+    /// its place among the shard's ranges, its page table, its directory
+    /// entries. The cache still has the segment.
+    fn forget_range(&mut self, seg: SegmentId) -> VmmRange {
         self.backing.ranges.retain(|&r| r != seg);
-        let s = self.remove_segment(seg);
         let r = self.backing.tables.take(seg);
-        self.unregister(&r, s.size);
-        (s, r)
+        self.unregister(&r, self.segments.get(seg).size);
+        r
     }
 
-    /// Takes every range that holds nothing out of the shard, for
-    /// `release_range`.
-    pub(super) fn detach_empty_ranges(&mut self) -> Vec<Detached> {
+    /// Takes range `seg`, which holds nothing, out of the shard: the
+    /// backing's side, then the segment and its free block.
+    fn take_out_range(&mut self, seg: SegmentId) -> VmmRange {
+        let r = self.forget_range(seg);
+        self.remove_segment(seg);
+        r
+    }
+
+    /// Every range that holds nothing, given whole (for `release_range`).
+    pub(super) fn give_empty_ranges(&mut self) -> Vec<Give> {
         let empty: Vec<SegmentId> =
             self.backing.ranges.iter().copied().filter(|&seg| self.view().range_holds_nothing(seg)).collect();
         let mut out = Vec::with_capacity(empty.len());
         for seg in empty {
-            let (s, r) = self.take_out_range(seg);
-            out.push(Detached {
+            let r = self.forget_range(seg);
+            out.push(Give {
+                what: What::Segment,
                 segment: seg,
-                block: NIL,
-                addr: s.base,
-                size: s.size,
+                addr: r.base,
+                size: self.segments.get(seg).size,
                 // Address space only.
                 memory: 0,
                 device: (r.reserved_at, r.reserved_len),
-                serial: s.serial,
                 // Nothing is mapped: no queued work can touch it.
-                streams: Vec::new(),
-                retired: false,
+                sync: false,
+                claim: false,
                 for_request: r.for_request,
             });
         }
@@ -203,20 +208,21 @@ impl RangePool<'_> {
         if !self.view().range_holds_nothing(seg) {
             return;
         }
-        let (_, r) = self.take_out_range(seg);
+        let r = self.take_out_range(seg);
         let _ = release_unused(self.sh, r.reserved_at, r.reserved_len);
         self.sh.counters.range_removed();
     }
 
-    /// A range `release_range` could not give back returns to the shard.
-    pub(super) fn restore_range(&mut self, d: Detached) {
+    /// A range `release_range` could not give back returns to the shard,
+    /// back in the cache as segment `seg`.
+    pub(super) fn restore_range(&mut self, seg: SegmentId, g: &Give) {
         let spec = self.sh.backing.page_spec(self.kind);
-        let (reserved_at, reserved_len) = d.device;
+        let (reserved_at, reserved_len) = g.device;
         let range = VmmRange {
-            base: d.addr,
+            base: g.addr,
             page_size: spec.size,
             attr: spec.attr,
-            for_request: d.for_request,
+            for_request: g.for_request,
             pages: Vec::new(),
             mapped: 0,
             reserved_at,
@@ -225,9 +231,7 @@ impl RangePool<'_> {
             stuck: Vec::new(),
             retired: RetiredSpans::default(),
         };
-        let (seg, _) = self.add_segment(d.addr, d.size, None);
         self.backing.tables.set(seg, range);
-        self.segments.get_mut(seg).serial = d.serial;
         self.backing.ranges.push(seg);
     }
 
@@ -265,13 +269,13 @@ impl RangePool<'_> {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Free pieces of range `seg` (see `Backing::detach`), `bytes` of them
-    /// at most for `Scope::Pieces` and `Scope::Unused` (largest first),
-    /// each carved out as a block, onto `out`.
-    pub(super) fn detach_pieces(&mut self, seg: SegmentId, scope: Scope, bytes: usize, out: &mut Vec<Detached>) {
+    /// Free pieces of range `seg` (see `Backing::unused`), `bytes` of them
+    /// at most for `Scope::Pieces` and `Scope::Unused` (largest first), in
+    /// address order, onto `out`.
+    pub(super) fn give_pieces(&mut self, seg: SegmentId, scope: Scope, bytes: usize, out: &mut Vec<Give>) {
         let mut pieces = self.view().free_pieces(seg);
+        let (base, page) = (self.range(seg).base, self.range(seg).page_size);
         if let Scope::Pieces(_) | Scope::Unused(_) = scope {
-            let page = self.range(seg).page_size;
             pieces.sort_unstable_by_key(|&(head, units)| (std::cmp::Reverse(units), head));
             let mut taken = 0;
             pieces.retain(|&(_, units)| {
@@ -281,29 +285,9 @@ impl RangePool<'_> {
             });
         }
         pieces.sort_unstable();
-        if pieces.is_empty() {
-            return;
-        }
-        let (base, page, serial) = (self.range(seg).base, self.range(seg).page_size, self.segments.get(seg).serial);
-        let streams = self.streams_of(seg);
-        for (head, units) in pieces {
-            let addr = base + head * page;
-            let size = units * page;
-            let Some(holder) = self.block_containing(seg, addr) else { continue };
-            let block = self.carve(holder, addr, size);
-            out.push(Detached {
-                segment: seg,
-                block,
-                addr,
-                size,
-                memory: size,
-                device: (addr, size),
-                serial,
-                streams: streams.clone(),
-                retired: false,
-                for_request: false,
-            });
-        }
+        out.extend(
+            pieces.into_iter().map(|(head, units)| Give::pages(What::Piece, seg, base + head * page, units * page)),
+        );
     }
 }
 

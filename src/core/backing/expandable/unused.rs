@@ -3,7 +3,7 @@
 //! addresses (docs/design.md, Note [unused memory of expandable ranges]).
 
 use super::{give_handle, ExpandableRanges, RangePool};
-use crate::core::backing::Detached;
+use crate::core::backing::{Give, What};
 use crate::core::cache::block::BlockState;
 use crate::core::cache::segment::SegmentId;
 use crate::core::shared::Shared;
@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 impl RangePool<'_> {
     /// The old addresses of moved handles whose live pages in range `seg`
     /// are wholly free, for about `bytes` of those handles, onto `out`.
-    pub(super) fn detach_pinning(&mut self, seg: SegmentId, bytes: usize, out: &mut Vec<Detached>) {
+    pub(super) fn give_pinning(&mut self, seg: SegmentId, bytes: usize, out: &mut Vec<Give>) {
         let r = self.range(seg);
         if bytes == 0 || r.retired.is_empty() {
             return;
@@ -32,18 +32,23 @@ impl RangePool<'_> {
             }
         }
         if !handles.is_empty() {
-            self.detach_retired_of(seg, |h| handles.contains(&h), out);
+            self.give_retired_of(seg, |h| handles.contains(&h), out);
         }
     }
 
     /// After the free of the block at `addr`: the pieces under it that the
-    /// free left wholly free, about `bytes` of them, each carved out of the
-    /// free block as a block of its own, onto `out`, and for a moved handle
-    /// among them its old addresses instead. Looks at the free block that
-    /// holds `addr` and the mapped pages from `addr` on, nothing else.
-    pub(super) fn detach_freed(&mut self, addr: usize, bytes: usize, out: &mut Vec<Detached>) {
+    /// free left wholly free, about `bytes` of them, onto `out`, and for a
+    /// moved handle among them its old addresses instead. Looks at the free
+    /// block that holds `addr` and the mapped pages from `addr` on, nothing
+    /// else.
+    pub(super) fn give_freed(&mut self, addr: usize, bytes: usize, out: &mut Vec<Give>) {
         let Some(seg) = self.segments.containing(addr) else { return };
-        let Some(mut holder) = self.block_containing(seg, addr) else { return };
+        // A range given whole just before (it came to hold nothing since the
+        // free, by another thread's reclaim) has nothing more to give.
+        if !self.backing.ranges.contains(&seg) {
+            return;
+        }
+        let Some(holder) = self.block_containing(seg, addr) else { return };
         let (lo, hi) = {
             let b = self.blocks.get(holder);
             if b.state != BlockState::Free {
@@ -52,7 +57,7 @@ impl RangePool<'_> {
             }
             (b.addr, b.addr + b.size)
         };
-        let (base, page, serial) = (self.range(seg).base, self.range(seg).page_size, self.segments.get(seg).serial);
+        let (base, page) = (self.range(seg).base, self.range(seg).page_size);
         let r = self.range(seg);
         let Some(first) = r.page((addr - base) / page) else { return };
         let (mut pieces, mut moved, mut taken) = (Vec::new(), Vec::new(), 0);
@@ -74,30 +79,11 @@ impl RangePool<'_> {
             }
             i = p.end();
         }
-        if pieces.is_empty() && moved.is_empty() {
-            return;
-        }
-        let streams = self.streams_of(seg);
-        for (head, units) in pieces {
-            let (at, size) = (base + head * page, units * page);
-            let block = self.carve(holder, at, size);
-            out.push(Detached {
-                segment: seg,
-                block,
-                addr: at,
-                size,
-                memory: size,
-                device: (at, size),
-                serial,
-                streams: streams.clone(),
-                retired: false,
-                for_request: false,
-            });
-            // What is left of the free block after the piece holds the next.
-            holder = self.blocks.get(block).next;
-        }
+        out.extend(
+            pieces.into_iter().map(|(head, units)| Give::pages(What::Piece, seg, base + head * page, units * page)),
+        );
         if !moved.is_empty() {
-            self.detach_retired_of(seg, |h| moved.contains(&h), out);
+            self.give_retired_of(seg, |h| moved.contains(&h), out);
         }
     }
 }

@@ -101,7 +101,7 @@ pub struct Retired {
     pub head: u32,
     pub units: u32,
     pub block: crate::core::cache::block::BlockId,
-    /// Detached for a reclaim now under way (`Backing::detach`).
+    /// Given back by a reclaim now under way (`Backing::unused`).
     pub flushing: bool,
 }
 
