@@ -57,10 +57,10 @@ fn two_devices_two_allocators_stay_apart() {
         assert_eq!((destroy(a), destroy(b)), (NPUALLOC_OK, NPUALLOC_OK));
         assert!(e.usage(d0).is_clean() && e.usage(d1).is_clean(), "{config}: {:?} {:?}", e.usage(d0), e.usage(d1));
     }
-    // A device the emulator does not have is refused at create, naming the
-    // ids the runtime has.
+    // A device the emulator does not have is a bad argument at create,
+    // naming the ids the runtime has.
     let (st, msg) = create("", count).unwrap_err();
-    assert_eq!(st, NPUALLOC_ERR_RUNTIME, "{msg}");
-    let range = format!("the runtime has {count} device(s), 0 to {}", count - 1);
-    assert!(msg.contains(&format!("setting device {count}")) && msg.contains(&range), "{msg}");
+    assert_eq!(st, NPUALLOC_ERR_INVALID_ARGUMENT, "{msg}");
+    let range = format!("it has {count} device(s), 0 to {}", count - 1);
+    assert!(msg.contains(&format!("device {count} is not a device of this runtime")) && msg.contains(&range), "{msg}");
 }

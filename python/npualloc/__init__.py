@@ -108,13 +108,42 @@ def _called_by_ge_adapter(depth):
     return (frame.f_globals.get("__name__"), frame.f_code.co_name) == _GE_ADAPTER
 
 
+def _int(name, value, what):
+    """``value``, an int (a bool is not one): TypeError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _config(config):
+    """A config string as the C API takes it: None, or a str without NUL."""
+    if config is None:
+        return None
+    if not isinstance(config, str):
+        raise TypeError(f"config must be a str ('key:value,...') or None, got {type(config).__name__} {config!r}")
+    if "\0" in config:
+        # C would read the string only up to the NUL and ignore the rest.
+        raise ValueError("the config string contains a NUL character")
+    return config.encode()
+
+
+def _device(device):
+    """A device id as ``npualloc_create`` takes it (an int32); whether the
+    runtime has it is the library's check (ValueError naming its ids)."""
+    _int("device", device, "a device id (an int)")
+    if not 0 <= device < 1 << 31:
+        raise ValueError(f"device must be a device id, 0 to 2**31-1, got {device}")
+    return device
+
+
 def _stream_value(stream):
     if stream is None:
         return 0
     if isinstance(stream, ctypes.c_void_p):
         return stream.value or 0
-    if isinstance(stream, bool) or not isinstance(stream, int) or not 0 <= stream < 1 << 64:
-        raise ValueError(f"stream must be None or a stream address (an int, as GE takes it), got {stream!r}")
+    _int("stream", stream, "None or a stream address (an int, as GE takes it)")
+    if not 0 <= stream < 1 << 64:
+        raise ValueError(f"stream must be a stream address, 0 to 2**64-1, got {stream}")
     return stream
 
 
@@ -126,10 +155,10 @@ def _block_ptr(block):
     """A MemBlock's address, or an int address, as a pointer."""
     if isinstance(block, MemBlock):
         addr = block.addr
-    elif isinstance(block, int) and not isinstance(block, bool) and 0 <= block < 1 << 64:
-        addr = block
     else:
-        raise ValueError(f"expected a MemBlock or an address (an int), got {block!r}")
+        addr = _int("the block", block, "a MemBlock or an address (an int)")
+        if not 0 <= addr < 1 << 64:
+            raise ValueError(f"an address is 0 to 2**64-1, got {addr}")
     return ctypes.c_void_p(addr or None)
 
 
@@ -168,18 +197,14 @@ class CachingAllocator(Allocator):
     def __init__(self, device=0, config=None, stream=None):
         self._handle = None
         self.stream = _stream_value(stream)
+        device, cfg = _device(device), _config(config)
         self._lib = _lib.lib()
         handle = ctypes.c_void_p()
-        cfg = None if config is None else str(config)
-        if cfg is not None and "\0" in cfg:
-            # C would read the string only up to the NUL and ignore the rest.
-            raise ValueError("the config string contains a NUL character")
-        cfg = None if cfg is None else cfg.encode()
-        _check(self._lib.npualloc_create(cfg, int(device), ctypes.byref(handle)))
+        _check(self._lib.npualloc_create(cfg, device, ctypes.byref(handle)))
         self._handle = handle
         # The blocks malloc handed out and free has not taken back, by address.
         self._blocks = {}
-        self.device = int(device)
+        self.device = device
         self._stream = ctypes.c_void_p(self.stream or None)
         if self.stream:
             self._check_stream()
@@ -207,9 +232,10 @@ class CachingAllocator(Allocator):
         """``size`` bytes on the allocator's stream, as a MemBlock.
 
         Raises MemoryError when the device cannot hold the request (GE's
-        documented contract), and ValueError for a bad size: not an int, 0 or
-        negative, or 2**60 bytes or more (no device holds that; a smaller
-        request larger than the device is a MemoryError).
+        documented contract), TypeError for a size that is not an int, and
+        ValueError for a bad one: 0 or negative, or 2**60 bytes or more (no
+        device holds that; a smaller request larger than the device is a
+        MemoryError).
 
         Called by GE's ctypes callback adapter, a refused request (any of
         these errors) returns a block with address 0 instead of raising: the
@@ -219,7 +245,7 @@ class CachingAllocator(Allocator):
         written to stderr."""
         try:
             return self._malloc(size)
-        except (MemoryError, ValueError, NpuallocError) as e:
+        except (MemoryError, TypeError, ValueError, NpuallocError) as e:
             # Only on failure: the frame check costs nothing on success.
             if not _called_by_ge_adapter(1):
                 raise
@@ -227,8 +253,7 @@ class CachingAllocator(Allocator):
             return _RefusedBlock(0, size if isinstance(size, int) else 0)
 
     def _malloc(self, size):
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise ValueError(f"size must be an int, got {size!r}")
+        _int("size", size, "an int")
         if size <= 0 or size >= 1 << 64:
             raise ValueError(f"size must be in 1..2**64-1, got {size}")
         out = ctypes.c_void_p()
@@ -240,11 +265,12 @@ class CachingAllocator(Allocator):
     def free(self, block):
         """Returns ``block``, the object ``malloc`` returned. ValueError
         (nothing changes) for a block already freed, even when a newer block
-        has its address, and for one this allocator did not hand out."""
+        has its address, and for one this allocator did not hand out;
+        TypeError for anything but a MemBlock."""
         if isinstance(block, _RefusedBlock):
             return  # a refused request given to GE's adapter: nothing to free
         if not isinstance(block, MemBlock):
-            raise ValueError(f"expected a MemBlock, got {block!r}")
+            raise TypeError(f"expected a MemBlock, got {type(block).__name__} {block!r}")
         handle = self._live()
         # Taken out first (one step under the GIL), so two threads freeing
         # one block cannot both pass; put back if it is another block.
@@ -352,9 +378,9 @@ class CachingAllocator(Allocator):
     def set_memory_fraction(self, fraction):
         """Caps the memory this allocator reserves at ``fraction`` (0 to 1)
         of the device's total; what is reserved already stays. ValueError
-        for a fraction outside [0, 1] or NaN."""
+        for a fraction outside [0, 1] or NaN, TypeError for a non-number."""
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
-            raise ValueError(f"fraction must be a number in [0, 1], got {fraction!r}")
+            raise TypeError(f"fraction must be a number in [0, 1], got {type(fraction).__name__} {fraction!r}")
         _check(self._lib.npualloc_set_memory_fraction(self._live(), float(fraction)))
 
     def reset_peak_stats(self):
@@ -408,15 +434,13 @@ class Pool:
 
     def __init__(self, allocator, config=None, stream=None):
         if not isinstance(allocator, CachingAllocator):
-            raise ValueError(f"expected a CachingAllocator, got {allocator!r}")
-        cfg = None if config is None else str(config)
-        if cfg is not None and "\0" in cfg:
-            raise ValueError("the config string contains a NUL character")
+            raise TypeError(f"expected a CachingAllocator, got {type(allocator).__name__} {allocator!r}")
+        cfg = _config(config)
         self._allocator = allocator
         self._lib = allocator._lib
         self.stream = None if stream is None else _stream_value(stream)
         out = ctypes.c_uint64()
-        _check(self._lib.npualloc_pool_create(allocator._live(), None if cfg is None else cfg.encode(), ctypes.byref(out)))
+        _check(self._lib.npualloc_pool_create(allocator._live(), cfg, ctypes.byref(out)))
         self.id = out.value
         # Routes this object began, innermost last (so a nested `with` ends the right one).
         self._depth = 0

@@ -41,7 +41,7 @@ def _entries(max_entries):
     if max_entries is None:
         return 0
     if isinstance(max_entries, bool) or not isinstance(max_entries, int):
-        raise ValueError(f"max_entries must be an int (0 or None: off), got {max_entries!r}")
+        raise TypeError(f"max_entries must be an int (0 or None: off), got {type(max_entries).__name__} {max_entries!r}")
     if max_entries < 0:
         raise ValueError(f"max_entries must not be negative, got {max_entries}")
     return min(max_entries, 2**64 - 1)

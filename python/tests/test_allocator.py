@@ -1,4 +1,5 @@
 import abc
+import ctypes
 import os
 import subprocess
 import sys
@@ -68,11 +69,14 @@ def test_malloc_free_stats_snapshot(emu):
         assert alloc.stats()["reserved_bytes"] == 0
 
 
-def test_bad_sizes_raise_value_error(emu):
+def test_bad_sizes_raise_value_error_and_wrong_types_type_error(emu):
     with npualloc.CachingAllocator(config="") as alloc:
         before = alloc.stats()
-        for bad in (0, -1, 2**64, 2**64 - 1, 1.5, "10", True):
+        for bad in (0, -1, 2**64, 2**64 - 1):
             with pytest.raises(ValueError):
+                alloc.malloc(bad)
+        for bad in (1.5, "10", True, None):
+            with pytest.raises(TypeError, match="size must be an int"):
                 alloc.malloc(bad)
         assert alloc.stats() == before
 
@@ -90,7 +94,7 @@ def test_double_and_foreign_free_refused(emu):
             a.free(npualloc.MemBlock(0, 16))
         with pytest.raises(ValueError):
             a.free(npualloc.MemBlock(block.addr + 512, 16))
-        with pytest.raises(ValueError):
+        with pytest.raises(TypeError, match="expected a MemBlock"):
             a.free("not a block")
         assert a.stats() == before
         a.free(block)
@@ -251,9 +255,35 @@ def test_allocator_serves_and_synchronizes_its_stream(emu, ending):
         assert emu.aclrtDestroyStream(stream) == 0
 
 
+def test_device_and_config_arguments_are_checked(emu):
+    count = ctypes.c_uint32()
+    assert emu.aclrtGetDeviceCount(ctypes.byref(count)) == 0 and count.value > 0
+    # An id the runtime does not have names the ids it has; ids past 32 bits
+    # are refused before the runtime is asked (no truncation to a real id).
+    with pytest.raises(ValueError, match=f"it has {count.value} device\\(s\\), 0 to {count.value - 1}"):
+        npualloc.CachingAllocator(device=count.value, config="")
+    for bad in (-1, 2**31, 2**32 + 1, 2**40):
+        with pytest.raises(ValueError, match="device must be a device id"):
+            npualloc.CachingAllocator(device=bad, config="")
+    for bad in ("0", 1.0, True, None):
+        with pytest.raises(TypeError, match="device must be a device id"):
+            npualloc.CachingAllocator(device=bad, config="")
+    for bad in (b"expandable_segments:false", 1, ["expandable_segments:false"]):
+        with pytest.raises(TypeError, match="config must be a str"):
+            npualloc.CachingAllocator(config=bad)
+    with pytest.raises(ValueError, match="NUL"):
+        npualloc.CachingAllocator(config="expandable_segments:false\0x")
+    with npualloc.CachingAllocator(device=count.value - 1, config="expandable_segments:false") as alloc:
+        assert alloc.device == count.value - 1
+        alloc.free(alloc.malloc(4096))
+
+
 def test_stream_argument_is_checked(emu):
-    for bad in (-1, 1.5, "0x10", True, 2**64):
+    for bad in (-1, 2**64):
         with pytest.raises(ValueError, match="stream"):
+            npualloc.CachingAllocator(config="", stream=bad)
+    for bad in (1.5, "0x10", True):
+        with pytest.raises(TypeError, match="stream"):
             npualloc.CachingAllocator(config="", stream=bad)
     with npualloc.CachingAllocator(config="") as alloc:
         assert alloc.stream == 0

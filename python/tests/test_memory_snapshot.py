@@ -137,8 +137,10 @@ def test_history_bounds_and_off(emu):
         assert all(e["frames"] == [] and e["time_us"] > 0 for e in trace)
         npualloc.memory.record_history(alloc, None)
         assert npualloc.memory.snapshot(alloc)["device_traces"][0] == []
-        for bad in (-1, 1.5, "10", True):
-            with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="must not be negative"):
+            npualloc.memory.record_history(alloc, -1)
+        for bad in (1.5, "10", True):
+            with pytest.raises(TypeError, match="max_entries must be an int"):
                 npualloc.memory.record_history(alloc, bad)
 
 

@@ -157,7 +157,7 @@ impl DeviceAllocator {
         if device < 0 {
             return Err(Error::InvalidArgument(format!("device {device} is negative")));
         }
-        let hold = rt.hold_device(device).map_err(|e| Error::runtime(e, setting_device(&rt, device, e.code)))?;
+        let hold = rt.hold_device(device).map_err(|e| setting_device(&rt, device, e))?;
         let (_, total) = rt
             .on_device(device, || rt.mem_info())
             .map_err(|e| Error::runtime(e, format!("querying device {device}")))?;
@@ -541,16 +541,22 @@ pub fn check_memory_fraction(fraction: f64) -> Result<()> {
     }
 }
 
-/// What `npualloc_create` was doing when setting `device` failed; an
-/// unknown device id names the ids the runtime has.
-fn setting_device(rt: &Runtime, device: i32, code: i32) -> String {
+/// Why setting `device` failed: an id the runtime does not have (by its
+/// device count) is a bad argument, naming the ids it has; anything else
+/// is the runtime's error.
+fn setting_device(rt: &Runtime, device: i32, e: crate::runtime::AclCallError) -> Error {
+    let unknown = e.code == sys::ACL_ERROR_RT_INVALID_DEVICEID;
     match rt.device_count() {
-        Some(n) if code == sys::ACL_ERROR_RT_INVALID_DEVICEID && n > 0 => {
-            format!("setting device {device}: the runtime has {n} device(s), 0 to {}", n - 1)
-        }
-        Some(0) if code == sys::ACL_ERROR_RT_INVALID_DEVICEID => {
-            format!("setting device {device}: the runtime reports no device")
-        }
-        _ => format!("setting device {device}"),
+        Some(n) if unknown && device as u32 >= n && n > 0 => Error::InvalidArgument(format!(
+            "device {device} is not a device of this runtime: it has {n} device(s), 0 to {} (aclrtSetDevice: \
+             error {})",
+            n - 1,
+            e.code
+        )),
+        Some(0) if unknown => Error::InvalidArgument(format!(
+            "device {device} is not a device of this runtime: it reports no device (aclrtSetDevice: error {})",
+            e.code
+        )),
+        _ => Error::runtime(e, format!("setting device {device}")),
     }
 }

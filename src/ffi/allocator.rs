@@ -33,9 +33,11 @@ pub struct npualloc_block_info {
 /// else the loader's search).
 ///
 /// Returns NPUALLOC_OK and writes `*out`; NPUALLOC_ERR_INVALID_ARGUMENT (NULL
-/// `out`, negative device), NPUALLOC_ERR_BAD_CONFIG (unknown key, bad value,
-/// conflicting keys), NPUALLOC_ERR_UNSUPPORTED, NPUALLOC_ERR_RUNTIME (e.g. no
-/// such device), NPUALLOC_ERR_RUNTIME_UNAVAILABLE (libascendcl missing).
+/// `out`, negative device, a device id past the runtime's
+/// `aclrtGetDeviceCount`), NPUALLOC_ERR_BAD_CONFIG (unknown key, bad value,
+/// conflicting keys), NPUALLOC_ERR_UNSUPPORTED, NPUALLOC_ERR_RUNTIME (setting
+/// the device failed otherwise), NPUALLOC_ERR_RUNTIME_UNAVAILABLE
+/// (libascendcl missing).
 /// Thread-safe.
 ///
 /// # Safety
