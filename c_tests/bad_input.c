@@ -95,7 +95,9 @@ static void lifecycle(void) {
     CHECK(strstr(last, "no_such_key") != NULL);
     REFUSED(npualloc_create("garbage_collection_threshold:2", 0, &out), NPUALLOC_ERR_BAD_CONFIG);
     CHECK(out == (npualloc_allocator *)not_a_handle);
-    REFUSED(npualloc_create("", 4096, &out), NPUALLOC_ERR_RUNTIME);
+    /* A device id the runtime does not have is a bad argument naming its ids. */
+    REFUSED(npualloc_create("", 4096, &out), NPUALLOC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(last, "device 4096 is not a device of this runtime") != NULL);
     CHECK(out == (npualloc_allocator *)not_a_handle);
 
     CHECK_STATUS(npualloc_destroy(NULL), NPUALLOC_OK);
@@ -136,6 +138,14 @@ static void direct_use(npualloc_allocator *other) {
     REFUSED(npualloc_free(A, theirs), NPUALLOC_ERR_UNKNOWN_POINTER);
     CHECK_STATUS(npualloc_free(A, p), NPUALLOC_OK);
     REFUSED(npualloc_free(A, p), NPUALLOC_ERR_UNKNOWN_POINTER);
+    /* A stale address (freed, then handed out again by a later malloc of its
+     * size) cannot be told from its new block: freeing it again frees that
+     * block, as npualloc_free documents; the block is then gone. */
+    void *tenant = NULL;
+    CHECK_STATUS(npualloc_malloc(A, 4096, NULL, &tenant), NPUALLOC_OK);
+    CHECK(tenant == p);
+    CHECK_STATUS(npualloc_free(A, p), NPUALLOC_OK);
+    REFUSED(npualloc_free(A, tenant), NPUALLOC_ERR_UNKNOWN_POINTER);
 
     /* record_stream */
     aclrtStream s = NULL;

@@ -507,6 +507,12 @@ npualloc_status npualloc_malloc(struct npualloc_allocator *a,
  * NPUALLOC_ERR_UNKNOWN_POINTER (state unchanged) for a pointer this
  * allocator did not return, an interior pointer, or a block already freed.
  *
+ * An address is all the allocator knows a block by: once a later malloc
+ * hands the same address out again, a stale free of it cannot be told from
+ * a free of the new block, and frees that block. A host that may free
+ * twice keeps its own record of what it freed (the Python package's
+ * `MemBlock` refuses a second free).
+ *
  * # Safety
  * `a` is NULL or a handle from `npualloc_create` not yet destroyed. `ptr` is
  * only compared with the allocator's blocks, never dereferenced.
