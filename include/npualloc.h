@@ -430,8 +430,9 @@ extern "C" {
  * else the loader's search).
  *
  * Returns NPUALLOC_OK and writes `*out`; NPUALLOC_ERR_INVALID_ARGUMENT (NULL
- * `out`, negative device, a device id past the runtime's
- * `aclrtGetDeviceCount`), NPUALLOC_ERR_BAD_CONFIG (unknown key, bad value,
+ * `out`, negative device, a device id `aclrtSetDevice` refuses as unknown
+ * that is past the runtime's `aclrtGetDeviceCount`, when the runtime has
+ * that call), NPUALLOC_ERR_BAD_CONFIG (unknown key, bad value,
  * conflicting keys), NPUALLOC_ERR_UNSUPPORTED, NPUALLOC_ERR_RUNTIME (setting
  * the device failed otherwise), NPUALLOC_ERR_RUNTIME_UNAVAILABLE
  * (libascendcl missing).
@@ -505,7 +506,8 @@ npualloc_status npualloc_malloc(struct npualloc_allocator *a,
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle;
  * NPUALLOC_ERR_UNKNOWN_POINTER (state unchanged) for a pointer this
- * allocator did not return, an interior pointer, or a block already freed.
+ * allocator did not return, an interior pointer, or a block already freed
+ * (unless its address was handed out again, below).
  *
  * An address is all the allocator knows a block by: once a later malloc
  * hands the same address out again, a stale free of it cannot be told from

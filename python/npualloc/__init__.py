@@ -14,6 +14,7 @@ The package carries libnpualloc.so; ``NPUALLOC_LIBRARY`` names another.
 import abc
 import ctypes
 import json
+import operator
 import sys
 
 from . import _lib
@@ -109,10 +110,14 @@ def _called_by_ge_adapter(depth):
 
 
 def _int(name, value, what):
-    """``value``, an int (a bool is not one): TypeError otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
-    return value
+    """``value`` as an int: an int or an integer scalar (numpy's, torch's:
+    ``operator.index``), not a bool; TypeError otherwise."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}") from None
 
 
 def _config(config):
@@ -130,7 +135,7 @@ def _config(config):
 def _device(device):
     """A device id as ``npualloc_create`` takes it (an int32); whether the
     runtime has it is the library's check (ValueError naming its ids)."""
-    _int("device", device, "a device id (an int)")
+    device = _int("device", device, "a device id (an int)")
     if not 0 <= device < 1 << 31:
         raise ValueError(f"device must be a device id, 0 to 2**31-1, got {device}")
     return device
@@ -141,7 +146,7 @@ def _stream_value(stream):
         return 0
     if isinstance(stream, ctypes.c_void_p):
         return stream.value or 0
-    _int("stream", stream, "None or a stream address (an int, as GE takes it)")
+    stream = _int("stream", stream, "None or a stream address (an int, as GE takes it)")
     if not 0 <= stream < 1 << 64:
         raise ValueError(f"stream must be a stream address, 0 to 2**64-1, got {stream}")
     return stream
@@ -191,7 +196,9 @@ class CachingAllocator(Allocator):
     raises NpuallocError (``status`` 2, NPUALLOC_ERR_BAD_CONFIG) naming the
     key. Use as a context manager, or call ``close()``. A stream the runtime
     does not know (or one of another device) raises ValueError here, with
-    the message ``malloc`` would give for it.
+    the message ``malloc`` would give for it; so does a device id the
+    runtime does not have. A device, stream or config of the wrong type
+    raises TypeError.
     """
 
     def __init__(self, device=0, config=None, stream=None):
@@ -253,7 +260,7 @@ class CachingAllocator(Allocator):
             return _RefusedBlock(0, size if isinstance(size, int) else 0)
 
     def _malloc(self, size):
-        _int("size", size, "an int")
+        size = _int("size", size, "an int")
         if size <= 0 or size >= 1 << 64:
             raise ValueError(f"size must be in 1..2**64-1, got {size}")
         out = ctypes.c_void_p()

@@ -160,7 +160,7 @@ def _config_text(config):
     if config is None:
         return None
     if not isinstance(config, str):
-        raise ValueError(f"config must be a str like 'expandable_segments:True', got {config!r}")
+        raise TypeError(f"config must be a str like 'expandable_segments:True', got {type(config).__name__} {config!r}")
     if "\0" in config:
         raise ValueError("the config string contains a NUL character")
     return config
@@ -206,7 +206,7 @@ def _device(device):
             current = None
         return int(current()) if callable(current) else 0
     if isinstance(device, bool):
-        raise ValueError(f"device must be an index, got {device!r}")
+        raise TypeError(f"device must be an index, got {device!r}")
     if isinstance(device, int):
         return device
     if isinstance(device, str):

@@ -273,9 +273,24 @@ def test_device_and_config_arguments_are_checked(emu):
             npualloc.CachingAllocator(config=bad)
     with pytest.raises(ValueError, match="NUL"):
         npualloc.CachingAllocator(config="expandable_segments:false\0x")
-    with npualloc.CachingAllocator(device=count.value - 1, config="expandable_segments:false") as alloc:
+    # An integer scalar of another library (numpy's, torch's) is an int.
+    class Index:
+        def __init__(self, value):
+            self.value = value
+
+        def __index__(self):
+            return self.value
+
+    with npualloc.CachingAllocator(device=Index(count.value - 1), config="expandable_segments:false") as alloc:
         assert alloc.device == count.value - 1
-        alloc.free(alloc.malloc(4096))
+        alloc.free(alloc.malloc(Index(4096)))
+    with npualloc.CachingAllocator(config="") as alloc:
+        for bad in ("x", None, 1.5):
+            with pytest.raises(TypeError, match="expected a CachingAllocator"):
+                npualloc.Pool(bad)
+        for bad in (b"sleep:offload", 3):
+            with pytest.raises(TypeError, match="config must be a str"):
+                npualloc.Pool(alloc, config=bad)
 
 
 def test_stream_argument_is_checked(emu):

@@ -22,7 +22,7 @@
 
 use super::backing::{GrowError, Memory, Scope};
 use super::device::Device;
-use super::oom_report::{AddressSpaceReport, Mib, OomReport};
+use super::oom_report::{AddressSpaceReport, Elsewhere, Mib, OomReport};
 use super::shard::Shard;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
@@ -60,10 +60,15 @@ impl GrowError {
     /// Why a growth failed, in a message's words.
     fn cause(&self) -> String {
         match self {
-            GrowError::OverLimit { size, limit } => format!(
-                "a new {} segment would exceed the memory fraction limit of {}",
-                Mib(*size as u64),
-                Mib(*limit as u64)
+            // What was charged then includes what this request had obtained
+            // before (given back since, so the figure may exceed what the
+            // report says is held).
+            GrowError::OverLimit { size, limit, charged } => format!(
+                "the memory fraction limit is {}: {} was counted against it, this request's new memory included, \
+                 when {} more were asked for",
+                Mib(*limit as u64),
+                Mib(*charged as u64),
+                Mib(*size as u64)
             ),
             GrowError::AddressSpace { range, refused: None } => format!(
                 "another address range of {} would pass the process-wide address-space budget",
@@ -100,7 +105,9 @@ impl<B: Memory> Device<B> {
             if let GrowError::Other(Error::OutOfMemory(_)) = &first {
                 // A request no step could serve (larger than any address
                 // reservation): refused for lack of memory all the same.
-                self.count_refusal(shard, size);
+                let rt = &self.sh.rt;
+                let free = rt.on_device(self.sh.device, || rt.mem_info()).map_or(0, |(free, _)| free as u64);
+                self.count_refusal(shard, size, free);
             }
             return Err(first.into_error(size));
         }
@@ -157,11 +164,13 @@ impl<B: Memory> Device<B> {
                 Err((e, largest)) => (last, seen) = (e, largest),
             }
         }
-        self.count_refusal(shard, size);
         // Nothing kept on failure: handles this request obtained and could
         // not use go back to the device, before the message counts what is held.
         let _ = B::free_cached(&self.sh);
         let (rt, device) = (&self.sh.rt, self.sh.device);
+        // One reading for the history and the message, which must agree.
+        let device_memory = rt.on_device(device, || rt.mem_info());
+        self.count_refusal(shard, size, device_memory.as_ref().map_or(0, |&(free, _)| free as u64));
         // Not inside the report's expression: the guard would live across `stats`.
         let stream = shard.lock_anyway().stream();
         if let GrowError::AddressSpace { range, .. } = last {
@@ -170,31 +179,65 @@ impl<B: Memory> Device<B> {
                 stream,
                 size,
                 range,
-                device_memory: rt.on_device(device, || rt.mem_info()),
+                device_memory,
                 stats: self.stats().unwrap_or_default(),
                 tried: &tried,
                 cause: last.cause(),
             };
             return Err(Error::OutOfMemory(report.to_string()));
         }
+        let (largest_own_now, largest_elsewhere) = self.largest_free_now(shard);
         let report = OomReport {
             device,
             stream,
             size,
             rounded,
-            device_memory: rt.on_device(device, || rt.mem_info()),
+            device_memory,
             stats: self.stats().unwrap_or_default(),
             largest_seen: seen as u64,
+            largest_own_now,
+            largest_elsewhere,
             tried: &tried,
             cause: last.cause(),
         };
         Err(Error::OutOfMemory(report.to_string()))
     }
 
+    /// The largest free block of `shard` now, and the largest of every
+    /// other shard of the device with where it lies (for the report: one
+    /// shard locked at a time).
+    fn largest_free_now(&self, shard: &Shard<B>) -> (u64, Option<Elsewhere>) {
+        let (own_stream, own_pool) = {
+            let pool = shard.lock_anyway();
+            (pool.stream(), self.streams.entry_of(pool.cache.id).pool())
+        };
+        let (mut own, mut elsewhere) = (0, None::<Elsewhere>);
+        for entry in self.streams.iter() {
+            for s in entry.shards.iter() {
+                let pool = s.lock_anyway();
+                let bytes = pool.largest_free() as u64;
+                if std::ptr::eq(s, shard) {
+                    own = bytes;
+                } else if elsewhere.is_none_or(|e| bytes > e.bytes) {
+                    let (stream, pool_id) = (pool.stream(), entry.pool());
+                    let same = stream == own_stream && pool_id == own_pool;
+                    elsewhere = Some(Elsewhere {
+                        bytes,
+                        stream,
+                        other_kind_of_own: same.then_some(pool.cache.kind),
+                        other_pool: (pool_id != own_pool).then_some(pool_id),
+                    });
+                }
+            }
+        }
+        (own, elsewhere)
+    }
+
     /// A request of `size` bytes on `shard` is refused for lack of memory:
     /// counted for the device and the request's pool (Note [pools]), and
-    /// recorded in the history with the free memory the device reports.
-    fn count_refusal(&self, shard: &Shard<B>, size: usize) {
+    /// recorded in the history with `device_free`, the free memory the
+    /// device reports.
+    fn count_refusal(&self, shard: &Shard<B>, size: usize, device_free: u64) {
         let own_calls = self.tally_of(&shard.lock_anyway()).calls.clone();
         {
             let _pool_calls = super::stats::count_for(&own_calls);
@@ -202,10 +245,7 @@ impl<B: Memory> Device<B> {
         }
         // Its own statement: the guard must not live across the device call.
         let stream = shard.lock_anyway().stream();
-        self.sh.history.oom(size, stream, || {
-            let rt = &self.sh.rt;
-            rt.on_device(self.sh.device, || rt.mem_info()).map_or(0, |(free, _)| free as u64)
-        });
+        self.sh.history.oom(size, stream, || device_free);
     }
 
     /// One retry of a request: an out-of-memory failure is the inner

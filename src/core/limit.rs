@@ -3,11 +3,13 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// A charge the limit refused: `size` bytes past `limit`.
+/// A charge the limit refused: `size` more bytes, with `charged` counted
+/// against `limit` already.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct OverLimit {
     pub size: usize,
     pub limit: usize,
+    pub charged: usize,
 }
 
 /// The memory fraction limit and the device bytes charged against it.
@@ -37,7 +39,7 @@ impl MemoryLimit {
         let limit = self.limit.load(Ordering::Relaxed);
         let mut cur = self.charged.load(Ordering::Relaxed);
         loop {
-            let next = cur.checked_add(size).filter(|&n| n <= limit).ok_or(OverLimit { size, limit })?;
+            let next = cur.checked_add(size).filter(|&n| n <= limit).ok_or(OverLimit { size, limit, charged: cur })?;
             match self.charged.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return Ok(()),
                 Err(v) => cur = v,

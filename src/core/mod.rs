@@ -11,7 +11,8 @@
 //!   grow, the handle cache, the address-space budget.
 //!
 //! The seam is the `Backing` trait: whether a free block is ready, whether
-//! it splits, obtain, detach, give back, settle, teardown. The same backing
+//! it splits, obtain, what is unused (by address: the cache takes it out),
+//! give back, settle, teardown. The same backing
 //! also answers for memory held outside any segment (`HeldOutside`), for
 //! sleep (`Sleeps`) and for reports (`Reports`). A backing never sees a
 //! `Pool`: it is handed `Parts` (the shard's cache, the backing's own

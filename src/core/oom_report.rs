@@ -23,13 +23,28 @@ pub(super) struct OomReport<'a> {
     pub device_memory: Result<(usize, usize), AclCallError>,
     pub stats: Stats,
     /// The largest free block of the request's own pool when its last
-    /// attempt failed. `stats` is gathered later and covers every stream,
-    /// so its largest free block may be one this request could not use.
+    /// attempt failed.
     pub largest_seen: u64,
+    /// The largest free block of the request's own pool now, as `stats`
+    /// is gathered (another thread may have freed one since that attempt).
+    pub largest_own_now: u64,
+    /// The largest free block of every other pool of the device, and where.
+    pub largest_elsewhere: Option<Elsewhere>,
     /// The ladder's steps that ran, in order.
     pub tried: &'a [&'static str],
     /// Why the last attempt failed.
     pub cause: String,
+}
+
+/// A free block in a pool the request could not use.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Elsewhere {
+    pub bytes: u64,
+    pub stream: Stream,
+    /// Its pool kind is the request's other one (same stream and pool).
+    pub other_kind_of_own: Option<super::policy::PoolKind>,
+    /// Its private pool, when that is not the request's pool.
+    pub other_pool: Option<u64>,
 }
 
 /// `bytes` in MiB, two decimals.
@@ -72,14 +87,40 @@ impl fmt::Display for OomReport<'_> {
             Mib(s.pending_free_bytes),
             Mib(self.largest_seen),
         )?;
-        if s.largest_free_block > self.largest_seen {
+        // Only what holds now: a block freed since in the request's own pool,
+        // and where a larger one this request cannot use lies.
+        if self.largest_own_now > self.largest_seen {
             write!(
                 f,
-                "The largest free block of this allocator is now {}: it is in another stream's pool, which this \
-                 request's stream cannot use, or was freed by another thread after that attempt (a retry may then \
-                 succeed). ",
-                Mib(s.largest_free_block)
+                "Its own pool's largest free block is {} now: freed after that attempt (by another thread, or a \
+                 free that waited for other streams' work), so a retry may succeed. ",
+                Mib(self.largest_own_now)
             )?;
+        }
+        if let Some(e) = self.largest_elsewhere.filter(|e| e.bytes > self.largest_seen.max(self.largest_own_now)) {
+            use super::policy::{PoolKind, SMALL_SIZE};
+            write!(f, "The largest free block of this allocator, {}, is in ", Mib(e.bytes))?;
+            match (e.other_kind_of_own, e.other_pool) {
+                (Some(PoolKind::Small), _) => write!(
+                    f,
+                    "this stream's small pool, which serves only requests of {} or less. ",
+                    Mib(SMALL_SIZE as u64)
+                )?,
+                (Some(PoolKind::Large), _) => {
+                    write!(f, "this stream's large pool, which serves only requests over {}. ", Mib(SMALL_SIZE as u64))?
+                }
+                (None, Some(0)) => {
+                    write!(f, "the default pool (stream {:#x}), which this request's pool does not use. ", e.stream.0)?
+                }
+                (None, Some(pool)) => write!(
+                    f,
+                    "private pool {pool} (stream {:#x}), which this request's pool does not use. ",
+                    e.stream.0
+                )?,
+                (None, None) => {
+                    write!(f, "the pool of stream {:#x}: a stream reuses only its own free blocks. ", e.stream.0)?
+                }
+            }
         }
         if let Ok((free, total)) = self.device_memory {
             // Under a MiB is the runtime's own rounding, not worth a sentence.
@@ -210,6 +251,8 @@ mod tests {
             device_memory: Ok((8 << 20, 64 << 20)),
             stats,
             largest_seen: 4 << 20,
+            largest_own_now: 4 << 20,
+            largest_elsewhere: None,
             tried: &["releasing cached memory", "freeing cached physical handles"],
             cause: "aclrtMallocPhysical failed with ACL_ERROR_RT_MEMORY_ALLOCATION (207001)".into(),
         };
@@ -226,7 +269,7 @@ mod tests {
             assert!(m.contains(part), "missing {part:?} in: {m}");
         }
         assert!(m.contains("The largest free block this request could use was 4.00 MiB at its last attempt."), "{m}");
-        assert!(!m.contains("is now"), "the figure did not change: {m}");
+        assert!(!m.contains(" now:") && !m.contains("is in "), "the figure did not change: {m}");
         let alone = OomReport { device_memory: Ok((24 << 20, 64 << 20)), tried: &[], ..report };
         let m = alone.to_string();
         assert!(!m.contains("does not hold"), "all used memory is this allocator's: {m}");
@@ -253,8 +296,9 @@ mod tests {
     }
 
     /// The concurrent case: by the time the report is gathered, another
-    /// thread freed a block larger than the request. The message keeps the
-    /// figure the failing request saw and says what changed since.
+    /// thread freed a block larger than the request in the request's own
+    /// pool. The message keeps the figure the failing request saw and says
+    /// what changed since.
     #[test]
     fn a_block_freed_after_the_failure_does_not_contradict_it() {
         let stats = Stats { reserved_bytes: 1 << 30, largest_free_block: 654 << 20, ..Stats::default() };
@@ -266,14 +310,65 @@ mod tests {
             device_memory: Ok((0, 1 << 30)),
             stats,
             largest_seen: 12 << 20,
+            largest_own_now: 654 << 20,
+            largest_elsewhere: Some(Elsewhere {
+                bytes: 2 << 20,
+                stream: Stream(0x20),
+                other_kind_of_own: None,
+                other_pool: None,
+            }),
             tried: &["releasing cached memory"],
             cause: "aclrtMalloc failed".into(),
         };
         let m = report.to_string();
         assert!(m.contains("cannot allocate 300.00 MiB"), "{m}");
         assert!(m.contains("The largest free block this request could use was 12.00 MiB at its last attempt."), "{m}");
-        assert!(m.contains("The largest free block of this allocator is now 654.00 MiB"), "{m}");
-        assert!(m.contains("or was freed by another thread after that attempt"), "{m}");
-        assert!(!m.contains("largest free block is 654"), "{m}");
+        assert!(m.contains("Its own pool's largest free block is 654.00 MiB now: freed after that attempt"), "{m}");
+        // A smaller block elsewhere is not worth naming.
+        assert!(!m.contains("stream 0x20") && !m.contains("is in "), "{m}");
+    }
+
+    /// Each place a larger free block can be that the request cannot use is
+    /// named for what it is, and no other cause is offered.
+    #[test]
+    fn a_larger_block_the_request_cannot_use_is_named_where_it_is() {
+        use crate::core::policy::PoolKind;
+        let at = |other_kind_of_own, other_pool| {
+            OomReport {
+                device: 0,
+                stream: Stream(0x10),
+                size: 300 << 20,
+                rounded: 300 << 20,
+                device_memory: Ok((0, 1 << 30)),
+                stats: Stats { reserved_bytes: 1 << 30, largest_free_block: 18 << 20, ..Stats::default() },
+                largest_seen: 0,
+                largest_own_now: 0,
+                largest_elsewhere: Some(Elsewhere {
+                    bytes: 18 << 20,
+                    stream: Stream(0x20),
+                    other_kind_of_own,
+                    other_pool,
+                }),
+                tried: &[],
+                cause: "aclrtMalloc failed".into(),
+            }
+            .to_string()
+        };
+        for (m, says) in [
+            (
+                at(Some(PoolKind::Small), None),
+                "is in this stream's small pool, which serves only requests of 1.00 MiB or less.",
+            ),
+            (
+                at(Some(PoolKind::Large), None),
+                "is in this stream's large pool, which serves only requests over 1.00 MiB.",
+            ),
+            (at(None, None), "is in the pool of stream 0x20: a stream reuses only its own free blocks."),
+            (at(None, Some(3)), "is in private pool 3 (stream 0x20), which this request's pool does not use."),
+            (at(None, Some(0)), "is in the default pool (stream 0x20), which this request's pool does not use."),
+        ] {
+            assert!(m.contains(&format!("The largest free block of this allocator, 18.00 MiB, {says}")), "{m}");
+            assert!(!m.contains("another thread") && !m.contains("retry"), "{m}");
+        }
     }
 }

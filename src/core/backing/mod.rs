@@ -102,8 +102,10 @@ impl<B: Backing> std::ops::DerefMut for Parts<'_, B> {
 }
 
 /// What a backing keeps for each segment of a shard, by the cache's
-/// segment id: recorded when the backing adds the segment, taken out when
-/// it removes it (an id is reused only after that).
+/// segment id: recorded when the backing adds the segment (or settles one
+/// kept back), taken out when it removes it or gives it whole in `unused`
+/// (the cache removes the segment right after); an id is reused only after
+/// that.
 #[derive(Debug)]
 pub(crate) struct PerSegment<T>(Vec<Option<T>>);
 
@@ -398,10 +400,12 @@ pub type WakeHandles = std::collections::VecDeque<(crate::runtime::PhysicalHandl
 /// Why memory could not be obtained.
 #[derive(Debug)]
 pub(crate) enum GrowError {
-    /// The memory fraction limit would be exceeded.
+    /// The memory fraction limit would be exceeded: `size` more bytes with
+    /// `charged` counted against `limit` already.
     OverLimit {
         size: usize,
         limit: usize,
+        charged: usize,
     },
     /// No address space for another expandable range of `range` bytes: the
     /// process-wide budget (`refused` None) or the runtime refused it.
@@ -426,7 +430,7 @@ pub(crate) enum GrowError {
 
 impl From<super::limit::OverLimit> for GrowError {
     fn from(e: super::limit::OverLimit) -> Self {
-        GrowError::OverLimit { size: e.size, limit: e.limit }
+        GrowError::OverLimit { size: e.size, limit: e.limit, charged: e.charged }
     }
 }
 

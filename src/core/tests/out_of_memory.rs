@@ -1,7 +1,7 @@
 //! Running out of memory: the recovery ladder and its report, retried
 //! runtime failures, and the memory fraction.
 
-use super::support::{allocator, drop_stream, emu_lock, fail_nth, finish, new_stream, set_capacity};
+use super::support::{allocator, drop_stream, emu_lock, fail_nth, finish, new_stream, set_capacity, DEV};
 use crate::core::*;
 
 #[test]
@@ -57,15 +57,91 @@ fn oom_report_separates_the_requests_pool_from_other_streams() {
     let Error::OutOfMemory(msg) = &err else { panic!("expected OOM, got {err:?}") };
     assert!(msg.contains("cannot allocate 12.00 MiB"), "{msg}");
     assert!(msg.contains("The largest free block this request could use was 0.00 MiB at its last attempt."), "{msg}");
-    assert!(
-        msg.contains("The largest free block of this allocator is now 18.00 MiB: it is in another stream's pool"),
-        "{msg}"
+    let said = format!(
+        "The largest free block of this allocator, 18.00 MiB, is in the pool of stream {:#x}: a stream reuses only \
+         its own free blocks.",
+        Stream::DEFAULT.0
     );
+    assert!(msg.contains(&said), "{msg}");
+    assert!(!msg.contains("another thread") && !msg.contains("retry"), "no thread freed anything: {msg}");
     a.free(p).unwrap();
     a.free(q).unwrap();
     finish(a);
     drop_stream(other);
     set_capacity(1 << 30);
+}
+
+/// One allocator, one stream, one thread: the larger free block is the
+/// stream's own small pool's, and the message says so, not that another
+/// stream or thread may hold it.
+#[test]
+fn oom_report_names_the_streams_other_pool_and_no_cause_that_does_not_hold() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    for config in ["", "expandable_segments:false"] {
+        let a = allocator(config);
+        let p = a.malloc(1 << 20, Stream::DEFAULT).unwrap();
+        let err = a.malloc(2 << 30, Stream::DEFAULT).unwrap_err();
+        let Error::OutOfMemory(msg) = &err else { panic!("{config}: expected OOM, got {err:?}") };
+        assert!(
+            msg.contains("is in this stream's small pool, which serves only requests of 1.00 MiB or less."),
+            "{config}: {msg}"
+        );
+        for cause in ["another stream", "another thread", "retry"] {
+            assert!(!msg.contains(cause), "{config}: {cause:?} does not hold here: {msg}");
+        }
+        a.free(p).unwrap();
+        finish(a);
+    }
+}
+
+/// The fraction's refusal gives the figures that decided it: the limit and
+/// what was counted against it when the request asked for more, this
+/// request's own new memory included (given back before the message counts
+/// what is held), not a segment size that would seem to fit.
+#[test]
+fn a_fraction_refusal_states_the_limit_and_what_counted_against_it() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    for config in ["", "expandable_segments:false"] {
+        let a = allocator(config);
+        a.set_memory_fraction(0.1).unwrap();
+        let live = a.malloc(50 << 20, Stream::DEFAULT).unwrap();
+        let err = a.malloc(200 << 20, Stream::DEFAULT).unwrap_err();
+        let Error::OutOfMemory(msg) = &err else { panic!("{config}: expected OOM, got {err:?}") };
+        assert!(msg.contains("Last failure: the memory fraction limit is 102.40 MiB: "), "{config}: {msg}");
+        // The figures: what was counted plus what was asked passes the limit.
+        let tail = msg.split("the memory fraction limit is 102.40 MiB: ").nth(1).unwrap();
+        let mib = |s: &str| s.trim().trim_end_matches(" MiB").parse::<f64>().unwrap();
+        let counted = mib(tail.split(" was counted against it").next().unwrap());
+        let asked = mib(tail.split("when ").nth(1).unwrap().split(" more were asked for").next().unwrap());
+        assert!(counted + asked > 102.40 && counted <= 102.40, "{config}: {counted} + {asked}: {msg}");
+        assert!(!msg.contains("segment would exceed"), "{config}: {msg}");
+        a.free(live).unwrap();
+        a.set_memory_fraction(1.0).unwrap();
+        finish(a);
+    }
+}
+
+/// The history's oom event records the free memory the message states
+/// (one reading, after the request gave back what it obtained).
+#[test]
+fn the_oom_event_and_the_message_state_the_same_free_memory() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    for config in ["", "expandable_segments:false"] {
+        let a = allocator(config);
+        a.record_history(16);
+        let err = a.malloc(2 << 30, Stream::DEFAULT).unwrap_err();
+        let Error::OutOfMemory(msg) = &err else { panic!("{config}: expected OOM, got {err:?}") };
+        let last = *a.history().last().unwrap();
+        assert_eq!(last.action, crate::core::history::Action::Oom, "{config}");
+        let said = format!("Device {DEV} reports {} free of", crate::core::oom_report::Mib(last.device_free));
+        assert!(msg.contains(&said), "{config}: the event says {} bytes free: {msg}", last.device_free);
+        assert!(last.device_free > 0, "{config}: {msg}");
+        a.record_history(0);
+        finish(a);
+    }
 }
 
 #[test]

@@ -164,11 +164,12 @@ impl RangePool<'_> {
         let r = self.range_mut(g.segment);
         let head = ((g.addr - r.base) / r.page_size) as u32;
         if unmapped {
-            self.forget_retired(g.segment, head);
-        } else if let Some(x) = r.retired.iter_mut().find(|x| x.head == head) {
+            return self.forget_retired(g.segment, head);
+        }
+        if let Some(x) = r.retired.iter_mut().find(|x| x.head == head) {
             x.flushing = false;
         }
-        unmapped
+        false
     }
 
     /// Unmaps every retired span of `seg` (the caller synchronized its
@@ -184,8 +185,9 @@ impl RangePool<'_> {
             match sh.rt.on_device(sh.device, || sh.rt.unmap(addr)) {
                 Ok(()) => {
                     sh.counters.page_unmapped();
-                    self.forget_retired(seg, x.head);
-                    self.return_block(x.block);
+                    if self.forget_retired(seg, x.head) {
+                        self.return_block(x.block);
+                    }
                 }
                 Err(e) => {
                     first_error.get_or_insert(Error::runtime(e, "unmapping the old address of a moved page"));
@@ -197,15 +199,17 @@ impl RangePool<'_> {
 
     /// The retired span at page `head` just unmapped: its pages unmapped in
     /// the page table (its block is the caller's to free); the handle stays
-    /// mapped at its new pages, neither cached nor freed.
-    fn forget_retired(&mut self, seg: SegmentId, head: u32) {
+    /// mapped at its new pages, neither cached nor freed. False when no span
+    /// starts there (nothing to free).
+    fn forget_retired(&mut self, seg: SegmentId, head: u32) -> bool {
         let r = self.range_mut(seg);
         let (base, page) = (r.base, r.page_size);
-        let Some(k) = r.retired.iter().position(|x| x.head == head) else { return };
+        let Some(k) = r.retired.iter().position(|x| x.head == head) else { return false };
         let x = r.retired.remove(k);
         let (head, units) = (x.head as usize, x.units as usize);
         r.clear(head, units);
         self.sh.history.record(Action::SegmentUnmap, base + head * page, units * page, self.stream);
+        true
     }
 }
 

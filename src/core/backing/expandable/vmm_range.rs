@@ -56,10 +56,9 @@ pub struct VmmRange {
     pub retired: RetiredSpans,
 }
 
-/// A range's retired spans, boxed: a range with none costs one word, so
-/// the segment stays 176 bytes (a `Vec` here would make it 192, and the hit
-/// path's `unmapped_under` would need an extra instruction to index the
-/// segments by a stride of 3 x 64).
+/// A range's retired spans, boxed: a range with none (the usual case) costs
+/// one word, which keeps the page tables the hit path's `unmapped_under`
+/// indexes by segment id small.
 #[derive(Debug, Clone, Default)]
 // One word when empty (a `Vec` is three): the box is the point.
 #[allow(clippy::box_collection)]
@@ -185,9 +184,12 @@ impl VmmRange {
     /// holds one).
     pub fn mapped_spans(&self, first: usize, end: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
         let end = end.min(self.top());
-        // Mapped exactly below the top: one run, no page looked at.
-        let dense = self.mapped == self.top() && self.retired.is_empty();
-        let backs = move |i: usize| dense || (self.page(i).is_some() && !self.retired_at(i));
+        // Only a span crossing [first, end) is skipped page by page (a free
+        // block's pages never hold one); mapped exactly below the top and
+        // crossed by none, it is one run and no page is looked at.
+        let crossed = self.retired.iter().any(|r| (r.head as usize) < end && first < (r.head + r.units) as usize);
+        let dense = self.mapped == self.top() && !crossed;
+        let backs = move |i: usize| dense || (self.page(i).is_some() && !(crossed && self.retired_at(i)));
         let mut i = first;
         std::iter::from_fn(move || {
             while i < end && !backs(i) {
