@@ -38,9 +38,9 @@ typedef void *aclrtStream;
 /**
  * Version of the `npualloc_stats` layout this library fills: 2 added the
  * fields from `num_physical_mallocs` on, 3 those from `segments_peak` on,
- * 4 `num_handle_moves`.
+ * 4 `num_handle_moves`, 5 those from `allocated_bytes_total` on.
  */
-#define NPUALLOC_STATS_VERSION 4
+#define NPUALLOC_STATS_VERSION 5
 
 /**
  * Major version of the library (semantic versioning).
@@ -311,6 +311,38 @@ typedef struct npualloc_stats {
      * here on.)
      */
     uint64_t num_handle_moves;
+    /**
+     * Bytes of the blocks handed out since the allocator was made, as
+     * rounded: `allocated_bytes_total - allocated_bytes` bytes were freed.
+     * (Version 5 from here on.)
+     */
+    uint64_t allocated_bytes_total;
+    /**
+     * Device memory obtained since the allocator was made (fixed segments
+     * and physical handles): `reserved_bytes_total - reserved_bytes` bytes
+     * were given back.
+     */
+    uint64_t reserved_bytes_total;
+    /**
+     * Blocks freed by the caller and waiting for work on other streams
+     * (their bytes are `pending_free_bytes`).
+     */
+    uint64_t pending_free_blocks;
+    /**
+     * Free blocks of fixed segments that hold other blocks too: cached
+     * pieces of a split segment (none with expandable segments).
+     */
+    uint64_t inactive_split_blocks;
+    /**
+     * Bytes of those blocks.
+     */
+    uint64_t inactive_split_bytes;
+    /**
+     * Blocks of at least this many bytes are never split
+     * (`max_split_size_mb`); `UINT64_MAX` when no limit is set (PyTorch's
+     * -1, read as a signed number).
+     */
+    uint64_t max_split_size;
 } npualloc_stats;
 
 /**

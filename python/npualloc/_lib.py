@@ -67,7 +67,8 @@ class Stats(ctypes.Structure):
             "largest_free_block", "num_physical_mallocs", "num_physical_frees", "pending_free_bytes",
             "segment_bytes", "cached_handle_bytes", "address_space_bytes",
             "segments_peak", "num_segments_created", "num_segments_released",
-            "num_handle_moves",
+            "num_handle_moves", "allocated_bytes_total", "reserved_bytes_total", "pending_free_blocks",
+            "inactive_split_blocks", "inactive_split_bytes", "max_split_size",
         )
     ]
 

@@ -128,9 +128,9 @@ impl<B: Memory> Device<B> {
             let old = self.pools.tally(e.pool());
             for shard in &e.shards {
                 let mut p = shard.lock_anyway();
-                let counts = p.take_counts();
+                let left = p.take_cumulative();
                 if let Some(t) = &old {
-                    t.keep_counts(counts);
+                    t.keep(left);
                 }
                 p.set_stream(stream);
             }

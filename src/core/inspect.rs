@@ -60,13 +60,8 @@ impl<B: Memory> Device<B> {
         let mut largest = 0;
         for shard in self.streams.shards() {
             let pool = shard.lock()?;
-            pool.counters().add_to(&mut s);
+            pool.add_figures(&mut s);
             largest = largest.max(pool.largest_free());
-            s.pending_free_bytes += (pool.cache.pending_bytes() + pool.quarantined_bytes()) as u64;
-            for id in pool.cache.segments.ids() {
-                s.segment_bytes += B::held_bytes(&pool.backing, id) as u64;
-                s.address_space_bytes += pool.cache.segments.get(id).size as u64;
-            }
         }
         for tally in self.pools.tallies() {
             tally.add_kept_counts(&mut s);
@@ -74,6 +69,7 @@ impl<B: Memory> Device<B> {
         self.sh.counters.add_to(&mut s);
         self.peaks.add_to(&mut s);
         s.largest_free_block = largest as u64;
+        s.max_split_size = self.sh.policy.max_split_size as u64;
         s.cached_handle_bytes = self.sh.backing.cached_bytes() as u64;
         Ok(s)
     }

@@ -1,5 +1,6 @@
-//! The invariant checker of one shard: run under debug assertions after
-//! every transition (see `Pool::after_transition`) and by tests.
+//! A shard's figures for the statistics, and its invariant checker: run
+//! under debug assertions after every transition (see
+//! `Pool::after_transition`) and by tests.
 //!
 //! - blocks of a segment tile it exactly, in address order, with consistent
 //!   back links;
@@ -18,6 +19,7 @@
 use super::backing::Memory;
 use super::cache::block::{BlockState, NIL};
 use super::pool::Pool;
+use super::stats::Stats;
 
 impl<B: Memory> Pool<B> {
     /// Device memory this shard's segments hold.
@@ -29,6 +31,28 @@ impl<B: Memory> Pool<B> {
     /// call.
     pub fn largest_free(&self) -> usize {
         B::largest_free(&self.cache, &self.backing)
+    }
+
+    /// Adds this shard's block and segment figures to `s` (not its
+    /// largest free run: a maximum, `largest_free`).
+    pub fn add_figures(&self, s: &mut Stats) {
+        self.counters().add_to(s);
+        s.pending_free_bytes += (self.cache.pending_bytes() + self.quarantined_bytes()) as u64;
+        s.pending_free_blocks += self.cache.order.pending_count() as u64;
+        for seg in self.cache.segments.ids() {
+            s.segment_bytes += B::held_bytes(&self.backing, seg) as u64;
+            s.address_space_bytes += self.cache.segments.get(seg).size as u64;
+            // torch_npu's inactive split blocks: cached pieces (free or
+            // held for reuse) of a fixed segment of more than one block.
+            if !B::describe(&self.backing, seg).0 && self.cache.blocks_of(seg).nth(1).is_some() {
+                for (_, b) in
+                    self.cache.blocks_of(seg).filter(|(_, b)| matches!(b.state, BlockState::Free | BlockState::Held))
+                {
+                    s.inactive_split_blocks += 1;
+                    s.inactive_split_bytes += b.size as u64;
+                }
+            }
+        }
     }
 
     pub fn check_invariants(&self) -> Result<(), String> {
@@ -144,10 +168,12 @@ impl<B: Memory> Pool<B> {
             }
         }
         let c = self.cache.counters;
-        if c.allocated != allocated || c.requested != requested || c.active != active {
+        if c.allocated != allocated || c.requested != requested || c.live() != active {
             return Err(format!(
                 "counters say {} allocated / {} requested / {} active, recount {allocated} / {requested} / {active}",
-                c.allocated, c.requested, c.active
+                c.allocated,
+                c.requested,
+                c.live()
             ));
         }
         Ok(())

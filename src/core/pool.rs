@@ -15,7 +15,7 @@ use super::cache::Cache;
 use super::history::Action;
 use super::policy::PoolKind;
 use super::shared::Shared;
-use super::stats::ShardCounters;
+use super::stats::{Cumulative, ShardCounters};
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use std::sync::Arc;
@@ -75,13 +75,13 @@ impl<B: Memory> Pool<B> {
         self.cache.stream
     }
 
-    /// The empty shard's cumulative (allocs, frees), taken out (its entry
-    /// goes to another stream); the backing's part of it starts again, as
-    /// its request counts do (it holds no segment).
-    pub fn take_counts(&mut self) -> (u64, u64) {
+    /// The empty shard's cumulative figures, taken out (its entry goes to
+    /// another stream); the backing's part of it starts again, as its
+    /// request counts do (it holds no segment).
+    pub fn take_cumulative(&mut self) -> Cumulative {
         debug_assert!(self.cache.segments.ids().next().is_none(), "a shard with segments is taken over");
         self.backing = Default::default();
-        self.cache.counters.take_counts()
+        self.cache.counters.take_cumulative()
     }
 
     /// Serves `size` bytes (rounded to `rounded`) from this shard's cache,

@@ -1,6 +1,6 @@
 //! Statistics, kept where they change so that no counter is a cache line
 //! every stream's hits write:
-//! - block counters (allocated, requested, active, allocs, frees) live in
+//! - block counters (allocated, requested, allocs, frees, bytes handed out) live in
 //!   each shard and change under its lock (`ShardCounters`);
 //! - device counters (reserved memory, device calls, retries, OOMs) change
 //!   only around device calls, so they are shared atomics (`DeviceCounters`);
@@ -46,7 +46,13 @@ macro_rules! stats_table {
             segments_peak "The most `segments` at once. (Version 3 from here on.)",
             num_segments_created "Segments made: fixed segments obtained with aclrtMalloc plus expandable ranges reserved.",
             num_segments_released "Segments given back; `num_segments_created - num_segments_released` is `segments`.",
-            num_handle_moves "Wholly free physical handles mapped a second time where an expandable range grew, in place of a fresh handle (each also counts in `num_maps`; its old address is unmapped later). (Version 4 from here on.)"
+            num_handle_moves "Wholly free physical handles mapped a second time where an expandable range grew, in place of a fresh handle (each also counts in `num_maps`; its old address is unmapped later). (Version 4 from here on.)",
+            allocated_bytes_total "Bytes of the blocks handed out since the allocator was made, as rounded: `allocated_bytes_total - allocated_bytes` bytes were freed. (Version 5 from here on.)",
+            reserved_bytes_total "Device memory obtained since the allocator was made (fixed segments and physical handles): `reserved_bytes_total - reserved_bytes` bytes were given back.",
+            pending_free_blocks "Blocks freed by the caller and waiting for work on other streams (their bytes are `pending_free_bytes`).",
+            inactive_split_blocks "Free blocks of fixed segments that hold other blocks too: cached pieces of a split segment (none with expandable segments).",
+            inactive_split_bytes "Bytes of those blocks.",
+            max_split_size "Blocks of at least this many bytes are never split (`max_split_size_mb`); `UINT64_MAX` when no limit is set (PyTorch's -1, read as a signed number)."
         }
     };
 }
@@ -84,9 +90,19 @@ stats_table!(define_stats);
 pub(crate) struct ShardCounters {
     pub allocated: u64,
     pub requested: u64,
-    pub active: u64,
     pub allocs: u64,
     pub frees: u64,
+    /// Bytes of the blocks handed out, as rounded (cumulative).
+    pub allocated_total: u64,
+}
+
+/// The cumulative figures of an empty shard that changes pools: they stay
+/// with its old pool (`PoolTally`).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Cumulative {
+    pub allocs: u64,
+    pub frees: u64,
+    pub allocated_total: u64,
 }
 
 impl ShardCounters {
@@ -94,7 +110,7 @@ impl ShardCounters {
     pub fn block_allocated(&mut self, size: usize, requested: usize) {
         self.allocated += size as u64;
         self.requested += requested as u64;
-        self.active += 1;
+        self.allocated_total += size as u64;
         self.allocs += 1;
     }
 
@@ -102,22 +118,33 @@ impl ShardCounters {
     pub fn block_freed(&mut self, size: usize, requested: usize) {
         self.allocated -= size as u64;
         self.requested -= requested as u64;
-        self.active -= 1;
         self.frees += 1;
     }
 
-    /// Takes the cumulative (allocs, frees) out, leaving zero: an empty
-    /// shard changing pools leaves them with its old pool (`PoolTally`).
-    pub fn take_counts(&mut self) -> (u64, u64) {
-        (std::mem::take(&mut self.allocs), std::mem::take(&mut self.frees))
+    /// Live blocks: every block handed out and not freed.
+    #[inline]
+    pub fn live(&self) -> u64 {
+        self.allocs - self.frees
+    }
+
+    /// Takes the cumulative figures out, leaving zero (the shard holds no
+    /// live block, so its live figures are zero too).
+    pub fn take_cumulative(&mut self) -> Cumulative {
+        debug_assert_eq!(self.live(), 0, "a shard with live blocks changes pools");
+        Cumulative {
+            allocs: std::mem::take(&mut self.allocs),
+            frees: std::mem::take(&mut self.frees),
+            allocated_total: std::mem::take(&mut self.allocated_total),
+        }
     }
 
     pub fn add_to(&self, s: &mut Stats) {
         s.allocated_bytes += self.allocated;
         s.requested_bytes += self.requested;
-        s.active_blocks += self.active;
+        s.active_blocks += self.live();
         s.num_allocs += self.allocs;
         s.num_frees += self.frees;
+        s.allocated_bytes_total += self.allocated_total;
     }
 }
 
@@ -126,6 +153,7 @@ impl ShardCounters {
 pub(crate) struct DeviceCounters {
     reserved: AtomicU64,
     reserved_peak: AtomicU64,
+    reserved_total: AtomicU64,
     segments: AtomicU64,
     segments_peak: AtomicU64,
     segments_created: AtomicU64,
@@ -188,6 +216,7 @@ impl DeviceCounters {
         self.both(|c| {
             let now = c.reserved.fetch_add(size as u64, Relaxed) + size as u64;
             c.reserved_peak.fetch_max(now, Relaxed);
+            c.reserved_total.fetch_add(size as u64, Relaxed);
         });
     }
 
@@ -302,6 +331,7 @@ impl DeviceCounters {
     pub fn add_to(&self, s: &mut Stats) {
         s.reserved_bytes = self.reserved.load(Relaxed);
         s.reserved_bytes_peak = self.reserved_peak.load(Relaxed);
+        s.reserved_bytes_total = self.reserved_total.load(Relaxed);
         s.segments = self.segments.load(Relaxed);
         s.segments_peak = self.segments_peak.load(Relaxed).max(s.segments);
         s.num_segments_created = self.segments_created.load(Relaxed);

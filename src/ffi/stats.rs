@@ -7,8 +7,8 @@ use std::ffi::{c_char, CString};
 
 /// Version of the `npualloc_stats` layout this library fills: 2 added the
 /// fields from `num_physical_mallocs` on, 3 those from `segments_peak` on,
-/// 4 `num_handle_moves`.
-pub const NPUALLOC_STATS_VERSION: u32 = 4;
+/// 4 `num_handle_moves`, 5 those from `allocated_bytes_total` on.
+pub const NPUALLOC_STATS_VERSION: u32 = 5;
 
 /// Allocator statistics (PyTorch `memory_stats()` vocabulary, plus where the
 /// reserved memory is). The caller sets `struct_size` to
@@ -97,6 +97,26 @@ pub struct npualloc_stats {
     /// in `num_maps`; its old address is unmapped later). (Version 4 from
     /// here on.)
     pub num_handle_moves: u64,
+    /// Bytes of the blocks handed out since the allocator was made, as
+    /// rounded: `allocated_bytes_total - allocated_bytes` bytes were freed.
+    /// (Version 5 from here on.)
+    pub allocated_bytes_total: u64,
+    /// Device memory obtained since the allocator was made (fixed segments
+    /// and physical handles): `reserved_bytes_total - reserved_bytes` bytes
+    /// were given back.
+    pub reserved_bytes_total: u64,
+    /// Blocks freed by the caller and waiting for work on other streams
+    /// (their bytes are `pending_free_bytes`).
+    pub pending_free_blocks: u64,
+    /// Free blocks of fixed segments that hold other blocks too: cached
+    /// pieces of a split segment (none with expandable segments).
+    pub inactive_split_blocks: u64,
+    /// Bytes of those blocks.
+    pub inactive_split_bytes: u64,
+    /// Blocks of at least this many bytes are never split
+    /// (`max_split_size_mb`); `UINT64_MAX` when no limit is set (PyTorch's
+    /// -1, read as a signed number).
+    pub max_split_size: u64,
 }
 
 macro_rules! stats_from_core {

@@ -84,16 +84,13 @@ struct Live {
   void* hccl_work = nullptr;
 };
 
-// Counters at the last reset_accumulated_memory_stats, per device.
-struct Baseline {
-  uint64_t allocs = 0, frees = 0, segments_created = 0, segments_released = 0, retries = 0, ooms = 0, syncs = 0;
-};
-
 // What the bridge counts itself, per device, under its lock (it already takes it for every
-// allocation and free): torch_npu's live blocks and their peak, and the cumulative bytes asked
-// (npualloc keeps neither: counting them in npualloc's shards would add to its cache-hit path).
+// allocation and free): torch_npu's live blocks and their peak, and the bytes torch_npu asked
+// for, without the tail the bridge adds (torch_npu's requested_size is the size before its
+// padding: NPUCachingAllocator.cpp, DeviceCachingAllocator::malloc).
 struct Counts {
   int64_t live = 0, live_peak = 0;
+  int64_t requested_live = 0, requested_peak = 0;
   int64_t requested_in = 0, requested_out = 0;  // since the last reset_accumulated_memory_stats
 };
 
@@ -392,7 +389,9 @@ class Bridge final : public NCA::NPUAllocator {
   int device_count_ = 1;
   std::array<std::atomic<double>, kMaxDevices> fractions_{};
   std::array<npualloc_allocator*, kMaxDevices> handles_{};
-  std::array<Baseline, kMaxDevices> baselines_{};
+  // npualloc's statistics at the last reset_accumulated_memory_stats, per device: its cumulative
+  // counters, and the current figures whose changes since then tell what was freed.
+  std::array<npualloc_stats, kMaxDevices> baselines_{};
   std::array<Counts, kMaxDevices> counts_{};
   std::mutex mu_;
   std::unordered_map<void*, Live> live_;
@@ -444,6 +443,11 @@ class Bridge final : public NCA::NPUAllocator {
         s.segments_peak = s.segments;
         s.num_segments_created = s.num_device_mallocs;
         s.num_segments_released = s.num_device_frees;
+      }
+      if (s.version < 5) {
+        // Older still (before stats version 5): no cumulative bytes (they read 0) and no
+        // max_split_size, which then is "none".
+        s.max_split_size = UINT64_MAX;
       }
     }
     return s;

@@ -99,11 +99,11 @@ impl Cache {
 
     /// No segment, so no block of any state: the shard may change stream.
     pub fn holds_nothing(&self) -> bool {
-        self.segments.ids().next().is_none() && self.counters.active == 0 && self.pending_bytes() == 0
+        self.segments.ids().next().is_none() && self.counters.live() == 0 && self.pending_bytes() == 0
     }
 
     /// Live (allocated) blocks and bytes.
     pub fn live(&self) -> (u64, u64) {
-        (self.counters.active, self.counters.allocated)
+        (self.counters.live(), self.counters.allocated)
     }
 }

@@ -232,19 +232,15 @@ impl<B: Memory> Device<B> {
         for entry in self.streams.iter().filter(|e| e.pool() == pool) {
             for shard in &entry.shards {
                 let p = shard.lock()?;
-                p.counters().add_to(&mut s);
+                p.add_figures(&mut s);
                 largest = largest.max(p.largest_free());
-                s.pending_free_bytes += (p.cache.pending_bytes() + p.quarantined_bytes()) as u64;
-                for id in p.cache.segments.ids() {
-                    s.segment_bytes += B::held_bytes(&p.backing, id) as u64;
-                    s.address_space_bytes += p.cache.segments.get(id).size as u64;
-                    s.segments += 1;
-                }
+                s.segments += p.cache.segments.ids().count() as u64;
             }
         }
         s.reserved_bytes = s.segment_bytes;
         tally.add_to(&mut s);
         s.largest_free_block = largest as u64;
+        s.max_split_size = self.sh.policy.max_split_size as u64;
         Ok(s)
     }
 

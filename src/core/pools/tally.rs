@@ -12,7 +12,7 @@
 //! The `Device` methods that keep the figures up to date are in `pools`:
 //! the device holds them (`state`), so this module names nothing of it.
 
-use crate::core::stats::{DeviceCounters, Stats};
+use crate::core::stats::{Cumulative, DeviceCounters, Stats};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -23,10 +23,12 @@ pub(crate) struct PoolTally {
     allocated_peak: AtomicU64,
     requested_peak: AtomicU64,
     reserved_peak: AtomicU64,
-    /// Allocs and frees of the pool's shards that went to another pool
-    /// since (a retired entry taken over): kept here, out of those shards.
+    /// The cumulative figures of the pool's shards that went to another
+    /// pool since (a retired entry taken over): kept here, out of those
+    /// shards.
     left_allocs: AtomicU64,
     left_frees: AtomicU64,
+    left_allocated_total: AtomicU64,
 }
 
 impl PoolTally {
@@ -49,18 +51,20 @@ impl PoolTally {
         self.calls.reset_peak();
     }
 
-    /// The (allocs, frees) of one of the pool's shards that goes to another
-    /// pool (`Device::add_entry`).
-    pub fn keep_counts(&self, (allocs, frees): (u64, u64)) {
-        self.left_allocs.fetch_add(allocs, Relaxed);
-        self.left_frees.fetch_add(frees, Relaxed);
+    /// The cumulative figures of one of the pool's shards that goes to
+    /// another pool (`Device::add_entry`).
+    pub fn keep(&self, left: Cumulative) {
+        self.left_allocs.fetch_add(left.allocs, Relaxed);
+        self.left_frees.fetch_add(left.frees, Relaxed);
+        self.left_allocated_total.fetch_add(left.allocated_total, Relaxed);
     }
 
-    /// Adds the counts kept by `keep_counts` to `s` (the device's totals
-    /// and the pool's own).
+    /// Adds the figures kept by `keep` to `s` (the device's totals and the
+    /// pool's own).
     pub fn add_kept_counts(&self, s: &mut Stats) {
         s.num_allocs += self.left_allocs.load(Relaxed);
         s.num_frees += self.left_frees.load(Relaxed);
+        s.allocated_bytes_total += self.left_allocated_total.load(Relaxed);
     }
 
     /// Fills the device-call counters, the kept counts and the peaks of

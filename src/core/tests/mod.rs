@@ -38,6 +38,7 @@ mod routed_retired_entry;
 mod sleep;
 mod sleep_after_partial_wake;
 mod sleep_race;
+mod stats_totals;
 mod streams;
 pub(crate) mod support;
 mod teardown;
