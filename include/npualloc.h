@@ -43,6 +43,17 @@ typedef void *aclrtStream;
 #define NPUALLOC_STATS_VERSION 5
 
 /**
+ * The pool kind `npualloc_get_kind_stats` reports on: PyTorch's small pool
+ * (blocks of at most 1 MiB as rounded).
+ */
+#define NPUALLOC_SMALL_BLOCKS 0
+
+/**
+ * The large pool (blocks over 1 MiB).
+ */
+#define NPUALLOC_LARGE_BLOCKS 1
+
+/**
  * Major version of the library (semantic versioning).
  */
 #define NPUALLOC_VERSION_MAJOR 0
@@ -446,6 +457,9 @@ typedef struct npualloc_api {
                                   size_t);
     npualloc_status (*wake_with)(struct npualloc_allocator*, const uint64_t*, size_t);
     npualloc_status (*pool_empty_cache)(struct npualloc_allocator*, uint64_t);
+    npualloc_status (*get_kind_stats)(const struct npualloc_allocator*,
+                                      int32_t,
+                                      struct npualloc_stats*);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -1322,6 +1336,29 @@ npualloc_status npualloc_wake_with(struct npualloc_allocator *a, const uint64_t 
  * (at least its two header fields).
  */
 npualloc_status npualloc_get_stats(const struct npualloc_allocator *a, struct npualloc_stats *out);
+
+/**
+ * Fills `*out` as `npualloc_get_stats` does, for the blocks of one pool
+ * kind (`NPUALLOC_SMALL_BLOCKS` or `NPUALLOC_LARGE_BLOCKS`) over every
+ * pool: PyTorch's "small_pool" and "large_pool" figures. Blocks, cumulative
+ * block figures, pending frees, inactive split blocks, segments and their
+ * bytes are the kind's own; reserved bytes are its segments' (unmapped
+ * handles cached for reuse belong to no kind); the peaks of allocated and
+ * requested bytes are the kind's sums at the moments `npualloc_get_stats`'s
+ * peaks are taken, so a high of one kind while the allocator's total stays
+ * below its peak is missed; the reserved and segment peaks read as their
+ * current figures, and the counters of device calls and
+ * `reserved_bytes_total` read 0 (kept for the whole allocator only).
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for another `kind`, a NULL or dead
+ * handle, a NULL `out` or a `struct_size` below the header. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle; `out` as for `npualloc_get_stats`.
+ */
+npualloc_status npualloc_get_kind_stats(const struct npualloc_allocator *a,
+                                        int32_t kind,
+                                        struct npualloc_stats *out);
 
 /**
  * Resets the peak counters to the current values.

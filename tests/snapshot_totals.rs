@@ -17,7 +17,8 @@ mod common;
 use common::*;
 use npualloc::ffi::npualloc_status::*;
 use npualloc::ffi::stats::{
-    npualloc_get_stats, npualloc_snapshot_json, npualloc_stats, npualloc_string_free, NPUALLOC_STATS_VERSION,
+    npualloc_get_kind_stats, npualloc_get_stats, npualloc_snapshot_json, npualloc_stats, npualloc_string_free,
+    NPUALLOC_LARGE_BLOCKS, NPUALLOC_SMALL_BLOCKS, NPUALLOC_STATS_VERSION,
 };
 use npualloc::runtime::Stream;
 use serde_json::Value;
@@ -240,5 +241,31 @@ fn a_caller_with_the_smaller_first_struct_gets_its_fields_and_nothing_more() {
     assert_eq!(st, NPUALLOC_ERR_INVALID_ARGUMENT);
     assert_eq!(tiny, [word]);
     assert_eq!(free(a, p), NPUALLOC_OK);
+    assert_eq!(destroy(a), NPUALLOC_OK);
+}
+
+#[test]
+fn kind_stats_split_the_blocks_and_refuse_another_kind_changing_nothing() {
+    let _g = serial();
+    let a = create("expandable_segments:false", DEVICE).unwrap();
+    let small = malloc(a, 3000, Stream::DEFAULT).unwrap();
+    let large = malloc(a, 5 * MIB, Stream::DEFAULT).unwrap();
+    let kind = |k: i32| {
+        let mut s = npualloc_stats { struct_size: std::mem::size_of::<npualloc_stats>() as u32, ..Default::default() };
+        // SAFETY: a live handle and a full struct.
+        let st = unsafe { npualloc_get_kind_stats(a, k, &mut s) };
+        (st, s)
+    };
+    let ((st0, s0), (st1, s1)) = (kind(NPUALLOC_SMALL_BLOCKS), kind(NPUALLOC_LARGE_BLOCKS));
+    assert_eq!((st0, st1), (NPUALLOC_OK, NPUALLOC_OK));
+    assert_eq!(s0.allocated_bytes, query(a, small).unwrap().size as u64);
+    assert_eq!(s1.allocated_bytes, query(a, large).unwrap().size as u64);
+    assert_eq!((s0.active_blocks, s1.active_blocks, s0.version), (1, 1, NPUALLOC_STATS_VERSION));
+    let (st, s) = kind(2);
+    assert_eq!((st, s.version, s.allocated_bytes), (NPUALLOC_ERR_INVALID_ARGUMENT, 0, 0), "nothing written");
+    let msg = npualloc::ffi::last_error::last_error_message();
+    assert!(msg.contains("NPUALLOC_SMALL_BLOCKS (0) or NPUALLOC_LARGE_BLOCKS (1)"), "{msg}");
+    assert_eq!(free(a, small), NPUALLOC_OK);
+    assert_eq!(free(a, large), NPUALLOC_OK);
     assert_eq!(destroy(a), NPUALLOC_OK);
 }

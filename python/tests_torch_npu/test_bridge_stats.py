@@ -101,9 +101,11 @@ MAY_DIFFER = {
     "num_device_free": "npualloc's segments (sizes, expandable ranges) are its own",
     "inactive_split.": "cached pieces depend on the segments; npualloc keeps their current count only",
     "inactive_split_bytes.": "cached pieces depend on the segments; npualloc keeps their current bytes only",
+    "allocated_bytes.small_pool.peak": "npualloc takes a pool kind's peak when the total peaks",
+    "allocated_bytes.large_pool.peak": "npualloc takes a pool kind's peak when the total peaks",
+    "active_bytes.small_pool.peak": "npualloc takes a pool kind's peak when the total peaks",
+    "active_bytes.large_pool.peak": "npualloc takes a pool kind's peak when the total peaks",
 }
-# Keys torch_npu keeps per pool kind: the bridge fills only "all" so far.
-NOT_YET = (".small_pool.", ".large_pool.")
 
 
 @pytest.mark.parametrize("conf", ["expandable_segments:false", "expandable_segments:true"])
@@ -115,16 +117,25 @@ def test_memory_stats_agree_with_torch_npus_own_allocator(run_npu, conf):
                                      f"only npualloc: {sorted(npl.keys() - own.keys())}"
     differ = {}
     for key, value in own.items():
-        if any(key.startswith(p) for p in MAY_DIFFER) or any(p in key for p in NOT_YET):
+        if any(key.startswith(p) for p in MAY_DIFFER):
             continue
         if npl[key] != value:
             differ[key] = (value, npl[key])
     assert not differ, f"(torch_npu, npualloc) of keys that must agree: {differ}"
     # The workload moves every figure that must agree (a key stuck at 0 in both agrees vacuously).
     for stat in ("allocation", "active", "allocated_bytes", "active_bytes", "requested_bytes"):
-        assert all(own[f"{stat}.all.{f}"] > 0 for f in ("current", "peak", "allocated", "freed")), stat
+        for kind in ("all", "small_pool", "large_pool"):
+            assert all(own[f"{stat}.{kind}.{f}"] > 0 for f in ("current", "peak", "allocated", "freed")), stat
     assert own["max_split_size"] == -1
-    # What may differ still holds together.
+    # What may differ still holds together: a kind's peaks are no lower than what it holds, and
+    # the kinds' current segments and reserved bytes add up to npualloc's own (fixed mode: no
+    # unmapped handles cached, which belong to no kind).
+    for stat in ("allocated_bytes", "active_bytes"):
+        for kind in ("small_pool", "large_pool"):
+            assert npl[f"{stat}.{kind}.current"] <= npl[f"{stat}.{kind}.peak"] <= npl[f"{stat}.all.peak"]
+    if conf == "expandable_segments:false":
+        for stat in ("reserved_bytes", "segment", "inactive_split", "inactive_split_bytes"):
+            assert npl[f"{stat}.small_pool.current"] + npl[f"{stat}.large_pool.current"] == npl[f"{stat}.all.current"]
     for stat in ("reserved_bytes", "segment"):
         st = {f: npl[f"{stat}.all.{f}"] for f in ("current", "peak", "allocated", "freed")}
         assert st["allocated"] - st["freed"] == st["current"] - at_reset[f"{stat}.all.current"], (stat, st)

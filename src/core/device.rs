@@ -126,11 +126,11 @@ impl<B: Memory> Device<B> {
         // served (its tally), so pool and device figures count each once.
         let revive = |e: &StreamEntry<B>| {
             let old = self.pools.tally(e.pool());
-            for shard in &e.shards {
+            for (kind, shard) in e.shards.iter().enumerate() {
                 let mut p = shard.lock_anyway();
                 let left = p.take_cumulative();
                 if let Some(t) = &old {
-                    t.keep(left);
+                    t.keep(kind, left);
                 }
                 p.set_stream(stream);
             }
@@ -328,7 +328,7 @@ impl<B: Memory> Device<B> {
         entry.shards[kind].lane.publish(c);
         let sibling = &entry.shards[kind ^ 1].lane;
         let totals = (c.allocated + sibling.allocated(), c.requested + sibling.requested());
-        if entry.high.passed(totals.0, totals.1) {
+        if entry.high.passed(totals) {
             self.raise_peaks(entry, totals);
         }
     }
@@ -339,7 +339,8 @@ impl<B: Memory> Device<B> {
     #[cold]
     #[inline(never)]
     fn raise_peaks(&self, entry: &StreamEntry<B>, totals: (u64, u64)) {
-        self.peaks.raise(&entry.high, totals, self.streams.shards().map(|s| &s.lane));
+        let lanes = self.streams.iter().map(|e| [&e.shards[0].lane, &e.shards[1].lane]);
+        self.peaks.raise(&entry.high, totals, lanes);
         self.raise_pool_peaks(entry);
     }
 

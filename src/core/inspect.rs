@@ -5,6 +5,7 @@
 
 use super::backing::Memory;
 use super::device::Device;
+use super::policy::PoolKind;
 use super::stats::Stats;
 use super::BlockInfo;
 use crate::error::Result;
@@ -71,6 +72,34 @@ impl<B: Memory> Device<B> {
         s.largest_free_block = largest as u64;
         s.max_split_size = self.sh.policy.max_split_size as u64;
         s.cached_handle_bytes = self.sh.backing.cached_bytes() as u64;
+        Ok(s)
+    }
+
+    /// The statistics of the blocks of one pool kind, over every pool
+    /// (PyTorch's "small_pool" and "large_pool"): its blocks, segments and
+    /// peaks (`Peaks::raise` says when a kind's rise). Its reserved memory
+    /// is its segments' (cached handles belong to no kind); the device's
+    /// calls, reserved peak and totals are kept for the device only and
+    /// read 0.
+    pub fn kind_stats(&self, kind: PoolKind) -> Result<Stats> {
+        self.check_usable()?;
+        let mut s = Stats::default();
+        let mut largest = 0;
+        for entry in self.streams.iter() {
+            let pool = entry.shards[kind as usize].lock()?;
+            pool.add_figures(&mut s);
+            largest = largest.max(pool.largest_free());
+            s.segments += pool.cache.segments.ids().count() as u64;
+        }
+        for tally in self.pools.tallies() {
+            tally.add_kept_counts_of(kind as usize, &mut s);
+        }
+        s.reserved_bytes = s.segment_bytes;
+        s.segments_peak = s.segments;
+        s.reserved_bytes_peak = s.reserved_bytes;
+        self.peaks.add_kind_to(kind as usize, &mut s);
+        s.largest_free_block = largest as u64;
+        s.max_split_size = self.sh.policy.max_split_size as u64;
         Ok(s)
     }
 

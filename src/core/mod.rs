@@ -89,6 +89,7 @@ use backing::{ExpandableRanges, FixedSegments, Memory, MemoryLimit};
 use device::Device;
 pub use hooks::{OomHook, ReleaseHook};
 use policy::Policy;
+pub use policy::PoolKind;
 pub use pools::config::SleepMode;
 use shared::Shared;
 pub use snapshot::{BlockSnapshot, BlockSnapshotState, SegmentSnapshot, Snapshot};
@@ -392,6 +393,12 @@ impl DeviceAllocator {
 
     pub fn stats(&self) -> Result<Stats> {
         with_device!(&self.engine, d => d.stats())
+    }
+
+    /// The statistics of one pool kind's blocks (PyTorch's small and large
+    /// pools), over every pool.
+    pub fn kind_stats(&self, kind: PoolKind) -> Result<Stats> {
+        with_device!(&self.engine, d => d.kind_stats(kind))
     }
 
     pub fn reset_peak_stats(&self) -> Result<()> {

@@ -378,73 +378,116 @@ impl Lane {
     }
 }
 
-/// A stream's high-water marks of its shards' summed totals.
+/// A pair of marks or peaks: (allocated, requested) bytes.
 #[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct HighWater {
+pub(crate) struct Mark {
     allocated: AtomicU64,
     requested: AtomicU64,
 }
 
-impl HighWater {
+impl Mark {
     /// Whether (allocated, requested) pass the marks.
-    #[inline]
-    pub fn passed(&self, allocated: u64, requested: u64) -> bool {
+    #[inline(always)]
+    fn passed(&self, (allocated, requested): (u64, u64)) -> bool {
         allocated > self.allocated.load(Relaxed) || requested > self.requested.load(Relaxed)
+    }
+
+    fn raise(&self, (allocated, requested): (u64, u64)) {
+        self.allocated.fetch_max(allocated, Relaxed);
+        self.requested.fetch_max(requested, Relaxed);
+    }
+
+    fn set(&self, (allocated, requested): (u64, u64)) {
+        self.allocated.store(allocated, Relaxed);
+        self.requested.store(requested, Relaxed);
+    }
+
+    /// The peaks into `s`, none below its current figures.
+    fn add_to(&self, s: &mut Stats) {
+        s.allocated_bytes_peak = self.allocated.load(Relaxed).max(s.allocated_bytes);
+        s.requested_bytes_peak = self.requested.load(Relaxed).max(s.requested_bytes);
+    }
+}
+
+/// A lane's (allocated, requested).
+fn figures(lane: &Lane) -> (u64, u64) {
+    (lane.allocated(), lane.requested())
+}
+
+fn plus(a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
+    (a.0 + b.0, a.1 + b.1)
+}
+
+/// A stream's high-water marks of its shards' summed totals.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct HighWater(Mark);
+
+impl HighWater {
+    /// Whether the stream's `totals` pass the marks.
+    #[inline(always)]
+    pub fn passed(&self, totals: (u64, u64)) -> bool {
+        self.0.passed(totals)
     }
 
     /// Back to no marks (a retired stream's entry taken over).
     pub fn clear(&self) {
-        self.allocated.store(0, Relaxed);
-        self.requested.store(0, Relaxed);
+        self.0.set((0, 0));
     }
 }
 
-/// The peaks of allocated and requested bytes over all shards.
+/// The peaks of allocated and requested bytes over all shards, and over
+/// the shards of each pool kind.
 #[derive(Debug, Default)]
 pub(crate) struct Peaks {
-    allocated: AtomicU64,
-    requested: AtomicU64,
+    all: Mark,
+    kind: [Mark; 2],
 }
 
 impl Peaks {
-    /// A stream passed its high-water mark with totals (allocated,
-    /// requested): raise its marks, and the peaks to the sums over `lanes`.
+    /// A stream passed its high-water mark with `totals`: raise its marks,
+    /// and the peaks to the sums over every stream's lanes (`entries`):
+    /// the device's, and each pool kind's. A kind's peak rises only here,
+    /// when a stream's total passes its mark, so it can miss a high of one
+    /// kind made while the other kind held less than at the stream's peak:
+    /// a mark per kind would cost every allocation two more compares.
     #[cold]
     #[inline(never)]
-    pub fn raise<'a>(&self, high: &HighWater, totals: (u64, u64), lanes: impl Iterator<Item = &'a Lane>) {
-        high.allocated.fetch_max(totals.0, Relaxed);
-        high.requested.fetch_max(totals.1, Relaxed);
-        let (mut a, mut r) = (0, 0);
-        for l in lanes {
-            a += l.allocated();
-            r += l.requested();
+    pub fn raise<'a>(&self, high: &HighWater, totals: (u64, u64), entries: impl Iterator<Item = [&'a Lane; 2]>) {
+        high.0.raise(totals);
+        let mut sums = [(0, 0); 2];
+        for lanes in entries {
+            sums = [plus(sums[0], figures(lanes[0])), plus(sums[1], figures(lanes[1]))];
         }
-        self.allocated.fetch_max(a, Relaxed);
-        self.requested.fetch_max(r, Relaxed);
+        self.all.raise(plus(sums[0], sums[1]));
+        self.kind[0].raise(sums[0]);
+        self.kind[1].raise(sums[1]);
     }
 
     /// Peaks become the current sums; each stream's marks its totals.
     pub fn reset<'a>(&self, streams: impl Iterator<Item = (&'a HighWater, [&'a Lane; 2])>) {
-        let (mut a, mut r) = (0, 0);
+        let mut sums = [(0, 0); 2];
         for (high, lanes) in streams {
-            let (la, lr) = (lanes[0].allocated() + lanes[1].allocated(), lanes[0].requested() + lanes[1].requested());
-            high.allocated.store(la, Relaxed);
-            high.requested.store(lr, Relaxed);
-            a += la;
-            r += lr;
+            let own = [figures(lanes[0]), figures(lanes[1])];
+            high.0.set(plus(own[0], own[1]));
+            sums = [plus(sums[0], own[0]), plus(sums[1], own[1])];
         }
-        self.allocated.store(a, Relaxed);
-        self.requested.store(r, Relaxed);
+        self.all.set(plus(sums[0], sums[1]));
+        self.kind[0].set(sums[0]);
+        self.kind[1].set(sums[1]);
     }
 
     pub fn add_to(&self, s: &mut Stats) {
-        s.allocated_bytes_peak = self.allocated.load(Relaxed).max(s.allocated_bytes);
-        s.requested_bytes_peak = self.requested.load(Relaxed).max(s.requested_bytes);
+        self.all.add_to(s);
+    }
+
+    /// The peaks of pool kind `kind` into `s` (its figures).
+    pub fn add_kind_to(&self, kind: usize, s: &mut Stats) {
+        self.kind[kind & 1].add_to(s);
     }
 
     pub fn allocated(&self) -> u64 {
-        self.allocated.load(Relaxed)
+        self.all.allocated.load(Relaxed)
     }
 }
 
@@ -453,7 +496,8 @@ mod tests {
     use super::*;
 
     /// One stream (two shards) from one thread: the peak is exact, also
-    /// when the peak is made by both shards below their own highs.
+    /// when the peak is made by both shards below their own highs; each
+    /// kind's is its sum at the total's peaks.
     #[test]
     fn one_streams_peak_is_exact() {
         let (small, large) = (Lane::default(), Lane::default());
@@ -467,8 +511,8 @@ mod tests {
             }
             lane.publish(c);
             let total = (c.allocated + other.allocated(), c.requested + other.requested());
-            if high.passed(total.0, total.1) {
-                p.raise(&high, total, [&small, &large].into_iter());
+            if high.passed(total) {
+                p.raise(&high, total, std::iter::once([&small, &large]));
             }
         };
         step(&small, &mut cs, 100, &large);
@@ -489,5 +533,19 @@ mod tests {
         assert_eq!(p.allocated(), 90);
         step(&large, &mut cl, 5, &small);
         assert_eq!(p.allocated(), 95);
+        let kinds = |p: &Peaks| {
+            [0, 1].map(|k| {
+                let mut s = Stats::default();
+                p.add_kind_to(k, &mut s);
+                s.allocated_bytes_peak
+            })
+        };
+        assert_eq!(kinds(&p), [90, 5], "each kind's sum when the total peaked");
+        // A kind's own high while the total stays below its peak is missed
+        // (the cost of a mark per kind on every allocation).
+        step(&large, &mut cl, -5, &small);
+        step(&small, &mut cs, -50, &large);
+        step(&large, &mut cl, 20, &small);
+        assert_eq!((p.allocated(), kinds(&p)), (95, [90, 5]));
     }
 }

@@ -183,6 +183,53 @@ pub(super) unsafe fn fill_stats(
     Ok(())
 }
 
+/// The pool kind `npualloc_get_kind_stats` reports on: PyTorch's small pool
+/// (blocks of at most 1 MiB as rounded).
+pub const NPUALLOC_SMALL_BLOCKS: i32 = 0;
+
+/// The large pool (blocks over 1 MiB).
+pub const NPUALLOC_LARGE_BLOCKS: i32 = 1;
+
+/// Fills `*out` as `npualloc_get_stats` does, for the blocks of one pool
+/// kind (`NPUALLOC_SMALL_BLOCKS` or `NPUALLOC_LARGE_BLOCKS`) over every
+/// pool: PyTorch's "small_pool" and "large_pool" figures. Blocks, cumulative
+/// block figures, pending frees, inactive split blocks, segments and their
+/// bytes are the kind's own; reserved bytes are its segments' (unmapped
+/// handles cached for reuse belong to no kind); the peaks of allocated and
+/// requested bytes are the kind's sums at the moments `npualloc_get_stats`'s
+/// peaks are taken, so a high of one kind while the allocator's total stays
+/// below its peak is missed; the reserved and segment peaks read as their
+/// current figures, and the counters of device calls and
+/// `reserved_bytes_total` read 0 (kept for the whole allocator only).
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for another `kind`, a NULL or dead
+/// handle, a NULL `out` or a `struct_size` below the header. Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a live handle; `out` as for `npualloc_get_stats`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_get_kind_stats(
+    a: *const npualloc_allocator,
+    kind: i32,
+    out: *mut npualloc_stats,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_get_kind_stats", {
+        // SAFETY: as in npualloc_get_stats.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let kind = match kind {
+            NPUALLOC_SMALL_BLOCKS => crate::core::PoolKind::Small,
+            NPUALLOC_LARGE_BLOCKS => crate::core::PoolKind::Large,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "kind is {kind}: NPUALLOC_SMALL_BLOCKS (0) or NPUALLOC_LARGE_BLOCKS (1)"
+                )))
+            }
+        };
+        // SAFETY: the caller's contract on `out`, passed on.
+        unsafe { fill_stats(out, || allocator.core.kind_stats(kind)) }
+    })
+}
+
 /// Resets the peak counters to the current values.
 ///
 /// # Safety

@@ -77,11 +77,7 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
   std::lock_guard<std::mutex> g(mu_);
   Live& live = live_[p];
   live = Live{device, size + tail_, context, {}, stream, nullptr};
-  Counts& c = counts_[device];
-  c.live_peak = std::max(c.live_peak, ++c.live);
-  c.requested_live += static_cast<int64_t>(size);
-  c.requested_peak = std::max(c.requested_peak, c.requested_live);
-  c.requested_in += static_cast<int64_t>(size);
+  counts_[device].change(size + tail_, size, +1);
   if (context && (when == NCA::RecordContext::ALLOC || when == NCA::RecordContext::ALL)) {
     keep_context(trace_contexts_, p, context);
   }
@@ -108,10 +104,7 @@ void Bridge::free_block(void* ptr, bool throw_errors) {
     }
     live = std::move(it->second);
     live_.erase(it);
-    Counts& c = counts_[live.device];
-    --c.live;
-    c.requested_live -= static_cast<int64_t>(live.size - tail_);
-    c.requested_out += static_cast<int64_t>(live.size - tail_);
+    counts_[live.device].change(live.size, live.size - tail_, -1);
   }
   if (recorder != nullptr) {
     // Gathered with no lock held: it may take the GIL.

@@ -88,10 +88,49 @@ struct Live {
 // allocation and free): torch_npu's live blocks and their peak, and the bytes torch_npu asked
 // for, without the tail the bridge adds (torch_npu's requested_size is the size before its
 // padding: NPUCachingAllocator.cpp, DeviceCachingAllocator::malloc).
+// Kept for the blocks of each pool kind (PyTorch's small and large pools: rounded blocks of at
+// most 1 MiB and larger ones; npualloc's rounding keeps a request of at most 1 MiB, pad included,
+// at most 1 MiB) and summed for "all".
 struct Counts {
-  int64_t live = 0, live_peak = 0;
-  int64_t requested_live = 0, requested_peak = 0;
-  int64_t requested_in = 0, requested_out = 0;  // since the last reset_accumulated_memory_stats
+  struct Kind {
+    int64_t live = 0, live_peak = 0;
+    int64_t requested_live = 0, requested_peak = 0;
+    int64_t requested_in = 0, requested_out = 0;  // since the last reset_accumulated_memory_stats
+  };
+  Kind all, kind[2];
+
+  static constexpr size_t kSmallSize = size_t{1} << 20;
+
+  // A block of `asked` bytes (pad included) is born (+1) or freed (-1) for `requested` bytes.
+  void change(size_t asked, size_t requested, int sign) {
+    for (Kind* k : {&all, &kind[asked <= kSmallSize ? 0 : 1]}) {
+      k->live += sign;
+      k->requested_live += sign * static_cast<int64_t>(requested);
+      if (sign > 0) {
+        k->live_peak = std::max(k->live_peak, k->live);
+        k->requested_peak = std::max(k->requested_peak, k->requested_live);
+        k->requested_in += static_cast<int64_t>(requested);
+      } else {
+        k->requested_out += static_cast<int64_t>(requested);
+      }
+    }
+  }
+
+  void reset_accumulated() {
+    for (Kind* k : {&all, &kind[0], &kind[1]}) k->requested_in = k->requested_out = 0;
+  }
+
+  void reset_peaks() {
+    for (Kind* k : {&all, &kind[0], &kind[1]}) {
+      k->live_peak = k->live;
+      k->requested_peak = k->requested_live;
+    }
+  }
+};
+
+// npualloc's statistics of one device: the whole allocator's and each pool kind's.
+struct Figures {
+  npualloc_stats all, kind[2];
 };
 
 void drain_task_queue(void* user, int32_t device);
@@ -391,7 +430,7 @@ class Bridge final : public NCA::NPUAllocator {
   std::array<npualloc_allocator*, kMaxDevices> handles_{};
   // npualloc's statistics at the last reset_accumulated_memory_stats, per device: its cumulative
   // counters, and the current figures whose changes since then tell what was freed.
-  std::array<npualloc_stats, kMaxDevices> baselines_{};
+  std::array<Figures, kMaxDevices> baselines_{};
   std::array<Counts, kMaxDevices> counts_{};
   std::mutex mu_;
   std::unordered_map<void*, Live> live_;
@@ -452,6 +491,9 @@ class Bridge final : public NCA::NPUAllocator {
     }
     return s;
   }
+
+  // stats_of, and each pool kind's statistics (zeroes from a library without them).
+  Figures figures_of(int device);
 
   int device_of(void* p) {
     std::lock_guard<std::mutex> g(mu_);

@@ -2,10 +2,12 @@
 // the bridge's own counts of torch_npu's live blocks and requested bytes. Each key means what
 // torch_npu's own allocator means by it (NPUCachingAllocator.cpp: update_stat makes a Stat's
 // "allocated" the sum of its increases and "freed" the sum of its decreases since
-// resetAccumulatedStats; alloc_found_block, free and free_block say what changes when). Keys
-// torch_npu keeps per pool kind (small_pool, large_pool) carry only the aggregate here.
+// resetAccumulatedStats; alloc_found_block, free and free_block say what changes when;
+// get_stat_types_for_pool counts each block under "all" and its pool kind).
 
 #include "bridge.h"
+
+#include <cstddef>
 
 namespace npualloc_bridge {
 
@@ -15,8 +17,8 @@ int64_t i(uint64_t v) {
   return static_cast<int64_t>(v);
 }
 
-// A figure whose increases npualloc sums (`total`, since the allocator was made): since the
-// last reset its increases are total - total then, its decreases those less its rise.
+// A figure whose increases npualloc sums (`total`): since the last reset its increases are
+// total - total then, its decreases those less its rise.
 void cumulative(Stat& st, uint64_t now, uint64_t peak, uint64_t total, uint64_t now_then, uint64_t total_then) {
   st.current = i(now);
   st.peak = std::max(i(peak), st.current);
@@ -24,11 +26,74 @@ void cumulative(Stat& st, uint64_t now, uint64_t peak, uint64_t total, uint64_t 
   st.freed = st.allocated - (i(now) - i(now_then));
 }
 
+// A figure npualloc keeps only as it is now.
+void current_only(Stat& st, uint64_t now) {
+  st.current = st.peak = i(now);
+}
+
+// Every StatArray entry of one stat type (all, small pool, large pool) from npualloc's figures
+// `s` of that type, those at the last reset `b`, and the bridge's counts `c`. `whole` is the
+// aggregate: only it has npualloc's segment and reserved peaks and totals.
+void fill(c10::CachingDeviceAllocator::DeviceStats& d, size_t type, const npualloc_stats& s,
+          const npualloc_stats& b, const Counts::Kind& c, bool whole) {
+  // Blocks: "allocation" falls at the free, "active" only when the block is back in the cache
+  // (after the events of the streams record_stream named). Their peaks are the bridge's count of
+  // torch_npu's live blocks.
+  Stat& allocation = d.allocation[type];
+  allocation.current = i(s.active_blocks);
+  allocation.peak = std::max(c.live_peak, allocation.current);
+  allocation.allocated = i(s.num_allocs - b.num_allocs);
+  allocation.freed = i(s.num_frees - b.num_frees);
+  cumulative(d.active[type], s.active_blocks + s.pending_free_blocks, c.live_peak, s.num_allocs,
+             b.active_blocks + b.pending_free_blocks, b.num_allocs);
+  // Bytes of blocks as rounded (torch_npu's block size), and of blocks not yet back in the cache.
+  cumulative(d.allocated_bytes[type], s.allocated_bytes, s.allocated_bytes_peak, s.allocated_bytes_total,
+             b.allocated_bytes, b.allocated_bytes_total);
+  cumulative(d.active_bytes[type], s.allocated_bytes + s.pending_free_bytes, s.allocated_bytes_peak,
+             s.allocated_bytes_total, b.allocated_bytes + b.pending_free_bytes, b.allocated_bytes_total);
+  // Segments: npualloc's, fixed ones and expandable address ranges alike (its snapshot lists each
+  // as one segment), and the device memory held. torch_npu itself counts only aclrtMalloc'ed
+  // segments and leaves these at 0 with expandable segments (docs/runtime-behaviour.md "How
+  // torch_npu talks to its allocator"). A pool kind's are its segments as they are now.
+  if (whole) {
+    cumulative(d.segment[type], s.segments, s.segments_peak, s.num_segments_created, b.segments,
+               b.num_segments_created);
+    cumulative(d.reserved_bytes[type], s.reserved_bytes, s.reserved_bytes_peak, s.reserved_bytes_total,
+               b.reserved_bytes, b.reserved_bytes_total);
+  } else {
+    current_only(d.segment[type], s.segments);
+    current_only(d.reserved_bytes[type], s.reserved_bytes);
+  }
+  // Bytes asked, without the bridge's pad: the bridge's own sums.
+  Stat& requested = d.requested_bytes[type];
+  requested.current = c.requested_live;
+  requested.peak = std::max(c.requested_peak, c.requested_live);
+  requested.allocated = c.requested_in;
+  requested.freed = c.requested_out;
+  // Cached pieces of split fixed segments, as torch_npu counts them (none in expandable ones).
+  current_only(d.inactive_split[type], s.inactive_split_blocks);
+  current_only(d.inactive_split_bytes[type], s.inactive_split_bytes);
+}
+
 }  // namespace
 
+Figures Bridge::figures_of(int device) {
+  Figures f{};
+  f.all = stats_of(device);
+  npualloc_allocator* a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
+  if (a != nullptr && api->struct_size >= offsetof(npualloc_api, get_kind_stats) + sizeof(void*)) {
+    for (int k = 0; k < 2; ++k) {
+      f.kind[k].struct_size = sizeof f.kind[k];
+      check(api->get_kind_stats(a, k == 0 ? NPUALLOC_SMALL_BLOCKS : NPUALLOC_LARGE_BLOCKS, &f.kind[k]),
+            "get_kind_stats");
+    }
+  }
+  return f;
+}
+
 c10::CachingDeviceAllocator::DeviceStats Bridge::getDeviceStats(c10::DeviceIndex device) {
-  npualloc_stats s = stats_of(device);
-  npualloc_stats b;
+  Figures f = figures_of(device);
+  Figures b;
   Counts c;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -36,44 +101,14 @@ c10::CachingDeviceAllocator::DeviceStats Bridge::getDeviceStats(c10::DeviceIndex
     c = counts_[device];
   }
   c10::CachingDeviceAllocator::DeviceStats d;
-  auto all = [](StatArray& a) -> Stat& { return a[kAggregate]; };
-  // Blocks: "allocation" falls at the free, "active" only when the block is back in the cache
-  // (after the events of the streams record_stream named). The peaks are the bridge's count of
-  // torch_npu's live blocks.
-  Stat& allocation = all(d.allocation);
-  allocation.current = i(s.active_blocks);
-  allocation.peak = std::max(c.live_peak, allocation.current);
-  allocation.allocated = i(s.num_allocs - b.num_allocs);
-  allocation.freed = i(s.num_frees - b.num_frees);
-  cumulative(all(d.active), s.active_blocks + s.pending_free_blocks, c.live_peak, s.num_allocs,
-             b.active_blocks + b.pending_free_blocks, b.num_allocs);
-  // Segments: npualloc's, fixed ones and expandable address ranges alike (its snapshot lists each
-  // as one segment). torch_npu itself counts only aclrtMalloc'ed segments and leaves these at 0
-  // with expandable segments (docs/runtime-behaviour.md "How torch_npu talks to its allocator").
-  cumulative(all(d.segment), s.segments, s.segments_peak, s.num_segments_created, b.segments,
-             b.num_segments_created);
-  // Bytes of blocks as rounded (torch_npu's block size), of blocks not yet back in the cache,
-  // and of device memory held.
-  cumulative(all(d.allocated_bytes), s.allocated_bytes, s.allocated_bytes_peak, s.allocated_bytes_total,
-             b.allocated_bytes, b.allocated_bytes_total);
-  cumulative(all(d.active_bytes), s.allocated_bytes + s.pending_free_bytes, s.allocated_bytes_peak,
-             s.allocated_bytes_total, b.allocated_bytes + b.pending_free_bytes, b.allocated_bytes_total);
-  cumulative(all(d.reserved_bytes), s.reserved_bytes, s.reserved_bytes_peak, s.reserved_bytes_total,
-             b.reserved_bytes, b.reserved_bytes_total);
-  // Bytes asked, without the bridge's tail: the bridge's own sums.
-  Stat& requested = all(d.requested_bytes);
-  requested.current = c.requested_live;
-  requested.peak = std::max(c.requested_peak, c.requested_live);
-  requested.allocated = c.requested_in;
-  requested.freed = c.requested_out;
-  // Cached pieces of split fixed segments, as torch_npu counts them (none in expandable ones).
-  Stat& split = all(d.inactive_split);
-  split.current = split.peak = i(s.inactive_split_blocks);
-  Stat& split_bytes = all(d.inactive_split_bytes);
-  split_bytes.current = split_bytes.peak = i(s.inactive_split_bytes);
-  d.num_alloc_retries = i(s.num_alloc_retries - b.num_alloc_retries);
-  d.num_ooms = i(s.num_ooms - b.num_ooms);
-  d.num_sync_all_streams = i(s.num_syncs - b.num_syncs);
+  using c10::CachingAllocator::StatType;
+  fill(d, static_cast<size_t>(StatType::AGGREGATE), f.all, b.all, c.all, true);
+  fill(d, static_cast<size_t>(StatType::SMALL_POOL), f.kind[0], b.kind[0], c.kind[0], false);
+  fill(d, static_cast<size_t>(StatType::LARGE_POOL), f.kind[1], b.kind[1], c.kind[1], false);
+  const npualloc_stats& s = f.all;
+  d.num_alloc_retries = i(s.num_alloc_retries - b.all.num_alloc_retries);
+  d.num_ooms = i(s.num_ooms - b.all.num_ooms);
+  d.num_sync_all_streams = i(s.num_syncs - b.all.num_syncs);
   d.num_device_alloc = i(s.num_device_mallocs + s.num_physical_mallocs);
   d.num_device_free = i(s.num_device_frees + s.num_physical_frees);
   // UINT64_MAX (no limit) reads as torch_npu's -1.
@@ -82,10 +117,10 @@ c10::CachingDeviceAllocator::DeviceStats Bridge::getDeviceStats(c10::DeviceIndex
 }
 
 void Bridge::resetAccumulatedStats(c10::DeviceIndex device) {
-  npualloc_stats s = stats_of(device);
+  Figures f = figures_of(device);
   std::lock_guard<std::mutex> g(mu_);
-  baselines_[device] = s;
-  counts_[device].requested_in = counts_[device].requested_out = 0;
+  baselines_[device] = f;
+  counts_[device].reset_accumulated();
 }
 
 void Bridge::resetPeakStats(c10::DeviceIndex device) {
@@ -95,8 +130,7 @@ void Bridge::resetPeakStats(c10::DeviceIndex device) {
     check(api->reset_peak_stats(a), "reset_peak_stats");
   }
   std::lock_guard<std::mutex> g(mu_);
-  counts_[device].live_peak = counts_[device].live;
-  counts_[device].requested_peak = counts_[device].requested_live;
+  counts_[device].reset_peaks();
 }
 
 }  // namespace npualloc_bridge

@@ -24,11 +24,25 @@ pub(crate) struct PoolTally {
     requested_peak: AtomicU64,
     reserved_peak: AtomicU64,
     /// The cumulative figures of the pool's shards that went to another
-    /// pool since (a retired entry taken over): kept here, out of those
-    /// shards.
-    left_allocs: AtomicU64,
-    left_frees: AtomicU64,
-    left_allocated_total: AtomicU64,
+    /// pool since (a retired entry taken over), per pool kind: kept here,
+    /// out of those shards.
+    left: [Left; 2],
+}
+
+/// `Cumulative` figures kept by a pool.
+#[derive(Debug, Default)]
+struct Left {
+    allocs: AtomicU64,
+    frees: AtomicU64,
+    allocated_total: AtomicU64,
+}
+
+impl Left {
+    fn add_to(&self, s: &mut Stats) {
+        s.num_allocs += self.allocs.load(Relaxed);
+        s.num_frees += self.frees.load(Relaxed);
+        s.allocated_bytes_total += self.allocated_total.load(Relaxed);
+    }
 }
 
 impl PoolTally {
@@ -51,20 +65,24 @@ impl PoolTally {
         self.calls.reset_peak();
     }
 
-    /// The cumulative figures of one of the pool's shards that goes to
-    /// another pool (`Device::add_entry`).
-    pub fn keep(&self, left: Cumulative) {
-        self.left_allocs.fetch_add(left.allocs, Relaxed);
-        self.left_frees.fetch_add(left.frees, Relaxed);
-        self.left_allocated_total.fetch_add(left.allocated_total, Relaxed);
+    /// The cumulative figures of one of the pool's shards, of pool kind
+    /// `kind`, that goes to another pool (`Device::add_entry`).
+    pub fn keep(&self, kind: usize, left: Cumulative) {
+        let l = &self.left[kind & 1];
+        l.allocs.fetch_add(left.allocs, Relaxed);
+        l.frees.fetch_add(left.frees, Relaxed);
+        l.allocated_total.fetch_add(left.allocated_total, Relaxed);
     }
 
     /// Adds the figures kept by `keep` to `s` (the device's totals and the
     /// pool's own).
     pub fn add_kept_counts(&self, s: &mut Stats) {
-        s.num_allocs += self.left_allocs.load(Relaxed);
-        s.num_frees += self.left_frees.load(Relaxed);
-        s.allocated_bytes_total += self.left_allocated_total.load(Relaxed);
+        self.left.iter().for_each(|l| l.add_to(s));
+    }
+
+    /// Adds those of pool kind `kind` to `s`.
+    pub fn add_kept_counts_of(&self, kind: usize, s: &mut Stats) {
+        self.left[kind & 1].add_to(s);
     }
 
     /// Fills the device-call counters, the kept counts and the peaks of

@@ -114,3 +114,48 @@ fn max_split_size_is_the_configured_limit_or_none() {
     assert_eq!(a.stats().unwrap().max_split_size, 40 << 20);
     finish(a);
 }
+
+#[test]
+fn each_pool_kinds_figures_add_up_to_the_allocators() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    for config in ["expandable_segments:false", "expandable_segments:true"] {
+        let a = allocator(config);
+        let s1 = new_stream();
+        let small: Vec<usize> = [3000, 700, 600_000].iter().map(|&n| a.malloc(n, Stream::DEFAULT).unwrap()).collect();
+        let large: Vec<usize> = [5 * MIB, 3 * MIB].iter().map(|&n| a.malloc(n, s1).unwrap()).collect();
+        a.free(small[1]).unwrap();
+        a.free(large[1]).unwrap();
+        let (all, k) = (a.stats().unwrap(), [PoolKind::Small, PoolKind::Large].map(|k| a.kind_stats(k).unwrap()));
+        let sum = |f: fn(&Stats) -> u64| f(&k[0]) + f(&k[1]);
+        assert_eq!(sum(|s| s.allocated_bytes), all.allocated_bytes, "{config}");
+        assert_eq!(sum(|s| s.requested_bytes), all.requested_bytes, "{config}");
+        assert_eq!(sum(|s| s.active_blocks), all.active_blocks, "{config}");
+        assert_eq!(sum(|s| s.num_allocs), all.num_allocs, "{config}");
+        assert_eq!(sum(|s| s.num_frees), all.num_frees, "{config}");
+        assert_eq!(sum(|s| s.allocated_bytes_total), all.allocated_bytes_total, "{config}");
+        assert_eq!(sum(|s| s.segments), all.segments, "{config}");
+        assert_eq!(sum(|s| s.segment_bytes), all.segment_bytes, "{config}");
+        assert_eq!(sum(|s| s.inactive_split_bytes), all.inactive_split_bytes, "{config}");
+        let rounded = |p: usize| a.query(p).unwrap().size as u64;
+        assert_eq!(k[0].allocated_bytes, rounded(small[0]) + rounded(small[2]), "{config}: the small blocks");
+        assert_eq!(k[1].allocated_bytes, rounded(large[0]), "{config}: the large block");
+        assert_eq!((k[0].active_blocks, k[1].active_blocks), (2, 1), "{config}");
+        // Peaks: the kinds' sums when the total peaked (all five live).
+        assert_eq!(k[0].allocated_bytes_peak + k[1].allocated_bytes_peak, all.allocated_bytes_peak, "{config}");
+        assert!(k[1].allocated_bytes_peak > k[1].allocated_bytes, "{config}: the freed 3 MiB counted in the peak");
+        assert_eq!(k[0].reserved_bytes, k[0].segment_bytes, "{config}: a kind's reserved memory is its segments'");
+        // After a reset, each kind's peak is its current figure.
+        a.reset_peak_stats().unwrap();
+        for kind in [PoolKind::Small, PoolKind::Large] {
+            let s = a.kind_stats(kind).unwrap();
+            assert_eq!(s.allocated_bytes_peak, s.allocated_bytes, "{config}");
+        }
+        for p in [small[0], small[2]] {
+            a.free(p).unwrap();
+        }
+        a.free(large[0]).unwrap();
+        finish(a);
+        drop_stream(s1);
+    }
+}
