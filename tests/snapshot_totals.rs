@@ -258,8 +258,8 @@ fn kind_stats_split_the_blocks_and_refuse_another_kind_changing_nothing() {
     };
     let ((st0, s0), (st1, s1)) = (kind(NPUALLOC_SMALL_BLOCKS), kind(NPUALLOC_LARGE_BLOCKS));
     assert_eq!((st0, st1), (NPUALLOC_OK, NPUALLOC_OK));
-    assert_eq!(s0.allocated_bytes, query(a, small).unwrap().size as u64);
-    assert_eq!(s1.allocated_bytes, query(a, large).unwrap().size as u64);
+    assert_eq!(s0.allocated_bytes, query(a, small).unwrap().size);
+    assert_eq!(s1.allocated_bytes, query(a, large).unwrap().size);
     assert_eq!((s0.active_blocks, s1.active_blocks, s0.version), (1, 1, NPUALLOC_STATS_VERSION));
     let (st, s) = kind(2);
     assert_eq!((st, s.version, s.allocated_bytes), (NPUALLOC_ERR_INVALID_ARGUMENT, 0, 0), "nothing written");
