@@ -75,10 +75,7 @@ fn citations(text: &str) -> Vec<Citation> {
             after = s[id.len()..].trim_start_matches(['.', ',', ' ']);
             section = Some(id);
         }
-        let title = after
-            .strip_prefix('"')
-            .and_then(|t| t.split_once('"'))
-            .map(|(t, _)| t.split_whitespace().collect::<Vec<_>>().join(" "));
+        let title = after.strip_prefix('"').and_then(|t| t.split_once('"')).map(|(t, _)| folded_title(t));
         let line = text[..at].matches('\n').count() + 1;
         found.push(Citation { file: name.to_string(), section, title, line });
     }
@@ -100,7 +97,16 @@ fn is_comment_marker(token: &str) -> bool {
 /// A quoted title with its line breaks, indentation and comment leaders
 /// folded into single spaces.
 fn folded_title(raw: &str) -> String {
-    raw.split_whitespace().filter(|t| !is_comment_marker(t)).collect::<Vec<_>>().join(" ")
+    let mut words = Vec::new();
+    for (i, line) in raw.lines().enumerate() {
+        let mut tokens = line.split_whitespace().peekable();
+        // A comment leader only where a continued line starts ("/" inside a title stays).
+        if i > 0 && tokens.peek().is_some_and(|t| is_comment_marker(t)) {
+            tokens.next();
+        }
+        words.extend(tokens);
+    }
+    words.join(" ")
 }
 
 /// `text` with leading spaces, commas and line breaks skipped, and the

@@ -53,8 +53,8 @@ void fill(c10::CachingDeviceAllocator::DeviceStats& d, size_t type, const npuall
              s.allocated_bytes_total, b.allocated_bytes + b.pending_free_bytes, b.allocated_bytes_total);
   // Segments: npualloc's, fixed ones and expandable address ranges alike (its snapshot lists each
   // as one segment), and the device memory held. torch_npu itself counts only aclrtMalloc'ed
-  // segments and leaves these at 0 with expandable segments (docs/runtime-behaviour.md "How
-  // torch_npu talks to its allocator"). A pool kind's are its segments as they are now.
+  // segments and leaves these at 0 with expandable segments (docs/runtime-behaviour.md,
+  // "How torch_npu talks to its allocator"). A pool kind's are its segments as they are now.
   if (whole) {
     cumulative(d.segment[type], s.segments, s.segments_peak, s.num_segments_created, b.segments,
                b.num_segments_created);
