@@ -295,12 +295,23 @@ class CachingAllocator(Allocator):
             raise
         block._freed = True
 
-    def stats(self):
+    def stats(self, kind=None):
         """The allocator's statistics as a dict (PyTorch memory_stats names):
-        totals over every pool."""
+        totals over every pool; with ``kind="small"`` or ``"large"`` those
+        of the blocks of at most 1 MiB or the larger ones (PyTorch's small
+        and large pools; ``npualloc_get_kind_stats`` says which figures are
+        kept per kind)."""
         s = _lib.Stats()
         s.struct_size = ctypes.sizeof(_lib.Stats)
-        _check(self._lib.npualloc_get_stats(self._live(), ctypes.byref(s)))
+        if kind is None:
+            _check(self._lib.npualloc_get_stats(self._live(), ctypes.byref(s)))
+        else:
+            kinds = {"small": 0, "large": 1}
+            if not isinstance(kind, str):
+                raise TypeError(f"kind must be None, \"small\" or \"large\", not {type(kind).__name__}")
+            if kind not in kinds:
+                raise ValueError(f"kind must be None, \"small\" or \"large\", not {kind!r}")
+            _check(self._lib.npualloc_get_kind_stats(self._live(), kinds[kind], ctypes.byref(s)))
         return _stats_dict(s)
 
     def snapshot(self):
@@ -486,6 +497,13 @@ class Pool:
         stay and the pool keeps working. A pool that served a graph capture
         keeps its memory (the graph may replay) until destroyed."""
         _check(self._lib.npualloc_pool_empty_cache(self._allocator._live(), self.id))
+
+    def set_use_on_oom(self, on):
+        """Whether requests outside the pool that run out of memory may take
+        its cached memory, from now on (the config key of that name)."""
+        if not isinstance(on, bool):
+            raise TypeError(f"use_on_oom must be a bool, not {type(on).__name__}")
+        _check(self._lib.npualloc_pool_set_use_on_oom(self._allocator._live(), self.id, int(on)))
 
     def destroy(self):
         """Destroys the pool: its cached memory goes back to the device;

@@ -91,3 +91,55 @@ def test_snapshot_names_each_segments_pool(emu):
         alloc.free(outside)
         alloc.free(inside)
         pool.destroy()
+
+
+def test_use_on_oom_changed_after_the_pool_served(emu):
+    """Pool.set_use_on_oom: with it, a request outside the pool that finds the
+    device full takes the pool's cache; cleared, it does not."""
+    total = 256 * MIB
+    assert emu.aclemu_set_device_memory(0, total) == 0
+    try:
+        _use_on_oom_both_ways(total)
+    finally:
+        assert emu.aclemu_set_device_memory(0, 8 << 30) == 0
+
+
+def _use_on_oom_both_ways(total):
+    with npualloc.CachingAllocator(device=0, config="expandable_segments:false") as alloc:
+        pool = npualloc.Pool(alloc)
+        with pool:
+            alloc.free(alloc.malloc(total // 2 + MIB))
+        cached = pool.stats()["reserved_bytes"]
+        assert cached > total // 2
+        with pytest.raises(MemoryError):
+            alloc.malloc(total // 2 + MIB)
+        assert pool.stats()["reserved_bytes"] == cached, "without use_on_oom the pool keeps its cache"
+        pool.set_use_on_oom(True)
+        alloc.free(alloc.malloc(total // 2 + MIB))
+        assert pool.stats()["reserved_bytes"] == 0, "with it the request took the pool's cache"
+        alloc.empty_cache()
+        with pool:
+            alloc.free(alloc.malloc(total // 2 + MIB))
+        pool.set_use_on_oom(False)
+        with pytest.raises(MemoryError):
+            alloc.malloc(total // 2 + MIB)
+        with pytest.raises(TypeError, match="bool"):
+            pool.set_use_on_oom(1)
+        pool.destroy()
+        with pytest.raises(ValueError, match="destroyed"):
+            pool.set_use_on_oom(True)
+
+
+def test_stats_of_each_kind_of_block(emu):
+    with npualloc.CachingAllocator(device=0, config="expandable_segments:false") as alloc:
+        small, large = alloc.malloc(3000), alloc.malloc(5 * MIB)
+        s, l, whole = alloc.stats("small"), alloc.stats("large"), alloc.stats()
+        assert (s["requested_bytes"], l["requested_bytes"]) == (3000, 5 * MIB)
+        assert (s["active_blocks"], l["active_blocks"]) == (1, 1)
+        assert s["allocated_bytes"] + l["allocated_bytes"] == whole["allocated_bytes"]
+        with pytest.raises(ValueError, match="small"):
+            alloc.stats("medium")
+        with pytest.raises(TypeError, match="small"):
+            alloc.stats(0)
+        alloc.free(small)
+        alloc.free(large)

@@ -368,3 +368,21 @@ def test_the_oom_observer_gets_the_refused_request_and_the_memory_allowed(run_np
     assert r["request"] <= alloc <= r["request"] + (2 << 20), (alloc, r["request"])
     assert allowed == int(0.5 * r["total"])
     assert 0 < free <= r["total"]
+
+
+@pytest.mark.parametrize("allocator", ["own", "npualloc"])
+@pytest.mark.parametrize("size", [1 << 61, (1 << 63) - 1])
+def test_a_request_no_device_holds_is_an_out_of_memory_error(run_npu, allocator, size):
+    # torch_npu's own allocator reports it as torch.OutOfMemoryError; npualloc refuses sizes over
+    # its largest request as one too.
+    r = run(run_npu, f"""
+        try:
+            torch.empty({size}, dtype=torch.uint8, device="npu")
+            out = {{"raised": None}}
+        except Exception as e:
+            out = {{"raised": type(e).__name__, "message": str(e)[:300]}}
+        out["next_works"] = torch.ones(4, device="npu").sum().item()
+        report(out)
+    """, allocator).result
+    assert r["raised"] == "OutOfMemoryError", r
+    assert r["next_works"] == 4.0

@@ -115,3 +115,26 @@ def test_mem_pool_destruction_empties_only_its_pool(run_npu):
     assert r["default_cached"] > 0, r
     assert r["default_after"] == r["default_cached"], "a MemPool's destruction emptied the default pool's cache"
     assert r["in_pool"] > 0 and r["pool_after"] == 0, r
+
+
+def test_a_used_use_on_oom_pool_is_deleted_and_outlives_nothing(run_npu):
+    # ~MemPool clears use_on_oom (setUseOnOOM(false)) before releasePool: with npualloc that once
+    # threw inside the destructor and aborted the process (std::terminate). A pool alive at exit
+    # goes the same way at interpreter exit.
+    r = run(run_npu, POOL_STATS + textwrap.dedent("""
+        pool = torch.npu.MemPool(use_on_oom=True)
+        with torch.npu.use_mem_pool(pool):
+            a = torch.empty(1 << 20, device="npu")
+        del a
+        in_pool = pool_stats(1)["reserved_bytes"]
+        del pool
+        import gc
+        gc.collect()
+        kept = torch.npu.MemPool(use_on_oom=True)      # used, and alive at exit
+        with torch.npu.use_mem_pool(kept):
+            b = torch.empty(1 << 20, device="npu")
+        report({"in_pool": in_pool, "pool_after": pool_stats(1)["reserved_bytes"]})
+    """))
+    assert r.returncode == 0 and "terminate" not in r.stderr, r.stderr[-2000:]
+    assert r.result["in_pool"] > 0 and r.result["pool_after"] == 0, r.result
+

@@ -446,6 +446,11 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.pool_end(pool, stream))
     }
 
+    /// Sets a pool's `use_on_oom` from now on.
+    pub fn pool_set_use_on_oom(&self, pool: u64, on: bool) -> Result<()> {
+        with_device!(&self.engine, d => d.pool_set_use_on_oom(pool, on))
+    }
+
     /// Destroys a pool: no more routes, its cached memory goes back.
     pub fn pool_destroy(&self, pool: u64) -> Result<()> {
         with_device!(&self.engine, d => d.pool_destroy(pool))

@@ -75,6 +75,11 @@ impl<B: Memory> StreamEntry<B> {
         self.use_on_oom.load(Ordering::Relaxed)
     }
 
+    /// Its pool's `use_on_oom` changed (under the pools' records lock).
+    pub fn set_use_on_oom(&self, on: bool) {
+        self.use_on_oom.store(on, Ordering::Relaxed);
+    }
+
     /// The stream the entry serves now (`RETIRED`'s value while retired).
     pub fn stream_now(&self) -> Stream {
         Stream(self.stream.load(Ordering::Acquire))

@@ -124,8 +124,9 @@ pub struct npualloc_api {
     pub wake_with: unsafe extern "C" fn(*mut npualloc_allocator, *const u64, usize) -> npualloc_status,
     // One pool's cache given back (API 0.3).
     pub pool_empty_cache: unsafe extern "C" fn(*mut npualloc_allocator, u64) -> npualloc_status,
-    // One pool kind's statistics (API 0.4).
+    // One pool kind's statistics, a pool's use_on_oom changed (API 0.4).
     pub get_kind_stats: unsafe extern "C" fn(*const npualloc_allocator, i32, *mut npualloc_stats) -> npualloc_status,
+    pub pool_set_use_on_oom: unsafe extern "C" fn(*mut npualloc_allocator, u64, i32) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -186,6 +187,7 @@ static API_V1: npualloc_api = npualloc_api {
     wake_with: super::sleep::npualloc_wake_with,
     pool_empty_cache: super::pools::npualloc_pool_empty_cache,
     get_kind_stats: super::stats::npualloc_get_kind_stats,
+    pool_set_use_on_oom: super::pools::npualloc_pool_set_use_on_oom,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error
@@ -293,8 +295,7 @@ mod tests {
     }
 
     #[test]
-    fn sleep_wake_sleep_with_wake_with_pool_empty_cache_and_get_kind_stats_follow_the_pool_functions_and_end_the_table()
-    {
+    fn the_0_3_and_0_4_additions_follow_the_pool_functions_in_order_and_end_the_table() {
         let word = std::mem::size_of::<usize>();
         let after = std::mem::offset_of!(npualloc_api, pool_get_stats) + word;
         assert_eq!(std::mem::offset_of!(npualloc_api, sleep), after);
@@ -303,7 +304,8 @@ mod tests {
         assert_eq!(std::mem::offset_of!(npualloc_api, wake_with), after + 3 * word);
         assert_eq!(std::mem::offset_of!(npualloc_api, pool_empty_cache), after + 4 * word);
         assert_eq!(std::mem::offset_of!(npualloc_api, get_kind_stats), after + 5 * word);
-        assert_eq!(std::mem::size_of::<npualloc_api>(), after + 6 * word, "get_kind_stats ends the table");
+        assert_eq!(std::mem::offset_of!(npualloc_api, pool_set_use_on_oom), after + 6 * word);
+        assert_eq!(std::mem::size_of::<npualloc_api>(), after + 7 * word, "pool_set_use_on_oom ends the table");
         // SAFETY: a non-NULL result points to the static table.
         let api = unsafe { &*npualloc_get_api(1) };
         // SAFETY: NULL handles are refused before anything is read.
@@ -317,6 +319,8 @@ mod tests {
             let st = (api.pool_empty_cache)(std::ptr::null_mut(), 0);
             assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
             let st = (api.get_kind_stats)(std::ptr::null(), 0, std::ptr::null_mut());
+            assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            let st = (api.pool_set_use_on_oom)(std::ptr::null_mut(), 1, 0);
             assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
         }
     }

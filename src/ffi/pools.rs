@@ -119,6 +119,30 @@ pub unsafe extern "C" fn npualloc_pool_destroy(a: *mut npualloc_allocator, pool:
     })
 }
 
+/// Sets pool `pool`'s `use_on_oom` (its config key) from now on: nonzero
+/// `on` lets requests of other pools that run out of memory take its cached
+/// memory, 0 stops it. torch_npu's `MemPool` sets it at any time (its
+/// destructor clears it).
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for pool 0 (the
+/// default pool's cache always serves such requests), a pool never created
+/// or destroyed, or a NULL or dead handle. Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pool_set_use_on_oom(
+    a: *mut npualloc_allocator,
+    pool: u64,
+    on: i32,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_pool_set_use_on_oom", {
+        // SAFETY: as in npualloc_pool_create.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        allocator.core.pool_set_use_on_oom(pool, on != 0)
+    })
+}
+
 /// Fills `*out` as `npualloc_get_stats` does, for one pool's blocks and
 /// memory (0: the default pool; a destroyed pool's live blocks still
 /// count). Counters of device calls (device mallocs and frees, maps,

@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -371,9 +372,20 @@ class Bridge final : public NCA::NPUAllocator {
   int getPoolUseCount(c10::DeviceIndex device, c10_npu::MempoolId_t id) override {
     return pools_.use_count(device, id);
   }
+  // Also called by ~MemPool (MemPool.cpp) with false, before releasePool: clearing it never throws.
   void setUseOnOOM(c10::DeviceIndex device, c10_npu::MempoolId_t id, bool use_on_oom) override {
-    TORCH_CHECK(pools_.set_use_on_oom(device, id, use_on_oom),
-                "npualloc: setUseOnOOM: a pool's use_on_oom is fixed once it has served an allocation");
+    uint64_t pool = pools_.set_use_on_oom(device, id, use_on_oom);
+    npualloc_allocator* a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
+    if (pool == 0 || a == nullptr) return;
+    std::string error = "this npualloc library cannot change it once the pool served an allocation";
+    if (api->struct_size >= offsetof(npualloc_api, pool_set_use_on_oom) + sizeof(void*)) {
+      if (api->pool_set_use_on_oom(a, pool, use_on_oom ? 1 : 0) == NPUALLOC_OK) return;
+      error = last_error();
+    }
+    // Not cleared, the pool's cache may still go to other requests that run out of memory until
+    // the releasePool that follows gives it back.
+    TORCH_CHECK(!use_on_oom, "npualloc: setUseOnOOM(true): ", error);
+    std::fprintf(stderr, "npualloc: setUseOnOOM(false): %s\n", error.c_str());
   }
   void setNoSplit(c10::DeviceIndex, c10_npu::MempoolId_t) override {
     no_pools("MemPool(no_split=True) (setNoSplit)");

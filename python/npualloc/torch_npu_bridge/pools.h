@@ -9,8 +9,8 @@
 // newest first, for each allocation while any route is active; a match is served inside a
 // thread route of the matched pool (npualloc_pool_begin(a, pool, NULL) ... pool_end), which
 // covers exactly that one allocation. Frees need nothing: npualloc returns a block to its pool.
-// A pool's npualloc pool is created at its first route (so MemPool's use_on_oom, set right after
-// creation, is part of its config) and destroyed when torch_npu's use count falls to 0 (live
+// A pool's npualloc pool is created at its first route (with MemPool's use_on_oom, set right
+// after creation, in its config; a later change goes to npualloc_pool_set_use_on_oom) and destroyed when torch_npu's use count falls to 0 (live
 // blocks stay valid; their memory goes back when freed), as PyTorch frees a private pool then.
 
 #pragma once
@@ -44,17 +44,15 @@ class GraphPools {
     pools_[{device, id}].uses += 1;
   }
 
-  // Returns false when the pool's npualloc pool already exists with another setting (npualloc
-  // fixes it at creation).
-  bool set_use_on_oom(int device, MempoolKey id, bool on) {
+  // MemPool's use_on_oom (set right after its creation, cleared by its destructor), kept for the
+  // npualloc pool's creation; returns the npualloc pool made already (0: none yet, or a pool
+  // torch_npu does not know), whose setting the caller changes too.
+  uint64_t set_use_on_oom(int device, MempoolKey id, bool on) {
     std::lock_guard<std::mutex> g(mu_);
     auto it = pools_.find({device, id});
-    if (it == pools_.end()) return !on;
-    if (it->second.npualloc_id == 0) {
-      it->second.use_on_oom = on;
-      return true;
-    }
-    return it->second.use_on_oom == on;
+    if (it == pools_.end()) return 0;
+    it->second.use_on_oom = on;
+    return it->second.npualloc_id;
   }
 
   // beginAllocateToPool: one more use, and a route. `create` makes the npualloc pool from its

@@ -7,8 +7,6 @@
 
 #include "bridge.h"
 
-#include <cstddef>
-
 namespace npualloc_bridge {
 
 namespace {

@@ -150,6 +150,28 @@ impl<B: Memory> Device<B> {
     }
 
     /// Destroys `pool` (see Note [pools]).
+    /// Sets whether other requests that run out of memory may take
+    /// `pool`'s cached memory (its config's `use_on_oom`), from now on.
+    pub fn pool_set_use_on_oom(&self, pool: u64, on: bool) -> Result<()> {
+        self.check_open()?;
+        let mut records = self.pools.lock();
+        if pool == 0 {
+            return Err(Error::InvalidArgument(
+                "pool 0 is the default pool: its cached memory always goes to requests that run out".into(),
+            ));
+        }
+        let Some(r) = records.get_mut(pool as usize).filter(|r| !r.destroyed) else {
+            return Err(no_such_pool(pool, &records));
+        };
+        r.config.use_on_oom = on;
+        // Under the records lock, which every revival of a retired entry
+        // holds (it reads the config then): no entry misses the change.
+        for e in self.streams.iter().filter(|e| e.pool() == pool) {
+            e.set_use_on_oom(on);
+        }
+        Ok(())
+    }
+
     pub fn pool_destroy(&self, pool: u64) -> Result<()> {
         self.check_open()?;
         self.reap_routes();

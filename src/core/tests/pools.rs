@@ -155,6 +155,40 @@ fn the_ladder_takes_a_pools_cache_only_with_use_on_oom() {
     }
 }
 
+/// use_on_oom changed after the pool served blocks: on, the ladder takes
+/// the pool's cache; off again, it does not (the change reaches the
+/// pool's existing streams); pool 0 and unknown pools are refused.
+#[test]
+fn use_on_oom_set_after_the_pool_served_takes_effect_both_ways() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let p = a.pool_create(PoolConfig::default()).unwrap();
+    a.pool_begin(p, None).unwrap();
+    let big = a.malloc(600 * MIB, Stream::DEFAULT).unwrap();
+    a.pool_end(p, None).unwrap();
+    a.free(big).unwrap();
+    a.pool_set_use_on_oom(p, true).unwrap();
+    let addr = a.malloc(600 * MIB, Stream::DEFAULT).expect("the pool's cache goes to the request");
+    assert_eq!(a.pool_stats(p).unwrap().reserved_bytes, 0);
+    a.free(addr).unwrap();
+    a.empty_cache().unwrap();
+    a.pool_begin(p, None).unwrap();
+    let big = a.malloc(600 * MIB, Stream::DEFAULT).unwrap();
+    a.pool_end(p, None).unwrap();
+    a.free(big).unwrap();
+    a.pool_set_use_on_oom(p, false).unwrap();
+    let r = a.malloc(600 * MIB, Stream::DEFAULT);
+    assert!(matches!(r, Err(Error::OutOfMemory(_))), "{r:?}");
+    assert_eq!(a.pool_stats(p).unwrap().reserved_bytes, 600 * MIB as u64, "the pool kept its cache");
+    for bad in [0, p + 1] {
+        let e = a.pool_set_use_on_oom(bad, true).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    }
+    a.teardown().unwrap();
+    assert_eq!(usage(DEV).malloc_count, 0);
+}
+
 /// The snapshots show each segment's pool: PyTorch's `segment_pool_id`.
 #[test]
 fn pytorch_snapshot_shows_each_segments_pool() {
