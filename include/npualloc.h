@@ -460,6 +460,7 @@ typedef struct npualloc_api {
     npualloc_status (*get_kind_stats)(const struct npualloc_allocator*,
                                       int32_t,
                                       struct npualloc_stats*);
+    npualloc_status (*pool_set_use_on_oom)(struct npualloc_allocator*, uint64_t, int32_t);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -1188,6 +1189,23 @@ npualloc_status npualloc_pool_end(struct npualloc_allocator *a, uint64_t pool, a
  * `a` is NULL or a live handle.
  */
 npualloc_status npualloc_pool_destroy(struct npualloc_allocator *a, uint64_t pool);
+
+/**
+ * Sets pool `pool`'s `use_on_oom` (its config key) from now on: nonzero
+ * `on` lets requests of other pools that run out of memory take its cached
+ * memory, 0 stops it. torch_npu's `MemPool` sets it at any time (its
+ * destructor clears it).
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for pool 0 (the
+ * default pool's cache always serves such requests), a pool never created
+ * or destroyed, or a NULL or dead handle. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle.
+ */
+npualloc_status npualloc_pool_set_use_on_oom(struct npualloc_allocator *a,
+                                             uint64_t pool,
+                                             int32_t on);
 
 /**
  * Fills `*out` as `npualloc_get_stats` does, for one pool's blocks and
