@@ -147,6 +147,34 @@ def enable(config=None):
             os.environ["NPUALLOC_CONF"] = saved
         raise
     _installed = _Installed(effective, library, str(bridge), tail)
+    _follow_the_sanitizer(torch_npu, handle)
+
+
+# torch_npu's sanitizer (torch_npu/npu/_sanitizer.py) turns its trace on with
+# torch_npu._C._activate_npu_trace(mode); stream mode (0) is the one that
+# reports allocations. Its state is not readable from the bridge, so the bridge
+# is told: now, and at each later activation.
+_STREAM_MODE = 0
+
+
+def _follow_the_sanitizer(torch_npu, handle):
+    trace = handle.npualloc_torch_npu_bridge_trace
+    trace.restype, trace.argtypes = None, [ctypes.c_int]
+    sanitizer = sys.modules.get("torch_npu.npu._sanitizer")
+    if sanitizer is not None and sanitizer.npu_sanitizer.enabled:
+        trace(int(sanitizer.npu_sanitizer.mode == _STREAM_MODE))
+    activate = getattr(torch_npu._C, "_activate_npu_trace", None)
+    if activate is None:
+        return
+
+    def activate_and_tell(mode):
+        activate(mode)
+        # torch_npu keeps the first activation's mode (NPUTrace::setTrace).
+        if not getattr(activate_and_tell, "done", False):
+            activate_and_tell.done = True
+            trace(int(mode == _STREAM_MODE))
+
+    torch_npu._C._activate_npu_trace = activate_and_tell
 
 
 _TOO_LATE = (

@@ -82,13 +82,16 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory (npualloc). ", report);
   }
   TORCH_CHECK(st == NPUALLOC_OK, "npualloc: malloc failed (", api->status_name(st), "): ", error);
-  std::lock_guard<std::mutex> g(mu_);
-  Live& live = live_[p];
-  live = Live{device, size + tail_, context, {}, stream, nullptr};
-  counts_[device].change(size + tail_, size, +1);
-  if (context && (when == NCA::RecordContext::ALLOC || when == NCA::RecordContext::ALL)) {
-    keep_context(trace_contexts_, p, context);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    Live& live = live_[p];
+    live = Live{device, size + tail_, context, {}, stream, nullptr};
+    counts_[device].change(size + tail_, size, +1);
+    if (context && (when == NCA::RecordContext::ALLOC || when == NCA::RecordContext::ALL)) {
+      keep_context(trace_contexts_, p, context);
+    }
   }
+  trace_alloc(p);
   return p;
 }
 
@@ -96,6 +99,7 @@ void Bridge::free_block(void* ptr, bool throw_errors) {
   if (ptr == nullptr) {
     return;
   }
+  trace_free(ptr);
   Live live;
   NCA::CreateContextFn recorder;
   {
@@ -155,20 +159,21 @@ void Bridge::deleter(void* ptr) {
 // keeps its use: torch_npu's allocator ends the wait of a freed block here (its HCCL-mode erase
 // comes once the tensor is gone), npualloc's freed block waits for the event recorded at its free,
 // which completes with the collective. mu_ is held to the end, so a free and a new tenant at the
-// same address cannot come between the check and the erase.
-void Bridge::erase(void* p, c10_npu::NPUStream stream, const void* work) {
+// same address cannot come between the check and the erase. Returns whether the use ended.
+bool Bridge::erase(void* p, c10_npu::NPUStream stream, const void* work) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = live_.find(p);
   if (it == live_.end() || (work != nullptr && it->second.hccl_work != work)) {
-    return;
+    return false;
   }
   int device = it->second.device;
   if (it->second.stream != c10_npu::getCurrentNPUStream(device).stream(false)) {
-    return;
+    return false;
   }
   check(api->erase_stream(handle(device), p, stream.stream(false)), "erase_stream");
   auto& v = it->second.streams;
   v.erase(std::remove(v.begin(), v.end(), stream), v.end());
+  return true;
 }
 
 void Bridge::empty_all(bool check_error) {

@@ -262,12 +262,15 @@ class Bridge final : public NCA::NPUAllocator {
     }
     int device = device_of(p);
     check(api->record_stream(handle(device), p, stream.stream(false)), "record_stream");
-    std::lock_guard<std::mutex> g(mu_);
-    auto it = live_.find(p);
-    if (it != live_.end() &&
-        std::find(it->second.streams.begin(), it->second.streams.end(), stream) == it->second.streams.end()) {
-      it->second.streams.push_back(stream);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = live_.find(p);
+      if (it != live_.end() &&
+          std::find(it->second.streams.begin(), it->second.streams.end(), stream) == it->second.streams.end()) {
+        it->second.streams.push_back(stream);
+      }
     }
+    trace_stream("NPURecordStreamCallbacks", p, stream.stream(false));
   }
 
   void eraseStream(const c10::DataPtr& ptr, c10_npu::NPUStream stream) override {
@@ -275,14 +278,14 @@ class Bridge final : public NCA::NPUAllocator {
     if (p == nullptr || ptr.get_deleter() != &deleter) {
       return;
     }
-    erase(p, stream, nullptr);
+    if (erase(p, stream, nullptr)) trace_stream("NPUEraseStreamCallbacks", p, stream.stream(false));
   }
 
   void eraseStreamWithBlockPtr(void* block_ptr, c10_npu::NPUStream stream, void* work_ptr) override {
     // getBlockPtr hands out the block's own address, so block_ptr is a block start.
     TORCH_CHECK(block_ptr != nullptr, "npualloc: eraseStreamWithBlockPtr: the block pointer is NULL");
     TORCH_CHECK(work_ptr != nullptr, "npualloc: eraseStreamWithBlockPtr: the HCCL work pointer is NULL");
-    erase(block_ptr, stream, work_ptr);
+    if (erase(block_ptr, stream, work_ptr)) trace_stream("NPUEraseStreamCallbacks", block_ptr, stream.stream(false));
   }
 
   void* getBlockPtr(const c10::DataPtr& ptr) override {
@@ -514,7 +517,22 @@ class Bridge final : public NCA::NPUAllocator {
   }
 
   void* malloc_on(int device, size_t size, aclrtStream stream);
-  void erase(void* p, c10_npu::NPUStream stream, const void* work);
+
+ public:
+  void set_tracing(bool on) {
+    tracing_.store(on, std::memory_order_relaxed);
+  }
+
+ private:
+  // torch_npu's sanitizer's callbacks (trace.cpp), called with no bridge lock held.
+  template <typename... Args>
+  void fire(const char* registry, Args... args);
+  void trace_alloc(void* p);
+  void trace_free(void* p);
+  void trace_stream(const char* registry, void* p, aclrtStream stream);
+  std::atomic<bool> tracing_{false};
+
+  bool erase(void* p, c10_npu::NPUStream stream, const void* work);
   void empty_all(bool check_error);
   void add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info);
 };

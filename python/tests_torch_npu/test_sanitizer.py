@@ -1,0 +1,40 @@
+"""torch_npu's NPU sanitizer (TORCH_NPU_SANITIZER=1, stream mode) sees
+npualloc's blocks as it sees its own allocator's: the same allocation, free,
+record_stream and erase events, in the same order, reach the callback
+registries of torch_npu.utils._npu_trace."""
+
+import pytest
+from test_bridge import run
+
+EVENTS = """
+    import torch_npu.utils._npu_trace as trace
+    seen = []
+    def on(kind):
+        return lambda *args: seen.append([kind] + [int(a) for a in args])
+    trace.register_callback_for_npu_memory_allocation(on("alloc"), "alloc")
+    trace.register_callback_for_npu_memory_deallocation(on("free"), "free")
+    trace.register_callback_for_npu_record_stream(on("record"), "record")
+    trace.register_callback_for_npu_erase_stream(on("erase"), "erase")
+    side = torch.npu.Stream()
+    x = torch.empty(1000, device="npu")
+    y = torch.empty(1 << 20, device="npu")
+    x.record_stream(side)
+    torch_npu.erase_stream(x, side)                     # on x's own stream: the use ends
+    px, py, ps = x.data_ptr(), y.data_ptr(), side.npu_stream
+    del x, y
+    names = {px: "x", py: "y", ps: "side"}
+    report([[e[0]] + [names.get(a, "?") for a in e[1:]] for e in seen])
+"""
+
+
+@pytest.mark.parametrize("sanitizer", ["1", "0"])
+def test_the_sanitizer_sees_the_same_events_from_both_allocators(run_npu, sanitizer):
+    env = {"TORCH_NPU_SANITIZER": sanitizer}
+    own = run_npu(EVENTS, "own", env=env).result
+    ours = run(run_npu, EVENTS, env=env).result
+    assert ours == own, f"torch_npu's own allocator: {own}\nnpualloc: {ours}"
+    if sanitizer == "1":
+        for event in (["alloc", "x"], ["record", "x", "side"], ["erase", "x", "side"], ["free", "x"]):
+            assert event in own, (event, own)
+    else:
+        assert own == [], "without the sanitizer nothing is traced"
