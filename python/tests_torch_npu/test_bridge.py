@@ -381,7 +381,7 @@ def test_a_request_no_device_holds_is_an_out_of_memory_error(run_npu, allocator,
             out = {{"raised": None}}
         except Exception as e:
             out = {{"raised": type(e).__name__, "message": str(e)[:300]}}
-        out["next_works"] = torch.ones(4, device="npu").sum().item()
+        out["next_works"] = torch.full((4,), 1.0).to("npu").cpu().sum().item()
         report(out)
     """, allocator).result
     assert r["raised"] == "OutOfMemoryError", r
