@@ -80,3 +80,16 @@ def test_readme_example_without_torch_npu_runs(emu):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("MemBlock(addr=0x") and done.stdout.split()[-1] == "1048576", done.stdout
+
+
+def test_the_wheel_carries_every_bridge_source():
+    """pyproject's package data lists every source and header of the torch_npu
+    bridge, so that an installed package can build it."""
+    import tomllib
+
+    root = Path(PYTHON_DIR)
+    data = tomllib.loads((root / "pyproject.toml").read_text())
+    listed = set(data["tool"]["setuptools"]["package-data"]["npualloc.torch_npu_bridge"])
+    here = root / "npualloc" / "torch_npu_bridge"
+    present = {p.name for p in here.iterdir() if p.suffix in (".cpp", ".h")}
+    assert present and listed == present, f"missing from pyproject: {present - listed}, not there: {listed - present}"
