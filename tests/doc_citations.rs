@@ -16,6 +16,11 @@
 //! the title of a `## Note [title]` heading there, and each such heading must
 //! be cited from code (a file that is not Markdown) at least once. The few
 //! notes that are not the core's are listed in `NOTES_ELSEWHERE`.
+//!
+//! The two documents a newcomer reads first stay short: README.md (for a
+//! first-time user) and BENCHMARKS.md (a report) within 300 lines each;
+//! longer material goes to python/README.md and docs/. (Here, because this
+//! file is the one the citation scan skips.)
 
 use std::path::{Path, PathBuf};
 
@@ -449,4 +454,18 @@ fn the_note_reader_holds_citations_to_design_headings() {
     }
     // The notes kept elsewhere pass.
     assert!(note_problems("(Note [pins] in `violation`)", &notes).is_empty());
+}
+
+#[test]
+fn readme_and_benchmarks_stay_within_300_lines() {
+    const LIMIT: usize = 300;
+    let mut over = Vec::new();
+    for name in ["README.md", "BENCHMARKS.md"] {
+        let text = std::fs::read_to_string(root().join(name)).unwrap_or_else(|e| panic!("read {name}: {e}"));
+        let lines = text.lines().count();
+        if lines > LIMIT {
+            over.push(format!("{name} has {lines} lines, over {LIMIT}"));
+        }
+    }
+    assert!(over.is_empty(), "{}", over.join("; "));
 }
