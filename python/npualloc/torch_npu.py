@@ -31,6 +31,7 @@ import importlib
 import os
 import pickle
 import sys
+import warnings
 
 from . import _lib, memory as _memory
 
@@ -158,23 +159,30 @@ _STREAM_MODE = 0
 
 
 def _follow_the_sanitizer(torch_npu, handle):
-    trace = handle.npualloc_torch_npu_bridge_trace
-    trace.restype, trace.argtypes = None, [ctypes.c_int]
-    sanitizer = sys.modules.get("torch_npu.npu._sanitizer")
-    if sanitizer is not None and sanitizer.npu_sanitizer.enabled:
-        trace(int(sanitizer.npu_sanitizer.mode == _STREAM_MODE))
-    activate = getattr(torch_npu._C, "_activate_npu_trace", None)
-    if activate is None:
-        return
+    # After the install, which cannot be undone: a torch_npu whose sanitizer
+    # looks different gets a warning, and enable() still succeeds.
+    try:
+        trace = handle.npualloc_torch_npu_bridge_trace
+        trace.restype, trace.argtypes = None, [ctypes.c_int]
+        sanitizer = getattr(sys.modules.get("torch_npu.npu._sanitizer"), "npu_sanitizer", None)
+        active = bool(getattr(sanitizer, "enabled", False))
+        if active:
+            trace(int(getattr(sanitizer, "mode", None) == _STREAM_MODE))
+        activate = getattr(torch_npu._C, "_activate_npu_trace", None)
+        if activate is None:
+            return
 
-    def activate_and_tell(mode):
-        activate(mode)
-        # torch_npu keeps the first activation's mode (NPUTrace::setTrace).
-        if not getattr(activate_and_tell, "done", False):
-            activate_and_tell.done = True
-            trace(int(mode == _STREAM_MODE))
+        def activate_and_tell(mode):
+            activate(mode)
+            # torch_npu keeps the first activation's mode (NPUTrace::setTrace).
+            if not activate_and_tell.done:
+                activate_and_tell.done = True
+                trace(int(mode == _STREAM_MODE))
 
-    torch_npu._C._activate_npu_trace = activate_and_tell
+        activate_and_tell.done = active
+        torch_npu._C._activate_npu_trace = activate_and_tell
+    except Exception as e:  # noqa: BLE001 - see above
+        warnings.warn(f"npualloc: torch_npu's sanitizer will not see npualloc's blocks: {e}", stacklevel=3)
 
 
 _TOO_LATE = (

@@ -90,7 +90,7 @@ WORKLOAD = """
         t = torch.empty(n, **u8)
         del t
     del ts[0]
-    report({"end": torch.npu.memory_stats(), "at_reset": at_reset})
+    report({"end": torch.npu.memory_stats(), "at_reset": at_reset, "unused": torch.npu.memory_stats(1)})
 """
 
 # Per key prefix: why npualloc's figure may differ from torch_npu's own.
@@ -110,9 +110,16 @@ MAY_DIFFER = {
 
 @pytest.mark.parametrize("conf", ["expandable_segments:false", "expandable_segments:true"])
 def test_memory_stats_agree_with_torch_npus_own_allocator(run_npu, conf):
-    own = run_npu(WORKLOAD, "own").result["end"]
+    own_run = run_npu(WORKLOAD, "own").result
+    own = own_run["end"]
     r = run(run_npu, WORKLOAD, env={"NPUALLOC_CONF": conf}).result
     npl, at_reset = r["end"], r["at_reset"]
+    # A device never used has no allocator yet: its statistics are zeroes, its limit none.
+    assert r["unused"]["max_split_size"] == own_run["unused"]["max_split_size"] == -1
+    assert r["unused"]["allocated_bytes.all.current"] == 0
+    # The accumulated counters torch_npu resets (resetAccumulatedStats) read 0 right after.
+    for key in ("num_device_alloc", "num_device_free", "num_ooms", "num_alloc_retries", "num_sync_all_streams"):
+        assert at_reset[key] == 0, (key, at_reset[key])
     assert own.keys() == npl.keys(), f"keys only torch_npu has: {sorted(own.keys() - npl.keys())}, " \
                                      f"only npualloc: {sorted(npl.keys() - own.keys())}"
     differ = {}

@@ -118,9 +118,9 @@ def test_mem_pool_destruction_empties_only_its_pool(run_npu):
 
 
 def test_a_used_use_on_oom_pool_is_deleted_and_outlives_nothing(run_npu):
-    # ~MemPool clears use_on_oom (setUseOnOOM(false)) before releasePool: with npualloc that once
-    # threw inside the destructor and aborted the process (std::terminate). A pool alive at exit
-    # goes the same way at interpreter exit.
+    # ~MemPool clears use_on_oom (setUseOnOOM(false)) before releasePool (MemPool.cpp): an
+    # exception from it would end the process (std::terminate in a destructor). A pool alive at
+    # exit goes the same way at interpreter exit.
     r = run(run_npu, POOL_STATS + textwrap.dedent("""
         pool = torch.npu.MemPool(use_on_oom=True)
         with torch.npu.use_mem_pool(pool):

@@ -29,16 +29,22 @@ EVENTS = """
 """
 
 
-@pytest.mark.parametrize("sanitizer", [True, False])
+LATER = "import torch_npu.npu._sanitizer as csan\ncsan.enable_npu_sanitizer()\n"
+
+
+@pytest.mark.parametrize("sanitizer", ["at import", "later", "never"])
 def test_the_sanitizer_sees_the_same_events_from_both_allocators(run_npu, sanitizer):
     # torch_npu turns its sanitizer on at import whenever TORCH_NPU_SANITIZER is set, whatever
-    # its value (torch_npu/_init/core/optional_features.py, _enable_sanitizer_if_needed).
+    # its value (torch_npu/_init/core/optional_features.py, _enable_sanitizer_if_needed); a
+    # program may also turn it on later (torch_npu/npu/_sanitizer.py, enable_npu_sanitizer), after
+    # npualloc.torch_npu.enable().
     assert "TORCH_NPU_SANITIZER" not in os.environ
-    env = {"TORCH_NPU_SANITIZER": "1"} if sanitizer else None
-    own = run_npu(EVENTS, "own", env=env).result
-    ours = run(run_npu, EVENTS, env=env).result
+    env = {"TORCH_NPU_SANITIZER": "1"} if sanitizer == "at import" else None
+    code = (LATER if sanitizer == "later" else "") + EVENTS
+    own = run_npu(code, "own", env=env).result
+    ours = run(run_npu, code, env=env).result
     assert ours == own, f"torch_npu's own allocator: {own}\nnpualloc: {ours}"
-    if sanitizer:
+    if sanitizer != "never":
         for event in (["alloc", "x"], ["record", "x", "side"], ["erase", "x", "side"], ["free", "x"]):
             assert event in own, (event, own)
     else:

@@ -42,15 +42,17 @@ impl<B: Memory> Pool<B> {
         for seg in self.cache.segments.ids() {
             s.segment_bytes += B::held_bytes(&self.backing, seg) as u64;
             s.address_space_bytes += self.cache.segments.get(seg).size as u64;
-            // torch_npu's inactive split blocks: cached pieces (free or
-            // held for reuse) of a fixed segment of more than one block.
-            if !B::describe(&self.backing, seg).0 && self.cache.blocks_of(seg).nth(1).is_some() {
-                for (_, b) in
-                    self.cache.blocks_of(seg).filter(|(_, b)| matches!(b.state, BlockState::Free | BlockState::Held))
-                {
-                    s.inactive_split_blocks += 1;
-                    s.inactive_split_bytes += b.size as u64;
-                }
+        }
+        // torch_npu's inactive split blocks: cached pieces (free or held for
+        // reuse) of a fixed segment of more than one block. Found through
+        // the free index and the reuse lists: a stats call walks the cached
+        // blocks only, never the live ones.
+        let c = &self.cache;
+        for id in c.index.iter(&c.blocks).chain(c.reuse.iter(&c.blocks)) {
+            let b = c.blocks.get(id);
+            if (b.prev != NIL || b.next != NIL) && !B::describe(&self.backing, b.segment).0 {
+                s.inactive_split_blocks += 1;
+                s.inactive_split_bytes += b.size as u64;
             }
         }
     }

@@ -124,7 +124,7 @@ pub struct npualloc_api {
     pub wake_with: unsafe extern "C" fn(*mut npualloc_allocator, *const u64, usize) -> npualloc_status,
     // One pool's cache given back (API 0.3).
     pub pool_empty_cache: unsafe extern "C" fn(*mut npualloc_allocator, u64) -> npualloc_status,
-    // One pool kind's statistics, a pool's use_on_oom changed (API 0.4).
+    // One pool kind's statistics, a pool's use_on_oom changed (added after 0.3.0).
     pub get_kind_stats: unsafe extern "C" fn(*const npualloc_allocator, i32, *mut npualloc_stats) -> npualloc_status,
     pub pool_set_use_on_oom: unsafe extern "C" fn(*mut npualloc_allocator, u64, i32) -> npualloc_status,
 }

@@ -25,9 +25,12 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
   if (size == 0) {
     return nullptr;
   }
-  // As torch_npu's own allocator reports any request no device can hold: an out-of-memory error.
-  TORCH_CHECK_WITH(OutOfMemoryError, size <= SIZE_MAX - tail_, "NPU out of memory (npualloc). Tried to allocate ",
-                   size, " bytes, more than the address space holds.");
+  // torch_npu's own allocator refuses 1 EB (2^60 bytes) and more as out of memory, before anything
+  // else (NPUCachingAllocator.cpp, NpuCachingAllocator::allocate); npualloc's largest request is
+  // below 2^60 bytes too (README, "API conventions"), pad included.
+  constexpr size_t kOneExabyte = size_t{1} << 60;
+  TORCH_CHECK_WITH(OutOfMemoryError, size < kOneExabyte - tail_,
+                   "NPU out of memory (npualloc). Tried to allocate more than 1EB memory.");
   std::shared_ptr<c10::GatheredContext> context;
   NCA::CreateContextFn recorder;
   NCA::RecordContext when;
@@ -54,11 +57,6 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
   } else {
     st = api->malloc(a, size + tail_, stream, &p);
     if (st != NPUALLOC_OK) error = last_error();
-  }
-  if (st == NPUALLOC_ERR_INVALID_ARGUMENT) {
-    // The size is npualloc's one argument from torch_npu that can be wrong (the stream is
-    // torch_npu's current one): beyond npualloc's largest request, which no device holds.
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory (npualloc). ", error);
   }
   if (st == NPUALLOC_ERR_OUT_OF_MEMORY) {
     std::string report = error;

@@ -376,7 +376,10 @@ class Bridge final : public NCA::NPUAllocator {
     return pools_.use_count(device, id);
   }
   // Also called by ~MemPool (MemPool.cpp) with false, before releasePool: clearing it never throws.
+  // One change at a time, so the bridge's record and npualloc's pool end with the same setting.
   void setUseOnOOM(c10::DeviceIndex device, c10_npu::MempoolId_t id, bool use_on_oom) override {
+    check_device(device);
+    std::lock_guard<std::mutex> g(use_on_oom_mu_);
     uint64_t pool = pools_.set_use_on_oom(device, id, use_on_oom);
     npualloc_allocator* a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
     if (pool == 0 || a == nullptr) return;
@@ -385,9 +388,12 @@ class Bridge final : public NCA::NPUAllocator {
       if (api->pool_set_use_on_oom(a, pool, use_on_oom ? 1 : 0) == NPUALLOC_OK) return;
       error = last_error();
     }
+    if (use_on_oom) {
+      pools_.set_use_on_oom(device, id, false);  // refused: nothing changed
+      TORCH_CHECK(false, "npualloc: setUseOnOOM(true): ", error);
+    }
     // Not cleared, the pool's cache may still go to other requests that run out of memory until
     // the releasePool that follows gives it back.
-    TORCH_CHECK(!use_on_oom, "npualloc: setUseOnOOM(true): ", error);
     std::fprintf(stderr, "npualloc: setUseOnOOM(false): %s\n", error.c_str());
   }
   void setNoSplit(c10::DeviceIndex, c10_npu::MempoolId_t) override {
@@ -489,6 +495,7 @@ class Bridge final : public NCA::NPUAllocator {
     std::memset(&s, 0, sizeof s);
     s.struct_size = sizeof s;
     npualloc_allocator* a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
+    if (a == nullptr) s.max_split_size = max_split_size();
     if (a != nullptr) {
       check(api->get_stats(a, &s), "get_stats");
       if (s.version < 3) {
@@ -505,6 +512,18 @@ class Bridge final : public NCA::NPUAllocator {
       }
     }
     return s;
+  }
+
+  // Every device's allocator has NPUALLOC_CONF's max_split_size: any one's (none made yet: no
+  // limit known, -1).
+  uint64_t max_split_size() {
+    for (int d = 0; d < kMaxDevices; ++d) {
+      npualloc_allocator* a = __atomic_load_n(&handles_[d], __ATOMIC_ACQUIRE);
+      npualloc_stats s{};
+      s.struct_size = sizeof s;
+      if (a != nullptr && api->get_stats(a, &s) == NPUALLOC_OK && s.version >= 5) return s.max_split_size;
+    }
+    return UINT64_MAX;
   }
 
   // stats_of, and each pool kind's statistics (zeroes from a library without them).
@@ -531,6 +550,7 @@ class Bridge final : public NCA::NPUAllocator {
   void trace_free(void* p);
   void trace_stream(const char* registry, void* p, aclrtStream stream);
   std::atomic<bool> tracing_{false};
+  std::mutex use_on_oom_mu_;
 
   bool erase(void* p, c10_npu::NPUStream stream, const void* work);
   void empty_all(bool check_error);

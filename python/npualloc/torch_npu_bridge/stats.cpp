@@ -15,13 +15,19 @@ int64_t i(uint64_t v) {
   return static_cast<int64_t>(v);
 }
 
+// A cumulative counter's rise since the baseline. It never falls, but a baseline read while a
+// shard moved to another pool may have counted its figures twice: no rise then, not a wrap.
+uint64_t since(uint64_t now, uint64_t then) {
+  return now >= then ? now - then : 0;
+}
+
 // A figure whose increases npualloc sums (`total`): since the last reset its increases are
 // total - total then, its decreases those less its rise.
 void cumulative(Stat& st, uint64_t now, uint64_t peak, uint64_t total, uint64_t now_then, uint64_t total_then) {
   st.current = i(now);
   st.peak = std::max(i(peak), st.current);
-  st.allocated = i(total - total_then);
-  st.freed = st.allocated - (i(now) - i(now_then));
+  st.allocated = i(since(total, total_then));
+  st.freed = std::max<int64_t>(0, st.allocated - (i(now) - i(now_then)));
 }
 
 // A figure npualloc keeps only as it is now.
@@ -40,8 +46,8 @@ void fill(c10::CachingDeviceAllocator::DeviceStats& d, size_t type, const npuall
   Stat& allocation = d.allocation[type];
   allocation.current = i(s.active_blocks);
   allocation.peak = std::max(c.live_peak, allocation.current);
-  allocation.allocated = i(s.num_allocs - b.num_allocs);
-  allocation.freed = i(s.num_frees - b.num_frees);
+  allocation.allocated = i(since(s.num_allocs, b.num_allocs));
+  allocation.freed = i(since(s.num_frees, b.num_frees));
   cumulative(d.active[type], s.active_blocks + s.pending_free_blocks, c.live_peak, s.num_allocs,
              b.active_blocks + b.pending_free_blocks, b.num_allocs);
   // Bytes of blocks as rounded (torch_npu's block size), and of blocks not yet back in the cache.
@@ -71,6 +77,12 @@ void fill(c10::CachingDeviceAllocator::DeviceStats& d, size_t type, const npuall
   // Cached pieces of split fixed segments, as torch_npu counts them (none in expandable ones).
   current_only(d.inactive_split[type], s.inactive_split_blocks);
   current_only(d.inactive_split_bytes[type], s.inactive_split_bytes);
+  if (s.version < 5) {
+    // A library before stats version 5 sums no bytes: their totals read 0.
+    for (StatArray* a : {&d.allocated_bytes, &d.active_bytes, &d.reserved_bytes}) {
+      (*a)[type].allocated = (*a)[type].freed = 0;
+    }
+  }
 }
 
 }  // namespace
@@ -104,11 +116,14 @@ c10::CachingDeviceAllocator::DeviceStats Bridge::getDeviceStats(c10::DeviceIndex
   fill(d, static_cast<size_t>(StatType::SMALL_POOL), f.kind[0], b.kind[0], c.kind[0], false);
   fill(d, static_cast<size_t>(StatType::LARGE_POOL), f.kind[1], b.kind[1], c.kind[1], false);
   const npualloc_stats& s = f.all;
-  d.num_alloc_retries = i(s.num_alloc_retries - b.all.num_alloc_retries);
-  d.num_ooms = i(s.num_ooms - b.all.num_ooms);
-  d.num_sync_all_streams = i(s.num_syncs - b.all.num_syncs);
-  d.num_device_alloc = i(s.num_device_mallocs + s.num_physical_mallocs);
-  d.num_device_free = i(s.num_device_frees + s.num_physical_frees);
+  d.num_alloc_retries = i(since(s.num_alloc_retries, b.all.num_alloc_retries));
+  d.num_ooms = i(since(s.num_ooms, b.all.num_ooms));
+  d.num_sync_all_streams = i(since(s.num_syncs, b.all.num_syncs));
+  // Reset with the others (NPUCachingAllocator.cpp, resetAccumulatedStats).
+  d.num_device_alloc =
+      i(since(s.num_device_mallocs + s.num_physical_mallocs, b.all.num_device_mallocs + b.all.num_physical_mallocs));
+  d.num_device_free =
+      i(since(s.num_device_frees + s.num_physical_frees, b.all.num_device_frees + b.all.num_physical_frees));
   // UINT64_MAX (no limit) reads as torch_npu's -1.
   d.max_split_size = static_cast<int64_t>(s.max_split_size);
   return d;

@@ -149,7 +149,6 @@ impl<B: Memory> Device<B> {
         ))
     }
 
-    /// Destroys `pool` (see Note [pools]).
     /// Sets whether other requests that run out of memory may take
     /// `pool`'s cached memory (its config's `use_on_oom`), from now on.
     pub fn pool_set_use_on_oom(&self, pool: u64, on: bool) -> Result<()> {
@@ -172,6 +171,7 @@ impl<B: Memory> Device<B> {
         Ok(())
     }
 
+    /// Destroys `pool` (see Note [pools]).
     pub fn pool_destroy(&self, pool: u64) -> Result<()> {
         self.check_open()?;
         self.reap_routes();
