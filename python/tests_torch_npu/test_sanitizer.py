@@ -4,6 +4,7 @@ record_stream and erase events, in the same order, reach the callback
 registries of torch_npu.utils._npu_trace."""
 
 import os
+import textwrap
 
 import pytest
 from test_bridge import run
@@ -40,7 +41,7 @@ def test_the_sanitizer_sees_the_same_events_from_both_allocators(run_npu, saniti
     # npualloc.torch_npu.enable().
     assert "TORCH_NPU_SANITIZER" not in os.environ
     env = {"TORCH_NPU_SANITIZER": "1"} if sanitizer == "at import" else None
-    code = (LATER if sanitizer == "later" else "") + EVENTS
+    code = (LATER if sanitizer == "later" else "") + textwrap.dedent(EVENTS)
     own = run_npu(code, "own", env=env).result
     ours = run(run_npu, code, env=env).result
     assert ours == own, f"torch_npu's own allocator: {own}\nnpualloc: {ours}"
