@@ -6,6 +6,7 @@
 use super::backing::Memory;
 use super::device::Device;
 use super::policy::PoolKind;
+use super::shard::Shard;
 use super::stats::Stats;
 use super::BlockInfo;
 use crate::error::Result;
@@ -57,20 +58,12 @@ impl<B: Memory> Device<B> {
 
     pub fn stats(&self) -> Result<Stats> {
         self.check_usable()?;
-        let mut s = Stats::default();
-        let mut largest = 0;
-        for shard in self.streams.shards() {
-            let pool = shard.lock()?;
-            pool.add_figures(&mut s);
-            largest = largest.max(pool.largest_free());
-        }
+        let mut s = self.shard_figures(self.streams.shards())?;
         for tally in self.pools.tallies() {
             tally.add_kept_counts(&mut s);
         }
         self.sh.counters.add_to(&mut s);
         self.peaks.add_to(&mut s);
-        s.largest_free_block = largest as u64;
-        s.max_split_size = self.sh.policy.max_split_size as u64;
         s.cached_handle_bytes = self.sh.backing.cached_bytes() as u64;
         Ok(s)
     }
@@ -83,14 +76,7 @@ impl<B: Memory> Device<B> {
     /// read 0.
     pub fn kind_stats(&self, kind: PoolKind) -> Result<Stats> {
         self.check_usable()?;
-        let mut s = Stats::default();
-        let mut largest = 0;
-        for entry in self.streams.iter() {
-            let pool = entry.shards[kind as usize].lock()?;
-            pool.add_figures(&mut s);
-            largest = largest.max(pool.largest_free());
-            s.segments += pool.cache.segments.ids().count() as u64;
-        }
+        let mut s = self.shard_figures(self.streams.iter().map(|e| &e.shards[kind as usize]))?;
         for tally in self.pools.tallies() {
             tally.add_kept_counts_of(kind as usize, &mut s);
         }
@@ -98,6 +84,21 @@ impl<B: Memory> Device<B> {
         s.segments_peak = s.segments;
         s.reserved_bytes_peak = s.reserved_bytes;
         self.peaks.add_kind_to(kind as usize, &mut s);
+        Ok(s)
+    }
+
+    /// The block and segment figures of `shards` summed (their segments
+    /// counted), their largest free run, and the configured split limit:
+    /// what every statistics call starts from.
+    pub(super) fn shard_figures<'a>(&'a self, shards: impl Iterator<Item = &'a Shard<B>>) -> Result<Stats> {
+        let mut s = Stats::default();
+        let mut largest = 0;
+        for shard in shards {
+            let pool = shard.lock()?;
+            pool.add_figures(&mut s);
+            largest = largest.max(pool.largest_free());
+            s.segments += pool.cache.segments.ids().count() as u64;
+        }
         s.largest_free_block = largest as u64;
         s.max_split_size = self.sh.policy.max_split_size as u64;
         Ok(s)

@@ -249,20 +249,9 @@ impl<B: Memory> Device<B> {
         let Some(tally) = self.pools.tally(pool) else {
             return Err(no_such_pool(pool, &self.pools.lock()));
         };
-        let mut s = Stats::default();
-        let mut largest = 0;
-        for entry in self.streams.iter().filter(|e| e.pool() == pool) {
-            for shard in &entry.shards {
-                let p = shard.lock()?;
-                p.add_figures(&mut s);
-                largest = largest.max(p.largest_free());
-                s.segments += p.cache.segments.ids().count() as u64;
-            }
-        }
+        let mut s = self.shard_figures(self.streams.iter().filter(|e| e.pool() == pool).flat_map(|e| &e.shards))?;
         s.reserved_bytes = s.segment_bytes;
         tally.add_to(&mut s);
-        s.largest_free_block = largest as u64;
-        s.max_split_size = self.sh.policy.max_split_size as u64;
         Ok(s)
     }
 
