@@ -94,6 +94,10 @@ bash scripts/test-bench-two-tenants.sh
 echo "== the PyTorch comparison harness compiles; its shared fake device"
 SYNTAX_ONLY=1 bash scripts/build-peer.sh
 
+# The bridge against the headers of every torch_npu release from 2.6 to 2.14
+# (a few MB of each wheel, cached; a loud SKIPPED line when PyPI is unreachable).
+bash scripts/check-torch-npu-releases.sh
+
 # The real torch 2.14.0 and torch_npu 2.14.0 on the emulator (about 600 MB of
 # wheels, downloaded once and cached; a loud SKIPPED line when they cannot be).
 bash scripts/test-torch-npu.sh

@@ -123,6 +123,8 @@ def enable(config=None):
 
     try:
         bridge = torch_npu_bridge.library()
+    except torch_npu_bridge.UnsupportedRelease as e:
+        raise TorchNpuError(str(e)) from None
     except torch_npu_bridge.BridgeBuildError as e:
         raise TorchNpuError(f"the torch_npu bridge could not be built: {e}") from e
     tail = pad_bytes(torch_npu)

@@ -93,3 +93,14 @@ def test_the_wheel_carries_every_bridge_source():
     here = root / "npualloc" / "torch_npu_bridge"
     present = {p.name for p in here.iterdir() if p.suffix in (".cpp", ".h")}
     assert present and listed == present, f"missing from pyproject: {present - listed}, not there: {listed - present}"
+
+
+def test_the_served_torch_npu_releases_are_checked_by_major_and_minor():
+    from npualloc import torch_npu_bridge as B
+
+    for served in ("2.6.0", "2.6.0.post5", "2.9.0.post9", "2.12.0.post3", "2.14.0", "2.14.0+git1"):
+        B.check_release(served)
+    for refused in ("2.5.1.post1", "2.15.0", "1.11.0", "3.0", "", "unknown", "2"):
+        with pytest.raises(B.UnsupportedRelease) as e:
+            B.check_release(refused)
+        assert str(e.value) == f"npualloc serves torch_npu 2.6 to 2.14; this is torch_npu {refused}"

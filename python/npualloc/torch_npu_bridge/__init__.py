@@ -31,14 +31,36 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # The translation units compiled into the library, and every file of its source (the cache key).
 COMPILED = ("bridge.cpp", "stats.cpp", "history.cpp", "trace.cpp", "boundary.cpp")
-SOURCES = COMPILED + ("bridge.h", "json.h", "pools.h")
+SOURCES = COMPILED + ("bridge.h", "json.h", "pools.h", "release.h")
 LIBRARY = "libnpualloc_torch_npu.so"
 
-__all__ = ["BridgeBuildError", "library", "build_command", "cache_dir"]
+__all__ = ["BridgeBuildError", "UnsupportedRelease", "SERVED", "check_release", "library", "build_command", "compile_flags", "cache_dir"]
 
 
 class BridgeBuildError(RuntimeError):
     """The bridge could not be compiled; the message carries the compiler's output."""
+
+
+class UnsupportedRelease(BridgeBuildError):
+    """The installed torch_npu is not a release the bridge serves; nothing was compiled."""
+
+
+# The torch_npu releases (major, minor) the bridge serves, first and last. What differs between
+# them is in release.h; tools/torch_npu/check_releases.py compiles the bridge against each.
+SERVED = ((2, 6), (2, 14))
+
+
+def check_release(version):
+    """Raises UnsupportedRelease unless torch_npu `version` (a string such as "2.8.0.post5") is
+    one the bridge serves."""
+    parts = str(version).split(".")
+    try:
+        release = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        release = None
+    if release is None or not SERVED[0] <= release <= SERVED[1]:
+        (a, b), (c, d) = SERVED
+        raise UnsupportedRelease(f"npualloc serves torch_npu {a}.{b} to {c}.{d}; this is torch_npu {version}")
 
 
 def cache_dir():
@@ -90,11 +112,9 @@ def _compiler_version(cxx):
     return done.stdout.splitlines()[0] if done.stdout else cxx
 
 
-def build_command(output, torch, torch_npu):
-    """The compiler command that builds the bridge into ``output``."""
-    torch_dir = Path(torch.__file__).resolve().parent
-    npu_dir = Path(torch_npu.__file__).resolve().parent
-    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
+def compile_flags(torch_dir, npu_dir):
+    """The language standard and include directories, for the headers of the torch package at
+    ``torch_dir`` and the torch_npu package at ``npu_dir`` (their ``include/`` folders)."""
     includes = [
         header_dir(),
         torch_dir / "include",
@@ -103,10 +123,18 @@ def build_command(output, torch, torch_npu):
         npu_dir / "include" / "third_party" / "acl" / "inc",
         Path(sysconfig.get_paths()["include"]),
     ]
+    return ["-std=c++20"] + [f"-I{d}" for d in includes]
+
+
+def build_command(output, torch, torch_npu):
+    """The compiler command that builds the bridge into ``output``."""
+    torch_dir = Path(torch.__file__).resolve().parent
+    npu_dir = Path(torch_npu.__file__).resolve().parent
+    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
     libs = [torch_dir / "lib", npu_dir / "lib"]
     return (
-        [_compiler(), "-std=c++20", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
-        + [f"-I{d}" for d in includes]
+        [_compiler(), "-O2", "-fPIC", "-shared", "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+        + compile_flags(torch_dir, npu_dir)
         + [str(HERE / name) for name in COMPILED]
         + ["-o", str(output)]
         + [f"-L{d}" for d in libs]
@@ -138,6 +166,7 @@ def library():
     import torch
     import torch_npu
 
+    check_release(getattr(torch_npu, "__version__", "unknown"))
     cxx = _compiler()
     out_dir = cache_dir() / _key(torch, torch_npu, cxx)
     target = out_dir / LIBRARY

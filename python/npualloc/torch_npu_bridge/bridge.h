@@ -19,6 +19,7 @@
 //
 // The bridge's sources (one library, compiled together by __init__.py):
 //   bridge.h     the class (this file)
+//   release.h    what differs between torch_npu releases: the entry points ReleaseBridge adds
 //   bridge.cpp   allocation, free, record_stream bookkeeping and cache release
 //   stats.cpp    torch_npu's DeviceStats from npualloc's statistics and the bridge's counts
 //   history.cpp  recordHistory and snapshot (npualloc's snapshot with torch_npu's stack frames)
@@ -58,11 +59,11 @@
 namespace npualloc_bridge {
 
 namespace NCA = c10_npu::NPUCachingAllocator;
-using c10::CachingAllocator::Stat;
-using c10::CachingAllocator::StatArray;
+using NCA::Stat;
+using NCA::StatArray;
 
 constexpr int kMaxDevices = NPUALLOC_PLUGGABLE_MAX_DEVICES;
-constexpr size_t kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+constexpr size_t kAggregate = static_cast<size_t>(NCA::StatType::AGGREGATE);
 
 // The C API table of the npualloc library install() loaded (boundary.cpp).
 extern const npualloc_api* api;
@@ -137,7 +138,11 @@ struct Figures {
 void drain_task_queue(void* user, int32_t device);
 
 
-class Bridge final : public NCA::NPUAllocator {
+// Bridge serves every call; ReleaseBridge (release.h) is the one made, and adds the entry points
+// whose presence or signature differs between torch_npu releases. The members here marked
+// "release.h" are declared without `override` because some releases lack them; release.h
+// checks that they override wherever a release declares them.
+class Bridge : public NCA::NPUAllocator {
  public:
   explicit Bridge(size_t tail) : tail_(tail) {
     for (auto& f : fractions_) f.store(1.0);
@@ -191,7 +196,7 @@ class Bridge final : public NCA::NPUAllocator {
     return initialized_;
   }
 
-  double getMemoryFraction(int device) override {
+  double memory_fraction(int device) {
     check_device(device);
     return fractions_[device].load();
   }
@@ -202,14 +207,14 @@ class Bridge final : public NCA::NPUAllocator {
     fractions_[device].store(fraction);
   }
 
-  void emptyCacheImpl(bool check_error, bool /*free_physical*/) override {
+  void emptyCacheImpl(bool check_error, bool /*free_physical*/) {  // release.h
     // npualloc gives back whole segments and unmapped handles alike.
     empty_all(check_error);
   }
   void emptyCache(bool check_error) override {
     empty_all(check_error);
   }
-  void emptyCache(c10_npu::MempoolId_t mempool_id) override {
+  void empty_pool_cache(c10_npu::MempoolId_t mempool_id) {
     // As torch_npu's own allocator (NPUCachingAllocator.cpp, emptyCache and
     // release_cached_blocks): {0, 0} is every device's cache; another id empties only that pool,
     // and only once torch_npu released it (its MemPool's destructor calls releasePool, then
@@ -228,7 +233,7 @@ class Bridge final : public NCA::NPUAllocator {
       }
     }
   }
-  void emptyVirtAddrCache(bool check_error) override {
+  void emptyVirtAddrCache(bool check_error) {  // release.h
     empty_all(check_error);
   }
   void FreeDeviceCachedMemory(int device) override {
@@ -281,18 +286,18 @@ class Bridge final : public NCA::NPUAllocator {
     if (erase(p, stream, nullptr)) trace_stream("NPUEraseStreamCallbacks", p, stream.stream(false));
   }
 
-  void eraseStreamWithBlockPtr(void* block_ptr, c10_npu::NPUStream stream, void* work_ptr) override {
+  void eraseStreamWithBlockPtr(void* block_ptr, c10_npu::NPUStream stream, void* work_ptr) {  // release.h
     // getBlockPtr hands out the block's own address, so block_ptr is a block start.
     TORCH_CHECK(block_ptr != nullptr, "npualloc: eraseStreamWithBlockPtr: the block pointer is NULL");
     TORCH_CHECK(work_ptr != nullptr, "npualloc: eraseStreamWithBlockPtr: the HCCL work pointer is NULL");
     if (erase(block_ptr, stream, work_ptr)) trace_stream("NPUEraseStreamCallbacks", block_ptr, stream.stream(false));
   }
 
-  void* getBlockPtr(const c10::DataPtr& ptr) override {
+  void* getBlockPtr(const c10::DataPtr& ptr) {  // release.h
     return ptr.get_deleter() == &deleter ? ptr.get() : nullptr;
   }
 
-  void recordHcclWorkForBlock(void* block_ptr, void* work_ptr) override {
+  void recordHcclWorkForBlock(void* block_ptr, void* work_ptr) {  // release.h
     // The work eraseStreamWithBlockPtr must name to end the block's stream use (Bridge::erase).
     std::lock_guard<std::mutex> g(mu_);
     auto it = live_.find(block_ptr);
@@ -304,9 +309,9 @@ class Bridge final : public NCA::NPUAllocator {
 
   // ---- statistics (stats.cpp) ------------------------------------------------------------
 
-  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
-  void resetAccumulatedStats(c10::DeviceIndex device) override;
-  void resetPeakStats(c10::DeviceIndex device) override;
+  NCA::DeviceStats device_stats(int device);
+  void reset_accumulated(int device);
+  void reset_peaks(int device);
 
   // ---- history and snapshot (history.cpp) ------------------------------------------------
 
@@ -316,7 +321,7 @@ class Bridge final : public NCA::NPUAllocator {
 
   void recordHistory(bool enabled, NCA::CreateContextFn recorder, size_t max_entries,
                      NCA::RecordContext when) override;
-  NCA::SnapshotInfo snapshot(c10_npu::MempoolId_t mempool_id) override;
+  NCA::SnapshotInfo snapshot_of(c10_npu::MempoolId_t mempool_id);
 
   // ---- private pools: graph capture and MemPool (pools.h) --------------------------------
 
@@ -358,7 +363,7 @@ class Bridge final : public NCA::NPUAllocator {
     TORCH_CHECK(err == ACL_SUCCESS, "npualloc: aclrtMemcpy (device to device, ", count, " bytes) failed: ", err);
   }
 
-  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+  std::pair<size_t, size_t> memory_info(int device) {
     c10_npu::NPUGuard guard(device);
     size_t free_bytes = 0, total_bytes = 0;
     aclError err = aclrtGetMemInfo(ACL_HBM_MEM, &free_bytes, &total_bytes);
@@ -366,18 +371,18 @@ class Bridge final : public NCA::NPUAllocator {
     return {free_bytes, total_bytes};
   }
 
-  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+  void record_c10_stream(const c10::DataPtr& ptr, c10::Stream stream) {
     TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1, "npualloc: record_stream expects an NPU stream, got ",
                 c10::DeviceTypeName(stream.device_type()));
     recordStream(ptr, c10_npu::NPUStream(stream));
   }
 
-  int getPoolUseCount(c10::DeviceIndex device, c10_npu::MempoolId_t id) override {
+  int pool_use_count(int device, c10_npu::MempoolId_t id) {
     return pools_.use_count(device, id);
   }
   // Also called by ~MemPool (MemPool.cpp) with false, before releasePool: clearing it never throws.
   // One change at a time, so the bridge's record and npualloc's pool end with the same setting.
-  void setUseOnOOM(c10::DeviceIndex device, c10_npu::MempoolId_t id, bool use_on_oom) override {
+  void set_use_on_oom(int device, c10_npu::MempoolId_t id, bool use_on_oom) {
     check_device(device);
     std::lock_guard<std::mutex> g(use_on_oom_mu_);
     uint64_t pool = pools_.set_use_on_oom(device, id, use_on_oom);
@@ -396,34 +401,18 @@ class Bridge final : public NCA::NPUAllocator {
     // the releasePool that follows gives it back.
     std::fprintf(stderr, "npualloc: setUseOnOOM(false): %s\n", error.c_str());
   }
-  void setNoSplit(c10::DeviceIndex, c10_npu::MempoolId_t) override {
-    no_pools("MemPool(no_split=True) (setNoSplit)");
-  }
   bool checkPoolLiveAllocations(c10::DeviceIndex, c10_npu::MempoolId_t, const std::unordered_set<void*>&) override {
     no_pools("memory pools (checkPoolLiveAllocations)");
   }
-  void createOrIncrefPool(c10::DeviceIndex device, c10_npu::MempoolId_t id,
-                          std::shared_ptr<NPUAllocator> allocator) override {
-    TORCH_CHECK(allocator == nullptr, "npualloc: a MemPool with its own allocator is not supported");
+  void incref_pool(int device, c10_npu::MempoolId_t id, bool own_allocator) {
+    TORCH_CHECK(!own_allocator, "npualloc: a MemPool with its own allocator is not supported");
     pools_.incref(device, id);
   }
 
-  std::shared_ptr<void> getIpcDevPtr(std::string /*handle*/) override {
-    TORCH_CHECK(false, "npualloc does not share memory between processes (getIpcDevPtr)");
-  }
-  NCA::ShareableHandle shareIpcHandle(void*) override {
-    TORCH_CHECK(false, "npualloc does not share memory between processes (shareIpcHandle)");
-  }
 
   void attachOutOfMemoryObserver(NCA::OutOfMemoryObserver observer) override {
     std::lock_guard<std::mutex> g(mu_);
     oom_observers_.push_back(std::move(observer));
-  }
-  void attachOomRejectionObserver(NCA::OomRejectionObserver /*observer*/) override {
-    // npualloc has no preemptive rejection (torch_npu's throw_on_npumalloc_oom): never called.
-  }
-  void attachAllocatorTraceTracker(NCA::AllocatorTraceTracker /*tracker*/) override {
-    TORCH_CHECK(false, "npualloc does not report allocator trace events to PyTorch (attachAllocatorTraceTracker)");
   }
 
   // UCE (uncorrectable memory error) tracking is torch_npu's own allocator's: npualloc does not
@@ -443,7 +432,7 @@ class Bridge final : public NCA::NPUAllocator {
   void free_block(void* ptr, bool throw_errors);
   npualloc_allocator* handle(int device);
 
- private:
+ protected:
   size_t tail_;
   bool initialized_ = false;
   int device_count_ = 1;

@@ -2,7 +2,7 @@
 // turns npualloc's snapshot (PyTorch's JSON layout) into torch_npu's SnapshotInfo, with the stack
 // frames torch_npu's recorder gathered (npualloc keeps none) matched to its blocks and entries.
 
-#include "bridge.h"
+#include "release.h"
 
 namespace npualloc_bridge {
 
@@ -26,7 +26,7 @@ void Bridge::recordHistory(bool enabled, NCA::CreateContextFn recorder, size_t m
   }
 }
 
-NCA::SnapshotInfo Bridge::snapshot(c10_npu::MempoolId_t mempool_id) {
+NCA::SnapshotInfo Bridge::snapshot_of(c10_npu::MempoolId_t mempool_id) {
   NCA::SnapshotInfo info;
   // torch_npu merges its workspace allocator's traces into device_traces by index, one per
   // device it initialized: the list has an entry for every device.
@@ -147,9 +147,9 @@ void Bridge::add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info)
         ++n;
       }
     }
-    entries.emplace_back(action, device, addr, static_cast<size_t>(e["size"].as_int()),
-                         reinterpret_cast<aclrtStream>(e["stream"].as_int()), c10_npu::MempoolId_t{0, 0},
-                         std::move(context));
+    entries.push_back(release::trace_entry(action, device, addr, static_cast<size_t>(e["size"].as_int()),
+                                           reinterpret_cast<aclrtStream>(e["stream"].as_int()),
+                                           c10_npu::MempoolId_t{0, 0}, std::move(context)));
   }
   std::reverse(entries.begin(), entries.end());
   info.device_traces[device] = std::move(entries);

@@ -5,7 +5,7 @@
 // resetAccumulatedStats; alloc_found_block, free and free_block say what changes when;
 // get_stat_types_for_pool counts each block under "all" and its pool kind).
 
-#include "bridge.h"
+#include "release.h"
 
 namespace npualloc_bridge {
 
@@ -38,7 +38,7 @@ void current_only(Stat& st, uint64_t now) {
 // Every StatArray entry of one stat type (all, small pool, large pool) from npualloc's figures
 // `s` of that type, those at the last reset `b`, and the bridge's counts `c`. `whole` is the
 // aggregate: only it has npualloc's segment and reserved peaks and totals.
-void fill(c10::CachingDeviceAllocator::DeviceStats& d, size_t type, const npualloc_stats& s,
+void fill(NCA::DeviceStats& d, size_t type, const npualloc_stats& s,
           const npualloc_stats& b, const Counts::Kind& c, bool whole) {
   // Blocks: "allocation" falls at the free, "active" only when the block is back in the cache
   // (after the events of the streams record_stream named). Their peaks are the bridge's count of
@@ -101,7 +101,7 @@ Figures Bridge::figures_of(int device) {
   return f;
 }
 
-c10::CachingDeviceAllocator::DeviceStats Bridge::getDeviceStats(c10::DeviceIndex device) {
+NCA::DeviceStats Bridge::device_stats(int device) {
   Figures f = figures_of(device);
   Figures b;
   Counts c;
@@ -110,33 +110,32 @@ c10::CachingDeviceAllocator::DeviceStats Bridge::getDeviceStats(c10::DeviceIndex
     b = baselines_[device];
     c = counts_[device];
   }
-  c10::CachingDeviceAllocator::DeviceStats d;
-  using c10::CachingAllocator::StatType;
+  NCA::DeviceStats d;
+  using NCA::StatType;
   fill(d, static_cast<size_t>(StatType::AGGREGATE), f.all, b.all, c.all, true);
   fill(d, static_cast<size_t>(StatType::SMALL_POOL), f.kind[0], b.kind[0], c.kind[0], false);
   fill(d, static_cast<size_t>(StatType::LARGE_POOL), f.kind[1], b.kind[1], c.kind[1], false);
   const npualloc_stats& s = f.all;
   d.num_alloc_retries = i(since(s.num_alloc_retries, b.all.num_alloc_retries));
   d.num_ooms = i(since(s.num_ooms, b.all.num_ooms));
-  d.num_sync_all_streams = i(since(s.num_syncs, b.all.num_syncs));
   // Reset with the others (NPUCachingAllocator.cpp, resetAccumulatedStats).
-  d.num_device_alloc =
-      i(since(s.num_device_mallocs + s.num_physical_mallocs, b.all.num_device_mallocs + b.all.num_physical_mallocs));
-  d.num_device_free =
-      i(since(s.num_device_frees + s.num_physical_frees, b.all.num_device_frees + b.all.num_physical_frees));
+  release::set_device_calls(
+      d, i(since(s.num_syncs, b.all.num_syncs)),
+      i(since(s.num_device_mallocs + s.num_physical_mallocs, b.all.num_device_mallocs + b.all.num_physical_mallocs)),
+      i(since(s.num_device_frees + s.num_physical_frees, b.all.num_device_frees + b.all.num_physical_frees)));
   // UINT64_MAX (no limit) reads as torch_npu's -1.
   d.max_split_size = static_cast<int64_t>(s.max_split_size);
   return d;
 }
 
-void Bridge::resetAccumulatedStats(c10::DeviceIndex device) {
+void Bridge::reset_accumulated(int device) {
   Figures f = figures_of(device);
   std::lock_guard<std::mutex> g(mu_);
   baselines_[device] = f;
   counts_[device].reset_accumulated();
 }
 
-void Bridge::resetPeakStats(c10::DeviceIndex device) {
+void Bridge::reset_peaks(int device) {
   check_device(device);
   npualloc_allocator* a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
   if (a != nullptr) {

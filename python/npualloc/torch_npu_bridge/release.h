@@ -1,0 +1,202 @@
+// What differs between the torch_npu releases the bridge serves (2.6 to 2.14), in one place.
+//
+// torch_npu's NPUAllocator interface (torch_npu/csrc/core/npu/NPUCachingAllocator.h) changed
+// between releases, and not in release order: 2.9.0.post9 has 2.10's entry points, 2.9.1 has
+// 2.8's. So nothing here reads a version number. The compiler sees the installed release's
+// header, and each difference is found in it:
+//   - the device argument of getDeviceStats/resetAccumulatedStats/resetPeakStats: int up to
+//     2.12, c10::DeviceIndex from 2.13 (when NPUAllocator became a c10::DeviceAllocator);
+//   - snapshot(): of every pool up to 2.12, snapshot(MempoolId_t) of one pool from 2.13;
+//   - entry points only some releases declare: getMemoryFraction (2.7+),
+//     attachAllocatorTraceTracker (2.7.1, 2.9.0.post9 and 2.10+, not 2.8 or 2.9.1),
+//     createOrIncrefPool and emptyCache(MempoolId_t) (2.9.0.post9, 2.10+), getMemoryInfo,
+//     recordStream(c10::Stream), getPoolUseCount, setUseOnOOM, setNoSplit and
+//     attachOomRejectionObserver (2.13+);
+//   - in 2.6.0 and 2.6.0.post3, 2.7.1 and 2.8.0 (before their later posts): no
+//     eraseStreamWithBlockPtr, getBlockPtr or recordHcclWorkForBlock (HCCL's erase guard); in
+//     2.6.0 also no emptyCacheImpl, emptyVirtAddrCache, shareIpcHandle or getIpcDevPtr;
+//   - TraceEntry's constructor takes the entry's pool from 2.9.0.post9/2.10 on;
+//   - DeviceStats counts synchronizations and device allocations and frees from 2.13 on.
+// An entry point a release does not declare is declared here without `override`: it is then an
+// ordinary member nothing calls. The static_asserts at the end make sure that each one does
+// override wherever the release declares that name, so a signature that drifts in a future
+// release fails the build instead of silently leaving torch_npu's default in place.
+
+#pragma once
+
+#include <tuple>
+#include <utility>
+#include <type_traits>
+
+#include "bridge.h"
+
+namespace npualloc_bridge {
+namespace release {
+
+template <class M>
+struct Args;
+template <class R, class C, class... A>
+struct Args<R (C::*)(A...)> {
+  using type = std::tuple<A...>;
+};
+
+// The type of parameter I of a member function pointer type.
+template <class M, size_t I = 0>
+using Param = std::tuple_element_t<I, typename Args<M>::type>;
+
+// The device argument of the statistics calls (int, or c10::DeviceIndex from 2.13).
+using StatsDevice = Param<decltype(&NCA::NPUAllocator::resetPeakStats)>;
+
+// An observer or tracker type a release may not have: the parameter type of the entry point that
+// takes it, or a type no caller can name where the release has no such entry point.
+struct Absent {};
+template <class A>
+struct TrackerOf {
+  using type = Absent;
+};
+template <class A>
+  requires requires { &A::attachAllocatorTraceTracker; }
+struct TrackerOf<A> {
+  using type = Param<decltype(&A::attachAllocatorTraceTracker)>;
+};
+template <class A>
+struct RejectionObserverOf {
+  using type = Absent;
+};
+template <class A>
+  requires requires { &A::attachOomRejectionObserver; }
+struct RejectionObserverOf<A> {
+  using type = Param<decltype(&A::attachOomRejectionObserver)>;
+};
+template <class A>
+struct ShareableOf {
+  using type = Absent;
+};
+template <class A>
+  requires requires { &A::shareIpcHandle; }
+struct ShareableOf<A> {
+  using type = decltype((std::declval<A&>().shareIpcHandle)(nullptr));
+};
+using Tracker = TrackerOf<NCA::NPUAllocator>::type;
+using ShareableHandle = ShareableOf<NCA::NPUAllocator>::type;
+using RejectionObserver = RejectionObserverOf<NCA::NPUAllocator>::type;
+
+// A trace entry; releases before 2.9.0.post9/2.10 keep no pool in it.
+template <class Entry = NCA::TraceEntry>
+Entry trace_entry(typename Entry::Action action, int device, int64_t addr, size_t size, aclrtStream stream,
+                  c10_npu::MempoolId_t pool, std::shared_ptr<c10::GatheredContext> context) {
+  if constexpr (std::is_constructible_v<Entry, typename Entry::Action, int, int64_t, size_t, aclrtStream,
+                                        c10_npu::MempoolId_t, std::shared_ptr<c10::GatheredContext>>) {
+    return Entry(action, device, addr, size, stream, pool, std::move(context));
+  } else {
+    return Entry(action, device, addr, size, stream, std::move(context));
+  }
+}
+
+// The counts of synchronizations and of device allocations and frees, which DeviceStats has
+// from 2.13 on (torch's c10::CachingDeviceAllocator::DeviceStats).
+template <class Stats>
+void set_device_calls(Stats& d, int64_t syncs, int64_t allocs, int64_t frees) {
+  if constexpr (requires { d.num_sync_all_streams; }) d.num_sync_all_streams = syncs;
+  if constexpr (requires { d.num_device_alloc; }) d.num_device_alloc = allocs;
+  if constexpr (requires { d.num_device_free; }) d.num_device_free = frees;
+}
+
+}  // namespace release
+
+class ReleaseBridge final : public Bridge {
+ public:
+  using Bridge::Bridge;
+  using Bridge::emptyCache;
+  using Bridge::recordStream;
+
+  // In every release, with its device argument type.
+  NCA::DeviceStats getDeviceStats(release::StatsDevice device) override {
+    return device_stats(device);
+  }
+  void resetAccumulatedStats(release::StatsDevice device) override {
+    reset_accumulated(device);
+  }
+  void resetPeakStats(release::StatsDevice device) override {
+    reset_peaks(device);
+  }
+
+  // One of the two overrides, the other is unused.
+  NCA::SnapshotInfo snapshot(c10_npu::MempoolId_t mempool_id) {
+    return snapshot_of(mempool_id);
+  }
+  NCA::SnapshotInfo snapshot() {
+    return snapshot_of({0, 0});
+  }
+
+  // Declared by some releases only (see the top of this file).
+  double getMemoryFraction(int device) {
+    return memory_fraction(device);
+  }
+  void emptyCache(c10_npu::MempoolId_t mempool_id) {
+    empty_pool_cache(mempool_id);
+  }
+  void createOrIncrefPool(c10::DeviceIndex device, c10_npu::MempoolId_t id, std::shared_ptr<NPUAllocator> allocator) {
+    incref_pool(device, id, allocator != nullptr);
+  }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) {
+    return memory_info(device);
+  }
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
+    record_c10_stream(ptr, stream);
+  }
+  int getPoolUseCount(c10::DeviceIndex device, c10_npu::MempoolId_t id) {
+    return pool_use_count(device, id);
+  }
+  // Also called by ~MemPool (MemPool.cpp) with false, before releasePool: clearing never throws.
+  void setUseOnOOM(c10::DeviceIndex device, c10_npu::MempoolId_t id, bool use_on_oom) {
+    set_use_on_oom(device, id, use_on_oom);
+  }
+  void setNoSplit(c10::DeviceIndex, c10_npu::MempoolId_t) {
+    no_pools("MemPool(no_split=True) (setNoSplit)");
+  }
+  void attachAllocatorTraceTracker(release::Tracker) {
+    TORCH_CHECK(false, "npualloc does not report allocator trace events to PyTorch (attachAllocatorTraceTracker)");
+  }
+  std::shared_ptr<void> getIpcDevPtr(std::string /*handle*/) {
+    TORCH_CHECK(false, "npualloc does not share memory between processes (getIpcDevPtr)");
+  }
+  release::ShareableHandle shareIpcHandle(void*) {
+    TORCH_CHECK(false, "npualloc does not share memory between processes (shareIpcHandle)");
+  }
+  void attachOomRejectionObserver(release::RejectionObserver) {
+    // npualloc has no preemptive rejection (torch_npu's throw_on_npumalloc_oom): never called.
+  }
+};
+
+namespace release {
+
+// Where the release declares `name`, it declares it with ReleaseBridge's signature `Sig`, so
+// ReleaseBridge's member overrides it. (Pure virtuals need no check: a missed one leaves
+// ReleaseBridge abstract, and `new ReleaseBridge` does not compile.)
+template <class Sig, class A>
+using Member = Sig A::*;
+#define NPUALLOC_OVERRIDES_WHERE_DECLARED(name, ...)                                                  \
+  template <class A>                                                                                   \
+  constexpr bool overrides_##name = !requires { &A::name; } ||                                         \
+                                    requires { static_cast<Member<__VA_ARGS__, A>>(&A::name); };       \
+  static_assert(overrides_##name<NCA::NPUAllocator>,                                                   \
+                "torch_npu's NPUAllocator::" #name " has a signature release.h does not know: add it there")
+
+NPUALLOC_OVERRIDES_WHERE_DECLARED(getMemoryFraction, double(int));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(createOrIncrefPool,
+                                  void(c10::DeviceIndex, c10_npu::MempoolId_t, std::shared_ptr<NCA::NPUAllocator>));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(getMemoryInfo, std::pair<size_t, size_t>(c10::DeviceIndex));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(getPoolUseCount, int(c10::DeviceIndex, c10_npu::MempoolId_t));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(setUseOnOOM, void(c10::DeviceIndex, c10_npu::MempoolId_t, bool));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(setNoSplit, void(c10::DeviceIndex, c10_npu::MempoolId_t));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(getIpcDevPtr, std::shared_ptr<void>(std::string));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(emptyCacheImpl, void(bool, bool));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(emptyVirtAddrCache, void(bool));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(eraseStreamWithBlockPtr, void(void*, c10_npu::NPUStream, void*));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(getBlockPtr, void*(const c10::DataPtr&));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(recordHcclWorkForBlock, void(void*, void*));
+#undef NPUALLOC_OVERRIDES_WHERE_DECLARED
+
+}  // namespace release
+}  // namespace npualloc_bridge

@@ -1,0 +1,85 @@
+"""check_releases.py DIR [RELEASE...]: compiles the torch_npu bridge against the
+headers of every torch_npu release it serves, without installing any of them.
+
+With no RELEASE, the releases are every final one (no rc) on PyPI within the
+bridge's SERVED range that has a wheel for this Python on x86_64 Linux.
+Headers come from release_headers.py (cached in DIR). The bridge's sources
+are compiled as one translation unit with -fsyntax-only (the compiler checks
+every declaration, override and template the bridge instantiates; nothing is
+linked, which needs the release's libraries and is what the torch_npu suite
+does for the releases it runs on). One line per release; the exit status is
+1 when any release fails, 75 when PyPI cannot be reached.
+"""
+
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import urllib.error
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent / "python"))
+sys.path.insert(0, str(HERE))
+
+import release_headers  # noqa: E402
+from npualloc import torch_npu_bridge  # noqa: E402
+
+
+def served_releases(tag):
+    meta = json.loads(release_headers._get(release_headers.PYPI.format("torch-npu")))
+    out = []
+    for version, files in meta["releases"].items():
+        m = re.fullmatch(r"(\d+)\.(\d+)\.\d+(?:\.post\d+)?", version)
+        if not m or not torch_npu_bridge.SERVED[0] <= (int(m[1]), int(m[2])) <= torch_npu_bridge.SERVED[1]:
+            continue
+        if any(f"-{tag}-{tag}-" in f["filename"] and f["filename"].endswith("x86_64.whl") for f in files):
+            out.append(version)
+    key = lambda v: [int(x) for x in re.findall(r"\d+", v)]  # noqa: E731
+    return sorted(out, key=key)
+
+
+def check(unity, npu_root, torch_root):
+    command = (
+        [os.environ.get("CXX", "c++"), "-fsyntax-only"]
+        + torch_npu_bridge.compile_flags(torch_root / "torch", npu_root / "torch_npu")
+        + [str(unity)]
+    )
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    errors = [line for line in done.stdout.splitlines() if "error" in line]
+    return done.returncode, errors[:10] or done.stdout.splitlines()[-10:]
+
+
+def main(argv):
+    if not argv:
+        sys.exit(__doc__)
+    dest = Path(argv[0])
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    try:
+        releases = argv[1:] or served_releases(tag)
+        roots = {r: release_headers.fetch(r, dest, tag) for r in releases}
+    except (urllib.error.URLError, OSError) as e:
+        print(f"check_releases: cannot download the releases' headers: {e}", file=sys.stderr)
+        return 75
+    with tempfile.TemporaryDirectory() as tmp:
+        unity = Path(tmp) / "bridge_all.cpp"
+        sources = torch_npu_bridge.HERE
+        unity.write_text("".join(f'#include "{sources / name}"\n' for name in torch_npu_bridge.COMPILED))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            results = {r: pool.submit(check, unity, roots[r][0], roots[r][1]) for r in releases}
+            failed = 0
+            for release in releases:
+                status, lines = results[release].result()
+                print(f"torch_npu {release} (torch {roots[release][2]}): {'ok' if status == 0 else 'FAILED'}")
+                if status != 0:
+                    failed += 1
+                    print("\n".join("    " + line for line in lines))
+    print(f"check_releases: {len(releases) - failed} of {len(releases)} releases compile")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
