@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# setup-torch-npu.sh [DIR]: a virtual environment in which the real torch
-# 2.14.0 and the real torch_npu 2.14.0 run on the ACL emulator (emu/), on a
-# machine with no NPU and no GPU, with npualloc's Python package installed.
+# setup-torch-npu.sh [DIR] [RELEASE]: a virtual environment in which the real
+# torch_npu RELEASE (default 2.14.0) and the real torch it was built for run
+# on the ACL emulator (emu/), on a machine with no NPU and no GPU, with
+# npualloc's Python package installed.
 #
 # DIR defaults to $NPUALLOC_TORCH_NPU_DIR, else
-# ${XDG_CACHE_HOME:-$HOME/.cache}/npualloc/torch-npu. It gets:
-#   DIR/dl/      the downloaded wheels (torch 555 MB, torch_npu 44 MB, about
-#                30 MB of pure-Python dependencies), reused by later runs;
-#   DIR/venv/    the environment (its python is the last line printed);
+# ${XDG_CACHE_HOME:-$HOME/.cache}/npualloc/torch-npu (an empty DIR argument
+# too). RELEASE is a torch_npu release on PyPI whose torch is a CUDA 13 build
+# (2.9 and later); it defaults to $NPUALLOC_TORCH_NPU_RELEASE, else 2.14.0.
+# DIR gets:
+#   DIR/dl/      the downloaded wheels (torch about 550 MB, torch_npu 44 MB,
+#                about 30 MB of pure-Python dependencies), shared by every
+#                release and reused by later runs;
+#   DIR/venv/    the environment of 2.14.0, DIR/venv-RELEASE/ that of another
+#                release (its python is the last line printed);
 #   DIR/build/   the generated stub libraries and their sources.
 # What is installed into the venv's site-packages and why (tools/torch_npu/):
 #   nvidia/cu13/lib/  stubs of the CUDA libraries torch's CUDA build needs
@@ -31,7 +37,7 @@
 # When the wheels cannot be downloaded it says so and exits with status 75
 # (scripts/test-torch-npu.sh turns that into a loud skip). From the cache it
 # takes about a minute; the first run about 5 minutes on 2 cores.
-# Environment: PYTHON (default python3, must be one torch 2.14.0 has wheels
+# Environment: PYTHON (default python3, must be one the release has wheels
 # for), CARGO_TARGET_DIR as cargo reads it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -46,7 +52,11 @@ target=${CARGO_TARGET_DIR:-$root/target}
 start=$(date +%s)
 step() { echo "== torch_npu harness (+$(($(date +%s) - start))s): $*"; }
 
-TORCH=2.14.0
+RELEASE=${2:-${NPUALLOC_TORCH_NPU_RELEASE:-2.14.0}}
+[[ $RELEASE =~ ^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?$ ]] || {
+    echo "setup-torch-npu: $RELEASE is not a torch_npu release (such as 2.14.0 or 2.12.0.post3)" >&2
+    exit 2
+}
 DEPS=(numpy pyyaml sympy mpmath filelock typing_extensions networkx jinja2 markupsafe fsspec pytest)
 tag=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
 
@@ -55,12 +65,24 @@ cannot_download() {
     echo "setup-torch-npu: could not download $1 (no network or no wheel for $tag); nothing was set up" >&2
     exit 75
 }
-for wheel in torch torch_npu; do
-    if ! compgen -G "$dir/dl/$wheel-$TORCH-$tag-*.whl" >/dev/null; then
-        "$python" -m pip download -q --no-deps --only-binary=:all: -d "$dir/dl" "${wheel/_/-}==$TORCH" ||
-            cannot_download "$wheel $TORCH"
+download() {  # download WHEEL VERSION
+    if ! compgen -G "$dir/dl/$1-$2-$tag-*.whl" >/dev/null; then
+        "$python" -m pip download -q --no-deps --only-binary=:all: -d "$dir/dl" "${1/_/-}==$2" ||
+            cannot_download "$1 $2"
     fi
-done
+}
+download torch_npu "$RELEASE"
+npu_wheels=("$dir"/dl/torch_npu-"$RELEASE"-"$tag"-*.whl)
+npu_wheel=${npu_wheels[0]}
+# The torch it was built for, as its metadata pins it ("torch==2.12.0", "torch==2.13.0.*").
+TORCH=$("$python" - "$npu_wheel" "$RELEASE" <<'PY'
+import re, sys, zipfile
+meta = zipfile.ZipFile(sys.argv[1]).read(f"torch_npu-{sys.argv[2]}.dist-info/METADATA").decode()
+pinned = re.search(r"^Requires-Dist: torch\s*==\s*([0-9]+(?:\.[0-9]+)*)", meta, re.M)
+print(pinned.group(1) if pinned else re.match(r"\d+\.\d+\.\d+", sys.argv[2]).group(0))
+PY
+)
+download torch "$TORCH"
 if [[ ! -f $dir/dl/deps/.complete-$tag ]]; then
     "$python" -m pip download -q --only-binary=:all: -d "$dir/dl/deps" "${DEPS[@]}" ||
         cannot_download "torch's pure-Python dependencies"
@@ -71,13 +93,15 @@ step "cargo build --release -p acl-emu"
 cargo build -q --locked --release -p acl-emu
 emulator=$target/release/libascendcl.so
 
-step "venv $dir/venv: torch, torch_npu, their dependencies, npualloc"
-[[ -x $dir/venv/bin/python ]] || "$python" -m venv "$dir/venv"
-venv_python=$dir/venv/bin/python
+venv=$dir/venv
+[[ $RELEASE = 2.14.0 ]] || venv=$dir/venv-$RELEASE
+step "venv $venv: torch $TORCH, torch_npu $RELEASE, their dependencies, npualloc"
+[[ -x $venv/bin/python ]] || "$python" -m venv "$venv"
+venv_python=$venv/bin/python
 pip=("$venv_python" -m pip -q --disable-pip-version-check)
-installed() { "$venv_python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$TORCH')" 2>/dev/null; }
-installed torch || "${pip[@]}" install --no-deps "$dir"/dl/torch-$TORCH-$tag-*.whl
-installed torch_npu || "${pip[@]}" install --no-deps "$dir"/dl/torch_npu-$TORCH-$tag-*.whl
+installed() { "$venv_python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
+installed torch "$TORCH" || "${pip[@]}" install --no-deps "$dir"/dl/torch-$TORCH-$tag-*.whl
+installed torch_npu "$RELEASE" || "${pip[@]}" install --no-deps "$npu_wheel"
 # pip then warns that torch's CUDA dependencies are missing: they are stubbed.
 "${pip[@]}" install --no-index --find-links "$dir/dl/deps" "${DEPS[@]}" 2>&1 | { grep -v '^torch .* requires ' || true; }
 "${pip[@]}" install --no-deps --force-reinstall "$root/python"
