@@ -139,8 +139,8 @@ mkdir -p "$site/nvidia/cu13/lib"
 cp "$out"/lib*.so.[0-9]* "$site/nvidia/cu13/lib/"
 
 step "npu_emu: the import that removes libc10_cuda's allocator-config keys"
-g++ -O1 -shared -fPIC -Wall -Werror -o "$site/libnpu_emu_cuda_keys.so" "$harness/cuda_keys_reset.cpp" \
-    -L"$torch_dir/lib" -lc10 -Wl,-rpath,"$torch_dir/lib"
+g++ -std=c++20 -O1 -shared -fPIC -Wall -Werror -o "$site/libnpu_emu_cuda_keys.so" "$harness/cuda_keys_reset.cpp" \
+    -I"$torch_dir/include" -D_GLIBCXX_USE_CXX11_ABI=1 -L"$torch_dir/lib" -lc10 -Wl,-rpath,"$torch_dir/lib"
 cp "$harness/npu_emu.py" "$site/"
 
 step "the emulator, the wrapper libascendcl.so and CANN stubs -> site-packages/torch_npu.libs"

@@ -3,16 +3,14 @@
 // loaded (c10/cuda/CUDAAllocatorConfig.h, getKeys()), which torch_npu
 // registers again for the NPU; without this torch_npu aborts with
 // "Duplicated key ... found in device-specific configuration parser hook
-// registration". Returns how many keys it removed.
+// registration". Returns how many keys it removed. Compiled against the
+// installed torch's header: up to torch 2.12 getMutableKeys is inline there,
+// its set a unique symbol libc10.so exports; from 2.13 libc10.so defines it.
 #include <exception>
 #include <string>
 #include <unordered_set>
 
-namespace c10::CachingAllocator {
-struct AcceleratorAllocatorConfig {
-  static std::unordered_set<std::string>& getMutableKeys();
-};
-}  // namespace c10::CachingAllocator
+#include <c10/core/AllocatorConfig.h>
 
 extern "C" int npu_emu_reset_cuda_allocator_keys() {
   static const char* const cuda_keys[] = {
