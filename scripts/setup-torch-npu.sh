@@ -7,7 +7,8 @@
 # DIR defaults to $NPUALLOC_TORCH_NPU_DIR, else
 # ${XDG_CACHE_HOME:-$HOME/.cache}/npualloc/torch-npu (an empty DIR argument
 # too). RELEASE is a torch_npu release on PyPI whose torch is a CUDA 13 build
-# (2.9 and later); it defaults to $NPUALLOC_TORCH_NPU_RELEASE, else 2.14.0.
+# (torch 2.11 and later; 2.10 and older are CUDA 12 builds, whose library
+# layout the stubs do not follow yet); it defaults to $NPUALLOC_TORCH_NPU_RELEASE, else 2.14.0.
 # DIR gets:
 #   DIR/dl/      the downloaded wheels (torch about 550 MB, torch_npu 44 MB,
 #                about 30 MB of pure-Python dependencies), shared by every
@@ -82,6 +83,12 @@ pinned = re.search(r"^Requires-Dist: torch\s*==\s*([0-9]+(?:\.[0-9]+)*)", meta, 
 print(pinned.group(1) if pinned else re.match(r"\d+\.\d+\.\d+", sys.argv[2]).group(0))
 PY
 )
+IFS=. read -r torch_major torch_minor _ <<<"$TORCH"
+if ((torch_major == 2 && torch_minor < 11)); then
+    echo "setup-torch-npu: torch_npu $RELEASE needs torch $TORCH, a CUDA 12 build; the harness stubs the" \
+        "CUDA 13 libraries of torch 2.11 and later only" >&2
+    exit 2
+fi
 download torch "$TORCH"
 if [[ ! -f $dir/dl/deps/.complete-$tag ]]; then
     "$python" -m pip download -q --only-binary=:all: -d "$dir/dl/deps" "${DEPS[@]}" ||

@@ -8,6 +8,7 @@ torch_npu's own allocator and npualloc's (``npualloc.torch_npu.enable()``)
 cannot share a process, and a crash of torch_npu must fail one test, not end
 the session."""
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -22,6 +23,18 @@ SITE = Path(sysconfig.get_paths()["purelib"])
 # The wrapper libascendcl.so the setup installed next to torch_npu: npualloc
 # must load this one, not a second copy of the emulator.
 WRAPPER = SITE / "torch_npu.libs" / "libascendcl.so"
+
+# The installed torch_npu's (major, minor). What the suite checks differently by release:
+# torch_npu 2.13 made NPUAllocator a c10::DeviceAllocator, and with it memory_stats() gained
+# num_device_alloc, num_device_free and num_sync_all_streams, memory_snapshot() a pool argument
+# and MemPool its use_on_oom (torch_npu_bridge/release.h).
+# Outside the harness's venv (no torch_npu) every test is skipped anyway.
+try:
+    _release = importlib.metadata.version("torch-npu").split(".")
+    RELEASE = (int(_release[0]), int(_release[1]))
+except importlib.metadata.PackageNotFoundError:
+    RELEASE = None
+SINCE_2_13 = RELEASE is None or RELEASE >= (2, 13)
 
 PRELUDE = {
     "own": "import npu_emu, torch, torch_npu\n",
