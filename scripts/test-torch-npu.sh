@@ -15,6 +15,10 @@ root=$PWD
 source scripts/skip.sh
 
 read -r -a releases <<<"${NPUALLOC_TORCH_NPU_RELEASES:-2.14.0 2.12.0.post3}"
+if ((${#releases[@]} == 0)); then
+    echo "test-torch-npu.sh: NPUALLOC_TORCH_NPU_RELEASES names no release" >&2
+    exit 2
+fi
 setup_log=$(mktemp)
 work=$(mktemp -d)
 trap 'rm -f "$setup_log"; rm -rf "$work"' EXIT

@@ -18,7 +18,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import urllib.error
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -30,16 +29,17 @@ from npualloc import torch_npu_bridge  # noqa: E402
 
 
 def served_releases(tag):
+    """The final releases in the served range with a wheel for `tag`, and those without one."""
     meta = json.loads(release_headers._get(release_headers.PYPI.format("torch-npu")))
-    out = []
+    out, without = [], []
     for version, files in meta["releases"].items():
         m = re.fullmatch(r"(\d+)\.(\d+)\.\d+(?:\.post\d+)?", version)
         if not m or not torch_npu_bridge.SERVED[0] <= (int(m[1]), int(m[2])) <= torch_npu_bridge.SERVED[1]:
             continue
-        if any(f"-{tag}-{tag}-" in f["filename"] and f["filename"].endswith("x86_64.whl") for f in files):
-            out.append(version)
+        wheel = any(f"-{tag}-{tag}-" in f["filename"] and f["filename"].endswith("x86_64.whl") for f in files)
+        (out if wheel else without).append(version)
     key = lambda v: [int(x) for x in re.findall(r"\d+", v)]  # noqa: E731
-    return sorted(out, key=key)
+    return sorted(out, key=key), sorted(without, key=key)
 
 
 def check(unity, npu_root, torch_root):
@@ -59,16 +59,19 @@ def main(argv):
     dest = Path(argv[0])
     tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
     try:
-        releases = argv[1:] or served_releases(tag)
+        releases, without = (argv[1:], []) if argv[1:] else served_releases(tag)
+        if without:
+            print(f"check_releases: no {tag} x86_64 wheel, not checked: {' '.join(without)}")
         roots = {r: release_headers.fetch(r, dest, tag) for r in releases}
-    except (urllib.error.URLError, OSError) as e:
+    except release_headers.NETWORK_ERRORS as e:
         print(f"check_releases: cannot download the releases' headers: {e}", file=sys.stderr)
         return 75
     with tempfile.TemporaryDirectory() as tmp:
         unity = Path(tmp) / "bridge_all.cpp"
         sources = torch_npu_bridge.HERE
         unity.write_text("".join(f'#include "{sources / name}"\n' for name in torch_npu_bridge.COMPILED))
-        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        # A compiler takes about 1 GB with torch's headers.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(os.cpu_count() or 2, 4)) as pool:
             results = {r: pool.submit(check, unity, roots[r][0], roots[r][1]) for r in releases}
             failed = 0
             for release in releases:

@@ -15,11 +15,12 @@ for that torch. What is there already is not fetched again. Exits 75 when PyPI c
 reached, after saying so.
 """
 
-import io
+import http.client
 import json
 import re
 import shutil
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,9 +31,27 @@ PYPI = "https://pypi.org/pypi/{}/json"
 TIMEOUT = 120
 
 
-def _get(url, headers=None):
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=TIMEOUT) as r:
-        return r.read()
+# What "PyPI cannot be reached" means here (exit 75); any other failure is a bug or a local
+# problem (a full disk) and fails loudly.
+NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
+
+
+def _get(url, start=None, end=None):
+    """The body at `url`, or bytes start..end-1 of it (checked: a server that ignores the range
+    is an error). Three tries."""
+    headers = {} if start is None else {"Range": f"bytes={start}-{end - 1}"}
+    for attempt in range(3):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT) as r:
+                data = r.read()
+                if start is not None and (r.status != 206 or len(data) != end - start):
+                    raise http.client.HTTPException(
+                        f"{url}: asked for bytes {start}-{end - 1}, got status {r.status} and {len(data)} bytes")
+                return data
+        except NETWORK_ERRORS:
+            if attempt == 2:
+                raise
+            time.sleep(2 * (attempt + 1))
 
 
 class _Remote:
@@ -43,9 +62,7 @@ class _Remote:
         self.held_at, self.held = 0, b""
 
     def hold(self, start, end):
-        self.held_at, self.held = start, _get(self.url, {"Range": f"bytes={start}-{end - 1}"})
-        if len(self.held) != end - start:
-            raise OSError(f"{self.url}: asked for {end - start} bytes, got {len(self.held)}")
+        self.held_at, self.held = start, _get(self.url, start, end)
 
     def seekable(self):
         return True
@@ -65,7 +82,7 @@ class _Remote:
         if 0 <= start and start + n <= len(self.held):
             data = self.held[start : start + n]
         else:
-            data = _get(self.url, {"Range": f"bytes={self.pos}-{self.pos + n - 1}"})
+            data = _get(self.url, self.pos, self.pos + n)
         self.pos += len(data)
         return data
 
@@ -151,7 +168,7 @@ def main(argv):
         except LookupError as e:
             print(f"release_headers: {e}", file=sys.stderr)
             return 1
-        except (urllib.error.URLError, OSError) as e:
+        except NETWORK_ERRORS as e:
             print(f"release_headers: cannot download torch_npu {release}'s headers: {e}", file=sys.stderr)
             return 75
         print(f"{release}: {npu_root} (torch {torch})")

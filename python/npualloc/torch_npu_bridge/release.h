@@ -1,21 +1,20 @@
 // What differs between the torch_npu releases the bridge serves (2.6 to 2.14), in one place.
 //
 // torch_npu's NPUAllocator interface (torch_npu/csrc/core/npu/NPUCachingAllocator.h) changed
-// between releases, and not in release order: 2.9.0.post9 has 2.10's entry points, 2.9.1 has
-// 2.8's. So nothing here reads a version number. The compiler sees the installed release's
-// header, and each difference is found in it:
+// between releases, and not in release order: entry points come and go between the posts of one
+// release (2.10.0.post7 has entry points 2.10.0 to .post6 lack; 2.9.0.post9 has more than 2.9.1).
+// So nothing here reads a version number. The compiler sees the installed release's header, and
+// each difference is found in it:
 //   - the device argument of getDeviceStats/resetAccumulatedStats/resetPeakStats: int up to
 //     2.12, c10::DeviceIndex from 2.13 (when NPUAllocator became a c10::DeviceAllocator);
 //   - snapshot(): of every pool up to 2.12, snapshot(MempoolId_t) of one pool from 2.13;
-//   - entry points only some releases declare: getMemoryFraction (2.7+),
-//     attachAllocatorTraceTracker (2.7.1, 2.9.0.post9 and 2.10+, not 2.8 or 2.9.1),
-//     createOrIncrefPool and emptyCache(MempoolId_t) (2.9.0.post9, 2.10+), getMemoryInfo,
+//   - entry points only some releases declare: getMemoryFraction, attachAllocatorTraceTracker,
+//     createOrIncrefPool, emptyCache(MempoolId_t), the HCCL erase guard's
+//     eraseStreamWithBlockPtr/getBlockPtr/recordHcclWorkForBlock, and in 2.6.0 even
+//     emptyCacheImpl, emptyVirtAddrCache and the IPC pair; from 2.13 on getMemoryInfo,
 //     recordStream(c10::Stream), getPoolUseCount, setUseOnOOM, setNoSplit and
-//     attachOomRejectionObserver (2.13+);
-//   - in 2.6.0 and 2.6.0.post3, 2.7.1 and 2.8.0 (before their later posts): no
-//     eraseStreamWithBlockPtr, getBlockPtr or recordHcclWorkForBlock (HCCL's erase guard); in
-//     2.6.0 also no emptyCacheImpl, emptyVirtAddrCache, shareIpcHandle or getIpcDevPtr;
-//   - TraceEntry's constructor takes the entry's pool from 2.9.0.post9/2.10 on;
+//     attachOomRejectionObserver (docs/runtime-behaviour.md lists which releases have which);
+//   - TraceEntry's constructor takes the entry's pool in some releases;
 //   - DeviceStats counts synchronizations and device allocations and frees from 2.13 on.
 // An entry point a release does not declare is declared here without `override`: it is then an
 // ordinary member nothing calls. The static_asserts at the end make sure that each one does
@@ -171,8 +170,9 @@ class ReleaseBridge final : public Bridge {
 
 namespace release {
 
-// Where the release declares `name`, it declares it with ReleaseBridge's signature `Sig`, so
-// ReleaseBridge's member overrides it. (Pure virtuals need no check: a missed one leaves
+// ReleaseBridge's `name` has the signature `Sig`, and where the release declares `name` (none of
+// these names is overloaded there), it declares it with `Sig`, so ReleaseBridge's member
+// overrides it. (Pure virtuals need no check: a missed one leaves
 // ReleaseBridge abstract, and `new ReleaseBridge` does not compile.)
 template <class Sig, class A>
 using Member = Sig A::*;
@@ -180,6 +180,8 @@ using Member = Sig A::*;
   template <class A>                                                                                   \
   constexpr bool overrides_##name = !requires { &A::name; } ||                                         \
                                     requires { static_cast<Member<__VA_ARGS__, A>>(&A::name); };       \
+  static_assert(requires { static_cast<Member<__VA_ARGS__, ReleaseBridge>>(&ReleaseBridge::name); },   \
+                "ReleaseBridge::" #name " does not have the signature its check names");             \
   static_assert(overrides_##name<NCA::NPUAllocator>,                                                   \
                 "torch_npu's NPUAllocator::" #name " has a signature release.h does not know: add it there")
 
