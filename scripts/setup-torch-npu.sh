@@ -6,9 +6,11 @@
 #
 # DIR defaults to $NPUALLOC_TORCH_NPU_DIR, else
 # ${XDG_CACHE_HOME:-$HOME/.cache}/npualloc/torch-npu (an empty DIR argument
-# too). RELEASE is a torch_npu release on PyPI whose torch is a CUDA 13 build
-# (torch 2.11 and later; 2.10 and older are CUDA 12 builds, whose library
-# layout the stubs do not follow yet); it defaults to $NPUALLOC_TORCH_NPU_RELEASE, else 2.14.0.
+# too). RELEASE is a torch_npu release on PyPI; it defaults to
+# $NPUALLOC_TORCH_NPU_RELEASE, else 2.14.0. Its torch is the one its metadata
+# pins, from PyPI, which has CUDA builds only (CUDA 12 up to torch 2.10, CUDA
+# 13 from 2.11): a release built for a CPU torch ("torch==2.8.0+cpu") gets the
+# CUDA build of the same version, whose libtorch_cpu and libc10 it links.
 # DIR gets:
 #   DIR/dl/      the downloaded wheels (torch about 550 MB, torch_npu 44 MB,
 #                about 30 MB of pure-Python dependencies), shared by every
@@ -17,8 +19,9 @@
 #                release (its python is the last line printed);
 #   DIR/build/   the generated stub libraries and their sources.
 # What is installed into the venv's site-packages and why (tools/torch_npu/):
-#   nvidia/cu13/lib/  stubs of the CUDA libraries torch's CUDA build needs
-#                     (gen_stubs.py; cuda_absent.c answers "no CUDA device");
+#   nvidia/*/lib/     stubs of the CUDA libraries torch's CUDA build needs, in
+#                     each directory of its RPATH there (gen_stubs.py;
+#                     cuda_absent.c answers "no CUDA device");
 #   npu_emu.py, libnpu_emu_cuda_keys.so  `import npu_emu` imports torch, removes
 #                     libc10_cuda's allocator-config keys torch_npu registers
 #                     again (cuda_keys_reset.cpp), then imports torch_npu;
@@ -83,12 +86,6 @@ pinned = re.search(r"^Requires-Dist: torch\s*==\s*([0-9]+(?:\.[0-9]+)*)", meta, 
 print(pinned.group(1) if pinned else re.match(r"\d+\.\d+\.\d+", sys.argv[2]).group(0))
 PY
 )
-IFS=. read -r torch_major torch_minor _ <<<"$TORCH"
-if ((torch_major == 2 && torch_minor < 11)); then
-    echo "setup-torch-npu: torch_npu $RELEASE needs torch $TORCH, a CUDA 12 build; the harness stubs the" \
-        "CUDA 13 libraries of torch 2.11 and later only" >&2
-    exit 2
-fi
 download torch "$TORCH"
 if [[ ! -f $dir/dl/deps/.complete-$tag ]]; then
     "$python" -m pip download -q --only-binary=:all: -d "$dir/dl/deps" "${DEPS[@]}" ||
@@ -128,22 +125,41 @@ for lib in libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1 libdl.so.2 librt.so.
 done
 system_libs+=(/lib64/ld-linux-x86-64.so.2)
 
-step "CUDA stubs -> site-packages/nvidia/cu13/lib (torch's RPATH)"
+step "CUDA stubs -> the site-packages/nvidia directories of torch's RPATH"
+# The CUDA libraries torch's libraries need and nothing here provides: CUDA 13
+# builds (torch 2.11 and later) name libcudart.so.13 and look in nvidia/cu13/lib,
+# CUDA 12 builds name libcudart.so.12 and look in one nvidia/<library>/lib each.
 out=$dir/build/cuda
 rm -rf "$out"
+consumers=("$torch_dir"/lib/*.so* "$torch_dir"/_C*.so)
+read -r -a cuda_libs < <("$python" "$harness/gen_stubs.py" --missing "${consumers[@]}")
+read -r -a stub_dirs < <("$python" "$harness/gen_stubs.py" --runpath-under "$site/nvidia" "${consumers[@]}")
+cudart=
+for lib in "${cuda_libs[@]}"; do [[ $lib = libcudart.so.* ]] && cudart=$lib; done
+if [[ -z $cudart || ${#stub_dirs[@]} -eq 0 ]]; then
+    echo "setup-torch-npu: torch $TORCH's libraries name no libcudart or no site-packages/nvidia RPATH;" \
+        "the harness knows CUDA builds only" >&2
+    exit 2
+fi
 args=()
-for f in "$torch_dir"/lib/*.so* "$torch_dir"/_C*.so; do args+=(--consumer "$f" --provider "$f"); done
+for f in "${consumers[@]}"; do args+=(--consumer "$f" --provider "$f"); done
 for f in "${system_libs[@]}"; do args+=(--provider "$f"); done
-for lib in libcublas.so.13 libcublasLt.so.13 libcudart.so.13 libcudnn.so.9 libcufft.so.12 libcufile.so.0 \
-    libcupti.so.13 libcurand.so.10 libcusolver.so.12 libcusparse.so.12 libcusparseLt.so.0 libnccl.so.2 \
-    libnvrtc.so.13 libnvshmem_host.so.3; do
+for lib in "${cuda_libs[@]}"; do
     args+=(--lib "$lib" --ret "$lib=100")   # 100: cudaErrorNoDevice
+    case $lib in
+    libcudnn.so.*) args+=(--assign "^cudnn=$lib") ;;
+    libnccl.so.*) args+=(--assign "^nccl=$lib") ;;
+    libcusparseLt.so.*) args+=(--assign "^cusparseLt=$lib") ;;
+    libcufile.so.*) args+=(--assign "^cuFile=$lib") ;;
+    libnvshmem_host.so.*) args+=(--assign "^nvshmem=$lib") ;;
+    libcupti.so.*) args+=(--assign "^cupti=$lib") ;;
+    esac
 done
-python3 "$harness/gen_stubs.py" "$out" "${args[@]}" --source "libcudart.so.13=$harness/cuda_absent.c" \
-    --assign '^cudnn=libcudnn.so.9' --assign '^nccl=libnccl.so.2' --assign '^cusparseLt=libcusparseLt.so.0' \
-    --assign '^cuFile=libcufile.so.0' --assign '^nvshmem=libnvshmem_host.so.3' --assign '^cupti=libcupti.so.13'
-mkdir -p "$site/nvidia/cu13/lib"
-cp "$out"/lib*.so.[0-9]* "$site/nvidia/cu13/lib/"
+"$python" "$harness/gen_stubs.py" "$out" "${args[@]}" --source "$cudart=$harness/cuda_absent.c"
+for d in "${stub_dirs[@]}"; do
+    mkdir -p "$d"
+    cp "$out"/lib*.so.[0-9]* "$d/"
+done
 
 step "npu_emu: the import that removes libc10_cuda's allocator-config keys"
 g++ -std=c++20 -O1 -shared -fPIC -Wall -Werror -o "$site/libnpu_emu_cuda_keys.so" "$harness/cuda_keys_reset.cpp" \

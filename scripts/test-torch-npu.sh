@@ -1,40 +1,85 @@
 #!/usr/bin/env bash
 # test-torch-npu.sh [DIR]: for each torch_npu release in
-# $NPUALLOC_TORCH_NPU_RELEASES (default "2.14.0 2.12.0.post3": the releases
-# on both sides of torch_npu's interface change in 2.13), sets up (or brings
-# up to date) the real release and its torch on the ACL emulator with
-# scripts/setup-torch-npu.sh (DIR as there; the wheels are shared), then runs
-# python/tests_torch_npu/ with that venv's pytest. When the wheels cannot be
-# downloaded it prints a SKIPPED banner saying so and exits 0, or fails in CI
-# (scripts/skip.sh). Every other failure fails, and so does a run that
-# collects no tests. Called by test.sh; works on its own from any directory.
+# $NPUALLOC_TORCH_NPU_RELEASES (default "2.14.0 2.12.0.post3 2.8.0.post5":
+# releases on both sides of torch_npu's interface change in 2.13, and the
+# oldest family whose torch PyPI has, with CUDA 12's library layout), sets up
+# (or brings up to date) the real release and its torch on the ACL emulator
+# with scripts/setup-torch-npu.sh (DIR as there; the wheels are shared), then
+# runs python/tests_torch_npu/ with that venv's pytest.
+#
+# The setups run one after another (they share the download directory and
+# cargo's target directory); the suites then run $NPUALLOC_TORCH_NPU_JOBS at
+# a time (default: the number of CPUs), because each suite's tests run one
+# child process at a time. Each suite's output is printed whole when it ends.
+#
+# When the wheels cannot be downloaded it prints a SKIPPED banner saying so
+# and exits 0, or fails in CI (scripts/skip.sh). Every other failure fails,
+# and so does a run that collects no tests. Called by test.sh; works on its
+# own from any directory.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
 # shellcheck source=scripts/skip.sh
 source scripts/skip.sh
 
-read -r -a releases <<<"${NPUALLOC_TORCH_NPU_RELEASES:-2.14.0 2.12.0.post3}"
+read -r -a releases <<<"${NPUALLOC_TORCH_NPU_RELEASES:-2.14.0 2.12.0.post3 2.8.0.post5}"
 if ((${#releases[@]} == 0)); then
     echo "test-torch-npu.sh: NPUALLOC_TORCH_NPU_RELEASES names no release" >&2
     exit 2
 fi
-setup_log=$(mktemp)
+jobs=${NPUALLOC_TORCH_NPU_JOBS:-$(nproc 2>/dev/null || echo 2)}
+if ! [[ $jobs =~ ^[1-9][0-9]*$ ]]; then
+    echo "test-torch-npu.sh: NPUALLOC_TORCH_NPU_JOBS=$jobs is not a positive number" >&2
+    exit 2
+fi
 work=$(mktemp -d)
-trap 'rm -f "$setup_log"; rm -rf "$work"' EXIT
+trap 'rm -rf "$work"' EXIT
+
+pythons=()
 for release in "${releases[@]}"; do
-    echo "== torch_npu $release (the real one) on the emulator"
+    echo "== torch_npu $release (the real one) on the emulator: setup"
     status=0
-    bash scripts/setup-torch-npu.sh "${1:-}" "$release" | tee "$setup_log" || status=${PIPESTATUS[0]}
+    bash scripts/setup-torch-npu.sh "${1:-}" "$release" | tee "$work/setup.log" || status=${PIPESTATUS[0]}
     if [[ $status -eq 75 ]]; then
         npualloc_skip "torch_npu tests" "could not download torch_npu $release or its torch; see above"
     elif [[ $status -ne 0 ]]; then
         echo "setup-torch-npu.sh failed for torch_npu $release (exit $status)" >&2
         exit "$status"
     fi
-    venv_python=$(tail -n 1 "$setup_log")
-    # From a scratch directory, so that the checkout's python/npualloc is not
-    # imported instead of the installed package.
-    (cd "$work" && env -u NPUALLOC_ACL_LIBRARY -u NPUALLOC_CONF TORCH_DEVICE_BACKEND_AUTOLOAD=0 \
-        "$venv_python" -m pytest -q -p no:cacheprovider "$root/python/tests_torch_npu")
+    pythons+=("$(tail -n 1 "$work/setup.log")")
 done
+
+# One suite: from its own scratch directory, so that the checkout's
+# python/npualloc is not imported instead of the installed package.
+suite() {  # suite INDEX
+    local scratch=$work/run-$1
+    mkdir -p "$scratch"
+    (cd "$scratch" && env -u NPUALLOC_ACL_LIBRARY -u NPUALLOC_CONF TORCH_DEVICE_BACKEND_AUTOLOAD=0 \
+        "${pythons[$1]}" -m pytest -q -p no:cacheprovider "$root/python/tests_torch_npu") \
+        >"$work/suite-$1.log" 2>&1
+}
+report() {  # report INDEX STATUS
+    echo "== torch_npu ${releases[$1]}: the suite (exit $2)"
+    cat "$work/suite-$1.log"
+    ((failed += $2 != 0)) || true
+}
+
+declare -A running=()  # pid -> index
+failed=0
+next=0
+while ((next < ${#releases[@]} || ${#running[@]} > 0)); do
+    while ((next < ${#releases[@]} && ${#running[@]} < jobs)); do
+        suite "$next" &
+        running[$!]=$next
+        next=$((next + 1))
+    done
+    status=0
+    wait -n -p done_pid "${!running[@]}" || status=$?
+    report "${running[$done_pid]}" "$status"
+    unset "running[$done_pid]"
+done
+if ((failed > 0)); then
+    echo "test-torch-npu.sh: the suite failed in $failed of ${#releases[@]} torch_npu releases (above)" >&2
+    exit 1
+fi
+echo "== torch_npu: the suite passed in ${releases[*]}"

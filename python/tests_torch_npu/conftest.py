@@ -8,9 +8,9 @@ torch_npu's own allocator and npualloc's (``npualloc.torch_npu.enable()``)
 cannot share a process, and a crash of torch_npu must fail one test, not end
 the session."""
 
-import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -24,17 +24,27 @@ SITE = Path(sysconfig.get_paths()["purelib"])
 # must load this one, not a second copy of the emulator.
 WRAPPER = SITE / "torch_npu.libs" / "libascendcl.so"
 
-# The installed torch_npu's (major, minor). What the suite checks differently by release:
-# torch_npu 2.13 made NPUAllocator a c10::DeviceAllocator, and with it memory_stats() gained
-# num_device_alloc, num_device_free and num_sync_all_streams, memory_snapshot() a pool argument
-# and MemPool its use_on_oom (torch_npu_bridge/release.h).
-# Outside the harness's venv (no torch_npu) every test is skipped anyway.
-try:
-    _release = importlib.metadata.version("torch-npu").split(".")
-    RELEASE = (int(_release[0]), int(_release[1]))
-except importlib.metadata.PackageNotFoundError:
-    RELEASE = None
-SINCE_2_13 = RELEASE is None or RELEASE >= (2, 13)
+# What the installed torch_npu's allocator interface has, read from the header the bridge is
+# compiled against (torch_npu_bridge/release.h reads the same declarations). Releases do not add
+# these in version order (2.12.0.post3 has per-pool MemPools that 2.12.0 lacks), so the suite asks
+# the header, not the version. Outside the harness's venv (no torch_npu) every test is skipped
+# anyway, and every feature reads as present.
+_HEADER_PATH = SITE / "torch_npu" / "include" / "torch_npu" / "csrc" / "core" / "npu" / "NPUCachingAllocator.h"
+_HEADER = _HEADER_PATH.read_text() if _HEADER_PATH.is_file() else None
+
+
+def _declares(pattern):
+    return _HEADER is None or re.search(pattern, _HEADER) is not None
+
+
+# memory_stats() counts device allocations, frees and syncs: DeviceStats is c10's (2.13 on).
+DEVICE_CALL_COUNTS = _declares(r"using c10::CachingDeviceAllocator::DeviceStats|num_device_alloc")
+# memory_snapshot() of one pool: snapshot(MempoolId_t).
+POOL_SNAPSHOT = _declares(r"snapshot\(\s*MempoolId_t")
+# MemPool(use_on_oom=True): setUseOnOOM.
+USE_ON_OOM = _declares(r"\bsetUseOnOOM\(")
+# A MemPool whose allocations the allocator routes to it: createOrIncrefPool.
+MEM_POOLS = _declares(r"\bcreateOrIncrefPool\(")
 
 PRELUDE = {
     "own": "import npu_emu, torch, torch_npu\n",

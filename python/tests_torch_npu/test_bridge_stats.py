@@ -5,7 +5,7 @@ asked, without the 32 bytes it pads each request with on this SoC), and every
 key against torch_npu's own allocator on the same program."""
 
 import pytest
-from conftest import SINCE_2_13
+from conftest import DEVICE_CALL_COUNTS
 from test_bridge import run
 
 
@@ -120,7 +120,7 @@ def test_memory_stats_agree_with_torch_npus_own_allocator(run_npu, conf):
     assert r["unused"]["allocated_bytes.all.current"] == 0
     # The accumulated counters torch_npu resets (resetAccumulatedStats) read 0 right after.
     reset = ("num_ooms", "num_alloc_retries")
-    if SINCE_2_13:  # torch_npu's DeviceStats counts them from 2.13
+    if DEVICE_CALL_COUNTS:
         reset += ("num_device_alloc", "num_device_free", "num_sync_all_streams")
     else:
         assert not {"num_device_alloc", "num_device_free", "num_sync_all_streams"} & own.keys()

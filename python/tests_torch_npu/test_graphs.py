@@ -8,7 +8,7 @@ use_mem_pool routes the thread's allocations to its pool."""
 import textwrap
 
 import pytest
-from conftest import SINCE_2_13
+from conftest import POOL_SNAPSHOT, USE_ON_OOM
 from test_bridge import run
 
 POOL_STATS = """
@@ -77,7 +77,7 @@ def test_graph_capture_replays_into_an_npualloc_pool(run_npu):
     assert r["out"] == 5.0
 
 
-@pytest.mark.skipif(not SINCE_2_13, reason="torch_npu before 2.13 snapshots no single pool")
+@pytest.mark.skipif(not POOL_SNAPSHOT, reason="this torch_npu snapshots no single pool")
 def test_mem_pool_routes_the_threads_allocations(run_npu):
     r = run(run_npu, POOL_STATS + textwrap.dedent("""
         pool = torch.npu.MemPool()
@@ -120,7 +120,7 @@ def test_mem_pool_destruction_empties_only_its_pool(run_npu):
     assert r["in_pool"] > 0 and r["pool_after"] == 0, r
 
 
-@pytest.mark.skipif(not SINCE_2_13, reason="torch_npu before 2.13 has no MemPool(use_on_oom)")
+@pytest.mark.skipif(not USE_ON_OOM, reason="this torch_npu has no MemPool(use_on_oom)")
 def test_a_used_use_on_oom_pool_is_deleted_and_outlives_nothing(run_npu):
     # ~MemPool clears use_on_oom (setUseOnOOM(false)) before releasePool (MemPool.cpp): an
     # exception from it would end the process (std::terminate in a destructor). A pool alive at

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import SINCE_2_13
+from conftest import DEVICE_CALL_COUNTS
 
 MIB = 1 << 20
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "replay-torch-npu.py"
@@ -84,7 +84,7 @@ def test_default_config_mallocs_a_20_mib_and_a_2_mib_segment(runs):
     assert r["peak_allocated"] == 4 * MIB + 512 + 3072
     assert r["peak_reserved"] == r["peak_reserved_emu"] == 20 * MIB + 2 * MIB
     assert r["calls"]["aclrtMallocAlign32"] == 2
-    if SINCE_2_13:  # memory_stats() counts device allocations from 2.13
+    if DEVICE_CALL_COUNTS:
         assert r["num_device_alloc"] == 2 and r["num_device_free"] == 0
     calls = r["calls"]
     assert calls["aclrtMalloc"] == calls["aclrtMallocPhysical"] == calls["aclrtMapMem"] == 0
@@ -100,7 +100,7 @@ def test_expandable_segments_map_one_20_mib_and_one_2_mib_page(runs):
     assert r["peak_reserved"] == r["peak_reserved_emu"] == 20 * MIB + 2 * MIB
     calls = r["calls"]
     assert calls["aclrtMallocPhysical"] == calls["aclrtMapMem"] == 2
-    assert r["num_device_alloc"] == (2 if SINCE_2_13 else 0)
+    assert r["num_device_alloc"] == (2 if DEVICE_CALL_COUNTS else 0)
     # torch_npu's 512-byte probe at initialization, then one range per pool.
     assert calls["aclrtReserveMemAddress"] == 3 and calls["aclrtReleaseMemAddress"] == 1
     assert calls["aclrtMallocAlign32"] == calls["aclrtMalloc"] == calls["aclrtUnmapMem"] == 0
@@ -134,7 +134,7 @@ def test_tensors_replay_record_stream(runs):
     # and reuses the block, as Tensor.record_stream must.
     r = runs("tensors_u")
     assert (r["api"], r["streams"], r["ops"], r["ooms"]) == ("tensor", 2, 7, 0)
-    assert r["peak_reserved"] == 22 * MIB and r["num_device_alloc"] == (2 if SINCE_2_13 else 0)
+    assert r["peak_reserved"] == 22 * MIB and r["num_device_alloc"] == (2 if DEVICE_CALL_COUNTS else 0)
     assert r["calls"]["aclrtRecordEvent"] == 1 and r["calls"]["aclrtQueryEventStatus"] >= 1, r["calls"]
     # Without the u line a tensor replay records no event.
     r = runs("tensors")

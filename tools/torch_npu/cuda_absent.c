@@ -1,5 +1,5 @@
-/* libcudart answers that make CUDA look absent: no device. torch 2.14.0 is
- * on PyPI only as a CUDA build; with these, torch.cuda.is_available() is
+/* libcudart answers that make CUDA look absent: no device. torch is on PyPI
+ * only as a CUDA build; with these, torch.cuda.is_available() is
  * False and torch_npu's check for a second accelerator passes. Every other
  * CUDA function is a generated stub that returns cudaErrorNoDevice (100). */
 #include <stddef.h>

@@ -6,6 +6,9 @@
 // registration". Returns how many keys it removed. Compiled against the
 // installed torch's header: up to torch 2.12 getMutableKeys is inline there,
 // its set a unique symbol libc10.so exports; from 2.13 libc10.so defines it.
+// Torch before 2.9 has no such registry (no c10/core/AllocatorConfig.h):
+// nothing to remove.
+#if __has_include(<c10/core/AllocatorConfig.h>)
 #include <exception>
 #include <string>
 #include <unordered_set>
@@ -30,3 +33,8 @@ extern "C" int npu_emu_reset_cuda_allocator_keys() {
     return -1;
   }
 }
+#else
+extern "C" int npu_emu_reset_cuda_allocator_keys() {
+  return 0;
+}
+#endif

@@ -18,6 +18,14 @@ the stub library gets a version script with the nodes the consumer expects.
 the consumer's first missing DT_NEEDED library); --extra adds the names
 listed in FILE (one a line, # comments), e.g. names looked up with dlsym;
 --source compiles FILE into the library, and the names it defines get no stub.
+
+Two questions about the consumers come first, each answered on one line:
+
+    gen_stubs.py --missing F...            the DT_NEEDED libraries that neither
+                                           the consumers nor the system's loader
+                                           cache (ldconfig -p) provide
+    gen_stubs.py --runpath-under DIR F...  the consumers' RUNPATH/RPATH
+                                           directories that lie under DIR
 """
 import argparse
 import collections
@@ -35,6 +43,30 @@ def run(*cmd):
 
 def needed(path):
     return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", run("readelf", "-d", path))
+
+
+def sonames(path):
+    return re.findall(r"\(SONAME\)\s+Library soname: \[([^\]]+)\]", run("readelf", "-d", path))
+
+
+def unprovided(consumers):
+    have = {os.path.basename(c) for c in consumers}
+    for c in consumers:
+        have.update(sonames(c))
+    cached = set(re.findall(r"^\s*(\S+) \(", run("ldconfig", "-p"), re.M))
+    return sorted({n for c in consumers for n in needed(c)} - have - cached)
+
+
+def runpath_under(root, consumers):
+    root = os.path.realpath(root)
+    dirs = set()
+    for c in consumers:
+        for paths in re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[([^\]]+)\]", run("readelf", "-d", c)):
+            for d in paths.split(":"):
+                d = os.path.realpath(d.replace("$ORIGIN", os.path.dirname(os.path.abspath(c))))
+                if d == root or d.startswith(root + os.sep):
+                    dirs.add(d)
+    return sorted(dirs)
 
 
 def version_owners(path):
@@ -154,6 +186,12 @@ def write_library(out, lib, entries, ret, sources, link):
 
 
 def main():
+    if sys.argv[1:2] == ["--missing"]:
+        print(" ".join(unprovided(sys.argv[2:])))
+        return
+    if sys.argv[1:2] == ["--runpath-under"]:
+        print(" ".join(runpath_under(sys.argv[2], sys.argv[3:])))
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     for opt in ("consumer", "provider", "lib", "assign", "extra", "source", "ret", "link"):

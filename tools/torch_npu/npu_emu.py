@@ -1,9 +1,10 @@
-"""``import npu_emu``: the CUDA build of torch 2.14.0, then the real torch_npu,
-on the ACL emulator.
+"""``import npu_emu``: the CUDA build of torch, then the real torch_npu, on the
+ACL emulator.
 
 Installed into the harness's venv by scripts/setup-torch-npu.sh. It imports
 torch, removes the allocator-config keys libc10_cuda.so registered (torch_npu
-registers the same keys again and would abort), then imports torch_npu.
+registers the same keys again and would abort; torch before 2.9 has none),
+then imports torch_npu.
 Torch's device-backend autoload must be off (TORCH_DEVICE_BACKEND_AUTOLOAD=0
 before Python starts, or before this import), otherwise ``import torch``
 loads torch_npu before the keys are gone.

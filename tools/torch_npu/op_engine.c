@@ -1,10 +1,14 @@
-/* A single-op engine small enough for the smoke tests: torch_npu runs
+/* An op engine small enough for the smoke tests: torch_npu runs
  * torch.zeros (and the zero fill of a few other factories) as the op
- * "ZerosLike" through aclopCompileAndExecute. Compiling and running ops is
- * the graph engine's and the op compiler's work, not the runtime's, so it is
- * not part of the emulator; here ZerosLike and Zeros become an
- * aclrtMemsetAsync of the output on the op's stream (queued by the emulator
- * like any other stream work), and every other op is refused with 207000
+ * "ZerosLike" through aclopCompileAndExecute, and Tensor.fill_ with a
+ * scalar (torch_npu 2.8's graph capture fills its generator's seed and
+ * offset tensors) as "Fill". Compiling and running ops is the graph engine's
+ * and the op compiler's work, not the runtime's, so it is not part of the
+ * emulator. Here ZerosLike and Zeros become an aclrtMemsetAsync of the
+ * output on the op's stream (queued by the emulator like any other stream
+ * work); Fill, of a value held in host memory, one aclrtMemsetAsync per run
+ * of equal bytes, for outputs of at most FILL_MAX_BYTES. Every other op (and
+ * a Fill beyond that) is refused with 207000
  * (ACL_ERROR_RT_FEATURE_NOT_SUPPORT), its type named once on stderr.
  *
  * Tensor descriptors, data buffers and op attributes are plain host structs:
@@ -45,10 +49,17 @@ API aclError aclDestroyDataBuffer(const void *buffer) {
 API void *aclGetDataBufferAddr(const void *buffer) { return buffer ? ((const DataBuffer *)buffer)->data : NULL; }
 API size_t aclGetDataBufferSizeV2(const void *buffer) { return buffer ? ((const DataBuffer *)buffer)->size : 0; }
 
-/* A descriptor keeps nothing: no op here reads shapes or types. */
+/* What Fill reads: the element type and where the data lies. */
+typedef struct {
+  int dtype;
+  int placement; /* aclMemType: 0 device, 1 and 2 host */
+} TensorDesc;
+
 API void *aclCreateTensorDesc(int dtype, int dims, const int64_t *shape, int format) {
-  (void)dtype, (void)dims, (void)shape, (void)format;
-  return calloc(1, 64);
+  (void)dims, (void)shape, (void)format;
+  TensorDesc *d = calloc(1, sizeof *d);
+  if (d) d->dtype = dtype;
+  return d;
 }
 API void aclDestroyTensorDesc(const void *desc) { free((void *)desc); }
 API aclError aclSetTensorFormat(void *desc, int format) { return desc ? ((void)format, 0) : ACL_ERROR_INVALID_PARAM; }
@@ -57,8 +68,9 @@ API aclError aclSetTensorShape(void *desc, int dims, const int64_t *shape) {
   return desc ? 0 : ACL_ERROR_INVALID_PARAM;
 }
 API aclError aclSetTensorPlaceMent(void *desc, int placement) {
-  (void)placement;
-  return desc ? 0 : ACL_ERROR_INVALID_PARAM;
+  if (!desc) return ACL_ERROR_INVALID_PARAM;
+  ((TensorDesc *)desc)->placement = placement;
+  return 0;
 }
 API void aclSetTensorDescName(void *desc, const char *name) { (void)desc, (void)name; }
 
@@ -78,6 +90,44 @@ ATTR_SETTER(aclopSetAttrListInt, int count, const int64_t *values)
 ATTR_SETTER(aclopSetAttrListFloat, int count, const float *values)
 ATTR_SETTER(aclopSetAttrListListInt, int count, const int *lengths, const int64_t *const values[])
 
+/* The size of one element of aclDataType `dtype` (acl_base.h), 0 for a type Fill does not take. */
+static size_t element_size(int dtype) {
+  switch (dtype) {
+    case 2: case 4: case 12: return 1;          /* INT8, UINT8, BOOL */
+    case 1: case 6: case 7: case 27: return 2;  /* FLOAT16, INT16, UINT16, BF16 */
+    case 0: case 3: case 8: return 4;           /* FLOAT, INT32, UINT32 */
+    case 9: case 10: case 11: return 8;         /* INT64, UINT64, DOUBLE */
+    default: return 0;
+  }
+}
+
+#define FILL_MAX_BYTES 4096
+
+/* Fill (inputs: dims, value; output: y): every element of y becomes value. The value must be a
+ * host tensor of y's type; the writes are memsets of runs of equal bytes, queued on the stream. */
+static aclError fill(int inputs, const void *const input_desc[], const void *const input_data[], int outputs,
+                     const void *const output_desc[], void *const output_data[], aclrtStream stream) {
+  if (inputs < 2 || outputs < 1 || !input_desc || !input_data || !output_desc || !output_data)
+    return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+  const TensorDesc *vd = input_desc[1], *yd = output_desc[0];
+  const DataBuffer *v = input_data[1], *y = output_data[0];
+  if (!vd || !yd || !v || !y || !v->data) return ACL_ERROR_INVALID_PARAM;
+  size_t esize = element_size(yd->dtype);
+  if (esize == 0 || vd->dtype != yd->dtype || vd->placement == 0 || v->size < esize || y->size % esize != 0 ||
+      y->size > FILL_MAX_BYTES)
+    return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+  const unsigned char *value = v->data;
+  size_t i = 0;
+  while (i < y->size) {
+    size_t j = i + 1;
+    while (j < y->size && value[j % esize] == value[i % esize]) j++;
+    aclError err = aclrtMemsetAsync((char *)y->data + i, y->size - i, value[i % esize], j - i, stream);
+    if (err != 0) return err;
+    i = j;
+  }
+  return 0;
+}
+
 /* Names each op type once on stderr, with what happened to it. */
 static void note_op(const char *op, int runs) {
   static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -89,7 +139,7 @@ static void note_op(const char *op, int runs) {
     snprintf(seen[k], sizeof seen[k], "%s", op);
     char msg[128];
     int n = snprintf(msg, sizeof msg, "[torch_npu harness] op %s: %s\n", op,
-                     runs ? "a memset on its stream" : "not supported (207000)");
+                     runs ? "memsets on its stream" : "not supported (207000)");
     if (n > 0) (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
   }
   pthread_mutex_unlock(&mu);
@@ -99,9 +149,13 @@ API aclError aclopCompileAndExecute(const char *op, int inputs, const void *cons
                                     const void *const input_data[], int outputs, const void *const output_desc[],
                                     void *const output_data[], const void *attr, int engine, int compile_flag,
                                     const char *op_path, aclrtStream stream) {
-  (void)inputs, (void)input_desc, (void)input_data, (void)output_desc, (void)attr, (void)engine, (void)compile_flag,
-      (void)op_path;
+  (void)attr, (void)engine, (void)compile_flag, (void)op_path;
   if (!op) return ACL_ERROR_INVALID_PARAM;
+  if (strcmp(op, "Fill") == 0) {
+    aclError err = fill(inputs, input_desc, input_data, outputs, output_desc, output_data, stream);
+    note_op(op, err != ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    return err;
+  }
   int zeros = (strcmp(op, "ZerosLike") == 0 || strcmp(op, "Zeros") == 0) && outputs >= 1 && output_data;
   note_op(op, zeros);
   if (!zeros) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
