@@ -24,17 +24,21 @@ SITE = Path(sysconfig.get_paths()["purelib"])
 # must load this one, not a second copy of the emulator.
 WRAPPER = SITE / "torch_npu.libs" / "libascendcl.so"
 
-# What the installed torch_npu's allocator interface has, read from the header the bridge is
-# compiled against (torch_npu_bridge/release.h reads the same declarations). Releases do not add
-# these in version order (2.12.0.post3 has per-pool MemPools that 2.12.0 lacks), so the suite asks
-# the header, not the version. Outside the harness's venv (no torch_npu) every test is skipped
-# anyway, and every feature reads as present.
-_HEADER_PATH = SITE / "torch_npu" / "include" / "torch_npu" / "csrc" / "core" / "npu" / "NPUCachingAllocator.h"
-_HEADER = _HEADER_PATH.read_text() if _HEADER_PATH.is_file() else None
+# What the installed torch_npu has, read from its files: the allocator header the bridge is
+# compiled against (torch_npu_bridge/release.h reads the same declarations) and its Python. Releases
+# do not add these in version order (2.12.0.post3 has MemPool reference counting that 2.12.0
+# lacks), so the suite asks the files, not the version. Outside the harness's venv (no torch_npu)
+# every test is skipped anyway, and every feature reads as present.
+_NPU = SITE / "torch_npu"
+_CORE = _NPU / "include" / "torch_npu" / "csrc" / "core" / "npu"
 
 
-def _declares(pattern):
-    return _HEADER is None or re.search(pattern, _HEADER) is not None
+def _declares(pattern, *paths):
+    """Whether any of `paths` (default: the allocator's header) has `pattern`."""
+    if not _NPU.is_dir():
+        return True
+    paths = paths or (_CORE / "NPUCachingAllocator.h",)
+    return any(p.is_file() and re.search(pattern, p.read_text()) for p in paths)
 
 
 # memory_stats() counts device allocations, frees and syncs: DeviceStats is c10's (2.13 on).
@@ -43,8 +47,11 @@ DEVICE_CALL_COUNTS = _declares(r"using c10::CachingDeviceAllocator::DeviceStats|
 POOL_SNAPSHOT = _declares(r"snapshot\(\s*MempoolId_t")
 # MemPool(use_on_oom=True): setUseOnOOM.
 USE_ON_OOM = _declares(r"\bsetUseOnOOM\(")
-# A MemPool whose allocations the allocator routes to it: createOrIncrefPool.
-MEM_POOLS = _declares(r"\bcreateOrIncrefPool\(")
+# A deleted MemPool releases its pool (~MemPool calls releasePool, then emptyCache of its id);
+# before, a MemPool's memory stays in its pool for the process's life.
+POOLS_RELEASED = _declares(r"~MemPool\(\)", _CORE / "NPUCachingAllocator.h", _CORE / "MemPool.h")
+# The sanitizer's trace has record_stream and erase events (2.9 on).
+STREAM_TRACE = _declares(r"\bNPURecordStreamCallbacks\b", _NPU / "utils" / "_npu_trace.py")
 
 PRELUDE = {
     "own": "import npu_emu, torch, torch_npu\n",

@@ -7,6 +7,7 @@ import os
 import textwrap
 
 import pytest
+from conftest import STREAM_TRACE
 from test_bridge import run
 
 EVENTS = """
@@ -16,8 +17,10 @@ EVENTS = """
         return lambda *args: seen.append([kind] + [int(a) for a in args])
     trace.register_callback_for_npu_memory_allocation(on("alloc"), "alloc")
     trace.register_callback_for_npu_memory_deallocation(on("free"), "free")
-    trace.register_callback_for_npu_record_stream(on("record"), "record")
-    trace.register_callback_for_npu_erase_stream(on("erase"), "erase")
+    # Releases before 2.9 trace no record_stream or erase.
+    if hasattr(trace, "register_callback_for_npu_record_stream"):
+        trace.register_callback_for_npu_record_stream(on("record"), "record")
+        trace.register_callback_for_npu_erase_stream(on("erase"), "erase")
     side = torch.npu.Stream()
     x = torch.empty(1000, device="npu")
     y = torch.empty(1 << 20, device="npu")
@@ -46,7 +49,10 @@ def test_the_sanitizer_sees_the_same_events_from_both_allocators(run_npu, saniti
     ours = run(run_npu, code, env=env).result
     assert ours == own, f"torch_npu's own allocator: {own}\nnpualloc: {ours}"
     if sanitizer != "never":
-        for event in (["alloc", "x"], ["record", "x", "side"], ["erase", "x", "side"], ["free", "x"]):
+        expected = [["alloc", "x"], ["free", "x"]]
+        if STREAM_TRACE:
+            expected += [["record", "x", "side"], ["erase", "x", "side"]]
+        for event in expected:
             assert event in own, (event, own)
     else:
         assert own == [], "without the sanitizer nothing is traced"

@@ -49,4 +49,4 @@ def test_only_left_out_functions_reach_a_stub(run_npu, tmp_path, allocator):
     assert not unexpected, (
         "torch_npu reached stubs for functions the emulator should implement: " + ", ".join(unexpected))
     # The log works: the CUDA registration stubs always run at import.
-    assert any(h.startswith("libcudart.so.13 ") for h in hits), hits
+    assert any(h.startswith("libcudart.so.") for h in hits), hits

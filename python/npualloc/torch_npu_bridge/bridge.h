@@ -157,12 +157,23 @@ class Bridge : public NCA::NPUAllocator {
   }
 
   c10::DataPtr allocate_with_aligned(size_t size, size_t base_addr_aligned_kb) const override {
-    // npualloc aligns every block to 512 bytes; a larger base alignment is not offered.
-    TORCH_CHECK(
-        base_addr_aligned_kb * 1024 <= 512,
-        "npualloc: allocate_with_aligned(", size, ", ", base_addr_aligned_kb,
-        " KB) is not supported: npualloc's blocks are 512-byte aligned");
-    return const_cast<Bridge*>(this)->allocate(size);
+    // As torch_npu's own allocator (NPUCachingAllocator.cpp, allocate_with_aligned; called by
+    // empty_with_format(..., base_addr_aligned_kb=)): the block is `aligned` bytes larger and the
+    // data starts at its first multiple of `aligned`. The DataPtr's context is the block's start,
+    // which the deleter and the stream calls take. 0 KB asks for no alignment.
+    auto* self = const_cast<Bridge*>(this);
+    if (size == 0 || base_addr_aligned_kb == 0) return self->allocate(size);
+    TORCH_CHECK_VALUE(base_addr_aligned_kb <= (size_t{1} << 50),
+                      "npualloc: allocate_with_aligned: an alignment of ", base_addr_aligned_kb,
+                      " KB is more than any block can have");
+    const size_t aligned = base_addr_aligned_kb * 1024;
+    // malloc_on refuses 1 EB or more as out of memory; the sum neither wraps nor drops below it.
+    const size_t request = size >= (size_t{1} << 60) ? size : size + aligned;
+    int device = current_device();
+    void* block = self->malloc_on(device, request, c10_npu::getCurrentNPUStream(device).stream(false));
+    auto at = reinterpret_cast<uintptr_t>(block);
+    void* data = reinterpret_cast<void*>((at + aligned - 1) / aligned * aligned);
+    return {data, block, &deleter, c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device))};
   }
 
   c10::DeleterFnPtr raw_deleter() const override {
@@ -260,8 +271,10 @@ class Bridge : public NCA::NPUAllocator {
 
   // ---- streams ----------------------------------------------------------------------------
 
+  // The stream calls take a DataPtr's context, its block's start: the data of an aligned
+  // allocation (allocate_with_aligned) starts inside its block.
   void recordStream(const c10::DataPtr& ptr, c10_npu::NPUStream stream) override {
-    void* p = ptr.get();
+    void* p = ptr.get_context();
     if (p == nullptr || ptr.get_deleter() != &deleter) {
       return;  // not ours (size 0, or another allocator's memory)
     }
@@ -279,7 +292,7 @@ class Bridge : public NCA::NPUAllocator {
   }
 
   void eraseStream(const c10::DataPtr& ptr, c10_npu::NPUStream stream) override {
-    void* p = ptr.get();
+    void* p = ptr.get_context();
     if (p == nullptr || ptr.get_deleter() != &deleter) {
       return;
     }
@@ -294,7 +307,7 @@ class Bridge : public NCA::NPUAllocator {
   }
 
   void* getBlockPtr(const c10::DataPtr& ptr) {  // release.h
-    return ptr.get_deleter() == &deleter ? ptr.get() : nullptr;
+    return ptr.get_deleter() == &deleter ? ptr.get_context() : nullptr;
   }
 
   void recordHcclWorkForBlock(void* block_ptr, void* work_ptr) {  // release.h

@@ -19,6 +19,8 @@ void Bridge::fire(const char* registry, Args... args) {
   try {
     pybind11::gil_scoped_acquire gil;
     pybind11::module_ mod = pybind11::module_::import("torch_npu.utils._npu_trace");
+    // Releases before 2.9 trace no record_stream or erase (no such registry): neither does this.
+    if (!pybind11::hasattr(mod, registry)) return;
     mod.attr(registry).attr("fire_callbacks")(args...);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "npualloc: the NPU trace hook %s failed: %s\n", registry, e.what());
