@@ -132,7 +132,7 @@ extern "C" __attribute__((visibility("default"))) int npualloc_torch_npu_bridge_
     api = table;
     // Never destroyed: torch_npu's allocators live until the process exits, and tensors freed at
     // exit still call the deleter.
-    bridge = new ReleaseBridge(tail);
+    bridge = new ReleaseBridge(tail, current);
     NCA::allocator.store(bridge);
     c10::SetAllocator(c10::DeviceType::PrivateUse1, bridge, /*priority=*/1);
     return 0;

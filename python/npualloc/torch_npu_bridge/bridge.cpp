@@ -49,14 +49,26 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
   std::string error;
   // A private pool's route (pools.h): only while torch_npu has one active.
   uint64_t pool = pools_.any() ? pools_.route(device, stream) : 0;
-  if (pool != 0) {
-    check(api->pool_begin(a, pool, nullptr), "pool_begin");
-    st = api->malloc(a, size + tail_, stream, &p);
-    if (st != NPUALLOC_OK) error = last_error();
-    check(api->pool_end(a, pool, nullptr), "pool_end");
-  } else {
-    st = api->malloc(a, size + tail_, stream, &p);
-    if (st != NPUALLOC_OK) error = last_error();
+  auto attempt = [&] {
+    if (pool != 0) {
+      check(api->pool_begin(a, pool, nullptr), "pool_begin");
+      st = api->malloc(a, size + tail_, stream, &p);
+      if (st != NPUALLOC_OK) error = last_error();
+      check(api->pool_end(a, pool, nullptr), "pool_end");
+    } else {
+      st = api->malloc(a, size + tail_, stream, &p);
+      if (st != NPUALLOC_OK) error = last_error();
+    }
+  };
+  attempt();
+  if (st == NPUALLOC_ERR_OUT_OF_MEMORY && own_ != nullptr && own_->initialized()) {
+    // npualloc's own ladder gave back what it could; as torch_npu's retry does
+    // (NPUCachingAllocator.cpp, DeviceCachingAllocator::malloc), the op workspaces and
+    // MallocBlock's cache go back too. When that freed device memory the request is tried once
+    // more (npualloc has counted the first refusal as an out-of-memory by then).
+    size_t before = device_free(device);
+    empty_own(false);
+    if (device_free(device) > before) attempt();
   }
   if (st == NPUALLOC_ERR_OUT_OF_MEMORY) {
     std::string report = error;
@@ -174,7 +186,24 @@ bool Bridge::erase(void* p, c10_npu::NPUStream stream, const void* work) {
   return true;
 }
 
+size_t Bridge::device_free(int device) {
+  c10_npu::NPUGuard guard(static_cast<c10::DeviceIndex>(device));
+  size_t free_bytes = 0, total_bytes = 0;
+  return aclrtGetMemInfo(ACL_HBM_MEM, &free_bytes, &total_bytes) == ACL_SUCCESS ? free_bytes : 0;
+}
+
+void Bridge::empty_own(bool check_error) {
+  if (own_ == nullptr || !own_->initialized()) return;
+  try {
+    own_->emptyCache(check_error);
+  } catch (const std::exception& e) {
+    if (check_error) throw;
+    std::fprintf(stderr, "npualloc: torch_npu's own allocator's empty_cache: %s\n", e.what());
+  }
+}
+
 void Bridge::empty_all(bool check_error) {
+  empty_own(check_error);
   std::string first;
   for (int d = 0; d < kMaxDevices; ++d) {
     npualloc_allocator* a = __atomic_load_n(&handles_[d], __ATOMIC_ACQUIRE);

@@ -144,7 +144,8 @@ void drain_task_queue(void* user, int32_t device);
 // checks that they override wherever a release declares them.
 class Bridge : public NCA::NPUAllocator {
  public:
-  explicit Bridge(size_t tail) : tail_(tail) {
+  // `own` is torch_npu's own allocator, which the bridge replaces (may be null).
+  Bridge(size_t tail, NCA::NPUAllocator* own) : tail_(tail), own_(own) {
     for (auto& f : fractions_) f.store(1.0);
   }
 
@@ -198,6 +199,10 @@ class Bridge : public NCA::NPUAllocator {
   // ---- lifecycle, fraction, cache ---------------------------------------------------------
 
   void init(int device_count) override {
+    // torch_npu's MallocBlock/FreeBlock (NPUBlockHandle.h, for torchair) call its own allocator
+    // directly, never through the allocator torch_npu serves tensors from: it is made ready too,
+    // so they work (from its own cache) instead of indexing its empty device list.
+    if (own_ != nullptr) own_->init(device_count);
     api->pluggable_init(device_count);
     device_count_ = std::max(1, std::min(device_count, kMaxDevices));
     initialized_ = true;
@@ -447,6 +452,12 @@ class Bridge : public NCA::NPUAllocator {
 
  protected:
   size_t tail_;
+  // torch_npu's own allocator: it serves only MallocBlock/FreeBlock, and its emptyCache also
+  // empties torch_npu's NPUWorkspaceAllocator (op workspaces), which libtorch_npu.so does not
+  // export; so the bridge's cache emptying and its out-of-memory retry call it.
+  NCA::NPUAllocator* own_;
+  void empty_own(bool check_error);
+  static size_t device_free(int device);
   bool initialized_ = false;
   int device_count_ = 1;
   std::array<std::atomic<double>, kMaxDevices> fractions_{};
