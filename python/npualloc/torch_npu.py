@@ -228,7 +228,12 @@ def _check_config(text):
     out = ctypes.c_void_p()
     status = lib.npualloc_create(None if text is None else text.encode(), -1, ctypes.byref(out))
     if status == _lib.ERR_BAD_CONFIG:
-        source = repr(text) if text is not None else f"NPUALLOC_CONF={os.environ.get('NPUALLOC_CONF')!r}"
+        # Without a config, the library read NPUALLOC_CONF, else PYTORCH_NPU_ALLOC_CONF.
+        if text is not None:
+            source = repr(text)
+        else:
+            name = "NPUALLOC_CONF" if "NPUALLOC_CONF" in os.environ else "PYTORCH_NPU_ALLOC_CONF"
+            source = f"{name}={os.environ.get(name)!r}"
         raise ValueError(f"npualloc refuses the config {source}: {_lib.last_error()}")
     if status == _lib.OK:  # not expected for device -1; never leak one
         lib.npualloc_destroy(out)

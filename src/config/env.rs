@@ -6,6 +6,8 @@
 //! `PYTORCH_NPU_ALLOC_CONF`, a key only torch_npu has ([`TORCH_NPU_ONLY_KEYS`])
 //! is left out and listed as ignored, since it tunes torch_npu's own
 //! allocator; any other key npualloc lacks is refused as in `NPUALLOC_CONF`.
+//! `max_split_size_mb` there without `expandable_segments` means fixed
+//! segments, torch_npu's default, which the logged line says.
 //! When `PYTORCH_NPU_ALLOC_CONF` is involved (read, or set but shadowed by
 //! `NPUALLOC_CONF`), one line on stderr, once per process, says which
 //! variable was used. `NPUALLOC_CONF` set to the empty string counts as set:
@@ -55,11 +57,16 @@ pub(super) fn choose(ours: Option<OsString>, torch_npu: Option<OsString>) -> Res
     let Ok(value) = value.into_string() else {
         return Err(Error::bad_config(TORCH_NPU_ENV_VAR, format!("the variable is not valid UTF-8 ({where_})")));
     };
-    let (config, ignored) = parse::parse_skipping(&value, TORCH_NPU_ONLY_KEYS).map_err(|e| match e {
-        Error::BadConfig { key, reason } => Error::BadConfig { key, reason: format!("{reason} ({where_})") },
-        other => other,
-    })?;
+    let (config, ignored, fixed_by_default) =
+        parse::parse_torch_npu(&value, TORCH_NPU_ONLY_KEYS).map_err(|e| match e {
+            Error::BadConfig { key, reason } => Error::BadConfig { key, reason: format!("{reason} ({where_})") },
+            other => other,
+        })?;
     let mut log = format!("npualloc: {ENV_VAR} is unset; config from {TORCH_NPU_ENV_VAR}='{value}'");
+    if fixed_by_default {
+        log += "; fixed segments (expandable_segments:false), as torch_npu reads max_split_size_mb \
+                 without expandable_segments";
+    }
     if !ignored.is_empty() {
         log += &format!("; ignored torch_npu-only keys: {}", ignored.join(", "));
     }
@@ -147,5 +154,23 @@ mod tests {
         // A bad value of a shared key, too.
         let e = choose(None, some("page_size:3m,segment_size_mb:8")).unwrap_err();
         assert!(matches!(&e, Error::BadConfig { key, .. } if key == "page_size"), "{e}");
+    }
+
+    #[test]
+    fn torch_npu_variable_split_limit_alone_means_fixed_segments() {
+        // torch_npu's default is fixed segments: its users set max_split_size_mb alone.
+        let (c, log) = choose(None, some("max_split_size_mb:128")).unwrap();
+        assert_eq!((c.expandable_segments, c.max_split_size), (Some(false), Some(128 << 20)));
+        assert!(log.unwrap().contains("; fixed segments (expandable_segments:false), as torch_npu reads"));
+        // Said outright, either way, it is taken as given.
+        let (c, log) = choose(None, some("expandable_segments:False,max_split_size_mb:128")).unwrap();
+        assert_eq!(c.expandable_segments, Some(false));
+        assert!(!log.unwrap().contains("fixed segments"));
+        assert!(choose(None, some("expandable_segments:True,max_split_size_mb:128")).is_err());
+        // Without a split limit npualloc's own default stays.
+        let (c, _) = choose(None, some("page_size:1g")).unwrap();
+        assert_eq!(c.expandable_segments, None);
+        // NPUALLOC_CONF keeps npualloc's rule: the key alone is refused there.
+        assert!(choose(some("max_split_size_mb:128"), None).is_err());
     }
 }

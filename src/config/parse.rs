@@ -21,6 +21,30 @@ pub(super) fn parse(s: &str) -> Result<Config, Error> {
 /// [`parse`], leaving out entries whose key is in `skip`; returns them by
 /// name, in order. Their values are not looked at.
 pub(super) fn parse_skipping<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, Vec<&'s str>), Error> {
+    let (config, seen, skipped) = entries(s, skip)?;
+    check_conflicts(&config, seen)?;
+    Ok((config, skipped))
+}
+
+/// [`parse_skipping`] of a `PYTORCH_NPU_ALLOC_CONF` value, read as torch_npu
+/// reads it where npualloc's defaults would refuse it: torch_npu's segments
+/// are fixed unless `expandable_segments:True` (`NPUAllocatorConfig`), so
+/// there `max_split_size_mb` without `expandable_segments` asks for fixed
+/// segments with a split limit. The `bool` says that default was taken.
+pub(super) fn parse_torch_npu<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, Vec<&'s str>, bool), Error> {
+    let (mut config, seen, skipped) = entries(s, skip)?;
+    let fixed_by_default = config.expandable_segments.is_none() && config.max_split_size.is_some();
+    if fixed_by_default {
+        config.expandable_segments = Some(false);
+    }
+    check_conflicts(&config, seen)?;
+    Ok((config, skipped, fixed_by_default))
+}
+
+/// The entries of `s` applied to the defaults, before the checks of keys
+/// against each other: the config, the bits of the keys given, the keys
+/// left out.
+fn entries<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, u32, Vec<&'s str>), Error> {
     let mut skipped = Vec::new();
     let mut config = Config::default();
     let mut seen = 0u32;
@@ -50,8 +74,7 @@ pub(super) fn parse_skipping<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, V
         seen |= key.bit();
         apply(&mut config, key, value)?;
     }
-    check_conflicts(&config, seen)?;
-    Ok((config, skipped))
+    Ok((config, seen, skipped))
 }
 
 fn unknown_key(name: &str) -> Error {
