@@ -186,6 +186,16 @@ bool Bridge::erase(void* p, c10_npu::NPUStream stream, const void* work) {
   return true;
 }
 
+bool Bridge::stream_capturing(aclrtStream stream) {
+  // Looked up, not linked: a runtime without graph capture has no capture underway.
+  using CaptureGetInfo = aclError (*)(aclrtStream, int*, void**);
+  static const auto get_info = reinterpret_cast<CaptureGetInfo>(dlsym(RTLD_DEFAULT, "aclmdlRICaptureGetInfo"));
+  if (get_info == nullptr) return false;
+  int status = 0;  // aclmdlRICaptureStatus: 0 is ACL_MODEL_RI_CAPTURE_STATUS_NONE (acl_rt.h)
+  void* model = nullptr;
+  return get_info(stream, &status, &model) == ACL_SUCCESS && status != 0;
+}
+
 size_t Bridge::device_free(int device) {
   c10_npu::NPUGuard guard(static_cast<c10::DeviceIndex>(device));
   size_t free_bytes = 0, total_bytes = 0;

@@ -368,6 +368,32 @@ class Bridge : public NCA::NPUAllocator {
     no_pools("graph-pool checkpoints (setCheckpointPoolState)");
   }
 
+  // ---- graph capture (the entry points: release.h) ----------------------------------------
+
+  // As torch_npu's own allocator (NPUCachingAllocator.cpp, hasCapturesUnderway): where NPUGraph
+  // marks real captures (markCaptureBegin/End, after the runtime's capture begins and ends), a
+  // capture is underway while one is marked on the device and its current stream is capturing
+  // (is_capture_context); in releases without the marks, while a pool routing is active on the
+  // device. NPUEvent::block then empties the task queues after queueing its wait.
+  bool captures_underway(int device, bool marked) {
+    check_device(device);
+    if (!marked) return pools_.routing(device);
+    if (captures_[device].load() == 0) return false;
+    return stream_capturing(c10_npu::getCurrentNPUStream(static_cast<c10::DeviceIndex>(device)).stream(false));
+  }
+  void mark_capture(int device, int delta) {
+    check_device(device);
+    if (delta > 0) {
+      captures_[device].fetch_add(1);
+      return;
+    }
+    int now = captures_[device].load();
+    do {
+      TORCH_CHECK(now > 0, "npualloc: markCaptureEnd on device ", device, " without a markCaptureBegin");
+    } while (!captures_[device].compare_exchange_weak(now, now - 1));
+  }
+  static bool stream_capturing(aclrtStream stream);
+
   // ---- the rest ---------------------------------------------------------------------------
 
   std::string name() override {
@@ -461,6 +487,7 @@ class Bridge : public NCA::NPUAllocator {
   bool initialized_ = false;
   int device_count_ = 1;
   std::array<std::atomic<double>, kMaxDevices> fractions_{};
+  std::array<std::atomic<int>, kMaxDevices> captures_{};  // real captures marked, per device
   std::array<npualloc_allocator*, kMaxDevices> handles_{};
   // npualloc's statistics at the last reset_accumulated_memory_stats, per device: its cumulative
   // counters, and the current figures whose changes since then tell what was freed.

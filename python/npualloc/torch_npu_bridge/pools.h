@@ -133,6 +133,16 @@ class GraphPools {
     return 0;
   }
 
+  // Whether a route of `device` is active (beginAllocateToPool without its end yet).
+  bool routing(int device) {
+    if (!any()) return false;
+    std::lock_guard<std::mutex> g(mu_);
+    for (const auto& r : routes_) {
+      if (r.device == device) return true;
+    }
+    return false;
+  }
+
   // torch_npu's id of npualloc pool `pool` of `device` ({0, 0} for the default pool or one
   // torch_npu no longer names).
   MempoolKey torch_id(int device, uint64_t pool) {

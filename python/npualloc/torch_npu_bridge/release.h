@@ -14,6 +14,8 @@
 //     emptyCacheImpl, emptyVirtAddrCache and the IPC pair; from 2.13 on getMemoryInfo,
 //     recordStream(c10::Stream), getPoolUseCount, setUseOnOOM, setNoSplit and
 //     attachOomRejectionObserver (docs/runtime-behaviour.md lists which releases have which);
+//   - hasCapturesUnderway (not in 2.6.x, 2.7.1, 2.7.1.post2, 2.8.0, 2.8.0.post2, 2.9.0), and
+//     markCaptureBegin/End, which change what it means (marks_captures);
 //   - TraceEntry's constructor takes the entry's pool in some releases;
 //   - DeviceStats counts synchronizations and device allocations and frees from 2.13 on.
 // An entry point a release does not declare is declared here without `override`: it is then an
@@ -92,6 +94,11 @@ Entry trace_entry(typename Entry::Action action, int device, int64_t addr, size_
   }
 }
 
+// Whether NPUGraph tells the allocator about real captures (markCaptureBegin/End: 2.13 on); before,
+// "a capture is underway" meant "a pool routing is active".
+template <class A>
+constexpr bool marks_captures = requires { &A::markCaptureBegin; };
+
 // The counts of synchronizations and of device allocations and frees, which DeviceStats has
 // from 2.13 on (torch's c10::CachingDeviceAllocator::DeviceStats).
 template <class Stats>
@@ -163,6 +170,15 @@ class ReleaseBridge final : public Bridge {
   release::ShareableHandle shareIpcHandle(void*) {
     TORCH_CHECK(false, "npualloc does not share memory between processes (shareIpcHandle)");
   }
+  bool hasCapturesUnderway(c10::DeviceIndex device) {
+    return captures_underway(device, release::marks_captures<NCA::NPUAllocator>);
+  }
+  void markCaptureBegin(c10::DeviceIndex device) {
+    mark_capture(device, +1);
+  }
+  void markCaptureEnd(c10::DeviceIndex device) {
+    mark_capture(device, -1);
+  }
   void attachOomRejectionObserver(release::RejectionObserver) {
     // npualloc has no preemptive rejection (torch_npu's throw_on_npumalloc_oom): never called.
   }
@@ -198,6 +214,9 @@ NPUALLOC_OVERRIDES_WHERE_DECLARED(emptyVirtAddrCache, void(bool));
 NPUALLOC_OVERRIDES_WHERE_DECLARED(eraseStreamWithBlockPtr, void(void*, c10_npu::NPUStream, void*));
 NPUALLOC_OVERRIDES_WHERE_DECLARED(getBlockPtr, void*(const c10::DataPtr&));
 NPUALLOC_OVERRIDES_WHERE_DECLARED(recordHcclWorkForBlock, void(void*, void*));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(hasCapturesUnderway, bool(c10::DeviceIndex));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(markCaptureBegin, void(c10::DeviceIndex));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(markCaptureEnd, void(c10::DeviceIndex));
 #undef NPUALLOC_OVERRIDES_WHERE_DECLARED
 
 }  // namespace release
