@@ -25,7 +25,9 @@
 #   npu_emu.py, libnpu_emu_cuda_keys.so  `import npu_emu` imports torch, removes
 #                     libc10_cuda's allocator-config keys torch_npu registers
 #                     again (cuda_keys_reset.cpp), then imports torch_npu;
-#   torch_npu.libs/   libaclemu.so (the emulator), the wrapper libascendcl.so
+#   torch_npu.libs/   (or torch_npu/lib/ where torch_npu's RPATH does not name
+#                     torch_npu.libs, as in 2.6.0)
+#                     libaclemu.so (the emulator), the wrapper libascendcl.so
 #                     that re-exports it (torch_npu looks functions up with
 #                     dlsym on libascendcl's handle, which LD_PRELOAD would not
 #                     reach) and stubs of CANN's other libraries. The wrapper
@@ -166,19 +168,31 @@ g++ -std=c++20 -O1 -shared -fPIC -Wall -Werror -o "$site/libnpu_emu_cuda_keys.so
     -I"$torch_dir/include" -D_GLIBCXX_USE_CXX11_ABI=1 -L"$torch_dir/lib" -lc10 -Wl,-rpath,"$torch_dir/lib"
 cp "$harness/npu_emu.py" "$site/"
 
-step "the emulator, the wrapper libascendcl.so and CANN stubs -> site-packages/torch_npu.libs"
+# One directory of torch_npu's RPATH gets them: torch_npu.libs where its
+# libraries name it (the wheels repaired by auditwheel), else torch_npu/lib.
+# One copy only: npualloc loads the wrapper by path, and a second copy of the
+# emulator would be a second device.
+read -r -a npu_rpath < <("$python" "$harness/gen_stubs.py" --runpath-under "$site" "$npu_dir"/_C*.so "$npu_dir"/lib/*.so)
+cann_dir=$npu_dir/lib
+for d in "${npu_rpath[@]}"; do [[ $d = "$site/torch_npu.libs" ]] && cann_dir=$d; done
+rm -f "$site/torch_npu.libs/libaclemu.so" "$npu_dir/lib/libaclemu.so"
+step "the emulator, the wrapper libascendcl.so and CANN stubs -> $cann_dir"
 out=$dir/build/cann
 rm -rf "$out"
-mkdir -p "$out" "$site/torch_npu.libs"
+mkdir -p "$out" "$cann_dir"
 cp "$emulator" "$out/libaclemu.so"
+cann_libs=(libascendcl.so libhccl.so libacl_op_compiler.so libge_runner.so libgraph.so libacl_tdt_channel.so
+    libatb.so libopapi.so)
 args=()
-for f in "$npu_dir"/_C*.so "$npu_dir"/lib/*.so; do args+=(--consumer "$f" --provider "$f"); done
+for f in "$npu_dir"/_C*.so "$npu_dir"/lib/*.so; do
+    # torch_npu's own libraries only: a setup run before may have put the stubs in torch_npu/lib.
+    [[ " ${cann_libs[*]} libaclemu.so " = *" ${f##*/} "* ]] || args+=(--consumer "$f" --provider "$f")
+done
+for lib in "${cann_libs[@]}"; do args+=(--lib "$lib"); done
 for f in "$torch_dir"/lib/*.so* "$torch_dir"/_C*.so "${system_libs[@]}" "$out/libaclemu.so"; do
     args+=(--provider "$f")
 done
 python3 "$harness/gen_stubs.py" "$out" "${args[@]}" \
-    --lib libascendcl.so --lib libhccl.so --lib libacl_op_compiler.so --lib libge_runner.so --lib libgraph.so \
-    --lib libacl_tdt_channel.so --lib libatb.so \
     --ret libascendcl.so=207000 --ret libacl_op_compiler.so=207000 --ret libhccl.so=207000 \
     --assign '^acltdt=libacl_tdt_channel.so' --assign '^(Hccl|hccl)=libhccl.so' \
     --assign '^(atb|_ZN3atb|_ZNK3atb)=libatb.so' --assign '^acl=libascendcl.so' \
@@ -188,7 +202,7 @@ python3 "$harness/gen_stubs.py" "$out" "${args[@]}" \
     --source "libascendcl.so=$harness/op_engine.c" \
     --source "libacl_op_compiler.so=$harness/compile_options.c" \
     --link "libascendcl.so=-L$out -Wl,--no-as-needed -laclemu -Wl,--as-needed -Wl,-rpath,\$ORIGIN -lpthread"
-cp "$out"/*.so "$site/torch_npu.libs/"
+cp "$out"/*.so "$cann_dir/"
 
 step "check: import npu_emu; torch.npu.device_count()"
 env -u NPUALLOC_ACL_LIBRARY TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$venv_python" -c \

@@ -22,7 +22,11 @@ import pytest
 SITE = Path(sysconfig.get_paths()["purelib"])
 # The wrapper libascendcl.so the setup installed next to torch_npu: npualloc
 # must load this one, not a second copy of the emulator.
-WRAPPER = SITE / "torch_npu.libs" / "libascendcl.so"
+# The setup puts it (and the emulator, libaclemu.so) in torch_npu.libs/, or in torch_npu/lib/
+# where torch_npu's RPATH does not name torch_npu.libs.
+WRAPPER = next((d / "libascendcl.so" for d in (SITE / "torch_npu.libs", SITE / "torch_npu" / "lib")
+                if (d / "libaclemu.so").is_file()), SITE / "torch_npu.libs" / "libascendcl.so")
+EMULATOR = WRAPPER.parent / "libaclemu.so"
 
 # What the installed torch_npu has, read from its files: the allocator header the bridge is
 # compiled against (torch_npu_bridge/release.h reads the same declarations) and its Python. Releases

@@ -16,9 +16,11 @@ is handed out again at once; one whose use stays waits for the held stream."""
 
 import pytest
 
-STREAMS = """
+from conftest import EMULATOR
+
+STREAMS = f"EMULATOR = {str(EMULATOR)!r}\n" + """
 import ctypes, os, sysconfig
-emu = ctypes.CDLL(os.path.join(sysconfig.get_paths()["purelib"], "torch_npu.libs", "libaclemu.so"))
+emu = ctypes.CDLL(EMULATOR)
 emu.aclemu_stream_hold.argtypes = emu.aclemu_stream_release.argtypes = [ctypes.c_void_p]
 n = 1 << 20
 s1 = torch.npu.Stream()          # the blocks' own stream

@@ -9,9 +9,11 @@ emulator counts a violation and the side stream's synchronize reports
 
 import pytest
 
-CODE = """
+from conftest import EMULATOR
+
+CODE = f"EMULATOR = {str(EMULATOR)!r}\n" + """
 import ctypes, os, sysconfig
-emu = ctypes.CDLL(os.path.join(sysconfig.get_paths()["purelib"], "torch_npu.libs", "libaclemu.so"))
+emu = ctypes.CDLL(EMULATOR)
 emu.aclemu_stream_hold.argtypes = emu.aclemu_stream_release.argtypes = [ctypes.c_void_p]
 emu.aclemu_violations.restype = ctypes.c_int64
 n = 1 << 20
