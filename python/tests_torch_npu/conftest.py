@@ -56,6 +56,8 @@ USE_ON_OOM = _declares(r"\bsetUseOnOOM\(")
 POOLS_RELEASED = _declares(r"~MemPool\(\)", _CORE / "NPUCachingAllocator.h", _CORE / "MemPool.h")
 # NPUEvent::block asks the allocator whether a graph capture is underway (not in every post).
 CAPTURE_QUERY = _declares(r"\bhasCapturesUnderway\(")
+# HCCL's work ends a block's stream use by the block's address (eraseStreamWithBlockPtr).
+ERASE_BY_BLOCK = _declares(r"\beraseStreamWithBlockPtr\(")
 # The sanitizer's trace has record_stream and erase events (2.9 on).
 STREAM_TRACE = _declares(r"\bNPURecordStreamCallbacks\b", _NPU / "utils" / "_npu_trace.py")
 
@@ -130,25 +132,34 @@ def run_npu(tmp_path):
     return run
 
 
-@pytest.fixture
-def cpp_probe(tmp_path):
-    """``cpp_probe(source)``: the path of a shared library compiled from C++ ``source`` against the
-    installed torch and torch_npu headers (the bridge's own flags) and linked with libc10 and
-    libtorch_npu, for a child to load with ctypes: torch_npu's C++-only entry points (inline
-    functions of its headers) reached as a C++ caller reaches them."""
+_probes = {}
 
-    def build(source):
+
+@pytest.fixture
+def cpp_probe(tmp_path_factory):
+    """``cpp_probe(source, libs=())``: the path of a shared library compiled from C++ ``source``
+    against the installed torch and torch_npu headers (the bridge's own flags) and linked with
+    libc10, libtorch_npu and ``libs``, for a child to load with ctypes: torch_npu's C++-only
+    entry points (inline functions of its headers) reached as a C++ caller reaches them. Each
+    source is compiled once per session."""
+
+    def build(source, libs=()):
         from npualloc.torch_npu_bridge import compile_flags
 
-        src, out = tmp_path / "probe.cpp", tmp_path / "libprobe.so"
-        src.write_text(textwrap.dedent(source))
-        libs = [SITE / "torch" / "lib", SITE / "torch_npu" / "lib"]
-        command = (["c++", "-O0", "-fPIC", "-shared", "-D_GLIBCXX_USE_CXX11_ABI=1"]
-                   + compile_flags(SITE / "torch", SITE / "torch_npu")
-                   + [str(src), "-o", str(out)] + [f"-L{d}" for d in libs] + ["-lc10", "-ltorch_npu"]
-                   + [f"-Wl,-rpath,{d}" for d in libs])
-        done = subprocess.run(command, capture_output=True, text=True)
-        assert done.returncode == 0, f"the probe did not compile:\n{' '.join(command)}\n{done.stderr[-4000:]}"
-        return out
+        key = (source, tuple(libs))
+        if key not in _probes:
+            out = tmp_path_factory.mktemp("probe")
+            src, lib = out / "probe.cpp", out / "libprobe.so"
+            src.write_text(textwrap.dedent(source))
+            dirs = [SITE / "torch" / "lib", SITE / "torch_npu" / "lib"]
+            command = (["c++", "-O0", "-fPIC", "-shared", "-D_GLIBCXX_USE_CXX11_ABI=1"]
+                       + compile_flags(SITE / "torch", SITE / "torch_npu")
+                       + [str(src), "-o", str(lib)] + [f"-L{d}" for d in dirs]
+                       + [f"-l{name}" for name in ("c10", "torch_npu", *libs)]
+                       + [f"-Wl,-rpath,{d}" for d in dirs])
+            done = subprocess.run(command, capture_output=True, text=True)
+            assert done.returncode == 0, f"the probe did not compile:\n{' '.join(command)}\n{done.stderr[-4000:]}"
+            _probes[key] = lib
+        return _probes[key]
 
     return build

@@ -16,7 +16,7 @@ is handed out again at once; one whose use stays waits for the held stream."""
 
 import pytest
 
-from conftest import EMULATOR
+from conftest import EMULATOR, ERASE_BY_BLOCK
 
 STREAMS = f"EMULATOR = {str(EMULATOR)!r}\n" + """
 import ctypes, os, sysconfig
@@ -119,37 +119,12 @@ assert probe.probe_record_work(block, 0x1000) == 0
 """
 
 
-BUILD = """
-import subprocess
-from npualloc import torch_npu_bridge
-command = torch_npu_bridge.build_command(LIB, torch, torch_npu)
-sources = [c for c in command if c.endswith(".cpp")]
-command = [c for c in command if c not in sources]
-at = command.index("-o")
-command[at:at] = [SRC]
-command += ["-ltorch_python", "-ltorch", "-ltorch_cpu"]
-done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-report({"returncode": done.returncode, "output": done.stdout[-4000:]})
-"""
-
-_built = {}
-
-
 @pytest.fixture
-def probe_lib(run_npu, tmp_path_factory):
-    """The probe, compiled once per session as the bridge is (its compiler,
-    flags and headers), in a child of the harness's python: torch_npu imports
-    only after the emulator's own import."""
-    if "lib" not in _built:
-        out = tmp_path_factory.mktemp("probe")
-        (out / "probe.cpp").write_text(PROBE)
-        lib = out / "libprobe.so"
-        r = run_npu(f"LIB = {str(lib)!r}\nSRC = {str(out / 'probe.cpp')!r}\n" + BUILD, "own").result
-        assert r["returncode"] == 0, "the probe did not compile:\n" + r["output"]
-        _built["lib"] = str(lib)
-    return _built["lib"]
+def probe_lib(cpp_probe):
+    return str(cpp_probe(PROBE, libs=("torch_python", "torch", "torch_cpu")))
 
 
+@pytest.mark.skipif(not ERASE_BY_BLOCK, reason="this torch_npu has no eraseStreamWithBlockPtr")
 @pytest.mark.parametrize("allocator", ["own", "npualloc"])
 @pytest.mark.parametrize("work,ends", [(0x1000, True), (0x2000, False)], ids=["recorded_work", "another_work"])
 def test_an_erase_with_a_work_ends_the_wait_only_for_the_recorded_work(run_npu, probe_lib, allocator, work, ends):
@@ -163,6 +138,7 @@ finish(freed)
                                  "an erase for another HCCL work let the block be taken while the held stream used it")
 
 
+@pytest.mark.skipif(not ERASE_BY_BLOCK, reason="this torch_npu has no eraseStreamWithBlockPtr")
 def test_a_stale_erase_leaves_the_blocks_next_tenant_alone(run_npu, probe_lib):
     # x's work ends and x goes; y takes x's memory on s1 and the held stream
     # uses it; the old work's erase for x's block arrives late. npualloc's
