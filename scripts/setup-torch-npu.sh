@@ -120,7 +120,7 @@ npu_dir=$site/torch_npu
 # ldconfig writing to a closed pipe, and under pipefail a long cache (more than
 # a pipe's 64 KiB) would then fail the script with SIGPIPE's status 141.
 system_libs=()
-ld_cache=$(ldconfig -p)
+ld_cache=$("$(command -v ldconfig || echo /sbin/ldconfig)" -p)
 for lib in libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1 libdl.so.2 librt.so.1 libpthread.so.0; do
     path=$(awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}' <<<"$ld_cache")
     [[ -n $path ]] && system_libs+=("$path")
@@ -134,7 +134,7 @@ step "CUDA stubs -> the site-packages/nvidia directories of torch's RPATH"
 out=$dir/build/cuda
 rm -rf "$out"
 consumers=("$torch_dir"/lib/*.so* "$torch_dir"/_C*.so)
-read -r -a cuda_libs < <("$python" "$harness/gen_stubs.py" --missing "${consumers[@]}")
+read -r -a cuda_libs < <("$python" "$harness/gen_stubs.py" --missing "${consumers[@]}" "${system_libs[@]}")
 read -r -a stub_dirs < <("$python" "$harness/gen_stubs.py" --runpath-under "$site/nvidia" "${consumers[@]}")
 cudart=
 for lib in "${cuda_libs[@]}"; do [[ $lib = libcudart.so.* ]] && cudart=$lib; done
@@ -174,7 +174,8 @@ cp "$harness/npu_emu.py" "$site/"
 # emulator would be a second device.
 read -r -a npu_rpath < <("$python" "$harness/gen_stubs.py" --runpath-under "$site" "$npu_dir"/_C*.so "$npu_dir"/lib/*.so)
 cann_dir=$npu_dir/lib
-for d in "${npu_rpath[@]}"; do [[ $d = "$site/torch_npu.libs" ]] && cann_dir=$d; done
+libs_dir=$(realpath -m "$site/torch_npu.libs")  # as --runpath-under resolves them
+for d in "${npu_rpath[@]}"; do [[ $d = "$libs_dir" ]] && cann_dir=$d; done
 rm -f "$site/torch_npu.libs/libaclemu.so" "$npu_dir/lib/libaclemu.so"
 step "the emulator, the wrapper libascendcl.so and CANN stubs -> $cann_dir"
 out=$dir/build/cann

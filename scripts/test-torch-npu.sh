@@ -12,8 +12,9 @@
 # a time (default: the number of CPUs), because each suite's tests run one
 # child process at a time. Each suite's output is printed whole when it ends.
 #
-# When the wheels cannot be downloaded it prints a SKIPPED banner saying so
-# and exits 0, or fails in CI (scripts/skip.sh). Every other failure fails,
+# When a release's wheels cannot be downloaded, the other releases' suites
+# still run; then it prints a SKIPPED banner naming it and exits 0, or fails
+# in CI (scripts/skip.sh). Every other failure fails,
 # and so does a run that collects no tests. Called by test.sh; works on its
 # own from any directory.
 set -euo pipefail
@@ -32,20 +33,28 @@ if ! [[ $jobs =~ ^[1-9][0-9]*$ ]]; then
     echo "test-torch-npu.sh: NPUALLOC_TORCH_NPU_JOBS=$jobs is not a positive number" >&2
     exit 2
 fi
+# Waiting for whichever suite ends first (wait -n -p) needs bash 5.1.
+if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); then
+    jobs=1
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-pythons=()
+# A release whose wheels cannot be downloaded is left out and named at the end
+# (a SKIPPED banner); the others still run.
+pythons=() ready=() skipped=()
 for release in "${releases[@]}"; do
     echo "== torch_npu $release (the real one) on the emulator: setup"
     status=0
     bash scripts/setup-torch-npu.sh "${1:-}" "$release" | tee "$work/setup.log" || status=${PIPESTATUS[0]}
     if [[ $status -eq 75 ]]; then
-        npualloc_skip "torch_npu tests" "could not download torch_npu $release or its torch; see above"
+        skipped+=("$release")
+        continue
     elif [[ $status -ne 0 ]]; then
         echo "setup-torch-npu.sh failed for torch_npu $release (exit $status)" >&2
         exit "$status"
     fi
+    ready+=("$release")
     pythons+=("$(tail -n 1 "$work/setup.log")")
 done
 
@@ -59,7 +68,7 @@ suite() {  # suite INDEX
         >"$work/suite-$1.log" 2>&1
 }
 report() {  # report INDEX STATUS
-    echo "== torch_npu ${releases[$1]}: the suite (exit $2)"
+    echo "== torch_npu ${ready[$1]}: the suite (exit $2)"
     cat "$work/suite-$1.log"
     ((failed += $2 != 0)) || true
 }
@@ -67,19 +76,29 @@ report() {  # report INDEX STATUS
 declare -A running=()  # pid -> index
 failed=0
 next=0
-while ((next < ${#releases[@]} || ${#running[@]} > 0)); do
-    while ((next < ${#releases[@]} && ${#running[@]} < jobs)); do
+while ((next < ${#ready[@]} || ${#running[@]} > 0)); do
+    while ((next < ${#ready[@]} && ${#running[@]} < jobs)); do
         suite "$next" &
         running[$!]=$next
         next=$((next + 1))
     done
     status=0
-    wait -n -p done_pid "${!running[@]}" || status=$?
+    if ((jobs == 1)); then
+        done_pid=${!running[*]}
+        wait "$done_pid" || status=$?
+    else
+        wait -n -p done_pid "${!running[@]}" || status=$?
+    fi
     report "${running[$done_pid]}" "$status"
     unset "running[$done_pid]"
 done
 if ((failed > 0)); then
-    echo "test-torch-npu.sh: the suite failed in $failed of ${#releases[@]} torch_npu releases (above)" >&2
+    echo "test-torch-npu.sh: the suite failed in $failed of ${#ready[@]} torch_npu releases (above)" >&2
     exit 1
 fi
-echo "== torch_npu: the suite passed in ${releases[*]}"
+if ((${#ready[@]} > 0)); then
+    echo "== torch_npu: the suite passed in ${ready[*]}"
+fi
+if ((${#skipped[@]} > 0)); then
+    npualloc_skip "torch_npu tests in ${skipped[*]}" "could not download those releases or their torch; see above"
+fi

@@ -138,21 +138,30 @@ _probes = {}
 @pytest.fixture
 def cpp_probe(tmp_path_factory):
     """``cpp_probe(source, libs=())``: the path of a shared library compiled from C++ ``source``
-    against the installed torch and torch_npu headers (the bridge's own flags) and linked with
-    libc10, libtorch_npu and ``libs``, for a child to load with ctypes: torch_npu's C++-only
-    entry points (inline functions of its headers) reached as a C++ caller reaches them. Each
-    source is compiled once per session."""
+    against the installed torch and torch_npu headers as the bridge is (its compiler, language
+    standard, include directories and torch's C++ ABI) and linked with libc10, libtorch_npu and
+    ``libs``, for a child to load with ctypes: torch_npu's C++-only entry points (inline
+    functions of its headers) reached as a C++ caller reaches them. Each source is compiled once
+    per session."""
 
     def build(source, libs=()):
         from npualloc.torch_npu_bridge import compile_flags
 
         key = (source, tuple(libs))
+        if "abi" not in _probes:
+            # torch's C++ ABI (wheels before 2.7 use the old one), asked of torch itself.
+            env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+            done = subprocess.run([sys.executable, "-c", "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"],
+                                  capture_output=True, text=True, env=env)
+            assert done.returncode == 0, done.stderr[-2000:]
+            _probes["abi"] = done.stdout.split()[-1]
         if key not in _probes:
             out = tmp_path_factory.mktemp("probe")
             src, lib = out / "probe.cpp", out / "libprobe.so"
             src.write_text(textwrap.dedent(source))
             dirs = [SITE / "torch" / "lib", SITE / "torch_npu" / "lib"]
-            command = (["c++", "-O0", "-fPIC", "-shared", "-D_GLIBCXX_USE_CXX11_ABI=1"]
+            cxx = os.environ.get("CXX") or "c++"  # the bridge's compiler (torch_npu_bridge.library)
+            command = ([cxx, "-O0", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={_probes['abi']}"]
                        + compile_flags(SITE / "torch", SITE / "torch_npu")
                        + [str(src), "-o", str(lib)] + [f"-L{d}" for d in dirs]
                        + [f"-l{name}" for name in ("c10", "torch_npu", *libs)]

@@ -170,6 +170,14 @@ mod tests {
         // Without a split limit npualloc's own default stays.
         let (c, _) = choose(None, some("page_size:1g")).unwrap();
         assert_eq!(c.expandable_segments, None);
+        // A key of expandable segments beside it says why segments are fixed.
+        match choose(None, some("max_split_size_mb:128,page_size:1g")) {
+            Err(Error::BadConfig { key, reason }) => {
+                assert_eq!(key, "page_size");
+                assert!(reason.contains("segments are fixed here because max_split_size_mb is given"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
         // NPUALLOC_CONF keeps npualloc's rule: the key alone is refused there.
         assert!(choose(some("max_split_size_mb:128"), None).is_err());
     }

@@ -37,7 +37,16 @@ pub(super) fn parse_torch_npu<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, 
     if fixed_by_default {
         config.expandable_segments = Some(false);
     }
-    check_conflicts(&config, seen)?;
+    check_conflicts(&config, seen).map_err(|e| match e {
+        Error::BadConfig { key, reason } if fixed_by_default => Error::BadConfig {
+            key,
+            reason: format!(
+                "{reason} (segments are fixed here because max_split_size_mb is given without \
+                 expandable_segments, as torch_npu reads it)"
+            ),
+        },
+        other => other,
+    })?;
     Ok((config, skipped, fixed_by_default))
 }
 

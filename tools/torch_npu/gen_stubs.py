@@ -21,9 +21,10 @@ listed in FILE (one a line, # comments), e.g. names looked up with dlsym;
 
 Two questions about the consumers come first, each answered on one line:
 
-    gen_stubs.py --missing F...            the DT_NEEDED libraries that neither
-                                           the consumers nor the system's loader
-                                           cache (ldconfig -p) provide
+    gen_stubs.py --missing F...            the DT_NEEDED libraries of the files
+                                           that none of them is (by file name or
+                                           SONAME): give the system's C and C++
+                                           runtime libraries among them
     gen_stubs.py --runpath-under DIR F...  the consumers' RUNPATH/RPATH
                                            directories that lie under DIR
 """
@@ -49,12 +50,11 @@ def sonames(path):
     return re.findall(r"\(SONAME\)\s+Library soname: \[([^\]]+)\]", run("readelf", "-d", path))
 
 
-def unprovided(consumers):
-    have = {os.path.basename(c) for c in consumers}
-    for c in consumers:
-        have.update(sonames(c))
-    cached = set(re.findall(r"^\s*(\S+) \(", run("ldconfig", "-p"), re.M))
-    return sorted({n for c in consumers for n in needed(c)} - have - cached)
+def unprovided(files):
+    have = {os.path.basename(f) for f in files}
+    for f in files:
+        have.update(sonames(f))
+    return sorted({n for f in files for n in needed(f)} - have)
 
 
 def runpath_under(root, consumers):

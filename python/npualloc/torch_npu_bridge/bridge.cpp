@@ -61,11 +61,14 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
     }
   };
   attempt();
-  if (st == NPUALLOC_ERR_OUT_OF_MEMORY && own_ != nullptr && own_->initialized()) {
+  if (st == NPUALLOC_ERR_OUT_OF_MEMORY && own_ != nullptr && own_->initialized() &&
+      !captures_underway(device)) {
     // npualloc's own ladder gave back what it could; as torch_npu's retry does
     // (NPUCachingAllocator.cpp, DeviceCachingAllocator::malloc), the op workspaces and
     // MallocBlock's cache go back too. When that freed device memory the request is tried once
-    // more (npualloc has counted the first refusal as an out-of-memory by then).
+    // more (npualloc has counted the first refusal as an out-of-memory by then). Not while a
+    // capture is underway: it synchronizes the device, which a capture forbids (torch_npu skips
+    // its retry then too).
     size_t before = device_free(device);
     empty_own(false);
     if (device_free(device) > before) attempt();
@@ -213,13 +216,18 @@ void Bridge::empty_own(bool check_error) {
 }
 
 void Bridge::empty_all(bool check_error) {
-  empty_own(check_error);
   std::string first;
   for (int d = 0; d < kMaxDevices; ++d) {
     npualloc_allocator* a = __atomic_load_n(&handles_[d], __ATOMIC_ACQUIRE);
     if (a == nullptr) continue;
     npualloc_status st = api->empty_cache(a);
     if (st != NPUALLOC_OK && first.empty()) first = last_error();
+  }
+  // Then torch_npu's own (its workspaces, MallocBlock's cache), whatever npualloc's said.
+  try {
+    empty_own(check_error);
+  } catch (const std::exception& e) {
+    if (first.empty()) first = std::string("torch_npu's own allocator: ") + e.what();
   }
   if (!first.empty()) {
     if (check_error) {

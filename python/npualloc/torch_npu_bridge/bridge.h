@@ -375,22 +375,26 @@ class Bridge : public NCA::NPUAllocator {
   // capture is underway while one is marked on the device and its current stream is capturing
   // (is_capture_context); in releases without the marks, while a pool routing is active on the
   // device. NPUEvent::block then empties the task queues after queueing its wait.
-  bool captures_underway(int device, bool marked) {
+  bool captures_underway(int device) {
     check_device(device);
-    if (!marked) return pools_.routing(device);
+    if (!marks_captures_) return pools_.routing(device);
     if (captures_[device].load() == 0) return false;
     return stream_capturing(c10_npu::getCurrentNPUStream(static_cast<c10::DeviceIndex>(device)).stream(false));
   }
-  void mark_capture(int device, int delta) {
+  // Counted here, and passed on to torch_npu's own allocator, whose MallocBlock/FreeBlock then
+  // know a capture is underway as they would without npualloc.
+  template <class Own>
+  void mark_capture(int device, int delta, Own&& own_mark) {
     check_device(device);
     if (delta > 0) {
       captures_[device].fetch_add(1);
-      return;
+    } else {
+      int now = captures_[device].load();
+      do {
+        TORCH_CHECK(now > 0, "npualloc: markCaptureEnd on device ", device, " without a markCaptureBegin");
+      } while (!captures_[device].compare_exchange_weak(now, now - 1));
     }
-    int now = captures_[device].load();
-    do {
-      TORCH_CHECK(now > 0, "npualloc: markCaptureEnd on device ", device, " without a markCaptureBegin");
-    } while (!captures_[device].compare_exchange_weak(now, now - 1));
+    if (own_ != nullptr && own_->initialized()) own_mark(*own_);
   }
   static bool stream_capturing(aclrtStream stream);
 
@@ -488,6 +492,7 @@ class Bridge : public NCA::NPUAllocator {
   int device_count_ = 1;
   std::array<std::atomic<double>, kMaxDevices> fractions_{};
   std::array<std::atomic<int>, kMaxDevices> captures_{};  // real captures marked, per device
+  bool marks_captures_ = false;  // the release's NPUGraph marks them (release::marks_captures)
   std::array<npualloc_allocator*, kMaxDevices> handles_{};
   // npualloc's statistics at the last reset_accumulated_memory_stats, per device: its cumulative
   // counters, and the current figures whose changes since then tell what was freed.

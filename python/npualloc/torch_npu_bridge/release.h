@@ -112,7 +112,9 @@ void set_device_calls(Stats& d, int64_t syncs, int64_t allocs, int64_t frees) {
 
 class ReleaseBridge final : public Bridge {
  public:
-  using Bridge::Bridge;
+  ReleaseBridge(size_t tail, NCA::NPUAllocator* own) : Bridge(tail, own) {
+    marks_captures_ = release::marks_captures<NCA::NPUAllocator>;
+  }
   using Bridge::emptyCache;
   using Bridge::recordStream;
 
@@ -171,13 +173,17 @@ class ReleaseBridge final : public Bridge {
     TORCH_CHECK(false, "npualloc does not share memory between processes (shareIpcHandle)");
   }
   bool hasCapturesUnderway(c10::DeviceIndex device) {
-    return captures_underway(device, release::marks_captures<NCA::NPUAllocator>);
+    return captures_underway(device);
   }
   void markCaptureBegin(c10::DeviceIndex device) {
-    mark_capture(device, +1);
+    mark_capture(device, +1, [device](auto& own) {
+      if constexpr (requires { own.markCaptureBegin(device); }) own.markCaptureBegin(device);
+    });
   }
   void markCaptureEnd(c10::DeviceIndex device) {
-    mark_capture(device, -1);
+    mark_capture(device, -1, [device](auto& own) {
+      if constexpr (requires { own.markCaptureEnd(device); }) own.markCaptureEnd(device);
+    });
   }
   void attachOomRejectionObserver(release::RejectionObserver) {
     // npualloc has no preemptive rejection (torch_npu's throw_on_npumalloc_oom): never called.
