@@ -1,18 +1,20 @@
 """npualloc: a caching device-memory allocator for Ascend NPUs (ctypes bindings).
 
-``CachingAllocator`` follows the shape of ``ge.allocator.Allocator`` and
-subclasses it when the ``ge`` package is importable. GE binds an allocator
-to one stream, so the allocator is made for that stream::
+``CachingAllocator`` is npualloc's allocator for one device: one cache that
+serves every stream. GE registers an allocator per stream and its ``malloc``
+names no stream, so GE is given one light view per stream, each ordering its
+blocks on its own stream while every stream's cached memory serves every
+other::
 
-    alloc = npualloc.CachingAllocator(device=0, stream=stream)
-    session.register_external_allocator(stream, alloc)  # before the stream's first op
+    alloc = npualloc.CachingAllocator(device=0)
+    session.register_external_allocator(stream, alloc.for_stream(stream))
 
 ``npualloc.torch_npu.enable()`` makes npualloc torch_npu's NPU allocator.
 The package carries libnpualloc.so; ``NPUALLOC_LIBRARY`` names another.
 """
 
-import abc
 import ctypes
+import importlib
 import json
 import operator
 import sys
@@ -20,25 +22,15 @@ import sys
 from . import _lib
 from ._lib import find_library
 
-__all__ = ["MemBlock", "CachingAllocator", "Pool", "NpuallocError", "find_library", "version"]
-
-try:  # pragma: no cover - depends on the environment
-    from ge.allocator import Allocator as _AllocatorBase
-except ImportError:
-
-    class _AllocatorBase(abc.ABC):
-        """The allocator interface of ``ge.allocator`` (used when it is absent)."""
-
-        @abc.abstractmethod
-        def malloc(self, size):
-            """Allocates ``size`` bytes of device memory; returns a MemBlock."""
-
-        @abc.abstractmethod
-        def free(self, block):
-            """Returns a MemBlock obtained from ``malloc``."""
-
-
-Allocator = _AllocatorBase
+__all__ = [
+    "MemBlock",
+    "CachingAllocator",
+    "StreamAllocator",
+    "Pool",
+    "NpuallocError",
+    "find_library",
+    "version",
+]
 
 
 class NpuallocError(RuntimeError):
@@ -83,9 +75,9 @@ class MemBlock:
 
 
 class _RefusedBlock(MemBlock):
-    """What ``malloc`` gives GE's callback adapter for a refused request.
+    """What a ``StreamAllocator`` gives GE for a refused request.
 
-    GE's adapter cannot pass an exception on (see ``CachingAllocator.malloc``);
+    GE's adapter cannot pass an exception on (see ``StreamAllocator.malloc``);
     it reads a block's address as ``blk.addr if blk else 0``, so a false
     block with address 0 reaches GE as a NULL address. ``free`` ignores it."""
 
@@ -95,18 +87,68 @@ class _RefusedBlock(MemBlock):
         return False
 
 
-# The module and function of GE's ctypes adapter that call ``malloc``
-# (ge/_capi/_allocator_callback_adapter.py, ``_AllocatorCCallbacks._malloc``).
-_GE_ADAPTER = ("ge._capi._allocator_callback_adapter", "_malloc")
+# GE's Python package, found when it is first needed rather than when npualloc
+# is imported, so the order of the two imports (or a sys.path set up in
+# between) does not matter.
+_GE_MODULE = "ge.allocator"
+# The block class malloc returns once ``ge.allocator`` is loaded: both
+# npualloc's MemBlock and GE's (None: not built yet; MemBlock: GE's cannot be
+# combined with ours).
+_ge_block_class = None
 
 
-def _called_by_ge_adapter(depth):
-    """True if the frame ``depth`` levels up is GE's adapter's ``_malloc``."""
+def _ge_allocator_module(load):
+    """``ge.allocator`` if loaded (or, with ``load``, importable); else None."""
+    module = sys.modules.get(_GE_MODULE)
+    if module is None and load:
+        try:
+            module = importlib.import_module(_GE_MODULE)
+        except ImportError:
+            return None
+    return module
+
+
+def _block_class():
+    """The class of the blocks ``malloc`` returns: npualloc's MemBlock, and
+    GE's ``ge.allocator.MemBlock`` too once a program has loaded it (a block
+    is then what GE's documentation says ``malloc`` returns). Called per
+    malloc: after the first answer with GE loaded, one global look-up."""
+    global _ge_block_class
+    if _ge_block_class is not None:
+        return _ge_block_class
+    module = _ge_allocator_module(load=False)
+    if module is None:
+        return MemBlock
+    ge_block = getattr(module, "MemBlock", None)
     try:
-        frame = sys._getframe(depth + 1)
-    except ValueError:
-        return False
-    return (frame.f_globals.get("__name__"), frame.f_code.co_name) == _GE_ADAPTER
+        # GE's MemBlock keeps its fields in the instance dict; ours in slots,
+        # which take precedence, so both views of a block agree.
+        _ge_block_class = type("MemBlock", (MemBlock, ge_block), {"__slots__": (), "__module__": __name__})
+    except TypeError:
+        _ge_block_class = MemBlock  # a GE whose MemBlock has another layout
+    return _ge_block_class
+
+
+def _ge_memblock(block):
+    """Whether ``block`` is GE's own ``ge.allocator.MemBlock`` (not ours)."""
+    module = _ge_allocator_module(load=False)
+    ge_block = getattr(module, "MemBlock", None) if module is not None else None
+    return isinstance(ge_block, type) and isinstance(block, ge_block)
+
+
+def _register_with_ge():
+    """Makes ``StreamAllocator`` (and so every subclass) an instance of
+    GE's ``ge.allocator.Allocator`` for GE's ``isinstance`` check, when GE is
+    importable. Its ``Allocator`` is an ABC: registering a class is what
+    its ``register`` is for, and needs no inheritance fixed when npualloc was
+    imported."""
+    module = _ge_allocator_module(load=True)
+    base = getattr(module, "Allocator", None) if module is not None else None
+    if base is None or issubclass(StreamAllocator, base):
+        return
+    register = getattr(base, "register", None)
+    if register is not None:
+        register(StreamAllocator)
 
 
 def _int(name, value, what):
@@ -178,17 +220,15 @@ def _check(status):
     raise NpuallocError(status, message)
 
 
-class CachingAllocator(Allocator):
-    """npualloc's caching allocator for one device and one stream.
+class CachingAllocator:
+    """npualloc's caching allocator for one device: one cache for every stream.
 
-    ``stream`` is the stream the allocator serves: the address GE's
-    ``Session.register_external_allocator(stream, allocator)`` is given (an
-    int; a ``ctypes.c_void_p`` is read too), or None for the default stream.
-    Every block is allocated on it, so ``empty_cache``, the out-of-memory
-    retries and ``close()`` synchronize that stream before memory goes back
-    to the device, as GE requires of an allocator it calls for the stream.
-    Register it before the first op runs on the stream: GE keeps its own
-    allocator for a stream that ran an op with nothing registered.
+    ``stream`` is the stream ``malloc`` orders its blocks on (an int
+    address; a ``ctypes.c_void_p`` is read too), or None for the default
+    stream. ``for_stream(s)`` gives a view that orders its blocks on ``s``
+    instead: what GE registers for ``s``. A block's memory goes back to the
+    device (``empty_cache``, the out-of-memory retries, ``close()``) only
+    after the streams that used it are synchronized.
 
     ``config`` is npualloc's config string (``"key:value,..."``); None reads
     ``NPUALLOC_CONF``, or ``PYTORCH_NPU_ALLOC_CONF`` when that is unset
@@ -214,20 +254,20 @@ class CachingAllocator(Allocator):
         self.device = device
         self._stream = ctypes.c_void_p(self.stream or None)
         if self.stream:
-            self._check_stream()
+            try:
+                self._check_stream(self._stream)
+            except BaseException:
+                handle, self._handle = self._handle, None
+                self._lib.npualloc_destroy(handle)
+                raise
 
-    def _check_stream(self):
+    def _check_stream(self, stream):
         """Refuses a stream the runtime does not know, as the first malloc
         on it would. The C API has no call that only checks a stream; making
         a binding checks it as ``npualloc_malloc`` does, and the binding,
         destroyed at once, has no other effect."""
         binding = ctypes.c_void_p()
-        try:
-            _check(self._lib.npualloc_binding_create(self._handle, self._stream, ctypes.byref(binding)))
-        except BaseException:
-            handle, self._handle = self._handle, None
-            self._lib.npualloc_destroy(handle)
-            raise
+        _check(self._lib.npualloc_binding_create(self._live(), stream, ctypes.byref(binding)))
         _check(self._lib.npualloc_binding_destroy(binding))
 
     def _live(self):
@@ -236,48 +276,44 @@ class CachingAllocator(Allocator):
         return self._handle
 
     def malloc(self, size):
-        """``size`` bytes on the allocator's stream, as a MemBlock.
+        """``size`` bytes ordered on the allocator's stream, as a MemBlock.
 
-        Raises MemoryError when the device cannot hold the request (GE's
-        documented contract), TypeError for a size that is not an int, and
-        ValueError for a bad one: 0 or negative, or 2**60 bytes or more (no
-        device holds that; a smaller request larger than the device is a
-        MemoryError).
+        Raises MemoryError when the device cannot hold the request,
+        TypeError for a size that is not an int, and ValueError for a bad
+        one: 0 or negative, or 2**64 bytes or more."""
+        return self._malloc(size, self._stream)
 
-        Called by GE's ctypes callback adapter, a refused request (any of
-        these errors) returns a block with address 0 instead of raising: the
-        adapter does not catch exceptions, so ctypes would hand GE an
-        unspecified value as the block handle. The adapter reads that
-        block's address as 0, so GE sees a NULL address; the reason is
-        written to stderr."""
-        try:
-            return self._malloc(size)
-        except (MemoryError, TypeError, ValueError, NpuallocError) as e:
-            # Only on failure: the frame check costs nothing on success.
-            if not _called_by_ge_adapter(1):
-                raise
-            sys.stderr.write(f"npualloc: refused GE's request for {size} bytes: {e}\n")
-            return _RefusedBlock(0, size if isinstance(size, int) else 0)
-
-    def _malloc(self, size):
+    def _malloc(self, size, stream):
         size = _int("size", size, "an int")
         if size <= 0 or size >= 1 << 64:
             raise ValueError(f"size must be in 1..2**64-1, got {size}")
         out = ctypes.c_void_p()
-        _check(self._lib.npualloc_malloc(self._live(), size, self._stream, ctypes.byref(out)))
-        block = MemBlock(out.value, size)
+        _check(self._lib.npualloc_malloc(self._live(), size, stream, ctypes.byref(out)))
+        block = _block_class()(out.value, size)
         self._blocks[out.value] = block
         return block
+
+    def for_stream(self, stream):
+        """A ``StreamAllocator``: this allocator's cache, its blocks ordered
+        on ``stream``. The object to register with GE for that stream."""
+        return StreamAllocator(self, stream)
 
     def free(self, block):
         """Returns ``block``, the object ``malloc`` returned. ValueError
         (nothing changes) for a block already freed, even when a newer block
         has its address, and for one this allocator did not hand out;
-        TypeError for anything but a MemBlock."""
+        TypeError for anything but a MemBlock.
+
+        GE's own ``ge.allocator.MemBlock`` is taken too when its address and
+        size are those of a live block: it carries no more, so an old one
+        whose address went to a newer block of that size frees the newer
+        block (only npualloc's blocks can tell)."""
         if isinstance(block, _RefusedBlock):
-            return  # a refused request given to GE's adapter: nothing to free
+            return  # a refused request given to GE: nothing to free
         if not isinstance(block, MemBlock):
-            raise TypeError(f"expected a MemBlock, got {type(block).__name__} {block!r}")
+            if not _ge_memblock(block):
+                raise TypeError(f"expected a MemBlock, got {type(block).__name__} {block!r}")
+            block = self._own_block(block)
         handle = self._live()
         # Taken out first (one step under the GIL), so two threads freeing
         # one block cannot both pass; put back if it is another block.
@@ -294,6 +330,18 @@ class CachingAllocator(Allocator):
             self._blocks[block.addr] = block
             raise
         block._freed = True
+
+    def _own_block(self, ge_block):
+        """The live block GE's MemBlock ``ge_block`` names by address and size."""
+        addr = _int("the block's addr", ge_block.addr, "an int")
+        size = _int("the block's size", ge_block.size, "an int")
+        held = self._blocks.get(addr)
+        if held is None or held.size != size:
+            raise ValueError(
+                f"GE's MemBlock(addr={addr:#x}, size={size}) is not a live block of this allocator "
+                "(its address and size must be those of a block malloc returned and free has not taken back)"
+            )
+        return held
 
     def stats(self, kind=None):
         """The allocator's statistics as a dict (PyTorch memory_stats names):
@@ -424,6 +472,58 @@ class CachingAllocator(Allocator):
             self.close()
         except Exception:
             pass
+
+
+class StreamAllocator:
+    """One stream's view of a ``CachingAllocator``: the allocator GE
+    registers for that stream (``alloc.for_stream(stream)``).
+
+    Its blocks are ordered on ``stream``; they come from, and go back to,
+    the one cache of ``allocator``, whose cached memory serves every
+    stream's view. Views are light: make one per stream GE runs on, and
+    register each before the stream's first op (GE keeps its own allocator
+    for a stream that ran an op with nothing registered). An instance of
+    GE's ``ge.allocator.Allocator`` once GE is importable, whenever npualloc
+    was imported. ``free`` takes a block of any view of the same allocator.
+    ``last_refusal`` is the error of the last request refused (None if
+    none)."""
+
+    def __init__(self, allocator, stream):
+        if not isinstance(allocator, CachingAllocator):
+            raise TypeError(f"expected a CachingAllocator, got {type(allocator).__name__} {allocator!r}")
+        self.allocator = allocator
+        self.stream = _stream_value(stream)
+        self._stream = ctypes.c_void_p(self.stream or None)
+        allocator._check_stream(self._stream)
+        self.last_refusal = None
+        _register_with_ge()
+
+    def malloc(self, size):
+        """``size`` bytes ordered on the view's stream, as a MemBlock.
+
+        A refused request (no memory: MemoryError; a bad size: TypeError or
+        ValueError; a closed allocator) returns a false block with address
+        0 instead of raising; the error goes to ``last_refusal`` and stderr.
+        GE documents MemoryError for ``malloc``, but its callback adapter
+        (``ge/_capi/_allocator_callback_adapter.py``) catches nothing, and
+        ctypes then gives GE an unspecified block handle; a block it reads
+        as false reaches GE as a NULL address. The answer is the call's, so
+        a subclass whose ``malloc`` returns ``super().malloc(size)`` gives
+        GE the same."""
+        try:
+            return self.allocator._malloc(size, self._stream)
+        except (MemoryError, TypeError, ValueError, NpuallocError) as e:
+            self.last_refusal = e
+            sys.stderr.write(f"npualloc: refused a request for {size!r} bytes on stream {self.stream:#x}: {e}\n")
+            return _RefusedBlock(0, size if isinstance(size, int) and not isinstance(size, bool) else 0)
+
+    def free(self, block):
+        """Returns a block of this allocator (``CachingAllocator.free``; a
+        refused request's block is ignored)."""
+        self.allocator.free(block)
+
+    def __repr__(self):
+        return f"StreamAllocator(device={self.allocator.device}, stream={self.stream:#x})"
 
 
 def _stats_dict(s):

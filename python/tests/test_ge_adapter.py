@@ -1,4 +1,4 @@
-"""CachingAllocator driven through GE's ctypes callback adapter.
+"""npualloc's per-stream views driven through GE's ctypes callback adapter.
 
 The adapter is GE's own file when it can be found: NPUALLOC_GE_PYTHON names a
 directory holding GE's ``ge`` package source (``api/python/ge`` in GE's
@@ -53,18 +53,37 @@ def _ge_tree(tmp_path):
     return tree, f"GE's adapter from {real}"
 
 
-def test_through_ge_adapter(emu, tmp_path):
-    tree, which = _ge_tree(tmp_path)
-    print(f"adapter: {which}")
+def _env(*paths):
     env = dict(os.environ)
-    paths = [str(tree), str(PYTHON_DIR / "tests")]
+    paths = [str(p) for p in paths]
     if not INSTALLED:
         paths.append(str(PYTHON_DIR))
     env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def test_through_ge_adapter(emu, tmp_path):
+    tree, which = _ge_tree(tmp_path)
+    print(f"adapter: {which}")
+    env = _env(tree, PYTHON_DIR / "tests")
     out = subprocess.run(
         [sys.executable, str(PYTHON_DIR / "tests" / "ge_adapter_driver.py")], env=env, capture_output=True, text=True
     )
     assert out.returncode == 0, f"{which}\n{out.stdout}\n{out.stderr}"
     assert out.stdout.strip().endswith("done"), out.stdout
     # The refusal is reported on stderr, not lost.
-    assert "refused GE's request" in out.stderr, out.stderr
+    assert "npualloc: refused a request" in out.stderr, out.stderr
+
+
+def test_npualloc_imported_before_ge(emu, tmp_path):
+    """No import-order trap: GE made importable after npualloc was imported."""
+    tree, which = _ge_tree(tmp_path)
+    print(f"GE package: {which}")
+    out = subprocess.run(
+        [sys.executable, str(PYTHON_DIR / "tests" / "ge_late_import.py"), str(tree)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, f"{which}\n{out.stdout}\n{out.stderr}"
+    assert out.stdout.strip() == "done", out.stdout
