@@ -530,7 +530,8 @@ npualloc_status npualloc_destroy(struct npualloc_allocator *a);
  * aclrtGetStreamOverflowSwitch when the runtime has them; an unknown stream's
  * message names the call that refused it, another device's names both devices; a stream in
  * graph capture is accepted without aclrtStreamQuery); NPUALLOC_ERR_OUT_OF_MEMORY after every
- * recovery step failed (the message says where memory is);
+ * recovery step failed, the last one asking the device's other npualloc allocators in this
+ * process to give back their free cache (the message says where memory is);
  * NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise. Thread-safe.
  *
  * # Safety

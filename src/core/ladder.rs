@@ -9,7 +9,9 @@
 //!    used it, then retry;
 //! 3. free cached physical handles, retry;
 //! 4. wait for the events of pending frees, release again, retry;
-//! 5. fail, having given back the handles the failed request obtained,
+//! 5. ask the device's other npualloc allocators in this process to give
+//!    back their free cache (`peers`), retry;
+//! 6. fail, having given back the handles the failed request obtained,
 //!    with a message that says what was tried and where memory is
 //!    (`oom_report`), or, when address space ran out rather than memory,
 //!    how much of it is reserved and by whom.
@@ -26,6 +28,7 @@ use super::oom_report::{AddressSpaceReport, Elsewhere, Mib, OomReport};
 use super::shard::Shard;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
+use std::sync::Arc;
 
 /// The recovery steps after a failed growth, cheapest first.
 #[derive(Debug, Clone, Copy)]
@@ -159,6 +162,24 @@ impl<B: Memory> Device<B> {
                 continue;
             }
             tried.push(step.name());
+            match self.attempt(shard, size, rounded)? {
+                Ok(addr) => return Ok(addr),
+                Err((e, largest)) => (last, seen) = (e, largest),
+            }
+        }
+        // Last, the device's other npualloc allocators in this process give
+        // back their free cache (`peers`). Without the ladder lock: their host
+        // hooks may allocate from this allocator again.
+        drop(_ladder);
+        let given = super::peers::ask_others(Arc::as_ptr(&self.sh) as *const () as usize, self.sh.device, self.sh.rt.source());
+        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        if shard.lock_anyway().stream() != stream {
+            // Retired by forget_stream meanwhile (see above).
+            drop(_ladder);
+            return self.malloc_again(size, stream);
+        }
+        if given > 0 {
+            tried.push("asking the device's other npualloc allocators for their free cache");
             match self.attempt(shard, size, rounded)? {
                 Ok(addr) => return Ok(addr),
                 Err((e, largest)) => (last, seen) = (e, largest),

@@ -60,6 +60,7 @@ mod invariants;
 mod ladder;
 mod limit;
 mod oom_report;
+mod peers;
 pub(crate) mod policy;
 mod pool;
 pub mod pools;
@@ -135,6 +136,8 @@ pub struct DeviceAllocator {
     device: i32,
     rt: Arc<Runtime>,
     config: Config,
+    /// Among the allocators other allocators of the device ask (`peers`).
+    joined: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for DeviceAllocator {
@@ -224,7 +227,7 @@ impl DeviceAllocator {
                 Engine::Fixed(Device::new(shared(&rt, device, &config, limit, trace, FixedSegments, hold), max_streams))
             }
         };
-        Ok(DeviceAllocator { engine, device, rt, config })
+        Ok(DeviceAllocator { engine, device, rt, config, joined: Default::default() })
     }
 
     /// Whether this allocator uses expandable segments.
@@ -475,7 +478,36 @@ impl DeviceAllocator {
     /// returns all segments (live blocks included) and events. The allocator
     /// refuses further work afterwards.
     pub fn teardown(&self) -> Result<TeardownReport> {
+        peers::leave(self);
         with_device!(&self.engine, d => d.teardown())
+    }
+
+    /// Makes this allocator one that the device's other allocators ask for
+    /// their free cache before refusing a request, and that asks them.
+    ///
+    /// # Safety
+    /// `self` stays at its address (boxed, or `'static`) until it is torn
+    /// down or dropped.
+    pub unsafe fn join_peers(&self) {
+        // SAFETY: forwarded to the caller.
+        unsafe { peers::join(self) }
+    }
+
+    /// Identifies this allocator among its peers (its shared state's address).
+    fn key(&self) -> usize {
+        with_device!(&self.engine, d => Arc::as_ptr(&d.sh) as *const () as usize)
+    }
+
+    /// Another allocator of the device is about to refuse a request: gives
+    /// back free cache by this one's safe ladder steps (see `peers`).
+    fn give_back_to_peer(&self) -> usize {
+        with_device!(&self.engine, d => d.give_back_to_peer())
+    }
+}
+
+impl Drop for DeviceAllocator {
+    fn drop(&mut self) {
+        peers::leave(self);
     }
 }
 

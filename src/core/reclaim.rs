@@ -243,6 +243,26 @@ impl<B: Memory> Device<B> {
         }
     }
 
+    /// Another npualloc allocator of this device is about to refuse a
+    /// request (`peers`): the ladder's safe steps over the default pool's
+    /// streams, then the cached handles, unless this allocator is torn down
+    /// or busy in its own ladder. Returns the bytes given back.
+    pub(super) fn give_back_to_peer(&self) -> usize {
+        if self.broken.load(Ordering::Relaxed) {
+            return 0;
+        }
+        self.sh.hooks.before_release(self.sh.device);
+        let _ladder = match self.ladder.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(g)) => g.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return 0,
+        };
+        // Failures only mean less came back. The second pass releases the
+        // ranges the first one emptied.
+        let given = (0..2).map(|_| self.release_free(Scope::All).unwrap_or(0)).sum::<usize>();
+        given + B::free_cached(&self.sh).unwrap_or(0)
+    }
+
     /// Returns every cached, unused segment and handle to the device, and
     /// releases expandable ranges that hold nothing (may synchronize the
     /// streams that used them). Everything is tried, whatever fails; the

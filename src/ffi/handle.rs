@@ -451,7 +451,13 @@ impl HandleKind for Allocator {
 impl Allocator {
     /// A new allocator as C holds it.
     pub fn into_raw(core: DeviceAllocator) -> Result<*mut npualloc_allocator> {
-        register(Allocator { core, registrations: Mutex::new(HashMap::new()), process_wide: false }).map(Handle::as_ptr)
+        let h = register(Allocator { core, registrations: Mutex::new(HashMap::new()), process_wide: false })?;
+        // SAFETY: the handle was just made and no other thread has it yet.
+        let allocator: &Allocator = unsafe { borrow(h) }?;
+        // SAFETY: the registry keeps the allocator boxed until destroy, which
+        // tears it down (leaving its peers) before dropping it.
+        unsafe { allocator.core.join_peers() };
+        Ok(h.as_ptr())
     }
 
     /// A process-wide allocator as C holds it, and the allocator: never
@@ -460,7 +466,9 @@ impl Allocator {
         let h = register(Allocator { core, registrations: Mutex::new(HashMap::new()), process_wide: true })?;
         // SAFETY: npualloc_destroy refuses process-wide handles, so this one
         // is never destroyed.
-        let allocator = unsafe { borrow(h) }?;
+        let allocator: &'static Allocator = unsafe { borrow(h) }?;
+        // SAFETY: never destroyed, so never moved.
+        unsafe { allocator.core.join_peers() };
         Ok((h, allocator))
     }
 
