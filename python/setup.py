@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -41,18 +42,29 @@ def cargo_build():
         cargo, "build", "--release", "--locked", "-p", CRATE, "--lib",
         "--manifest-path", str(MANIFEST), "--message-format=json-render-diagnostics",
     ]
+    terminal = hidden_build_terminal()
+    env = dict(os.environ)
+    if terminal is not None:
+        # One line per crate, not a progress bar drawn over pip's own line.
+        env["CARGO_TERM_PROGRESS_WHEN"] = "never"
+        terminal.write(f"\nnpualloc: building {LIBRARY} with cargo (minutes the first time); its output follows\n")
+        terminal.flush()
     print("npualloc: " + " ".join(command), flush=True)
     try:
-        # Diagnostics go to stderr as usual; stdout carries cargo's JSON messages.
-        done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+        # Diagnostics go to stderr (or the terminal); stdout carries cargo's JSON messages.
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=terminal, text=True, env=env, check=False)
     except FileNotFoundError:
         raise SystemExit(
             f"npualloc: '{cargo}' not found. Building the package needs a Rust "
             "toolchain (cargo) on PATH, and libclang for bindgen "
             "(scripts/ensure-tools.sh installs it on Debian)."
         ) from None
+    finally:
+        if terminal is not None:
+            terminal.close()
     if done.returncode != 0:
-        raise SystemExit(f"npualloc: cargo build failed (exit {done.returncode}); see above")
+        where = "on the terminal" if terminal is not None else "above"
+        raise SystemExit(f"npualloc: cargo build failed (exit {done.returncode}); its messages are {where}")
     for line in done.stdout.splitlines():
         if not line.startswith("{"):
             continue
@@ -67,6 +79,21 @@ def cargo_build():
                 if Path(filename).name == LIBRARY:
                     return Path(filename)
     raise SystemExit(f"npualloc: cargo finished but reported no {LIBRARY}")
+
+
+def hidden_build_terminal():
+    """The terminal to show cargo's output on when this build's own output is
+    hidden, else None. pip runs the build with its output captured (shown
+    with -v, or after a failure), so a first build of several minutes would
+    show nothing; when the build has a terminal, cargo's messages go there
+    instead. Output that reaches a terminal already, or a build without one
+    (CI, a redirected run), is left as it is."""
+    if sys.stderr.isatty():
+        return None
+    try:
+        return open("/dev/tty", "w")
+    except OSError:
+        return None
 
 
 def strip_debug_info(library):

@@ -24,8 +24,16 @@ echo "== Python: a fresh virtual environment"
 "$python" -m venv "$work/venv"
 venv_python="$work/venv/bin/python"
 
-echo "== Python: pip wheel ./python"
-"$venv_python" -m pip wheel --no-deps --wheel-dir "$work/wheels" ./python
+echo "== Python: pip wheel ./python, at a terminal"
+# pip hides a build's output; setup.py shows cargo's on the terminal instead,
+# which the transcript must hold (a first build takes minutes).
+"$venv_python" scripts/in-terminal.py "$work/build.log" \
+    "$venv_python" -m pip wheel --no-deps --wheel-dir "$work/wheels" ./python
+if ! grep -q "npualloc: building libnpualloc.so with cargo" "$work/build.log" ||
+    ! grep -aq "Finished.*release" "$work/build.log"; then
+    echo "pip wheel at a terminal did not show cargo's output there" >&2
+    exit 1
+fi
 wheel=$(find "$work/wheels" -name 'npualloc-*.whl' -print)
 echo "built $(basename "$wheel")"
 "$venv_python" - "$wheel" "$work/unpacked" <<'PY'
