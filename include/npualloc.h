@@ -31,6 +31,14 @@
 typedef void *aclrtStream;
 
 /**
+ * `npualloc_empty_cache_with` flag: the physical handles unmapped stay cached
+ * (counted in `cached_handle_bytes` and `reserved_bytes`) for later growth,
+ * which then maps them again instead of allocating; `npualloc_empty_cache`
+ * frees them.
+ */
+#define NPUALLOC_EMPTY_KEEP_HANDLES 1
+
+/**
  * How many devices the pluggable entry points can serve (ids 0 to this - 1).
  */
 #define NPUALLOC_PLUGGABLE_MAX_DEVICES 64
@@ -461,6 +469,7 @@ typedef struct npualloc_api {
                                       int32_t,
                                       struct npualloc_stats*);
     npualloc_status (*pool_set_use_on_oom)(struct npualloc_allocator*, uint64_t, int32_t);
+    npualloc_status (*empty_cache_with)(struct npualloc_allocator*, uint32_t);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -609,6 +618,22 @@ npualloc_status npualloc_erase_stream(struct npualloc_allocator *a, void *ptr, a
  * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
  */
 npualloc_status npualloc_empty_cache(struct npualloc_allocator *a);
+
+/**
+ * `npualloc_empty_cache` with `flags`: 0 is `npualloc_empty_cache`;
+ * `NPUALLOC_EMPTY_KEEP_HANDLES` unmaps the cached memory of expandable
+ * segments but keeps its physical handles (torch_npu's
+ * `emptyVirtAddrCache`).
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for an unknown flag bit, and
+ * NPUALLOC_ERR_UNSUPPORTED for `NPUALLOC_EMPTY_KEEP_HANDLES` when the
+ * allocator uses fixed segments (no handles to keep); nothing changes
+ * then.
+ *
+ * # Safety
+ * `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+ */
+npualloc_status npualloc_empty_cache_with(struct npualloc_allocator *a, uint32_t flags);
 
 /**
  * Caps the device memory this allocator reserves at `fraction` (in [0, 1],

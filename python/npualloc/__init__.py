@@ -371,9 +371,15 @@ class CachingAllocator:
         finally:
             self._lib.npualloc_string_free(out)
 
-    def empty_cache(self):
-        """Returns cached, unused memory to the device."""
-        _check(self._lib.npualloc_empty_cache(self._live()))
+    def empty_cache(self, keep_handles=False):
+        """Returns cached, unused memory to the device. With
+        ``keep_handles``, the physical handles of expandable segments are
+        unmapped but kept (``stats()["cached_handle_bytes"]``) for later
+        growth to map again, as torch_npu's ``empty_virt_addr_cache``;
+        NpuallocError (UNSUPPORTED, nothing changed) with fixed segments."""
+        if not isinstance(keep_handles, bool):
+            raise TypeError(f"keep_handles must be a bool, not {type(keep_handles).__name__}")
+        _check(self._lib.npualloc_empty_cache_with(self._live(), _KEEP_HANDLES if keep_handles else 0))
 
     def sleep(self):
         """Gives back the allocator's device memory while every block's
@@ -524,6 +530,10 @@ class StreamAllocator:
 
     def __repr__(self):
         return f"StreamAllocator(device={self.allocator.device}, stream={self.stream:#x})"
+
+
+# npualloc_empty_cache_with's flag NPUALLOC_EMPTY_KEEP_HANDLES.
+_KEEP_HANDLES = 1
 
 
 def _stats_dict(s):

@@ -101,6 +101,7 @@ def lib():
             "npualloc_malloc": (status, [P, S, P, ctypes.POINTER(P)]),
             "npualloc_free": (status, [P, P]),
             "npualloc_empty_cache": (status, [P]),
+            "npualloc_empty_cache_with": (status, [P, ctypes.c_uint32]),
             "npualloc_sleep": (status, [P]),
             "npualloc_wake": (status, [P]),
             "npualloc_sleep_with": (status, [P, ctypes.POINTER(ctypes.c_uint64), S,

@@ -372,3 +372,32 @@ def test_allocators_of_one_device_share_free_cache(emu):
             first.free(first.malloc(100 * MIB))
     finally:
         assert emu.aclemu_set_device_memory(0, 8 << 30) == 0
+
+
+def test_empty_cache_keeping_handles(emu):
+    """keep_handles unmaps the cache but keeps its physical handles, which
+    the next growth maps again without a new physical allocation; a plain
+    empty_cache then frees them."""
+    with npualloc.CachingAllocator(config="expandable_segments:true") as alloc:
+        alloc.free(alloc.malloc(100 * MIB))
+        before = alloc.stats()
+        alloc.empty_cache(keep_handles=True)
+        kept = alloc.stats()
+        assert kept["segment_bytes"] == 0
+        assert kept["cached_handle_bytes"] >= 100 * MIB
+        assert kept["num_physical_frees"] == before["num_physical_frees"]
+        block = alloc.malloc(100 * MIB)
+        again = alloc.stats()
+        assert again["num_physical_mallocs"] == before["num_physical_mallocs"], "the kept handles were mapped again"
+        alloc.free(block)
+        alloc.empty_cache()
+        after = alloc.stats()
+        assert after["reserved_bytes"] == 0 and after["cached_handle_bytes"] == 0
+        with pytest.raises(TypeError):
+            alloc.empty_cache(keep_handles=1)
+    with npualloc.CachingAllocator(config="expandable_segments:false") as alloc:
+        alloc.free(alloc.malloc(10 * MIB))
+        reserved = alloc.stats()["reserved_bytes"]
+        with pytest.raises(npualloc.NpuallocError, match="fixed segments"):
+            alloc.empty_cache(keep_handles=True)
+        assert alloc.stats()["reserved_bytes"] == reserved, "nothing changed"

@@ -303,6 +303,20 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.empty_cache())
     }
 
+    /// `empty_cache`, keeping the physical handles it unmaps cached for later
+    /// growth (expandable segments; UNSUPPORTED, nothing changed, with fixed
+    /// ones, whose segments have no handles to keep).
+    pub fn empty_cache_keeping_handles(&self) -> Result<usize> {
+        match &self.engine {
+            Engine::Expandable(d) => d.empty_cache_with(false),
+            Engine::Fixed(_) => Err(Error::Unsupported(
+                "keeping physical handles needs expandable segments; this allocator uses fixed segments \
+                 (expandable_segments:false, or a runtime without the virtual-memory API)"
+                    .into(),
+            )),
+        }
+    }
+
     /// Sleeps with every pool, the default one included, in `mode` (Note
     /// [sleep] in `sleep`); returns the device bytes given back. Asleep
     /// already: OK, 0; after a partial wake left some pools asleep,

@@ -268,6 +268,13 @@ impl<B: Memory> Device<B> {
     /// streams that used them). Everything is tried, whatever fails; the
     /// first error is the answer.
     pub fn empty_cache(&self) -> Result<usize> {
+        self.empty_cache_with(true)
+    }
+
+    /// `empty_cache`; with `free_handles` false, the physical handles
+    /// unmapped stay cached for later growth instead of going back (torch_npu's
+    /// `emptyCacheImpl(check_error, free_physical=false)`).
+    pub fn empty_cache_with(&self, free_handles: bool) -> Result<usize> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
         }
@@ -279,7 +286,8 @@ impl<B: Memory> Device<B> {
         let mut released = 0;
         let mut first_error = None;
         let passes = (0..3).map(|_| self.release_free(Scope::All));
-        for result in passes.chain(std::iter::once_with(|| B::free_cached(&self.sh))) {
+        let handles = free_handles.then(|| std::iter::once_with(|| B::free_cached(&self.sh)));
+        for result in passes.chain(handles.into_iter().flatten()) {
             match result {
                 Ok(n) => released += n,
                 Err(e) => {

@@ -251,6 +251,40 @@ pub unsafe extern "C" fn npualloc_empty_cache(a: *mut npualloc_allocator) -> npu
     })
 }
 
+/// `npualloc_empty_cache_with` flag: the physical handles unmapped stay cached
+/// (counted in `cached_handle_bytes` and `reserved_bytes`) for later growth,
+/// which then maps them again instead of allocating; `npualloc_empty_cache`
+/// frees them.
+pub const NPUALLOC_EMPTY_KEEP_HANDLES: u32 = 1;
+
+/// `npualloc_empty_cache` with `flags`: 0 is `npualloc_empty_cache`;
+/// `NPUALLOC_EMPTY_KEEP_HANDLES` unmaps the cached memory of expandable
+/// segments but keeps its physical handles (torch_npu's
+/// `emptyVirtAddrCache`).
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for an unknown flag bit, and
+/// NPUALLOC_ERR_UNSUPPORTED for `NPUALLOC_EMPTY_KEEP_HANDLES` when the
+/// allocator uses fixed segments (no handles to keep); nothing changes
+/// then.
+///
+/// # Safety
+/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_empty_cache_with(a: *mut npualloc_allocator, flags: u32) -> npualloc_status {
+    ffi_boundary!(status "npualloc_empty_cache_with", {
+        // SAFETY: as in npualloc_malloc.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        match flags {
+            0 => allocator.core.empty_cache().map(|_| ()),
+            NPUALLOC_EMPTY_KEEP_HANDLES => allocator.core.empty_cache_keeping_handles().map(|_| ()),
+            _ => Err(crate::error::Error::InvalidArgument(format!(
+                "flags {flags:#x} has bits npualloc_empty_cache_with does not know (it knows \
+                 NPUALLOC_EMPTY_KEEP_HANDLES = {NPUALLOC_EMPTY_KEEP_HANDLES:#x})"
+            ))),
+        }
+    })
+}
+
 /// Caps the device memory this allocator reserves at `fraction` (in [0, 1],
 /// as torch_npu allows; 0 lets it reserve nothing more) of the device's
 /// total. Memory already reserved is not released by this call.

@@ -127,6 +127,8 @@ pub struct npualloc_api {
     // One pool kind's statistics, a pool's use_on_oom changed (added after 0.3.0).
     pub get_kind_stats: unsafe extern "C" fn(*const npualloc_allocator, i32, *mut npualloc_stats) -> npualloc_status,
     pub pool_set_use_on_oom: unsafe extern "C" fn(*mut npualloc_allocator, u64, i32) -> npualloc_status,
+    // The cache given back keeping physical handles (added after 0.3.0).
+    pub empty_cache_with: unsafe extern "C" fn(*mut npualloc_allocator, u32) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -188,6 +190,7 @@ static API_V1: npualloc_api = npualloc_api {
     pool_empty_cache: super::pools::npualloc_pool_empty_cache,
     get_kind_stats: super::stats::npualloc_get_kind_stats,
     pool_set_use_on_oom: super::pools::npualloc_pool_set_use_on_oom,
+    empty_cache_with: super::allocator::npualloc_empty_cache_with,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error
@@ -305,7 +308,8 @@ mod tests {
         assert_eq!(std::mem::offset_of!(npualloc_api, pool_empty_cache), after + 4 * word);
         assert_eq!(std::mem::offset_of!(npualloc_api, get_kind_stats), after + 5 * word);
         assert_eq!(std::mem::offset_of!(npualloc_api, pool_set_use_on_oom), after + 6 * word);
-        assert_eq!(std::mem::size_of::<npualloc_api>(), after + 7 * word, "pool_set_use_on_oom ends the table");
+        assert_eq!(std::mem::offset_of!(npualloc_api, empty_cache_with), after + 7 * word);
+        assert_eq!(std::mem::size_of::<npualloc_api>(), after + 8 * word, "empty_cache_with ends the table");
         // SAFETY: a non-NULL result points to the static table.
         let api = unsafe { &*npualloc_get_api(1) };
         // SAFETY: NULL handles are refused before anything is read.
@@ -321,6 +325,8 @@ mod tests {
             let st = (api.get_kind_stats)(std::ptr::null(), 0, std::ptr::null_mut());
             assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
             let st = (api.pool_set_use_on_oom)(std::ptr::null_mut(), 1, 0);
+            assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            let st = (api.empty_cache_with)(std::ptr::null_mut(), 0);
             assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
         }
     }

@@ -215,12 +215,26 @@ void Bridge::empty_own(bool check_error) {
   }
 }
 
-void Bridge::empty_all(bool check_error) {
+void Bridge::empty_all(bool check_error, EmptyMode mode) {
+  bool keep = mode != EmptyMode::All;
+  if (keep && api->struct_size < offsetof(npualloc_api, empty_cache_with) + sizeof(void*)) {
+    TORCH_CHECK(mode != EmptyMode::KeepHandles,
+                "npualloc: empty_virt_addr_cache needs a libnpualloc with npualloc_empty_cache_with; "
+                "this one is older than the bridge");
+    keep = false;
+  }
   std::string first;
   for (int d = 0; d < kMaxDevices; ++d) {
     npualloc_allocator* a = __atomic_load_n(&handles_[d], __ATOMIC_ACQUIRE);
     if (a == nullptr) continue;
-    npualloc_status st = api->empty_cache(a);
+    npualloc_status st = keep ? api->empty_cache_with(a, NPUALLOC_EMPTY_KEEP_HANDLES) : api->empty_cache(a);
+    if (st == NPUALLOC_ERR_UNSUPPORTED) {
+      // Fixed segments: no handles to keep.
+      TORCH_CHECK(mode != EmptyMode::KeepHandles,
+                  "Unsupported config for empty_virt_addr_cache, please enable expandable_segments. (npualloc: ",
+                  last_error(), ")");
+      st = api->empty_cache(a);
+    }
     if (st != NPUALLOC_OK && first.empty()) first = last_error();
   }
   // Then torch_npu's own (its workspaces, MallocBlock's cache), whatever npualloc's said.

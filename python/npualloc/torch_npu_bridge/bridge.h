@@ -223,9 +223,11 @@ class Bridge : public NCA::NPUAllocator {
     fractions_[device].store(fraction);
   }
 
-  void emptyCacheImpl(bool check_error, bool /*free_physical*/) {  // release.h
-    // npualloc gives back whole segments and unmapped handles alike.
-    empty_all(check_error);
+  // As torch_npu's own allocator (NPUCachingAllocator.cpp, emptyCacheImpl, release_blocks):
+  // free_physical false unmaps the cached memory of expandable segments but keeps its physical
+  // handles for later growth; fixed segments go back either way.
+  void emptyCacheImpl(bool check_error, bool free_physical) {  // release.h
+    empty_all(check_error, free_physical ? EmptyMode::All : EmptyMode::KeepHandlesIfExpandable);
   }
   void emptyCache(bool check_error) override {
     empty_all(check_error);
@@ -249,8 +251,10 @@ class Bridge : public NCA::NPUAllocator {
       }
     }
   }
+  // As torch_npu's own (emptyVirtAddrCache): with expandable segments, emptyCacheImpl(check_error,
+  // false); without, torch_npu's error, whatever check_error says.
   void emptyVirtAddrCache(bool check_error) {  // release.h
-    empty_all(check_error);
+    empty_all(check_error, EmptyMode::KeepHandles);
   }
   void FreeDeviceCachedMemory(int device) override {
     // GE's out-of-memory retry: the cache of one device goes back.
@@ -598,7 +602,10 @@ class Bridge : public NCA::NPUAllocator {
   std::mutex use_on_oom_mu_;
 
   bool erase(void* p, c10_npu::NPUStream stream, const void* work);
-  void empty_all(bool check_error);
+  // What empty_all gives back: everything; the cache keeping physical handles (refused with fixed
+  // segments, as emptyVirtAddrCache); or keeping them where segments are expandable.
+  enum class EmptyMode { All, KeepHandles, KeepHandlesIfExpandable };
+  void empty_all(bool check_error, EmptyMode mode = EmptyMode::All);
   void add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info);
 };
 
