@@ -170,21 +170,31 @@ impl<B: Memory> Device<B> {
         // Last, the device's other npualloc allocators in this process give
         // back their free cache (`peers`). Without the ladder lock: their host
         // hooks may allocate from this allocator again.
-        drop(_ladder);
-        let given = super::peers::ask_others(Arc::as_ptr(&self.sh) as *const () as usize, self.sh.device, self.sh.rt.source());
-        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        if shard.lock_anyway().stream() != stream {
-            // Retired by forget_stream meanwhile (see above).
+        // Not for this allocator's own memory fraction: others' memory does not count against it.
+        let _ladder = if matches!(last, GrowError::OverLimit { .. }) {
+            _ladder
+        } else {
             drop(_ladder);
-            return self.malloc_again(size, stream);
-        }
-        if given > 0 {
-            tried.push("asking the device's other npualloc allocators for their free cache");
-            match self.attempt(shard, size, rounded)? {
-                Ok(addr) => return Ok(addr),
-                Err((e, largest)) => (last, seen) = (e, largest),
+            let given = super::peers::ask_others(
+                Arc::as_ptr(&self.sh) as *const () as usize,
+                self.sh.device,
+                self.sh.rt.source(),
+            );
+            let relocked = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+            if shard.lock_anyway().stream() != stream {
+                // Retired by forget_stream meanwhile (see above).
+                drop(relocked);
+                return self.malloc_again(size, stream);
             }
-        }
+            if given > 0 {
+                tried.push("asking the device's other npualloc allocators for their free cache");
+                match self.attempt(shard, size, rounded)? {
+                    Ok(addr) => return Ok(addr),
+                    Err((e, largest)) => (last, seen) = (e, largest),
+                }
+            }
+            relocked
+        };
         // Nothing kept on failure: handles this request obtained and could
         // not use go back to the device, before the message counts what is held.
         let _ = B::free_cached(&self.sh);

@@ -507,6 +507,12 @@ impl DeviceAllocator {
         unsafe { peers::join(self) }
     }
 
+    /// Leaves the allocators asked for their free cache (before destruction;
+    /// waits for an ask of it in progress to end).
+    pub fn leave_peers(&self) {
+        peers::leave(self);
+    }
+
     /// Identifies this allocator among its peers (its shared state's address).
     fn key(&self) -> usize {
         with_device!(&self.engine, d => Arc::as_ptr(&d.sh) as *const () as usize)

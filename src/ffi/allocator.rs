@@ -98,6 +98,8 @@ pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npuallo
             )));
         }
         super::desc::unregister_all(live)?;
+        // Out of the peers first: another allocator's ladder may be asking it.
+        live.core.leave_peers();
         // SAFETY: no other thread uses the handle (as above), `live` is not
         // used past this point, and no stream's runtime refers to it now.
         let allocator = unsafe { Allocator::take(a) }?;
