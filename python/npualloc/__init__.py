@@ -280,7 +280,7 @@ class CachingAllocator:
 
         Raises MemoryError when the device cannot hold the request,
         TypeError for a size that is not an int, and ValueError for a bad
-        one: 0 or negative, or 2**64 bytes or more."""
+        one: 0 or negative, or 2**60 bytes or more (no device holds that)."""
         return self._malloc(size, self._stream)
 
     def _malloc(self, size, stream):

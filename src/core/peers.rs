@@ -1,6 +1,6 @@
 //! The npualloc allocators of this process, so that one about to refuse a
 //! request first asks the others of its device to give back their free
-//! cache: two allocators of one device (GE's allocator per stream, a host's
+//! cache: two allocators of one device (a GE host's and torch_npu's, a host's
 //! own beside torch_npu's) never starve each other.
 //!
 //! Each asked allocator runs its own ladder's safe steps: its host hook
