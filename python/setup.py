@@ -86,14 +86,39 @@ def hidden_build_terminal():
     hidden, else None. pip runs the build with its output captured (shown
     with -v, or after a failure), so a first build of several minutes would
     show nothing; when the build has a terminal, cargo's messages go there
-    instead. Output that reaches a terminal already, or a build without one
-    (CI, a redirected run), is left as it is."""
-    if sys.stderr.isatty():
+    instead. Output that reaches a terminal already, a build without one
+    (CI), and a command whose output the user redirected are left as they
+    are."""
+    if sys.stderr.isatty() or output_redirected():
         return None
     try:
         return open("/dev/tty", "w")
     except OSError:
         return None
+
+
+def output_redirected(proc="/proc"):
+    """Whether the command that runs this build (pip, or whatever runs pip)
+    writes to something other than a terminal: the nearest ancestor process
+    whose stdout and stderr are not both pipes (pip and its build backend
+    talk through pipes) has one that is not a terminal. False when that
+    cannot be told (no /proc, an ancestor that exited)."""
+    pid = os.getppid()
+    for _ in range(64):
+        if pid <= 1:
+            return False
+        try:
+            targets = [os.readlink(f"{proc}/{pid}/fd/{fd}") for fd in (1, 2)]
+            with open(f"{proc}/{pid}/stat") as stat:
+                # The command name, in parentheses, may hold spaces: fields
+                # after its closing parenthesis are state, then parent pid.
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if not all(t.startswith("pipe:") for t in targets):
+            return not all(t.startswith(("/dev/pts/", "/dev/tty", "/dev/console")) for t in targets)
+        pid = parent
+    return False
 
 
 def strip_debug_info(library):

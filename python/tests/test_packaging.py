@@ -104,3 +104,65 @@ def test_the_served_torch_npu_releases_are_checked_by_major_and_minor():
         with pytest.raises(B.UnsupportedRelease) as e:
             B.check_release(refused)
         assert str(e.value) == f"npualloc serves torch_npu 2.6 to 2.14; this is torch_npu {refused}"
+
+
+def _setup_functions(*names):
+    """Functions of python/setup.py, without running setup() (which the
+    module calls when it is executed)."""
+    import ast
+
+    source = (Path(PYTHON_DIR) / "setup.py").read_text()
+    tree = ast.parse(source)
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+    assert {n.name for n in defs} == set(names), "setup.py no longer defines them"
+    namespace = {"os": os, "sys": sys}
+    exec(compile(ast.Module(body=defs, type_ignores=[]), "setup.py", "exec"), namespace)
+    return namespace
+
+
+# Run as a child whose stdout and stderr are pipes (as pip runs a build):
+# prints what setup.py's check answers there.
+_ASK = """
+import ast, os, sys
+tree = ast.parse(open(sys.argv[1]).read())
+body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "output_redirected"]
+ns = {"os": os, "sys": sys}
+exec(compile(ast.Module(body=body, type_ignores=[]), "setup.py", "exec"), ns)
+print(ns["output_redirected"]())
+"""
+
+
+def _asked_under(outer_stdout, tmp_path):
+    """What a build-like child answers when its parent writes to ``outer_stdout``
+    (a path, or None for a pseudo-terminal)."""
+    child = [sys.executable, "-c", _ASK, str(Path(PYTHON_DIR) / "setup.py")]
+    # The parent stands for pip: it runs the child with pipes and copies
+    # its answer to its own stdout.
+    parent = [sys.executable, "-c",
+              "import subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+              "print('answer', r.stdout.strip(), r.stderr.strip())"] + child
+    if outer_stdout is None:
+        transcript = tmp_path / "terminal.log"
+        run = subprocess.run([sys.executable, str(Path(PYTHON_DIR).parent / "scripts" / "in-terminal.py"),
+                              str(transcript)] + parent, capture_output=True, text=True)
+        assert run.returncode == 0, run
+        out = transcript.read_text()
+    else:
+        with open(outer_stdout, "w") as f:
+            run = subprocess.run(parent, stdout=f, stderr=subprocess.STDOUT)
+        assert run.returncode == 0
+        out = Path(outer_stdout).read_text()
+    line = [x for x in out.splitlines() if x.startswith("answer")]
+    assert line, out
+    return line[0].split()[1]
+
+
+def test_build_output_goes_to_the_terminal_only_when_pip_writes_to_one(tmp_path):
+    # pip at a terminal: cargo's output may go there.
+    assert _asked_under(None, tmp_path) == "False"
+    # pip's output redirected to a file: nothing is written to the terminal.
+    assert _asked_under(tmp_path / "pip.log", tmp_path) == "True"
+    # A build whose own stderr is a terminal needs no help; one whose
+    # ancestors cannot be read (no /proc) behaves as before.
+    fns = _setup_functions("output_redirected")
+    assert fns["output_redirected"](proc=str(tmp_path / "no-proc")) is False
