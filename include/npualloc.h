@@ -146,6 +146,31 @@ typedef int32_t npualloc_status;
 #endif // __cplusplus
 
 /**
+ * What happened to a piece of device memory (see
+ * `npualloc_set_segment_observer`): the values of the core's
+ * `SegmentEvent` (a test checks they agree).
+ */
+typedef enum npualloc_segment_event {
+    /**
+     * A virtual range reserved (expandable segments): addr, size; no handle.
+     */
+    NPUALLOC_SEGMENT_RESERVE = 1,
+    /**
+     * That range is about to be released.
+     */
+    NPUALLOC_SEGMENT_RELEASE = 2,
+    /**
+     * Physical memory mapped at addr..addr+size: its handle (expandable
+     * segments), or an `aclrtMalloc` segment (fixed segments; no handle).
+     */
+    NPUALLOC_SEGMENT_MAP = 3,
+    /**
+     * That memory is about to be unmapped, or freed: deregister it here.
+     */
+    NPUALLOC_SEGMENT_UNMAP = 4,
+} npualloc_segment_event;
+
+/**
  * Opaque allocator handle. C holds a pointer to it whose value names a
  * registered allocator and is not an address: npualloc never reads through
  * it, and checks it on every call, refusing NULL, any other value and a
@@ -187,6 +212,22 @@ typedef void (*npualloc_release_hook)(void *user, int32_t device);
  * is the text the last error gets (see `npualloc_set_oom_observer`).
  */
 typedef void (*npualloc_oom_hook)(void *user, int32_t device, size_t requested, const char *report);
+
+/**
+ * `fn(user, device, event, addr, size, drv_handle, pool)`: npualloc came to
+ * hold, or is about to stop holding, the device memory at
+ * [addr, addr + size) of pool `pool` (0: the default pool); `drv_handle` is
+ * the physical handle (`aclrtDrvMemHandle`) mapped there, NULL for a range
+ * (RESERVE, RELEASE) and for an `aclrtMalloc` segment (fixed segments). See
+ * `npualloc_set_segment_observer`.
+ */
+typedef void (*npualloc_segment_hook)(void *user,
+                                      int32_t device,
+                                      npualloc_segment_event event,
+                                      void *addr,
+                                      size_t size,
+                                      void *drv_handle,
+                                      uint64_t pool);
 
 /**
  * Allocator statistics (PyTorch `memory_stats()` vocabulary, plus where the
@@ -470,6 +511,10 @@ typedef struct npualloc_api {
                                       struct npualloc_stats*);
     npualloc_status (*pool_set_use_on_oom)(struct npualloc_allocator*, uint64_t, int32_t);
     npualloc_status (*empty_cache_with)(struct npualloc_allocator*, uint32_t);
+    npualloc_status (*set_segment_observer)(struct npualloc_allocator*, npualloc_segment_hook, void*);
+    npualloc_status (*for_each_segment)(const struct npualloc_allocator*,
+                                        npualloc_segment_hook,
+                                        void*);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -920,6 +965,66 @@ npualloc_status npualloc_set_before_release(struct npualloc_allocator *a,
  */
 npualloc_status npualloc_set_oom_observer(struct npualloc_allocator *a,
                                           npualloc_oom_hook fn,
+                                          void *user);
+
+/**
+ * Installs `fn`, run with `user` for every piece of device memory the
+ * allocator comes to hold or stops holding, so that a communication
+ * library (HCCL) can register it: NPUALLOC_SEGMENT_RESERVE after an
+ * expandable range is reserved and before anything is mapped in it;
+ * NPUALLOC_SEGMENT_MAP after a physical handle is mapped (with the handle)
+ * or an `aclrtMalloc` segment is obtained (fixed segments, no handle), and
+ * before any of it is handed out; NPUALLOC_SEGMENT_UNMAP before the call
+ * that unmaps or frees it, so the library can deregister first;
+ * NPUALLOC_SEGMENT_RELEASE after the range's last UNMAP, before it is
+ * released. A runtime call that fails after its UNMAP (or RELEASE) is
+ * followed by MAP (or RESERVE) again: the memory is still held. A physical
+ * handle moved to a second address (`handle_moves`) is a MAP at the new
+ * address and, later, an UNMAP of the old one; sleep is UNMAP, wake MAP;
+ * destroy unmaps and releases everything, with events.
+ *
+ * `fn` runs on the thread that caused the event (a malloc that grew, a
+ * free or empty_cache that gave memory back, sleep, wake, destroy), with at
+ * most that stream's own pool locked: never a lock that a malloc or free on
+ * another stream needs. It must not call this allocator's functions (the
+ * stream's pool is locked), and should return quickly: the request that
+ * grew waits for it. NULL `fn` removes the observer. One observer per
+ * allocator: setting one replaces the last, returning once no other thread
+ * is inside the old one (at once when called from inside a hook call).
+ * What the allocator already holds is not replayed: call
+ * `npualloc_for_each_segment` after setting the observer.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle.
+ * Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle; `fn` may be called with `user` from any
+ * thread until it is replaced or the allocator destroyed.
+ */
+npualloc_status npualloc_set_segment_observer(struct npualloc_allocator *a,
+                                              npualloc_segment_hook fn,
+                                              void *user);
+
+/**
+ * Calls `fn` with `user` once with NPUALLOC_SEGMENT_RESERVE for every
+ * expandable range the allocator holds now and once with
+ * NPUALLOC_SEGMENT_MAP for every piece of memory mapped now (each physical
+ * handle where it is mapped; each fixed segment), each range before the
+ * pieces in it, so that a library attaching late registers what exists.
+ * Each pool of each stream is read under its lock and `fn` is called after
+ * the reading, with no npualloc lock held. Memory gained or given back by
+ * another thread while it runs may be missing, or be told to an observer
+ * set before as well.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle or a NULL
+ * `fn`. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle; `fn` is called with `user` on the calling
+ * thread only, before this returns.
+ */
+npualloc_status npualloc_for_each_segment(const struct npualloc_allocator *a,
+                                          npualloc_segment_hook fn,
                                           void *user);
 
 /**

@@ -117,8 +117,9 @@ impl<B: Memory> Device<B> {
         let capturing = check_live_stream(&self.sh.rt, self.sh.device, stream)?;
         let sh = &self.sh;
         let make = |slot: usize| {
-            let shard =
-                |kind: PoolKind| Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream));
+            let shard = |kind: PoolKind| {
+                Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream, pool))
+            };
             [shard(PoolKind::Small), shard(PoolKind::Large)]
         };
         // A retired entry's shards are empty: they become this stream's
@@ -132,7 +133,7 @@ impl<B: Memory> Device<B> {
                 if let Some(t) = &old {
                     t.keep(kind, left);
                 }
-                p.set_stream(stream);
+                p.set_owner(stream, pool);
             }
         };
         // Every entry is made or taken over under the pools lock (taken

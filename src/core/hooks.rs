@@ -16,6 +16,18 @@
 //! everything the request took was given back and with no npualloc lock
 //! held, with the report the error carries.
 //!
+//! `segment` runs for every piece of device memory the allocator comes to
+//! hold or stops holding (`SegmentEvent`), on the thread that caused it,
+//! with at most that stream's shard lock held (growth, giving back) and
+//! never a lock a malloc or free on another stream needs: RESERVE after a
+//! range is reserved and before anything is mapped in it, MAP after memory
+//! is mapped (or obtained) and before any of it is handed out, UNMAP before
+//! the runtime call that unmaps or frees it, RELEASE after the range's last
+//! UNMAP and before the runtime call that releases it. A runtime call that
+//! fails after its UNMAP or RELEASE is followed by MAP or RESERVE again:
+//! the memory is still held. A communication library registers and
+//! deregisters npualloc's memory there (docs/sharing.md, "Registration").
+//!
 //! The hooks are read on those cold paths only; no malloc or free that
 //! succeeds looks at them. Replacing or removing a hook returns only once
 //! no other thread is inside the old one (`Slot`), so the host may then
@@ -32,6 +44,46 @@ pub type ReleaseHook = unsafe extern "C" fn(user: *mut c_void, device: i32);
 /// `fn(user, device, requested, report)`, as the C API's `npualloc_oom_hook`:
 /// `report` is a NUL-terminated string valid during the call.
 pub type OomHook = unsafe extern "C" fn(user: *mut c_void, device: i32, requested: usize, report: *const c_char);
+
+/// What happened to a piece of device memory; its value is the C API's
+/// `npualloc_segment_event`.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentEvent {
+    /// A virtual range reserved (expandable segments): addr, size; no handle.
+    Reserve = 1,
+    /// That range is about to be released.
+    Release = 2,
+    /// Physical memory mapped at addr..addr+size: its handle (expandable
+    /// segments), or an `aclrtMalloc` segment (fixed segments; no handle).
+    Map = 3,
+    /// That memory is about to be unmapped, or freed.
+    Unmap = 4,
+}
+
+/// `fn(user, device, event, addr, size, handle, pool)`, as the C API's
+/// `npualloc_segment_hook`: `event` is a `SegmentEvent`'s value, `pool` the
+/// pool id (0: the default pool).
+pub type SegmentHook = unsafe extern "C" fn(
+    user: *mut c_void,
+    device: i32,
+    event: i32,
+    addr: *mut c_void,
+    size: usize,
+    handle: *mut c_void,
+    pool: u64,
+);
+
+/// One piece of device memory an event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentPiece {
+    pub addr: usize,
+    pub size: usize,
+    /// The physical handle (`aclrtDrvMemHandle`), null for a range or a
+    /// fixed segment.
+    pub handle: *mut c_void,
+    pub pool: u64,
+}
 
 #[derive(Clone, Copy)]
 struct Registered<F> {
@@ -139,6 +191,10 @@ impl<F: Copy> Slot<F> {
 pub(crate) struct Hooks {
     before_release: Slot<ReleaseHook>,
     oom: Slot<OomHook>,
+    segment: Slot<SegmentHook>,
+    /// Whether `segment` is set: read before every event, so an allocator
+    /// without an observer takes no lock for it.
+    segment_set: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Hooks {
@@ -172,6 +228,39 @@ impl Hooks {
     /// from inside a hook call (`Slot`).
     pub fn set_out_of_memory(&self, hook: Option<(OomHook, *mut c_void)>) {
         self.oom.set(hook);
+    }
+
+    /// Installs (Some) or removes (None) the segment observer; returns once
+    /// no other thread is inside the old one, or at once when called from
+    /// inside a hook call (`Slot`).
+    pub fn set_segment(&self, hook: Option<(SegmentHook, *mut c_void)>) {
+        let on = hook.is_some();
+        if on {
+            self.segment_set.store(true, std::sync::atomic::Ordering::Release);
+        }
+        self.segment.set(hook);
+        if !on {
+            self.segment_set.store(false, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Whether a segment observer is set (a caller may skip building events).
+    #[inline]
+    pub fn observes_segments(&self) -> bool {
+        self.segment_set.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Runs the segment observer, if any, for `event` on `piece` of `device`.
+    #[cold]
+    pub fn segment(&self, device: i32, event: SegmentEvent, piece: SegmentPiece) {
+        if !self.observes_segments() {
+            return;
+        }
+        self.segment.call(|f, user| {
+            // SAFETY: `f` and `user` come from the host together; the
+            // arguments are plain values, as the contract describes.
+            unsafe { f(user, device, event as i32, piece.addr as *mut c_void, piece.size, piece.handle, piece.pool) }
+        });
     }
 
     /// Runs the out-of-memory observer, if any, for a refused request of

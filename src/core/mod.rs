@@ -88,7 +88,7 @@ use crate::sys;
 use crate::trace::TraceRecorder;
 use backing::{ExpandableRanges, FixedSegments, Memory, MemoryLimit};
 use device::Device;
-pub use hooks::{OomHook, ReleaseHook};
+pub use hooks::{OomHook, ReleaseHook, SegmentEvent, SegmentHook, SegmentPiece};
 use policy::Policy;
 pub use policy::PoolKind;
 pub use pools::config::SleepMode;
@@ -280,6 +280,19 @@ impl DeviceAllocator {
     /// synchronization that precedes giving memory back (see `hooks`).
     pub fn set_before_release(&self, hook: Option<(hooks::ReleaseHook, *mut std::ffi::c_void)>) {
         with_device!(&self.engine, d => d.sh.hooks.set_before_release(hook))
+    }
+
+    /// Installs (Some) or removes (None) the segment observer (`hooks`
+    /// says when it runs); returns once no other thread is inside the old
+    /// one, or at once from inside a hook call.
+    pub fn set_segment_observer(&self, hook: Option<(hooks::SegmentHook, *mut std::ffi::c_void)>) {
+        with_device!(&self.engine, d => d.sh.hooks.set_segment(hook))
+    }
+
+    /// What the device holds now, as the segment observer would have been
+    /// told it (see `Device::held_segments`).
+    pub fn held_segments(&self) -> Vec<(hooks::SegmentEvent, hooks::SegmentPiece)> {
+        with_device!(&self.engine, d => d.held_segments())
     }
 
     /// Installs (Some) or removes (None) the observer run once per request

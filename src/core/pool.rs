@@ -44,8 +44,8 @@ impl<B: Memory> std::fmt::Debug for Pool<B> {
 }
 
 impl<B: Memory> Pool<B> {
-    pub fn new(sh: Arc<Shared<B>>, id: u32, kind: PoolKind, stream: Stream) -> Self {
-        let cache = Cache::new(id, kind, stream, sh.reuse_bytes);
+    pub fn new(sh: Arc<Shared<B>>, id: u32, kind: PoolKind, stream: Stream, pool: u64) -> Self {
+        let cache = Cache::new(id, kind, stream, pool, sh.reuse_bytes);
         Pool {
             sh,
             cache,
@@ -65,14 +65,21 @@ impl<B: Memory> Pool<B> {
         Parts { sh: &self.sh, cache: &mut self.cache, backing: &mut self.backing }
     }
 
-    /// Hands this empty shard to another stream (a retired entry taken over).
-    pub fn set_stream(&mut self, stream: Stream) {
+    /// Hands this empty shard to another stream of pool `pool` (a retired
+    /// entry taken over).
+    pub fn set_owner(&mut self, stream: Stream, pool: u64) {
         debug_assert!(self.cache.segments.ids().next().is_none(), "a shard with segments changes stream");
         self.cache.stream = stream;
+        self.cache.pool = pool;
     }
 
     pub fn stream(&self) -> Stream {
         self.cache.stream
+    }
+
+    /// The pool the shard serves (see `Cache::pool`).
+    pub fn pool_id(&self) -> u64 {
+        self.cache.pool
     }
 
     /// The empty shard's cumulative figures, taken out (its entry goes to
@@ -259,7 +266,7 @@ impl<B: Memory> Pool<B> {
                 }
                 What::Retired => c.block_containing(seg, give.addr).expect("a retired span is a block of its own"),
             };
-            out.push(Detached { give, block, serial, streams });
+            out.push(Detached { give, block, serial, streams, pool: c.pool });
         }
         out
     }

@@ -45,6 +45,24 @@ pub(crate) struct Shared<B> {
 }
 
 impl<B> Shared<B> {
+    /// Tells the segment observer, if any, of `event` on [addr, addr + size)
+    /// of pool `pool` (`hooks` says when each event comes). One load when
+    /// no observer is set.
+    #[inline]
+    pub fn segment_event(
+        &self,
+        event: super::hooks::SegmentEvent,
+        addr: usize,
+        size: usize,
+        handle: Option<crate::runtime::PhysicalHandle>,
+        pool: u64,
+    ) {
+        if self.hooks.observes_segments() {
+            let handle = handle.map_or(std::ptr::null_mut(), |h| h.0 as *mut std::ffi::c_void);
+            self.hooks.segment(self.device, event, super::hooks::SegmentPiece { addr, size, handle, pool });
+        }
+    }
+
     /// With `garbage_collection_threshold` and a memory limit: threshold x
     /// limit, the reserved bytes a growth should not pass before garbage
     /// collection has given old cached memory back.

@@ -18,6 +18,7 @@ use super::backing::Memory;
 use super::cache::block::BlockState;
 use super::device::Device;
 use super::history::Action;
+use super::hooks::{SegmentEvent, SegmentPiece};
 use super::pytorch_snapshot::{document, split_into_runs, BlockView, SegmentView, State, Value};
 use super::stats::Stats;
 use serde::ser::{Serialize, SerializeStruct, Serializer};
@@ -128,6 +129,29 @@ impl<B: Memory> Device<B> {
             }
         }
         Ok(Snapshot { device: self.sh.device, stats, segments })
+    }
+
+    /// What the device holds now, as the segment observer would have been
+    /// told it (`Reports::held_pieces`), shard by shard, each read under its
+    /// lock: what `npualloc_for_each_segment` hands an observer that
+    /// attaches late. Memory a shard gains or gives back while another is
+    /// read may or may not be in it.
+    pub fn held_segments(&self) -> Vec<(SegmentEvent, SegmentPiece)> {
+        let mut out = Vec::new();
+        let mut pieces = Vec::new();
+        for shard in self.streams.shards() {
+            let pool = shard.lock_anyway();
+            let pool_id = pool.pool_id();
+            for seg_id in pool.cache.segments.ids() {
+                let seg = pool.cache.segments.get(seg_id);
+                B::held_pieces(&pool.backing, seg_id, seg.base, seg.size, &mut pieces);
+                out.extend(pieces.drain(..).map(|(event, addr, size, handle)| {
+                    let handle = handle.map_or(std::ptr::null_mut(), |h| h.0 as *mut std::ffi::c_void);
+                    (event, SegmentPiece { addr, size, handle, pool: pool_id })
+                }));
+            }
+        }
+        out
     }
 
     pub fn snapshot_json(&self) -> crate::error::Result<String> {

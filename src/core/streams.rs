@@ -342,7 +342,8 @@ impl<B: Memory> StreamTable<B> {
             return false;
         }
         for p in &mut pools {
-            p.set_stream(Stream(RETIRED));
+            let pool = p.pool_id();
+            p.set_owner(Stream(RETIRED), pool);
         }
         entry.retired_from.store(stream.0, Ordering::Relaxed);
         retired.push(entry.slot);

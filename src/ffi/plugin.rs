@@ -8,6 +8,7 @@
 
 use super::allocator::npualloc_block_info;
 use super::handle::npualloc_allocator;
+use super::hooks::npualloc_segment_hook;
 use super::stats::npualloc_stats;
 use super::status::{npualloc_status, npualloc_status_raw};
 use super::version::NPUALLOC_ABI_VERSION;
@@ -129,6 +130,11 @@ pub struct npualloc_api {
     pub pool_set_use_on_oom: unsafe extern "C" fn(*mut npualloc_allocator, u64, i32) -> npualloc_status,
     // The cache given back keeping physical handles (added after 0.3.0).
     pub empty_cache_with: unsafe extern "C" fn(*mut npualloc_allocator, u32) -> npualloc_status,
+    // Memory a communication library registers (API 0.4).
+    pub set_segment_observer:
+        unsafe extern "C" fn(*mut npualloc_allocator, npualloc_segment_hook, *mut c_void) -> npualloc_status,
+    pub for_each_segment:
+        unsafe extern "C" fn(*const npualloc_allocator, npualloc_segment_hook, *mut c_void) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -191,6 +197,8 @@ static API_V1: npualloc_api = npualloc_api {
     get_kind_stats: super::stats::npualloc_get_kind_stats,
     pool_set_use_on_oom: super::pools::npualloc_pool_set_use_on_oom,
     empty_cache_with: super::allocator::npualloc_empty_cache_with,
+    set_segment_observer: super::hooks::npualloc_set_segment_observer,
+    for_each_segment: super::hooks::npualloc_for_each_segment,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error
@@ -309,7 +317,9 @@ mod tests {
         assert_eq!(std::mem::offset_of!(npualloc_api, get_kind_stats), after + 5 * word);
         assert_eq!(std::mem::offset_of!(npualloc_api, pool_set_use_on_oom), after + 6 * word);
         assert_eq!(std::mem::offset_of!(npualloc_api, empty_cache_with), after + 7 * word);
-        assert_eq!(std::mem::size_of::<npualloc_api>(), after + 8 * word, "empty_cache_with ends the table");
+        assert_eq!(std::mem::offset_of!(npualloc_api, set_segment_observer), after + 8 * word);
+        assert_eq!(std::mem::offset_of!(npualloc_api, for_each_segment), after + 9 * word);
+        assert_eq!(std::mem::size_of::<npualloc_api>(), after + 10 * word, "for_each_segment ends the table");
         // SAFETY: a non-NULL result points to the static table.
         let api = unsafe { &*npualloc_get_api(1) };
         // SAFETY: NULL handles are refused before anything is read.
@@ -327,6 +337,10 @@ mod tests {
             let st = (api.pool_set_use_on_oom)(std::ptr::null_mut(), 1, 0);
             assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
             let st = (api.empty_cache_with)(std::ptr::null_mut(), 0);
+            assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            let st = (api.set_segment_observer)(std::ptr::null_mut(), None, std::ptr::null_mut());
+            assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            let st = (api.for_each_segment)(std::ptr::null(), None, std::ptr::null_mut());
             assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
         }
     }

@@ -12,11 +12,12 @@ use crate::core::cache::segment::SegmentId;
 use crate::core::cache::Cache;
 use crate::core::directory::ADDRESS_LIMIT;
 use crate::core::history::Action;
+use crate::core::hooks::SegmentEvent;
 use crate::core::policy::PoolKind;
 use crate::core::policy::MIN_BLOCK_SIZE;
 use crate::core::shared::Shared;
 use crate::error::{Error, Result};
-use crate::runtime::Stream;
+use crate::runtime::{PhysicalHandle, Stream};
 
 /// The fixed-segment backing (no shared state beyond `Shared`).
 #[derive(Debug, Default)]
@@ -87,6 +88,7 @@ impl Backing for FixedSegments {
                 sync: true,
                 claim: true,
                 for_request: false,
+                handle: None,
             });
         }
         out
@@ -94,8 +96,10 @@ impl Backing for FixedSegments {
 
     fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize> {
         let (at, len) = d.device;
+        sh.segment_event(SegmentEvent::Unmap, at, len, None, d.pool);
         if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.free(at)) {
-            // `settle` puts it back.
+            // `settle` puts it back: still held.
+            sh.segment_event(SegmentEvent::Map, at, len, None, d.pool);
             return Err(Error::runtime(e, "returning a cached segment to the device"));
         }
         sh.limit.refund(len);
@@ -122,12 +126,14 @@ impl Backing for FixedSegments {
             }
             let raw = *pool.backing.raws.get(seg);
             sh.directory.remove(raw.at, raw.len);
+            pool.segment_event(SegmentEvent::Unmap, raw.at, raw.len, None);
             match sh.rt.on_device(sh.device, || sh.rt.free(raw.at)) {
                 Ok(()) => {
                     sh.limit.refund(raw.len);
                     sh.counters.segment_removed(raw.len);
                 }
                 Err(e) => {
+                    pool.segment_event(SegmentEvent::Map, raw.at, raw.len, None);
                     first_error.get_or_insert(Error::runtime(e, "returning a segment at teardown"));
                 }
             }
@@ -174,6 +180,17 @@ impl Reports for FixedSegments {
 
     fn mapped_runs(_: &FixedOf, _: SegmentId, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
         out.push((addr, size));
+    }
+
+    fn held_pieces(
+        st: &FixedOf,
+        seg: SegmentId,
+        _: usize,
+        _: usize,
+        out: &mut Vec<(SegmentEvent, usize, usize, Option<PhysicalHandle>)>,
+    ) {
+        let raw = st.raws.get(seg);
+        out.push((SegmentEvent::Map, raw.at, raw.len, None));
     }
 }
 
@@ -238,5 +255,6 @@ fn add_raw(pool: &mut Parts<'_, FixedSegments>, raw: Raw, base: usize, size: usi
     pool.sh.history.record(Action::SegmentAlloc, base, size, pool.stream);
     let (seg, block) = pool.add_segment(base, size, Some((raw.at, raw.len)));
     pool.backing.raws.set(seg, raw);
+    pool.segment_event(SegmentEvent::Map, raw.at, raw.len, None);
     block
 }

@@ -28,10 +28,11 @@ pub(crate) mod fixed;
 use super::cache::block::BlockId;
 use super::cache::segment::SegmentId;
 use super::cache::Cache;
+use super::hooks::SegmentEvent;
 use super::policy::PoolKind;
 use super::shared::Shared;
 use crate::error::Result;
-use crate::runtime::Stream;
+use crate::runtime::{PhysicalHandle, Stream};
 use std::sync::atomic::Ordering;
 
 pub(crate) use super::limit::MemoryLimit;
@@ -84,6 +85,15 @@ impl<B: Backing> Parts<'_, B> {
             self.sh.directory.insert(at, len, self.cache.id);
         }
         made
+    }
+}
+
+impl<B: Backing> Parts<'_, B> {
+    /// Tells the segment observer, if any, of `event` on [addr, addr + size)
+    /// of this shard's pool (`hooks` says when each event comes).
+    #[inline]
+    pub fn segment_event(&self, event: SegmentEvent, addr: usize, size: usize, handle: Option<PhysicalHandle>) {
+        self.sh.segment_event(event, addr, size, handle, self.cache.pool);
     }
 }
 
@@ -174,6 +184,9 @@ pub(crate) struct Give {
     /// An empty range made for a request the ladder tries again
     /// (expandable ranges): restored with that mark when kept.
     pub for_request: bool,
+    /// The physical handle mapped there (expandable pieces and retired
+    /// spans), for the segment observer.
+    pub handle: Option<PhysicalHandle>,
 }
 
 impl Give {
@@ -190,7 +203,13 @@ impl Give {
             sync: true,
             claim: false,
             for_request: false,
+            handle: None,
         }
+    }
+
+    /// The same, naming the handle mapped there.
+    pub fn with_handle(self, handle: PhysicalHandle) -> Give {
+        Give { handle: Some(handle), ..self }
     }
 }
 
@@ -219,6 +238,8 @@ pub(crate) struct Detached {
     pub serial: u64,
     /// Streams whose work may still use it: synchronized first.
     pub streams: Vec<Stream>,
+    /// The pool of the shard it came from (segment events name it).
+    pub pool: u64,
 }
 
 impl std::ops::Deref for Detached {
@@ -391,6 +412,19 @@ pub(crate) trait Reports: Backing {
 
     /// Backing-specific invariants of segment `seg`.
     fn check_segment(cache: &Cache, st: &Self::ShardState, seg: SegmentId) -> Result<(), String>;
+
+    /// What segment `seg` (at [base, base + size) in the cache) holds now,
+    /// as the segment observer would have been told it: RESERVE for an
+    /// expandable range, then MAP for each piece of memory mapped in it (a
+    /// handle each), or MAP for a fixed segment's allocation; each as
+    /// (event, address, bytes, handle).
+    fn held_pieces(
+        st: &Self::ShardState,
+        seg: SegmentId,
+        base: usize,
+        size: usize,
+        out: &mut Vec<(SegmentEvent, usize, usize, Option<PhysicalHandle>)>,
+    );
 }
 
 /// The physical handles a wake allocated, each with its size in bytes, in

@@ -42,12 +42,16 @@ pub(crate) struct Cache {
     /// When a free polls `order` (beside `id` and `kind`: no extra space).
     pub(super) poll: PollClock,
     pub(super) counters: ShardCounters,
+    /// The pool (`npualloc_pool_create`'s id, 0 for the default pool) the
+    /// shard serves, as its stream entry says; changed only while the shard
+    /// holds nothing. Segment events name it.
+    pub(super) pool: u64,
 }
 
 impl Cache {
     /// An empty cache; its small pool holds up to `reuse_bytes` for
     /// exact-size reuse.
-    pub fn new(id: u32, kind: PoolKind, stream: Stream, reuse_bytes: usize) -> Self {
+    pub fn new(id: u32, kind: PoolKind, stream: Stream, pool: u64, reuse_bytes: usize) -> Self {
         let reuse = ReuseLists::new(if kind == PoolKind::Small { reuse_bytes } else { 0 });
         Cache {
             id,
@@ -61,6 +65,7 @@ impl Cache {
             order: Default::default(),
             poll: PollClock::default(),
             counters: Default::default(),
+            pool,
         }
     }
 

@@ -35,6 +35,7 @@ mod range_release;
 mod reserve_refused;
 mod reuse;
 mod routed_retired_entry;
+mod segment_observer;
 mod sleep;
 mod sleep_after_partial_wake;
 mod sleep_race;

@@ -14,7 +14,7 @@
 //! run in the modules below.
 
 mod model;
-mod ops;
+pub(super) mod ops;
 mod seeded;
 mod threads;
 

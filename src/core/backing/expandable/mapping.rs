@@ -195,7 +195,7 @@ impl RangePool<'_> {
         };
         let sh = self.sh.clone();
         let addr = base + i * spec.size;
-        if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.map(addr, bytes, handle)) {
+        if let Err(e) = super::map_told(&sh, self.cache.pool, addr, bytes, handle) {
             sh.backing.cache_handle(bytes, handle);
             return Err(GrowError::Runtime(e));
         }
@@ -277,8 +277,9 @@ impl RangePool<'_> {
         };
         debug_assert_eq!(piece.head as usize, head);
         let sh = self.sh.clone();
-        sh.rt.on_device(sh.device, || sh.rt.unmap(addr)).map_err(|e| Error::runtime(e, "unmapping a free page"))?;
         let units = piece.units as usize;
+        super::unmap_told(&sh, self.cache.pool, addr, units * page, Some(piece.handle))
+            .map_err(|e| Error::runtime(e, "unmapping a free page"))?;
         self.range_mut(seg).clear(head, units);
         sh.counters.page_unmapped();
         sh.history.record(Action::SegmentUnmap, addr, units * page, self.stream);

@@ -21,6 +21,7 @@ use crate::core::cache::block::{BlockId, BlockState};
 use crate::core::cache::segment::SegmentId;
 use crate::core::cache::Cache;
 use crate::core::history::Action;
+use crate::core::hooks::SegmentEvent;
 use crate::core::policy::{PoolKind, SMALL_BUFFER};
 use crate::core::shared::Shared;
 use crate::error::{Error, Result};
@@ -266,7 +267,7 @@ impl Backing for ExpandableRanges {
         if d.what == What::Segment {
             return ranges::release_range(sh, d);
         }
-        sh.rt.on_device(sh.device, || sh.rt.unmap(d.addr)).map_err(|e| Error::runtime(e, "unmapping a free page"))?;
+        unmap_told(sh, d.pool, d.addr, d.size, d.handle).map_err(|e| Error::runtime(e, "unmapping a free page"))?;
         sh.counters.page_unmapped();
         // The handle stays reserved, in the cache, until `free_cached` (a
         // retired span's handle stays mapped at its new pages).
@@ -431,6 +432,56 @@ impl Reports for ExpandableRanges {
             out.push((from, to - from));
         }
     }
+
+    /// Pieces mapped now: every page-table piece (a moved handle at its new
+    /// and, until flushed, its old address), and the pieces an undone wake
+    /// could not unmap; none of a sleeping run.
+    fn held_pieces(
+        st: &RangeOf,
+        seg: SegmentId,
+        base: usize,
+        size: usize,
+        out: &mut Vec<(SegmentEvent, usize, usize, Option<PhysicalHandle>)>,
+    ) {
+        let r = st.tables.get(seg);
+        out.push((SegmentEvent::Reserve, base, size, None));
+        let page = r.page_size;
+        let heads = r.pages.iter().enumerate().filter_map(|(i, p)| p.filter(|p| p.head as usize == i));
+        for p in heads.chain(r.stuck.iter().copied()) {
+            out.push((SegmentEvent::Map, r.base + p.head as usize * page, p.units as usize * page, Some(p.handle)));
+        }
+    }
+}
+
+/// Maps `handle` at [addr, addr + bytes), then tells the segment observer
+/// (pool `pool`).
+fn map_told(
+    sh: &Shared<ExpandableRanges>,
+    pool: u64,
+    addr: usize,
+    bytes: usize,
+    handle: PhysicalHandle,
+) -> Result<(), crate::runtime::AclCallError> {
+    sh.rt.on_device(sh.device, || sh.rt.map(addr, bytes, handle))?;
+    sh.segment_event(SegmentEvent::Map, addr, bytes, Some(handle), pool);
+    Ok(())
+}
+
+/// Tells the segment observer (pool `pool`), then unmaps the mapping of
+/// `bytes` at `addr`; a refused unmap is told as mapped again.
+fn unmap_told(
+    sh: &Shared<ExpandableRanges>,
+    pool: u64,
+    addr: usize,
+    bytes: usize,
+    handle: Option<PhysicalHandle>,
+) -> Result<(), crate::runtime::AclCallError> {
+    sh.segment_event(SegmentEvent::Unmap, addr, bytes, handle, pool);
+    let unmapped = sh.rt.on_device(sh.device, || sh.rt.unmap(addr));
+    if unmapped.is_err() {
+        sh.segment_event(SegmentEvent::Map, addr, bytes, handle, pool);
+    }
+    unmapped
 }
 
 /// Gives one unmapped handle of `size` bytes back to the runtime; one the

@@ -85,7 +85,7 @@ impl RangePool<'_> {
         debug_assert_eq!(self.blocks.get(holder).state, BlockState::Free);
         let block = self.carve(holder, old, bytes);
         let sh = self.sh.clone();
-        if sh.rt.on_device(sh.device, || sh.rt.map(new, bytes, handle)).is_err() {
+        if super::map_told(&sh, self.cache.pool, new, bytes, handle).is_err() {
             // A fresh handle is tried instead.
             self.return_block(block);
             return None;
@@ -117,7 +117,7 @@ impl RangePool<'_> {
         };
         let (addr, bytes) = (self.segments.get(seg).base + head * r.page_size, p.units as usize * r.page_size);
         let sh = self.sh.clone();
-        if sh.rt.on_device(sh.device, || sh.rt.unmap(addr)).is_err() {
+        if super::unmap_told(&sh, self.cache.pool, addr, bytes, Some(p.handle)).is_err() {
             // Still a consistent move: its new pages lie in a free block.
             return;
         }
@@ -150,9 +150,10 @@ impl RangePool<'_> {
         for x in r.retired.iter_mut() {
             let mapped = pages.get(x.head as usize).copied().flatten();
             let picked = !x.flushing && mapped.is_some_and(|p| pick(p.handle));
-            if picked {
+            if let (true, Some(p)) = (picked, mapped) {
                 x.flushing = true;
-                out.push(Give::pages(What::Retired, seg, base + x.head as usize * page, x.units as usize * page));
+                let give = Give::pages(What::Retired, seg, base + x.head as usize * page, x.units as usize * page);
+                out.push(give.with_handle(p.handle));
             }
         }
     }
@@ -182,7 +183,8 @@ impl RangePool<'_> {
         let spans: Vec<Retired> = self.range(seg).retired.iter().copied().collect();
         for x in spans {
             let addr = base + x.head as usize * page;
-            match sh.rt.on_device(sh.device, || sh.rt.unmap(addr)) {
+            let handle = self.range(seg).page(x.head as usize).map(|p| p.handle);
+            match super::unmap_told(&sh, self.cache.pool, addr, x.units as usize * page, handle) {
                 Ok(()) => {
                     sh.counters.page_unmapped();
                     if self.forget_retired(seg, x.head) {

@@ -12,6 +12,7 @@ use super::{budget, ExpandableRanges, RangePool, RangeView, RetiredSpans, VmmRan
 use crate::core::backing::{Detached, Give, GrowError, HeldOutside, Scope, What};
 use crate::core::cache::segment::SegmentId;
 use crate::core::directory::ADDRESS_LIMIT;
+use crate::core::hooks::SegmentEvent;
 use crate::core::policy::PoolKind;
 use crate::core::shared::Shared;
 use crate::error::{Error, Result};
@@ -91,6 +92,7 @@ impl RangePool<'_> {
         let (seg, _) = self.add_segment(base, va, None);
         self.backing.tables.set(seg, range);
         self.backing.ranges.push(seg);
+        self.segment_event(SegmentEvent::Reserve, base, va, None);
         sh.counters.range_added();
         Ok(seg)
     }
@@ -168,6 +170,7 @@ impl RangePool<'_> {
                 sync: false,
                 claim: false,
                 for_request: r.for_request,
+                handle: None,
             });
         }
         out
@@ -264,7 +267,9 @@ impl RangePool<'_> {
         }
         let (reserved_at, reserved_len) = (self.range(seg).reserved_at, self.range(seg).reserved_len);
         // A refused release is kept: teardown's `free_cached` tries it again
-        // and reports it if it is refused once more.
+        // and reports it if it is refused once more. The range is no
+        // segment of the allocator's any more either way.
+        self.segment_event(SegmentEvent::Release, self.range(seg).base, self.segments.get(seg).size, None);
         let _ = release_unused(self.sh, reserved_at, reserved_len);
         first_error.map_or(Ok(()), Err)
     }
@@ -285,9 +290,14 @@ impl RangePool<'_> {
             });
         }
         pieces.sort_unstable();
-        out.extend(
-            pieces.into_iter().map(|(head, units)| Give::pages(What::Piece, seg, base + head * page, units * page)),
-        );
+        let r = self.range(seg);
+        out.extend(pieces.into_iter().map(|(head, units)| {
+            let give = Give::pages(What::Piece, seg, base + head * page, units * page);
+            match r.page(head) {
+                Some(p) => give.with_handle(p.handle),
+                None => give,
+            }
+        }));
     }
 }
 
@@ -339,9 +349,12 @@ pub(super) fn release_kept(sh: &Shared<ExpandableRanges>) -> Result<()> {
 /// Gives a detached empty range back to the runtime (no lock held).
 pub(super) fn release_range(sh: &Shared<ExpandableRanges>, d: &Detached) -> Result<usize> {
     let (reserved_at, reserved_len) = d.device;
-    sh.rt
-        .on_device(sh.device, || sh.rt.release(reserved_at))
-        .map_err(|e| Error::runtime(e, "releasing an address range that holds nothing"))?;
+    sh.segment_event(SegmentEvent::Release, d.addr, d.size, None, d.pool);
+    sh.rt.on_device(sh.device, || sh.rt.release(reserved_at)).map_err(|e| {
+        // `settle` puts the range back.
+        sh.segment_event(SegmentEvent::Reserve, d.addr, d.size, None, d.pool);
+        Error::runtime(e, "releasing an address range that holds nothing")
+    })?;
     budget::give(reserved_len);
     sh.counters.range_removed();
     Ok(0)

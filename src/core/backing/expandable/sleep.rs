@@ -127,7 +127,7 @@ impl RangePool<'_> {
         for p in pieces {
             let at = base + p.head as usize * page;
             let size = p.units as usize * page;
-            if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.unmap(at)) {
+            if let Err(e) = super::unmap_told(&sh, self.cache.pool, at, size, Some(p.handle)) {
                 failed = Some(Error::runtime(e, "unmapping a sleeping page"));
                 break;
             }
@@ -191,7 +191,7 @@ impl RangePool<'_> {
                 failed = Some(Error::Internal("wake has no handle left for a sleeping piece".into()));
                 break;
             };
-            if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.map(at, units as usize * page, h)) {
+            if let Err(e) = super::map_told(&sh, self.cache.pool, at, units as usize * page, h) {
                 handles.push_front((h, size));
                 failed = Some(Error::OutOfMemory(format!(
                     "mapping {} bytes of device memory at {at:#x} under a sleeping block was refused ({e})",
@@ -217,7 +217,7 @@ impl RangePool<'_> {
         // but those of pieces that cannot be unmapped stay with the range.
         let mut stuck = None;
         for &(at, h, size) in mapped.iter().rev() {
-            match sh.rt.on_device(sh.device, || sh.rt.unmap(at)) {
+            match super::unmap_told(&sh, self.cache.pool, at, size, Some(h)) {
                 Ok(()) => handles.push_front((h, size)),
                 Err(u) => {
                     self.keep_stuck(seg, at, h, size);
@@ -269,7 +269,7 @@ impl RangePool<'_> {
         let page = self.range(seg).page_size;
         let at = self.segments.get(seg).base + p.head as usize * page;
         let size = p.units as usize * page;
-        sh.rt.on_device(sh.device, || sh.rt.unmap(at))?;
+        super::unmap_told(&sh, self.cache.pool, at, size, Some(p.handle))?;
         self.range_mut(seg).stuck.retain(|q| q.head != p.head);
         let _ = super::give_handle(&sh, p.handle, size);
         Ok(())
@@ -281,6 +281,7 @@ impl RangePool<'_> {
     /// mapped with its handle, kept by the range (`VmmRange::stuck`).
     pub(crate) fn wake_undo(&mut self, out: &mut Vec<(PhysicalHandle, usize)>) -> Result<()> {
         let sh = self.sh.clone();
+        let pool = self.cache.pool;
         let mut first_error = None;
         for seg in self.backing.ranges.clone() {
             let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
@@ -289,7 +290,7 @@ impl RangePool<'_> {
                 let mut at = base + run.head as usize * page;
                 for (&units, h) in run.pieces.iter().zip(std::mem::take(&mut run.woken)) {
                     let size = units as usize * page;
-                    match sh.rt.on_device(sh.device, || sh.rt.unmap(at)) {
+                    match super::unmap_told(&sh, pool, at, size, Some(h)) {
                         Ok(()) => out.push((h, size)),
                         Err(e) => {
                             stuck.push((at, h, size));

@@ -79,9 +79,14 @@ impl RangePool<'_> {
             }
             i = p.end();
         }
-        out.extend(
-            pieces.into_iter().map(|(head, units)| Give::pages(What::Piece, seg, base + head * page, units * page)),
-        );
+        let r = self.range(seg);
+        out.extend(pieces.into_iter().map(|(head, units)| {
+            let give = Give::pages(What::Piece, seg, base + head * page, units * page);
+            match r.page(head) {
+                Some(p) => give.with_handle(p.handle),
+                None => give,
+            }
+        }));
         if !moved.is_empty() {
             self.give_retired_of(seg, |h| moved.contains(&h), out);
         }

@@ -30,7 +30,7 @@ pub(super) const FAULTS: [&str; 13] = [
 ];
 
 /// A request size from each pool: small, up to 1 MiB, mid-size, large.
-pub(super) fn random_size(rng: &mut Rng) -> usize {
+pub(in crate::core::tests) fn random_size(rng: &mut Rng) -> usize {
     match rng.below(4) {
         0 => 1 + rng.below(4096) as usize,
         1 => 1 + rng.below(1 << 20) as usize,
