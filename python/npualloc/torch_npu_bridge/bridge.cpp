@@ -14,6 +14,10 @@ npualloc_allocator* Bridge::handle(int device) {
   check(api->pluggable_allocator(device, &a), "creating the device's allocator");
   // torch_npu's task queue is emptied before npualloc synchronizes to give memory back.
   check(api->set_before_release(a, &drain_task_queue, nullptr), "set_before_release");
+  // Segment events feed the trace trackers (history.cpp); without a tracker each costs one load.
+  if (observes_segments()) {
+    check(api->set_segment_observer(a, &on_segment, this), "set_segment_observer");
+  }
   __atomic_store_n(&handles_[device], a, __ATOMIC_RELEASE);
   if (size_t entries = history_entries_.load(); entries > 0) {
     check(api->record_history(a, entries), "record_history");

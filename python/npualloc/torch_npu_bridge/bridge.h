@@ -38,6 +38,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -479,6 +480,21 @@ class Bridge : public NCA::NPUAllocator {
   void updateBlockToSafe(const c10::DataPtr&) override {}
   void cleanEvent() override {}
 
+  // ---- trace trackers ---------------------------------------------------------------------
+
+  // attachAllocatorTraceTracker (the release's entry point is ReleaseBridge's): torch_npu's own
+  // allocator calls its trackers for every trace entry, under its lock. npualloc tells the bridge
+  // of its device memory as it comes and goes (npualloc_set_segment_observer), and the bridge
+  // passes each piece on as torch_npu names it: SEGMENT_MAP / SEGMENT_UNMAP for expandable
+  // segments, SEGMENT_ALLOC / SEGMENT_FREE for fixed ones (what registering libraries use).
+  // Block entries (ALLOC, FREE_REQUESTED, FREE_COMPLETED) are not passed on: npualloc's hot path
+  // calls no host code. Trackers run on the thread that grew or gave back memory, with that
+  // stream's npualloc pool locked, so, as torch_npu says of its own, they must not call PyTorch.
+  using TraceTracker = std::function<void(const NCA::TraceEntry&)>;
+  void attach_tracker(TraceTracker tracker);
+  static void on_segment(void* user, int32_t device, npualloc_segment_event event, void* addr, size_t size,
+                         void* drv_handle, uint64_t pool);
+
   // ---- internals --------------------------------------------------------------------------
 
   void free_block(void* ptr, bool throw_errors);
@@ -498,6 +514,12 @@ class Bridge : public NCA::NPUAllocator {
   std::array<std::atomic<int>, kMaxDevices> captures_{};  // real captures marked, per device
   bool marks_captures_ = false;  // the release's NPUGraph marks them (release::marks_captures)
   std::array<npualloc_allocator*, kMaxDevices> handles_{};
+  // The trace trackers attached (only added to); `tracked_` once there is one.
+  std::mutex trackers_mu_;
+  std::vector<TraceTracker> trackers_;
+  std::atomic<bool> tracked_{false};
+  // Whether this libnpualloc has the segment observer (API 0.4).
+  static bool observes_segments();
   // npualloc's statistics at the last reset_accumulated_memory_stats, per device: its cumulative
   // counters, and the current figures whose changes since then tell what was freed.
   std::array<Figures, kMaxDevices> baselines_{};

@@ -155,4 +155,50 @@ void Bridge::add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info)
   info.device_traces[device] = std::move(entries);
 }
 
+bool Bridge::observes_segments() {
+  return api->struct_size >= offsetof(npualloc_api, for_each_segment) + sizeof(void*);
+}
+
+void Bridge::attach_tracker(TraceTracker tracker) {
+  TORCH_CHECK(observes_segments(),
+              "npualloc: attachAllocatorTraceTracker needs a libnpualloc with npualloc_set_segment_observer; "
+              "this one is older than the bridge");
+  std::lock_guard<std::mutex> g(trackers_mu_);
+  trackers_.push_back(std::move(tracker));
+  tracked_.store(true, std::memory_order_release);
+}
+
+void Bridge::on_segment(void* user, int32_t device, npualloc_segment_event event, void* addr, size_t size,
+                        void* drv_handle, uint64_t pool) {
+  auto* self = static_cast<Bridge*>(user);
+  if (!self->tracked_.load(std::memory_order_acquire)) return;
+  using A = NCA::TraceEntry::Action;
+  A action;
+  switch (event) {
+    case NPUALLOC_SEGMENT_MAP:
+      action = drv_handle != nullptr ? A::SEGMENT_MAP : A::SEGMENT_ALLOC;
+      break;
+    case NPUALLOC_SEGMENT_UNMAP:
+      action = drv_handle != nullptr ? A::SEGMENT_UNMAP : A::SEGMENT_FREE;
+      break;
+    default:
+      return;  // torch_npu's own allocator reports no address reservation
+  }
+  // Called from npualloc's Rust code: nothing may unwind out of here.
+  try {
+    std::vector<TraceTracker> trackers;
+    {
+      std::lock_guard<std::mutex> g(self->trackers_mu_);
+      trackers = self->trackers_;
+    }
+    auto entry = release::trace_entry(action, device, static_cast<int64_t>(reinterpret_cast<uintptr_t>(addr)),
+                                      size, nullptr, self->pools_.torch_id_of_event(device, pool), nullptr);
+    for (const auto& t : trackers) t(entry);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "npualloc: an allocator trace tracker threw (%s); the exception was dropped\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "npualloc: an allocator trace tracker threw; the exception was dropped\n");
+  }
+}
+
 }  // namespace npualloc_bridge

@@ -69,6 +69,10 @@ class GraphPools {
       }
     }
     p.uses += 1;
+    {
+      std::lock_guard<std::mutex> ids(ids_mu_);
+      ids_[{device, p.npualloc_id}] = id;
+    }
     routes_.push_back(Route{device, id, std::move(filter)});
     active_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -94,6 +98,10 @@ class GraphPools {
     if (it == pools_.end() || --it->second.uses > 0) return 0;
     uint64_t pool = it->second.npualloc_id;
     pools_.erase(it);
+    {
+      std::lock_guard<std::mutex> ids(ids_mu_);
+      ids_.erase({device, pool});
+    }
     if (pool != 0) {
       released_.push_back({{device, id}, pool});
       if (released_.size() > kReleasedKept) released_.erase(released_.begin());
@@ -143,6 +151,15 @@ class GraphPools {
     return false;
   }
 
+  // The same from a segment event, which npualloc sends with a shard of its locked (and maybe
+  // inside wake, which pool_create waits for while mu_ is held): only the leaf lock ids_mu_.
+  MempoolKey torch_id_of_event(int device, uint64_t pool) {
+    if (pool == 0) return {0, 0};
+    std::lock_guard<std::mutex> g(ids_mu_);
+    auto it = ids_.find({device, pool});
+    return it == ids_.end() ? MempoolKey{0, 0} : it->second;
+  }
+
   // torch_npu's id of npualloc pool `pool` of `device` ({0, 0} for the default pool or one
   // torch_npu no longer names).
   MempoolKey torch_id(int device, uint64_t pool) {
@@ -166,6 +183,10 @@ class GraphPools {
   };
   std::mutex mu_;
   std::map<std::pair<int, MempoolKey>, Pool> pools_;
+  // torch_npu's id of each npualloc pool, under a lock of its own that is never held across a
+  // call into npualloc (written under mu_, read alone).
+  std::mutex ids_mu_;
+  std::map<std::pair<int, uint64_t>, MempoolKey> ids_;
   std::vector<Route> routes_;  // oldest first
   static constexpr size_t kReleasedKept = 64;
   std::vector<std::pair<std::pair<int, MempoolKey>, uint64_t>> released_;  // oldest first

@@ -163,8 +163,13 @@ class ReleaseBridge final : public Bridge {
   void setNoSplit(c10::DeviceIndex, c10_npu::MempoolId_t) {
     no_pools("MemPool(no_split=True) (setNoSplit)");
   }
-  void attachAllocatorTraceTracker(release::Tracker) {
-    TORCH_CHECK(false, "npualloc does not report allocator trace events to PyTorch (attachAllocatorTraceTracker)");
+  void attachAllocatorTraceTracker(release::Tracker tracker) {
+    attach_release_tracker(std::move(tracker));
+  }
+  // A template, so that a release without trackers (Absent) never instantiates the conversion.
+  template <class T>
+  void attach_release_tracker(T tracker) {
+    if constexpr (!std::is_same_v<T, release::Absent>) attach_tracker(TraceTracker(std::move(tracker)));
   }
   std::shared_ptr<void> getIpcDevPtr(std::string /*handle*/) {
     TORCH_CHECK(false, "npualloc does not share memory between processes (getIpcDevPtr)");
