@@ -143,3 +143,32 @@ def test_a_used_use_on_oom_pool_is_deleted_and_outlives_nothing(run_npu):
     assert r.returncode == 0 and "terminate" not in r.stderr, r.stderr[-2000:]
     assert r.result["in_pool"] > 0 and r.result["pool_after"] == 0, r.result
 
+
+
+USE_ON_OOM_SERVES = """
+import ctypes, gc
+torch.empty(1, device="npu")
+total = torch.npu.mem_get_info()[1]
+size = (total * 6 // 10) & ~((2 << 20) - 1)
+pool = torch.npu.MemPool(use_on_oom=True)
+with torch.npu.use_mem_pool(pool):
+    a = torch.empty(size, dtype=torch.uint8, device="npu")
+addr = a.data_ptr()
+del a
+gc.collect()
+# Outside the pool: the device cannot hold a second block of this size.
+b = torch.empty(size, dtype=torch.uint8, device="npu")
+report({"served_from_pool": b.data_ptr() == addr, "reserved": torch.npu.memory_reserved(), "total": total})
+"""
+
+
+@pytest.mark.skipif(not USE_ON_OOM, reason="this torch_npu has no MemPool(use_on_oom)")
+def test_a_use_on_oom_pool_serves_a_request_the_device_cannot_hold(run_npu):
+    # torch_npu's own allocator, out of memory in the default pool, takes a free block of a
+    # use_on_oom pool (try_mempool_fallback, NPUCachingAllocator.cpp) before releasing any cache.
+    env = {"ACLEMU_DEVICE_MEMORY": "2G"}
+    own = run_npu(USE_ON_OOM_SERVES, "own", env=env).result
+    ours = run(run_npu, USE_ON_OOM_SERVES, env=env).result
+    for name, r in (("torch_npu's own allocator", own), ("npualloc", ours)):
+        assert r["served_from_pool"], f"{name}: the pool's free block did not serve the request: {r}"
+        assert r["reserved"] <= r["total"], r

@@ -4,6 +4,9 @@
 //! (the PyTorch bug where an OOM was raised while a fitting block sat in the
 //! pool came from skipping that retry):
 //! 1. garbage collection, when `garbage_collection_threshold` asks for it;
+//!    then, for a request of the default pool, a free block of a pool with
+//!    `use_on_oom` on the request's stream, served as that pool's block
+//!    (no device call: torch_npu's `try_mempool_fallback`);
 //! 2. release cached memory of every shard (held blocks and completed
 //!    cross-stream frees first), after synchronizing only the streams that
 //!    used it, then retry;
@@ -157,6 +160,14 @@ impl<B: Memory> Device<B> {
         }
         // Pools with use_on_oom give their cache to requests of other pools.
         let own = self.streams.entry_of(shard.lock_anyway().cache.id).pool();
+        // First, with no device call, a free block of such a pool on this
+        // stream serves a request of the default pool, as torch_npu's
+        // `try_mempool_fallback` does; the block stays the pool's.
+        if own == 0 {
+            if let Some(addr) = self.serve_from_use_on_oom_pools(shard, stream, size, rounded)? {
+                return Ok(addr);
+            }
+        }
         for step in Step::LADDER {
             if !self.reclaim(step, own) {
                 continue;
@@ -304,6 +315,40 @@ impl<B: Memory> Device<B> {
                 Err(e.into_error(size))
             }
         }
+    }
+
+    /// A block of `rounded` bytes from the cache of a pool with use_on_oom,
+    /// of `stream` and of the request's kind, with no device call: served
+    /// as that pool's block (its figures count it, its free returns it
+    /// there). None when no such pool has one. A pool asleep is skipped.
+    fn serve_from_use_on_oom_pools(
+        &self,
+        shard: &Shard<B>,
+        stream: Stream,
+        size: usize,
+        rounded: usize,
+    ) -> Result<Option<usize>> {
+        let kind = shard.lock_anyway().cache.kind as usize;
+        for entry in self.streams.iter() {
+            if !entry.use_on_oom() || entry.pool() == 0 || entry.stream_now() != stream {
+                continue;
+            }
+            if self.sleep.refusing() && self.sleep.check(entry).is_err() {
+                continue;
+            }
+            let mut pool = entry.shards[kind].lock()?;
+            // Retired and taken over since the look-up: not this stream's.
+            if pool.stream() != stream {
+                continue;
+            }
+            if let Ok(addr) = pool.malloc_cached(size, rounded) {
+                self.published(entry, kind, &pool);
+                self.sh.trace(|t| t.alloc(addr, size, stream));
+                self.sh.history.record(super::history::Action::Alloc, addr, size, stream);
+                return Ok(Some(addr));
+            }
+        }
+        Ok(None)
     }
 
     /// Runs one recovery step; false when it had nothing to do.

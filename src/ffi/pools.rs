@@ -13,8 +13,11 @@ use std::ffi::c_char;
 /// 0 (the default pool) and never reused. `config` is `"key:value,..."` or
 /// NULL for the defaults: `sleep` = `keep` (default) | `offload` |
 /// `discard`, what `npualloc_sleep` does to the pool's live blocks;
-/// `use_on_oom` (default false): when a request outside the pool runs out
-/// of memory, the pool's cached memory may be given back for it. Otherwise a
+/// `use_on_oom` (default false): when a request of the default pool runs
+/// out of memory, a free block of the pool on the request's stream serves
+/// it first, with no device call, as the pool's block (torch_npu's
+/// `MemPool(use_on_oom=True)`); failing that, for any request outside the
+/// pool, the pool's cached memory may be given back for it. Otherwise a
 /// pool's cached memory stays with it until `npualloc_pool_destroy`
 /// (`npualloc_empty_cache` leaves it).
 ///

@@ -128,7 +128,11 @@ fn destroy_rules_and_what_goes_back() {
 }
 
 /// A pool's cache serves no other pool's request: not by reuse, and not
-/// through the out-of-memory ladder unless the pool has use_on_oom.
+/// through the out-of-memory ladder unless the pool has use_on_oom. With it,
+/// a free block of the pool on the request's stream serves a request of the
+/// default pool as the pool's block, with no device call (torch_npu's
+/// `try_mempool_fallback`); on another stream, or too small, the pool's
+/// cache is given back for the request instead.
 #[test]
 fn the_ladder_takes_a_pools_cache_only_with_use_on_oom() {
     for use_on_oom in [false, true] {
@@ -141,23 +145,39 @@ fn the_ladder_takes_a_pools_cache_only_with_use_on_oom() {
         a.pool_end(p, None).unwrap();
         a.free(big).unwrap();
         // 600 MiB cached in the pool; 600 more do not fit the 1 GiB device.
+        let calls = usage(DEV);
         let r = a.malloc(600 * MIB, Stream::DEFAULT);
         if use_on_oom {
-            let addr = r.expect("use_on_oom gives the pool's cache to the request");
+            let addr = r.expect("use_on_oom serves the request from the pool's cache");
+            assert_eq!(addr, big, "the pool's own block");
+            let pool = a.pool_stats(p).unwrap();
+            assert_eq!((pool.allocated_bytes, pool.reserved_bytes), (600 * MIB as u64, 600 * MIB as u64));
+            let now = usage(DEV);
+            assert_eq!((now.malloc_count, now.syncs), (calls.malloc_count, calls.syncs), "no device call");
+            a.free(addr).unwrap();
+            let pool = a.pool_stats(p).unwrap();
+            assert_eq!((pool.allocated_bytes, pool.reserved_bytes), (0, 600 * MIB as u64), "freed into the pool");
+            // On another stream the pool's block does not serve: its cache
+            // is given back and the request grows its own pool.
+            let s1 = new_stream();
+            let addr = a.malloc(600 * MIB, s1).expect("the pool's cache is given back for it");
             assert_eq!(a.pool_stats(p).unwrap().reserved_bytes, 0);
             a.free(addr).unwrap();
+            a.teardown().unwrap();
+            drop_stream(s1);
         } else {
             assert!(matches!(r, Err(Error::OutOfMemory(_))), "{r:?}");
             assert_eq!(a.pool_stats(p).unwrap().reserved_bytes, 600 * MIB as u64, "the pool kept its cache");
+            a.teardown().unwrap();
         }
-        a.teardown().unwrap();
         assert_eq!(usage(DEV).malloc_count, 0);
     }
 }
 
-/// use_on_oom changed after the pool served blocks: on, the ladder takes
-/// the pool's cache; off again, it does not (the change reaches the
-/// pool's existing streams); pool 0 and unknown pools are refused.
+/// use_on_oom changed after the pool served blocks: on, the ladder serves
+/// the request from the pool's cache; off again, it does not (the change
+/// reaches the pool's existing streams); pool 0 and unknown pools are
+/// refused.
 #[test]
 fn use_on_oom_set_after_the_pool_served_takes_effect_both_ways() {
     let _g = emu_lock();
@@ -170,13 +190,8 @@ fn use_on_oom_set_after_the_pool_served_takes_effect_both_ways() {
     a.free(big).unwrap();
     a.pool_set_use_on_oom(p, true).unwrap();
     let addr = a.malloc(600 * MIB, Stream::DEFAULT).expect("the pool's cache goes to the request");
-    assert_eq!(a.pool_stats(p).unwrap().reserved_bytes, 0);
+    assert_eq!(a.pool_stats(p).unwrap().allocated_bytes, 600 * MIB as u64, "served as the pool's block");
     a.free(addr).unwrap();
-    a.empty_cache().unwrap();
-    a.pool_begin(p, None).unwrap();
-    let big = a.malloc(600 * MIB, Stream::DEFAULT).unwrap();
-    a.pool_end(p, None).unwrap();
-    a.free(big).unwrap();
     a.pool_set_use_on_oom(p, false).unwrap();
     let r = a.malloc(600 * MIB, Stream::DEFAULT);
     assert!(matches!(r, Err(Error::OutOfMemory(_))), "{r:?}");
