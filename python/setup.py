@@ -98,27 +98,25 @@ def hidden_build_terminal():
 
 
 def output_redirected(proc="/proc"):
-    """Whether the command that runs this build (pip, or whatever runs pip)
-    writes to something other than a terminal: the nearest ancestor process
-    whose stdout and stderr are not both pipes (pip and its build backend
-    talk through pipes) has one that is not a terminal. False when that
-    cannot be told (no /proc, an ancestor that exited)."""
-    pid = os.getppid()
-    for _ in range(64):
-        if pid <= 1:
-            return False
-        try:
-            targets = [os.readlink(f"{proc}/{pid}/fd/{fd}") for fd in (1, 2)]
-            with open(f"{proc}/{pid}/stat") as stat:
-                # The command name, in parentheses, may hold spaces: fields
-                # after its closing parenthesis are state, then parent pid.
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
-        if not all(t.startswith("pipe:") for t in targets):
-            return not all(t.startswith(("/dev/pts/", "/dev/tty", "/dev/console")) for t in targets)
-        pid = parent
-    return False
+    """Whether the output of the command that runs this build goes somewhere
+    other than a terminal (a file, a pipe into tee or less). This process's
+    own stdout and stderr decide when they are not pipes (setup.py run
+    directly); when they are, as pip runs its build backend, the parent's
+    (pip's) do. False when that cannot be told (no /proc)."""
+
+    def targets(pid):
+        return [os.readlink(f"{proc}/{pid}/fd/{fd}") for fd in (1, 2)]
+
+    def terminals(links):
+        return all(t.startswith(("/dev/pts/", "/dev/tty", "/dev/console")) for t in links)
+
+    try:
+        own = targets("self")
+        if not all(t.startswith("pipe:") for t in own):
+            return not terminals(own)
+        return not terminals(targets(os.getppid()))
+    except OSError:
+        return False
 
 
 def strip_debug_info(library):

@@ -128,41 +128,46 @@ tree = ast.parse(open(sys.argv[1]).read())
 body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "output_redirected"]
 ns = {"os": os, "sys": sys}
 exec(compile(ast.Module(body=body, type_ignores=[]), "setup.py", "exec"), ns)
-print(ns["output_redirected"]())
+print("answer", ns["output_redirected"](), flush=True)
 """
 
+# Stands for pip: runs the build (argv[2:]) with pipes and prints its answer
+# on its own stdout.
+_PIP = ("import subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+        "print(r.stdout.strip(), r.stderr.strip(), flush=True)")
 
-def _asked_under(outer_stdout, tmp_path):
-    """What a build-like child answers when its parent writes to ``outer_stdout``
-    (a path, or None for a pseudo-terminal)."""
-    child = [sys.executable, "-c", _ASK, str(Path(PYTHON_DIR) / "setup.py")]
-    # The parent stands for pip: it runs the child with pipes and copies
-    # its answer to its own stdout.
-    parent = [sys.executable, "-c",
-              "import subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-              "print('answer', r.stdout.strip(), r.stderr.strip())"] + child
-    if outer_stdout is None:
-        transcript = tmp_path / "terminal.log"
-        run = subprocess.run([sys.executable, str(Path(PYTHON_DIR).parent / "scripts" / "in-terminal.py"),
-                              str(transcript)] + parent, capture_output=True, text=True)
-        assert run.returncode == 0, run
-        out = transcript.read_text()
-    else:
-        with open(outer_stdout, "w") as f:
-            run = subprocess.run(parent, stdout=f, stderr=subprocess.STDOUT)
-        assert run.returncode == 0
-        out = Path(outer_stdout).read_text()
-    line = [x for x in out.splitlines() if x.startswith("answer")]
-    assert line, out
+
+def _answer(text):
+    line = [x for x in text.splitlines() if x.startswith("answer")]
+    assert line, text
     return line[0].split()[1]
 
 
 def test_build_output_goes_to_the_terminal_only_when_pip_writes_to_one(tmp_path):
+    build = [sys.executable, "-c", _ASK, str(Path(PYTHON_DIR) / "setup.py")]
+    pip = [sys.executable, "-c", _PIP] + build
+    terminal = [sys.executable, str(Path(PYTHON_DIR).parent / "scripts" / "in-terminal.py")]
     # pip at a terminal: cargo's output may go there.
-    assert _asked_under(None, tmp_path) == "False"
-    # pip's output redirected to a file: nothing is written to the terminal.
-    assert _asked_under(tmp_path / "pip.log", tmp_path) == "True"
-    # A build whose own stderr is a terminal needs no help; one whose
-    # ancestors cannot be read (no /proc) behaves as before.
+    log = tmp_path / "terminal.log"
+    done = subprocess.run(terminal + [str(log)] + pip, capture_output=True, text=True)
+    assert done.returncode == 0, done
+    assert _answer(log.read_text()) == "False"
+    # pip's output redirected to a file.
+    with open(tmp_path / "pip.log", "w") as f:
+        assert subprocess.run(pip, stdout=f, stderr=subprocess.STDOUT).returncode == 0
+    assert _answer((tmp_path / "pip.log").read_text()) == "True"
+    # pip's output piped into another program (tee, less), at a terminal.
+    log = tmp_path / "pipeline.log"
+    piped = [sys.executable, "-c", "import subprocess, sys; "
+             "r = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True); "
+             "print(r.stdout, flush=True)"] + pip
+    done = subprocess.run(terminal + [str(log)] + piped, capture_output=True, text=True)
+    assert done.returncode == 0, done
+    assert _answer(log.read_text()) == "True"
+    # setup.py run directly, its output to a file (no pipes: its own decide).
+    with open(tmp_path / "direct.log", "w") as f:
+        assert subprocess.run(build, stdout=f, stderr=subprocess.STDOUT).returncode == 0
+    assert _answer((tmp_path / "direct.log").read_text()) == "True"
+    # Without /proc it cannot tell, and behaves as before.
     fns = _setup_functions("output_redirected")
     assert fns["output_redirected"](proc=str(tmp_path / "no-proc")) is False

@@ -17,9 +17,12 @@
 //! held, with the report the error carries.
 //!
 //! `segment` runs for every piece of device memory the allocator comes to
-//! hold or stops holding (`SegmentEvent`), on the thread that caused it,
-//! with at most that stream's shard lock held (growth, giving back) and
-//! never a lock a malloc or free on another stream needs: RESERVE after a
+//! hold or stops holding (`SegmentEvent`), on the thread that caused it:
+//! on a growth with that stream's shard lock held; when memory is given
+//! back, with the device's `ladder` lock held as well (which a request on
+//! another stream takes only when it runs out of memory, a free only when
+//! it gives memory back), and, for a peer's give-back, the peers' registry
+//! lock; never the handle cache's lock or one a cache hit takes. RESERVE after a
 //! range is reserved and before anything is mapped in it, MAP after memory
 //! is mapped (or obtained) and before any of it is handed out, UNMAP before
 //! the runtime call that unmaps or frees it, RELEASE after the range's last
@@ -28,8 +31,9 @@
 //! the memory is still held. A communication library registers and
 //! deregisters npualloc's memory there (docs/sharing.md, "Registration").
 //!
-//! The hooks are read on those cold paths only; no malloc or free that
-//! succeeds looks at them. Replacing or removing a hook returns only once
+//! The hooks are read on those cold paths only: no cache hit and no free
+//! that keeps its memory looks at them (a growth reads one flag for
+//! `segment`). Replacing or removing a hook returns only once
 //! no other thread is inside the old one (`Slot`), so the host may then
 //! free what its `user` pointed to; called from inside a hook call it does
 //! not wait (two hooks removing each other would wait for each other).
@@ -123,6 +127,9 @@ thread_local! {
 /// registration out and count themselves in under the slot's short lock.
 struct Slot<F> {
     current: RwLock<Option<Arc<Installed<F>>>>,
+    /// Whether `current` holds a hook, written under its write lock: one
+    /// load tells a caller there is nothing to call.
+    occupied: std::sync::atomic::AtomicBool,
     /// Setters waiting for calls of an old registration (tests watch it).
     #[cfg(test)]
     waiting: std::sync::atomic::AtomicUsize,
@@ -132,6 +139,7 @@ impl<F> Default for Slot<F> {
     fn default() -> Self {
         Slot {
             current: RwLock::new(None),
+            occupied: std::sync::atomic::AtomicBool::new(false),
             #[cfg(test)]
             waiting: Default::default(),
         }
@@ -143,7 +151,11 @@ impl<F: Copy> Slot<F> {
         let fresh = hook.map(|(f, user)| {
             Arc::new(Installed { hook: Registered { f, user }, calls: Mutex::new(0), done: Condvar::new() })
         });
-        let old = std::mem::replace(&mut *self.current.write().unwrap_or_else(|e| e.into_inner()), fresh);
+        let old = {
+            let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+            self.occupied.store(fresh.is_some(), std::sync::atomic::Ordering::Release);
+            std::mem::replace(&mut *current, fresh)
+        };
         let Some(old) = old else { return };
         // Inside a hook call, waiting could wait for a thread that waits
         // for this one (each hook removing the other).
@@ -192,9 +204,6 @@ pub(crate) struct Hooks {
     before_release: Slot<ReleaseHook>,
     oom: Slot<OomHook>,
     segment: Slot<SegmentHook>,
-    /// Whether `segment` is set: read before every event, so an allocator
-    /// without an observer takes no lock for it.
-    segment_set: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Hooks {
@@ -234,20 +243,14 @@ impl Hooks {
     /// no other thread is inside the old one, or at once when called from
     /// inside a hook call (`Slot`).
     pub fn set_segment(&self, hook: Option<(SegmentHook, *mut c_void)>) {
-        let on = hook.is_some();
-        if on {
-            self.segment_set.store(true, std::sync::atomic::Ordering::Release);
-        }
         self.segment.set(hook);
-        if !on {
-            self.segment_set.store(false, std::sync::atomic::Ordering::Release);
-        }
     }
 
-    /// Whether a segment observer is set (a caller may skip building events).
+    /// Whether a segment observer is set (a caller may skip building
+    /// events): one load, no lock.
     #[inline]
     pub fn observes_segments(&self) -> bool {
-        self.segment_set.load(std::sync::atomic::Ordering::Acquire)
+        self.segment.occupied.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Runs the segment observer, if any, for `event` on `piece` of `device`.

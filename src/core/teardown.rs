@@ -16,9 +16,15 @@ impl<B: Memory> Device<B> {
     /// Releases everything: synchronizes every stream the allocator used,
     /// returns all segments (live blocks included) and events. The allocator
     /// refuses further work afterwards.
+    /// Once: a second call finds the allocator torn down and does nothing
+    /// (it would free a fixed segment's allocation, which the first call
+    /// gave back, a second time).
     pub fn teardown(&self) -> Result<TeardownReport> {
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        if self.broken.load(Ordering::Relaxed) {
+            return Ok(TeardownReport::default());
+        }
         // Every shard at once: nothing else may run during teardown.
         let mut pools: Vec<MutexGuard<'_, Pool<B>>> = self.streams.shards().map(|s| s.lock_anyway()).collect();
         let mut report = TeardownReport::default();

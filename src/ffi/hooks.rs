@@ -92,7 +92,7 @@ pub unsafe extern "C" fn npualloc_set_oom_observer(
 /// What happened to a piece of device memory (see
 /// `npualloc_set_segment_observer`): the values of the core's
 /// `SegmentEvent` (a test checks they agree).
-#[repr(C)]
+#[repr(i32)]
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum npualloc_segment_event {
@@ -147,12 +147,15 @@ pub type npualloc_segment_hook = Option<
 /// address and, later, an UNMAP of the old one; sleep is UNMAP, wake MAP;
 /// destroy unmaps and releases everything, with events.
 ///
-/// `fn` runs on the thread that caused the event (a malloc that grew, a
-/// free or empty_cache that gave memory back, sleep, wake, destroy), with at
-/// most that stream's own pool locked: never a lock that a malloc or free on
-/// another stream needs. It must not call this allocator's functions (the
-/// stream's pool is locked), and should return quickly: the request that
-/// grew waits for it. NULL `fn` removes the observer. One observer per
+/// `fn` runs on the thread that caused the event. On a growth (a malloc
+/// that maps or obtains memory) only that stream's pool is locked. When
+/// memory is given back (empty_cache, the out-of-memory retries, the
+/// release threshold, sleep, wake, forget_stream, pool destroy, destroy)
+/// the allocator's give-back lock is held as well: a malloc on another
+/// stream waits for it only when it runs out of memory, a free only when it
+/// gives memory back. A cache hit and a free that keeps its memory never
+/// wait for `fn`. It must not call this allocator's functions, and should
+/// return quickly. NULL `fn` removes the observer. One observer per
 /// allocator: setting one replaces the last, returning once no other thread
 /// is inside the old one (at once when called from inside a hook call).
 /// What the allocator already holds is not replayed: call

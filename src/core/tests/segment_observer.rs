@@ -6,8 +6,8 @@
 //! check "before" and "after"; and `held_segments` (what
 //! `npualloc_for_each_segment` replays) always equals what was announced.
 
-use super::random::ops::random_size;
-use super::support::{allocator, drop_stream, emu_lock, new_stream, usage, Rng, DEV, MIB};
+use super::random::ops::{disarm_faults, random_size, FAULTS};
+use super::support::{allocator, drop_stream, emu_lock, fail_nth, new_stream, set_capacity, usage, Rng, DEV, GIB, MIB};
 use crate::core::hooks::{SegmentEvent, SegmentPiece};
 use crate::core::pools::config::{PoolConfig, SleepMode};
 use crate::core::*;
@@ -61,8 +61,8 @@ impl Model {
                 }
             }
             SegmentEvent::Release => {
-                if self.ranges.get(&addr).map(|r| r.0) != Some(size) {
-                    errs.push("no such range was reserved".into());
+                if self.ranges.get(&addr) != Some(&(size, p.pool)) {
+                    errs.push(format!("no such range was reserved in pool {}", p.pool));
                 }
                 if self.mapped.range(addr..addr + size).next().is_some() {
                     errs.push("released with memory still mapped in it".into());
@@ -98,8 +98,8 @@ impl Model {
                 }
             }
             SegmentEvent::Unmap => {
-                if self.mapped.get(&addr).map(|m| (m.0, m.1)) != Some((size, handle)) {
-                    errs.push("not mapped so".into());
+                if self.mapped.get(&addr) != Some(&(size, handle, p.pool)) {
+                    errs.push(format!("not mapped so in pool {} (told {:?})", p.pool, self.mapped.get(&addr)));
                 }
                 if handle != 0 && emu_mapped != self.vmm_mapped() {
                     errs.push(format!(
@@ -175,6 +175,11 @@ fn check(a: &DeviceAllocator, model: &Mutex<Model>, at: &str) {
     let m = model.lock().unwrap();
     assert!(m.errors.is_empty(), "{at}: {:#?}", m.errors);
     assert_eq!(held(a), m.listing(), "{at}: what the allocator holds is not what the observer was told");
+    // Each range's pool as the snapshot (the stream entries) says.
+    for seg in a.snapshot().unwrap().segments.iter().filter(|s| s.expandable) {
+        let told = m.ranges.get(&seg.address).map(|r| r.1);
+        assert_eq!(told, Some(seg.pool_id), "{at}: the range at {:#x} was told in another pool", seg.address);
+    }
 }
 
 /// One seed's sequence on `config`: mallocs and frees on two streams and
@@ -222,9 +227,9 @@ fn run(config: &str, seed: u64, sleeps: bool) {
         a.free(p).unwrap();
     }
     a.pool_destroy(pool).unwrap();
-    a.empty_cache().unwrap();
-    check(&a, &model, "after the last empty_cache");
+    check(&a, &model, "all freed");
     a.check_invariants().unwrap();
+    // Cached memory left for teardown to give back, with events.
     a.teardown().unwrap();
     {
         let m = model.lock().unwrap();
@@ -293,4 +298,131 @@ fn events_name_the_pool() {
     a.teardown().unwrap();
     assert_eq!(model.lock().unwrap().events, before, "a removed observer was called");
     drop_stream(s);
+}
+
+/// A fresh model and an allocator on `config` observed into it.
+fn observed(config: &str) -> (Box<Mutex<Model>>, DeviceAllocator) {
+    let model = Box::new(Mutex::new(Model { base: Some(usage(DEV)), ..Model::default() }));
+    let a = allocator(config);
+    a.set_segment_observer(Some((observe, &*model as *const Mutex<Model> as *mut c_void)));
+    (model, a)
+}
+
+fn ended(model: &Mutex<Model>, at: &str) {
+    let m = model.lock().unwrap();
+    assert!(m.errors.is_empty(), "{at}: {:#?}", m.errors);
+    assert!(m.ranges.is_empty() && m.mapped.is_empty(), "{at}: left {:?} {:?}", m.ranges, m.mapped);
+}
+
+/// A wholly free handle moved where a request grows is a MAP at its new
+/// address and, when its old one is unmapped, an UNMAP there; a request
+/// that needs a new range and fails gives the range back with RELEASE.
+#[test]
+fn moves_the_ladder_and_failed_ranges_are_announced() {
+    let _g = emu_lock();
+    let (model, a) = observed("map_ahead:false");
+    let big = a.malloc(64 * MIB, Stream::DEFAULT).unwrap();
+    let pin = a.malloc(2 * MIB, Stream::DEFAULT).unwrap();
+    a.free(big).unwrap();
+    let grown = a.malloc(100 * MIB, Stream::DEFAULT).unwrap();
+    assert!(a.stats().unwrap().num_handle_moves > 0, "the free handle moved");
+    check(&a, &model, "after a move");
+    a.empty_cache().unwrap();
+    check(&a, &model, "old address unmapped");
+    a.free(grown).unwrap();
+    a.free(pin).unwrap();
+    a.teardown().unwrap();
+    ended(&model, "moves");
+
+    // A small device: the ladder gives back, and a request no device holds
+    // makes a range, fails, and gives it back.
+    set_capacity(256 * MIB as u64);
+    let (model, a) = observed("");
+    let s = new_stream();
+    let mut live: Vec<usize> =
+        (0..6).map(|i| a.malloc((20 + i) * MIB, if i % 2 == 0 { s } else { Stream::DEFAULT }).unwrap()).collect();
+    for p in live.drain(..3) {
+        a.free(p).unwrap();
+    }
+    let p = a.malloc(120 * MIB, Stream::DEFAULT).expect("the ladder gives the other stream's cache back");
+    check(&a, &model, "after the ladder");
+    assert!(a.malloc(4 * GIB, s).is_err());
+    check(&a, &model, "after a refused request");
+    a.free(p).unwrap();
+    for p in live {
+        a.free(p).unwrap();
+    }
+    a.teardown().unwrap();
+    ended(&model, "ladder");
+    drop_stream(s);
+    set_capacity(64 * GIB as u64);
+}
+
+/// A stream forgotten and its entry taken over by another stream of a
+/// private pool: the events of the new owner's memory name the new pool.
+#[test]
+fn a_revived_entry_announces_its_new_pool() {
+    let _g = emu_lock();
+    let (model, a) = observed("");
+    let s0 = new_stream();
+    let p = a.malloc(8 * MIB, s0).unwrap();
+    a.free(p).unwrap();
+    a.forget_stream(s0).unwrap();
+    check(&a, &model, "forgotten");
+    let pool = a.pool_create(PoolConfig::default()).unwrap();
+    let s1 = new_stream();
+    a.pool_begin(pool, Some(s1)).unwrap();
+    let q = a.malloc(8 * MIB, s1).unwrap();
+    a.pool_end(pool, Some(s1)).unwrap();
+    check(&a, &model, "revived in a pool");
+    assert!(model.lock().unwrap().mapped.values().any(|m| m.2 == pool), "the pool's memory names the pool");
+    a.free(q).unwrap();
+    a.pool_destroy(pool).unwrap();
+    a.teardown().unwrap();
+    ended(&model, "revival");
+    drop_stream(s0);
+    drop_stream(s1);
+}
+
+/// Every runtime call that may fail fails once, at each of its first
+/// calls, in sequences of growth, give-back, sleep and teardown: after each
+/// step what the observer was told is what the allocator holds.
+#[test]
+fn refused_runtime_calls_leave_the_observer_right() {
+    let _g = emu_lock();
+    for config in ["", "map_ahead:false", "expandable_segments:false"] {
+        for function in FAULTS {
+            for nth in 1..=3 {
+                let at = format!("{config:?} {function} #{nth}");
+                let (model, a) = observed(config);
+                let s = new_stream();
+                fail_nth(function, nth);
+                let mut live = Vec::new();
+                for (i, size) in [30 * MIB, 3 * MIB, 60 * MIB, 500 << 10, 90 * MIB].into_iter().enumerate() {
+                    if let Ok(p) = a.malloc(size, if i % 2 == 0 { s } else { Stream::DEFAULT }) {
+                        live.push(p);
+                    }
+                    check(&a, &model, &format!("{at}: malloc {i}"));
+                }
+                for p in live.drain(..).step_by(2).collect::<Vec<_>>() {
+                    let _ = a.free(p);
+                }
+                let _ = a.empty_cache();
+                check(&a, &model, &format!("{at}: empty_cache"));
+                if config != "expandable_segments:false" {
+                    let _ = a.sleep(SleepMode::Discard);
+                    check(&a, &model, &format!("{at}: sleep"));
+                    let _ = a.wake();
+                    check(&a, &model, &format!("{at}: wake"));
+                }
+                disarm_faults();
+                let _ = a.empty_cache();
+                check(&a, &model, &format!("{at}: disarmed"));
+                // A failed teardown is not tried again (teardown runs once).
+                let _ = a.teardown();
+                ended(&model, &at);
+                drop_stream(s);
+            }
+        }
+    }
 }

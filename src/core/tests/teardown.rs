@@ -2,7 +2,7 @@
 //! could not wait for may still use.
 
 use super::support::{
-    allocator, drop_stream, emu_lock, fail_nth, hold_stream, new_stream, release_stream, set_capacity, usage, DEV,
+    allocator, drop_stream, emu_lock, fail_nth, hold_stream, new_stream, release_stream, set_capacity, usage, DEV, MIB,
 };
 use crate::core::*;
 
@@ -42,4 +42,21 @@ fn teardown_with_live_blocks_reports_and_releases_them() {
     assert_eq!(report, TeardownReport { live_blocks: 2, live_bytes: (1 << 20) + (30 << 20) });
     assert_eq!(usage(DEV).malloc_count, 0);
     assert!(matches!(a.malloc(1, Stream::DEFAULT), Err(Error::Internal(_))));
+}
+
+/// Teardown runs once: a second call does nothing (it used to free each
+/// fixed segment's allocation a second time).
+#[test]
+fn a_second_teardown_does_nothing() {
+    let _g = emu_lock();
+    for config in ["expandable_segments:false", ""] {
+        let a = allocator(config);
+        let p = a.malloc(8 * MIB, Stream::DEFAULT).unwrap();
+        a.free(p).unwrap();
+        a.teardown().unwrap();
+        let calls = usage(DEV);
+        let again = a.teardown().expect("a second teardown succeeds");
+        assert_eq!(again, TeardownReport::default(), "{config}");
+        assert_eq!(usage(DEV), calls, "{config}: the second teardown called the runtime");
+    }
 }

@@ -211,7 +211,11 @@ impl RangePool<'_> {
         if !self.view().range_holds_nothing(seg) {
             return;
         }
+        let size = self.segments.get(seg).size;
         let r = self.take_out_range(seg);
+        // No segment any more, released or kept for `free_cached`: the
+        // observer forgets it either way (nothing is mapped in it).
+        self.segment_event(SegmentEvent::Release, r.base, size, None);
         let _ = release_unused(self.sh, r.reserved_at, r.reserved_len);
         self.sh.counters.range_removed();
     }
@@ -268,8 +272,13 @@ impl RangePool<'_> {
         let (reserved_at, reserved_len) = (self.range(seg).reserved_at, self.range(seg).reserved_len);
         // A refused release is kept: teardown's `free_cached` tries it again
         // and reports it if it is refused once more. The range is no
-        // segment of the allocator's any more either way.
-        self.segment_event(SegmentEvent::Release, self.range(seg).base, self.segments.get(seg).size, None);
+        // segment of the allocator's any more either way; the observer is
+        // told so once nothing it was told of is mapped in it (a piece
+        // whose unmap was refused stays told, and the range with it).
+        let r = self.range(seg);
+        if r.mapped == 0 && r.stuck.is_empty() {
+            self.segment_event(SegmentEvent::Release, r.base, self.segments.get(seg).size, None);
+        }
         let _ = release_unused(self.sh, reserved_at, reserved_len);
         first_error.map_or(Ok(()), Err)
     }

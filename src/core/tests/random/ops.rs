@@ -13,7 +13,7 @@ pub(super) const COPY_LEN: usize = 512;
 /// second try succeeds.
 pub(super) const TRIES: usize = 2;
 
-pub(super) const FAULTS: [&str; 13] = [
+pub(in crate::core::tests) const FAULTS: [&str; 13] = [
     "aclrtSynchronizeStream",
     "aclrtSynchronizeEvent",
     "aclrtReserveMemAddress",
@@ -48,7 +48,7 @@ pub(super) fn maybe_arm_fault(rng: &mut Rng, one_in: u64) {
     }
 }
 
-pub(super) fn disarm_faults() {
+pub(in crate::core::tests) fn disarm_faults() {
     for function in FAULTS {
         fail_nth(function, 0);
     }
