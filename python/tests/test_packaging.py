@@ -143,31 +143,33 @@ def _answer(text):
     return line[0].split()[1]
 
 
+def _answered(command, tmp_path, terminal):
+    """What the build in `command` answers, run at a pseudo-terminal or with
+    its output to a file."""
+    log = tmp_path / ("terminal.log" if terminal else "file.log")
+    if terminal:
+        wrapper = [sys.executable, str(Path(PYTHON_DIR).parent / "scripts" / "in-terminal.py"), str(log)]
+        done = subprocess.run(wrapper + command, capture_output=True, text=True)
+    else:
+        with open(log, "w") as f:
+            done = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT)
+    assert done.returncode == 0, done
+    return _answer(log.read_text())
+
+
 def test_build_output_goes_to_the_terminal_only_when_pip_writes_to_one(tmp_path):
     build = [sys.executable, "-c", _ASK, str(Path(PYTHON_DIR) / "setup.py")]
     pip = [sys.executable, "-c", _PIP] + build
-    terminal = [sys.executable, str(Path(PYTHON_DIR).parent / "scripts" / "in-terminal.py")]
-    # pip at a terminal: cargo's output may go there.
-    log = tmp_path / "terminal.log"
-    done = subprocess.run(terminal + [str(log)] + pip, capture_output=True, text=True)
-    assert done.returncode == 0, done
-    assert _answer(log.read_text()) == "False"
-    # pip's output redirected to a file.
-    with open(tmp_path / "pip.log", "w") as f:
-        assert subprocess.run(pip, stdout=f, stderr=subprocess.STDOUT).returncode == 0
-    assert _answer((tmp_path / "pip.log").read_text()) == "True"
+    # pip at a terminal: cargo's output may go there; pip's output to a file: not.
+    assert _answered(pip, tmp_path, terminal=True) == "False"
+    assert _answered(pip, tmp_path, terminal=False) == "True"
     # pip's output piped into another program (tee, less), at a terminal.
-    log = tmp_path / "pipeline.log"
     piped = [sys.executable, "-c", "import subprocess, sys; "
              "r = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True); "
              "print(r.stdout, flush=True)"] + pip
-    done = subprocess.run(terminal + [str(log)] + piped, capture_output=True, text=True)
-    assert done.returncode == 0, done
-    assert _answer(log.read_text()) == "True"
+    assert _answered(piped, tmp_path, terminal=True) == "True"
     # setup.py run directly, its output to a file (no pipes: its own decide).
-    with open(tmp_path / "direct.log", "w") as f:
-        assert subprocess.run(build, stdout=f, stderr=subprocess.STDOUT).returncode == 0
-    assert _answer((tmp_path / "direct.log").read_text()) == "True"
+    assert _answered(build, tmp_path, terminal=False) == "True"
     # Without /proc it cannot tell, and behaves as before.
     fns = _setup_functions("output_redirected")
     assert fns["output_redirected"](proc=str(tmp_path / "no-proc")) is False

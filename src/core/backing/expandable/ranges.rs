@@ -288,7 +288,7 @@ impl RangePool<'_> {
     /// address order, onto `out`.
     pub(super) fn give_pieces(&mut self, seg: SegmentId, scope: Scope, bytes: usize, out: &mut Vec<Give>) {
         let mut pieces = self.view().free_pieces(seg);
-        let (base, page) = (self.range(seg).base, self.range(seg).page_size);
+        let page = self.range(seg).page_size;
         if let Scope::Pieces(_) | Scope::Unused(_) = scope {
             pieces.sort_unstable_by_key(|&(head, units)| (std::cmp::Reverse(units), head));
             let mut taken = 0;
@@ -299,7 +299,16 @@ impl RangePool<'_> {
             });
         }
         pieces.sort_unstable();
+        self.give_pieces_of(seg, pieces, out);
+    }
+}
+
+impl RangePool<'_> {
+    /// Pieces (first page, pages) of range `seg` as gives onto `out`, each
+    /// naming the handle mapped there (for the segment observer).
+    pub(super) fn give_pieces_of(&self, seg: SegmentId, pieces: Vec<(usize, usize)>, out: &mut Vec<Give>) {
         let r = self.range(seg);
+        let (base, page) = (r.base, r.page_size);
         out.extend(pieces.into_iter().map(|(head, units)| {
             let give = Give::pages(What::Piece, seg, base + head * page, units * page);
             match r.page(head) {

@@ -3,7 +3,7 @@
 //! addresses (docs/design.md, Note [unused memory of expandable ranges]).
 
 use super::{give_handle, ExpandableRanges, RangePool};
-use crate::core::backing::{Give, What};
+use crate::core::backing::Give;
 use crate::core::cache::block::BlockState;
 use crate::core::cache::segment::SegmentId;
 use crate::core::shared::Shared;
@@ -79,14 +79,7 @@ impl RangePool<'_> {
             }
             i = p.end();
         }
-        let r = self.range(seg);
-        out.extend(pieces.into_iter().map(|(head, units)| {
-            let give = Give::pages(What::Piece, seg, base + head * page, units * page);
-            match r.page(head) {
-                Some(p) => give.with_handle(p.handle),
-                None => give,
-            }
-        }));
+        self.give_pieces_of(seg, pieces, out);
         if !moved.is_empty() {
             self.give_retired_of(seg, |h| moved.contains(&h), out);
         }
