@@ -8,6 +8,10 @@
 //! - `ladder`: serializes the OOM ladder, garbage collection, `empty_cache`
 //!   and teardown (each visits every shard). It is held across device calls
 //!   but no hit ever takes it. Taken before any shard lock, never after.
+//!   Another allocator of the device asking this one for its free cache
+//!   (`peers`) takes it on its own thread, holding no lock of its own: no
+//!   thread holds two allocators' ladder locks, or waits for one while
+//!   holding another.
 //! - short locks no one holds across a call: the pools' records, then the
 //!   stream table's `adding` (a private pool's entry is made under both),
 //!   then a stream's shard locks (reviving or retiring an entry takes them

@@ -31,7 +31,6 @@ use super::oom_report::{AddressSpaceReport, Elsewhere, Mib, OomReport};
 use super::shard::Shard;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
-use std::sync::Arc;
 
 /// The recovery steps after a failed growth, cheapest first.
 #[derive(Debug, Clone, Copy)]
@@ -179,25 +178,26 @@ impl<B: Memory> Device<B> {
             }
         }
         // Last, the device's other npualloc allocators in this process give
-        // back their free cache (`peers`). Without the ladder lock: their host
-        // hooks may allocate from this allocator again.
+        // back their free cache (`peers`). Without the ladder lock, or any
+        // other: asking waits for their ladders, and their host hooks may
+        // allocate from this allocator again.
         // Not for this allocator's own memory fraction: others' memory does not count against it.
         let _ladder = if matches!(last, GrowError::OverLimit { .. }) {
             _ladder
         } else {
             drop(_ladder);
-            let given = super::peers::ask_others(
-                Arc::as_ptr(&self.sh) as *const () as usize,
-                self.sh.device,
-                self.sh.rt.source(),
-            );
+            let asked = super::peers::ask_others(self.peer_key(), self.sh.device, self.sh.rt.source());
             let relocked = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
             if shard.lock_anyway().stream() != stream {
                 // Retired by forget_stream meanwhile (see above).
                 drop(relocked);
                 return self.malloc_again(size, stream);
             }
-            if given > 0 {
+            // Once any was asked, retried whatever they gave back: another
+            // thread's ask may have given their cache back first (this one
+            // then finds none left), or another thread freed meanwhile. A
+            // retry is cheap beside a refusal.
+            if asked > 0 {
                 tried.push("asking the device's other npualloc allocators for their free cache");
                 match self.attempt(shard, size, rounded)? {
                     Ok(addr) => return Ok(addr),

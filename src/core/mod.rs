@@ -521,19 +521,20 @@ impl DeviceAllocator {
     }
 
     /// Leaves the allocators asked for their free cache (before destruction;
-    /// waits for an ask of it in progress to end).
+    /// waits for every ask of it in progress to end, so it must not be
+    /// called from inside this allocator's own host hook).
     pub fn leave_peers(&self) {
         peers::leave(self);
     }
 
-    /// Identifies this allocator among its peers (its shared state's address).
+    /// Identifies this allocator among its peers (`Device::peer_key`).
     fn key(&self) -> usize {
-        with_device!(&self.engine, d => Arc::as_ptr(&d.sh) as *const () as usize)
+        with_device!(&self.engine, d => d.peer_key())
     }
 
     /// Another allocator of the device is about to refuse a request: gives
     /// back free cache by this one's safe ladder steps (see `peers`).
-    fn give_back_to_peer(&self) -> usize {
+    fn give_back_to_peer(&self) {
         with_device!(&self.engine, d => d.give_back_to_peer())
     }
 }

@@ -245,22 +245,21 @@ impl<B: Memory> Device<B> {
 
     /// Another npualloc allocator of this device is about to refuse a
     /// request (`peers`): the ladder's safe steps over the default pool's
-    /// streams, then the cached handles, unless this allocator is torn down
-    /// or busy in its own ladder. Returns the bytes given back.
-    pub(super) fn give_back_to_peer(&self) -> usize {
+    /// streams, then the cached handles, unless this allocator is torn
+    /// down. Waits for its own ladder if busy (the caller holds no npualloc
+    /// lock). What came back is not counted: the asker retries either way.
+    pub(super) fn give_back_to_peer(&self) {
         if self.broken.load(Ordering::Relaxed) {
-            return 0;
+            return;
         }
         self.sh.hooks.before_release(self.sh.device);
-        let _ladder = match self.ladder.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(g)) => g.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return 0,
-        };
+        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         // Failures only mean less came back. The second pass releases the
         // ranges the first one emptied.
-        let given = (0..2).map(|_| self.release_free(Scope::All).unwrap_or(0)).sum::<usize>();
-        given + B::free_cached(&self.sh).unwrap_or(0)
+        for _ in 0..2 {
+            let _ = self.release_free(Scope::All);
+        }
+        let _ = B::free_cached(&self.sh);
     }
 
     /// Returns every cached, unused segment and handle to the device, and

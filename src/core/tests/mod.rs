@@ -22,6 +22,7 @@ mod oom_snapshot_message;
 mod out_of_memory;
 mod own_handles;
 mod peaks;
+mod peers;
 mod pieces;
 mod pool_capture;
 mod pool_captured_retired;
