@@ -570,7 +570,10 @@ npualloc_status npualloc_create(const char *config,
  * that stream, whose runtime would otherwise call into freed memory); call
  * it again later.
  * `npualloc_destroy(NULL)` is a no-op returning NPUALLOC_OK. No other thread
- * may use the allocator during this call. Afterwards every call given the
+ * may use the allocator during this call. Another allocator of the device
+ * asking this one for its free cache before refusing a request (see
+ * `npualloc_set_before_release`) is not a use: destroy waits for that ask
+ * to end first. Afterwards every call given the
  * handle (a second destroy included), and every callback of a binding made
  * from it, refuses it with INVALID_ARGUMENT, however many allocators are
  * created since: a later allocator never gets the same handle value, and
@@ -930,7 +933,15 @@ npualloc_status npualloc_pluggable_snapshot_pytorch_json(int device, char **out_
  * moves), the release threshold, and destroy. It runs with no npualloc
  * lock held that a malloc or free on another stream needs, on the thread
  * that triggered the release, which may be inside `npualloc_free` (the
- * last block of a destroyed pool, the release threshold). A host with its
+ * last block of a destroyed pool, the release threshold). It also runs
+ * when another npualloc allocator of the same device in the process is
+ * about to refuse a request and asks this one for its free cache: then on
+ * that allocator's thread, inside its malloc, with no lock of either
+ * allocator held; `fn` may allocate and free there, and create and
+ * destroy other allocators, but not destroy this one (destroy would wait
+ * for the ask `fn` is part of) or the one asking (inside its malloc); a
+ * request `fn` makes that runs out of memory is refused without asking
+ * the other allocators again. A host with its
  * own queue of work not yet handed to the runtime (torch_npu's task queue)
  * drains it there; a host whose drain cannot run on some thread of its own
  * (its queue's own threads) must return at once there. NULL `fn` removes

@@ -7,6 +7,15 @@
 //! teardown). Some of those are inside a free, on whichever thread frees:
 //! a host whose drain would wait for the calling thread itself (torch_npu's
 //! queue threads; the bridge checks) returns at once there.
+//! It also runs when another npualloc allocator of the same device is
+//! about to refuse a request and asks this one for its free cache
+//! (`peers`): on that allocator's thread, inside its malloc, with no lock
+//! of either allocator held. There the hook may allocate and free from
+//! any allocator, and create or destroy others; not the allocator it is
+//! installed on (destroy waits for the ask it is inside) nor the one
+//! asking (inside its malloc). An allocation that runs out of memory
+//! there is refused without asking the others again (the ask under way
+//! is this thread's).
 //! A host that keeps its own queue of work not yet handed to the runtime
 //! (torch_npu's task queue) drains it there, so the synchronization that
 //! follows covers that work too. It is called with no npualloc lock held:

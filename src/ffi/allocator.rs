@@ -72,7 +72,10 @@ pub unsafe extern "C" fn npualloc_create(
 /// that stream, whose runtime would otherwise call into freed memory); call
 /// it again later.
 /// `npualloc_destroy(NULL)` is a no-op returning NPUALLOC_OK. No other thread
-/// may use the allocator during this call. Afterwards every call given the
+/// may use the allocator during this call. Another allocator of the device
+/// asking this one for its free cache before refusing a request (see
+/// `npualloc_set_before_release`) is not a use: destroy waits for that ask
+/// to end first. Afterwards every call given the
 /// handle (a second destroy included), and every callback of a binding made
 /// from it, refuses it with INVALID_ARGUMENT, however many allocators are
 /// created since: a later allocator never gets the same handle value, and

@@ -17,7 +17,15 @@ pub type npualloc_release_hook = Option<unsafe extern "C" fn(user: *mut c_void, 
 /// moves), the release threshold, and destroy. It runs with no npualloc
 /// lock held that a malloc or free on another stream needs, on the thread
 /// that triggered the release, which may be inside `npualloc_free` (the
-/// last block of a destroyed pool, the release threshold). A host with its
+/// last block of a destroyed pool, the release threshold). It also runs
+/// when another npualloc allocator of the same device in the process is
+/// about to refuse a request and asks this one for its free cache: then on
+/// that allocator's thread, inside its malloc, with no lock of either
+/// allocator held; `fn` may allocate and free there, and create and
+/// destroy other allocators, but not destroy this one (destroy would wait
+/// for the ask `fn` is part of) or the one asking (inside its malloc); a
+/// request `fn` makes that runs out of memory is refused without asking
+/// the other allocators again. A host with its
 /// own queue of work not yet handed to the runtime (torch_npu's task queue)
 /// drains it there; a host whose drain cannot run on some thread of its own
 /// (its queue's own threads) must return at once there. NULL `fn` removes
