@@ -30,8 +30,8 @@
 //! on a growth with that stream's shard lock held; when memory is given
 //! back, with the device's `ladder` lock held as well (which a request on
 //! another stream takes only when it runs out of memory, a free only when
-//! it gives memory back), and, for a peer's give-back, the peers' registry
-//! lock; never the handle cache's lock or one a cache hit takes. RESERVE after a
+//! it gives memory back); never the handle cache's lock, the peers'
+//! registry lock or one a cache hit takes. RESERVE after a
 //! range is reserved and before anything is mapped in it, MAP after memory
 //! is mapped (or obtained) and before any of it is handed out, UNMAP before
 //! the runtime call that unmaps or frees it, RELEASE after the range's last
