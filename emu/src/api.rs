@@ -92,6 +92,14 @@ apis! {
     SetOpWaitTimeout = "aclrtSetOpWaitTimeout",
     SetOpExecuteTimeOut = "aclrtSetOpExecuteTimeOut",
     SetOpExecuteTimeOutV2 = "aclrtSetOpExecuteTimeOutV2",
+    IpcMemGetExportKey = "aclrtIpcMemGetExportKey",
+    IpcMemImportByKey = "aclrtIpcMemImportByKey",
+    IpcMemClose = "aclrtIpcMemClose",
+    IpcMemSetImportPid = "aclrtIpcMemSetImportPid",
+    MemExportToShareableHandle = "aclrtMemExportToShareableHandle",
+    MemImportFromShareableHandle = "aclrtMemImportFromShareableHandle",
+    MemSetPidToShareableHandle = "aclrtMemSetPidToShareableHandle",
+    DeviceGetBareTgid = "aclrtDeviceGetBareTgid",
 }
 
 /// How many functions `Api` names (the length of per-function tables).

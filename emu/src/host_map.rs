@@ -26,6 +26,19 @@ pub fn map_rw(len: usize) -> Option<*mut c_void> {
     (p != libc::MAP_FAILED).then_some(p)
 }
 
+/// Maps `len` bytes of the file `fd` from `offset`, shared: every mapping
+/// of those bytes, in this process or another, sees the same memory.
+/// `None` if the host refuses.
+pub fn map_file(fd: std::os::fd::RawFd, offset: u64, len: usize) -> Option<*mut c_void> {
+    let offset = libc::off_t::try_from(offset).ok()?;
+    // SAFETY: a fresh mapping at an address the kernel picks touches no
+    // existing memory.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, offset)
+    };
+    (p != libc::MAP_FAILED).then_some(p)
+}
+
 /// Unmaps a range returned by `map_rw` (or any range this crate mapped).
 ///
 /// # Safety

@@ -25,7 +25,10 @@
 //!   calls). `last_error`: the thread's last error and its message.
 //! - `settings`: the float-overflow mode and op timeouts (kept, checked).
 //! - `copy`: 2D copies. `vmm`: reserve/physical/map/unmap on one sparse
-//!   memfd per device (`ranges` allocates within it).
+//!   memfd per device (`ranges` allocates within it); aclrtMalloc's
+//!   blocks live in the same memfd.
+//! - `ipc`: memory shared with other processes of the host, by key
+//!   (aclrtMalloc blocks) and by shareable handle (physical handles).
 //! - `allocator_desc`: the aclrtAllocator* family; `run_op`: the graph-engine
 //!   driver `aclemu_run_op`.
 //! - `faults`: `aclemu_fail_nth`, `aclemu_fault_pending` (fault injection only).
@@ -65,6 +68,7 @@ mod faults;
 mod ffi;
 mod host_map;
 mod init;
+mod ipc;
 mod last_error;
 mod memcpy;
 mod memory;
@@ -104,6 +108,10 @@ pub use event::{
 };
 pub use faults::{aclemu_fail_nth, aclemu_fault_pending};
 pub use init::{aclFinalize, aclInit};
+pub use ipc::{
+    aclrtDeviceGetBareTgid, aclrtIpcMemClose, aclrtIpcMemGetExportKey, aclrtIpcMemImportByKey, aclrtIpcMemSetImportPid,
+    aclrtMemExportToShareableHandle, aclrtMemImportFromShareableHandle, aclrtMemSetPidToShareableHandle,
+};
 pub use last_error::{aclGetRecentErrMsg, aclrtGetLastError, aclrtPeekAtLastError};
 pub use memcpy::{aclrtMemcpy, aclrtMemcpyAsync, aclrtMemset, aclrtMemsetAsync};
 pub use memory::{aclrtFree, aclrtFreeHost, aclrtMalloc, aclrtMallocAlign32, aclrtMallocHost};

@@ -1,5 +1,8 @@
 //! aclrtMalloc / aclrtFree (device memory) and aclrtMallocHost /
-//! aclrtFreeHost (pinned host memory), on anonymous host mappings.
+//! aclrtFreeHost (pinned host memory). Device blocks are shared mappings of
+//! a range of their device's memory file (`vmm::take_file_range`), so that
+//! another process can map an exported block (`ipc`); host blocks are
+//! anonymous mappings.
 //!
 //! Device blocks are charged their ACL "actual size" against the current
 //! device's capacity (docs/acl-api.md §5): round up to 32 and add 32,
@@ -36,6 +39,8 @@ const HUGE1G_ONLY_P2P: u32 = 7;
 struct Block {
     base: usize,
     map_len: usize,
+    /// Where the mapping lies in the device's memory file (device blocks).
+    file_offset: u64,
     len: usize,
     charged: u64,
     pool: PagePool,
@@ -64,15 +69,26 @@ pub fn charged_size(size: usize, policy: u32, padded: bool) -> Option<u64> {
     }
 }
 
-/// True if `addr` lies inside a live aclrtMalloc block.
+/// True if `addr` lies inside a live aclrtMalloc block (or memory
+/// imported by key).
 pub fn is_device_block(addr: usize) -> bool {
     covers((addr, addr + 1))
 }
 
-/// True if `[start, end)` lies inside one live aclrtMalloc block.
+/// True if `[start, end)` lies inside one live aclrtMalloc block, or one
+/// memory imported by key.
 pub fn covers((start, end): violation::Span) -> bool {
     let blocks = lock(&BLOCKS);
     blocks.device.range(..=start).next_back().is_some_and(|(&block, b)| end <= block + b.len)
+        || crate::ipc::imported_covers((start, end))
+}
+
+/// The live aclrtMalloc block starting at `ptr`, for an export: (device,
+/// its memory file, the offset of `ptr` in it, the bytes usable).
+pub fn shareable_range(ptr: usize) -> Option<(i32, std::os::fd::RawFd, u64, usize)> {
+    let b = *lock(&BLOCKS).device.get(&ptr)?;
+    let fd = crate::vmm::file_of(b.device)?;
+    Some((b.device, fd, b.file_offset + (ptr - b.base) as u64, b.len))
 }
 
 /// Live aclrtMallocHost memory, process-wide: bytes asked for and blocks.
@@ -127,6 +143,7 @@ fn start_offset() -> usize {
 
 unsafe fn malloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32, padded: bool) -> AclResult<()> {
     require(!dev_ptr.is_null() && size != 0)?;
+    crate::ipc::reap();
     let id = device::current()?;
     let dev = device::get(id)?;
     let charged = charged_size(size, policy, padded).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
@@ -142,15 +159,21 @@ unsafe fn malloc(dev_ptr: *mut *mut c_void, size: usize, policy: u32, padded: bo
         dev.uncharge(charged, pool);
         return Err(e);
     }
-    let Some(base) = host_map::map_rw(map_len) else {
+    let mapped = crate::vmm::take_file_range(id, map_len as u64).and_then(|(fd, at)| {
+        let base = host_map::map_file(fd, at, map_len);
+        if base.is_none() {
+            crate::vmm::return_file_range(id, at, map_len as u64);
+        }
+        Some((base?, at))
+    });
+    let Some((base, file_offset)) = mapped else {
         dev.uncharge(charged, pool);
         device::return_address(map_len as u64);
         return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
     };
     let ptr = (base as usize + offset) as *mut c_void;
-    lock(&BLOCKS)
-        .device
-        .insert(ptr as usize, Block { base: base as usize, map_len, len: map_len - offset, charged, pool, device: id });
+    let block = Block { base: base as usize, map_len, file_offset, len: map_len - offset, charged, pool, device: id };
+    lock(&BLOCKS).device.insert(ptr as usize, block);
     let counters = usage::of(id);
     usage::add(&counters.malloc_bytes, charged);
     usage::add(&counters.malloc_count, 1);
@@ -166,35 +189,51 @@ fn free(ptr: *mut c_void) -> AclResult<()> {
     // SAFETY: the block was ours and is now out of the registry; aclrtFree
     // does not wait for queued work, as on a device (queued work that runs
     // later finds the memory gone and skips it).
+    unsafe { drop_block(start, block) };
+    Ok(())
+}
+
+/// Unmaps a block taken out of the registry and gives its memory back, or,
+/// while another process holds it imported, once none does.
+///
+/// # Safety
+/// Nothing may use the block's mapping afterwards.
+unsafe fn drop_block(start: usize, block: Block) {
+    // SAFETY: the caller gives the mapping up.
     unsafe { host_map::unmap(block.base as *mut c_void, block.map_len) };
-    let dev = device::get(block.device)?;
-    dev.uncharge(block.charged, block.pool);
     device::return_address(block.map_len as u64);
+    let exported_at = block.file_offset + (start - block.base) as u64;
+    let later = || -> crate::ipc::Release { Box::new(move || give_back(&block)) };
+    if crate::ipc::freed(block.device, exported_at, later) {
+        give_back(&block);
+    }
+}
+
+/// Gives a freed block's memory back: its range of the file, its charge,
+/// its counters.
+fn give_back(block: &Block) {
+    crate::vmm::return_file_range(block.device, block.file_offset, block.map_len as u64);
+    if let Ok(dev) = device::get(block.device) {
+        dev.uncharge(block.charged, block.pool);
+    }
     let counters = usage::of(block.device);
     usage::sub(&counters.malloc_bytes, block.charged);
     usage::sub(&counters.malloc_count, 1);
-    Ok(())
 }
 
 /// Releases every aclrtMalloc block of `device` (nothing holds the device
 /// any more, `device_refs`): unmapped and uncharged, as a device release
 /// frees the process's device memory.
 pub fn release_device(device: i32) {
-    let gone: Vec<Block> = {
+    let gone: Vec<(usize, Block)> = {
         let mut blocks = lock(&BLOCKS);
         let keys: Vec<usize> = blocks.device.iter().filter(|(_, b)| b.device == device).map(|(&k, _)| k).collect();
-        keys.iter().filter_map(|k| blocks.device.remove(k)).collect()
+        keys.iter().filter_map(|&k| blocks.device.remove(&k).map(|b| (k, b))).collect()
     };
-    let Ok(dev) = device::get(device) else { return };
-    let counters = usage::of(device);
-    for block in gone {
+    for (start, block) in gone {
         // SAFETY: the block was ours and is now out of the registry; the
         // device's work was finished before its release.
-        unsafe { host_map::unmap(block.base as *mut c_void, block.map_len) };
-        dev.uncharge(block.charged, block.pool);
-        device::return_address(block.map_len as u64);
-        usage::sub(&counters.malloc_bytes, block.charged);
-        usage::sub(&counters.malloc_count, 1);
+        unsafe { drop_block(start, block) };
     }
 }
 
@@ -204,7 +243,7 @@ unsafe fn malloc_host(host_ptr: *mut *mut c_void, size: usize) -> AclResult<()> 
     let ptr = host_map::map_rw(len).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
     lock(&BLOCKS).host.insert(
         ptr as usize,
-        Block { base: ptr as usize, map_len: len, len, charged: 0, pool: PagePool::Normal, device: -1 },
+        Block { base: ptr as usize, map_len: len, file_offset: 0, len, charged: 0, pool: PagePool::Normal, device: -1 },
     );
     // SAFETY: host_ptr checked non-NULL; the caller promises it is writable.
     unsafe { write_out(host_ptr, ptr) }

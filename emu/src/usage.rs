@@ -91,6 +91,9 @@ pub unsafe extern "C" fn aclemu_get_usage(device: i32, out: *mut aclemu_usage) -
         if out.is_null() {
             return Err(ACL_ERROR_INVALID_PARAM);
         }
+        // Memory that other processes held and have let go of counts as
+        // given back from now on.
+        crate::ipc::reap();
         let snapshot = device::get(device)?.usage.snapshot();
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, snapshot) }

@@ -125,7 +125,10 @@ unsafe fn reserve(
         device::return_address(len as u64);
         return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
     };
-    vmm().reservations.insert(start, Reservation { len, owner, mapped_device: None, mappings: BTreeMap::new() });
+    vmm().reservations.insert(
+        start,
+        Reservation { len, owner, mapped_device: None, mapped_imported: None, mappings: BTreeMap::new() },
+    );
     if let Some(id) = owner {
         usage::add(&usage::of(id).reserved_ranges, 1);
     }

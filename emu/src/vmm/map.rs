@@ -35,7 +35,8 @@ fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64)
     let id = handle_id(Kind::Physical, h).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
     // A handle freed while mapped may be mapped again (reference counted).
     let phys = v.handles.get(&id).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
-    let (device, file_offset, granularity) = (phys.device, phys.offset, phys.granularity);
+    let (device, granularity, imported) = (phys.device, phys.granularity, phys.imported.is_some());
+    let (fd, file_offset) = phys.file(&v.pools);
     require_kernel(size as u64 == phys.size)?;
     let addr = ptr as usize;
     // Sizes and addresses follow the attr's granularity: a 1 GiB page maps
@@ -43,7 +44,6 @@ fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64)
     // giant page align").
     require_kernel(addr.is_multiple_of(granularity.max(GRANULARITY) as usize))?;
     let start = v.reservation_of(addr, size).ok_or(ACL_ERROR_RT_DRV_INTERNAL_ERROR)?;
-    let fd = v.pools[&device].raw_fd();
     let r = &v.reservations[&start];
     let overlaps_prev = r.mappings.range(..=addr).next_back().is_some_and(|(&m, mp)| m + mp.len > addr);
     let overlaps_next = r.mappings.range(addr..).next().is_some_and(|(&m, _)| m < addr + size);
@@ -51,6 +51,7 @@ fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64)
     // The first map fixes the reservation's device, and unmapping does not
     // clear it (RB: "Don't clear the first bitmap status").
     require_kernel(r.mapped_device.is_none_or(|d| d == device))?;
+    require_kernel(r.mapped_imported.is_none_or(|i| i == imported))?;
     // SAFETY: [addr, addr + size) lies inside our own reservation and no
     // mapping covers it; the memfd range belongs to this handle.
     let p = unsafe {
@@ -68,9 +69,12 @@ fn map(ptr: *mut c_void, size: usize, offset: usize, h: *mut c_void, flags: u64)
     }
     let r = v.reservations.get_mut(&start).expect("looked up above");
     r.mapped_device = Some(device);
+    r.mapped_imported = Some(imported);
     r.mappings.insert(addr, Mapping { len: size, handle: id });
     v.handles.get_mut(&id).expect("looked up above").mappings += 1;
-    usage::add(&usage::of(device).mapped_bytes, size as u64);
+    if !imported {
+        usage::add(&usage::of(device).mapped_bytes, size as u64);
+    }
     Ok(())
 }
 
@@ -102,7 +106,9 @@ fn unmap(ptr: *mut c_void) -> AclResult<()> {
     let phys = v.handles.get_mut(&mapping.handle).expect("mapped handles stay registered");
     phys.mappings -= 1;
     let (device, release) = (phys.device, phys.freed && phys.mappings == 0);
-    usage::sub(&usage::of(device).mapped_bytes, mapping.len as u64);
+    if phys.imported.is_none() {
+        usage::sub(&usage::of(device).mapped_bytes, mapping.len as u64);
+    }
     if release {
         v.release_handle(mapping.handle);
     }

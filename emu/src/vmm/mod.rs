@@ -54,6 +54,19 @@ struct Phys {
     mappings: u32,
     /// aclrtFreePhysical was called while mapped.
     freed: bool,
+    /// Another process's memory (`ipc`): mapped from its memory file, and
+    /// charged to its device, not this one's.
+    imported: Option<crate::ipc::Imported>,
+}
+
+impl Phys {
+    /// The memory file and offset it maps from.
+    fn file(&self, pools: &HashMap<i32, Pool>) -> (std::os::fd::RawFd, u64) {
+        match &self.imported {
+            Some(i) => (i.fd(), i.range().0),
+            None => (pools[&self.device].raw_fd(), self.offset),
+        }
+    }
 }
 
 struct Mapping {
@@ -68,6 +81,9 @@ struct Reservation {
     owner: Option<i32>,
     /// The device of the first handle mapped here; never cleared.
     mapped_device: Option<i32>,
+    /// Whether the first handle mapped here was imported: a range binds
+    /// handles of one origin only, allocated or imported (docs 11-04).
+    mapped_imported: Option<bool>,
     mappings: BTreeMap<usize, Mapping>,
 }
 
@@ -94,20 +110,99 @@ impl Vmm {
         (end <= start + r.len).then_some(start)
     }
 
-    /// Drops a handle for good: its range, its charge, its counters.
+    /// Drops a handle for good: its range, its charge, its counters; an
+    /// imported handle drops its hold on the exporter's memory, and an
+    /// exported one that another process holds is given back once no
+    /// process holds it (`ipc::reap`).
     fn release_handle(&mut self, id: u64) {
         let Some(p) = self.handles.remove(&id) else {
             return;
         };
-        if let Some(pool) = self.pools.get_mut(&p.device) {
-            pool.release(p.offset, p.size);
+        if p.imported.is_some() {
+            return;
         }
-        if let Ok(dev) = crate::device::get(p.device) {
-            dev.uncharge(p.size, p.pool);
+        let (device, offset, size, pool) = (p.device, p.offset, p.size, p.pool);
+        let later = || -> crate::ipc::Release { Box::new(move || give_back(&mut vmm(), device, offset, size, pool)) };
+        if crate::ipc::freed(device, offset, later) {
+            give_back(self, device, offset, size, pool);
         }
-        let counters = crate::usage::of(p.device);
-        crate::usage::sub(&counters.physical_bytes, p.size);
-        crate::usage::sub(&counters.physical_count, 1);
+    }
+}
+
+/// Gives a released handle's memory back: its range of the file, its
+/// charge, its counters.
+fn give_back(v: &mut Vmm, device: i32, offset: u64, size: u64, pool: crate::device::PagePool) {
+    if let Some(file) = v.pools.get_mut(&device) {
+        file.release(offset, size);
+    }
+    if let Ok(dev) = crate::device::get(device) {
+        dev.uncharge(size, pool);
+    }
+    let counters = crate::usage::of(device);
+    crate::usage::sub(&counters.physical_bytes, size);
+    crate::usage::sub(&counters.physical_count, 1);
+}
+
+/// Exports physical handle `h` through `export` (device, memory file,
+/// offset, bytes, page size): 107017 for an unknown handle, 507899 for an
+/// imported one (a process does not export what it imported).
+pub fn export_handle<T>(
+    h: *mut std::ffi::c_void,
+    export: impl FnOnce(i32, std::os::fd::RawFd, u64, u64, u64) -> crate::error::AclResult<T>,
+) -> crate::error::AclResult<T> {
+    use crate::error::{ACL_ERROR_RT_DRV_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE};
+    let v = vmm();
+    let id = crate::ffi::handle_id(crate::ffi::Kind::Physical, h).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+    let p = v.handles.get(&id).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+    if p.imported.is_some() || p.freed {
+        return Err(ACL_ERROR_RT_DRV_INTERNAL_ERROR);
+    }
+    export(p.device, v.pools[&p.device].raw_fd(), p.offset, p.size, p.granularity)
+}
+
+/// Makes a physical handle of `device` for memory imported from another
+/// process.
+pub fn import_handle(device: i32, imported: crate::ipc::Imported) -> *mut std::ffi::c_void {
+    let (_, size, granularity) = imported.range();
+    let mut v = vmm();
+    let id = v.next_handle;
+    v.next_handle += 1;
+    let phys = Phys {
+        device,
+        pool: crate::device::PagePool::Huge,
+        offset: 0,
+        size,
+        granularity,
+        mappings: 0,
+        freed: false,
+        imported: Some(imported),
+    };
+    v.handles.insert(id, phys);
+    crate::ffi::handle(crate::ffi::Kind::Physical, id)
+}
+
+/// Takes `len` bytes (a multiple of the host page) of `device`'s memory
+/// file, making the file if needed: (its descriptor, the offset). Device
+/// memory of every kind lives in that one file, so that another process
+/// can map what this one exports (`ipc`).
+pub fn take_file_range(device: i32, len: u64) -> Option<(std::os::fd::RawFd, u64)> {
+    let mut v = vmm();
+    let pool = match v.pools.entry(device) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(Pool::new(device)?),
+    };
+    Some((pool.raw_fd(), pool.alloc(len)?))
+}
+
+/// `device`'s memory file, if it has one yet.
+pub fn file_of(device: i32) -> Option<std::os::fd::RawFd> {
+    vmm().pools.get(&device).map(Pool::raw_fd)
+}
+
+/// Gives back a range `take_file_range` took, dropping its pages.
+pub fn return_file_range(device: i32, offset: u64, len: u64) {
+    if let Some(pool) = vmm().pools.get_mut(&device) {
+        pool.release(offset, len);
     }
 }
 

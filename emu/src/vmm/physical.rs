@@ -12,7 +12,7 @@
 //! - `ACL_HBM_MEM_NORMAL` handles are made of huge pages (docs), so they
 //!   count in the huge pool.
 
-use super::{vmm, Phys, Pool, GRANULARITY, GRANULARITY_1G};
+use super::{vmm, Phys, GRANULARITY, GRANULARITY_1G};
 use crate::device::{self, PagePool};
 use crate::error::{
     require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_DRV_INTERNAL_ERROR, ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
@@ -82,6 +82,7 @@ unsafe fn malloc_physical(
 ) -> AclResult<()> {
     require(!out.is_null() && !prop.is_null() && size != 0)?;
     require(flags == 0)?;
+    crate::ipc::reap();
     // SAFETY: checked non-NULL; the caller promises a readable prop.
     let prop = unsafe { prop.read() };
     let granularity = granularity_of(&prop)?;
@@ -107,22 +108,17 @@ unsafe fn malloc_physical(
     let dev_id = prop.location.id as i32;
     let dev = device::get(dev_id)?;
     dev.charge(size, pool)?;
-    let mut v = vmm();
-    let offset = match v.pools.get_mut(&dev_id) {
-        Some(pool) => pool.alloc(size),
-        None => Pool::new(dev_id).and_then(|mut pool| {
-            let offset = pool.alloc(size);
-            v.pools.insert(dev_id, pool);
-            offset
-        }),
-    };
-    let Some(offset) = offset else {
+    let Some((_, offset)) = super::take_file_range(dev_id, size) else {
         dev.uncharge(size, pool);
         return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
     };
+    let mut v = vmm();
     let id = v.next_handle;
     v.next_handle += 1;
-    v.handles.insert(id, Phys { device: dev_id, pool, offset, size, granularity, mappings: 0, freed: false });
+    v.handles.insert(
+        id,
+        Phys { device: dev_id, pool, offset, size, granularity, mappings: 0, freed: false, imported: None },
+    );
     drop(v);
     let counters = usage::of(dev_id);
     usage::add(&counters.physical_bytes, size);
