@@ -39,6 +39,11 @@ typedef void *aclrtStream;
 #define NPUALLOC_EMPTY_KEEP_HANDLES 1
 
 /**
+ * Bytes of an `npualloc_ipc_handle`.
+ */
+#define NPUALLOC_IPC_HANDLE_SIZE 128
+
+/**
  * How many devices the pluggable entry points can serve (ids 0 to this - 1).
  */
 #define NPUALLOC_PLUGGABLE_MAX_DEVICES 64
@@ -48,7 +53,7 @@ typedef void *aclrtStream;
  * fields from `num_physical_mallocs` on, 3 those from `segments_peak` on,
  * 4 `num_handle_moves`, 5 those from `allocated_bytes_total` on.
  */
-#define NPUALLOC_STATS_VERSION 5
+#define NPUALLOC_STATS_VERSION 6
 
 /**
  * The pool kind `npualloc_get_kind_stats` reports on: PyTorch's small pool
@@ -241,6 +246,14 @@ typedef void (*npualloc_segment_hook)(void *user,
                                       uint64_t pool);
 
 /**
+ * What `npualloc_ipc_export` writes: plain bytes, to be copied through a
+ * pipe, socket, file or shared memory to another process of the host.
+ */
+typedef struct npualloc_ipc_handle {
+    uint8_t bytes[NPUALLOC_IPC_HANDLE_SIZE];
+} npualloc_ipc_handle;
+
+/**
  * Allocator statistics (PyTorch `memory_stats()` vocabulary, plus where the
  * reserved memory is). The caller sets `struct_size` to
  * `sizeof(npualloc_stats)`; fields past it are not written, so callers built
@@ -414,6 +427,17 @@ typedef struct npualloc_stats {
      * -1, read as a signed number).
      */
     uint64_t max_split_size;
+    /**
+     * Live blocks exported to other processes (`npualloc_ipc_export`).
+     * (Version 6 from here on.)
+     */
+    uint64_t exported_blocks;
+    /**
+     * Bytes of freed blocks that other processes still hold imported:
+     * neither handed out nor given back until the last of them lets go
+     * (counted in `pending_free_bytes` too).
+     */
+    uint64_t held_for_importers_bytes;
 } npualloc_stats;
 
 /**
@@ -526,6 +550,9 @@ typedef struct npualloc_api {
     npualloc_status (*for_each_segment)(const struct npualloc_allocator*,
                                         npualloc_segment_hook,
                                         void*);
+    npualloc_status (*ipc_export)(struct npualloc_allocator*, void*, struct npualloc_ipc_handle*);
+    npualloc_status (*ipc_import)(const struct npualloc_ipc_handle*, int32_t, void**, size_t*);
+    npualloc_status (*ipc_close)(void*);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -1051,6 +1078,74 @@ npualloc_status npualloc_set_segment_observer(struct npualloc_allocator *a,
 npualloc_status npualloc_for_each_segment(const struct npualloc_allocator *a,
                                           npualloc_segment_hook fn,
                                           void *user);
+
+/**
+ * Exports the live block that starts at `ptr` (of allocator `a`, any pool,
+ * either mode, any size) so that another process of the host can map the
+ * same memory with `npualloc_ipc_import`; writes the handle to `out`.
+ * Exporting a block again gives the same handle.
+ *
+ * While any process holds the block imported, its memory is neither
+ * handed to another request nor given back, even after this process frees
+ * it: the free succeeds at once, and the memory returns to the cache when
+ * the last importer closes it or exits (seen by a later free, empty_cache
+ * or the out-of-memory ladder). A block freed before any process imported
+ * it is no longer exported. With expandable segments and a segment
+ * observer set (a communication library registers the handles, and the
+ * runtime exports a handle once per process) the export is refused with
+ * NPUALLOC_ERR_UNSUPPORTED.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle or NULL
+ * `ptr` or `out`, NPUALLOC_ERR_UNKNOWN_POINTER when `ptr` is not the start
+ * of a live block of `a`, NPUALLOC_ERR_UNSUPPORTED when the runtime lacks
+ * the sharing calls, NPUALLOC_ERR_RUNTIME when it refuses. Nothing changes
+ * on an error. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle; `out` is NULL or writable.
+ */
+npualloc_status npualloc_ipc_export(struct npualloc_allocator *a,
+                                    void *ptr,
+                                    struct npualloc_ipc_handle *out);
+
+/**
+ * In another process than the exporter's (it needs no allocator of its
+ * own), maps the memory of the block `h` names on `device` (the
+ * exporter's device, or another device of the host where the runtime
+ * allows it) and writes the address of its first byte to `out_ptr` and
+ * its usable size (at least what was requested) to `out_size`. The
+ * importer sees the exporter's bytes and the exporter the importer's
+ * writes. Importing one handle twice gives two imports (the same address
+ * for a fixed-segment block), each ended by one `npualloc_ipc_close`. An
+ * import stays valid after the exporter exits.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for NULL arguments, bytes that are
+ * not an export's, a handle this process exported ("use the pointer
+ * itself"), a block no longer exported or an exporter that has exited;
+ * NPUALLOC_ERR_RUNTIME when the runtime refuses. Nothing changes on an
+ * error. Thread-safe.
+ *
+ * # Safety
+ * `h` is NULL or readable; `out_ptr` and `out_size` NULL or writable.
+ */
+npualloc_status npualloc_ipc_import(const struct npualloc_ipc_handle *h,
+                                    int32_t device,
+                                    void **out_ptr,
+                                    size_t *out_size);
+
+/**
+ * Ends one import of the block at `ptr`, a pointer `npualloc_ipc_import`
+ * returned; the last unmaps it, and the exporter may reuse the memory once
+ * no process holds it. Work queued on the memory must be finished first.
+ *
+ * Returns NPUALLOC_ERR_UNKNOWN_POINTER when `ptr` is no live import,
+ * NPUALLOC_ERR_RUNTIME when the runtime refuses to unmap (the import has
+ * ended all the same). Thread-safe.
+ *
+ * # Safety
+ * Nothing may use the imported memory after its last close.
+ */
+npualloc_status npualloc_ipc_close(void *ptr);
 
 /**
  * The message recorded by the most recent failing npualloc call on this

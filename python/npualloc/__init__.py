@@ -24,11 +24,13 @@ from ._lib import find_library
 
 __all__ = [
     "MemBlock",
+    "SharedBlock",
     "CachingAllocator",
     "StreamAllocator",
     "Pool",
     "NpuallocError",
     "find_library",
+    "ipc_import",
     "version",
 ]
 
@@ -447,6 +449,20 @@ class CachingAllocator:
         _check(self._lib.npualloc_query(self._live(), _block_ptr(addr), ctypes.byref(info)))
         return {"addr": info.addr, "size": info.size, "requested": info.requested, "stream": info.stream or 0}
 
+    def ipc_export(self, block):
+        """The 128 bytes (``bytes``) that let another process of the host map
+        ``block``'s memory with ``npualloc.ipc_import``: send them through a
+        pipe, socket, file or shared memory. Exporting a block again gives
+        the same bytes. While a process holds the block imported, its memory
+        is neither handed out again nor given back, even after ``free``
+        (which succeeds at once); a block freed before any import is no
+        longer exported. ValueError for a block not live here;
+        NpuallocError (UNSUPPORTED) with expandable segments while a
+        communication library observes the segments."""
+        out = _lib.IpcHandle()
+        _check(self._lib.npualloc_ipc_export(self._live(), _block_ptr(block), ctypes.byref(out)))
+        return bytes(out.bytes)
+
     def set_memory_fraction(self, fraction):
         """Caps the memory this allocator reserves at ``fraction`` (0 to 1)
         of the device's total; what is reserved already stays. ValueError
@@ -619,6 +635,64 @@ class Pool:
         """Destroys the pool: its cached memory goes back to the device;
         its live blocks stay valid until freed. ValueError while routed."""
         _check(self._lib.npualloc_pool_destroy(self._allocator._live(), self.id))
+
+
+class SharedBlock:
+    """Another process's block, mapped here by ``ipc_import``: ``addr`` and
+    ``size`` (read-only). ``close()`` (or leaving a ``with`` block) ends the
+    import; the exporter may then reuse the memory once no process holds it.
+    Work queued on the memory must be finished before the close."""
+
+    __slots__ = ("_addr", "_size", "_open")
+
+    def __init__(self, addr, size):
+        self._addr, self._size, self._open = addr, size, True
+
+    @property
+    def addr(self):
+        return self._addr
+
+    @property
+    def size(self):
+        return self._size
+
+    def close(self):
+        """Ends this import. Idempotent."""
+        if self._open:
+            self._open = False
+            _check(_lib.lib().npualloc_ipc_close(ctypes.c_void_p(self._addr)))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        state = "" if self._open else ", closed"
+        return f"SharedBlock(addr={self._addr:#x}, size={self._size}{state})"
+
+
+def ipc_import(handle, device=0):
+    """Maps, on ``device``, the block another process exported with
+    ``CachingAllocator.ipc_export``; returns a ``SharedBlock``. This process
+    needs no allocator of its own. The same memory: each side sees the
+    other's writes. Importing the same bytes twice gives two imports, each
+    closed once. TypeError unless ``handle`` is 128 bytes (``bytes``,
+    ``bytearray`` or ``memoryview``); ValueError for bytes that are not an
+    export, an export of this very process, or a block no longer exported
+    (freed, or its process gone)."""
+    if not isinstance(handle, (bytes, bytearray, memoryview)):
+        raise TypeError(f"handle must be the 128 bytes ipc_export returned, not {type(handle).__name__}")
+    raw = bytes(handle)
+    if len(raw) != 128:
+        raise TypeError(f"handle must be the 128 bytes ipc_export returned, got {len(raw)} bytes")
+    device = _device(device)
+    h = _lib.IpcHandle()
+    ctypes.memmove(h.bytes, raw, 128)
+    out, size = ctypes.c_void_p(), ctypes.c_size_t()
+    _check(_lib.lib().npualloc_ipc_import(ctypes.byref(h), device, ctypes.byref(out), ctypes.byref(size)))
+    return SharedBlock(out.value, size.value)
 
 
 def version():

@@ -69,6 +69,7 @@ class Stats(ctypes.Structure):
             "segments_peak", "num_segments_created", "num_segments_released",
             "num_handle_moves", "allocated_bytes_total", "reserved_bytes_total", "pending_free_blocks",
             "inactive_split_blocks", "inactive_split_bytes", "max_split_size",
+            "exported_blocks", "held_for_importers_bytes",
         )
     ]
 
@@ -81,6 +82,11 @@ class BlockInfo(ctypes.Structure):
         ("requested", ctypes.c_uint64),
         ("stream", ctypes.c_void_p),
     ]
+
+
+class IpcHandle(ctypes.Structure):
+    # npualloc_ipc_handle (include/npualloc.h).
+    _fields_ = [("bytes", ctypes.c_ubyte * 128)]
 
 
 _lib = None
@@ -132,6 +138,9 @@ def lib():
             "npualloc_reset_peak_stats": (status, [P]),
             "npualloc_binding_create": (status, [P, P, ctypes.POINTER(P)]),
             "npualloc_binding_destroy": (status, [P]),
+            "npualloc_ipc_export": (status, [P, P, ctypes.POINTER(IpcHandle)]),
+            "npualloc_ipc_import": (status, [ctypes.POINTER(IpcHandle), I, ctypes.POINTER(P), ctypes.POINTER(S)]),
+            "npualloc_ipc_close": (status, [P]),
         }
         for name, (restype, argtypes) in sigs.items():
             fn = getattr(handle, name)

@@ -39,6 +39,8 @@ impl<B: Memory> Pool<B> {
         self.counters().add_to(s);
         s.pending_free_bytes += (self.cache.pending_bytes() + self.quarantined_bytes()) as u64;
         s.pending_free_blocks += self.cache.order.pending_count() as u64;
+        s.exported_blocks += self.cache.order.exported_count() as u64;
+        s.held_for_importers_bytes += self.cache.order.held_bytes() as u64;
         for seg in self.cache.segments.ids() {
             s.segment_bytes += B::held_bytes(&self.backing, seg) as u64;
             s.address_space_bytes += self.cache.segments.get(seg).size as u64;

@@ -68,6 +68,7 @@ pub mod pytorch_snapshot;
 mod reclaim;
 mod shard;
 mod shared;
+pub(crate) mod sharing;
 mod sleep;
 mod sleep_state;
 mod snapshot;
@@ -112,6 +113,10 @@ pub struct BlockInfo {
 pub struct TeardownReport {
     pub live_blocks: usize,
     pub live_bytes: usize,
+    /// Freed blocks other processes still hold imported, and their bytes:
+    /// left where they are (`sharing`).
+    pub held_blocks: usize,
+    pub held_bytes: usize,
 }
 
 /// The device allocator over the backing it was created with.
@@ -223,9 +228,10 @@ impl DeviceAllocator {
                 let b = ExpandableRanges::new(&config, page, total);
                 Engine::Expandable(Device::new(shared(&rt, device, &config, limit, trace, b, hold), max_streams))
             }
-            _ => {
-                Engine::Fixed(Device::new(shared(&rt, device, &config, limit, trace, FixedSegments, hold), max_streams))
-            }
+            _ => Engine::Fixed(Device::new(
+                shared(&rt, device, &config, limit, trace, FixedSegments::default(), hold),
+                max_streams,
+            )),
         };
         Ok(DeviceAllocator { engine, device, rt, config, joined: Default::default() })
     }
@@ -287,6 +293,12 @@ impl DeviceAllocator {
     /// one, or at once from inside a hook call.
     pub fn set_segment_observer(&self, hook: Option<(hooks::SegmentHook, *mut std::ffi::c_void)>) {
         with_device!(&self.engine, d => d.sh.hooks.set_segment(hook))
+    }
+
+    /// Exports the live block at `addr` to other processes of the host;
+    /// returns the handle's bytes (`sharing`).
+    pub fn ipc_export(&self, addr: usize) -> Result<[u8; sharing::table::HANDLE_SIZE]> {
+        with_device!(&self.engine, d => d.ipc_export(addr))
     }
 
     /// What the device holds now, as the segment observer would have been

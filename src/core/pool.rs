@@ -201,19 +201,22 @@ impl<B: Memory> Pool<B> {
     #[inline(never)]
     fn free_used_elsewhere(&mut self, id: BlockId, addr: usize) -> Result<()> {
         if self.used_by_graph(id) {
+            // Never reused: whoever imported it keeps it (`sharing`).
+            let _ = self.cache.order.end_export(id);
             self.quarantine(id, addr);
             return Ok(());
         }
         let sh = self.sh.clone();
         let c = &mut self.cache;
         let events = c.order.free_events(&sh.calls(), id)?;
+        let hold = c.order.end_export(id);
         c.registry.remove(&addr);
         let (size, requested) = {
             let b = c.blocks.get(id);
             (b.size, b.requested)
         };
         c.counters.block_freed(size, requested);
-        let deferred = c.order.defer(id, events, size);
+        let deferred = c.order.defer(id, events, size, hold);
         sh.history.freed(addr, requested, c.stream, !deferred);
         if deferred {
             c.blocks.get_mut(id).state = BlockState::Pending;
@@ -349,7 +352,8 @@ impl<B: Memory> Pool<B> {
             _ => return Err(self.unknown_pointer(addr, "erase_stream")),
         };
         if c.order.forget_use(id, stream) {
-            c.blocks.get_mut(id).has_other_streams = false;
+            // An exported block's free still takes the slow path.
+            c.blocks.get_mut(id).has_other_streams = c.order.exported(id);
         }
         Ok(())
     }

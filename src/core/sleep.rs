@@ -49,6 +49,18 @@ impl<B: Memory> Device<B> {
             if !mode.releases() {
                 continue;
             }
+            // Memory another process maps must stay where it is.
+            for s in p.shards.iter() {
+                let pool = s.lock_anyway();
+                if let Some(addr) = pool.cache.imported_block() {
+                    return Err(Error::InvalidArgument(format!(
+                        "pool {} would sleep with sleep={} while another process holds its block {addr:#x} \
+                         imported (npualloc_ipc_import): that process must close it first; nothing was changed",
+                        p.id,
+                        mode.name()
+                    )));
+                }
+            }
             if !B::SLEEPS_LIVE && p.shards.iter().any(|s| s.lock_anyway().cache.live().0 > 0) {
                 return Err(Error::Unsupported(format!(
                     "sleep with sleep={} needs expandable segments while pool {} has live blocks (fixed segments \

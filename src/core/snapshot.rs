@@ -54,6 +54,10 @@ pub struct BlockSnapshot {
     pub requested: usize,
     pub state: BlockSnapshotState,
     pub stream: usize,
+    /// Shared with other processes: exported (active), or held imported
+    /// after its free (pending-free). Written only when true.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub exported: bool,
 }
 
 /// One fixed segment or expandable range.
@@ -100,7 +104,8 @@ impl<B: Memory> Device<B> {
                 let seg = pool.cache.segments.get(seg_id);
                 let (expandable, held) = B::describe(&pool.backing, seg_id);
                 let mut blocks = Vec::new();
-                for (_, b) in pool.cache.blocks_of(seg_id) {
+                for (id, b) in pool.cache.blocks_of(seg_id) {
+                    let exported = pool.cache.order.shared(id);
                     let (state, requested) = match b.state {
                         BlockState::Allocated => (BlockSnapshotState::Active, b.requested),
                         BlockState::Pending => (BlockSnapshotState::PendingFree, b.requested),
@@ -114,6 +119,7 @@ impl<B: Memory> Device<B> {
                         requested,
                         state,
                         stream,
+                        exported,
                     }));
                 }
                 segments.push(SegmentSnapshot {
@@ -243,8 +249,16 @@ mod tests {
     fn json_keeps_the_documented_fields_in_order() {
         let stats = Stats { reserved_bytes: 4096, segment_bytes: 4096, ..Stats::default() };
         use BlockSnapshotState::{Active, Cached, PendingFree};
-        let blocks = [(65536, 1024, 1000, Active), (66560, 1024, 0, Cached), (67584, 2048, 2000, PendingFree)]
-            .map(|(address, size, requested, state)| BlockSnapshot { address, size, requested, state, stream: 7 });
+        let blocks = [(65536, 1024, 1000, Active), (66560, 1024, 0, Cached), (67584, 2048, 2000, PendingFree)].map(
+            |(address, size, requested, state)| BlockSnapshot {
+                address,
+                size,
+                requested,
+                state,
+                stream: 7,
+                exported: state == Active,
+            },
+        );
         let segment = SegmentSnapshot {
             address: 65536,
             size: 4096,
@@ -264,7 +278,7 @@ mod tests {
         let expected = format!(
             "{{\"device\":1,\"stats\":{{{}}},\"segments\":[{{\"address\":65536,\"size\":4096,\
              \"address_space_bytes\":8192,\"mapped_bytes\":4096,\"pool\":\"large\",\"pool_id\":3,\"stream\":7,\"expandable\":true,\
-             \"blocks\":[{{\"address\":65536,\"size\":1024,\"requested\":1000,\"state\":\"active\",\"stream\":7}},\
+             \"blocks\":[{{\"address\":65536,\"size\":1024,\"requested\":1000,\"state\":\"active\",\"stream\":7,\"exported\":true}},\
              {{\"address\":66560,\"size\":1024,\"requested\":0,\"state\":\"cached\",\"stream\":7}},\
              {{\"address\":67584,\"size\":2048,\"requested\":2000,\"state\":\"pending-free\",\"stream\":7}}]}}]}}",
             stats_json.join(",")

@@ -52,7 +52,9 @@ macro_rules! stats_table {
             pending_free_blocks "Blocks freed by the caller and waiting for work on other streams (their bytes are `pending_free_bytes`).",
             inactive_split_blocks "Free blocks of fixed segments that hold other blocks too: cached pieces of a split segment (none with expandable segments).",
             inactive_split_bytes "Bytes of those blocks.",
-            max_split_size "Blocks of at least this many bytes are never split (`max_split_size_mb`); `UINT64_MAX` when no limit is set (PyTorch's -1, read as a signed number)."
+            max_split_size "Blocks of at least this many bytes are never split (`max_split_size_mb`); `UINT64_MAX` when no limit is set (PyTorch's -1, read as a signed number).",
+            exported_blocks "Live blocks exported to other processes (`npualloc_ipc_export`). (Version 6 from here on.)",
+            held_for_importers_bytes "Bytes of freed blocks that other processes still hold imported: neither handed out nor given back until the last of them lets go (counted in `pending_free_bytes` too)."
         }
     };
 }

@@ -33,6 +33,8 @@ impl<B: Memory> Device<B> {
             let (blocks, bytes) = pool.cache.live();
             report.live_blocks += blocks as usize;
             report.live_bytes += bytes as usize;
+            report.held_blocks += pool.cache.order.held_blocks().count();
+            report.held_bytes += pool.cache.order.held_bytes();
             for s in pool.cache.all_streams() {
                 if !streams.contains(&s) {
                     streams.push(s);

@@ -109,8 +109,15 @@ pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npuallo
         let report = allocator.core.teardown();
         drop(allocator);
         let msg = match report {
-            Ok(r) if r.live_blocks == 0 => return Ok(()),
-            Ok(r) => format!("npualloc: destroy released {} live block(s) holding {} bytes", r.live_blocks, r.live_bytes),
+            Ok(r) if r.live_blocks == 0 && r.held_blocks == 0 => return Ok(()),
+            Ok(r) if r.held_blocks == 0 => {
+                format!("npualloc: destroy released {} live block(s) holding {} bytes", r.live_blocks, r.live_bytes)
+            }
+            Ok(r) => format!(
+                "npualloc: destroy released {} live block(s) holding {} bytes, and left {} freed block(s) of {} bytes \
+                 that other processes hold imported on the device until they close them",
+                r.live_blocks, r.live_bytes, r.held_blocks, r.held_bytes
+            ),
             Err(e) => format!("npualloc: destroy gave back what it could; a runtime call failed: {e}"),
         };
         eprintln!("{msg}");

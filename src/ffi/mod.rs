@@ -33,6 +33,7 @@ pub mod forget;
 pub mod handle;
 pub mod history;
 pub mod hooks;
+pub mod ipc;
 pub mod last_error;
 pub mod memcpy;
 pub mod pluggable;

@@ -9,6 +9,7 @@
 use super::allocator::npualloc_block_info;
 use super::handle::npualloc_allocator;
 use super::hooks::npualloc_segment_hook;
+use super::ipc::npualloc_ipc_handle;
 use super::stats::npualloc_stats;
 use super::status::{npualloc_status, npualloc_status_raw};
 use super::version::NPUALLOC_ABI_VERSION;
@@ -135,6 +136,12 @@ pub struct npualloc_api {
         unsafe extern "C" fn(*mut npualloc_allocator, npualloc_segment_hook, *mut c_void) -> npualloc_status,
     pub for_each_segment:
         unsafe extern "C" fn(*const npualloc_allocator, npualloc_segment_hook, *mut c_void) -> npualloc_status,
+    // Sharing memory between processes (API 0.4).
+    pub ipc_export:
+        unsafe extern "C" fn(*mut npualloc_allocator, *mut c_void, *mut npualloc_ipc_handle) -> npualloc_status,
+    pub ipc_import:
+        unsafe extern "C" fn(*const npualloc_ipc_handle, i32, *mut *mut c_void, *mut usize) -> npualloc_status,
+    pub ipc_close: unsafe extern "C" fn(*mut c_void) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -199,6 +206,9 @@ static API_V1: npualloc_api = npualloc_api {
     empty_cache_with: super::allocator::npualloc_empty_cache_with,
     set_segment_observer: super::hooks::npualloc_set_segment_observer,
     for_each_segment: super::hooks::npualloc_for_each_segment,
+    ipc_export: super::ipc::npualloc_ipc_export,
+    ipc_import: super::ipc::npualloc_ipc_import,
+    ipc_close: super::ipc::npualloc_ipc_close,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error
@@ -319,7 +329,10 @@ mod tests {
         assert_eq!(std::mem::offset_of!(npualloc_api, empty_cache_with), after + 7 * word);
         assert_eq!(std::mem::offset_of!(npualloc_api, set_segment_observer), after + 8 * word);
         assert_eq!(std::mem::offset_of!(npualloc_api, for_each_segment), after + 9 * word);
-        assert_eq!(std::mem::size_of::<npualloc_api>(), after + 10 * word, "for_each_segment ends the table");
+        assert_eq!(std::mem::offset_of!(npualloc_api, ipc_export), after + 10 * word);
+        assert_eq!(std::mem::offset_of!(npualloc_api, ipc_import), after + 11 * word);
+        assert_eq!(std::mem::offset_of!(npualloc_api, ipc_close), after + 12 * word);
+        assert_eq!(std::mem::size_of::<npualloc_api>(), after + 13 * word, "ipc_close ends the table");
         // SAFETY: a non-NULL result points to the static table.
         let api = unsafe { &*npualloc_get_api(1) };
         // SAFETY: NULL handles are refused before anything is read.
@@ -342,6 +355,11 @@ mod tests {
             assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
             let st = (api.for_each_segment)(std::ptr::null(), None, std::ptr::null_mut());
             assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            let st = (api.ipc_export)(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+            assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            let st = (api.ipc_import)(std::ptr::null(), 0, std::ptr::null_mut(), std::ptr::null_mut());
+            assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            assert_eq!((api.ipc_close)(std::ptr::null_mut()), npualloc_status::NPUALLOC_ERR_UNKNOWN_POINTER);
         }
     }
 }

@@ -8,7 +8,7 @@ use std::ffi::{c_char, CString};
 /// Version of the `npualloc_stats` layout this library fills: 2 added the
 /// fields from `num_physical_mallocs` on, 3 those from `segments_peak` on,
 /// 4 `num_handle_moves`, 5 those from `allocated_bytes_total` on.
-pub const NPUALLOC_STATS_VERSION: u32 = 5;
+pub const NPUALLOC_STATS_VERSION: u32 = 6;
 
 /// Allocator statistics (PyTorch `memory_stats()` vocabulary, plus where the
 /// reserved memory is). The caller sets `struct_size` to
@@ -117,6 +117,13 @@ pub struct npualloc_stats {
     /// (`max_split_size_mb`); `UINT64_MAX` when no limit is set (PyTorch's
     /// -1, read as a signed number).
     pub max_split_size: u64,
+    /// Live blocks exported to other processes (`npualloc_ipc_export`).
+    /// (Version 6 from here on.)
+    pub exported_blocks: u64,
+    /// Bytes of freed blocks that other processes still hold imported:
+    /// neither handed out nor given back until the last of them lets go
+    /// (counted in `pending_free_bytes` too).
+    pub held_for_importers_bytes: u64,
 }
 
 macro_rules! stats_from_core {

@@ -17,6 +17,7 @@ pub mod acl_error;
 mod context;
 mod desc;
 mod device;
+mod ipc;
 pub mod loader;
 mod stream_status;
 pub mod symbols;
@@ -25,6 +26,7 @@ mod vmm;
 pub use acl_error::AclErrorCode;
 pub use context::{Context, DeviceHold};
 pub use desc::DescCallbacks;
+pub use ipc::KEY_LEN;
 pub use symbols::{AclApi, AclFeatures};
 pub use vmm::PhysicalHandle;
 

@@ -174,6 +174,19 @@ acl_symbols! {
         device_count {
             aclrtGetDeviceCount: fn(*mut u32) -> aclError;
         }
+        /// Sharing `aclrtMalloc` memory with other processes by key (fixed
+        /// segments' `npualloc_ipc_export`).
+        ipc_key {
+            aclrtIpcMemGetExportKey: fn(*mut c_void, usize, *mut c_char, usize, u64) -> aclError;
+            aclrtIpcMemImportByKey: fn(*mut *mut c_void, *const c_char, u64) -> aclError;
+            aclrtIpcMemClose: fn(*const c_char) -> aclError;
+        }
+        /// Sharing physical handles with other processes (expandable
+        /// segments' `npualloc_ipc_export`).
+        ipc_handle {
+            aclrtMemExportToShareableHandle: fn(aclrtDrvMemHandle, aclrtMemHandleType, u64, *mut u64) -> aclError;
+            aclrtMemImportFromShareableHandle: fn(u64, i32, *mut aclrtDrvMemHandle) -> aclError;
+        }
     }
 }
 
@@ -192,6 +205,8 @@ mod tests {
             contexts: true,
             stream_context: true,
             device_count: true,
+            ipc_key: true,
+            ipc_handle: true,
         };
         assert_eq!(full.features(), all_on);
         assert!(full.missing_optional().is_empty());
@@ -212,6 +227,6 @@ mod tests {
             api.missing_optional(),
             ["aclrtAllocatorGetByStream", "aclrtMapMem", "aclrtStreamQuery", "aclmdlRICaptureGetInfo"]
         );
-        assert_eq!(OPTIONAL_SYMBOLS.len(), 14, "every optional function belongs to one group");
+        assert_eq!(OPTIONAL_SYMBOLS.len(), 19, "every optional function belongs to one group");
     }
 }

@@ -219,6 +219,15 @@ aclError aclrtUnmapMem(void *virPtr);
 aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop, aclrtMemGranularityOptions option,
                                           size_t *granularity);
 
+/* Sharing memory with other processes. */
+aclError aclrtIpcMemGetExportKey(void *devPtr, size_t size, char *key, size_t len, uint64_t flags);
+aclError aclrtIpcMemClose(const char *key);
+aclError aclrtIpcMemImportByKey(void **devPtr, const char *key, uint64_t flags);
+aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle, aclrtMemHandleType handleType,
+                                         uint64_t flags, uint64_t *shareableHandle);
+aclError aclrtMemImportFromShareableHandle(uint64_t shareableHandle, int32_t deviceId,
+                                           aclrtDrvMemHandle *handle);
+
 /* External allocators. */
 aclrtAllocatorDesc aclrtAllocatorCreateDesc();
 aclError aclrtAllocatorDestroyDesc(aclrtAllocatorDesc allocatorDesc);

@@ -19,9 +19,52 @@ use crate::core::shared::Shared;
 use crate::error::{Error, Result};
 use crate::runtime::{PhysicalHandle, Stream};
 
-/// The fixed-segment backing (no shared state beyond `Shared`).
+/// The fixed-segment backing: what its shards share is the keys of the
+/// allocations exported to other processes, by allocation start (closed
+/// before the allocation goes back, as the runtime asks).
 #[derive(Debug, Default)]
-pub(crate) struct FixedSegments;
+pub(crate) struct FixedSegments {
+    keys: std::sync::Mutex<std::collections::HashMap<usize, [u8; crate::runtime::KEY_LEN]>>,
+}
+
+impl FixedSegments {
+    fn keys(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<usize, [u8; crate::runtime::KEY_LEN]>> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ends the export of the allocation at `at`, if any, before it is
+    /// freed. A refused close leaves the key to the runtime: the
+    /// allocation's free ends it too.
+    fn close_key(sh: &Shared<Self>, at: usize) {
+        let key = sh.backing.keys().remove(&at);
+        if let Some(key) = key {
+            let _ = sh.rt.on_device(sh.device, || sh.rt.close_key(&key));
+        }
+    }
+}
+
+impl super::Shares for FixedSegments {
+    const SHARES_HANDLES: bool = false;
+
+    fn share(pool: Parts<'_, Self>, seg: SegmentId, addr: usize, _size: usize) -> Result<super::SharedMemory> {
+        let raw = pool.backing.raws.get(seg);
+        let (at, len) = (raw.at, raw.len);
+        let sh = pool.sh;
+        let known = sh.backing.keys().get(&at).copied();
+        let key = match known {
+            Some(key) => key,
+            None => {
+                let key = sh
+                    .rt
+                    .on_device(sh.device, || sh.rt.export_key(at, len))
+                    .map_err(|e| Error::runtime(e, "exporting a segment to another process"))?;
+                sh.backing.keys().insert(at, key);
+                key
+            }
+        };
+        Ok(super::SharedMemory::Key { key, offset: addr - at })
+    }
+}
 
 /// A shard's segments: what `aclrtMalloc` returned for each.
 #[derive(Debug, Default)]
@@ -97,6 +140,7 @@ impl Backing for FixedSegments {
     fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize> {
         let (at, len) = d.device;
         sh.segment_event(SegmentEvent::Unmap, at, len, None, d.pool);
+        Self::close_key(sh, at);
         if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.free(at)) {
             // `settle` puts it back: still held.
             sh.segment_event(SegmentEvent::Map, at, len, None, d.pool);
@@ -121,12 +165,14 @@ impl Backing for FixedSegments {
         let mut first_error = None;
         let segs: Vec<SegmentId> = pool.segments.ids().collect();
         for seg in segs {
-            if pool.streams_of(seg).iter().any(|s| busy.contains(s)) {
+            // Memory another process holds stays where it is (`sharing`).
+            if pool.streams_of(seg).iter().any(|s| busy.contains(s)) || pool.held_for_importers(seg) {
                 continue;
             }
             let raw = *pool.backing.raws.get(seg);
             sh.directory.remove(raw.at, raw.len);
             pool.segment_event(SegmentEvent::Unmap, raw.at, raw.len, None);
+            Self::close_key(&sh, raw.at);
             match sh.rt.on_device(sh.device, || sh.rt.free(raw.at)) {
                 Ok(()) => {
                     sh.limit.refund(raw.len);

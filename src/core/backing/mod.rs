@@ -31,6 +31,7 @@ use super::cache::Cache;
 use super::hooks::SegmentEvent;
 use super::policy::PoolKind;
 use super::shared::Shared;
+pub(crate) use super::sharing::table::Memory as SharedMemory;
 use crate::error::Result;
 use crate::runtime::{PhysicalHandle, Stream};
 use std::sync::atomic::Ordering;
@@ -323,9 +324,22 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
 
 /// A backing with everything the core asks of one: the seam and the
 /// traits beside it. Code above the seam is generic over this.
-pub(crate) trait Memory: Backing + HeldOutside + Sleeps + Reports {}
+pub(crate) trait Memory: Backing + HeldOutside + Sleeps + Reports + Shares {}
 
-impl<B: Backing + HeldOutside + Sleeps + Reports> Memory for B {}
+impl<B: Backing + HeldOutside + Sleeps + Reports + Shares> Memory for B {}
+
+/// Sharing a block's device memory with other processes.
+pub(crate) trait Shares: Backing {
+    /// Whether exports are of physical handles (which a communication
+    /// library that registers them exports too).
+    const SHARES_HANDLES: bool;
+
+    /// Exports the device memory under the live block at [addr, addr +
+    /// size) of segment `seg`: a key per allocation, a shareable handle
+    /// per physical handle, each made once and kept while its memory is
+    /// (closed before the allocation goes back, forgotten with the handle).
+    fn share(p: Parts<'_, Self>, seg: SegmentId, addr: usize, size: usize) -> Result<SharedMemory>;
+}
 
 /// Device memory a backing holds outside any segment, shared by the
 /// device's shards: cached physical handles, and reservations whose release

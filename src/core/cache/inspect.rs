@@ -84,6 +84,18 @@ impl Cache {
         self.order.take_all_events()
     }
 
+    /// The address of a block another process holds imported (live or
+    /// freed), if any.
+    pub fn imported_block(&self) -> Option<usize> {
+        self.order.imported_blocks().next().map(|b| self.blocks.get(b).addr)
+    }
+
+    /// Whether a freed block of segment `seg` waits for other processes to
+    /// let go of it.
+    pub fn held_for_importers(&self, seg: SegmentId) -> bool {
+        self.order.held_blocks().any(|b| self.blocks.get(b).segment == seg)
+    }
+
     /// Streams any segment of this shard was used on (teardown).
     pub fn all_streams(&self) -> Vec<Stream> {
         let mut out = vec![self.stream];

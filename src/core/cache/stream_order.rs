@@ -51,6 +51,16 @@ struct PendingFree {
     block: BlockId,
     events: Vec<Event>,
     size: usize,
+    /// The export record other processes hold it by (`sharing`): it waits
+    /// until none does, then the record's slot is free again.
+    hold: Option<u32>,
+}
+
+impl PendingFree {
+    fn done(&self, rt: &Runtime) -> bool {
+        self.events.iter().all(|&ev| rt.event_complete(ev).unwrap_or(false))
+            && self.hold.is_none_or(|slot| !crate::core::sharing::table::held(slot))
+    }
 }
 
 /// The runtime calls stream ordering makes, on one device.
@@ -73,6 +83,8 @@ pub(crate) struct StreamOrder {
     /// Freed blocks never to be reused (Note [capture]), and their bytes.
     quarantined: Vec<BlockId>,
     quarantined_bytes: usize,
+    /// Allocated blocks exported to other processes, and their records.
+    exports: HashMap<BlockId, crate::core::sharing::table::Name>,
 }
 
 impl StreamOrder {
@@ -159,16 +171,17 @@ impl StreamOrder {
         Ok(events)
     }
 
-    /// Frees `block` (of `size` bytes) once `events` complete; forgets its
-    /// uses. Returns true when it must wait (false: no events, reuse now).
-    pub fn defer(&mut self, block: BlockId, events: Vec<Event>, size: usize) -> bool {
+    /// Frees `block` (of `size` bytes) once `events` complete and no other
+    /// process holds export record `hold`; forgets its uses. Returns true
+    /// when it must wait (false: reuse now).
+    pub fn defer(&mut self, block: BlockId, events: Vec<Event>, size: usize, hold: Option<u32>) -> bool {
         self.uses.remove(&block);
         self.graph_uses.retain(|&b| b != block);
-        if events.is_empty() {
+        if events.is_empty() && hold.is_none() {
             return false;
         }
         self.pending_bytes += size;
-        self.pending.push(PendingFree { block, events, size });
+        self.pending.push(PendingFree { block, events, size, hold });
         true
     }
 
@@ -225,10 +238,13 @@ impl StreamOrder {
         let mut done = Vec::new();
         let mut i = 0;
         while i < self.pending.len() {
-            if self.pending[i].events.iter().all(|&ev| rt.event_complete(ev).unwrap_or(false)) {
+            if self.pending[i].done(rt) {
                 let p = self.pending.swap_remove(i);
                 self.pending_bytes -= p.size;
                 self.event_pool.extend(p.events);
+                if let Some(slot) = p.hold {
+                    crate::core::sharing::table::reuse(slot);
+                }
                 done.push(p.block);
             } else {
                 i += 1;
@@ -244,13 +260,72 @@ impl StreamOrder {
     }
 
     /// Every event this shard owns (pending and pooled), for teardown.
+    /// Frees other processes hold stay listed (`held_blocks`).
     pub fn take_all_events(&mut self) -> Vec<Event> {
         let mut all: Vec<Event> = self.event_pool.drain(..).collect();
-        for p in self.pending.drain(..) {
-            all.extend(p.events);
+        for p in &mut self.pending {
+            all.append(&mut p.events);
         }
-        self.pending_bytes = 0;
+        self.pending.retain(|p| p.hold.is_some_and(crate::core::sharing::table::held));
+        self.pending_bytes = self.pending.iter().map(|p| p.size).sum();
         all
+    }
+
+    /// The export of allocated block `block`, if any.
+    pub fn export_of(&self, block: BlockId) -> Option<crate::core::sharing::table::Name> {
+        self.exports.get(&block).copied()
+    }
+
+    pub fn set_export(&mut self, block: BlockId, name: crate::core::sharing::table::Name) {
+        self.exports.insert(block, name);
+    }
+
+    /// Whether allocated block `block` is exported.
+    pub fn exported(&self, block: BlockId) -> bool {
+        self.exports.contains_key(&block)
+    }
+
+    /// Ends the export of `block`, being freed: no import can take it from
+    /// now on. Returns its record's slot if a process holds it (the free
+    /// waits for it, `defer`); a record no one holds is free at once.
+    pub fn end_export(&mut self, block: BlockId) -> Option<u32> {
+        use crate::core::sharing::table;
+        let name = self.exports.remove(&block)?;
+        table::retire(name.slot);
+        if table::held(name.slot) {
+            Some(name.slot)
+        } else {
+            table::reuse(name.slot);
+            None
+        }
+    }
+
+    /// Whether `block` is exported (live) or held by importers (freed).
+    pub fn shared(&self, block: BlockId) -> bool {
+        self.exports.contains_key(&block) || self.pending.iter().any(|p| p.block == block && p.hold.is_some())
+    }
+
+    /// Blocks some process holds imported now: exported live ones and
+    /// freed ones waiting.
+    pub fn imported_blocks(&self) -> impl Iterator<Item = BlockId> + '_ {
+        use crate::core::sharing::table::held;
+        let live = self.exports.iter().filter(|(_, n)| held(n.slot)).map(|(&b, _)| b);
+        live.chain(self.pending.iter().filter(|p| p.hold.is_some_and(held)).map(|p| p.block))
+    }
+
+    /// Live blocks exported.
+    pub fn exported_count(&self) -> usize {
+        self.exports.len()
+    }
+
+    /// Bytes of freed blocks that wait for other processes.
+    pub fn held_bytes(&self) -> usize {
+        self.pending.iter().filter(|p| p.hold.is_some()).map(|p| p.size).sum()
+    }
+
+    /// Freed blocks that wait for other processes to let go of them.
+    pub fn held_blocks(&self) -> impl Iterator<Item = BlockId> + '_ {
+        self.pending.iter().filter(|p| p.hold.is_some()).map(|p| p.block)
     }
 
     /// Blocks with other-stream uses (invariant checks).

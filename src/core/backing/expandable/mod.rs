@@ -96,6 +96,10 @@ pub(crate) struct ExpandableRanges {
     handle_moves: bool,
     /// The device's free memory as last reported, sizing fresh handles.
     free_memory: growth::FreeMemory,
+    /// The shareable handle of each handle exported to another process
+    /// (made once per handle, as the runtime allows; forgotten when the
+    /// handle is freed).
+    shareable: Mutex<HashMap<PhysicalHandle, u64>>,
 }
 
 impl ExpandableRanges {
@@ -112,7 +116,12 @@ impl ExpandableRanges {
             // of them (Note [moves of wholly free handles]).
             handle_moves: config.handle_moves.unwrap_or(config.reserved_headroom.is_none()),
             free_memory: growth::FreeMemory::default(),
+            shareable: Mutex::default(),
         }
+    }
+
+    fn shareable(&self) -> std::sync::MutexGuard<'_, HashMap<PhysicalHandle, u64>> {
+        self.shareable.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn pieces(&self) -> PieceRule {
@@ -301,7 +310,8 @@ impl Backing for ExpandableRanges {
     fn teardown(mut pool: RangePool<'_>, busy: &[Stream]) -> Result<()> {
         let mut first_error = None;
         for seg in std::mem::take(&mut pool.backing.ranges) {
-            if pool.streams_of(seg).iter().any(|s| busy.contains(s)) {
+            // Memory another process holds stays where it is (`sharing`).
+            if pool.streams_of(seg).iter().any(|s| busy.contains(s)) || pool.held_for_importers(seg) {
                 pool.backing.ranges.push(seg);
                 continue;
             }
@@ -373,6 +383,44 @@ impl Sleeps for ExpandableRanges {
 
     fn wake_commit(mut pool: RangePool<'_>) -> Result<()> {
         pool.wake_commit()
+    }
+}
+
+impl super::Shares for ExpandableRanges {
+    const SHARES_HANDLES: bool = true;
+
+    /// Every handle mapped under the block's pages, in address order; the
+    /// importer maps them into one range as here.
+    fn share(pool: RangePool<'_>, seg: SegmentId, addr: usize, size: usize) -> Result<super::SharedMemory> {
+        let r = pool.range(seg);
+        let (base, page) = (r.base, r.page_size);
+        let (first, last) = ((addr - base) / page, (addr + size - 1 - base) / page);
+        let mut pieces: Vec<vmm_range::Piece> = Vec::new();
+        for i in first..=last {
+            let p = r.page(i).ok_or_else(|| Error::Unsupported(format!("block {addr:#x} is not mapped (asleep?)")))?;
+            if pieces.last().is_none_or(|q| q.head != p.head) {
+                pieces.push(p);
+            }
+        }
+        let sh = pool.sh;
+        let mut handles = Vec::with_capacity(pieces.len());
+        for p in &pieces {
+            let known = sh.backing.shareable().get(&p.handle).copied();
+            let shareable = match known {
+                Some(s) => s,
+                None => {
+                    let s = sh
+                        .rt
+                        .on_device(sh.device, || sh.rt.export_handle(p.handle))
+                        .map_err(|e| Error::runtime(e, "exporting a physical handle to another process"))?;
+                    sh.backing.shareable().insert(p.handle, s);
+                    s
+                }
+            };
+            handles.push((shareable, p.units as usize * page));
+        }
+        let offset = addr - (base + pieces[0].head as usize * page);
+        Ok(super::SharedMemory::Handles { handles, offset })
     }
 }
 
@@ -496,6 +544,8 @@ fn give_handle(
         sh.backing.cache_handle(size, h);
         return Err(e);
     }
+    // A later handle may get the same value.
+    sh.backing.shareable().remove(&h);
     sh.limit.refund(size);
     sh.counters.physical_freed(size);
     Ok(())

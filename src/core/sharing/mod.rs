@@ -1,0 +1,61 @@
+//! Blocks shared with other processes of the host (docs/sharing.md): an
+//! export publishes what device memory lies under a block in this process's
+//! table (`table`), and another process maps that memory (`import`).
+//!
+//! While any process holds an import of a block, its memory is neither
+//! handed to another request nor given back: the block's free succeeds at
+//! once and waits beside the stream-ordered frees until no process holds
+//! its record (`StreamOrder`, polled where those are). An export nobody
+//! imported yet ends with the free.
+
+pub(crate) mod import;
+pub(crate) mod table;
+
+use super::backing::Memory;
+use super::cache::block::BlockState;
+use super::device::Device;
+use super::pool::Pool;
+use crate::error::{Error, Result};
+use table::{Record, HANDLE_SIZE};
+
+impl<B: Memory> Pool<B> {
+    /// Exports the live block at `addr` (its start); exporting it again
+    /// names the same record.
+    pub fn ipc_export(&mut self, addr: usize) -> Result<[u8; HANDLE_SIZE]> {
+        let id = match self.cache.registry.get(&addr) {
+            Some(&id) if self.cache.blocks.get(id).state == BlockState::Allocated => id,
+            _ => return Err(self.unknown_pointer(addr, "ipc_export")),
+        };
+        if let Some(name) = self.cache.order.export_of(id) {
+            return Ok(name.to_bytes());
+        }
+        let (seg, size) = {
+            let b = self.cache.blocks.get(id);
+            (b.segment, b.size)
+        };
+        let memory = B::share(self.parts(), seg, addr, size)?;
+        let name = table::publish(&Record { device: self.sh.device, size, memory })?;
+        self.cache.order.set_export(id, name);
+        // Its free takes the slow path, which ends the export.
+        self.cache.blocks.get_mut(id).has_other_streams = true;
+        Ok(name.to_bytes())
+    }
+}
+
+impl<B: Memory> Device<B> {
+    /// Exports the live block at `addr` to other processes.
+    pub fn ipc_export(&self, addr: usize) -> Result<[u8; HANDLE_SIZE]> {
+        self.check_usable()?;
+        // A registering library exports the handles itself, with pid
+        // validation (docs/sharing.md, "Export and registration of one
+        // handle"); fixed segments it does not register.
+        if B::SHARES_HANDLES && self.sh.hooks.observes_segments() {
+            return Err(Error::Unsupported(
+                "a communication library registers this allocator's physical handles (segment observer set), and \
+                 the runtime exports a handle once per process: export with no observer set"
+                    .into(),
+            ));
+        }
+        self.owner(addr, "ipc_export")?.lock()?.ipc_export(addr)
+    }
+}

@@ -1,0 +1,409 @@
+//! The process's export records, in one memfd that an importing process
+//! opens through `/proc/<pid>/fd/<fd>` and reads, and the 128-byte handle
+//! that names a record.
+//!
+//! A record is one slot of `SLOT` bytes: a header and the memory it shares
+//! (a key, or a list of shareable handles). Only this process writes its
+//! records (under `TABLE`'s lock), `state` last when publishing and first
+//! when retiring; an importer reads a record, takes its hold and reads it
+//! again, and uses it only if both reads show it live at the generation
+//! its handle names.
+//!
+//! A hold is an open-file-description read lock on the slot's first byte,
+//! taken on the importer's own descriptor of the table: the kernel drops it
+//! when that descriptor closes or the importer dies, in whatever PID
+//! namespace either runs, so the exporter learns that no process holds a
+//! record by testing for a conflicting write lock (`F_OFD_GETLK`), never by
+//! comparing pids. A thread that exits ends nothing (robust mutexes would:
+//! they belong to threads).
+
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::fs::FileExt;
+use std::sync::Mutex;
+
+/// Bytes of one record.
+pub(crate) const SLOT: usize = 64 << 10;
+/// Records of one process.
+const CAPACITY: usize = 16 << 10;
+const NAME: &str = "npualloc-ipc-exports";
+const MAGIC: u64 = u64::from_le_bytes(*b"NPUALREC");
+const HANDLE_MAGIC: [u8; 8] = *b"NPUALLOC";
+const VERSION: u32 = 1;
+
+/// `Header::state`.
+const LIVE: u32 = 1;
+const GONE: u32 = 2;
+
+/// How a record's memory is shared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Memory {
+    /// An `aclrtMalloc` allocation, by key; the block starts `offset` bytes
+    /// into it.
+    Key { key: [u8; crate::runtime::KEY_LEN], offset: usize },
+    /// Physical handles, mapped in order into one range; the block starts
+    /// `offset` bytes into it. Each is (shareable handle, bytes).
+    Handles { handles: Vec<(u64, usize)>, offset: usize },
+}
+
+/// What a record says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub device: i32,
+    /// The block's usable bytes.
+    pub size: usize,
+    pub memory: Memory,
+}
+
+/// The fixed part of a record; a key record's key follows it, a handle
+/// record's (shareable, bytes) pairs.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Header {
+    magic: u64,
+    version: u32,
+    state: u32,
+    generation: u32,
+    device: i32,
+    /// 1: key, 2: handles.
+    kind: u32,
+    /// Handles listed (0 for a key).
+    count: u32,
+    size: u64,
+    offset: u64,
+}
+
+const HEADER: usize = std::mem::size_of::<Header>();
+const KEY_AT: usize = HEADER;
+const PAIRS_AT: usize = HEADER;
+/// Handles one record can list.
+pub(crate) const MAX_HANDLES: usize = (SLOT - PAIRS_AT) / 16;
+
+impl Header {
+    fn bytes(&self) -> [u8; HEADER] {
+        let mut b = [0u8; HEADER];
+        let fields: [&[u8]; 9] = [
+            &self.magic.to_le_bytes(),
+            &self.version.to_le_bytes(),
+            &self.state.to_le_bytes(),
+            &self.generation.to_le_bytes(),
+            &self.device.to_le_bytes(),
+            &self.kind.to_le_bytes(),
+            &self.count.to_le_bytes(),
+            &self.size.to_le_bytes(),
+            &self.offset.to_le_bytes(),
+        ];
+        let mut at = 0;
+        for f in fields {
+            b[at..at + f.len()].copy_from_slice(f);
+            at += f.len();
+        }
+        b
+    }
+
+    fn parse(b: &[u8; HEADER]) -> Header {
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        Header {
+            magic: u64_at(0),
+            version: u32_at(8),
+            state: u32_at(12),
+            generation: u32_at(16),
+            device: u32_at(20) as i32,
+            kind: u32_at(24),
+            count: u32_at(28),
+            size: u64_at(32),
+            offset: u64_at(40),
+        }
+    }
+}
+
+/// The 128 bytes that name an export (`npualloc_ipc_handle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Name {
+    pub pid: i32,
+    /// The exporter's descriptor of its table.
+    pub fd: RawFd,
+    pub slot: u32,
+    pub generation: u32,
+    pub device: i32,
+    pub size: u64,
+}
+
+pub(crate) const HANDLE_SIZE: usize = 128;
+
+impl Name {
+    pub fn to_bytes(self) -> [u8; HANDLE_SIZE] {
+        let mut b = [0u8; HANDLE_SIZE];
+        b[..8].copy_from_slice(&HANDLE_MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&self.pid.to_le_bytes());
+        b[16..20].copy_from_slice(&self.fd.to_le_bytes());
+        b[20..24].copy_from_slice(&self.slot.to_le_bytes());
+        b[24..28].copy_from_slice(&self.generation.to_le_bytes());
+        b[28..32].copy_from_slice(&self.device.to_le_bytes());
+        b[32..40].copy_from_slice(&self.size.to_le_bytes());
+        b
+    }
+
+    /// The name in `b`, if `b` is one this version writes.
+    pub fn parse(b: &[u8; HANDLE_SIZE]) -> Option<Name> {
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        if b[..8] != HANDLE_MAGIC || u32_at(8) != VERSION || b[40..].iter().any(|&x| x != 0) {
+            return None;
+        }
+        let name = Name {
+            pid: u32_at(12) as i32,
+            fd: u32_at(16) as i32,
+            slot: u32_at(20),
+            generation: u32_at(24),
+            device: u32_at(28) as i32,
+            size: u64::from_le_bytes(b[32..40].try_into().expect("8 bytes")),
+        };
+        (name.pid > 0 && name.fd >= 0 && (name.slot as usize) < CAPACITY).then_some(name)
+    }
+}
+
+/// This process's table: its file, the free slots and each slot's last
+/// generation.
+struct Own {
+    file: File,
+    free: Vec<u32>,
+    next: u32,
+    generations: Vec<u32>,
+}
+
+static TABLE: Mutex<Option<Own>> = Mutex::new(None);
+
+fn table() -> std::sync::MutexGuard<'static, Option<Own>> {
+    TABLE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn io_error(what: &str, e: std::io::Error) -> Error {
+    Error::Unsupported(format!("{what}: {e}"))
+}
+
+/// Publishes `record`; returns its name.
+pub(crate) fn publish(record: &Record) -> Result<Name> {
+    let mut body = Vec::new();
+    let (kind, count, offset) = match &record.memory {
+        Memory::Key { key, offset } => {
+            body.extend_from_slice(key);
+            (1, 0, *offset)
+        }
+        Memory::Handles { handles, offset } => {
+            if handles.len() > MAX_HANDLES {
+                return Err(Error::Unsupported(format!(
+                    "the block lies on {} physical handles; an export lists at most {MAX_HANDLES}",
+                    handles.len()
+                )));
+            }
+            for &(h, bytes) in handles {
+                body.extend_from_slice(&h.to_le_bytes());
+                body.extend_from_slice(&(bytes as u64).to_le_bytes());
+            }
+            (2, handles.len() as u32, *offset)
+        }
+    };
+    let mut guard = table();
+    if guard.is_none() {
+        *guard = Some(create()?);
+    }
+    let own = guard.as_mut().expect("made above");
+    let slot = match own.free.pop() {
+        Some(s) => s,
+        None if (own.next as usize) < CAPACITY => {
+            own.next += 1;
+            own.generations.push(0);
+            own.next - 1
+        }
+        None => return Err(Error::Unsupported(format!("this process has {CAPACITY} exports live; close some first"))),
+    };
+    let generation = own.generations[slot as usize].wrapping_add(1).max(1);
+    own.generations[slot as usize] = generation;
+    let header = Header {
+        magic: MAGIC,
+        version: VERSION,
+        state: LIVE,
+        generation,
+        device: record.device,
+        kind,
+        count,
+        size: record.size as u64,
+        offset: offset as u64,
+    };
+    let at = slot as u64 * SLOT as u64;
+    let hb = header.bytes();
+    // Everything but `state` first, then `state`: a reader never sees a
+    // live header over an old body.
+    let written = own
+        .file
+        .write_all_at(&body, at + HEADER as u64)
+        .and_then(|()| own.file.write_all_at(&hb[16..], at + 16))
+        .and_then(|()| own.file.write_all_at(&hb[..16], at));
+    if let Err(e) = written {
+        own.free.push(slot);
+        return Err(io_error("writing an export record", e));
+    }
+    Ok(Name {
+        pid: std::process::id() as i32,
+        fd: own.file.as_raw_fd(),
+        slot,
+        generation,
+        device: record.device,
+        size: record.size as u64,
+    })
+}
+
+fn create() -> Result<Own> {
+    let name = std::ffi::CString::new(NAME).expect("no NUL");
+    // SAFETY: `name` is a valid C string; the new descriptor is owned below.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io_error("making the export table", std::io::Error::last_os_error()));
+    }
+    // SAFETY: memfd_create returned a fresh descriptor we now own.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len((CAPACITY * SLOT) as u64).map_err(|e| io_error("sizing the export table", e))?;
+    Ok(Own { file, free: Vec::new(), next: 0, generations: Vec::new() })
+}
+
+/// Retires record `slot`: no import can take it from now on.
+pub(crate) fn retire(slot: u32) {
+    if let Some(own) = table().as_ref() {
+        let at = slot as u64 * SLOT as u64 + 12;
+        let done = own.file.write_all_at(&GONE.to_le_bytes(), at);
+        debug_assert!(done.is_ok(), "retiring an export record failed");
+    }
+}
+
+/// Whether any process holds record `slot`.
+pub(crate) fn held(slot: u32) -> bool {
+    table().as_ref().is_some_and(|own| lock_test(&own.file, slot))
+}
+
+/// Makes a retired slot free for another record (none holds it).
+pub(crate) fn reuse(slot: u32) {
+    if let Some(own) = table().as_mut() {
+        own.free.push(slot);
+    }
+}
+
+fn flock(slot: u32, kind: i16) -> libc::flock {
+    // SAFETY: flock is plain data; all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = slot as libc::off_t * SLOT as libc::off_t;
+    fl.l_len = 1;
+    fl
+}
+
+fn lock_test(file: &File, slot: u32) -> bool {
+    let mut fl = flock(slot, libc::F_WRLCK as i16);
+    // SAFETY: a plain fcntl on our descriptor with a valid flock.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
+    rc == 0 && fl.l_type != libc::F_UNLCK as i16
+}
+
+/// Another process's table, opened by an importer.
+pub(crate) struct Peer {
+    file: File,
+}
+
+impl Peer {
+    /// Opens the table `name` points into: None if the exporter is gone or
+    /// this process may not open its descriptors.
+    pub fn open(name: &Name) -> Option<Peer> {
+        let path = format!("/proc/{}/fd/{}", name.pid, name.fd);
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(path).ok()?;
+        Some(Peer { file })
+    }
+
+    /// The record `name` names, if it is live at its generation.
+    pub fn read(&self, name: &Name) -> Option<Record> {
+        let at = name.slot as u64 * SLOT as u64;
+        let mut hb = [0u8; HEADER];
+        self.file.read_exact_at(&mut hb, at).ok()?;
+        let h = Header::parse(&hb);
+        if h.magic != MAGIC || h.version != VERSION || h.state != LIVE || h.generation != name.generation {
+            return None;
+        }
+        let memory = match h.kind {
+            1 => {
+                let mut key = [0u8; crate::runtime::KEY_LEN];
+                self.file.read_exact_at(&mut key, at + KEY_AT as u64).ok()?;
+                Memory::Key { key, offset: h.offset as usize }
+            }
+            2 if (h.count as usize) <= MAX_HANDLES => {
+                let mut raw = vec![0u8; h.count as usize * 16];
+                self.file.read_exact_at(&mut raw, at + PAIRS_AT as u64).ok()?;
+                let handles = raw
+                    .chunks_exact(16)
+                    .map(|c| {
+                        let h = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
+                        let n = u64::from_le_bytes(c[8..].try_into().expect("8 bytes"));
+                        (h, n as usize)
+                    })
+                    .collect();
+                Memory::Handles { handles, offset: h.offset as usize }
+            }
+            _ => return None,
+        };
+        Some(Record { device: h.device, size: h.size as usize, memory })
+    }
+
+    /// Takes a hold on record `slot` through this descriptor.
+    pub fn hold(&self, slot: u32) -> bool {
+        let fl = flock(slot, libc::F_RDLCK as i16);
+        // SAFETY: a plain fcntl on our descriptor with a valid flock.
+        unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_OFD_SETLK, &fl) == 0 }
+    }
+
+    /// Gives a hold back.
+    pub fn release(&self, slot: u32) {
+        let fl = flock(slot, libc::F_UNLCK as i16);
+        // SAFETY: a plain fcntl on our descriptor with a valid flock.
+        unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_refuse_other_bytes() {
+        let name = Name { pid: 4242, fd: 7, slot: 3, generation: 9, device: 1, size: 1 << 30 };
+        let b = name.to_bytes();
+        assert_eq!(Name::parse(&b), Some(name));
+        assert_eq!(Name::parse(&[0u8; HANDLE_SIZE]), None);
+        let mut trailing = b;
+        trailing[100] = 1;
+        assert_eq!(Name::parse(&trailing), None);
+        let mut far = name;
+        far.slot = CAPACITY as u32;
+        assert_eq!(Name::parse(&far.to_bytes()), None);
+    }
+
+    #[test]
+    fn headers_round_trip() {
+        let h = Header {
+            magic: MAGIC,
+            version: 1,
+            state: LIVE,
+            generation: 5,
+            device: 3,
+            kind: 2,
+            count: 4,
+            size: 77,
+            offset: 12,
+        };
+        let back = Header::parse(&h.bytes());
+        assert_eq!(
+            (back.magic, back.generation, back.device, back.count, back.size, back.offset),
+            (MAGIC, 5, 3, 4, 77, 12)
+        );
+    }
+}

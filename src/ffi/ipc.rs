@@ -1,0 +1,126 @@
+//! Sharing blocks with other processes of the host (`core::sharing`):
+//! export in the owning process, import and close in another.
+
+use super::handle::{npualloc_allocator, Allocator};
+use super::status::npualloc_status;
+use crate::core::sharing::{import, table};
+use crate::error::Error;
+use std::ffi::c_void;
+
+/// Bytes of an `npualloc_ipc_handle`.
+pub const NPUALLOC_IPC_HANDLE_SIZE: usize = 128;
+const _: () = assert!(NPUALLOC_IPC_HANDLE_SIZE == table::HANDLE_SIZE);
+
+/// What `npualloc_ipc_export` writes: plain bytes, to be copied through a
+/// pipe, socket, file or shared memory to another process of the host.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct npualloc_ipc_handle {
+    pub bytes: [u8; NPUALLOC_IPC_HANDLE_SIZE],
+}
+
+/// Exports the live block that starts at `ptr` (of allocator `a`, any pool,
+/// either mode, any size) so that another process of the host can map the
+/// same memory with `npualloc_ipc_import`; writes the handle to `out`.
+/// Exporting a block again gives the same handle.
+///
+/// While any process holds the block imported, its memory is neither
+/// handed to another request nor given back, even after this process frees
+/// it: the free succeeds at once, and the memory returns to the cache when
+/// the last importer closes it or exits (seen by a later free, empty_cache
+/// or the out-of-memory ladder). A block freed before any process imported
+/// it is no longer exported. With expandable segments and a segment
+/// observer set (a communication library registers the handles, and the
+/// runtime exports a handle once per process) the export is refused with
+/// NPUALLOC_ERR_UNSUPPORTED.
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle or NULL
+/// `ptr` or `out`, NPUALLOC_ERR_UNKNOWN_POINTER when `ptr` is not the start
+/// of a live block of `a`, NPUALLOC_ERR_UNSUPPORTED when the runtime lacks
+/// the sharing calls, NPUALLOC_ERR_RUNTIME when it refuses. Nothing changes
+/// on an error. Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a live handle; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_ipc_export(
+    a: *mut npualloc_allocator,
+    ptr: *mut c_void,
+    out: *mut npualloc_ipc_handle,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_ipc_export", {
+        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        if ptr.is_null() {
+            return Err(Error::InvalidArgument("ptr must not be NULL".into()));
+        }
+        let out = try_out!(out, "out");
+        let bytes = allocator.core.ipc_export(ptr as usize)?;
+        // SAFETY: checked non-NULL and aligned; the caller promises it is writable.
+        unsafe { out.write(npualloc_ipc_handle { bytes }) };
+        Ok(())
+    })
+}
+
+/// In another process than the exporter's (it needs no allocator of its
+/// own), maps the memory of the block `h` names on `device` (the
+/// exporter's device, or another device of the host where the runtime
+/// allows it) and writes the address of its first byte to `out_ptr` and
+/// its usable size (at least what was requested) to `out_size`. The
+/// importer sees the exporter's bytes and the exporter the importer's
+/// writes. Importing one handle twice gives two imports (the same address
+/// for a fixed-segment block), each ended by one `npualloc_ipc_close`. An
+/// import stays valid after the exporter exits.
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for NULL arguments, bytes that are
+/// not an export's, a handle this process exported ("use the pointer
+/// itself"), a block no longer exported or an exporter that has exited;
+/// NPUALLOC_ERR_RUNTIME when the runtime refuses. Nothing changes on an
+/// error. Thread-safe.
+///
+/// # Safety
+/// `h` is NULL or readable; `out_ptr` and `out_size` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_ipc_import(
+    h: *const npualloc_ipc_handle,
+    device: i32,
+    out_ptr: *mut *mut c_void,
+    out_size: *mut usize,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_ipc_import", {
+        let h = try_ref!(h, "h");
+        let out_ptr = try_out!(out_ptr, "out_ptr");
+        let out_size = try_out!(out_size, "out_size");
+        if device < 0 {
+            return Err(Error::InvalidArgument(format!("device {device} is negative")));
+        }
+        let (ptr, size) = import::import(&h.bytes, device)?;
+        // SAFETY: both checked non-NULL and aligned; the caller promises they are writable.
+        unsafe {
+            out_ptr.write(ptr as *mut c_void);
+            out_size.write(size);
+        }
+        Ok(())
+    })
+}
+
+/// Ends one import of the block at `ptr`, a pointer `npualloc_ipc_import`
+/// returned; the last unmaps it, and the exporter may reuse the memory once
+/// no process holds it. Work queued on the memory must be finished first.
+///
+/// Returns NPUALLOC_ERR_UNKNOWN_POINTER when `ptr` is no live import,
+/// NPUALLOC_ERR_RUNTIME when the runtime refuses to unmap (the import has
+/// ended all the same). Thread-safe.
+///
+/// # Safety
+/// Nothing may use the imported memory after its last close.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_ipc_close(ptr: *mut c_void) -> npualloc_status {
+    ffi_boundary!(status "npualloc_ipc_close", {
+        if ptr.is_null() {
+            return Err(Error::UnknownPointer("ptr is NULL, not an import".into()));
+        }
+        import::close(ptr as usize)
+    })
+}
