@@ -457,8 +457,9 @@ class CachingAllocator:
         is neither handed out again nor given back, even after ``free``
         (which succeeds at once); a block freed before any import is no
         longer exported. ValueError for a block not live here;
-        NpuallocError (UNSUPPORTED) with expandable segments while a
-        communication library observes the segments."""
+        NpuallocError (RUNTIME) when the runtime refuses, e.g. for a
+        physical handle a communication library registered (and so
+        exported itself)."""
         out = _lib.IpcHandle()
         _check(self._lib.npualloc_ipc_export(self._live(), _block_ptr(block), ctypes.byref(out)))
         return bytes(out.bytes)

@@ -22,6 +22,7 @@
 //   release.h    what differs between torch_npu releases: the entry points ReleaseBridge adds
 //   bridge.cpp   allocation, free, record_stream bookkeeping and cache release
 //   stats.cpp    torch_npu's DeviceStats from npualloc's statistics and the bridge's counts
+//   ipc.cpp      sharing blocks with other processes (torch.multiprocessing)
 //   history.cpp  recordHistory and snapshot (npualloc's snapshot with torch_npu's stack frames)
 //   pools.h      private pools (graph capture and MemPool) routing
 //   boundary.cpp what C and Rust call: install, the task-queue drain, torch_npu's local helpers
@@ -480,6 +481,14 @@ class Bridge : public NCA::NPUAllocator {
   void updateBlockToSafe(const c10::DataPtr&) override {}
   void cleanEvent() override {}
 
+  // ---- sharing with other processes (ipc.cpp) ----------------------------------------------
+
+  // torch_npu's shareIpcHandle / getIpcDevPtr (StorageSharing.cpp's _share_npu_ and
+  // _new_shared_npu, for torch.multiprocessing and reduce_tensor): the handle string is
+  // npualloc_ipc_export's 128 bytes, the offset that of `ptr` in its block.
+  std::pair<ptrdiff_t, std::string> share_ipc(void* ptr);
+  std::shared_ptr<void> ipc_dev_ptr(const std::string& handle);
+
   // ---- trace trackers ---------------------------------------------------------------------
 
   // attachAllocatorTraceTracker (the release's entry point is ReleaseBridge's): torch_npu's own
@@ -622,6 +631,11 @@ class Bridge : public NCA::NPUAllocator {
   void trace_stream(const char* registry, void* p, aclrtStream stream);
   std::atomic<bool> tracing_{false};
   std::mutex use_on_oom_mu_;
+  // Imports by handle string, while any tensor uses one (torch_npu's ipcMemHandle_to_devptr):
+  // a handle imported again while alive is the same mapping.
+  std::mutex ipc_mu_;
+  std::unordered_map<std::string, std::weak_ptr<void>> ipc_imports_;
+  bool has_ipc() const;
 
   bool erase(void* p, c10_npu::NPUStream stream, const void* work);
   // What empty_all gives back: everything; the cache keeping physical handles (refused with fixed

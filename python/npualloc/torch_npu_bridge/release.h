@@ -171,11 +171,21 @@ class ReleaseBridge final : public Bridge {
   void attach_release_tracker(T tracker) {
     if constexpr (!std::is_same_v<T, release::Absent>) attach_tracker(TraceTracker(std::move(tracker)));
   }
-  std::shared_ptr<void> getIpcDevPtr(std::string /*handle*/) {
-    TORCH_CHECK(false, "npualloc does not share memory between processes (getIpcDevPtr)");
+  std::shared_ptr<void> getIpcDevPtr(std::string handle) {
+    return ipc_dev_ptr(handle);
   }
-  release::ShareableHandle shareIpcHandle(void*) {
-    TORCH_CHECK(false, "npualloc does not share memory between processes (shareIpcHandle)");
+  release::ShareableHandle shareIpcHandle(void* ptr) {
+    return share_ipc_as<release::ShareableHandle>(ptr);
+  }
+  // A template, so that a release without IPC (Absent) never builds the handle type.
+  template <class T>
+  T share_ipc_as(void* ptr) {
+    if constexpr (std::is_same_v<T, release::Absent>) {
+      TORCH_CHECK(false, "npualloc: this torch_npu release has no shareIpcHandle");
+    } else {
+      auto [offset, bytes] = share_ipc(ptr);
+      return T{offset, std::move(bytes)};
+    }
   }
   bool hasCapturesUnderway(c10::DeviceIndex device) {
     return captures_underway(device);

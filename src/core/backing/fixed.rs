@@ -44,8 +44,6 @@ impl FixedSegments {
 }
 
 impl super::Shares for FixedSegments {
-    const SHARES_HANDLES: bool = false;
-
     fn share(pool: Parts<'_, Self>, seg: SegmentId, addr: usize, _size: usize) -> Result<super::SharedMemory> {
         let raw = pool.backing.raws.get(seg);
         let (at, len) = (raw.at, raw.len);

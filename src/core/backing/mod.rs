@@ -330,10 +330,6 @@ impl<B: Backing + HeldOutside + Sleeps + Reports + Shares> Memory for B {}
 
 /// Sharing a block's device memory with other processes.
 pub(crate) trait Shares: Backing {
-    /// Whether exports are of physical handles (which a communication
-    /// library that registers them exports too).
-    const SHARES_HANDLES: bool;
-
     /// Exports the device memory under the live block at [addr, addr +
     /// size) of segment `seg`: a key per allocation, a shareable handle
     /// per physical handle, each made once and kept while its memory is

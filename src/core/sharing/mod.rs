@@ -15,7 +15,7 @@ use super::backing::Memory;
 use super::cache::block::BlockState;
 use super::device::Device;
 use super::pool::Pool;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use table::{Record, HANDLE_SIZE};
 
 impl<B: Memory> Pool<B> {
@@ -43,19 +43,12 @@ impl<B: Memory> Pool<B> {
 }
 
 impl<B: Memory> Device<B> {
-    /// Exports the live block at `addr` to other processes.
+    /// Exports the live block at `addr` to other processes. A physical
+    /// handle a communication library registered (and so exported itself,
+    /// docs/sharing.md "Export and registration of one handle") is refused
+    /// by the runtime: the error says so.
     pub fn ipc_export(&self, addr: usize) -> Result<[u8; HANDLE_SIZE]> {
         self.check_usable()?;
-        // A registering library exports the handles itself, with pid
-        // validation (docs/sharing.md, "Export and registration of one
-        // handle"); fixed segments it does not register.
-        if B::SHARES_HANDLES && self.sh.hooks.observes_segments() {
-            return Err(Error::Unsupported(
-                "a communication library registers this allocator's physical handles (segment observer set), and \
-                 the runtime exports a handle once per process: export with no observer set"
-                    .into(),
-            ));
-        }
         self.owner(addr, "ipc_export")?.lock()?.ipc_export(addr)
     }
 }

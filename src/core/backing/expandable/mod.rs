@@ -387,8 +387,6 @@ impl Sleeps for ExpandableRanges {
 }
 
 impl super::Shares for ExpandableRanges {
-    const SHARES_HANDLES: bool = true;
-
     /// Every handle mapped under the block's pages, in address order; the
     /// importer maps them into one range as here.
     fn share(pool: RangePool<'_>, seg: SegmentId, addr: usize, size: usize) -> Result<super::SharedMemory> {
@@ -409,10 +407,13 @@ impl super::Shares for ExpandableRanges {
             let shareable = match known {
                 Some(s) => s,
                 None => {
-                    let s = sh
-                        .rt
-                        .on_device(sh.device, || sh.rt.export_handle(p.handle))
-                        .map_err(|e| Error::runtime(e, "exporting a physical handle to another process"))?;
+                    let s = sh.rt.on_device(sh.device, || sh.rt.export_handle(p.handle)).map_err(|e| {
+                        Error::runtime(
+                            e,
+                            "exporting a physical handle to another process (the runtime exports a handle once \
+                                 per process: a communication library that registered it may have exported it)",
+                        )
+                    })?;
                     sh.backing.shareable().insert(p.handle, s);
                     s
                 }
