@@ -1090,10 +1090,10 @@ npualloc_status npualloc_for_each_segment(const struct npualloc_allocator *a,
  * it: the free succeeds at once, and the memory returns to the cache when
  * the last importer closes it or exits (seen by a later free, empty_cache
  * or the out-of-memory ladder). A block freed before any process imported
- * it is no longer exported. With expandable segments and a segment
- * observer set (a communication library registers the handles, and the
- * runtime exports a handle once per process) the export is refused with
- * NPUALLOC_ERR_UNSUPPORTED.
+ * it is no longer exported. The runtime exports a physical handle once
+ * per process: with expandable segments, a handle a communication library
+ * registered (and so exported itself) makes the export fail with
+ * NPUALLOC_ERR_RUNTIME, and the message says so.
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle or NULL
  * `ptr` or `out`, NPUALLOC_ERR_UNKNOWN_POINTER when `ptr` is not the start

@@ -324,7 +324,9 @@ fn bad_handles(mode: &str) {
         *b = x as u8;
     }
     forged.push(random);
-    for at in [0, 13, 20, 24, 100] {
+    // Magic, pid, fd, slot, generation, device, size, the table's number,
+    // the unused tail.
+    for at in [0, 13, 16, 20, 24, 28, 33, 41, 100] {
         let mut b = good.bytes;
         b[at] ^= 0x40;
         forged.push(b);
@@ -428,6 +430,7 @@ fn reports_and_refusals(mode: &str) {
     let a = create(mode, DEVICE).unwrap();
     let p = malloc(a, 8 * MIB, Stream::DEFAULT).unwrap();
     let kept = malloc(a, 2 * MIB, Stream::DEFAULT).unwrap();
+    write(p, 8 * MIB, 0x3c);
     let h = export(a, p);
     assert_eq!((stats(a).exported_blocks, stats(a).held_for_importers_bytes), (1, 0));
     assert_eq!(exported_blocks(a).iter().map(|b| b.0).min(), Some(p));
@@ -452,20 +455,47 @@ fn reports_and_refusals(mode: &str) {
     assert_eq!(destroy(a), NPUALLOC_OK);
     let msg = last_error_message();
     assert!(msg.contains("other processes hold imported"), "{msg}");
-    assert_eq!(peer.values(&format!("check {q} {} 0", 8 * MIB)).len(), 1);
+    assert_eq!(peer.values(&format!("check {q} {} 60", 8 * MIB)), [1], "{mode}: the import reads on after destroy");
     let held = e.usage(DEVICE);
     assert!(held.mapped_bytes + held.malloc_bytes >= 8 * MIB as u64, "{mode}: {held:?}");
     assert_eq!(peer.ask(&format!("close {q}")), Ok(vec![]));
     clean_peer(&mut peer);
     peer.stop();
-    // Without imports, sleep goes ahead.
+    // Destroy with a live block another process holds: it stays, the
+    // import reads on, and the export ends.
+    let a = create(mode, DEVICE).unwrap();
+    let p = malloc(a, 6 * MIB, Stream::DEFAULT).unwrap();
+    write(p, 6 * MIB, 0x61);
+    let h = export(a, p);
+    let mut peer = Peer::start();
+    let (q, _) = peer.import(&h);
+    assert_eq!(destroy(a), NPUALLOC_OK);
+    let msg = last_error_message();
+    assert!(msg.contains("1 live block") && msg.contains("other processes hold imported"), "{msg}");
+    assert_eq!(peer.values(&format!("check {q} {} 97", 6 * MIB)), [1], "{mode}: a live block destroy kept");
+    let (st, msg) = peer.ask(&format!("import {}", hex(&h.bytes))).unwrap_err();
+    assert_eq!(st, NPUALLOC_ERR_INVALID_ARGUMENT as i32, "{msg}");
+    assert_eq!(peer.ask(&format!("close {q}")), Ok(vec![]));
+    clean_peer(&mut peer);
+    // Without imports, sleep goes ahead and ends the pool's exports: an
+    // export made after it names the memory as it is after wake.
     let a = create(mode, DEVICE).unwrap();
     let p = malloc(a, 8 * MIB, Stream::DEFAULT).unwrap();
-    export(a, p);
+    write(p, 8 * MIB, 0x2b);
+    let before = export(a, p);
     if !mode.contains("expandable_segments:false") {
         assert_eq!(sleep_with(a, &[0], &[]), NPUALLOC_OK, "{}", last_error_message());
         assert_eq!(wake(a), NPUALLOC_OK);
+        let (st, _) = peer.ask(&format!("import {}", hex(&before.bytes))).unwrap_err();
+        assert_eq!(st, NPUALLOC_ERR_INVALID_ARGUMENT as i32, "{mode}: an export from before sleep is gone");
+        let after = export(a, p);
+        assert_ne!(after.bytes, before.bytes);
+        let (q, _) = peer.import(&after);
+        assert_eq!(peer.values(&format!("check {q} {} 43", 8 * MIB)), [1], "{mode}: the woken block's bytes");
+        assert_eq!(peer.ask(&format!("close {q}")), Ok(vec![]));
     }
+    clean_peer(&mut peer);
+    peer.stop();
     assert_eq!(free(a, p), NPUALLOC_OK);
     assert_eq!(destroy(a), NPUALLOC_OK);
 }

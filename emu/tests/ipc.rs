@@ -379,6 +379,29 @@ fn key_lifetime() {
     peer2.child.kill().unwrap();
     peer2.child.wait().unwrap();
     dev.assert_clean();
+    // Exported again after a close, imported under both keys: the memory
+    // stays until the last of the two importers lets go.
+    let p = malloc(4 * MIB);
+    fill(p, 4 * MIB, 3);
+    let first = export_key(p, 4 * MIB, 1).unwrap();
+    let at1 = peer.value(&format!("import-key {first} 0"));
+    assert_eq!(close_key(&first), 0);
+    let second = export_key(p, 4 * MIB, 1).unwrap();
+    let mut peer3 = Peer::start();
+    let at2 = peer3.value(&format!("import-key {second} 0"));
+    assert_eq!(close_key(&second), 0);
+    free(p);
+    assert_eq!(peer.value(&format!("sum {at1} {}", 4 * MIB)), 3 * 4 * MIB as u64);
+    assert_eq!(peer.ask(&format!("close-key {first}")), Ok(vec![]));
+    let q = malloc(4 * MIB);
+    fill(q, 4 * MIB, 9);
+    assert_eq!(peer3.value(&format!("sum {at2} {}", 4 * MIB)), 3 * 4 * MIB as u64, "still the first block's bytes");
+    assert_eq!(dev.usage().malloc_count, 2);
+    assert_eq!(peer3.ask(&format!("close-key {second}")), Ok(vec![]));
+    assert_eq!(dev.usage().malloc_count, 1);
+    free(q);
+    dev.assert_clean();
+    peer3.stop();
     peer.stop();
 }
 

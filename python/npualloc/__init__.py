@@ -669,6 +669,14 @@ class SharedBlock:
     def __exit__(self, *exc):
         self.close()
 
+    def __del__(self):
+        # A dropped import ends too, or the exporter's memory stays held
+        # until this process exits.
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - nothing may escape a finalizer
+            pass
+
     def __repr__(self):
         state = "" if self._open else ", closed"
         return f"SharedBlock(addr={self._addr:#x}, size={self._size}{state})"

@@ -22,8 +22,10 @@ impl<B: Memory> Pool<B> {
         Ok(())
     }
 
-    /// Takes block `id` (allocated, at `addr`) out of use for good.
+    /// Takes block `id` (allocated, at `addr`) out of use for good; its
+    /// export ends (what an importer holds stays, as the block does).
     pub(super) fn quarantine(&mut self, id: BlockId, addr: usize) {
+        let _ = self.cache.order.end_export(id);
         self.cache.registry.remove(&addr);
         let (size, requested) = {
             let b = self.cache.blocks.get(id);

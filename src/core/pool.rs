@@ -201,8 +201,6 @@ impl<B: Memory> Pool<B> {
     #[inline(never)]
     fn free_used_elsewhere(&mut self, id: BlockId, addr: usize) -> Result<()> {
         if self.used_by_graph(id) {
-            // Never reused: whoever imported it keeps it (`sharing`).
-            let _ = self.cache.order.end_export(id);
             self.quarantine(id, addr);
             return Ok(());
         }

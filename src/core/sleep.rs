@@ -71,6 +71,13 @@ impl<B: Memory> Device<B> {
             }
             modes.insert(p.id, mode);
         }
+        // The other exports of those pools end: their memory goes off the
+        // device (an import is refused from now on).
+        for p in self.pool_shards().into_iter().filter(|p| modes.contains_key(&p.id)) {
+            for s in p.shards.iter() {
+                s.lock_anyway().cache.end_all_exports(false);
+            }
+        }
         *state = Some(Asleep { partly_woken: false });
         self.sleep.publish(Some(&modes));
         let result = self.take_off(&modes);

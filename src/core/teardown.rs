@@ -29,7 +29,10 @@ impl<B: Memory> Device<B> {
         let mut pools: Vec<MutexGuard<'_, Pool<B>>> = self.streams.shards().map(|s| s.lock_anyway()).collect();
         let mut report = TeardownReport::default();
         let mut streams: Vec<Stream> = Vec::new();
-        for pool in &pools {
+        for pool in &mut pools {
+            // Live blocks other processes hold imported stay where they
+            // are, with the freed ones they hold (`sharing`).
+            pool.cache.end_all_exports(true);
             let (blocks, bytes) = pool.cache.live();
             report.live_blocks += blocks as usize;
             report.live_bytes += bytes as usize;

@@ -51,10 +51,17 @@ struct Exports {
     /// Exports by (device, offset in its memory file); an index stays here
     /// until its memory was freed and no process holds it.
     by_range: HashMap<(i32, u64), Vec<usize>>,
-    /// Indices whose memory was freed but which a process holds, with what
-    /// gives the memory back (None: the memory was not freed, only the
-    /// export closed).
-    waiting: Vec<(usize, Option<Release>)>,
+    /// Exports that ended while a process may hold them.
+    waiting: Vec<Wait>,
+}
+
+/// Exports that ended: `indices` are freed once no process holds any of
+/// them, and then `release` gives their memory back. Without a release
+/// (an export closed, its memory not freed) the index also waits for the
+/// memory's free, which looks it up by range.
+struct Wait {
+    indices: Vec<usize>,
+    release: Option<Release>,
 }
 
 static EXPORTS: LazyLock<Mutex<Exports>> = LazyLock::new(|| {
@@ -163,7 +170,7 @@ pub fn withdraw(name: Name, kind: Kind) -> bool {
         return false;
     }
     retire(&mut ex, name.index);
-    ex.waiting.push((name.index, None));
+    ex.waiting.push(Wait { indices: vec![name.index], release: None });
     WAITING.store(true, Ordering::Release);
     drop(ex);
     reap();
@@ -190,21 +197,19 @@ pub fn freed(device: i32, offset: u64, release: impl FnOnce() -> Release) -> boo
     for &i in &indices {
         retire(&mut ex, i);
     }
-    // Free the indices no one holds, also any a withdraw left waiting.
-    ex.waiting.retain(|(i, r)| r.is_some() || !indices.contains(i));
+    // Indices a withdraw left waiting belong to this free now.
+    ex.waiting.retain(|w| w.release.is_some() || !w.indices.iter().any(|i| indices.contains(i)));
     for &i in indices.iter().filter(|i| !held.contains(i)) {
         ex.entries.remove(&i);
         ex.free.push(i);
     }
-    match held.split_first() {
-        None => true,
-        Some((&first, rest)) => {
-            ex.waiting.push((first, Some(release())));
-            ex.waiting.extend(rest.iter().map(|&i| (i, None)));
-            WAITING.store(true, Ordering::Release);
-            false
-        }
+    if held.is_empty() {
+        return true;
     }
+    // The memory goes back once none of them is held.
+    ex.waiting.push(Wait { indices: held, release: Some(release()) });
+    WAITING.store(true, Ordering::Release);
+    false
 }
 
 /// Whether anything waits for `reap` (so that allocating costs no lock
@@ -223,15 +228,17 @@ pub fn reap() {
         let mut ex = lock(&EXPORTS);
         let table = ex.table.take().expect("an export made it");
         let waiting = std::mem::take(&mut ex.waiting);
-        for (i, release) in waiting {
-            let in_range = ex.by_range.values().any(|v| v.contains(&i));
-            if table.held(i) || (release.is_none() && in_range) {
-                ex.waiting.push((i, release));
+        for w in waiting {
+            let in_range = |i: &usize| ex.by_range.values().any(|v| v.contains(i));
+            if w.indices.iter().any(|&i| table.held(i)) || (w.release.is_none() && w.indices.iter().any(in_range)) {
+                ex.waiting.push(w);
                 continue;
             }
-            ex.entries.remove(&i);
-            ex.free.push(i);
-            ready.extend(release);
+            for i in w.indices {
+                ex.entries.remove(&i);
+                ex.free.push(i);
+            }
+            ready.extend(w.release);
         }
         ex.table = Some(table);
         WAITING.store(!ex.waiting.is_empty(), Ordering::Release);

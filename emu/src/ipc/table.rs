@@ -172,12 +172,13 @@ impl Table {
     }
 
     /// Whether any process holds entry `index` (asked through the
-    /// exporter's own descriptor, which takes no hold).
+    /// exporter's own descriptor, which takes no hold); a failed test
+    /// counts as held.
     pub fn held(&self, index: usize) -> bool {
         let mut fl = flock(index, libc::F_WRLCK as i16);
         // SAFETY: plain fcntl on our descriptor with a valid flock.
         let rc = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
-        rc == 0 && fl.l_type != libc::F_UNLCK as i16
+        rc != 0 || fl.l_type != libc::F_UNLCK as i16
     }
 
     fn lock(&self, index: usize, kind: i16, cmd: libc::c_int) -> bool {

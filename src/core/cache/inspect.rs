@@ -84,6 +84,13 @@ impl Cache {
         self.order.take_all_events()
     }
 
+    /// Ends every export of this shard's live blocks (see
+    /// `StreamOrder::end_all_exports`).
+    pub fn end_all_exports(&mut self, keep_held: bool) {
+        let blocks = &self.blocks;
+        self.order.end_all_exports(keep_held, |b| blocks.get(b).size);
+    }
+
     /// The address of a block another process holds imported (live or
     /// freed), if any.
     pub fn imported_block(&self) -> Option<usize> {

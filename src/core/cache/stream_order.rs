@@ -85,6 +85,9 @@ pub(crate) struct StreamOrder {
     quarantined_bytes: usize,
     /// Allocated blocks exported to other processes, and their records.
     exports: HashMap<BlockId, crate::core::sharing::table::Name>,
+    /// How many of `pending` wait for other processes (not for events):
+    /// they may wait long, so they do not count toward `POLL_THRESHOLD`.
+    held: usize,
 }
 
 impl StreamOrder {
@@ -181,6 +184,7 @@ impl StreamOrder {
             return false;
         }
         self.pending_bytes += size;
+        self.held += usize::from(hold.is_some());
         self.pending.push(PendingFree { block, events, size, hold });
         true
     }
@@ -213,9 +217,9 @@ impl StreamOrder {
         !self.pending.is_empty()
     }
 
-    /// More than `POLL_THRESHOLD` frees wait.
+    /// More than `POLL_THRESHOLD` frees wait for events.
     pub fn over_threshold(&self) -> bool {
-        self.pending.len() > POLL_THRESHOLD
+        self.pending.len() - self.held > POLL_THRESHOLD
     }
 
     pub fn pending_bytes(&self) -> usize {
@@ -244,6 +248,7 @@ impl StreamOrder {
                 self.event_pool.extend(p.events);
                 if let Some(slot) = p.hold {
                     crate::core::sharing::table::reuse(slot);
+                    self.held -= 1;
                 }
                 done.push(p.block);
             } else {
@@ -268,7 +273,28 @@ impl StreamOrder {
         }
         self.pending.retain(|p| p.hold.is_some_and(crate::core::sharing::table::held));
         self.pending_bytes = self.pending.iter().map(|p| p.size).sum();
+        self.held = self.pending.len();
         all
+    }
+
+    /// Ends every export of a live block (sleep, teardown): no import can
+    /// take them from now on. With `keep_held`, a block some process holds
+    /// imported waits here as if freed (`size_of` its bytes), so that its
+    /// memory stays where it is (teardown); else its record's slot is left
+    /// unused (the block's memory is the caller's to keep or not).
+    pub fn end_all_exports(&mut self, keep_held: bool, size_of: impl Fn(BlockId) -> usize) {
+        use crate::core::sharing::table;
+        for (block, name) in std::mem::take(&mut self.exports) {
+            table::retire(name.slot);
+            if !table::held(name.slot) {
+                table::reuse(name.slot);
+            } else if keep_held {
+                let size = size_of(block);
+                self.pending_bytes += size;
+                self.held += 1;
+                self.pending.push(PendingFree { block, events: Vec::new(), size, hold: Some(name.slot) });
+            }
+        }
     }
 
     /// The export of allocated block `block`, if any.

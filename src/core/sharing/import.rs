@@ -15,8 +15,11 @@ use crate::runtime::{DeviceHold, PhysicalHandle, Runtime, KEY_LEN};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// An exporter's table, as (pid, descriptor number there).
-type PeerId = (i32, i32);
+/// An exporter's table, as (pid, descriptor number there, the table's
+/// random number: a later process with the same pid is another exporter).
+type PeerId = (i32, i32, u64);
+/// An exporting process, as (pid, its table's random number).
+type Exporter = (i32, u64);
 
 /// One exporter's table and this process's holds on its records.
 struct PeerHolds {
@@ -44,10 +47,10 @@ struct Import {
 #[derive(Default)]
 struct Imports {
     peers: HashMap<PeerId, PeerHolds>,
-    /// Keys imported: (exporter pid, key) to (address, imports).
-    keys: HashMap<(i32, [u8; KEY_LEN]), (usize, u32)>,
-    /// Physical handles imported: (exporter pid, shareable) to (handle, maps).
-    handles: HashMap<(i32, u64), (PhysicalHandle, u32)>,
+    /// Keys imported: (exporter, key) to (address, imports).
+    keys: HashMap<(Exporter, [u8; KEY_LEN]), (usize, u32)>,
+    /// Physical handles imported: (exporter, shareable) to (handle, maps).
+    handles: HashMap<(Exporter, u64), (PhysicalHandle, u32)>,
     /// Pointers handed out.
     at: HashMap<usize, Import>,
 }
@@ -113,7 +116,7 @@ pub(crate) fn close(ptr: usize) -> Result<()> {
     }
     let import = im.at.remove(&ptr).expect("found above");
     let device = import.name.device;
-    let result = im.unmap(&rt, device, import.name.pid, &import.mapped);
+    let result = im.unmap(&rt, device, (import.name.pid, import.name.nonce), &import.mapped);
     im.release_hold(&import.name);
     result
 }
@@ -123,7 +126,7 @@ impl Imports {
     /// counted again): the record read again under the hold must be the
     /// same, or the exporter retired it meanwhile.
     fn take_hold(&mut self, name: &Name) -> Result<Record> {
-        let id = (name.pid, name.fd);
+        let id = (name.pid, name.fd, name.nonce);
         if let std::collections::hash_map::Entry::Vacant(slot) = self.peers.entry(id) {
             let peer = Peer::open(name).ok_or_else(|| {
                 invalid(format!(
@@ -155,7 +158,7 @@ impl Imports {
     }
 
     fn release_hold(&mut self, name: &Name) {
-        let id = (name.pid, name.fd);
+        let id = (name.pid, name.fd, name.nonce);
         let Some(p) = self.peers.get_mut(&id) else { return };
         if let Some(count) = p.holds.get_mut(&name.slot) {
             *count -= 1;
@@ -179,7 +182,7 @@ impl Imports {
             Memory::Key { key, offset } => {
                 // The key's count is of pointers handed out: a block
                 // imported again shares its pointer (`import` counts it).
-                let base = match self.keys.get_mut(&(name.pid, *key)) {
+                let base = match self.keys.get_mut(&((name.pid, name.nonce), *key)) {
                     Some((base, n)) => {
                         if !self.at.contains_key(&(*base + offset)) {
                             *n += 1;
@@ -190,14 +193,14 @@ impl Imports {
                         let base = rt
                             .on_device(device, || rt.import_key(key))
                             .map_err(|e| Error::runtime(e, "importing another process's segment"))?;
-                        self.keys.insert((name.pid, *key), (base, 1));
+                        self.keys.insert(((name.pid, name.nonce), *key), (base, 1));
                         base
                     }
                 };
                 Ok((base + offset, Mapped::Key { key: *key }))
             }
             Memory::Handles { handles, offset } => {
-                let (start, mapped) = self.map_range(rt, device, name.pid, handles)?;
+                let (start, mapped) = self.map_range(rt, device, (name.pid, name.nonce), handles)?;
                 Ok((start + offset, mapped))
             }
         }
@@ -209,7 +212,7 @@ impl Imports {
         &mut self,
         rt: &Arc<Runtime>,
         device: i32,
-        pid: i32,
+        pid: Exporter,
         handles: &[(u64, usize)],
     ) -> Result<(usize, Mapped)> {
         let total: usize = handles.iter().map(|h| h.1).sum();
@@ -240,7 +243,7 @@ impl Imports {
         Ok((start, Mapped::Range { reserved, maps }))
     }
 
-    fn take_handle(&mut self, rt: &Arc<Runtime>, device: i32, pid: i32, shareable: u64) -> Result<PhysicalHandle> {
+    fn take_handle(&mut self, rt: &Arc<Runtime>, device: i32, pid: Exporter, shareable: u64) -> Result<PhysicalHandle> {
         if let Some((h, n)) = self.handles.get_mut(&(pid, shareable)) {
             *n += 1;
             return Ok(*h);
@@ -253,7 +256,7 @@ impl Imports {
     }
 
     /// Gives back one use of an imported handle; the last frees it.
-    fn drop_handle(&mut self, rt: &Arc<Runtime>, device: i32, pid: i32, shareable: u64) {
+    fn drop_handle(&mut self, rt: &Arc<Runtime>, device: i32, pid: Exporter, shareable: u64) {
         let Some((h, n)) = self.handles.get_mut(&(pid, shareable)) else { return };
         *n -= 1;
         if *n == 0 {
@@ -264,7 +267,7 @@ impl Imports {
     }
 
     /// Undoes a mapping; the first error after trying everything.
-    fn unmap(&mut self, rt: &Arc<Runtime>, device: i32, pid: i32, mapped: &Mapped) -> Result<()> {
+    fn unmap(&mut self, rt: &Arc<Runtime>, device: i32, pid: Exporter, mapped: &Mapped) -> Result<()> {
         let mut first = None;
         match mapped {
             Mapped::Key { key } => {

@@ -23,8 +23,10 @@ use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
-/// Bytes of one record.
-pub(crate) const SLOT: usize = 64 << 10;
+/// Bytes of one record: room for the handles of the largest block (a
+/// reservation holds at most 128 GiB, 65536 pages of 2 MiB, 16 bytes
+/// each). The table is sparse: only written records take memory.
+pub(crate) const SLOT: usize = 2 << 20;
 /// Records of one process.
 const CAPACITY: usize = 16 << 10;
 const NAME: &str = "npualloc-ipc-exports";
@@ -56,6 +58,26 @@ pub(crate) struct Record {
     pub memory: Memory,
 }
 
+impl Record {
+    /// Whether the record describes memory an import can map: a block
+    /// inside what it lists (handles of whole 2 MiB pages, at most the
+    /// 128 GiB a reservation holds).
+    pub fn sane(&self) -> bool {
+        const PAGE: usize = 2 << 20;
+        const MOST: usize = 128 << 30;
+        match &self.memory {
+            Memory::Key { offset, .. } => self.size > 0 && offset.checked_add(self.size).is_some_and(|end| end <= MOST),
+            Memory::Handles { handles, offset } => {
+                let total = handles.iter().try_fold(0usize, |sum, &(_, n)| {
+                    (n > 0 && n % PAGE == 0).then_some(())?;
+                    sum.checked_add(n).filter(|&t| t <= MOST)
+                });
+                total.is_some_and(|t| self.size > 0 && offset.checked_add(self.size).is_some_and(|end| end <= t))
+            }
+        }
+    }
+}
+
 /// The fixed part of a record; a key record's key follows it, a handle
 /// record's (shareable, bytes) pairs.
 #[repr(C)]
@@ -72,6 +94,9 @@ struct Header {
     count: u32,
     size: u64,
     offset: u64,
+    /// The table's own random number: a handle of another table (a process
+    /// that had the same pid) never matches.
+    nonce: u64,
 }
 
 const HEADER: usize = std::mem::size_of::<Header>();
@@ -79,11 +104,13 @@ const KEY_AT: usize = HEADER;
 const PAIRS_AT: usize = HEADER;
 /// Handles one record can list.
 pub(crate) const MAX_HANDLES: usize = (SLOT - PAIRS_AT) / 16;
+// Every page of the largest block (a 128 GiB reservation of 2 MiB pages).
+const _: () = assert!(MAX_HANDLES >= (128 << 30) / (2 << 20));
 
 impl Header {
     fn bytes(&self) -> [u8; HEADER] {
         let mut b = [0u8; HEADER];
-        let fields: [&[u8]; 9] = [
+        let fields: [&[u8]; 10] = [
             &self.magic.to_le_bytes(),
             &self.version.to_le_bytes(),
             &self.state.to_le_bytes(),
@@ -93,6 +120,7 @@ impl Header {
             &self.count.to_le_bytes(),
             &self.size.to_le_bytes(),
             &self.offset.to_le_bytes(),
+            &self.nonce.to_le_bytes(),
         ];
         let mut at = 0;
         for f in fields {
@@ -115,6 +143,7 @@ impl Header {
             count: u32_at(28),
             size: u64_at(32),
             offset: u64_at(40),
+            nonce: u64_at(48),
         }
     }
 }
@@ -129,6 +158,8 @@ pub(crate) struct Name {
     pub generation: u32,
     pub device: i32,
     pub size: u64,
+    /// The exporter's table's random number (see `Header::nonce`).
+    pub nonce: u64,
 }
 
 pub(crate) const HANDLE_SIZE: usize = 128;
@@ -144,13 +175,14 @@ impl Name {
         b[24..28].copy_from_slice(&self.generation.to_le_bytes());
         b[28..32].copy_from_slice(&self.device.to_le_bytes());
         b[32..40].copy_from_slice(&self.size.to_le_bytes());
+        b[40..48].copy_from_slice(&self.nonce.to_le_bytes());
         b
     }
 
     /// The name in `b`, if `b` is one this version writes.
     pub fn parse(b: &[u8; HANDLE_SIZE]) -> Option<Name> {
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        if b[..8] != HANDLE_MAGIC || u32_at(8) != VERSION || b[40..].iter().any(|&x| x != 0) {
+        if b[..8] != HANDLE_MAGIC || u32_at(8) != VERSION || b[48..].iter().any(|&x| x != 0) {
             return None;
         }
         let name = Name {
@@ -160,6 +192,7 @@ impl Name {
             generation: u32_at(24),
             device: u32_at(28) as i32,
             size: u64::from_le_bytes(b[32..40].try_into().expect("8 bytes")),
+            nonce: u64::from_le_bytes(b[40..48].try_into().expect("8 bytes")),
         };
         (name.pid > 0 && name.fd >= 0 && (name.slot as usize) < CAPACITY).then_some(name)
     }
@@ -169,6 +202,7 @@ impl Name {
 /// generation.
 struct Own {
     file: File,
+    nonce: u64,
     free: Vec<u32>,
     next: u32,
     generations: Vec<u32>,
@@ -232,6 +266,7 @@ pub(crate) fn publish(record: &Record) -> Result<Name> {
         count,
         size: record.size as u64,
         offset: offset as u64,
+        nonce: own.nonce,
     };
     let at = slot as u64 * SLOT as u64;
     let hb = header.bytes();
@@ -253,6 +288,7 @@ pub(crate) fn publish(record: &Record) -> Result<Name> {
         generation,
         device: record.device,
         size: record.size as u64,
+        nonce: own.nonce,
     })
 }
 
@@ -266,7 +302,19 @@ fn create() -> Result<Own> {
     // SAFETY: memfd_create returned a fresh descriptor we now own.
     let file = unsafe { File::from_raw_fd(fd) };
     file.set_len((CAPACITY * SLOT) as u64).map_err(|e| io_error("sizing the export table", e))?;
-    Ok(Own { file, free: Vec::new(), next: 0, generations: Vec::new() })
+    Ok(Own { file, nonce: nonce(), free: Vec::new(), next: 0, generations: Vec::new() })
+}
+
+/// A random number from the kernel (the clock and pid if it has none).
+fn nonce() -> u64 {
+    let mut n = [0u8; 8];
+    // SAFETY: `n` is 8 writable bytes.
+    let got = unsafe { libc::getrandom(n.as_mut_ptr().cast(), n.len(), 0) };
+    if got == 8 {
+        return u64::from_le_bytes(n);
+    }
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    t ^ (u64::from(std::process::id()) << 32)
 }
 
 /// Retires record `slot`: no import can take it from now on.
@@ -300,11 +348,13 @@ fn flock(slot: u32, kind: i16) -> libc::flock {
     fl
 }
 
+/// Whether a process holds `slot`; a failed test counts as held (memory
+/// kept a while longer, never reused under an importer).
 fn lock_test(file: &File, slot: u32) -> bool {
     let mut fl = flock(slot, libc::F_WRLCK as i16);
     // SAFETY: a plain fcntl on our descriptor with a valid flock.
     let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
-    rc == 0 && fl.l_type != libc::F_UNLCK as i16
+    rc != 0 || fl.l_type != libc::F_UNLCK as i16
 }
 
 /// Another process's table, opened by an importer.
@@ -313,11 +363,19 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    /// Opens the table `name` points into: None if the exporter is gone or
-    /// this process may not open its descriptors.
+    /// Opens the table `name` points into: None if the exporter is gone,
+    /// this process may not open its descriptors, or the descriptor is not
+    /// an export table (a stale or forged handle). Read only: an importer
+    /// cannot change the exporter's records, and a read lock needs no more.
     pub fn open(name: &Name) -> Option<Peer> {
+        use std::os::unix::fs::OpenOptionsExt;
         let path = format!("/proc/{}/fd/{}", name.pid, name.fd);
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(path).ok()?;
+        let target = std::fs::read_link(&path).ok()?;
+        if !target.to_string_lossy().starts_with(&format!("/memfd:{NAME}")) {
+            return None;
+        }
+        let file =
+            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(&path).ok()?;
         Some(Peer { file })
     }
 
@@ -327,7 +385,9 @@ impl Peer {
         let mut hb = [0u8; HEADER];
         self.file.read_exact_at(&mut hb, at).ok()?;
         let h = Header::parse(&hb);
-        if h.magic != MAGIC || h.version != VERSION || h.state != LIVE || h.generation != name.generation {
+        let ours = h.magic == MAGIC && h.version == VERSION && h.nonce == name.nonce;
+        let named = h.generation == name.generation && h.device == name.device && h.size == name.size;
+        if !ours || h.state != LIVE || !named {
             return None;
         }
         let memory = match h.kind {
@@ -336,10 +396,10 @@ impl Peer {
                 self.file.read_exact_at(&mut key, at + KEY_AT as u64).ok()?;
                 Memory::Key { key, offset: h.offset as usize }
             }
-            2 if (h.count as usize) <= MAX_HANDLES => {
+            2 if (1..=MAX_HANDLES).contains(&(h.count as usize)) => {
                 let mut raw = vec![0u8; h.count as usize * 16];
                 self.file.read_exact_at(&mut raw, at + PAIRS_AT as u64).ok()?;
-                let handles = raw
+                let handles: Vec<(u64, usize)> = raw
                     .chunks_exact(16)
                     .map(|c| {
                         let h = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
@@ -351,7 +411,8 @@ impl Peer {
             }
             _ => return None,
         };
-        Some(Record { device: h.device, size: h.size as usize, memory })
+        let record = Record { device: h.device, size: h.size as usize, memory };
+        record.sane().then_some(record)
     }
 
     /// Takes a hold on record `slot` through this descriptor.
@@ -375,7 +436,7 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_refuse_other_bytes() {
-        let name = Name { pid: 4242, fd: 7, slot: 3, generation: 9, device: 1, size: 1 << 30 };
+        let name = Name { pid: 4242, fd: 7, slot: 3, generation: 9, device: 1, size: 1 << 30, nonce: 0x1234_5678 };
         let b = name.to_bytes();
         assert_eq!(Name::parse(&b), Some(name));
         assert_eq!(Name::parse(&[0u8; HANDLE_SIZE]), None);
@@ -399,11 +460,23 @@ mod tests {
             count: 4,
             size: 77,
             offset: 12,
+            nonce: 99,
         };
         let back = Header::parse(&h.bytes());
-        assert_eq!(
-            (back.magic, back.generation, back.device, back.count, back.size, back.offset),
-            (MAGIC, 5, 3, 4, 77, 12)
-        );
+        let got = (back.magic, back.generation, back.device, back.count, back.size, back.offset, back.nonce);
+        assert_eq!(got, (MAGIC, 5, 3, 4, 77, 12, 99));
+    }
+
+    #[test]
+    fn records_that_cannot_be_mapped_are_refused() {
+        let handles = |v: Vec<(u64, usize)>, offset| Memory::Handles { handles: v, offset };
+        let rec = |size, memory| Record { device: 0, size, memory };
+        assert!(rec(4 << 20, handles(vec![(1, 2 << 20), (2, 2 << 20)], 0)).sane());
+        assert!(!rec(4 << 20, handles(vec![(1, 2 << 20)], 0)).sane(), "a block past its handles");
+        assert!(!rec(1, handles(vec![], 0)).sane(), "no handles");
+        assert!(!rec(1, handles(vec![(1, usize::MAX)], 0)).sane(), "a size that overflows");
+        assert!(!rec(1, handles(vec![(1, 3 << 20)], 0)).sane(), "not whole pages");
+        assert!(!rec(1, handles(vec![(1, 2 << 20)], usize::MAX)).sane(), "an offset that overflows");
+        assert!(!rec(0, Memory::Key { key: [0; crate::runtime::KEY_LEN], offset: 0 }).sane());
     }
 }
