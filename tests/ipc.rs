@@ -25,12 +25,14 @@ fn main() {
         return peer();
     }
     type Case = (&'static str, fn(&str));
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
         ("the importer and the exporter see each other's writes", shares_memory),
         ("a freed block stays while imported and comes back when the importer closes or dies", lifetime),
         ("handles that are not exports, or no longer, are refused", bad_handles),
         ("an import outlives its exporter", outlives_exporter),
         ("a block in a private pool and a view at an offset", pools_and_offsets),
+        ("pool_destroy, forget_stream and the out-of-memory ladder with an import", other_paths),
+        // Last: destroy leaves memory an importer held on the device for the process's life.
         ("statistics, the snapshot, sleep and destroy with an import", reports_and_refusals),
     ];
     for (name, case) in cases {
@@ -498,4 +500,55 @@ fn reports_and_refusals(mode: &str) {
     peer.stop();
     assert_eq!(free(a, p), NPUALLOC_OK);
     assert_eq!(destroy(a), NPUALLOC_OK);
+}
+
+fn other_paths(mode: &str) {
+    use npualloc::ffi::forget::npualloc_forget_stream;
+    use npualloc::ffi::pools::*;
+    let e = emu();
+    let a = create(mode, DEVICE).unwrap();
+    // A pool's block, freed while imported, then the pool destroyed and its
+    // stream forgotten: the memory stays for the importer.
+    let mut pool = 0u64;
+    let s = e.create_stream(DEVICE);
+    // SAFETY: a live handle, out value, pool and stream.
+    unsafe {
+        assert_eq!(npualloc_pool_create(a, std::ptr::null(), &mut pool), NPUALLOC_OK);
+        assert_eq!(npualloc_pool_begin(a, pool, s.raw()), NPUALLOC_OK);
+    }
+    let p = malloc(a, 10 * MIB, s).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { npualloc_pool_end(a, pool, s.raw()) }, NPUALLOC_OK);
+    write(p, 10 * MIB, 0x4d);
+    let mut peer = Peer::start();
+    let (q, _) = peer.import(&export(a, p));
+    assert_eq!(free(a, p), NPUALLOC_OK);
+    // SAFETY: a live handle, pool and stream.
+    unsafe {
+        assert_eq!(npualloc_pool_destroy(a, pool), NPUALLOC_OK);
+        assert_eq!(npualloc_forget_stream(a, s.raw()), NPUALLOC_OK);
+    }
+    assert_eq!(empty_cache(a), NPUALLOC_OK);
+    assert_eq!(stats(a).held_for_importers_bytes, 10 * MIB as u64, "{mode}");
+    assert_eq!(peer.values(&format!("check {q} {} 77", 10 * MIB)), [1], "{mode}: the import reads on");
+    assert_eq!(peer.ask(&format!("close {q}")), Ok(vec![]));
+    assert_eq!(empty_cache(a), NPUALLOC_OK);
+    assert_eq!(stats(a).reserved_bytes, 0, "{mode}: {:?}", stats(a));
+    // The out-of-memory ladder: a request that fits only in memory an
+    // importer held is served once the importer has let go.
+    e.set_capacity(DEVICE, 64 * MIB as u64);
+    let p = malloc(a, 48 * MIB, Stream::DEFAULT).unwrap();
+    let (q, _) = peer.import(&export(a, p));
+    assert_eq!(free(a, p), NPUALLOC_OK);
+    let (st, _) = malloc(a, 40 * MIB, Stream::DEFAULT).unwrap_err();
+    assert_eq!(st, NPUALLOC_ERR_OUT_OF_MEMORY, "{mode}: held memory is not handed out");
+    assert_eq!(peer.ask(&format!("close {q}")), Ok(vec![]));
+    let r = malloc(a, 40 * MIB, Stream::DEFAULT).unwrap_or_else(|e| panic!("{mode}: {e:?}"));
+    assert_eq!(free(a, r), NPUALLOC_OK);
+    clean_peer(&mut peer);
+    peer.stop();
+    assert_eq!(destroy(a), NPUALLOC_OK);
+    e.set_capacity(DEVICE, 8 << 30);
+    e.destroy_stream(DEVICE, s);
+    assert!(e.usage(DEVICE).is_clean(), "{mode}: {:?}", e.usage(DEVICE));
 }
