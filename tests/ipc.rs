@@ -143,6 +143,32 @@ fn peer() {
                 // SAFETY: a live handle and block, a live out value.
                 ok(unsafe { npualloc_ipc_export(a, p as *mut c_void, &mut h) }).map(|()| vec![hex(&h.bytes)])
             }
+            // stress <handle> <threads> <rounds> <byte>: threads importing,
+            // checking and closing the same handle at once; answers the
+            // imports that read `byte`.
+            "stress" => {
+                let h = unhex(w[1]);
+                let (threads, rounds, byte) = (n(2), n(3), n(4) as u8);
+                let good = std::sync::atomic::AtomicUsize::new(0);
+                std::thread::scope(|scope| {
+                    for _ in 0..threads {
+                        scope.spawn(|| {
+                            for _ in 0..rounds {
+                                let (mut p, mut size) = (std::ptr::null_mut(), 0usize);
+                                // SAFETY: live locals.
+                                let st = unsafe { npualloc_ipc_import(&h, DEVICE, &mut p, &mut size) };
+                                assert_eq!(st, NPUALLOC_OK, "{}", last_error_message());
+                                if reads(p as usize, 4096, byte) {
+                                    good.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                }
+                                // SAFETY: an import of this thread.
+                                assert_eq!(unsafe { npualloc_ipc_close(p) }, NPUALLOC_OK);
+                            }
+                        });
+                    }
+                });
+                Ok(vec![good.into_inner().to_string()])
+            }
             // What this process holds on the device: mapped bytes, ranges,
             // physical handles, allocations.
             "usage" => {
@@ -238,6 +264,9 @@ fn shares_memory(mode: &str) {
     assert_eq!(peer.values(&format!("check {q2} {MIB} 17")), [1], "one close ends one import");
     assert_eq!(peer.ask(&format!("close {q2}")), Ok(vec![]));
     assert_eq!(peer.ask(&format!("close {q2}")).unwrap_err().0, NPUALLOC_ERR_UNKNOWN_POINTER as i32);
+    clean_peer(&mut peer);
+    // Threads of the importer importing and closing it at once.
+    assert_eq!(peer.values(&format!("stress {} 4 25 17", hex(&h.bytes))), [100]);
     clean_peer(&mut peer);
     peer.stop();
     assert_eq!(free(a, p), NPUALLOC_OK);
