@@ -95,3 +95,39 @@ def test_tensors_cross_processes(run_npu, config):
     assert got["reduced"], r
     assert got["after_free"] and got["reduced_after_free"], ("the receiver reads after the sender freed", r)
     assert r["exported"] >= 3, r
+
+
+MIXED = """
+import torch.multiprocessing as mp
+
+
+def receiver(inbox, outbox):
+    import npualloc.torch_npu
+    npualloc.torch_npu.enable()
+    t = inbox.get()
+    outbox.put(bool((t.cpu() == torch.arange(1 << 20, dtype=torch.float32)).all()))
+    del t
+    torch.npu.synchronize()
+    outbox.put("done")
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=receiver, args=(inbox, outbox), daemon=True)
+    p.start()
+    t = torch.arange(1 << 20, dtype=torch.float32).to("npu")
+    torch.npu.synchronize()
+    inbox.put(t)
+    ok = outbox.get(timeout=120)
+    assert outbox.get(timeout=120) == "done"
+    p.join(timeout=120)
+    report({"ok": ok, "exitcode": p.exitcode})
+"""
+
+
+def test_a_tensor_of_torch_npus_own_allocator_reaches_a_process_with_npualloc(run_npu):
+    # The sender keeps torch_npu's own allocator; the receiver's bridge hands the handle, which
+    # is not npualloc's, to torch_npu's own allocator there.
+    r = run_npu(MIXED, "own").result
+    assert r == {"ok": True, "exitcode": 0}, r

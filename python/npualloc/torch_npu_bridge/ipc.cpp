@@ -12,6 +12,20 @@ namespace npualloc_bridge {
 namespace {
 constexpr char kMagic[] = "NPUALLOC";
 constexpr size_t kMagicLen = sizeof kMagic - 1;
+
+// torch_npu's own allocator's import, where the release has one (a template, so that a release
+// without getIpcDevPtr never compiles the call).
+template <class A>
+std::shared_ptr<void> own_import(A* own, int device_count, const std::string& handle) {
+  if constexpr (requires { own->getIpcDevPtr(handle); }) {
+    TORCH_CHECK(own != nullptr, "npualloc: getIpcDevPtr: the handle is not npualloc's, and torch_npu's own "
+                                "allocator, which would import it, is not there");
+    if (!own->initialized()) own->init(device_count);
+    return own->getIpcDevPtr(handle);
+  } else {
+    TORCH_CHECK(false, "npualloc: getIpcDevPtr: the handle is not npualloc's");
+  }
+}
 }  // namespace
 
 bool Bridge::has_ipc() const {
@@ -37,13 +51,7 @@ std::pair<ptrdiff_t, std::string> Bridge::share_ipc(void* ptr) {
 std::shared_ptr<void> Bridge::ipc_dev_ptr(const std::string& handle) {
   if (handle.size() != NPUALLOC_IPC_HANDLE_SIZE || handle.compare(0, kMagicLen, kMagic) != 0) {
     // Another process's torch_npu allocator made it: torch_npu's own allocator imports it.
-    if constexpr (requires(NCA::NPUAllocator & own) { own.getIpcDevPtr(handle); }) {
-      TORCH_CHECK(own_ != nullptr, "npualloc: getIpcDevPtr: the handle is not npualloc's, and torch_npu's own "
-                                   "allocator, which would import it, is not there");
-      if (!own_->initialized()) own_->init(device_count_);
-      return own_->getIpcDevPtr(handle);
-    }
-    TORCH_CHECK(false, "npualloc: getIpcDevPtr: the handle is not npualloc's");
+    return own_import(own_, device_count_, handle);
   }
   TORCH_CHECK(has_ipc(), "npualloc: this npualloc library cannot import memory of another process; install "
                          "npualloc 0.4 or later");
