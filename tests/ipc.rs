@@ -21,8 +21,21 @@ const MIB: usize = 1 << 20;
 const MODES: [&str; 3] = ["expandable_segments:false", "expandable_segments:true,map_ahead:false", ""];
 
 fn main() {
-    if std::env::args().nth(1).as_deref() == Some("peer") {
-        return peer();
+    match std::env::args().nth(1).as_deref() {
+        Some("peer") => return peer(),
+        Some("unaligned") => return unaligned(),
+        _ => {}
+    }
+    // Under ACLEMU_MALLOC_ALIGN's random placement every aclrtMalloc block
+    // starts off its page, and the runtime exports only page-aligned
+    // allocations by key: that case runs in a process of its own, the rest
+    // (and their peers, which inherit this environment) with the default
+    // placement.
+    if std::env::var_os("ACLEMU_MALLOC_ALIGN").is_some() {
+        let done = Command::new(std::env::current_exe().unwrap()).arg("unaligned").status().unwrap();
+        assert!(done.success(), "the unaligned case failed");
+        println!("test ipc: a fixed segment off its page is refused, an expandable block is not ... ok");
+        std::env::remove_var("ACLEMU_MALLOC_ALIGN");
     }
     type Case = (&'static str, fn(&str));
     let cases: [Case; 7] = [
@@ -580,4 +593,25 @@ fn other_paths(mode: &str) {
     e.set_capacity(DEVICE, 8 << 30);
     e.destroy_stream(DEVICE, s);
     assert!(e.usage(DEVICE).is_clean(), "{mode}: {:?}", e.usage(DEVICE));
+}
+
+/// Under ACLEMU_MALLOC_ALIGN=random: a fixed segment's export fails with the
+/// runtime's refusal, said in words, and changes nothing; an expandable
+/// block (physical handles) exports as ever.
+fn unaligned() {
+    let a = create("expandable_segments:false", DEVICE).unwrap();
+    let p = malloc(a, 4 * MIB, Stream::DEFAULT).unwrap();
+    let mut h = npualloc_ipc_handle { bytes: [0; NPUALLOC_IPC_HANDLE_SIZE] };
+    // SAFETY: a live handle and block, a live out value.
+    let st = unsafe { npualloc_ipc_export(a, p as *mut c_void, &mut h) };
+    assert_eq!(st, NPUALLOC_ERR_RUNTIME, "{}", last_error_message());
+    assert!(last_error_message().contains("aclrtIpcMemGetExportKey"), "{}", last_error_message());
+    assert_eq!(stats(a).exported_blocks, 0);
+    assert_eq!(free(a, p), NPUALLOC_OK);
+    assert_eq!(destroy(a), NPUALLOC_OK);
+    let a = create("expandable_segments:true", DEVICE).unwrap();
+    let p = malloc(a, 4 * MIB, Stream::DEFAULT).unwrap();
+    export(a, p);
+    assert_eq!(free(a, p), NPUALLOC_OK);
+    assert_eq!(destroy(a), NPUALLOC_OK);
 }
