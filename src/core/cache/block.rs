@@ -47,7 +47,9 @@ pub(crate) struct Block {
     pub free_prev: BlockId,
     pub free_next: BlockId,
     pub state: BlockState,
-    /// Other streams used this block (record_stream); see `stream_order`.
+    /// Its free takes the slow path: other streams used this block
+    /// (record_stream), or it is exported to other processes (`sharing`);
+    /// see `stream_order`.
     pub has_other_streams: bool,
     /// The size class of the free list the block is on, set when a free
     /// index takes it (so taking it off needs no `class_of`); meaningless
