@@ -38,13 +38,14 @@ fn main() {
         std::env::remove_var("ACLEMU_MALLOC_ALIGN");
     }
     type Case = (&'static str, fn(&str));
-    let cases: [Case; 7] = [
+    let cases: [Case; 8] = [
         ("the importer and the exporter see each other's writes", shares_memory),
         ("a freed block stays while imported and comes back when the importer closes or dies", lifetime),
         ("handles that are not exports, or no longer, are refused", bad_handles),
         ("an import outlives its exporter", outlives_exporter),
         ("a block in a private pool and a view at an offset", pools_and_offsets),
         ("pool_destroy, forget_stream and the out-of-memory ladder with an import", other_paths),
+        ("a block freed on a capturing stream is no longer exported", captured),
         // Last: destroy leaves memory an importer held on the device for the process's life.
         ("statistics, the snapshot, sleep and destroy with an import", reports_and_refusals),
     ];
@@ -614,4 +615,64 @@ fn unaligned() {
     export(a, p);
     assert_eq!(free(a, p), NPUALLOC_OK);
     assert_eq!(destroy(a), NPUALLOC_OK);
+}
+
+/// The emulator's stream capture calls, from the loaded library.
+fn capture_calls() -> (
+    unsafe extern "C" fn(*mut c_void, u32) -> i32,
+    unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> i32,
+    unsafe extern "C" fn(*mut c_void) -> i32,
+) {
+    emu();
+    let path = std::ffi::CString::new(emulator_path().to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; the library is loaded already and never closed.
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    assert!(!handle.is_null());
+    let sym = |name: &std::ffi::CStr| {
+        // SAFETY: a live handle and a valid C string.
+        let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
+        assert!(!p.is_null(), "the emulator lacks {name:?}");
+        p
+    };
+    // SAFETY: the signatures of ACL's aclmdlRICaptureBegin, aclmdlRICaptureEnd and aclmdlRIDestroy.
+    unsafe {
+        (
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, u32) -> i32>(sym(
+                c"aclmdlRICaptureBegin",
+            )),
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> i32>(sym(
+                c"aclmdlRICaptureEnd",
+            )),
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> i32>(sym(c"aclmdlRIDestroy")),
+        )
+    }
+}
+
+fn captured(mode: &str) {
+    let e = emu();
+    let (begin, end, destroy_model) = capture_calls();
+    let a = create(mode, DEVICE).unwrap();
+    let s = e.create_stream(DEVICE);
+    // SAFETY: a live stream; mode 0 is ACL_MODEL_RI_CAPTURE_MODE_GLOBAL.
+    assert_eq!(unsafe { begin(s.raw(), 0) }, 0);
+    let p = malloc(a, 4 * MIB, s).unwrap();
+    let h = export(a, p);
+    assert_eq!(stats(a).exported_blocks, 1);
+    // Freed on a capturing stream: kept out of use for good (a graph may
+    // replay on it), and no longer exported.
+    assert_eq!(free(a, p), NPUALLOC_OK);
+    assert_eq!(stats(a).exported_blocks, 0, "{mode}");
+    let mut peer = Peer::start();
+    let (st, msg) = peer.ask(&format!("import {}", hex(&h.bytes))).unwrap_err();
+    assert_eq!(st, NPUALLOC_ERR_INVALID_ARGUMENT as i32, "{mode}: {msg}");
+    clean_peer(&mut peer);
+    peer.stop();
+    let mut model = std::ptr::null_mut();
+    // SAFETY: the stream began capturing above; the model is destroyed below.
+    unsafe {
+        assert_eq!(end(s.raw(), &mut model), 0);
+        assert_eq!(destroy_model(model), 0);
+    }
+    assert_eq!(destroy(a), NPUALLOC_OK);
+    e.destroy_stream(DEVICE, s);
 }

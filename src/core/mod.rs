@@ -113,8 +113,8 @@ pub struct BlockInfo {
 pub struct TeardownReport {
     pub live_blocks: usize,
     pub live_bytes: usize,
-    /// Freed blocks other processes still hold imported, and their bytes:
-    /// left where they are (`sharing`).
+    /// Blocks (freed, or live at teardown) other processes still hold
+    /// imported, and their bytes: left where they are (`sharing`).
     pub held_blocks: usize,
     pub held_bytes: usize,
 }

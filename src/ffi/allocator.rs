@@ -114,7 +114,7 @@ pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npuallo
                 format!("npualloc: destroy released {} live block(s) holding {} bytes", r.live_blocks, r.live_bytes)
             }
             Ok(r) => format!(
-                "npualloc: destroy released {} live block(s) holding {} bytes, and left {} freed block(s) of {} bytes \
+                "npualloc: destroy released {} live block(s) holding {} bytes, and left {} block(s) of {} bytes \
                  that other processes hold imported on the device until they close them",
                 r.live_blocks, r.live_bytes, r.held_blocks, r.held_bytes
             ),
