@@ -30,7 +30,7 @@
 //! - `ipc`: memory shared with other processes of the host, by key
 //!   (aclrtMalloc blocks) and by shareable handle (physical handles).
 //! - `allocator_desc`: the aclrtAllocator* family; `run_op`: the graph-engine
-//!   driver `aclemu_run_op`.
+//!   driver `aclemu_run_op`, and `aclemu_launch` (an op on named ranges).
 //! - `faults`: `aclemu_fail_nth`, `aclemu_fault_pending` (fault injection only).
 //!   `calls`: `aclemu_call_count`, `aclemu_thread_call_count` (how often each
 //!   function was called, for measurements). `usage`: `aclemu_get_usage`,
@@ -115,7 +115,7 @@ pub use ipc::{
 pub use last_error::{aclGetRecentErrMsg, aclrtGetLastError, aclrtPeekAtLastError};
 pub use memcpy::{aclrtMemcpy, aclrtMemcpyAsync, aclrtMemset, aclrtMemsetAsync};
 pub use memory::{aclrtFree, aclrtFreeHost, aclrtMalloc, aclrtMallocAlign32, aclrtMallocHost};
-pub use run_op::aclemu_run_op;
+pub use run_op::{aclemu_launch, aclemu_run_op, aclemu_span};
 pub use settings::{
     aclrtGetDeviceSatMode, aclrtSetDeviceSatMode, aclrtSetOpExecuteTimeOut, aclrtSetOpExecuteTimeOutV2,
     aclrtSetOpWaitTimeout,

@@ -14,6 +14,10 @@
 //! at launch while another stream's queued work pins them is a violation,
 //! unless this stream waits for that work.
 //!
+//! `aclemu_launch` queues such an op for ranges the caller names, without
+//! an allocator: what a library's kernel on a stream (an emulated
+//! collective) does to the memory it uses.
+//!
 //! GE's registration rules (RB "How GE uses a registered allocator"): a
 //! stream that ran an op while nothing was registered keeps GE's built-in
 //! allocator for good, and a NULL stream always uses it; the built-in
@@ -235,6 +239,54 @@ unsafe fn run_op(stream: *mut c_void, sizes: *const usize, n: usize) -> AclResul
 pub unsafe extern "C" fn aclemu_run_op(stream: *mut c_void, sizes: *const usize, n: usize) -> crate::aclError {
     // SAFETY: forwarded caller contract.
     emu_entry!({ unsafe { run_op(stream, sizes, n) } })
+}
+
+/// One device range an op of `aclemu_launch` uses.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct aclemu_span {
+    pub addr: *const c_void,
+    pub size: usize,
+}
+
+unsafe fn launch_spans(stream: *mut c_void, spans: *const aclemu_span, n: usize) -> AclResult<()> {
+    require(n == 0 || !spans.is_null())?;
+    let given = if n == 0 {
+        &[][..]
+    } else {
+        // SAFETY: non-NULL, and the caller promises `n` readable spans.
+        unsafe { std::slice::from_raw_parts(spans, n) }
+    };
+    let mut ranges = Vec::with_capacity(n);
+    for s in given.iter().filter(|s| s.size > 0) {
+        let start = s.addr as usize;
+        let end = start.checked_add(s.size).ok_or(crate::error::ACL_ERROR_INVALID_PARAM)?;
+        ranges.push((start, end));
+    }
+    // A kernel that touches memory nobody allocated or mapped faults the device.
+    if !crate::violation::still_device_memory(&ranges) {
+        return Err(crate::error::ACL_ERROR_RT_PARAM_INVALID);
+    }
+    let blocks: Vec<Live> =
+        ranges.iter().map(|&(start, end)| Live { block: std::ptr::null_mut(), addr: start, size: end - start }).collect();
+    launch(stream, &blocks)
+}
+
+/// Queues an op on `stream` that uses the device ranges `spans[0..n]`, as a
+/// library's kernel (a collective of a communication library) would: it pins
+/// them until it runs, and launching it while another stream's queued work
+/// uses one of them is a violation unless this stream waits for that work.
+/// The caller does the op's data movement itself. 0 on success; 100000 for
+/// NULL spans with `n > 0` or a range past the address space; 107000 if a
+/// range is not device memory allocated or mapped now; 107017 for an unknown
+/// stream.
+///
+/// # Safety
+/// `spans` must be NULL or point to `n` readable values.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclemu_launch(stream: *mut c_void, spans: *const aclemu_span, n: usize) -> crate::aclError {
+    // SAFETY: forwarded caller contract.
+    emu_entry!({ unsafe { launch_spans(stream, spans, n) } })
 }
 
 #[cfg(test)]

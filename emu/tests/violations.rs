@@ -358,3 +358,46 @@ fn a_violation_aborts_at_its_call_when_asked() {
     // The stack names the runtime call that made the violation.
     assert!(stderr.contains("check_release") && stderr.contains("aclrtFree"), "{stderr}");
 }
+
+#[test]
+fn an_op_launched_on_named_ranges_pins_them_like_any_queued_op() {
+    let _t = turn();
+    let dev = Dev::take();
+    let (a, b) = (stream(), stream());
+    let block = malloc(4096);
+    let span = |addr: *mut c_void, size| aclemu_span { addr: addr as *const c_void, size };
+    let before = violations();
+    // SAFETY: pointers are NULL, live locals, buffers sized for the call or emulator handles.
+    unsafe {
+        assert_eq!(aclemu_launch(a, null_mut(), 2), INVALID_PARAM);
+        assert_eq!(aclemu_launch(a, null_mut(), 0), 0);
+        let host = [0u8; 64];
+        assert_eq!(aclemu_launch(a, &span(host.as_ptr() as *mut c_void, 64), 1), RT_PARAM_INVALID);
+        assert_eq!(aclemu_launch(a, &span(block, 1 << 40), 1), RT_PARAM_INVALID);
+        assert_eq!(aclemu_launch(1usize as *mut c_void, &span(block, 64), 1), RT_INVALID_HANDLE);
+        assert_eq!(violations(), before);
+        assert_eq!(aclemu_stream_hold(a), 0);
+        assert_eq!(aclemu_launch(a, &span(block, 4096), 1), 0);
+        // Another stream's op on the same memory while a's still waits.
+        assert_eq!(aclemu_launch(b, &span((block as usize + 1024) as *mut c_void, 16), 1), 0);
+        assert_eq!(violations(), before + 1);
+        assert_eq!(aclrtSynchronizeStream(b), RT_INTERNAL_ERROR);
+        assert_eq!(aclemu_stream_release(a), RT_INTERNAL_ERROR);
+        // After a's op ran, b may use the memory; so may a stream that waits for a.
+        assert_eq!(aclemu_launch(b, &span(block, 4096), 1), 0);
+        assert_eq!(aclemu_stream_hold(a), 0);
+        assert_eq!(aclemu_launch(a, &span(block, 4096), 1), 0);
+        let e = event();
+        assert_eq!(aclrtRecordEvent(e, a), 0);
+        assert_eq!(aclrtStreamWaitEvent(b, e), 0);
+        assert_eq!(aclemu_launch(b, &span(block, 4096), 1), 0);
+        assert_eq!(violations(), before + 1);
+        assert_eq!(aclemu_stream_release(a), 0);
+        assert_eq!(aclrtSynchronizeStream(b), 0);
+        assert_eq!(aclrtDestroyEvent(e), 0);
+        assert_eq!(aclrtFree(block), 0);
+        assert_eq!(aclrtDestroyStream(a), 0);
+        assert_eq!(aclrtDestroyStream(b), 0);
+    }
+    dev.assert_clean();
+}
