@@ -267,8 +267,10 @@ unsafe fn launch_spans(stream: *mut c_void, spans: *const aclemu_span, n: usize)
     if !crate::violation::still_device_memory(&ranges) {
         return Err(crate::error::ACL_ERROR_RT_PARAM_INVALID);
     }
-    let blocks: Vec<Live> =
-        ranges.iter().map(|&(start, end)| Live { block: std::ptr::null_mut(), addr: start, size: end - start }).collect();
+    let blocks: Vec<Live> = ranges
+        .iter()
+        .map(|&(start, end)| Live { block: std::ptr::null_mut(), addr: start, size: end - start })
+        .collect();
     launch(stream, &blocks)
 }
 

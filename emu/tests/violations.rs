@@ -374,7 +374,7 @@ fn an_op_launched_on_named_ranges_pins_them_like_any_queued_op() {
         let host = [0u8; 64];
         assert_eq!(aclemu_launch(a, &span(host.as_ptr() as *mut c_void, 64), 1), RT_PARAM_INVALID);
         assert_eq!(aclemu_launch(a, &span(block, 1 << 40), 1), RT_PARAM_INVALID);
-        assert_eq!(aclemu_launch(1usize as *mut c_void, &span(block, 64), 1), RT_INVALID_HANDLE);
+        assert_eq!(aclemu_launch(0xdead_0000usize as *mut c_void, &span(block, 64), 1), RT_INVALID_HANDLE);
         assert_eq!(violations(), before);
         assert_eq!(aclemu_stream_hold(a), 0);
         assert_eq!(aclemu_launch(a, &span(block, 4096), 1), 0);
