@@ -23,6 +23,7 @@
 //   bridge.cpp   allocation, free, record_stream bookkeeping and cache release
 //   stats.cpp    torch_npu's DeviceStats from npualloc's statistics and the bridge's counts
 //   ipc.cpp      sharing blocks with other processes (torch.multiprocessing)
+//   hccl.cpp     npualloc's memory registered with HCCL for zero-copy collectives
 //   history.cpp  recordHistory and snapshot (npualloc's snapshot with torch_npu's stack frames)
 //   pools.h      private pools (graph capture and MemPool) routing
 //   boundary.cpp what C and Rust call: install, the task-queue drain, torch_npu's local helpers
@@ -489,6 +490,14 @@ class Bridge : public NCA::NPUAllocator {
   std::pair<ptrdiff_t, std::string> share_ipc(void* ptr);
   std::shared_ptr<void> ipc_dev_ptr(const std::string& handle);
 
+  // ---- registration with HCCL (hccl.cpp) --------------------------------------------------
+
+  // torch_npu's zero-copy setup (ProcessGroupHCCL's constructor with TORCH_HCCL_ZERO_COPY=1):
+  // npualloc's address ranges and physical handles on `device` are set and activated on `comm`
+  // now and as they come and go (hccl_event, from on_segment).
+  void buildServerMemMapForHccl(int device, std::shared_ptr<c10d_npu::HCCLComm> comm) override;
+  struct HcclBinding;
+
   // ---- trace trackers ---------------------------------------------------------------------
 
   // attachAllocatorTraceTracker (the release's entry point is ReleaseBridge's): torch_npu's own
@@ -529,6 +538,10 @@ class Bridge : public NCA::NPUAllocator {
   std::atomic<bool> tracked_{false};
   // Whether this libnpualloc has the segment observer (API 0.4).
   static bool observes_segments();
+  // One segment event for the device's HCCL registration, if it has one (hccl.cpp).
+  void hccl_event(int32_t device, npualloc_segment_event event, void* addr, size_t size, void* handle);
+  // Each device's HCCL registration, set once and kept for the process's life.
+  std::array<std::atomic<HcclBinding*>, kMaxDevices> hccl_{};
   // npualloc's statistics at the last reset_accumulated_memory_stats, per device: its cumulative
   // counters, and the current figures whose changes since then tell what was freed.
   std::array<Figures, kMaxDevices> baselines_{};
