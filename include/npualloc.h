@@ -1378,7 +1378,18 @@ const struct npualloc_api *npualloc_get_api(uint32_t abi_version);
  * `MemPool(use_on_oom=True)`); failing that, for any request outside the
  * pool, the pool's cached memory may be given back for it. Otherwise a
  * pool's cached memory stays with it until `npualloc_pool_destroy`
- * (`npualloc_empty_cache` leaves it).
+ * (`npualloc_empty_cache` leaves it). What the pool's blocks look like, for
+ * a library that registers them (HCCL, ADXL): `alignment` (`2m`, `64k` or
+ * bytes, a power of two up to 2 MiB; default 512) makes every block start
+ * on that boundary and its size a multiple of it; `no_split` (default
+ * false) makes every block whole 2 MiB pages of its own, 2 MiB-aligned:
+ * never split, and never cut from a cached block whose pages it would
+ * share (with fixed segments each block is a segment of its own, or a
+ * whole cached one; in an expandable range a cached block between live
+ * ones is taken whole, and a block is cut from the range's free address
+ * space only at page boundaries). In fixed mode an aligned segment the
+ * runtime places off the boundary costs one more `aclrtMalloc`, one unit
+ * larger.
  *
  * Returns NPUALLOC_ERR_BAD_CONFIG naming the key for an unknown key or a
  * bad value; NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle or a

@@ -378,3 +378,102 @@ fn a_graph_pool_keeps_its_cached_memory_through_sleep_and_replays_after_wake() {
     capture_into_a_pool_sleeping("expandable_segments:true", 5, None, true);
     capture_into_a_pool_sleeping("expandable_segments:true", 6, Some("sleep:offload"), true);
 }
+
+/// A pool's `alignment` and `no_split` (api.md, "Memory that a communication
+/// library registers"): every block of an aligned pool starts on its boundary
+/// and is a whole number of units; a no_split block is whole 2 MiB pages of
+/// its own, never cut from cached memory it would share. Run again under
+/// `ACLEMU_MALLOC_ALIGN=random`, where fixed segments start off their page.
+fn shaped_pools(config: &str, dev: i32) {
+    let a = create(config, dev).unwrap();
+    let s = emu().create_stream(dev);
+    for (text, key) in [("alignment:3000", "alignment"), ("alignment:4m", "alignment"), ("no_split:maybe", "no_split")]
+    {
+        let (st, m) = pool_create(a, Some(text)).unwrap_err();
+        assert_eq!(st, npualloc_status::NPUALLOC_ERR_BAD_CONFIG, "{text}");
+        assert!(m.contains(key), "{text}: {m}");
+    }
+    let fixed = config.contains("false");
+    // Seeded sizes from 1 byte to 6 MiB, a third of the blocks freed as it goes.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ dev as u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for (pool_config, unit) in [("alignment:64k", 64 << 10), ("alignment:2m", 2 * MIB), ("no_split:true", 2 * MIB)] {
+        let p = pool_create(a, Some(pool_config)).unwrap();
+        assert_eq!(begin(a, p, Some(s)), OK);
+        let mut live = Vec::new();
+        for i in 0..60 {
+            let size = match next() % 3 {
+                0 => 1 + (next() % 4096) as usize,
+                1 => 1 + (next() % MIB as u64) as usize,
+                _ => 1 + (next() % (6 * MIB) as u64) as usize,
+            };
+            let b = malloc(a, size, s).unwrap_or_else(|e| panic!("{pool_config}: {size} bytes: {e:?}"));
+            let info = query(a, b).unwrap();
+            assert_eq!(b % unit, 0, "{config} {pool_config}: block at {b:#x} for {size} bytes");
+            assert_eq!(info.size as usize % unit, 0, "{config} {pool_config}: {} bytes", info.size);
+            assert!(info.size as usize >= size && info.requested as usize == size);
+            fill(b, info.size as usize, i as u8);
+            live.push((b, info.size as usize, i as u8));
+            if next() % 3 == 0 {
+                let (b, _, _) = live.swap_remove((next() % live.len() as u64) as usize);
+                assert_eq!(free(a, b), OK);
+            }
+        }
+        // Every live block kept its bytes: no two shared memory.
+        for &(b, len, byte) in &live {
+            // SAFETY: a live block of `len` bytes of the emulator's host-memory device.
+            let got = unsafe { std::slice::from_raw_parts(b as *const u8, len) };
+            assert!(got.iter().all(|&v| v == byte), "{config} {pool_config}: block {b:#x} was overwritten");
+        }
+        for (b, _, _) in live {
+            assert_eq!(free(a, b), OK);
+        }
+        assert_eq!(end(a, p, Some(s)), OK);
+        assert_eq!(pool_destroy(a, p), OK);
+    }
+    // no_split: a block is never cut from a larger cached one. In fixed mode
+    // each block is a segment of its own, exactly its pages, and a smaller
+    // request takes a cached block whole.
+    let p = pool_create(a, Some("no_split:true")).unwrap();
+    assert_eq!(begin(a, p, Some(s)), OK);
+    let five = malloc(a, 5 * MIB, s).unwrap();
+    let three = malloc(a, 3 * MIB, s).unwrap();
+    let one = malloc(a, MIB, s).unwrap();
+    let sizes: Vec<u64> = [five, three, one].iter().map(|&b| query(a, b).unwrap().size).collect();
+    assert_eq!(sizes, [6 * MIB as u64, 4 * MIB as u64, 2 * MIB as u64]);
+    if fixed {
+        // Blocks tile exactly their segments (a segment the runtime placed
+        // off a 2 MiB boundary also holds slack before its first block).
+        let st = pool_stats(a, p);
+        assert_eq!((st.segments, st.address_space_bytes), (3, 12 * MIB as u64), "one segment per block: {st:?}");
+    }
+    // The 4 MiB block, freed between live ones, is mapped whole: a 1 MiB
+    // request takes all of it.
+    assert_eq!(free(a, three), OK);
+    let again = malloc(a, MIB, s).unwrap();
+    assert_eq!((again, query(a, again).unwrap().size), (three, 4 * MIB as u64));
+    for b in [five, again, one] {
+        assert_eq!(free(a, b), OK);
+    }
+    assert_eq!(end(a, p, Some(s)), OK);
+    assert_eq!(pool_destroy(a, p), OK);
+    // The default pool is untouched by it all.
+    let plain = malloc(a, 1000, s).unwrap();
+    assert_eq!(query(a, plain).unwrap().size, 1024);
+    assert_eq!(free(a, plain), OK);
+    assert_eq!(destroy(a), OK);
+    emu().destroy_stream(dev, s);
+    assert!(emu().usage(dev).is_clean(), "{config}: device {dev} left {:?}", emu().usage(dev));
+}
+
+#[test]
+fn aligned_and_unsplit_pools_hand_out_registrable_blocks() {
+    let _t = turn();
+    shaped_pools("expandable_segments:false", 1);
+    shaped_pools("expandable_segments:true", 7);
+}

@@ -569,8 +569,10 @@ class Pool:
     (``empty_cache`` leaves it) until ``destroy()``.
 
     ``config`` is the pool's config string: ``sleep`` (keep, offload,
-    discard) and ``use_on_oom`` (true: requests outside the pool that run
-    out of memory may take its cached memory)::
+    discard), ``use_on_oom`` (true: requests outside the pool that run
+    out of memory may take its cached memory), ``alignment`` (``2m``,
+    ``64k`` or bytes: every block starts on that boundary) and ``no_split``
+    (true: every block is whole 2 MiB pages of its own)::
 
         with npualloc.Pool(alloc) as pool:
             block = alloc.malloc(1 << 20)   # from the pool

@@ -145,3 +145,24 @@ def test_stats_of_each_kind_of_block(emu):
             alloc.stats(0)
         alloc.free(small)
         alloc.free(large)
+
+
+@pytest.mark.parametrize("config", ["expandable_segments:true", "expandable_segments:false"])
+def test_aligned_and_unsplit_pools(emu, config):
+    with npualloc.CachingAllocator(device=0, config=config) as alloc:
+        aligned, unsplit = npualloc.Pool(alloc, config="alignment:64k"), npualloc.Pool(alloc, config="no_split:true")
+        with aligned:
+            small = [alloc.malloc(n) for n in (1, 1000, 70000, 3 * MIB)]
+        with unsplit:
+            whole = [alloc.malloc(n) for n in (1, 3 * MIB, 1000)]
+        plain = alloc.malloc(1000)
+        size = lambda b: alloc.query(b)["size"]  # noqa: E731 (as rounded)
+        assert all(b.addr % (64 << 10) == 0 and size(b) % (64 << 10) == 0 for b in small), small
+        assert [size(b) for b in whole] == [2 * MIB, 4 * MIB, 2 * MIB], whole
+        assert all(b.addr % (2 * MIB) == 0 for b in whole), whole
+        assert size(plain) == 1024, "the default pool keeps 512-byte blocks"
+        for b in small + whole + [plain]:
+            alloc.free(b)
+        for bad in ("alignment:3000", "alignment:4m", "no_split:perhaps"):
+            with pytest.raises(npualloc.NpuallocError, match="BAD_CONFIG"):
+                npualloc.Pool(alloc, config=bad)

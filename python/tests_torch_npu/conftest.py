@@ -54,6 +54,8 @@ USE_ON_OOM = _declares(r"\bsetUseOnOOM\(")
 # A deleted MemPool releases its pool (~MemPool calls releasePool, then emptyCache of its id);
 # before, a MemPool's memory stays in its pool for the process's life.
 POOLS_RELEASED = _declares(r"~MemPool\(\)", _CORE / "NPUCachingAllocator.h", _CORE / "MemPool.h")
+# MemPool(no_split=True): setNoSplit.
+NO_SPLIT = _declares(r"\bsetNoSplit\(")
 # NPUEvent::block asks the allocator whether a graph capture is underway (not in every post).
 CAPTURE_QUERY = _declares(r"\bhasCapturesUnderway\(")
 # HCCL's work ends a block's stream use by the block's address (eraseStreamWithBlockPtr).

@@ -8,7 +8,7 @@ use_mem_pool routes the thread's allocations to its pool."""
 import textwrap
 
 import pytest
-from conftest import POOL_SNAPSHOT, POOLS_RELEASED, USE_ON_OOM
+from conftest import NO_SPLIT, POOL_SNAPSHOT, POOLS_RELEASED, USE_ON_OOM
 from test_bridge import run
 
 POOL_STATS = """
@@ -172,3 +172,27 @@ def test_a_use_on_oom_pool_serves_a_request_the_device_cannot_hold(run_npu):
     for name, r in (("torch_npu's own allocator", own), ("npualloc", ours)):
         assert r["served_from_pool"], f"{name}: the pool's free block did not serve the request: {r}"
         assert r["reserved"] <= r["total"], r
+
+
+@pytest.mark.skipif(not NO_SPLIT, reason="this torch_npu has no MemPool(no_split=True)")
+@pytest.mark.parametrize("config", ["expandable_segments:true", "expandable_segments:false"])
+def test_a_no_split_pool_gives_each_tensor_whole_pages(run_npu, config):
+    # Registrable memory (ADXL, HCCL): each tensor of the pool starts on a 2 MiB page and shares
+    # no page with another; the default pool keeps 512-byte blocks.
+    r = run(run_npu, POOL_STATS + textwrap.dedent("""
+        pool = torch.npu.MemPool(no_split=True)
+        with torch.npu.use_mem_pool(pool):
+            ts = [torch.empty(n, dtype=torch.uint8, device="npu") for n in (1000, 3 << 20, 5000)]
+        plain = [torch.empty(1000, dtype=torch.uint8, device="npu") for _ in range(2)]
+        stats = pool_stats(1)
+        report({"pool": [t.data_ptr() for t in ts], "plain": [t.data_ptr() for t in plain],
+                "allocated": stats["allocated_bytes"], "blocks": stats["active_blocks"]})
+    """), env={"NPUALLOC_CONF": config}).result
+    page = 2 << 20
+    starts = r["pool"]
+    assert all(p % page == 0 for p in starts), r
+    pages = [set(range(p // page, (p + n - 1) // page + 1)) for p, n in zip(starts, (1032, (3 << 20) + 32, 5032))]
+    assert not (pages[0] & pages[1]) and not (pages[0] & pages[2]) and not (pages[1] & pages[2]), r
+    # 2 + 4 + 2 MiB: each request in whole pages of its own.
+    assert (r["blocks"], r["allocated"]) == (3, 8 << 20), r
+    assert abs(r["plain"][1] - r["plain"][0]) < page, ("the default pool still packs blocks", r)

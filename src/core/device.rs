@@ -26,7 +26,7 @@
 
 use super::backing::{GrowContext, GrowError, Memory};
 use super::history::Action;
-use super::policy::{PoolKind, MAX_REQUEST};
+use super::policy::{PoolKind, Shape, MAX_REQUEST};
 use super::pool::Pool;
 use super::pools::routing::Routes;
 use super::pools::state::Pools;
@@ -120,9 +120,11 @@ impl<B: Memory> Device<B> {
     fn add_entry(&self, stream: Stream, pool: u64) -> Result<&StreamEntry<B>> {
         let capturing = check_live_stream(&self.sh.rt, self.sh.device, stream)?;
         let sh = &self.sh;
+        // Read with the pool's record below, before either closure runs.
+        let shape = std::cell::Cell::new(Shape::PLAIN);
         let make = |slot: usize| {
             let shard = |kind: PoolKind| {
-                Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream, pool))
+                Shard::new(Pool::new(sh.clone(), (2 * slot + kind as usize) as u32, kind, stream, pool, shape.get()))
             };
             [shard(PoolKind::Small), shard(PoolKind::Large)]
         };
@@ -138,6 +140,7 @@ impl<B: Memory> Device<B> {
                     t.keep(kind, left);
                 }
                 p.set_owner(stream, pool);
+                p.set_shape(shape.get());
             }
         };
         // Every entry is made or taken over under the pools lock (taken
@@ -145,7 +148,8 @@ impl<B: Memory> Device<B> {
         // marks one that changes pools meanwhile (Note [pools]).
         let made = match self.pools.with_live(pool, |c| {
             let use_on_oom = pool != 0 && c.use_on_oom;
-            self.streams.get_or_add((stream, pool, use_on_oom), make, revive)
+            shape.set(c.shape());
+            self.streams.get_or_add((stream, pool, use_on_oom, shape.get()), make, revive)
         }) {
             Some(made) => made,
             None => return Err(Error::InvalidArgument(format!("pool {pool} was destroyed"))),
@@ -179,10 +183,21 @@ impl<B: Memory> Device<B> {
         if size.wrapping_sub(1) >= MAX_REQUEST - 1 {
             return Err(bad_size(size));
         }
-        let rounded = self.sh.policy.round(size);
-        let kind = self.sh.policy.pool_for(rounded);
-        // The one branch pools add to a malloc (Note [pools]).
-        let entry = if self.routes.any() { self.routed_entry(stream)? } else { self.stream_entry(stream)? };
+        let mut rounded = self.sh.policy.round(size);
+        let mut kind = self.sh.policy.pool_for(rounded);
+        // The one branch pools add to a malloc (Note [pools]); a routed
+        // request's pool may ask for aligned or unsplit blocks.
+        let entry = if self.routes.any() {
+            let entry = self.routed_entry(stream)?;
+            let shape = entry.shape();
+            if !shape.is_plain() {
+                rounded = shape.round(rounded);
+                kind = self.sh.policy.pool_for(rounded);
+            }
+            entry
+        } else {
+            self.stream_entry(stream)?
+        };
         // The one branch sleep adds to a malloc (Note [sleep]).
         if self.sleep.refusing() {
             self.sleep.check(entry)?;

@@ -38,6 +38,45 @@ impl PoolKind {
     }
 }
 
+/// The largest `alignment` a pool may ask for: the page of device memory,
+/// which expandable ranges and physical handles are aligned to.
+pub const MAX_POOL_ALIGNMENT: usize = 2 << 20;
+
+/// What a private pool's config asks of its blocks beyond the policy
+/// (`alignment`, `no_split`); the default pool's is `Shape::PLAIN`.
+///
+/// Invariant: in a shaped pool every block size is a multiple of `align`,
+/// so a block split off another, or placed after one, starts on the
+/// boundary too, once its segment or range starts there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Every block starts on this boundary (a power of two, 512 to
+    /// `MAX_POOL_ALIGNMENT`), and its size is a multiple of it.
+    pub align: usize,
+    /// A block is never split off a larger cached one nor split later: it
+    /// is whole pages of its own (`align` is then the page).
+    pub no_split: bool,
+}
+
+impl Shape {
+    pub const PLAIN: Shape = Shape { align: MIN_BLOCK_SIZE, no_split: false };
+
+    /// The shape of a pool config's `alignment` (bytes) and `no_split`.
+    pub fn new(alignment: usize, no_split: bool) -> Shape {
+        let align = if no_split { MAX_POOL_ALIGNMENT } else { alignment.max(MIN_BLOCK_SIZE) };
+        Shape { align, no_split }
+    }
+
+    pub fn is_plain(self) -> bool {
+        self == Shape::PLAIN
+    }
+
+    /// The block size a request the policy rounded to `rounded` gets.
+    pub fn round(self, rounded: usize) -> usize {
+        rounded.next_multiple_of(self.align)
+    }
+}
+
 /// The policy an allocator was created with (immutable).
 #[derive(Debug, Clone)]
 pub struct Policy {

@@ -13,7 +13,7 @@ use super::cache::block::{BlockId, BlockState, NIL};
 use super::cache::size_class::class_of;
 use super::cache::Cache;
 use super::history::Action;
-use super::policy::PoolKind;
+use super::policy::{PoolKind, Shape};
 use super::shared::Shared;
 use super::stats::{Cumulative, ShardCounters};
 use crate::error::{Error, Result};
@@ -44,8 +44,8 @@ impl<B: Memory> std::fmt::Debug for Pool<B> {
 }
 
 impl<B: Memory> Pool<B> {
-    pub fn new(sh: Arc<Shared<B>>, id: u32, kind: PoolKind, stream: Stream, pool: u64) -> Self {
-        let cache = Cache::new(id, kind, stream, pool, sh.reuse_bytes);
+    pub fn new(sh: Arc<Shared<B>>, id: u32, kind: PoolKind, stream: Stream, pool: u64, shape: Shape) -> Self {
+        let cache = Cache::new(id, kind, stream, pool, shape, sh.reuse_bytes);
         Pool {
             sh,
             cache,
@@ -71,6 +71,12 @@ impl<B: Memory> Pool<B> {
         debug_assert!(self.cache.segments.ids().next().is_none(), "a shard with segments changes stream");
         self.cache.stream = stream;
         self.cache.pool = pool;
+    }
+
+    /// The shape of the pool this empty shard now serves.
+    pub fn set_shape(&mut self, shape: Shape) {
+        debug_assert!(self.cache.segments.ids().next().is_none(), "a shard with segments changes shape");
+        self.cache.shape = shape;
     }
 
     pub fn stream(&self) -> Stream {
@@ -148,8 +154,25 @@ impl<B: Memory> Pool<B> {
     /// Moves a free block to allocated, splitting off what it does not need.
     #[inline(never)]
     pub fn take_block(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
+        if self.cache.shape.no_split {
+            return self.take_whole(id, rounded, requested);
+        }
         let sh = &self.sh;
         let addr = self.cache.take(id, rounded, requested, |kind, size| B::splits(sh, kind, size, rounded));
+        self.after_transition();
+        addr
+    }
+
+    /// `take_block` in a `no_split` pool: a block whose memory is all there
+    /// (all of a fixed segment's; mapped pages of a range) is taken whole;
+    /// one that runs into unmapped address space is cut at the request's
+    /// pages, which are its own (sizes are whole pages there).
+    #[cold]
+    fn take_whole(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
+        let size = self.cache.blocks.get(id).size;
+        let whole = B::ready(&self.cache, &self.backing, id, size);
+        let sh = &self.sh;
+        let addr = self.cache.take(id, rounded, requested, |kind, size| !whole && B::splits(sh, kind, size, rounded));
         self.after_transition();
         addr
     }

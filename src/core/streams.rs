@@ -15,6 +15,7 @@
 
 use super::backing::Memory;
 use super::directory::MAX_SHARDS;
+use super::policy::Shape;
 use super::shard::Shard;
 use super::stats::HighWater;
 use crate::runtime::Stream;
@@ -51,6 +52,10 @@ pub(crate) struct StreamEntry<B: Memory> {
     flags: AtomicU8,
     /// The pool's `use_on_oom`: other requests' ladder may release its cache.
     use_on_oom: AtomicBool,
+    /// The pool's `Shape` (`align` and `no_split`); changed with `pool`,
+    /// read on routed requests only.
+    align: AtomicUsize,
+    no_split: AtomicBool,
     /// A request routed here came while the stream captured: the pool is a
     /// graph pool (Note [capture]); read on routed requests only.
     saw_capture: AtomicBool,
@@ -73,6 +78,11 @@ impl<B: Memory> StreamEntry<B> {
     /// The pool's `use_on_oom`.
     pub fn use_on_oom(&self) -> bool {
         self.use_on_oom.load(Ordering::Relaxed)
+    }
+
+    /// What the pool asks of its blocks.
+    pub fn shape(&self) -> Shape {
+        Shape { align: self.align.load(Ordering::Relaxed), no_split: self.no_split.load(Ordering::Relaxed) }
     }
 
     /// Its pool's `use_on_oom` changed (under the pools' records lock).
@@ -128,11 +138,13 @@ impl<B: Memory> StreamEntry<B> {
     /// A retired entry taken over by another stream starts as a plain one
     /// of its new pool (a graph stream's quarantined blocks keep its entry
     /// from retiring; a destroyed pool's entry retires holding nothing).
-    pub fn reset_for_revival(&self, pool: u64, use_on_oom: bool) {
+    pub fn reset_for_revival(&self, pool: u64, use_on_oom: bool, shape: Shape) {
         self.flags.store(0, Ordering::Relaxed);
         self.saw_capture.store(false, Ordering::Relaxed);
         self.pool.store(pool, Ordering::Relaxed);
         self.use_on_oom.store(use_on_oom, Ordering::Relaxed);
+        self.align.store(shape.align, Ordering::Relaxed);
+        self.no_split.store(shape.no_split, Ordering::Relaxed);
     }
 
     /// Notes that the entry's pool was destroyed.
@@ -223,7 +235,7 @@ impl<B: Memory> StreamTable<B> {
     /// meets one changing pools).
     pub fn get_or_add(
         &self,
-        (stream, pool, use_on_oom): (Stream, u64, bool),
+        (stream, pool, use_on_oom, shape): (Stream, u64, bool, Shape),
         make: impl FnOnce(usize) -> [Shard<B>; 2],
         revive: impl FnOnce(&StreamEntry<B>),
     ) -> Option<&StreamEntry<B>> {
@@ -252,7 +264,7 @@ impl<B: Memory> StreamTable<B> {
             let e = self.entry(slot);
             revive(e);
             e.high.clear();
-            e.reset_for_revival(pool, use_on_oom);
+            e.reset_for_revival(pool, use_on_oom, shape);
             e.stream.store(stream.0, Ordering::Release);
             return Some(e);
         }
@@ -270,6 +282,8 @@ impl<B: Memory> StreamTable<B> {
                 slot,
                 pool: AtomicU64::new(pool),
                 use_on_oom: AtomicBool::new(use_on_oom),
+                align: AtomicUsize::new(shape.align),
+                no_split: AtomicBool::new(shape.no_split),
                 shards: make(slot),
                 high: HighWater::default(),
                 flags: AtomicU8::new(0),

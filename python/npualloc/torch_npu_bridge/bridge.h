@@ -456,6 +456,15 @@ class Bridge : public NCA::NPUAllocator {
     // the releasePool that follows gives it back.
     std::fprintf(stderr, "npualloc: setUseOnOOM(false): %s\n", error.c_str());
   }
+  // MemPool(no_split=True): the pool's npualloc pool gets no_split (each block whole 2 MiB pages
+  // of its own, never split; torch_npu's own allocator only stops splitting the pool's blocks).
+  void set_no_split(int device, c10_npu::MempoolId_t id) {
+    check_device(device);
+    TORCH_CHECK(pools_.set_no_split(device, id), "npualloc: setNoSplit on pool (", id.first, ", ", id.second,
+                ") of device ", device,
+                ", which torch_npu did not create or which served allocations already: npualloc fixes a "
+                "pool's no_split when the pool is made, at its first allocation");
+  }
   bool checkPoolLiveAllocations(c10::DeviceIndex, c10_npu::MempoolId_t, const std::unordered_set<void*>&) override {
     no_pools("memory pools (checkPoolLiveAllocations)");
   }

@@ -9,8 +9,9 @@
 // newest first, for each allocation while any route is active; a match is served inside a
 // thread route of the matched pool (npualloc_pool_begin(a, pool, NULL) ... pool_end), which
 // covers exactly that one allocation. Frees need nothing: npualloc returns a block to its pool.
-// A pool's npualloc pool is created at its first route (with MemPool's use_on_oom, set right
-// after creation, in its config; a later change goes to npualloc_pool_set_use_on_oom) and destroyed when torch_npu's use count falls to 0 (live
+// A pool's npualloc pool is created at its first route (with MemPool's use_on_oom and no_split,
+// set right after creation, in its config; a later use_on_oom change goes to
+// npualloc_pool_set_use_on_oom) and destroyed when torch_npu's use count falls to 0 (live
 // blocks stay valid; their memory goes back when freed), as PyTorch frees a private pool then.
 
 #pragma once
@@ -55,6 +56,17 @@ class GraphPools {
     return it->second.npualloc_id;
   }
 
+  // MemPool(no_split=True) (setNoSplit, right after its creation): kept for the npualloc pool's
+  // creation. False when torch_npu does not know the pool or its npualloc pool exists already
+  // (its blocks' shape is fixed when it is made).
+  bool set_no_split(int device, MempoolKey id) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = pools_.find({device, id});
+    if (it == pools_.end() || it->second.npualloc_id != 0) return false;
+    it->second.no_split = true;
+    return true;
+  }
+
   // beginAllocateToPool: one more use, and a route. `create` makes the npualloc pool from its
   // config string when it has none yet (it may throw; nothing changes then).
   void begin(int device, MempoolKey id, Filter filter, const std::function<uint64_t(const char*)>& create) {
@@ -62,7 +74,9 @@ class GraphPools {
     Pool& p = pools_[{device, id}];
     if (p.npualloc_id == 0) {
       try {
-        p.npualloc_id = create(p.use_on_oom ? "use_on_oom:true" : nullptr);
+        std::string config = p.use_on_oom ? "use_on_oom:true" : "";
+        if (p.no_split) config += config.empty() ? "no_split:true" : ",no_split:true";
+        p.npualloc_id = create(config.empty() ? nullptr : config.c_str());
       } catch (...) {
         if (p.uses == 0) pools_.erase({device, id});
         throw;
@@ -175,6 +189,7 @@ class GraphPools {
     uint64_t npualloc_id = 0;
     int uses = 0;
     bool use_on_oom = false;
+    bool no_split = false;
   };
   struct Route {
     int device;

@@ -160,8 +160,8 @@ class ReleaseBridge final : public Bridge {
   void setUseOnOOM(c10::DeviceIndex device, c10_npu::MempoolId_t id, bool use_on_oom) {
     set_use_on_oom(device, id, use_on_oom);
   }
-  void setNoSplit(c10::DeviceIndex, c10_npu::MempoolId_t) {
-    no_pools("MemPool(no_split=True) (setNoSplit)");
+  void setNoSplit(c10::DeviceIndex device, c10_npu::MempoolId_t id) {
+    set_no_split(device, id);
   }
   void attachAllocatorTraceTracker(release::Tracker tracker) {
     attach_release_tracker(std::move(tracker));

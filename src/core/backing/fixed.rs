@@ -93,7 +93,8 @@ impl Backing for FixedSegments {
             return Ok(id);
         }
         let sh = pool.sh.clone();
-        let needed = sh.policy.segment_size(rounded);
+        // A no_split pool's block is a segment of its own.
+        let needed = if pool.cache.shape.no_split { rounded } else { sh.policy.segment_size(rounded) };
         if ctx.may_collect && sh.gc_due(needed) {
             return Err(GrowError::Collect { needed });
         }
@@ -248,36 +249,39 @@ pub(crate) struct Raw {
 }
 
 /// A segment of `size` bytes from `aclrtMalloc` able to hold `rounded`
-/// bytes from a 512-byte boundary: (allocation, first byte blocks may use,
-/// bytes blocks may use). The runtime promises only 64-byte alignment. An
-/// unaligned result loses its first partial 512 bytes, which is kept when
-/// the rest still serves the request; else the allocation is asked for
-/// again 512 bytes larger (and the first one freed, or, if that fails, kept
-/// as a segment of its own rather than lost). A runtime that aligns, as
-/// every one met so far does, costs nothing. Bytes are charged against the
-/// limit as they are obtained.
+/// bytes from a boundary of the pool's alignment (512 bytes unless its
+/// config asks for more; `size` is a multiple of it): (allocation, first
+/// byte blocks may use, bytes blocks may use). The runtime promises only
+/// 64-byte alignment. An unaligned result loses its first partial
+/// alignment unit, which is kept when the rest still serves the request;
+/// else the allocation is asked for again one unit larger (and the first
+/// one freed, or, if that fails, kept as a segment of its own rather than
+/// lost). A runtime that aligns, as every one met so far does to 512 bytes,
+/// costs nothing. Bytes are charged against the limit as they are obtained.
 fn obtain_aligned(
     pool: &mut Parts<'_, FixedSegments>,
     size: usize,
     rounded: usize,
 ) -> Result<(Raw, usize, usize), GrowError> {
     let sh = pool.sh.clone();
+    let align = pool.cache.shape.align;
+    debug_assert!(align >= MIN_BLOCK_SIZE && size % align == 0, "{size} bytes at alignment {align}");
     let first = malloc_charged(&sh, size)?;
-    if first.at % MIN_BLOCK_SIZE == 0 {
+    if first.at % align == 0 {
         return Ok((first, first.at, size));
     }
-    let usable = size - MIN_BLOCK_SIZE;
+    let usable = size - align;
     if usable >= rounded {
-        return Ok((first, first.at.next_multiple_of(MIN_BLOCK_SIZE), usable));
+        return Ok((first, first.at.next_multiple_of(align), usable));
     }
     // Freed first: on a nearly full device both may not fit at once.
     if sh.rt.on_device(sh.device, || sh.rt.free(first.at)).is_ok() {
         sh.limit.refund(size);
     } else {
-        add_raw(pool, first, first.at.next_multiple_of(MIN_BLOCK_SIZE), usable);
+        add_raw(pool, first, first.at.next_multiple_of(align), usable);
     }
-    let second = malloc_charged(&sh, size + MIN_BLOCK_SIZE)?;
-    Ok((second, second.at.next_multiple_of(MIN_BLOCK_SIZE), size))
+    let second = malloc_charged(&sh, size + align)?;
+    Ok((second, second.at.next_multiple_of(align), size))
 }
 
 /// `len` bytes from `aclrtMalloc`, charged against the limit.

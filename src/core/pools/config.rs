@@ -1,8 +1,10 @@
 //! A pool's configuration (`npualloc_pool_create`'s `"key:value,..."`):
-//! `sleep` (what `npualloc_sleep` does to the pool's live blocks) and
+//! `sleep` (what `npualloc_sleep` does to the pool's live blocks),
 //! `use_on_oom` (whether other requests may take its cached memory when
-//! they run out).
+//! they run out), and what its blocks look like: `alignment` and
+//! `no_split` (registrable memory, see `Shape`).
 
+use crate::core::policy::{Shape, MAX_POOL_ALIGNMENT};
 use crate::error::{Error, Result};
 
 /// What sleep does to a pool's live blocks.
@@ -32,6 +34,40 @@ impl SleepMode {
 pub struct PoolConfig {
     pub sleep: SleepMode,
     pub use_on_oom: bool,
+    /// `alignment` in bytes (0: not given, the policy's 512).
+    pub alignment: usize,
+    pub no_split: bool,
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool> {
+    if value.eq_ignore_ascii_case("true") || value == "1" {
+        Ok(true)
+    } else if value.eq_ignore_ascii_case("false") || value == "0" {
+        Ok(false)
+    } else {
+        Err(Error::bad_config(key, format!("{key} must be true or false, got '{value}'")))
+    }
+}
+
+/// `alignment`: bytes, or a number with `k` or `m` (KiB, MiB); a power of
+/// two up to 2 MiB.
+fn parse_alignment(value: &str) -> Result<usize> {
+    let lower = value.to_ascii_lowercase();
+    let (digits, unit) = match lower.strip_suffix('m') {
+        Some(d) => (d, 1usize << 20),
+        None => match lower.strip_suffix('k') {
+            Some(d) => (d, 1 << 10),
+            None => (lower.as_str(), 1),
+        },
+    };
+    let bytes = digits.trim().parse::<usize>().ok().and_then(|n| n.checked_mul(unit));
+    match bytes {
+        Some(b) if b.is_power_of_two() && b <= MAX_POOL_ALIGNMENT => Ok(b),
+        _ => Err(Error::bad_config(
+            "alignment",
+            format!("alignment must be a power of two of at most 2m (bytes, or with k or m), got '{value}'"),
+        )),
+    }
 }
 
 impl PoolConfig {
@@ -62,25 +98,24 @@ impl PoolConfig {
                         }
                     }
                 }
-                "use_on_oom" => {
-                    config.use_on_oom = if value.eq_ignore_ascii_case("true") || value == "1" {
-                        true
-                    } else if value.eq_ignore_ascii_case("false") || value == "0" {
-                        false
-                    } else {
-                        return Err(Error::bad_config(key, format!("use_on_oom must be true or false, got '{value}'")));
-                    }
-                }
+                "use_on_oom" => config.use_on_oom = parse_bool(key, value)?,
+                "no_split" => config.no_split = parse_bool(key, value)?,
+                "alignment" => config.alignment = parse_alignment(value)?,
                 _ => {
                     return Err(Error::bad_config(
                         key,
-                        format!("unknown pool config key '{key}' (known: sleep, use_on_oom)"),
+                        format!("unknown pool config key '{key}' (known: sleep, use_on_oom, alignment, no_split)"),
                     ))
                 }
             }
             seen.push(key);
         }
         Ok(config)
+    }
+
+    /// What the pool's blocks look like.
+    pub fn shape(&self) -> Shape {
+        Shape::new(self.alignment, self.no_split)
     }
 }
 
@@ -93,7 +128,17 @@ mod tests {
         assert_eq!(PoolConfig::parse(None).unwrap(), PoolConfig::default());
         assert_eq!(PoolConfig::parse(Some("")).unwrap(), PoolConfig::default());
         let c = PoolConfig::parse(Some("sleep:offload, use_on_oom:True")).unwrap();
-        assert_eq!(c, PoolConfig { sleep: SleepMode::Offload, use_on_oom: true });
+        assert_eq!(c, PoolConfig { sleep: SleepMode::Offload, use_on_oom: true, ..Default::default() });
+        assert_eq!(PoolConfig::default().shape(), Shape::PLAIN);
+        for (text, align) in [("alignment:2m", 2 << 20), ("alignment:64K", 64 << 10), ("alignment:4096", 4096)] {
+            let c = PoolConfig::parse(Some(text)).unwrap();
+            assert_eq!(c.shape(), Shape { align, no_split: false }, "{text}");
+        }
+        // Below the policy's 512 every block is aligned already.
+        assert_eq!(PoolConfig::parse(Some("alignment:64")).unwrap().shape(), Shape::PLAIN);
+        let c = PoolConfig::parse(Some("no_split:true")).unwrap();
+        assert_eq!(c.shape(), Shape { align: 2 << 20, no_split: true });
+        assert_eq!(PoolConfig::parse(Some("no_split:1,alignment:64k")).unwrap().shape().align, 2 << 20);
         assert_eq!(PoolConfig::parse(Some("sleep:discard")).unwrap().sleep, SleepMode::Discard);
         assert_eq!(PoolConfig::parse(Some("sleep:keep,use_on_oom:0")).unwrap(), PoolConfig::default());
         for (text, key) in [
@@ -102,6 +147,13 @@ mod tests {
             ("use_on_oom:maybe", "use_on_oom"),
             ("sleep:keep,sleep:offload", "sleep"),
             ("sleep", "sleep"),
+            ("no_split:yes", "no_split"),
+            ("alignment:3000", "alignment"),
+            ("alignment:4m", "alignment"),
+            ("alignment:0", "alignment"),
+            ("alignment:-2", "alignment"),
+            ("alignment:1g", "alignment"),
+            ("alignment:99999999999999999999m", "alignment"),
         ] {
             match PoolConfig::parse(Some(text)) {
                 Err(Error::BadConfig { key: k, reason }) => {

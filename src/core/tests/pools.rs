@@ -139,7 +139,7 @@ fn the_ladder_takes_a_pools_cache_only_with_use_on_oom() {
         let _g = emu_lock();
         set_capacity(1 << 30);
         let a = allocator("expandable_segments:false");
-        let p = a.pool_create(PoolConfig { sleep: SleepMode::Keep, use_on_oom }).unwrap();
+        let p = a.pool_create(PoolConfig { sleep: SleepMode::Keep, use_on_oom, ..Default::default() }).unwrap();
         a.pool_begin(p, None).unwrap();
         let big = a.malloc(600 * MIB, Stream::DEFAULT).unwrap();
         a.pool_end(p, None).unwrap();

@@ -14,7 +14,7 @@ fn a_malloc_parked_before_its_shard_lock_while_a_sleep_runs_is_refused() {
     set_capacity(1 << 30);
     let a = allocator("expandable_segments:true");
     let s = new_stream();
-    let p = a.pool_create(PoolConfig { sleep: SleepMode::Offload, use_on_oom: false }).unwrap();
+    let p = a.pool_create(PoolConfig { sleep: SleepMode::Offload, ..Default::default() }).unwrap();
     // A cached block in the pool, so the parked request would be a hit.
     a.pool_begin(p, Some(s)).unwrap();
     let warm = a.malloc(64 * 1024, s).unwrap();

@@ -281,7 +281,7 @@ fn wake_takes_a_private_pools_cache_only_with_use_on_oom() {
         let a = paged();
         let s = new_stream();
         let off = pool(&a, SleepMode::Offload);
-        let own = a.pool_create(PoolConfig { sleep: SleepMode::Keep, use_on_oom }).unwrap();
+        let own = a.pool_create(PoolConfig { sleep: SleepMode::Keep, use_on_oom, ..Default::default() }).unwrap();
         let weights = block_in(&a, off, s, 9 * MIB, 0x77);
         a.sleep_pools().unwrap();
         let u = usage(DEV);

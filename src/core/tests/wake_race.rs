@@ -21,7 +21,7 @@ fn setup() -> (DeviceAllocator, Stream, u64, usize) {
     set_capacity(1 << 30);
     let a = super::support::allocator("expandable_segments:true");
     let s = new_stream();
-    let p = a.pool_create(PoolConfig { sleep: SleepMode::Offload, use_on_oom: false }).unwrap();
+    let p = a.pool_create(PoolConfig { sleep: SleepMode::Offload, ..Default::default() }).unwrap();
     a.pool_begin(p, Some(s)).unwrap();
     let kept = a.malloc(4 * MIB, s).unwrap();
     let warm = a.malloc(64 * KIB, s).unwrap();
