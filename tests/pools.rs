@@ -436,9 +436,9 @@ fn shaped_pools(config: &str, dev: i32) {
         assert_eq!(end(a, p, Some(s)), OK);
         assert_eq!(pool_destroy(a, p), OK);
     }
-    // no_split: a block is never cut from a larger cached one. In fixed mode
-    // each block is a segment of its own, exactly its pages, and a smaller
-    // request takes a cached block whole.
+    // no_split: in fixed mode each block is a segment of its own, exactly
+    // its pages, and a smaller request takes a cached block whole; in a
+    // range blocks are cut at page boundaries.
     let p = pool_create(a, Some("no_split:true")).unwrap();
     assert_eq!(begin(a, p, Some(s)), OK);
     let five = malloc(a, 5 * MIB, s).unwrap();
@@ -452,12 +452,18 @@ fn shaped_pools(config: &str, dev: i32) {
         let st = pool_stats(a, p);
         assert_eq!((st.segments, st.address_space_bytes), (3, 12 * MIB as u64), "one segment per block: {st:?}");
     }
-    // The 4 MiB block, freed between live ones, is mapped whole: a 1 MiB
-    // request takes all of it.
     assert_eq!(free(a, three), OK);
     let again = malloc(a, MIB, s).unwrap();
-    assert_eq!((again, query(a, again).unwrap().size), (three, 4 * MIB as u64));
-    for b in [five, again, one] {
+    let mut live = vec![five, again, one];
+    if fixed {
+        assert_eq!((again, query(a, again).unwrap().size), (three, 4 * MIB as u64), "taken whole");
+    } else {
+        assert_eq!((again, query(a, again).unwrap().size), (three, 2 * MIB as u64), "whole pages");
+        let next = malloc(a, MIB, s).unwrap();
+        assert_eq!(next, three + 2 * MIB, "the freed block's other page");
+        live.push(next);
+    }
+    for b in live {
         assert_eq!(free(a, b), OK);
     }
     assert_eq!(end(a, p, Some(s)), OK);

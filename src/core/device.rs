@@ -99,21 +99,25 @@ impl<B: Memory> Device<B> {
     }
 
     /// The shards of `stream` in the pool a route names for this request
-    /// (Note [pools]); pool 0 when none applies.
+    /// (Note [pools]); pool 0 when none applies. With the block size and
+    /// kind of a request the policy rounded to `rounded`, in that pool's
+    /// shape (`alignment`, `no_split`).
     #[cold]
     #[inline(never)]
-    fn routed_entry(&self, stream: Stream) -> Result<&StreamEntry<B>> {
+    fn routed_entry(&self, stream: Stream, rounded: usize) -> Result<(&StreamEntry<B>, usize, PoolKind)> {
         self.reap_routes();
-        match self.routes.pool_for(stream) {
-            0 => self.stream_entry(stream),
+        let entry = match self.routes.pool_for(stream) {
+            0 => self.stream_entry(stream)?,
             pool => match self.streams.find_in(pool, stream) {
                 Some(e) => {
                     self.note_routed_capture(e, pool, stream);
-                    Ok(e)
+                    e
                 }
-                None => self.add_entry(stream, pool),
+                None => self.add_entry(stream, pool)?,
             },
-        }
+        };
+        let rounded = entry.shape().round(rounded);
+        Ok((entry, rounded, self.sh.policy.pool_for(rounded)))
     }
 
     /// Makes the entry of `stream` in `pool`, checking the stream first.
@@ -183,20 +187,14 @@ impl<B: Memory> Device<B> {
         if size.wrapping_sub(1) >= MAX_REQUEST - 1 {
             return Err(bad_size(size));
         }
-        let mut rounded = self.sh.policy.round(size);
-        let mut kind = self.sh.policy.pool_for(rounded);
+        let rounded = self.sh.policy.round(size);
+        let kind = self.sh.policy.pool_for(rounded);
         // The one branch pools add to a malloc (Note [pools]); a routed
         // request's pool may ask for aligned or unsplit blocks.
-        let entry = if self.routes.any() {
-            let entry = self.routed_entry(stream)?;
-            let shape = entry.shape();
-            if !shape.is_plain() {
-                rounded = shape.round(rounded);
-                kind = self.sh.policy.pool_for(rounded);
-            }
-            entry
+        let (entry, rounded, kind) = if self.routes.any() {
+            self.routed_entry(stream, rounded)?
         } else {
-            self.stream_entry(stream)?
+            (self.stream_entry(stream)?, rounded, kind)
         };
         // The one branch sleep adds to a malloc (Note [sleep]).
         if self.sleep.refusing() {

@@ -48,32 +48,35 @@ pub const MAX_POOL_ALIGNMENT: usize = 2 << 20;
 /// Invariant: in a shaped pool every block size is a multiple of `align`,
 /// so a block split off another, or placed after one, starts on the
 /// boundary too, once its segment or range starts there.
+/// (Two bytes: it fits beside a shard's other small fields.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
-    /// Every block starts on this boundary (a power of two, 512 to
-    /// `MAX_POOL_ALIGNMENT`), and its size is a multiple of it.
-    pub align: usize,
+    /// log2 of `align()`.
+    pub shift: u8,
     /// A block is never split off a larger cached one nor split later: it
-    /// is whole pages of its own (`align` is then the page).
+    /// is whole pages of its own (`align()` is then the page).
     pub no_split: bool,
 }
 
 impl Shape {
-    pub const PLAIN: Shape = Shape { align: MIN_BLOCK_SIZE, no_split: false };
+    pub const PLAIN: Shape = Shape { shift: MIN_BLOCK_SIZE.trailing_zeros() as u8, no_split: false };
 
-    /// The shape of a pool config's `alignment` (bytes) and `no_split`.
+    /// The shape of a pool config's `alignment` (bytes, a power of two; 0
+    /// for none) and `no_split`.
     pub fn new(alignment: usize, no_split: bool) -> Shape {
         let align = if no_split { MAX_POOL_ALIGNMENT } else { alignment.max(MIN_BLOCK_SIZE) };
-        Shape { align, no_split }
+        Shape { shift: align.trailing_zeros() as u8, no_split }
     }
 
-    pub fn is_plain(self) -> bool {
-        self == Shape::PLAIN
+    /// Every block starts on this boundary (a power of two, 512 to
+    /// `MAX_POOL_ALIGNMENT`), and its size is a multiple of it.
+    pub fn align(self) -> usize {
+        1 << self.shift
     }
 
     /// The block size a request the policy rounded to `rounded` gets.
     pub fn round(self, rounded: usize) -> usize {
-        rounded.next_multiple_of(self.align)
+        rounded.next_multiple_of(self.align())
     }
 }
 

@@ -33,6 +33,8 @@ pub(crate) struct Pool<B: Memory> {
     pub(super) sh: Arc<Shared<B>>,
     pub(super) cache: Cache,
     pub(super) backing: B::ShardState,
+    /// What the pool's config asks of its blocks (set with the pool).
+    shape: Shape,
     #[cfg(debug_assertions)]
     transitions: u64,
 }
@@ -45,11 +47,12 @@ impl<B: Memory> std::fmt::Debug for Pool<B> {
 
 impl<B: Memory> Pool<B> {
     pub fn new(sh: Arc<Shared<B>>, id: u32, kind: PoolKind, stream: Stream, pool: u64, shape: Shape) -> Self {
-        let cache = Cache::new(id, kind, stream, pool, shape, sh.reuse_bytes);
+        let cache = Cache::new(id, kind, stream, pool, sh.reuse_bytes);
         Pool {
             sh,
             cache,
             backing: Default::default(),
+            shape,
             #[cfg(debug_assertions)]
             transitions: 0,
         }
@@ -62,7 +65,7 @@ impl<B: Memory> Pool<B> {
     /// The backing's view of this shard (see `Parts`).
     #[inline]
     pub fn parts(&mut self) -> Parts<'_, B> {
-        Parts { sh: &self.sh, cache: &mut self.cache, backing: &mut self.backing }
+        Parts { sh: &self.sh, cache: &mut self.cache, backing: &mut self.backing, shape: self.shape }
     }
 
     /// Hands this empty shard to another stream of pool `pool` (a retired
@@ -76,7 +79,7 @@ impl<B: Memory> Pool<B> {
     /// The shape of the pool this empty shard now serves.
     pub fn set_shape(&mut self, shape: Shape) {
         debug_assert!(self.cache.segments.ids().next().is_none(), "a shard with segments changes shape");
-        self.cache.shape = shape;
+        self.shape = shape;
     }
 
     pub fn stream(&self) -> Stream {
@@ -154,25 +157,8 @@ impl<B: Memory> Pool<B> {
     /// Moves a free block to allocated, splitting off what it does not need.
     #[inline(never)]
     pub fn take_block(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
-        if self.cache.shape.no_split {
-            return self.take_whole(id, rounded, requested);
-        }
-        let sh = &self.sh;
-        let addr = self.cache.take(id, rounded, requested, |kind, size| B::splits(sh, kind, size, rounded));
-        self.after_transition();
-        addr
-    }
-
-    /// `take_block` in a `no_split` pool: a block whose memory is all there
-    /// (all of a fixed segment's; mapped pages of a range) is taken whole;
-    /// one that runs into unmapped address space is cut at the request's
-    /// pages, which are its own (sizes are whole pages there).
-    #[cold]
-    fn take_whole(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
-        let size = self.cache.blocks.get(id).size;
-        let whole = B::ready(&self.cache, &self.backing, id, size);
-        let sh = &self.sh;
-        let addr = self.cache.take(id, rounded, requested, |kind, size| !whole && B::splits(sh, kind, size, rounded));
+        let (sh, shape) = (&self.sh, self.shape);
+        let addr = self.cache.take(id, rounded, requested, |kind, size| B::splits(sh, shape, kind, size, rounded));
         self.after_transition();
         addr
     }

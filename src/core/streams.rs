@@ -54,7 +54,7 @@ pub(crate) struct StreamEntry<B: Memory> {
     use_on_oom: AtomicBool,
     /// The pool's `Shape` (`align` and `no_split`); changed with `pool`,
     /// read on routed requests only.
-    align: AtomicUsize,
+    shape_shift: AtomicU8,
     no_split: AtomicBool,
     /// A request routed here came while the stream captured: the pool is a
     /// graph pool (Note [capture]); read on routed requests only.
@@ -82,7 +82,7 @@ impl<B: Memory> StreamEntry<B> {
 
     /// What the pool asks of its blocks.
     pub fn shape(&self) -> Shape {
-        Shape { align: self.align.load(Ordering::Relaxed), no_split: self.no_split.load(Ordering::Relaxed) }
+        Shape { shift: self.shape_shift.load(Ordering::Relaxed), no_split: self.no_split.load(Ordering::Relaxed) }
     }
 
     /// Its pool's `use_on_oom` changed (under the pools' records lock).
@@ -143,7 +143,7 @@ impl<B: Memory> StreamEntry<B> {
         self.saw_capture.store(false, Ordering::Relaxed);
         self.pool.store(pool, Ordering::Relaxed);
         self.use_on_oom.store(use_on_oom, Ordering::Relaxed);
-        self.align.store(shape.align, Ordering::Relaxed);
+        self.shape_shift.store(shape.shift, Ordering::Relaxed);
         self.no_split.store(shape.no_split, Ordering::Relaxed);
     }
 
@@ -282,7 +282,7 @@ impl<B: Memory> StreamTable<B> {
                 slot,
                 pool: AtomicU64::new(pool),
                 use_on_oom: AtomicBool::new(use_on_oom),
-                align: AtomicUsize::new(shape.align),
+                shape_shift: AtomicU8::new(shape.shift),
                 no_split: AtomicBool::new(shape.no_split),
                 shards: make(slot),
                 high: HighWater::default(),

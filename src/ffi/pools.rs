@@ -23,12 +23,11 @@ use std::ffi::c_char;
 /// a library that registers them (HCCL, ADXL): `alignment` (`2m`, `64k` or
 /// bytes, a power of two up to 2 MiB; default 512) makes every block start
 /// on that boundary and its size a multiple of it; `no_split` (default
-/// false) makes every block whole 2 MiB pages of its own, 2 MiB-aligned:
-/// never split, and never cut from a cached block whose pages it would
-/// share (with fixed segments each block is a segment of its own, or a
-/// whole cached one; in an expandable range a cached block between live
-/// ones is taken whole, and a block is cut from the range's free address
-/// space only at page boundaries). In fixed mode an aligned segment the
+/// false) makes every block whole 2 MiB pages of its own, 2 MiB-aligned,
+/// sharing no page with another block: with fixed segments each block is a
+/// segment of its own, or a whole cached one, never split; in an
+/// expandable range blocks are cut at page boundaries only. In fixed mode
+/// an aligned segment the
 /// runtime places off the boundary costs one more `aclrtMalloc`, one unit
 /// larger.
 ///

@@ -13,8 +13,8 @@ use crate::core::cache::Cache;
 use crate::core::directory::ADDRESS_LIMIT;
 use crate::core::history::Action;
 use crate::core::hooks::SegmentEvent;
-use crate::core::policy::PoolKind;
 use crate::core::policy::MIN_BLOCK_SIZE;
+use crate::core::policy::{PoolKind, Shape};
 use crate::core::shared::Shared;
 use crate::error::{Error, Result};
 use crate::runtime::{PhysicalHandle, Stream};
@@ -79,8 +79,9 @@ impl Backing for FixedSegments {
     }
 
     #[inline]
-    fn splits(sh: &Shared<Self>, kind: PoolKind, size: usize, rounded: usize) -> bool {
-        sh.policy.should_split(kind, size, rounded)
+    /// A no_split pool's block is a whole segment, or a whole cached block.
+    fn splits(sh: &Shared<Self>, shape: Shape, kind: PoolKind, size: usize, rounded: usize) -> bool {
+        !shape.no_split && sh.policy.should_split(kind, size, rounded)
     }
 
     fn obtain(
@@ -94,7 +95,7 @@ impl Backing for FixedSegments {
         }
         let sh = pool.sh.clone();
         // A no_split pool's block is a segment of its own.
-        let needed = if pool.cache.shape.no_split { rounded } else { sh.policy.segment_size(rounded) };
+        let needed = if pool.shape.no_split { rounded } else { sh.policy.segment_size(rounded) };
         if ctx.may_collect && sh.gc_due(needed) {
             return Err(GrowError::Collect { needed });
         }
@@ -264,7 +265,7 @@ fn obtain_aligned(
     rounded: usize,
 ) -> Result<(Raw, usize, usize), GrowError> {
     let sh = pool.sh.clone();
-    let align = pool.cache.shape.align;
+    let align = pool.shape.align();
     debug_assert!(align >= MIN_BLOCK_SIZE && size % align == 0, "{size} bytes at alignment {align}");
     let first = malloc_charged(&sh, size)?;
     if first.at % align == 0 {

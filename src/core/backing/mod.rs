@@ -29,7 +29,7 @@ use super::cache::block::BlockId;
 use super::cache::segment::SegmentId;
 use super::cache::Cache;
 use super::hooks::SegmentEvent;
-use super::policy::PoolKind;
+use super::policy::{PoolKind, Shape};
 use super::shared::Shared;
 pub(crate) use super::sharing::table::Memory as SharedMemory;
 use crate::error::Result;
@@ -70,6 +70,8 @@ pub(crate) struct Parts<'a, B: Backing> {
     pub sh: &'a std::sync::Arc<Shared<B>>,
     pub cache: &'a mut Cache,
     pub backing: &'a mut B::ShardState,
+    /// What the shard's pool asks of its blocks.
+    pub shape: Shape,
 }
 
 impl<B: Backing> Parts<'_, B> {
@@ -289,8 +291,8 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     fn ready(cache: &Cache, st: &Self::ShardState, id: BlockId, rounded: usize) -> bool;
 
     /// Whether taking `rounded` bytes of a free block of `size` in a pool
-    /// of `kind` splits off the rest.
-    fn splits(sh: &Shared<Self>, kind: PoolKind, size: usize, rounded: usize) -> bool;
+    /// of `kind` and `shape` splits off the rest.
+    fn splits(sh: &Shared<Self>, shape: Shape, kind: PoolKind, size: usize, rounded: usize) -> bool;
 
     /// A free block whose first `rounded` bytes are ready, from `best_fit`
     /// or new device memory. Fails changing nothing (beyond handles cached).

@@ -6,7 +6,7 @@
 //! comes from: a segment's device side is the backing's, kept by segment
 //! id, and nothing here makes a device call.
 
-use super::policy::{Policy, PoolKind, Shape};
+use super::policy::{Policy, PoolKind};
 use super::stats::ShardCounters;
 use crate::error::Error;
 use crate::runtime::Stream;
@@ -46,14 +46,12 @@ pub(crate) struct Cache {
     /// shard serves, as its stream entry says; changed only while the shard
     /// holds nothing. Segment events name it.
     pub(super) pool: u64,
-    /// What the pool's config asks of its blocks (set with `pool`).
-    pub(super) shape: Shape,
 }
 
 impl Cache {
     /// An empty cache; its small pool holds up to `reuse_bytes` for
     /// exact-size reuse.
-    pub fn new(id: u32, kind: PoolKind, stream: Stream, pool: u64, shape: Shape, reuse_bytes: usize) -> Self {
+    pub fn new(id: u32, kind: PoolKind, stream: Stream, pool: u64, reuse_bytes: usize) -> Self {
         let reuse = ReuseLists::new(if kind == PoolKind::Small { reuse_bytes } else { 0 });
         Cache {
             id,
@@ -68,7 +66,6 @@ impl Cache {
             poll: PollClock::default(),
             counters: Default::default(),
             pool,
-            shape,
         }
     }
 

@@ -22,7 +22,7 @@ use crate::core::cache::segment::SegmentId;
 use crate::core::cache::Cache;
 use crate::core::history::Action;
 use crate::core::hooks::SegmentEvent;
-use crate::core::policy::{PoolKind, SMALL_BUFFER};
+use crate::core::policy::{PoolKind, Shape, SMALL_BUFFER};
 use crate::core::shared::Shared;
 use crate::error::{Error, Result};
 use crate::runtime::{PhysicalHandle, Stream};
@@ -200,9 +200,11 @@ impl Backing for ExpandableRanges {
     }
 
     /// Inside a range every remainder splits: unmapped tails cost nothing,
-    /// and the oversize rules exist for fixed segments.
+    /// and the oversize rules exist for fixed segments. A no_split pool's
+    /// sizes are whole pages, so its blocks are cut at page boundaries and
+    /// never share one.
     #[inline]
-    fn splits(_: &Shared<Self>, _: PoolKind, size: usize, rounded: usize) -> bool {
+    fn splits(_: &Shared<Self>, _: Shape, _: PoolKind, size: usize, rounded: usize) -> bool {
         size - rounded >= crate::core::policy::MIN_BLOCK_SIZE
     }
 
