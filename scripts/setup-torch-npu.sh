@@ -37,7 +37,11 @@
 #                     attributes; the torch_npu names in dlsym/ and those its
 #                     libraries link) and op_engine.c, a ZerosLike-only op
 #                     engine for torch.zeros; compile_options.c answers the
-#                     op compiler's option calls torch_npu's init needs.
+#                     op compiler's option calls torch_npu's init needs;
+#                     hccl_emu.c, in the stub libhccl.so, is an emulated HCCL
+#                     (communicators between processes through shared
+#                     memory, collectives on the emulator's device memory)
+#                     for torch.distributed's "hccl" backend.
 # Run Python there as `DIR/venv/bin/python -c "import npu_emu, torch; ..."`.
 #
 # When the wheels cannot be downloaded it says so and exits with status 75
@@ -202,7 +206,9 @@ python3 "$harness/gen_stubs.py" "$out" "${args[@]}" \
     --extra "libhccl.so=$harness/dlsym/libhccl.txt" \
     --source "libascendcl.so=$harness/op_engine.c" \
     --source "libacl_op_compiler.so=$harness/compile_options.c" \
-    --link "libascendcl.so=-L$out -Wl,--no-as-needed -laclemu -Wl,--as-needed -Wl,-rpath,\$ORIGIN -lpthread"
+    --source "libhccl.so=$harness/hccl_emu.c" \
+    --link "libascendcl.so=-L$out -Wl,--no-as-needed -laclemu -Wl,--as-needed -Wl,-rpath,\$ORIGIN -lpthread" \
+    --link "libhccl.so=-lpthread -ldl -lrt"
 cp "$out"/*.so "$cann_dir/"
 
 step "check: import npu_emu; torch.npu.device_count()"
