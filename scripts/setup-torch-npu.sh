@@ -35,8 +35,9 @@
 #                     $STUB_LOG) for what the emulator leaves out (op
 #                     compilation, HCCL, profiling, dump, graph capture, CANN
 #                     attributes; the torch_npu names in dlsym/ and those its
-#                     libraries link) and op_engine.c, a ZerosLike-only op
-#                     engine for torch.zeros; compile_options.c answers the
+#                     libraries link) and op_engine.c, an op engine for
+#                     torch.zeros, torch.ones and fill_ of small tensors
+#                     (memsets); compile_options.c answers the
 #                     op compiler's option calls torch_npu's init needs;
 #                     hccl_emu.c, in the stub libhccl.so, is an emulated HCCL
 #                     (communicators between processes through shared

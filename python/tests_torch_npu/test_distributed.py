@@ -1,7 +1,7 @@
 """torch.distributed with backend "hccl" in 2 processes, each on its own emulated device, with
 npualloc as torch_npu's allocator in both, over the harness's emulated HCCL
 (tools/torch_npu/hccl_emu.c): all_reduce of tensors from the default pool and a private pool,
-broadcast, all_gather_into_tensor and reduce_scatter_tensor, in expandable and fixed mode.
+broadcast, all_gather_into_tensor, reduce_scatter_tensor and barrier, in expandable and fixed mode.
 
 HCCL's stream-use path: each collective records its tensors on the HCCL stream
 (NPUCachingAllocator::recordStream) and, under the default MULTI_STREAM_MEMORY_REUSE=1,
@@ -78,6 +78,9 @@ def worker(rank, port, zero_copy, outbox):
     torch.npu.synchronize()
     zero, staged = hccl_counts()
     got["zero_copy"], got["staged"] = zero, staged
+    # torch_npu's barrier: an all-reduce of at::ones({1}), then a device synchronize.
+    dist.barrier()
+    got["barrier"] = hccl_counts() != (zero, staged)
     got["violations"] = emulator().aclemu_violations()
     dist.destroy_process_group()
     outbox.put((rank, got))
@@ -110,7 +113,7 @@ def distributed(run_npu, config, zero_copy=False, reuse=None):
     ranks = r["ranks"]
     assert sorted(ranks) == ["0", "1"], r
     for rank, got in ranks.items():
-        for key in ("default_pool", "broadcast", "all_gather", "reduce_scatter"):
+        for key in ("default_pool", "broadcast", "all_gather", "reduce_scatter", "barrier"):
             assert got[key], (rank, key, r)
         assert got.get("private_pool", True), (rank, r)
         assert got["violations"] == 0, (rank, r)

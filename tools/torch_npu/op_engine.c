@@ -1,14 +1,16 @@
 /* An op engine small enough for the smoke tests: torch_npu runs
  * torch.zeros (and the zero fill of a few other factories) as the op
- * "ZerosLike" through aclopCompileAndExecute, and Tensor.fill_ with a
- * scalar (torch_npu 2.8's graph capture fills its generator's seed and
- * offset tensors) as "Fill". Compiling and running ops is the graph engine's
- * and the op compiler's work, not the runtime's, so it is not part of the
- * emulator. Here ZerosLike and Zeros become an aclrtMemsetAsync of the
- * output on the op's stream (queued by the emulator like any other stream
- * work); Fill, of a value held in host memory, one aclrtMemsetAsync per run
- * of equal bytes, for outputs of at most FILL_MAX_BYTES. Every other op (and
- * a Fill beyond that) is refused with 207000
+ * "ZerosLike" through aclopCompileAndExecute, torch.ones as "OnesLike"
+ * (ProcessGroupHCCL::barrier all-reduces at::ones({1})), and Tensor.fill_
+ * with a scalar (torch_npu 2.8's graph capture fills its generator's seed
+ * and offset tensors) as "Fill". Compiling and running ops is the graph
+ * engine's and the op compiler's work, not the runtime's, so it is not part
+ * of the emulator. Here ZerosLike and Zeros become an aclrtMemsetAsync of
+ * the output on the op's stream (queued by the emulator like any other
+ * stream work); Fill, of a value held in host memory, and OnesLike, of 1 in
+ * the output's type, one aclrtMemsetAsync per run of equal bytes, for
+ * outputs of at most FILL_MAX_BYTES. Every other op (and a Fill or OnesLike
+ * beyond that) is refused with 207000
  * (ACL_ERROR_RT_FEATURE_NOT_SUPPORT), its type named once on stderr.
  *
  * Tensor descriptors, data buffers and op attributes are plain host structs:
@@ -103,20 +105,10 @@ static size_t element_size(int dtype) {
 
 #define FILL_MAX_BYTES 4096
 
-/* Fill (inputs: dims, value; output: y): every element of y becomes value. The value must be a
- * host tensor of y's type; the writes are memsets of runs of equal bytes, queued on the stream. */
-static aclError fill(int inputs, const void *const input_desc[], const void *const input_data[], int outputs,
-                     const void *const output_desc[], void *const output_data[], aclrtStream stream) {
-  if (inputs < 2 || outputs < 1 || !input_desc || !input_data || !output_desc || !output_data)
-    return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
-  const TensorDesc *vd = input_desc[1], *yd = output_desc[0];
-  const DataBuffer *v = input_data[1], *y = output_data[0];
-  if (!vd || !yd || !v || !y || !v->data) return ACL_ERROR_INVALID_PARAM;
-  size_t esize = element_size(yd->dtype);
-  if (esize == 0 || vd->dtype != yd->dtype || vd->placement == 0 || v->size < esize || y->size % esize != 0 ||
-      y->size > FILL_MAX_BYTES)
-    return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
-  const unsigned char *value = v->data;
+/* Every element of y (esize bytes each) becomes `value`: memsets of runs of equal bytes, queued
+ * on the stream. */
+static aclError fill_with(const DataBuffer *y, const unsigned char *value, size_t esize, aclrtStream stream) {
+  if (y->size % esize != 0 || y->size > FILL_MAX_BYTES) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
   size_t i = 0;
   while (i < y->size) {
     size_t j = i + 1;
@@ -126,6 +118,43 @@ static aclError fill(int inputs, const void *const input_desc[], const void *con
     i = j;
   }
   return 0;
+}
+
+/* Fill (inputs: dims, value; output: y): every element of y becomes value, a host tensor of y's
+ * type. */
+static aclError fill(int inputs, const void *const input_desc[], const void *const input_data[], int outputs,
+                     const void *const output_desc[], void *const output_data[], aclrtStream stream) {
+  if (inputs < 2 || outputs < 1 || !input_desc || !input_data || !output_desc || !output_data)
+    return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+  const TensorDesc *vd = input_desc[1], *yd = output_desc[0];
+  const DataBuffer *v = input_data[1], *y = output_data[0];
+  if (!vd || !yd || !v || !y || !v->data) return ACL_ERROR_INVALID_PARAM;
+  size_t esize = element_size(yd->dtype);
+  if (esize == 0 || vd->dtype != yd->dtype || vd->placement == 0 || v->size < esize)
+    return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+  return fill_with(y, v->data, esize, stream);
+}
+
+/* OnesLike (input: x; output: y): every element of y becomes 1 in y's type (little-endian). */
+static aclError ones_like(int outputs, const void *const output_desc[], void *const output_data[],
+                          aclrtStream stream) {
+  if (outputs < 1 || !output_desc || !output_data) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+  const TensorDesc *yd = output_desc[0];
+  const DataBuffer *y = output_data[0];
+  if (!yd || !y) return ACL_ERROR_INVALID_PARAM;
+  uint64_t one;
+  switch (yd->dtype) {
+    case 0: one = 0x3f800000u; break;           /* FLOAT */
+    case 1: one = 0x3c00u; break;               /* FLOAT16 */
+    case 27: one = 0x3f80u; break;              /* BF16 */
+    case 11: one = 0x3ff0000000000000ull; break; /* DOUBLE */
+    default: one = 1; break;                    /* the integer types and BOOL */
+  }
+  size_t esize = element_size(yd->dtype);
+  if (esize == 0) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+  unsigned char value[8];
+  for (size_t k = 0; k < 8; k++) value[k] = (unsigned char)(one >> (8 * k));
+  return fill_with(y, value, esize, stream);
 }
 
 /* Names each op type once on stderr, with what happened to it. */
@@ -153,6 +182,11 @@ API aclError aclopCompileAndExecute(const char *op, int inputs, const void *cons
   if (!op) return ACL_ERROR_INVALID_PARAM;
   if (strcmp(op, "Fill") == 0) {
     aclError err = fill(inputs, input_desc, input_data, outputs, output_desc, output_data, stream);
+    note_op(op, err != ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    return err;
+  }
+  if (strcmp(op, "OnesLike") == 0) {
+    aclError err = ones_like(outputs, output_desc, output_data, stream);
     note_op(op, err != ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
     return err;
   }
