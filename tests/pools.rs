@@ -379,8 +379,8 @@ fn a_graph_pool_keeps_its_cached_memory_through_sleep_and_replays_after_wake() {
     capture_into_a_pool_sleeping("expandable_segments:true", 6, Some("sleep:offload"), true);
 }
 
-/// A pool's `alignment` and `no_split` (api.md, "Memory that a communication
-/// library registers"): every block of an aligned pool starts on its boundary
+/// A pool's `alignment` and `no_split` (`npualloc_pool_create` in
+/// include/npualloc.h): every block of an aligned pool starts on its boundary
 /// and is a whole number of units; a no_split block is whole 2 MiB pages of
 /// its own, never cut from cached memory it would share. Run again under
 /// `ACLEMU_MALLOC_ALIGN=random`, where fixed segments start off their page.
@@ -468,6 +468,28 @@ fn shaped_pools(config: &str, dev: i32) {
     }
     assert_eq!(end(a, p, Some(s)), OK);
     assert_eq!(pool_destroy(a, p), OK);
+    // A default-pool request that runs out of memory is served from a
+    // use_on_oom pool's cache in that pool's shape, and the pool keeps it.
+    emu().set_capacity(dev, (64 * MIB) as u64);
+    let p = pool_create(a, Some("alignment:64k,use_on_oom:true")).unwrap();
+    assert_eq!(begin(a, p, Some(s)), OK);
+    let cached = malloc(a, 40 * MIB, s).unwrap();
+    assert_eq!(end(a, p, Some(s)), OK);
+    assert_eq!(free(a, cached), OK);
+    let odd = (30 * MIB) + 1000;
+    let served = malloc(a, odd, s).unwrap();
+    let info = query(a, served).unwrap();
+    assert_eq!(pool_stats(a, p).active_blocks, 1, "served as the pool's block");
+    assert_eq!((served % (64 << 10), info.size as usize % (64 << 10)), (0, 0), "{config}: {info:?}");
+    assert_eq!(begin(a, p, Some(s)), OK);
+    let next = malloc(a, 1000, s).unwrap();
+    assert_eq!(next % (64 << 10), 0, "{config}: the pool's next block at {next:#x}");
+    assert_eq!(end(a, p, Some(s)), OK);
+    for b in [served, next] {
+        assert_eq!(free(a, b), OK);
+    }
+    assert_eq!(pool_destroy(a, p), OK);
+    emu().set_capacity(dev, 8 << 30);
     // The default pool is untouched by it all.
     let plain = malloc(a, 1000, s).unwrap();
     assert_eq!(query(a, plain).unwrap().size, 1024);

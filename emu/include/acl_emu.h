@@ -47,7 +47,8 @@ aclError aclemu_run_op(aclrtStream stream, const size_t *sizes, size_t n);
  * kernel would (an emulated collective, which moves its data itself): the
  * op pins them until it runs, and launching it while another stream's
  * queued work uses one of them is a violation unless this stream waits for
- * that work. 0; 100000 for NULL spans with n > 0; 107000 if a range is not
+ * that work. 0; 100000 for NULL spans with n > 0 or a range past the end of
+ * the address space; 107000 if a range is not
  * device memory allocated or mapped now; 107017 for an unknown stream. */
 typedef struct aclemu_span { const void *addr; size_t size; } aclemu_span;
 aclError aclemu_launch(aclrtStream stream, const aclemu_span *spans, size_t n);

@@ -28,23 +28,43 @@ import torch.multiprocessing as mp
 N = 1 << 18  # 1 MiB of float32
 
 
-def hccl_counts():
+def hccl():
     for line in open("/proc/self/maps"):
         path = line.split()[-1]
         if path.endswith("/libhccl.so"):
-            lib = ctypes.CDLL(path)
-            zero, staged = ctypes.c_uint64(), ctypes.c_uint64()
-            assert lib.hcclemu_counts(ctypes.byref(zero), ctypes.byref(staged)) == 0
-            return zero.value, staged.value
+            return ctypes.CDLL(path)
     raise RuntimeError("no libhccl.so loaded")
 
 
+def hccl_counts():
+    zero, staged = ctypes.c_uint64(), ctypes.c_uint64()
+    assert hccl().hcclemu_counts(ctypes.byref(zero), ctypes.byref(staged)) == 0
+    return zero.value, staged.value
+
+
+def active_bytes():
+    n = ctypes.c_uint64()
+    assert hccl().hcclemu_active_bytes(ctypes.byref(n)) == 0
+    return n.value
+
+
 def worker(rank, port, zero_copy, outbox):
+    try:
+        outbox.put((rank, collectives(rank, port)))
+    except BaseException:
+        import traceback
+        outbox.put((rank, {"error": traceback.format_exc()}))
+        raise
+
+
+def collectives(rank, port):
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", LOCAL_WORLD_SIZE="2")
     torch.npu.set_device(rank)
+    # Memory npualloc holds before the process group exists: with zero copy, the group's
+    # buildServerMemMapForHccl lists it.
+    t = torch.full((N,), float(rank + 1)).to("npu")
     dist.init_process_group("hccl", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{port}")
     got = {}
-    t = torch.full((N,), float(rank + 1)).to("npu")
     dist.all_reduce(t)
     got["default_pool"] = bool((t.cpu() == 3.0).all())
     pool = torch.npu.MemPool() if hasattr(torch.npu, "MemPool") else None
@@ -81,9 +101,14 @@ def worker(rank, port, zero_copy, outbox):
     # torch_npu's barrier: an all-reduce of at::ones({1}), then a device synchronize.
     dist.barrier()
     got["barrier"] = hccl_counts() != (zero, staged)
+    # Memory given back is deactivated first (zero copy: the bridge's UNMAP events).
+    got["active_before"] = active_bytes()
+    del t, b, mine, gathered, both, part
+    torch.npu.empty_cache()
+    got["active_after"] = active_bytes()
     got["violations"] = emulator().aclemu_violations()
     dist.destroy_process_group()
-    outbox.put((rank, got))
+    return got
 
 
 if __name__ == "__main__":
@@ -96,6 +121,7 @@ if __name__ == "__main__":
     for p in procs:
         p.start()
     results = dict(outbox.get(timeout=300) for _ in procs)
+    assert not any("error" in r for r in results.values()), results
     for p in procs:
         p.join(timeout=120)
     report({"ranks": {str(k): v for k, v in results.items()}, "exitcodes": [p.exitcode for p in procs]})
@@ -139,5 +165,7 @@ def test_without_erase_a_free_waits_for_the_hccl_stream(run_npu):
 def test_zero_copy_registers_npualloc_memory_with_hccl(run_npu):
     ranks = distributed(run_npu, "expandable_segments:true", zero_copy=True)
     for rank, got in ranks.items():
-        # Every collective's buffers were in memory npualloc had HCCL activate.
+        # Every collective's buffers were in memory npualloc had HCCL activate, the first
+        # tensor's made before the process group.
         assert got["zero_copy"] >= 6 and got["staged"] == 0, (rank, ranks)
+        assert got["active_before"] > got["active_after"], (rank, ranks)

@@ -163,7 +163,7 @@ impl<B: Memory> Device<B> {
         // stream serves a request of the default pool, as torch_npu's
         // `try_mempool_fallback` does; the block stays the pool's.
         if own == 0 {
-            if let Some(addr) = self.serve_from_use_on_oom_pools(shard, stream, size, rounded)? {
+            if let Some(addr) = self.serve_from_use_on_oom_pools(stream, size, rounded)? {
                 return Ok(addr);
             }
         }
@@ -318,17 +318,10 @@ impl<B: Memory> Device<B> {
     }
 
     /// A block of `rounded` bytes from the cache of a pool with use_on_oom,
-    /// of `stream` and of the request's kind, with no device call: served
+    /// of `stream`, in that pool's shape, with no device call: served
     /// as that pool's block (its figures count it, its free returns it
     /// there). None when no such pool has one. A pool asleep is skipped.
-    fn serve_from_use_on_oom_pools(
-        &self,
-        shard: &Shard<B>,
-        stream: Stream,
-        size: usize,
-        rounded: usize,
-    ) -> Result<Option<usize>> {
-        let kind = shard.lock_anyway().cache.kind as usize;
+    fn serve_from_use_on_oom_pools(&self, stream: Stream, size: usize, rounded: usize) -> Result<Option<usize>> {
         for entry in self.streams.iter() {
             if !entry.use_on_oom() || entry.pool() == 0 || entry.stream_now() != stream {
                 continue;
@@ -336,6 +329,10 @@ impl<B: Memory> Device<B> {
             if self.sleep.refusing() && self.sleep.check(entry).is_err() {
                 continue;
             }
+            // A block of that pool in its shape (alignment, no_split), as
+            // the pool's own requests get.
+            let rounded = entry.shape().round(rounded);
+            let kind = self.sh.policy.pool_for(rounded) as usize;
             let mut pool = entry.shards[kind].lock()?;
             // Retired and taken over since the look-up: not this stream's.
             if pool.stream() != stream {

@@ -53,8 +53,9 @@ pub const MAX_POOL_ALIGNMENT: usize = 2 << 20;
 pub struct Shape {
     /// log2 of `align()`.
     pub shift: u8,
-    /// A block is never split off a larger cached one nor split later: it
-    /// is whole pages of its own (`align()` is then the page).
+    /// Every block is whole 2 MiB units of its own (`align()` is 2 MiB):
+    /// with fixed segments never split (a segment, or a whole cached
+    /// block), in expandable ranges cut at those boundaries only.
     pub no_split: bool,
 }
 

@@ -256,9 +256,14 @@ impl<B: Memory> StreamTable<B> {
         // request routed to it whose route ended meanwhile lands in the
         // pool its stream is routed to now). Read here only, under the
         // adding lock: nothing on the hot path.
+        // Only into a pool of the entry's shape: a malloc that rounded by
+        // it before the entry retired may still take the shard's lock.
         let reusable = retired.iter().rposition(|&slot| {
             let e = self.entry(slot);
-            e.retired_from.load(Ordering::Relaxed) != stream.0 || e.pool() == pool || e.flags() & DESTROYED != 0
+            e.shape() == shape
+                && (e.retired_from.load(Ordering::Relaxed) != stream.0
+                    || e.pool() == pool
+                    || e.flags() & DESTROYED != 0)
         });
         if let Some(slot) = reusable.map(|i| retired.swap_remove(i)) {
             let e = self.entry(slot);

@@ -26,7 +26,8 @@ use std::ffi::c_char;
 /// false) makes every block whole 2 MiB pages of its own, 2 MiB-aligned,
 /// sharing no page with another block: with fixed segments each block is a
 /// segment of its own, or a whole cached one, never split; in an
-/// expandable range blocks are cut at page boundaries only. In fixed mode
+/// expandable range blocks are cut at 2 MiB boundaries only (with
+/// `page_size:20m` or `1g` one physical handle holds several). In fixed mode
 /// an aligned segment the
 /// runtime places off the boundary costs one more `aclrtMalloc`, one unit
 /// larger.

@@ -455,11 +455,13 @@ API HcclResult HcclCommDestroy(HcclComm comm) {
     ranges_clear(&g.set);
     ranges_clear(&g.active);
   }
-  int unused = c->users == 0;
-  pthread_mutex_unlock(&g.lock);
-  /* Peers still waiting on this rank stop with HCCL_E_REMOTE instead of timing out. */
+  /* Peers still waiting on this rank stop with HCCL_E_REMOTE instead of timing out. Told under
+   * the lock: a user of the comm that finishes meanwhile frees it in comm_put, which takes the
+   * lock first. */
   atomic_store(&c->hdr->left[c->rank], 1);
   futex_wake(&c->hdr->generation);
+  int unused = c->users == 0;
+  pthread_mutex_unlock(&g.lock);
   if (unused) comm_free(c);
   return HCCL_SUCCESS;
 }

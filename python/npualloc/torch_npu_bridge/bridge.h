@@ -520,7 +520,7 @@ class Bridge : public NCA::NPUAllocator {
   using TraceTracker = std::function<void(const NCA::TraceEntry&)>;
   void attach_tracker(TraceTracker tracker);
   static void on_segment(void* user, int32_t device, npualloc_segment_event event, void* addr, size_t size,
-                         void* drv_handle, uint64_t pool);
+                         void* drv_handle, uint64_t pool) noexcept;
 
   // ---- internals --------------------------------------------------------------------------
 
@@ -548,7 +548,7 @@ class Bridge : public NCA::NPUAllocator {
   // Whether this libnpualloc has the segment observer (API 0.4).
   static bool observes_segments();
   // One segment event for the device's HCCL registration, if it has one (hccl.cpp).
-  void hccl_event(int32_t device, npualloc_segment_event event, void* addr, size_t size, void* handle);
+  void hccl_event(int32_t device, npualloc_segment_event event, void* addr, size_t size, void* handle) noexcept;
   // Each device's HCCL registration, set once and kept for the process's life.
   std::array<std::atomic<HcclBinding*>, kMaxDevices> hccl_{};
   // npualloc's statistics at the last reset_accumulated_memory_stats, per device: its cumulative

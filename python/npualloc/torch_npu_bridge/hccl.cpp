@@ -15,9 +15,9 @@
 // npualloc tells the bridge of every range and handle as it comes and goes (its segment observer,
 // Bridge::on_segment) and lists what exists (npualloc_for_each_segment), so the bridge does the
 // same for npualloc's memory. What it registered is kept per device, so a piece is never set or
-// activated twice, even when the listing and an event report the same piece (events apply from the
-// moment the communicator is bound, while the listing runs); a handle reported at an address that
-// holds another replaces it. Fixed-mode segments
+// activated twice. Events that come while the listing runs wait in a queue and apply after it, in
+// order: the listing is a view taken before them, so applying them last ends in what npualloc
+// holds. Fixed-mode segments
 // (aclrtMalloc, no physical handle) cannot be activated: HCCL's zero copy needs expandable
 // segments, as torch_npu's does, and the bridge says so once.
 //
@@ -48,9 +48,14 @@ struct HcclFunctions {
 const HcclFunctions& hccl_functions() {
   static const HcclFunctions f = [] {
     HcclFunctions out;
-    void* lib = dlopen("libhccl.so", RTLD_LAZY | RTLD_NOLOAD);
-    if (lib == nullptr) lib = dlopen("libhccl.so", RTLD_LAZY);
-    TORCH_CHECK(lib != nullptr, "npualloc: HCCL zero copy needs libhccl.so: ", dlerror());
+    // As torch_npu finds them (FunctionLoader::Get): the process's symbols first (a preloaded
+    // HCCL), then the libhccl.so it opened.
+    void* lib = RTLD_DEFAULT;
+    if (dlsym(lib, "HcclCommActivateCommMemory") == nullptr) {
+      lib = dlopen("libhccl.so", RTLD_LAZY | RTLD_NOLOAD);
+      if (lib == nullptr) lib = dlopen("libhccl.so", RTLD_LAZY);
+      TORCH_CHECK(lib != nullptr, "npualloc: HCCL zero copy needs libhccl.so: ", dlerror());
+    }
     out.set_range = reinterpret_cast<SetRange>(dlsym(lib, "HcclCommSetMemoryRange"));
     out.unset_range = reinterpret_cast<UnsetRange>(dlsym(lib, "HcclCommUnsetMemoryRange"));
     out.activate = reinterpret_cast<Activate>(dlsym(lib, "HcclCommActivateCommMemory"));
@@ -79,6 +84,15 @@ struct Bridge::HcclBinding {
   std::map<uintptr_t, size_t> ranges;  // set with HcclCommSetMemoryRange
   std::map<uintptr_t, std::pair<size_t, void*>> active;  // activated: size and handle
   bool warned_fixed = false;
+  // While the listing runs: the events that came meanwhile, applied after it.
+  struct Event {
+    npualloc_segment_event event;
+    void* addr;
+    size_t size;
+    void* handle;
+  };
+  bool listing = true;
+  std::vector<Event> queued;
 
   // The raw communicator, or NULL once torch_npu destroyed it (at exit): then nothing is called.
   HcclComm raw() const {
@@ -111,8 +125,7 @@ struct Bridge::HcclBinding {
         }
         auto it = active.find(key);
         if (it != active.end()) {
-          // Listed and reported by an event too: the same piece. Another handle there means the
-          // listing saw a piece that was unmapped meanwhile: replace it.
+          // Listed and reported by a queued event too: the same piece.
           if (it->second == std::make_pair(size, handle)) return {};
           f.deactivate(c, addr);
           active.erase(it);
@@ -151,14 +164,15 @@ struct HcclListing {
   std::string error;
 };
 
-void list_for_hccl(void* user, int32_t, npualloc_segment_event event, void* addr, size_t size, void* handle, uint64_t) {
+void list_for_hccl(void* user, int32_t, npualloc_segment_event event, void* addr, size_t size, void* handle,
+                   uint64_t) noexcept {
   auto* l = static_cast<HcclListing*>(user);
-  if (!l->error.empty()) return;
   try {
+    if (!l->error.empty()) return;
     std::lock_guard<std::mutex> g(l->binding->mu);
     l->error = l->binding->apply(event, addr, size, handle);
-  } catch (const std::exception& e) {
-    l->error = e.what();
+  } catch (...) {
+    l->error = "an HCCL registration call threw";
   }
 }
 
@@ -182,30 +196,51 @@ void Bridge::buildServerMemMapForHccl(int device, std::shared_ptr<c10d_npu::HCCL
                 " already has its memory registered with an HCCL communicator (buildServerMemMapForHccl "
                 "is called once per process, by the world process group)");
   }
-  // From here events apply as they come; the listing (which reads npualloc's pools under their
-  // locks, so no lock of the bridge is held across it) adds what existed before.
+  // From here events are queued; the listing (which reads npualloc's pools under their locks, so
+  // no lock of the bridge is held across it) registers what existed, then the queue applies.
   HcclListing listing{b, {}};
   npualloc_status st = api->for_each_segment(a, &list_for_hccl, &listing);
-  TORCH_CHECK(st == NPUALLOC_OK, "npualloc: listing device ", device, "'s memory for HCCL: ", last_error());
-  TORCH_CHECK(listing.error.empty(), "npualloc: registering device ", device, "'s memory with HCCL: ",
-              listing.error);
+  if (st != NPUALLOC_OK && listing.error.empty()) listing.error = "listing it: " + last_error();
+  {
+    std::lock_guard<std::mutex> g(b->mu);
+    for (const auto& e : b->queued) {
+      if (!listing.error.empty()) break;
+      listing.error = b->apply(e.event, e.addr, e.size, e.handle);
+    }
+    b->queued.clear();
+    b->listing = false;
+    if (!listing.error.empty()) {
+      // Unbound: later events call nothing, and the process group's failure leaves no registration.
+      b->comm.reset();
+    }
+  }
+  if (!listing.error.empty()) {
+    hccl_[device].store(nullptr, std::memory_order_release);
+    TORCH_CHECK(false, "npualloc: registering device ", device, "'s memory with HCCL: ", listing.error);
+  }
 }
 
-void Bridge::hccl_event(int32_t device, npualloc_segment_event event, void* addr, size_t size, void* handle) {
+void Bridge::hccl_event(int32_t device, npualloc_segment_event event, void* addr, size_t size, void* handle) noexcept {
   if (device < 0 || device >= kMaxDevices) return;
   HcclBinding* bound = hccl_[device].load(std::memory_order_acquire);
   if (bound == nullptr) return;
   HcclBinding& b = *bound;
-  std::string error;
+  // Called from npualloc's Rust code: reported, never thrown.
   try {
-    std::lock_guard<std::mutex> g(b.mu);
-    error = b.apply(event, addr, size, handle);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (!error.empty()) {
-    // Called from npualloc's Rust code: reported, never thrown.
-    std::fprintf(stderr, "npualloc: %s; collectives on that memory take HCCL's staged path\n", error.c_str());
+    std::string error;
+    {
+      std::lock_guard<std::mutex> g(b.mu);
+      if (b.listing) {
+        b.queued.push_back({event, addr, size, handle});
+        return;
+      }
+      error = b.apply(event, addr, size, handle);
+    }
+    if (!error.empty()) {
+      std::fprintf(stderr, "npualloc: %s; collectives on that memory take HCCL's staged path\n", error.c_str());
+    }
+  } catch (...) {
+    std::fprintf(stderr, "npualloc: an HCCL registration call threw; the event was dropped\n");
   }
 }
 

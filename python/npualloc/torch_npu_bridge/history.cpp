@@ -169,7 +169,7 @@ void Bridge::attach_tracker(TraceTracker tracker) {
 }
 
 void Bridge::on_segment(void* user, int32_t device, npualloc_segment_event event, void* addr, size_t size,
-                        void* drv_handle, uint64_t pool) {
+                        void* drv_handle, uint64_t pool) noexcept {
   auto* self = static_cast<Bridge*>(user);
   self->hccl_event(device, event, addr, size, drv_handle);
   if (!self->tracked_.load(std::memory_order_acquire)) return;

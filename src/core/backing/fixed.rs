@@ -241,8 +241,9 @@ impl Reports for FixedSegments {
 }
 
 /// What `aclrtMalloc` returned for a segment: the address to free and the
-/// bytes held. Blocks tile the segment from the first 512-byte boundary:
-/// the runtime documents only 64-byte alignment.
+/// bytes held. Blocks tile the segment from the first boundary of the
+/// pool's alignment (512 bytes unless its shape asks for more): the runtime
+/// documents only 64-byte alignment.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Raw {
     at: usize,

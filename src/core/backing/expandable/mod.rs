@@ -201,8 +201,8 @@ impl Backing for ExpandableRanges {
 
     /// Inside a range every remainder splits: unmapped tails cost nothing,
     /// and the oversize rules exist for fixed segments. A no_split pool's
-    /// sizes are whole pages, so its blocks are cut at page boundaries and
-    /// never share one.
+    /// sizes are whole 2 MiB units, so its blocks are cut at their
+    /// boundaries and never share one.
     #[inline]
     fn splits(_: &Shared<Self>, _: Shape, _: PoolKind, size: usize, rounded: usize) -> bool {
         size - rounded >= crate::core::policy::MIN_BLOCK_SIZE
