@@ -99,6 +99,8 @@ apis! {
     MemExportToShareableHandle = "aclrtMemExportToShareableHandle",
     MemImportFromShareableHandle = "aclrtMemImportFromShareableHandle",
     MemSetPidToShareableHandle = "aclrtMemSetPidToShareableHandle",
+    IpcGetEventHandle = "aclrtIpcGetEventHandle",
+    IpcOpenEventHandle = "aclrtIpcOpenEventHandle",
     DeviceGetBareTgid = "aclrtDeviceGetBareTgid",
 }
 

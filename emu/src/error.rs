@@ -31,6 +31,7 @@ pub const ACL_ERROR_RT_OVER_LIMIT: aclError = 207_012;
 pub const ACL_ERROR_RT_INTERNAL_ERROR: aclError = 507_000;
 pub const ACL_ERROR_RT_CONTEXT_RELEASE_ERROR: aclError = 507_007;
 pub const ACL_ERROR_RT_STREAM_SYNC_TIMEOUT: aclError = 507_046;
+pub const ACL_ERROR_RT_EVENT_SYNC_TIMEOUT: aclError = 507_047;
 /// A driver-kernel -EINVAL the runtime's error map lacks (RB).
 pub const ACL_ERROR_RT_DRV_INTERNAL_ERROR: aclError = 507_899;
 

@@ -22,17 +22,23 @@
 //!   record state); synchronizing on the event, its stream or its device
 //!   ends the lag;
 //! - an event recorded on a capturing stream is captured (`capture`): its
-//!   query and synchronize give 107028 until the capture ends.
+//!   query and synchronize give 107028 until the capture ends;
+//! - IPC events (`aclrtCreateEventExWithFlag(ACL_EVENT_IPC)`, or opened by
+//!   `aclrtIpcOpenEventHandle`) are recorded and waited on through a slot
+//!   other processes share (`ipc::event`): only the latest record counts,
+//!   one never recorded is complete, they may not be recorded or waited on
+//!   in a capture (207000), and any process holding one may record it.
 
 use crate::capture::ACL_ERROR_RT_EVENT_CAPTURED;
 use crate::device;
 use crate::error::{
-    require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_NO_EVENT_RESOURCE,
-    ACL_ERROR_RT_PARAM_INVALID,
+    require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+    ACL_ERROR_RT_NO_EVENT_RESOURCE, ACL_ERROR_RT_PARAM_INVALID,
 };
 use crate::faults::Api;
 use crate::ffi::{acl_entry, emu_entry, handle, write_out, Kind};
-use crate::queue::{engine, Work};
+use crate::ipc::event::{self as ipc_event, EventSlot, HANDLE_SIZE};
+use crate::queue::{engine, Engine, Work};
 use crate::usage;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -96,10 +102,6 @@ fn check_ex_flags(flag: u32) -> AclResult<()> {
     if flag & EX_FLAGS == 0 || flag > EX_FLAGS {
         return Err(ACL_ERROR_RT_PARAM_INVALID);
     }
-    // IPC events (shared between processes) are not emulated.
-    if flag == ACL_EVENT_IPC {
-        return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
-    }
     Ok(())
 }
 
@@ -107,10 +109,64 @@ unsafe fn create_ex(event: *mut *mut c_void, flag: u32) -> AclResult<()> {
     require(!event.is_null())?;
     check_ex_flags(flag)?;
     let dev = device::current()?;
-    let id = engine().create_event(dev, flag, true, flag & EX_WAITABLE != 0);
-    usage::add(&usage::of(dev).events, 1);
+    // `IpcEvent::Setup` makes the shared memory at creation.
+    let ipc = if flag == ACL_EVENT_IPC { Some(ipc_event::create()?) } else { None };
+    let id = add_event(dev, flag, ipc);
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { write_out(event, handle(Kind::Event, id)) }
+}
+
+/// Adds an event of the runtime's newer kind on `dev`; an IPC event with
+/// its shared slot.
+fn add_event(dev: i32, flag: u32, ipc: Option<EventSlot>) -> u64 {
+    let mut eng = engine();
+    let id = eng.create_event(dev, flag, true, flag & EX_WAITABLE != 0);
+    eng.event_mut(id).ipc = ipc.map(|slot| (slot, 0));
+    drop(eng);
+    usage::add(&usage::of(dev).events, 1);
+    id
+}
+
+/// The shared slot of IPC event `id`, if it is one.
+fn ipc_slot(eng: &Engine, id: u64) -> Option<EventSlot> {
+    eng.event(id).ipc.as_ref().map(|(slot, _)| slot.clone())
+}
+
+/// The stream position of IPC event `id`'s latest record when this
+/// process made it (a wait or synchronize can then run that stream).
+fn local_latest(eng: &Engine, id: u64, latest: u64) -> Option<(u64, u64)> {
+    let rec = eng.event(id);
+    match rec.ipc {
+        Some((_, n)) if n == latest => rec.at,
+        _ => None,
+    }
+}
+
+unsafe fn ipc_get_handle(event: *mut c_void, out: *mut IpcEventHandle) -> AclResult<()> {
+    require(!out.is_null() && !event.is_null())?;
+    let eng = engine();
+    let id = eng.event_id(event)?;
+    // `ApiImplEvent::IpcGetEventHandle`: "Only IPC events are supported".
+    let slot = ipc_slot(&eng, id).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    drop(eng);
+    // SAFETY: checked non-NULL; the caller promises it is writable.
+    unsafe { write_out(out, IpcEventHandle { reserved: slot.handle() }) }
+}
+
+unsafe fn ipc_open(shared: IpcEventHandle, event: *mut *mut c_void) -> AclResult<()> {
+    require(!event.is_null())?;
+    let dev = device::current()?;
+    let slot = ipc_event::open(&shared.reserved)?;
+    let id = add_event(dev, ACL_EVENT_IPC, Some(slot));
+    // SAFETY: checked non-NULL; the caller promises it is writable.
+    unsafe { write_out(event, handle(Kind::Event, id)) }
+}
+
+/// `aclrtIpcEventHandle`: 64 opaque bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IpcEventHandle {
+    pub reserved: [u8; HANDLE_SIZE],
 }
 
 fn record(event: *mut c_void, stream: *mut c_void) -> AclResult<()> {
@@ -120,6 +176,18 @@ fn record(event: *mut c_void, stream: *mut c_void) -> AclResult<()> {
     let key = eng.resolve(stream)?;
     // "Event recording": a stream of another context is 107003.
     crate::context::check_stream(key)?;
+    if let Some(slot) = ipc_slot(&eng, id) {
+        // `ApiErrorDecorator::EventRecord`: no IPC event in a capture.
+        if eng.capture.is_capturing(key) {
+            return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+        }
+        let n = slot.slot.record();
+        let seq = eng.submit(key, Work::Signal { slot: slot.slot, n });
+        let rec = eng.event_mut(id);
+        rec.at = Some((key, seq));
+        rec.ipc.as_mut().expect("an IPC event").1 = n;
+        return Ok(());
+    }
     if eng.capture.is_capturing(key) {
         // Captured: recorded into the model, not at the stream's end.
         eng.submit(key, Work::Record { event: id });
@@ -136,6 +204,15 @@ unsafe fn query(event: *mut c_void, status: *mut u32) -> AclResult<()> {
     require(!event.is_null() && !status.is_null())?;
     let mut eng = engine();
     let id = eng.event_id(event)?;
+    if let Some(slot) = ipc_slot(&eng, id) {
+        // `IpcEventQuery`: the latest record only; none is complete.
+        eng.poll_remote();
+        let done = slot.slot.reached(slot.slot.latest());
+        drop(eng);
+        let value = if done { ACL_EVENT_RECORDED_STATUS_COMPLETE } else { ACL_EVENT_RECORDED_STATUS_NOT_READY };
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        return unsafe { write_out(status, value) };
+    }
     if eng.capture.event_captured(id) {
         return Err(ACL_ERROR_RT_EVENT_CAPTURED);
     }
@@ -157,6 +234,21 @@ fn synchronize(event: *mut c_void) -> AclResult<()> {
     require(!event.is_null())?;
     let mut eng = engine();
     let id = eng.event_id(event)?;
+    if let Some(slot) = ipc_slot(&eng, id) {
+        // `IpcEventSync`: waits for the latest record, made here or in
+        // another process.
+        let latest = slot.slot.latest();
+        if let Some((key, seq)) = local_latest(&eng, id, latest) {
+            eng.finish(key, seq);
+        }
+        let dev = eng.event(id).device;
+        drop(eng);
+        usage::add(&usage::of(dev).syncs, 1);
+        if !crate::queue::wait_remote(&slot.slot, latest) {
+            return Err(ACL_ERROR_RT_EVENT_SYNC_TIMEOUT);
+        }
+        return Ok(());
+    }
     if eng.capture.event_captured(id) {
         return Err(ACL_ERROR_RT_EVENT_CAPTURED);
     }
@@ -177,6 +269,24 @@ fn stream_wait(stream: *mut c_void, event: *mut c_void) -> AclResult<()> {
     let key = eng.resolve(stream)?;
     // `ApiImpl::StreamWaitEvent` checks the stream's context too.
     crate::context::check_stream(key)?;
+    if let Some(slot) = ipc_slot(&eng, id) {
+        // `ApiErrorDecorator::StreamWaitEvent`: no IPC event in a capture.
+        if eng.capture.is_capturing(key) {
+            return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+        }
+        eng.poll_remote();
+        // `IpcEventWait`: nothing to wait for when the latest record
+        // finished or there is none.
+        let latest = slot.slot.latest();
+        if slot.slot.reached(latest) {
+            return Ok(());
+        }
+        match local_latest(&eng, id, latest) {
+            Some((stream, seq)) => eng.submit(key, Work::Wait { stream, seq }),
+            None => eng.submit(key, Work::RemoteWait { slot: slot.slot, n: latest }),
+        };
+        return Ok(());
+    }
     let rec = eng.event(id);
     // [doc] events created with a flag but without ACL_EVENT_SYNC (Ex
     // events: without a waitable flag) cannot be waited on (the runtime:
@@ -203,7 +313,11 @@ fn destroy(event: *mut c_void) -> AclResult<()> {
     let mut eng = engine();
     let id = eng.event_id(event)?;
     let rec = eng.remove_event(id).ok_or(ACL_ERROR_INVALID_PARAM)?;
+    drop(eng);
     usage::sub(&usage::of(rec.device).events, 1);
+    if let Some((slot, _)) = rec.ipc {
+        ipc_event::release(slot);
+    }
     Ok(())
 }
 
@@ -239,7 +353,8 @@ pub unsafe extern "C" fn aclrtCreateEventWithFlag(event: *mut *mut c_void, flag:
 
 /// Creates an event of the runtime's newer kind: COMPLETE until first
 /// recorded, no limit on how many live, waitable when `flag` has DDSYNC_NS,
-/// DDSYNC or EXTERNAL. Bad flags give 107000, IPC alone 207000 (not emulated).
+/// DDSYNC, EXTERNAL or IPC. Bad flags give 107000; IPC (alone) makes an
+/// event other processes can open (`aclrtIpcGetEventHandle`).
 ///
 /// # Safety
 /// `event` must be NULL or writable.
@@ -294,6 +409,29 @@ pub unsafe extern "C" fn aclrtStreamWaitEvent(stream: *mut c_void, event: *mut c
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtDestroyEvent(event: *mut c_void) -> crate::aclError {
     acl_entry!(Api::DestroyEvent, { destroy(event) })
+}
+
+/// Writes the handle by which another process opens IPC event `event`
+/// (`aclrtIpcOpenEventHandle`); 107000 for an event that is not one.
+///
+/// # Safety
+/// `handle` must be NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtIpcGetEventHandle(event: *mut c_void, handle: *mut IpcEventHandle) -> crate::aclError {
+    // SAFETY: forwarded caller contract.
+    acl_entry!(Api::IpcGetEventHandle, { unsafe { ipc_get_handle(event, handle) } })
+}
+
+/// Opens another process's IPC event on the current device: the new event
+/// waits for and makes records of the same event. 507899 when the handle
+/// names no live IPC event of another process.
+///
+/// # Safety
+/// `event` must be NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtIpcOpenEventHandle(handle: IpcEventHandle, event: *mut *mut c_void) -> crate::aclError {
+    // SAFETY: forwarded caller contract.
+    acl_entry!(Api::IpcOpenEventHandle, { unsafe { ipc_open(handle, event) } })
 }
 
 /// Test control: the first `queries` queries of an event after its work

@@ -103,8 +103,8 @@ pub use device_info::{aclrtGetDeviceCount, aclrtGetSocName, aclsysGetCANNVersion
 pub use device_refs::{aclemu_device_refs, aclrtResetDevice, aclrtSetDevice};
 pub use event::{
     aclemu_set_event_lag, aclrtCreateEvent, aclrtCreateEventExWithFlag, aclrtCreateEventWithFlag, aclrtDestroyEvent,
-    aclrtQueryEventStatus, aclrtRecordEvent, aclrtStreamWaitEvent, aclrtSynchronizeEvent,
-    ACL_EVENT_RECORDED_STATUS_COMPLETE, ACL_EVENT_RECORDED_STATUS_NOT_READY,
+    aclrtIpcGetEventHandle, aclrtIpcOpenEventHandle, aclrtQueryEventStatus, aclrtRecordEvent, aclrtStreamWaitEvent,
+    aclrtSynchronizeEvent, IpcEventHandle, ACL_EVENT_RECORDED_STATUS_COMPLETE, ACL_EVENT_RECORDED_STATUS_NOT_READY,
 };
 pub use faults::{aclemu_fail_nth, aclemu_fault_pending};
 pub use init::{aclFinalize, aclInit};

@@ -26,6 +26,7 @@ use crate::copy::Copy2d;
 use crate::device;
 use crate::error::{AclResult, ACL_ERROR_RT_INVALID_HANDLE};
 use crate::ffi::{handle_id, lock, Kind};
+use crate::ipc::event::{EventSlot, SlotRef};
 use crate::memcpy::Fill;
 use crate::violation::{self, Span};
 use std::collections::{HashMap, VecDeque};
@@ -51,6 +52,12 @@ pub enum Work {
     /// An event record made during capture (only in a captured model:
     /// each execute turns it into a `Marker` the event is recorded at).
     Record { event: u64 },
+    /// A record of an IPC event: running it completes record `n`, in
+    /// every process that holds the event.
+    Signal { slot: SlotRef, n: u64 },
+    /// Later work waits until record `n` of an IPC event finished, on
+    /// whatever stream of whatever process made it.
+    RemoteWait { slot: SlotRef, n: u64 },
 }
 
 impl Work {
@@ -95,6 +102,8 @@ pub struct EventRec {
     pub waitable: bool,
     pub at: Option<(u64, u64)>,
     pub lag_left: u32,
+    /// An IPC event's shared slot, and the number of the record `at` made.
+    pub ipc: Option<(EventSlot, u64)>,
 }
 
 /// Streams keyed by id (default streams use `device + 1`, created streams
@@ -106,6 +115,9 @@ pub struct Engine {
     sync_events: HashMap<i32, usize>,
     next_stream: u64,
     next_event: u64,
+    /// Queued `RemoteWait`s: while there are any, another process may let
+    /// work run, so queries settle first (`poll_remote`).
+    remote_waits: usize,
     /// Streams capturing and captured models (`capture`).
     pub capture: Captures,
 }
@@ -121,6 +133,7 @@ static ENGINE: LazyLock<Mutex<Engine>> = LazyLock::new(|| {
         sync_events: HashMap::new(),
         next_stream: FIRST_CREATED,
         next_event: 1,
+        remote_waits: 0,
         capture: Captures::default(),
     })
 });
@@ -168,6 +181,7 @@ impl Engine {
         };
         let pinned = s.queue.iter().filter(|(_, w)| !w.pins().is_empty()).count();
         PINNED.fetch_sub(pinned, Ordering::AcqRel);
+        self.remote_waits -= s.queue.iter().filter(|(_, w)| matches!(w, Work::RemoteWait { .. })).count();
         self.settle();
         s.device
     }
@@ -210,8 +224,9 @@ impl Engine {
                 Some(w) => work = w,
             }
         }
-        let ready = match work {
-            Work::Wait { stream, seq } => self.is_done(stream, seq),
+        let ready = match &work {
+            Work::Wait { stream, seq } => self.is_done(*stream, *seq),
+            Work::RemoteWait { slot, n } => slot.reached(*n),
             _ => true,
         };
         let s = self.streams.get_mut(&key).expect("stream resolved by the caller");
@@ -223,6 +238,9 @@ impl Engine {
         } else {
             if !work.pins().is_empty() {
                 PINNED.fetch_add(1, Ordering::AcqRel);
+            }
+            if matches!(work, Work::RemoteWait { .. }) {
+                self.remote_waits += 1;
             }
             s.queue.push_back((seq, work));
         }
@@ -252,6 +270,7 @@ impl Engine {
         let written = match &work {
             Work::Copy { copy, .. } => copy.dst_span(),
             Work::Fill { fill, .. } => fill.span(),
+            Work::Signal { slot, n } => return slot.complete(*n),
             _ => return,
         };
         // Fine when the pinning work waits for this write.
@@ -393,15 +412,26 @@ impl Engine {
             if s.held && !forced {
                 break;
             }
-            if let Work::Wait { stream, seq: wanted } = work {
-                if !self.is_done(stream, wanted) {
+            match &work {
+                Work::Wait { stream, seq: wanted } if !self.is_done(*stream, *wanted) => {
                     if !forced {
                         break;
                     }
                     if depth < MAX_FORCE_DEPTH {
-                        self.pump(stream, Some(wanted), depth + 1);
+                        self.pump(*stream, Some(*wanted), depth + 1);
                     }
                 }
+                Work::RemoteWait { slot, n } if !slot.reached(*n) => {
+                    if !forced {
+                        break;
+                    }
+                    // Another process finishes the record: wait for it, as
+                    // the device would, but not forever.
+                    if !wait_remote(slot, *n) {
+                        self.violation(&[key], "a synchronize waited for an IPC event record that never finished");
+                    }
+                }
+                _ => {}
             }
             let s = self.streams.get_mut(&key).expect("checked above");
             s.queue.pop_front();
@@ -409,10 +439,21 @@ impl Engine {
             if !work.pins().is_empty() {
                 PINNED.fetch_sub(1, Ordering::AcqRel);
             }
+            if matches!(work, Work::RemoteWait { .. }) {
+                self.remote_waits -= 1;
+            }
             self.run(key, seq, work);
             progressed = true;
         }
         progressed
+    }
+
+    /// Lets queued work run that another process's IPC event records now
+    /// allow (cheap when no stream waits for one).
+    pub fn poll_remote(&mut self) {
+        if self.remote_waits > 0 {
+            self.settle();
+        }
     }
 
     /// Lets every unheld stream run what its waits now allow, until nothing
@@ -479,7 +520,7 @@ impl Engine {
         if counts_as_sync(flags, ex) {
             *self.sync_events.entry(device).or_default() += 1;
         }
-        self.events.insert(id, EventRec { device, flags, ex, waitable, at: None, lag_left: 0 });
+        self.events.insert(id, EventRec { device, flags, ex, waitable, at: None, lag_left: 0, ipc: None });
         id
     }
 
@@ -524,6 +565,28 @@ impl Engine {
             self.event_mut(id).lag_left = 0;
         }
     }
+}
+
+/// How long a synchronize waits for another process to finish an IPC
+/// event record before it reports a violation and goes on
+/// (`ACLEMU_IPC_WAIT_SECS`, default 60): a peer that never runs its stream
+/// would hang a real device; a test should fail instead.
+pub fn remote_wait_limit() -> std::time::Duration {
+    static SECS: LazyLock<u64> =
+        LazyLock::new(|| std::env::var("ACLEMU_IPC_WAIT_SECS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(60));
+    std::time::Duration::from_secs(*SECS)
+}
+
+/// Waits (sleeping) until record `n` finished; false after the limit.
+pub fn wait_remote(slot: &SlotRef, n: u64) -> bool {
+    let start = std::time::Instant::now();
+    while !slot.reached(n) {
+        if start.elapsed() > remote_wait_limit() {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    true
 }
 
 /// True for the events the per-device SYNC limit counts.

@@ -26,7 +26,7 @@ fn main() {
     std::env::remove_var("ACLEMU_MALLOC_ALIGN");
     // `cargo test` passes its own arguments (filters, --nocapture): this
     // binary runs every case whatever they say.
-    let cases: [(&str, fn()); 7] = [
+    let cases: [(&str, fn()); 9] = [
         ("keys: the importer sees the exporter's bytes and the other way round", keys_share_memory),
         ("keys: pid validation admits only listed pids", key_pid_validation),
         ("keys: argument and rule checks", key_checks),
@@ -34,6 +34,8 @@ fn main() {
         ("shareable handles: several handles map as one range in the importer", handles_share_memory),
         ("shareable handles: one to one in a process, validation, no mixing", handle_rules),
         ("an import outlives its exporter", import_outlives_exporter),
+        ("IPC events: records and waits reach the other process", events_cross_processes),
+        ("IPC events: argument and rule checks, across devices, a peer that never finishes", event_rules),
     ];
     for (name, case) in cases {
         case();
@@ -50,7 +52,13 @@ struct Peer {
 
 impl Peer {
     fn start() -> Peer {
+        Self::start_with(&[])
+    }
+
+    /// A peer with `env` added to this process's environment.
+    fn start_with(env: &[(&str, &str)]) -> Peer {
         let mut child = Command::new(std::env::current_exe().unwrap())
+            .envs(env.iter().copied())
             .arg("peer")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -64,7 +72,25 @@ impl Peer {
     /// Sends one command; returns its answer: Ok(words after "ok") or
     /// Err(the ACL code).
     fn ask(&mut self, command: &str) -> Result<Vec<String>, i32> {
+        self.send(command);
+        self.answer(command)
+    }
+
+    /// Sends a command without waiting for its answer.
+    fn send(&mut self, command: &str) {
         writeln!(self.input, "{command}").unwrap();
+    }
+
+    /// True if the peer has not answered yet (looked at without waiting).
+    fn quiet(&mut self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut fd = libc::pollfd { fd: self.output.get_ref().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one live pollfd; no wait.
+        self.output.buffer().is_empty() && unsafe { libc::poll(&mut fd, 1, 0) } == 0
+    }
+
+    /// The answer to the command sent last.
+    fn answer(&mut self, command: &str) -> Result<Vec<String>, i32> {
         let mut line = String::new();
         self.output.read_line(&mut line).unwrap();
         let mut words = line.split_whitespace().map(str::to_owned);
@@ -97,6 +123,9 @@ impl Peer {
 fn peer() {
     // SAFETY: a plain call.
     assert_eq!(unsafe { aclrtSetDevice(0) }, 0);
+    // The peer's own stream and the IPC events it opened.
+    let s = stream();
+    let mut events: Vec<*mut c_void> = Vec::new();
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
     for line in stdin.lock().lines() {
@@ -175,6 +204,43 @@ fn peer() {
             }
             // export-key <addr> <bytes>: its key, no pid check.
             "export-key" => export_key(n(1) as *mut c_void, n(2) as usize, 1).map(|k| vec![k]),
+            // ev-open <hex handle>: the index of the opened event.
+            "ev-open" => {
+                let mut e = null_mut();
+                // SAFETY: a live local.
+                code(unsafe { aclrtIpcOpenEventHandle(parse_event_handle(words[1]), &mut e) }).map(|()| {
+                    events.push(e);
+                    num(events.len() as u64 - 1)
+                })
+            }
+            "ev-query" => {
+                let mut st = 99;
+                // SAFETY: an event this process opened; a live local.
+                code(unsafe { aclrtQueryEventStatus(events[n(1) as usize], &mut st) }).map(|()| num(st.into()))
+            }
+            // SAFETY: an event this process opened.
+            "ev-sync" => code(unsafe { aclrtSynchronizeEvent(events[n(1) as usize]) }).map(|()| vec![]),
+            // SAFETY: an event this process opened, its own stream.
+            "ev-record" => code(unsafe { aclrtRecordEvent(events[n(1) as usize], s) }).map(|()| vec![]),
+            // SAFETY: an event this process opened.
+            "ev-destroy" => code(unsafe { aclrtDestroyEvent(events[n(1) as usize]) }).map(|()| vec![]),
+            // ev-wait-fill <event> <addr> <byte>: the stream waits for the
+            // event, then sets the byte at addr.
+            "ev-wait-fill" => {
+                // SAFETY: an event this process opened, its own stream, its
+                // own device memory.
+                code(unsafe { aclrtStreamWaitEvent(s, events[n(1) as usize]) })
+                    .and_then(|()| code(unsafe { aclrtMemsetAsync(n(2) as *mut c_void, 1, n(3) as i32, 1, s) }))
+                    .map(|()| vec![])
+            }
+            // SAFETY: an allocation of this process.
+            "free" => code(unsafe { aclrtFree(n(1) as *mut c_void) }).map(|()| vec![]),
+            // SAFETY: its own stream.
+            "stream-hold" => code(unsafe { aclemu_stream_hold(s) }).map(|()| vec![]),
+            // SAFETY: its own stream.
+            "stream-release" => code(unsafe { aclemu_stream_release(s) }).map(|()| vec![]),
+            // SAFETY: its own stream.
+            "stream-sync" => code(unsafe { aclrtSynchronizeStream(s) }).map(|()| vec![]),
             other => panic!("unknown command {other}"),
         };
         match answer {
@@ -183,6 +249,30 @@ fn peer() {
         }
         out.flush().unwrap();
     }
+}
+
+/// A new IPC event of the current device.
+fn ipc_event() -> *mut c_void {
+    let mut e = null_mut();
+    // SAFETY: a live local.
+    assert_eq!(unsafe { aclrtCreateEventExWithFlag(&mut e, 0x40) }, 0);
+    e
+}
+
+/// `event`'s IPC handle, as hex.
+fn event_handle(event: *mut c_void) -> String {
+    let mut h = IpcEventHandle { reserved: [0; 64] };
+    // SAFETY: a live local.
+    assert_eq!(unsafe { aclrtIpcGetEventHandle(event, &mut h) }, 0);
+    h.reserved.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn parse_event_handle(hex: &str) -> IpcEventHandle {
+    let mut h = IpcEventHandle { reserved: [0; 64] };
+    for (i, b) in h.reserved.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    }
+    h
 }
 
 fn code(rc: i32) -> Result<(), i32> {
@@ -519,4 +609,181 @@ fn import_outlives_exporter() {
     // A key of an exporter that is gone imports nothing.
     assert_eq!(importer.ask(&format!("import-key {key} 0")), Err(RT_DRV_INTERNAL));
     importer.stop();
+}
+
+fn hold(s: *mut c_void, on: bool) {
+    // SAFETY: a stream of this process.
+    assert_eq!(
+        unsafe {
+            if on {
+                aclemu_stream_hold(s)
+            } else {
+                aclemu_stream_release(s)
+            }
+        },
+        0
+    );
+}
+
+fn record(e: *mut c_void, s: *mut c_void) {
+    // SAFETY: an event and a stream of this process.
+    assert_eq!(unsafe { aclrtRecordEvent(e, s) }, 0);
+}
+
+/// The stream waits for `e`, then sets the first byte at `p` to `byte`.
+fn wait_then_set(s: *mut c_void, e: *mut c_void, p: *mut c_void, byte: i32) {
+    // SAFETY: a stream, an event and device memory of this process.
+    unsafe {
+        assert_eq!(aclrtStreamWaitEvent(s, e), 0);
+        assert_eq!(aclrtMemsetAsync(p, 1, byte, 1, s), 0);
+    }
+}
+
+fn destroy_event(e: *mut c_void) {
+    // SAFETY: an event of this process.
+    assert_eq!(unsafe { aclrtDestroyEvent(e) }, 0);
+}
+
+fn destroy_stream(s: *mut c_void) {
+    // SAFETY: a stream of this process, idle.
+    assert_eq!(unsafe { aclrtDestroyStream(s) }, 0);
+}
+
+fn events_cross_processes() {
+    let dev = device0();
+    let s = stream();
+    let e = ipc_event();
+    let h = event_handle(e);
+    let mut peer = Peer::start();
+    let ev = peer.value(&format!("ev-open {h}"));
+    // Never recorded: complete in both processes.
+    assert_eq!(status(e), COMPLETE);
+    assert_eq!(peer.value(&format!("ev-query {ev}")), 1);
+    // Recorded on a held stream: pending in both, and the peer's stream
+    // waits for it.
+    let buf = peer.value("malloc 4096 0");
+    hold(s, true);
+    record(e, s);
+    assert_eq!(status(e), NOT_READY);
+    assert_eq!(peer.value(&format!("ev-query {ev}")), 0);
+    assert_eq!(peer.ask(&format!("ev-wait-fill {ev} {buf} 7")), Ok(vec![]));
+    assert_eq!(peer.value(&format!("sum {buf} 1")), 0);
+    hold(s, false);
+    assert_eq!(status(e), COMPLETE);
+    assert_eq!(peer.value(&format!("ev-query {ev}")), 1);
+    assert_eq!(peer.value(&format!("sum {buf} 1")), 7);
+    // The peer synchronizes its stream while the record it waits for is
+    // pending here: it returns once this process runs its stream.
+    hold(s, true);
+    record(e, s);
+    assert_eq!(peer.ask(&format!("ev-wait-fill {ev} {buf} 9")), Ok(vec![]));
+    peer.send("stream-sync");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(peer.quiet(), "the peer's synchronize returned before the record it waits for ran");
+    hold(s, false);
+    assert_eq!(peer.answer("stream-sync"), Ok(vec![]));
+    assert_eq!(peer.value(&format!("sum {buf} 1")), 9);
+    // The peer records the event: this process's query and stream wait for
+    // the peer's stream (the latest record counts).
+    let p = malloc(4096);
+    fill(p, 4096, 0);
+    assert_eq!(peer.ask("stream-hold"), Ok(vec![]));
+    assert_eq!(peer.ask(&format!("ev-record {ev}")), Ok(vec![]));
+    assert_eq!(status(e), NOT_READY);
+    wait_then_set(s, e, p, 5);
+    assert_eq!(device_sum(p as usize, 1), Ok(0));
+    assert_eq!(peer.ask("stream-release"), Ok(vec![]));
+    assert_eq!(status(e), COMPLETE);
+    assert_eq!(device_sum(p as usize, 1), Ok(5));
+    // SAFETY: a live event; its latest record finished.
+    assert_eq!(unsafe { aclrtSynchronizeEvent(e) }, 0);
+    // Destroyed here: the peer's open still works, the handle opens no more.
+    destroy_event(e);
+    assert_eq!(peer.ask(&format!("ev-open {h}")), Err(RT_DRV_INTERNAL));
+    assert_eq!(peer.value(&format!("ev-query {ev}")), 1);
+    assert_eq!(peer.ask(&format!("ev-destroy {ev}")), Ok(vec![]));
+    // A new event (in the slot the old one left): the old handle still
+    // opens nothing, the new one does.
+    let e2 = ipc_event();
+    let h2 = event_handle(e2);
+    assert_ne!(h2, h);
+    assert_eq!(peer.ask(&format!("ev-open {h}")), Err(RT_DRV_INTERNAL));
+    let ev2 = peer.value(&format!("ev-open {h2}"));
+    assert_eq!(peer.ask(&format!("ev-destroy {ev2}")), Ok(vec![]));
+    destroy_event(e2);
+    assert_eq!(peer.ask(&format!("free {buf}")), Ok(vec![]));
+    peer.stop();
+    free(p);
+    destroy_stream(s);
+    dev.assert_clean();
+}
+
+fn event_rules() {
+    let dev = device0();
+    let s = stream();
+    let e = ipc_event();
+    let mut h = IpcEventHandle { reserved: [0; 64] };
+    let mut other = null_mut();
+    // SAFETY: live locals and events of this process; NULL where refused.
+    unsafe {
+        assert_eq!(aclrtIpcGetEventHandle(e, null_mut()), INVALID_PARAM);
+        assert_eq!(aclrtIpcGetEventHandle(null_mut(), &mut h), INVALID_PARAM);
+        // Only IPC events have a handle (`ApiImplEvent::IpcGetEventHandle`).
+        let mut plain = null_mut();
+        assert_eq!(aclrtCreateEventExWithFlag(&mut plain, 0x1), 0);
+        assert_eq!(aclrtIpcGetEventHandle(plain, &mut h), RT_PARAM_INVALID);
+        assert_eq!(aclrtDestroyEvent(plain), 0);
+        // A process does not open its own event; garbage opens nothing.
+        assert_eq!(aclrtIpcGetEventHandle(e, &mut h), 0);
+        assert_eq!(aclrtIpcOpenEventHandle(h, null_mut()), INVALID_PARAM);
+        assert_eq!(aclrtIpcOpenEventHandle(h, &mut other), RT_DRV_INTERNAL);
+        assert_eq!(aclrtIpcOpenEventHandle(IpcEventHandle { reserved: [0x5a; 64] }, &mut other), RT_DRV_INTERNAL);
+        // No IPC event in a capture (`ApiErrorDecorator::EventRecord`,
+        // `StreamWaitEvent`); the capture goes on.
+        assert_eq!(aclmdlRICaptureBegin(s, 0), 0);
+        assert_eq!(aclrtRecordEvent(e, s), RT_FEATURE_NOT_SUPPORT);
+        assert_eq!(aclrtStreamWaitEvent(s, e), RT_FEATURE_NOT_SUPPORT);
+        let mut model = null_mut();
+        assert_eq!(aclmdlRICaptureEnd(s, &mut model), 0);
+        assert_eq!(aclmdlRIDestroy(model), 0);
+    }
+    // One process, two devices (torch_npu's cross-device copy): recorded on
+    // device 1's stream, waited for on device 0's.
+    let dev1 = Dev::take_besides(&dev);
+    let s1 = stream();
+    let e1 = ipc_event();
+    hold(s1, true);
+    record(e1, s1);
+    // SAFETY: a plain call.
+    assert_eq!(unsafe { aclrtSetDevice(dev.id) }, 0);
+    let p = malloc(4096);
+    fill(p, 4096, 0);
+    wait_then_set(s, e1, p, 4);
+    assert_eq!(status(e1), NOT_READY);
+    assert_eq!(device_sum(p as usize, 1), Ok(0));
+    hold(s1, false);
+    assert_eq!(status(e1), COMPLETE);
+    assert_eq!(device_sum(p as usize, 1), Ok(4));
+    // A peer whose wait never ends: its synchronize gives up after the
+    // limit with the runtime's event-timeout code.
+    let mut peer = Peer::start_with(&[("ACLEMU_IPC_WAIT_SECS", "1")]);
+    let ev = peer.value(&format!("ev-open {}", event_handle(e)));
+    hold(s, true);
+    record(e, s);
+    assert_eq!(peer.ask(&format!("ev-sync {ev}")), Err(507_047));
+    hold(s, false);
+    assert_eq!(peer.ask(&format!("ev-sync {ev}")), Ok(vec![]));
+    assert_eq!(peer.ask(&format!("ev-destroy {ev}")), Ok(vec![]));
+    peer.stop();
+    destroy_event(e);
+    destroy_event(e1);
+    free(p);
+    destroy_stream(s);
+    // SAFETY: a plain call.
+    assert_eq!(unsafe { aclrtSetDevice(dev1.id) }, 0);
+    destroy_stream(s1);
+    dev1.assert_clean();
+    // SAFETY: a plain call.
+    assert_eq!(unsafe { aclrtSetDevice(dev.id) }, 0);
+    dev.assert_clean();
 }

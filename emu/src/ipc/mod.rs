@@ -12,7 +12,11 @@
 //! exits; memory the exporter frees while a process holds it stays charged
 //! to the exporter's device and is given back (`reap`) once no process
 //! holds it; an importer's mapping outlives its exporter.
+//!
+//! Events are shared the same way (`event`): an IPC event's records and
+//! waits read a slot of its creator's event file.
 
+pub(crate) mod event;
 mod key;
 mod shareable;
 mod table;

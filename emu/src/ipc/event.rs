@@ -1,0 +1,318 @@
+//! The shared side of IPC events (`aclrtCreateEventExWithFlag` with
+//! ACL_EVENT_IPC, `aclrtIpcGetEventHandle`, `aclrtIpcOpenEventHandle`):
+//! the state a record, wait or query of such an event reads in any process.
+//!
+//! The runtime builds an IPC event on a small piece of memory shared
+//! between the processes (RT `IpcEvent::Setup`, `IpcOpenEventHandle`): a
+//! record takes a new slot, which the device sets when the recording
+//! stream gets there (`IpcEventRecord`); a wait, query or synchronize looks
+//! only at the latest record, and an event never recorded, or whose latest
+//! record finished, is complete (`IpcEventWait`, `IpcEventQuery`,
+//! `IpcEventSync`). Any process holding the event may record it.
+//!
+//! The emulator keeps one slot per event in a memfd of the creating
+//! process, which other processes map through `/proc/<pid>/fd`:
+//! `records` counts the records made so far (the latest one's number) and
+//! `done` is the highest record number whose stream got past it, so a wait
+//! for record n is met once `done >= n`.
+//!
+//! A slot is reused for a new event once its event is destroyed and no
+//! other process holds it open (`holders`); its generation changes then,
+//! so a handle of the old event no longer opens, and a record the old
+//! event left queued no longer counts.
+
+use crate::error::{AclResult, ACL_ERROR_RT_DRV_INTERNAL_ERROR, ACL_ERROR_RT_RESOURCE_ALLOC_FAIL};
+use crate::ffi::lock;
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+/// The size of `aclrtIpcEventHandle` (`ACL_IPC_EVENT_HANDLE_SIZE`).
+pub const HANDLE_SIZE: usize = 64;
+const NAME: &str = "aclemu-ipc-events";
+const SLOTS: usize = 1 << 16;
+/// The file's header: a magic number and the table's random id.
+const HEADER: usize = 64;
+const LEN: usize = HEADER + SLOTS * std::mem::size_of::<Slot>();
+const MAGIC: u64 = u64::from_le_bytes(*b"aclemuEV");
+const HANDLE_MAGIC: u32 = u32::from_le_bytes(*b"IPCE");
+
+/// `Slot::state`.
+const LIVE: u32 = 1;
+const GONE: u32 = 2;
+
+#[repr(C)]
+struct Slot {
+    state: AtomicU32,
+    generation: AtomicU32,
+    /// Other processes' opens of the event that are not destroyed yet.
+    holders: AtomicU32,
+    _pad: u32,
+    records: AtomicU64,
+    done: AtomicU64,
+}
+
+/// A process's event file, mapped into this one.
+struct Mapped {
+    base: *mut u8,
+    table_id: u64,
+    _file: File,
+}
+
+// SAFETY: the mapping is only reached through atomics (`Slot`, and the
+// header written once before the table is shared).
+unsafe impl Send for Mapped {}
+// SAFETY: as above.
+unsafe impl Sync for Mapped {}
+
+impl Mapped {
+    fn map(file: File) -> Option<Mapped> {
+        // SAFETY: a fresh shared mapping of a file at least LEN long (the
+        // creator sizes it before it can be opened elsewhere).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Mapped { base: base.cast(), table_id: 0, _file: file })
+    }
+
+    fn header(&self) -> &[AtomicU64; 2] {
+        // SAFETY: the header is the first 16 bytes of the mapping, aligned.
+        unsafe { &*self.base.cast::<[AtomicU64; 2]>() }
+    }
+
+    fn slot(&self, index: usize) -> &Slot {
+        assert!(index < SLOTS);
+        // SAFETY: in bounds (checked) and aligned (HEADER and Slot are
+        // multiples of 8); the mapping lives as long as `self`.
+        unsafe { &*self.base.add(HEADER).cast::<Slot>().add(index) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the mapping `map` made; nothing refers to it now.
+        unsafe { libc::munmap(self.base.cast(), LEN) };
+    }
+}
+
+/// One event's slot, kept mapped while a reference lives.
+#[derive(Clone)]
+pub struct SlotRef {
+    table: Arc<Mapped>,
+    index: usize,
+    generation: u32,
+}
+
+impl SlotRef {
+    fn slot(&self) -> &Slot {
+        self.table.slot(self.index)
+    }
+
+    fn current(&self) -> bool {
+        self.slot().generation.load(Ordering::Acquire) == self.generation
+    }
+
+    /// Starts a record; returns its number.
+    pub fn record(&self) -> u64 {
+        self.slot().records.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The latest record's number (0: never recorded).
+    pub fn latest(&self) -> u64 {
+        self.slot().records.load(Ordering::Acquire)
+    }
+
+    /// True once record `n` finished, or the event is gone (its slot was
+    /// reused, so nothing will finish it).
+    pub fn reached(&self, n: u64) -> bool {
+        self.slot().done.load(Ordering::Acquire) >= n || !self.current()
+    }
+
+    /// The recording stream got past record `n`.
+    pub fn complete(&self, n: u64) {
+        if self.current() {
+            self.slot().done.fetch_max(n, Ordering::AcqRel);
+        }
+    }
+}
+
+/// An IPC event's binding to its slot: made by `create` in the creating
+/// process, by `open` in another.
+#[derive(Clone)]
+pub struct EventSlot {
+    pub slot: SlotRef,
+    handle: [u8; HANDLE_SIZE],
+    own: bool,
+}
+
+impl EventSlot {
+    /// The handle another process opens the event by.
+    pub fn handle(&self) -> [u8; HANDLE_SIZE] {
+        self.handle
+    }
+}
+
+/// This process's event file and its slots.
+struct Own {
+    table: Arc<Mapped>,
+    next: usize,
+    /// Slots of destroyed events, reusable once no process holds them.
+    retired: Vec<usize>,
+}
+
+static OWN: Mutex<Option<Own>> = Mutex::new(None);
+/// Other processes' event files this process has mapped, by (pid, table id).
+static OPENED: LazyLock<Mutex<HashMap<(i32, u64), Weak<Mapped>>>> = LazyLock::new(Default::default);
+
+fn own_pid() -> i32 {
+    std::process::id() as i32
+}
+
+fn new_table() -> Option<Arc<Mapped>> {
+    let name = std::ffi::CString::new(NAME).ok()?;
+    // SAFETY: `name` is a valid C string; the new fd is owned below.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: memfd_create returned a fresh descriptor we now own.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(LEN as u64).ok()?;
+    let mut mapped = Mapped::map(file)?;
+    // A number no later process with this pid will pick, so a handle of
+    // this process's events never opens in a successor's table.
+    let id = {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
+        );
+        h.finish() | 1
+    };
+    mapped.header()[1].store(id, Ordering::Relaxed);
+    mapped.header()[0].store(MAGIC, Ordering::Release);
+    mapped.table_id = id;
+    Some(Arc::new(mapped))
+}
+
+/// Makes a slot for a new IPC event of this process.
+pub fn create() -> AclResult<EventSlot> {
+    let mut own = lock(&OWN);
+    if own.is_none() {
+        let table = new_table().ok_or(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL)?;
+        *own = Some(Own { table, next: 0, retired: Vec::new() });
+    }
+    let own = own.as_mut().expect("made above");
+    let free = own.retired.iter().position(|&i| own.table.slot(i).holders.load(Ordering::Acquire) == 0);
+    let index = match free {
+        Some(at) => own.retired.swap_remove(at),
+        None if own.next < SLOTS => {
+            own.next += 1;
+            own.next - 1
+        }
+        None => return Err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL),
+    };
+    let slot = own.table.slot(index);
+    // The generation changes first, so an open that raced the event's
+    // destroy sees a mismatch; the slot becomes LIVE last.
+    let generation = slot.generation.load(Ordering::Acquire).wrapping_add(1).max(1);
+    slot.generation.store(generation, Ordering::Release);
+    slot.records.store(0, Ordering::Release);
+    slot.done.store(0, Ordering::Release);
+    slot.state.store(LIVE, Ordering::Release);
+    let mut handle = [0u8; HANDLE_SIZE];
+    handle[0..4].copy_from_slice(&HANDLE_MAGIC.to_ne_bytes());
+    handle[4..8].copy_from_slice(&own_pid().to_ne_bytes());
+    handle[8..12].copy_from_slice(&(index as u32).to_ne_bytes());
+    handle[12..16].copy_from_slice(&generation.to_ne_bytes());
+    handle[16..24].copy_from_slice(&own.table.table_id.to_ne_bytes());
+    Ok(EventSlot { slot: SlotRef { table: own.table.clone(), index, generation }, handle, own: true })
+}
+
+/// Maps process `pid`'s event file with id `table_id`, or finds it mapped.
+fn map_remote(pid: i32, table_id: u64) -> Option<Arc<Mapped>> {
+    let mut opened = lock(&OPENED);
+    if let Some(table) = opened.get(&(pid, table_id)).and_then(Weak::upgrade) {
+        return Some(table);
+    }
+    let wanted = format!("/memfd:{NAME}");
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    for entry in dir.flatten() {
+        let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+        if !target.to_string_lossy().starts_with(&wanted) {
+            continue;
+        }
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(entry.path()).ok()?;
+        if file.metadata().ok()?.len() < LEN as u64 {
+            return None;
+        }
+        let mut mapped = Mapped::map(file)?;
+        let [magic, id] = mapped.header();
+        if magic.load(Ordering::Acquire) != MAGIC || id.load(Ordering::Acquire) != table_id {
+            return None;
+        }
+        mapped.table_id = table_id;
+        let table = Arc::new(mapped);
+        opened.retain(|_, t| t.strong_count() > 0);
+        opened.insert((pid, table_id), Arc::downgrade(&table));
+        return Some(table);
+    }
+    None
+}
+
+/// Opens another process's IPC event by its handle. 507899 when the handle
+/// names no live event of a process this one can reach, or one of this
+/// process (the driver's import of the event's shared memory refuses
+/// these, as for shareable handles; the code is a guess).
+pub fn open(handle: &[u8; HANDLE_SIZE]) -> AclResult<EventSlot> {
+    let word = |at: usize| u32::from_ne_bytes(handle[at..at + 4].try_into().expect("4 bytes"));
+    let pid = word(4) as i32;
+    let index = word(8) as usize;
+    let generation = word(12);
+    let table_id = u64::from_ne_bytes(handle[16..24].try_into().expect("8 bytes"));
+    if word(0) != HANDLE_MAGIC || pid == own_pid() || pid <= 0 || index >= SLOTS || generation == 0 {
+        return Err(ACL_ERROR_RT_DRV_INTERNAL_ERROR);
+    }
+    let table = map_remote(pid, table_id).ok_or(ACL_ERROR_RT_DRV_INTERNAL_ERROR)?;
+    let slot = table.slot(index);
+    let usable =
+        |s: &Slot| s.state.load(Ordering::Acquire) == LIVE && s.generation.load(Ordering::Acquire) == generation;
+    if !usable(slot) {
+        return Err(ACL_ERROR_RT_DRV_INTERNAL_ERROR);
+    }
+    slot.holders.fetch_add(1, Ordering::AcqRel);
+    // Again under the hold: the creator may have destroyed the event and
+    // reused its slot in between.
+    if !usable(slot) {
+        slot.holders.fetch_sub(1, Ordering::AcqRel);
+        return Err(ACL_ERROR_RT_DRV_INTERNAL_ERROR);
+    }
+    Ok(EventSlot { slot: SlotRef { table, index, generation }, handle: *handle, own: false })
+}
+
+/// The event is destroyed in this process: an open lets go of its hold;
+/// the creator's event is no longer opened by new handles, and its slot
+/// waits for reuse until no process holds it.
+pub fn release(ev: EventSlot) {
+    let slot = ev.slot.slot();
+    if !ev.own {
+        slot.holders.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    slot.state.store(GONE, Ordering::Release);
+    if let Some(own) = lock(&OWN).as_mut() {
+        own.retired.push(ev.slot.index);
+    }
+}
