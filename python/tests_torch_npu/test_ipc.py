@@ -4,6 +4,7 @@ _new_shared_npu in the receiver, which call the allocator's shareIpcHandle and g
 and through reduce_tensor / rebuild_npu_tensor (vllm-ascend's weight transfer,
 npu_ipc_engine.py). The receiver reads with .cpu() and writes with .copy_(), the sender sees the
 writes, and the receiver still reads after the sender freed its tensor and emptied its cache.
+The receiver's stream waits for the sender's through an IPC event, as on a card.
 The emulator runs no operators: tensors are made on the host and copied over."""
 
 import pytest
@@ -68,6 +69,9 @@ if __name__ == "__main__":
     w = torch.full((1 << 20,), 7.0).to("npu")
     torch.npu.synchronize()
     func, args = reduce_tensor(w)
+    # The last two arguments: the IPC event's handle and whether the receiver waits for it
+    # (torch_npu's NpuIPCSentData records one when the runtime has IPC events).
+    event_sync = args[-1]
     inbox.put(args)
     assert outbox.get(timeout=120) == "rebuilt"
     exported = npl_stats()["exported_blocks"]
@@ -80,7 +84,7 @@ if __name__ == "__main__":
     assert outbox.get(timeout=120) == "done"
     p.join(timeout=300)
     report({"got": got, "seen": seen, "exitcode": p.exitcode, "pool": pool is not None,
-            "exported": exported, "held": held["held_for_importers_bytes"],
+            "exported": exported, "held": held["held_for_importers_bytes"], "event_sync": event_sync,
             "reserved_after": torch.npu.memory_reserved()})
 """
 
@@ -95,6 +99,9 @@ def test_tensors_cross_processes(run_npu, config):
     assert got["reduced"], r
     assert got["after_free"] and got["reduced_after_free"], ("the receiver reads after the sender freed", r)
     assert r["exported"] >= 3, r
+    # The receiver's stream waited for the sender's through an IPC event (emulated across the
+    # two processes), not a synchronize of the sender's stream.
+    assert r["event_sync"] is True, r
 
 
 MIXED = """

@@ -1,6 +1,7 @@
 """The real torch 2.14 and torch_npu 2.14 on the emulator: import, devices,
-allocation, copies with their data checked, a side stream, torch.zeros;
-with torch_npu's own allocator and with npualloc's."""
+allocation, copies with their data checked (one to another device, which torch_npu orders with IPC
+events), a side stream, torch.zeros, an interprocess event; with torch_npu's own allocator and with
+npualloc's."""
 
 import pytest
 
@@ -19,6 +20,10 @@ side.synchronize()
 filled.record_stream(side)
 zeros = torch.zeros(1000, device="npu")
 other = torch.ones(10).to("npu:1")
+# Device to device across cards: torch_npu orders the two devices' streams with IPC events.
+across = dev.to("npu:1")
+interprocess = torch.npu.Event(interprocess=True)
+interprocess.record()
 torch.npu.synchronize()
 report({
     "count": n,
@@ -29,6 +34,8 @@ report({
     "side_data": bool((filled.cpu() == 3.0).all()),
     "zeros": zeros.cpu().abs().sum().item(),
     "other_device": [str(other.device), other.cpu().sum().item()],
+    "across": [str(across.device), torch.equal(across.cpu(), host)],
+    "ipc_event": [interprocess.query(), len(interprocess.ipc_handle())],
 })
 """
 
@@ -44,6 +51,8 @@ def test_tensors_copies_and_a_side_stream(run_npu, allocator):
     assert r["side_data"], "a copy on the side stream lost its data"
     assert r["zeros"] == 0.0
     assert r["other_device"] == ["npu:1", 10.0]
+    assert r["across"] == ["npu:1", True], "a copy to another device changed the data"
+    assert r["ipc_event"] == [True, 64], "an interprocess event: complete after a synchronize, 64-byte handle"
 
 
 def test_npualloc_serves_torch_npu(run_npu):
