@@ -216,6 +216,8 @@ unsafe fn query(event: *mut c_void, status: *mut u32) -> AclResult<()> {
     if eng.capture.event_captured(id) {
         return Err(ACL_ERROR_RT_EVENT_CAPTURED);
     }
+    // Work queued behind another process's IPC event record may run now.
+    eng.poll_remote();
     // Old-mode events: NOT_READY until first recorded; Ex events COMPLETE.
     let rec = eng.event(id);
     let mut done = rec.at.map_or(rec.ex, |(key, seq)| eng.is_done(key, seq));
@@ -244,7 +246,9 @@ fn synchronize(event: *mut c_void) -> AclResult<()> {
         let dev = eng.event(id).device;
         drop(eng);
         usage::add(&usage::of(dev).syncs, 1);
-        if !crate::queue::wait_remote(&slot.slot, latest) {
+        // This process's streams go on while it waits (the record may
+        // wait for one of them).
+        if !crate::queue::wait_remote(&slot.slot, latest, || engine().poll_remote()) {
             return Err(ACL_ERROR_RT_EVENT_SYNC_TIMEOUT);
         }
         return Ok(());

@@ -182,6 +182,12 @@ impl Engine {
         let pinned = s.queue.iter().filter(|(_, w)| !w.pins().is_empty()).count();
         PINNED.fetch_sub(pinned, Ordering::AcqRel);
         self.remote_waits -= s.queue.iter().filter(|(_, w)| matches!(w, Work::RemoteWait { .. })).count();
+        // A dropped record counts as finished, so nobody waits for it.
+        for (_, w) in &s.queue {
+            if let Work::Signal { slot, n } = w {
+                slot.complete(*n);
+            }
+        }
         self.settle();
         s.device
     }
@@ -426,10 +432,18 @@ impl Engine {
                         break;
                     }
                     // Another process finishes the record: wait for it, as
-                    // the device would, but not forever.
-                    if !wait_remote(slot, *n) {
-                        self.violation(&[key], "a synchronize waited for an IPC event record that never finished");
+                    // the device would, but not forever; this process's
+                    // other streams go on meanwhile (the record may wait
+                    // for one of them). The engine stays locked: other
+                    // threads of this process wait too.
+                    let (slot, n) = (slot.clone(), *n);
+                    if wait_remote(&slot, n, || self.settle()) {
+                        // `settle` may have run this wait and more after it:
+                        // look at the front again.
+                        continue;
                     }
+                    // Still unmet, so still at the front: dropped below.
+                    self.violation(&[key], "a synchronize waited for an IPC event record that never finished");
                 }
                 _ => {}
             }
@@ -577,16 +591,20 @@ pub fn remote_wait_limit() -> std::time::Duration {
     std::time::Duration::from_secs(*SECS)
 }
 
-/// Waits (sleeping) until record `n` finished; false after the limit.
-pub fn wait_remote(slot: &SlotRef, n: u64) -> bool {
+/// Waits (sleeping, and calling `progress` between looks) until record
+/// `n` finished; false after the limit.
+pub fn wait_remote(slot: &SlotRef, n: u64, mut progress: impl FnMut()) -> bool {
     let start = std::time::Instant::now();
-    while !slot.reached(n) {
+    loop {
+        progress();
+        if slot.reached(n) {
+            return true;
+        }
         if start.elapsed() > remote_wait_limit() {
             return false;
         }
         std::thread::sleep(std::time::Duration::from_micros(100));
     }
-    true
 }
 
 /// True for the events the per-device SYNC limit counts.

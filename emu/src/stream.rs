@@ -102,6 +102,8 @@ unsafe fn query(stream: *mut c_void, status: *mut u32) -> AclResult<()> {
     let mut eng = engine();
     let key = eng.resolve(stream)?;
     refuse_capturing(&eng, key)?;
+    // Work queued behind another process's IPC event record may run now.
+    eng.poll_remote();
     let idle = eng.is_idle(key);
     drop(eng);
     let value = if idle { STREAM_STATUS_COMPLETE } else { STREAM_STATUS_NOT_READY };

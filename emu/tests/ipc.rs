@@ -26,7 +26,7 @@ fn main() {
     std::env::remove_var("ACLEMU_MALLOC_ALIGN");
     // `cargo test` passes its own arguments (filters, --nocapture): this
     // binary runs every case whatever they say.
-    let cases: [(&str, fn()); 9] = [
+    let cases: [(&str, fn()); 10] = [
         ("keys: the importer sees the exporter's bytes and the other way round", keys_share_memory),
         ("keys: pid validation admits only listed pids", key_pid_validation),
         ("keys: argument and rule checks", key_checks),
@@ -36,6 +36,7 @@ fn main() {
         ("an import outlives its exporter", import_outlives_exporter),
         ("IPC events: records and waits reach the other process", events_cross_processes),
         ("IPC events: argument and rule checks, across devices, a peer that never finishes", event_rules),
+        ("IPC events: both ways, records told apart, slots kept while work uses them", event_lifetimes),
     ];
     for (name, case) in cases {
         case();
@@ -222,6 +223,17 @@ fn peer() {
             "ev-sync" => code(unsafe { aclrtSynchronizeEvent(events[n(1) as usize]) }).map(|()| vec![]),
             // SAFETY: an event this process opened, its own stream.
             "ev-record" => code(unsafe { aclrtRecordEvent(events[n(1) as usize], s) }).map(|()| vec![]),
+            // ev-create: an IPC event of this process: its index and handle.
+            "ev-create" => {
+                let e = ipc_event();
+                events.push(e);
+                Ok(vec![(events.len() - 1).to_string(), event_handle(e)])
+            }
+            "stream-query" => {
+                let mut st = 99;
+                // SAFETY: its own stream; a live local.
+                code(unsafe { aclrtStreamQuery(s, &mut st) }).map(|()| num(st.into()))
+            }
             // SAFETY: an event this process opened.
             "ev-destroy" => code(unsafe { aclrtDestroyEvent(events[n(1) as usize]) }).map(|()| vec![]),
             // ev-wait-fill <event> <addr> <byte>: the stream waits for the
@@ -785,5 +797,76 @@ fn event_rules() {
     dev1.assert_clean();
     // SAFETY: a plain call.
     assert_eq!(unsafe { aclrtSetDevice(dev.id) }, 0);
+    dev.assert_clean();
+}
+
+/// The slot index an IPC event handle names (bytes 8..12).
+fn handle_index(hex: &str) -> String {
+    hex[16..24].to_owned()
+}
+
+fn event_lifetimes() {
+    let dev = device0();
+    let (s, s2) = (stream(), stream());
+    let e = ipc_event();
+    let h = event_handle(e);
+    let mut peer = Peer::start();
+    let ev = peer.value(&format!("ev-open {h}"));
+    // Both ways: the peer, holding our table open, makes an event of its
+    // own (after an export, so its descriptors are mixed), and we open it.
+    let buf = peer.value("malloc 4096 0");
+    let _key = peer.text(&format!("export-key {buf} 4096"));
+    let made = peer.ask("ev-create").unwrap();
+    let mut theirs = null_mut();
+    // SAFETY: a live local.
+    assert_eq!(unsafe { aclrtIpcOpenEventHandle(parse_event_handle(&made[1]), &mut theirs) }, 0);
+    // Work behind a wait for the peer's record runs once it finished, seen
+    // by a plain query of this process.
+    assert_eq!(peer.ask("stream-hold"), Ok(vec![]));
+    assert_eq!(peer.ask(&format!("ev-record {}", made[0])), Ok(vec![]));
+    // SAFETY: an event and a stream of this process.
+    assert_eq!(unsafe { aclrtStreamWaitEvent(s, theirs) }, 0);
+    let plain = event();
+    record(plain, s);
+    assert_eq!(status(plain), NOT_READY);
+    assert_eq!(peer.ask("stream-release"), Ok(vec![]));
+    assert_eq!(status(plain), COMPLETE, "a plain query sees the peer's record finished");
+    // Records are told apart: a later record finishing first does not
+    // release a wait for an earlier one.
+    hold(s, true);
+    record(e, s);
+    assert_eq!(peer.ask(&format!("ev-wait-fill {ev} {buf} 6")), Ok(vec![]));
+    record(e, s2);
+    assert_eq!(status(e), COMPLETE, "the latest record finished");
+    assert_eq!(peer.value("stream-query"), 1, "the peer's stream still waits for the first record");
+    assert_eq!(peer.value(&format!("sum {buf} 1")), 0);
+    // The slot stays while queued work uses it: the peer destroys its open
+    // with its wait queued, we destroy the event and make another, which
+    // takes another slot; the queued wait still ends with our record.
+    assert_eq!(peer.ask(&format!("ev-destroy {ev}")), Ok(vec![]));
+    destroy_event(e);
+    let e3 = ipc_event();
+    assert_ne!(handle_index(&event_handle(e3)), handle_index(&h), "a slot in use was reused");
+    assert_eq!(peer.value("stream-query"), 1);
+    hold(s, false);
+    assert_eq!(peer.value("stream-query"), 0);
+    assert_eq!(peer.value(&format!("sum {buf} 1")), 6);
+    // A record dropped with its stream (a forced destroy) counts as
+    // finished: nothing waits for it forever.
+    let s3 = stream();
+    hold(s3, true);
+    record(e3, s3);
+    assert_eq!(status(e3), NOT_READY);
+    // SAFETY: a stream of this process; its queued work is dropped.
+    assert_eq!(unsafe { aclrtDestroyStreamForce(s3) }, 0);
+    assert_eq!(status(e3), COMPLETE);
+    destroy_event(e3);
+    destroy_event(plain);
+    destroy_event(theirs);
+    assert_eq!(peer.ask(&format!("ev-destroy {}", made[0])), Ok(vec![]));
+    assert_eq!(peer.ask(&format!("free {buf}")), Ok(vec![]));
+    peer.stop();
+    destroy_stream(s);
+    destroy_stream(s2);
     dev.assert_clean();
 }

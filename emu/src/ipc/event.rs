@@ -11,15 +11,21 @@
 //! `IpcEventSync`). Any process holding the event may record it.
 //!
 //! The emulator keeps one slot per event in a memfd of the creating
-//! process, which other processes map through `/proc/<pid>/fd`:
-//! `records` counts the records made so far (the latest one's number) and
-//! `done` is the highest record number whose stream got past it, so a wait
-//! for record n is met once `done >= n`.
+//! process (named with its pid), which other processes map through
+//! `/proc/<pid>/fd`: `records` counts the records made so far (the latest
+//! one's number), and a ring of `RING` words holds the numbers of finished
+//! records, each at its number modulo `RING`; a wait for record n is met
+//! once its word holds n or a later number (a record `RING` numbers later
+//! finishing first also releases it: more records outstanding at once than
+//! that is beyond what the emulator tells apart).
 //!
-//! A slot is reused for a new event once its event is destroyed and no
-//! other process holds it open (`holders`); its generation changes then,
-//! so a handle of the old event no longer opens, and a record the old
-//! event left queued no longer counts.
+//! `refs` counts the references to a slot in every process: each event
+//! bound to it and each piece of queued work that records or waits for it
+//! (`SlotRef` counts itself). A slot is reused for a new event only once
+//! its event is destroyed and nothing refers to it; its generation changes
+//! then, so a handle of the old event no longer opens. A process that
+//! exits without destroying what it opened keeps its references, and the
+//! slot is not reused (the creator's table has room for many).
 
 use crate::error::{AclResult, ACL_ERROR_RT_DRV_INTERNAL_ERROR, ACL_ERROR_RT_RESOURCE_ALLOC_FAIL};
 use crate::ffi::lock;
@@ -32,7 +38,9 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 /// The size of `aclrtIpcEventHandle` (`ACL_IPC_EVENT_HANDLE_SIZE`).
 pub const HANDLE_SIZE: usize = 64;
 const NAME: &str = "aclemu-ipc-events";
-const SLOTS: usize = 1 << 16;
+const SLOTS: usize = 1 << 14;
+/// Finished records a slot tells apart.
+const RING: usize = 32;
 /// The file's header: a magic number and the table's random id.
 const HEADER: usize = 64;
 const LEN: usize = HEADER + SLOTS * std::mem::size_of::<Slot>();
@@ -47,11 +55,11 @@ const GONE: u32 = 2;
 struct Slot {
     state: AtomicU32,
     generation: AtomicU32,
-    /// Other processes' opens of the event that are not destroyed yet.
-    holders: AtomicU32,
+    /// References in every process (module comment).
+    refs: AtomicU32,
     _pad: u32,
     records: AtomicU64,
-    done: AtomicU64,
+    finished: [AtomicU64; RING],
 }
 
 /// A process's event file, mapped into this one.
@@ -70,7 +78,7 @@ unsafe impl Sync for Mapped {}
 impl Mapped {
     fn map(file: File) -> Option<Mapped> {
         // SAFETY: a fresh shared mapping of a file at least LEN long (the
-        // creator sizes it before it can be opened elsewhere).
+        // creator sizes it before mapping; an opener checks the length).
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -95,7 +103,8 @@ impl Mapped {
     fn slot(&self, index: usize) -> &Slot {
         assert!(index < SLOTS);
         // SAFETY: in bounds (checked) and aligned (HEADER and Slot are
-        // multiples of 8); the mapping lives as long as `self`.
+        // multiples of 8); the mapping lives as long as `self`; a Slot is
+        // atomics only, any bit pattern valid.
         unsafe { &*self.base.add(HEADER).cast::<Slot>().add(index) }
     }
 }
@@ -107,21 +116,29 @@ impl Drop for Mapped {
     }
 }
 
-/// One event's slot, kept mapped while a reference lives.
-#[derive(Clone)]
+/// A reference to one event's slot, counted in the slot (`refs`); the
+/// slot's file stays mapped while one lives.
 pub struct SlotRef {
     table: Arc<Mapped>,
     index: usize,
-    generation: u32,
+}
+
+impl Clone for SlotRef {
+    fn clone(&self) -> Self {
+        self.slot().refs.fetch_add(1, Ordering::SeqCst);
+        SlotRef { table: self.table.clone(), index: self.index }
+    }
+}
+
+impl Drop for SlotRef {
+    fn drop(&mut self) {
+        self.slot().refs.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl SlotRef {
     fn slot(&self) -> &Slot {
         self.table.slot(self.index)
-    }
-
-    fn current(&self) -> bool {
-        self.slot().generation.load(Ordering::Acquire) == self.generation
     }
 
     /// Starts a record; returns its number.
@@ -134,17 +151,14 @@ impl SlotRef {
         self.slot().records.load(Ordering::Acquire)
     }
 
-    /// True once record `n` finished, or the event is gone (its slot was
-    /// reused, so nothing will finish it).
+    /// True once record `n` finished (0: there is none to wait for).
     pub fn reached(&self, n: u64) -> bool {
-        self.slot().done.load(Ordering::Acquire) >= n || !self.current()
+        n == 0 || self.slot().finished[n as usize % RING].load(Ordering::Acquire) >= n
     }
 
-    /// The recording stream got past record `n`.
+    /// The recording stream got past record `n` (or dropped it).
     pub fn complete(&self, n: u64) {
-        if self.current() {
-            self.slot().done.fetch_max(n, Ordering::AcqRel);
-        }
+        self.slot().finished[n as usize % RING].fetch_max(n, Ordering::AcqRel);
     }
 }
 
@@ -180,8 +194,14 @@ fn own_pid() -> i32 {
     std::process::id() as i32
 }
 
+/// The name of process `pid`'s event file: a process holds other
+/// processes' files too (the events it opened), so the pid tells its own.
+fn file_name(pid: i32) -> String {
+    format!("{NAME}-{pid}")
+}
+
 fn new_table() -> Option<Arc<Mapped>> {
-    let name = std::ffi::CString::new(NAME).ok()?;
+    let name = std::ffi::CString::new(file_name(own_pid())).ok()?;
     // SAFETY: `name` is a valid C string; the new fd is owned below.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
@@ -215,7 +235,7 @@ pub fn create() -> AclResult<EventSlot> {
         *own = Some(Own { table, next: 0, retired: Vec::new() });
     }
     let own = own.as_mut().expect("made above");
-    let free = own.retired.iter().position(|&i| own.table.slot(i).holders.load(Ordering::Acquire) == 0);
+    let free = own.retired.iter().position(|&i| own.table.slot(i).refs.load(Ordering::SeqCst) == 0);
     let index = match free {
         Some(at) => own.retired.swap_remove(at),
         None if own.next < SLOTS => {
@@ -225,20 +245,24 @@ pub fn create() -> AclResult<EventSlot> {
         None => return Err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL),
     };
     let slot = own.table.slot(index);
-    // The generation changes first, so an open that raced the event's
-    // destroy sees a mismatch; the slot becomes LIVE last.
-    let generation = slot.generation.load(Ordering::Acquire).wrapping_add(1).max(1);
-    slot.generation.store(generation, Ordering::Release);
-    slot.records.store(0, Ordering::Release);
-    slot.done.store(0, Ordering::Release);
-    slot.state.store(LIVE, Ordering::Release);
+    // Nothing refers to the slot (an open that raced the destroy took its
+    // reference and let go, seeing the state GONE). The generation changes
+    // first, so such an open sees a mismatch; the slot becomes LIVE last.
+    slot.refs.fetch_add(1, Ordering::SeqCst);
+    let generation = slot.generation.load(Ordering::SeqCst).wrapping_add(1).max(1);
+    slot.generation.store(generation, Ordering::SeqCst);
+    slot.records.store(0, Ordering::SeqCst);
+    for word in &slot.finished {
+        word.store(0, Ordering::SeqCst);
+    }
+    slot.state.store(LIVE, Ordering::SeqCst);
     let mut handle = [0u8; HANDLE_SIZE];
     handle[0..4].copy_from_slice(&HANDLE_MAGIC.to_ne_bytes());
     handle[4..8].copy_from_slice(&own_pid().to_ne_bytes());
     handle[8..12].copy_from_slice(&(index as u32).to_ne_bytes());
     handle[12..16].copy_from_slice(&generation.to_ne_bytes());
     handle[16..24].copy_from_slice(&own.table.table_id.to_ne_bytes());
-    Ok(EventSlot { slot: SlotRef { table: own.table.clone(), index, generation }, handle, own: true })
+    Ok(EventSlot { slot: SlotRef { table: own.table.clone(), index }, handle, own: true })
 }
 
 /// Maps process `pid`'s event file with id `table_id`, or finds it mapped.
@@ -247,21 +271,22 @@ fn map_remote(pid: i32, table_id: u64) -> Option<Arc<Mapped>> {
     if let Some(table) = opened.get(&(pid, table_id)).and_then(Weak::upgrade) {
         return Some(table);
     }
-    let wanted = format!("/memfd:{NAME}");
+    let wanted = format!("/memfd:{}", file_name(pid));
     let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
     for entry in dir.flatten() {
         let Ok(target) = std::fs::read_link(entry.path()) else { continue };
-        if !target.to_string_lossy().starts_with(&wanted) {
+        let target = target.to_string_lossy();
+        if target.strip_suffix(" (deleted)").unwrap_or(&target) != wanted {
             continue;
         }
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(entry.path()).ok()?;
-        if file.metadata().ok()?.len() < LEN as u64 {
-            return None;
+        let Ok(file) = std::fs::OpenOptions::new().read(true).write(true).open(entry.path()) else { continue };
+        if file.metadata().map_or(true, |m| m.len() < LEN as u64) {
+            continue;
         }
-        let mut mapped = Mapped::map(file)?;
+        let Some(mut mapped) = Mapped::map(file) else { continue };
         let [magic, id] = mapped.header();
         if magic.load(Ordering::Acquire) != MAGIC || id.load(Ordering::Acquire) != table_id {
-            return None;
+            continue;
         }
         mapped.table_id = table_id;
         let table = Arc::new(mapped);
@@ -286,33 +311,28 @@ pub fn open(handle: &[u8; HANDLE_SIZE]) -> AclResult<EventSlot> {
         return Err(ACL_ERROR_RT_DRV_INTERNAL_ERROR);
     }
     let table = map_remote(pid, table_id).ok_or(ACL_ERROR_RT_DRV_INTERNAL_ERROR)?;
-    let slot = table.slot(index);
-    let usable =
-        |s: &Slot| s.state.load(Ordering::Acquire) == LIVE && s.generation.load(Ordering::Acquire) == generation;
-    if !usable(slot) {
+    let usable = |s: &Slot| s.state.load(Ordering::SeqCst) == LIVE && s.generation.load(Ordering::SeqCst) == generation;
+    if !usable(table.slot(index)) {
         return Err(ACL_ERROR_RT_DRV_INTERNAL_ERROR);
     }
-    slot.holders.fetch_add(1, Ordering::AcqRel);
-    // Again under the hold: the creator may have destroyed the event and
-    // reused its slot in between.
-    if !usable(slot) {
-        slot.holders.fetch_sub(1, Ordering::AcqRel);
+    table.slot(index).refs.fetch_add(1, Ordering::SeqCst);
+    let slot = SlotRef { table, index };
+    // Again under the reference: the creator may have destroyed the event
+    // and reused its slot in between (the reference goes with `slot`).
+    if !usable(slot.slot()) {
         return Err(ACL_ERROR_RT_DRV_INTERNAL_ERROR);
     }
-    Ok(EventSlot { slot: SlotRef { table, index, generation }, handle: *handle, own: false })
+    Ok(EventSlot { slot, handle: *handle, own: false })
 }
 
-/// The event is destroyed in this process: an open lets go of its hold;
-/// the creator's event is no longer opened by new handles, and its slot
-/// waits for reuse until no process holds it.
+/// The event is destroyed in this process: its reference goes (queued
+/// work keeps its own); the creator's event no longer opens by its handle,
+/// and its slot waits for reuse until nothing refers to it.
 pub fn release(ev: EventSlot) {
-    let slot = ev.slot.slot();
-    if !ev.own {
-        slot.holders.fetch_sub(1, Ordering::AcqRel);
-        return;
-    }
-    slot.state.store(GONE, Ordering::Release);
-    if let Some(own) = lock(&OWN).as_mut() {
-        own.retired.push(ev.slot.index);
+    if ev.own {
+        ev.slot.slot().state.store(GONE, Ordering::SeqCst);
+        if let Some(own) = lock(&OWN).as_mut() {
+            own.retired.push(ev.slot.index);
+        }
     }
 }
