@@ -4,7 +4,8 @@ _new_shared_npu in the receiver, which call the allocator's shareIpcHandle and g
 and through reduce_tensor / rebuild_npu_tensor (vllm-ascend's weight transfer,
 npu_ipc_engine.py). The receiver reads with .cpu() and writes with .copy_(), the sender sees the
 writes, and the receiver still reads after the sender freed its tensor and emptied its cache.
-The receiver's stream waits for the sender's through an IPC event, as on a card.
+With each tensor the sender sends an IPC event recorded on its stream, which the receiver's stream
+waits for (torch_npu's NpuIPCSentData and _new_shared_npu), as on a card.
 The emulator runs no operators: tensors are made on the host and copied over."""
 
 import pytest
@@ -99,8 +100,8 @@ def test_tensors_cross_processes(run_npu, config):
     assert got["reduced"], r
     assert got["after_free"] and got["reduced_after_free"], ("the receiver reads after the sender freed", r)
     assert r["exported"] >= 3, r
-    # The receiver's stream waited for the sender's through an IPC event (emulated across the
-    # two processes), not a synchronize of the sender's stream.
+    # The sender recorded an IPC event for the receiver to wait for (emulated across the two
+    # processes), rather than synchronizing its stream.
     assert r["event_sync"] is True, r
 
 
