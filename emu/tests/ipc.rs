@@ -624,17 +624,14 @@ fn import_outlives_exporter() {
 }
 
 fn hold(s: *mut c_void, on: bool) {
-    // SAFETY: a stream of this process.
-    assert_eq!(
-        unsafe {
-            if on {
-                aclemu_stream_hold(s)
-            } else {
-                aclemu_stream_release(s)
-            }
-        },
-        0
-    );
+    let rc = if on {
+        // SAFETY: a stream of this process.
+        unsafe { aclemu_stream_hold(s) }
+    } else {
+        // SAFETY: a stream of this process.
+        unsafe { aclemu_stream_release(s) }
+    };
+    assert_eq!(rc, 0);
 }
 
 fn record(e: *mut c_void, s: *mut c_void) {

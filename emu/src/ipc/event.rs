@@ -187,8 +187,10 @@ struct Own {
 }
 
 static OWN: Mutex<Option<Own>> = Mutex::new(None);
-/// Other processes' event files this process has mapped, by (pid, table id).
-static OPENED: LazyLock<Mutex<HashMap<(i32, u64), Weak<Mapped>>>> = LazyLock::new(Default::default);
+/// Other processes' event files this process has mapped, by (pid, table
+/// id); a file is unmapped when nothing here refers to it any more.
+type Opened = HashMap<(i32, u64), Weak<Mapped>>;
+static OPENED: LazyLock<Mutex<Opened>> = LazyLock::new(Default::default);
 
 fn own_pid() -> i32 {
     std::process::id() as i32
