@@ -151,6 +151,46 @@ def enable(config=None):
         raise
     _installed = _Installed(effective, library, str(bridge), tail)
     _follow_the_sanitizer(torch_npu, handle)
+    _tell_of_run_time_settings(torch_npu)
+
+
+# Keys of torch_npu's run-time settings (torch.npu.memory._set_allocator_settings;
+# NPUCachingAllocator.cpp, setAllocatorSettings) that tune the device allocator. npualloc reads
+# its config once, when it starts, so a change of these reaches torch_npu's own allocator,
+# which serves nothing, and not npualloc: the caller is told. The pinned_* keys tune torch_npu's
+# host allocator, which stays torch_npu's, and need no word.
+_DEVICE_SETTINGS = (
+    "expandable_segments",
+    "max_split_size_mb",
+    "max_non_split_rounding_mb",
+    "release_lock_on_npumalloc",
+    "throw_on_npumalloc_oom",
+    "per_process_memory_fraction",
+)
+
+
+def _tell_of_run_time_settings(torch_npu):
+    original = getattr(torch_npu._C, "_npu_npuCachingAllocator_set_allocator_settings", None)
+    if original is None:
+        return
+
+    def set_allocator_settings(settings):
+        # torch_npu checks the keys and values first: what it refuses raises as before.
+        result = original(settings)
+        keys = [item.split(":", 1)[0].strip() for item in str(settings).split(",")]
+        ignored = [k for k in _DEVICE_SETTINGS if k in keys]
+        if ignored:
+            warnings.warn(
+                f"npualloc: {', '.join(ignored)} changed in torch_npu's settings only: npualloc, torch_npu's "
+                "allocator now, reads its config once when it starts (NPUALLOC_CONF, else "
+                "PYTORCH_NPU_ALLOC_CONF), so its segments and limits stay as they were; for a memory "
+                "limit use torch.npu.set_per_process_memory_fraction",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return result
+
+    torch_npu._C._npu_npuCachingAllocator_set_allocator_settings = set_allocator_settings
 
 
 # torch_npu's sanitizer (torch_npu/npu/_sanitizer.py) turns its trace on with

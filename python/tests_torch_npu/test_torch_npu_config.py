@@ -56,3 +56,32 @@ def test_a_split_limit_with_expandable_segments_is_refused_by_both(run_npu, allo
     assert r["raised"] == "ValueError", r
     assert "PYTORCH_NPU_ALLOC_CONF='expandable_segments:True,max_split_size_mb:128'" in r["message"], r
     assert "max_split_size_mb" in r["message"], r
+
+
+SETTINGS = """
+import warnings
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    torch.npu.memory._set_allocator_settings("expandable_segments:False")
+notices = [str(w.message) for w in seen if "npualloc" in str(w.message)]
+try:
+    torch.npu.memory._set_allocator_settings("no_such_key:1")
+    refused = None
+except Exception as e:  # torch_npu's own check, whatever its exception type
+    refused = type(e).__name__
+x = torch.zeros(3 << 20, dtype=torch.uint8, device="npu")
+s = npl_stats()
+report({"notices": notices, "refused": refused, "sum": x.cpu().sum().item(),
+        "expandable": s["num_maps"] > 0 and s["num_device_mallocs"] == 0})
+"""
+
+
+def test_run_time_settings_say_npualloc_keeps_its_config(run_npu):
+    # torch_npu's _set_allocator_settings changes its own allocator's settings; with npualloc
+    # serving, the caller hears that npualloc's stay, and torch_npu still refuses what it refuses.
+    r = run(run_npu, SETTINGS).result
+    assert len(r["notices"]) == 1, r
+    assert "expandable_segments" in r["notices"][0] and "reads its config once" in r["notices"][0], r
+    assert r["refused"] is not None, r
+    assert r["sum"] == 0, r
+    assert r["expandable"], ("npualloc kept its expandable segments", r)
