@@ -100,6 +100,8 @@ apis! {
     MemImportFromShareableHandle = "aclrtMemImportFromShareableHandle",
     MemSetPidToShareableHandle = "aclrtMemSetPidToShareableHandle",
     IpcGetEventHandle = "aclrtIpcGetEventHandle",
+    GetMemUceInfo = "aclrtGetMemUceInfo",
+    MemUceRepair = "aclrtMemUceRepair",
     IpcOpenEventHandle = "aclrtIpcOpenEventHandle",
     DeviceGetBareTgid = "aclrtDeviceGetBareTgid",
 }

@@ -78,6 +78,7 @@ mod run_op;
 mod settings;
 mod stream;
 mod stream_config;
+mod uce;
 mod usage;
 mod violation;
 mod vmm;
@@ -116,6 +117,7 @@ pub use last_error::{aclGetRecentErrMsg, aclrtGetLastError, aclrtPeekAtLastError
 pub use memcpy::{aclrtMemcpy, aclrtMemcpyAsync, aclrtMemset, aclrtMemsetAsync};
 pub use memory::{aclrtFree, aclrtFreeHost, aclrtMalloc, aclrtMallocAlign32, aclrtMallocHost};
 pub use run_op::{aclemu_launch, aclemu_run_op, aclemu_span};
+pub use uce::{aclemu_inject_uce, aclrtGetMemUceInfo, aclrtMemUceRepair, MemUceInfo};
 pub use settings::{
     aclrtGetDeviceSatMode, aclrtSetDeviceSatMode, aclrtSetOpExecuteTimeOut, aclrtSetOpExecuteTimeOutV2,
     aclrtSetOpWaitTimeout,

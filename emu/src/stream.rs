@@ -87,8 +87,10 @@ pub fn finish(eng: &mut crate::queue::Engine, key: u64) -> AclResult<()> {
     if crate::event::lag_on() {
         eng.clear_lag(|_, s| s == key);
     }
-    usage::add(&usage::of(eng.device_of(key)).syncs, 1);
-    report(eng.take_fault(key))
+    let dev = eng.device_of(key);
+    usage::add(&usage::of(dev).syncs, 1);
+    report(eng.take_fault(key))?;
+    crate::uce::report(dev)
 }
 
 /// aclrtStreamStatus: COMPLETE 0, NOT_READY 1.
@@ -125,7 +127,8 @@ pub fn finish_device(eng: &mut crate::queue::Engine, dev: i32) -> AclResult<()> 
         eng.clear_lag(|eng, s| eng.device_of(s) == dev);
     }
     usage::add(&usage::of(dev).syncs, 1);
-    report(eng.take_device_faults(dev))
+    report(eng.take_device_faults(dev))?;
+    crate::uce::report(dev)
 }
 
 fn set_held(stream: *mut c_void, held: bool) -> AclResult<()> {

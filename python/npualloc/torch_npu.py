@@ -152,6 +152,28 @@ def enable(config=None):
     _installed = _Installed(effective, library, str(bridge), tail)
     _follow_the_sanitizer(torch_npu, handle)
     _tell_of_run_time_settings(torch_npu)
+    _follow_uce_checks(torch_npu, handle)
+
+
+def _follow_uce_checks(torch_npu, handle):
+    # torch_npu's own allocator sets the process's "data unsafe" flag when check_uce_in_memory
+    # finds a failed range in its memory (NPUCachingAllocator.cpp, checkUceInMemPool); the bridge
+    # cannot (set_npu_data_unsafe_flag is not exported), so it tells, and this sets it.
+    try:
+        original = torch_npu._C._npu_check_uce_in_memory
+        set_flag = torch_npu._C._set_npu_data_unsafe_flag
+        found = handle.npualloc_torch_npu_bridge_take_uce_found
+        found.restype, found.argtypes = ctypes.c_int, []
+    except AttributeError:
+        return  # a torch_npu without UCE recovery
+
+    def check_uce_in_memory(device):
+        answer = original(device)
+        if found():
+            set_flag(True)
+        return answer
+
+    torch_npu._C._npu_check_uce_in_memory = check_uce_in_memory
 
 
 # Keys of torch_npu's run-time settings (torch.npu.memory._set_allocator_settings;

@@ -193,6 +193,84 @@ bool Bridge::erase(void* p, c10_npu::NPUStream stream, const void* work) {
   return true;
 }
 
+namespace {
+
+// aclrtMemUceInfo (acl_rt.h): a failed range, and reserved words the runtime zeroes.
+struct UceRange {
+  void* addr;
+  size_t len;
+  size_t reserved[14];
+};
+constexpr size_t kMaxUceRanges = 128;  // MAX_MEM_UCE_INFO_ARRAY_SIZE, what torch_npu asks for
+
+bool overlaps(uintptr_t a, size_t a_len, uintptr_t b, size_t b_len) {
+  return a_len != 0 && b_len != 0 && a < b + b_len && b < a + a_len;
+}
+
+// npualloc_for_each_segment's callback for the UCE check: the mapped pieces (MAP events).
+void list_mapped(void* user, int32_t, npualloc_segment_event event, void* addr, size_t size, void*, uint64_t) noexcept {
+  if (event != NPUALLOC_SEGMENT_MAP) return;
+  try {
+    static_cast<std::vector<std::pair<uintptr_t, size_t>>*>(user)->emplace_back(reinterpret_cast<uintptr_t>(addr), size);
+  } catch (...) {
+    // Out of host memory: the piece goes unlisted, and only a live block in it is still found.
+  }
+}
+
+}  // namespace
+
+// As torch_npu's own (NPUCachingAllocator.cpp, checkUceInMemPool): a failed range in memory the
+// allocator holds, cached or live, is found, and a live block it touches becomes unsafe.
+// check_uce_in_memory asks once, empties the cache, and asks again: found again means a live
+// tensor's data was hit (3: load a checkpoint), not found cached memory only (2: run the step
+// again). npualloc's handles can outlast an empty_cache in a range where a live block keeps
+// them, with no tensor in the failed part; so a range that touches cached memory only counts
+// once between cache emptyings: the second ask finds only live blocks. The
+// ranges are the runtime's list for the device (aclrtGetMemUceInfo), which torch_npu read at the
+// error (NPUException.cpp, checkUceErrAndRepair) and keeps in a copy its library does not export;
+// the runtime keeps the list until aclrtMemUceRepair, which torch_npu calls after this check.
+// torch_npu's own allocator also narrows its copy to the ranges it found and sets the process's
+// "data unsafe" flag; npualloc.torch_npu sets the flag from Python (set_npu_data_unsafe_flag is
+// not exported), and the copy stays whole.
+bool Bridge::checkUceInMemPool(int device) {
+  check_device(device);
+  using GetUceInfo = aclError (*)(int32_t, UceRange*, size_t, size_t*);
+  static const auto get_info = reinterpret_cast<GetUceInfo>(dlsym(RTLD_DEFAULT, "aclrtGetMemUceInfo"));
+  TORCH_CHECK(get_info != nullptr, "npualloc: check_uce_in_memory: the runtime has no aclrtGetMemUceInfo");
+  std::vector<UceRange> ranges(kMaxUceRanges);
+  size_t count = 0;
+  aclError rc = get_info(device, ranges.data(), ranges.size(), &count);
+  TORCH_CHECK(rc == ACL_SUCCESS, "npualloc: check_uce_in_memory: aclrtGetMemUceInfo failed with ", rc);
+  ranges.resize(std::min(count, ranges.size()));
+  npualloc_allocator* a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
+  if (ranges.empty() || a == nullptr) return false;
+  // Cached memory: what is mapped now (with fixed segments, each aclrtMalloc segment).
+  std::vector<std::pair<uintptr_t, size_t>> mapped;
+  if (observes_segments()) {
+    check(api->for_each_segment(a, &list_mapped, &mapped), "check_uce_in_memory (listing segments)");
+  }
+  bool live_hit = false, cached_hit = false;
+  std::lock_guard<std::mutex> g(mu_);
+  for (const UceRange& r : ranges) {
+    auto at = reinterpret_cast<uintptr_t>(r.addr);
+    for (auto& [p, live] : live_) {
+      if (live.device == device && overlaps(at, r.len, reinterpret_cast<uintptr_t>(p), live.size)) {
+        live.unsafe = true;
+        live_hit = true;
+      }
+    }
+    for (const auto& [base, size] : mapped) {
+      cached_hit = cached_hit || overlaps(at, r.len, base, size);
+    }
+  }
+  bool emptied = uce_emptied_.exchange(false);
+  bool asked_before = uce_cached_only_[device];
+  uce_cached_only_[device] = !live_hit && cached_hit;
+  bool found = live_hit || (cached_hit && !(asked_before && emptied));
+  if (found) uce_found_.store(true);
+  return found;
+}
+
 bool Bridge::stream_capturing(aclrtStream stream) {
   // Looked up, not linked: a runtime without graph capture has no capture underway.
   using CaptureGetInfo = aclError (*)(aclrtStream, int*, void**);
@@ -228,6 +306,7 @@ void Bridge::empty_all(bool check_error, EmptyMode mode) {
     keep = false;
   }
   std::string first;
+  uce_emptied_.store(true);
   for (int d = 0; d < kMaxDevices; ++d) {
     npualloc_allocator* a = __atomic_load_n(&handles_[d], __ATOMIC_ACQUIRE);
     if (a == nullptr) continue;
@@ -255,3 +334,10 @@ void Bridge::empty_all(bool check_error, EmptyMode mode) {
   }
 }
 }  // namespace npualloc_bridge
+
+// Whether torch_npu's check_uce_in_memory found a failed range in npualloc's memory since the
+// last call (npualloc.torch_npu then sets torch_npu's data-unsafe flag, as torch_npu's own
+// allocator does). Never throws.
+extern "C" __attribute__((visibility("default"))) int npualloc_torch_npu_bridge_take_uce_found() {
+  return npualloc_bridge::bridge != nullptr && npualloc_bridge::bridge->take_uce_found() ? 1 : 0;
+}

@@ -87,6 +87,9 @@ struct Live {
   // (recordHcclWorkForBlock): what torch_npu's erase guard compares (Bridge::erase).
   aclrtStream stream = nullptr;
   void* hccl_work = nullptr;
+  // Its memory had an uncorrectable error, or markAllBlockUnsafe named its device: torch_npu's
+  // checkBlockIsSafe answers false until updateBlockToSafe (a write of the whole tensor).
+  bool unsafe = false;
 };
 
 // What the bridge counts itself, per device, under its lock (it already takes it for every
@@ -479,16 +482,37 @@ class Bridge : public NCA::NPUAllocator {
     oom_observers_.push_back(std::move(observer));
   }
 
-  // UCE (uncorrectable memory error) tracking is torch_npu's own allocator's: npualloc does not
-  // mark blocks, so every block reads as safe and none sits in a failed pool.
-  bool checkUceInMemPool(int) override {
-    return false;
+  // ---- uncorrectable memory errors (bridge.cpp) ----------------------------------------------
+
+  // torch_npu's check_uce_in_memory (Module.cpp) asks, after a UCE, whether the failed ranges lie
+  // in memory the allocator holds (once, and again after emptyCache, to tell cached memory from
+  // live tensors); blocks found there are unsafe until rewritten (NPURecovery.cpp).
+  bool checkUceInMemPool(int device) override;
+  // Whether a check since the last call found a failed range in npualloc's memory (for the
+  // Python side, which sets torch_npu's data-unsafe flag then); clears it.
+  bool take_uce_found() { return uce_found_.exchange(false); }
+  bool checkBlockIsSafe(const c10::DataPtr& ptr) override {
+    void* p = ptr.get_context();
+    if (p == nullptr || ptr.get_deleter() != &deleter) return true;  // not ours
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = live_.find(p);
+    return it == live_.end() || !it->second.unsafe;
   }
-  bool checkBlockIsSafe(const c10::DataPtr&) override {
-    return true;
+  void markAllBlockUnsafe(int device) override {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [p, live] : live_) {
+      if (live.device == device) live.unsafe = true;
+    }
   }
-  void markAllBlockUnsafe(int) override {}
-  void updateBlockToSafe(const c10::DataPtr&) override {}
+  void updateBlockToSafe(const c10::DataPtr& ptr) override {
+    void* p = ptr.get_context();
+    if (p == nullptr || ptr.get_deleter() != &deleter) return;
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = live_.find(p);
+    if (it != live_.end()) it->second.unsafe = false;
+  }
+  // torch_npu's frees events its own allocator keeps for cross-stream frees; npualloc's are its
+  // own and end with the work they wait for.
   void cleanEvent() override {}
 
   // ---- sharing with other processes (ipc.cpp) ----------------------------------------------
@@ -529,6 +553,11 @@ class Bridge : public NCA::NPUAllocator {
 
  protected:
   size_t tail_;
+  std::atomic<bool> uce_found_{false};
+  // checkUceInMemPool's memory between its two asks (bridge.cpp): whether a cache emptying ran
+  // since the last ask, and per device whether the last ask found cached memory only (under mu_).
+  std::atomic<bool> uce_emptied_{false};
+  std::array<bool, kMaxDevices> uce_cached_only_{};
   // torch_npu's own allocator: it serves only MallocBlock/FreeBlock, and its emptyCache also
   // empties torch_npu's NPUWorkspaceAllocator (op workspaces), which libtorch_npu.so does not
   // export; so the bridge's cache emptying and its out-of-memory retry call it.
