@@ -117,7 +117,6 @@ pub use last_error::{aclGetRecentErrMsg, aclrtGetLastError, aclrtPeekAtLastError
 pub use memcpy::{aclrtMemcpy, aclrtMemcpyAsync, aclrtMemset, aclrtMemsetAsync};
 pub use memory::{aclrtFree, aclrtFreeHost, aclrtMalloc, aclrtMallocAlign32, aclrtMallocHost};
 pub use run_op::{aclemu_launch, aclemu_run_op, aclemu_span};
-pub use uce::{aclemu_inject_uce, aclrtGetMemUceInfo, aclrtMemUceRepair, MemUceInfo};
 pub use settings::{
     aclrtGetDeviceSatMode, aclrtSetDeviceSatMode, aclrtSetOpExecuteTimeOut, aclrtSetOpExecuteTimeOutV2,
     aclrtSetOpWaitTimeout,
@@ -131,6 +130,7 @@ pub use stream_config::{
     aclrtSetStreamOverflowSwitch, aclrtStreamGetId, aclrtSynchronizeDeviceWithTimeout,
     aclrtSynchronizeStreamWithTimeout,
 };
+pub use uce::{aclemu_inject_uce, aclrtGetMemUceInfo, aclrtMemUceRepair, MemUceInfo};
 pub use usage::{aclemu_get_usage, aclemu_host_usage, aclemu_usage};
 pub use violation::{aclemu_set_violation_abort, aclemu_violations};
 pub use vmm::{

@@ -10,11 +10,15 @@
 //!
 //! The runtime's checks (RT `src/acl/aclrt_impl/event.cpp`,
 //! `aclrtGetMemUceInfoImpl`, `aclrtMemUceRepairImpl`): NULL pointers are
-//! 100000, an array shorter than the list is 100000, a repair of more than
-//! `RT_MAX_RECORD_PA_NUM_PER_DEV` (128) entries or with a non-zero reserved
-//! field is 100000. The emulator keeps up to 128 ranges per device; an
-//! injected range makes the device's next synchronize (of a stream or of
-//! the device) fail once with 507053, after it finished the work.
+//! 100000, an array shorter than the list is 100000; a repair of more than
+//! `RT_MAX_RECORD_PA_NUM_PER_DEV` (20, `pkg_inc/runtime/runtime/event.h`;
+//! its message says 128) entries, or whose reserved words are not zero in
+//! their first 14 bytes (a `memcmp` of `UCE_INFO_RESERVED_SIZE` bytes), is
+//! 100000, before the device is checked; a repair drops the device's whole
+//! list (`ApiImpl::MemUceRepair`, `GlobalContainer::DeleteMemUceInfo`).
+//! The emulator keeps up to 20 ranges per device; an injected range makes
+//! the device's next synchronize (of a stream or of the device) fail once
+//! with 507053, after it finished the work.
 
 use crate::api::Api;
 use crate::error::{require, AclResult, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_INVALID_DEVICEID};
@@ -24,8 +28,10 @@ use std::sync::Mutex;
 
 /// `ACL_ERROR_RT_DEVICE_MEM_ERROR`.
 pub const ACL_ERROR_RT_DEVICE_MEM_ERROR: crate::aclError = 507_053;
-/// `RT_MAX_RECORD_PA_NUM_PER_DEV` / `MAX_MEM_UCE_INFO_ARRAY_SIZE`.
-const MAX_RANGES: usize = 128;
+/// `RT_MAX_RECORD_PA_NUM_PER_DEV`.
+const MAX_RANGES: usize = 20;
+/// `UCE_INFO_RESERVED_SIZE`: the reserved words, and the bytes of them the
+/// repair compares with zero.
 const RESERVED: usize = 14;
 
 /// `aclrtMemUceInfo`.
@@ -97,11 +103,12 @@ unsafe fn get_info(device: i32, array: *mut MemUceInfo, size: usize, ret: *mut u
 
 unsafe fn repair(device: i32, array: *const MemUceInfo, size: usize) -> AclResult<()> {
     require(!array.is_null() && size <= MAX_RANGES)?;
-    let d = check_device(device)?;
     // SAFETY: `array` holds `size` entries (the caller's promise).
     let infos = unsafe { std::slice::from_raw_parts(array, size) };
-    require(infos.iter().all(|i| i.reserved.iter().all(|&r| r == 0)))?;
-    with_device(d, |dev| dev.ranges.retain(|&(addr, len)| !infos.iter().any(|i| i.addr as usize == addr && i.len == len)));
+    let zero_head = |i: &MemUceInfo| i.reserved.iter().flat_map(|w| w.to_ne_bytes()).take(RESERVED).all(|b| b == 0);
+    require(infos.iter().all(zero_head))?;
+    let d = check_device(device)?;
+    with_device(d, |dev| dev.ranges.clear());
     Ok(())
 }
 

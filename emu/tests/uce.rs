@@ -39,13 +39,30 @@ fn an_error_is_reported_once_listed_and_repaired() {
         assert_eq!(aclrtGetMemUceInfo(dev.id, null_mut(), 4, &mut n), INVALID_PARAM);
         assert_eq!(aclrtGetMemUceInfo(dev.id, list.as_mut_ptr(), 4, null_mut()), INVALID_PARAM);
         assert_eq!(aclrtGetMemUceInfo(999, list.as_mut_ptr(), 4, &mut n), RT_INVALID_DEVICEID);
+        // The runtime compares the first 14 bytes of the reserved words
+        // with zero, before it looks at the device.
         let mut bad = list[0];
+        bad.reserved[0] = 1;
+        assert_eq!(aclrtMemUceRepair(dev.id, &bad, 1), INVALID_PARAM, "reserved bytes must be 0");
+        assert_eq!(aclrtMemUceRepair(999, &bad, 1), INVALID_PARAM, "reserved bytes are checked first");
+        bad.reserved[0] = 0;
         bad.reserved[3] = 1;
-        assert_eq!(aclrtMemUceRepair(dev.id, &bad, 1), INVALID_PARAM, "reserved fields must be 0");
-        assert_eq!(aclrtMemUceRepair(dev.id, list.as_ptr(), 129), INVALID_PARAM);
-        assert_eq!(aclrtMemUceRepair(dev.id, list.as_ptr(), 1), 0);
+        let many = [info(); 21];
+        assert_eq!(aclrtMemUceRepair(dev.id, many.as_ptr(), 21), INVALID_PARAM, "at most 20 entries");
+        assert_eq!(aclrtMemUceRepair(999, many.as_ptr(), 20), RT_INVALID_DEVICEID);
+        assert_eq!(aclrtMemUceRepair(dev.id, &bad, 1), 0, "beyond the 14 bytes: not compared");
         assert_eq!(aclrtGetMemUceInfo(dev.id, list.as_mut_ptr(), 4, &mut n), 0);
-        assert_eq!(n, 0);
+        assert_eq!(n, 0, "a repair drops the device's list");
+        // At most 20 ranges a device.
+        for i in 0..20 {
+            assert_eq!(aclemu_inject_uce(dev.id, p as usize + i * 64, 64), 0);
+        }
+        assert_eq!(aclemu_inject_uce(dev.id, p as usize, 64), INVALID_PARAM, "a full list");
+        let mut all = [info(); 20];
+        assert_eq!(aclrtGetMemUceInfo(dev.id, all.as_mut_ptr(), 20, &mut n), 0);
+        assert_eq!(n, 20);
+        assert_eq!(aclrtSynchronizeDevice(), DEVICE_MEM_ERROR);
+        assert_eq!(aclrtMemUceRepair(dev.id, all.as_ptr(), 20), 0);
         // A device synchronize reports it too.
         assert_eq!(aclemu_inject_uce(dev.id, p as usize, 8), 0);
         assert_eq!(aclrtSynchronizeDevice(), DEVICE_MEM_ERROR);

@@ -156,20 +156,34 @@ def enable(config=None):
 
 
 def _follow_uce_checks(torch_npu, handle):
-    # torch_npu's own allocator sets the process's "data unsafe" flag when check_uce_in_memory
-    # finds a failed range in its memory (NPUCachingAllocator.cpp, checkUceInMemPool); the bridge
-    # cannot (set_npu_data_unsafe_flag is not exported), so it tells, and this sets it.
+    # check_uce_in_memory (Module.cpp) asks the allocator twice about the failed ranges of
+    # torch_npu's copy, which its C++ library does not export: this hands the bridge that copy
+    # (_npu_get_uce_addr) and frames the asks, and, as torch_npu's own allocator does
+    # (NPUCachingAllocator.cpp, checkUceInMemPool), sets the process's data-unsafe flag when one
+    # was found in npualloc's memory (set_npu_data_unsafe_flag is not exported either).
     try:
         original = torch_npu._C._npu_check_uce_in_memory
+        get_ranges = torch_npu._C._npu_get_uce_addr
         set_flag = torch_npu._C._set_npu_data_unsafe_flag
-        found = handle.npualloc_torch_npu_bridge_take_uce_found
-        found.restype, found.argtypes = ctypes.c_int, []
+        begin = handle.npualloc_torch_npu_bridge_begin_uce_check
+        end = handle.npualloc_torch_npu_bridge_end_uce_check
     except AttributeError:
         return  # a torch_npu without UCE recovery
+    begin.restype, begin.argtypes = ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+    end.restype, end.argtypes = ctypes.c_int, [ctypes.c_int]
 
     def check_uce_in_memory(device):
-        answer = original(device)
-        if found():
+        if not isinstance(device, int) or isinstance(device, bool):
+            return original(device)  # torch_npu's own refusal
+        pairs = [(int(r["ptr"]) & 0xFFFF_FFFF_FFFF_FFFF, int(r["size"])) for r in get_ranges()]
+        flat = (ctypes.c_uint64 * (2 * len(pairs)))(*[v for pair in pairs for v in pair])
+        if begin(device, flat, len(pairs)) != 0:
+            return original(device)  # a device the bridge does not serve: torch_npu's answer
+        try:
+            answer = original(device)
+        finally:
+            found = end(device) == 1
+        if found:
             set_flag(True)
         return answer
 
@@ -178,9 +192,9 @@ def _follow_uce_checks(torch_npu, handle):
 
 # Keys of torch_npu's run-time settings (torch.npu.memory._set_allocator_settings;
 # NPUCachingAllocator.cpp, setAllocatorSettings) that tune the device allocator. npualloc reads
-# its config once, when it starts, so a change of these reaches torch_npu's own allocator,
-# which serves nothing, and not npualloc: the caller is told. The pinned_* keys tune torch_npu's
-# host allocator, which stays torch_npu's, and need no word.
+# its config once, when it starts, so a change of these reaches torch_npu's own allocator, which
+# serves only MallocBlock/FreeBlock, and not npualloc: the caller is told. The pinned_* keys tune
+# torch_npu's host allocator, which stays torch_npu's, and need no word.
 _DEVICE_SETTINGS = (
     "expandable_segments",
     "max_split_size_mb",

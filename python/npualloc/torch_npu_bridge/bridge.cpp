@@ -221,28 +221,30 @@ void list_mapped(void* user, int32_t, npualloc_segment_event event, void* addr, 
 
 // As torch_npu's own (NPUCachingAllocator.cpp, checkUceInMemPool): a failed range in memory the
 // allocator holds, cached or live, is found, and a live block it touches becomes unsafe.
-// check_uce_in_memory asks once, empties the cache, and asks again: found again means a live
-// tensor's data was hit (3: load a checkpoint), not found cached memory only (2: run the step
-// again). npualloc's handles can outlast an empty_cache in a range where a live block keeps
-// them, with no tensor in the failed part; so a range that touches cached memory only counts
-// once between cache emptyings: the second ask finds only live blocks. The
-// ranges are the runtime's list for the device (aclrtGetMemUceInfo), which torch_npu read at the
-// error (NPUException.cpp, checkUceErrAndRepair) and keeps in a copy its library does not export;
-// the runtime keeps the list until aclrtMemUceRepair, which torch_npu calls after this check.
-// torch_npu's own allocator also narrows its copy to the ranges it found and sets the process's
-// "data unsafe" flag; npualloc.torch_npu sets the flag from Python (set_npu_data_unsafe_flag is
-// not exported), and the copy stays whole.
+// check_uce_in_memory (Module.cpp) asks once, empties the cache, and asks again: found again
+// means a live tensor's data was hit (3: load a checkpoint), else cached memory only (2: run the
+// step again). npualloc's handles (and fixed segments) can outlast an empty_cache around a live
+// block with no tensor in the failed part, so the second ask of a framed check finds live blocks
+// only; torch_npu's own allocator finds any block of a segment it keeps, and answers 3 there.
+// The ranges are torch_npu's copy, read when the error came (NPUException.cpp,
+// checkUceErrAndRepair). torch_npu's own allocator also narrows that copy to the ranges it found
+// (restart_device then repairs only those); its setter is not exported, so npualloc cannot.
 bool Bridge::checkUceInMemPool(int device) {
   check_device(device);
-  using GetUceInfo = aclError (*)(int32_t, UceRange*, size_t, size_t*);
-  static const auto get_info = reinterpret_cast<GetUceInfo>(dlsym(RTLD_DEFAULT, "aclrtGetMemUceInfo"));
-  TORCH_CHECK(get_info != nullptr, "npualloc: check_uce_in_memory: the runtime has no aclrtGetMemUceInfo");
-  std::vector<UceRange> ranges(kMaxUceRanges);
-  size_t count = 0;
-  aclError rc = get_info(device, ranges.data(), ranges.size(), &count);
-  TORCH_CHECK(rc == ACL_SUCCESS, "npualloc: check_uce_in_memory: aclrtGetMemUceInfo failed with ", rc);
-  ranges.resize(std::min(count, ranges.size()));
   npualloc_allocator* a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
+  std::vector<std::pair<uintptr_t, size_t>> ranges;
+  int ask = 1;
+  bool framed = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    UceCheck& check = uce_[device];
+    framed = check.framed;
+    if (framed) {
+      ranges = check.ranges;
+      ask = ++check.asks;
+    }
+  }
+  if (!framed) ranges = runtime_uce_ranges(device);
   if (ranges.empty() || a == nullptr) return false;
   // Cached memory: what is mapped now (with fixed segments, each aclrtMalloc segment).
   std::vector<std::pair<uintptr_t, size_t>> mapped;
@@ -251,23 +253,49 @@ bool Bridge::checkUceInMemPool(int device) {
   }
   bool live_hit = false, cached_hit = false;
   std::lock_guard<std::mutex> g(mu_);
-  for (const UceRange& r : ranges) {
-    auto at = reinterpret_cast<uintptr_t>(r.addr);
+  for (const auto& [at, len] : ranges) {
     for (auto& [p, live] : live_) {
-      if (live.device == device && overlaps(at, r.len, reinterpret_cast<uintptr_t>(p), live.size)) {
+      if (live.device == device && overlaps(at, len, reinterpret_cast<uintptr_t>(p), live.size)) {
         live.unsafe = true;
         live_hit = true;
       }
     }
     for (const auto& [base, size] : mapped) {
-      cached_hit = cached_hit || overlaps(at, r.len, base, size);
+      cached_hit = cached_hit || overlaps(at, len, base, size);
     }
   }
-  bool emptied = uce_emptied_.exchange(false);
-  bool asked_before = uce_cached_only_[device];
-  uce_cached_only_[device] = !live_hit && cached_hit;
-  bool found = live_hit || (cached_hit && !(asked_before && emptied));
-  if (found) uce_found_.store(true);
+  bool found = live_hit || (cached_hit && ask == 1);
+  if (found && framed) uce_[device].found = true;
+  return found;
+}
+
+// The runtime's list of failed ranges (aclrtGetMemUceInfo), for an ask outside a framed check.
+std::vector<std::pair<uintptr_t, size_t>> Bridge::runtime_uce_ranges(int device) {
+  using GetUceInfo = aclError (*)(int32_t, UceRange*, size_t, size_t*);
+  static const auto get_info = reinterpret_cast<GetUceInfo>(dlsym(RTLD_DEFAULT, "aclrtGetMemUceInfo"));
+  TORCH_CHECK(get_info != nullptr, "npualloc: check_uce_in_memory: the runtime has no aclrtGetMemUceInfo");
+  std::vector<UceRange> got(kMaxUceRanges);
+  size_t count = 0;
+  aclError rc = get_info(device, got.data(), got.size(), &count);
+  TORCH_CHECK(rc == ACL_SUCCESS, "npualloc: check_uce_in_memory: aclrtGetMemUceInfo failed with ", rc);
+  std::vector<std::pair<uintptr_t, size_t>> ranges;
+  for (size_t i = 0; i < std::min(count, got.size()); ++i) {
+    ranges.emplace_back(reinterpret_cast<uintptr_t>(got[i].addr), got[i].len);
+  }
+  return ranges;
+}
+
+void Bridge::begin_uce_check(int device, std::vector<std::pair<uintptr_t, size_t>> ranges) {
+  check_device(device);
+  std::lock_guard<std::mutex> g(mu_);
+  uce_[device] = UceCheck{true, std::move(ranges), 0, false};
+}
+
+bool Bridge::end_uce_check(int device) {
+  check_device(device);
+  std::lock_guard<std::mutex> g(mu_);
+  bool found = uce_[device].found;
+  uce_[device] = UceCheck{};
   return found;
 }
 
@@ -306,7 +334,6 @@ void Bridge::empty_all(bool check_error, EmptyMode mode) {
     keep = false;
   }
   std::string first;
-  uce_emptied_.store(true);
   for (int d = 0; d < kMaxDevices; ++d) {
     npualloc_allocator* a = __atomic_load_n(&handles_[d], __ATOMIC_ACQUIRE);
     if (a == nullptr) continue;
@@ -335,9 +362,32 @@ void Bridge::empty_all(bool check_error, EmptyMode mode) {
 }
 }  // namespace npualloc_bridge
 
-// Whether torch_npu's check_uce_in_memory found a failed range in npualloc's memory since the
-// last call (npualloc.torch_npu then sets torch_npu's data-unsafe flag, as torch_npu's own
-// allocator does). Never throws.
-extern "C" __attribute__((visibility("default"))) int npualloc_torch_npu_bridge_take_uce_found() {
-  return npualloc_bridge::bridge != nullptr && npualloc_bridge::bridge->take_uce_found() ? 1 : 0;
+// npualloc.torch_npu's frame of one torch_npu check_uce_in_memory (Bridge::begin_uce_check):
+// `ranges` holds `count` (address, length) pairs of torch_npu's copy. Returns 0, or -1 with
+// nothing changed for a bad device or arguments. Never throws.
+extern "C" __attribute__((visibility("default"))) int npualloc_torch_npu_bridge_begin_uce_check(
+    int device, const uint64_t* ranges, size_t count) {
+  if (npualloc_bridge::bridge == nullptr || device < 0 || device >= npualloc_bridge::kMaxDevices ||
+      (ranges == nullptr && count != 0) || count > 4096) {
+    return -1;
+  }
+  try {
+    std::vector<std::pair<uintptr_t, size_t>> v;
+    for (size_t i = 0; i < count; ++i) v.emplace_back(ranges[2 * i], ranges[2 * i + 1]);
+    npualloc_bridge::bridge->begin_uce_check(device, std::move(v));
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
+// Ends the frame: 1 if an ask found a failed range in npualloc's memory, 0 if not, -1 for a bad
+// device. Never throws.
+extern "C" __attribute__((visibility("default"))) int npualloc_torch_npu_bridge_end_uce_check(int device) {
+  if (npualloc_bridge::bridge == nullptr || device < 0 || device >= npualloc_bridge::kMaxDevices) return -1;
+  try {
+    return npualloc_bridge::bridge->end_uce_check(device) ? 1 : 0;
+  } catch (...) {
+    return -1;
+  }
 }

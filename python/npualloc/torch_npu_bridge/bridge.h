@@ -488,9 +488,13 @@ class Bridge : public NCA::NPUAllocator {
   // in memory the allocator holds (once, and again after emptyCache, to tell cached memory from
   // live tensors); blocks found there are unsafe until rewritten (NPURecovery.cpp).
   bool checkUceInMemPool(int device) override;
-  // Whether a check since the last call found a failed range in npualloc's memory (for the
-  // Python side, which sets torch_npu's data-unsafe flag then); clears it.
-  bool take_uce_found() { return uce_found_.exchange(false); }
+  // One check_uce_in_memory, as npualloc.torch_npu frames it: the failed ranges of torch_npu's
+  // copy (_npu_get_uce_addr, which its library does not export to C++), then the asks, then
+  // whether an ask found one in npualloc's memory (Python then sets torch_npu's data-unsafe
+  // flag). Without a frame the asks read the runtime's list and each counts as a first ask.
+  void begin_uce_check(int device, std::vector<std::pair<uintptr_t, size_t>> ranges);
+  bool end_uce_check(int device);
+  std::vector<std::pair<uintptr_t, size_t>> runtime_uce_ranges(int device);
   bool checkBlockIsSafe(const c10::DataPtr& ptr) override {
     void* p = ptr.get_context();
     if (p == nullptr || ptr.get_deleter() != &deleter) return true;  // not ours
@@ -553,11 +557,15 @@ class Bridge : public NCA::NPUAllocator {
 
  protected:
   size_t tail_;
-  std::atomic<bool> uce_found_{false};
-  // checkUceInMemPool's memory between its two asks (bridge.cpp): whether a cache emptying ran
-  // since the last ask, and per device whether the last ask found cached memory only (under mu_).
-  std::atomic<bool> uce_emptied_{false};
-  std::array<bool, kMaxDevices> uce_cached_only_{};
+  // The check_uce_in_memory under way per device (under mu_): its ranges, asks so far, and
+  // whether one found a range in npualloc's memory.
+  struct UceCheck {
+    bool framed = false;
+    std::vector<std::pair<uintptr_t, size_t>> ranges;
+    int asks = 0;
+    bool found = false;
+  };
+  std::array<UceCheck, kMaxDevices> uce_{};
   // torch_npu's own allocator: it serves only MallocBlock/FreeBlock, and its emptyCache also
   // empties torch_npu's NPUWorkspaceAllocator (op workspaces), which libtorch_npu.so does not
   // export; so the bridge's cache emptying and its out-of-memory retry call it.
