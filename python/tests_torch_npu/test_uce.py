@@ -63,6 +63,16 @@ for where in ("outside", "cached", "live", "kept", "cached again"):
     assert emu.aclrtMemUceRepair(0, info, n.value) == 0
     torch_npu._C._set_npu_data_unsafe_flag(False)
     torch_npu._C._update_npu_data_ptr(keep.untyped_storage())
+# A block marked unsafe, freed and handed out again at its address is safe (torch_npu's own:
+# alloc_found_block).
+t = torch.empty(1 << 18, device="npu")
+at = t.data_ptr()
+torch_npu._C._mark_all_npu_data_ptr_unsafe(0)
+marked = torch_npu._C._check_npu_data_ptr(t.untyped_storage())
+del t
+u = torch.empty(1 << 18, device="npu")
+results["again"] = {"same_address": u.data_ptr() == at, "marked_safe": marked,
+                    "safe": torch_npu._C._check_npu_data_ptr(u.untyped_storage())}
 report({"results": results, "kept_mapped": kept_mapped})
 """
 
@@ -87,6 +97,7 @@ def test_check_uce_in_memory_answers_as_torch_npus_own_allocator(run_npu):
     assert own["kept"]["answer"] == 3, own
     own["kept"]["answer"] = 2
     assert ours == own, ("npualloc answers as torch_npu's own allocator", own, ours)
+    assert ours["again"] == {"same_address": True, "marked_safe": False, "safe": True}, ours
     for where, expected in EXPECTED.items():
         got = ours[where]
         assert got["uce_error"], (where, got)
