@@ -196,14 +196,8 @@ fn own_pid() -> i32 {
     std::process::id() as i32
 }
 
-/// The name of process `pid`'s event file: a process holds other
-/// processes' files too (the events it opened), so the pid tells its own.
-fn file_name(pid: i32) -> String {
-    format!("{NAME}-{pid}")
-}
-
 fn new_table() -> Option<Arc<Mapped>> {
-    let name = std::ffi::CString::new(file_name(own_pid())).ok()?;
+    let name = std::ffi::CString::new(super::memfd_name(NAME, own_pid())).ok()?;
     // SAFETY: `name` is a valid C string; the new fd is owned below.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
@@ -273,15 +267,7 @@ fn map_remote(pid: i32, table_id: u64) -> Option<Arc<Mapped>> {
     if let Some(table) = opened.get(&(pid, table_id)).and_then(Weak::upgrade) {
         return Some(table);
     }
-    let wanted = format!("/memfd:{}", file_name(pid));
-    let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
-    for entry in dir.flatten() {
-        let Ok(target) = std::fs::read_link(entry.path()) else { continue };
-        let target = target.to_string_lossy();
-        if target.strip_suffix(" (deleted)").unwrap_or(&target) != wanted {
-            continue;
-        }
-        let Ok(file) = std::fs::OpenOptions::new().read(true).write(true).open(entry.path()) else { continue };
+    for file in super::open_memfds(NAME, pid) {
         if file.metadata().map_or(true, |m| m.len() < LEN as u64) {
             continue;
         }

@@ -299,3 +299,27 @@ impl Import {
         self.file.as_raw_fd()
     }
 }
+
+/// The name of process `pid`'s memfd of kind `base`: a process also holds
+/// other processes' files (what it imported or opened), so the pid in the
+/// name tells its own apart.
+fn memfd_name(base: &str, pid: i32) -> String {
+    format!("{base}-{pid}")
+}
+
+/// Process `pid`'s own memfds of kind `base`, opened for reading and
+/// writing through `/proc/<pid>/fd` (none if it has none, has exited, or
+/// this process may not open its descriptors).
+fn open_memfds(base: &str, pid: i32) -> Vec<File> {
+    let wanted = format!("/memfd:{}", memfd_name(base, pid));
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
+    dir.flatten()
+        .filter(|entry| {
+            std::fs::read_link(entry.path()).is_ok_and(|target| {
+                let target = target.to_string_lossy();
+                target.strip_suffix(" (deleted)").unwrap_or(&target) == wanted
+            })
+        })
+        .filter_map(|entry| std::fs::OpenOptions::new().read(true).write(true).open(entry.path()).ok())
+        .collect()
+}

@@ -113,7 +113,7 @@ impl Table {
     /// Makes this process's table (a sparse memfd); `None` if the host
     /// refuses.
     pub fn create() -> Option<Table> {
-        let name = std::ffi::CString::new(file_name(std::process::id() as i32)).ok()?;
+        let name = std::ffi::CString::new(super::memfd_name(NAME, std::process::id() as i32)).ok()?;
         // SAFETY: `name` is a valid C string; the new fd is owned below.
         let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
@@ -128,17 +128,7 @@ impl Table {
     /// Opens process `pid`'s table: `None` if it has none (it exported
     /// nothing, or exited) or this process may not read its descriptors.
     pub fn open(pid: i32) -> Option<Table> {
-        let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
-        let wanted = format!("/memfd:{}", file_name(pid));
-        for entry in dir.flatten() {
-            let Ok(target) = std::fs::read_link(entry.path()) else { continue };
-            let target = target.to_string_lossy();
-            if target.strip_suffix(" (deleted)").unwrap_or(&target) == wanted {
-                let Ok(file) = std::fs::OpenOptions::new().read(true).write(true).open(entry.path()) else { continue };
-                return Some(Table { file });
-            }
-        }
-        None
+        super::open_memfds(NAME, pid).into_iter().next().map(|file| Table { file })
     }
 
     /// Entry `index` as it reads now.
@@ -187,12 +177,6 @@ impl Table {
         // SAFETY: plain fcntl on our descriptor with a valid flock.
         unsafe { libc::fcntl(self.file.as_raw_fd(), cmd, &fl) == 0 }
     }
-}
-
-/// The name of process `pid`'s table file: a process also holds other
-/// processes' tables (the exports it imported), so the pid tells its own.
-fn file_name(pid: i32) -> String {
-    format!("{NAME}-{pid}")
 }
 
 fn flock(index: usize, kind: i16) -> libc::flock {
