@@ -5,8 +5,10 @@
  * and bad pool configs, each with its documented status, an explanation in
  * npualloc_last_error() and no change to the allocator's statistics; a
  * routed allocation comes from the pool, whose statistics count it (and
- * the device call that made its memory); npualloc_pool_empty_cache gives
- * the pool's cache back.
+ * the device call that made its memory); npualloc_pool_live_blocks lists
+ * the pool's live block and npualloc_pool_restore sets it live again after
+ * its free (refusing a NULL list and overlapping blocks);
+ * npualloc_pool_empty_cache gives the pool's cache back.
  */
 #include <stdint.h>
 #include <string.h>
@@ -22,6 +24,17 @@ static npualloc_stats stats_of(const npualloc_allocator *a, int pool) {
     npualloc_status st = pool < 0 ? npualloc_get_stats(a, &s) : npualloc_pool_get_stats(a, (uint64_t)pool, &s);
     if (st != NPUALLOC_OK) fprintf(stderr, "stats failed: %s\n", npualloc_last_error());
     return s;
+}
+
+/* npualloc_pool_live_blocks' function: keeps up to 4 blocks. */
+struct listed {
+    npualloc_live_block b[4];
+    int n;
+};
+static void keep_block(void *user, const npualloc_live_block *block) {
+    struct listed *list = user;
+    if (list->n < 4) list->b[list->n] = *block;
+    list->n++;
 }
 
 static npualloc_allocator *A;
@@ -82,7 +95,24 @@ int main(void) {
     CHECK_EQ_INT(stats_of(A, -1).active_blocks, 1);
     CHECK(stats_of(A, (int)pool).num_device_mallocs + stats_of(A, (int)pool).num_maps >= 1);
     CHECK_EQ_INT(stats_of(A, 0).num_device_mallocs + stats_of(A, 0).num_maps, 0);
+    /* A checkpoint of the pool's live blocks, set back after the block was freed. */
+    struct listed list = {0};
+    REFUSED(npualloc_pool_live_blocks(A, pool, NULL, &list), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_pool_live_blocks(NULL, pool, keep_block, &list), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_pool_live_blocks(A, pool + 100, keep_block, &list), NPUALLOC_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(npualloc_pool_live_blocks(A, pool, keep_block, &list), NPUALLOC_OK);
+    CHECK_EQ_INT(list.n, 1);
+    CHECK(list.b[0].ptr == p && list.b[0].requested == 4096 && list.b[0].size >= 4096 && list.b[0].stream == s);
+    REFUSED(npualloc_pool_restore(A, pool, NULL, 1), NPUALLOC_ERR_INVALID_ARGUMENT);
+    REFUSED(npualloc_pool_restore(NULL, pool, list.b, 1), NPUALLOC_ERR_INVALID_ARGUMENT);
+    npualloc_live_block twice[2] = {list.b[0], list.b[0]};
+    REFUSED(npualloc_pool_restore(A, pool, twice, 2), NPUALLOC_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(npualloc_free(A, p), NPUALLOC_OK);
+    CHECK_EQ_INT(stats_of(A, (int)pool).active_blocks, 0);
+    CHECK_STATUS(npualloc_pool_restore(A, pool, list.b, 1), NPUALLOC_OK);
+    CHECK_EQ_INT(stats_of(A, (int)pool).active_blocks, 1);
+    CHECK_STATUS(npualloc_pool_restore(A, pool, NULL, 0), NPUALLOC_OK); /* frees it again */
+    CHECK_EQ_INT(stats_of(A, (int)pool).active_blocks, 0);
     /* empty_cache leaves the pool's cache; pool_empty_cache gives it back. */
     CHECK_STATUS(npualloc_empty_cache(A), NPUALLOC_OK);
     CHECK(stats_of(A, (int)pool).reserved_bytes > 0);

@@ -441,6 +441,34 @@ typedef struct npualloc_stats {
 } npualloc_stats;
 
 /**
+ * A live block of a pool, as `npualloc_pool_live_blocks` reports it and
+ * `npualloc_pool_restore` takes it back.
+ */
+typedef struct npualloc_live_block {
+    /**
+     * The block's address (what `npualloc_malloc` returned).
+     */
+    void *ptr;
+    /**
+     * Its bytes: the request rounded as the pool rounds it.
+     */
+    size_t size;
+    /**
+     * The bytes its caller asked for.
+     */
+    size_t requested;
+    /**
+     * The stream it was allocated on.
+     */
+    aclrtStream stream;
+} npualloc_live_block;
+
+/**
+ * Called by `npualloc_pool_live_blocks` with its `user` and one block.
+ */
+typedef void (*npualloc_live_block_fn)(void *user, const struct npualloc_live_block *block);
+
+/**
  * The function table of one ABI version (see `npualloc_get_api`). Each field
  * points to the function of the same name without the `npualloc_` prefix,
  * except two in C: `register_` is `npualloc_register` (`register` is a C keyword)
@@ -553,6 +581,14 @@ typedef struct npualloc_api {
     npualloc_status (*ipc_export)(struct npualloc_allocator*, void*, struct npualloc_ipc_handle*);
     npualloc_status (*ipc_import)(const struct npualloc_ipc_handle*, int32_t, void**, size_t*);
     npualloc_status (*ipc_close)(void*);
+    npualloc_status (*pool_live_blocks)(const struct npualloc_allocator*,
+                                        uint64_t,
+                                        npualloc_live_block_fn,
+                                        void*);
+    npualloc_status (*pool_restore)(struct npualloc_allocator*,
+                                    uint64_t,
+                                    const struct npualloc_live_block*,
+                                    size_t);
 } npualloc_api;
 
 #ifdef __cplusplus
@@ -1510,6 +1546,55 @@ npualloc_status npualloc_pool_get_stats(const struct npualloc_allocator *a,
  * `a` is NULL or a live handle.
  */
 npualloc_status npualloc_pool_empty_cache(struct npualloc_allocator *a, uint64_t pool);
+
+/**
+ * Calls `fn` with `user` for every live block of `pool` (0: the default
+ * pool), in address order: what `npualloc_pool_restore` can set the pool
+ * back to later (a checkpoint, as PyTorch's graph trees take of a graph
+ * pool after each recording). The pool's streams are read under their
+ * locks; `fn` runs after the reading with no npualloc lock held, on the
+ * calling thread, before this returns.
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle, a NULL
+ * `fn`, or a pool never created or destroyed. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle; `fn` is called with `user` only as said.
+ */
+npualloc_status npualloc_pool_live_blocks(const struct npualloc_allocator *a,
+                                          uint64_t pool,
+                                          npualloc_live_block_fn fn,
+                                          void *user);
+
+/**
+ * Sets the live blocks of `pool` to exactly the `n` blocks at `blocks`
+ * (a list `npualloc_pool_live_blocks` gave earlier; `n` 0 with NULL
+ * `blocks` frees them all): every other live block of the pool is freed,
+ * and each listed block not live now is allocated again at its address
+ * and size, from the pool's free memory there, on its old stream's pool
+ * (`stream` must be the one reported). A listed block live now at the
+ * same address and size stays as it is. Nothing else of the pool changes:
+ * no device call is made. What PyTorch's graph trees do with a graph
+ * pool's checkpoint before recording a new branch (torch_npu's
+ * `setCheckpointPoolState`).
+ *
+ * Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a NULL or
+ * dead handle, a NULL `blocks` with `n` above 0, a pool never created or
+ * destroyed, a zero-sized block or one that asks more than its size, two
+ * listed blocks that overlap, or a block whose memory is not the pool's
+ * (given back since, or another pool's), is not mapped, or will not be
+ * free once the pool's other blocks are: a freed block still waiting for
+ * other streams' work, or a live block other streams used
+ * (`npualloc_record_stream`) or another process imported. Thread-safe.
+ *
+ * # Safety
+ * `a` is NULL or a live handle; a non-NULL `blocks` points to `n`
+ * readable blocks.
+ */
+npualloc_status npualloc_pool_restore(struct npualloc_allocator *a,
+                                      uint64_t pool,
+                                      const struct npualloc_live_block *blocks,
+                                      size_t n);
 
 /**
  * Sleeps: synchronizes every stream that used memory, gives back all cached

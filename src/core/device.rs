@@ -19,8 +19,10 @@
 //!   trace.
 //!
 //! A thread waits for at most one shard lock at a time and holds no other
-//! while it waits (teardown, which holds the ladder, excepted), so shard
-//! locks cannot deadlock. A growth may also take its stream's other shard,
+//! while it waits, so shard locks cannot deadlock. Excepted are teardown and
+//! a pool's restore (`pools::checkpoint`), which hold the ladder, and
+//! retiring an entry: each takes shards in table order, an entry's small
+//! one before its large one. A growth may also take its stream's other shard,
 //! but only with `try_lock`, never waiting (to return that pool's held
 //! blocks, and for `reserved_headroom` moves within the stream).
 

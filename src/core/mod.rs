@@ -504,6 +504,22 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.pool_empty_cache(pool))
     }
 
+    /// The live blocks of a pool, in address order (see
+    /// `Device::pool_live_blocks`).
+    pub fn pool_live_blocks(&self, pool: u64) -> Result<Vec<pools::checkpoint::LiveBlock>> {
+        with_device!(&self.engine, d => d.pool_live_blocks(pool))
+    }
+
+    /// Sets a pool's live blocks back to a list `pool_live_blocks` gave
+    /// (see `Device::pool_restore`).
+    pub fn pool_restore(
+        &self,
+        pool: u64,
+        blocks: &[pools::checkpoint::LiveBlock],
+    ) -> Result<pools::checkpoint::Restored> {
+        with_device!(&self.engine, d => d.pool_restore(pool, blocks))
+    }
+
     /// One pool's statistics.
     pub fn pool_stats(&self, pool: u64) -> Result<Stats> {
         with_device!(&self.engine, d => d.pool_stats(pool))

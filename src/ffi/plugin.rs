@@ -142,6 +142,19 @@ pub struct npualloc_api {
     pub ipc_import:
         unsafe extern "C" fn(*const npualloc_ipc_handle, i32, *mut *mut c_void, *mut usize) -> npualloc_status,
     pub ipc_close: unsafe extern "C" fn(*mut c_void) -> npualloc_status,
+    // A pool's live blocks listed and set back (added after 0.4.0).
+    pub pool_live_blocks: unsafe extern "C" fn(
+        *const npualloc_allocator,
+        u64,
+        super::pools::npualloc_live_block_fn,
+        *mut c_void,
+    ) -> npualloc_status,
+    pub pool_restore: unsafe extern "C" fn(
+        *mut npualloc_allocator,
+        u64,
+        *const super::pools::npualloc_live_block,
+        usize,
+    ) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -209,6 +222,8 @@ static API_V1: npualloc_api = npualloc_api {
     ipc_export: super::ipc::npualloc_ipc_export,
     ipc_import: super::ipc::npualloc_ipc_import,
     ipc_close: super::ipc::npualloc_ipc_close,
+    pool_live_blocks: super::pools::npualloc_pool_live_blocks,
+    pool_restore: super::pools::npualloc_pool_restore,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error
@@ -316,7 +331,7 @@ mod tests {
     }
 
     #[test]
-    fn the_0_3_and_0_4_additions_follow_the_pool_functions_in_order_and_end_the_table() {
+    fn the_later_additions_follow_the_pool_functions_in_order_and_end_the_table() {
         let word = std::mem::size_of::<usize>();
         let after = std::mem::offset_of!(npualloc_api, pool_get_stats) + word;
         assert_eq!(std::mem::offset_of!(npualloc_api, sleep), after);
@@ -332,7 +347,9 @@ mod tests {
         assert_eq!(std::mem::offset_of!(npualloc_api, ipc_export), after + 10 * word);
         assert_eq!(std::mem::offset_of!(npualloc_api, ipc_import), after + 11 * word);
         assert_eq!(std::mem::offset_of!(npualloc_api, ipc_close), after + 12 * word);
-        assert_eq!(std::mem::size_of::<npualloc_api>(), after + 13 * word, "ipc_close ends the table");
+        assert_eq!(std::mem::offset_of!(npualloc_api, pool_live_blocks), after + 13 * word);
+        assert_eq!(std::mem::offset_of!(npualloc_api, pool_restore), after + 14 * word);
+        assert_eq!(std::mem::size_of::<npualloc_api>(), after + 15 * word, "pool_restore ends the table");
         // SAFETY: a non-NULL result points to the static table.
         let api = unsafe { &*npualloc_get_api(1) };
         // SAFETY: NULL handles are refused before anything is read.
@@ -360,6 +377,10 @@ mod tests {
             let st = (api.ipc_import)(std::ptr::null(), 0, std::ptr::null_mut(), std::ptr::null_mut());
             assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
             assert_eq!((api.ipc_close)(std::ptr::null_mut()), npualloc_status::NPUALLOC_ERR_UNKNOWN_POINTER);
+            let st = (api.pool_live_blocks)(std::ptr::null(), 0, None, std::ptr::null_mut());
+            assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            let st = (api.pool_restore)(std::ptr::null_mut(), 0, std::ptr::null(), 0);
+            assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
         }
     }
 }

@@ -1,13 +1,17 @@
 //! Private pools: `npualloc_pool_create / begin / end / destroy /
-//! get_stats / empty_cache` (Note [pools] in the core).
+//! get_stats / empty_cache` (Note [pools] in the core), and their live
+//! blocks listed and set back (`npualloc_pool_live_blocks / restore`, Note
+//! [pool checkpoints]).
 
 use super::handle::{npualloc_allocator, Allocator};
 use super::stats::npualloc_stats;
 use super::status::npualloc_status;
+use crate::core::pools::checkpoint::LiveBlock;
 use crate::core::pools::config::PoolConfig;
+use crate::error::Error;
 use crate::runtime::Stream;
 use crate::sys::aclrtStream;
-use std::ffi::c_char;
+use std::ffi::{c_char, c_void};
 
 /// Creates a private pool and writes its id to `*out_pool`. Ids are never
 /// 0 (the default pool) and never reused. `config` is `"key:value,..."` or
@@ -206,5 +210,120 @@ pub unsafe extern "C" fn npualloc_pool_empty_cache(a: *mut npualloc_allocator, p
         // SAFETY: as in npualloc_pool_create.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         allocator.core.pool_empty_cache(pool).map(|_| ())
+    })
+}
+
+/// A live block of a pool, as `npualloc_pool_live_blocks` reports it and
+/// `npualloc_pool_restore` takes it back.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(non_camel_case_types)]
+pub struct npualloc_live_block {
+    /// The block's address (what `npualloc_malloc` returned).
+    pub ptr: *mut c_void,
+    /// Its bytes: the request rounded as the pool rounds it.
+    pub size: usize,
+    /// The bytes its caller asked for.
+    pub requested: usize,
+    /// The stream it was allocated on.
+    pub stream: aclrtStream,
+}
+
+/// Called by `npualloc_pool_live_blocks` with its `user` and one block.
+#[allow(non_camel_case_types)]
+pub type npualloc_live_block_fn = Option<unsafe extern "C" fn(user: *mut c_void, block: *const npualloc_live_block)>;
+
+/// Calls `fn` with `user` for every live block of `pool` (0: the default
+/// pool), in address order: what `npualloc_pool_restore` can set the pool
+/// back to later (a checkpoint, as PyTorch's graph trees take of a graph
+/// pool after each recording). The pool's streams are read under their
+/// locks; `fn` runs after the reading with no npualloc lock held, on the
+/// calling thread, before this returns.
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle, a NULL
+/// `fn`, or a pool never created or destroyed. Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a live handle; `fn` is called with `user` only as said.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pool_live_blocks(
+    a: *const npualloc_allocator,
+    pool: u64,
+    r#fn: npualloc_live_block_fn,
+    user: *mut c_void,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_pool_live_blocks", {
+        // SAFETY: as in npualloc_pool_create.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let Some(f) = r#fn else {
+            return Err(Error::InvalidArgument("fn is NULL: npualloc_pool_live_blocks needs a function to call".into()));
+        };
+        for b in allocator.core.pool_live_blocks(pool)? {
+            let block = npualloc_live_block {
+                ptr: b.addr as *mut c_void,
+                size: b.size,
+                requested: b.requested,
+                stream: b.stream.raw(),
+            };
+            // SAFETY: `f` and `user` come from the caller together for this call; `block` lives across it.
+            unsafe { f(user, &block) };
+        }
+        Ok(())
+    })
+}
+
+/// Sets the live blocks of `pool` to exactly the `n` blocks at `blocks`
+/// (a list `npualloc_pool_live_blocks` gave earlier; `n` 0 with NULL
+/// `blocks` frees them all): every other live block of the pool is freed,
+/// and each listed block not live now is allocated again at its address
+/// and size, from the pool's free memory there, on its old stream's pool
+/// (`stream` must be the one reported). A listed block live now at the
+/// same address and size stays as it is. Nothing else of the pool changes:
+/// no device call is made. What PyTorch's graph trees do with a graph
+/// pool's checkpoint before recording a new branch (torch_npu's
+/// `setCheckpointPoolState`).
+///
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a NULL or
+/// dead handle, a NULL `blocks` with `n` above 0, a pool never created or
+/// destroyed, a zero-sized block or one that asks more than its size, two
+/// listed blocks that overlap, or a block whose memory is not the pool's
+/// (given back since, or another pool's), is not mapped, or will not be
+/// free once the pool's other blocks are: a freed block still waiting for
+/// other streams' work, or a live block other streams used
+/// (`npualloc_record_stream`) or another process imported. Thread-safe.
+///
+/// # Safety
+/// `a` is NULL or a live handle; a non-NULL `blocks` points to `n`
+/// readable blocks.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_pool_restore(
+    a: *mut npualloc_allocator,
+    pool: u64,
+    blocks: *const npualloc_live_block,
+    n: usize,
+) -> npualloc_status {
+    ffi_boundary!(status "npualloc_pool_restore", {
+        // SAFETY: as in npualloc_pool_create.
+        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let list: &[npualloc_live_block] = if n == 0 {
+            &[]
+        } else {
+            super::boundary::check_ptr(blocks, "blocks")?;
+            if n > isize::MAX as usize / std::mem::size_of::<npualloc_live_block>() {
+                return Err(Error::InvalidArgument(format!("blocks: {n} blocks is more than memory can hold")));
+            }
+            // SAFETY: non-NULL, aligned and of a size memory can hold (checked above); readable by the caller's contract.
+            unsafe { std::slice::from_raw_parts(blocks, n) }
+        };
+        let list: Vec<LiveBlock> = list
+            .iter()
+            .map(|b| LiveBlock {
+                addr: b.ptr as usize,
+                size: b.size,
+                requested: b.requested,
+                stream: Stream::from_raw(b.stream),
+            })
+            .collect();
+        allocator.core.pool_restore(pool, &list).map(|_| ())
     })
 }

@@ -371,12 +371,12 @@ class Bridge : public NCA::NPUAllocator {
       check(api->pool_destroy(handle(device), pool), "pool_destroy");
     }
   }
-  std::shared_ptr<NCA::AllocatorState> getCheckpointState(c10::DeviceIndex, c10_npu::MempoolId_t) override {
-    no_pools("graph-pool checkpoints (getCheckpointState)");
-  }
-  NCA::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex, std::shared_ptr<NCA::AllocatorState>) override {
-    no_pools("graph-pool checkpoints (setCheckpointPoolState)");
-  }
+  // A pool's live blocks listed and set back, for npugraph trees (checkpoint.cpp).
+  std::shared_ptr<NCA::AllocatorState> getCheckpointState(c10::DeviceIndex device, c10_npu::MempoolId_t id) override;
+  NCA::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device,
+                                              std::shared_ptr<NCA::AllocatorState> state) override;
+  bool checkPoolLiveAllocations(c10::DeviceIndex device, c10_npu::MempoolId_t id,
+                                const std::unordered_set<void*>& expected) override;
 
   // ---- graph capture (the entry points: release.h) ----------------------------------------
 
@@ -467,9 +467,6 @@ class Bridge : public NCA::NPUAllocator {
                 ") of device ", device,
                 ", which torch_npu did not create or which served allocations already: npualloc fixes a "
                 "pool's no_split when the pool is made, at its first allocation");
-  }
-  bool checkPoolLiveAllocations(c10::DeviceIndex, c10_npu::MempoolId_t, const std::unordered_set<void*>&) override {
-    no_pools("memory pools (checkPoolLiveAllocations)");
   }
   void incref_pool(int device, c10_npu::MempoolId_t id, bool own_allocator) {
     TORCH_CHECK(!own_allocator, "npualloc: a MemPool with its own allocator is not supported");
@@ -617,13 +614,13 @@ class Bridge : public NCA::NPUAllocator {
     TORCH_CHECK(device >= 0 && device < kMaxDevices, "npualloc: device ", device, " is not in 0..", kMaxDevices);
   }
 
+  // checkpoint.cpp: the live blocks of npualloc pool `pool` (none for 0), and the npualloc
+  // pool of torch_npu's pool `id` (which must exist) for a checkpoint call.
+  std::vector<npualloc_live_block> pool_live_blocks(int device, uint64_t pool);
+  uint64_t checkpointed_pool(const char* what, int device, MempoolKey id);
+
   static void check(npualloc_status st, const char* what) {
     TORCH_CHECK(st == NPUALLOC_OK, "npualloc: ", what, " failed (", api->status_name(st), "): ", last_error());
-  }
-
-  [[noreturn]] static void no_pools(const char* what) {
-    TORCH_CHECK(false, "npualloc does not support ", what,
-                ": use torch_npu's own allocator (do not call npualloc.torch_npu.enable()) for it.");
   }
 
   // A device torch_npu never allocated on has no allocator: all zeroes, and none is created

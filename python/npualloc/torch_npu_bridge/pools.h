@@ -174,6 +174,14 @@ class GraphPools {
     return it == ids_.end() ? MempoolKey{0, 0} : it->second;
   }
 
+  // Whether torch_npu made pool `id` of `device` (a MemPool's or a graph's, not released), and
+  // its npualloc pool (0 until the pool's first allocation).
+  std::pair<bool, uint64_t> lookup(int device, MempoolKey id) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = pools_.find({device, id});
+    return it == pools_.end() ? std::make_pair(false, uint64_t{0}) : std::make_pair(true, it->second.npualloc_id);
+  }
+
   // torch_npu's id of npualloc pool `pool` of `device` ({0, 0} for the default pool or one
   // torch_npu no longer names).
   MempoolKey torch_id(int device, uint64_t pool) {

@@ -164,6 +164,19 @@ impl Cache {
         mid
     }
 
+    /// Allocates [addr, addr + size) of free block `id` (on the index, and
+    /// holding the whole span) for `requested` bytes, as `take` does a
+    /// block's front: the parts around it stay free. Returns the new block.
+    pub fn claim(&mut self, id: BlockId, addr: usize, size: usize, requested: usize) -> BlockId {
+        let mid = self.carve(id, addr, size);
+        let b = self.blocks.get_mut(mid);
+        b.state = BlockState::Allocated;
+        b.requested = requested;
+        self.registry.insert(addr, mid);
+        self.counters.block_allocated(size, requested);
+        mid
+    }
+
     /// Puts a block back among the free ones, merging it with free
     /// neighbours.
     #[inline(always)]

@@ -2,6 +2,7 @@
 //! over the shards, each pool in its own stream entries; a free always goes to the
 //! block's own pool (docs/design.md, Note [pools]).
 
+pub mod checkpoint;
 pub mod config;
 pub(crate) mod routing;
 pub(crate) mod state;

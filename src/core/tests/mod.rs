@@ -26,6 +26,7 @@ mod peers;
 mod pieces;
 mod pool_capture;
 mod pool_captured_retired;
+mod pool_checkpoint;
 mod pool_counts_reuse;
 mod pool_empty;
 mod pool_retire;

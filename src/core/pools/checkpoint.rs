@@ -1,0 +1,216 @@
+//! A pool's live blocks, listed and set back: what PyTorch's graph trees
+//! ask of a private pool (torch_npu's `getCheckpointState`,
+//! `setCheckpointPoolState`, `checkPoolLiveAllocations`; docs/design.md,
+//! Note [pool checkpoints]).
+
+use super::super::backing::Memory;
+use super::super::cache::block::BlockState;
+use super::super::device::Device;
+use super::super::history::Action;
+use super::super::pool::Pool;
+use crate::error::{Error, Result};
+use crate::runtime::Stream;
+use std::collections::HashSet;
+use std::sync::MutexGuard;
+
+/// A live block of a pool, as a checkpoint keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveBlock {
+    pub addr: usize,
+    /// The block's bytes (its request rounded as the pool rounds).
+    pub size: usize,
+    /// The bytes its caller asked for.
+    pub requested: usize,
+    /// The stream it was allocated on (its shard's).
+    pub stream: Stream,
+}
+
+/// What `pool_restore` changed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// Blocks that were live and are freed (in address order).
+    pub freed: Vec<usize>,
+    /// Blocks of the checkpoint made live again (in address order); a block
+    /// live at the same address and size already stays, and is in neither.
+    pub made: Vec<usize>,
+}
+
+impl<B: Memory> Device<B> {
+    /// The live blocks of `pool` (0: the default pool's), in address order.
+    pub fn pool_live_blocks(&self, pool: u64) -> Result<Vec<LiveBlock>> {
+        self.check_open()?;
+        self.check_pool(pool)?;
+        let mut out = Vec::new();
+        for shard in self.streams.iter().filter(|e| e.pool() == pool).flat_map(|e| &e.shards) {
+            let p = shard.lock()?;
+            // The entry may have retired and served another pool since.
+            if p.pool_id() == pool {
+                live_of(&p, &mut out);
+            }
+        }
+        out.sort_unstable_by_key(|b| b.addr);
+        Ok(out)
+    }
+
+    /// Makes the live blocks of `pool` exactly `blocks` (a list
+    /// `pool_live_blocks` gave earlier): every other live block of the pool
+    /// is freed, and each of `blocks` not live now is allocated again at its
+    /// address, from the pool's free memory there. Checked before anything
+    /// changes: INVALID_ARGUMENT when a block overlaps another, lies outside
+    /// the pool's memory or in memory no longer mapped, or in memory that is
+    /// not free once the pool's other blocks are: waiting for other streams'
+    /// work, or a live block that other streams used or another process
+    /// imported (its free would wait too).
+    pub fn pool_restore(&self, pool: u64, blocks: &[LiveBlock]) -> Result<Restored> {
+        self.check_open()?;
+        self.check_pool(pool)?;
+        let mut want = blocks.to_vec();
+        want.sort_unstable_by_key(|b| b.addr);
+        if let Some(b) =
+            want.iter().find(|b| b.size == 0 || b.requested > b.size || b.addr.checked_add(b.size).is_none())
+        {
+            return Err(Error::InvalidArgument(format!(
+                "restore of pool {pool}: the block at {:#x} has {} bytes for a request of {}",
+                b.addr, b.size, b.requested
+            )));
+        }
+        for w in want.windows(2) {
+            if w[0].addr + w[0].size > w[1].addr {
+                return Err(Error::InvalidArgument(format!(
+                    "restore of pool {pool}: the blocks at {:#x} ({} bytes) and {:#x} overlap",
+                    w[0].addr, w[0].size, w[1].addr
+                )));
+            }
+        }
+        // Nothing gives memory back meanwhile, and every shard of the pool
+        // stays locked from the checks to the end, taken in table order as
+        // teardown takes them (the lock rules in `device`).
+        let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        let mut shards: Vec<(usize, MutexGuard<'_, Pool<B>>)> = Vec::new();
+        for (i, e) in self.streams.iter().enumerate().filter(|(_, e)| e.pool() == pool) {
+            for (kind, shard) in e.shards.iter().enumerate() {
+                let p = shard.lock()?;
+                if p.pool_id() == pool {
+                    shards.push((2 * i + kind, p));
+                }
+            }
+        }
+        let mut kept = HashSet::new();
+        let mut place = Vec::with_capacity(want.len());
+        for b in &want {
+            let at = self.check_restorable(pool, &shards, b, &mut kept)?;
+            place.push(at);
+        }
+        let mut done = Restored::default();
+        for (_, p) in shards.iter_mut() {
+            let mut live = Vec::new();
+            live_of(p, &mut live);
+            for addr in live.iter().map(|l| l.addr).filter(|a| !kept.contains(a)) {
+                p.free(addr)?;
+                self.sh.trace(move |t| t.free(addr));
+                done.freed.push(addr);
+            }
+            p.drain_reuse();
+        }
+        for (b, &at) in want.iter().zip(&place) {
+            if kept.contains(&b.addr) {
+                continue;
+            }
+            let p = &mut shards[at].1;
+            let seg = p.cache.segments.containing(b.addr).expect("checked: the block lies in a segment");
+            let id = p.cache.block_containing(seg, b.addr).expect("checked: a block holds the address");
+            p.cache.claim(id, b.addr, b.size, b.requested);
+            p.after_transition();
+            let stream = p.stream();
+            self.sh.trace_alloc(b.addr, b.requested, stream);
+            self.sh.history.record(Action::Alloc, b.addr, b.requested, stream);
+            done.made.push(b.addr);
+        }
+        for (id, p) in &shards {
+            if let Some((entry, kind)) = self.streams.entry_by_id(*id as u32) {
+                self.published(entry, kind, p);
+            }
+        }
+        done.freed.sort_unstable();
+        Ok(done)
+    }
+
+    /// The index in `shards` of the shard block `b` would be restored in,
+    /// once it is checked that its memory will be free and mapped there;
+    /// a live block that is `b` already goes in `kept`.
+    fn check_restorable(
+        &self,
+        pool: u64,
+        shards: &[(usize, MutexGuard<'_, Pool<B>>)],
+        b: &LiveBlock,
+        kept: &mut HashSet<usize>,
+    ) -> Result<usize> {
+        let end = b.addr + b.size;
+        let refuse = |why: String| {
+            Err(Error::InvalidArgument(format!(
+                "restore of pool {pool}: the block at {:#x} ({} bytes) {why}; nothing was changed",
+                b.addr, b.size
+            )))
+        };
+        let shard = self.sh.directory.owner(b.addr);
+        let Some(at) = shards.iter().position(|(id, _)| Some(*id as u32) == shard) else {
+            return refuse("is not in the pool's memory (given back since, or another pool's)".into());
+        };
+        let p = &shards[at].1;
+        let c = &p.cache;
+        let Some(seg) = c.segments.containing(b.addr) else {
+            return refuse("is not in the pool's memory (given back since)".into());
+        };
+        let (base, size) = (c.segments.get(seg).base, c.segments.get(seg).size);
+        if end > base + size {
+            return refuse(format!("runs past the end of its segment ({:#x}, {size} bytes)", base));
+        }
+        for (_, blk) in c.blocks_of(seg).filter(|(_, x)| x.addr < end && x.addr + x.size > b.addr) {
+            match blk.state {
+                BlockState::Allocated if blk.addr == b.addr && blk.size == b.size => {
+                    kept.insert(b.addr);
+                }
+                BlockState::Allocated if blk.has_other_streams => {
+                    return refuse(format!(
+                        "overlaps the live block at {:#x}, whose free would wait for other streams' work or \
+                         another process's import",
+                        blk.addr
+                    ));
+                }
+                BlockState::Allocated | BlockState::Free | BlockState::Held => {}
+                BlockState::Pending => {
+                    return refuse(format!(
+                        "overlaps the freed block at {:#x}, which waits for other streams' work (synchronize first)",
+                        blk.addr
+                    ));
+                }
+                BlockState::Reclaiming => {
+                    return refuse(format!("overlaps memory at {:#x} that is being given back", blk.addr));
+                }
+            }
+        }
+        let mut runs = Vec::new();
+        B::mapped_runs(&p.backing, seg, b.addr, b.size, &mut runs);
+        let mut next = b.addr;
+        for (from, len) in runs {
+            if from != next {
+                break;
+            }
+            next = from + len;
+        }
+        if next < end {
+            return refuse(format!("is not mapped from {next:#x} on (given back since)"));
+        }
+        Ok(at)
+    }
+}
+
+/// Appends the allocated blocks of shard `p` to `out`.
+fn live_of<B: Memory>(p: &Pool<B>, out: &mut Vec<LiveBlock>) {
+    let c = &p.cache;
+    for seg in c.segments.ids() {
+        for (_, b) in c.blocks_of(seg).filter(|(_, b)| b.state == BlockState::Allocated) {
+            out.push(LiveBlock { addr: b.addr, size: b.size, requested: b.requested, stream: c.stream });
+        }
+    }
+}
