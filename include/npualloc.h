@@ -944,7 +944,8 @@ npualloc_status npualloc_record_history(struct npualloc_allocator *a, size_t max
  * `device_traces` (one list per device index up to this allocator's
  * device; this device's holds the memory history, oldest first, each
  * entry with `action`, `addr` (`device_free` for "oom"), `size`,
- * `stream`, `time_us`, `frames`). Frames are always empty lists.
+ * `stream`, `pool_id` (`[0, pool]`, as `segment_pool_id`), `time_us`,
+ * `frames`). Frames are always empty lists.
  *
  * A segment is device-backed memory: a fixed segment, or each run of
  * mapped pages of an expandable range (`is_expandable` true). The history
@@ -1579,13 +1580,18 @@ npualloc_status npualloc_pool_live_blocks(const struct npualloc_allocator *a,
  * `setCheckpointPoolState`).
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a NULL or
- * dead handle, a NULL `blocks` with `n` above 0, a pool never created or
- * destroyed, a zero-sized block or one that asks more than its size, two
- * listed blocks that overlap, or a block whose memory is not the pool's
- * (given back since, or another pool's), is not mapped, or will not be
- * free once the pool's other blocks are: a freed block still waiting for
- * other streams' work, or a live block other streams used
- * (`npualloc_record_stream`) or another process imported. Thread-safe.
+ * dead handle, a NULL `blocks` with `n` above 0, pool 0 (the default
+ * pool's frees follow rules a restore would skip), a pool never created
+ * or destroyed, a block no listing could give (a request of 0 bytes or
+ * more than its size, an address or size off the pool's alignment or not
+ * whole 512-byte units, a stream other than its memory's), two listed
+ * blocks that overlap, a block whose memory is not the pool's (given back
+ * since, or another pool's), is not mapped, or will not be free once the
+ * pool's other blocks are (a freed block still waiting for other streams'
+ * work), or a live block that would be freed and that other streams used
+ * (`npualloc_record_stream`) or another process imported. The caller makes
+ * sure no other thread allocates in or frees into the pool meanwhile.
+ * Thread-safe.
  *
  * # Safety
  * `a` is NULL or a live handle; a non-NULL `blocks` points to `n`

@@ -9,6 +9,7 @@ cannot share a process, and a crash of torch_npu must fail one test, not end
 the session."""
 
 import json
+import mmap
 import os
 import re
 import subprocess
@@ -54,6 +55,16 @@ USE_ON_OOM = _declares(r"\bsetUseOnOOM\(")
 # A deleted MemPool releases its pool (~MemPool calls releasePool, then emptyCache of its id);
 # before, a MemPool's memory stays in its pool for the process's life.
 POOLS_RELEASED = _declares(r"~MemPool\(\)", _CORE / "NPUCachingAllocator.h", _CORE / "MemPool.h")
+# The snapshot's trace entries carry their pool ("pool_id", from TraceEntry's mempool; Module.cpp
+# of 2.13 on, not of every release whose header has the field): the key's string in the library.
+def _library_has(needle, lib=_NPU / "lib" / "libtorch_npu.so"):
+    if not lib.is_file():
+        return True
+    with open(lib, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        return m.find(needle) >= 0
+
+
+POOL_IN_TRACE = _library_has(b"\0pool_id\0")
 # MemPool(no_split=True): setNoSplit.
 NO_SPLIT = _declares(r"\bsetNoSplit\(")
 # NPUEvent::block asks the allocator whether a graph capture is underway (not in every post).

@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from conftest import POOL_IN_TRACE
 from test_bridge import run
 
 CODE = """
@@ -94,3 +95,28 @@ def test_the_default_history_keeps_every_allocations_frames(run_npu, allocator):
     """, allocator).result
     assert r["allocs"] >= 3000
     assert r["framed"] == 3000, r
+
+
+@pytest.mark.skipif(not POOL_IN_TRACE, reason="this torch_npu's trace entries carry no pool")
+@pytest.mark.parametrize("allocator", ["own", "npualloc"])
+def test_trace_entries_carry_their_pool(run_npu, allocator):
+    # As torch_npu's own allocator tags them (TraceEntry's mempool): a MemPool's allocation and
+    # free carry its id, the default pool's (0, 0).
+    r = run(run_npu, """
+        torch.npu.memory._record_memory_history(max_entries=1000)
+        pool = torch.npu.MemPool()
+        with torch.npu.use_mem_pool(pool):
+            x = torch.empty(1 << 20, dtype=torch.uint8, device="npu")
+        y = torch.empty(1 << 20, dtype=torch.uint8, device="npu")
+        addrs = {"pool": x.data_ptr(), "default": y.data_ptr()}
+        del x, y
+        snap = torch.npu.memory._snapshot()
+        torch.npu.memory._record_memory_history(enabled=None)
+        got = {name: sorted({(t["action"], tuple(t["pool_id"])) for t in snap["device_traces"][0]
+                             if t.get("addr") == a and t["action"] in ("alloc", "free_requested")})
+               for name, a in addrs.items()}
+        report({"got": got, "pool": list(pool.id)})
+    """, allocator).result
+    pool = tuple(r["pool"])
+    assert r["got"]["pool"] == [["alloc", list(pool)], ["free_requested", list(pool)]], r
+    assert r["got"]["default"] == [["alloc", [0, 0]], ["free_requested", [0, 0]]], r

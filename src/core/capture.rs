@@ -33,7 +33,7 @@ impl<B: Memory> Pool<B> {
         };
         self.cache.counters.block_freed(size, requested);
         self.cache.order.quarantine(id, size);
-        self.sh.history.freed(addr, requested, self.stream(), false);
+        self.sh.history.freed(addr, requested, self.stream(), self.pool_id(), false);
         self.cache.blocks.get_mut(id).state = BlockState::Pending;
         self.after_transition();
     }

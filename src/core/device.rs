@@ -235,7 +235,7 @@ impl<B: Memory> Device<B> {
         };
         self.published(entry, kind as usize, &pool);
         self.sh.trace_alloc(addr, size, stream);
-        self.sh.history.record(Action::Alloc, addr, size, stream);
+        self.sh.history.record(Action::Alloc, addr, size, stream, pool.pool_id());
         Ok(addr)
     }
 

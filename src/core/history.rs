@@ -68,6 +68,8 @@ pub struct Event {
     pub size: usize,
     /// The raw stream handle (0 is the default stream).
     pub stream: usize,
+    /// The pool of the block or segment (0: the default pool; Note [pools]).
+    pub pool: u64,
     /// Microseconds since the Unix epoch.
     pub time_us: u64,
     /// For `Oom`: the device's free bytes as the runtime reported them.
@@ -113,21 +115,21 @@ impl History {
 
     /// Records `action` when on (the hot-path form: one relaxed load when off).
     #[inline(always)]
-    pub fn record(&self, action: Action, addr: usize, size: usize, stream: Stream) {
+    pub fn record(&self, action: Action, addr: usize, size: usize, stream: Stream, pool: u64) {
         if self.is_on() {
-            self.push_all(&[(action, addr, size, stream.0, 0)]);
+            self.push_all(&[(action, addr, size, stream.0, pool, 0)]);
         }
     }
 
     /// A free: `FreeRequested`, then `FreeCompleted` too when the block is
     /// reusable at once. One load when off.
     #[inline(always)]
-    pub fn freed(&self, addr: usize, requested: usize, stream: Stream, completed: bool) {
+    pub fn freed(&self, addr: usize, requested: usize, stream: Stream, pool: u64, completed: bool) {
         if self.is_on() {
-            let requested_entry = (Action::FreeRequested, addr, requested, stream.0, 0);
+            let requested_entry = (Action::FreeRequested, addr, requested, stream.0, pool, 0);
             if completed {
                 // One lock and one clock read for both.
-                self.push_all(&[requested_entry, (Action::FreeCompleted, addr, requested, stream.0, 0)]);
+                self.push_all(&[requested_entry, (Action::FreeCompleted, addr, requested, stream.0, pool, 0)]);
             } else {
                 self.push_all(&[requested_entry]);
             }
@@ -135,17 +137,17 @@ impl History {
     }
 
     /// An out-of-memory failure; `device_free` is asked only when on.
-    pub fn oom(&self, size: usize, stream: Stream, device_free: impl FnOnce() -> u64) {
+    pub fn oom(&self, size: usize, stream: Stream, pool: u64, device_free: impl FnOnce() -> u64) {
         if self.is_on() {
-            self.push_all(&[(Action::Oom, 0, size, stream.0, device_free())]);
+            self.push_all(&[(Action::Oom, 0, size, stream.0, pool, device_free())]);
         }
     }
 
-    /// Appends (action, addr, size, stream, device_free) entries with one
-    /// time stamp.
+    /// Appends (action, addr, size, stream, pool, device_free) entries with
+    /// one time stamp.
     #[cold]
     #[inline(never)]
-    fn push_all(&self, entries: &[(Action, usize, usize, usize, u64)]) {
+    fn push_all(&self, entries: &[(Action, usize, usize, usize, u64, u64)]) {
         let mut ring = self.lock();
         // Turned off between the load and the lock: nothing to keep.
         if ring.capacity == 0 {
@@ -154,7 +156,7 @@ impl History {
         // Taken under the lock, so times never go backwards along the ring
         // (unless the wall clock itself is set back).
         let time_us = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
-        for &(action, addr, size, stream, device_free) in entries {
+        for &(action, addr, size, stream, pool, device_free) in entries {
             // Full, or the host cannot give the ring more room (a bound
             // like PyTorch's sys.maxsize means "as many as fit"): the
             // oldest entry makes way rather than the process aborting.
@@ -162,7 +164,7 @@ impl History {
             if full && ring.entries.pop_front().is_none() {
                 return;
             }
-            ring.entries.push_back(Event { action, addr, size, stream, time_us, device_free });
+            ring.entries.push_back(Event { action, addr, size, stream, pool, time_us, device_free });
         }
     }
 
@@ -189,9 +191,9 @@ mod tests {
     fn off_by_default_and_records_nothing() {
         let h = History::default();
         assert!(!h.is_on());
-        h.record(Action::Alloc, 0x1000, 512, Stream(0));
-        h.freed(0x1000, 512, Stream(0), true);
-        h.oom(1 << 30, Stream(0), || panic!("device_free asked while off"));
+        h.record(Action::Alloc, 0x1000, 512, Stream(0), 0);
+        h.freed(0x1000, 512, Stream(0), 0, true);
+        h.oom(1 << 30, Stream(0), 0, || panic!("device_free asked while off"));
         assert!(h.events().is_empty());
     }
 
@@ -200,11 +202,11 @@ mod tests {
         let h = History::default();
         h.set_capacity(3);
         for i in 1..=5 {
-            h.record(Action::Alloc, i * 0x1000, i, Stream(7));
+            h.record(Action::Alloc, i * 0x1000, i, Stream(7), 3);
         }
         assert_eq!(addrs(&h), [0x3000, 0x4000, 0x5000]);
         let ev = h.events();
-        assert!(ev.iter().all(|e| e.action == Action::Alloc && e.stream == 7));
+        assert!(ev.iter().all(|e| e.action == Action::Alloc && e.stream == 7 && e.pool == 3));
         assert!(ev.windows(2).all(|w| w[0].time_us <= w[1].time_us));
         assert_eq!(ev[2].size, 5);
     }
@@ -213,9 +215,9 @@ mod tests {
     fn a_free_completes_at_once_or_later() {
         let h = History::default();
         h.set_capacity(10);
-        h.freed(0x1000, 100, Stream(0), true);
-        h.freed(0x2000, 200, Stream(0), false);
-        h.record(Action::FreeCompleted, 0x2000, 200, Stream(0));
+        h.freed(0x1000, 100, Stream(0), 0, true);
+        h.freed(0x2000, 200, Stream(0), 0, false);
+        h.record(Action::FreeCompleted, 0x2000, 200, Stream(0), 0);
         let got: Vec<_> = h.events().iter().map(|e| (e.action.name(), e.addr)).collect();
         assert_eq!(
             got,
@@ -233,17 +235,17 @@ mod tests {
         let h = History::default();
         h.set_capacity(4);
         for i in 1..=4 {
-            h.record(Action::SegmentAlloc, i, 1, Stream(0));
+            h.record(Action::SegmentAlloc, i, 1, Stream(0), 0);
         }
         h.set_capacity(2);
         assert_eq!(addrs(&h), [3, 4]);
-        h.oom(99, Stream(0), || 1234);
+        h.oom(99, Stream(0), 0, || 1234);
         let last = *h.events().last().unwrap();
         assert_eq!((last.action, last.size, last.device_free), (Action::Oom, 99, 1234));
         h.set_capacity(0);
         assert!(!h.is_on());
         assert!(h.events().is_empty());
-        h.record(Action::Alloc, 5, 1, Stream(0));
+        h.record(Action::Alloc, 5, 1, Stream(0), 0);
         assert!(h.events().is_empty());
     }
 
@@ -256,7 +258,7 @@ mod tests {
                 let h = &h;
                 s.spawn(move || {
                     for i in 0..1000 {
-                        h.record(Action::Alloc, t << 32 | i, 1, Stream(t));
+                        h.record(Action::Alloc, t << 32 | i, 1, Stream(t), 0);
                     }
                 });
             }

@@ -286,8 +286,11 @@ impl<B: Memory> Device<B> {
             self.sh.counters.oom();
         }
         // Its own statement: the guard must not live across the device call.
-        let stream = shard.lock_anyway().stream();
-        self.sh.history.oom(size, stream, || device_free);
+        let (stream, pool) = {
+            let p = shard.lock_anyway();
+            (p.stream(), p.pool_id())
+        };
+        self.sh.history.oom(size, stream, pool, || device_free);
     }
 
     /// One retry of a request: an out-of-memory failure is the inner
@@ -305,7 +308,7 @@ impl<B: Memory> Device<B> {
                 self.published(self.streams.entry_of(pool.cache.id), pool.cache.kind as usize, &pool);
                 let stream = pool.stream();
                 self.sh.trace(|t| t.alloc(addr, size, stream));
-                self.sh.history.record(super::history::Action::Alloc, addr, size, stream);
+                self.sh.history.record(super::history::Action::Alloc, addr, size, stream, pool.pool_id());
                 Ok(Ok(addr))
             }
             Err(e) if e.is_out_of_memory() => Ok(Err((e, pool.largest_free()))),
@@ -341,7 +344,7 @@ impl<B: Memory> Device<B> {
             if let Ok(addr) = pool.malloc_cached(size, rounded) {
                 self.published(entry, kind, &pool);
                 self.sh.trace(|t| t.alloc(addr, size, stream));
-                self.sh.history.record(super::history::Action::Alloc, addr, size, stream);
+                self.sh.history.record(super::history::Action::Alloc, addr, size, stream, pool.pool_id());
                 return Ok(Some(addr));
             }
         }

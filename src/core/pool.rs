@@ -86,6 +86,11 @@ impl<B: Memory> Pool<B> {
         self.cache.stream
     }
 
+    /// What the pool's config asks of its blocks.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
     /// The pool the shard serves (see `Cache::pool`).
     pub fn pool_id(&self) -> u64 {
         self.cache.pool
@@ -186,7 +191,7 @@ impl<B: Memory> Pool<B> {
             return self.free_used_elsewhere(id, addr);
         }
         c.counters.block_freed(size, requested);
-        self.sh.history.freed(addr, requested, c.stream, true);
+        self.sh.history.freed(addr, requested, c.stream, c.pool, true);
         if c.reuse.push(&mut c.blocks, id, size) {
             let b = c.blocks.get_mut(id);
             b.state = BlockState::Held;
@@ -224,7 +229,7 @@ impl<B: Memory> Pool<B> {
         };
         c.counters.block_freed(size, requested);
         let deferred = c.order.defer(id, events, size, hold);
-        sh.history.freed(addr, requested, c.stream, !deferred);
+        sh.history.freed(addr, requested, c.stream, c.pool, !deferred);
         if deferred {
             c.blocks.get_mut(id).state = BlockState::Pending;
         } else {
@@ -319,7 +324,7 @@ impl<B: Memory> Pool<B> {
         let n = done.len();
         for id in done {
             let b = c.blocks.get(id);
-            self.sh.history.record(Action::FreeCompleted, b.addr, b.requested, c.stream);
+            self.sh.history.record(Action::FreeCompleted, b.addr, b.requested, c.stream, c.pool);
             c.return_block(id);
         }
         n

@@ -204,7 +204,7 @@ impl<B: Memory> Device<B> {
         segments.sort_by_key(|s| s.addr);
         let allocated: usize =
             segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state == State::Allocated).map(|b| b.size).sum();
-        self.sh.history.record(Action::Snapshot, 0, allocated, crate::runtime::Stream::DEFAULT);
+        self.sh.history.record(Action::Snapshot, 0, allocated, crate::runtime::Stream::DEFAULT, 0);
         Ok(document(self.sh.device, &segments, &self.sh.history.events()))
     }
 }

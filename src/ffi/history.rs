@@ -43,7 +43,8 @@ pub unsafe extern "C" fn npualloc_record_history(a: *mut npualloc_allocator, max
 /// `device_traces` (one list per device index up to this allocator's
 /// device; this device's holds the memory history, oldest first, each
 /// entry with `action`, `addr` (`device_free` for "oom"), `size`,
-/// `stream`, `time_us`, `frames`). Frames are always empty lists.
+/// `stream`, `pool_id` (`[0, pool]`, as `segment_pool_id`), `time_us`,
+/// `frames`). Frames are always empty lists.
 ///
 /// A segment is device-backed memory: a fixed segment, or each run of
 /// mapped pages of an expandable range (`is_expandable` true). The history

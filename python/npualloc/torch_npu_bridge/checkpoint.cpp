@@ -23,8 +23,19 @@ struct PoolCheckpoint : NCA::AllocatorState {
   std::vector<npualloc_live_block> blocks;
 };
 
-void collect(void* user, const npualloc_live_block* block) {
-  static_cast<std::vector<npualloc_live_block>*>(user)->push_back(*block);
+// npualloc_pool_live_blocks' function: appends each block. Called from Rust: nothing may escape
+// (a failed push is a list that comes up short, which the count check after the call sees).
+struct Listing {
+  std::vector<npualloc_live_block> blocks;
+  size_t seen = 0;
+};
+void collect(void* user, const npualloc_live_block* block) noexcept {
+  auto* l = static_cast<Listing*>(user);
+  ++l->seen;
+  try {
+    l->blocks.push_back(*block);
+  } catch (...) {
+  }
 }
 
 bool has_checkpoints() {
@@ -34,9 +45,10 @@ bool has_checkpoints() {
 }  // namespace
 
 std::vector<npualloc_live_block> Bridge::pool_live_blocks(int device, uint64_t pool) {
-  std::vector<npualloc_live_block> out;
-  if (pool != 0) check(api->pool_live_blocks(handle(device), pool, &collect, &out), "pool_live_blocks");
-  return out;
+  Listing l;
+  if (pool != 0) check(api->pool_live_blocks(handle(device), pool, &collect, &l), "pool_live_blocks");
+  TORCH_CHECK(l.blocks.size() == l.seen, "npualloc: no memory to list a pool's ", l.seen, " live blocks");
+  return std::move(l.blocks);
 }
 
 uint64_t Bridge::checkpointed_pool(const char* what, int device, MempoolKey id) {
@@ -72,7 +84,10 @@ NCA::CheckpointDelta Bridge::setCheckpointPoolState(c10::DeviceIndex device,
   if (pool == 0) return delta;
   npualloc_allocator* a = handle(device);
   // The pool's blocks are read and set back under the bridge's lock, so that its record of live
-  // blocks changes with npualloc's (an allocation routed to the pool meanwhile waits for it).
+  // blocks changes with npualloc's. As npugraph trees use it, nothing else allocates in or frees
+  // into the pool meanwhile; the bridge does not enforce that (an allocation or free of the pool
+  // on another thread calls npualloc outside this lock), where torch_npu's own allocator holds
+  // its one lock throughout.
   std::lock_guard<std::mutex> g(mu_);
   std::vector<npualloc_live_block> before = pool_live_blocks(device, pool);
   check(api->pool_restore(a, pool, state->blocks.data(), state->blocks.size()), "setCheckpointPoolState");
@@ -87,11 +102,16 @@ NCA::CheckpointDelta Bridge::setCheckpointPoolState(c10::DeviceIndex device,
       counts_[device].change(it->second.size, it->second.size - tail_, -1);
       live_.erase(it);
     }
+    // npualloc's history has a free of it now: no stack frames go with it.
+    if (when_ == NCA::RecordContext::ALL) keep_context(free_contexts_, b.ptr, nullptr);
   }
   for (const auto& b : state->blocks) {
     if (live_.find(b.ptr) == live_.end()) {
       live_[b.ptr] = Live{device, b.requested, nullptr, {}, b.stream, nullptr};
-      counts_[device].change(b.requested, b.requested - tail_, +1);
+      counts_[device].change(b.requested, b.requested >= tail_ ? b.requested - tail_ : 0, +1);
+      if (when_ == NCA::RecordContext::ALLOC || when_ == NCA::RecordContext::ALL) {
+        keep_context(trace_contexts_, b.ptr, nullptr);
+      }
     }
     delta.dataptrs_allocd.emplace_back(b.ptr, b.ptr, &deleter, c10::Device(c10::DeviceType::PrivateUse1, device));
   }

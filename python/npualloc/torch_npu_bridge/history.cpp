@@ -129,6 +129,15 @@ void Bridge::add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info)
   }
   std::vector<NCA::TraceEntry> entries;
   std::unordered_map<int64_t, size_t> taken, taken_free;  // contexts used per address, from the newest
+  std::unordered_map<uint64_t, c10_npu::MempoolId_t> torch_ids;  // torch_npu's id of each npualloc pool met
+  auto torch_pool = [&](const Json& e) -> c10_npu::MempoolId_t {
+    const auto& id = e["pool_id"].items;
+    uint64_t pool = id.size() == 2 ? static_cast<uint64_t>(id[1].as_int()) : 0;
+    if (pool == 0) return {0, 0};
+    auto found = torch_ids.find(pool);
+    if (found == torch_ids.end()) found = torch_ids.emplace(pool, pools_.torch_id(device, pool)).first;
+    return found->second;
+  };
   const auto& items = traces.items[device].items;
   for (auto it = items.rbegin(); it != items.rend(); ++it) {
     const Json& e = *it;
@@ -149,7 +158,7 @@ void Bridge::add_snapshot(int device, const Json& snap, NCA::SnapshotInfo& info)
     }
     entries.push_back(release::trace_entry(action, device, addr, static_cast<size_t>(e["size"].as_int()),
                                            reinterpret_cast<aclrtStream>(e["stream"].as_int()),
-                                           c10_npu::MempoolId_t{0, 0}, std::move(context)));
+                                           torch_pool(e), std::move(context)));
   }
   std::reverse(entries.begin(), entries.end());
   info.device_traces[device] = std::move(entries);

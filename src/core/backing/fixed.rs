@@ -154,7 +154,9 @@ impl Backing for FixedSegments {
     fn settle(pool: Parts<'_, Self>, g: &Give, given_back: bool, readded: Option<SegmentId>) -> bool {
         match readded {
             Some(seg) => pool.backing.raws.set(seg, Raw { at: g.device.0, len: g.device.1 }),
-            None if given_back => pool.sh.history.record(Action::SegmentFree, g.addr, g.size, pool.stream),
+            None if given_back => {
+                pool.sh.history.record(Action::SegmentFree, g.addr, g.size, pool.stream, pool.cache.pool)
+            }
             None => {}
         }
         false
@@ -302,7 +304,7 @@ fn malloc_charged(sh: &Shared<FixedSegments>, len: usize) -> Result<Raw, GrowErr
 /// free block.
 fn add_raw(pool: &mut Parts<'_, FixedSegments>, raw: Raw, base: usize, size: usize) -> BlockId {
     pool.sh.counters.segment_added(raw.len);
-    pool.sh.history.record(Action::SegmentAlloc, base, size, pool.stream);
+    pool.sh.history.record(Action::SegmentAlloc, base, size, pool.stream, pool.cache.pool);
     let (seg, block) = pool.add_segment(base, size, Some((raw.at, raw.len)));
     pool.backing.raws.set(seg, raw);
     pool.segment_event(SegmentEvent::Map, raw.at, raw.len, None);

@@ -7,6 +7,7 @@ use super::super::backing::Memory;
 use super::super::cache::block::BlockState;
 use super::super::device::Device;
 use super::super::history::Action;
+use super::super::policy::MIN_BLOCK_SIZE;
 use super::super::pool::Pool;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
@@ -56,21 +57,36 @@ impl<B: Memory> Device<B> {
     /// `pool_live_blocks` gave earlier): every other live block of the pool
     /// is freed, and each of `blocks` not live now is allocated again at its
     /// address, from the pool's free memory there. Checked before anything
-    /// changes: INVALID_ARGUMENT when a block overlaps another, lies outside
-    /// the pool's memory or in memory no longer mapped, or in memory that is
-    /// not free once the pool's other blocks are: waiting for other streams'
-    /// work, or a live block that other streams used or another process
-    /// imported (its free would wait too).
+    /// changes: INVALID_ARGUMENT when a block is not one a listing could give
+    /// (sizes, alignment, stream), overlaps another, lies outside the pool's
+    /// memory or in memory no longer mapped, or in memory that is not free
+    /// once the pool's other blocks are (waiting for other streams' work),
+    /// and when a live block that goes was used by other streams or imported
+    /// by another process (its free would wait for them). Pool 0 is refused.
     pub fn pool_restore(&self, pool: u64, blocks: &[LiveBlock]) -> Result<Restored> {
         self.check_open()?;
+        if pool == 0 {
+            return Err(Error::InvalidArgument(
+                "restore of pool 0: only a private pool's live blocks can be set back (the default pool's \
+                 frees follow rules a restore would skip: graph streams' quarantine)"
+                    .into(),
+            ));
+        }
         self.check_pool(pool)?;
         let mut want = blocks.to_vec();
         want.sort_unstable_by_key(|b| b.addr);
-        if let Some(b) =
-            want.iter().find(|b| b.size == 0 || b.requested > b.size || b.addr.checked_add(b.size).is_none())
-        {
+        let unit = MIN_BLOCK_SIZE;
+        if let Some(b) = want.iter().find(|b| {
+            b.requested == 0
+                || b.requested > b.size
+                || b.addr.checked_add(b.size).is_none()
+                || b.addr % unit != 0
+                || b.size % unit != 0
+        }) {
             return Err(Error::InvalidArgument(format!(
-                "restore of pool {pool}: the block at {:#x} has {} bytes for a request of {}",
+                "restore of pool {pool}: the block at {:#x} has {} bytes for a request of {}: not a block \
+                 npualloc_pool_live_blocks lists (addresses and sizes are whole {unit}-byte units, a request \
+                 is 1 byte to the block's size)",
                 b.addr, b.size, b.requested
             )));
         }
@@ -86,6 +102,9 @@ impl<B: Memory> Device<B> {
         // stays locked from the checks to the end, taken in table order as
         // teardown takes them (the lock rules in `device`).
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+        // Destroyed while this call waited for the ladder: its frees follow
+        // other rules (Note [pools]).
+        self.check_pool(pool)?;
         let mut shards: Vec<(usize, MutexGuard<'_, Pool<B>>)> = Vec::new();
         for (i, e) in self.streams.iter().enumerate().filter(|(_, e)| e.pool() == pool) {
             for (kind, shard) in e.shards.iter().enumerate() {
@@ -100,6 +119,26 @@ impl<B: Memory> Device<B> {
         for b in &want {
             let at = self.check_restorable(pool, &shards, b, &mut kept)?;
             place.push(at);
+        }
+        // A live block that goes and that other streams used, or another
+        // process imported: its free would record events (device calls, which
+        // may fail halfway) and leave its memory waiting. torch_npu's own
+        // allocator refuses the same ("Events should have synchronized").
+        for (_, p) in &shards {
+            let mut live = Vec::new();
+            live_of(p, &mut live);
+            for l in live.iter().filter(|l| !kept.contains(&l.addr)) {
+                let c = &p.cache;
+                let id = *c.registry.get(&l.addr).expect("a live block is registered");
+                if c.blocks.get(id).has_other_streams {
+                    return Err(Error::InvalidArgument(format!(
+                        "restore of pool {pool}: the live block at {:#x} would be freed, and other streams used it \
+                         (record_stream) or another process imported it: its free would wait for them; erase those \
+                         uses or free it first; nothing was changed",
+                        l.addr
+                    )));
+                }
+            }
         }
         let mut done = Restored::default();
         for (_, p) in shards.iter_mut() {
@@ -123,7 +162,7 @@ impl<B: Memory> Device<B> {
             p.after_transition();
             let stream = p.stream();
             self.sh.trace_alloc(b.addr, b.requested, stream);
-            self.sh.history.record(Action::Alloc, b.addr, b.requested, stream);
+            self.sh.history.record(Action::Alloc, b.addr, b.requested, stream, pool);
             done.made.push(b.addr);
         }
         for (id, p) in &shards {
@@ -158,6 +197,16 @@ impl<B: Memory> Device<B> {
         };
         let p = &shards[at].1;
         let c = &p.cache;
+        if c.stream != b.stream {
+            return refuse(format!(
+                "was listed on stream {:#x}, and its memory is stream {:#x}'s",
+                b.stream.0, c.stream.0
+            ));
+        }
+        let align = p.shape().align();
+        if b.addr % align != 0 || b.size % align != 0 {
+            return refuse(format!("breaks the pool's {align}-byte alignment"));
+        }
         let Some(seg) = c.segments.containing(b.addr) else {
             return refuse("is not in the pool's memory (given back since)".into());
         };

@@ -7,7 +7,7 @@
 //!                requested_size, stream, segment_type, segment_pool_id,
 //!                is_expandable, frames, blocks: [{address, size,
 //!                requested_size, state, frames}]}],
-//!  "device_traces": [[{action, addr, size, stream, time_us, frames}]]}
+//!  "device_traces": [[{action, addr, size, stream, pool_id, time_us, frames}]]}
 //! ```
 //!
 //! - A segment is memory backed by the device: a fixed segment whole, or
@@ -24,9 +24,10 @@
 //!   oldest first. An `oom` entry carries `device_free` instead of `addr`,
 //!   as PyTorch's does. Taking a snapshot adds a `snapshot` entry.
 //! - `frames` are always empty: the allocator sees no Python stacks.
-//! - `segment_pool_id` is `(0, pool)`: `(0, 0)` is PyTorch's id of the
-//!   default pool, and a private pool's id goes second, as in the ids
-//!   PyTorch gives pools a user creates (Note [pools]).
+//! - `segment_pool_id` (and a trace entry's `pool_id`) is `(0, pool)`:
+//!   `(0, 0)` is PyTorch's id of the default pool, and a private pool's id
+//!   goes second, as in the ids PyTorch gives pools a user creates (Note
+//!   [pools]).
 //!
 //! This module is the format alone: `Device::pytorch_snapshot` (in
 //! `snapshot`) reads the shards into the views below, and the device's
@@ -150,6 +151,7 @@ fn trace_entry(e: &Event) -> Value {
         place,
         ("size", Value::int(e.size)),
         ("stream", Value::int(e.stream)),
+        ("pool_id", Value::Tuple(vec![Value::int(0u8), Value::int(e.pool)])),
         ("time_us", Value::int(e.time_us)),
         ("frames", Value::List(Vec::new())),
     ])
@@ -234,7 +236,8 @@ mod tests {
 
     #[test]
     fn traces_sit_at_the_device_index_and_oom_has_device_free() {
-        let ev = |action, addr, device_free| Event { action, addr, size: 64, stream: 0, time_us: 5, device_free };
+        let ev =
+            |action, addr, device_free| Event { action, addr, size: 64, stream: 0, pool: 2, time_us: 5, device_free };
         let doc = document(1, &[], &[ev(Action::Alloc, 0x10, 0), ev(Action::Oom, 0, 999)]);
         let traces = doc.get("device_traces").and_then(Value::as_list).unwrap();
         assert_eq!(traces.len(), 2);
@@ -246,5 +249,7 @@ mod tests {
         assert_eq!(mine[1].get("device_free").and_then(Value::as_int), Some(999));
         assert_eq!(mine[1].get("addr"), None);
         assert_eq!(mine[1].get("time_us").and_then(Value::as_int), Some(5));
+        let pool: Vec<_> = mine[0].get("pool_id").and_then(Value::as_list).unwrap().iter().map(Value::as_int).collect();
+        assert_eq!(pool, [Some(0), Some(2)]);
     }
 }

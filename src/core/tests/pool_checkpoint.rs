@@ -64,12 +64,23 @@ fn checkpoint_and_restore(config: &str) {
     let zero = LiveBlock { size: 0, ..point[0] };
     refused(a.pool_restore(p, &[zero]), "bytes for a request");
     refused(a.pool_restore(99, &point), "does not exist");
+    refused(a.pool_restore(0, &[]), "pool 0");
+    let off = LiveBlock { addr: point[0].addr + 256, ..point[0] };
+    refused(a.pool_restore(p, &[off]), "512-byte units");
+    let nothing = LiveBlock { requested: 0, ..point[0] };
+    refused(a.pool_restore(p, &[nothing]), "request of 0");
+    let elsewhere = LiveBlock { stream: Stream::DEFAULT, ..point[0] };
+    refused(a.pool_restore(p, &[elsewhere]), "was listed on stream");
     // A live block another stream used, in the way of x: its free would wait.
     let s2 = new_stream();
     assert_eq!(later[0], x, "the first later block did not take x's memory");
     a.record_stream(later[0], s2).unwrap();
     refused(a.pool_restore(p, &point), "other streams");
     a.erase_stream(later[0], s2).unwrap();
+    // One that would be freed, away from the checkpoint's blocks, too: its free would wait.
+    a.record_stream(later[2], s2).unwrap();
+    refused(a.pool_restore(p, &point), "would be freed, and other streams used it");
+    a.erase_stream(later[2], s2).unwrap();
     assert_eq!(a.pool_live_blocks(p).unwrap().len(), live_then, "a refusal changed the pool");
 
     // The restore: the later blocks are freed, x is live again at its address, y and z stay.

@@ -207,7 +207,7 @@ impl RangePool<'_> {
         let piece = Piece { handle, head: i as u32, units: units as u32 };
         self.range_mut(ctx.seg).set(piece);
         sh.counters.page_mapped();
-        sh.history.record(Action::SegmentMap, addr, bytes, self.stream);
+        sh.history.record(Action::SegmentMap, addr, bytes, self.stream, self.cache.pool);
         Ok(units)
     }
 
@@ -282,7 +282,7 @@ impl RangePool<'_> {
             .map_err(|e| Error::runtime(e, "unmapping a free page"))?;
         self.range_mut(seg).clear(head, units);
         sh.counters.page_unmapped();
-        sh.history.record(Action::SegmentUnmap, addr, units * page, self.stream);
+        sh.history.record(Action::SegmentUnmap, addr, units * page, self.stream, self.cache.pool);
         Ok((piece.handle, units))
     }
 

@@ -302,7 +302,7 @@ impl Backing for ExpandableRanges {
                     let units = piece.units as usize;
                     pool.range_mut(g.segment).clear(head, units);
                     pool.sh.backing.cache_handle(units * page, piece.handle);
-                    pool.sh.history.record(Action::SegmentUnmap, g.addr, units * page, pool.stream);
+                    pool.sh.history.record(Action::SegmentUnmap, g.addr, units * page, pool.stream, pool.cache.pool);
                 }
                 true
             }

@@ -95,7 +95,7 @@ impl RangePool<'_> {
         r.set(Piece { handle, head: i as u32, units: units as u32 });
         r.retired.push(Retired { head: head as u32, units: units as u32, block, flushing: false });
         sh.counters.handle_moved();
-        sh.history.record(Action::SegmentMap, new, bytes, self.stream);
+        sh.history.record(Action::SegmentMap, new, bytes, self.stream, self.cache.pool);
         Some(units)
     }
 
@@ -122,7 +122,7 @@ impl RangePool<'_> {
             return;
         }
         sh.counters.page_unmapped();
-        sh.history.record(Action::SegmentUnmap, addr, bytes, self.stream);
+        sh.history.record(Action::SegmentUnmap, addr, bytes, self.stream, self.cache.pool);
         let r = self.range_mut(seg);
         r.clear(head, p.units as usize);
         let rec = r.retired.remove(k);
@@ -210,7 +210,7 @@ impl RangePool<'_> {
         let x = r.retired.remove(k);
         let (head, units) = (x.head as usize, x.units as usize);
         r.clear(head, units);
-        self.sh.history.record(Action::SegmentUnmap, base + head * page, units * page, self.stream);
+        self.sh.history.record(Action::SegmentUnmap, base + head * page, units * page, self.stream, self.cache.pool);
         true
     }
 }

@@ -132,7 +132,7 @@ impl RangePool<'_> {
                 break;
             }
             sh.counters.page_unmapped();
-            sh.history.record(Action::SegmentUnmap, at, size, self.stream);
+            sh.history.record(Action::SegmentUnmap, at, size, self.stream, self.cache.pool);
             self.range_mut(seg).clear(p.head as usize, p.units as usize);
             run.pieces.push(p.units);
             if super::give_handle(&sh, p.handle, size).is_ok() {
@@ -328,7 +328,7 @@ impl RangePool<'_> {
                     sh.counters.page_mapped();
                 }
                 let addr = base + run.head as usize * page;
-                sh.history.record(Action::SegmentMap, addr, run.units() * page, self.stream);
+                sh.history.record(Action::SegmentMap, addr, run.units() * page, self.stream, self.cache.pool);
                 if run.host != 0 {
                     if let Err(e) = sh.rt.free_host(run.host) {
                         first_error.get_or_insert(Error::runtime(e, "freeing an offload buffer"));
