@@ -235,7 +235,11 @@ impl<B: Memory> Device<B> {
         };
         self.published(entry, kind as usize, &pool);
         self.sh.trace_alloc(addr, size, stream);
-        self.sh.history.record(Action::Alloc, addr, size, stream, pool.pool_id());
+        // The pool is read only when the history records (the hot path
+        // pays one load for the history, as before pools were recorded).
+        if self.sh.history.is_on() {
+            self.sh.history.record(Action::Alloc, addr, size, stream, pool.pool_id());
+        }
         Ok(addr)
     }
 

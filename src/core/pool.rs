@@ -191,7 +191,9 @@ impl<B: Memory> Pool<B> {
             return self.free_used_elsewhere(id, addr);
         }
         c.counters.block_freed(size, requested);
-        self.sh.history.freed(addr, requested, c.stream, c.pool, true);
+        if self.sh.history.is_on() {
+            self.sh.history.freed(addr, requested, c.stream, c.pool, true);
+        }
         if c.reuse.push(&mut c.blocks, id, size) {
             let b = c.blocks.get_mut(id);
             b.state = BlockState::Held;
