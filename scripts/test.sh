@@ -82,6 +82,12 @@ fi
 # The equal-costs model of the benchmark scripts (scripts/equal_costs.py).
 python3 scripts/test_equal_costs.py
 
+# The table of torch_npu's own memory tests run under both allocators
+# (docs/torch-npu-upstream-tests.md): each test that passes only with torch_npu's own
+# allocator has its reason written there; and the check's own checks.
+python3 scripts/test_upstream_table.py
+python3 scripts/upstream-torch-npu-tests.py --check docs/torch-npu-upstream-tests.md
+
 # bench-two-tenants.sh's failure reports, with stand-ins for its programs.
 bash scripts/test-bench-two-tenants.sh
 
