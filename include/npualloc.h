@@ -51,9 +51,10 @@ typedef void *aclrtStream;
 /**
  * Version of the `npualloc_stats` layout this library fills: 2 added the
  * fields from `num_physical_mallocs` on, 3 those from `segments_peak` on,
- * 4 `num_handle_moves`, 5 those from `allocated_bytes_total` on.
+ * 4 `num_handle_moves`, 5 those from `allocated_bytes_total` on, 6
+ * those from `exported_blocks` on, 7 `memory_limit`.
  */
-#define NPUALLOC_STATS_VERSION 6
+#define NPUALLOC_STATS_VERSION 7
 
 /**
  * The pool kind `npualloc_get_kind_stats` reports on: PyTorch's small pool
@@ -438,6 +439,12 @@ typedef struct npualloc_stats {
      * (counted in `pending_free_bytes` too).
      */
     uint64_t held_for_importers_bytes;
+    /**
+     * The most device memory this allocator may reserve
+     * (`per_process_memory_fraction`, `npualloc_set_memory_fraction`) in
+     * bytes; `UINT64_MAX` when there is no limit. (Version 7 from here on.)
+     */
+    uint64_t memory_limit;
 } npualloc_stats;
 
 /**
@@ -760,7 +767,9 @@ npualloc_status npualloc_empty_cache_with(struct npualloc_allocator *a, uint32_t
 /**
  * Caps the device memory this allocator reserves at `fraction` (in [0, 1],
  * as torch_npu allows; 0 lets it reserve nothing more) of the device's
- * total. Memory already reserved is not released by this call.
+ * total; 1 removes the cap (torch_npu's `setMemoryFraction`: the whole
+ * device is no limit, so `garbage_collection_threshold` has none to act
+ * on). Memory already reserved is not released by this call.
  *
  * Returns NPUALLOC_ERR_INVALID_ARGUMENT for a fraction outside [0, 1] or NaN.
  *

@@ -69,7 +69,7 @@ class Stats(ctypes.Structure):
             "segments_peak", "num_segments_created", "num_segments_released",
             "num_handle_moves", "allocated_bytes_total", "reserved_bytes_total", "pending_free_blocks",
             "inactive_split_blocks", "inactive_split_bytes", "max_split_size",
-            "exported_blocks", "held_for_importers_bytes",
+            "exported_blocks", "held_for_importers_bytes", "memory_limit",
         )
     ]
 

@@ -32,7 +32,8 @@ def test_malloc_free_stats_snapshot(emu):
         assert isinstance(snap, dict) and snap
         # One table gives the struct's fields and the snapshot's keys.
         assert {k: v for k, v in s.items() if k != "version"} == snap["stats"]
-        assert s["version"] == 6 and s["segment_bytes"] + s["cached_handle_bytes"] == s["reserved_bytes"]
+        assert s["version"] == 7 and s["segment_bytes"] + s["cached_handle_bytes"] == s["reserved_bytes"]
+        assert s["memory_limit"] == 2**64 - 1, "no memory fraction: no limit"
         for b in blocks:
             alloc.free(b)
         s = alloc.stats()

@@ -122,8 +122,8 @@ pub const KEYS: &[KeySpec] = &[
         kind: ValueKind::Number,
         default: "off",
         unit: "",
-        doc: "When reserved memory exceeds this fraction of the allowed memory, free cached blocks \
-              that were not reused recently. Strictly between 0 and 1.",
+        doc: "When reserved memory exceeds this fraction of the allowed memory (a memory fraction \
+              below 1), free cached blocks that were not reused recently. Strictly between 0 and 1.",
     },
     KeySpec {
         key: Key::RoundupPower2Divisions,
@@ -141,7 +141,7 @@ pub const KEYS: &[KeySpec] = &[
         kind: ValueKind::Number,
         default: "1",
         unit: "",
-        doc: "Largest share of the device memory this allocator may reserve. Greater than 0, at most 1.",
+        doc: "Largest share of the device memory this allocator may reserve. Greater than 0, at most 1; 1 is no limit.",
     },
     KeySpec {
         key: Key::PageSize,

@@ -101,6 +101,7 @@ impl<B: Memory> Device<B> {
         }
         s.largest_free_block = largest as u64;
         s.max_split_size = self.sh.policy.max_split_size as u64;
+        s.memory_limit = self.sh.limit.get().map_or(u64::MAX, |l| l as u64);
         Ok(s)
     }
 

@@ -189,7 +189,7 @@ impl DeviceAllocator {
         config_effect::check(&config, expandable, rt.source())?;
         let large_page =
             if rt.has_vmm() { Some(backing::expandable::large_page_spec(&rt, device, &config)?) } else { None };
-        let limit = config.per_process_memory_fraction.map(|f| (f * total as f64) as usize);
+        let limit = config.per_process_memory_fraction.and_then(|f| fraction_limit(f, total));
         let trace = match &config.trace {
             Some(path) => Some(std::sync::Mutex::new(TraceRecorder::create(path, device, &config)?)),
             None => None,
@@ -413,7 +413,7 @@ impl DeviceAllocator {
         let rt = &self.rt;
         let (_, total) =
             rt.on_device(self.device, || rt.mem_info()).map_err(|e| Error::runtime(e, "querying device memory"))?;
-        with_device!(&self.engine, d => d.set_limit((fraction * total as f64) as usize))
+        with_device!(&self.engine, d => d.set_limit(fraction_limit(fraction, total).unwrap_or(usize::MAX)))
     }
 
     /// The live block containing `addr` (interior pointers allowed).
@@ -636,6 +636,13 @@ impl DeviceAllocator {
             (n + pool.cache.reuse.count, b + pool.cache.reuse.bytes)
         }))
     }
+}
+
+/// The limit in bytes of memory fraction `fraction` of a device of `total`
+/// bytes: none for the whole device, as torch_npu's `setMemoryFraction` has
+/// it (so a whole-device fraction starts no garbage collection).
+fn fraction_limit(fraction: f64, total: usize) -> Option<usize> {
+    (fraction < 1.0).then_some((fraction * total as f64) as usize)
 }
 
 /// A memory fraction `set_memory_fraction` accepts: in [0, 1] (NaN is not).

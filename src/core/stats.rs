@@ -54,7 +54,8 @@ macro_rules! stats_table {
             inactive_split_bytes "Bytes of those blocks.",
             max_split_size "Blocks of at least this many bytes are never split (`max_split_size_mb`); `UINT64_MAX` when no limit is set (PyTorch's -1, read as a signed number).",
             exported_blocks "Live blocks exported to other processes (`npualloc_ipc_export`). (Version 6 from here on.)",
-            held_for_importers_bytes "Bytes of freed blocks that other processes still hold imported: neither handed out nor given back until the last of them lets go (counted in `pending_free_bytes` too)."
+            held_for_importers_bytes "Bytes of freed blocks that other processes still hold imported: neither handed out nor given back until the last of them lets go (counted in `pending_free_bytes` too).",
+            memory_limit "The most device memory this allocator may reserve (`per_process_memory_fraction`, `npualloc_set_memory_fraction`) in bytes; `UINT64_MAX` when there is no limit. (Version 7 from here on.)"
         }
     };
 }

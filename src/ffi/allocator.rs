@@ -299,7 +299,9 @@ pub unsafe extern "C" fn npualloc_empty_cache_with(a: *mut npualloc_allocator, f
 
 /// Caps the device memory this allocator reserves at `fraction` (in [0, 1],
 /// as torch_npu allows; 0 lets it reserve nothing more) of the device's
-/// total. Memory already reserved is not released by this call.
+/// total; 1 removes the cap (torch_npu's `setMemoryFraction`: the whole
+/// device is no limit, so `garbage_collection_threshold` has none to act
+/// on). Memory already reserved is not released by this call.
 ///
 /// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a fraction outside [0, 1] or NaN.
 ///

@@ -7,8 +7,9 @@ use std::ffi::{c_char, CString};
 
 /// Version of the `npualloc_stats` layout this library fills: 2 added the
 /// fields from `num_physical_mallocs` on, 3 those from `segments_peak` on,
-/// 4 `num_handle_moves`, 5 those from `allocated_bytes_total` on.
-pub const NPUALLOC_STATS_VERSION: u32 = 6;
+/// 4 `num_handle_moves`, 5 those from `allocated_bytes_total` on, 6
+/// those from `exported_blocks` on, 7 `memory_limit`.
+pub const NPUALLOC_STATS_VERSION: u32 = 7;
 
 /// Allocator statistics (PyTorch `memory_stats()` vocabulary, plus where the
 /// reserved memory is). The caller sets `struct_size` to
@@ -124,6 +125,10 @@ pub struct npualloc_stats {
     /// neither handed out nor given back until the last of them lets go
     /// (counted in `pending_free_bytes` too).
     pub held_for_importers_bytes: u64,
+    /// The most device memory this allocator may reserve
+    /// (`per_process_memory_fraction`, `npualloc_set_memory_fraction`) in
+    /// bytes; `UINT64_MAX` when there is no limit. (Version 7 from here on.)
+    pub memory_limit: u64,
 }
 
 macro_rules! stats_from_core {

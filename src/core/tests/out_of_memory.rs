@@ -162,13 +162,22 @@ fn injected_device_failure_is_retried() {
 fn memory_fraction_caps_reserved_memory() {
     let _g = emu_lock();
     set_capacity(100 << 20);
+    let unlimited = allocator("");
+    assert_eq!(unlimited.stats().unwrap().memory_limit, u64::MAX, "no limit set");
+    finish(unlimited);
     let a = allocator("per_process_memory_fraction:0.5");
+    assert_eq!(a.stats().unwrap().memory_limit, 50 << 20, "the config's limit, in bytes");
     let p = a.malloc(30 << 20, Stream::DEFAULT).unwrap();
     let err = a.malloc(30 << 20, Stream::DEFAULT).unwrap_err();
     assert!(matches!(&err, Error::OutOfMemory(m) if m.contains("memory fraction")), "{err}");
+    a.set_memory_fraction(0.25).unwrap();
+    assert_eq!(a.stats().unwrap().memory_limit, 25 << 20);
     a.set_memory_fraction(1.0).unwrap();
+    assert_eq!(a.stats().unwrap().memory_limit, u64::MAX, "the whole device is no limit (torch_npu's rule)");
     let q = a.malloc(30 << 20, Stream::DEFAULT).unwrap();
+    a.set_memory_fraction(0.75).unwrap();
     assert!(a.set_memory_fraction(-0.1).is_err());
+    assert_eq!(a.stats().unwrap().memory_limit, 75 << 20, "a refused fraction changes nothing");
     a.free(p).unwrap();
     a.free(q).unwrap();
     finish(a);
