@@ -30,6 +30,7 @@ import ctypes
 import importlib
 import os
 import pickle
+import re
 import sys
 import warnings
 
@@ -151,7 +152,8 @@ def enable(config=None):
         raise
     _installed = _Installed(effective, library, str(bridge), tail)
     _follow_the_sanitizer(torch_npu, handle)
-    _tell_of_run_time_settings(torch_npu)
+    _pass_rejection_rule(handle, _torch_npu_env_settings())
+    _tell_of_run_time_settings(torch_npu, handle)
     _follow_uce_checks(torch_npu, handle)
 
 
@@ -194,18 +196,60 @@ def _follow_uce_checks(torch_npu, handle):
 # NPUCachingAllocator.cpp, setAllocatorSettings) that tune the device allocator. npualloc reads
 # its config once, when it starts, so a change of these reaches torch_npu's own allocator, which
 # serves only MallocBlock/FreeBlock, and not npualloc: the caller is told. The pinned_* keys tune
-# torch_npu's host allocator, which stays torch_npu's, and need no word.
+# torch_npu's host allocator, which stays torch_npu's, and need no word. throw_on_npumalloc_oom
+# and the per_process_memory_fraction its rule reads are passed on to the bridge (_REJECTION).
 _DEVICE_SETTINGS = (
     "expandable_segments",
     "max_split_size_mb",
     "max_non_split_rounding_mb",
     "release_lock_on_npumalloc",
-    "throw_on_npumalloc_oom",
-    "per_process_memory_fraction",
 )
 
 
-def _tell_of_run_time_settings(torch_npu):
+def _settings(text):
+    """``{key: value}`` of a torch_npu allocator settings string ("key:value,key:value"), read
+    as torch_npu's ConfigTokenizer reads it: whitespace anywhere is dropped. (The items of a
+    bracketed list come out as keys of their own, which no caller asks for.)"""
+    out = {}
+    for item in "".join(str(text or "").split()).split(","):
+        key, sep, value = item.partition(":")
+        if sep:
+            out[key] = value
+    return out
+
+
+# The leading number std::stod reads (torch_npu parses the fraction with it).
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _pass_rejection_rule(handle, text):
+    """Hands the bridge torch_npu's throw_on_npumalloc_oom and per_process_memory_fraction from
+    the settings ``text`` (what torch_npu accepted; an absent key stays as it was): the rule
+    that rejects growth past that share of the device (torch_npu's NPUAllocatorConfig,
+    NPUCachingAllocator.cpp alloc_block). What cannot be passed on is a warning: torch_npu has
+    taken the settings by then."""
+    settings = _settings(text)
+    throw = settings.get("throw_on_npumalloc_oom")
+    fraction = settings.get("per_process_memory_fraction")
+    number = _NUMBER.match(fraction) if fraction is not None else None
+    if throw is None and number is None:
+        return
+    rule = handle.npualloc_torch_npu_bridge_rejection
+    rule.restype = ctypes.c_int
+    rule.argtypes = [ctypes.c_int, ctypes.c_double]
+    if rule(-1 if throw is None else int(throw == "True"), -1.0 if number is None else float(number.group())) != 0:
+        warnings.warn("npualloc: the torch_npu bridge could not take throw_on_npumalloc_oom and "
+                      "per_process_memory_fraction (see stderr); its limits stay as they were",
+                      RuntimeWarning, stacklevel=3)
+
+
+def _torch_npu_env_settings():
+    """The allocator settings torch_npu reads when it starts: PYTORCH_NPU_ALLOC_CONF, else
+    PYTORCH_ALLOC_CONF (NPUAllocatorConfig::instance)."""
+    return os.environ.get("PYTORCH_NPU_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF"))
+
+
+def _tell_of_run_time_settings(torch_npu, handle):
     original = getattr(torch_npu._C, "_npu_npuCachingAllocator_set_allocator_settings", None)
     if original is None:
         return
@@ -213,7 +257,8 @@ def _tell_of_run_time_settings(torch_npu):
     def set_allocator_settings(settings):
         # torch_npu checks the keys and values first: what it refuses raises as before.
         result = original(settings)
-        keys = [item.split(":", 1)[0].strip() for item in str(settings).split(",")]
+        _pass_rejection_rule(handle, settings)
+        keys = list(_settings(settings))
         ignored = [k for k in _DEVICE_SETTINGS if k in keys]
         if ignored:
             warnings.warn(

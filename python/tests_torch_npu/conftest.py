@@ -71,6 +71,9 @@ NO_SPLIT = _declares(r"\bsetNoSplit\(")
 CAPTURE_QUERY = _declares(r"\bhasCapturesUnderway\(")
 # HCCL's work ends a block's stream use by the block's address (eraseStreamWithBlockPtr).
 ERASE_BY_BLOCK = _declares(r"\beraseStreamWithBlockPtr\(")
+# PYTORCH_NPU_ALLOC_CONF's per_process_memory_fraction, and throw_on_npumalloc_oom's rule.
+FRACTION_IN_CONFIG = _declares(r"\bper_process_memory_fraction\b", _CORE / "NPUAllocatorConfig.h")
+THROW_ON_OOM = _declares(r"\bthrow_on_npumalloc_oom\b", _CORE / "NPUAllocatorConfig.h")
 # The sanitizer's trace has record_stream and erase events (2.9 on).
 STREAM_TRACE = _declares(r"\bNPURecordStreamCallbacks\b", _NPU / "utils" / "_npu_trace.py")
 
@@ -118,24 +121,54 @@ class NpuRun:
         self.result = json.loads(lines[-1]) if lines else None
 
 
+def _child_env():
+    env = dict(os.environ)
+    env.pop("NPUALLOC_CONF", None)
+    env.update(TORCH_DEVICE_BACKEND_AUTOLOAD="0", NPUALLOC_ACL_LIBRARY=str(WRAPPER))
+    return env
+
+
+@pytest.fixture(scope="session")
+def fork_server(tmp_path_factory):
+    """The session's fork server (forkserver.py), or None when NPUALLOC_TEST_FORKSERVER=0 or
+    outside the harness's venv."""
+    if os.environ.get("NPUALLOC_TEST_FORKSERVER", "1") == "0" or not (SITE / "npu_emu.py").is_file():
+        yield None
+        return
+    from forkserver import Server
+
+    server = Server(sys.executable, _child_env(), tmp_path_factory.mktemp("forkserver"))
+    yield server
+    server.close()
+
+
 @pytest.fixture
-def run_npu(tmp_path):
+def run_npu(tmp_path, fork_server):
     """``run_npu(code, allocator="own" | "npualloc", env=None, check=True)``:
     runs ``code`` (dedented) after importing npu_emu, torch and torch_npu
-    (and, for "npualloc", after ``npualloc.torch_npu.enable()``) in a fresh
-    python of this venv; ``report(obj)`` in the code prints the result line.
-    With ``check`` a non-zero exit fails the test with the child's output."""
+    (and, for "npualloc", after ``npualloc.torch_npu.enable()``) in a child
+    python of this venv, forked from the fork server when its environment
+    allows (forkserver.py), else a fresh one; ``report(obj)`` in the code
+    prints the result line. With ``check`` a non-zero exit fails the test
+    with the child's output."""
 
     def run(code, allocator="own", env=None, check=True, timeout=600):
         script = tmp_path / f"npu_{allocator}.py"
         report = "import json as _json\ndef report(obj):\n    print('RESULT ' + _json.dumps(obj), flush=True)\n"
         script.write_text(PRELUDE[allocator] + report + textwrap.dedent(code))
-        child_env = dict(os.environ)
-        child_env.pop("NPUALLOC_CONF", None)
-        child_env.update(TORCH_DEVICE_BACKEND_AUTOLOAD="0", NPUALLOC_ACL_LIBRARY=str(WRAPPER))
+        child_env = _child_env()
         child_env.update(env or {})
-        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=child_env,
-                              cwd=tmp_path, timeout=timeout)
+        if fork_server is not None and fork_server.serves(child_env):
+            out_path, err_path = tmp_path / f"npu_{allocator}.out", tmp_path / f"npu_{allocator}.err"
+            try:
+                status = fork_server.run(script, tmp_path, child_env, out_path, err_path, timeout)
+            except TimeoutError:
+                raise subprocess.TimeoutExpired([str(script)], timeout) from None
+            done = subprocess.CompletedProcess([str(script)], status, out_path.read_text(errors="replace"),
+                                               err_path.read_text(errors="replace"))
+        else:
+            done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=child_env,
+                                  cwd=tmp_path, timeout=timeout)
         out = NpuRun(done)
         if check and done.returncode != 0:
             pytest.fail(f"torch_npu child ({allocator}) exited with {done.returncode}\n"

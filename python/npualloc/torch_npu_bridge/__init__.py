@@ -30,8 +30,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # The translation units compiled into the library, and every file of its source (the cache key).
-COMPILED = ("bridge.cpp", "stats.cpp", "history.cpp", "trace.cpp", "ipc.cpp", "hccl.cpp", "checkpoint.cpp",
-            "boundary.cpp")
+COMPILED = ("bridge.cpp", "stats.cpp", "limit.cpp", "history.cpp", "trace.cpp", "leaks.cpp", "ipc.cpp", "hccl.cpp",
+            "checkpoint.cpp", "boundary.cpp")
 SOURCES = COMPILED + ("bridge.h", "json.h", "pools.h", "release.h")
 LIBRARY = "libnpualloc_torch_npu.so"
 

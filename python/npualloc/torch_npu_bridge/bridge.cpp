@@ -11,7 +11,15 @@ npualloc_allocator* Bridge::handle(int device) {
   if (a != nullptr) {
     return a;
   }
+  // Made once, under the limits' lock: the memory limit read from it is the config's, before any
+  // rule of the bridge's lowers it (limit.cpp).
+  std::lock_guard<std::mutex> g(limit_mu_);
+  a = __atomic_load_n(&handles_[device], __ATOMIC_ACQUIRE);
+  if (a != nullptr) {
+    return a;
+  }
   check(api->pluggable_allocator(device, &a), "creating the device's allocator");
+  adopt_limit(device, a);
   // torch_npu's task queue is emptied before npualloc synchronizes to give memory back.
   check(api->set_before_release(a, &drain_task_queue, nullptr), "set_before_release");
   // Segment events feed the trace trackers (history.cpp); without a tracker each costs one load.
@@ -65,6 +73,14 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
     }
   };
   attempt();
+  if (st == NPUALLOC_ERR_OUT_OF_MEMORY && rejects(device, size + tail_)) {
+    // As torch_npu's own (NPUCachingAllocator.cpp, NpuCachingAllocator::malloc): no retry, no OOM
+    // observer, not counted in num_ooms; its message, then npualloc's.
+    TORCH_CHECK_WITH(OutOfMemoryError, false,
+                     "NPU out of memory (npualloc). Allocation was preemptively rejected because it would exceed "
+                     "per_process_memory_fraction limit (throw_on_npumalloc_oom). Requested size: ",
+                     size + tail_, " bytes. ", error);
+  }
   if (st == NPUALLOC_ERR_OUT_OF_MEMORY && own_ != nullptr && own_->initialized() &&
       !captures_underway(device)) {
     // npualloc's own ladder gave back what it could; as torch_npu's retry does
@@ -109,6 +125,7 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
     }
   }
   trace_alloc(p);
+  leaks_alloc(device, p);
   return p;
 }
 
@@ -146,6 +163,8 @@ void Bridge::free_block(void* ptr, bool throw_errors) {
   for (const auto& s : live.streams) {
     s.stream();
   }
+  // Before the free: once npualloc has the block back, another thread may get its address.
+  leaks_free(live.device, ptr);
   npualloc_status st = api->free(handle(live.device), ptr);
   if (st != NPUALLOC_OK) {
     std::string msg = last_error();

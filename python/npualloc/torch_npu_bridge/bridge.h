@@ -22,6 +22,10 @@
 //   release.h    what differs between torch_npu releases: the entry points ReleaseBridge adds
 //   bridge.cpp   allocation, free, record_stream bookkeeping and cache release
 //   stats.cpp    torch_npu's DeviceStats from npualloc's statistics and the bridge's counts
+//   limit.cpp    the memory fraction and throw_on_npumalloc_oom's rejections
+//   trace.cpp    torch_npu's NPU sanitizer's callbacks
+//   leaks.cpp    msleaks' reports of each block (the mstx memory calls)
+//   checkpoint.cpp  pool checkpoints for npugraph trees
 //   ipc.cpp      sharing blocks with other processes (torch.multiprocessing)
 //   hccl.cpp     npualloc's memory registered with HCCL for zero-copy collectives
 //   history.cpp  recordHistory and snapshot (npualloc's snapshot with torch_npu's stack frames)
@@ -219,15 +223,21 @@ class Bridge : public NCA::NPUAllocator {
   }
 
   double memory_fraction(int device) {
-    check_device(device);
+    // The device's allocator holds the config's fraction: made first if need be (torch_npu's own
+    // getMemoryFraction sets the device too).
+    handle(device);
     return fractions_[device].load();
   }
 
-  void setMemoryFraction(double fraction, int device) override {
-    npualloc_allocator* a = handle(device);
-    check(api->set_memory_fraction(a, fraction), "set_memory_fraction");
-    fractions_[device].store(fraction);
-  }
+  void setMemoryFraction(double fraction, int device) override;  // limit.cpp
+
+  // torch_npu's throw_on_npumalloc_oom rule (limit.cpp): on or off (negative: unchanged), and the
+  // fraction it reads (negative: unchanged).
+  void set_rejection(int throw_on_oom, double fraction);
+  // An OOM-rejection observer's arguments: device, the refused size, what the device's allocator
+  // held, the device's total (torch_npu's OomRejectionObserver).
+  using RejectionObserver = std::function<void(int64_t, size_t, size_t, size_t)>;
+  void add_rejection_observer(RejectionObserver observer);
 
   // As torch_npu's own allocator (NPUCachingAllocator.cpp, emptyCacheImpl, release_blocks):
   // free_physical false unmaps the cached memory of expandable segments but keeps its physical
@@ -571,7 +581,25 @@ class Bridge : public NCA::NPUAllocator {
   static size_t device_free(int device);
   bool initialized_ = false;
   int device_count_ = 1;
+  // The memory limits (limit.cpp). limit_mu_ orders their changes and the making of each device's
+  // allocator. fractions_: torch_npu's allowed_memory_maximum per device, as a fraction (the
+  // config's, then setMemoryFraction's); the rule of throw_on_npumalloc_oom and its fraction.
+  std::mutex limit_mu_;
   std::array<std::atomic<double>, kMaxDevices> fractions_{};
+  std::atomic<bool> throw_on_oom_{false};
+  std::atomic<double> throw_fraction_{1.0};
+  // What npualloc's limit is known to be per device (under limit_mu_): unknown with a library
+  // before statistics version 7 until setMemoryFraction sets it.
+  struct Applied {
+    bool known = false;
+    double fraction = 1.0;
+  };
+  std::array<Applied, kMaxDevices> limits_{};
+  void adopt_limit(int device, npualloc_allocator* a);
+  void apply_limit(int device, npualloc_allocator* a);
+  // Whether npualloc's refusal of `size` bytes is a rejection by the rule; it is then counted and
+  // the observers are told.
+  bool rejects(int device, size_t size);
   std::array<std::atomic<int>, kMaxDevices> captures_{};  // real captures marked, per device
   bool marks_captures_ = false;  // the release's NPUGraph marks them (release::marks_captures)
   std::array<npualloc_allocator*, kMaxDevices> handles_{};
@@ -604,6 +632,10 @@ class Bridge : public NCA::NPUAllocator {
   NCA::CreateContextFn recorder_ = nullptr;
   NCA::RecordContext when_ = NCA::RecordContext::NEVER;
   std::vector<NCA::OutOfMemoryObserver> oom_observers_;
+  // Rejections by the throw_on_npumalloc_oom rule since the last reset_accumulated_memory_stats,
+  // per device, and the observers of each (under mu_).
+  std::array<int64_t, kMaxDevices> rejections_{};
+  std::vector<RejectionObserver> rejection_observers_;
   GraphPools pools_;
 
   static int current_device() {
@@ -686,6 +718,9 @@ class Bridge : public NCA::NPUAllocator {
   void trace_free(void* p);
   void trace_stream(const char* registry, void* p, aclrtStream stream);
   std::atomic<bool> tracing_{false};
+  // msleaks' view of each block (leaks.cpp): nothing unless msleaks runs the process.
+  void leaks_alloc(int device, void* p);
+  void leaks_free(int device, void* p);
   std::mutex use_on_oom_mu_;
   // Imports by handle string, while any tensor uses one (torch_npu's ipcMemHandle_to_devptr):
   // a handle imported again while alive is the same mapping.

@@ -108,6 +108,13 @@ void set_device_calls(Stats& d, int64_t syncs, int64_t allocs, int64_t frees) {
   if constexpr (requires { d.num_device_free; }) d.num_device_free = frees;
 }
 
+// The count of allocations refused by throw_on_npumalloc_oom's rule, which DeviceStats has
+// where the release has the rule.
+template <class Stats>
+void set_oom_rejections(Stats& d, int64_t rejections) {
+  if constexpr (requires { d.num_oom_rejections; }) d.num_oom_rejections = rejections;
+}
+
 }  // namespace release
 
 class ReleaseBridge final : public Bridge {
@@ -200,8 +207,13 @@ class ReleaseBridge final : public Bridge {
       if constexpr (requires { own.markCaptureEnd(device); }) own.markCaptureEnd(device);
     });
   }
-  void attachOomRejectionObserver(release::RejectionObserver) {
-    // npualloc has no preemptive rejection (torch_npu's throw_on_npumalloc_oom): never called.
+  void attachOomRejectionObserver(release::RejectionObserver observer) {
+    attach_release_rejection_observer(std::move(observer));
+  }
+  // A template, as attach_release_tracker.
+  template <class T>
+  void attach_release_rejection_observer(T observer) {
+    if constexpr (!std::is_same_v<T, release::Absent>) add_rejection_observer(RejectionObserver(std::move(observer)));
   }
 };
 
@@ -238,6 +250,7 @@ NPUALLOC_OVERRIDES_WHERE_DECLARED(recordHcclWorkForBlock, void(void*, void*));
 NPUALLOC_OVERRIDES_WHERE_DECLARED(hasCapturesUnderway, bool(c10::DeviceIndex));
 NPUALLOC_OVERRIDES_WHERE_DECLARED(markCaptureBegin, void(c10::DeviceIndex));
 NPUALLOC_OVERRIDES_WHERE_DECLARED(markCaptureEnd, void(c10::DeviceIndex));
+NPUALLOC_OVERRIDES_WHERE_DECLARED(attachOomRejectionObserver, void(RejectionObserver));
 #undef NPUALLOC_OVERRIDES_WHERE_DECLARED
 
 }  // namespace release

@@ -102,6 +102,13 @@ Figures Bridge::figures_of(int device) {
 }
 
 NCA::DeviceStats Bridge::device_stats(int device) {
+  // The rejections first: each is counted after npualloc counted its refusal, so the figures read
+  // next include every refusal counted here.
+  int64_t rejections;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    rejections = rejections_[device];
+  }
   Figures f = figures_of(device);
   Figures b;
   Counts c;
@@ -117,7 +124,10 @@ NCA::DeviceStats Bridge::device_stats(int device) {
   fill(d, static_cast<size_t>(StatType::LARGE_POOL), f.kind[1], b.kind[1], c.kind[1], false);
   const npualloc_stats& s = f.all;
   d.num_alloc_retries = i(since(s.num_alloc_retries, b.all.num_alloc_retries));
-  d.num_ooms = i(since(s.num_ooms, b.all.num_ooms));
+  // A rejection by throw_on_npumalloc_oom's rule is npualloc's out-of-memory, and torch_npu counts
+  // it apart (limit.cpp).
+  d.num_ooms = std::max<int64_t>(0, i(since(s.num_ooms, b.all.num_ooms)) - rejections);
+  release::set_oom_rejections(d, rejections);
   // Reset with the others (NPUCachingAllocator.cpp, resetAccumulatedStats).
   release::set_device_calls(
       d, i(since(s.num_syncs, b.all.num_syncs)),
@@ -133,6 +143,7 @@ void Bridge::reset_accumulated(int device) {
   std::lock_guard<std::mutex> g(mu_);
   baselines_[device] = f;
   counts_[device].reset_accumulated();
+  rejections_[device] = 0;
 }
 
 void Bridge::reset_peaks(int device) {
