@@ -68,16 +68,18 @@ suite() {  # suite INDEX
         >"$work/suite-$1.log" 2>&1
 }
 report() {  # report INDEX STATUS
-    echo "== torch_npu ${ready[$1]}: the suite (exit $2)"
+    echo "== torch_npu ${ready[$1]}: the suite (exit $2, $((SECONDS - started[$1]))s)"
     cat "$work/suite-$1.log"
     ((failed += $2 != 0)) || true
 }
 
 declare -A running=()  # pid -> index
+started=()             # index -> when its suite started (SECONDS)
 failed=0
 next=0
 while ((next < ${#ready[@]} || ${#running[@]} > 0)); do
     while ((next < ${#ready[@]} && ${#running[@]} < jobs)); do
+        started[next]=$SECONDS
         suite "$next" &
         running[$!]=$next
         next=$((next + 1))

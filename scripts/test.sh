@@ -9,12 +9,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/ensure-tools.sh
 npualloc_ensure_tools
 
+# Each stage's heading says when it starts, so a slow run shows where its time went.
+stage() { echo "== $* (at $((SECONDS / 60))m$((SECONDS % 60))s)"; }
+
 # The house rules that a tool can check: formatting, and clippy with every
 # warning an error (Cargo.toml's [workspace.lints] adds the unsafe-code lints).
-echo "== cargo fmt --check and cargo clippy"
+stage "cargo fmt --check and cargo clippy"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== scripts: no pipe into a reader that stops early under pipefail"
+stage "scripts: no pipe into a reader that stops early under pipefail"
 bash scripts/check-pipes.sh --self-test
 bash scripts/check-pipes.sh
 
@@ -29,18 +32,18 @@ export NPUALLOC_REQUIRE_REAL_HEADERS=1
 # own process. (.cargo/config.toml sets the same for programs cargo runs.)
 export ACLEMU_VIOLATIONS=abort
 
-echo "== cargo build"
+stage "cargo build"
 cargo build --workspace --locked
-echo "== a second build with nothing changed compiles nothing"
+stage "a second build with nothing changed compiles nothing"
 bash scripts/check-noop-build.sh --workspace --locked
-echo "== cargo test"
+stage "cargo test"
 cargo test --workspace --locked
-echo "== concurrency stress, multi-thread C API stress, the full fault sweep and every trace's golden figures, optimised build"
+stage "concurrency stress, multi-thread C API stress, the full fault sweep and every trace's golden figures, optimised build"
 cargo build --workspace --locked --release
 cargo test --locked --release --test concurrency --test fault_sweep --test stress_threads
 cargo test --locked --release -p npualloc-tools --test golden
 
-echo "== CMake + ctest"
+stage "CMake + ctest"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Debug
 cmake --build build -j "$(nproc 2>/dev/null || echo 2)"
 bash scripts/check-noop-build.sh --cmake build
@@ -55,7 +58,7 @@ bash scripts/check-noop-build.sh --cmake build
 # fault sweep, which counts calls in one run to fail the n-th in the next
 # (an unaligned result costs npualloc a second aclrtMalloc, at random), nor
 # the golden figures, which pin those counts.
-echo "== integration tests + ctest with ACLEMU_MALLOC_ALIGN=random"
+stage "integration tests + ctest with ACLEMU_MALLOC_ALIGN=random"
 ACLEMU_MALLOC_ALIGN=random cargo test --workspace --locked --test '*' -- \
     --skip every_injected_fault_is_refused_cleanly --skip every_bundled_trace_replays_to_its_golden_figures
 (cd build && ACLEMU_MALLOC_ALIGN=random ctest --output-on-failure)
@@ -64,7 +67,7 @@ ACLEMU_MALLOC_ALIGN=random cargo test --workspace --locked --test '*' -- \
 # leak fails its test (c_tests/valgrind.supp lists, with reasons, what is
 # suppressed). The optimised build: the emulator's pattern checks touch every
 # byte of every block, which the debug build makes too slow under valgrind.
-echo "== valgrind memcheck over the C tests"
+stage "valgrind memcheck over the C tests"
 root=$PWD
 cmake -S . -B build-memcheck -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build-memcheck -j "$(nproc 2>/dev/null || echo 2)"
@@ -76,10 +79,12 @@ cmake --build build-memcheck -j "$(nproc 2>/dev/null || echo 2)"
 # The wheel builds the library in the same target directory as the optimised
 # build above, so only what changed since is compiled again.
 if [[ -d python/tests ]]; then
+    stage "the Python package"
     bash scripts/test-python.sh
 fi
 
 # The equal-costs model of the benchmark scripts (scripts/equal_costs.py).
+stage "the scripts' own checks"
 python3 scripts/test_equal_costs.py
 
 # The table of torch_npu's own memory tests run under both allocators
@@ -97,19 +102,22 @@ bash scripts/test-bench-two-tenants.sh
 # no torch needed), with the CUDA runtime headers fetched once (2.4 MB of wheels,
 # cached in target/cuda-headers; a loud SKIPPED banner when they cannot be). The
 # full build downloads the torch wheel (scripts/build-peer.sh).
-echo "== the PyTorch comparison harness compiles; its shared fake device"
+stage "the PyTorch comparison harness compiles; its shared fake device"
 SYNTAX_ONLY=1 bash scripts/build-peer.sh
 
 # The bridge against the headers of every torch_npu release from 2.6 to 2.14
 # (a few MB of each wheel, cached; a loud SKIPPED line when PyPI is unreachable).
+stage "the bridge against every torch_npu release's headers"
 bash scripts/check-torch-npu-releases.sh
 
 # The real torch 2.14.0 and torch_npu 2.14.0 on the emulator (about 600 MB of
 # wheels, downloaded once and cached; a loud SKIPPED line when they cannot be).
+stage "the real torch_npu on the emulator"
 bash scripts/test-torch-npu.sh
 
 # The trace recorder (tools/record/) against the profiler, in a venv made from
 # the torch wheel above plus transformers (a loud SKIPPED line when it cannot be).
+stage "the trace recorder"
 bash scripts/test-record.sh
 
-echo "== all tests passed"
+stage "all tests passed"

@@ -35,4 +35,15 @@ assert check(doc(["t.py::A::test_differs"])) == 0
 assert check(doc([])) == 1, "a difference with no reason passed"
 assert check(doc(["t.py::A::test_differs", "t.py::A::test_same"])) == 1, "a reason for no difference passed"
 assert check(doc(["t.py::A::test_differs"], table=False)) == 1, "a document with no table passed"
+# A table read back is the table written, reasons included; merging replaces only the rows run.
+first, read = upstream.parse_table(doc(["t.py::A::test_differs"]))
+assert first == summary, first
+assert [(i, (o[0], m[0])) for i, (o, m) in read] == [(i, (o[0], m[0])) for i, (o, m) in ROWS], read
+assert read[1][1][1] == ("fail", "AssertionError: 1 != 2"), read[1]
+again = [("t.py::A::test_differs", (("pass", ""), ("pass", ""))), ("t.py::B::test_new", (("pass", ""), ("pass", "")))]
+merged = upstream.merge(read, again)
+assert [i for i, _ in merged] == [i for i, _ in ROWS] + ["t.py::B::test_new"], merged
+assert merged[1][1][1][0] == "pass" and merged[0] == read[0] and merged[2] == read[2], merged
+assert upstream.table(merged)[0].startswith("4 tests: 3 pass with torch_npu's allocator, 3 with npualloc; 0 pass"), \
+    upstream.table(merged)[0]
 print("upstream table checks: ok")

@@ -29,7 +29,9 @@ files the tests whose names speak of memory (``MEMORY_WORDS``); the rest of
 those two test operators, which the emulator does not run.
 
 ``--write DOC`` replaces the table between ``<!-- table begins -->`` and
-``<!-- table ends -->`` of DOC and keeps the rest. ``--check DOC`` (no torch
+``<!-- table ends -->`` of DOC and keeps the rest. With ``--only``, it
+replaces only the rows of the tests run (the table must be of the same
+torch_npu and commit) and counts the table again. ``--check DOC`` (no torch
 needed) exits 1 when a row of DOC's table passes with torch_npu's allocator
 and not with npualloc, and DOC's "Differences" section has no entry
 (``- `TEST_ID`: why``) for it; and when an entry names a test the table
@@ -192,6 +194,28 @@ def table(rows):
     return summary, "\n".join(lines)
 
 
+UNCELL = {"pass": "pass", "FAIL": "fail", "ERROR": "error", "skip": "skip", "CRASH": "crash", "TIMEOUT": "timeout"}
+
+
+def parse_table(text):
+    """(the table's first line, its rows as table() takes them) of a document's table; a row's
+    reason is kept where the table has one."""
+    part = text.split(BEGIN, 1)[1].split(END, 1)[0] if BEGIN in text and END in text else ""
+    first = part.strip().splitlines()[0] if part.strip() else ""
+    rows = []
+    for m in re.finditer(r"^\| `([^`]+)` \| (\w+) \| (\w+) \| (.*) \|$", part, re.M):
+        why = m.group(4).replace("\\|", "|")
+        rows.append((m.group(1), ((UNCELL[m.group(2)], ""), (UNCELL[m.group(3)], why))))
+    return first, rows
+
+
+def merge(old, new):
+    """The rows of `old` with those `new` has replaced, in order; tests only `new` has go last."""
+    fresh = dict(new)
+    merged = [(i, fresh.pop(i, r)) for i, r in old]
+    return merged + [(i, r) for i, r in new if i in fresh]
+
+
 def parse_doc(text):
     """(rows of the table as {test id: (own, npualloc)}, test ids the Differences section explains)."""
     part = text.split(BEGIN, 1)[1].split(END, 1)[0] if BEGIN in text and END in text else ""
@@ -277,6 +301,14 @@ def main():
                 print(f"  {name} ({w}): {sum(1 for i in by_file[name] if results[(i, w)][0] == 'pass')} of "
                       f"{len(by_file[name])} pass", flush=True)
         rows = [(i, tuple(results[(i, w)] for w in COLUMNS)) for i in ids]
+        title = f"torch_npu {version}, Ascend/pytorch `{ref}` at `{commit[:12]}`."
+        if a.write and a.only:
+            doc = Path(a.write)
+            first, old = parse_table(doc.read_text() if doc.is_file() else "")
+            if not first.startswith(title):
+                print(f"{doc}'s table is not of {title} Run every test to write a new one.", file=sys.stderr)
+                return 1
+            rows = merge(old, rows)
         summary, body = table(rows)
         print(summary)
         for i, (own, mine) in rows:
@@ -287,8 +319,7 @@ def main():
             text = doc.read_text() if doc.is_file() else f"{BEGIN}\n{END}\n"
             head, rest = text.split(BEGIN, 1)
             tail = rest.split(END, 1)[1]
-            made = (f"{BEGIN}\ntorch_npu {version}, Ascend/pytorch `{ref}` at `{commit[:12]}`. {summary}\n\n"
-                    f"{body}\n{END}")
+            made = f"{BEGIN}\n{title} {summary}\n\n{body}\n{END}"
             doc.write_text(head + made + tail)
             print(f"wrote {doc}")
     finally:
