@@ -8,9 +8,12 @@
 # runs python/tests_torch_npu/ with that venv's pytest.
 #
 # The setups run one after another (they share the download directory and
-# cargo's target directory); the suites then run $NPUALLOC_TORCH_NPU_JOBS at
-# a time (default: the number of CPUs), because each suite's tests run one
-# child process at a time. Each suite's output is printed whole when it ends.
+# cargo's target directory); each release's suite starts when its setup ends,
+# at most $NPUALLOC_TORCH_NPU_JOBS at a time (default: all of them: a suite's
+# tests run one child process at a time, and a child often waits for another
+# process, so one suite keeps little more than one CPU busy). Tests marked
+# `once` run in the first release only. Each suite's output is printed whole
+# when it ends, with its slowest tests.
 #
 # When a release's wheels cannot be downloaded, the other releases' suites
 # still run; then it prints a SKIPPED banner naming it and exits 0, or fails
@@ -28,7 +31,7 @@ if ((${#releases[@]} == 0)); then
     echo "test-torch-npu.sh: NPUALLOC_TORCH_NPU_RELEASES names no release" >&2
     exit 2
 fi
-jobs=${NPUALLOC_TORCH_NPU_JOBS:-$(nproc 2>/dev/null || echo 2)}
+jobs=${NPUALLOC_TORCH_NPU_JOBS:-${#releases[@]}}
 if ! [[ $jobs =~ ^[1-9][0-9]*$ ]]; then
     echo "test-torch-npu.sh: NPUALLOC_TORCH_NPU_JOBS=$jobs is not a positive number" >&2
     exit 2
@@ -38,34 +41,20 @@ if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); 
     jobs=1
 fi
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-# A release whose wheels cannot be downloaded is left out and named at the end
-# (a SKIPPED banner); the others still run.
-pythons=() ready=() skipped=()
-for release in "${releases[@]}"; do
-    echo "== torch_npu $release (the real one) on the emulator: setup"
-    status=0
-    bash scripts/setup-torch-npu.sh "${1:-}" "$release" | tee "$work/setup.log" || status=${PIPESTATUS[0]}
-    if [[ $status -eq 75 ]]; then
-        skipped+=("$release")
-        continue
-    elif [[ $status -ne 0 ]]; then
-        echo "setup-torch-npu.sh failed for torch_npu $release (exit $status)" >&2
-        exit "$status"
-    fi
-    ready+=("$release")
-    pythons+=("$(tail -n 1 "$work/setup.log")")
-done
 
 # One suite: from its own scratch directory, so that the checkout's
-# python/npualloc is not imported instead of the installed package.
+# python/npualloc is not imported instead of the installed package. Tests
+# marked `once` check what no release changes (the harness's own parts, the
+# release range's refusal): only the first release's suite runs them.
 suite() {  # suite INDEX
-    local scratch=$work/run-$1
+    local scratch=$work/run-$1 select=()
     mkdir -p "$scratch"
+    if (($1 > 0)); then
+        select=(-m "not once")
+    fi
     (cd "$scratch" && env -u NPUALLOC_ACL_LIBRARY -u NPUALLOC_CONF TORCH_DEVICE_BACKEND_AUTOLOAD=0 \
-        "${pythons[$1]}" -m pytest -q -p no:cacheprovider "$root/python/tests_torch_npu") \
-        >"$work/suite-$1.log" 2>&1
+        "${pythons[$1]}" -m pytest -q -p no:cacheprovider --durations=12 --durations-min=15 "${select[@]}" \
+        "$root/python/tests_torch_npu") >"$work/suite-$1.log" 2>&1
 }
 report() {  # report INDEX STATUS
     echo "== torch_npu ${ready[$1]}: the suite (exit $2, $((SECONDS - started[$1]))s)"
@@ -76,15 +65,8 @@ report() {  # report INDEX STATUS
 declare -A running=()  # pid -> index
 started=()             # index -> when its suite started (SECONDS)
 failed=0
-next=0
-while ((next < ${#ready[@]} || ${#running[@]} > 0)); do
-    while ((next < ${#ready[@]} && ${#running[@]} < jobs)); do
-        started[next]=$SECONDS
-        suite "$next" &
-        running[$!]=$next
-        next=$((next + 1))
-    done
-    status=0
+wait_one() {  # waits for one running suite and reports it
+    local status=0 done_pid
     if ((jobs == 1)); then
         done_pid=${!running[*]}
         wait "$done_pid" || status=$?
@@ -93,6 +75,38 @@ while ((next < ${#ready[@]} || ${#running[@]} > 0)); do
     fi
     report "${running[$done_pid]}" "$status"
     unset "running[$done_pid]"
+}
+# A suite still running when this script stops early (a failed setup) is stopped with it.
+trap 'kill "${!running[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+
+# Each release's suite starts as soon as its setup ends, while the next
+# release is set up. A release whose wheels cannot be downloaded is left out
+# and named at the end (a SKIPPED banner); the others still run.
+pythons=() ready=() skipped=()
+for release in "${releases[@]}"; do
+    echo "== torch_npu $release (the real one) on the emulator: setup"
+    status=0
+    bash scripts/setup-torch-npu.sh "${1:-}" "$release" >"$work/setup.log" 2>&1 || status=$?
+    cat "$work/setup.log"
+    if [[ $status -eq 75 ]]; then
+        skipped+=("$release")
+        continue
+    elif [[ $status -ne 0 ]]; then
+        echo "setup-torch-npu.sh failed for torch_npu $release (exit $status)" >&2
+        exit "$status"
+    fi
+    index=${#ready[@]}
+    ready+=("$release")
+    pythons+=("$(tail -n 1 "$work/setup.log")")
+    while ((${#running[@]} >= jobs)); do
+        wait_one
+    done
+    started[index]=$SECONDS
+    suite "$index" &
+    running[$!]=$index
+done
+while ((${#running[@]} > 0)); do
+    wait_one
 done
 if ((failed > 0)); then
     echo "test-torch-npu.sh: the suite failed in $failed of ${#ready[@]} torch_npu releases (above)" >&2

@@ -95,6 +95,20 @@ def test_the_wheel_carries_every_bridge_source():
     assert present and listed == present, f"missing from pyproject: {present - listed}, not there: {listed - present}"
 
 
+def test_the_bridge_unit_includes_every_source_once_in_order():
+    """The bridge is compiled as one unit (bridge_all.cpp): it includes exactly
+    the sources COMPILED names, in that order, and every .cpp beside it is one."""
+    import re
+
+    from npualloc import torch_npu_bridge as B
+
+    text = (B.HERE / B.UNIT).read_text()
+    included = tuple(re.findall(r'^#include "([^"]+)"$', text, flags=re.M))
+    assert included == B.COMPILED, f"{B.UNIT} includes {included}; COMPILED is {B.COMPILED}"
+    beside = {p.name for p in B.HERE.glob("*.cpp")} - {B.UNIT}
+    assert beside == set(B.COMPILED), f"sources not compiled: {beside - set(B.COMPILED)}"
+
+
 def test_the_served_torch_npu_releases_are_checked_by_major_and_minor():
     from npualloc import torch_npu_bridge as B
 

@@ -86,6 +86,12 @@ PRELUDE = {
 HERE = Path(__file__).resolve().parent
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "once: checks nothing the torch_npu release changes; scripts/test-torch-npu.sh runs it in its "
+        "first release only")
+
+
 def skips_fail():
     """In CI (``CI`` set, not ``false``) a skipped suite is a failure unless
     ``NPUALLOC_ALLOW_SKIP=1`` (as scripts/skip.sh)."""

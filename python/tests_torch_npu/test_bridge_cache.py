@@ -34,10 +34,7 @@ def free_device_cached_memory_caller():
     src.write_text(CALLER)
     out = Path("caller.so").resolve()
     cmd = _B.build_command(out, torch, torch_npu)
-    bridge_sources = [str(_B.HERE / name) for name in _B.COMPILED]
-    at = cmd.index(bridge_sources[0])
-    assert cmd[at:at + len(bridge_sources)] == bridge_sources
-    cmd[at:at + len(bridge_sources)] = [str(src)]
+    cmd[cmd.index(str(_B.HERE / _B.UNIT))] = str(src)
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     lib = ctypes.CDLL(str(out))

@@ -12,6 +12,9 @@ import socket
 
 import pytest
 
+# Nothing here depends on the torch_npu release (conftest.py, the `once` marker).
+pytestmark = pytest.mark.once
+
 # Both workers of a run: the library torch_npu loaded (its libhccl.so), its ctypes signatures,
 # and the emulator's test controls through the wrapper libascendcl.so.
 COMMON = r'''
@@ -480,6 +483,7 @@ def test_refusals_timeouts_and_a_peer_that_left(run_npu):
 # the world comm's collectives then run on activated memory.
 DISTRIBUTED = COMMON + r'''
 import torch.distributed as dist
+
 
 
 def worker(rank, inbox, port, zero_copy):

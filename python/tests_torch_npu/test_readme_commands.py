@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Nothing here depends on the torch_npu release (conftest.py, the `once` marker).
+pytestmark = pytest.mark.once
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
 
 

@@ -4,6 +4,9 @@ read from torch_npu.__version__, set here to releases outside the range)."""
 
 import pytest
 
+# Nothing here depends on the torch_npu release (conftest.py, the `once` marker).
+pytestmark = pytest.mark.once
+
 
 @pytest.mark.parametrize("version", ["2.5.1.post1", "2.15.0", "3.0.0"])
 def test_enable_refuses_a_release_it_does_not_serve_before_compiling(run_npu, tmp_path, version):

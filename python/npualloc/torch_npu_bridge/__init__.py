@@ -29,10 +29,12 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# The translation units compiled into the library, and every file of its source (the cache key).
+# The bridge's sources, the one translation unit that includes them all (compiled alone: torch's
+# headers are parsed once), and every file of its source (the cache key).
 COMPILED = ("bridge.cpp", "stats.cpp", "limit.cpp", "history.cpp", "trace.cpp", "leaks.cpp", "ipc.cpp", "hccl.cpp",
             "checkpoint.cpp", "boundary.cpp")
-SOURCES = COMPILED + ("bridge.h", "json.h", "pools.h", "release.h")
+UNIT = "bridge_all.cpp"
+SOURCES = (UNIT,) + COMPILED + ("bridge.h", "json.h", "pools.h", "release.h")
 LIBRARY = "libnpualloc_torch_npu.so"
 
 __all__ = ["BridgeBuildError", "UnsupportedRelease", "SERVED", "check_release", "library", "build_command", "compile_flags", "cache_dir"]
@@ -136,7 +138,7 @@ def build_command(output, torch, torch_npu):
     return (
         [_compiler(), "-O2", "-fPIC", "-shared", "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
         + compile_flags(torch_dir, npu_dir)
-        + [str(HERE / name) for name in COMPILED]
+        + [str(HERE / UNIT)]
         + ["-o", str(output)]
         + [f"-L{d}" for d in libs]
         + ["-lc10", "-ltorch_npu", _loaded_ascendcl(), "-ldl"]
@@ -163,7 +165,7 @@ def _key(torch, torch_npu, cxx):
 
 def library():
     """The path of the bridge built for this torch/torch_npu, compiling it
-    (about 15 s) when no cached build exists. Raises BridgeBuildError."""
+    (about 20 s on one core) when no cached build exists. Raises BridgeBuildError."""
     import torch
     import torch_npu
 

@@ -89,9 +89,13 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
     // more (npualloc has counted the first refusal as an out-of-memory by then). Not while a
     // capture is underway: it synchronizes the device, which a capture forbids (torch_npu skips
     // its retry then too).
-    size_t before = device_free(device);
+    auto free_now = [device] {
+      size_t free_bytes = 0, total_bytes = 0;
+      return device_memory(device, free_bytes, total_bytes) == ACL_SUCCESS ? free_bytes : 0;
+    };
+    size_t before = free_now();
     empty_own(false);
-    if (device_free(device) > before) attempt();
+    if (free_now() > before) attempt();
   }
   if (st == NPUALLOC_ERR_OUT_OF_MEMORY) {
     std::string report = error;
@@ -105,7 +109,7 @@ void* Bridge::malloc_on(int device, size_t size, aclrtStream stream) {
       // refused request, the memory the process may use (the fraction's share when one is set,
       // else the device's total), the device's free memory.
       size_t free_bytes = 0, total_bytes = 0;
-      if (aclrtGetMemInfo(ACL_HBM_MEM, &free_bytes, &total_bytes) != ACL_SUCCESS) free_bytes = total_bytes = 0;
+      if (device_memory(device, free_bytes, total_bytes) != ACL_SUCCESS) free_bytes = total_bytes = 0;
       double fraction = fractions_[device].load();
       size_t allowed = fraction < 1.0 ? static_cast<size_t>(fraction * static_cast<double>(total_bytes)) : total_bytes;
       for (auto& o : observers) {
@@ -326,12 +330,6 @@ bool Bridge::stream_capturing(aclrtStream stream) {
   int status = 0;  // aclmdlRICaptureStatus: 0 is ACL_MODEL_RI_CAPTURE_STATUS_NONE (acl_rt.h)
   void* model = nullptr;
   return get_info(stream, &status, &model) == ACL_SUCCESS && status != 0;
-}
-
-size_t Bridge::device_free(int device) {
-  c10_npu::NPUGuard guard(static_cast<c10::DeviceIndex>(device));
-  size_t free_bytes = 0, total_bytes = 0;
-  return aclrtGetMemInfo(ACL_HBM_MEM, &free_bytes, &total_bytes) == ACL_SUCCESS ? free_bytes : 0;
 }
 
 void Bridge::empty_own(bool check_error) {

@@ -432,11 +432,16 @@ class Bridge : public NCA::NPUAllocator {
   }
 
   std::pair<size_t, size_t> memory_info(int device) {
-    c10_npu::NPUGuard guard(device);
     size_t free_bytes = 0, total_bytes = 0;
-    aclError err = aclrtGetMemInfo(ACL_HBM_MEM, &free_bytes, &total_bytes);
+    aclError err = device_memory(device, free_bytes, total_bytes);
     TORCH_CHECK(err == ACL_SUCCESS, "npualloc: aclrtGetMemInfo failed: ", err);
     return {free_bytes, total_bytes};
+  }
+
+  // aclrtGetMemInfo's free and total bytes of `device`'s memory (made current for the call).
+  static aclError device_memory(int device, size_t& free_bytes, size_t& total_bytes) {
+    c10_npu::NPUGuard guard(static_cast<c10::DeviceIndex>(device));
+    return aclrtGetMemInfo(ACL_HBM_MEM, &free_bytes, &total_bytes);
   }
 
   void record_c10_stream(const c10::DataPtr& ptr, c10::Stream stream) {
@@ -578,7 +583,6 @@ class Bridge : public NCA::NPUAllocator {
   // export; so the bridge's cache emptying and its out-of-memory retry call it.
   NCA::NPUAllocator* own_;
   void empty_own(bool check_error);
-  static size_t device_free(int device);
   bool initialized_ = false;
   int device_count_ = 1;
   // The memory limits (limit.cpp). limit_mu_ orders their changes and the making of each device's

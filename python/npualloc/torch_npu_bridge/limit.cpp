@@ -23,9 +23,8 @@ namespace npualloc_bridge {
 namespace {
 
 size_t device_total(int device) {
-  c10_npu::NPUGuard guard(static_cast<c10::DeviceIndex>(device));
   size_t free_bytes = 0, total_bytes = 0;
-  return aclrtGetMemInfo(ACL_HBM_MEM, &free_bytes, &total_bytes) == ACL_SUCCESS ? total_bytes : 0;
+  return Bridge::device_memory(device, free_bytes, total_bytes) == ACL_SUCCESS ? total_bytes : 0;
 }
 
 // The new device memory torch_npu's own allocator would obtain for a request of `size` bytes (its
