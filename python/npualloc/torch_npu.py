@@ -250,9 +250,21 @@ def _torch_npu_env_settings():
 
 
 def _tell_of_run_time_settings(torch_npu, handle):
-    original = getattr(torch_npu._C, "_npu_npuCachingAllocator_set_allocator_settings", None)
-    if original is None:
-        return
+    # torch_npu's own entry, and torch's device-generic one, which reaches torch_npu's parser
+    # through the hook torch_npu registers (REGISTER_ALLOCATOR_CONFIG_PARSE_HOOK,
+    # NPUAllocatorConfig.cpp). Where torch_npu registers none, torch refuses torch_npu's keys
+    # itself, before npualloc hears of them.
+    import torch
+
+    for module, name in ((torch_npu._C, "_npu_npuCachingAllocator_set_allocator_settings"),
+                         (torch._C, "_accelerator_setAllocatorSettings")):
+        original = getattr(module, name, None)
+        if original is not None:
+            setattr(module, name, _settings_told(original, handle))
+
+
+def _settings_told(original, handle):
+    """`original` (a call that sets torch_npu's allocator settings), then npualloc told of them."""
 
     def set_allocator_settings(settings):
         # torch_npu checks the keys and values first: what it refuses raises as before.
@@ -271,7 +283,7 @@ def _tell_of_run_time_settings(torch_npu, handle):
             )
         return result
 
-    torch_npu._C._npu_npuCachingAllocator_set_allocator_settings = set_allocator_settings
+    return set_allocator_settings
 
 
 # torch_npu's sanitizer (torch_npu/npu/_sanitizer.py) turns its trace on with

@@ -65,6 +65,9 @@ def _library_has(needle, lib=_NPU / "lib" / "libtorch_npu.so"):
 
 
 POOL_IN_TRACE = _library_has(b"\0pool_id\0")
+# torch's device-generic torch._C._accelerator_setAllocatorSettings reaches torch_npu's parser: the
+# hook torch_npu registers (REGISTER_ALLOCATOR_CONFIG_PARSE_HOOK) calls c10's registration.
+PARSE_HOOK = _library_has(b"registerDeviceConfigParserHook")
 # MemPool(no_split=True): setNoSplit.
 NO_SPLIT = _declares(r"\bsetNoSplit\(")
 # NPUEvent::block asks the allocator whether a graph capture is underway (not in every post).
