@@ -27,9 +27,7 @@ pub struct npualloc_block_info {
 /// Creates an allocator for ACL device `device`.
 ///
 /// `config` is `"key:value,key:value"` (see the README for the keys); NULL
-/// reads `NPUALLOC_CONF` from the environment, else the variable torch_npu
-/// reads (`PYTORCH_NPU_ALLOC_CONF`, else `PYTORCH_ALLOC_CONF`; its
-/// torch_npu-only keys ignored), else uses the defaults. The
+/// reads `NPUALLOC_CONF` from the environment, else uses the defaults. The
 /// ACL runtime is loaded on first use (config key `acl_library`, else
 /// `NPUALLOC_ACL_LIBRARY`, else `$ASCEND_HOME_PATH/lib64/libascendcl.so`,
 /// else the loader's search).
