@@ -276,7 +276,7 @@ def _settings_told(original, handle):
             warnings.warn(
                 f"npualloc: {', '.join(ignored)} changed in torch_npu's settings only: npualloc, torch_npu's "
                 "allocator now, reads its config once when it starts (NPUALLOC_CONF, else "
-                "PYTORCH_NPU_ALLOC_CONF or PYTORCH_ALLOC_CONF), so its segments and limits stay as they were; for a memory "
+                "PYTORCH_NPU_ALLOC_CONF), so its segments and limits stay as they were; for a memory "
                 "limit use torch.npu.set_per_process_memory_fraction",
                 RuntimeWarning,
                 stacklevel=3,
@@ -361,12 +361,11 @@ def _check_config(text):
     out = ctypes.c_void_p()
     status = lib.npualloc_create(None if text is None else text.encode(), -1, ctypes.byref(out))
     if status == _lib.ERR_BAD_CONFIG:
-        # Without a config, the library read the first of these that is set (src/config/env.rs).
+        # Without a config, the library read NPUALLOC_CONF, else PYTORCH_NPU_ALLOC_CONF.
         if text is not None:
             source = repr(text)
         else:
-            names = ("NPUALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-            name = next((n for n in names if n in os.environ), names[0])
+            name = "NPUALLOC_CONF" if "NPUALLOC_CONF" in os.environ else "PYTORCH_NPU_ALLOC_CONF"
             source = f"{name}={os.environ.get(name)!r}"
         raise ValueError(f"npualloc refuses the config {source}: {_lib.last_error()}")
     if status == _lib.OK:  # not expected for device -1; never leak one

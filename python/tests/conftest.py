@@ -36,7 +36,6 @@ if "NPUALLOC_ACL_LIBRARY" not in os.environ:
 os.environ.setdefault("ACLEMU_DEVICE_MEMORY", "8g")
 os.environ.pop("NPUALLOC_CONF", None)
 os.environ.pop("PYTORCH_NPU_ALLOC_CONF", None)  # read when NPUALLOC_CONF is unset
-os.environ.pop("PYTORCH_ALLOC_CONF", None)  # read when both are unset
 
 
 @pytest.fixture(scope="session")
