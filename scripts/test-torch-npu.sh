@@ -42,19 +42,23 @@ if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); 
 fi
 work=$(mktemp -d)
 
-# One suite: from its own scratch directory, so that the checkout's
-# python/npualloc is not imported instead of the installed package. Tests
-# marked `once` check what no release changes (the harness's own parts, the
-# release range's refusal): only the first release's suite runs them.
+# One suite, run in the background: from its own scratch directory, so that
+# the checkout's python/npualloc is not imported instead of the installed
+# package, and in a session of its own (setsid: its process group is the
+# pid the caller gets, so that the suite and every process it started can be
+# stopped together). Tests marked `once` check what no release changes (the
+# harness library's own calls, the release range's refusal, a documented
+# command): only the first release's suite runs them.
 suite() {  # suite INDEX
-    local scratch=$work/run-$1 select=()
-    mkdir -p "$scratch"
+    local select=()
     if (($1 > 0)); then
         select=(-m "not once")
     fi
-    (cd "$scratch" && env -u NPUALLOC_ACL_LIBRARY -u NPUALLOC_CONF TORCH_DEVICE_BACKEND_AUTOLOAD=0 \
-        "${pythons[$1]}" -m pytest -q -p no:cacheprovider --durations=12 --durations-min=15 "${select[@]}" \
-        "$root/python/tests_torch_npu") >"$work/suite-$1.log" 2>&1
+    mkdir -p "$work/run-$1"
+    cd "$work/run-$1"
+    exec setsid --wait env -u NPUALLOC_ACL_LIBRARY -u NPUALLOC_CONF TORCH_DEVICE_BACKEND_AUTOLOAD=0 \
+        "${pythons[$1]}" -m pytest -q -p no:cacheprovider --durations=12 --durations-min=15 \
+        ${select[@]+"${select[@]}"} "$root/python/tests_torch_npu" >"$work/suite-$1.log" 2>&1
 }
 report() {  # report INDEX STATUS
     echo "== torch_npu ${ready[$1]}: the suite (exit $2, $((SECONDS - started[$1]))s)"
@@ -76,8 +80,18 @@ wait_one() {  # waits for one running suite and reports it
     report "${running[$done_pid]}" "$status"
     unset "running[$done_pid]"
 }
-# A suite still running when this script stops early (a failed setup) is stopped with it.
-trap 'kill "${!running[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+# A suite still running when this script stops early (a failed setup, an
+# interrupt) is stopped with it, with every process it started.
+stop_suites() {
+    local pid
+    if ((${#running[@]} > 0)); then
+        for pid in "${!running[@]}"; do
+            kill -- "-$pid" 2>/dev/null || true
+        done
+    fi
+    rm -rf "$work"
+}
+trap stop_suites EXIT
 
 # Each release's suite starts as soon as its setup ends, while the next
 # release is set up. A release whose wheels cannot be downloaded is left out
@@ -86,8 +100,7 @@ pythons=() ready=() skipped=()
 for release in "${releases[@]}"; do
     echo "== torch_npu $release (the real one) on the emulator: setup"
     status=0
-    bash scripts/setup-torch-npu.sh "${1:-}" "$release" >"$work/setup.log" 2>&1 || status=$?
-    cat "$work/setup.log"
+    bash scripts/setup-torch-npu.sh "${1:-}" "$release" | tee "$work/setup.log" || status=${PIPESTATUS[0]}
     if [[ $status -eq 75 ]]; then
         skipped+=("$release")
         continue

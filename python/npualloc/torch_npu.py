@@ -33,6 +33,7 @@ import pickle
 import re
 import sys
 import warnings
+from pathlib import Path
 
 from . import _lib, memory as _memory
 
@@ -250,17 +251,30 @@ def _torch_npu_env_settings():
 
 
 def _tell_of_run_time_settings(torch_npu, handle):
-    # torch_npu's own entry, and torch's device-generic one, which reaches torch_npu's parser
-    # through the hook torch_npu registers (REGISTER_ALLOCATOR_CONFIG_PARSE_HOOK,
-    # NPUAllocatorConfig.cpp). Where torch_npu registers none, torch refuses torch_npu's keys
-    # itself, before npualloc hears of them.
+    # torch_npu's own entry, and torch's device-generic one where it reaches torch_npu's parser.
     import torch
 
-    for module, name in ((torch_npu._C, "_npu_npuCachingAllocator_set_allocator_settings"),
-                         (torch._C, "_accelerator_setAllocatorSettings")):
+    entries = [(torch_npu._C, "_npu_npuCachingAllocator_set_allocator_settings")]
+    if _registers_settings_parser(torch_npu):
+        entries.append((torch._C, "_accelerator_setAllocatorSettings"))
+    for module, name in entries:
         original = getattr(module, name, None)
         if original is not None:
             setattr(module, name, _settings_told(original, handle))
+
+
+def _registers_settings_parser(torch_npu):
+    """Whether torch's allocator settings reach torch_npu's parser: torch_npu registers it with
+    REGISTER_ALLOCATOR_CONFIG_PARSE_HOOK (NPUAllocatorConfig.cpp), which calls c10's
+    registerDeviceConfigParserHook, a name then in libtorch_npu.so's symbols."""
+    import mmap
+
+    library = Path(torch_npu.__file__).resolve().parent / "lib" / "libtorch_npu.so"
+    try:
+        with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return m.find(b"registerDeviceConfigParserHook") != -1
+    except (OSError, ValueError):
+        return False
 
 
 def _settings_told(original, handle):

@@ -12,9 +12,6 @@ import socket
 
 import pytest
 
-# Nothing here depends on the torch_npu release (conftest.py, the `once` marker).
-pytestmark = pytest.mark.once
-
 # Both workers of a run: the library torch_npu loaded (its libhccl.so), its ctypes signatures,
 # and the emulator's test controls through the wrapper libascendcl.so.
 COMMON = r'''
@@ -370,6 +367,8 @@ def _assert_checks(result):
     assert result["left"] == [], result["left"]
 
 
+# The library's own calls through ctypes: nothing the torch_npu release changes (the `once` marker).
+@pytest.mark.once
 @pytest.mark.parametrize("stream_checks", [True])
 def test_collectives_streams_and_zero_copy_rules(run_npu, stream_checks):
     code = COLLECTIVES.replace("STREAM_CHECKS", repr(stream_checks))
@@ -469,6 +468,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.once
 def test_refusals_timeouts_and_a_peer_that_left(run_npu):
     r = run_npu(FAILURES, "own").result
     _assert_checks(r)

@@ -17,9 +17,6 @@ from pathlib import Path
 import pytest
 from conftest import DEVICE_CALL_COUNTS
 
-# Nothing here depends on the torch_npu release (conftest.py, the `once` marker).
-pytestmark = pytest.mark.once
-
 MIB = 1 << 20
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "replay-torch-npu.py"
 
