@@ -85,8 +85,9 @@ wait_one() {  # waits for one running suite and reports it
 stop_suites() {
     local pid
     if ((${#running[@]} > 0)); then
+        # A suite that has not reached its setsid yet is not a group: it is stopped alone.
         for pid in "${!running[@]}"; do
-            kill -- "-$pid" 2>/dev/null || true
+            kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
         done
     fi
     rm -rf "$work"
