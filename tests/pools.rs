@@ -379,6 +379,37 @@ fn a_graph_pool_keeps_its_cached_memory_through_sleep_and_replays_after_wake() {
     capture_into_a_pool_sleeping("expandable_segments:true", 6, Some("sleep:offload"), true);
 }
 
+/// The pieces of mapped memory of pool `p` (handles, or fixed segments), by
+/// address, as `npualloc_for_each_segment` lists them.
+fn mapped_pieces(a: Handle, p: u64) -> Vec<(usize, usize)> {
+    use npualloc::ffi::hooks::{npualloc_for_each_segment, npualloc_segment_event};
+    struct Seen {
+        pool: u64,
+        pieces: Vec<(usize, usize)>,
+    }
+    unsafe extern "C" fn seen(
+        user: *mut c_void,
+        _device: i32,
+        event: i32,
+        addr: *mut c_void,
+        size: usize,
+        _handle: *mut c_void,
+        pool: u64,
+    ) {
+        // SAFETY: `user` is the `Seen` below, alive for the call.
+        let seen = unsafe { &mut *user.cast::<Seen>() };
+        if event == npualloc_segment_event::NPUALLOC_SEGMENT_MAP as i32 && pool == seen.pool {
+            seen.pieces.push((addr as usize, size));
+        }
+    }
+    let mut out = Seen { pool: p, pieces: Vec::new() };
+    // SAFETY: a live handle; `out` outlives the call.
+    let st = unsafe { npualloc_for_each_segment(a, Some(seen), (&mut out as *mut Seen).cast()) };
+    assert_eq!(st, OK);
+    out.pieces.sort_unstable();
+    out.pieces
+}
+
 /// A pool's `alignment` and `no_split` (`npualloc_pool_create` in
 /// include/npualloc.h): every block of an aligned pool starts on its boundary
 /// and is a whole number of units; a no_split block is whole 2 MiB pages of
@@ -430,15 +461,28 @@ fn shaped_pools(config: &str, dev: i32) {
             let got = unsafe { std::slice::from_raw_parts(b as *const u8, len) };
             assert!(got.iter().all(|&v| v == byte), "{config} {pool_config}: block {b:#x} was overwritten");
         }
+        // In a range a no_split block is whole handles no other block
+        // touches (fixed mode: one segment per block, checked below).
+        if !fixed && pool_config.starts_with("no_split") {
+            let pieces = mapped_pieces(a, p);
+            for &(b, len, _) in &live {
+                let under: Vec<_> = pieces.iter().filter(|&&(at, n)| at < b + len && b < at + n).collect();
+                assert!(
+                    under.iter().all(|&&(at, n)| b <= at && at + n <= b + len),
+                    "{config}: a piece crosses the edge of block {b:#x}+{len:#x}: {under:x?}"
+                );
+                assert_eq!(under.iter().map(|&&(_, n)| n).sum::<usize>(), len, "{config}: block {b:#x} {under:x?}");
+            }
+        }
         for (b, _, _) in live {
             assert_eq!(free(a, b), OK);
         }
         assert_eq!(end(a, p, Some(s)), OK);
         assert_eq!(pool_destroy(a, p), OK);
     }
-    // no_split: in fixed mode each block is a segment of its own, exactly
-    // its pages, and a smaller request takes a cached block whole; in a
-    // range blocks are cut at page boundaries.
+    // no_split: each block is a segment (fixed) or handles (a range) of its
+    // own, exactly its pages, and a smaller request takes a cached block
+    // whole.
     let p = pool_create(a, Some("no_split:true")).unwrap();
     assert_eq!(begin(a, p, Some(s)), OK);
     let five = malloc(a, 5 * MIB, s).unwrap();
@@ -454,14 +498,28 @@ fn shaped_pools(config: &str, dev: i32) {
     }
     assert_eq!(free(a, three), OK);
     let again = malloc(a, MIB, s).unwrap();
+    assert_eq!((again, query(a, again).unwrap().size), (three, 4 * MIB as u64), "taken whole");
     let mut live = vec![five, again, one];
-    if fixed {
-        assert_eq!((again, query(a, again).unwrap().size), (three, 4 * MIB as u64), "taken whole");
-    } else {
-        assert_eq!((again, query(a, again).unwrap().size), (three, 2 * MIB as u64), "whole pages");
-        let next = malloc(a, MIB, s).unwrap();
-        assert_eq!(next, three + 2 * MIB, "the freed block's other page");
-        live.push(next);
+    if !fixed {
+        // In a range, freed neighbours coalesce: a request takes each
+        // handle it touches whole and leaves the others free; fresh handles
+        // are exactly a block's pages.
+        assert_eq!(mapped_pieces(a, p), [(five, 6 * MIB), (three, 4 * MIB), (one, 2 * MIB)]);
+        assert_eq!(free(a, again), OK);
+        assert_eq!(free(a, one), OK);
+        let mid = malloc(a, 3 * MIB, s).unwrap();
+        assert_eq!((mid, query(a, mid).unwrap().size), (three, 4 * MIB as u64), "exactly one handle");
+        let next = malloc(a, 1, s).unwrap();
+        assert_eq!((next, query(a, next).unwrap().size), (one, 2 * MIB as u64), "the other handle");
+        let tail = malloc(a, 5 * MIB, s).unwrap();
+        assert_eq!(query(a, tail).unwrap().size, 6 * MIB as u64);
+        assert_eq!(mapped_pieces(a, p).last(), Some(&(tail, 6 * MIB)), "a fresh handle of its own");
+        for b in [mid, next] {
+            assert_eq!(free(a, b), OK);
+        }
+        let spans = malloc(a, 4 * MIB + 1, s).unwrap();
+        assert_eq!((spans, query(a, spans).unwrap().size), (three, 6 * MIB as u64), "two handles, whole");
+        live = vec![five, spans, tail];
     }
     for b in live {
         assert_eq!(free(a, b), OK);
@@ -504,4 +562,29 @@ fn aligned_and_unsplit_pools_hand_out_registrable_blocks() {
     let _t = turn();
     shaped_pools("expandable_segments:false", 1);
     shaped_pools("expandable_segments:true", 7);
+}
+
+/// With 20 MiB pages a no_split block is at least one page: the page's
+/// handle is the block's alone.
+#[test]
+fn unsplit_blocks_take_whole_large_pages() {
+    let _t = turn();
+    let a = create("expandable_segments:true,page_size:20m", 1).unwrap();
+    let s = emu().create_stream(1);
+    let p = pool_create(a, Some("no_split:true")).unwrap();
+    assert_eq!(begin(a, p, Some(s)), OK);
+    let page = 20 * MIB;
+    let (x, y, z) = (malloc(a, MIB, s).unwrap(), malloc(a, 21 * MIB, s).unwrap(), malloc(a, 1, s).unwrap());
+    let sizes: Vec<usize> = [x, y, z].iter().map(|&b| query(a, b).unwrap().size as usize).collect();
+    assert_eq!(sizes, [page, 2 * page, page]);
+    assert_eq!(mapped_pieces(a, p), [(x, page), (y, 2 * page), (z, page)]);
+    assert_eq!(free(a, x), OK);
+    let again = malloc(a, 3 * MIB, s).unwrap();
+    assert_eq!((again, query(a, again).unwrap().size as usize), (x, page));
+    for b in [again, y, z] {
+        assert_eq!(free(a, b), OK);
+    }
+    assert_eq!(end(a, p, Some(s)), OK);
+    assert_eq!(pool_destroy(a, p), OK);
+    assert_eq!(destroy(a), OK);
 }

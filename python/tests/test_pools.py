@@ -161,6 +161,12 @@ def test_aligned_and_unsplit_pools(emu, config):
         assert [size(b) for b in whole] == [2 * MIB, 4 * MIB, 2 * MIB], whole
         assert all(b.addr % (2 * MIB) == 0 for b in whole), whole
         assert size(plain) == 1024, "the default pool keeps 512-byte blocks"
+        # A cached no_split block is taken whole, never cut, in both modes.
+        alloc.free(whole[1])
+        with unsplit:
+            again = alloc.malloc(1000)
+        assert (again.addr, size(again)) == (whole[1].addr, 4 * MIB), (again, whole)
+        whole[1] = again
         for b in small + whole + [plain]:
             alloc.free(b)
         for bad in ("alignment:3000", "alignment:4m", "no_split:perhaps"):

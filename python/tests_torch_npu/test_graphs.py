@@ -185,12 +185,20 @@ def test_a_no_split_pool_gives_each_tensor_whole_pages(run_npu, config):
             ts = [torch.empty(n, dtype=torch.uint8, device="npu") for n in (1000, 3 << 20, 5000)]
         plain = [torch.empty(1000, dtype=torch.uint8, device="npu") for _ in range(2)]
         stats = pool_stats(1)
-        report({"pool": [t.data_ptr() for t in ts], "plain": [t.data_ptr() for t in plain],
-                "allocated": stats["allocated_bytes"], "blocks": stats["active_blocks"]})
+        starts = [t.data_ptr() for t in ts]
+        # A cached block is taken whole: the 3 MiB tensor's 4 MiB serve a 1000-byte one.
+        freed = ts[1].data_ptr()
+        del ts[1]
+        with torch.npu.use_mem_pool(pool):
+            again = torch.empty(1000, dtype=torch.uint8, device="npu")
+        report({"pool": starts, "plain": [t.data_ptr() for t in plain],
+                "allocated": stats["allocated_bytes"], "blocks": stats["active_blocks"],
+                "again": [again.data_ptr() - freed, pool_stats(1)["allocated_bytes"]]})
     """), env={"NPUALLOC_CONF": config}).result
     page = 2 << 20
     starts = r["pool"]
     assert all(p % page == 0 for p in starts), r
+    assert r["again"] == [0, 8 << 20], ("the freed 4 MiB block, taken whole", r)
     pages = [set(range(p // page, (p + n - 1) // page + 1)) for p, n in zip(starts, (1032, (3 << 20) + 32, 5032))]
     assert not (pages[0] & pages[1]) and not (pages[0] & pages[2]) and not (pages[1] & pages[2]), r
     # 2 + 4 + 2 MiB: each request in whole pages of its own.

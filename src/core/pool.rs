@@ -120,7 +120,7 @@ impl<B: Memory> Pool<B> {
         }
         let policy = &self.sh.policy;
         match c.index.find_in_class(&c.blocks, rounded, class, |b| policy.may_use(b, rounded)) {
-            Some(id) if B::ready(c, &self.backing, id, rounded) => Ok(self.take_block(id, rounded, size)),
+            Some(id) if B::ready(c, &self.backing, self.shape, id, rounded) => Ok(self.take_block(id, rounded, size)),
             _ => Err(Miss::NeedsDevice),
         }
     }
@@ -136,7 +136,7 @@ impl<B: Memory> Pool<B> {
         }
         let best_fit = self.cache.find_free(&self.sh.policy, rounded);
         if let Some(id) = best_fit {
-            if B::ready(&self.cache, &self.backing, id, rounded) {
+            if B::ready(&self.cache, &self.backing, self.shape, id, rounded) {
                 // Held blocks alone kept the request from a fit.
                 if drained != 0 {
                     self.cache.reuse.weigh(drained, &self.sh.counters);
@@ -144,8 +144,8 @@ impl<B: Memory> Pool<B> {
                 return Ok(self.take_block(id, rounded, size));
             }
         }
-        let id = B::obtain(self.parts(), rounded, best_fit, ctx)?;
-        Ok(self.take_block(id, rounded, size))
+        let (id, taken) = B::obtain(self.parts(), rounded, best_fit, ctx)?;
+        Ok(self.take_block(id, taken, size))
     }
 
     /// Returns the held blocks to the free blocks, coalescing; returns how

@@ -27,14 +27,14 @@ use std::ffi::{c_char, c_void};
 /// a library that registers them (HCCL, ADXL): `alignment` (`2m`, `64k` or
 /// bytes, a power of two up to 2 MiB; default 512) makes every block start
 /// on that boundary and its size a multiple of it; `no_split` (default
-/// false) makes every block whole 2 MiB pages of its own, 2 MiB-aligned,
-/// sharing no page with another block: with fixed segments each block is a
-/// segment of its own, or a whole cached one, never split; in an
-/// expandable range blocks are cut at 2 MiB boundaries only (with
-/// `page_size:20m` or `1g` one physical handle holds several). In fixed mode
-/// an aligned segment the
-/// runtime places off the boundary costs one more `aclrtMalloc`, one unit
-/// larger.
+/// false) makes every block 2 MiB-aligned memory of its own, never carved
+/// out of a larger cached one nor split: with fixed segments each block is
+/// a segment of its own, or a whole cached one; in an expandable range each
+/// block is whole physical handles that no other block touches (its own
+/// pages get handles of exactly their size, and a request on cached pages
+/// takes each handle it touches whole). In fixed mode an aligned segment
+/// the runtime places off the boundary costs one more `aclrtMalloc`, one
+/// unit larger.
 ///
 /// Returns NPUALLOC_ERR_BAD_CONFIG naming the key for an unknown key or a
 /// bad value; NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle or a

@@ -74,7 +74,7 @@ impl Backing for FixedSegments {
     type ShardState = FixedOf;
 
     #[inline(always)]
-    fn ready(_: &Cache, _: &FixedOf, _: BlockId, _: usize) -> bool {
+    fn ready(_: &Cache, _: &FixedOf, _: Shape, _: BlockId, _: usize) -> bool {
         true
     }
 
@@ -89,9 +89,9 @@ impl Backing for FixedSegments {
         rounded: usize,
         best_fit: Option<BlockId>,
         ctx: &GrowContext<'_, Self>,
-    ) -> Result<BlockId, GrowError> {
+    ) -> Result<(BlockId, usize), GrowError> {
         if let Some(id) = best_fit {
-            return Ok(id);
+            return Ok((id, rounded));
         }
         let sh = pool.sh.clone();
         // A no_split pool's block is a segment of its own.
@@ -108,7 +108,7 @@ impl Backing for FixedSegments {
                 "the runtime returned device address {base:#x}, above the {ADDRESS_LIMIT:#x} this allocator supports"
             ))));
         }
-        Ok(add_raw(&mut pool, raw, base, size))
+        Ok((add_raw(&mut pool, raw, base, size), rounded))
     }
 
     /// Whole free segments leave the shard entirely (its table and the

@@ -287,21 +287,25 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// included (`PerSegment`).
     type ShardState: Default + Send + std::fmt::Debug;
 
-    /// Whether free block `id` serves `rounded` bytes with no device call.
-    fn ready(cache: &Cache, st: &Self::ShardState, id: BlockId, rounded: usize) -> bool;
+    /// Whether free block `id` serves `rounded` bytes with no device call,
+    /// taken as its first `rounded` bytes in a pool of `shape`. False sends
+    /// the request to `obtain`, which decides how much of a block it takes.
+    fn ready(cache: &Cache, st: &Self::ShardState, shape: Shape, id: BlockId, rounded: usize) -> bool;
 
     /// Whether taking `rounded` bytes of a free block of `size` in a pool
     /// of `kind` and `shape` splits off the rest.
     fn splits(sh: &Shared<Self>, shape: Shape, kind: PoolKind, size: usize, rounded: usize) -> bool;
 
-    /// A free block whose first `rounded` bytes are ready, from `best_fit`
-    /// or new device memory. Fails changing nothing (beyond handles cached).
+    /// A free block from `best_fit` or new device memory, and how many of
+    /// its first bytes, all ready, the request takes: `rounded`, or more
+    /// where the pool's shape asks for whole pieces. Fails changing nothing
+    /// (beyond handles cached).
     fn obtain(
         p: Parts<'_, Self>,
         rounded: usize,
         best_fit: Option<BlockId>,
         ctx: &GrowContext<'_, Self>,
-    ) -> Result<BlockId, GrowError>;
+    ) -> Result<(BlockId, usize), GrowError>;
 
     /// What the shard can give back, in the order the cache takes it out
     /// (see the module comment); the backing forgets its side of each whole

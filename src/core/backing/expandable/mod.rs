@@ -194,15 +194,22 @@ impl std::ops::Deref for RangeView<'_> {
 impl Backing for ExpandableRanges {
     type ShardState = RangeOf;
 
+    /// A no_split pool's block takes every handle it touches whole: ready
+    /// when the request ends where a mapped handle ends, else `obtain`
+    /// works out how much it takes (`place_unshared`).
     #[inline]
-    fn ready(cache: &Cache, st: &RangeOf, id: BlockId, rounded: usize) -> bool {
-        RangeView { cache, st }.unmapped_under(id, rounded) == 0
+    fn ready(cache: &Cache, st: &RangeOf, shape: Shape, id: BlockId, rounded: usize) -> bool {
+        let view = RangeView { cache, st };
+        if shape.no_split {
+            return view.ends_on_handle(id, rounded);
+        }
+        view.unmapped_under(id, rounded) == 0
     }
 
     /// Inside a range every remainder splits: unmapped tails cost nothing,
     /// and the oversize rules exist for fixed segments. A no_split pool's
-    /// sizes are whole 2 MiB units, so its blocks are cut at their
-    /// boundaries and never share one.
+    /// block ends where its last handle ends (`unshared`), so what splits
+    /// off starts a handle of its own or unmapped pages.
     #[inline]
     fn splits(_: &Shared<Self>, _: Shape, _: PoolKind, size: usize, rounded: usize) -> bool {
         size - rounded >= crate::core::policy::MIN_BLOCK_SIZE
@@ -213,19 +220,20 @@ impl Backing for ExpandableRanges {
         rounded: usize,
         best_fit: Option<BlockId>,
         ctx: &GrowContext<'_, Self>,
-    ) -> Result<BlockId, GrowError> {
+    ) -> Result<(BlockId, usize), GrowError> {
         let placed = match best_fit {
-            Some(id) => pool.place_in_range(id, rounded, ctx),
+            _ if pool.shape.no_split => pool.place_unshared(rounded, best_fit, ctx),
+            Some(id) => pool.place_in_range(id, rounded, ctx).map(|id| (id, rounded)),
             // No free block of the shard's ranges fits: another range.
             None => pool.make_range_for_request(rounded).and_then(|seg| {
                 let id = pool.segments.get(seg).first;
-                pool.place_in_range(id, rounded, ctx)
+                pool.place_in_range(id, rounded, ctx).map(|id| (id, rounded))
             }),
         };
         match placed {
             // The range it landed in is the request's now, whichever try
             // made it.
-            Ok(id) => {
+            Ok((id, _)) => {
                 let seg = pool.blocks.get(id).segment;
                 pool.range_mut(seg).for_request = false;
             }

@@ -51,6 +51,56 @@ impl RangePool<'_> {
         self.ensure_mapped(seg, addr + off, rounded, size - off, device)?;
         Ok(if off > 0 { self.split_front(id, off) } else { id })
     }
+
+    /// Places a request of a no_split pool: at the start of its best fit
+    /// (or of a new range), over whole handles no other block touches.
+    /// Returns the block and the bytes the request takes of it.
+    ///
+    /// Invariant of a no_split shard: every handle lies inside one block.
+    /// It holds because pages are mapped only under the request's own
+    /// pages (the free block's room ends with them: nothing is mapped
+    /// ahead, no cached handle reaches past them), and because the request
+    /// takes every handle it touches to its end. A free block then starts
+    /// where a handle starts (or on unmapped pages), and freeing and
+    /// coalescing keep handle boundaries on block boundaries.
+    pub(super) fn place_unshared(
+        &mut self,
+        rounded: usize,
+        best_fit: Option<BlockId>,
+        device: &GrowContext<'_, super::ExpandableRanges>,
+    ) -> Result<(BlockId, usize), GrowError> {
+        // Sleeping pages belong to their blocks until wake (Note [sleep]);
+        // a sleeping run ends where a handle ended.
+        let (id, off) = match best_fit {
+            Some(id) if !self.view().touches_slept(id, 0, rounded) => (id, 0),
+            _ => match self.view().find_awake_fit(rounded) {
+                Some(found) => found,
+                None => {
+                    let seg = self.make_range_for_request(rounded)?;
+                    (self.segments.get(seg).first, 0)
+                }
+            },
+        };
+        let (seg, addr, size) = {
+            let b = self.blocks.get(id);
+            (b.segment, b.addr + off, b.size - off)
+        };
+        let (base, page) = (self.range(seg).base, self.range(seg).page_size);
+        // Whole pages: under `page_size:20m` or `1g` a page holds several
+        // 2 MiB units, and the page's handle is the block's.
+        let pages = (addr + rounded - base).div_ceil(page) * page + base - addr;
+        debug_assert!(pages <= size, "a no_split free block ends inside a page");
+        let pages = pages.min(size);
+        self.ensure_mapped(seg, addr, pages, pages, device)?;
+        let r = self.range(seg);
+        let first = (addr - base) / page;
+        debug_assert!(r.page(first).is_none_or(|p| p.head as usize == first), "a handle crosses a no_split block");
+        let last = r.page((addr + pages - 1 - base) / page).expect("mapped just now");
+        let taken = (last.end() * page + base - addr).min(size);
+        debug_assert_eq!(taken, last.end() * page + base - addr, "a handle crosses a no_split block");
+        // Mapped before the split: a failure leaves the block whole.
+        Ok((if off > 0 { self.split_front(id, off) } else { id }, taken))
+    }
 }
 
 impl RangeView<'_> {
@@ -165,6 +215,19 @@ impl RangeView<'_> {
             return (last + 1).saturating_sub(r.top().max(first));
         }
         (first..=last).filter(|&i| r.page(i).is_none()).count()
+    }
+
+    /// Whether the first `size` bytes of free block `id` are mapped and end
+    /// where a handle ends (a no_split request taking them cuts no handle).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn ends_on_handle(&self, id: BlockId, size: usize) -> bool {
+        let b = self.blocks.get(id);
+        let r = self.range(b.segment);
+        let end = b.addr + size - r.base;
+        end % r.page_size == 0
+            && self.unmapped_under(id, size) == 0
+            && r.page(end / r.page_size - 1).is_some_and(|p| p.end() == end / r.page_size)
     }
 
     /// The longest run of mapped bytes inside one free block, over all
