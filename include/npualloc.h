@@ -1083,9 +1083,12 @@ npualloc_status npualloc_set_oom_observer(struct npualloc_allocator *a,
  * memory is given back (empty_cache, the out-of-memory retries, the
  * release threshold, sleep, wake, forget_stream, pool destroy, destroy)
  * the allocator's give-back lock is held as well: a malloc on another
- * stream waits for it only when it runs out of memory, a free only when it
- * gives memory back. A cache hit and a free that keeps its memory never
- * wait for `fn`. It must not call this allocator's functions, and should
+ * stream waits for it only when it runs out of memory or its growth
+ * passes `garbage_collection_threshold` (it needs the memory being given
+ * back), and a free never does (memory it would give back
+ * over the release threshold meanwhile stays cached until a later free
+ * over it, or `npualloc_empty_cache`).
+ * A cache hit and a free never wait for `fn`. It must not call this allocator's functions, and should
  * return quickly. NULL `fn` removes the observer. One observer per
  * allocator: setting one replaces the last, returning once no other thread
  * is inside the old one (at once when called from inside a hook call).

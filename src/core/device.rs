@@ -7,7 +7,9 @@
 //!   runs under it, blocking only that stream's pool of that kind.
 //! - `ladder`: serializes the OOM ladder, garbage collection, `empty_cache`
 //!   and teardown (each visits every shard). It is held across device calls
-//!   but no hit ever takes it. Taken before any shard lock, never after.
+//!   (and the segment observer's calls) but no hit ever takes it, and a free
+//!   only tries it (the release threshold). Taken before any shard lock,
+//!   never after.
 //!   Another allocator of the device asking this one for its free cache
 //!   (`peers`) takes it on its own thread, holding no lock of its own: no
 //!   thread holds two allocators' ladder locks, or waits for one while

@@ -361,9 +361,18 @@ impl<B: Memory> Device<B> {
                     // hook with no lock held, then the ladder lock, which
                     // sleep, wake, empty_cache, forget_stream and the OOM
                     // ladder hold while they take pieces out: none of them
-                    // may meet the pieces given back here half-way.
+                    // may meet the pieces given back here half-way. A free
+                    // never waits for it (its holder may be inside the
+                    // segment observer, api.md "with no npualloc lock held
+                    // that a malloc or free on another stream needs"): while
+                    // memory goes back elsewhere, this block's stays cached
+                    // until a later free over it, or empty_cache.
                     self.sh.hooks.before_release(self.sh.device);
-                    let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
+                    let _ladder = match self.ladder.try_lock() {
+                        Ok(held) => held,
+                        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                        Err(std::sync::TryLockError::WouldBlock) => return,
+                    };
                     let mut again = shard.lock_anyway();
                     // forget_stream may have retired the entry meanwhile, or
                     // a capture made its stream a graph stream.

@@ -432,3 +432,68 @@ fn refused_runtime_calls_leave_the_observer_right() {
         }
     }
 }
+
+/// Whether `slow_unmap` holds UNMAP events, and whether one is inside it.
+static HOLD_UNMAPS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static IN_UNMAP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// An observer that waits inside UNMAP while `HOLD_UNMAPS` is set, as one
+/// whose library deregisters in a collective that waits for every rank.
+unsafe extern "C" fn slow_unmap(_: *mut c_void, _: i32, event: i32, _: *mut c_void, _: usize, _: *mut c_void, _: u64) {
+    use std::sync::atomic::Ordering::SeqCst;
+    if event == SegmentEvent::Unmap as i32 && HOLD_UNMAPS.load(SeqCst) {
+        IN_UNMAP.store(true, SeqCst);
+        while HOLD_UNMAPS.load(SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+/// api.md: the observer runs "with no npualloc lock held that a malloc or
+/// free on another stream needs". While a free's give-back (the release
+/// threshold) waits inside UNMAP, another stream's growth, hit and frees,
+/// one that would pass the threshold too, all finish.
+#[test]
+fn another_streams_mallocs_and_frees_go_on_while_the_observer_waits() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let _g = emu_lock();
+    let a = allocator("release_threshold_mb:0,map_ahead:false");
+    a.set_segment_observer(Some((slow_unmap, std::ptr::null_mut())));
+    let (s1, s2) = (new_stream(), new_stream());
+    let held = a.malloc(8 * MIB, s1).unwrap();
+    HOLD_UNMAPS.store(true, SeqCst);
+    std::thread::scope(|scope| {
+        let giving_back = scope.spawn(|| a.free(held).unwrap());
+        while !IN_UNMAP.load(SeqCst) {
+            std::thread::yield_now();
+        }
+        let (done, other) = std::sync::mpsc::channel();
+        let a = &a;
+        scope.spawn(move || {
+            let x = a.malloc(4 * MIB, s2).unwrap();
+            a.free(x).unwrap();
+            let y = a.malloc(MIB, s2).unwrap();
+            a.free(y).unwrap();
+            done.send(()).unwrap();
+        });
+        // A liveness check, not a timing: without the fix the other stream's
+        // free waits here until the observer returns, which it never would.
+        let finished = other.recv_timeout(std::time::Duration::from_secs(60)).is_ok();
+        HOLD_UNMAPS.store(false, SeqCst);
+        giving_back.join().unwrap();
+        assert!(finished, "another stream's malloc or free waited for the observer");
+    });
+    IN_UNMAP.store(false, SeqCst);
+    // What the other stream's frees left cached goes back at the next free
+    // over it.
+    let before = a.stats().unwrap().reserved_bytes;
+    let z = a.malloc(4 * MIB, s2).unwrap();
+    a.free(z).unwrap();
+    assert_eq!(a.stats().unwrap().reserved_bytes, before - 4 * MIB as u64);
+    a.empty_cache().unwrap();
+    let st = a.stats().unwrap();
+    assert_eq!(st.reserved_bytes, 0, "{st:?}");
+    a.teardown().unwrap();
+    drop_stream(s1);
+    drop_stream(s2);
+}
