@@ -75,7 +75,7 @@ typedef void *aclrtStream;
 /**
  * Minor version of the library.
  */
-#define NPUALLOC_VERSION_MINOR 3
+#define NPUALLOC_VERSION_MINOR 4
 
 /**
  * Patch version of the library.

@@ -20,7 +20,7 @@ def test_installed_package_carries_its_library(monkeypatch):
     assert PYTHON_DIR not in PACKAGE_DIR.parents, f"imported from the checkout: {PACKAGE_DIR}"
     assert "site-packages" in PACKAGE_DIR.parts
     assert npualloc.find_library() == PACKAGE_DIR / "libnpualloc.so"
-    assert npualloc.version() == "0.3.0"
+    assert npualloc.version() == "0.4.0"
 
 
 def test_environment_variable_overrides(monkeypatch, tmp_path):

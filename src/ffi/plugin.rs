@@ -126,10 +126,10 @@ pub struct npualloc_api {
     pub wake_with: unsafe extern "C" fn(*mut npualloc_allocator, *const u64, usize) -> npualloc_status,
     // One pool's cache given back (API 0.3).
     pub pool_empty_cache: unsafe extern "C" fn(*mut npualloc_allocator, u64) -> npualloc_status,
-    // One pool kind's statistics, a pool's use_on_oom changed (added after 0.3.0).
+    // One pool kind's statistics, a pool's use_on_oom changed (API 0.4).
     pub get_kind_stats: unsafe extern "C" fn(*const npualloc_allocator, i32, *mut npualloc_stats) -> npualloc_status,
     pub pool_set_use_on_oom: unsafe extern "C" fn(*mut npualloc_allocator, u64, i32) -> npualloc_status,
-    // The cache given back keeping physical handles (added after 0.3.0).
+    // The cache given back keeping physical handles (API 0.4).
     pub empty_cache_with: unsafe extern "C" fn(*mut npualloc_allocator, u32) -> npualloc_status,
     // Memory a communication library registers (API 0.4).
     pub set_segment_observer:
@@ -142,7 +142,7 @@ pub struct npualloc_api {
     pub ipc_import:
         unsafe extern "C" fn(*const npualloc_ipc_handle, i32, *mut *mut c_void, *mut usize) -> npualloc_status,
     pub ipc_close: unsafe extern "C" fn(*mut c_void) -> npualloc_status,
-    // A pool's live blocks listed and set back (added after 0.4.0).
+    // A pool's live blocks listed and set back (API 0.4).
     pub pool_live_blocks: unsafe extern "C" fn(
         *const npualloc_allocator,
         u64,

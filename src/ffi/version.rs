@@ -9,7 +9,7 @@ use std::ffi::c_char;
 /// Major version of the library (semantic versioning).
 pub const NPUALLOC_VERSION_MAJOR: u32 = 0;
 /// Minor version of the library.
-pub const NPUALLOC_VERSION_MINOR: u32 = 3;
+pub const NPUALLOC_VERSION_MINOR: u32 = 4;
 /// Patch version of the library.
 pub const NPUALLOC_VERSION_PATCH: u32 = 0;
 
