@@ -1079,16 +1079,18 @@ npualloc_status npualloc_set_oom_observer(struct npualloc_allocator *a,
  * destroy unmaps and releases everything, with events.
  *
  * `fn` runs on the thread that caused the event. On a growth (a malloc
- * that maps or obtains memory) only that stream's pool is locked. When
- * memory is given back (empty_cache, the out-of-memory retries, the
- * release threshold, sleep, wake, forget_stream, pool destroy, destroy)
- * the allocator's give-back lock is held as well: a malloc on another
- * stream waits for it only when it runs out of memory or its growth
- * passes `garbage_collection_threshold` (it needs the memory being given
- * back), and a free never does (memory it would give back
- * over the release threshold meanwhile stays cached until a later free
- * over it, or `npualloc_empty_cache`).
- * A cache hit and a free never wait for `fn`. It must not call this allocator's functions, and should
+ * that maps or obtains memory) that stream's pool is locked: its other
+ * requests and frees wait, another stream's do not. When memory is given
+ * back (empty_cache, the out-of-memory retries, the release threshold,
+ * sleep, wake, forget_stream, pool destroy, destroy) the allocator's
+ * give-back lock is held as well. A malloc on another stream waits for it
+ * only when it runs out of memory, its growth passes
+ * `garbage_collection_threshold`, or `reserved_headroom` asks other
+ * streams for pages: it needs the memory being given back. A free never
+ * waits for it: memory a free would give back over the release threshold
+ * while another give-back runs goes back with that one, or with the next
+ * free that gives memory back. A free that gives memory back calls `fn`
+ * itself. `fn` must not call this allocator's functions, and should
  * return quickly. NULL `fn` removes the observer. One observer per
  * allocator: setting one replaces the last, returning once no other thread
  * is inside the old one (at once when called from inside a hook call).
@@ -1431,12 +1433,13 @@ const struct npualloc_api *npualloc_get_api(uint32_t abi_version);
  * a library that registers them (HCCL, ADXL): `alignment` (`2m`, `64k` or
  * bytes, a power of two up to 2 MiB; default 512) makes every block start
  * on that boundary and its size a multiple of it; `no_split` (default
- * false) makes every block 2 MiB-aligned memory of its own, never carved
- * out of a larger cached one nor split: with fixed segments each block is
- * a segment of its own, or a whole cached one; in an expandable range each
- * block is whole physical handles that no other block touches (its own
- * pages get handles of exactly their size, and a request on cached pages
- * takes each handle it touches whole). In fixed mode an aligned segment
+ * false) makes every block 2 MiB-aligned memory of its own, never cut from
+ * a cached piece of memory: with fixed segments each block is a segment of
+ * its own, or a whole cached one; in an expandable range each block is
+ * whole physical handles that no other block touches (the pages it lacks
+ * get handles covering exactly them, and a request on cached pages takes
+ * each handle it touches whole; freed neighbours coalesce, and a later
+ * request takes only the handles it needs of them). In fixed mode an aligned segment
  * the runtime places off the boundary costs one more `aclrtMalloc`, one
  * unit larger.
  *

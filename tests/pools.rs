@@ -519,7 +519,11 @@ fn shaped_pools(config: &str, dev: i32) {
         }
         let spans = malloc(a, 4 * MIB + 1, s).unwrap();
         assert_eq!((spans, query(a, spans).unwrap().size), (three, 6 * MIB as u64), "two handles, whole");
-        live = vec![five, spans, tail];
+        // A request that ends inside a handle takes it to its end.
+        assert_eq!(free(a, five), OK);
+        let ext = malloc(a, 3 * MIB, s).unwrap();
+        assert_eq!((ext, query(a, ext).unwrap().size), (five, 6 * MIB as u64), "to the end of its handle");
+        live = vec![ext, spans, tail];
     }
     for b in live {
         assert_eq!(free(a, b), OK);
@@ -527,27 +531,33 @@ fn shaped_pools(config: &str, dev: i32) {
     assert_eq!(end(a, p, Some(s)), OK);
     assert_eq!(pool_destroy(a, p), OK);
     // A default-pool request that runs out of memory is served from a
-    // use_on_oom pool's cache in that pool's shape, and the pool keeps it.
-    emu().set_capacity(dev, (64 * MIB) as u64);
-    let p = pool_create(a, Some("alignment:64k,use_on_oom:true")).unwrap();
-    assert_eq!(begin(a, p, Some(s)), OK);
-    let cached = malloc(a, 40 * MIB, s).unwrap();
-    assert_eq!(end(a, p, Some(s)), OK);
-    assert_eq!(free(a, cached), OK);
-    let odd = (30 * MIB) + 1000;
-    let served = malloc(a, odd, s).unwrap();
-    let info = query(a, served).unwrap();
-    assert_eq!(pool_stats(a, p).active_blocks, 1, "served as the pool's block");
-    assert_eq!((served % (64 << 10), info.size as usize % (64 << 10)), (0, 0), "{config}: {info:?}");
-    assert_eq!(begin(a, p, Some(s)), OK);
-    let next = malloc(a, 1000, s).unwrap();
-    assert_eq!(next % (64 << 10), 0, "{config}: the pool's next block at {next:#x}");
-    assert_eq!(end(a, p, Some(s)), OK);
-    for b in [served, next] {
-        assert_eq!(free(a, b), OK);
+    // use_on_oom pool's cache in that pool's shape, and the pool keeps it
+    // (a no_split pool's block in a range: each handle it touches, whole;
+    // on this small device handles are 4 MiB, and 29 MiB ends inside one).
+    for (pool_config, unit, odd) in [
+        ("alignment:64k,use_on_oom:true", 64 << 10, 30 * MIB + 1000),
+        ("no_split:true,use_on_oom:true", 2 * MIB, 29 * MIB),
+    ] {
+        emu().set_capacity(dev, (64 * MIB) as u64);
+        let p = pool_create(a, Some(pool_config)).unwrap();
+        assert_eq!(begin(a, p, Some(s)), OK);
+        let cached = malloc(a, 40 * MIB, s).unwrap();
+        assert_eq!(end(a, p, Some(s)), OK);
+        assert_eq!(free(a, cached), OK);
+        let served = malloc(a, odd, s).unwrap();
+        let info = query(a, served).unwrap();
+        assert_eq!(pool_stats(a, p).active_blocks, 1, "{config} {pool_config}: served as the pool's block");
+        assert_eq!((served % unit, info.size as usize % unit), (0, 0), "{config} {pool_config}: {info:?}");
+        assert_eq!(begin(a, p, Some(s)), OK);
+        let next = malloc(a, 1000, s).unwrap();
+        assert_eq!(next % unit, 0, "{config} {pool_config}: the pool's next block at {next:#x}");
+        assert_eq!(end(a, p, Some(s)), OK);
+        for b in [served, next] {
+            assert_eq!(free(a, b), OK);
+        }
+        assert_eq!(pool_destroy(a, p), OK);
+        emu().set_capacity(dev, 8 << 30);
     }
-    assert_eq!(pool_destroy(a, p), OK);
-    emu().set_capacity(dev, 8 << 30);
     // The default pool is untouched by it all.
     let plain = malloc(a, 1000, s).unwrap();
     assert_eq!(query(a, plain).unwrap().size, 1024);

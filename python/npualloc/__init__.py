@@ -572,7 +572,8 @@ class Pool:
     discard), ``use_on_oom`` (true: requests outside the pool that run
     out of memory may take its cached memory), ``alignment`` (``2m``,
     ``64k`` or bytes: every block starts on that boundary) and ``no_split``
-    (true: every block is whole 2 MiB pages of its own)::
+    (true: every block is 2 MiB-aligned memory of its own, never cut from
+    a larger cached block)::
 
         with npualloc.Pool(alloc) as pool:
             block = alloc.malloc(1 << 20)   # from the pool

@@ -51,6 +51,10 @@ pub(crate) struct Device<B: Memory> {
     pub(super) ladder: Mutex<()>,
     /// Set once torn down: every call is refused.
     pub(super) broken: AtomicBool,
+    /// A free over the release threshold found `ladder` held and left its
+    /// memory cached: the next one that takes it gives back what is over
+    /// the threshold anywhere (`release_over_threshold`).
+    pub(super) release_owed: AtomicBool,
     /// Private pools and the routes to them (Note [pools]).
     pub(super) pools: Pools,
     pub(super) routes: Routes,
@@ -66,6 +70,7 @@ impl<B: Memory> Device<B> {
             peaks: Peaks::default(),
             ladder: Mutex::new(()),
             broken: AtomicBool::new(false),
+            release_owed: AtomicBool::new(false),
             pools: Pools::default(),
             routes: Routes::default(),
             sleep: SleepState::default(),

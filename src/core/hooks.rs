@@ -29,8 +29,9 @@
 //! hold or stops holding (`SegmentEvent`), on the thread that caused it:
 //! on a growth with that stream's shard lock held; when memory is given
 //! back, with the device's `ladder` lock held as well (which a request on
-//! another stream waits for only when it runs out of memory or must
-//! collect garbage; a free only tries it, `release_over_threshold`); never the handle cache's lock, the peers'
+//! another stream waits for only when it runs out of memory, must collect
+//! garbage or asks for pages within `reserved_headroom`; a free only tries
+//! it, `release_over_threshold`); never the handle cache's lock, the peers'
 //! registry lock or one a cache hit takes. RESERVE after a
 //! range is reserved and before anything is mapped in it, MAP after memory
 //! is mapped (or obtained) and before any of it is handed out, UNMAP before

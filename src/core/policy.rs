@@ -53,9 +53,10 @@ pub const MAX_POOL_ALIGNMENT: usize = 2 << 20;
 pub struct Shape {
     /// log2 of `align()`.
     pub shift: u8,
-    /// Every block is whole 2 MiB units of its own (`align()` is 2 MiB):
-    /// with fixed segments never split (a segment, or a whole cached
-    /// block), in expandable ranges cut at those boundaries only.
+    /// Every block is 2 MiB-aligned memory of its own, never cut from a
+    /// cached piece: with fixed segments a segment, or a whole cached
+    /// block; in expandable ranges whole physical handles no other block
+    /// touches (`place_unshared`).
     pub no_split: bool,
 }
 

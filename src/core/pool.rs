@@ -119,9 +119,10 @@ impl<B: Memory> Pool<B> {
             return Ok(addr);
         }
         let policy = &self.sh.policy;
-        match c.index.find_in_class(&c.blocks, rounded, class, |b| policy.may_use(b, rounded)) {
-            Some(id) if B::ready(c, &self.backing, self.shape, id, rounded) => Ok(self.take_block(id, rounded, size)),
-            _ => Err(Miss::NeedsDevice),
+        let found = c.index.find_in_class(&c.blocks, rounded, class, |b| policy.may_use(b, rounded));
+        match found.and_then(|id| Some((id, B::ready(c, &self.backing, self.shape, id, rounded)?))) {
+            Some((id, taken)) => Ok(self.take_block(id, taken, size)),
+            None => Err(Miss::NeedsDevice),
         }
     }
 
@@ -136,12 +137,12 @@ impl<B: Memory> Pool<B> {
         }
         let best_fit = self.cache.find_free(&self.sh.policy, rounded);
         if let Some(id) = best_fit {
-            if B::ready(&self.cache, &self.backing, self.shape, id, rounded) {
+            if let Some(taken) = B::ready(&self.cache, &self.backing, self.shape, id, rounded) {
                 // Held blocks alone kept the request from a fit.
                 if drained != 0 {
                     self.cache.reuse.weigh(drained, &self.sh.counters);
                 }
-                return Ok(self.take_block(id, rounded, size));
+                return Ok(self.take_block(id, taken, size));
             }
         }
         let (id, taken) = B::obtain(self.parts(), rounded, best_fit, ctx)?;

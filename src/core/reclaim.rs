@@ -366,12 +366,19 @@ impl<B: Memory> Device<B> {
                     // segment observer, api.md "with no npualloc lock held
                     // that a malloc or free on another stream needs"): while
                     // memory goes back elsewhere, this block's stays cached
-                    // until a later free over it, or empty_cache.
+                    // until the next free that gives memory back takes it
+                    // too (`release_owed`), or empty_cache.
                     self.sh.hooks.before_release(self.sh.device);
                     let _ladder = match self.ladder.try_lock() {
                         Ok(held) => held,
                         Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-                        Err(std::sync::TryLockError::WouldBlock) => return,
+                        Err(std::sync::TryLockError::WouldBlock) => {
+                            self.release_owed.store(true, Ordering::Release);
+                            if self.sh.backing.cached_bytes() > 0 {
+                                let _ = B::free_cached_upto(&self.sh, over());
+                            }
+                            return;
+                        }
                     };
                     let mut again = shard.lock_anyway();
                     // forget_stream may have retired the entry meanwhile, or
@@ -387,6 +394,11 @@ impl<B: Memory> Device<B> {
                     let retired = detached.iter().any(|d| d.what == What::Retired);
                     let gave_back = detached.is_empty() || self.give_back_all(vec![(shard, detached)]).is_ok();
                     unpinned = retired && gave_back;
+                    // What frees that found the ladder busy left over the
+                    // threshold, wherever it lies.
+                    if self.release_owed.swap(false, Ordering::AcqRel) && over() > 0 {
+                        let _ = self.release_free_where(Scope::Unused(over()), |e| e.reclaimable());
+                    }
                     if self.sh.backing.cached_bytes() > 0 {
                         let _ = B::free_cached_upto(&self.sh, over());
                     }

@@ -156,16 +156,18 @@ pub type npualloc_segment_hook = Option<
 /// destroy unmaps and releases everything, with events.
 ///
 /// `fn` runs on the thread that caused the event. On a growth (a malloc
-/// that maps or obtains memory) only that stream's pool is locked. When
-/// memory is given back (empty_cache, the out-of-memory retries, the
-/// release threshold, sleep, wake, forget_stream, pool destroy, destroy)
-/// the allocator's give-back lock is held as well: a malloc on another
-/// stream waits for it only when it runs out of memory or its growth
-/// passes `garbage_collection_threshold` (it needs the memory being given
-/// back), and a free never does (memory it would give back
-/// over the release threshold meanwhile stays cached until a later free
-/// over it, or `npualloc_empty_cache`).
-/// A cache hit and a free never wait for `fn`. It must not call this allocator's functions, and should
+/// that maps or obtains memory) that stream's pool is locked: its other
+/// requests and frees wait, another stream's do not. When memory is given
+/// back (empty_cache, the out-of-memory retries, the release threshold,
+/// sleep, wake, forget_stream, pool destroy, destroy) the allocator's
+/// give-back lock is held as well. A malloc on another stream waits for it
+/// only when it runs out of memory, its growth passes
+/// `garbage_collection_threshold`, or `reserved_headroom` asks other
+/// streams for pages: it needs the memory being given back. A free never
+/// waits for it: memory a free would give back over the release threshold
+/// while another give-back runs goes back with that one, or with the next
+/// free that gives memory back. A free that gives memory back calls `fn`
+/// itself. `fn` must not call this allocator's functions, and should
 /// return quickly. NULL `fn` removes the observer. One observer per
 /// allocator: setting one replaces the last, returning once no other thread
 /// is inside the old one (at once when called from inside a hook call).

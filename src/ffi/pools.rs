@@ -27,12 +27,13 @@ use std::ffi::{c_char, c_void};
 /// a library that registers them (HCCL, ADXL): `alignment` (`2m`, `64k` or
 /// bytes, a power of two up to 2 MiB; default 512) makes every block start
 /// on that boundary and its size a multiple of it; `no_split` (default
-/// false) makes every block 2 MiB-aligned memory of its own, never carved
-/// out of a larger cached one nor split: with fixed segments each block is
-/// a segment of its own, or a whole cached one; in an expandable range each
-/// block is whole physical handles that no other block touches (its own
-/// pages get handles of exactly their size, and a request on cached pages
-/// takes each handle it touches whole). In fixed mode an aligned segment
+/// false) makes every block 2 MiB-aligned memory of its own, never cut from
+/// a cached piece of memory: with fixed segments each block is a segment of
+/// its own, or a whole cached one; in an expandable range each block is
+/// whole physical handles that no other block touches (the pages it lacks
+/// get handles covering exactly them, and a request on cached pages takes
+/// each handle it touches whole; freed neighbours coalesce, and a later
+/// request takes only the handles it needs of them). In fixed mode an aligned segment
 /// the runtime places off the boundary costs one more `aclrtMalloc`, one
 /// unit larger.
 ///

@@ -474,8 +474,9 @@ class Bridge : public NCA::NPUAllocator {
     // the releasePool that follows gives it back.
     std::fprintf(stderr, "npualloc: setUseOnOOM(false): %s\n", error.c_str());
   }
-  // MemPool(no_split=True): the pool's npualloc pool gets no_split (each block whole 2 MiB pages
-  // of its own, never split; torch_npu's own allocator only stops splitting the pool's blocks).
+  // MemPool(no_split=True): the pool's npualloc pool gets no_split (each block 2 MiB-aligned memory
+  // of its own, never cut from a larger cached block, as torch_npu's own allocator never splits the
+  // pool's blocks).
   void set_no_split(int device, c10_npu::MempoolId_t id) {
     check_device(device);
     TORCH_CHECK(pools_.set_no_split(device, id), "npualloc: setNoSplit on pool (", id.first, ", ", id.second,

@@ -74,8 +74,8 @@ impl Backing for FixedSegments {
     type ShardState = FixedOf;
 
     #[inline(always)]
-    fn ready(_: &Cache, _: &FixedOf, _: Shape, _: BlockId, _: usize) -> bool {
-        true
+    fn ready(_: &Cache, _: &FixedOf, _: Shape, _: BlockId, rounded: usize) -> Option<usize> {
+        Some(rounded)
     }
 
     #[inline]

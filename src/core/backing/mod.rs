@@ -287,10 +287,11 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
     /// included (`PerSegment`).
     type ShardState: Default + Send + std::fmt::Debug;
 
-    /// Whether free block `id` serves `rounded` bytes with no device call,
-    /// taken as its first `rounded` bytes in a pool of `shape`. False sends
-    /// the request to `obtain`, which decides how much of a block it takes.
-    fn ready(cache: &Cache, st: &Self::ShardState, shape: Shape, id: BlockId, rounded: usize) -> bool;
+    /// How many of free block `id`'s first bytes a request of `rounded`
+    /// bytes in a pool of `shape` takes with no device call: `rounded`, or
+    /// more where the shape asks for whole pieces; None when it needs the
+    /// device (then `obtain` places it).
+    fn ready(cache: &Cache, st: &Self::ShardState, shape: Shape, id: BlockId, rounded: usize) -> Option<usize>;
 
     /// Whether taking `rounded` bytes of a free block of `size` in a pool
     /// of `kind` and `shape` splits off the rest.

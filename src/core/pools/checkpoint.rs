@@ -7,6 +7,7 @@ use super::super::backing::Memory;
 use super::super::cache::block::BlockState;
 use super::super::device::Device;
 use super::super::history::Action;
+use super::super::hooks::SegmentEvent;
 use super::super::policy::MIN_BLOCK_SIZE;
 use super::super::pool::Pool;
 use crate::error::{Error, Result};
@@ -249,6 +250,22 @@ impl<B: Memory> Device<B> {
         }
         if next < end {
             return refuse(format!("is not mapped from {next:#x} on (given back since)"));
+        }
+        // A no_split pool's block is whole handles no other block touches
+        // (in fixed mode, a whole segment): a restore may not cut one.
+        if p.shape().no_split {
+            let mut pieces = Vec::new();
+            B::held_pieces(&p.backing, seg, base, size, &mut pieces);
+            let cut = pieces.iter().filter(|piece| piece.0 == SegmentEvent::Map).find_map(|&(_, at, n, handle)| {
+                let (from, to) = if handle.is_some() { (at, at + n) } else { (base, base + size) };
+                (from < end && b.addr < to && (from < b.addr || to > end)).then_some((from, to))
+            });
+            if let Some((from, to)) = cut {
+                return refuse(format!(
+                    "would cut the memory mapped at {from:#x}..{to:#x}, and the pool's no_split blocks are whole \
+                     pieces of their own"
+                ));
+            }
         }
         Ok(at)
     }

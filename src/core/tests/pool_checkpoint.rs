@@ -130,3 +130,46 @@ fn a_pools_live_blocks_are_set_back_to_a_checkpoint_expandable() {
 fn a_pools_live_blocks_are_set_back_to_a_checkpoint_fixed() {
     checkpoint_and_restore("expandable_segments:false");
 }
+
+/// A no_split pool's blocks are whole handles (whole segments in fixed
+/// mode): a restore that would cut a handle, or a segment, another block
+/// may take the rest of, is refused; one of whole pieces goes through.
+fn no_split_restore(config: &str) {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator(config);
+    let s = new_stream();
+    let p = a.pool_create(PoolConfig { no_split: true, ..PoolConfig::default() }).unwrap();
+    let keep = in_pool(&a, p, s, MIB);
+    let x = in_pool(&a, p, s, MIB);
+    let point = a.pool_live_blocks(p).unwrap();
+    a.free(x).unwrap();
+    // x's memory is given back; one 4 MiB piece (handle, or segment) comes
+    // where x was, and is freed.
+    a.pool_empty_cache(p).unwrap();
+    let wide = in_pool(&a, p, s, 3 * MIB);
+    a.free(wide).unwrap();
+    // In a range it lands where x was; a fixed segment may land elsewhere.
+    assert!(wide == x || config.contains("false"), "{wide:#x} {x:#x}");
+    if wide == x {
+        refused(a.pool_restore(p, &point), "no_split blocks are whole pieces");
+        assert_eq!(a.pool_live_blocks(p).unwrap().len(), 1, "nothing changed");
+    }
+    // Whole pieces restore.
+    let whole = LiveBlock { addr: wide, size: 4 * MIB, requested: 3 * MIB, stream: s };
+    let mut at_wide = a.pool_live_blocks(p).unwrap();
+    at_wide.push(whole);
+    a.pool_restore(p, &at_wide).unwrap();
+    for b in [keep, wide] {
+        a.free(b).unwrap();
+    }
+    a.pool_destroy(p).unwrap();
+    finish(a);
+    drop_stream(s);
+}
+
+#[test]
+fn a_no_split_pool_is_restored_only_in_whole_pieces() {
+    no_split_restore("expandable_segments:true");
+    no_split_restore("expandable_segments:false");
+}

@@ -194,16 +194,16 @@ impl std::ops::Deref for RangeView<'_> {
 impl Backing for ExpandableRanges {
     type ShardState = RangeOf;
 
-    /// A no_split pool's block takes every handle it touches whole: ready
-    /// when the request ends where a mapped handle ends, else `obtain`
-    /// works out how much it takes (`place_unshared`).
+    /// A no_split pool's request takes every handle it touches whole: ready
+    /// when those handles are mapped (`whole_handles_under`), else `obtain`
+    /// maps what it lacks (`place_unshared`).
     #[inline]
-    fn ready(cache: &Cache, st: &RangeOf, shape: Shape, id: BlockId, rounded: usize) -> bool {
+    fn ready(cache: &Cache, st: &RangeOf, shape: Shape, id: BlockId, rounded: usize) -> Option<usize> {
         let view = RangeView { cache, st };
         if shape.no_split {
-            return view.ends_on_handle(id, rounded);
+            return view.whole_handles_under(id, rounded);
         }
-        view.unmapped_under(id, rounded) == 0
+        (view.unmapped_under(id, rounded) == 0).then_some(rounded)
     }
 
     /// Inside a range every remainder splits: unmapped tails cost nothing,

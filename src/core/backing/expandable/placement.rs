@@ -217,17 +217,26 @@ impl RangeView<'_> {
         (first..=last).filter(|&i| r.page(i).is_none()).count()
     }
 
-    /// Whether the first `size` bytes of free block `id` are mapped and end
-    /// where a handle ends (a no_split request taking them cuts no handle).
+    /// The bytes a no_split request of `size` takes of free block `id` with
+    /// no device call: to the end of the last handle under its first `size`
+    /// bytes, when every page there is mapped (None otherwise).
     #[cold]
     #[inline(never)]
-    pub(super) fn ends_on_handle(&self, id: BlockId, size: usize) -> bool {
+    pub(super) fn whole_handles_under(&self, id: BlockId, size: usize) -> Option<usize> {
         let b = self.blocks.get(id);
         let r = self.range(b.segment);
-        let end = b.addr + size - r.base;
-        end % r.page_size == 0
-            && self.unmapped_under(id, size) == 0
-            && r.page(end / r.page_size - 1).is_some_and(|p| p.end() == end / r.page_size)
+        if self.unmapped_under(id, size) != 0 {
+            return None;
+        }
+        // It starts where a handle starts (a free block's start is one).
+        let first = (b.addr - r.base) / r.page_size;
+        if (b.addr - r.base) % r.page_size != 0 || r.page(first)?.head as usize != first {
+            return None;
+        }
+        let last = r.page((b.addr + size - 1 - r.base) / r.page_size)?;
+        let taken = last.end() * r.page_size + r.base - b.addr;
+        // Never past the block: in a no_split shard a handle lies inside one.
+        (taken <= b.size).then_some(taken)
     }
 
     /// The longest run of mapped bytes inside one free block, over all
