@@ -220,32 +220,7 @@ fn export(a: Handle, p: usize) -> npualloc_ipc_handle {
 /// How many pieces of mapped memory overlap [p, p + len), as
 /// `npualloc_for_each_segment` lists them.
 fn pieces_under(a: Handle, p: usize, len: usize) -> usize {
-    use npualloc::ffi::hooks::{npualloc_for_each_segment, npualloc_segment_event};
-    struct Seen {
-        range: (usize, usize),
-        count: usize,
-    }
-    unsafe extern "C" fn count(
-        user: *mut c_void,
-        _device: i32,
-        event: i32,
-        addr: *mut c_void,
-        size: usize,
-        _handle: *mut c_void,
-        _pool: u64,
-    ) {
-        // SAFETY: `user` is the `Seen` below, alive for the call.
-        let seen = unsafe { &mut *user.cast::<Seen>() };
-        let (at, end) = (addr as usize, addr as usize + size);
-        if event == npualloc_segment_event::NPUALLOC_SEGMENT_MAP as i32 && at < seen.range.1 && seen.range.0 < end {
-            seen.count += 1;
-        }
-    }
-    let mut seen = Seen { range: (p, p + len), count: 0 };
-    // SAFETY: a live handle; `seen` outlives the call.
-    let st = unsafe { npualloc_for_each_segment(a, Some(count), (&mut seen as *mut Seen).cast()) };
-    assert_eq!(st, NPUALLOC_OK);
-    seen.count
+    mapped_pieces(a).iter().filter(|&&(at, n, _)| at < p + len && p < at + n).count()
 }
 
 fn clean_peer(peer: &mut Peer) {

@@ -380,34 +380,9 @@ fn a_graph_pool_keeps_its_cached_memory_through_sleep_and_replays_after_wake() {
 }
 
 /// The pieces of mapped memory of pool `p` (handles, or fixed segments), by
-/// address, as `npualloc_for_each_segment` lists them.
-fn mapped_pieces(a: Handle, p: u64) -> Vec<(usize, usize)> {
-    use npualloc::ffi::hooks::{npualloc_for_each_segment, npualloc_segment_event};
-    struct Seen {
-        pool: u64,
-        pieces: Vec<(usize, usize)>,
-    }
-    unsafe extern "C" fn seen(
-        user: *mut c_void,
-        _device: i32,
-        event: i32,
-        addr: *mut c_void,
-        size: usize,
-        _handle: *mut c_void,
-        pool: u64,
-    ) {
-        // SAFETY: `user` is the `Seen` below, alive for the call.
-        let seen = unsafe { &mut *user.cast::<Seen>() };
-        if event == npualloc_segment_event::NPUALLOC_SEGMENT_MAP as i32 && pool == seen.pool {
-            seen.pieces.push((addr as usize, size));
-        }
-    }
-    let mut out = Seen { pool: p, pieces: Vec::new() };
-    // SAFETY: a live handle; `out` outlives the call.
-    let st = unsafe { npualloc_for_each_segment(a, Some(seen), (&mut out as *mut Seen).cast()) };
-    assert_eq!(st, OK);
-    out.pieces.sort_unstable();
-    out.pieces
+/// address.
+fn pool_pieces(a: Handle, p: u64) -> Vec<(usize, usize)> {
+    mapped_pieces(a).into_iter().filter(|&(_, _, pool)| pool == p).map(|(at, n, _)| (at, n)).collect()
 }
 
 /// A pool's `alignment` and `no_split` (`npualloc_pool_create` in
@@ -464,7 +439,7 @@ fn shaped_pools(config: &str, dev: i32) {
         // In a range a no_split block is whole handles no other block
         // touches (fixed mode: one segment per block, checked below).
         if !fixed && pool_config.starts_with("no_split") {
-            let pieces = mapped_pieces(a, p);
+            let pieces = pool_pieces(a, p);
             for &(b, len, _) in &live {
                 let under: Vec<_> = pieces.iter().filter(|&&(at, n)| at < b + len && b < at + n).collect();
                 assert!(
@@ -504,7 +479,7 @@ fn shaped_pools(config: &str, dev: i32) {
         // In a range, freed neighbours coalesce: a request takes each
         // handle it touches whole and leaves the others free; fresh handles
         // are exactly a block's pages.
-        assert_eq!(mapped_pieces(a, p), [(five, 6 * MIB), (three, 4 * MIB), (one, 2 * MIB)]);
+        assert_eq!(pool_pieces(a, p), [(five, 6 * MIB), (three, 4 * MIB), (one, 2 * MIB)]);
         assert_eq!(free(a, again), OK);
         assert_eq!(free(a, one), OK);
         let mid = malloc(a, 3 * MIB, s).unwrap();
@@ -513,7 +488,7 @@ fn shaped_pools(config: &str, dev: i32) {
         assert_eq!((next, query(a, next).unwrap().size), (one, 2 * MIB as u64), "the other handle");
         let tail = malloc(a, 5 * MIB, s).unwrap();
         assert_eq!(query(a, tail).unwrap().size, 6 * MIB as u64);
-        assert_eq!(mapped_pieces(a, p).last(), Some(&(tail, 6 * MIB)), "a fresh handle of its own");
+        assert_eq!(pool_pieces(a, p).last(), Some(&(tail, 6 * MIB)), "a fresh handle of its own");
         for b in [mid, next] {
             assert_eq!(free(a, b), OK);
         }
@@ -587,7 +562,7 @@ fn unsplit_blocks_take_whole_large_pages() {
     let (x, y, z) = (malloc(a, MIB, s).unwrap(), malloc(a, 21 * MIB, s).unwrap(), malloc(a, 1, s).unwrap());
     let sizes: Vec<usize> = [x, y, z].iter().map(|&b| query(a, b).unwrap().size as usize).collect();
     assert_eq!(sizes, [page, 2 * page, page]);
-    assert_eq!(mapped_pieces(a, p), [(x, page), (y, 2 * page), (z, page)]);
+    assert_eq!(pool_pieces(a, p), [(x, page), (y, 2 * page), (z, page)]);
     assert_eq!(free(a, x), OK);
     let again = malloc(a, 3 * MIB, s).unwrap();
     assert_eq!((again, query(a, again).unwrap().size as usize), (x, page));

@@ -254,3 +254,31 @@ pub fn destroy(a: Handle) -> npualloc_status {
     // SAFETY: the handle is handed over.
     unsafe { npualloc_destroy(a) }
 }
+
+/// Every piece of mapped memory the allocator holds, as
+/// `npualloc_for_each_segment` lists it (MAP events): address, bytes and
+/// pool, by address.
+pub fn mapped_pieces(a: Handle) -> Vec<(usize, usize, u64)> {
+    use npualloc::ffi::hooks::{npualloc_for_each_segment, npualloc_segment_event};
+    unsafe extern "C" fn seen(
+        user: *mut c_void,
+        _device: i32,
+        event: i32,
+        addr: *mut c_void,
+        size: usize,
+        _handle: *mut c_void,
+        pool: u64,
+    ) {
+        // SAFETY: `user` is the vector below, alive for the call.
+        let pieces = unsafe { &mut *user.cast::<Vec<(usize, usize, u64)>>() };
+        if event == npualloc_segment_event::NPUALLOC_SEGMENT_MAP as i32 {
+            pieces.push((addr as usize, size, pool));
+        }
+    }
+    let mut pieces: Vec<(usize, usize, u64)> = Vec::new();
+    // SAFETY: a live handle; `pieces` outlives the call.
+    let st = unsafe { npualloc_for_each_segment(a, Some(seen), (&mut pieces as *mut Vec<_>).cast()) };
+    assert_eq!(st, npualloc_status::NPUALLOC_OK, "for_each_segment: {}", last_error_message());
+    pieces.sort_unstable();
+    pieces
+}

@@ -32,16 +32,8 @@ impl RangePool<'_> {
             Some(_) => self.view().find_most_mapped(rounded).unwrap_or((best_fit, 0)),
             None => (best_fit, 0),
         };
-        // While asleep, pages of sleeping runs are owned by their blocks: a
-        // request goes where it touches none, in a new range if need be.
         if self.view().touches_slept(id, off, rounded) {
-            (id, off) = match self.view().find_awake_fit(rounded) {
-                Some(found) => found,
-                None => {
-                    let seg = self.make_range_for_request(rounded)?;
-                    (self.segments.get(seg).first, 0)
-                }
-            };
+            (id, off) = self.awake_place(rounded)?;
         }
         // Mapped before the split: a failure leaves the block whole.
         let (seg, addr, size) = {
@@ -50,6 +42,17 @@ impl RangePool<'_> {
         };
         self.ensure_mapped(seg, addr + off, rounded, size - off, device)?;
         Ok(if off > 0 { self.split_front(id, off) } else { id })
+    }
+
+    /// A free block and offset for `rounded` bytes that touch no sleeping
+    /// page, in a new range if need be: while asleep, pages of sleeping runs
+    /// are owned by their blocks (Note [sleep]).
+    fn awake_place(&mut self, rounded: usize) -> Result<(BlockId, usize), GrowError> {
+        if let Some(found) = self.view().find_awake_fit(rounded) {
+            return Ok(found);
+        }
+        let seg = self.make_range_for_request(rounded)?;
+        Ok((self.segments.get(seg).first, 0))
     }
 
     /// Places a request of a no_split pool: at the start of its best fit
@@ -69,17 +72,10 @@ impl RangePool<'_> {
         best_fit: Option<BlockId>,
         device: &GrowContext<'_, super::ExpandableRanges>,
     ) -> Result<(BlockId, usize), GrowError> {
-        // Sleeping pages belong to their blocks until wake (Note [sleep]);
-        // a sleeping run ends where a handle ended.
+        // A sleeping run ends where a handle ended (`awake_place`).
         let (id, off) = match best_fit {
             Some(id) if !self.view().touches_slept(id, 0, rounded) => (id, 0),
-            _ => match self.view().find_awake_fit(rounded) {
-                Some(found) => found,
-                None => {
-                    let seg = self.make_range_for_request(rounded)?;
-                    (self.segments.get(seg).first, 0)
-                }
-            },
+            _ => self.awake_place(rounded)?,
         };
         let (seg, addr, size) = {
             let b = self.blocks.get(id);
