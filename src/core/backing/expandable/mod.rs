@@ -208,7 +208,7 @@ impl Backing for ExpandableRanges {
 
     /// Inside a range every remainder splits: unmapped tails cost nothing,
     /// and the oversize rules exist for fixed segments. A no_split pool's
-    /// block ends where its last handle ends (`unshared`), so what splits
+    /// block ends where its last handle ends (`place_unshared`), so what splits
     /// off starts a handle of its own or unmapped pages.
     #[inline]
     fn splits(_: &Shared<Self>, _: Shape, _: PoolKind, size: usize, rounded: usize) -> bool {
