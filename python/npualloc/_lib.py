@@ -141,6 +141,7 @@ def lib():
             "npualloc_ipc_export": (status, [P, P, ctypes.POINTER(IpcHandle)]),
             "npualloc_ipc_import": (status, [ctypes.POINTER(IpcHandle), I, ctypes.POINTER(P), ctypes.POINTER(S)]),
             "npualloc_ipc_close": (status, [P]),
+            "npualloc_read_pytorch_alloc_conf": (status, [I, ctypes.POINTER(I)]),
         }
         for name, (restype, argtypes) in sigs.items():
             fn = getattr(handle, name)

@@ -51,11 +51,12 @@ class TorchNpuError(RuntimeError):
 
 
 class _Installed:
-    def __init__(self, config, library, bridge, tail):
+    def __init__(self, config, library, bridge, tail, handle):
         self.config = config
         self.library = library
         self.bridge = bridge
         self.tail = tail
+        self.handle = handle
 
 
 _installed = None
@@ -91,7 +92,10 @@ def enable(config=None):
 
     ``config`` is npualloc's config string (``"key:value,..."``, the
     ``NPUALLOC_CONF`` grammar); it is checked here and put in ``NPUALLOC_CONF``
-    for the allocators the bridge creates. None keeps ``NPUALLOC_CONF`` as it is.
+    for the allocators the bridge creates. None keeps ``NPUALLOC_CONF`` as it
+    is; when that is unset, torch_npu's variables are read as torch_npu reads
+    them: ``PYTORCH_NPU_ALLOC_CONF``, else, in releases that read it (2.12 on),
+    ``PYTORCH_ALLOC_CONF``.
 
     The first call in a process with a new torch_npu compiles the bridge
     (a C++20 compiler is needed: ``$CXX`` or ``c++``); later ones load it
@@ -119,6 +123,22 @@ def enable(config=None):
     if _npu_initialized(torch_npu):
         raise TorchNpuError(_TOO_LATE)
 
+    # Before the config is checked: it may come from PYTORCH_ALLOC_CONF.
+    reads_generic = _reads_pytorch_alloc_conf(torch_npu)
+    previous = _read_pytorch_alloc_conf(reads_generic)
+    try:
+        _install(torch_npu, text, effective)
+    except BaseException:
+        _read_pytorch_alloc_conf(previous)
+        raise
+    _follow_the_sanitizer(torch_npu, _installed.handle)
+    _pass_rejection_rule(_installed.handle, _torch_npu_env_settings(reads_generic))
+    _tell_of_run_time_settings(torch_npu, _installed.handle, reads_generic)
+    _follow_uce_checks(torch_npu, _installed.handle)
+
+
+def _install(torch_npu, text, effective):
+    global _installed
     _check_config(text)
     library = str(_lib.find_library())
     from . import torch_npu_bridge
@@ -151,11 +171,7 @@ def enable(config=None):
         else:
             os.environ["NPUALLOC_CONF"] = saved
         raise
-    _installed = _Installed(effective, library, str(bridge), tail)
-    _follow_the_sanitizer(torch_npu, handle)
-    _pass_rejection_rule(handle, _torch_npu_env_settings())
-    _tell_of_run_time_settings(torch_npu, handle)
-    _follow_uce_checks(torch_npu, handle)
+    _installed = _Installed(effective, library, str(bridge), tail, handle)
 
 
 def _follow_uce_checks(torch_npu, handle):
@@ -244,40 +260,57 @@ def _pass_rejection_rule(handle, text):
                       RuntimeWarning, stacklevel=3)
 
 
-def _torch_npu_env_settings():
-    """The allocator settings torch_npu reads when it starts: PYTORCH_NPU_ALLOC_CONF, else
-    PYTORCH_ALLOC_CONF (NPUAllocatorConfig::instance)."""
-    return os.environ.get("PYTORCH_NPU_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF"))
+def _torch_npu_env_settings(reads_generic):
+    """The allocator settings torch_npu reads when it starts: PYTORCH_NPU_ALLOC_CONF, else, in
+    the releases that read it, PYTORCH_ALLOC_CONF (NPUAllocatorConfig::instance)."""
+    generic = os.environ.get("PYTORCH_ALLOC_CONF") if reads_generic else None
+    return os.environ.get("PYTORCH_NPU_ALLOC_CONF", generic)
 
 
-def _tell_of_run_time_settings(torch_npu, handle):
+def _tell_of_run_time_settings(torch_npu, handle, reads_generic):
     # torch_npu's own entry, and torch's device-generic one where it reaches torch_npu's parser.
     import torch
 
     entries = [(torch_npu._C, "_npu_npuCachingAllocator_set_allocator_settings")]
-    if _registers_settings_parser(torch_npu):
+    if _library_mentions(torch_npu, b"registerDeviceConfigParserHook"):
         entries.append((torch._C, "_accelerator_setAllocatorSettings"))
+    variables = "NPUALLOC_CONF, else PYTORCH_NPU_ALLOC_CONF" + (", else PYTORCH_ALLOC_CONF" if reads_generic else "")
     for module, name in entries:
         original = getattr(module, name, None)
         if original is not None:
-            setattr(module, name, _settings_told(original, handle))
+            setattr(module, name, _settings_told(original, handle, variables))
 
 
-def _registers_settings_parser(torch_npu):
-    """Whether torch's allocator settings reach torch_npu's parser: torch_npu registers it with
-    REGISTER_ALLOCATOR_CONFIG_PARSE_HOOK (NPUAllocatorConfig.cpp), which calls c10's
-    registerDeviceConfigParserHook, a name then in libtorch_npu.so's symbols."""
+def _library_mentions(torch_npu, name):
+    """Whether libtorch_npu.so holds `name`. torch's allocator settings reach torch_npu's
+    parser where torch_npu registers it (REGISTER_ALLOCATOR_CONFIG_PARSE_HOOK,
+    NPUAllocatorConfig.cpp), which calls c10's registerDeviceConfigParserHook, a name then in
+    the library's symbols; and torch_npu reads PYTORCH_ALLOC_CONF where
+    NPUAllocatorConfig::instance names it (2.12 on: the name is in no earlier release's
+    library)."""
     import mmap
 
     library = Path(torch_npu.__file__).resolve().parent / "lib" / "libtorch_npu.so"
     try:
         with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            return m.find(b"registerDeviceConfigParserHook") != -1
+            return m.find(name) != -1
     except (OSError, ValueError):
         return False
 
 
-def _settings_told(original, handle):
+def _reads_pytorch_alloc_conf(torch_npu):
+    return _library_mentions(torch_npu, b"PYTORCH_ALLOC_CONF")
+
+
+def _read_pytorch_alloc_conf(on):
+    """Tells the library whether a config from the environment includes PYTORCH_ALLOC_CONF;
+    returns what it replaced."""
+    previous = ctypes.c_int32(0)
+    _lib.lib().npualloc_read_pytorch_alloc_conf(int(bool(on)), ctypes.byref(previous))
+    return bool(previous.value)
+
+
+def _settings_told(original, handle, variables):
     """`original` (a call that sets torch_npu's allocator settings), then npualloc told of them."""
 
     def set_allocator_settings(settings):
@@ -289,8 +322,8 @@ def _settings_told(original, handle):
         if ignored:
             warnings.warn(
                 f"npualloc: {', '.join(ignored)} changed in torch_npu's settings only: npualloc, torch_npu's "
-                "allocator now, reads its config once when it starts (NPUALLOC_CONF, else "
-                "PYTORCH_NPU_ALLOC_CONF), so its segments and limits stay as they were; for a memory "
+                f"allocator now, reads its config once when it starts ({variables}), so its segments "
+                "and limits stay as they were; for a memory "
                 "limit use torch.npu.set_per_process_memory_fraction",
                 RuntimeWarning,
                 stacklevel=3,
@@ -375,11 +408,13 @@ def _check_config(text):
     out = ctypes.c_void_p()
     status = lib.npualloc_create(None if text is None else text.encode(), -1, ctypes.byref(out))
     if status == _lib.ERR_BAD_CONFIG:
-        # Without a config, the library read NPUALLOC_CONF, else PYTORCH_NPU_ALLOC_CONF.
+        # Without a config, the library read the first of these set (PYTORCH_ALLOC_CONF only
+        # where torch_npu reads it: then the library was told to).
         if text is not None:
             source = repr(text)
         else:
-            name = "NPUALLOC_CONF" if "NPUALLOC_CONF" in os.environ else "PYTORCH_NPU_ALLOC_CONF"
+            variables = ("NPUALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+            name = next((v for v in variables if v in os.environ), variables[0])
             source = f"{name}={os.environ.get(name)!r}"
         raise ValueError(f"npualloc refuses the config {source}: {_lib.last_error()}")
     if status == _lib.OK:  # not expected for device -1; never leak one

@@ -1,6 +1,7 @@
 """The C API's stream and block calls as CachingAllocator methods:
 record_stream, erase_stream, forget_stream, query, set_memory_fraction,
-reset_peak_stats; and the config read from PYTORCH_NPU_ALLOC_CONF."""
+reset_peak_stats; and the config read from PYTORCH_NPU_ALLOC_CONF (and
+PYTORCH_ALLOC_CONF, when the host says it reads it)."""
 
 import ctypes
 import os
@@ -140,7 +141,8 @@ def test_closed_allocator_refuses_the_new_calls(emu):
 
 
 def _run(code, **env_vars):
-    env = {k: v for k, v in os.environ.items() if k not in ("NPUALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NPUALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
     env.update(env_vars)
     env["PYTHONPATH"] = os.pathsep.join([str(PYTHON_DIR)] + sys.path)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
@@ -173,3 +175,38 @@ def test_torch_npu_config_is_read_when_npualloc_conf_is_unset(emu):
     out = _run("import npualloc; npualloc.CachingAllocator()", PYTORCH_NPU_ALLOC_CONF="no_such_key:1")
     assert out.returncode != 0
     assert "no_such_key" in out.stderr and "in PYTORCH_NPU_ALLOC_CONF" in out.stderr
+
+
+_GENERIC_PROBE = """
+import ctypes, sys
+import npualloc
+from npualloc import _lib
+previous = ctypes.c_int32(-1)
+if len(sys.argv) > 1:
+    assert _lib.lib().npualloc_read_pytorch_alloc_conf(1, ctypes.byref(previous)) == 0
+""" + _FRACTION_PROBE + """
+print("previous", previous.value)
+"""
+
+
+def test_pytorch_alloc_conf_is_read_only_when_the_host_says_so(emu):
+    conf = "per_process_memory_fraction:0.5,segment_size_mb:8"
+    # A C host, or a torch_npu before 2.12: PYTORCH_ALLOC_CONF is not npualloc's to read.
+    out = _run(_GENERIC_PROBE, ACLEMU_DEVICE_MEMORY="64m", PYTORCH_ALLOC_CONF=conf)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["fits", "previous", "-1"]
+    assert "PYTORCH_ALLOC_CONF" not in out.stderr
+    # Turned on, it is read as torch_npu reads it, after the two others.
+    code = _GENERIC_PROBE.replace("len(sys.argv) > 1", "True")
+    out = _run(code, ACLEMU_DEVICE_MEMORY="64m", PYTORCH_ALLOC_CONF=conf)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["capped", "previous", "0"]
+    assert ("npualloc: NPUALLOC_CONF and PYTORCH_NPU_ALLOC_CONF are unset; config from "
+            f"PYTORCH_ALLOC_CONF='{conf}'; ignored torch_npu-only keys: segment_size_mb") in out.stderr
+    out = _run(code, ACLEMU_DEVICE_MEMORY="64m", PYTORCH_ALLOC_CONF=conf, PYTORCH_NPU_ALLOC_CONF="")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == "fits"
+    assert "(PYTORCH_ALLOC_CONF is set too and is not read)" in out.stderr
+    out = _run(code, PYTORCH_ALLOC_CONF="no_such_key:1")
+    assert out.returncode != 0
+    assert "in PYTORCH_ALLOC_CONF, read because NPUALLOC_CONF and PYTORCH_NPU_ALLOC_CONF are unset" in out.stderr

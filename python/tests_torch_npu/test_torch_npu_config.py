@@ -95,3 +95,59 @@ def test_run_time_settings_say_npualloc_keeps_its_config(run_npu):
     assert r["host_notices"] == [], r
     assert r["sum"] == 0, r
     assert r["expandable"], ("npualloc kept its expandable segments", r)
+
+
+ENABLE = """
+import npualloc.torch_npu
+try:
+    npualloc.torch_npu.enable()
+    torch.zeros(4, device="npu")
+    report({"raised": None})
+except Exception as e:
+    report({"raised": type(e).__name__, "message": str(e)})
+"""
+
+
+def test_pytorch_alloc_conf_is_read_where_torch_npu_reads_it(run_npu):
+    # torch_npu 2.12 and later read PYTORCH_ALLOC_CONF when PYTORCH_NPU_ALLOC_CONF is unset
+    # (NPUAllocatorConfig::instance); earlier releases do not. torch_npu's own allocator tells which
+    # this release is: it refuses a split limit with expandable segments only when it reads them.
+    pair = {"PYTORCH_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:128"}
+    own = run_npu("""
+    try:
+        torch.zeros(4, device="npu")
+        report({"raised": None})
+    except Exception as e:
+        report({"raised": type(e).__name__, "message": str(e)})
+    """, "own", env=pair).result
+    reads = own["raised"] is not None
+    assert not reads or "max_split_size_mb" in own["message"], own
+
+    ours = run_npu(ENABLE, "own", env=pair).result
+    if reads:
+        assert ours["raised"] == "ValueError", ours
+        assert "PYTORCH_ALLOC_CONF='expandable_segments:True,max_split_size_mb:128'" in ours["message"], ours
+        assert "max_split_size_mb" in ours["message"], ours
+    else:
+        assert ours["raised"] is None, ours
+
+    # What torch_npu's own allocator accepts there, npualloc serves, read the same way.
+    done = run(run_npu, SEGMENTS, "npualloc", env={"PYTORCH_ALLOC_CONF": "max_split_size_mb:128"})
+    r = done.result
+    assert r["sum"] == 0, r
+    said = "npualloc: NPUALLOC_CONF and PYTORCH_NPU_ALLOC_CONF are unset; config from PYTORCH_ALLOC_CONF="
+    if reads:
+        assert r["fixed"] and not r["expandable"], r
+        assert said in done.stderr, done.stderr[-2000:]
+    else:
+        assert r["expandable"] and not r["fixed"], r
+        assert "PYTORCH_ALLOC_CONF" not in done.stderr, done.stderr[-2000:]
+    # Both set: a torch_npu that reads both refuses the pair when it starts, under npualloc as
+    # under its own allocator; one that reads only its own gets npualloc reading only that too.
+    both = {"PYTORCH_NPU_ALLOC_CONF": "roundup_power2_divisions:4", "PYTORCH_ALLOC_CONF": "max_split_size_mb:128"}
+    done = run(run_npu, SEGMENTS, "npualloc", env=both, check=False)
+    if reads:
+        assert done.returncode != 0 and "please set only one of them" in done.stderr, done.stderr[-2000:]
+    else:
+        assert done.result["expandable"] and not done.result["fixed"], done.result
+        assert "PYTORCH_ALLOC_CONF" not in done.stderr, done.stderr[-2000:]

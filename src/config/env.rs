@@ -1,25 +1,46 @@
 //! Where the environment's config comes from: `NPUALLOC_CONF`, or, when it
 //! is unset, `PYTORCH_NPU_ALLOC_CONF`, where torch_npu users keep their
-//! allocator tuning.
+//! allocator tuning; and, in a process whose host said its torch_npu reads
+//! it ([`set_read_pytorch_alloc_conf`]), `PYTORCH_ALLOC_CONF` when both are
+//! unset, as torch_npu 2.12 and later read it (`NPUAllocatorConfig::instance`,
+//! `NPUAllocatorConfig.cpp`). Only such a host may turn that on: C hosts and
+//! older torch_npu releases never read the variable, and a value written
+//! for CUDA's allocator must not change what they get.
 //!
-//! The two share the grammar (the module doc of `config`). Read from
-//! `PYTORCH_NPU_ALLOC_CONF`, a key only torch_npu has ([`TORCH_NPU_ONLY_KEYS`])
+//! The variables share the grammar (the module doc of `config`). Read from
+//! a torch_npu variable, a key only torch_npu has ([`TORCH_NPU_ONLY_KEYS`])
 //! is left out and listed as ignored, since it tunes torch_npu's own
 //! allocator; any other key npualloc lacks is refused as in `NPUALLOC_CONF`.
 //! `max_split_size_mb` there without `expandable_segments` means fixed
 //! segments, torch_npu's default, which the logged line says.
-//! When `PYTORCH_NPU_ALLOC_CONF` is involved (read, or set but shadowed by
-//! `NPUALLOC_CONF`), one line on stderr, once per process, says which
-//! variable was used. `NPUALLOC_CONF` set to the empty string counts as set:
-//! the defaults, and `PYTORCH_NPU_ALLOC_CONF` is not read.
+//! When a torch_npu variable is involved (read, or set but shadowed), one
+//! line on stderr, once per process, says which variable was used.
+//! `NPUALLOC_CONF` set to the empty string counts as set: the defaults, and
+//! no other variable is read.
 
 use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{parse, Config, ENV_VAR};
 use crate::error::Error;
 
 /// torch_npu's config variable, read when [`ENV_VAR`] is unset.
 pub const TORCH_NPU_ENV_VAR: &str = "PYTORCH_NPU_ALLOC_CONF";
+
+/// PyTorch's device-generic config variable, which torch_npu 2.12 and later
+/// read when [`TORCH_NPU_ENV_VAR`] is unset; npualloc reads it only when
+/// told to ([`set_read_pytorch_alloc_conf`]).
+pub const PYTORCH_ENV_VAR: &str = "PYTORCH_ALLOC_CONF";
+
+/// Whether [`PYTORCH_ENV_VAR`] is read: the process's host reads it.
+static READ_PYTORCH_ENV_VAR: AtomicBool = AtomicBool::new(false);
+
+/// From now on, the environment's config also comes from
+/// [`PYTORCH_ENV_VAR`] (`on`), or no longer does; returns the previous
+/// setting. Process-wide, as the environment is.
+pub fn set_read_pytorch_alloc_conf(on: bool) -> bool {
+    READ_PYTORCH_ENV_VAR.swap(on, Ordering::AcqRel)
+}
 
 /// Keys torch_npu's allocator takes that npualloc does not: torch_npu's own
 /// keys (`NPUAllocatorConfig::getKeys`, `NPUAllocatorConfig.h`) and the
@@ -42,27 +63,43 @@ pub const TORCH_NPU_ONLY_KEYS: &[&str] = &[
 ];
 
 /// The config of the environment, and the line to log about its source
-/// (`None`: nothing to say, `PYTORCH_NPU_ALLOC_CONF` is not set).
-pub(super) fn choose(ours: Option<OsString>, torch_npu: Option<OsString>) -> Result<(Config, Option<String>), Error> {
+/// (`None`: nothing to say, no torch_npu variable is set). `torch_npu` is
+/// the first torch_npu variable set, by name, and `shadowed` another one set
+/// but not read.
+pub(super) fn choose(
+    ours: Option<OsString>,
+    torch_npu: Option<(&str, OsString)>,
+    shadowed: Option<&str>,
+) -> Result<(Config, Option<String>), Error> {
     if ours.is_some() {
         let config = super::from_env_value(ours)?;
-        let log = torch_npu
-            .map(|_| format!("npualloc: config from {ENV_VAR}; {TORCH_NPU_ENV_VAR} is set too and is not read"));
+        let log = torch_npu.map(|(name, _)| match shadowed {
+            None => format!("npualloc: config from {ENV_VAR}; {name} is set too and is not read"),
+            Some(other) => format!("npualloc: config from {ENV_VAR}; {name} and {other} are set too and are not read"),
+        });
         return Ok((config, log));
     }
-    let Some(value) = torch_npu else {
+    let Some((name, value)) = torch_npu else {
         return Ok((Config::default(), None));
     };
-    let where_ = format!("in {TORCH_NPU_ENV_VAR}, read because {ENV_VAR} is unset");
+    let unset = if name == TORCH_NPU_ENV_VAR {
+        format!("{ENV_VAR} is unset")
+    } else {
+        format!("{ENV_VAR} and {TORCH_NPU_ENV_VAR} are unset")
+    };
+    let where_ = format!("in {name}, read because {unset}");
     let Ok(value) = value.into_string() else {
-        return Err(Error::bad_config(TORCH_NPU_ENV_VAR, format!("the variable is not valid UTF-8 ({where_})")));
+        return Err(Error::bad_config(name, format!("the variable is not valid UTF-8 ({where_})")));
     };
     let (config, ignored, fixed_by_default) =
         parse::parse_torch_npu(&value, TORCH_NPU_ONLY_KEYS).map_err(|e| match e {
             Error::BadConfig { key, reason } => Error::BadConfig { key, reason: format!("{reason} ({where_})") },
             other => other,
         })?;
-    let mut log = format!("npualloc: {ENV_VAR} is unset; config from {TORCH_NPU_ENV_VAR}='{value}'");
+    let mut log = format!("npualloc: {unset}; config from {name}='{value}'");
+    if let Some(other) = shadowed {
+        log += &format!(" ({other} is set too and is not read)");
+    }
     if fixed_by_default {
         log += "; fixed segments (expandable_segments:false), as torch_npu reads max_split_size_mb \
                  without expandable_segments";
@@ -73,10 +110,26 @@ pub(super) fn choose(ours: Option<OsString>, torch_npu: Option<OsString>) -> Res
     Ok((config, Some(log)))
 }
 
+/// The torch_npu variable to read, of `PYTORCH_NPU_ALLOC_CONF`'s value
+/// `npu` and `PYTORCH_ALLOC_CONF`'s `generic` (None when not read), and the
+/// name of one set but not read. torch_npu refuses the two together; npualloc
+/// reads torch_npu's own, as earlier releases did, and says so.
+fn torch_npu_source(
+    npu: Option<OsString>,
+    generic: Option<OsString>,
+) -> (Option<(&'static str, OsString)>, Option<&'static str>) {
+    match (npu, generic) {
+        (Some(v), generic) => (Some((TORCH_NPU_ENV_VAR, v)), generic.map(|_| PYTORCH_ENV_VAR)),
+        (None, generic) => (generic.map(|v| (PYTORCH_ENV_VAR, v)), None),
+    }
+}
+
 /// [`choose`] over the process environment, logging its line once.
 pub(super) fn from_process_env() -> Result<Config, Error> {
     static LOGGED: std::sync::Once = std::sync::Once::new();
-    let (config, log) = choose(std::env::var_os(ENV_VAR), std::env::var_os(TORCH_NPU_ENV_VAR))?;
+    let generic = READ_PYTORCH_ENV_VAR.load(Ordering::Acquire).then(|| std::env::var_os(PYTORCH_ENV_VAR)).flatten();
+    let (torch_npu, shadowed) = torch_npu_source(std::env::var_os(TORCH_NPU_ENV_VAR), generic);
+    let (config, log) = choose(std::env::var_os(ENV_VAR), torch_npu, shadowed)?;
     if let Some(line) = log {
         LOGGED.call_once(|| eprintln!("{line}"));
     }
@@ -93,6 +146,14 @@ mod tests {
         Some(s.into())
     }
 
+    fn npu(s: &str) -> Option<(&'static str, OsString)> {
+        Some((TORCH_NPU_ENV_VAR, s.into()))
+    }
+
+    fn generic(s: &str) -> Option<(&'static str, OsString)> {
+        Some((PYTORCH_ENV_VAR, s.into()))
+    }
+
     #[test]
     fn torch_npu_only_keys_are_foreign_to_npualloc() {
         for name in TORCH_NPU_ONLY_KEYS {
@@ -103,24 +164,24 @@ mod tests {
 
     #[test]
     fn ours_wins_and_says_the_other_is_not_read() {
-        let (c, log) = choose(some("page_size:1g"), some("page_size:20m")).unwrap();
+        let (c, log) = choose(some("page_size:1g"), npu("page_size:20m"), None).unwrap();
         assert_eq!(c.page_size, PageSize::Gib1);
         assert_eq!(
             log.as_deref(),
             Some("npualloc: config from NPUALLOC_CONF; PYTORCH_NPU_ALLOC_CONF is set too and is not read")
         );
         // Set but empty is set: the defaults, not the other variable.
-        let (c, _) = choose(some(""), some("page_size:20m")).unwrap();
+        let (c, _) = choose(some(""), npu("page_size:20m"), None).unwrap();
         assert_eq!(c, Config::default());
         // Alone, nothing is logged.
-        let (c, log) = choose(some("page_size:20m"), None).unwrap();
+        let (c, log) = choose(some("page_size:20m"), None, None).unwrap();
         assert_eq!((c.page_size, log), (PageSize::Mib20, None));
-        assert_eq!(choose(None, None).unwrap(), (Config::default(), None));
+        assert_eq!(choose(None, None, None).unwrap(), (Config::default(), None));
     }
 
     #[test]
     fn torch_npu_variable_is_read_when_ours_is_unset() {
-        let (c, log) = choose(None, some("expandable_segments:True,base_addr_aligned_kb:16")).unwrap();
+        let (c, log) = choose(None, npu("expandable_segments:True,base_addr_aligned_kb:16"), None).unwrap();
         assert_eq!(c.expandable_segments, Some(true));
         assert_eq!(
             log.as_deref(),
@@ -130,7 +191,7 @@ mod tests {
                  ignored torch_npu-only keys: base_addr_aligned_kb"
             )
         );
-        let (c, log) = choose(None, some("garbage_collection_threshold:0.6,roundup_power2_divisions:4")).unwrap();
+        let (c, log) = choose(None, npu("garbage_collection_threshold:0.6,roundup_power2_divisions:4"), None).unwrap();
         assert_eq!(c.garbage_collection_threshold, Some(0.6));
         assert!(!log.unwrap().contains("ignored"));
     }
@@ -138,7 +199,7 @@ mod tests {
     #[test]
     fn torch_npu_variable_errors_say_where_they_come_from() {
         // A key npualloc lacks that is not torch_npu's is refused, as usual.
-        match choose(None, some("bogus_key:1")) {
+        match choose(None, npu("bogus_key:1"), None) {
             Err(Error::BadConfig { key, reason }) => {
                 assert_eq!(key, "bogus_key");
                 assert!(
@@ -149,29 +210,86 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Shared keys keep their rules (max_split_size_mb with expandable segments).
-        let e = choose(None, some("expandable_segments:True,max_split_size_mb:64")).unwrap_err();
+        let e = choose(None, npu("expandable_segments:True,max_split_size_mb:64"), None).unwrap_err();
         assert!(matches!(&e, Error::BadConfig { key, .. } if key == "max_split_size_mb"), "{e}");
         // A bad value of a shared key, too.
-        let e = choose(None, some("page_size:3m,segment_size_mb:8")).unwrap_err();
+        let e = choose(None, npu("page_size:3m,segment_size_mb:8"), None).unwrap_err();
         assert!(matches!(&e, Error::BadConfig { key, .. } if key == "page_size"), "{e}");
+    }
+
+    #[test]
+    fn pytorch_variable_is_read_as_torch_npu_reads_it() {
+        let (c, log) = choose(None, generic("max_split_size_mb:128,segment_size_mb:8"), None).unwrap();
+        assert_eq!((c.expandable_segments, c.max_split_size), (Some(false), Some(128 << 20)));
+        assert_eq!(
+            log.as_deref(),
+            Some(
+                "npualloc: NPUALLOC_CONF and PYTORCH_NPU_ALLOC_CONF are unset; config from \
+                 PYTORCH_ALLOC_CONF='max_split_size_mb:128,segment_size_mb:8'; fixed segments \
+                 (expandable_segments:false), as torch_npu reads max_split_size_mb without \
+                 expandable_segments; ignored torch_npu-only keys: segment_size_mb"
+            )
+        );
+        match choose(None, generic("expandable_segments:True,max_split_size_mb:128"), None) {
+            Err(Error::BadConfig { key, reason }) => {
+                assert_eq!(key, "max_split_size_mb");
+                assert!(
+                    reason.ends_with(
+                        "(in PYTORCH_ALLOC_CONF, read because NPUALLOC_CONF and PYTORCH_NPU_ALLOC_CONF are unset)"
+                    ),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Ours still wins, and the line names both it shadows.
+        let (c, log) = choose(some("page_size:1g"), npu("page_size:20m"), Some(PYTORCH_ENV_VAR)).unwrap();
+        assert_eq!(c.page_size, PageSize::Gib1);
+        assert_eq!(
+            log.as_deref(),
+            Some(
+                "npualloc: config from NPUALLOC_CONF; PYTORCH_NPU_ALLOC_CONF and PYTORCH_ALLOC_CONF \
+                 are set too and are not read"
+            )
+        );
+    }
+
+    #[test]
+    fn torch_npus_own_variable_comes_before_pytorchs() {
+        let v = |s: &str| Some(OsString::from(s));
+        assert_eq!(torch_npu_source(None, None), (None, None));
+        assert_eq!(torch_npu_source(v("a:1"), None), (Some((TORCH_NPU_ENV_VAR, "a:1".into())), None));
+        assert_eq!(torch_npu_source(None, v("b:2")), (Some((PYTORCH_ENV_VAR, "b:2".into())), None));
+        assert_eq!(
+            torch_npu_source(v("a:1"), v("b:2")),
+            (Some((TORCH_NPU_ENV_VAR, "a:1".into())), Some(PYTORCH_ENV_VAR))
+        );
+        let (_, log) = choose(None, npu("page_size:20m"), Some(PYTORCH_ENV_VAR)).unwrap();
+        assert_eq!(
+            log.as_deref(),
+            Some(
+                "npualloc: NPUALLOC_CONF is unset; config from PYTORCH_NPU_ALLOC_CONF='page_size:20m' \
+                 (PYTORCH_ALLOC_CONF is set too and is not read)"
+            )
+        );
     }
 
     #[test]
     fn torch_npu_variable_split_limit_alone_means_fixed_segments() {
         // torch_npu's default is fixed segments: its users set max_split_size_mb alone.
-        let (c, log) = choose(None, some("max_split_size_mb:128")).unwrap();
+        let (c, log) = choose(None, npu("max_split_size_mb:128"), None).unwrap();
         assert_eq!((c.expandable_segments, c.max_split_size), (Some(false), Some(128 << 20)));
         assert!(log.unwrap().contains("; fixed segments (expandable_segments:false), as torch_npu reads"));
         // Said outright, either way, it is taken as given.
-        let (c, log) = choose(None, some("expandable_segments:False,max_split_size_mb:128")).unwrap();
+        let (c, log) = choose(None, npu("expandable_segments:False,max_split_size_mb:128"), None).unwrap();
         assert_eq!(c.expandable_segments, Some(false));
         assert!(!log.unwrap().contains("fixed segments"));
-        assert!(choose(None, some("expandable_segments:True,max_split_size_mb:128")).is_err());
+        assert!(choose(None, npu("expandable_segments:True,max_split_size_mb:128"), None).is_err());
         // Without a split limit npualloc's own default stays.
-        let (c, _) = choose(None, some("page_size:1g")).unwrap();
+        let (c, _) = choose(None, npu("page_size:1g"), None).unwrap();
         assert_eq!(c.expandable_segments, None);
         // A key of expandable segments beside it says why segments are fixed.
-        match choose(None, some("max_split_size_mb:128,page_size:1g")) {
+        match choose(None, npu("max_split_size_mb:128,page_size:1g"), None) {
             Err(Error::BadConfig { key, reason }) => {
                 assert_eq!(key, "page_size");
                 assert!(reason.contains("segments are fixed here because max_split_size_mb is given"), "{reason}");
@@ -179,6 +297,6 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // NPUALLOC_CONF keeps npualloc's rule: the key alone is refused there.
-        assert!(choose(some("max_split_size_mb:128"), None).is_err());
+        assert!(choose(some("max_split_size_mb:128"), None, None).is_err());
     }
 }

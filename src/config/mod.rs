@@ -50,7 +50,7 @@ use std::path::PathBuf;
 
 use crate::error::Error;
 
-pub use env::{TORCH_NPU_ENV_VAR, TORCH_NPU_ONLY_KEYS};
+pub use env::{set_read_pytorch_alloc_conf, PYTORCH_ENV_VAR, TORCH_NPU_ENV_VAR, TORCH_NPU_ONLY_KEYS};
 pub use keys::{Key, KeySpec, ValueKind, KEYS};
 pub use roundup::{DivisionsError, RoundupDivisions};
 
@@ -157,8 +157,9 @@ impl Config {
     }
 
     /// Reads [`ENV_VAR`]; empty gives the defaults. When it is unset, reads
-    /// [`TORCH_NPU_ENV_VAR`] instead, ignoring torch_npu-only keys, and says
-    /// so once on stderr (see `env`); neither set gives the defaults.
+    /// [`TORCH_NPU_ENV_VAR`] instead (or [`PYTORCH_ENV_VAR`], when a host
+    /// turned that on), ignoring torch_npu-only keys, and says so once on
+    /// stderr (see `env`); none set gives the defaults.
     pub fn from_env() -> Result<Config, Error> {
         env::from_process_env()
     }

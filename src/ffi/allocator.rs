@@ -27,7 +27,9 @@ pub struct npualloc_block_info {
 /// Creates an allocator for ACL device `device`.
 ///
 /// `config` is `"key:value,key:value"` (see the README for the keys); NULL
-/// reads `NPUALLOC_CONF` from the environment, else uses the defaults. The
+/// reads `NPUALLOC_CONF` from the environment, else torch_npu's
+/// `PYTORCH_NPU_ALLOC_CONF` (and, once turned on, `PYTORCH_ALLOC_CONF`:
+/// `npualloc_read_pytorch_alloc_conf`), else uses the defaults. The
 /// ACL runtime is loaded on first use (config key `acl_library`, else
 /// `NPUALLOC_ACL_LIBRARY`, else `$ASCEND_HOME_PATH/lib64/libascendcl.so`,
 /// else the loader's search).
@@ -57,6 +59,34 @@ pub unsafe extern "C" fn npualloc_create(
         let handle = Allocator::into_raw(DeviceAllocator::new(config, device)?)?;
         // SAFETY: out was checked non-NULL and aligned.
         unsafe { out.write(handle) };
+        Ok(())
+    })
+}
+
+/// Whether a config read from the environment (`npualloc_create` with a NULL
+/// config, and the pluggable entry points' allocators) also reads
+/// `PYTORCH_ALLOC_CONF` when `NPUALLOC_CONF` and `PYTORCH_NPU_ALLOC_CONF` are
+/// both unset, as torch_npu 2.12 and later read it: `on` nonzero turns it
+/// on, zero off. Off by default, so that a value written for another
+/// device's allocator changes nothing for a host that does not read it; a
+/// host whose torch_npu reads the variable turns it on (npualloc's torch_npu
+/// bridge does). Process-wide, as the environment is; allocators already
+/// created keep their config.
+///
+/// Writes the setting it replaces (1 or 0) to `*previous` when `previous` is
+/// not NULL. Returns NPUALLOC_OK. Thread-safe.
+///
+/// # Safety
+/// `previous` is NULL or valid for writing one `int`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn npualloc_read_pytorch_alloc_conf(on: i32, previous: *mut i32) -> npualloc_status {
+    ffi_boundary!(status "npualloc_read_pytorch_alloc_conf", {
+        let was = i32::from(crate::config::set_read_pytorch_alloc_conf(on != 0));
+        if !previous.is_null() {
+            let out = try_out!(previous, "previous");
+            // SAFETY: out was checked non-NULL and aligned.
+            unsafe { out.write(was) };
+        }
         Ok(())
     })
 }

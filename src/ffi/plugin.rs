@@ -155,6 +155,8 @@ pub struct npualloc_api {
         *const super::pools::npualloc_live_block,
         usize,
     ) -> npualloc_status,
+    // Whether the environment's config includes PYTORCH_ALLOC_CONF (API 0.4).
+    pub read_pytorch_alloc_conf: unsafe extern "C" fn(i32, *mut i32) -> npualloc_status,
 }
 
 static API_V1: npualloc_api = npualloc_api {
@@ -224,6 +226,7 @@ static API_V1: npualloc_api = npualloc_api {
     ipc_close: super::ipc::npualloc_ipc_close,
     pool_live_blocks: super::pools::npualloc_pool_live_blocks,
     pool_restore: super::pools::npualloc_pool_restore,
+    read_pytorch_alloc_conf: super::allocator::npualloc_read_pytorch_alloc_conf,
 };
 
 /// The function table for C ABI version `abi_version`, or NULL (last error
@@ -349,7 +352,9 @@ mod tests {
         assert_eq!(std::mem::offset_of!(npualloc_api, ipc_close), after + 12 * word);
         assert_eq!(std::mem::offset_of!(npualloc_api, pool_live_blocks), after + 13 * word);
         assert_eq!(std::mem::offset_of!(npualloc_api, pool_restore), after + 14 * word);
-        assert_eq!(std::mem::size_of::<npualloc_api>(), after + 15 * word, "pool_restore ends the table");
+        assert_eq!(std::mem::offset_of!(npualloc_api, read_pytorch_alloc_conf), after + 15 * word);
+        let size = std::mem::size_of::<npualloc_api>();
+        assert_eq!(size, after + 16 * word, "read_pytorch_alloc_conf ends the table");
         // SAFETY: a non-NULL result points to the static table.
         let api = unsafe { &*npualloc_get_api(1) };
         // SAFETY: NULL handles are refused before anything is read.
@@ -381,6 +386,12 @@ mod tests {
             assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
             let st = (api.pool_restore)(std::ptr::null_mut(), 0, std::ptr::null(), 0);
             assert_eq!(st, npualloc_status::NPUALLOC_ERR_INVALID_ARGUMENT);
+            // The switch answers what it replaces, and is put back as found.
+            let (mut found, mut on) = (-1, -1);
+            assert_eq!((api.read_pytorch_alloc_conf)(1, &mut found), npualloc_status::NPUALLOC_OK);
+            assert_eq!((api.read_pytorch_alloc_conf)(found, &mut on), npualloc_status::NPUALLOC_OK);
+            assert_eq!((found, on), (0, 1));
+            assert_eq!((api.read_pytorch_alloc_conf)(0, std::ptr::null_mut()), npualloc_status::NPUALLOC_OK);
         }
     }
 }
