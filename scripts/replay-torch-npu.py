@@ -9,6 +9,8 @@ Run it with the python of the venv scripts/setup-torch-npu.sh makes:
     $PY scripts/replay-torch-npu.py TRACE                     # default config
     $PY scripts/replay-torch-npu.py --conf expandable TRACE   # expandable_segments:True
     $PY scripts/replay-torch-npu.py --min-capacity TRACE      # + bisection of the capacity
+    $PY scripts/replay-torch-npu.py --npualloc "" TRACE       # npualloc as torch_npu's allocator
+    $PY scripts/replay-torch-npu.py --empty-cache-every 5000 --conf expandable TRACE
 
 Events: ``a id bytes stream`` is torch.npu.caching_allocator_alloc(bytes,
 0, stream), ``f id`` caching_allocator_delete, ``w stream`` synchronizes
@@ -41,6 +43,16 @@ errors the replay caught), ops_replayed (events done before a stop),
 ns_per_op_python (wall time of the replay loop per event: Python-
 dominated, not the allocator's cost; it includes the emulator reads
 unless --no-emu-peak, and torch.empty with --tensors).
+
+``--npualloc CONF`` replays through npualloc instead
+(``npualloc.torch_npu.enable(CONF)`` before torch_npu starts; "allocator" is
+"npualloc"). ``--empty-cache-every N`` calls ``torch.npu.empty_cache()``
+after every N events and at the end, and adds ``empty_cache``: per call, the
+device memory held after it (the emulator's aclrtMalloc and mapped bytes) and
+what live blocks need of it: the 2 MiB pages their bytes touch in the large
+pool, plus the small pool's segments (``torch.npu.memory_snapshot()``); and
+``kept_x``, the sum of the first over the sum of the second, and
+``kept_x_worst``, the largest ratio of one call.
 """
 
 import argparse
@@ -124,6 +136,25 @@ def emulator():
     raise RuntimeError("no libascendcl.so loaded: not torch_npu on the emulator")
 
 
+PAGE = 2 * MIB
+
+
+def needed_after_empty_cache(torch):
+    """The bytes live blocks need after an empty_cache: the 2 MiB pages their
+    bytes touch in the large pool, and the whole small pool."""
+    pages, small = set(), 0
+    for seg in torch.npu.memory_snapshot():
+        if seg.get("segment_type") == "small":
+            small += seg["total_size"]
+            continue
+        addr = seg["address"]
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated" or b["state"] == "active_pending_free":
+                pages.update(range(addr // PAGE, (addr + b["size"] - 1) // PAGE + 1))
+            addr += b["size"]
+    return len(pages) * PAGE + small
+
+
 def conf_of(args):
     """PYTORCH_NPU_ALLOC_CONF of this replay."""
     return CONFS[args.conf] if args.alloc_conf is None else args.alloc_conf
@@ -143,6 +174,11 @@ def replay(args):
         raise TraceError(f"{e}: run this with the python of the venv scripts/setup-torch-npu.sh makes") from None
     import torch
 
+    if args.npualloc is not None:
+        import npualloc.torch_npu
+
+        npualloc.torch_npu.enable(args.npualloc)
+
     torch.npu.init()
     torch.npu.set_device(0)
     emu = emulator()
@@ -160,8 +196,17 @@ def replay(args):
     ptrs, ooms, first_oom, peak_emu, done = {}, 0, None, 0, 0
     sample = not args.no_emu_peak
     get_usage, uref = emu.aclemu_get_usage, ctypes.byref(usage)
+    every, kept = args.empty_cache_every, []
+
+    def empty_cache():
+        torch.npu.empty_cache()
+        get_usage(0, uref)
+        kept.append((usage.malloc_bytes + usage.mapped_bytes, needed_after_empty_cache(torch)))
+
     t0 = time.perf_counter_ns()
     for ev in events:
+        if every and done and done % every == 0:
+            empty_cache()
         kind = ev[0]
         if kind == "a":
             try:
@@ -197,10 +242,18 @@ def replay(args):
     t1 = time.perf_counter_ns()
     set_stream(streams[0])
     torch.npu.synchronize()
+    if every:
+        empty_cache()
     st = torch.npu.memory_stats(0)
     get_usage(0, uref)
-    return {
-        "allocator": "torch_npu", "conf": conf_of(args), "trace": os.path.basename(args.trace),
+    extra = {}
+    if every:
+        extra["empty_cache"] = [{"held": h, "needed": n} for h, n in kept]
+        extra["kept_x"] = round(sum(h for h, _ in kept) / max(1, sum(n for _, n in kept)), 4)
+        extra["kept_x_worst"] = round(max(h / n if n else (1.0 if h == 0 else float("inf")) for h, n in kept), 4)
+    return extra | {
+        "allocator": "torch_npu" if args.npualloc is None else "npualloc",
+        "conf": conf_of(args) if args.npualloc is None else args.npualloc, "trace": os.path.basename(args.trace),
         "api": "raw" if raw else "tensor",
         "capacity": args.device_memory, "ops": len(events), "ops_replayed": done,
         "streams": len(streams), "peak_requested": peak_requested,
@@ -220,6 +273,7 @@ def child(args, capacity, stop_on_oom, no_emu_peak):
     cmd = [sys.executable, os.path.abspath(__file__), "--conf", args.conf, "--device-memory", str(capacity)]
     cmd += ["--tensors"] * args.tensors
     cmd += [] if args.alloc_conf is None else ["--alloc-conf", args.alloc_conf]
+    cmd += [] if args.npualloc is None else ["--npualloc", args.npualloc]
     cmd += ["--stop-on-oom"] * stop_on_oom + ["--no-emu-peak"] * no_emu_peak + [args.trace]
     done = subprocess.run(cmd, capture_output=True, text=True)
     lines = [ln[7:] for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -284,6 +338,10 @@ def main():
     ap.add_argument("--stop-on-oom", action="store_true", help="end the replay at the first OOM")
     ap.add_argument("--no-emu-peak", action="store_true", help="do not read the emulator's usage per allocation")
     ap.add_argument("--min-capacity", action="store_true", help="also bisect the capacity (child processes)")
+    ap.add_argument("--npualloc", metavar="CONF",
+                    help="replay through npualloc with this config (\"\" for its defaults) instead of torch_npu's own")
+    ap.add_argument("--empty-cache-every", type=int, default=0, metavar="N",
+                    help="call torch.npu.empty_cache() after every N events and at the end, and report what it keeps")
     ap.add_argument("-v", "--verbose", action="store_true", help="print each bisection probe on stderr")
     args = ap.parse_args()
     if not os.path.isfile(args.trace):

@@ -35,6 +35,15 @@ PEAK_REQUESTED = 4 * MIB + 3000
 # The trace with block 0 used on stream 1 too (record_stream, --tensors only).
 TRACE_U = TRACE.replace("a 1 3000 0\n", "a 1 3000 1\nu 0 1\n").replace("w 0", "w 1")
 
+# 3, 40, 100 and 7 MiB, the 100 MiB block freed: what empty_cache keeps of it.
+TRACE_KEPT = """# acl-trace v1
+a 0 3145728 0
+a 1 41943040 0
+a 2 104857600 0
+a 3 7340032 0
+f 2
+"""
+
 # Every replay the tests read: name -> (arguments, trace). Each is a child
 # python importing torch (about 3 s); the fixture runs them two at a time,
 # the bisection (several children in turn) first.
@@ -46,6 +55,8 @@ RUNS = {
     "oom_stop": (["--device-memory", "21M", "--stop-on-oom"], TRACE),
     "tensors_u": (["--tensors"], TRACE_U),
     "tensors": (["--tensors"], TRACE),
+    "kept_own": (["--conf", "expandable", "--empty-cache-every", "3"], TRACE_KEPT),
+    "kept_npualloc": (["--npualloc", "max_handle_mb:2", "--empty-cache-every", "3"], TRACE_KEPT),
 }
 
 
@@ -150,3 +161,21 @@ def test_bad_or_unsupported_events_are_refused(tmp_path, line, message):
     done, r = replay(tmp_path, [], TRACE + line + "\n")
     assert done.returncode == 2 and r is None
     assert message in done.stderr and ":9:" in done.stderr, done.stderr
+
+
+def test_what_empty_cache_keeps_under_both_allocators(runs):
+    # A call after the third event and one at the end.
+    own, ours = runs("kept_own"), runs("kept_npualloc")
+    assert (own["allocator"], ours["allocator"]) == ("torch_npu", "npualloc")
+    assert ours["conf"] == "max_handle_mb:2"
+    assert len(own["empty_cache"]) == len(ours["empty_cache"]) == 2
+    # torch_npu's own 20 MiB handles: after the last call, the live blocks
+    # (about [0, 43) and [143, 150) MiB) keep four of them.
+    last = own["empty_cache"][-1]
+    assert last["held"] == 4 * 20 * MIB and last["needed"] < last["held"], own["empty_cache"]
+    assert own["kept_x_worst"] == round(last["held"] / last["needed"], 4) > 1.4, own
+    # npualloc with handles of one page keeps exactly the pages live blocks touch.
+    for call in ours["empty_cache"]:
+        assert call["held"] == call["needed"] > 0, ours["empty_cache"]
+    assert ours["kept_x"] == ours["kept_x_worst"] == 1.0, ours
+    assert ours["calls"]["aclrtMapMem"] > own["calls"]["aclrtMapMem"], (ours["calls"], own["calls"])

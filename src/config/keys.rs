@@ -22,6 +22,7 @@ pub enum Key {
     MapAhead,
     OomSnapshot,
     HandleMoves,
+    MaxHandleMb,
 }
 
 impl Key {
@@ -236,6 +237,19 @@ pub const KEYS: &[KeySpec] = &[
               addresses are never handed out again until the next empty_cache, OOM recovery or \
               forget_stream unmaps them. false: never move a handle this way. Refused \
               with reserved_headroom, which moves free pieces itself and never a handle this way.",
+    },
+    KeySpec {
+        key: Key::MaxHandleMb,
+        name: "max_handle_mb",
+        kind: ValueKind::SizeMib,
+        default: "off",
+        unit: "MiB",
+        doc: "Expandable segments, large pool: no physical handle crosses a boundary of this many MiB \
+              from the start of its range, so after empty_cache a live block keeps at most the \
+              stretches of this size it touches. Smaller gives more back for more runtime calls: \
+              20 keeps what torch_npu's own 20 MiB handles keep, 2 (with 2 MiB pages) keeps exactly \
+              the pages live blocks touch. A multiple of page_size. Off: a handle may cover a whole \
+              request or run ahead of it.",
     },
 ];
 

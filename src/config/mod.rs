@@ -137,6 +137,9 @@ pub struct Config {
     pub map_ahead: Option<bool>,
     /// `handle_moves`. `None`: on.
     pub handle_moves: Option<bool>,
+    /// `max_handle_mb`, in bytes: no large-pool handle crosses a multiple of
+    /// it from its range's start. `None`: no bound.
+    pub max_handle: Option<usize>,
     /// `oom_snapshot`: where to write a PyTorch-format snapshot when a
     /// request is refused for lack of memory. `None`: nowhere.
     pub oom_snapshot: Option<PathBuf>,
@@ -242,6 +245,9 @@ impl fmt::Display for Config {
         }
         if let Some(on) = self.handle_moves {
             entry(f, Key::HandleMoves, &on)?;
+        }
+        if let Some(bytes) = self.max_handle {
+            entry(f, Key::MaxHandleMb, &size::format_mib(bytes))?;
         }
         Ok(())
     }

@@ -121,7 +121,7 @@ fn check_conflicts(config: &Config, seen: u32) -> Result<(), Error> {
         _ => {}
     }
     if config.expandable_segments == Some(false) {
-        for key in [Key::PageSize, Key::ReservedHeadroom, Key::MapAhead, Key::HandleMoves] {
+        for key in [Key::PageSize, Key::ReservedHeadroom, Key::MapAhead, Key::HandleMoves, Key::MaxHandleMb] {
             if given(key) {
                 return Err(Error::bad_config(
                     key.name(),
@@ -140,6 +140,20 @@ fn check_conflicts(config: &Config, seen: u32) -> Result<(), Error> {
              to hold reserved memory within its bound, and never moves a handle this way; \
              drop handle_moves or reserved_headroom",
         ));
+    }
+    if let Some(bytes) = config.max_handle {
+        let page = config.page_size.bytes();
+        if bytes == 0 || bytes % page != 0 {
+            return Err(Error::bad_config(
+                Key::MaxHandleMb.name(),
+                format!(
+                    "must be a whole number of pages of page_size:{} ({} MiB), got {}",
+                    config.page_size,
+                    page >> 20,
+                    size::format_mib(bytes)
+                ),
+            ));
+        }
     }
     if given(Key::MapAhead) && config.reserved_headroom.is_some() {
         return Err(Error::bad_config(
@@ -200,6 +214,7 @@ fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
         }
         Key::MapAhead => config.map_ahead = Some(parse_bool(key, value)?),
         Key::HandleMoves => config.handle_moves = Some(parse_bool(key, value)?),
+        Key::MaxHandleMb => config.max_handle = Some(parse_size(key, value)?),
     }
     Ok(())
 }

@@ -604,3 +604,18 @@ fn new_keys_round_trip_through_display() {
     assert_eq!(c.to_string(), "reuse_cache_mb:8,reserved_headroom:0.05");
     assert_eq!(ok(&c.to_string()), c);
 }
+
+#[test]
+fn max_handle_values() {
+    assert_eq!(ok("").max_handle, None);
+    assert_eq!(ok("max_handle_mb:20").max_handle, Some(20 << 20));
+    assert_eq!(ok("max_handle_mb:2").to_string(), "max_handle_mb:2");
+    assert_eq!(ok("page_size:1g,max_handle_mb:2g").max_handle, Some(2 << 30));
+    // A whole number of the large pool's pages.
+    for (s, page) in [("max_handle_mb:3", "2m"), ("max_handle_mb:0", "2m"), ("page_size:20m,max_handle_mb:30", "20m")] {
+        let reason = bad(s, "max_handle_mb");
+        assert!(reason.contains(&format!("whole number of pages of page_size:{page}")), "{s}: {reason}");
+    }
+    let reason = bad("expandable_segments:false,max_handle_mb:4", "max_handle_mb");
+    assert!(reason.contains("applies to expandable segments only"), "{reason}");
+}

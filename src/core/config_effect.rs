@@ -30,6 +30,7 @@ pub(super) fn check(config: &Config, expandable: bool, source: &str) -> Result<(
         ("reserved_headroom", config.reserved_headroom.is_some()),
         ("map_ahead", config.map_ahead.is_some()),
         ("handle_moves", config.handle_moves.is_some()),
+        ("max_handle_mb", config.max_handle.is_some()),
     ];
     match unused.into_iter().find(|&(_, given)| given) {
         Some((key, _)) => {

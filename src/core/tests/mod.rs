@@ -4,6 +4,7 @@
 mod address_space;
 mod ahead_pacing;
 mod blocks;
+mod cells;
 mod config_effect;
 mod deferred_reuse;
 mod destroyed_pool_free;

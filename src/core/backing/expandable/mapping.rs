@@ -83,16 +83,18 @@ impl RangePool<'_> {
                 ))));
             }
             let mappable = |pool: &Self, j: usize| pool.range(seg).mappable(j);
+            let cell_end = self.cell_end(seg, i);
+            let (end_here, room_here) = (end.min(cell_end), room_end.min(cell_end));
             let mut run = 1;
-            while i + run < end && mappable(self, i + run) {
+            while i + run < end_here && mappable(self, i + run) {
                 run += 1;
             }
             let mut avail = run;
-            let reach = room_end.min(i + floor_pages.max(run));
+            let reach = room_here.min(i + floor_pages.max(run));
             while i + avail < reach && mappable(self, i + avail) {
                 avail += 1;
             }
-            match self.map_piece(&mut ctx, i, Span { run, avail, room_end }) {
+            match self.map_piece(&mut ctx, i, Span { run, avail, room_end: room_here }) {
                 Ok(units) => {
                     mapped_now.push(i);
                     i += units;
@@ -110,6 +112,18 @@ impl RangePool<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The first page past the cell holding page `i` (Note [handles within
+    /// cells]); `usize::MAX` where handles have no cells.
+    fn cell_end(&self, seg: SegmentId, i: usize) -> usize {
+        let cell = self.sh.backing.cell;
+        if cell == usize::MAX || self.kind != crate::core::PoolKind::Large {
+            return usize::MAX;
+        }
+        // The parser made the cell a whole number of the large pool's pages.
+        let pages = (cell / self.range(seg).page_size).max(1);
+        (i / pages + 1) * pages
     }
 
     /// Maps one handle at page `i` (see `Span`). Returns the pages covered.

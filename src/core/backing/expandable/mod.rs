@@ -94,6 +94,9 @@ pub(crate) struct ExpandableRanges {
     reserved_headroom: Option<f64>,
     /// Config key `handle_moves` (Note [moves of wholly free handles]).
     handle_moves: bool,
+    /// Config key `max_handle_mb` (Note [handles within cells]): the cell, in
+    /// bytes, no large-pool handle crosses the edge of; `usize::MAX`: none.
+    cell: usize,
     /// The device's free memory as last reported, sizing fresh handles.
     free_memory: growth::FreeMemory,
     /// The shareable handle of each handle exported to another process
@@ -115,6 +118,7 @@ impl ExpandableRanges {
             // mode moves free pieces itself, and a moved handle is never one
             // of them (Note [moves of wholly free handles]).
             handle_moves: config.handle_moves.unwrap_or(config.reserved_headroom.is_none()),
+            cell: config.max_handle.unwrap_or(usize::MAX),
             free_memory: growth::FreeMemory::default(),
             shareable: Mutex::default(),
         }
