@@ -39,7 +39,9 @@ def events(path):
 def replay(python, trace, every, extra):
     cmd = [python, os.path.join(HERE, "replay-torch-npu.py"), "--no-emu-peak", "--empty-cache-every", str(every),
            *extra, trace]
-    env = {k: v for k, v in os.environ.items() if k not in ("NPUALLOC_ACL_LIBRARY", "NPUALLOC_CONF")}
+    # The replay sets torch_npu's config itself; torch_npu refuses its two variables together.
+    drop = ("NPUALLOC_ACL_LIBRARY", "NPUALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [ln[len("RESULT "):] for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     if done.returncode != 0 or not lines:

@@ -52,7 +52,7 @@ device memory held after it (the emulator's aclrtMalloc and mapped bytes) and
 what live blocks need of it: the 2 MiB pages their bytes touch in the large
 pool, plus the small pool's segments (``torch.npu.memory_snapshot()``); and
 ``kept_x``, the sum of the first over the sum of the second, and
-``kept_x_worst``, the largest ratio of one call.
+``kept_x_worst``, the largest ratio of one call with a live block.
 """
 
 import argparse
@@ -250,7 +250,8 @@ def replay(args):
     if every:
         extra["empty_cache"] = [{"held": h, "needed": n} for h, n in kept]
         extra["kept_x"] = round(sum(h for h, _ in kept) / max(1, sum(n for _, n in kept)), 4)
-        extra["kept_x_worst"] = round(max(h / n if n else (1.0 if h == 0 else float("inf")) for h, n in kept), 4)
+        # A call with nothing live (n == 0) counts in the sum alone.
+        extra["kept_x_worst"] = round(max((h / n for h, n in kept if n), default=1.0), 4)
     return extra | {
         "allocator": "torch_npu" if args.npualloc is None else "npualloc",
         "conf": conf_of(args) if args.npualloc is None else args.npualloc, "trace": os.path.basename(args.trace),

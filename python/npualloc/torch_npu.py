@@ -306,7 +306,9 @@ def _read_pytorch_alloc_conf(on):
     """Tells the library whether a config from the environment includes PYTORCH_ALLOC_CONF;
     returns what it replaced."""
     previous = ctypes.c_int32(0)
-    _lib.lib().npualloc_read_pytorch_alloc_conf(int(bool(on)), ctypes.byref(previous))
+    status = _lib.lib().npualloc_read_pytorch_alloc_conf(int(bool(on)), ctypes.byref(previous))
+    if status != _lib.OK:
+        raise TorchNpuError(f"npualloc could not be told whether to read PYTORCH_ALLOC_CONF: {_lib.last_error()}")
     return bool(previous.value)
 
 

@@ -98,13 +98,23 @@ def test_run_time_settings_say_npualloc_keeps_its_config(run_npu):
 
 
 ENABLE = """
+import ctypes
 import npualloc.torch_npu
+from npualloc import _lib
+
+def switch():
+    # Whether the library reads PYTORCH_ALLOC_CONF, read by setting it back as found.
+    was = ctypes.c_int32(-1)
+    _lib.lib().npualloc_read_pytorch_alloc_conf(0, ctypes.byref(was))
+    _lib.lib().npualloc_read_pytorch_alloc_conf(was.value, None)
+    return was.value
+
 try:
     npualloc.torch_npu.enable()
     torch.zeros(4, device="npu")
-    report({"raised": None})
+    report({"raised": None, "switch": switch()})
 except Exception as e:
-    report({"raised": type(e).__name__, "message": str(e)})
+    report({"raised": type(e).__name__, "message": str(e), "switch": switch()})
 """
 
 
@@ -124,6 +134,8 @@ def test_pytorch_alloc_conf_is_read_where_torch_npu_reads_it(run_npu):
     assert not reads or "max_split_size_mb" in own["message"], own
 
     ours = run_npu(ENABLE, "own", env=pair).result
+    # A refused enable() leaves the library as it found it.
+    assert ours["switch"] == 0, ours
     if reads:
         assert ours["raised"] == "ValueError", ours
         assert "PYTORCH_ALLOC_CONF='expandable_segments:True,max_split_size_mb:128'" in ours["message"], ours

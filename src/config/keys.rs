@@ -247,7 +247,7 @@ pub const KEYS: &[KeySpec] = &[
         doc: "Expandable segments, large pool: no physical handle crosses a boundary of this many MiB \
               from the start of its range, so after empty_cache a live block keeps at most the \
               stretches of this size it touches. Smaller gives more back for more runtime calls: \
-              20 keeps what torch_npu's own 20 MiB handles keep, 2 (with 2 MiB pages) keeps exactly \
+              20 bounds it as torch_npu's own 20 MiB handles do, 2 (with 2 MiB pages) keeps exactly \
               the pages live blocks touch. A multiple of page_size. Off: a handle may cover a whole \
               request or run ahead of it.",
     },

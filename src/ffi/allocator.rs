@@ -74,16 +74,19 @@ pub unsafe extern "C" fn npualloc_create(
 /// created keep their config.
 ///
 /// Writes the setting it replaces (1 or 0) to `*previous` when `previous` is
-/// not NULL. Returns NPUALLOC_OK. Thread-safe.
+/// not NULL. Returns NPUALLOC_OK, or NPUALLOC_ERR_INVALID_ARGUMENT for a
+/// misaligned `previous`, changing nothing. Thread-safe.
 ///
 /// # Safety
-/// `previous` is NULL or valid for writing one `int`.
+/// `previous` is NULL or valid for writing one `int32_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_read_pytorch_alloc_conf(on: i32, previous: *mut i32) -> npualloc_status {
     ffi_boundary!(status "npualloc_read_pytorch_alloc_conf", {
+        // The pointer is checked before the switch moves: a refused call
+        // changes nothing.
+        let out = if previous.is_null() { None } else { Some(try_out!(previous, "previous")) };
         let was = i32::from(crate::config::set_read_pytorch_alloc_conf(on != 0));
-        if !previous.is_null() {
-            let out = try_out!(previous, "previous");
+        if let Some(out) = out {
             // SAFETY: out was checked non-NULL and aligned.
             unsafe { out.write(was) };
         }

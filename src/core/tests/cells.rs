@@ -7,7 +7,7 @@
 //! every `empty_cache`.
 
 use super::support::{allocator, emu_lock, finish, set_capacity, Rng, GIB, MIB, PAGE};
-use crate::core::hooks::SegmentEvent;
+use crate::core::hooks::{self, SegmentEvent};
 use crate::core::*;
 
 /// What one `empty_cache` kept, in bytes: mapped, the pages live blocks
@@ -19,20 +19,20 @@ struct Kept {
     cells: usize,
 }
 
-/// Checks what the device holds against the live blocks `live` (address,
-/// size as rounded), and returns what it kept.
-fn kept(a: &DeviceAllocator, live: &[(usize, usize)], cell: usize, what: &str) -> Kept {
+/// The start of the reserved range holding `addr`.
+fn range_base(held: &[(SegmentEvent, hooks::SegmentPiece)], addr: usize, what: &str) -> usize {
+    held.iter()
+        .find(|(e, p)| *e == SegmentEvent::Reserve && (p.addr..p.addr + p.size).contains(&addr))
+        .map(|(_, p)| p.addr)
+        .unwrap_or_else(|| panic!("{what}: {addr:#x} lies in no reserved range"))
+}
+
+/// Checks that every handle the device has mapped lies in one cell of its
+/// range.
+fn within_cells(a: &DeviceAllocator, cell: usize, what: &str) {
     let held = a.held_segments();
-    let ranges: Vec<(usize, usize)> =
-        held.iter().filter(|(e, _)| *e == SegmentEvent::Reserve).map(|(_, p)| (p.addr, p.size)).collect();
-    let base_of = |addr: usize| {
-        ranges.iter().find(|&&(b, s)| (b..b + s).contains(&addr)).map(|&(b, _)| b).unwrap_or_else(|| {
-            panic!("{what}: {addr:#x} lies in no reserved range");
-        })
-    };
-    let mut out = Kept::default();
     for (_, p) in held.iter().filter(|(e, _)| *e == SegmentEvent::Map) {
-        let base = base_of(p.addr);
+        let base = range_base(&held, p.addr, what);
         assert_eq!(
             (p.addr - base) / cell,
             (p.addr + p.size - 1 - base) / cell,
@@ -42,6 +42,17 @@ fn kept(a: &DeviceAllocator, live: &[(usize, usize)], cell: usize, what: &str) -
             p.size / MIB,
             cell / MIB
         );
+    }
+}
+
+/// Checks what the device holds against the live blocks `live` (address,
+/// size as rounded), and returns what it kept.
+fn kept(a: &DeviceAllocator, live: &[(usize, usize)], cell: usize, what: &str) -> Kept {
+    within_cells(a, cell, what);
+    let held = a.held_segments();
+    let base_of = |addr: usize| range_base(&held, addr, what);
+    let mut out = Kept::default();
+    for (_, p) in held.iter().filter(|(e, _)| *e == SegmentEvent::Map) {
         assert!(
             live.iter().any(|&(a, s)| a < p.addr + p.size && p.addr < a + s),
             "{what}: empty_cache kept the handle at {:#x} ({} MiB), which no live block touches",
@@ -59,16 +70,27 @@ fn kept(a: &DeviceAllocator, live: &[(usize, usize)], cell: usize, what: &str) -
     }
     out.pages = pages.len() * PAGE;
     out.cells = cells.len() * cell;
+    // Nothing held besides the mapped handles: no cached handle, no old
+    // address of a moved one.
+    let reserved = a.stats().unwrap().reserved_bytes as usize;
+    assert_eq!(reserved, out.mapped, "{what}: reserved memory is not what the handles map ({out:?})");
     assert!(out.mapped >= out.pages, "{what}: a live block's page is not mapped ({out:?})");
     assert!(out.mapped <= out.cells, "{what}: more kept than the cells live blocks touch ({out:?})");
     out
 }
 
 /// One seeded sequence of large-pool mallocs and frees with an
-/// `empty_cache` every few steps; returns what each kept.
+/// `empty_cache` every few steps, every handle checked against the cells
+/// after each step; returns what each `empty_cache` kept.
 fn run(seed: u64, cell_mb: usize) -> Vec<Kept> {
-    let cell = cell_mb * MIB;
-    let a = allocator(&format!("max_handle_mb:{cell_mb}"));
+    run_as(seed, &format!("max_handle_mb:{cell_mb}")).0
+}
+
+/// `run` with any config naming `max_handle_mb`; also returns the handle
+/// moves made.
+fn run_as(seed: u64, config: &str) -> (Vec<Kept>, u64) {
+    let a = allocator(config);
+    let cell = a_cell(config);
     assert!(a.is_expandable());
     let mut rng = Rng::new(seed);
     let mut live: Vec<(usize, usize)> = Vec::new();
@@ -85,16 +107,28 @@ fn run(seed: u64, cell_mb: usize) -> Vec<Kept> {
             let (addr, _) = live.swap_remove(rng.index(live.len()));
             a.free(addr).unwrap();
         }
+        let what = format!("seed {seed}, {config}, step {step}");
+        within_cells(&a, cell, &what);
+        // Handles kept unmapped are mapped again by the next growths.
+        if step % 10 == 4 {
+            a.empty_cache_keeping_handles().unwrap();
+        }
         if step % 10 == 9 {
             a.empty_cache().unwrap();
-            out.push(kept(&a, &live, cell, &format!("seed {seed}, {cell_mb} MiB cells, step {step}")));
+            out.push(kept(&a, &live, cell, &what));
         }
     }
+    let moves = a.stats().unwrap().num_handle_moves;
     for (addr, _) in live {
         a.free(addr).unwrap();
     }
     finish(a);
-    out
+    (out, moves)
+}
+
+/// The cell of a config's `max_handle_mb`.
+fn a_cell(config: &str) -> usize {
+    crate::config::Config::parse(config).unwrap().max_handle.unwrap()
 }
 
 #[test]
@@ -134,6 +168,23 @@ fn cells_of_torch_npus_handle_size_keep_at_most_the_cells_live_blocks_touch() {
         // `kept` checks each call against the cells.
         assert!(!run(seed, 20).is_empty());
     }
+    set_capacity(1 << 30);
+}
+
+/// Handles that move (nothing mapped ahead, so a wholly free handle is
+/// mapped again where a range grows) and 20 MiB pages keep the cells too.
+#[test]
+fn moved_handles_and_large_pages_stay_in_their_cells() {
+    let _g = emu_lock();
+    set_capacity(8 << 30);
+    let mut moves = 0;
+    for seed in 1..=6 {
+        let (kept, moved) = run_as(seed, "map_ahead:false,max_handle_mb:6");
+        assert!(!kept.is_empty());
+        moves += moved;
+        assert!(!run_as(seed, "page_size:20m,max_handle_mb:40").0.is_empty());
+    }
+    assert!(moves > 0, "no handle moved: the moves' clamp went untested");
     set_capacity(1 << 30);
 }
 

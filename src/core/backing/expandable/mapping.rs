@@ -23,6 +23,8 @@ pub(super) struct Placement<'a> {
     pub(super) device: &'a GrowContext<'a, super::ExpandableRanges>,
     /// Whether the sibling shard's streams were synchronized for a move.
     pub(super) sibling_synced: bool,
+    /// Whether this placement made a fresh handle already.
+    pub(super) grew: bool,
 }
 
 /// A free piece that may move: its range, first page and length in pages.
@@ -64,7 +66,8 @@ impl RangePool<'_> {
         // Whole pages inside the free block. Its first page may be shared
         // with the previous block, but then that page is mapped already.
         let room_end = (addr + room - base) / page;
-        let mut ctx = Placement { seg, addr, size, synced: false, victims: None, device, sibling_synced: false };
+        let mut ctx =
+            Placement { seg, addr, size, synced: false, victims: None, device, sibling_synced: false, grew: false };
         let mut mapped_now = Vec::new();
         let mut i = first;
         while i < end {
@@ -203,7 +206,13 @@ impl RangePool<'_> {
                     }
                 }
                 let made = got?;
-                self.backing.recent.push(requests);
+                // The pacing counts growths: one that cells cut into several
+                // handles counts once (Note [handles within cells]).
+                if !ctx.grew || self.sh.backing.cell == usize::MAX {
+                    self.backing.fresh += 1;
+                    self.backing.recent.push(requests);
+                }
+                ctx.grew = true;
                 made
             }
         };
@@ -233,7 +242,6 @@ impl RangePool<'_> {
         match sh.rt.on_device(sh.device, || sh.rt.malloc_physical(sh.device, spec.attr, bytes)) {
             Ok(h) => {
                 sh.counters.physical_allocated(bytes);
-                self.backing.fresh += 1;
                 Ok((h, bytes))
             }
             Err(e) => {
