@@ -643,10 +643,11 @@ npualloc_status npualloc_create(const char *config,
  * created keep their config.
  *
  * Writes the setting it replaces (1 or 0) to `*previous` when `previous` is
- * not NULL. Returns NPUALLOC_OK. Thread-safe.
+ * not NULL. Returns NPUALLOC_OK, or NPUALLOC_ERR_INVALID_ARGUMENT for a
+ * misaligned `previous`, changing nothing. Thread-safe.
  *
  * # Safety
- * `previous` is NULL or valid for writing one `int`.
+ * `previous` is NULL or valid for writing one `int32_t`.
  */
 npualloc_status npualloc_read_pytorch_alloc_conf(int32_t on, int32_t *previous);
 
