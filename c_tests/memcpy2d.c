@@ -1,5 +1,5 @@
 /*
- * Validated 2D copies (api.md "2D copies"):
+ * Validated 2D copies (docs/runtime-behaviour.md "2D copies"):
  * - a table-driven matrix through npualloc_check_memcpy2d, without an
  *   allocator (the runtime's documented rules) and with one (plus the
  *   owning block's bounds): pitches, the height and width limits, every

@@ -1,22 +1,13 @@
-//! Where the environment's config comes from: `NPUALLOC_CONF`, or, when it
-//! is unset, `PYTORCH_NPU_ALLOC_CONF`, where torch_npu users keep their
-//! allocator tuning; and, in a process whose host said its torch_npu reads
-//! it ([`set_read_pytorch_alloc_conf`]), `PYTORCH_ALLOC_CONF` when both are
-//! unset, as torch_npu 2.12 and later read it (`NPUAllocatorConfig::instance`,
-//! `NPUAllocatorConfig.cpp`). Only such a host may turn that on: C hosts and
-//! older torch_npu releases never read the variable, and a value written
-//! for CUDA's allocator must not change what they get.
+//! Where the environment's config comes from: `NPUALLOC_CONF` (set but empty: the defaults); when unset,
+//! `PYTORCH_NPU_ALLOC_CONF` (where torch_npu users keep their allocator tuning); when both are unset and the host
+//! said its torch_npu reads it ([`set_read_pytorch_alloc_conf`]), `PYTORCH_ALLOC_CONF`, as torch_npu 2.12 and
+//! later do (`NPUAllocatorConfig::instance`, `NPUAllocatorConfig.cpp`). Only such a host may turn that on: C hosts
+//! and older torch_npu releases never read it, and a value written for CUDA's allocator must not change what they get.
 //!
-//! The variables share the grammar (the module doc of `config`). Read from
-//! a torch_npu variable, a key only torch_npu has ([`TORCH_NPU_ONLY_KEYS`])
-//! is left out and listed as ignored, since it tunes torch_npu's own
-//! allocator; any other key npualloc lacks is refused as in `NPUALLOC_CONF`.
-//! `max_split_size_mb` there without `expandable_segments` means fixed
-//! segments, torch_npu's default, which the logged line says.
-//! When a torch_npu variable is involved (read, or set but shadowed), one
-//! line on stderr, once per process, says which variable was used.
-//! `NPUALLOC_CONF` set to the empty string counts as set: the defaults, and
-//! no other variable is read.
+//! From a torch_npu variable, a torch_npu-only key ([`TORCH_NPU_ONLY_KEYS`], which tunes torch_npu's own
+//! allocator) is ignored and listed; any other key npualloc lacks is refused. There `max_split_size_mb` without
+//! `expandable_segments` means fixed segments, torch_npu's default. Reading or shadowing a torch_npu variable
+//! logs one stderr line per process naming the variable used.
 
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,24 +18,20 @@ use crate::error::Error;
 /// torch_npu's config variable, read when [`ENV_VAR`] is unset.
 pub const TORCH_NPU_ENV_VAR: &str = "PYTORCH_NPU_ALLOC_CONF";
 
-/// PyTorch's device-generic config variable, which torch_npu 2.12 and later
-/// read when [`TORCH_NPU_ENV_VAR`] is unset; npualloc reads it only when
-/// told to ([`set_read_pytorch_alloc_conf`]).
+/// PyTorch's device-generic config variable; read only when told to ([`set_read_pytorch_alloc_conf`]).
 pub const PYTORCH_ENV_VAR: &str = "PYTORCH_ALLOC_CONF";
 
 /// Whether [`PYTORCH_ENV_VAR`] is read: the process's host reads it.
 static READ_PYTORCH_ENV_VAR: AtomicBool = AtomicBool::new(false);
 
-/// From now on, the environment's config also comes from
-/// [`PYTORCH_ENV_VAR`] (`on`), or no longer does; returns the previous
+/// Whether the environment's config may come from [`PYTORCH_ENV_VAR`] from now on; returns the previous
 /// setting. Process-wide, as the environment is.
 pub fn set_read_pytorch_alloc_conf(on: bool) -> bool {
     READ_PYTORCH_ENV_VAR.swap(on, Ordering::AcqRel)
 }
 
-/// Keys torch_npu's allocator takes that npualloc does not: torch_npu's own
-/// keys (`NPUAllocatorConfig::getKeys`, `NPUAllocatorConfig.h`) and the
-/// PyTorch keys it accepts (`kNPUSupportAccKeys`, `NPUAllocatorConfig.cpp`),
+/// Keys torch_npu's allocator takes that npualloc does not: its own (`NPUAllocatorConfig::getKeys`,
+/// `NPUAllocatorConfig.h`) and the PyTorch keys it accepts (`kNPUSupportAccKeys`, `NPUAllocatorConfig.cpp`),
 /// less the keys both allocators take (docs/anchors.md §b).
 pub const TORCH_NPU_ONLY_KEYS: &[&str] = &[
     "base_addr_aligned_kb",
@@ -62,10 +49,8 @@ pub const TORCH_NPU_ONLY_KEYS: &[&str] = &[
     "throw_on_npumalloc_oom",
 ];
 
-/// The config of the environment, and the line to log about its source
-/// (`None`: nothing to say, no torch_npu variable is set). `torch_npu` is
-/// the first torch_npu variable set, by name, and `shadowed` another one set
-/// but not read.
+/// The environment's config and the line to log about its source (`None`: no torch_npu variable is set).
+/// `torch_npu` is the first torch_npu variable set, by name; `shadowed` another one set but not read.
 pub(super) fn choose(
     ours: Option<OsString>,
     torch_npu: Option<(&str, OsString)>,
@@ -110,10 +95,9 @@ pub(super) fn choose(
     Ok((config, Some(log)))
 }
 
-/// The torch_npu variable to read, of `PYTORCH_NPU_ALLOC_CONF`'s value
-/// `npu` and `PYTORCH_ALLOC_CONF`'s `generic` (None when not read), and the
-/// name of one set but not read. torch_npu refuses the two together; npualloc
-/// reads torch_npu's own, as earlier releases did, and says so.
+/// The torch_npu variable to read, of `PYTORCH_NPU_ALLOC_CONF`'s value `npu` and `PYTORCH_ALLOC_CONF`'s
+/// `generic` (None when not read), and the name of one set but not read. torch_npu refuses the two together;
+/// npualloc reads torch_npu's own, as earlier releases did, and says so.
 fn torch_npu_source(
     npu: Option<OsString>,
     generic: Option<OsString>,

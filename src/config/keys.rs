@@ -1,9 +1,5 @@
-//! The one table of configuration keys.
-//!
-//! The parser looks keys up here, error messages list the valid names from
-//! here, and `help_text` renders the same rows for documentation and
-//! `--help`. Adding a key means: a `Key` variant, a row in `KEYS` (same
-//! position), a field in `Config`, and a value parser in `parse.rs`.
+//! The one table of configuration keys, read by the parser, error messages and `help_text`. Adding a key means:
+//! a `Key` variant, a row in `KEYS` (same position), a field in `Config`, and a value parser in `parse.rs`.
 
 /// A configuration key. The discriminant is the key's row in [`KEYS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -26,7 +22,6 @@ pub enum Key {
 }
 
 impl Key {
-    /// The key's row in the table.
     #[inline]
     pub fn spec(self) -> &'static KeySpec {
         &KEYS[self as usize]
@@ -59,9 +54,7 @@ pub enum ValueKind {
     SizeMib,
     /// A decimal number in a range stated by the key's doc.
     Number,
-    /// A single division count, or a bracketed `size_mb:divisions` list.
     Divisions,
-    /// One of `2m`, `20m`, `1g`.
     PageSize,
     /// A file path (may contain `:`, may not contain `,`).
     Path,
@@ -81,14 +74,12 @@ impl ValueKind {
     }
 }
 
-/// One row of the key table.
 #[derive(Debug)]
 pub struct KeySpec {
     pub key: Key,
     pub name: &'static str,
     pub kind: ValueKind,
-    /// The default, as it would be written in a config string, or a word
-    /// describing the behaviour when the key is absent.
+    /// The default as written in a config string, or a word for the behaviour when the key is absent.
     pub default: &'static str,
     /// The unit of a bare number, or "" when the value has no unit.
     pub unit: &'static str,
@@ -253,8 +244,7 @@ pub const KEYS: &[KeySpec] = &[
     },
 ];
 
-/// Allocator keys of PyTorch or torch_npu that npualloc does not take; named
-/// in the error so users porting a config know the key is not a typo.
+/// PyTorch or torch_npu allocator keys npualloc does not take; the error names them so users know it is no typo.
 pub(crate) const FOREIGN_KEYS: &[&str] = &[
     "backend",
     "base_addr_aligned_kb",
@@ -277,7 +267,6 @@ pub(crate) const FOREIGN_KEYS: &[&str] = &[
     "throw_on_npumalloc_oom",
 ];
 
-/// The valid key names, comma separated.
 pub fn key_list() -> String {
     let names: Vec<&str> = KEYS.iter().map(|spec| spec.name).collect();
     names.join(", ")

@@ -1,42 +1,20 @@
-//! Allocator configuration, parsed once into an immutable value.
+//! Allocator configuration, parsed once into an immutable value; the allocator receives a `&Config` and never
+//! reads the environment afterwards. The keys, their defaults and units are listed once, in [`keys::KEYS`]; see
+//! [`keys::help_text`].
 //!
 //! A config string has the grammar users of `PYTORCH_NPU_ALLOC_CONF` know:
-//!
 //! ```text
 //! config  = entry *( "," entry )
 //! entry   = key ":" value | ""            ; empty entries are skipped
 //! ```
-//!
-//! - Whitespace around keys and values is ignored; an empty string, or one of
-//!   only commas and whitespace, gives the defaults.
-//! - An entry is split at its first `:`, so path values (`trace`,
-//!   `acl_library`) may contain `:`. They may not contain `,`, and leading or
-//!   trailing whitespace in a path is dropped.
-//! - A value that starts with `[` runs to the matching `]`: commas inside the
-//!   brackets belong to the value (`roundup_power2_divisions:[256:1,>:4]`).
+//! - Whitespace around keys and values is ignored; an empty string, or one of only commas and whitespace, gives
+//!   the defaults.
+//! - An entry is split at its first `:`, so paths (`trace`, `acl_library`) may contain `:` but not `,`; their
+//!   leading and trailing whitespace is dropped.
+//! - A value that starts with `[` runs to the matching `]`, commas included (`roundup_power2_divisions:[256:1,>:4]`).
 //! - Each key may appear once. Key names are case-sensitive.
-//! - Every problem is an [`Error::BadConfig`] naming the key (or, for an entry
-//!   without a key, the entry) and saying what is allowed and what was given.
-//!
-//! The keys, their defaults and units are listed once, in [`keys::KEYS`]; see
-//! [`keys::help_text`]. The allocator receives a `&Config` and never reads the
-//! environment afterwards.
-//!
-//! A key that has no effect in the configuration given is refused, naming
-//! the key and why, and no key changes another key's default:
-//! - `max_split_size_mb` applies to fixed segments only, so it needs
-//!   `expandable_segments:false` given. With `expandable_segments:true` it is
-//!   refused for a second reason: splitting is what lets expandable segments
-//!   reuse their mapped pages; forbidding splits of large blocks makes every
-//!   new large request map more pages, so reserved memory grows without bound
-//!   (PyTorch issue #123548). torch_npu refuses the combination too.
-//! - `page_size`, `reserved_headroom`, `map_ahead` and `handle_moves` apply to expandable
-//!   segments only: refused with `expandable_segments:false` (and, at
-//!   creation, where the runtime lacks the virtual-memory API).
-//! - `map_ahead` does nothing with `reserved_headroom`, which maps nothing
-//!   ahead: refused. Nor does `handle_moves`: that mode moves free pieces
-//!   itself and never a handle this way (Note [moves of wholly free
-//!   handles]): refused.
+//! - Every problem is an [`Error::BadConfig`] naming the key (or the keyless entry), what is allowed and what
+//!   was given. A key with no effect in the configuration given is refused, and no key changes another's default.
 
 mod env;
 pub mod keys;
@@ -70,7 +48,6 @@ pub enum PageSize {
 }
 
 impl PageSize {
-    /// The page size in bytes.
     #[inline]
     pub fn bytes(self) -> usize {
         match self {
@@ -101,18 +78,14 @@ impl fmt::Display for PageSize {
     }
 }
 
-/// The allocator's configuration. `Default` is what an empty string gives.
-///
-/// Fields are public for reading; a value built by hand skips validation, and
-/// its `Display` form is only guaranteed to parse back when every field holds a
-/// value the parser could have produced (paths without `,`, valid numbers).
+/// The allocator's configuration; `Default` is what an empty string gives. Fields are public for reading; a value
+/// built by hand skips validation, and its `Display` form parses back only when every field holds a value the
+/// parser could have produced (paths without `,`, valid numbers).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Config {
-    /// `expandable_segments`. `None`: on when the runtime has the
-    /// virtual-memory API, off otherwise.
+    /// `expandable_segments`. `None`: on when the runtime has the virtual-memory API, off otherwise.
     pub expandable_segments: Option<bool>,
-    /// `max_split_size_mb`, in bytes: cached blocks at least this large are
-    /// not split. `None`: no limit. At least 20 MiB.
+    /// `max_split_size_mb`, in bytes (at least 20 MiB): cached blocks this large are not split. `None`: no limit.
     pub max_split_size: Option<usize>,
     /// `garbage_collection_threshold`, strictly between 0 and 1. `None`: off.
     pub garbage_collection_threshold: Option<f64>,
@@ -122,8 +95,7 @@ pub struct Config {
     pub per_process_memory_fraction: Option<f64>,
     /// `page_size`: the large pool's mapping unit for expandable segments.
     pub page_size: PageSize,
-    /// `release_threshold_mb`, in bytes: cached memory above it is released
-    /// eagerly. `None`: cached memory is kept until `empty_cache` or OOM.
+    /// `release_threshold_mb`, in bytes: cache above it is released eagerly. `None`: kept until `empty_cache` or OOM.
     pub release_threshold: Option<usize>,
     /// `trace`: where to record an allocation trace. `None`: no trace.
     pub trace: Option<PathBuf>,
@@ -137,11 +109,10 @@ pub struct Config {
     pub map_ahead: Option<bool>,
     /// `handle_moves`. `None`: on.
     pub handle_moves: Option<bool>,
-    /// `max_handle_mb`, in bytes: no large-pool handle crosses a multiple of
-    /// it from its range's start. `None`: no bound.
+    /// `max_handle_mb`, in bytes: no large-pool handle crosses a multiple of it from its range's start.
+    /// `None`: no bound.
     pub max_handle: Option<usize>,
-    /// `oom_snapshot`: where to write a PyTorch-format snapshot when a
-    /// request is refused for lack of memory. `None`: nowhere.
+    /// `oom_snapshot`: where to write a PyTorch-format snapshot when a request fails for lack of memory.
     pub oom_snapshot: Option<PathBuf>,
 }
 
@@ -154,22 +125,18 @@ impl Config {
         parse::parse(s)
     }
 
-    /// Bytes of freed small blocks held for exact-size reuse.
     pub fn reuse_cache_bytes(&self) -> usize {
         self.reuse_cache.unwrap_or(DEFAULT_REUSE_CACHE)
     }
 
-    /// Reads [`ENV_VAR`]; empty gives the defaults. When it is unset, reads
-    /// [`TORCH_NPU_ENV_VAR`] instead (or [`PYTORCH_ENV_VAR`], when a host
-    /// turned that on), ignoring torch_npu-only keys, and says so once on
-    /// stderr (see `env`); none set gives the defaults.
+    /// Reads [`ENV_VAR`], else [`TORCH_NPU_ENV_VAR`] (or [`PYTORCH_ENV_VAR`], when a host turned that on) without
+    /// torch_npu-only keys, saying so once on stderr (see `env`). Empty or none set gives the defaults.
     pub fn from_env() -> Result<Config, Error> {
         env::from_process_env()
     }
 
-    /// The config for `npualloc_create`: the given string, or when there is
-    /// none (a NULL pointer), the environment. An empty string gives the
-    /// defaults without looking at the environment.
+    /// The config for `npualloc_create`: the given string, or the environment when there is none (NULL). An
+    /// empty string gives the defaults without looking at the environment.
     pub fn from_c(config: Option<&str>) -> Result<Config, Error> {
         match config {
             Some(s) => Config::parse(s),
@@ -178,8 +145,7 @@ impl Config {
     }
 }
 
-/// `from_env` with the variable's value passed in (testable without touching
-/// the process environment).
+/// `from_env` with the variable's value passed in (testable without touching the process environment).
 fn from_env_value(value: Option<OsString>) -> Result<Config, Error> {
     let Some(value) = value else {
         return Ok(Config::default());
@@ -193,9 +159,8 @@ fn from_env_value(value: Option<OsString>) -> Result<Config, Error> {
     })
 }
 
-/// The canonical string: the keys whose values differ from the default, in
-/// table order, as `key:value,...` (the default config is the empty string).
-/// `Config::parse` reads it back to an equal value.
+/// The canonical string: `key:value,...` for the keys that differ from the default, in table order (the default
+/// config is the empty string). `Config::parse` reads it back to an equal value.
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut sep = "";

@@ -1,5 +1,4 @@
-//! The config-string grammar (described in the module doc of `config`) and
-//! the value parser of each key.
+//! The config-string grammar (described in the module doc of `config`) and the value parser of each key.
 
 use std::path::PathBuf;
 
@@ -9,28 +8,24 @@ use super::size::{self, SizeError, MIB};
 use super::{Config, PageSize};
 use crate::error::Error;
 
-/// The smallest `max_split_size_mb`: PyTorch requires it to exceed the 20 MiB
-/// large-segment size (kLargeBuffer; docs/anchors.md §b); we accept 20
-/// itself, since a split limit equal to the segment size is well defined.
+/// The smallest `max_split_size_mb`: PyTorch requires it to exceed the 20 MiB large-segment size (kLargeBuffer;
+/// docs/anchors.md §b); we accept 20 itself, since a split limit equal to the segment size is well defined.
 const MIN_MAX_SPLIT_SIZE: usize = 20 * MIB;
 
 pub(super) fn parse(s: &str) -> Result<Config, Error> {
     parse_skipping(s, &[]).map(|(config, _)| config)
 }
 
-/// [`parse`], leaving out entries whose key is in `skip`; returns them by
-/// name, in order. Their values are not looked at.
+/// [`parse`], leaving out (unread) entries whose key is in `skip`; returns their names, in order.
 pub(super) fn parse_skipping<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, Vec<&'s str>), Error> {
     let (config, seen, skipped) = entries(s, skip)?;
     check_conflicts(&config, seen)?;
     Ok((config, skipped))
 }
 
-/// [`parse_skipping`] of a `PYTORCH_NPU_ALLOC_CONF` value, read as torch_npu
-/// reads it where npualloc's defaults would refuse it: torch_npu's segments
-/// are fixed unless `expandable_segments:True` (`NPUAllocatorConfig`), so
-/// there `max_split_size_mb` without `expandable_segments` asks for fixed
-/// segments with a split limit. The `bool` says that default was taken.
+/// [`parse_skipping`] of a `PYTORCH_NPU_ALLOC_CONF` value, read as torch_npu reads it: its segments are fixed
+/// unless `expandable_segments:True` (`NPUAllocatorConfig`), so `max_split_size_mb` without
+/// `expandable_segments` asks for fixed segments. The `bool` says that default was taken.
 pub(super) fn parse_torch_npu<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, Vec<&'s str>, bool), Error> {
     let (mut config, seen, skipped) = entries(s, skip)?;
     let fixed_by_default = config.expandable_segments.is_none() && config.max_split_size.is_some();
@@ -50,9 +45,7 @@ pub(super) fn parse_torch_npu<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, 
     Ok((config, skipped, fixed_by_default))
 }
 
-/// The entries of `s` applied to the defaults, before the checks of keys
-/// against each other: the config, the bits of the keys given, the keys
-/// left out.
+/// The entries of `s` applied to the defaults, before cross-key checks: config, bits of keys given, keys left out.
 fn entries<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, u32, Vec<&'s str>), Error> {
     let mut skipped = Vec::new();
     let mut config = Config::default();
@@ -95,10 +88,9 @@ fn unknown_key(name: &str) -> Error {
     Error::bad_config(name, reason)
 }
 
-/// Keys that are valid alone but not together. The rule: a key that has no
-/// effect in the configuration given is refused, naming the key and why, and
-/// no key changes another key's default (`seen` holds the bits of the keys
-/// given).
+/// Keys that are valid alone but not together: a key with no effect in the configuration given is refused, and
+/// no key changes another key's default (`seen`: the bits of the keys given). `reserved_headroom` moves free pieces
+/// itself, never a whole handle, so `handle_moves` does nothing there (Note [moves of wholly free handles]).
 fn check_conflicts(config: &Config, seen: u32) -> Result<(), Error> {
     let given = |key: Key| seen & key.bit() != 0;
     match (config.expandable_segments, config.max_split_size) {
@@ -219,7 +211,6 @@ fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// "KEY must be WHAT, got 'VALUE'".
 fn bad_value(key: Key, what: &str, value: &str) -> Error {
     Error::bad_config(key.name(), format!("{} must be {what}, got '{value}'", key.name()))
 }
@@ -307,10 +298,8 @@ fn parse_divisions(key: Key, value: &str) -> Result<RoundupDivisions, Error> {
     RoundupDivisions::from_list(&entries, rest.unwrap_or(0)).map_err(|e| bad(format!("{e} (in '{value}')")))
 }
 
-/// Splits a config string into entries at top-level commas. A
-/// `roundup_power2_divisions` value that starts with `[` (after the entry's
-/// first `:` and any whitespace) runs to the next `]`, commas included. An
-/// unclosed `[` takes the rest of the string, and the value parser reports it.
+/// Splits a config string at top-level commas; a `roundup_power2_divisions` value starting with `[` runs to the
+/// next `]`, commas included (an unclosed `[` takes the rest of the string; the value parser reports it).
 struct Entries<'a> {
     rest: &'a str,
     done: bool,

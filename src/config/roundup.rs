@@ -1,48 +1,25 @@
 //! `roundup_power2_divisions`: rounding request sizes to power-of-two divisions.
 //!
-//! The rule, as PyTorch documents it (docs/source/notes/cuda.md, "Optimizing
-//! memory usage with PYTORCH_CUDA_ALLOC_CONF"): a size between two powers of
-//! two, 2^k <= size < 2^(k+1), with `d` divisions is rounded up to the next
-//! multiple of 2^k / d. With d = 4, 1200 lies in [1024, 2048), whose division
-//! points are 1024, 1280, 1536 and 1792, so 1200 becomes 1280.
-//!
-//! npualloc's exact rule (`RoundupDivisions::round`):
-//! - sizes <= 512 bytes are returned unchanged (512 B is the block granularity);
-//! - `d` is `divisions_for(size)`; 0 or 1 means no rounding;
-//! - powers of two are returned unchanged (they are division points);
-//! - the step is 2^k / d; a step of 1 byte or less changes nothing;
-//! - otherwise the size is rounded up to a multiple of the step; if that would
-//!   not fit in `usize` the size is returned unchanged (no real request is that
-//!   large, and the allocator rejects it anyway).
-//!
-//! This is only the division rounding. Rounding to the 512-byte block
-//! granularity, and PyTorch's choice of skipping division rounding for
-//! requests above `max_split_size`, belong to the allocator's size classes.
-//!
-//! Choosing `d` from a list, as documented for `[256:1,512:2,1024:4,>:8]`
-//! ("1 division for all allocations under 256MB, 2 divisions between 256MB
-//! and 512MB, 4 between 512MB and 1GB, 8 for any larger"): an entry `B:d`
-//! applies to sizes below B MiB and at or above the previous entry's bound;
-//! the first entry also covers every size below it (PyTorch's table starts at
-//! 1 MiB and uses its first interval for smaller sizes, which is the same);
-//! `>:d` applies to sizes at or above the last bound, and without it those
-//! sizes are not rounded. Unlike PyTorch's fixed 16 intervals (1 MiB..64 GiB),
+//! PyTorch's rule (docs/source/notes/cuda.md, "Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF"): a size
+//! with 2^k <= size < 2^(k+1) and `d` divisions is rounded up to a multiple of 2^k / d (d = 4: 1200 becomes 1280);
+//! ours exactly: [`RoundupDivisions::round`]. Rounding to the 512-byte block granularity, and PyTorch's skipping
+//! of division rounding above `max_split_size`, belong to the allocator's size classes. In a list such as
+//! `[256:1,512:2,1024:4,>:8]`, `B:d` applies to sizes below B MiB and at or above the previous bound; the first
+//! entry also covers every smaller size (as PyTorch's table, starting at 1 MiB, does); `>:d` applies from the
+//! last bound on (without it those sizes are not rounded). Unlike PyTorch's fixed 16 intervals (1 MiB..64 GiB),
 //! any power-of-two bound is honoured exactly.
 
 use std::fmt;
 
 use super::size::MIB;
 
-/// Divisions for each size range. Built only through the validating
-/// constructors, so every division count is 0 or a power of two and the
-/// bounds are increasing powers of two.
+/// Divisions for each size range. Built only through the validating constructors, so every division count is
+/// 0 or a power of two and the bounds are increasing powers of two.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RoundupDivisions {
-    /// `(bound_bytes, divisions)`: `divisions` for sizes below `bound_bytes`
-    /// (and at or above the previous bound). Bounds strictly increase.
+    /// `(bound_bytes, divisions)`: `divisions` for sizes below `bound_bytes` (and at or above the previous bound).
     below: Vec<(usize, usize)>,
-    /// Divisions for sizes at or above the last bound; for every size when
-    /// `below` is empty.
+    /// Divisions for sizes at or above the last bound; for every size when `below` is empty.
     rest: usize,
 }
 
@@ -60,8 +37,7 @@ pub enum DivisionsError {
 }
 
 fn check_divisions(divisions: usize) -> Result<usize, DivisionsError> {
-    // PyTorch requires a power of two; 0 is also taken here, meaning "none",
-    // so that the default can be written down (our own choice).
+    // PyTorch requires a power of two; 0, meaning "none", lets the default be written down (our own choice).
     if divisions == 0 || divisions.is_power_of_two() {
         Ok(divisions)
     } else {
@@ -80,9 +56,8 @@ impl RoundupDivisions {
         Ok(Self { below: Vec::new(), rest: check_divisions(divisions)? })
     }
 
-    /// A list: each `(bound_mib, divisions)` gives the divisions for sizes
-    /// below `bound_mib` MiB; `rest` (the `>` entry, 0 when absent) covers
-    /// the sizes at or above the last bound.
+    /// A list: each `(bound_mib, divisions)` gives the divisions for sizes below `bound_mib` MiB; `rest` (the `>`
+    /// entry, 0 when absent) covers the sizes at or above the last bound.
     pub fn from_list(entries: &[(usize, usize)], rest: usize) -> Result<Self, DivisionsError> {
         let mut below = Vec::with_capacity(entries.len());
         let mut previous: Option<usize> = None;
@@ -118,7 +93,9 @@ impl RoundupDivisions {
         self.rest
     }
 
-    /// `size` rounded up to its power-of-two division (rule in the module doc).
+    /// `size` rounded up to a multiple of 2^k / d (module doc). Unchanged: sizes <= 512 bytes (the block
+    /// granularity), d <= 1, a step of 1 byte or less, and a result that would not fit in `usize` (no real
+    /// request is that large, and the allocator rejects it anyway).
     #[inline]
     pub fn round(&self, size: usize) -> usize {
         if size <= 512 {
@@ -141,8 +118,7 @@ impl RoundupDivisions {
     }
 }
 
-/// The config-string form: `n` or `[bound:n,...,>:n]`, read back unchanged by
-/// the parser.
+/// The config-string form: `n` or `[bound:n,...,>:n]`, read back unchanged by the parser.
 impl fmt::Display for RoundupDivisions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.below.is_empty() {

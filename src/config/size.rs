@@ -1,13 +1,10 @@
-//! Byte sizes in config values.
-//!
-//! Grammar: decimal digits, then an optional unit suffix (letter case ignored):
+//! Byte sizes in config values: decimal digits, then an optional unit suffix (letter case ignored):
 //! - none: the key's unit, MiB for every `_mb` key (the PyTorch meaning);
 //! - `b`: bytes;
 //! - `k`, `kb`, `kib`: KiB; `m`, `mb`, `mib`: MiB; `g`, `gb`, `gib`: GiB; `t`, `tb`, `tib`: TiB.
 //!
-//! All units are binary. No sign, no fraction, no space before the suffix.
-//! The byte count is computed with checked arithmetic: a value that does not
-//! fit in `usize` is an error, never a wrapped number.
+//! All units are binary. No sign, no fraction, no space before the suffix. A value that does not fit in `usize`
+//! is an error, never a wrapped number.
 
 pub(crate) const KIB: usize = 1 << 10;
 pub(crate) const MIB: usize = 1 << 20;
@@ -43,8 +40,7 @@ pub(crate) fn parse_mib(s: &str) -> Result<usize, SizeError> {
     usize::try_from(bytes).map_err(|_| SizeError::TooLarge)
 }
 
-/// Writes `bytes` in the form `parse_mib` reads back exactly: a bare MiB
-/// count when possible, else KiB with `k`, else bytes with `b`.
+/// `bytes` as `parse_mib` reads it back exactly: a bare MiB count when possible, else KiB with `k`, else `b`.
 pub(crate) fn format_mib(bytes: usize) -> String {
     if bytes % MIB == 0 {
         format!("{}", bytes / MIB)

@@ -1,6 +1,5 @@
-//! Streams in graph capture: no path synchronizes a capturing stream, and memory
-//! a graph may replay on is neither handed to other work nor given back while it
-//! may still replay (docs/design.md, Note [capture]).
+//! Streams in graph capture: no path synchronizes a capturing stream, and memory a graph may replay on is
+//! neither handed to other work nor given back while it may still replay (docs/design.md, Note [capture]).
 
 use super::backing::Memory;
 use super::cache::block::{BlockId, BlockState};
@@ -9,8 +8,7 @@ use crate::error::Result;
 use crate::runtime::Stream;
 
 impl<B: Memory> Pool<B> {
-    /// Frees the allocated block at `addr` of a graph stream's pool into
-    /// quarantine (Note [capture]).
+    /// Frees the allocated block at `addr` of a graph stream's pool into quarantine (Note [capture]).
     #[cold]
     #[inline(never)]
     pub fn free_quarantined(&mut self, addr: usize) -> Result<()> {
@@ -22,8 +20,7 @@ impl<B: Memory> Pool<B> {
         Ok(())
     }
 
-    /// Takes block `id` (allocated, at `addr`) out of use for good; its
-    /// export ends (what an importer holds stays, as the block does).
+    /// Takes block `id` (allocated, at `addr`) out of use for good; its export ends (importers keep theirs).
     pub(super) fn quarantine(&mut self, id: BlockId, addr: usize) {
         let _ = self.cache.order.end_export(id);
         self.cache.registry.remove(&addr);
@@ -38,9 +35,8 @@ impl<B: Memory> Pool<B> {
         self.after_transition();
     }
 
-    /// True if the free of block `id`, used by other streams, must be
-    /// quarantined: a graph stream used it, or one of its streams captures
-    /// now (asked of the runtime; this path makes runtime calls anyway).
+    /// True if the free of block `id`, used by other streams, must be quarantined: a graph stream used it, or
+    /// one of its streams captures now (asked of the runtime; this path makes runtime calls anyway).
     pub(super) fn used_by_graph(&self, id: BlockId) -> bool {
         if self.cache.order.graph_used(id) {
             return true;
@@ -56,7 +52,6 @@ impl<B: Memory> Pool<B> {
         }
     }
 
-    /// Bytes of blocks quarantined here.
     pub fn quarantined_bytes(&self) -> usize {
         self.cache.order.quarantined_bytes()
     }

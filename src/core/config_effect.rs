@@ -1,16 +1,11 @@
-//! The config rule the parser cannot apply alone: once the segment kind is
-//! known (`expandable_segments`, or by default whether the runtime has the
-//! virtual-memory API), a key that has no effect with that kind is refused,
-//! naming the key and why. The parser refuses what the string alone shows
-//! (src/config/parse.rs, `check_conflicts`); this catches the keys given
-//! without `expandable_segments` on a runtime that lacks the API, and a
-//! `Config` built by hand.
+//! Once the segment kind is known (`expandable_segments`, or whether the runtime has the virtual-memory API),
+//! a key that has no effect with that kind is refused. The parser refuses what the string alone shows
+//! (src/config/parse.rs, `check_conflicts`); this catches the rest, and a `Config` built by hand.
 
 use crate::config::{Config, PageSize};
 use crate::error::{Error, Result};
 
-/// Checks `config` against the segment kind chosen (`expandable`); `source`
-/// names the runtime for the message.
+/// Checks `config` against the segment kind chosen; `source` names the runtime for the message.
 pub(super) fn check(config: &Config, expandable: bool, source: &str) -> Result<()> {
     if expandable {
         if config.max_split_size.is_some() {

@@ -1,32 +1,20 @@
-//! One device's allocator over one backing: its streams' shards, the
-//! shared part, and the calls that route to a shard.
+//! One device's allocator over one backing: its streams' shards, the shared part, and the calls that route to a shard.
 //!
 //! Locks, and what each guards:
-//! - a shard's lock: that shard's pool. A malloc or free served from the
-//!   shard's cache takes it and nothing else. Growth through the backing
-//!   runs under it, blocking only that stream's pool of that kind.
-//! - `ladder`: serializes the OOM ladder, garbage collection, `empty_cache`
-//!   and teardown (each visits every shard). It is held across device calls
-//!   (and the segment observer's calls) but no hit ever takes it, and a free
-//!   only tries it (the release threshold). Taken before any shard lock,
-//!   never after.
-//!   Another allocator of the device asking this one for its free cache
-//!   (`peers`) takes it on its own thread, holding no lock of its own: no
-//!   thread holds two allocators' ladder locks, or waits for one while
-//!   holding another.
-//! - short locks no one holds across a call: the pools' records, then the
-//!   stream table's `adding` (a private pool's entry is made under both),
-//!   then a stream's shard locks (reviving or retiring an entry takes them
-//!   under `adding`); and the leaf locks: the handle cache, the peaks, the
-//!   trace.
+//! - a shard's lock: that shard's pool. A cache hit (malloc or free) takes it and nothing else; growth runs under
+//!   it, blocking only that stream's pool of that kind.
+//! - `ladder`: serializes the OOM ladder, garbage collection, `empty_cache` and teardown. Held across device calls
+//!   (and the segment observer's calls); no hit takes it, a free only tries it (release threshold). Taken before any
+//!   shard lock, never after. A peer allocator (`peers`) takes it on its own thread holding no lock of its own: no
+//!   thread holds two allocators' ladder locks, or waits for one while holding another.
+//! - short locks no one holds across a call: the pools' records, then the stream table's `adding` (a private pool's
+//!   entry is made under both), then a stream's shard locks (reviving or retiring an entry takes them under
+//!   `adding`); and the leaf locks: the handle cache, the peaks, the trace.
 //!
-//! A thread waits for at most one shard lock at a time and holds no other
-//! while it waits, so shard locks cannot deadlock. Excepted are teardown and
-//! a pool's restore (`pools::checkpoint`), which hold the ladder, and
-//! retiring an entry: each takes shards in table order, an entry's small
-//! one before its large one. A growth may also take its stream's other shard,
-//! but only with `try_lock`, never waiting (to return that pool's held
-//! blocks, and for `reserved_headroom` moves within the stream).
+//! A thread waits for at most one shard lock at a time, holding no other, so shard locks cannot deadlock. Excepted:
+//! teardown and a pool's restore (`pools::checkpoint`), which hold the ladder, and retiring an entry; each takes
+//! shards in table order, an entry's small one before its large one. A growth may take its stream's other shard,
+//! but only with `try_lock` (to return that pool's held blocks, and for `reserved_headroom` moves).
 
 use super::backing::{GrowContext, GrowError, Memory};
 use super::history::Action;
@@ -51,8 +39,7 @@ pub(crate) struct Device<B: Memory> {
     pub(super) ladder: Mutex<()>,
     /// Set once torn down: every call is refused.
     pub(super) broken: AtomicBool,
-    /// A free over the release threshold found `ladder` held and left its
-    /// memory cached: the next one that takes it gives back what is over
+    /// A free over the release threshold found `ladder` held: the next one that takes it gives back what is over
     /// the threshold anywhere (`release_over_threshold`).
     pub(super) release_owed: AtomicBool,
     /// Private pools and the routes to them (Note [pools]).
@@ -90,9 +77,8 @@ impl<B: Memory> Device<B> {
         Ok(())
     }
 
-    /// The shards of `stream`; a stream met for the first time is checked
-    /// with the runtime first, so a bad handle fails here, changing nothing,
-    /// rather than in a later synchronization.
+    /// The shards of `stream`; a new stream is checked with the runtime first, so a bad handle fails here, changing
+    /// nothing, rather than in a later synchronization.
     #[inline(always)]
     pub fn stream_entry(&self, stream: Stream) -> Result<&StreamEntry<B>> {
         match self.streams.find(stream) {
@@ -107,10 +93,8 @@ impl<B: Memory> Device<B> {
         self.add_entry(stream, 0)
     }
 
-    /// The shards of `stream` in the pool a route names for this request
-    /// (Note [pools]); pool 0 when none applies. With the block size and
-    /// kind of a request the policy rounded to `rounded`, in that pool's
-    /// shape (`alignment`, `no_split`).
+    /// The shards of `stream` in the pool a route names (Note [pools]), else pool 0; with the block size and kind
+    /// in that pool's shape (`alignment`, `no_split`).
     #[cold]
     #[inline(never)]
     fn routed_entry(&self, stream: Stream, rounded: usize) -> Result<(&StreamEntry<B>, usize, PoolKind)> {
@@ -141,9 +125,8 @@ impl<B: Memory> Device<B> {
             };
             [shard(PoolKind::Small), shard(PoolKind::Large)]
         };
-        // A retired entry's shards are empty: they become this stream's
-        // (and this pool's). Their allocs and frees stay with the pool they
-        // served (its tally), so pool and device figures count each once.
+        // A retired entry's shards are empty and become this stream's. Their allocs and frees stay with the pool
+        // they served (its tally), so pool and device figures count each once.
         let revive = |e: &StreamEntry<B>| {
             let old = self.pools.tally(e.pool());
             for (kind, shard) in e.shards.iter().enumerate() {
@@ -156,9 +139,8 @@ impl<B: Memory> Device<B> {
                 p.set_shape(shape.get());
             }
         };
-        // Every entry is made or taken over under the pools lock (taken
-        // before `adding`), so a racing pool_destroy marks it, and never
-        // marks one that changes pools meanwhile (Note [pools]).
+        // Made or taken over under the pools lock (before `adding`), so a racing pool_destroy marks it, and never
+        // one that changes pools meanwhile (Note [pools]).
         let made = match self.pools.with_live(pool, |c| {
             let use_on_oom = pool != 0 && c.use_on_oom;
             shape.set(c.shape());
@@ -168,8 +150,8 @@ impl<B: Memory> Device<B> {
             None => return Err(Error::InvalidArgument(format!("pool {pool} was destroyed"))),
         };
         if let Some(entry) = made {
-            // A capture routed to a pool keeps its memory by the pool's
-            // rules; only an unrouted one needs the quarantine (Note [capture]).
+            // A routed capture keeps its memory by the pool's rules; only an unrouted one needs the quarantine
+            // (Note [capture]).
             if capturing && pool == 0 {
                 entry.mark_graph();
             } else if capturing {
@@ -188,18 +170,16 @@ impl<B: Memory> Device<B> {
         })
     }
 
-    /// Allocates `size` bytes for work on `stream`; returns the address.
     #[inline(always)]
     pub fn malloc(&self, size: usize, stream: Stream) -> Result<usize> {
         self.check_usable()?;
-        // 0 and MAX_REQUEST on: one compare (0 wraps to the largest value).
+        // 0 wraps to the largest value: one compare.
         if size.wrapping_sub(1) >= MAX_REQUEST - 1 {
             return Err(bad_size(size));
         }
         let rounded = self.sh.policy.round(size);
         let kind = self.sh.policy.pool_for(rounded);
-        // The one branch pools add to a malloc (Note [pools]); a routed
-        // request's pool may ask for aligned or unsplit blocks.
+        // The one branch pools add to a malloc (Note [pools]).
         let (entry, rounded, kind) = if self.routes.any() {
             self.routed_entry(stream, rounded)?
         } else {
@@ -213,20 +193,14 @@ impl<B: Memory> Device<B> {
         super::testpoint::hit("malloc: before the shard lock");
         let shard = &entry.shards[kind as usize];
         let mut pool = shard.lock()?;
-        // The entry may have been retired, and taken over by another stream
-        // with blocks of its own cached, since the look-up: one compare
-        // under the lock (`StreamTable::retire`), never taken in practice.
-        // (A live pool's retired entry never goes to the stream it served
-        // in another pool, `get_or_add`: a request that finds its stream
-        // here is in the pool it was looked up for, or, its route ended
-        // meanwhile, the pool its stream is routed to now. One that looks
-        // up again lands in the pool its stream is routed to then.)
+        // The entry may have been retired and taken over by another stream since the look-up
+        // (`StreamTable::retire`). A live pool's retired entry never goes to the stream it served in another pool
+        // (`get_or_add`): finding our stream here means the pool looked up, or the one it is routed to now.
         if pool.stream() != stream {
             drop(pool);
             return self.malloc_again(size, stream);
         }
-        // A sleep that began while this request waited for the lock: the
-        // check again, still one predictable branch (Note [sleep]).
+        // A sleep may have begun while this request waited for the lock.
         if self.sleep.refusing() {
             self.sleep.check(entry)?;
         }
@@ -242,25 +216,20 @@ impl<B: Memory> Device<B> {
         };
         self.published(entry, kind as usize, &pool);
         self.sh.trace_alloc(addr, size, stream);
-        // The pool is read only when the history records (the hot path
-        // pays one load for the history, as before pools were recorded).
         if self.sh.history.is_on() {
             self.sh.history.record(Action::Alloc, addr, size, stream, pool.pool_id());
         }
         Ok(addr)
     }
 
-    /// The entry `malloc` looked up was retired (and perhaps taken over by
-    /// another stream) before it took the shard's lock: look it up again.
+    /// The entry `malloc` looked up was retired before it took the shard's lock: look it up again.
     #[cold]
     #[inline(never)]
     pub(super) fn malloc_again(&self, size: usize, stream: Stream) -> Result<usize> {
         self.malloc(size, stream)
     }
 
-    /// The request's growth failed with `e`: the ladder, and if it ends in
-    /// a refusal, the refusal's file and observer (`refused`). Out of line,
-    /// so the miss path in `malloc` stays a call and a return.
+    /// The growth failed: the ladder, then on refusal `refused`. Out of line to keep `malloc` small.
     #[cold]
     #[inline(never)]
     fn ladder_or_refuse(
@@ -278,16 +247,13 @@ impl<B: Memory> Device<B> {
         }
     }
 
-    /// A request of `size` bytes was refused for lack of memory: the
-    /// `oom_snapshot` file first (so the observer may read it), then the
-    /// observer. Returns the request's message, which (as the observer's)
-    /// ends by saying where the file went or why it could not be written.
-    /// No lock is held.
+    /// A request was refused for lack of memory: writes the `oom_snapshot` file first (so the observer may read it),
+    /// then runs the observer. The returned message says where the file went or why it was not written. No lock held.
     #[cold]
     #[inline(never)]
     fn refused(&self, size: usize, mut report: String) -> String {
         if let Some(path) = &self.sh.oom_snapshot {
-            // A failed write leaves the file as it was; the request's error stays the answer.
+            // A failed write leaves the file as it was.
             let written = match self.pytorch_snapshot() {
                 Ok(doc) => write_replacing(path, &super::pytorch_snapshot::to_pickle(&doc)).map_err(|e| e.to_string()),
                 Err(e) => Err(format!("the snapshot could not be taken ({e})")),
@@ -298,8 +264,7 @@ impl<B: Memory> Device<B> {
         report
     }
 
-    /// The miss path under the shard's lock; an out-of-memory failure is
-    /// for the ladder (the caller drops the lock first).
+    /// The miss path under the shard's lock; an out-of-memory failure is for the ladder (the caller drops the lock).
     #[cold]
     #[inline(never)]
     pub(super) fn grow(
@@ -310,19 +275,16 @@ impl<B: Memory> Device<B> {
         rounded: usize,
         first: bool,
     ) -> Result<usize, GrowError> {
-        // Borrowing needs another stream to borrow from.
         let may_borrow = first && self.streams.len() > 1;
         let ctx = GrowContext { may_borrow, may_collect: first, ..self.grow_context(shard, pool) };
-        // The stream's blocks held for reuse go back before it grows, in
-        // both its pools (the other pool's free memory may then move here),
-        // unless another thread is using that pool right now.
+        // The stream's held blocks go back before it grows, in both its pools (the other pool's free memory may
+        // then move here), unless another thread is using that pool.
         if let Some(sibling) = ctx.sibling {
             sibling.try_with(&mut |mut other| {
                 other.drain_reuse();
             });
         }
         // The device calls of the growth are the pool's (Note [pools]).
-        // The pool's figures are looked up once for both uses.
         let tally = self.tally_of(pool);
         let grown = {
             let _pool_calls = super::stats::count_for(&tally.calls);
@@ -342,17 +304,15 @@ impl<B: Memory> Device<B> {
             allocated: others + pool.counters().allocated,
             allocated_peak: self.peaks.allocated(),
             may_borrow: false,
-            // A private pool's memory may be a graph's, which replays on
-            // the old addresses (and sleep would unmap them): no moves.
+            // A private pool's memory may be a graph's, which replays on the old addresses: no moves.
             may_move: entry.pool() == 0 && !entry.is_graph(),
             may_collect: false,
             sibling: Some(&entry.shards[(pool.cache.kind as usize + 1) % 2]),
         }
     }
 
-    /// Publishes `pool`'s counters to its lane, and raises the peaks when
-    /// its stream passed its high-water mark (Note [peaks without a shared
-    /// counter]).
+    /// Publishes `pool`'s counters to its lane and raises the peaks when its stream passed its high-water mark
+    /// (Note [peaks without a shared counter]).
     #[inline(always)]
     pub(super) fn published(&self, entry: &StreamEntry<B>, kind: usize, pool: &Pool<B>) {
         let c = pool.counters();
@@ -364,9 +324,7 @@ impl<B: Memory> Device<B> {
         }
     }
 
-    /// `entry`'s stream passed its high-water mark with `totals`: the
-    /// device's peaks rise (`Peaks::raise`), and its pool's to the sums over
-    /// the pool's shards (Note [pools]).
+    /// `entry`'s stream passed its high-water mark: raises the device's peaks and its pool's (Note [pools]).
     #[cold]
     #[inline(never)]
     fn raise_peaks(&self, entry: &StreamEntry<B>, totals: (u64, u64)) {
@@ -375,34 +333,28 @@ impl<B: Memory> Device<B> {
         self.raise_pool_peaks(entry);
     }
 
-    /// Frees a block by its start address (stream-ordered on its stream).
     #[inline(always)]
     pub fn free(&self, addr: usize) -> Result<()> {
         self.check_usable()?;
         let (entry, kind) = self.owner_entry(addr, "free")?;
         let shard = &entry.shards[kind];
         let mut pool = shard.lock()?;
-        // The one branch capture and pools add to a free: a graph stream's
-        // block goes to quarantine (Note [capture]), a destroyed pool's
-        // segment back to the device once free (Note [pools]).
+        // The one branch capture and pools add to a free: a graph stream's block goes to quarantine
+        // (Note [capture]), a destroyed pool's segment back to the device once free (Note [pools]).
         let flags = entry.flags();
         if flags != 0 {
             return self.free_flagged(entry, kind, pool, addr, flags);
         }
         pool.free(addr)?;
-        // A free only lowers the stream's totals, so it cannot pass the
-        // high-water mark: publishing the lane is all (Note [peaks without
-        // a shared counter]).
+        // A free cannot pass the high-water mark (Note [peaks without a shared counter]).
         shard.lane.publish(pool.counters());
-        // Tracing and `release_threshold` (both fixed when the allocator is
-        // made): one predictable branch for the two.
+        // Tracing and `release_threshold`, fixed at creation: one predictable branch for both.
         if self.sh.after_free {
             self.after_free(shard, pool, addr);
         }
         Ok(())
     }
 
-    /// The trace event, then the release threshold's check, of a free.
     #[cold]
     #[inline(never)]
     fn after_free(&self, shard: &Shard<B>, pool: std::sync::MutexGuard<'_, Pool<B>>, addr: usize) {
@@ -434,8 +386,7 @@ impl<B: Memory> Device<B> {
         self.sh.trace(move |t| t.free(addr));
         let detached = pool.detach_whole_segments();
         let (live, _) = pool.cache.live();
-        // What the entry serves now: once the lock is dropped it may retire
-        // and be taken over by another (pool, stream).
+        // Once the lock is dropped the entry may retire and be taken over by another (pool, stream).
         let (stream, pool_id) = (pool.stream(), entry.pool());
         drop(pool);
         let released = !detached.is_empty();
@@ -443,14 +394,9 @@ impl<B: Memory> Device<B> {
             self.sh.hooks.before_release(self.sh.device);
             let _ = self.give_back_all(vec![(&entry.shards[kind], detached)]);
         }
-        // The pool's last block on this stream: everything left in the
-        // entry (ranges, cached handles) goes back and its slot is freed
-        // for the next new pair (Note [pools]). A ladder under way holds
-        // the lock; then the next pool_destroy, empty_cache or
-        // forget_stream does it. Under the ladder lock (which retiring
-        // takes) the entry is forgotten only if it is still the destroyed
-        // pool's on the same stream: the hook, or another thread, may have
-        // emptied it meanwhile, and another pool taken it over.
+        // The pool's last block on this stream: the entry goes back and its slot is freed (Note [pools]); if a ladder
+        // holds the lock, the next pool_destroy, empty_cache or forget_stream does it. Only if still the destroyed
+        // pool's on the same stream: the hook or another thread may have emptied it and another pool taken it over.
         if live == 0 && entry.shards[kind ^ 1].lock_anyway().cache.live().0 == 0 {
             if !released {
                 self.sh.hooks.before_release(self.sh.device);
@@ -491,12 +437,10 @@ impl<B: Memory> Device<B> {
         ))
     }
 
-    /// Notes that work on `stream` uses the block at `addr`.
     pub fn record_stream(&self, addr: usize, stream: Stream) -> Result<()> {
         self.check_usable()?;
         let shard = self.owner(addr, "record_stream")?;
-        // A stream met for the first time is checked (and gets its shards)
-        // before the block's shard is locked.
+        // A new stream is checked (and gets its shards) before the block's shard is locked.
         let user = match self.stream_entry(stream) {
             Ok(user) => user,
             Err(e) => {
@@ -519,9 +463,8 @@ impl<B: Memory> Device<B> {
         Ok(())
     }
 
-    /// Undoes `record_stream(addr, stream)` (see `Pool::erase_stream`). The
-    /// stream is not checked with the runtime: one the block was never
-    /// recorded on, live or not, changes nothing.
+    /// Undoes `record_stream(addr, stream)`. The stream is not checked with the runtime: one never recorded on the
+    /// block changes nothing.
     pub fn erase_stream(&self, addr: usize, stream: Stream) -> Result<()> {
         self.check_usable()?;
         let shard = self.owner(addr, "erase_stream")?;
@@ -539,22 +482,15 @@ fn bad_size(size: usize) -> Error {
     Error::InvalidArgument(format!("size {size} exceeds the largest supported request ({MAX_REQUEST} bytes)"))
 }
 
-/// Checks that the runtime knows `stream` on `device`; returns whether it
-/// is capturing (ACL graphs). A capturing stream is accepted as it is:
-/// `aclmdlRICaptureGetInfo` (when the runtime has it) tells, and the
-/// runtime refuses `aclrtStreamQuery` on it (ACL_ERROR_RT_STREAM_CAPTURED).
-/// Any other stream is checked with `aclrtStreamQuery` (when the runtime
-/// has it); the default stream (NULL) always exists.
+/// Checks that the runtime knows `stream` on `device`; returns whether it is capturing (ACL graphs), which is
+/// accepted as it is (`aclrtStreamQuery` refuses it). The default stream always exists.
 pub(crate) fn check_live_stream(rt: &crate::runtime::Runtime, device: i32, stream: Stream) -> Result<bool> {
     if stream == Stream::DEFAULT {
         return Ok(false);
     }
-    // A capturing stream is accepted as it is (the runtime refuses to query
-    // it). The runtime has no call that names a stream's device, but it
-    // refuses a stream of another context (107003) in calls that check it;
-    // with the device's primary context current, `stream_in_current_context`
-    // asks one that has no side effect. The other device is named by asking
-    // the contexts of the other devices this process's allocators hold.
+    // No runtime call names a stream's device, but calls that check it refuse a stream of another context
+    // (107003): with the device's primary context current, `stream_in_current_context` asks one without side
+    // effects. The other device is named by asking the contexts this process's allocators hold.
     let checked = rt.on_device(device, || {
         let capturing = match rt.is_capturing(stream) {
             Ok(true) => true,
@@ -591,8 +527,7 @@ pub(crate) fn check_live_stream(rt: &crate::runtime::Runtime, device: i32, strea
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file beside it, so a reader
-/// sees the old file or the new one, never half of one.
+/// Writes `bytes` to `path` through a temporary file, so a reader never sees half a file.
 fn write_replacing(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".{}.tmp", std::process::id()));

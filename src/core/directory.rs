@@ -1,29 +1,22 @@
 //! Which shard owns an address: a lock-free radix table over 2 MiB granules.
 //!
-//! A free, query or record_stream names only an address; the block lives in
-//! one shard. Segments change only when memory is obtained or given back,
-//! so the table is written then and read by every free with two loads and
-//! no lock (PyTorch shards its pointer map's lock for the same reason; we
-//! need none). It only points at a shard: the shard's own registry says
-//! whether a live block starts there.
+//! A free names only an address. Segments change only when memory is obtained or given back, so the table is
+//! written then and read by every free with two loads and no lock. It only points at a shard: the shard's registry
+//! says whether a live block starts there.
 //!
-//! Every segment is at least 2 MiB (`policy`), so one granule meets at most
-//! two segments: the end of one and the start of the next. An entry packs
-//! the shard below a boundary, the shard from the boundary on, and the
-//! boundary's offset in the granule.
+//! Every segment is at least 2 MiB (`policy`), so a granule meets at most two segments. An entry packs the shard
+//! below a boundary, the shard from the boundary on, and the boundary's offset in the granule.
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 const GRANULE_SHIFT: u32 = 21;
 const GRANULE: usize = 1 << GRANULE_SHIFT;
-/// Addresses below 2^48 (user-space host addresses, and device addresses
-/// of 16 to 24 TiB) are covered.
+/// Addresses below 2^48 (user-space host addresses, and device addresses of 16 to 24 TiB) are covered.
 const ADDRESS_BITS: u32 = 48;
 const LEAF_BITS: u32 = 14;
 const ROOT_BITS: u32 = ADDRESS_BITS - GRANULE_SHIFT - LEAF_BITS;
 const LEAF_LEN: usize = 1 << LEAF_BITS;
 const ROOT_LEN: usize = 1 << ROOT_BITS;
-/// The largest address the table can hold (exclusive).
 pub(crate) const ADDRESS_LIMIT: usize = 1 << ADDRESS_BITS;
 
 const SHARD_BITS: u32 = 21;
@@ -51,8 +44,7 @@ impl Entry {
 
 type Leaf = [AtomicU64; LEAF_LEN];
 
-/// Marks the tables that may start as zeroed memory: every entry all zero
-/// bits is a valid table ("no shard", "no leaf").
+/// Tables that may start as zeroed memory ("no shard", "no leaf").
 ///
 /// # Safety
 /// All-zero bytes must be a valid value of the type.
@@ -62,15 +54,12 @@ unsafe impl ZeroIsEmpty for Leaf {}
 // SAFETY: an AtomicPtr has a pointer's representation; zero is null.
 unsafe impl ZeroIsEmpty for [AtomicPtr<Leaf>; ROOT_LEN] {}
 
-/// A table on the heap, zeroed by the allocator: a fresh 128 KiB leaf comes
-/// from pages the kernel has already zeroed, so only the granules written
-/// are ever touched (written entry by entry, a leaf cost a 128 KiB memset
-/// and a page fault for each of its 32 pages on the growth that made it).
+/// A table on the heap, zeroed by the allocator: a fresh 128 KiB leaf comes from pages the kernel already zeroed,
+/// so only the granules written are ever touched.
 fn zeroed<T: ZeroIsEmpty>() -> Box<T> {
     let layout = std::alloc::Layout::new::<T>();
-    // SAFETY: both tables have a nonzero size; a non-null result is a
-    // zeroed allocation of `layout`, which ZeroIsEmpty says is a valid T,
-    // and the global allocator's block of T's layout is what Box frees.
+    // SAFETY: both tables have a nonzero size; a non-null result is a zeroed allocation of `layout`, a valid T by
+    // ZeroIsEmpty, and the global allocator's block of T's layout is what Box frees.
     unsafe {
         let p = std::alloc::alloc_zeroed(layout).cast::<T>();
         if p.is_null() {
@@ -81,8 +70,7 @@ fn zeroed<T: ZeroIsEmpty>() -> Box<T> {
 }
 
 pub(crate) struct Directory {
-    /// A fixed-length array: a look-up's index (below 2^ROOT_BITS for
-    /// an address under `ADDRESS_LIMIT`) needs no bounds check.
+    /// A fixed-length array: a look-up's index needs no bounds check.
     root: Box<[AtomicPtr<Leaf>; ROOT_LEN]>,
     /// Granules `remove` looked at (tests: what a call cost).
     #[cfg(test)]
@@ -117,24 +105,22 @@ impl Directory {
         if leaf.is_null() {
             return None;
         }
-        // SAFETY: a non-null leaf pointer was published by `slot` from a
-        // live Box and is freed only when the directory drops.
+        // SAFETY: a non-null leaf was published by `slot` from a live Box and is freed only when the directory drops.
         let v = unsafe { &(*leaf)[g & (LEAF_LEN - 1)] }.load(Ordering::Acquire);
         let e = Entry::unpack(v);
         let id = if (addr & (GRANULE - 1)) as u64 >= e.boundary { e.from } else { e.below };
         id.checked_sub(1).map(|i| i as u32)
     }
 
-    /// Records that `shard` owns [base, base + size). The caller checked
-    /// `base + size <= ADDRESS_LIMIT` and `shard < MAX_SHARDS`.
+    /// Records that `shard` owns [base, base + size). The caller checked `base + size <= ADDRESS_LIMIT` and
+    /// `shard < MAX_SHARDS`.
     pub fn insert(&self, base: usize, size: usize, shard: u32) {
         self.update(base, size, |e, head, tail_end| {
             let id = shard as u64 + 1;
             match (head, tail_end) {
                 // Starts inside this granule: owns from its start on.
                 (Some(off), _) => Entry { from: id, boundary: off as u64, ..e },
-                // Ends inside it: owns below its end, unless a later
-                // segment already set the boundary at its own start.
+                // Ends inside it: owns below its end, unless a later segment set the boundary at its start.
                 (None, Some(end)) => {
                     let boundary = if e.from != 0 { e.boundary } else { end as u64 };
                     Entry { below: id, boundary, ..e }
@@ -144,11 +130,8 @@ impl Directory {
         });
     }
 
-    /// Forgets [base, base + size) (registered with `insert`, whole or in
-    /// parts: granules nothing was registered in are passed over). A leaf
-    /// that does not exist holds nothing to forget, so none is made, and
-    /// its 32 GiB are skipped at once; an entry already empty is not
-    /// written.
+    /// Forgets [base, base + size), registered whole or in parts. A missing leaf is skipped, not made; an empty
+    /// entry is not written.
     pub fn remove(&self, base: usize, size: usize) {
         if size == 0 {
             return;
@@ -158,7 +141,6 @@ impl Directory {
         let mut g = first;
         while g <= last {
             let leaf = self.root[g >> LEAF_BITS].load(Ordering::Acquire);
-            // The last granule of this leaf the range meets.
             let leaf_last = last.min(g | (LEAF_LEN - 1));
             if leaf.is_null() {
                 g = leaf_last + 1;
@@ -179,8 +161,7 @@ impl Directory {
         }
     }
 
-    /// Applies `f(entry, start offset if the range starts in the granule,
-    /// end offset if it ends in it)` to every granule the range meets.
+    /// Applies `f(entry, start offset if the range starts in it, end offset if it ends in it)` to each granule.
     fn update(&self, base: usize, size: usize, f: impl Fn(Entry, Option<usize>, Option<usize>) -> Entry) {
         let end = base + size;
         let (first, last) = (base >> GRANULE_SHIFT, (end - 1) >> GRANULE_SHIFT);
@@ -189,9 +170,7 @@ impl Directory {
         }
     }
 
-    /// Where [base, end), whose granules are first..=last, starts and ends
-    /// in granule `g`: (start offset if it starts inside, end offset if it
-    /// ends inside).
+    /// (start offset if [base, end) starts inside granule `g`, end offset if it ends inside).
     #[inline]
     fn span(g: usize, first: usize, last: usize, base: usize, end: usize) -> (Option<usize>, Option<usize>) {
         let start = g << GRANULE_SHIFT;
@@ -200,8 +179,7 @@ impl Directory {
         (head, tail_end)
     }
 
-    /// Replaces the entry in `slot` with `f(entry, head, tail_end)`; an
-    /// entry `f` leaves as it is is not written.
+    /// Replaces the entry in `slot` with `f(entry, head, tail_end)`; an unchanged entry is not written.
     #[inline]
     fn apply(
         slot: &AtomicU64,
@@ -242,8 +220,7 @@ impl Directory {
             match root.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => leaf = fresh,
                 Err(existing) => {
-                    // SAFETY: `fresh` came from Box::into_raw above and was
-                    // never published.
+                    // SAFETY: `fresh` came from Box::into_raw above and was never published.
                     drop(unsafe { Box::from_raw(fresh) });
                     leaf = existing;
                 }
@@ -259,8 +236,7 @@ impl Drop for Directory {
         for root in self.root.iter() {
             let leaf = root.swap(std::ptr::null_mut(), Ordering::AcqRel);
             if !leaf.is_null() {
-                // SAFETY: published from Box::into_raw in `slot`; no reader
-                // remains once the directory is dropped.
+                // SAFETY: published from Box::into_raw in `slot`; no reader remains once the directory is dropped.
                 drop(unsafe { Box::from_raw(leaf) });
             }
         }

@@ -1,20 +1,10 @@
-//! `forget_stream`: the host is done with a stream (about to destroy it).
-//! Its shards' cached memory goes back to the device: held blocks and
-//! completed cross-stream frees return to their pools, free pieces are
-//! unmapped (after synchronizing the streams that used them), ranges that
-//! then hold nothing are released, and cached handles are freed. Its live
-//! blocks stay valid and are freed as usual (their range stays until they
-//! are); a later use of the stream starts from empty shards.
-//!
-//! Each of the stream's entries is forgotten: the default pool's and those
-//! of private pools (Note [pools]), except a live pool's that served a
-//! graph capture (its memory is the graph's until `pool_destroy`).
-//!
-//! When nothing is left in an entry's shards (no live block, no range or
-//! segment, no pending free), the entry retires and the next new (pool,
-//! stream) pair takes it over (`streams`); otherwise it stays, and a stream
-//! handle the runtime hands out again finds it. A destroyed pool's entries
-//! retire the same way, at `pool_destroy` or at the free that empties them.
+//! `forget_stream`: the host is done with a stream. Its shards' cached memory goes back to the device (free
+//! pieces are unmapped after synchronizing the streams that used them); its live blocks stay valid and are
+//! freed as usual. This holds for each of its entries, the default pool's and private pools' (Note [pools]),
+//! except a live pool's that served a graph capture (its memory is the graph's until `pool_destroy`).
+//! An entry whose shards then hold nothing retires and the next new (pool, stream) pair takes it over
+//! (`streams`); otherwise it stays for a reused stream handle to find. A destroyed pool's entries retire the
+//! same way, at `pool_destroy` or at the free that empties them.
 
 use super::backing::{Memory, Scope};
 use super::device::Device;
@@ -25,11 +15,8 @@ use crate::runtime::Stream;
 use std::sync::atomic::Ordering;
 
 impl<B: Memory> Device<B> {
-    /// Gives back what `stream`'s shards cache (see the module comment), in
-    /// every pool but those that served a graph capture and are not
-    /// destroyed (the graph's memory stays until `pool_destroy`, Note
-    /// [capture]). An unknown stream is no error. Returns the bytes the
-    /// device got back.
+    /// Gives back what `stream`'s shards cache (see the module comment; Note [capture]); an unknown stream is no
+    /// error. Returns the bytes the device got back.
     pub fn forget_stream(&self, stream: Stream) -> Result<usize> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
@@ -38,9 +25,7 @@ impl<B: Memory> Device<B> {
             return Ok(0);
         }
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        // Looked up again under the ladder lock: another forget_stream of
-        // the same stream may have retired its entries meanwhile, and a new
-        // stream taken them over.
+        // Looked up again under the ladder lock: a concurrent forget_stream may have retired them meanwhile.
         let entries: Vec<_> =
             self.streams.all_of(stream).filter(|e| Self::forgettable(e, |pool| self.pools.captured(pool))).collect();
         let mut released = 0;
@@ -62,19 +47,16 @@ impl<B: Memory> Device<B> {
         first_error.map_or(Ok(released), Err)
     }
 
-    /// Gives back what `entry` (of `stream`) caches and retires it if that
-    /// leaves nothing in it. The caller holds the ladder lock.
+    /// Gives back what `entry` (of `stream`) caches and retires it if that leaves it empty. The caller holds
+    /// the ladder lock.
     pub(super) fn forget_entry(&self, entry: &StreamEntry<B>, stream: Stream) -> Result<usize> {
-        // A live pool's entry that served a capture keeps its memory until
-        // pool_destroy (Note [capture]), whoever asks.
         if !Self::forgettable(entry, |pool| self.pools.captured(pool)) {
             return Ok(0);
         }
         let mut released = 0;
         let mut first_error = None;
-        // The second pass releases the ranges the first one emptied; the
-        // third those a moved handle emptied (its new pages are detached only
-        // once the first pass has unmapped its old address).
+        // Pass 2 releases the ranges pass 1 emptied; pass 3 those a moved handle emptied (its new pages are
+        // detached only once its old address is unmapped).
         for _pass in 0..3 {
             let mut taken: Vec<(&Shard<B>, _)> = Vec::new();
             for shard in &entry.shards {
@@ -102,25 +84,19 @@ impl<B: Memory> Device<B> {
         first_error.map_or(Ok(released), Err)
     }
 
-    /// True unless `entry` is a live private pool's that served a graph
-    /// capture (`captured(pool)`): its memory is the graph's.
+    /// True unless `entry` is a live private pool's that served a graph capture: its memory is the graph's.
     fn forgettable(entry: &StreamEntry<B>, captured: impl FnOnce(u64) -> bool) -> bool {
         entry.pool() == 0 || entry.reclaimable() || !captured(entry.pool())
     }
 
-    /// Retires `entry` (of `stream`) if its shards hold nothing: its slot
-    /// goes to the next new (pool, stream) pair. The caller holds the
-    /// ladder lock and no shard lock (`adding` is taken before them;
-    /// `retire` checks again under the shard locks, as a malloc may have
-    /// come in). Returns true if it retired the entry.
+    /// Retires `entry` (of `stream`) if its shards hold nothing; true if it did. The caller holds the ladder
+    /// lock and no shard lock (`adding` is taken before them; `retire` checks again, as a malloc may come in).
     pub(super) fn retire_if_empty(&self, entry: &StreamEntry<B>, stream: Stream) -> bool {
         let empty = entry.shards.iter().all(|s| s.lock_anyway().cache.holds_nothing());
         empty && self.streams.retire(entry, stream)
     }
 
-    /// Retires every entry of destroyed pools that holds nothing (after
-    /// `pool_destroy`, or a free that emptied one). The caller holds the
-    /// ladder lock.
+    /// Retires every entry of destroyed pools that holds nothing. The caller holds the ladder lock.
     pub(super) fn retire_destroyed(&self) {
         let done: Vec<_> = self.streams.iter().filter(|e| e.flags() & DESTROYED != 0).collect();
         for entry in done {

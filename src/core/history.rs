@@ -1,16 +1,7 @@
-//! Memory history: an optional ring of the allocator's last N events, in
-//! the vocabulary of PyTorch's `device_traces` (see `pytorch_snapshot`).
-//!
-//! Off by default. While off, recording is one relaxed load of `on` and a
-//! not-taken branch: that is all a malloc or free pays. While on, each event
-//! takes one mutex shared by every shard of the device; events are few
-//! compared with the work they describe, and one lock gives one order, so a
-//! block's alloc is always listed before its free (both are recorded under
-//! the block's shard lock, which the free must take after the alloc
-//! released it).
-//!
-//! Entries carry no stack frames: the allocator sees addresses and sizes,
-//! not the Python code that asked for them.
+//! Memory history: an optional ring of the last N events, in the vocabulary of PyTorch's `device_traces`.
+//! Off, recording costs a malloc or free one relaxed load. On, each event takes one mutex shared by every
+//! shard of the device: one lock gives one order, so a block's alloc is always listed before its free (both
+//! are recorded under the block's shard lock). Entries carry no stack frames.
 
 use crate::runtime::Stream;
 use std::collections::VecDeque;
@@ -25,8 +16,7 @@ pub enum Action {
     Alloc,
     /// A block was freed by its user; `size` is the size asked for.
     FreeRequested,
-    /// A freed block became reusable (at once, or once the other streams
-    /// that used it finished).
+    /// A freed block became reusable (at once, or once the other streams that used it finished).
     FreeCompleted,
     /// A fixed segment was obtained with `aclrtMalloc`.
     SegmentAlloc,
@@ -59,7 +49,6 @@ impl Action {
     }
 }
 
-/// One recorded event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
     pub action: Action,
@@ -76,10 +65,8 @@ pub struct Event {
     pub device_free: u64,
 }
 
-/// The ring of one device allocator.
 #[derive(Debug, Default)]
 pub(crate) struct History {
-    /// Whether events are recorded; read on every malloc and free.
     on: AtomicBool,
     ring: Mutex<Ring>,
 }
@@ -92,9 +79,7 @@ struct Ring {
 }
 
 impl History {
-    /// Keeps the last `max_entries` events from now on; 0 turns recording
-    /// off and drops what was kept. Changing the bound keeps the newest
-    /// entries that fit.
+    /// Keeps the last `max_entries` events (the newest that fit); 0 turns recording off and drops them.
     pub fn set_capacity(&self, max_entries: usize) {
         let mut ring = self.lock();
         ring.capacity = max_entries;
@@ -107,13 +92,12 @@ impl History {
         self.on.store(max_entries > 0, Relaxed);
     }
 
-    /// Whether events are being recorded.
     #[inline(always)]
     pub fn is_on(&self) -> bool {
         self.on.load(Relaxed)
     }
 
-    /// Records `action` when on (the hot-path form: one relaxed load when off).
+    /// Records `action` when on.
     #[inline(always)]
     pub fn record(&self, action: Action, addr: usize, size: usize, stream: Stream, pool: u64) {
         if self.is_on() {
@@ -121,8 +105,7 @@ impl History {
         }
     }
 
-    /// A free: `FreeRequested`, then `FreeCompleted` too when the block is
-    /// reusable at once. One load when off.
+    /// A free: `FreeRequested`, then `FreeCompleted` too when the block is reusable at once.
     #[inline(always)]
     pub fn freed(&self, addr: usize, requested: usize, stream: Stream, pool: u64, completed: bool) {
         if self.is_on() {
@@ -143,23 +126,18 @@ impl History {
         }
     }
 
-    /// Appends (action, addr, size, stream, pool, device_free) entries with
-    /// one time stamp.
+    /// Appends (action, addr, size, stream, pool, device_free) entries with one time stamp.
     #[cold]
     #[inline(never)]
     fn push_all(&self, entries: &[(Action, usize, usize, usize, u64, u64)]) {
         let mut ring = self.lock();
-        // Turned off between the load and the lock: nothing to keep.
         if ring.capacity == 0 {
             return;
         }
-        // Taken under the lock, so times never go backwards along the ring
-        // (unless the wall clock itself is set back).
+        // Taken under the lock, so times never go backwards along the ring.
         let time_us = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
         for &(action, addr, size, stream, pool, device_free) in entries {
-            // Full, or the host cannot give the ring more room (a bound
-            // like PyTorch's sys.maxsize means "as many as fit"): the
-            // oldest entry makes way rather than the process aborting.
+            // Full, or out of host memory (a bound like sys.maxsize means "as many as fit"): the oldest goes.
             let full = ring.entries.len() == ring.capacity || ring.entries.try_reserve(1).is_err();
             if full && ring.entries.pop_front().is_none() {
                 return;

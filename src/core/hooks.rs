@@ -1,66 +1,42 @@
 //! Host hooks: code of the host that npualloc runs at fixed moments.
 //!
-//! `before_release` runs before every synchronization that precedes giving
-//! device memory back (empty_cache, the out-of-memory ladder with its
-//! garbage collection and headroom moves, the release threshold, the free
-//! of a destroyed pool's last block, pool_destroy, pool_empty_cache, sleep,
-//! teardown). Some of those are inside a free, on whichever thread frees:
-//! a host whose drain would wait for the calling thread itself (torch_npu's
-//! queue threads; the bridge checks) returns at once there.
-//! It also runs when another npualloc allocator of the same device is
-//! about to refuse a request and asks this one for its free cache
-//! (`peers`): on that allocator's thread, inside its malloc, with no lock
-//! of either allocator held. There the hook may allocate and free from
-//! any allocator, and create or destroy others; not the allocator it is
-//! installed on (destroy waits for the ask it is inside) nor the one
-//! asking (inside its malloc). An allocation that runs out of memory
-//! there is refused without asking the others again (the ask under way
-//! is this thread's).
-//! A host that keeps its own queue of work not yet handed to the runtime
-//! (torch_npu's task queue) drains it there, so the synchronization that
-//! follows covers that work too. It is called with no npualloc lock held:
-//! the queued work may allocate and free on other streams meanwhile.
+//! `before_release` runs, with no npualloc lock held, before every synchronization that precedes giving device
+//! memory back (empty_cache, the OOM ladder with its garbage collection and headroom moves, the release threshold,
+//! a destroyed pool's last free, pool_destroy, pool_empty_cache, sleep, teardown): a host drains its own queue of
+//! work not yet handed to the runtime (torch_npu's task queue) so the synchronization covers it; that work may
+//! allocate and free on other streams meanwhile. Some of those are inside a free, on whichever thread frees: a host
+//! whose drain would wait for that thread itself returns at once there.
+//! It also runs when a peer allocator of the device is about to refuse a request (`peers`): on that allocator's
+//! thread, inside its malloc, with no lock of either held. There the hook may use any allocator but the one it is
+//! installed on (destroy waits for the ask it is inside) and the asking one; an allocation that runs out of memory
+//! there is refused without asking the peers again.
 //!
-//! `out_of_memory` runs once per request refused for lack of memory, after
-//! everything the request took was given back and with no npualloc lock
-//! held, with the report the error carries.
+//! `out_of_memory` runs once per request refused for lack of memory, after everything the request took was given
+//! back, with no npualloc lock held and the error's report.
 //!
-//! `segment` runs for every piece of device memory the allocator comes to
-//! hold or stops holding (`SegmentEvent`), on the thread that caused it:
-//! on a growth with that stream's shard lock held; when memory is given
-//! back, with the device's `ladder` lock held as well (which a request on
-//! another stream waits for only when it runs out of memory, must collect
-//! garbage or asks for pages within `reserved_headroom`; a free only tries
-//! it, `release_over_threshold`); never the handle cache's lock, the peers'
-//! registry lock or one a cache hit takes. RESERVE after a
-//! range is reserved and before anything is mapped in it, MAP after memory
-//! is mapped (or obtained) and before any of it is handed out, UNMAP before
-//! the runtime call that unmaps or frees it, RELEASE after the range's last
-//! UNMAP and before the runtime call that releases it. A runtime call that
-//! fails after its UNMAP or RELEASE is followed by MAP or RESERVE again:
-//! the memory is still held. A communication library registers and
-//! deregisters npualloc's memory there (docs/sharing.md, "Registration").
+//! `segment` runs for every piece of device memory the allocator comes to hold or stops holding, on the thread that
+//! caused it: on a growth with that stream's shard lock held; on a give-back with the `ladder` lock too (which a
+//! request on another stream waits for only in the ladder, garbage collection or a `reserved_headroom` move; a free
+//! only tries it); never the handle cache's lock, the peers' registry lock or one a cache hit takes. RESERVE after
+//! a range is reserved, before anything is mapped in it; MAP after memory is mapped (or obtained), before any is
+//! handed out; UNMAP before the call that unmaps or frees it; RELEASE after the range's last UNMAP, before the call
+//! that releases it. A call failing after its UNMAP or RELEASE is followed by MAP or RESERVE again: the memory is
+//! still held. A communication library registers npualloc's memory there (docs/sharing.md, "Registration").
 //!
-//! The hooks are read on those cold paths only: no cache hit and no free
-//! that keeps its memory looks at them (a growth reads one flag for
-//! `segment`). Replacing or removing a hook returns only once
-//! no other thread is inside the old one (`Slot`), so the host may then
-//! free what its `user` pointed to; called from inside a hook call it does
-//! not wait (two hooks removing each other would wait for each other).
+//! No cache hit and no free that keeps its memory reads the hooks (a growth reads one flag for `segment`).
+//! Replacing or removing a hook waits for other threads' calls of the old one (`Slot`).
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_void, CString};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
-/// `fn(user, device)`, as the C API's `npualloc_release_hook`.
+/// As the C API's `npualloc_release_hook`.
 pub type ReleaseHook = unsafe extern "C" fn(user: *mut c_void, device: i32);
 
-/// `fn(user, device, requested, report)`, as the C API's `npualloc_oom_hook`:
-/// `report` is a NUL-terminated string valid during the call.
+/// As the C API's `npualloc_oom_hook`: `report` is a NUL-terminated string valid during the call.
 pub type OomHook = unsafe extern "C" fn(user: *mut c_void, device: i32, requested: usize, report: *const c_char);
 
-/// What happened to a piece of device memory; its value is the C API's
-/// `npualloc_segment_event`.
+/// What happened to a piece of device memory; its value is the C API's `npualloc_segment_event`.
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SegmentEvent {
@@ -68,16 +44,13 @@ pub enum SegmentEvent {
     Reserve = 1,
     /// That range is about to be released.
     Release = 2,
-    /// Physical memory mapped at addr..addr+size: its handle (expandable
-    /// segments), or an `aclrtMalloc` segment (fixed segments; no handle).
+    /// Physical memory mapped at addr..addr+size: its handle, or an `aclrtMalloc` segment (no handle).
     Map = 3,
     /// That memory is about to be unmapped, or freed.
     Unmap = 4,
 }
 
-/// `fn(user, device, event, addr, size, handle, pool)`, as the C API's
-/// `npualloc_segment_hook`: `event` is a `SegmentEvent`'s value, `pool` the
-/// pool id (0: the default pool).
+/// As the C API's `npualloc_segment_hook`: `event` is a `SegmentEvent`'s value, `pool` the pool id (0: default).
 pub type SegmentHook = unsafe extern "C" fn(
     user: *mut c_void,
     device: i32,
@@ -93,8 +66,7 @@ pub type SegmentHook = unsafe extern "C" fn(
 pub struct SegmentPiece {
     pub addr: usize,
     pub size: usize,
-    /// The physical handle (`aclrtDrvMemHandle`), null for a range or a
-    /// fixed segment.
+    /// The physical handle (`aclrtDrvMemHandle`), null for a range or a fixed segment.
     pub handle: *mut c_void,
     pub pool: u64,
 }
@@ -105,8 +77,7 @@ struct Registered<F> {
     user: *mut c_void,
 }
 
-// SAFETY: `user` is an opaque value handed back to the host's function; the
-// host that registered it promised (C API contract) that the function may be
+// SAFETY: `user` is opaque, only handed back to the host's function, which the host promised (C API contract) may be
 // called from any thread with it.
 unsafe impl<F: Send> Send for Registered<F> {}
 // SAFETY: as above; npualloc never dereferences `user`.
@@ -120,25 +91,18 @@ struct Installed<F> {
 }
 
 thread_local! {
-    /// How many hook calls this thread is inside now (a hook may call into
-    /// npualloc, and replace itself). A plain counter has no destructor, so
-    /// it stays readable from other thread-locals' destructors at exit.
+    /// How many hook calls this thread is inside. A plain counter has no destructor, so it stays readable from
+    /// other thread-locals' destructors at exit.
     static CALLING: Cell<usize> = const { Cell::new(0) };
 }
 
-/// A hook slot. Replacing or removing the hook waits until every call of
-/// the old one under way on other threads has returned, so the host may
-/// free what `user` points to once the setter returns. A setter called on
-/// a thread that is inside any hook call (a hook replacing itself, or
-/// another hook) does not wait: two hooks each removing the other from
-/// inside their calls would otherwise wait for each other forever. Then
-/// the old hook may still be running on other threads when it returns.
-/// Neither side holds a lock a malloc or free needs: callers copy the
-/// registration out and count themselves in under the slot's short lock.
+/// A hook slot. Replacing or removing the hook waits until other threads' calls of the old one have returned, so the
+/// host may then free what `user` points to. A setter inside any hook call does not wait (two hooks removing each
+/// other would wait forever); the old hook may then still run elsewhere. Neither side holds a lock a malloc or free
+/// needs: callers copy the registration out and count themselves in under the slot's short lock.
 struct Slot<F> {
     current: RwLock<Option<Arc<Installed<F>>>>,
-    /// Whether `current` holds a hook, written under its write lock: one
-    /// load tells a caller there is nothing to call.
+    /// Whether `current` holds a hook, written under its write lock: one load tells there is nothing to call.
     occupied: std::sync::atomic::AtomicBool,
     /// Setters waiting for calls of an old registration (tests watch it).
     #[cfg(test)]
@@ -167,8 +131,7 @@ impl<F: Copy> Slot<F> {
             std::mem::replace(&mut *current, fresh)
         };
         let Some(old) = old else { return };
-        // Inside a hook call, waiting could wait for a thread that waits
-        // for this one (each hook removing the other).
+        // Inside a hook call, waiting could wait for a thread that waits for this one.
         if CALLING.with(|c| c.get() > 0) {
             return;
         }
@@ -189,8 +152,7 @@ impl<F: Copy> Slot<F> {
         let installed = {
             let slot = self.current.read().unwrap_or_else(|e| e.into_inner());
             let Some(i) = slot.as_ref() else { return };
-            // Counted in while the slot is read-locked: a setter that took
-            // the registration out waits for this call.
+            // Counted in under the read lock: a setter that took the registration out waits for this call.
             *i.calls.lock().unwrap_or_else(|e| e.into_inner()) += 1;
             i.clone()
         };
@@ -223,41 +185,32 @@ impl std::fmt::Debug for Hooks {
 }
 
 impl Hooks {
-    /// Installs (Some) or removes (None) the before-release hook; returns
-    /// once no other thread is inside the old one, or at once when called
-    /// from inside a hook call (`Slot`).
+    /// Installs or removes (None) the before-release hook; waits as `Slot` says.
     pub fn set_before_release(&self, hook: Option<(ReleaseHook, *mut c_void)>) {
         self.before_release.set(hook);
     }
 
-    /// Runs the before-release hook, if any, for `device`. The caller holds
-    /// no npualloc lock. The hook may replace itself.
+    /// Runs the before-release hook, if any. The caller holds no npualloc lock.
     #[cold]
     pub fn before_release(&self, device: i32) {
         self.before_release.call(|f, user| {
-            // SAFETY: `f` and `user` come from the host together; calling
-            // `f(user, device)` is exactly what it registered them for, and
-            // the registration stays until this call returns.
+            // SAFETY: `f` and `user` come from the host together for this call; the registration stays until it
+            // returns.
             unsafe { f(user, device) }
         });
     }
 
-    /// Installs (Some) or removes (None) the out-of-memory observer; returns
-    /// once no other thread is inside the old one, or at once when called
-    /// from inside a hook call (`Slot`).
+    /// Installs or removes (None) the out-of-memory observer; waits as `Slot` says.
     pub fn set_out_of_memory(&self, hook: Option<(OomHook, *mut c_void)>) {
         self.oom.set(hook);
     }
 
-    /// Installs (Some) or removes (None) the segment observer; returns once
-    /// no other thread is inside the old one, or at once when called from
-    /// inside a hook call (`Slot`).
+    /// Installs or removes (None) the segment observer; waits as `Slot` says.
     pub fn set_segment(&self, hook: Option<(SegmentHook, *mut c_void)>) {
         self.segment.set(hook);
     }
 
-    /// Whether a segment observer is set (a caller may skip building
-    /// events): one load, no lock.
+    /// Whether a segment observer is set (a caller may skip building events): one load, no lock.
     #[inline]
     pub fn observes_segments(&self) -> bool {
         self.segment.occupied.load(std::sync::atomic::Ordering::Acquire)
@@ -270,21 +223,18 @@ impl Hooks {
             return;
         }
         self.segment.call(|f, user| {
-            // SAFETY: `f` and `user` come from the host together; the
-            // arguments are plain values, as the contract describes.
+            // SAFETY: `f` and `user` come from the host together; the arguments are plain values.
             unsafe { f(user, device, event as i32, piece.addr as *mut c_void, piece.size, piece.handle, piece.pool) }
         });
     }
 
-    /// Runs the out-of-memory observer, if any, for a refused request of
-    /// `requested` bytes on `device`. The caller holds no npualloc lock.
+    /// Runs the out-of-memory observer, if any, for a refused request. The caller holds no npualloc lock.
     #[cold]
     pub fn out_of_memory(&self, device: i32, requested: usize, report: &str) {
         self.oom.call(|f, user| {
             // Made only when an observer is installed.
             let text = CString::new(report.replace('\0', " ")).unwrap_or_default();
-            // SAFETY: `f` and `user` come from the host together; `text`
-            // outlives the call, as the contract promises.
+            // SAFETY: `f` and `user` come from the host together; `text` outlives the call.
             unsafe { f(user, device, requested, text.as_ptr()) }
         });
     }

@@ -1,7 +1,5 @@
-//! The device's inspection and statistics calls: a live block's
-//! description and ranges, the memory limit, the statistics and their peaks,
-//! and the invariant checks. None is on the hot path; each locks the shards
-//! it reads one at a time (the lock order of `device`).
+//! The device's inspection, statistics and invariant-check calls. None is on the hot path; each locks the
+//! shards it reads one at a time (the lock order of `device`).
 
 use super::backing::Memory;
 use super::device::Device;
@@ -68,12 +66,8 @@ impl<B: Memory> Device<B> {
         Ok(s)
     }
 
-    /// The statistics of the blocks of one pool kind, over every pool
-    /// (PyTorch's "small_pool" and "large_pool"): its blocks, segments and
-    /// peaks (`Peaks::raise` says when a kind's rise). Its reserved memory
-    /// is its segments' (cached handles belong to no kind); the device's
-    /// calls, reserved peak and totals are kept for the device only and
-    /// read 0.
+    /// The statistics of one pool kind over every pool (PyTorch's "small_pool" and "large_pool"). Its reserved
+    /// memory is its segments' (cached handles belong to no kind); device-only figures read 0.
     pub fn kind_stats(&self, kind: PoolKind) -> Result<Stats> {
         self.check_usable()?;
         let mut s = self.shard_figures(self.streams.iter().map(|e| &e.shards[kind as usize]))?;
@@ -87,9 +81,7 @@ impl<B: Memory> Device<B> {
         Ok(s)
     }
 
-    /// The block and segment figures of `shards` summed (their segments
-    /// counted), their largest free run, and the configured split limit:
-    /// what every statistics call starts from.
+    /// The summed block and segment figures of `shards`, their largest free run and the split limit.
     pub(super) fn shard_figures<'a>(&'a self, shards: impl Iterator<Item = &'a Shard<B>>) -> Result<Stats> {
         let mut s = Stats::default();
         let mut largest = 0;
@@ -121,8 +113,8 @@ impl<B: Memory> Device<B> {
         Ok(())
     }
 
-    /// Runs every shard's invariant checks and the device-wide ones (the
-    /// reserved-bytes recount only holds while no other call runs).
+    /// Runs every shard's invariant checks and the device-wide ones (the reserved-bytes recount only holds
+    /// while no other call runs).
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut held = 0usize;
         let mut stats = Stats::default();

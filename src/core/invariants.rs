@@ -1,17 +1,9 @@
-//! A shard's figures for the statistics, and its invariant checker: run
-//! under debug assertions after every transition (see
-//! `Pool::after_transition`) and by tests.
-//!
-//! - blocks of a segment tile it exactly, in address order, with consistent
-//!   back links;
-//! - no two neighbours are both free;
-//! - every free block is on the shard's index, and the index holds nothing
-//!   else (its block and byte counts agree with the segments' and with a
-//!   walk of the index);
-//! - the registry maps exactly the allocated and held blocks, by start
-//!   address; the reuse lists hold exactly the held blocks;
-//! - pending blocks are exactly those waiting in the stream order;
-//! - the counters equal a recount;
+//! A shard's figures for the statistics, and its invariant checker (run under debug assertions after every
+//! transition, `Pool::after_transition`, and by tests):
+//! - a segment's blocks tile it exactly, in address order, with consistent back links; no two neighbours are free;
+//! - the free index holds exactly the free blocks (its counts agree with the segments' and with a walk);
+//! - the registry maps exactly the allocated and held blocks; the reuse lists hold exactly the held blocks;
+//! - pending blocks are exactly those waiting in the stream order; the counters equal a recount;
 //! - the backing's own rules (`Backing::check_segment`).
 //!
 //! The device-wide recount of reserved bytes is `Device::check_invariants`.
@@ -27,14 +19,12 @@ impl<B: Memory> Pool<B> {
         self.cache.segments.ids().map(|s| B::held_bytes(&self.backing, s)).sum()
     }
 
-    /// The longest run a request could get from this shard with no device
-    /// call.
+    /// The longest run a request could get from this shard with no device call.
     pub fn largest_free(&self) -> usize {
         B::largest_free(&self.cache, &self.backing)
     }
 
-    /// Adds this shard's block and segment figures to `s` (not its
-    /// largest free run: a maximum, `largest_free`).
+    /// Adds this shard's block and segment figures to `s` (not its largest free run, a maximum).
     pub fn add_figures(&self, s: &mut Stats) {
         self.counters().add_to(s);
         s.pending_free_bytes += (self.cache.pending_bytes() + self.quarantined_bytes()) as u64;
@@ -45,10 +35,8 @@ impl<B: Memory> Pool<B> {
             s.segment_bytes += B::held_bytes(&self.backing, seg) as u64;
             s.address_space_bytes += self.cache.segments.get(seg).size as u64;
         }
-        // torch_npu's inactive split blocks: cached pieces (free or held for
-        // reuse) of a fixed segment of more than one block. Found through
-        // the free index and the reuse lists: a stats call walks the cached
-        // blocks only, never the live ones.
+        // torch_npu's inactive split blocks: cached pieces of a fixed segment of more than one block. A stats
+        // call walks the cached blocks only, never the live ones.
         let c = &self.cache;
         for id in c.index.iter(&c.blocks).chain(c.reuse.iter(&c.blocks)) {
             let b = c.blocks.get(id);

@@ -1,29 +1,16 @@
-//! The out-of-memory ladder: what a request that could not grow tries
-//! before it fails. It runs cheapest step first and retries the request
-//! after every step, so a block freed by a completed event is never missed
-//! (the PyTorch bug where an OOM was raised while a fitting block sat in the
-//! pool came from skipping that retry):
-//! 1. garbage collection, when `garbage_collection_threshold` asks for it;
-//!    then, for a request of the default pool, a free block of a pool with
-//!    `use_on_oom` on the request's stream, served as that pool's block
-//!    (no device call: torch_npu's `try_mempool_fallback`);
-//! 2. release cached memory of every shard (held blocks and completed
-//!    cross-stream frees first), after synchronizing only the streams that
-//!    used it, then retry;
-//! 3. free cached physical handles, retry;
-//! 4. wait for the events of pending frees, release again, retry;
-//! 5. ask the device's other npualloc allocators in this process to give
-//!    back their free cache (`peers`), retry;
-//! 6. fail, having given back the handles the failed request obtained,
-//!    with a message that says what was tried and where memory is
-//!    (`oom_report`), or, when address space ran out rather than memory,
-//!    how much of it is reserved and by whom.
+//! The out-of-memory ladder: what a request that could not grow tries before it fails, cheapest step first,
+//! retrying the request after every step so a block freed by a completed event is never missed:
+//! 1. garbage collection, when `garbage_collection_threshold` asks for it; then, for a default-pool request, a free
+//!    block of a `use_on_oom` pool on its stream, served as that pool's block (torch_npu's `try_mempool_fallback`);
+//! 2. release every shard's cached memory, synchronizing only the streams that used it;
+//! 3. free cached physical handles;
+//! 4. wait for the events of pending frees, release again;
+//! 5. ask the device's other npualloc allocators in this process for their free cache (`peers`);
+//! 6. fail, having given back the handles the request obtained, with a message saying what was tried and where
+//!    memory is (`oom_report`), or, when address space ran out, how much is reserved and by whom.
 //!
-//! Releasing cached memory also releases expandable ranges that hold
-//! nothing, so a shortage of address space goes through the same steps.
-//!
-//! The ladder holds the device's `ladder` lock (one at a time) but no shard
-//! lock across its device calls (see `reclaim`).
+//! Releasing cached memory also releases empty expandable ranges, so an address-space shortage takes the same steps.
+//! The ladder holds the `ladder` lock but no shard lock across its device calls.
 
 use super::backing::{GrowError, Memory, Scope};
 use super::device::Device;
@@ -65,9 +52,7 @@ impl GrowError {
     /// Why a growth failed, in a message's words.
     fn cause(&self) -> String {
         match self {
-            // What was charged then includes what this request had obtained
-            // before (given back since, so the figure may exceed what the
-            // report says is held).
+            // The charge includes what this request had obtained (given back since: it may exceed what is held).
             GrowError::OverLimit { size, limit, charged } => format!(
                 "the memory fraction limit is {}: {} was counted against it, this request's new memory included, \
                  when {} more were asked for",
@@ -93,8 +78,7 @@ impl GrowError {
 }
 
 impl<B: Memory> Device<B> {
-    /// The request of `size` bytes on `shard` could not grow: run the
-    /// ladder (see the module comment).
+    /// The request of `size` bytes on `shard` could not grow: runs the ladder.
     #[cold]
     #[inline(never)]
     pub(super) fn ladder(
@@ -108,34 +92,28 @@ impl<B: Memory> Device<B> {
         if !first.is_out_of_memory() {
             let _ = B::free_cached(&self.sh);
             if let GrowError::Other(Error::OutOfMemory(_)) = &first {
-                // A request no step could serve (larger than any address
-                // reservation): refused for lack of memory all the same.
+                // Larger than any address reservation: no step helps, but it is still a refusal for lack of memory.
                 let rt = &self.sh.rt;
                 let free = rt.on_device(self.sh.device, || rt.mem_info()).map_or(0, |(free, _)| free as u64);
                 self.count_refusal(shard, size, free);
             }
             return Err(first.into_error(size));
         }
-        // Every step below may synchronize before giving memory back; the
-        // host's queued work is handed to the runtime first, with no lock held.
+        // The steps may synchronize: the host's queued work goes to the runtime first, with no lock held.
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        // Between the failed growth and the ladder lock a forget_stream may
-        // have retired the entry (it holds nothing); retiring needs the
-        // ladder lock, so once checked here it stays this stream's.
+        // A forget_stream may have retired the entry before the ladder lock; retiring needs the lock, so once
+        // checked here it stays this stream's.
         if shard.lock_anyway().stream() != stream {
             drop(_ladder);
             return self.malloc_again(size, stream);
         }
         let mut last = first;
-        // The largest free block the request could use at its last attempt:
-        // the report states it, not a figure gathered later, which other
-        // threads' frees could make contradict the failure.
+        // The report states the largest free block at the last attempt: a later figure could contradict the failure.
         let mut seen = shard.lock_anyway().largest_free();
         let mut tried: Vec<&'static str> = Vec::new();
         if let GrowError::NeedsRoom { bytes } = last {
-            // Not a shortage: `reserved_headroom` asks for other streams'
-            // free pieces, unmapped into the handle cache, before growing.
+            // Not a shortage: `reserved_headroom` asks for other streams' free pieces before growing.
             let _ = self.release_free_except(shard, Scope::Pieces(bytes));
             tried.push("moving other streams' free pages here (reserved_headroom)");
             match self.attempt(shard, size, rounded)? {
@@ -159,9 +137,6 @@ impl<B: Memory> Device<B> {
         }
         // Pools with use_on_oom give their cache to requests of other pools.
         let own = self.streams.entry_of(shard.lock_anyway().cache.id).pool();
-        // First, with no device call, a free block of such a pool on this
-        // stream serves a request of the default pool, as torch_npu's
-        // `try_mempool_fallback` does; the block stays the pool's.
         if own == 0 {
             if let Some(addr) = self.serve_from_use_on_oom_pools(stream, size, rounded)? {
                 return Ok(addr);
@@ -177,11 +152,8 @@ impl<B: Memory> Device<B> {
                 Err((e, largest)) => (last, seen) = (e, largest),
             }
         }
-        // Last, the device's other npualloc allocators in this process give
-        // back their free cache (`peers`). Without the ladder lock, or any
-        // other: asking waits for their ladders, and their host hooks may
-        // allocate from this allocator again.
-        // Not for this allocator's own memory fraction: others' memory does not count against it.
+        // Ask the peers with no lock held: asking waits for their ladders, and their hooks may allocate from this
+        // allocator. Not for our own memory fraction: others' memory does not count against it.
         let _ladder = if matches!(last, GrowError::OverLimit { .. }) {
             _ladder
         } else {
@@ -193,10 +165,8 @@ impl<B: Memory> Device<B> {
                 drop(relocked);
                 return self.malloc_again(size, stream);
             }
-            // Once any was asked, retried whatever they gave back: another
-            // thread's ask may have given their cache back first (this one
-            // then finds none left), or another thread freed meanwhile. A
-            // retry is cheap beside a refusal.
+            // Retry whatever they gave back: another thread's ask may have got their cache first, or another thread
+            // freed meanwhile.
             if asked > 0 {
                 tried.push("asking the device's other npualloc allocators for their free cache");
                 match self.attempt(shard, size, rounded)? {
@@ -206,8 +176,7 @@ impl<B: Memory> Device<B> {
             }
             relocked
         };
-        // Nothing kept on failure: handles this request obtained and could
-        // not use go back to the device, before the message counts what is held.
+        // Handles this request obtained go back before the message counts what is held.
         let _ = B::free_cached(&self.sh);
         let (rt, device) = (&self.sh.rt, self.sh.device);
         // One reading for the history and the message, which must agree.
@@ -245,9 +214,8 @@ impl<B: Memory> Device<B> {
         Err(Error::OutOfMemory(report.to_string()))
     }
 
-    /// The largest free block of `shard` now, and the largest of every
-    /// other shard of the device with where it lies (for the report: one
-    /// shard locked at a time).
+    /// The largest free block of `shard` now, and the largest elsewhere with where it lies (one shard locked at a
+    /// time).
     fn largest_free_now(&self, shard: &Shard<B>) -> (u64, Option<Elsewhere>) {
         let (own_stream, own_pool) = {
             let pool = shard.lock_anyway();
@@ -275,10 +243,8 @@ impl<B: Memory> Device<B> {
         (own, elsewhere)
     }
 
-    /// A request of `size` bytes on `shard` is refused for lack of memory:
-    /// counted for the device and the request's pool (Note [pools]), and
-    /// recorded in the history with `device_free`, the free memory the
-    /// device reports.
+    /// Counts a refusal for the device and the request's pool (Note [pools]) and records it in the history with
+    /// the device's free memory.
     fn count_refusal(&self, shard: &Shard<B>, size: usize, device_free: u64) {
         let own_calls = self.tally_of(&shard.lock_anyway()).calls.clone();
         {
@@ -293,13 +259,11 @@ impl<B: Memory> Device<B> {
         self.sh.history.oom(size, stream, pool, || device_free);
     }
 
-    /// One retry of a request: an out-of-memory failure is the inner
-    /// `Err`, with the largest free block of the shard as the attempt saw
-    /// it, for the ladder to act on; any other fails the call.
+    /// One retry: an out-of-memory failure is the inner `Err`, with the shard's largest free block as seen; any
+    /// other fails the call.
     fn attempt(&self, shard: &Shard<B>, size: usize, rounded: usize) -> Result<Result<usize, (GrowError, usize)>> {
         let mut pool = shard.lock()?;
-        // Sleep takes the ladder lock too: a pool put to sleep since the
-        // request's check takes nothing now (Note [sleep]).
+        // A pool put to sleep since the request's check takes nothing now (Note [sleep]).
         if self.sleep.refusing() {
             self.sleep.check(self.streams.entry_of(pool.cache.id))?;
         }
@@ -320,10 +284,8 @@ impl<B: Memory> Device<B> {
         }
     }
 
-    /// A block of `rounded` bytes from the cache of a pool with use_on_oom,
-    /// of `stream`, in that pool's shape, with no device call: served
-    /// as that pool's block (its figures count it, its free returns it
-    /// there). None when no such pool has one. A pool asleep is skipped.
+    /// A block from the cache of a use_on_oom pool on `stream`, in that pool's shape, with no device call; it stays
+    /// that pool's block. Sleeping pools are skipped.
     fn serve_from_use_on_oom_pools(&self, stream: Stream, size: usize, rounded: usize) -> Result<Option<usize>> {
         for entry in self.streams.iter() {
             if !entry.use_on_oom() || entry.pool() == 0 || entry.stream_now() != stream {
@@ -332,8 +294,6 @@ impl<B: Memory> Device<B> {
             if self.sleep.refusing() && self.sleep.check(entry).is_err() {
                 continue;
             }
-            // A block of that pool in its shape (alignment, no_split), as
-            // the pool's own requests get.
             let rounded = entry.shape().round(rounded);
             let kind = self.sh.policy.pool_for(rounded) as usize;
             let mut pool = entry.shards[kind].lock()?;
@@ -356,17 +316,14 @@ impl<B: Memory> Device<B> {
         let pick = |e: &super::streams::StreamEntry<B>| e.reclaimable() || (e.use_on_oom() && e.pool() != own);
         match step {
             Step::ReleaseCached => {
-                // Failures only mean less came back; the retry says. The
-                // second pass releases ranges the first one emptied.
+                // Failures only mean less came back. The second pass releases ranges the first emptied.
                 let _ = self.release_free_where(Scope::All, pick);
                 let _ = self.release_free_where(Scope::All, pick);
                 true
             }
             Step::FreeCachedPages => {
-                // Worth a retry when there was anything to give back: cached
-                // handles, or kept reservations (address space, no bytes of
-                // memory). A refusal among them does not undo what the rest
-                // gave back, so the error is not the answer here.
+                // Worth a retry if there were cached handles or kept reservations; a refusal among them does not
+                // undo what the rest gave back.
                 let had = self.sh.backing.cached_bytes() > 0 || self.sh.backing.keeps_reservations();
                 let _ = B::free_cached(&self.sh);
                 had

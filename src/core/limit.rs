@@ -1,10 +1,8 @@
-//! The memory fraction limit (`set_memory_fraction`) and the device bytes
-//! charged against it, shared by every shard of a device.
+//! The memory fraction limit (`set_memory_fraction`), shared by every shard of a device.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// A charge the limit refused: `size` more bytes, with `charged` counted
-/// against `limit` already.
+/// A charge the limit refused: `size` more bytes, with `charged` counted against `limit` already.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct OverLimit {
     pub size: usize,
@@ -12,9 +10,8 @@ pub(crate) struct OverLimit {
     pub charged: usize,
 }
 
-/// The memory fraction limit and the device bytes charged against it.
-/// Bytes are charged before the device call that obtains them, so two
-/// shards growing at once cannot both pass the limit.
+/// The limit and the device bytes charged against it. Bytes are charged before the device call that
+/// obtains them, so two shards growing at once cannot both pass the limit.
 #[derive(Debug)]
 pub(crate) struct MemoryLimit {
     limit: AtomicUsize,

@@ -1,50 +1,39 @@
 //! The caching allocator core: safe Rust, no exported symbols.
 //!
 //! Two layers meet at one seam:
-//! - the caching layer (`cache`): blocks tiling segments, split and
-//!   coalesce, the free index, exact-size reuse, the registry of live
-//!   blocks, and stream-ordered reuse. It makes no device call and knows
-//!   nothing of a segment's device side;
-//! - the device memory (`backing`): where a segment comes from and how its
-//!   memory goes back: `aclrtMalloc` segments, or reserved ranges with
-//!   physical handles mapped under the blocks handed out; how much to
-//!   grow, the handle cache, the address-space budget.
+//! - the caching layer (`cache`): blocks tiling segments, split and coalesce, the free index, exact-size reuse, the
+//!   registry of live blocks, stream-ordered reuse. It makes no device call and knows nothing of a segment's device
+//!   side;
+//! - the device memory (`backing`): where a segment comes from and how its memory goes back: `aclrtMalloc`
+//!   segments, or reserved ranges with physical handles mapped under the blocks handed out; how much to grow, the
+//!   handle cache, the address-space budget.
 //!
-//! The seam is the `Backing` trait: whether a free block is ready, whether
-//! it splits, obtain, what is unused (by address: the cache takes it out),
-//! give back, settle, teardown. The same backing
-//! also answers for memory held outside any segment (`HeldOutside`), for
-//! sleep (`Sleeps`) and for reports (`Reports`). A backing never sees a
-//! `Pool`: it is handed `Parts` (the shard's cache, the backing's own
-//! per-shard state, and what the device's shards share) under the shard's
-//! lock, or, for the questions the hot path and the reports ask, the cache
-//! and its own state. Its state lives in its own types: a per-shard part
-//! that keeps each segment's device side by segment id (`PerSegment`), and
-//! a device-wide part.
+//! The seam is the `Backing` trait: whether a free block is ready, whether it splits, obtain, what is unused (by
+//! address: the cache takes it out), give back, settle, teardown. The same backing also answers for memory held
+//! outside any segment (`HeldOutside`), for sleep (`Sleeps`) and for reports (`Reports`). A backing never sees a
+//! `Pool`: under the shard's lock it is handed `Parts` (the shard's cache, its own per-shard state, and what the
+//! device's shards share), or, for the hot path's and the reports' questions, the cache and its own state. Its
+//! state is a per-shard part keeping each segment's device side by segment id (`PerSegment`), and a device-wide
+//! part.
 //!
 //! Above the seam:
-//! - `pool`, `shard`: a shard is one stream's pool of one kind (small or
-//!   large), its cache and backing part behind one lock. A malloc or free
-//!   served from its cache takes that lock and no other; frees find their
-//!   shard through the address directory (`directory`), with no lock.
+//! - `pool`, `shard`: a shard is one stream's pool of one kind (small or large), its cache and backing part behind
+//!   one lock. A cache hit takes that lock and no other; frees find their shard through the address directory
+//!   (`directory`), with no lock.
 //! - `device`, `streams`: the allocator of one device, its streams' shards.
-//! - giving memory back: `reclaim` (detach, give back, settle), `ladder`
-//!   (the out-of-memory recovery, serialized by one lock no cache hit
-//!   takes), `forget` (a stream's shards), `teardown`.
-//! - features: `pools` (private pools and their routes), `capture`,
-//!   `sleep`/`wake`, `snapshot`, `history`, `hooks`, `stats`.
+//! - giving memory back: `reclaim` (detach, give back, settle), `ladder` (the out-of-memory recovery, serialized by
+//!   one lock no cache hit takes), `forget` (a stream's shards), `teardown`.
+//! - features: `pools` (private pools and their routes), `capture`, `sleep`/`wake`, `snapshot`, `history`, `hooks`,
+//!   `stats`.
 //!
 //! Glossary:
-//! - *segment*: one contiguous range the backing obtained for a shard; its
-//!   blocks tile it.
-//! - *block*: a piece of a segment, allocated, free (cached), pending, held
-//!   for a same-size request (see Note [exact-size reuse] in `reuse`), or
-//!   being given back (`Reclaiming`).
-//! - *stream use*: a stream other than the owner that touched a block
-//!   (record_stream); see Note [stream-ordered reuse] in `stream_order`.
+//! - *segment*: one contiguous range the backing obtained for a shard; its blocks tile it.
+//! - *block*: a piece of a segment, allocated, free (cached), pending, held for a same-size request (see
+//!   Note [exact-size reuse] in `reuse`), or being given back (`Reclaiming`).
+//! - *stream use*: a stream other than the owner that touched a block (record_stream); see
+//!   Note [stream-ordered reuse] in `stream_order`.
 //!
-//! `device` says which lock guards what; no shard lock is held across a
-//! device call made for another stream.
+//! `device` says which lock guards what; no shard lock is held across a device call made for another stream.
 
 mod backing;
 mod cache;
@@ -113,8 +102,7 @@ pub struct BlockInfo {
 pub struct TeardownReport {
     pub live_blocks: usize,
     pub live_bytes: usize,
-    /// Blocks (freed, or live at teardown) other processes still hold
-    /// imported, and their bytes: left where they are (`sharing`).
+    /// Blocks (freed, or live at teardown) other processes still hold imported, and their bytes: left in place.
     pub held_blocks: usize,
     pub held_bytes: usize,
 }
@@ -152,8 +140,7 @@ impl std::fmt::Debug for DeviceAllocator {
 }
 
 impl DeviceAllocator {
-    /// Loads the runtime named by the config (or the default one) and
-    /// creates an allocator for `device`.
+    /// Loads the runtime named by the config (or the default one) and creates an allocator for `device`.
     pub fn new(config: Config, device: i32) -> Result<Self> {
         let rt = Runtime::load(config.acl_library.as_deref())?;
         Self::with_runtime(config, device, rt)
@@ -236,7 +223,6 @@ impl DeviceAllocator {
         Ok(DeviceAllocator { engine, device, rt, config, joined: Default::default() })
     }
 
-    /// Whether this allocator uses expandable segments.
     pub fn is_expandable(&self) -> bool {
         matches!(self.engine, Engine::Expandable(_))
     }
@@ -265,8 +251,7 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.free(addr))
     }
 
-    /// Checks that the runtime knows `stream` on this device, as a malloc on
-    /// a stream met for the first time does. Nothing changes either way.
+    /// Checks that the runtime knows `stream` on this device, as a first malloc on it does. Changes nothing.
     pub fn check_stream(&self, stream: Stream) -> Result<()> {
         device::check_live_stream(&self.rt, self.device, stream).map(|_| ())
     }
@@ -276,39 +261,33 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.record_stream(addr, stream))
     }
 
-    /// Undoes `record_stream(addr, stream)`: the block's free no longer
-    /// waits for `stream`'s work. A stream never recorded on it: Ok.
+    /// Undoes `record_stream(addr, stream)`; a stream never recorded on the block is Ok.
     pub fn erase_stream(&self, addr: usize, stream: Stream) -> Result<()> {
         with_device!(&self.engine, d => d.erase_stream(addr, stream))
     }
 
-    /// Installs (Some) or removes (None) the hook run before every
-    /// synchronization that precedes giving memory back (see `hooks`).
+    /// Installs or removes (None) the hook run before each synchronization that precedes giving memory back.
     pub fn set_before_release(&self, hook: Option<(hooks::ReleaseHook, *mut std::ffi::c_void)>) {
         with_device!(&self.engine, d => d.sh.hooks.set_before_release(hook))
     }
 
-    /// Installs (Some) or removes (None) the segment observer (`hooks`
-    /// says when it runs); returns once no other thread is inside the old
-    /// one, or at once from inside a hook call.
+    /// Installs or removes (None) the segment observer; returns once no other thread is inside the old one, or at
+    /// once from inside a hook call.
     pub fn set_segment_observer(&self, hook: Option<(hooks::SegmentHook, *mut std::ffi::c_void)>) {
         with_device!(&self.engine, d => d.sh.hooks.set_segment(hook))
     }
 
-    /// Exports the live block at `addr` to other processes of the host;
-    /// returns the handle's bytes (`sharing`).
+    /// Exports the live block at `addr` to other processes of the host; returns the handle's bytes.
     pub fn ipc_export(&self, addr: usize) -> Result<[u8; sharing::table::HANDLE_SIZE]> {
         with_device!(&self.engine, d => d.ipc_export(addr))
     }
 
-    /// What the device holds now, as the segment observer would have been
-    /// told it (see `Device::held_segments`).
+    /// What the device holds now, as the segment observer would have been told it.
     pub fn held_segments(&self) -> Vec<(hooks::SegmentEvent, hooks::SegmentPiece)> {
         with_device!(&self.engine, d => d.held_segments())
     }
 
-    /// Installs (Some) or removes (None) the observer run once per request
-    /// refused for lack of memory (see `hooks`).
+    /// Installs or removes (None) the observer run once per request refused for lack of memory.
     pub fn set_out_of_memory_observer(&self, hook: Option<(hooks::OomHook, *mut std::ffi::c_void)>) {
         with_device!(&self.engine, d => d.sh.hooks.set_out_of_memory(hook))
     }
@@ -322,15 +301,12 @@ impl DeviceAllocator {
         }
     }
 
-    /// Returns cached, unused segments to the device (may synchronize the
-    /// streams that used them).
+    /// Returns cached, unused segments to the device (may synchronize the streams that used them).
     pub fn empty_cache(&self) -> Result<usize> {
         with_device!(&self.engine, d => d.empty_cache())
     }
 
-    /// `empty_cache`, keeping the physical handles it unmaps cached for later
-    /// growth (expandable segments; UNSUPPORTED, nothing changed, with fixed
-    /// ones, whose segments have no handles to keep).
+    /// `empty_cache`, keeping the handles it unmaps cached; UNSUPPORTED, nothing changed, with fixed segments.
     pub fn empty_cache_keeping_handles(&self) -> Result<usize> {
         match &self.engine {
             Engine::Expandable(d) => d.empty_cache_with(false),
@@ -342,24 +318,19 @@ impl DeviceAllocator {
         }
     }
 
-    /// Sleeps with every pool, the default one included, in `mode` (Note
-    /// [sleep] in `sleep`); returns the device bytes given back. Asleep
-    /// already: OK, 0; after a partial wake left some pools asleep,
-    /// INVALID_ARGUMENT, nothing changed.
+    /// Sleeps with every pool, the default one included, in `mode` (Note [sleep]); returns the device bytes given
+    /// back. Asleep already: OK, 0; after a partial wake left some pools asleep, INVALID_ARGUMENT, nothing changed.
     pub fn sleep(&self, mode: SleepMode) -> Result<usize> {
         with_device!(&self.engine, d => d.sleep(&|_, _| mode))
     }
 
-    /// Sleeps with each pool in its own `sleep` mode (`npualloc_sleep`; the
-    /// default pool keeps its blocks).
+    /// Sleeps with each pool in its own `sleep` mode (the default pool keeps its blocks).
     pub fn sleep_pools(&self) -> Result<usize> {
         with_device!(&self.engine, d => d.sleep(&|_, configured| configured))
     }
 
-    /// Sleeps with the pools in `offload` offloading, those in `discard`
-    /// discarding, and every other pool in its own `sleep` mode
-    /// (`npualloc_sleep_with`). INVALID_ARGUMENT, nothing changed, for a
-    /// pool that does not exist or is destroyed, or one in both lists.
+    /// Sleeps with the pools in `offload` offloading, those in `discard` discarding, every other in its own mode.
+    /// INVALID_ARGUMENT, nothing changed, for a pool that does not exist or is destroyed, or one in both lists.
     pub fn sleep_with(&self, offload: &[u64], discard: &[u64]) -> Result<usize> {
         with_device!(&self.engine, d => {
             for &p in offload.iter().chain(discard) {
@@ -382,27 +353,23 @@ impl DeviceAllocator {
         })
     }
 
-    /// Wakes: every sleeping block mapped again at its address, offloaded
-    /// contents restored; OUT_OF_MEMORY changing nothing if they do not fit.
+    /// Wakes every sleeping block at its address, contents restored; OUT_OF_MEMORY, nothing changed, if they don't fit.
     pub fn wake(&self) -> Result<()> {
         with_device!(&self.engine, d => d.wake(None))
     }
 
-    /// Wakes only the sleeping blocks of `pools` (`npualloc_wake_with`), by
-    /// the rules of `wake`; the allocator stays asleep until every pool is
-    /// awake. INVALID_ARGUMENT, nothing changed, for a pool never created.
+    /// Wakes only the blocks of `pools`; the allocator stays asleep until every pool is awake. INVALID_ARGUMENT,
+    /// nothing changed, for a pool never created.
     pub fn wake_with(&self, pools: &[u64]) -> Result<()> {
         with_device!(&self.engine, d => d.wake(Some(pools)))
     }
 
-    /// Whether the allocator is asleep.
     pub fn is_asleep(&self) -> bool {
         with_device!(&self.engine, d => d.sleep.is_asleep())
     }
 
-    /// The host is done with `stream` (about to destroy it): its cached
-    /// memory and address ranges go back to the device; its live blocks
-    /// stay valid. An unknown stream is no error. Returns bytes given back.
+    /// The host is about to destroy `stream`: its cached memory and ranges go back (returns the bytes); its live
+    /// blocks stay valid. An unknown stream is no error.
     pub fn forget_stream(&self, stream: Stream) -> Result<usize> {
         with_device!(&self.engine, d => d.forget_stream(stream))
     }
@@ -421,8 +388,7 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.query(addr))
     }
 
-    /// Start and size of the live block containing `addr` (interior
-    /// pointers allowed), or None if no live block contains it.
+    /// Start and size of the live block containing `addr` (interior pointers allowed), if any.
     #[inline]
     pub fn block_range(&self, addr: usize) -> Result<Option<(usize, usize)>> {
         with_device!(&self.engine, d => d.block_range(addr))
@@ -437,8 +403,7 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.stats())
     }
 
-    /// The statistics of one pool kind's blocks (PyTorch's small and large
-    /// pools), over every pool.
+    /// The statistics of one pool kind's blocks (PyTorch's small and large pools), over every pool.
     pub fn kind_stats(&self, kind: PoolKind) -> Result<Stats> {
         with_device!(&self.engine, d => d.kind_stats(kind))
     }
@@ -456,8 +421,7 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.snapshot_json())
     }
 
-    /// Keeps the last `max_entries` allocator events (the memory history
-    /// of `pytorch_snapshot`); 0 turns recording off and drops them.
+    /// Keeps the last `max_entries` allocator events; 0 turns recording off and drops them.
     pub fn record_history(&self, max_entries: usize) {
         with_device!(&self.engine, d => d.sh.history.set_capacity(max_entries))
     }
@@ -467,8 +431,7 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.sh.history.events())
     }
 
-    /// Segments, blocks and the memory history in PyTorch's snapshot
-    /// format (see `pytorch_snapshot`). Locks each shard in turn.
+    /// Segments, blocks and the memory history in PyTorch's snapshot format. Locks each shard in turn.
     pub fn pytorch_snapshot(&self) -> Result<pytorch_snapshot::Value> {
         with_device!(&self.engine, d => d.pytorch_snapshot())
     }
@@ -498,20 +461,17 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.pool_destroy(pool))
     }
 
-    /// Gives back one pool's cached memory (see `Device::pool_empty_cache`);
-    /// returns the bytes given back.
+    /// Gives back one pool's cached memory; returns the bytes given back.
     pub fn pool_empty_cache(&self, pool: u64) -> Result<usize> {
         with_device!(&self.engine, d => d.pool_empty_cache(pool))
     }
 
-    /// The live blocks of a pool, in address order (see
-    /// `Device::pool_live_blocks`).
+    /// The live blocks of a pool, in address order.
     pub fn pool_live_blocks(&self, pool: u64) -> Result<Vec<pools::checkpoint::LiveBlock>> {
         with_device!(&self.engine, d => d.pool_live_blocks(pool))
     }
 
-    /// Sets a pool's live blocks back to a list `pool_live_blocks` gave
-    /// (see `Device::pool_restore`).
+    /// Sets a pool's live blocks back to a list `pool_live_blocks` gave.
     pub fn pool_restore(
         &self,
         pool: u64,
@@ -520,7 +480,6 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.pool_restore(pool, blocks))
     }
 
-    /// One pool's statistics.
     pub fn pool_stats(&self, pool: u64) -> Result<Stats> {
         with_device!(&self.engine, d => d.pool_stats(pool))
     }
@@ -529,28 +488,22 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.check_invariants())
     }
 
-    /// Releases everything: synchronizes every stream the allocator used,
-    /// returns all segments (live blocks included) and events. The allocator
-    /// refuses further work afterwards.
+    /// Synchronizes every stream used, returns all segments (live blocks included) and events; refuses further work.
     pub fn teardown(&self) -> Result<TeardownReport> {
         peers::leave(self);
         with_device!(&self.engine, d => d.teardown())
     }
 
-    /// Makes this allocator one that the device's other allocators ask for
-    /// their free cache before refusing a request, and that asks them.
+    /// Joins the device's allocators that ask each other for free cache before refusing a request.
     ///
     /// # Safety
-    /// `self` stays at its address (boxed, or `'static`) until it is torn
-    /// down or dropped.
+    /// `self` stays at its address (boxed, or `'static`) until it is torn down or dropped.
     pub unsafe fn join_peers(&self) {
         // SAFETY: forwarded to the caller.
         unsafe { peers::join(self) }
     }
 
-    /// Leaves the allocators asked for their free cache (before destruction;
-    /// waits for every ask of it in progress to end, so it must not be
-    /// called from inside this allocator's own host hook).
+    /// Leaves the peers; waits for every ask of it in progress, so must not be called from this allocator's own hook.
     pub fn leave_peers(&self) {
         peers::leave(self);
     }
@@ -560,8 +513,7 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.peer_key())
     }
 
-    /// Another allocator of the device is about to refuse a request: gives
-    /// back free cache by this one's safe ladder steps (see `peers`).
+    /// A peer is about to refuse a request: gives back free cache by this one's safe ladder steps.
     fn give_back_to_peer(&self) {
         with_device!(&self.engine, d => d.give_back_to_peer())
     }
@@ -638,16 +590,14 @@ impl DeviceAllocator {
     }
 }
 
-/// The limit in bytes of memory fraction `fraction` of a device of `total`
-/// bytes: none for the whole device, as torch_npu's `setMemoryFraction` has
-/// it (so a whole-device fraction starts no garbage collection).
+/// The byte limit of `fraction` of `total`: none for the whole device, as in torch_npu's `setMemoryFraction` (so
+/// it starts no garbage collection).
 fn fraction_limit(fraction: f64, total: usize) -> Option<usize> {
     (fraction < 1.0).then_some((fraction * total as f64) as usize)
 }
 
-/// A memory fraction `set_memory_fraction` accepts: in [0, 1] (NaN is not).
+/// A memory fraction `set_memory_fraction` accepts: in [0, 1], as torch_npu's setMemoryFraction (NaN is not).
 pub fn check_memory_fraction(fraction: f64) -> Result<()> {
-    // [0, 1], as torch_npu's setMemoryFraction allows (NaN fails too).
     if (0.0..=1.0).contains(&fraction) {
         Ok(())
     } else {
@@ -655,9 +605,8 @@ pub fn check_memory_fraction(fraction: f64) -> Result<()> {
     }
 }
 
-/// Why setting `device` failed: an id the runtime does not have (by its
-/// device count) is a bad argument, naming the ids it has; anything else
-/// is the runtime's error.
+/// Why setting `device` failed: an id past the runtime's device count is a bad argument naming the ids it has;
+/// anything else is the runtime's error.
 fn setting_device(rt: &Runtime, device: i32, e: crate::runtime::AclCallError) -> Error {
     let unknown = e.code == sys::ACL_ERROR_RT_INVALID_DEVICEID;
     match rt.device_count() {

@@ -1,18 +1,12 @@
-//! The message of a request refused for lack of memory: the request, what
-//! the device reports free, what this allocator holds and in which form,
-//! how much of the device's used memory this allocator does not hold (a
-//! MiB or more: another allocator or process may hold it), and what the OOM
-//! ladder tried.
-//!
-//! Sizes are in MiB (2^20 bytes, two decimals) throughout; the request is
-//! also given in exact bytes, since that is what the caller passed.
+//! The message of a request refused for lack of memory: the request, the device's free memory, what this allocator
+//! holds and in which form, used memory it does not hold, and what the OOM ladder tried. Sizes are in MiB (two
+//! decimals); the request also in exact bytes, as the caller passed it.
 
 use super::stats::Stats;
 use crate::runtime::{AclCallError, Stream};
 use std::fmt::{self, Write};
 
-/// Everything the message says, gathered after the ladder gave back what
-/// the failed request obtained (so none of it is counted as held).
+/// Everything the message says, gathered after the ladder gave back what the request obtained.
 #[derive(Debug)]
 pub(super) struct OomReport<'a> {
     pub device: i32,
@@ -22,11 +16,9 @@ pub(super) struct OomReport<'a> {
     /// `aclrtGetMemInfo`: (free, total).
     pub device_memory: Result<(usize, usize), AclCallError>,
     pub stats: Stats,
-    /// The largest free block of the request's own pool when its last
-    /// attempt failed.
+    /// The largest free block of the request's own pool when its last attempt failed.
     pub largest_seen: u64,
-    /// The largest free block of the request's own pool now, as `stats`
-    /// is gathered (another thread may have freed one since that attempt).
+    /// The same now (another thread may have freed one since that attempt).
     pub largest_own_now: u64,
     /// The largest free block of every other pool of the device, and where.
     pub largest_elsewhere: Option<Elsewhere>,
@@ -87,8 +79,6 @@ impl fmt::Display for OomReport<'_> {
             Mib(s.pending_free_bytes),
             Mib(self.largest_seen),
         )?;
-        // Only what holds now: a block freed since in the request's own pool,
-        // and where a larger one this request cannot use lies.
         if self.largest_own_now > self.largest_seen {
             write!(
                 f,
@@ -143,8 +133,7 @@ impl fmt::Display for OomReport<'_> {
     }
 }
 
-/// Ends the message of a refused request with the `oom_snapshot` file:
-/// where it was written, or why it could not be (`written`'s error).
+/// Ends the message with where the `oom_snapshot` file was written, or why it could not be.
 pub(super) fn add_snapshot_sentence(report: &mut String, path: &std::path::Path, written: Result<(), String>) {
     if !report.ends_with('.') {
         report.push('.');
@@ -158,8 +147,7 @@ pub(super) fn add_snapshot_sentence(report: &mut String, path: &std::path::Path,
     .expect("writing to a String cannot fail");
 }
 
-/// The message of a request refused because no address space was left
-/// for another expandable range (the device may be nearly empty).
+/// The message of a request refused because no address space was left for another expandable range.
 #[derive(Debug)]
 pub(super) struct AddressSpaceReport<'a> {
     pub device: i32,

@@ -1,9 +1,6 @@
-//! Sizing policy: how requests round, which pool serves them, how large a
-//! new segment is, and when a free block is split.
-//!
-//! The defaults are PyTorch's published caching-allocator policy (the one
-//! torch_npu also uses), which users already reason about. All of it lives
-//! here so a different policy is a change to this file alone.
+//! Sizing policy: how requests round, which pool serves them, how large a new segment is, and when a free
+//! block is split. The defaults are PyTorch's caching-allocator policy (torch_npu's too), which users
+//! already reason about; a different policy is a change to this file alone.
 
 use crate::config::{Config, RoundupDivisions};
 
@@ -38,40 +35,31 @@ impl PoolKind {
     }
 }
 
-/// The largest `alignment` a pool may ask for: the page of device memory,
-/// which expandable ranges and physical handles are aligned to.
+/// The largest `alignment` a pool may ask for: the device page, which ranges and handles are aligned to.
 pub const MAX_POOL_ALIGNMENT: usize = 2 << 20;
 
-/// What a private pool's config asks of its blocks beyond the policy
-/// (`alignment`, `no_split`); the default pool's is `Shape::PLAIN`.
-///
-/// Invariant: in a shaped pool every block size is a multiple of `align`,
-/// so a block split off another, or placed after one, starts on the
-/// boundary too, once its segment or range starts there.
-/// (Two bytes: it fits beside a shard's other small fields.)
+/// What a private pool's config asks of its blocks beyond the policy; the default pool's is `Shape::PLAIN`.
+/// Invariant: every block size is a multiple of `align`, so a block split off another, or placed after one,
+/// starts on the boundary too once its segment or range does. (Two bytes, to fit beside a shard's fields.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
     /// log2 of `align()`.
     pub shift: u8,
-    /// Every block is 2 MiB-aligned memory of its own, never cut from a
-    /// cached piece: with fixed segments a segment, or a whole cached
-    /// block; in expandable ranges whole physical handles no other block
-    /// touches (`place_unshared`).
+    /// Every block is 2 MiB-aligned memory of its own, never cut from a cached piece: a segment or whole
+    /// cached block, or whole handles no other block touches (`place_unshared`).
     pub no_split: bool,
 }
 
 impl Shape {
     pub const PLAIN: Shape = Shape { shift: MIN_BLOCK_SIZE.trailing_zeros() as u8, no_split: false };
 
-    /// The shape of a pool config's `alignment` (bytes, a power of two; 0
-    /// for none) and `no_split`.
+    /// The shape of a pool config's `alignment` (a power of two; 0 for none) and `no_split`.
     pub fn new(alignment: usize, no_split: bool) -> Shape {
         let align = if no_split { MAX_POOL_ALIGNMENT } else { alignment.max(MIN_BLOCK_SIZE) };
         Shape { shift: align.trailing_zeros() as u8, no_split }
     }
 
-    /// Every block starts on this boundary (a power of two, 512 to
-    /// `MAX_POOL_ALIGNMENT`), and its size is a multiple of it.
+    /// Every block starts on this boundary (512 to `MAX_POOL_ALIGNMENT`) and its size is a multiple of it.
     pub fn align(self) -> usize {
         1 << self.shift
     }
@@ -125,9 +113,8 @@ impl Policy {
         }
     }
 
-    /// Whether a free block of `block` bytes may serve a request of `rounded`
-    /// bytes under the no-split rule: oversize blocks go only to requests that
-    /// would waste less than `LARGE_BUFFER` of them.
+    /// Whether a free block of `block` bytes may serve `rounded` under the no-split rule: oversize blocks go
+    /// only to requests that would waste less than `LARGE_BUFFER` of them.
     #[inline]
     pub fn may_use(&self, block: usize, rounded: usize) -> bool {
         if self.max_split_size == usize::MAX {
@@ -140,8 +127,7 @@ impl Policy {
         }
     }
 
-    /// Whether a block of `block` bytes handed to a request of `rounded`
-    /// bytes is split, returning the remainder to the pool.
+    /// Whether a block of `block` bytes handed to a request of `rounded` bytes is split.
     #[inline]
     pub fn should_split(&self, kind: PoolKind, block: usize, rounded: usize) -> bool {
         let remaining = block - rounded;

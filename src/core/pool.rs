@@ -1,12 +1,7 @@
-//! One shard (one stream, one pool kind): its cache and its backing's
-//! part, and the transitions that need both or the device's shared state:
-//! serve from the cache or grow through the backing, free (holding for
-//! exact-size reuse, or waiting for other streams), record and erase
-//! stream uses. Everything here runs under the shard's lock and touches
-//! only this shard, but for a `reserved_headroom` move, which may take the
-//! free pieces of the same stream's other shard when no one holds it (see
-//! `Sibling`); device calls made here (growth through the backing, events
-//! for cross-stream frees) block only this shard, and that one.
+//! One shard (one stream, one pool kind): its cache and backing part, and the transitions that need both or the
+//! device's shared state. Everything here runs under the shard's lock and touches only this shard, except a
+//! `reserved_headroom` move, which may take free pieces of the stream's other shard when no one holds it
+//! (`Sibling`); device calls made here block only these shards.
 
 use super::backing::{Detached, GrowContext, GrowError, Memory, Parts, Scope, What};
 use super::cache::block::{BlockId, BlockState, NIL};
@@ -23,12 +18,11 @@ use std::sync::Arc;
 /// Why a malloc left the hit path.
 #[derive(Debug)]
 pub(crate) enum Miss {
-    /// Serving it needs device calls (growth, mapping): see `Pool::grow`.
+    /// Serving it needs device calls (growth, mapping).
     NeedsDevice,
 }
 
-/// A shard's cache and its backing's part, with what they share with the
-/// device's other shards.
+/// A shard's cache and backing part, with what they share with the device's other shards.
 pub(crate) struct Pool<B: Memory> {
     pub(super) sh: Arc<Shared<B>>,
     pub(super) cache: Cache,
@@ -68,8 +62,7 @@ impl<B: Memory> Pool<B> {
         Parts { sh: &self.sh, cache: &mut self.cache, backing: &mut self.backing, shape: self.shape }
     }
 
-    /// Hands this empty shard to another stream of pool `pool` (a retired
-    /// entry taken over).
+    /// Hands this empty shard to another stream of pool `pool` (a retired entry taken over).
     pub fn set_owner(&mut self, stream: Stream, pool: u64) {
         debug_assert!(self.cache.segments.ids().next().is_none(), "a shard with segments changes stream");
         self.cache.stream = stream;
@@ -86,7 +79,6 @@ impl<B: Memory> Pool<B> {
         self.cache.stream
     }
 
-    /// What the pool's config asks of its blocks.
     pub fn shape(&self) -> Shape {
         self.shape
     }
@@ -96,21 +88,17 @@ impl<B: Memory> Pool<B> {
         self.cache.pool
     }
 
-    /// The empty shard's cumulative figures, taken out (its entry goes to
-    /// another stream); the backing's part of it starts again, as its
-    /// request counts do (it holds no segment).
+    /// Takes out the empty shard's cumulative figures (its entry goes to another stream); the backing part restarts.
     pub fn take_cumulative(&mut self) -> Cumulative {
         debug_assert!(self.cache.segments.ids().next().is_none(), "a shard with segments is taken over");
         self.backing = Default::default();
         self.cache.counters.take_cumulative()
     }
 
-    /// Serves `size` bytes (rounded to `rounded`) from this shard's cache,
-    /// with no device call: a held block of that size, or a free block that
-    /// is ready.
+    /// Serves `size` bytes from this shard's cache with no device call: a held block of that size, or a ready free
+    /// block.
     #[inline(always)]
     pub fn malloc_cached(&mut self, size: usize, rounded: usize) -> Result<usize, Miss> {
-        // One class computation serves both look-ups.
         let class = class_of(rounded);
         let c = &mut self.cache;
         if let Some(id) = c.reuse.pop(&c.blocks, rounded, class) {
@@ -126,10 +114,8 @@ impl<B: Memory> Pool<B> {
         }
     }
 
-    /// The miss path: held blocks go back first (they may coalesce into a
-    /// fit), completed cross-stream frees are reaped, then the backing
-    /// places the request or grows (asking for garbage collection first
-    /// when `ctx.may_collect` and the growth would pass its threshold).
+    /// The miss path: held blocks go back first (they may coalesce into a fit), completed cross-stream frees are
+    /// reaped, then the backing places the request or grows.
     pub fn grow(&mut self, size: usize, rounded: usize, ctx: &GrowContext<'_, B>) -> Result<usize, GrowError> {
         let drained = self.drain_reuse();
         if self.cache.order.has_pending() {
@@ -149,8 +135,8 @@ impl<B: Memory> Pool<B> {
         Ok(self.take_block(id, taken, size))
     }
 
-    /// Returns the held blocks to the free blocks, coalescing; returns how
-    /// many (only `grow` weighs them: Note [resting reuse lists]).
+    /// Returns the held blocks to the free blocks; returns how many (only `grow` weighs them:
+    /// Note [resting reuse lists]).
     pub fn drain_reuse(&mut self) -> usize {
         if !self.cache.reuse.holds() {
             return 0;
@@ -169,7 +155,6 @@ impl<B: Memory> Pool<B> {
         addr
     }
 
-    /// A message for a pointer this shard does not hand out.
     pub fn unknown_pointer(&self, addr: usize, what: &str) -> Error {
         self.cache.unknown_pointer(self.sh.device, addr, what)
     }
@@ -212,8 +197,8 @@ impl<B: Memory> Pool<B> {
         Ok(())
     }
 
-    /// The free of a block other streams used: it waits for their work
-    /// (see Note [stream-ordered reuse]). Fails before anything changes.
+    /// The free of a block other streams used waits for their work (Note [stream-ordered reuse]). Fails before
+    /// anything changes.
     #[cold]
     #[inline(never)]
     fn free_used_elsewhere(&mut self, id: BlockId, addr: usize) -> Result<()> {
@@ -238,27 +223,23 @@ impl<B: Memory> Pool<B> {
         } else {
             c.return_block(id);
         }
-        // Other streams' work may be done already; if not, the next free
-        // asks again (Note [stream-ordered reuse]).
+        // Other streams' work may be done already; if not, the next free asks again.
         self.reap_pending();
         self.cache.poll.poll_at_next_free();
         self.after_transition();
         Ok(())
     }
 
-    /// The whole free fixed segments a destroyed pool's free gives back
-    /// now, detached (the caller gives them back with no lock held).
+    /// Detaches the whole free fixed segments a destroyed pool's free gives back (with no lock held).
     pub fn detach_whole_segments(&mut self) -> Vec<Detached> {
         self.detach(Scope::WholeSegments)
     }
 
-    /// Takes out of the cache what the backing says `scope` gives back, in
-    /// the backing's order (see `backing`).
+    /// Takes out of the cache what the backing says `scope` gives back, in the backing's order.
     pub fn detach(&mut self, scope: Scope) -> Vec<Detached> {
         let gives = B::unused(self.parts(), scope);
         let c = &mut self.cache;
-        // Pieces come in address order within a segment: what is left of the
-        // free block after one piece usually holds the next.
+        // Pieces come in address order: the free block left after one usually holds the next.
         let mut after = NIL;
         let mut out = Vec::with_capacity(gives.len());
         for give in gives {
@@ -289,8 +270,7 @@ impl<B: Memory> Pool<B> {
         out
     }
 
-    /// After `give_back`: what went back is forgotten; what did not returns
-    /// to the pool (a whole segment is added back with its age and streams).
+    /// After `give_back`: what went back is forgotten; what did not returns to the pool with its age and streams.
     pub fn settle(&mut self, d: Detached, given_back: bool) {
         let readded = (d.what == What::Segment && !given_back).then(|| {
             let mut p = self.parts();
@@ -306,8 +286,7 @@ impl<B: Memory> Pool<B> {
         }
     }
 
-    /// A free found frees waiting for other streams: polls them when due
-    /// (Note [stream-ordered reuse]).
+    /// Polls the frees waiting for other streams when due.
     #[cold]
     #[inline(never)]
     fn poll_on_free(&mut self) {
@@ -333,8 +312,7 @@ impl<B: Memory> Pool<B> {
         n
     }
 
-    /// Marks that `stream` (met before: the caller checked it) uses the
-    /// allocated block at `addr`.
+    /// Marks that `stream` (checked by the caller) uses the allocated block at `addr`.
     pub fn record_stream(&mut self, addr: usize, stream: Stream) -> Result<()> {
         let c = &mut self.cache;
         let id = match c.registry.get(&addr) {
@@ -355,11 +333,8 @@ impl<B: Memory> Pool<B> {
         Ok(())
     }
 
-    /// Undoes `record_stream(addr, stream)` for the allocated block at
-    /// `addr`: its free waits only for its other streams. A stream never
-    /// recorded on it (the owner included) changes nothing. The segment's
-    /// list of streams is kept: releasing it still synchronizes them, which
-    /// is only conservative.
+    /// Undoes `record_stream(addr, stream)`; a stream never recorded on it changes nothing. The segment's list of
+    /// streams is kept: releasing it still synchronizes them, which is only conservative.
     pub fn erase_stream(&mut self, addr: usize, stream: Stream) -> Result<()> {
         let c = &mut self.cache;
         let id = match c.registry.get(&addr) {
@@ -377,8 +352,7 @@ impl<B: Memory> Pool<B> {
     pub fn after_transition(&mut self) {
         #[cfg(debug_assertions)]
         {
-            // Full checks are O(blocks): run them on every transition while
-            // the state is small, and periodically once it is large.
+            // Full checks are O(blocks): every transition while small, periodically once large.
             self.transitions += 1;
             if self.cache.blocks.live() < 512 || self.transitions % 1024 == 0 {
                 if let Err(e) = self.check_invariants() {

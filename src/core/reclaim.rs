@@ -1,12 +1,7 @@
-//! Getting memory back across shards: release of cached memory (for the
-//! ladder and `empty_cache`), garbage collection and the release threshold.
-//!
-//! Each visits every shard; those run by the ladder or `empty_cache` are
-//! serialized by the device's `ladder` lock. None holds a shard lock across
-//! a device call. Memory goes back in three steps (see `backing`): detach
-//! under each shard's lock, synchronize and give back with no shard lock
-//! held, settle under the lock again. Meanwhile the other streams' hits go
-//! on.
+//! Getting memory back across shards: release of cached memory (ladder, `empty_cache`), garbage collection and the
+//! release threshold. Those run by the ladder or `empty_cache` are serialized by the `ladder` lock. No shard lock is
+//! held across a device call: detach under each shard's lock, synchronize and give back with none held, settle under
+//! it again; meanwhile other streams' hits go on.
 
 use super::backing::{Detached, Memory, Scope, What};
 use super::device::Device;
@@ -22,9 +17,8 @@ use std::sync::Arc;
 use std::sync::MutexGuard;
 
 impl<B: Memory> Device<B> {
-    /// Returns every shard's held blocks and completed cross-stream frees
-    /// to its pool, then gives back what `scope` covers. Returns the bytes
-    /// given back to the device; the first error after trying everything.
+    /// Returns held blocks and completed cross-stream frees to their pools, then gives back what `scope` covers.
+    /// Returns the bytes given back, or the first error after trying everything.
     pub(super) fn release_free(&self, scope: Scope) -> Result<usize> {
         self.release_free_where(scope, |e| e.reclaimable())
     }
@@ -45,9 +39,8 @@ impl<B: Memory> Device<B> {
         self.give_back_all(taken)
     }
 
-    /// For a `reserved_headroom` move to `to`: free pieces of the other
-    /// shards of its pool kind, largest first, `bytes` of them in all,
-    /// unmapped into the handle cache (after synchronizing their streams).
+    /// For a `reserved_headroom` move to `to`: unmaps `bytes` of free pieces of the other shards of its pool kind
+    /// into the handle cache.
     pub(super) fn release_free_except(&self, to: &Shard<B>, scope: Scope) -> Result<usize> {
         let Scope::Pieces(mut bytes) = scope else { return self.release_free(scope) };
         let kind = to.lock_anyway().cache.kind;
@@ -70,8 +63,7 @@ impl<B: Memory> Device<B> {
         self.give_back_all(taken)
     }
 
-    /// Synchronizes the streams that used `taken`, gives back what no busy
-    /// stream may use, and settles each shard.
+    /// Synchronizes the streams that used `taken`, gives back what no busy stream may use, settles each shard.
     pub(super) fn give_back_all(&self, taken: Vec<(&Shard<B>, Vec<Detached>)>) -> Result<usize> {
         let mut streams: Vec<Stream> = Vec::new();
         for d in taken.iter().flat_map(|(_, ds)| ds) {
@@ -81,8 +73,7 @@ impl<B: Memory> Device<B> {
                 }
             }
         }
-        // Each pool counts the synchronizations made for its memory once
-        // per stream (Note [pools]).
+        // Each pool counts the synchronizations for its memory once per stream (Note [pools]).
         let tallies: Vec<_> = taken.iter().map(|(shard, _)| self.tally_of(&shard.lock_anyway())).collect();
         let mut counted: Vec<(*const PoolTally, Stream)> = Vec::new();
         for ((_, ds), tally) in taken.iter().zip(&tallies) {
@@ -126,17 +117,15 @@ impl<B: Memory> Device<B> {
         first_error.map_or(Ok(released), Err)
     }
 
-    /// The shards whose free memory may be given back: not those of graph
-    /// streams (Note [capture]) nor of live private pools (Note [pools]).
+    /// The shards whose free memory may be given back: not graph streams' (Note [capture]) nor live private pools'
+    /// (Note [pools]).
     fn reclaimable_shards(&self) -> impl Iterator<Item = &Shard<B>> + Clone + '_ {
         self.streams.iter().filter(|e| e.reclaimable()).flat_map(|e| e.shards.iter())
     }
 
-    /// Synchronizes each of `streams` once; returns those that could not be
-    /// waited for, and the first error. A stream the host already destroyed
-    /// counts as idle: ACL requires a synchronize before destroying one. A
-    /// capturing stream is not synchronized (Note [capture]): it counts as
-    /// busy, becomes a graph stream, and is no error.
+    /// Synchronizes each of `streams` once; returns those that could not be waited for, and the first error. A
+    /// destroyed stream counts as idle (ACL requires a synchronize before destroying one). A capturing stream
+    /// (Note [capture]) counts as busy, becomes a graph stream, and is no error.
     pub(super) fn synchronize(&self, streams: &[Stream], what: &str) -> (Vec<Stream>, Option<Error>) {
         let (rt, device) = (&self.sh.rt, self.sh.device);
         let mut busy = Vec::new();
@@ -161,8 +150,7 @@ impl<B: Memory> Device<B> {
         (busy, first_error)
     }
 
-    /// Synchronizes every pending free's events (no shard lock held: the
-    /// events stay owned by their shards), then reaps them all.
+    /// Synchronizes every pending free's events (no shard lock held: the shards keep owning them), then reaps them.
     pub(super) fn wait_pending(&self) {
         let (rt, device) = (&self.sh.rt, self.sh.device);
         let events: Vec<_> = self.streams.shards().flat_map(|s| s.lock_anyway().cache.pending_events()).collect();
@@ -175,14 +163,9 @@ impl<B: Memory> Device<B> {
         }
     }
 
-    /// With `garbage_collection_threshold` and a memory limit: before
-    /// growing by `needed` bytes past threshold x limit, give back the
-    /// oldest cached memory that nothing uses until the growth fits under
-    /// the threshold: cached handles first (no synchronization), then whole
-    /// free segments, or of expandable ranges wholly free pieces (oldest
-    /// range first), synchronizing only the streams whose memory goes back.
-    /// A moved handle's old address that pins a wholly free handle is
-    /// unmapped on the way, and a second round gives that handle back.
+    /// Before growing by `needed` past `garbage_collection_threshold` x limit, gives back the oldest unused cached
+    /// memory until the growth fits: cached handles first (no synchronization), then whole free segments or wholly
+    /// free pieces. A moved handle's old address pinning a free handle is unmapped; a second round frees the handle.
     pub(super) fn collect_garbage(&self, needed: usize) {
         let Some(target) = self.sh.gc_target() else { return };
         for _round in 0..2 {
@@ -208,10 +191,7 @@ impl<B: Memory> Device<B> {
             let mut chosen: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
             let mut unpinned = false;
             for (shard, d) in all {
-                // What holds no memory (a range with nothing mapped) stays:
-                // it frees nothing, and the range may be the one the growth
-                // asking for collection just reserved (it would be reserved
-                // again at once). empty_cache and the ladder release it.
+                // A range with nothing mapped stays: it frees nothing, and may be the one this growth just reserved.
                 let memory = d.memory;
                 if to_free == 0 || memory == 0 {
                     keep.push((shard, d));
@@ -229,8 +209,7 @@ impl<B: Memory> Device<B> {
             if chosen.is_empty() {
                 return;
             }
-            // A refused call (an old address left mapped) ends it: a second
-            // round would only ask the runtime again at once.
+            // A refused call ends it: a second round would only ask the runtime again at once.
             let gave_back = self.give_back_all(chosen).is_ok();
             // Expandable pieces went to the handle cache: free them.
             if self.sh.backing.cached_bytes() > 0 {
@@ -243,35 +222,28 @@ impl<B: Memory> Device<B> {
         }
     }
 
-    /// Another npualloc allocator of this device is about to refuse a
-    /// request (`peers`): the ladder's safe steps over the default pool's
-    /// streams, then the cached handles, unless this allocator is torn
-    /// down. Waits for its own ladder if busy (the caller holds no npualloc
-    /// lock). What came back is not counted: the asker retries either way.
+    /// A peer allocator is about to refuse a request (`peers`): the ladder's safe steps, then the cached handles.
+    /// Waits for its own ladder if busy (the caller holds no npualloc lock).
     pub(super) fn give_back_to_peer(&self) {
         if self.broken.load(Ordering::Relaxed) {
             return;
         }
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        // Failures only mean less came back. The second pass releases the
-        // ranges the first one emptied.
+        // Failures only mean less came back. The second pass releases the ranges the first emptied.
         for _ in 0..2 {
             let _ = self.release_free(Scope::All);
         }
         let _ = B::free_cached(&self.sh);
     }
 
-    /// Returns every cached, unused segment and handle to the device, and
-    /// releases expandable ranges that hold nothing (may synchronize the
-    /// streams that used them). Everything is tried, whatever fails; the
-    /// first error is the answer.
+    /// Returns every cached, unused segment, handle and empty range to the device (may synchronize the streams that
+    /// used them). Everything is tried; the first error is the answer.
     pub fn empty_cache(&self) -> Result<usize> {
         self.empty_cache_with(true)
     }
 
-    /// `empty_cache`; with `free_handles` false, the physical handles
-    /// unmapped stay cached for later growth instead of going back (torch_npu's
+    /// `empty_cache`; with `free_handles` false the unmapped handles stay cached (torch_npu's
     /// `emptyCacheImpl(check_error, free_physical=false)`).
     pub fn empty_cache_with(&self, free_handles: bool) -> Result<usize> {
         if self.broken.load(Ordering::Relaxed) {
@@ -279,9 +251,8 @@ impl<B: Memory> Device<B> {
         }
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        // The second pass releases the ranges the first one emptied; the
-        // third those a moved handle emptied (its new pages are detached only
-        // once the first pass has unmapped its old address).
+        // The second pass releases the ranges the first emptied; the third those a moved handle emptied (its new
+        // pages detach only once its old address is unmapped).
         let mut released = 0;
         let mut first_error = None;
         let passes = (0..3).map(|_| self.release_free(Scope::All));
@@ -294,22 +265,14 @@ impl<B: Memory> Device<B> {
                 }
             }
         }
-        // Destroyed pools' entries left with nothing give their slots back.
         self.retire_destroyed();
         first_error.map_or(Ok(released), Err)
     }
 
-    /// After a free at `addr`, with `release_threshold`: when cached memory
-    /// passes it, give back what the free left unused (whole free fixed
-    /// segments of the shard; cached handles, and the wholly free handles
-    /// under the freed block: `Scope::Freed`), about the
-    /// excess, after dropping the shard's lock for the device calls. Only
-    /// the stream whose memory goes back is synchronized, and a free that
-    /// leaves nothing unused (its handle pinned by live blocks) makes no
-    /// device call at all. A moved handle's old address pinning a freed
-    /// handle is unmapped first, then the handle goes in a second round
-    /// (over the whole shard: rare, and the first may have changed what
-    /// lies under the freed block).
+    /// After a free at `addr`, when cached memory passes `release_threshold`: gives back about the excess of what
+    /// the free left unused (`Scope::Freed`), with the shard's lock dropped for the device calls. A free that leaves
+    /// nothing unused makes no device call. A moved handle's old address pinning a freed handle is unmapped first;
+    /// a second round, over the whole shard, frees the handle.
     #[cold]
     #[inline(never)]
     pub(super) fn release_over_threshold<'s>(
@@ -337,9 +300,7 @@ impl<B: Memory> Device<B> {
             let handles = self.sh.backing.cached_bytes();
             let mut unpinned = false;
             if let Some(bytes) = excess.checked_sub(handles).filter(|&n| n > 0) {
-                // The second round, after a moved handle's old address
-                // went, looks at the whole shard: the first one may have
-                // unmapped what lay under the freed block.
+                // The first round may have unmapped what lay under the freed block: the second looks at the shard.
                 let detach = |pool: &mut Pool<B>| {
                     if round == 0 {
                         pool.detach(Scope::Freed { addr, bytes })
@@ -347,8 +308,7 @@ impl<B: Memory> Device<B> {
                         pool.detach(Scope::Unused(bytes))
                     }
                 };
-                // A look under the shard lock alone first: most frees find
-                // nothing to give back (a live block shares the handle).
+                // A look under the shard lock alone first: most frees find nothing to give back.
                 let probe = detach(&mut pool);
                 let found = !probe.is_empty();
                 for d in probe {
@@ -357,17 +317,11 @@ impl<B: Memory> Device<B> {
                 pool.after_transition();
                 drop(pool);
                 if found {
-                    // As on every path that gives memory back: the host's
-                    // hook with no lock held, then the ladder lock, which
-                    // sleep, wake, empty_cache, forget_stream and the OOM
-                    // ladder hold while they take pieces out: none of them
-                    // may meet the pieces given back here half-way. A free
-                    // never waits for it (its holder may be inside the
-                    // segment observer, api.md "with no npualloc lock held
-                    // that a malloc or free on another stream needs"): while
-                    // memory goes back elsewhere, this block's stays cached
-                    // until the next free that gives memory back takes it
-                    // too (`release_owed`), or empty_cache.
+                    // The host's hook with no lock held, then the ladder lock, so sleep, wake, empty_cache,
+                    // forget_stream and the ladder never meet these pieces half-way. A free never waits for it (its
+                    // holder may be inside the segment observer, as `npualloc_set_segment_observer`
+                    // promises, with no npualloc lock held that a malloc or free on another stream needs): this memory stays cached until the next
+                    // such free (`release_owed`), or empty_cache.
                     self.sh.hooks.before_release(self.sh.device);
                     let _ladder = match self.ladder.try_lock() {
                         Ok(held) => held,
@@ -381,21 +335,18 @@ impl<B: Memory> Device<B> {
                         }
                     };
                     let mut again = shard.lock_anyway();
-                    // forget_stream may have retired the entry meanwhile, or
-                    // a capture made its stream a graph stream.
+                    // forget_stream may have retired the entry meanwhile, or a capture made it a graph stream.
                     if again.stream() != stream || !self.streams.entry_of(again.cache.id).reclaimable() {
                         return;
                     }
                     let detached = detach(&mut again);
                     again.after_transition();
                     drop(again);
-                    // The second round only follows an old address that went:
-                    // after a refusal it would ask the runtime again at once.
+                    // A second round only after an old address went, never after a refusal.
                     let retired = detached.iter().any(|d| d.what == What::Retired);
                     let gave_back = detached.is_empty() || self.give_back_all(vec![(shard, detached)]).is_ok();
                     unpinned = retired && gave_back;
-                    // What frees that found the ladder busy left over the
-                    // threshold, wherever it lies.
+                    // What frees that found the ladder busy left over the threshold, wherever it lies.
                     if self.release_owed.swap(false, Ordering::AcqRel) && over() > 0 {
                         let _ = self.release_free_where(Scope::Unused(over()), |e| e.reclaimable());
                     }

@@ -1,6 +1,5 @@
-//! A shard: one stream's pool of one kind behind its own lock, and what it
-//! publishes for the device-wide peaks (see Note [peaks without a shared
-//! counter] in `stats`). A cache hit takes this lock and no other.
+//! A shard: one stream's pool of one kind behind its own lock, and what it publishes for the device-wide
+//! peaks (Note [peaks without a shared counter] in `stats`). A cache hit takes this lock and no other.
 
 use super::backing::{Memory, Parts, Sibling};
 use super::pool::Pool;
@@ -8,10 +7,8 @@ use super::stats::Lane;
 use crate::error::{Error, Result};
 use std::sync::{Mutex, MutexGuard};
 
-/// Aligned to two cache lines (adjacent-line prefetch pairs lines on x86)
-/// so that two shards' hot words never share one. In declaration order, the
-/// lock first: the hit path then finds it at the shard's address itself
-/// (left to the compiler, the order changes with the pool's size).
+/// Aligned to two cache lines (x86 prefetches line pairs) so two shards' hot words never share one.
+/// `repr(C)` keeps the lock first, at the shard's own address, for the hit path (the compiler's order varies).
 #[repr(C, align(128))]
 pub(crate) struct Shard<B: Memory> {
     pool: Mutex<Pool<B>>,
@@ -23,7 +20,6 @@ impl<B: Memory> Shard<B> {
         Shard { pool: Mutex::new(pool), lane: Lane::default() }
     }
 
-    /// Locks the shard's pool.
     #[inline(always)]
     pub fn lock(&self) -> Result<MutexGuard<'_, Pool<B>>> {
         self.pool.lock().map_err(|_| poisoned_error())

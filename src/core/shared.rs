@@ -1,6 +1,4 @@
-//! What every shard of one device allocator shares: the runtime, the
-//! policy, the backing's shared part, device-wide counters, the address
-//! directory and the trace. Nothing here is written by a cache hit.
+//! What every shard of one device allocator shares. Nothing here is written by a cache hit.
 
 use super::cache::stream_order::DeviceCalls;
 use super::directory::Directory;
@@ -21,17 +19,15 @@ pub(crate) struct Shared<B> {
     pub backing: B,
     /// Config key `release_threshold`.
     pub release_threshold: Option<usize>,
-    /// Tracing or `release_threshold`: a free has more to do after the
-    /// block is back (`Device::after_free`).
+    /// Tracing or `release_threshold`: a free has more to do after the block is back (`Device::after_free`).
     pub after_free: bool,
     /// Config key `garbage_collection_threshold`.
     pub gc_threshold: Option<f64>,
     /// Held bytes of each shard's reuse lists at most (`reuse_cache_mb`).
     pub reuse_bytes: usize,
-    /// Config key `trace`. Events are recorded under the lock of the shard
-    /// that handles them, so a block's alloc is always listed before its free.
+    /// Config key `trace`. Events are recorded under the lock of the shard that handles them, so a block's
+    /// alloc is always listed before its free.
     pub trace: Option<Mutex<TraceRecorder>>,
-    /// The memory history (`history`), off unless asked for.
     pub history: super::history::History,
     /// The next segment's serial (creation order over all shards).
     pub next_serial: std::sync::atomic::AtomicU64,
@@ -39,15 +35,12 @@ pub(crate) struct Shared<B> {
     pub hooks: super::hooks::Hooks,
     /// Config key `oom_snapshot`: read when a request is refused.
     pub oom_snapshot: Option<std::path::PathBuf>,
-    /// The allocator's reference to its device (`runtime::context`). Last
-    /// field, so it is released after everything above has freed its memory.
+    /// The allocator's reference to its device; last, so it is released after everything above freed its memory.
     pub _hold: crate::runtime::DeviceHold,
 }
 
 impl<B> Shared<B> {
-    /// Tells the segment observer, if any, of `event` on [addr, addr + size)
-    /// of pool `pool` (`hooks` says when each event comes). One load when
-    /// no observer is set.
+    /// Tells the segment observer, if any, of `event` on [addr, addr + size) of pool `pool`.
     #[inline]
     pub fn segment_event(
         &self,
@@ -63,9 +56,8 @@ impl<B> Shared<B> {
         }
     }
 
-    /// With `garbage_collection_threshold` and a memory limit: threshold x
-    /// limit, the reserved bytes a growth should not pass before garbage
-    /// collection has given old cached memory back.
+    /// With `garbage_collection_threshold` and a memory limit: threshold x limit, the reserved bytes a growth
+    /// should not pass before garbage collection has given old cached memory back.
     pub fn gc_target(&self) -> Option<usize> {
         let (Some(t), Some(limit)) = (self.gc_threshold, self.limit.get()) else {
             return None;
@@ -83,9 +75,7 @@ impl<B> Shared<B> {
         DeviceCalls { rt: &self.rt, device: self.device, counters: &self.counters }
     }
 
-    /// Runs `f` with the trace recorder, if tracing. Untraced, this is one
-    /// load and one predictable branch inside the caller (the compiler kept
-    /// it out of line, a call per malloc and per free, until forced).
+    /// Runs `f` with the trace recorder, if tracing; untraced, one load and one branch inside the caller.
     #[inline(always)]
     pub fn trace(&self, f: impl FnOnce(&mut TraceRecorder)) {
         if let Some(t) = &self.trace {
@@ -93,8 +83,7 @@ impl<B> Shared<B> {
         }
     }
 
-    /// `trace` of an allocation: the arguments go to the recorder only
-    /// when tracing (no closure is built on the hot path).
+    /// `trace` of an allocation, with no closure built on the hot path.
     #[inline(always)]
     pub fn trace_alloc(&self, addr: usize, size: usize, stream: crate::runtime::Stream) {
         if let Some(t) = &self.trace {

@@ -20,19 +20,14 @@ impl SleepMode {
 }
 
 impl<B: Memory> Device<B> {
-    /// Sleeps (Note [sleep]); `mode_of(pool id, its configured mode)` is
-    /// the mode each pool sleeps in. Asleep already: OK, 0; but after a
-    /// partial wake that left some pools asleep, INVALID_ARGUMENT (the
-    /// woken pools are not put to sleep alone), nothing changed. Returns
-    /// the device bytes given back.
+    /// Sleeps (Note [sleep]); `mode_of(pool id, its configured mode)` is the mode each pool sleeps in. Returns
+    /// the device bytes given back; asleep already: 0, but after a partial wake INVALID_ARGUMENT, nothing changed.
     pub fn sleep(&self, mode_of: &dyn Fn(u64, SleepMode) -> SleepMode) -> Result<usize> {
         self.check_alive()?;
         // Before any lock: the host's queue may still allocate as it drains.
         self.sh.hooks.before_release(self.sh.device);
         let mut state = self.sleep.lock();
         match state.as_ref() {
-            // Sleeping only the pools a partial wake brought back is not
-            // done: the caller wakes the rest first.
             Some(Asleep { partly_woken: true }) => {
                 return Err(Error::InvalidArgument(
                     "some pools are still asleep after a partial wake (npualloc_wake_with): wake them first \
@@ -71,8 +66,7 @@ impl<B: Memory> Device<B> {
             }
             modes.insert(p.id, mode);
         }
-        // The other exports of those pools end: their memory goes off the
-        // device (an import is refused from now on).
+        // The other exports of those pools end: their memory goes off the device.
         for p in self.pool_shards().into_iter().filter(|p| modes.contains_key(&p.id)) {
             for s in p.shards.iter() {
                 s.lock_anyway().cache.end_all_exports(false);
@@ -82,8 +76,7 @@ impl<B: Memory> Device<B> {
         self.sleep.publish(Some(&modes));
         let result = self.take_off(&modes);
         if let Err(e) = result {
-            // Undo: bring back what was taken (handles are there, as they
-            // were just freed; if not, the memory stays asleep).
+            // Undo: bring back what was taken (if handles are short, the memory stays asleep).
             match self.bring_back(&|_| true, &HashMap::new(), false) {
                 Ok(()) => {
                     *state = None;
@@ -104,11 +97,8 @@ impl<B: Memory> Device<B> {
     /// Steps 2 to 4 of sleep.
     fn take_off(&self, modes: &HashMap<u64, SleepMode>) -> Result<usize> {
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        // The cached memory empty_cache gives back, and that of each pool
-        // put to sleep that no capture was routed to (the second pass
-        // releases the ranges the first one emptied). Graph streams and
-        // pools a capture used keep theirs: the graphs' replays use it
-        // (Note [capture], Note [pools]).
+        // What empty_cache gives back, and the cache of each sleeping pool no capture was routed to (pass 2
+        // releases the ranges pass 1 emptied). Graph memory stays for replays (Note [capture], Note [pools]).
         let captured: Vec<u64> = modes.keys().copied().filter(|&p| self.pool_captured(p)).collect();
         let pick =
             |e: &StreamEntry<B>| e.reclaimable() || (modes.contains_key(&e.pool()) && !captured.contains(&e.pool()));
@@ -143,11 +133,8 @@ impl<B: Memory> Device<B> {
         }
     }
 
-    /// Frees each (handle, bytes) of `handles` (unmapped: a wake's
-    /// leftovers). One the runtime refuses to free is still held: the
-    /// backing keeps it with its cached handles (counted reserved, within
-    /// the limit), and the next `free_cached` (empty_cache, the OOM ladder,
-    /// a wake short of memory, teardown) tries again.
+    /// Frees each unmapped (handle, bytes) of `handles` (a wake's leftovers). One the runtime refuses to free
+    /// stays with the backing's cached handles, counted reserved, and the next `free_cached` tries again.
     pub(super) fn free_sized(&self, handles: impl IntoIterator<Item = (PhysicalHandle, usize)>) {
         let sh = &self.sh;
         for (h, bytes) in handles {

@@ -9,16 +9,14 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, RwLock};
 
-/// An allocator's sleep state.
 #[derive(Debug, Default)]
 pub(crate) struct SleepState {
     /// Set while asleep with some pool not kept: a malloc checks `asleep`.
     pub(super) refusing: AtomicBool,
     /// Held by sleep and wake for their whole run.
     pub(super) asleep: Mutex<Option<Asleep>>,
-    /// The modes of the pools asleep, published apart from `asleep` so
-    /// that `check` never waits for a sleep or wake under way: written
-    /// before sleep takes anything off, cleared once wake brought it back.
+    /// The modes of the pools asleep, apart from `asleep` so `check` never waits for a sleep or wake under
+    /// way: written before sleep takes anything off, cleared once wake brought it back.
     pub(super) modes: RwLock<Option<HashMap<u64, SleepMode>>>,
 }
 
@@ -47,8 +45,7 @@ impl SleepState {
         self.refusal(entry.pool(), entry.is_graph())
     }
 
-    /// `check` for a request routed to `pool` (on a graph stream or not);
-    /// never waits for a sleep or wake under way.
+    /// `check` for a request routed to `pool` (on a graph stream or not).
     pub(super) fn refusal(&self, pool: u64, graph: bool) -> Result<()> {
         let modes = self.modes.read().unwrap_or_else(|e| e.into_inner());
         let Some(modes) = modes.as_ref() else { return Ok(()) };
@@ -61,8 +58,7 @@ impl SleepState {
         }
     }
 
-    /// The pools asleep whose mode gives their blocks back (none when
-    /// awake), as published.
+    /// The pools asleep whose mode gives their blocks back (none when awake).
     pub(super) fn asleep_pools(&self) -> HashMap<u64, SleepMode> {
         self.modes.read().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default()
     }
@@ -83,16 +79,13 @@ impl SleepState {
         }
     }
 
-    /// Runs `f` with sleep and wake held off; `f` learns whether the
-    /// allocator is asleep. Lock order: this before the pools lock, as in
-    /// sleep and wake.
+    /// Runs `f(asleep)` with sleep and wake held off; lock order: this before the pools lock, as in sleep/wake.
     pub(super) fn while_settled<T>(&self, f: impl FnOnce(bool) -> T) -> T {
         let state = self.lock();
         f(state.is_some())
     }
 
-    /// A pool created while asleep, whose mode gives its blocks back, is
-    /// asleep as the others are: its allocations are refused until wake.
+    /// A pool created while asleep whose mode gives its blocks back is refused allocations until wake too.
     pub(super) fn add_sleeping_pool(&self, pool: u64, mode: SleepMode) {
         let mut modes = self.modes.write().unwrap_or_else(|e| e.into_inner());
         modes.get_or_insert_with(HashMap::new).insert(pool, mode);

@@ -1,18 +1,10 @@
-//! A snapshot of segments and blocks (an explicitly expensive call: it
-//! locks each shard in turn), and its JSON form. docs/snapshot-format.md
-//! describes every field.
+//! A snapshot of segments and blocks (expensive: it locks each shard in turn), and its JSON form
+//! (docs/snapshot-format.md), and PyTorch's form (`pytorch_snapshot`).
 //!
-//! The snapshot describes device memory, not address space: a segment's
-//! `size` is the memory it holds (a fixed segment's allocation, an
-//! expandable range's mapped pages), and its blocks are the pieces of that
-//! memory, so an expandable range's unmapped address space appears only as
-//! `address_space_bytes`. Taken while no other call runs, the totals match
-//! the stats: the segments' sizes add up to `segment_bytes`, which with
-//! `cached_handle_bytes` makes `reserved_bytes`; active blocks add up to
-//! `allocated_bytes`, pending-free ones to `pending_free_bytes`.
-//!
-//! The same walk over the shards gives PyTorch's form of the snapshot
-//! (`Device::pytorch_snapshot`); `pytorch_snapshot` holds that format.
+//! It describes device memory, not address space: a segment's `size` is the memory it holds, its blocks the pieces
+//! of that memory; an expandable range's unmapped space appears only as `address_space_bytes`. Taken while no other
+//! call runs, the totals match the stats: segment sizes add up to `segment_bytes` (plus `cached_handle_bytes`:
+//! `reserved_bytes`), active blocks to `allocated_bytes`, pending-free ones to `pending_free_bytes`.
 
 use super::backing::Memory;
 use super::cache::block::BlockState;
@@ -54,8 +46,7 @@ pub struct BlockSnapshot {
     pub requested: usize,
     pub state: BlockSnapshotState,
     pub stream: usize,
-    /// Shared with other processes: exported (active), or held imported
-    /// after its free (pending-free). Written only when true.
+    /// Shared with other processes: exported (active), or held imported after its free (pending-free).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub exported: bool,
 }
@@ -65,16 +56,13 @@ pub struct BlockSnapshot {
 pub struct SegmentSnapshot {
     /// Start of the segment's address range.
     pub address: usize,
-    /// Device memory it holds (fixed: the aclrtMalloc length; expandable:
-    /// its mapped pages).
+    /// Device memory it holds (fixed: the aclrtMalloc length; expandable: its mapped pages).
     pub size: usize,
-    /// Its address range: the reserved range of an expandable segment; the
-    /// part of a fixed segment that blocks tile.
+    /// Its address range: an expandable segment's reserved range; the part of a fixed segment blocks tile.
     pub address_space_bytes: usize,
     /// The kind: "small" or "large".
     pub pool: &'static str,
-    /// The pool that owns it (Note [pools]): 0 for the default pool, else
-    /// the id `pool_create` returned.
+    /// The pool that owns it (Note [pools]): 0 for the default pool, else the id `pool_create` returned.
     pub pool_id: u64,
     pub stream: usize,
     pub expandable: bool,
@@ -96,8 +84,7 @@ impl<B: Memory> Device<B> {
         let mut runs = Vec::new();
         for (entry, shard) in self.streams.iter().flat_map(|e| e.shards.iter().map(move |s| (e, s))) {
             let pool = shard.lock_anyway();
-            // Read under the shard's lock: an entry changes pools only while
-            // empty, before any segment of its new pool is added under it.
+            // Read under the shard's lock: an entry changes pools only while empty.
             let pool_id = entry.pool();
             let stream = pool.stream().0;
             for seg_id in pool.cache.segments.ids() {
@@ -137,11 +124,8 @@ impl<B: Memory> Device<B> {
         Ok(Snapshot { device: self.sh.device, stats, segments })
     }
 
-    /// What the device holds now, as the segment observer would have been
-    /// told it (`Reports::held_pieces`), shard by shard, each read under its
-    /// lock: what `npualloc_for_each_segment` hands an observer that
-    /// attaches late. Memory a shard gains or gives back while another is
-    /// read may or may not be in it.
+    /// What the device holds now, as the segment observer would have been told it (for `npualloc_for_each_segment`);
+    /// shards are read one at a time, so memory gained or given back meanwhile may or may not be in it.
     pub fn held_segments(&self) -> Vec<(SegmentEvent, SegmentPiece)> {
         let mut out = Vec::new();
         let mut pieces = Vec::new();
@@ -164,10 +148,7 @@ impl<B: Memory> Device<B> {
         Ok(self.snapshot()?.to_json())
     }
 
-    /// The snapshot in PyTorch's format (see `pytorch_snapshot`, which
-    /// builds the document from the views read here). The shards are read
-    /// one at a time, as by `snapshot_json`: calls running meanwhile on
-    /// other threads may show up in some shards and not others.
+    /// The snapshot in PyTorch's format; shards are read one at a time, as for `held_segments`.
     pub fn pytorch_snapshot(&self) -> crate::error::Result<Value> {
         let mut segments = Vec::new();
         for (pool_id, shard) in self.streams.iter().flat_map(|e| e.shards.iter().map(move |s| (e.pool(), s))) {
@@ -212,7 +193,6 @@ impl<B: Memory> Device<B> {
 impl Snapshot {
     /// The JSON document of `npualloc_snapshot_json` (docs/snapshot-format.md).
     pub fn to_json(&self) -> String {
-        // Cannot fail: every map key is a string and no impl here errs.
         serde_json::to_string(self).expect("a snapshot always serializes")
     }
 }

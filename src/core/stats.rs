@@ -1,21 +1,14 @@
-//! Statistics, kept where they change so that no counter is a cache line
-//! every stream's hits write:
-//! - block counters (allocated, requested, allocs, frees, bytes handed out) live in
-//!   each shard and change under its lock (`ShardCounters`);
-//! - device counters (reserved memory, device calls, retries, OOMs) change
-//!   only around device calls, so they are shared atomics (`DeviceCounters`);
-//! - peaks of the block counters summed over shards are kept by `Peaks`
-//!   (see Note [peaks without a shared counter]).
+//! Statistics, kept where they change so that no counter is a cache line every stream's hits write:
+//! - block counters live in each shard and change under its lock (`ShardCounters`);
+//! - device counters change only around device calls, so they are shared atomics (`DeviceCounters`);
+//! - peaks of the block counters summed over shards are kept by `Peaks` (Note [peaks without a shared counter]).
 //!
-//! `Stats` is the sum, read by `DeviceAllocator::stats`.
+//! `Stats` is the sum.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// The statistics fields, in one table: the order is the C struct's
-/// (`npualloc_stats`, after `struct_size` and `version`; new fields only
-/// ever go at the end), the names are the Rust fields, the C fields, the
-/// snapshot's JSON keys and the Python binding's fields. Every field is a
-/// `u64`. `$then!` is called with `name "doc"` for each field.
+/// The statistics fields (all `u64`) in the C struct's order (`npualloc_stats`; new fields only ever go at the end),
+/// named as the Rust and C fields, JSON keys and Python fields. `$then!` gets `name "doc"` for each.
 macro_rules! stats_table {
     ($then:ident) => {
         $then! {
@@ -62,8 +55,7 @@ macro_rules! stats_table {
 
 macro_rules! define_stats {
     ($($name:ident $doc:literal),* $(,)?) => {
-        /// Counters in PyTorch's `memory_stats()` vocabulary, plus where the
-        /// reserved memory is (see `stats_table!`).
+        /// Counters in PyTorch's `memory_stats()` vocabulary, plus where the reserved memory is.
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
         pub struct Stats {
             $(#[doc = $doc] pub $name: u64,)*
@@ -99,8 +91,7 @@ pub(crate) struct ShardCounters {
     pub allocated_total: u64,
 }
 
-/// The cumulative figures of an empty shard that changes pools: they stay
-/// with its old pool (`PoolTally`).
+/// The cumulative figures of an empty shard that changes pools: they stay with its old pool (`PoolTally`).
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Cumulative {
     pub allocs: u64,
@@ -124,14 +115,12 @@ impl ShardCounters {
         self.frees += 1;
     }
 
-    /// Live blocks: every block handed out and not freed.
     #[inline]
     pub fn live(&self) -> u64 {
         self.allocs - self.frees
     }
 
-    /// Takes the cumulative figures out, leaving zero (the shard holds no
-    /// live block, so its live figures are zero too).
+    /// Takes the cumulative figures out, leaving zero (the shard holds no live block).
     pub fn take_cumulative(&mut self) -> Cumulative {
         debug_assert_eq!(self.live(), 0, "a shard with live blocks changes pools");
         Cumulative {
@@ -151,7 +140,6 @@ impl ShardCounters {
     }
 }
 
-/// Device-wide counters: they change around device calls only.
 #[derive(Debug, Default)]
 pub(crate) struct DeviceCounters {
     reserved: AtomicU64,
@@ -174,20 +162,15 @@ pub(crate) struct DeviceCounters {
 }
 
 thread_local! {
-    /// The counters device calls made by this thread count for besides the
-    /// device's (`count_for`).
+    /// The counters this thread's device calls count for besides the device's (`count_for`).
     static ALSO: std::cell::RefCell<Option<std::sync::Arc<DeviceCounters>>> = const { std::cell::RefCell::new(None) };
 }
 
-/// While alive, the device calls this thread makes count for `counters`
-/// too (a pool's: `pools::tally`); dropping it restores what was before.
-/// `None` when the thread's locals were already gone (a call from a
-/// thread-local destructor at thread exit): then the device calls count
-/// for the device only, never twice and never lost from its counters.
+/// While alive, this thread's device calls count for a pool's counters too; dropping it restores what was before.
+/// `None` when the thread's locals are gone (at thread exit): then calls count for the device only, never twice.
 pub(crate) struct CountingFor(Option<Option<std::sync::Arc<DeviceCounters>>>);
 
-/// Device calls made by this thread count for `counters` too until the
-/// guard drops (slow paths only: growth, giving back, the ladder).
+/// This thread's device calls count for `counters` too until the guard drops (slow paths only).
 pub(crate) fn count_for(counters: &std::sync::Arc<DeviceCounters>) -> CountingFor {
     CountingFor(ALSO.try_with(|also| also.borrow_mut().replace(counters.clone())).ok())
 }
@@ -201,9 +184,8 @@ impl Drop for CountingFor {
 }
 
 impl DeviceCounters {
-    /// Applies `f` to these counters and, on a thread inside `count_for`,
-    /// to the counters it names too (a pool's, Note [pools]). Device calls
-    /// are made on slow paths only, so the thread-local read costs no hit.
+    /// Applies `f` to these counters and to those `count_for` names (a pool's, Note [pools]). Device calls are
+    /// on slow paths only, so the thread-local read costs no hit.
     #[inline]
     fn both(&self, f: impl Fn(&DeviceCounters)) {
         f(self);
@@ -304,8 +286,7 @@ impl DeviceCounters {
         });
     }
 
-    /// A synchronization counted for these counters alone (a pool's share
-    /// of one the device made for several pools).
+    /// A synchronization counted here alone (a pool's share of one made for several pools).
     pub fn synced_here(&self) {
         self.syncs.fetch_add(1, Relaxed);
     }
@@ -352,9 +333,8 @@ impl DeviceCounters {
     }
 }
 
-// Peaks: a shard publishes its totals to its own `Lane`; only a stream passing
-// its `HighWater` mark sums the lanes and raises `Peaks`, and a free compares
-// nothing (docs/design.md, Note [peaks without a shared counter]).
+// Peaks: a shard publishes its totals to its own `Lane`; only a stream passing its `HighWater` mark sums the lanes
+// and raises `Peaks`; a free compares nothing (docs/design.md, Note [peaks without a shared counter]).
 
 /// What one shard publishes: its block totals.
 #[derive(Debug, Default)]
@@ -389,7 +369,6 @@ pub(crate) struct Mark {
 }
 
 impl Mark {
-    /// Whether (allocated, requested) pass the marks.
     #[inline(always)]
     fn passed(&self, (allocated, requested): (u64, u64)) -> bool {
         allocated > self.allocated.load(Relaxed) || requested > self.requested.load(Relaxed)
@@ -412,7 +391,6 @@ impl Mark {
     }
 }
 
-/// A lane's (allocated, requested).
 fn figures(lane: &Lane) -> (u64, u64) {
     (lane.allocated(), lane.requested())
 }
@@ -427,7 +405,6 @@ fn plus(a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
 pub(crate) struct HighWater(Mark);
 
 impl HighWater {
-    /// Whether the stream's `totals` pass the marks.
     #[inline(always)]
     pub fn passed(&self, totals: (u64, u64)) -> bool {
         self.0.passed(totals)
@@ -439,8 +416,7 @@ impl HighWater {
     }
 }
 
-/// The peaks of allocated and requested bytes over all shards, and over
-/// the shards of each pool kind.
+/// The peaks of allocated and requested bytes over all shards, and per pool kind.
 #[derive(Debug, Default)]
 pub(crate) struct Peaks {
     all: Mark,
@@ -448,12 +424,9 @@ pub(crate) struct Peaks {
 }
 
 impl Peaks {
-    /// A stream passed its high-water mark with `totals`: raise its marks,
-    /// and the peaks to the sums over every stream's lanes (`entries`):
-    /// the device's, and each pool kind's. A kind's peak rises only here,
-    /// when a stream's total passes its mark, so it can miss a high of one
-    /// kind made while the other kind held less than at the stream's peak:
-    /// a mark per kind would cost every allocation two more compares.
+    /// A stream passed its high-water mark: raises its marks, and the device's and each kind's peaks to the sums over
+    /// every stream's lanes. A kind's peak rises only here, so it can miss a high of one kind made while the other
+    /// held less: a mark per kind would cost every allocation two more compares.
     #[cold]
     #[inline(never)]
     pub fn raise<'a>(&self, high: &HighWater, totals: (u64, u64), entries: impl Iterator<Item = [&'a Lane; 2]>) {

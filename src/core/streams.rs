@@ -1,17 +1,10 @@
-//! The streams an allocator has served, each with its two shards (small and
-//! large pool), found without a lock.
+//! The streams an allocator has served, each with its two shards (small and large pool), found without a lock.
 //!
-//! Entries are appended once and never move or go away, so a look-up is a
-//! scan of published entries: the stream a call names is almost always
-//! among the first few. Adding a stream takes `adding`, a lock no look-up
-//! needs. A stream forgotten with nothing left in its shards (`forget`)
-//! retires its entry: the entry's stream becomes `RETIRED`, which no
-//! look-up matches, and the next new stream takes the entry over, shards
-//! and all, so a host that creates and forgets streams for as long as it
-//! lives keeps a table as long as its most streams at once. A private
-//! pool's entry (Note [pools]) retires the same way, when its stream is
-//! forgotten or its pool destroyed with nothing left in it, and a retired
-//! entry is taken over by the next new (pool, stream) pair of any pool.
+//! Entries are appended once and never move or go away, so a look-up is a lock-free scan of published entries.
+//! Adding a stream takes `adding`, a lock no look-up needs. A stream forgotten with nothing left in its shards
+//! retires its entry (its stream becomes `RETIRED`, which no look-up matches) and the next new (pool, stream) pair
+//! takes it over, so the table stays as long as the most streams at once. A private pool's entry (Note [pools])
+//! also retires when its pool is destroyed with nothing left in it.
 
 use super::backing::Memory;
 use super::directory::MAX_SHARDS;
@@ -36,51 +29,41 @@ pub(crate) const GRAPH: u8 = 1;
 /// `StreamEntry::flags`: the entry's pool was destroyed (Note [pools]).
 pub(crate) const DESTROYED: u8 = 2;
 
-/// One stream's shards in one pool (0: the default pool; see Note [pools]),
-/// indexed by `PoolKind`.
+/// One stream's shards in one pool (0: the default pool), indexed by `PoolKind`.
 pub(crate) struct StreamEntry<B: Memory> {
     pub shards: [Shard<B>; 2],
-    /// High-water marks for the device's peaks (see `stats`).
+    /// High-water marks for the device's peaks.
     pub high: HighWater,
     /// The stream's handle, `RETIRED` while the entry waits for another.
     stream: AtomicUsize,
-    /// The pool (`npualloc_pool_create`'s id) these shards serve; changed
-    /// only while the entry is retired (no look-up finds it), under the
-    /// pools' records lock.
+    /// The pool these shards serve; changed only while the entry is retired, under the pools' records lock.
     pool: AtomicU64,
     /// GRAPH and DESTROYED. A free reads them once.
     flags: AtomicU8,
     /// The pool's `use_on_oom`: other requests' ladder may release its cache.
     use_on_oom: AtomicBool,
-    /// The pool's `Shape` (`align` and `no_split`); changed with `pool`,
-    /// read on routed requests only.
+    /// The pool's `Shape`; changed with `pool`, read on routed requests only.
     shape_shift: AtomicU8,
     no_split: AtomicBool,
-    /// A request routed here came while the stream captured: the pool is a
-    /// graph pool (Note [capture]); read on routed requests only.
+    /// A routed request came while the stream captured: a graph pool (Note [capture]).
     saw_capture: AtomicBool,
-    /// Its index in the table.
     pub slot: usize,
     /// The stream the entry served when it retired (see `get_or_add`).
     retired_from: AtomicUsize,
-    /// Each shard's held bytes, published on the slow paths that change
-    /// them (growth, giving back) for its pool's reserved peak.
+    /// Each shard's held bytes, published on the slow paths for its pool's reserved peak.
     held: [AtomicU64; 2],
 }
 
 impl<B: Memory> StreamEntry<B> {
-    /// The pool these shards serve.
     #[inline(always)]
     pub fn pool(&self) -> u64 {
         self.pool.load(Ordering::Relaxed)
     }
 
-    /// The pool's `use_on_oom`.
     pub fn use_on_oom(&self) -> bool {
         self.use_on_oom.load(Ordering::Relaxed)
     }
 
-    /// What the pool asks of its blocks.
     pub fn shape(&self) -> Shape {
         Shape { shift: self.shape_shift.load(Ordering::Relaxed), no_split: self.no_split.load(Ordering::Relaxed) }
     }
@@ -95,7 +78,6 @@ impl<B: Memory> StreamEntry<B> {
         Stream(self.stream.load(Ordering::Acquire))
     }
 
-    /// True while the entry is retired (it serves no stream).
     pub fn is_retired(&self) -> bool {
         self.stream.load(Ordering::Acquire) == RETIRED
     }
@@ -120,7 +102,6 @@ impl<B: Memory> StreamEntry<B> {
         self.saw_capture.store(true, Ordering::Relaxed);
     }
 
-    /// Publishes the held bytes of the shard of `kind`.
     pub fn publish_held(&self, kind: usize, bytes: usize) {
         self.held[kind].store(bytes as u64, Ordering::Relaxed);
     }
@@ -135,9 +116,8 @@ impl<B: Memory> StreamEntry<B> {
         self.flags.fetch_or(GRAPH, Ordering::Relaxed);
     }
 
-    /// A retired entry taken over by another stream starts as a plain one
-    /// of its new pool (a graph stream's quarantined blocks keep its entry
-    /// from retiring; a destroyed pool's entry retires holding nothing).
+    /// A retired entry taken over starts as a plain one of its new pool (quarantined blocks keep a graph stream's
+    /// entry from retiring; a destroyed pool's entry retires holding nothing).
     pub fn reset_for_revival(&self, pool: u64, use_on_oom: bool, shape: Shape) {
         self.flags.store(0, Ordering::Relaxed);
         self.saw_capture.store(false, Ordering::Relaxed);
@@ -147,14 +127,11 @@ impl<B: Memory> StreamEntry<B> {
         self.no_split.store(shape.no_split, Ordering::Relaxed);
     }
 
-    /// Notes that the entry's pool was destroyed.
     pub fn mark_destroyed(&self) {
         self.flags.fetch_or(DESTROYED, Ordering::Relaxed);
     }
 
-    /// True if the ladder, `empty_cache`, garbage collection and the
-    /// release threshold may give its free memory back: a default-pool
-    /// stream not seen capturing, or a destroyed pool's (Note [pools]).
+    /// Whether its free memory may be given back: a default-pool stream not seen capturing, or a destroyed pool's.
     pub fn reclaimable(&self) -> bool {
         let flags = self.flags();
         (self.pool() == 0 && flags & GRAPH == 0) || flags & DESTROYED != 0
@@ -164,9 +141,7 @@ impl<B: Memory> StreamEntry<B> {
 type Chunk<B> = [OnceLock<StreamEntry<B>>; CHUNK];
 
 pub(crate) struct StreamTable<B: Memory> {
-    /// The first `CHUNK` entries, allocated with the table: a look-up among
-    /// them (every host with at most 32 streams) reads no chunk pointer and
-    /// checks no chunk's publication, only the entry's.
+    /// The first `CHUNK` entries, allocated with the table: a look-up among them reads no chunk pointer.
     first: Box<Chunk<B>>,
     /// The chunks of the later entries (`chunks[0]` stays unset).
     chunks: Box<[OnceLock<Box<Chunk<B>>>]>,
@@ -196,8 +171,7 @@ impl<B: Memory> StreamTable<B> {
         self.cell(slot).get().expect("published entry")
     }
 
-    /// The cell of `slot`, in the first chunk or a later one (made, for a
-    /// slot being added, under the adding lock).
+    /// The cell of `slot` (a later chunk is made under the adding lock).
     #[inline(always)]
     fn cell(&self, slot: usize) -> &OnceLock<StreamEntry<B>> {
         if slot < CHUNK {
@@ -228,11 +202,9 @@ impl<B: Memory> StreamTable<B> {
         self.iter().filter(move |e| e.stream.load(Ordering::Acquire) == stream.0)
     }
 
-    /// The entry of `stream` in `pool`: a retired one taken over (its shards
-    /// handed to `revive` first, then set to `pool`), else one made with
-    /// `make(slot)`; None once the table is full. The caller holds the
-    /// pools' records lock (so a `pool_destroy` marking its entries never
-    /// meets one changing pools).
+    /// The entry of `stream` in `pool`: a retired one taken over (handed to `revive` first), else one made with
+    /// `make(slot)`; None once the table is full. The caller holds the pools' records lock (so a `pool_destroy`
+    /// marking its entries never meets one changing pools).
     pub fn get_or_add(
         &self,
         (stream, pool, use_on_oom, shape): (Stream, u64, bool, Shape),
@@ -246,18 +218,10 @@ impl<B: Memory> StreamTable<B> {
         if let Some(e) = self.find_in(pool, stream) {
             return Some(e);
         }
-        // A malloc that found the entry before it retired takes its shard
-        // lock and compares the shard's stream with its own (`malloc`): so
-        // an entry of a live pool never goes to the stream it served in
-        // another pool, which that compare would not tell apart (a malloc
-        // stalled across two retirements and revivals excepted). A
-        // destroyed pool's entry may: no route leads to its pool any more,
-        // and a pool after pool on one stream keeps the table bounded (a
-        // request routed to it whose route ended meanwhile lands in the
-        // pool its stream is routed to now). Read here only, under the
-        // adding lock: nothing on the hot path.
-        // Only into a pool of the entry's shape: a malloc that rounded by
-        // it before the entry retired may still take the shard's lock.
+        // A malloc that found the entry before it retired compares the shard's stream with its own under the shard
+        // lock, which cannot tell pools apart: so a live pool's entry never goes to the stream it served in another
+        // pool. A destroyed pool's entry may (no route leads there, and the table stays bounded). Only into a pool
+        // of the entry's shape: a malloc that rounded by it may still take the shard's lock.
         let reusable = retired.iter().rposition(|&slot| {
             let e = self.entry(slot);
             e.shape() == shape
@@ -339,15 +303,10 @@ impl<B: Memory> StreamTable<B> {
         self.len.load(Ordering::Acquire)
     }
 
-    /// Retires `entry` if it still serves `stream` and its shards hold
-    /// nothing: no look-up finds it, and the next new stream takes it over.
-    /// Takes `adding`, then the entry's shard locks (the order `get_or_add`
-    /// uses to revive), so no malloc on the entry runs between the check
-    /// and the retirement, and one that reaches the shard afterwards sees
-    /// the entry's shards handed to `RETIRED` (`Pool::stream`) and looks
-    /// its stream up again. The caller holds the ladder lock, so a ladder
-    /// that checked its shard's stream under it never grows a retired one.
-    /// Returns true if it retired the entry.
+    /// Retires `entry` if it still serves `stream` and its shards hold nothing; returns whether it did. Takes
+    /// `adding`, then the shard locks (as `get_or_add` revives), so no malloc on the entry runs between check and
+    /// retirement, and a later one sees the shards' stream `RETIRED` and looks up again. The caller holds the ladder
+    /// lock, so a ladder that checked its shard's stream under it never grows a retired one.
     pub fn retire(&self, entry: &StreamEntry<B>, stream: Stream) -> bool {
         if stream.0 == RETIRED {
             return false;

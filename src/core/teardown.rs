@@ -1,7 +1,5 @@
-//! Teardown: every stream the allocator used is synchronized, and all its
-//! memory (live blocks included) and events go back to the runtime; graph
-//! streams excepted (Note [capture]): never synchronized, and the memory
-//! they used is left to the runtime.
+//! Teardown: every stream the allocator used is synchronized, and all its memory and events go back to the
+//! runtime; graph streams are never synchronized and their memory is left to the runtime (Note [capture]).
 
 use super::backing::Memory;
 use super::device::Device;
@@ -13,12 +11,8 @@ use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
 impl<B: Memory> Device<B> {
-    /// Releases everything: synchronizes every stream the allocator used,
-    /// returns all segments (live blocks included) and events. The allocator
-    /// refuses further work afterwards.
-    /// Once: a second call finds the allocator torn down and does nothing
-    /// (it would free a fixed segment's allocation, which the first call
-    /// gave back, a second time).
+    /// Releases everything (see the module comment); the allocator refuses further work afterwards. A second
+    /// call does nothing (it would free a fixed segment's allocation a second time).
     pub fn teardown(&self) -> Result<TeardownReport> {
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
@@ -30,8 +24,7 @@ impl<B: Memory> Device<B> {
         let mut report = TeardownReport::default();
         let mut streams: Vec<Stream> = Vec::new();
         for pool in &mut pools {
-            // Live blocks other processes hold imported stay where they
-            // are, with the freed ones they hold (`sharing`).
+            // Blocks other processes hold imported stay where they are (`sharing`).
             pool.cache.end_all_exports(true);
             let (blocks, bytes) = pool.cache.live();
             report.live_blocks += blocks as usize;
@@ -44,11 +37,8 @@ impl<B: Memory> Device<B> {
                 }
             }
         }
-        // Streams that may still have work queued: memory they used is left
-        // to the runtime rather than freed under that work.
-        // Graph streams are not waited for: a captured graph may still
-        // replay on the memory they used, which is left to the runtime
-        // (Note [capture]).
+        // Memory of streams that may still have work queued (`busy`) is left to the runtime rather than freed
+        // under that work. Graph streams are not waited for: a graph may still replay on their memory.
         let (graph, others): (Vec<Stream>, Vec<Stream>) =
             streams.into_iter().partition(|&s| self.streams.find(s).is_some_and(|e| e.is_graph()));
         let (mut busy, mut first_error) =

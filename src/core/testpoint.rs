@@ -1,7 +1,5 @@
-//! Test-only park points (compiled only under `cfg(test)`): a test arms a
-//! point by name on one thread; when that thread reaches `hit` with the
-//! name, it says so and waits until the test lets it go. Other threads pass
-//! through. Races become sequences the test chooses, with no timing.
+//! Test-only park points: a thread armed for a name stops at `hit(name)` until the test lets it go, so
+//! races become sequences the test chooses, with no timing.
 
 use std::cell::RefCell;
 use std::sync::mpsc::{Receiver, Sender};
@@ -16,10 +14,8 @@ thread_local! {
     static ARMED: RefCell<Option<Armed>> = const { RefCell::new(None) };
 }
 
-/// Parks this thread at the next `hit(name)`: it sends on `arrived`, then
-/// waits for `go`. Once only. On a thread whose locals are gone (a
-/// thread-local destructor) nothing is armed: `arrived` is dropped, so the
-/// test's wait for it ends with an error instead of hanging.
+/// Parks this thread once at the next `hit(name)`: it sends on `arrived`, then waits for `go`. On a thread
+/// whose locals are gone nothing is armed: `arrived` is dropped, so the test's wait errs instead of hanging.
 pub(crate) fn arm(name: &'static str, arrived: Sender<()>, go: Receiver<()>) {
     let _ = ARMED.try_with(|a| *a.borrow_mut() = Some(Armed { name, arrived, go }));
 }

@@ -1,31 +1,18 @@
-//! Wake (Note [sleep] in `sleep`): bringing sleeping blocks back, all of an
-//! allocator's or some pools' only.
+//! Wake (Note [sleep] in `sleep`): bringing sleeping blocks back, all of an allocator's or some pools' only.
 //!
-//! A wake is all or nothing. First every physical handle the chosen runs
-//! need is allocated; then, shard by shard, each run is mapped at its
-//! pages and its offloaded contents copied back, the run still counted
-//! asleep (its pages owned, its host buffer kept). Only when every run is
-//! mapped and copied does each become mapped pages again and its host
-//! buffer go. If anything fails on the way, every run mapped so far is
-//! unmapped again, every handle taken is freed, and every sleeping block
-//! stays asleep with its host copy: the wake changed nothing, and a later
-//! one may succeed. A handle the runtime refuses to free is kept with the
-//! cached handles, still counted reserved, for `empty_cache`, the OOM
-//! ladder or teardown to free (`free_sized`). Should an unmap of that undo fail too, the page stays
-//! mapped under its sleeping block with its handle, which the range keeps
-//! (still held and counted reserved); the error says so, and the next wake
-//! of that run, or teardown, unmaps and frees it first.
+//! A wake is all or nothing. Every handle the chosen runs need is allocated first; then each run is mapped and its
+//! offloaded contents copied back, still counted asleep (pages owned, host buffer kept). Only when every run is
+//! mapped and copied do they become mapped pages again. On any failure every run mapped so far is unmapped, every
+//! handle freed, and every block stays asleep with its host copy: nothing changed, a later wake may succeed. A
+//! handle the runtime refuses to free stays cached, counted reserved (`free_sized`). If an unmap of that undo fails
+//! too, the page stays mapped under its sleeping block, its handle kept by the range; the error says so, and the
+//! next wake of that run, or teardown, unmaps and frees it first.
 //!
-//! When the handles do not fit, the wake first gives back the cached
-//! memory of the pools that are awake, as the OOM ladder gives it (the
-//! default pool's, and that of pools with `use_on_oom`; never a graph
-//! stream's or another private pool's), then tries once more; only then
-//! is it OUT_OF_MEMORY.
+//! When the handles do not fit, the wake first gives back the awake pools' cached memory as the OOM ladder does
+//! (never a graph stream's or another private pool's), then tries once more before OUT_OF_MEMORY.
 //!
-//! A partial wake (`npualloc_wake_with`, vllm-ascend waking `weights`
-//! before `kv_cache`) brings back the chosen pools only: the others keep
-//! refusing allocations, and the allocator counts as asleep until every
-//! pool is awake.
+//! A partial wake (`npualloc_wake_with`, e.g. vllm-ascend waking `weights` before `kv_cache`) brings back the chosen
+//! pools only; the allocator counts as asleep until every pool is awake.
 
 use super::backing::{Memory, Scope, WakeHandles};
 use super::device::Device;
@@ -37,8 +24,7 @@ use crate::error::{Error, Result};
 use crate::sys::aclrtMemAttr;
 use std::collections::HashMap;
 
-/// Why a wake attempt failed: `short` when the handles it needs could not
-/// all be allocated (worth a retry once cached memory is given back).
+/// Why a wake failed: `short` when its handles could not all be allocated (worth a retry after giving back cache).
 pub(super) struct Failed {
     pub(super) error: Error,
     short: bool,
@@ -47,9 +33,8 @@ pub(super) struct Failed {
 type Needs = Vec<(usize, aclrtMemAttr)>;
 
 impl<B: Memory> Device<B> {
-    /// Wakes the pools in `pools` (None: every pool). Awake already, or the
-    /// pools listed not asleep: OK. INVALID_ARGUMENT, changing nothing, for
-    /// a pool that was never created.
+    /// Wakes the pools in `pools` (None: every pool); those not asleep: OK. INVALID_ARGUMENT, changing nothing, for a
+    /// pool never created.
     pub fn wake(&self, pools: Option<&[u64]>) -> Result<()> {
         self.check_alive()?;
         if let Some(list) = pools {
@@ -62,9 +47,7 @@ impl<B: Memory> Device<B> {
         }
         for retry in [false, true] {
             if retry {
-                // Cached memory goes back after synchronizing the streams
-                // that used it: the host drains its queue first, with no
-                // lock held that a malloc or a pool_create needs.
+                // Giving back synchronizes: the host drains its queue first, with no lock held.
                 self.sh.hooks.before_release(self.sh.device);
             }
             let mut state = self.sleep.lock();
@@ -95,9 +78,8 @@ impl<B: Memory> Device<B> {
         unreachable!("the second attempt returns")
     }
 
-    /// Maps every sleeping run of the entries `pick` chooses, or changes
-    /// nothing; with `reclaim`, gives back the awake pools' cached memory
-    /// first (`asleep`: the pools still asleep, whose cache stays).
+    /// Maps every sleeping run of the entries `pick` chooses, or changes nothing; with `reclaim`, first gives back
+    /// the cached memory of pools not in `asleep`.
     pub(super) fn bring_back(
         &self,
         pick: &dyn Fn(&StreamEntry<B>) -> bool,
@@ -114,8 +96,7 @@ impl<B: Memory> Device<B> {
             .filter(|e| pick(e))
             .flat_map(|e| e.shards.iter().enumerate().map(move |(k, s)| (e, k, s)))
             .collect();
-        // Each shard's needs, in the order the map loop visits shards: each
-        // gets its own handles, of the sizes it needs.
+        // Each shard's needs, in the order the map loop visits shards.
         let per_shard: Vec<Needs> = shards
             .iter()
             .map(|&(_, _, shard)| {
@@ -128,7 +109,6 @@ impl<B: Memory> Device<B> {
         let mut handles = self.handles_for(&needs)?;
         #[cfg(test)]
         super::testpoint::hit("wake: handles taken");
-        // Map and copy back, the runs still asleep in the bookkeeping.
         let mut failure = None;
         for (&(_, _, shard), own) in shards.iter().zip(&per_shard) {
             if own.is_empty() {
@@ -147,7 +127,6 @@ impl<B: Memory> Device<B> {
             return Err(self.undo_wake(&shards, handles, error));
         }
         self.free_sized(handles);
-        // Every run is mapped and copied: awake for good.
         let mut first_error = None;
         for &(e, kind, shard) in &shards {
             let mut pool = shard.lock_anyway();
@@ -159,8 +138,7 @@ impl<B: Memory> Device<B> {
         first_error.map_or(Ok(()), |error| Err(Failed { error, short: false }))
     }
 
-    /// Allocates one handle per need, in order; on a refusal frees those
-    /// allocated and says how much could not be had.
+    /// Allocates one handle per need; on a refusal frees those allocated and says how much could not be had.
     fn handles_for(&self, needs: &Needs) -> Result<WakeHandles, Failed> {
         let mut handles = WakeHandles::with_capacity(needs.len());
         for (i, &(bytes, attr)) in needs.iter().enumerate() {
@@ -193,11 +171,8 @@ impl<B: Memory> Device<B> {
         Ok(handles)
     }
 
-    /// A wake failed after mapping some runs: unmaps them all and frees
-    /// every handle, so that nothing changed. Returns the error to report;
-    /// a piece that could not be unmapped stays mapped with its handle,
-    /// kept by its range until the next wake or teardown, and the error
-    /// says so.
+    /// A wake failed after mapping some runs: unmaps them and frees every handle, so nothing changed. Returns the
+    /// error to report (which names any piece left mapped).
     fn undo_wake(&self, shards: &[(&StreamEntry<B>, usize, &Shard<B>)], handles: WakeHandles, error: Error) -> Failed {
         let mut back = Vec::new();
         let mut undo_error = None;
@@ -228,13 +203,10 @@ impl<B: Memory> Device<B> {
         Failed { error, short: false }
     }
 
-    /// Gives back the cached memory of the pools awake, as the OOM ladder
-    /// does (Note [sleep]): the shards it may take from, those of no pool
-    /// still asleep; held blocks and pending frees included.
+    /// Gives back the cached memory of the pools awake, as the OOM ladder does (Note [sleep]).
     fn reclaim_for_wake(&self, asleep: &HashMap<u64, SleepMode>) {
         let pick = |e: &StreamEntry<B>| (e.reclaimable() || e.use_on_oom()) && !asleep.contains_key(&e.pool());
-        // Failures only mean less came back; the retry says. The second
-        // pass releases the ranges the first one emptied.
+        // Failures only mean less came back. The second pass releases the ranges the first emptied.
         let _ = self.release_free_where(Scope::All, pick);
         let _ = self.release_free_where(Scope::All, pick);
         let _ = B::free_cached(&self.sh);

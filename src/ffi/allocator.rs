@@ -1,5 +1,4 @@
-//! Lifecycle and direct use: create, destroy, malloc, free, record_stream,
-//! empty_cache, set_memory_fraction, query.
+//! Lifecycle and direct use: create, destroy, malloc, free, record_stream, empty_cache, set_memory_fraction, query.
 
 use super::handle::{npualloc_allocator, Allocator};
 use super::last_error::set_last_error;
@@ -24,28 +23,19 @@ pub struct npualloc_block_info {
     pub stream: aclrtStream,
 }
 
-/// Creates an allocator for ACL device `device`.
+/// Creates an allocator for ACL device `device`. `config` is `"key:value,key:value"` (see the README for the
+/// keys); NULL reads `NPUALLOC_CONF` from the environment, else torch_npu's `PYTORCH_NPU_ALLOC_CONF` (and, once
+/// `npualloc_read_pytorch_alloc_conf` turned it on, `PYTORCH_ALLOC_CONF`), else uses the defaults. The ACL
+/// runtime is loaded on first use from config key `acl_library`, else `NPUALLOC_ACL_LIBRARY`, else
+/// `$ASCEND_HOME_PATH/lib64/libascendcl.so`, else the loader's search.
 ///
-/// `config` is `"key:value,key:value"` (see the README for the keys); NULL
-/// reads `NPUALLOC_CONF` from the environment, else torch_npu's
-/// `PYTORCH_NPU_ALLOC_CONF` (and, once turned on, `PYTORCH_ALLOC_CONF`:
-/// `npualloc_read_pytorch_alloc_conf`), else uses the defaults. The
-/// ACL runtime is loaded on first use (config key `acl_library`, else
-/// `NPUALLOC_ACL_LIBRARY`, else `$ASCEND_HOME_PATH/lib64/libascendcl.so`,
-/// else the loader's search).
-///
-/// Returns NPUALLOC_OK and writes `*out`; NPUALLOC_ERR_INVALID_ARGUMENT (NULL
-/// `out`, negative device, a device id `aclrtSetDevice` refuses as unknown
-/// that is past the runtime's `aclrtGetDeviceCount`, when the runtime has
-/// that call), NPUALLOC_ERR_BAD_CONFIG (unknown key, bad value,
-/// conflicting keys), NPUALLOC_ERR_UNSUPPORTED, NPUALLOC_ERR_RUNTIME (setting
-/// the device failed otherwise), NPUALLOC_ERR_RUNTIME_UNAVAILABLE
-/// (libascendcl missing).
-/// Thread-safe.
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT (negative device, or a device `aclrtSetDevice` refuses as unknown that
+/// is past `aclrtGetDeviceCount`, when the runtime has that call), NPUALLOC_ERR_BAD_CONFIG (unknown key, bad
+/// value, conflicting keys), NPUALLOC_ERR_UNSUPPORTED, NPUALLOC_ERR_RUNTIME (setting the device failed
+/// otherwise), NPUALLOC_ERR_RUNTIME_UNAVAILABLE (libascendcl missing).
 ///
 /// # Safety
-/// `config` is NULL or a NUL-terminated string; `out` is NULL or valid for
-/// writing one handle.
+/// `config` is NULL or a NUL-terminated string; `out` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_create(
     config: *const c_char,
@@ -63,27 +53,19 @@ pub unsafe extern "C" fn npualloc_create(
     })
 }
 
-/// Whether a config read from the environment (`npualloc_create` with a NULL
-/// config, and the pluggable entry points' allocators) also reads
-/// `PYTORCH_ALLOC_CONF` when `NPUALLOC_CONF` and `PYTORCH_NPU_ALLOC_CONF` are
-/// both unset, as torch_npu 2.12 and later read it: `on` nonzero turns it
-/// on, zero off. Off by default, so that a value written for another
-/// device's allocator changes nothing for a host that does not read it; a
-/// host whose torch_npu reads the variable turns it on (npualloc's torch_npu
-/// bridge does). Process-wide, as the environment is; allocators already
-/// created keep their config.
-///
-/// Writes the setting it replaces (1 or 0) to `*previous` when `previous` is
-/// not NULL. Returns NPUALLOC_OK, or NPUALLOC_ERR_INVALID_ARGUMENT for a
-/// misaligned `previous`, changing nothing. Thread-safe.
+/// Whether configs read from the environment (`npualloc_create` with a NULL config, and the pluggable entry
+/// points' allocators) also read `PYTORCH_ALLOC_CONF` when `NPUALLOC_CONF` and `PYTORCH_NPU_ALLOC_CONF` are
+/// both unset, as torch_npu 2.12 and later do: nonzero `on` turns it on. Off by default, so a value written for
+/// another device's allocator changes nothing for a host that does not read it (npualloc's torch_npu bridge
+/// does). Process-wide; existing allocators keep their config. Writes the replaced setting (1 or 0) to
+/// `*previous` unless NULL. Returns NPUALLOC_ERR_INVALID_ARGUMENT for a misaligned `previous`, changing nothing.
 ///
 /// # Safety
 /// `previous` is NULL or valid for writing one `int32_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_read_pytorch_alloc_conf(on: i32, previous: *mut i32) -> npualloc_status {
     ffi_boundary!(status "npualloc_read_pytorch_alloc_conf", {
-        // The pointer is checked before the switch moves: a refused call
-        // changes nothing.
+        // Checked before the switch moves: a refused call changes nothing.
         let out = if previous.is_null() { None } else { Some(try_out!(previous, "previous")) };
         let was = i32::from(crate::config::set_read_pytorch_alloc_conf(on != 0));
         if let Some(out) = out {
@@ -94,37 +76,25 @@ pub unsafe extern "C" fn npualloc_read_pytorch_alloc_conf(on: i32, previous: *mu
     })
 }
 
-/// Destroys an allocator: unregisters it from every stream it was registered
-/// on, synchronizes the streams it used, and returns all device memory. Live
-/// blocks are released too; their count and bytes are reported on stderr and
-/// in `npualloc_last_error()` (the call still returns NPUALLOC_OK), as is any
-/// runtime call that failed while giving memory back: past unregistration,
-/// destroy always completes and the handle is gone.
-/// If a stream cannot be unregistered, destroy returns NPUALLOC_ERR_RUNTIME
-/// before anything else and the allocator stays usable (still registered on
-/// that stream, whose runtime would otherwise call into freed memory); call
-/// it again later.
-/// `npualloc_destroy(NULL)` is a no-op returning NPUALLOC_OK. No other thread
-/// may use the allocator during this call. Another allocator of the device
-/// asking this one for its free cache before refusing a request (see
-/// `npualloc_set_before_release`) is not a use: destroy waits for that ask
-/// to end first. Afterwards every call given the
-/// handle (a second destroy included), and every callback of a binding made
-/// from it, refuses it with INVALID_ARGUMENT, however many allocators are
-/// created since: a later allocator never gets the same handle value, and
-/// nothing of the destroyed one is kept.
+/// Destroys an allocator: unregisters it from every stream it was registered on, synchronizes the streams it
+/// used, and returns all device memory, live blocks included (their count and bytes, and any runtime call that
+/// failed while giving memory back, are reported on stderr and in `npualloc_last_error()`; it still returns
+/// NPUALLOC_OK: past unregistration, destroy always completes). If a stream cannot be unregistered, it returns
+/// NPUALLOC_ERR_RUNTIME first and the allocator stays usable (that stream's runtime would otherwise call into
+/// freed memory); call it again later. No other thread may use the allocator during this call; another
+/// allocator of the device asking it for its free cache (`npualloc_set_before_release`) is not a use: destroy
+/// waits for that ask to end. Afterwards every call given the handle, and every callback of a binding made
+/// from it, refuses it with INVALID_ARGUMENT: no later allocator gets the same handle value.
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed, which no
-/// other thread uses during or after the call.
+/// `a` is NULL or a live handle, which no other thread uses during or after the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_destroy", {
         if a.is_null() {
             return Ok(());
         }
-        // SAFETY: no other thread uses the handle during or after this call
-        // (the caller's contract); anything but a live handle is refused.
+        // SAFETY: no other thread uses the handle (the caller's contract); anything but a live handle is refused.
         let live = unsafe { Allocator::from_handle(a) }?;
         if live.process_wide {
             return Err(crate::error::Error::InvalidArgument(format!(
@@ -136,8 +106,7 @@ pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npuallo
         super::desc::unregister_all(live)?;
         // Out of the peers first: another allocator's ladder may be asking it.
         live.core.leave_peers();
-        // SAFETY: no other thread uses the handle (as above), `live` is not
-        // used past this point, and no stream's runtime refers to it now.
+        // SAFETY: no other thread uses the handle, `live` is not used past here, and no stream refers to it now.
         let allocator = unsafe { Allocator::take(a) }?;
         let report = allocator.core.teardown();
         drop(allocator);
@@ -159,25 +128,15 @@ pub unsafe extern "C" fn npualloc_destroy(a: *mut npualloc_allocator) -> npuallo
     })
 }
 
-/// Allocates `size` bytes for work on `stream` (NULL: the default stream)
-/// and writes the device address to `*out_ptr`. Addresses are at least
-/// 512-byte aligned.
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out_ptr`, size 0,
-/// a size of 2^60 bytes or more (a smaller one the device cannot hold is
-/// NPUALLOC_ERR_OUT_OF_MEMORY), a stream the runtime does not know, or a
-/// stream of another device (each stream is checked the first time this
-/// allocator meets it, with aclmdlRICaptureGetInfo, aclrtStreamQuery and
-/// aclrtGetStreamOverflowSwitch when the runtime has them; an unknown stream's
-/// message names the call that refused it, another device's names both devices; a stream in
-/// graph capture is accepted without aclrtStreamQuery); NPUALLOC_ERR_OUT_OF_MEMORY after every
-/// recovery step failed, the last one asking the device's other npualloc allocators in this
-/// process to give back their free cache (the message says where memory is);
-/// NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise. Thread-safe.
+/// Allocates `size` bytes for work on `stream` (NULL: the default stream) and writes the device address, at
+/// least 512-byte aligned, to `*out_ptr`. Returns NPUALLOC_ERR_INVALID_ARGUMENT for size 0, a size of 2^60
+/// bytes or more, or a stream the runtime does not know or of another device (checked when this allocator
+/// first meets it; the message names the call that refused it, or both devices); NPUALLOC_ERR_OUT_OF_MEMORY
+/// after every recovery step failed, the last asking the device's other allocators in this process for their
+/// free cache (the message says where memory is); NPUALLOC_ERR_RUNTIME if an ACL call failed otherwise.
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out_ptr`
-/// is NULL or valid for writing one pointer.
+/// `a` is NULL or a live handle; `out_ptr` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_malloc(
     a: *mut npualloc_allocator,
@@ -198,28 +157,15 @@ pub unsafe extern "C" fn npualloc_malloc(
     })
 }
 
-/// Frees a block by its start address. The memory is reusable at once by
-/// later work on the block's stream; if other streams used it
-/// (`npualloc_record_stream`), only after their work recorded so far completes.
-///
-/// Freeing NULL is a no-op returning NPUALLOC_OK, as with C's `free` and
-/// `cudaFree`; the same rule holds for `npualloc_desc_free` and
-/// `npualloc_pluggable_free`. The handle must still be valid.
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle;
-/// NPUALLOC_ERR_UNKNOWN_POINTER (state unchanged) for a pointer this
-/// allocator did not return, an interior pointer, or a block already freed
-/// (unless its address was handed out again, below).
-///
-/// An address is all the allocator knows a block by: once a later malloc
-/// hands the same address out again, a stale free of it cannot be told from
-/// a free of the new block, and frees that block. A host that may free
-/// twice keeps its own record of what it freed (the Python package's
-/// `MemBlock` refuses a second free).
+/// Frees a block by its start address. The memory is reusable at once by later work on the block's stream; if
+/// other streams used it (`npualloc_record_stream`), only after their work recorded so far completes. Returns
+/// NPUALLOC_ERR_UNKNOWN_POINTER (state unchanged) for a pointer this allocator did not return, an interior
+/// pointer, or a block already freed. An address is all the allocator knows a block by: once a later malloc
+/// hands it out again, a stale free of it frees the new block, so a host that may free twice keeps its own
+/// record (the Python package's `MemBlock` refuses a second free).
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed. `ptr` is
-/// only compared with the allocator's blocks, never dereferenced.
+/// `a` is NULL or a live handle. `ptr` is never dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_free(a: *mut npualloc_allocator, ptr: *mut c_void) -> npualloc_status {
     ffi_boundary!(status "npualloc_free", {
@@ -232,16 +178,12 @@ pub unsafe extern "C" fn npualloc_free(a: *mut npualloc_allocator, ptr: *mut c_v
     })
 }
 
-/// Notes that work queued on `stream` uses the block at `ptr`, so freeing it
-/// waits for that work. Recording the block's own stream is a no-op.
-///
-/// Returns NPUALLOC_ERR_UNKNOWN_POINTER if `ptr` is not the start of a live block;
-/// NPUALLOC_ERR_INVALID_ARGUMENT for a stream the runtime does not know or a
-/// stream of another device (checked as in npualloc_malloc).
+/// Notes that work queued on `stream` uses the block at `ptr`, so freeing it waits for that work; recording the
+/// block's own stream is a no-op. Returns NPUALLOC_ERR_UNKNOWN_POINTER if `ptr` is not the start of a live
+/// block; NPUALLOC_ERR_INVALID_ARGUMENT for a stream of another device (checked as in npualloc_malloc).
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed. `ptr` is
-/// never dereferenced; `stream` is checked with the runtime.
+/// `a` is NULL or a live handle. `ptr` is never dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_record_stream(
     a: *mut npualloc_allocator,
@@ -255,20 +197,14 @@ pub unsafe extern "C" fn npualloc_record_stream(
     })
 }
 
-/// Undoes `npualloc_record_stream(a, ptr, stream)`: the caller has ordered
-/// `stream`'s work on the block some other way (torch_npu's `eraseStream`,
-/// used by its `MULTI_STREAM_MEMORY_REUSE` modes), so a later free waits
-/// only for the block's other streams. A stream the block was never
-/// recorded on (its own stream included, and streams the runtime does not
-/// know) is NPUALLOC_OK and changes nothing.
-///
-/// Returns NPUALLOC_ERR_UNKNOWN_POINTER (nothing changes) if `ptr` is not the
-/// start of a live block; NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead
-/// handle. Thread-safe.
+/// Undoes `npualloc_record_stream(a, ptr, stream)`: the caller has ordered `stream`'s work on the block some
+/// other way (torch_npu's `eraseStream`, used by its `MULTI_STREAM_MEMORY_REUSE` modes), so a later free waits
+/// only for the block's other streams. A stream the block was never recorded on (its own and unknown streams
+/// included) is NPUALLOC_OK and changes nothing. Returns NPUALLOC_ERR_UNKNOWN_POINTER (nothing changes) if
+/// `ptr` is not the start of a live block.
 ///
 /// # Safety
-/// `a` is NULL or a live handle. `ptr` and `stream` are only compared, never
-/// dereferenced.
+/// `a` is NULL or a live handle. `ptr` and `stream` are only compared, never dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_erase_stream(
     a: *mut npualloc_allocator,
@@ -282,11 +218,11 @@ pub unsafe extern "C" fn npualloc_erase_stream(
     })
 }
 
-/// Returns every cached, unused segment to the runtime, after synchronizing
-/// only the streams that used them. Blocks in use are untouched.
+/// Returns every cached, unused segment to the runtime, after synchronizing only the streams that used them.
+/// Blocks in use are untouched.
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+/// `a` is NULL or a live handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_empty_cache(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_empty_cache", {
@@ -296,24 +232,17 @@ pub unsafe extern "C" fn npualloc_empty_cache(a: *mut npualloc_allocator) -> npu
     })
 }
 
-/// `npualloc_empty_cache_with` flag: the physical handles unmapped stay cached
-/// (counted in `cached_handle_bytes` and `reserved_bytes`) for later growth,
-/// which then maps them again instead of allocating; `npualloc_empty_cache`
-/// frees them.
+/// `npualloc_empty_cache_with` flag: the physical handles unmapped stay cached (counted in `cached_handle_bytes`
+/// and `reserved_bytes`) for later growth to map again; `npualloc_empty_cache` frees them.
 pub const NPUALLOC_EMPTY_KEEP_HANDLES: u32 = 1;
 
-/// `npualloc_empty_cache` with `flags`: 0 is `npualloc_empty_cache`;
-/// `NPUALLOC_EMPTY_KEEP_HANDLES` unmaps the cached memory of expandable
-/// segments but keeps its physical handles (torch_npu's
-/// `emptyVirtAddrCache`).
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for an unknown flag bit, and
-/// NPUALLOC_ERR_UNSUPPORTED for `NPUALLOC_EMPTY_KEEP_HANDLES` when the
-/// allocator uses fixed segments (no handles to keep); nothing changes
-/// then.
+/// `npualloc_empty_cache` with `flags`: 0 is `npualloc_empty_cache`; `NPUALLOC_EMPTY_KEEP_HANDLES` unmaps the
+/// cached memory of expandable segments but keeps its physical handles (torch_npu's `emptyVirtAddrCache`).
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for an unknown flag bit, NPUALLOC_ERR_UNSUPPORTED for
+/// `NPUALLOC_EMPTY_KEEP_HANDLES` with fixed segments (no handles to keep); nothing changes then.
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+/// `a` is NULL or a live handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_empty_cache_with(a: *mut npualloc_allocator, flags: u32) -> npualloc_status {
     ffi_boundary!(status "npualloc_empty_cache_with", {
@@ -330,16 +259,13 @@ pub unsafe extern "C" fn npualloc_empty_cache_with(a: *mut npualloc_allocator, f
     })
 }
 
-/// Caps the device memory this allocator reserves at `fraction` (in [0, 1],
-/// as torch_npu allows; 0 lets it reserve nothing more) of the device's
-/// total; 1 removes the cap (torch_npu's `setMemoryFraction`: the whole
-/// device is no limit, so `garbage_collection_threshold` has none to act
-/// on). Memory already reserved is not released by this call.
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a fraction outside [0, 1] or NaN.
+/// Caps the device memory this allocator reserves at `fraction` of the device's total (0 lets it reserve
+/// nothing more); 1 removes the cap (torch_npu's `setMemoryFraction`: the whole device is no limit, so
+/// `garbage_collection_threshold` has none to act on). Memory already reserved is not released. Returns
+/// NPUALLOC_ERR_INVALID_ARGUMENT for a fraction outside [0, 1] or NaN.
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+/// `a` is NULL or a live handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_set_memory_fraction(a: *mut npualloc_allocator, fraction: f64) -> npualloc_status {
     ffi_boundary!(status "npualloc_set_memory_fraction", {
@@ -349,14 +275,11 @@ pub unsafe extern "C" fn npualloc_set_memory_fraction(a: *mut npualloc_allocator
     })
 }
 
-/// Describes the live block containing `ptr` (any address inside it).
-///
-/// Returns NPUALLOC_ERR_UNKNOWN_POINTER if no live block contains `ptr`.
+/// Describes the live block containing `ptr` (any address inside it). Returns NPUALLOC_ERR_UNKNOWN_POINTER if
+/// no live block contains `ptr`.
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out` is
-/// NULL or valid for writing one `npualloc_block_info`. `ptr` is never
-/// dereferenced.
+/// `a` is NULL or a live handle; `out` is NULL or writable. `ptr` is never dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_query(
     a: *const npualloc_allocator,

@@ -1,31 +1,23 @@
 //! The panic boundary and the pointer checks every export uses.
 //!
-//! **The rule:** the whole body of every `#[unsafe(no_mangle)]` function is
-//! the argument of one [`ffi_boundary!`] call, nothing before or after it
-//! (`tests/ffi_boundary.rs` checks this). Since Rust 1.81 a panic unwinding out
-//! of an `extern "C"` function aborts the process; an allocator plugin must
-//! never take its host down, so the boundary catches the panic, records
-//! "internal error: panic in <function>: <message>" as the thread's last error
-//! and returns `NPUALLOC_ERR_INTERNAL`, or the function's documented fallback
-//! (NULL, nothing). The default panic hook still prints the panic to stderr,
-//! which is what a user reporting the bug needs.
+//! **The rule:** the whole body of every `#[unsafe(no_mangle)]` function is the argument of one [`ffi_boundary!`]
+//! call, nothing before or after it (`tests/ffi_boundary.rs` checks this). A panic unwinding out of an `extern "C"`
+//! function aborts the process, and an allocator plugin must never take its host down, so the boundary catches the
+//! panic, records "internal error: panic in <function>: <message>" as the thread's last error and returns
+//! `NPUALLOC_ERR_INTERNAL`, or the function's documented fallback (NULL, nothing). The default panic hook still prints
+//! the panic to stderr, which is what a user reporting the bug needs.
 //!
 //! Three forms, by what the function returns:
-//! - `ffi_boundary!(status "npualloc_x", { ... })`: the body is a
-//!   `Result<(), Error>` block (so `?` works); `Ok` becomes `NPUALLOC_OK`, `Err`
-//!   is recorded and mapped by [`fail`](super::last_error::fail).
-//! - `ffi_boundary!(fallible "npualloc_x", fallback, { ... })`: the body is a
-//!   `Result<T, Error>` block; `Err` is recorded and `fallback` returned
-//!   (e.g. NULL from an allocation callback).
-//! - `ffi_boundary!("npualloc_x", fallback, { ... })`: the body cannot fail
-//!   and yields `T`; `fallback` is returned only after a panic.
+//! - `ffi_boundary!(status "npualloc_x", { ... })`: the body is a `Result<(), Error>` block; `Ok` becomes
+//!   `NPUALLOC_OK`, `Err` is recorded and mapped by [`fail`](super::last_error::fail).
+//! - `ffi_boundary!(fallible "npualloc_x", fallback, { ... })`: the body is a `Result<T, Error>` block; `Err` is
+//!   recorded and `fallback` returned.
+//! - `ffi_boundary!("npualloc_x", fallback, { ... })`: the body cannot fail and yields `T`; `fallback` is returned
+//!   only after a panic.
 //!
-//! The two fallible forms clear the thread's last error first, so a
-//! successful call leaves "" behind. The body runs in a closure: `return`
-//! inside it returns from the closure, which is the function's result.
-//!
-//! Inside a fallible body, [`try_ref!`], [`try_mut!`], [`try_out!`] and
-//! [`try_str!`] turn a NULL (or misaligned, or non-UTF-8) argument into
+//! The two fallible forms clear the thread's last error first, so a successful call leaves "" behind. The body runs in
+//! a closure: `return` inside it returns from the closure, which is the function's result. Inside a fallible body,
+//! [`try_ref!`], [`try_mut!`], [`try_out!`] and [`try_str!`] turn a NULL (or misaligned, or non-UTF-8) argument into
 //! `Error::InvalidArgument` naming the parameter.
 
 use super::last_error::{clear_last_error, fail, set_last_error};
@@ -49,16 +41,14 @@ macro_rules! ffi_boundary {
     };
 }
 
-/// `&T` from a pointer argument, or an early `Err(InvalidArgument)` naming it.
-/// Must be used where the pointer is valid for reads when non-NULL.
+/// `&T` from a pointer argument valid for reads when non-NULL, or an early `Err(InvalidArgument)` naming it.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! try_ref {
     ($ptr:expr, $param:literal) => {{
         let ptr = $ptr;
         $crate::ffi::boundary::check_ptr(ptr, $param)?;
-        // SAFETY: non-NULL and aligned (checked above); the caller's contract
-        // says it points to a live value.
+        // SAFETY: non-NULL and aligned (checked above); the caller's contract says it points to a live value.
         unsafe { &*ptr }
     }};
 }
@@ -87,8 +77,7 @@ macro_rules! try_out {
     }};
 }
 
-/// `&str` from a `const char *` argument, or an early `Err(InvalidArgument)`
-/// for NULL or text that is not UTF-8.
+/// `&str` from a `const char *` argument, or an early `Err(InvalidArgument)` for NULL or text that is not UTF-8.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! try_str {
@@ -168,9 +157,7 @@ fn record_panic(name: &'static str, payload: Box<dyn Any + Send>) -> npualloc_st
     } else {
         "a panic payload that is not a string".to_string()
     };
-    // Dropping a payload runs arbitrary code that could panic again, outside
-    // any catch; a leaked box per (already fatal-for-the-allocator) bug is
-    // the cheaper risk.
+    // Dropping a payload runs arbitrary code that could panic again, outside any catch; leaking it is the lesser risk.
     std::mem::forget(payload);
     let status = npualloc_status::NPUALLOC_ERR_INTERNAL;
     set_last_error(&Error::Internal(format!("panic in {name}: {message}")).to_string());

@@ -1,10 +1,5 @@
-//! The drop-in `aclrtAllocatorDesc`: registration on streams and the four
-//! callbacks the runtime (GE's executors) calls.
-//!
-//! A block handle is the block's device address. That makes
-//! `npualloc_desc_get_addr` O(1) and unable to crash on a bad handle, and
-//! `npualloc_desc_free` resolves the block through the allocator's pointer
-//! registry in O(1).
+//! The drop-in `aclrtAllocatorDesc`: registration on streams and the four callbacks GE's executors call. A block
+//! handle is the block's device address, so `npualloc_desc_get_addr` is O(1) and cannot crash on a bad handle.
 
 use super::handle::{self, npualloc_allocator, Allocator, Handle, HandleKind, Kind, Registration, Registry};
 use super::last_error::set_last_error;
@@ -15,8 +10,7 @@ use crate::sys::aclrtStream;
 use std::collections::HashMap;
 use std::ffi::c_void;
 
-/// What a desc's `obj` names (registered in [`BINDINGS`]): the allocator's
-/// handle and the stream its blocks belong to.
+/// What a desc's `obj` names (registered in [`BINDINGS`]): the allocator's handle and the stream its blocks belong to.
 pub struct Binding {
     allocator: Handle,
     stream: Stream,
@@ -34,8 +28,7 @@ impl HandleKind for Binding {
 }
 
 impl Binding {
-    /// Borrows the binding behind a desc's `obj`; see [`handle::borrow`].
-    /// Only the value of `b` is used.
+    /// Borrows the binding behind a desc's `obj` (only the value of `b` is used).
     ///
     /// # Safety
     /// As [`handle::borrow`]: `b` is not destroyed while the result is in use.
@@ -45,15 +38,12 @@ impl Binding {
         unsafe { handle::borrow(Handle::of(b)) }
     }
 
-    /// The binding's allocator, checked like any handle: a host binding
-    /// that outlived its allocator (destroyed first) is refused on every
+    /// The binding's allocator, checked like any handle: a binding that outlived its allocator is refused on every
     /// callback, also once the allocator's slot issued another handle.
     #[inline]
     fn allocator(&self) -> Result<&Allocator> {
-        // SAFETY: the allocator is not destroyed while a callback runs:
-        // npualloc_destroy unregisters its descs first, and a host calling a
-        // binding's callbacks uses the allocator, which no other thread may
-        // do during its destroy (npualloc_destroy's contract).
+        // SAFETY: the allocator is not destroyed while a callback runs: npualloc_destroy unregisters its descs first,
+        // and a host calling a binding's callbacks uses the allocator, which no thread may do during its destroy.
         unsafe { handle::borrow::<Allocator>(self.allocator) }.map_err(|e| match e {
             Error::InvalidArgument(m) if m.contains("destroyed") => Error::InvalidArgument(format!(
                 "the binding's allocator {:p} was destroyed; destroy a binding before its allocator",
@@ -78,34 +68,21 @@ fn callbacks(binding: Handle) -> DescCallbacks {
     }
 }
 
-/// Checks a stream the way `npualloc_malloc` checks one it meets for the
-/// first time. Nothing changes either way.
+/// Checks a stream the way `npualloc_malloc` checks one it meets for the first time; changes nothing.
 fn check_stream(allocator: &Allocator, stream: Stream) -> Result<()> {
     allocator.core.check_stream(stream)
 }
 
-/// Registers the allocator on `stream` through an `aclrtAllocatorDesc` with
-/// all four callbacks set; blocks the runtime allocates through it belong to
-/// `stream`. Registering a stream twice is OK (no duplicate).
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle, a NULL stream (the
-/// runtime cannot apply an allocator to the default stream), a stream the
-/// runtime does not know or a stream of another device (checked as in
-/// npualloc_malloc, on the allocator's device);
-/// NPUALLOC_ERR_RUNTIME if an ACL call failed. Nothing is registered or
-/// created when the call fails.
-///
-/// Register before the first op on the stream. GE picks a stream's allocator
-/// when the first op runs on it: after an op ran with nothing registered, GE
-/// keeps its own allocator for that stream, and a later registration returns
-/// NPUALLOC_OK but has no effect. npualloc cannot ask GE; when work is still
-/// queued on the stream (`aclrtStreamQuery` says not ready), the call
-/// succeeds and leaves a warning starting with "warning:" in
-/// `npualloc_last_error()`.
+/// Registers the allocator on `stream` through an `aclrtAllocatorDesc` with all four callbacks set; blocks the runtime
+/// allocates through it belong to `stream`. Registering a stream twice is OK. Register before the first op on the
+/// stream: after an op ran with nothing registered, GE keeps its own allocator for that stream, and a later
+/// registration returns NPUALLOC_OK but has no effect; when work is already queued on the stream, the call succeeds
+/// and leaves a message starting with "warning:" in `npualloc_last_error()`. Returns NPUALLOC_ERR_INVALID_ARGUMENT for
+/// a NULL stream (the runtime cannot apply an allocator to the default stream), a stream the runtime does not know or
+/// one of another device; NPUALLOC_ERR_RUNTIME if an ACL call failed. A failed call registers and creates nothing.
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed. `stream`
-/// is checked with the runtime.
+/// `a` is NULL or a live handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_register", {
@@ -136,10 +113,8 @@ pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: a
         match registered {
             Ok(desc) => {
                 regs.insert(stream, Registration { desc, binding });
-                // GE keeps its own allocator for a stream that ran an op
-                // before anything was registered (docs/runtime-behaviour.md
-                // "How GE uses a registered allocator"); queued work is the
-                // one sign of that npualloc can see.
+                // GE keeps its own allocator for a stream that ran an op before anything was registered
+                // (docs/runtime-behaviour.md "How GE uses a registered allocator"); queued work is our one sign of it.
                 let on_device = rt.on_device(allocator.core.device(), || rt.stream_busy(stream));
                 if let Ok(Some(true)) = on_device {
                     set_last_error(&format!(
@@ -160,12 +135,11 @@ pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: a
     })
 }
 
-/// Unregisters the allocator from `stream` and destroys that desc. An
-/// unknown stream is OK. If the runtime refuses to unregister, nothing
-/// changes: the stream keeps the allocator (and its callbacks stay valid).
+/// Unregisters the allocator from `stream` and destroys that desc; an unknown stream is OK. If the runtime refuses to
+/// unregister, nothing changes: the stream keeps the allocator (and its callbacks stay valid).
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+/// `a` is NULL or a live handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_unregister(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_unregister", {
@@ -180,17 +154,14 @@ pub unsafe extern "C" fn npualloc_unregister(a: *mut npualloc_allocator, stream:
     })
 }
 
-/// Unregisters `stream`'s registration. The runtime keeps calling the
-/// binding until `aclrtAllocatorUnregister` succeeds, so the registration
-/// (binding and desc) is dropped only then; a desc the runtime then fails
-/// to destroy is left to it and reported, the stream being unregistered.
+/// Unregisters `stream`. The runtime keeps calling the binding until `aclrtAllocatorUnregister` succeeds, so the
+/// registration is dropped only then; a desc the runtime then fails to destroy is left to it and reported.
 fn release(allocator: &Allocator, stream: Stream, regs: &mut HashMap<Stream, Registration>) -> Result<()> {
     let rt = allocator.core.runtime();
     rt.unregister_desc(stream).map_err(|e| Error::runtime(e, "unregistering the allocator (it stays registered)"))?;
     let reg = regs.remove(&stream).expect("a registered stream");
     let destroyed = rt.destroy_desc(reg.desc);
-    // SAFETY: the binding was made by npualloc_register and is no longer
-    // reachable from the runtime once unregistered.
+    // SAFETY: made by npualloc_register, and unreachable from the runtime once unregistered.
     let _ = unsafe { handle::destroy::<Binding>(reg.binding) };
     if let Err(e) = destroyed {
         let msg = format!("npualloc: the stream is unregistered, but its allocator descriptor was not destroyed: {e}");
@@ -200,8 +171,7 @@ fn release(allocator: &Allocator, stream: Stream, regs: &mut HashMap<Stream, Reg
     Ok(())
 }
 
-/// Unregisters every stream (used by destroy). A stream the runtime refuses
-/// to unregister keeps its registration; returns the first such error.
+/// Unregisters every stream (for destroy); a stream the runtime refuses keeps its registration (first error returned).
 pub(crate) fn unregister_all(allocator: &Allocator) -> Result<()> {
     let mut regs = allocator.registrations.lock().unwrap_or_else(|e| e.into_inner());
     let streams: Vec<Stream> = regs.keys().copied().collect();
@@ -215,13 +185,11 @@ pub(crate) fn unregister_all(allocator: &Allocator) -> Result<()> {
     first
 }
 
-/// The desc's allocation callback: allocates `size` bytes on the binding's
-/// stream and returns a block handle, or NULL with the thread's last error set.
+/// The desc's allocation callback: allocates `size` bytes on the binding's stream and returns a block handle, or NULL
+/// with the thread's last error set.
 ///
 /// # Safety
-/// `binding` is NULL or a binding from `npualloc_register` or
-/// `npualloc_binding_create` not yet destroyed (the runtime passes back the
-/// `obj` it was given).
+/// `binding` is NULL or a live binding from `npualloc_register` or `npualloc_binding_create`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_desc_alloc(binding: *mut c_void, size: usize) -> *mut c_void {
     ffi_boundary!(fallible "npualloc_desc_alloc", std::ptr::null_mut(), {
@@ -230,8 +198,7 @@ pub unsafe extern "C" fn npualloc_desc_alloc(binding: *mut c_void, size: usize) 
     })
 }
 
-/// The body of both allocation callbacks: a block of `size` bytes on the
-/// binding's stream.
+/// The body of both allocation callbacks.
 ///
 /// # Safety
 /// As [`Binding::from_raw`].
@@ -241,14 +208,11 @@ unsafe fn desc_malloc(binding: *mut c_void, size: usize) -> Result<*mut c_void> 
     Ok(b.allocator()?.core.malloc(size, b.stream)? as *mut c_void)
 }
 
-/// The desc's free callback: frees a block handle. A NULL block is a no-op
-/// (the rule of every npualloc free; the binding is still checked). An
-/// unknown or already freed block changes nothing; the error goes to stderr
-/// and the last error.
+/// The desc's free callback: frees a block handle. A NULL block is a no-op (the binding is still checked). An unknown
+/// or already freed block changes nothing; the error goes to stderr and the last error.
 ///
 /// # Safety
-/// `binding` as for `npualloc_desc_alloc`. `block` is only looked up, never
-/// dereferenced.
+/// `binding` as for `npualloc_desc_alloc`. `block` is only looked up, never dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_desc_free(binding: *mut c_void, block: *mut c_void) {
     ffi_boundary!(fallible "npualloc_desc_free", (), {
@@ -261,8 +225,7 @@ pub unsafe extern "C" fn npualloc_desc_free(binding: *mut c_void, block: *mut c_
     })
 }
 
-/// The desc's advise callback: like alloc; `addr_hint` (may be NULL) is a
-/// wish for an address and is not promised.
+/// The desc's advise callback: like alloc; `addr_hint` (may be NULL) is a wish for an address and is not promised.
 ///
 /// # Safety
 /// `binding` as for `npualloc_desc_alloc`. `addr_hint` is never dereferenced.
@@ -279,25 +242,19 @@ pub unsafe extern "C" fn npualloc_desc_alloc_advise(
     })
 }
 
-/// The desc's address callback: the device address of a block handle (the
-/// handle itself). O(1).
+/// The desc's address callback: the device address of a block handle (the handle itself). O(1).
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_desc_get_addr(block: *mut c_void) -> *mut c_void {
     ffi_boundary!("npualloc_desc_get_addr", std::ptr::null_mut(), { block })
 }
 
-/// Makes a binding (the `obj` for a host-built desc or GE's external
-/// allocator shim) whose blocks belong to `stream` (NULL: default stream).
-/// Destroy it with `npualloc_binding_destroy` before destroying the
-/// allocator; the callbacks refuse a binding whose allocator was destroyed
-/// (NULL, or nothing freed, and a last error saying so).
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `binding`, or a
-/// stream the runtime does not know (checked as in npualloc_register).
+/// Makes a binding (the `obj` for a host-built desc or GE's external allocator shim) whose blocks belong to `stream`
+/// (NULL: default stream). Destroy it with `npualloc_binding_destroy` before destroying the allocator; the callbacks
+/// refuse a binding whose allocator was destroyed (NULL, or nothing freed, and a last error saying so). Returns
+/// NPUALLOC_ERR_INVALID_ARGUMENT for a NULL `binding` or a stream the runtime does not know.
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed; `binding`
-/// is NULL or valid for writing one pointer.
+/// `a` is NULL or a live handle; `binding` is NULL or valid for writing one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_binding_create(
     a: *mut npualloc_allocator,
@@ -320,16 +277,14 @@ pub unsafe extern "C" fn npualloc_binding_create(
 /// Destroys a binding made by `npualloc_binding_create`. NULL is a no-op.
 ///
 /// # Safety
-/// `binding` is NULL or a binding from `npualloc_binding_create` not yet
-/// destroyed, which no desc registered with the runtime still names.
+/// `binding` is NULL or a live binding from `npualloc_binding_create` that no desc registered with the runtime names.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_binding_destroy(binding: *mut c_void) -> npualloc_status {
     ffi_boundary!(status "npualloc_binding_destroy", {
         if binding.is_null() {
             return Ok(());
         }
-        // SAFETY: no other thread uses the binding any more (the caller's
-        // contract); anything but a live binding is refused.
+        // SAFETY: no other thread uses the binding any more (the caller's contract); anything else is refused.
         unsafe { handle::destroy::<Binding>(Handle::of(binding)) }.map(drop)
     })
 }

@@ -1,56 +1,32 @@
 //! The objects C holds by pointer, and the one check every use makes.
 //!
-//! A handle is not an address. Its value names a slot of its kind's
-//! [`Registry`] and the generation of that slot it was issued for:
+//! A handle is not an address: its value names a slot of its kind's [`Registry`] and the slot's generation:
 //!
 //! ```text
 //! bit   63   62..60   59..21       20..11   10..3   2..0
 //!       0    kind     generation   chunk    slot    0
 //! ```
 //!
-//! Every use decodes the value and compares it with the slot's word, in the
-//! registry's own memory; only a handle equal to that word reaches the
-//! object. The pointer C passed is never read, so NULL, a pointer to
-//! anything else (foreign memory, mapped or not, or a handle of another
-//! kind) and a destroyed handle are refused alike, with
-//! `NPUALLOC_ERR_INVALID_ARGUMENT` and a message naming the kind. The kinds
-//! are the allocator (`npualloc_allocator *`, made by `npualloc_create`) and
-//! the binding behind a desc's `obj` (`super::desc::Binding`).
+//! Every use compares the value with the slot's word, in the registry's own memory, and never reads through
+//! the pointer C passed: NULL, any other pointer (mapped or not, or another kind's handle) and a destroyed
+//! handle are refused alike with `NPUALLOC_ERR_INVALID_ARGUMENT` and a message naming the kind. The kinds are
+//! the allocator (`npualloc_allocator *`) and the binding behind a desc's `obj` (`super::desc::Binding`).
 //!
 //! Invariants:
-//! - A handle is non-NULL, a multiple of 8, positive as a signed
-//!   `intptr_t`, and at least 2^60 (the kind is never 0): above every
-//!   user-space address of x86-64 and AArch64 (below 2^57), so no pointer to
-//!   memory ever equals a live handle.
-//! - A slot's word is the handle last issued from it while that handle is
-//!   live, the same value with bit 0 set once it was destroyed, and 1 before
-//!   the slot's first use. A value with bit 0 set is refused before the
-//!   look-up, so only a live handle matches a word.
-//! - Only a registry's own tags reach its words, and each kind has a tag of
-//!   its own ([`Kind`]): a handle of one kind never matches another's word.
-//! - Slots come in chunks of 256 that are never moved or freed. Chunk 0 is
-//!   part of the registry (a static), and destroyed handles' slots are
-//!   reused first, so a kind's handles are there while at most 256 are live
-//!   at once: looking one up is a test, a load of the word and a compare,
-//!   then a load of the object's pointer. Other chunks are allocated as
-//!   needed and found through a table, two loads more. A look-up takes no lock and writes nothing, so threads
-//!   using different handles, or the same one, never contend. Creation and
-//!   destruction take the registry's lock.
-//! - Destroying a handle frees its object at once and gives the slot back
-//!   for the next handle of the kind, which gets the next generation: a
-//!   stale handle then differs from the word in its generation and is
-//!   refused as destroyed, however late it comes back. Nothing else is kept
-//!   of a destroyed handle. A generation never wraps: a slot whose
-//!   generation reached 2^39 - 1 is retired instead of reused, so no stale
-//!   handle is ever accepted again. Retiring keeps one 16-byte slot per
-//!   2^39 destroys; a kind runs out of handles (creation fails) after 2^57
-//!   creations, more than four centuries at ten million a second.
-//! - A kind has at most 262,144 live handles (1024 chunks of 256 slots).
+//! - A handle is a multiple of 8, positive as a signed `intptr_t`, and at least 2^60 (no kind is 0): above
+//!   every user-space address of x86-64 and AArch64 (below 2^57), so no pointer to memory equals a live handle.
+//! - A slot's word is its live handle, that value with bit 0 set once destroyed, and 1 before first use. A
+//!   value with bit 0 set is refused before the look-up, so only a live handle matches a word.
+//! - Each kind has a tag of its own ([`Kind`]): a handle of one kind never matches another's word.
+//! - Slots come in chunks of 256, never moved or freed. Chunk 0 is inside the registry (a static) and freed
+//!   slots are reused first, so up to 256 live handles need no pointer load to find their slot. Look-ups take no
+//!   lock and write nothing; creation and destruction take the registry's lock.
+//! - Destroying a handle frees its object at once; the slot's next handle gets the next generation, so a stale
+//!   handle is refused however late it comes back. A slot at generation 2^39 - 1 is retired, never wrapped; a
+//!   kind runs out of handles after 2^57 creations, and has at most 262,144 live (1024 chunks of 256 slots).
 //!
-//! A handle must not be used while another thread destroys it
-//! (`npualloc_destroy`'s contract): a look-up that succeeded hands out a
-//! reference to the object, which destroy frees. Once destroy has returned,
-//! every use is refused.
+//! A handle must not be used while another thread destroys it (`npualloc_destroy`'s contract): a look-up hands
+//! out a reference to the object, which destroy frees. Once destroy has returned, every use is refused.
 
 use crate::core::DeviceAllocator;
 use crate::error::{Error, Result};
@@ -60,14 +36,12 @@ use std::fmt;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-// The layout above packs 64 bits into a pointer.
 const _: () = assert!(usize::BITS == 64, "handles need 64-bit pointers");
 
 /// Bits 0..3 of a handle are 0; bit 0 marks a word that admits no handle.
 const DEAD: usize = 1;
 const LOW_BITS: usize = 0x7;
-/// Bits 3..11: the slot within its chunk, so that `h & 0x7f8` is the byte
-/// offset of its word (8 bytes each) in the chunk.
+/// Bits 3..11: the slot within its chunk, so `h & 0x7f8` is the byte offset of its word in the chunk.
 const SLOT_SHIFT: u32 = 3;
 const SLOTS_PER_CHUNK: usize = 256;
 /// Bits 11..21: the chunk.
@@ -109,7 +83,6 @@ pub(crate) enum Kind {
 
 /// A kind of object C holds by handle.
 pub(crate) trait HandleKind: Sized + Send + Sync + 'static {
-    /// The kind's tag, unique per kind.
     const KIND: Kind;
     /// What messages call a handle of this kind, e.g. "allocator handle".
     const NOUN: &'static str;
@@ -128,8 +101,7 @@ impl Handle {
         Handle(p.addr())
     }
 
-    /// The handle as C holds it: a pointer without provenance, which nothing
-    /// may read through.
+    /// The handle as C holds it: a pointer without provenance, which nothing may read through.
     pub fn as_ptr<P>(self) -> *mut P {
         std::ptr::without_provenance_mut(self.0)
     }
@@ -141,14 +113,11 @@ impl fmt::Pointer for Handle {
     }
 }
 
-/// Slots of a registry, each a word and a value at the same index (kept
-/// apart so a look-up addresses both from the chunk without a sum).
+/// Slots of a registry: a word and a value at the same index (apart, so a look-up addresses both without a sum).
 struct Chunk<T> {
-    /// The handle last issued from each slot, `DEAD` set once it was
-    /// destroyed; `FRESH` before the first (see the module docs).
+    /// The handle last issued from each slot, `DEAD` set once it was destroyed; `FRESH` before the first.
     words: [AtomicUsize; SLOTS_PER_CHUNK],
-    /// While the word is a live handle: its object, from `Box::into_raw`.
-    /// NULL otherwise.
+    /// While the word is a live handle: its object, from `Box::into_raw`; NULL otherwise.
     values: [AtomicPtr<T>; SLOTS_PER_CHUNK],
 }
 
@@ -163,16 +132,12 @@ impl<T> Chunk<T> {
     /// The slot a value's slot bits name (whatever the other bits hold).
     #[inline]
     fn slot(&self, h: usize) -> Slot<'_, T> {
-        // The bits as they are: the byte offset of the slot's word, and of
-        // its value (a word and a pointer are both 8 bytes).
         let offset = h & ((SLOTS_PER_CHUNK - 1) << SLOT_SHIFT);
-        // SAFETY: `offset` is a multiple of 8 below 8 * SLOTS_PER_CHUNK, the
-        // size of either array: it is the start of one element of each.
+        // SAFETY: `offset` is a multiple of 8 below 8 * SLOTS_PER_CHUNK, the size of either array.
         unsafe { Slot { word: &*self.words.as_ptr().byte_add(offset), value: &*self.values.as_ptr().byte_add(offset) } }
     }
 }
 
-/// One slot of a chunk.
 struct Slot<'c, T> {
     word: &'c AtomicUsize,
     value: &'c AtomicPtr<T>,
@@ -182,13 +147,11 @@ impl<T> Slot<'_, T> {
     /// The object of the live handle this slot's word was seen to be.
     ///
     /// # Safety
-    /// The word was read (Acquire) as a live handle, which is not destroyed
-    /// while the result is in use.
+    /// The word was read (Acquire) as a live handle, which is not destroyed while the result is in use.
     #[inline]
     unsafe fn object<'a>(&self) -> &'a T {
-        // SAFETY: while the word is a live handle, `value` is its object
-        // from Box::into_raw, set before the word was published (Release)
-        // and freed only by `remove`, which the caller rules out.
+        // SAFETY: while the word is a live handle, `value` is its object from Box::into_raw, set before the word
+        // was published (Release) and freed only by `remove`, which the caller rules out.
         unsafe { &*self.value.load(Ordering::Relaxed) }
     }
 }
@@ -198,21 +161,17 @@ type Table<T> = [AtomicPtr<Chunk<T>>; CHUNKS];
 
 /// The live handles of one kind, and the slots that issue new ones.
 pub(crate) struct Registry<T> {
-    /// Chunk 0, in place: looking up one of its handles, which the first 256
-    /// live handles of a kind are, reads no pointer.
+    /// Chunk 0, in place: looking up the first 256 live handles of a kind reads no pointer.
     first: Chunk<T>,
-    /// The table of the other chunks: NULL until a slot past chunk 0 is
-    /// needed; then set once, and so is each of its entries as its chunk's
-    /// first slot is needed. Neither a table nor a chunk is ever freed or
-    /// moved.
+    /// The table of the other chunks: NULL until a slot past chunk 0 is needed, then set once, as is each entry
+    /// when its chunk is first needed. Neither a table nor a chunk is ever freed or moved.
     rest: AtomicPtr<Table<T>>,
     /// The slots to issue from; held while creating or destroying.
     spare: Mutex<Spare>,
 }
 
 struct Spare {
-    /// Slots given back by destroy, reused last in, first out (the slots in
-    /// use stay as few as the peak of live handles, in chunk 0 if they fit).
+    /// Slots given back by destroy, reused last in, first out: the slots in use stay as few as the peak.
     free: Vec<usize>,
     /// Slots from this one on were never used.
     fresh: usize,
@@ -228,8 +187,7 @@ impl<T: HandleKind> Registry<T> {
     }
 
     fn table(&self) -> Option<&Table<T>> {
-        // SAFETY: a non-NULL `rest` is a table from Box::into_raw in
-        // `insert`, published (Release) once initialised, never freed.
+        // SAFETY: a non-NULL `rest` is `insert`'s table from Box::into_raw, published (Release), never freed.
         unsafe { self.rest.load(Ordering::Acquire).as_ref() }
     }
 
@@ -238,20 +196,17 @@ impl<T: HandleKind> Registry<T> {
             return Some(&self.first);
         }
         let table = self.table()?;
-        // SAFETY: a non-NULL entry is a chunk from Box::into_raw in `insert`,
-        // published (Release) once its slots were initialised, never freed.
+        // SAFETY: a non-NULL entry is `insert`'s chunk from Box::into_raw, published (Release), never freed.
         unsafe { table[c].load(Ordering::Acquire).as_ref() }
     }
 
-    /// The slot a value's chunk and slot bits name, if that chunk exists
-    /// (whatever the other bits hold).
+    /// The slot a value's chunk and slot bits name, if that chunk exists (whatever the other bits hold).
     fn slot(&self, h: usize) -> Option<Slot<'_, T>> {
         let chunk = self.chunk((h >> CHUNK_SHIFT) & (CHUNKS - 1))?;
         Some(chunk.slot(h))
     }
 
-    /// The slot of `h` if `h` is a live handle of this registry. Acquire on
-    /// the word: the object stored before the word was published is seen.
+    /// The slot of `h` if it is a live handle here; Acquire on the word: the object stored before it is seen.
     fn live(&self, h: usize) -> Option<Slot<'_, T>> {
         if h & DEAD != 0 {
             return None;
@@ -265,8 +220,7 @@ impl<T: HandleKind> Registry<T> {
     /// As [`borrow`].
     #[inline]
     unsafe fn get<'a>(&self, h: usize) -> Result<&'a T> {
-        // One test sends everything but a value of chunk 0 without bit 0
-        // out of line.
+        // One test sends everything but a value of chunk 0 without bit 0 out of line.
         if h & (DEAD | ((CHUNKS - 1) << CHUNK_SHIFT)) != 0 {
             // SAFETY: forwarded to the caller.
             return unsafe { self.get_past_first(h) };
@@ -303,7 +257,6 @@ impl<T: HandleKind> Registry<T> {
         })
     }
 
-    /// Registers `value`; returns its new handle.
     fn insert(&self, value: T) -> Result<Handle> {
         let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
         let index = match spare.free.pop() {
@@ -342,8 +295,7 @@ impl<T: HandleKind> Registry<T> {
         Ok(Handle(h))
     }
 
-    /// Unregisters a live handle and returns its object; `None` if `h` is
-    /// not a live handle of this registry.
+    /// Unregisters a live handle and returns its object; `None` if `h` is not a live handle here.
     ///
     /// # Safety
     /// No reference to the object from an earlier look-up is used any more.
@@ -357,46 +309,38 @@ impl<T: HandleKind> Registry<T> {
             spare.free.push((h >> SLOT_SHIFT) & (CHUNKS * SLOTS_PER_CHUNK - 1));
         }
         drop(spare);
-        // SAFETY: the word was this live handle's, so `value` came from
-        // Box::into_raw in `insert` and was not taken since (the swap above,
-        // under the lock, is the only taker); the word admits no look-up
-        // now, and the caller gives up every earlier one.
+        // SAFETY: the word was this live handle's, so `value` came from `insert`'s Box::into_raw and only the swap
+        // above (under the lock) takes it; no look-up matches the word now, and the caller gives up earlier ones.
         Some(unsafe { Box::from_raw(value) })
     }
 }
 
-/// Registers `value` as a new handle of its kind; C owns it until it is
-/// destroyed.
+/// Registers `value` as a new handle of its kind; C owns it until it is destroyed.
 pub(crate) fn register<T: HandleKind>(value: T) -> Result<Handle> {
     T::registry().insert(value)
 }
 
-/// Borrows the object behind a handle, refusing NULL, values that are not a
-/// live handle of this kind (foreign pointers, other kinds) and destroyed
-/// handles. Only the value of `h` is used.
+/// Borrows the object behind a handle, refusing NULL, values that are not a live handle of this kind and
+/// destroyed handles. Only the value of `h` is used.
 ///
 /// # Safety
-/// The handle is not destroyed while the result is in use
-/// (`npualloc_destroy`'s contract).
+/// The handle is not destroyed while the result is in use (`npualloc_destroy`'s contract).
 #[inline]
 pub(crate) unsafe fn borrow<'a, T: HandleKind>(h: Handle) -> Result<&'a T> {
     // SAFETY: forwarded to the caller.
     unsafe { T::registry().get(h.0) }
 }
 
-/// Takes a live handle's object back from C, for destruction; from now on
-/// the handle is refused as destroyed, and its slot issues a new handle.
+/// Takes a live handle's object back for destruction; from now on the handle is refused as destroyed.
 ///
 /// # Safety
-/// No other thread uses the handle any more, and no earlier borrow of it is
-/// in use.
+/// No other thread uses the handle any more, and no earlier borrow of it is in use.
 pub(crate) unsafe fn destroy<T: HandleKind>(h: Handle) -> Result<Box<T>> {
     // SAFETY: forwarded to the caller.
     unsafe { T::registry().remove(h.0) }.ok_or_else(|| refused::<T>(h))
 }
 
-// Why a handle was refused, out of line: the check on the hot path (every
-// malloc and free) stays a few instructions.
+// Out of line, so that the check on every malloc and free stays a few instructions.
 #[cold]
 #[inline(never)]
 fn refused<T: HandleKind>(h: Handle) -> Error {
@@ -409,13 +353,9 @@ fn refused<T: HandleKind>(h: Handle) -> Error {
     })
 }
 
-/// Opaque allocator handle. C holds a pointer to it whose value names a
-/// registered allocator and is not an address: npualloc never reads through
-/// it, and checks it on every call, refusing NULL, any other value and a
-/// destroyed handle with NPUALLOC_ERR_INVALID_ARGUMENT.
-// No #[repr(C)]: cbindgen then declares an incomplete struct type
-// (`typedef struct npualloc_allocator npualloc_allocator;`) instead of a
-// zero-length array, which -pedantic C rejects.
+/// Opaque allocator handle: its value names a registered allocator and is not an address. npualloc never reads
+/// through it and refuses NULL, any other value and a destroyed handle with NPUALLOC_ERR_INVALID_ARGUMENT.
+// No #[repr(C)]: cbindgen then declares an incomplete struct type, not a zero-length array (-pedantic C rejects it).
 #[allow(non_camel_case_types)]
 pub struct npualloc_allocator {
     _private: [u8; 0],
@@ -431,9 +371,7 @@ pub(crate) struct Registration {
 pub(crate) struct Allocator {
     pub core: DeviceAllocator,
     pub registrations: Mutex<HashMap<Stream, Registration>>,
-    /// One of the pluggable entry points' allocators (see
-    /// `npualloc_pluggable_allocator`): it lives until the process exits and
-    /// `npualloc_destroy` refuses it.
+    /// A pluggable entry point's allocator: it lives until the process exits; `npualloc_destroy` refuses it.
     pub process_wide: bool,
 }
 
@@ -454,26 +392,22 @@ impl Allocator {
         let h = register(Allocator { core, registrations: Mutex::new(HashMap::new()), process_wide: false })?;
         // SAFETY: the handle was just made and no other thread has it yet.
         let allocator: &Allocator = unsafe { borrow(h) }?;
-        // SAFETY: the registry keeps the allocator boxed until destroy, which
-        // tears it down (leaving its peers) before dropping it.
+        // SAFETY: the registry keeps it boxed until destroy, which leaves its peers before dropping it.
         unsafe { allocator.core.join_peers() };
         Ok(h.as_ptr())
     }
 
-    /// A process-wide allocator as C holds it, and the allocator: never
-    /// destroyed.
+    /// A process-wide allocator as C holds it, and the allocator: never destroyed.
     pub fn into_raw_process_wide(core: DeviceAllocator) -> Result<(Handle, &'static Allocator)> {
         let h = register(Allocator { core, registrations: Mutex::new(HashMap::new()), process_wide: true })?;
-        // SAFETY: npualloc_destroy refuses process-wide handles, so this one
-        // is never destroyed.
+        // SAFETY: npualloc_destroy refuses process-wide handles, so this one is never destroyed.
         let allocator: &'static Allocator = unsafe { borrow(h) }?;
         // SAFETY: never destroyed, so never moved.
         unsafe { allocator.core.join_peers() };
         Ok((h, allocator))
     }
 
-    /// Borrows the allocator behind a handle; see [`borrow`]. Only the value
-    /// of `a` is used.
+    /// Borrows the allocator behind a handle; see [`borrow`]. Only the value of `a` is used.
     ///
     /// # Safety
     /// As [`borrow`]: `a` is not destroyed while the result is in use.

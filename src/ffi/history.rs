@@ -6,59 +6,35 @@ use crate::core::DeviceAllocator;
 use crate::error::Error;
 use std::ffi::{c_char, c_int, CString};
 
-/// Starts, resizes or stops the memory history: the allocator keeps its last
-/// `max_entries` events (alloc, free requested, free completed, segment
-/// alloc/free or map/unmap, out of memory) for
-/// `npualloc_snapshot_pytorch_json`. 0 turns recording off and drops the
-/// entries kept; a smaller bound than before keeps the newest. Off when an
-/// allocator is created.
-///
-/// While off, a malloc or free pays one relaxed atomic load for it; while
-/// on, each event takes a lock shared by the allocator's streams. Memory for
-/// entries grows as they arrive (about 50 bytes each), up to the bound.
-///
-/// Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a`.
-/// Thread-safe.
+/// Starts, resizes or stops the memory history: the allocator keeps its last `max_entries` events (alloc, free
+/// requested, free completed, segment alloc/free or map/unmap, out of memory) for
+/// `npualloc_snapshot_pytorch_json`. 0 turns recording off and drops the entries; a smaller bound keeps the
+/// newest. Off when an allocator is created. While off, a malloc or free pays one relaxed atomic load for it;
+/// while on, each event takes a lock shared by the allocator's streams, and entries take about 50 bytes each.
+/// Statuses: OK; INVALID_ARGUMENT for a destroyed `a`.
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+/// `a` is NULL or a live handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_record_history(a: *mut npualloc_allocator, max_entries: usize) -> npualloc_status {
     ffi_boundary!(status "npualloc_record_history", {
-        // SAFETY: the handle is not destroyed during the call (the caller's
-        // contract); anything but a live handle is refused.
+        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         allocator.core.record_history(max_entries);
         Ok(())
     })
 }
 
-/// Writes a snapshot in the format of PyTorch's
-/// `torch.cuda.memory._snapshot()`, as JSON, to `*out_json`: an object with
-/// `segments` (each with `device`, `address`, `total_size`,
-/// `allocated_size`, `active_size`, `requested_size`, `stream`,
-/// `segment_type`, `segment_pool_id`, `is_expandable`, `frames` and
-/// `blocks`, each block with `address`, `size`, `requested_size`, `state`
-/// — active_allocated / active_pending_free / inactive — and `frames`) and
-/// `device_traces` (one list per device index up to this allocator's
-/// device; this device's holds the memory history, oldest first, each
-/// entry with `action`, `addr` (`device_free` for "oom"), `size`,
-/// `stream`, `pool_id` (`[0, pool]`, as `segment_pool_id`), `time_us`,
-/// `frames`). Frames are always empty lists.
-///
-/// A segment is device-backed memory: a fixed segment, or each run of
-/// mapped pages of an expandable range (`is_expandable` true). The history
-/// is empty unless `npualloc_record_history` turned it on; taking a
-/// snapshot adds a "snapshot" entry to it. Free the string with
-/// `npualloc_string_free`. Costs O(blocks + entries) and locks each of the
-/// allocator's pools in turn.
-///
-/// Statuses: OK; INVALID_ARGUMENT for a NULL or destroyed `a` or a NULL
-/// `out_json` (nothing written).
+/// Writes to `*out_json` a snapshot as JSON in the format of PyTorch's `torch.cuda.memory._snapshot()`:
+/// `segments` with their `blocks`, and `device_traces`, one list per device index up to this allocator's device,
+/// this device's holding the memory history, oldest first (`addr` is `device_free` for "oom"; `pool_id` is
+/// `[0, pool]`, as `segment_pool_id`). Frames are always empty lists. A segment is a fixed segment or a run of
+/// mapped pages of an expandable range (`is_expandable` true). Taking a snapshot adds a "snapshot" entry to the
+/// history. Free the string with `npualloc_string_free`. Costs O(blocks + entries) and locks each of the
+/// allocator's pools in turn. Statuses: OK; INVALID_ARGUMENT for a destroyed `a` or a NULL `out_json`.
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed;
-/// `out_json` is NULL or valid for writing one pointer.
+/// `a` is NULL or a live handle; `out_json` is NULL or valid for writing one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_snapshot_pytorch_json(
     a: *const npualloc_allocator,
@@ -80,15 +56,10 @@ fn snapshot_string(core: &DeviceAllocator) -> crate::error::Result<CString> {
     CString::new(json).map_err(|_| Error::Internal("snapshot contains a NUL byte".into()))
 }
 
-/// `npualloc_record_history` for the process-wide allocator of `device`
-/// that the torch_npu pluggable entry points use (created now from
-/// `NPUALLOC_CONF` if it does not exist yet, as their first allocation
-/// would).
-///
-/// Statuses: OK; INVALID_ARGUMENT for a device outside the range
-/// `npualloc_pluggable_init` set (0..64 before it); the status of the
-/// creation failure when the device's allocator cannot be created.
-/// Thread-safe.
+/// `npualloc_record_history` for the pluggable entry points' process-wide allocator of `device`, created now
+/// from `NPUALLOC_CONF` if it does not exist yet, as their first allocation would. Statuses: OK;
+/// INVALID_ARGUMENT for a device outside the range `npualloc_pluggable_init` set (0..64 before it); the
+/// creation failure's status when the device's allocator cannot be created.
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_pluggable_record_history(device: c_int, max_entries: usize) -> npualloc_status {
     ffi_boundary!(status "npualloc_pluggable_record_history", {
@@ -97,13 +68,9 @@ pub extern "C" fn npualloc_pluggable_record_history(device: c_int, max_entries: 
     })
 }
 
-/// `npualloc_snapshot_pytorch_json` for the process-wide allocator of
-/// `device` that the torch_npu pluggable entry points use (created now from
-/// `NPUALLOC_CONF` if it does not exist yet). Free the string with
-/// `npualloc_string_free`.
-///
-/// Statuses: as `npualloc_pluggable_record_history`, and INVALID_ARGUMENT
-/// for a NULL `out_json` (nothing written, nothing created).
+/// `npualloc_snapshot_pytorch_json` for the pluggable entry points' process-wide allocator of `device` (created
+/// now if it does not exist yet). Free the string with `npualloc_string_free`. Statuses: as
+/// `npualloc_pluggable_record_history`; INVALID_ARGUMENT for a NULL `out_json` (nothing created).
 ///
 /// # Safety
 /// `out_json` is NULL or valid for writing one pointer.

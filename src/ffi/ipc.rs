@@ -1,5 +1,5 @@
-//! Sharing blocks with other processes of the host (`core::sharing`):
-//! export in the owning process, import and close in another.
+//! Sharing blocks with other processes of the host (`core::sharing`): export in the owner, import and close in
+//! another process.
 
 use super::handle::{npualloc_allocator, Allocator};
 use super::status::npualloc_status;
@@ -11,8 +11,7 @@ use std::ffi::c_void;
 pub const NPUALLOC_IPC_HANDLE_SIZE: usize = 128;
 const _: () = assert!(NPUALLOC_IPC_HANDLE_SIZE == table::HANDLE_SIZE);
 
-/// What `npualloc_ipc_export` writes: plain bytes, to be copied through a
-/// pipe, socket, file or shared memory to another process of the host.
+/// What `npualloc_ipc_export` writes: plain bytes, to be copied by any means to another process of the host.
 #[repr(C)]
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
@@ -20,26 +19,18 @@ pub struct npualloc_ipc_handle {
     pub bytes: [u8; NPUALLOC_IPC_HANDLE_SIZE],
 }
 
-/// Exports the live block that starts at `ptr` (of allocator `a`, any pool,
-/// either mode, any size) so that another process of the host can map the
-/// same memory with `npualloc_ipc_import`; writes the handle to `out`.
-/// Exporting a block again gives the same handle.
+/// Exports the live block that starts at `ptr` (any pool, mode or size) so that another process of the host can
+/// map the same memory with `npualloc_ipc_import`; writes the handle to `out`. Exporting a block again gives the
+/// same handle. While any process holds the block imported, its memory is neither handed to another request
+/// nor given back, even after this process frees it (the free succeeds at once); it returns to the cache when
+/// the last importer closes it or exits, as a later free, empty_cache or the out-of-memory ladder sees. A block
+/// freed before any import is no longer exported. The runtime exports a physical handle once per process: with
+/// expandable segments, a handle a communication library registered (and so exported) makes the export fail
+/// with NPUALLOC_ERR_RUNTIME, and the message says so.
 ///
-/// While any process holds the block imported, its memory is neither
-/// handed to another request nor given back, even after this process frees
-/// it: the free succeeds at once, and the memory returns to the cache when
-/// the last importer closes it or exits (seen by a later free, empty_cache
-/// or the out-of-memory ladder). A block freed before any process imported
-/// it is no longer exported. The runtime exports a physical handle once
-/// per process: with expandable segments, a handle a communication library
-/// registered (and so exported itself) makes the export fail with
-/// NPUALLOC_ERR_RUNTIME, and the message says so.
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle or NULL
-/// `ptr` or `out`, NPUALLOC_ERR_UNKNOWN_POINTER when `ptr` is not the start
-/// of a live block of `a`, NPUALLOC_ERR_UNSUPPORTED when the runtime lacks
-/// the sharing calls, NPUALLOC_ERR_RUNTIME when it refuses. Nothing changes
-/// on an error. Thread-safe.
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a destroyed handle or NULL `ptr`, NPUALLOC_ERR_UNKNOWN_POINTER
+/// when `ptr` is not the start of a live block of `a`, NPUALLOC_ERR_UNSUPPORTED when the runtime lacks the
+/// sharing calls, NPUALLOC_ERR_RUNTIME when it refuses. Nothing changes on an error.
 ///
 /// # Safety
 /// `a` is NULL or a live handle; `out` is NULL or writable.
@@ -63,21 +54,14 @@ pub unsafe extern "C" fn npualloc_ipc_export(
     })
 }
 
-/// In another process than the exporter's (it needs no allocator of its
-/// own), maps the memory of the block `h` names on `device` (the
-/// exporter's device, or another device of the host where the runtime
-/// allows it) and writes the address of its first byte to `out_ptr` and
-/// its usable size (at least what was requested) to `out_size`. The
-/// importer sees the exporter's bytes and the exporter the importer's
-/// writes. Importing one handle twice gives two imports (the same address
-/// for a fixed-segment block), each ended by one `npualloc_ipc_close`. An
-/// import stays valid after the exporter exits.
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for NULL arguments, bytes that are
-/// not an export's, a handle this process exported ("use the pointer
-/// itself"), a block no longer exported or an exporter that has exited;
-/// NPUALLOC_ERR_RUNTIME when the runtime refuses. Nothing changes on an
-/// error. Thread-safe.
+/// In a process other than the exporter's (it needs no allocator), maps the memory of the block `h` names on
+/// `device` (the exporter's, or another device of the host where the runtime allows it), and writes its address
+/// to `out_ptr` and its usable size (at least what was requested) to `out_size`. Each process sees the other's
+/// writes. Importing one handle twice gives two imports (the same address for a fixed-segment block), each
+/// ended by one `npualloc_ipc_close`. An import stays valid after the exporter exits. Returns
+/// NPUALLOC_ERR_INVALID_ARGUMENT for NULL arguments, bytes that are not an export's, a handle this process
+/// exported ("use the pointer itself"), a block no longer exported or an exporter that has exited;
+/// NPUALLOC_ERR_RUNTIME when the runtime refuses. Nothing changes on an error.
 ///
 /// # Safety
 /// `h` is NULL or readable; `out_ptr` and `out_size` NULL or writable.
@@ -105,13 +89,10 @@ pub unsafe extern "C" fn npualloc_ipc_import(
     })
 }
 
-/// Ends one import of the block at `ptr`, a pointer `npualloc_ipc_import`
-/// returned; the last unmaps it, and the exporter may reuse the memory once
-/// no process holds it. Work queued on the memory must be finished first.
-///
-/// Returns NPUALLOC_ERR_UNKNOWN_POINTER when `ptr` is no live import,
-/// NPUALLOC_ERR_RUNTIME when the runtime refuses to unmap (the import has
-/// ended all the same). Thread-safe.
+/// Ends one import of the block at `ptr` (from `npualloc_ipc_import`); the last one unmaps it, and the exporter
+/// may reuse the memory once no process holds it. Work queued on the memory must be finished first. Returns
+/// NPUALLOC_ERR_UNKNOWN_POINTER when `ptr` is no live import, NPUALLOC_ERR_RUNTIME when the runtime refuses
+/// to unmap (the import has ended all the same).
 ///
 /// # Safety
 /// Nothing may use the imported memory after its last close.

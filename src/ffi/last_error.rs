@@ -1,12 +1,9 @@
-//! The thread-local last-error message behind `npualloc_last_error()`.
+//! The thread-local last-error message behind `npualloc_last_error()`: one byte buffer per thread, NUL-terminated when
+//! non-empty and reused, so recording an error allocates only for a message longer than any before it on that thread.
+//! A pointer handed to C stays valid until the next npualloc call on the same thread records or clears a message.
 //!
-//! One byte buffer per thread, always NUL-terminated when non-empty and reused
-//! from call to call, so recording an error allocates only when a message is
-//! longer than any before it on that thread. A pointer handed to C stays valid
-//! until the next npualloc call on the same thread records or clears a message.
-//!
-//! The buffer is a `thread_local!` with a destructor (it owns heap memory).
-//! glibc keeps a shared library loaded while threads that registered such
+//! The buffer is a `thread_local!` with a destructor (it owns heap memory); glibc keeps a shared library loaded while
+//! threads that registered such destructors live, so `dlclose` of npualloc does not unload it under them.
 //! destructors live, so `dlclose` of npualloc does not unload it under them.
 
 use super::status::npualloc_status;
@@ -22,8 +19,7 @@ const EMPTY: &[u8] = b"\0";
 
 /// Records `msg` as this thread's last error (interior NUL bytes become '?').
 pub(crate) fn set_last_error(msg: &str) {
-    // During thread teardown the buffer may be gone already; then there is
-    // nowhere to keep a message and nobody left to read it.
+    // During thread teardown the buffer may be gone already; then nobody is left to read a message.
     let _ = LAST_ERROR.try_with(|cell| {
         if let Ok(mut buf) = cell.try_borrow_mut() {
             buf.clear();
@@ -33,8 +29,7 @@ pub(crate) fn set_last_error(msg: &str) {
     });
 }
 
-/// Forgets this thread's last error: `npualloc_last_error()` returns "" again.
-/// Keeps the buffer's capacity for the next message.
+/// Forgets this thread's last error (`npualloc_last_error()` returns "" again), keeping the buffer's capacity.
 pub(crate) fn clear_last_error() {
     let _ = LAST_ERROR.try_with(|cell| {
         if let Ok(mut buf) = cell.try_borrow_mut() {
@@ -43,8 +38,7 @@ pub(crate) fn clear_last_error() {
     });
 }
 
-/// Records `err` (its `Display` text) and returns the status it maps to. A
-/// `Runtime` error's text names the ACL function and its aclError number.
+/// Records `err` (its `Display` text) and returns the status it maps to.
 pub(crate) fn fail(err: Error) -> npualloc_status {
     let status = npualloc_status::from(&err);
     set_last_error(&err.to_string());
@@ -61,22 +55,17 @@ pub fn last_error_message() -> String {
         .unwrap_or_default()
 }
 
-/// The message recorded by the most recent failing npualloc call on this
-/// thread, or "" when there is none.
-///
-/// Every function that returns a status clears the message when it starts,
-/// so after `NPUALLOC_OK` it is "" (unless the function documents a note it
-/// leaves on success, such as `npualloc_destroy` reporting live blocks). Never
-/// returns NULL. The string belongs to the library: do not free it; it stays
-/// valid until the next npualloc call on this thread, so copy it to keep it.
-/// Thread-safe: each thread has its own message. Does not change the message.
+/// The message recorded by the most recent failing npualloc call on this thread, or "" when there is none. Every
+/// function that returns a status clears it when it starts, so after `NPUALLOC_OK` it is "" (unless the function
+/// documents a note it leaves on success, such as `npualloc_destroy` reporting live blocks). Never returns NULL. The
+/// string belongs to the library: do not free it; it stays valid until the next npualloc call on this thread, so copy
+/// it to keep it. Each thread has its own message; this call does not change it.
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_last_error() -> *const c_char {
     ffi_boundary!("npualloc_last_error", EMPTY.as_ptr().cast(), {
         LAST_ERROR
             .try_with(|cell| match cell.try_borrow() {
-                // The pointer outlives the borrow: the buffer is only changed
-                // by later npualloc calls on this thread, which end its validity.
+                // The pointer outlives the borrow: only later npualloc calls on this thread change the buffer.
                 Ok(buf) if !buf.is_empty() => buf.as_ptr().cast::<c_char>(),
                 _ => EMPTY.as_ptr().cast(),
             })

@@ -1,8 +1,5 @@
-//! Validated 2D copies: `npualloc_check_memcpy2d`, `npualloc_memcpy2d`,
-//! `npualloc_memcpy2d_async` (api.md "2D copies").
-//!
-//! The checks live in [`crate::memcpy2d`]; these shims convert the arguments,
-//! supply the allocator's block lookup, and call the runtime.
+//! Validated 2D copies (docs/runtime-behaviour.md "2D copies"): the checks live in [`crate::memcpy2d`]; these shims add the allocator's
+//! block lookup and call the runtime.
 
 use super::handle::{npualloc_allocator, Allocator};
 use super::status::npualloc_status;
@@ -13,8 +10,7 @@ use crate::sys::aclrtStream;
 use std::ffi::c_void;
 use std::sync::Arc;
 
-/// Runs the documented rules, and with an allocator the bounds checks.
-/// Returns the allocator (if any) for the caller to pick its runtime.
+/// Runs the documented rules, and with an allocator the bounds checks; returns the allocator, if any.
 ///
 /// # Safety
 /// A non-NULL `a` must satisfy [`Allocator::from_handle`].
@@ -25,8 +21,7 @@ unsafe fn validate<'a>(a: *const npualloc_allocator, c: &Copy2d) -> Result<(Chec
     }
     // SAFETY: forwarded from the caller's contract.
     let allocator = unsafe { Allocator::from_handle(a) }?;
-    // An unusable allocator (e.g. a poisoned lock) must surface as its own
-    // error, not as "unknown pointer": remember it and prefer it below.
+    // An unusable allocator (e.g. a poisoned lock) must surface as its own error, not as "unknown pointer".
     let mut lookup_error: Option<Error> = None;
     let checked = check_copy(c, |addr| match allocator.core.block_range(addr) {
         Ok(range) => range,
@@ -42,8 +37,7 @@ unsafe fn validate<'a>(a: *const npualloc_allocator, c: &Copy2d) -> Result<(Chec
     }
 }
 
-/// The runtime a copy runs on: the allocator's, else the default library
-/// (loaded once per process and cached by the loader).
+/// The runtime a copy runs on: the allocator's, else the default library (loaded once per process).
 fn runtime_for(allocator: Option<&Allocator>) -> Result<Arc<Runtime>> {
     match allocator {
         Some(a) => Ok(a.core.runtime().clone()),
@@ -65,37 +59,21 @@ fn copy2d(
     Copy2d { dst: dst as usize, dpitch, src: src as usize, spitch, width, height, kind, is_async }
 }
 
-/// Checks a 2D copy without performing it: the rules `npualloc_memcpy2d`
-/// (`is_async == 0`) or `npualloc_memcpy2d_async` (`is_async != 0`) would
-/// apply.
-///
-/// `a` may be NULL: then only the runtime's documented rules are checked.
-/// Those are, in the runtime's order: width 0 or height 0 is a successful
-/// no-op (checked first, so NULL pointers are then accepted); a NULL `dst`
-/// or `src`, `width > dpitch`, `width > spitch`, a kind other than
-/// ACL_MEMCPY_HOST_TO_DEVICE (1), ACL_MEMCPY_DEVICE_TO_HOST (2),
-/// ACL_MEMCPY_DEVICE_TO_DEVICE (3) and ACL_MEMCPY_DEFAULT (4),
-/// `height > 5242880` and `width > 5000000` are
-/// NPUALLOC_ERR_INVALID_ARGUMENT with a message naming the rule; then a
-/// synchronous DEVICE_TO_DEVICE copy is NPUALLOC_ERR_UNSUPPORTED (the
-/// runtime's 207000). With an allocator, each device side of the copy must
-/// also lie in a live block it owns (NPUALLOC_ERR_UNKNOWN_POINTER otherwise;
-/// interior pointers are fine) and the last byte touched,
-/// `(height-1)*pitch + width - 1` past the pointer, computed without
-/// overflow, must lie inside that same block
-/// (NPUALLOC_ERR_COPY_OUT_OF_BOUNDS otherwise). For ACL_MEMCPY_DEFAULT the
-/// device sides are the ends that lie in the allocator's blocks (the others
-/// are left to the runtime), and a synchronous copy with both ends in them
-/// is NPUALLOC_ERR_INVALID_ARGUMENT (the runtime resolves it to
-/// device-to-device and answers 107000). A non-NULL `a` that is not a live
-/// allocator is NPUALLOC_ERR_INVALID_ARGUMENT.
-///
-/// Returns NPUALLOC_OK if the copy would be attempted (or is a no-op).
-/// Never calls the runtime. Thread-safe.
+/// Checks a 2D copy without performing it or calling the runtime, by the rules `npualloc_memcpy2d` (`is_async == 0`)
+/// or `npualloc_memcpy2d_async` (`is_async != 0`) would apply: NPUALLOC_OK if the copy would be attempted (or is a
+/// no-op). With `a` NULL only the runtime's documented rules are checked, in its order: width 0 or height 0 is a
+/// successful no-op (checked first, so NULL pointers are then accepted); a NULL `dst` or `src`, `width > dpitch`,
+/// `width > spitch`, a kind other than ACL_MEMCPY_HOST_TO_DEVICE (1), ACL_MEMCPY_DEVICE_TO_HOST (2),
+/// ACL_MEMCPY_DEVICE_TO_DEVICE (3) and ACL_MEMCPY_DEFAULT (4), `height > 5242880` and `width > 5000000` are
+/// NPUALLOC_ERR_INVALID_ARGUMENT with a message naming the rule; then a synchronous DEVICE_TO_DEVICE copy is
+/// NPUALLOC_ERR_UNSUPPORTED (the runtime's 207000). With an allocator, each device side of the copy must also lie in
+/// a live block it owns (NPUALLOC_ERR_UNKNOWN_POINTER otherwise; interior pointers are fine), and so must the last byte
+/// touched, `(height-1)*pitch + width - 1` past the pointer (NPUALLOC_ERR_COPY_OUT_OF_BOUNDS otherwise). For
+/// ACL_MEMCPY_DEFAULT the device sides are the ends in the allocator's blocks, and a synchronous copy with both ends in
+/// them is NPUALLOC_ERR_INVALID_ARGUMENT (the runtime resolves it to device-to-device and answers 107000).
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed. `dst` and
-/// `src` are only compared with the allocator's blocks, never dereferenced.
+/// `a` is NULL or a live handle. `dst` and `src` are only compared with the allocator's blocks, never dereferenced.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn npualloc_check_memcpy2d(
@@ -117,27 +95,17 @@ pub unsafe extern "C" fn npualloc_check_memcpy2d(
     })
 }
 
-/// Validates a 2D copy as `npualloc_check_memcpy2d(a, ..., is_async = 0)`
-/// does, then performs it with `aclrtMemcpy2d` (synchronous).
-///
-/// `a` may be NULL (only the documented rules are checked, and the copy uses
-/// the default ACL library: `NPUALLOC_ACL_LIBRARY`, else
-/// `$ASCEND_HOME_PATH/lib64/libascendcl.so`, else the loader's search);
-/// with an allocator the copy uses the allocator's runtime. Width 0 or
-/// height 0 returns NPUALLOC_OK without calling the runtime.
-///
-/// Returns NPUALLOC_OK; NPUALLOC_ERR_INVALID_ARGUMENT,
-/// NPUALLOC_ERR_UNSUPPORTED, NPUALLOC_ERR_UNKNOWN_POINTER or
-/// NPUALLOC_ERR_COPY_OUT_OF_BOUNDS from validation (nothing is copied); NPUALLOC_ERR_RUNTIME_UNAVAILABLE if `a`
-/// is NULL and libascendcl cannot be loaded; NPUALLOC_ERR_RUNTIME if
-/// `aclrtMemcpy2d` fails (the message names it and its aclError).
-/// Thread-safe.
+/// Validates a 2D copy as `npualloc_check_memcpy2d(a, ..., is_async = 0)` does (with its statuses; nothing is copied
+/// then), then performs it with `aclrtMemcpy2d` on the allocator's runtime or, with `a` NULL, the default ACL library
+/// (`NPUALLOC_ACL_LIBRARY`, else `$ASCEND_HOME_PATH/lib64/libascendcl.so`, else the loader's search). Width 0 or
+/// height 0 returns NPUALLOC_OK without calling the runtime. Also returns NPUALLOC_ERR_RUNTIME_UNAVAILABLE if `a` is
+/// NULL and libascendcl cannot be loaded, NPUALLOC_ERR_RUNTIME if `aclrtMemcpy2d` fails (the message names its
+/// aclError).
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed. Every byte
-/// the copy touches (`height` rows of `width` bytes, `dpitch` and `spitch`
-/// apart) lies in memory valid for the copy's direction, as `aclrtMemcpy2d`
-/// requires; npualloc checks this only for the device side of blocks it owns.
+/// `a` is NULL or a live handle. Every byte the copy touches (`height` rows of `width` bytes, `dpitch` and `spitch`
+/// apart) lies in memory valid for the copy's direction, as `aclrtMemcpy2d` requires; npualloc checks this only for
+/// the device side of blocks it owns.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn npualloc_memcpy2d(
@@ -158,33 +126,20 @@ pub unsafe extern "C" fn npualloc_memcpy2d(
             return Ok(());
         }
         let rt = runtime_for(allocator)?;
-        // SAFETY: the arguments passed the runtime's documented rules (and,
-        // with an allocator, the bounds of the owning block); the host side
-        // is the caller's contract. kind is 1, 2 or 4 here, so the cast is exact.
+        // SAFETY: the arguments passed the runtime's documented rules (and, with an allocator, the owning block's
+        // bounds); the host side is the caller's contract. kind is 1, 2 or 4 here, so the cast is exact.
         unsafe { rt.memcpy2d(dst, dpitch, src, spitch, width, height, kind as u32) }
             .map_err(|e| Error::runtime(e, "2D copy"))
     })
 }
 
-/// Validates a 2D copy as `npualloc_check_memcpy2d(a, ..., is_async = 1)`
-/// does, then enqueues it on `stream` (NULL: the default stream) with
-/// `aclrtMemcpy2dAsync`. The copy is complete only once the stream has been
-/// synchronized; both regions must stay valid until then.
-///
-/// `a` may be NULL, with the same meaning as for `npualloc_memcpy2d`. Width 0
-/// or height 0 returns NPUALLOC_OK without calling the runtime.
-///
-/// Returns NPUALLOC_OK; NPUALLOC_ERR_INVALID_ARGUMENT,
-/// NPUALLOC_ERR_UNKNOWN_POINTER or NPUALLOC_ERR_COPY_OUT_OF_BOUNDS from
-/// validation (nothing is enqueued); NPUALLOC_ERR_RUNTIME_UNAVAILABLE if `a`
-/// is NULL and libascendcl cannot be loaded; NPUALLOC_ERR_RUNTIME if
-/// `aclrtMemcpy2dAsync` fails (the message names it and its aclError).
-/// Thread-safe.
+/// Validates a 2D copy as `npualloc_check_memcpy2d(a, ..., is_async = 1)` does (with its statuses; nothing is enqueued
+/// then), then enqueues it on `stream` (NULL: the default stream) with `aclrtMemcpy2dAsync`; the copy is complete only
+/// once the stream has been synchronized. A NULL `a`, a zero width or height and the runtime's failures are as for
+/// `npualloc_memcpy2d`.
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed. As for
-/// `npualloc_memcpy2d`, and both regions stay valid until the stream has run
-/// the copy.
+/// As for `npualloc_memcpy2d`, and both regions stay valid until the stream has run the copy.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn npualloc_memcpy2d_async(
@@ -206,9 +161,8 @@ pub unsafe extern "C" fn npualloc_memcpy2d_async(
             return Ok(());
         }
         let rt = runtime_for(allocator)?;
-        // SAFETY: validated as in npualloc_memcpy2d; keeping both regions
-        // alive until the stream completes is the caller's contract. kind is
-        // 1 to 4 here, so the cast is exact.
+        // SAFETY: validated as in npualloc_memcpy2d; the caller keeps both regions alive until the stream completes.
+        // kind is 1 to 4 here, so the cast is exact.
         unsafe { rt.memcpy2d_async(dst, dpitch, src, spitch, width, height, kind as u32, Stream::from_raw(stream)) }
             .map_err(|e| Error::runtime(e, "2D copy (async)"))
     })

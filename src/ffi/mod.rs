@@ -1,29 +1,21 @@
 //! The C ABI: the only module with exported (`#[unsafe(no_mangle)]`) symbols.
 //!
-//! Conventions every export follows (README "API conventions" repeats them for
-//! users; `include/npualloc.h` is generated from the doc comments here):
-//! - The body runs inside [`ffi_boundary!`](crate::ffi_boundary): no panic ever
-//!   unwinds into C; a caught panic becomes `NPUALLOC_ERR_INTERNAL` (or the
-//!   function's documented fallback value) and a last-error message.
-//! - A function that can fail returns [`npualloc_status`]; on failure it
-//!   changes nothing, writes no out-parameter, and records a message that
-//!   [`npualloc_last_error`] returns on the same thread.
-//! - Out-parameters come last and are written only on success.
-//! - A NULL pointer where a value is required is `NPUALLOC_ERR_INVALID_ARGUMENT`
-//!   with a message naming the parameter ([`try_ref!`](crate::try_ref) and
-//!   friends); destructors accept NULL, and freeing NULL is a successful
-//!   no-op at every free (`npualloc_free`, `npualloc_desc_free`,
-//!   `npualloc_pluggable_free`), as with C's `free`.
-//! - A handle (an allocator, a desc's binding) is a value checked on every
-//!   use against a registry of live handles ([`handle`]), never read
-//!   through: NULL, any other value and a destroyed handle are refused with
-//!   `NPUALLOC_ERR_INVALID_ARGUMENT` and a message (by a desc callback, with
-//!   NULL or nothing, and the message).
+//! Conventions every export follows (README "API conventions" repeats them for users; `include/npualloc.h` is
+//! generated from the doc comments here):
+//! - No panic unwinds into C ([`ffi_boundary!`](crate::ffi_boundary)): a caught panic becomes
+//!   `NPUALLOC_ERR_INTERNAL` (or the function's documented fallback value) and a last-error message.
+//! - A failed call returns an [`npualloc_status`], changes nothing, writes no out-parameter, and records a
+//!   message that [`npualloc_last_error`] returns on the same thread. Out-parameters come last.
+//! - A NULL where a value is required is `NPUALLOC_ERR_INVALID_ARGUMENT` naming the parameter
+//!   ([`try_ref!`](crate::try_ref) and friends); destructors accept NULL, and freeing NULL is a successful
+//!   no-op at every free, as with C's `free`.
+//! - A handle (an allocator, a desc's binding) is checked on every use against a registry of live handles
+//!   ([`handle`]), never read through: NULL, any other value and a destroyed handle are refused with
+//!   `NPUALLOC_ERR_INVALID_ARGUMENT` and a message (by a desc callback, with NULL or nothing, and the message).
 //! - Everything is thread-safe unless its doc comment says otherwise.
 //!
-//! Shims stay thin: they check pointers, convert types and call safe code in
-//! `core`/`config`/`memcpy2d`, mapping [`crate::error::Error`] to a status with
-//! [`last_error::fail`].
+//! Shims stay thin: they check pointers, convert types and call safe code, mapping [`crate::error::Error`] to a
+//! status with [`last_error::fail`].
 
 #[macro_use]
 pub mod boundary;

@@ -1,16 +1,9 @@
-//! The torch_npu pluggable-allocator entry points.
-//!
-//! `torch_npu.npu.NPUPluggableAllocator(path, "npualloc_pluggable_malloc",
-//! "npualloc_pluggable_free")` and its optional hooks call these with a device
-//! id instead of an allocator handle, so they share one process-wide
-//! allocator per device. Each is created on first use from `NPUALLOC_CONF`;
-//! a creation failure is remembered (creation is not retried) and reported
-//! through the thread's last error by every later call for that device.
-//!
-//! The hooks return `void` or a pointer, so a failure is visible only as NULL
-//! (allocation, base look-up) or through `npualloc_last_error()`; refused
-//! frees and failed hooks also print one line on stderr, because torch never
-//! reads the last error.
+//! The torch_npu pluggable-allocator entry points. `torch_npu.npu.NPUPluggableAllocator(path,
+//! "npualloc_pluggable_malloc", "npualloc_pluggable_free")` and its optional hooks call these with a device id instead
+//! of an allocator handle, so they share one process-wide allocator per device, created on first use from
+//! `NPUALLOC_CONF`; a creation failure is remembered (not retried) and reported by every later call for that device.
+//! A hook's failure is visible only as NULL or through `npualloc_last_error()`, which torch never reads, so refused
+//! frees and failed hooks also print one line on stderr.
 
 use super::handle::{npualloc_allocator, Allocator, Handle};
 use super::status::npualloc_status;
@@ -26,8 +19,7 @@ use std::sync::OnceLock;
 /// How many devices the pluggable entry points can serve (ids 0 to this - 1).
 pub const NPUALLOC_PLUGGABLE_MAX_DEVICES: usize = 64;
 
-/// A device's allocator as a C handle (from `Allocator::into_raw_process_wide`,
-/// never destroyed) and the allocator behind it.
+/// A device's allocator as a never-destroyed C handle (`Allocator::into_raw_process_wide`) and the allocator behind it.
 struct Created {
     handle: Handle,
     allocator: &'static Allocator,
@@ -82,11 +74,9 @@ fn report(hook: &str, e: &Error) {
     eprintln!("npualloc: {hook}: {e}");
 }
 
-/// torch_npu's allocation hook: `size` bytes on `device` for work on `stream`
-/// (NULL: the device's default stream). Returns the device address, or NULL
-/// with the thread's last error set (out of memory, bad device, the device's
+/// torch_npu's allocation hook: `size` bytes on `device` for work on `stream` (NULL: the device's default stream).
+/// Returns the device address, or NULL with the thread's last error set (out of memory, bad device, the device's
 /// allocator could not be created). Size 0 returns NULL and is not an error.
-/// Thread-safe.
 ///
 /// # Safety
 /// `stream` is NULL or a stream of `device` (it is checked with the runtime).
@@ -101,18 +91,13 @@ pub unsafe extern "C" fn npualloc_pluggable_malloc(size: usize, device: c_int, s
     })
 }
 
-/// torch_npu's free hook: frees `ptr`, returned by `npualloc_pluggable_malloc`
-/// for `device`. `size` and `stream` are the values torch passes back (the
-/// block's own stream is known; they are not needed). NULL is a no-op, as
-/// for every npualloc free (the device is not checked then either). A
-/// pointer this device's allocator does not own (another device's, unknown,
-/// already freed) changes nothing: the last error says why and a line goes
-/// to stderr. Thread-safe.
+/// torch_npu's free hook: frees `ptr`, returned by `npualloc_pluggable_malloc` for `device`; `size` and `stream` are
+/// not needed. NULL is a no-op (the device is not checked then either). A pointer this device's allocator does not own
+/// (another device's, unknown, already freed) changes nothing: the last error says why and a line goes to stderr.
 ///
 /// # Safety
-/// `ptr` is NULL or came from `npualloc_pluggable_malloc` for `device`, and
-/// nothing but work already queued on its streams uses the block after this
-/// call. `ptr` itself is only looked up, never dereferenced.
+/// `ptr` is NULL or came from `npualloc_pluggable_malloc` for `device`, and nothing but work already queued on its
+/// streams uses the block after this call. `ptr` itself is only looked up, never dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_pluggable_free(ptr: *mut c_void, size: usize, device: c_int, stream: aclrtStream) {
     let _ = size;
@@ -132,10 +117,9 @@ pub unsafe extern "C" fn npualloc_pluggable_free(ptr: *mut c_void, size: usize, 
     })
 }
 
-/// torch_npu's init hook: the process will use devices `0..device_count`.
-/// Later calls naming a device outside that range fail. Allocators are still
-/// created lazily, on a device's first use. A count outside 1..=64 is refused
-/// (last error and stderr); calling it again replaces the count.
+/// torch_npu's init hook: the process will use devices `0..device_count`; later calls naming another device fail.
+/// Allocators are still created on a device's first use. A count outside 1..=64 is refused (last error and stderr);
+/// calling it again replaces the count.
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_pluggable_init(device_count: c_int) {
     ffi_boundary!(fallible "npualloc_pluggable_init", (), {
@@ -155,9 +139,8 @@ pub extern "C" fn npualloc_pluggable_init(device_count: c_int) {
     })
 }
 
-/// torch_npu's empty-cache hook: returns every cached, unused segment of
-/// every device's allocator to the runtime. Errors are recorded as the last
-/// error (the first one) and, when `check_error` is true, printed on stderr.
+/// torch_npu's empty-cache hook: returns every cached, unused segment of every device's allocator to the runtime.
+/// The first error is recorded as the last error; with `check_error` true, errors are also printed on stderr.
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_pluggable_empty_cache(check_error: bool) {
     ffi_boundary!(fallible "npualloc_pluggable_empty_cache", (), {
@@ -176,10 +159,9 @@ pub extern "C" fn npualloc_pluggable_empty_cache(check_error: bool) {
     })
 }
 
-/// torch_npu's memory-fraction hook: caps `device`'s allocator at `fraction`
-/// (in [0, 1], as torch_npu allows; 0 lets the allocator reserve nothing
-/// more) of the device memory, creating the allocator if needed. A bad
-/// fraction or device changes nothing: last error and stderr.
+/// torch_npu's memory-fraction hook: caps `device`'s allocator at `fraction` of the device memory (in [0, 1], as
+/// torch_npu allows; 0 lets it reserve nothing more), creating the allocator if needed. A bad fraction or device
+/// changes nothing: last error and stderr.
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_pluggable_set_memory_fraction(fraction: f64, device: c_int) {
     ffi_boundary!(fallible "npualloc_pluggable_set_memory_fraction", (), {
@@ -191,14 +173,12 @@ pub extern "C" fn npualloc_pluggable_set_memory_fraction(fraction: f64, device: 
     })
 }
 
-/// torch_npu's base-allocation hook: for a pointer into a live block of any
-/// device's pluggable allocator, writes the size of the segment holding it
-/// to `*size` and returns the segment's base address. Returns NULL (nothing
-/// written, last error set) for NULL `size` or a pointer no allocator owns.
+/// torch_npu's base-allocation hook: for a pointer into a live block of any device's pluggable allocator, writes the
+/// size of the segment holding it to `*size` and returns the segment's base address. Returns NULL (nothing written,
+/// last error set) for NULL `size` or a pointer no allocator owns.
 ///
 /// # Safety
-/// `size` is NULL or valid for writing one `size_t`. `ptr` is never
-/// dereferenced.
+/// `size` is NULL or valid for writing one `size_t`. `ptr` is never dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_pluggable_base_alloc(ptr: *mut c_void, size: *mut usize) -> *mut c_void {
     ffi_boundary!(fallible "npualloc_pluggable_base_alloc", std::ptr::null_mut(), {
@@ -212,15 +192,10 @@ pub unsafe extern "C" fn npualloc_pluggable_base_alloc(ptr: *mut c_void, size: *
     })
 }
 
-/// torch_npu's reset-peak hook: resets the peak statistics of `device`'s
-/// allocator (nothing to do when it has not been created). A bad device:
-/// last error and stderr.
-///
-/// torch_npu calls the hook as `void(c10::DeviceIndex)`, an `int8_t`
-/// (torch_npu 2.13 and later); older releases as `void(int)`. Only the low
-/// byte of `device` is read, as a signed 8-bit value, so the call is right
-/// either way on every ABI: a caller passing an `int8_t` may leave the upper
-/// bits of the register or stack slot undefined.
+/// torch_npu's reset-peak hook: resets the peak statistics of `device`'s allocator, if created. A bad device: last
+/// error and stderr. torch_npu 2.13 and later call it as `void(c10::DeviceIndex)` (`int8_t`), older releases as
+/// `void(int)`, so only the low byte of `device` is read, as a signed 8-bit value: a caller passing an `int8_t` may
+/// leave the upper bits of the register or stack slot undefined.
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_pluggable_reset_peak_stats(device: c_int) {
     ffi_boundary!(fallible "npualloc_pluggable_reset_peak_stats", (), {
@@ -244,17 +219,11 @@ pub fn stats(device: c_int) -> Result<Option<crate::core::Stats>> {
     existing(device)?.map(|a| a.stats()).transpose()
 }
 
-/// The process-wide allocator the pluggable entry points use for `device`,
-/// created from `NPUALLOC_CONF` on first use as they do, as a handle for the
-/// whole C API (a host such as a torch_npu bridge uses it for statistics,
-/// record/erase stream, hooks and snapshots of the memory torch_npu
-/// allocates). `npualloc_destroy` refuses it: it lives until the process
-/// exits. The same handle is written for every call with the same device.
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for NULL `out` or a device outside
-/// the range `npualloc_pluggable_init` set (0..64 before it); a creation
-/// failure is that of `npualloc_create` and is returned again by every
-/// later call for the device. Thread-safe.
+/// The process-wide allocator the pluggable entry points use for `device` (created on first use as they do), as a
+/// handle for the whole C API: statistics, record/erase stream, hooks and snapshots of the memory torch_npu allocates.
+/// `npualloc_destroy` refuses it: it lives until the process exits. Returns NPUALLOC_ERR_INVALID_ARGUMENT for NULL
+/// `out` or a device outside the range `npualloc_pluggable_init` set (0..64 before it); a creation failure is that of
+/// `npualloc_create`, returned again by every later call for the device.
 ///
 /// # Safety
 /// `out` is NULL or valid for writing one handle.

@@ -1,10 +1,6 @@
-//! The plugin table: every function of the C API behind one `dlsym`.
-//!
-//! A host that loads the library with `dlopen` resolves `npualloc_get_api`
-//! alone and calls through the table it returns. The table for ABI version 1
-//! lists the functions in the order of the API contract; later fields may be
-//! appended in a later library, never reordered, so a host reads
-//! `struct_size` before using a field past the ones it knows.
+//! The plugin table: every function of the C API behind one `dlsym` (`npualloc_get_api`), for a host that loads the
+//! library with `dlopen`. The fields follow the order of the API contract; a later library may append fields, never
+//! reorder them, so a host reads `struct_size` before using a field past the ones it knows.
 
 use super::allocator::npualloc_block_info;
 use super::handle::npualloc_allocator;
@@ -17,11 +13,9 @@ use crate::error::Error;
 use crate::sys::aclrtStream;
 use std::ffi::{c_char, c_int, c_void};
 
-/// The function table of one ABI version (see `npualloc_get_api`). Each field
-/// points to the function of the same name without the `npualloc_` prefix,
-/// except two in C: `register_` is `npualloc_register` (`register` is a C keyword)
-/// and `abi_version_fn` is `npualloc_abi_version` (the field `abi_version`
-/// holds the table's version).
+/// The function table of one ABI version (see `npualloc_get_api`). Each field points to the function of the same name
+/// without the `npualloc_` prefix, except two in C: `register_` is `npualloc_register` (`register` is a C keyword),
+/// and `abi_version_fn` is `npualloc_abi_version` (the field `abi_version` holds the table's version).
 #[repr(C)]
 pub struct npualloc_api {
     /// `sizeof(npualloc_api)` in the library that made the table.
@@ -92,15 +86,14 @@ pub struct npualloc_api {
     pub pluggable_reset_peak_stats: extern "C" fn(c_int),
     pub abi_version_fn: extern "C" fn() -> u32,
     pub version: extern "C" fn() -> *const c_char,
-    // Appended after the first release of ABI 1: present when `struct_size`
-    // reaches past them.
+    // Appended after the first release of ABI 1: present when `struct_size` reaches past them.
     pub record_history: unsafe extern "C" fn(*mut npualloc_allocator, usize) -> npualloc_status,
     pub snapshot_pytorch_json: unsafe extern "C" fn(*const npualloc_allocator, *mut *mut c_char) -> npualloc_status,
     pub pluggable_record_history: extern "C" fn(c_int, usize) -> npualloc_status,
     pub pluggable_snapshot_pytorch_json: unsafe extern "C" fn(c_int, *mut *mut c_char) -> npualloc_status,
     pub forget_stream: unsafe extern "C" fn(*mut npualloc_allocator, aclrtStream) -> npualloc_status,
     pub pluggable_forget_stream: extern "C" fn(c_int, aclrtStream) -> npualloc_status,
-    // Host hooks and the pluggable allocator's handle (API 0.3).
+    // API 0.3 from here on.
     pub erase_stream: unsafe extern "C" fn(*mut npualloc_allocator, *mut c_void, aclrtStream) -> npualloc_status,
     pub pluggable_allocator: unsafe extern "C" fn(c_int, *mut *mut npualloc_allocator) -> npualloc_status,
     pub set_before_release: unsafe extern "C" fn(
@@ -110,39 +103,30 @@ pub struct npualloc_api {
     ) -> npualloc_status,
     pub set_oom_observer:
         unsafe extern "C" fn(*mut npualloc_allocator, super::hooks::npualloc_oom_hook, *mut c_void) -> npualloc_status,
-    // Private pools (API 0.3).
     pub pool_create: unsafe extern "C" fn(*mut npualloc_allocator, *const c_char, *mut u64) -> npualloc_status,
     pub pool_begin: unsafe extern "C" fn(*mut npualloc_allocator, u64, aclrtStream) -> npualloc_status,
     pub pool_end: unsafe extern "C" fn(*mut npualloc_allocator, u64, aclrtStream) -> npualloc_status,
     pub pool_destroy: unsafe extern "C" fn(*mut npualloc_allocator, u64) -> npualloc_status,
     pub pool_get_stats: unsafe extern "C" fn(*const npualloc_allocator, u64, *mut npualloc_stats) -> npualloc_status,
-    // Sleep and wake (API 0.3).
     pub sleep: unsafe extern "C" fn(*mut npualloc_allocator) -> npualloc_status,
     pub wake: unsafe extern "C" fn(*mut npualloc_allocator) -> npualloc_status,
-    // Sleep with modes chosen at the call (API 0.3).
     pub sleep_with:
         unsafe extern "C" fn(*mut npualloc_allocator, *const u64, usize, *const u64, usize) -> npualloc_status,
-    // Wake of some pools only (API 0.3).
     pub wake_with: unsafe extern "C" fn(*mut npualloc_allocator, *const u64, usize) -> npualloc_status,
-    // One pool's cache given back (API 0.3).
     pub pool_empty_cache: unsafe extern "C" fn(*mut npualloc_allocator, u64) -> npualloc_status,
-    // One pool kind's statistics, a pool's use_on_oom changed (API 0.4).
+    // API 0.4 from here on.
     pub get_kind_stats: unsafe extern "C" fn(*const npualloc_allocator, i32, *mut npualloc_stats) -> npualloc_status,
     pub pool_set_use_on_oom: unsafe extern "C" fn(*mut npualloc_allocator, u64, i32) -> npualloc_status,
-    // The cache given back keeping physical handles (API 0.4).
     pub empty_cache_with: unsafe extern "C" fn(*mut npualloc_allocator, u32) -> npualloc_status,
-    // Memory a communication library registers (API 0.4).
     pub set_segment_observer:
         unsafe extern "C" fn(*mut npualloc_allocator, npualloc_segment_hook, *mut c_void) -> npualloc_status,
     pub for_each_segment:
         unsafe extern "C" fn(*const npualloc_allocator, npualloc_segment_hook, *mut c_void) -> npualloc_status,
-    // Sharing memory between processes (API 0.4).
     pub ipc_export:
         unsafe extern "C" fn(*mut npualloc_allocator, *mut c_void, *mut npualloc_ipc_handle) -> npualloc_status,
     pub ipc_import:
         unsafe extern "C" fn(*const npualloc_ipc_handle, i32, *mut *mut c_void, *mut usize) -> npualloc_status,
     pub ipc_close: unsafe extern "C" fn(*mut c_void) -> npualloc_status,
-    // A pool's live blocks listed and set back (API 0.4).
     pub pool_live_blocks: unsafe extern "C" fn(
         *const npualloc_allocator,
         u64,
@@ -155,7 +139,6 @@ pub struct npualloc_api {
         *const super::pools::npualloc_live_block,
         usize,
     ) -> npualloc_status,
-    // Whether the environment's config includes PYTORCH_ALLOC_CONF (API 0.4).
     pub read_pytorch_alloc_conf: unsafe extern "C" fn(i32, *mut i32) -> npualloc_status,
 }
 
@@ -229,9 +212,8 @@ static API_V1: npualloc_api = npualloc_api {
     read_pytorch_alloc_conf: super::allocator::npualloc_read_pytorch_alloc_conf,
 };
 
-/// The function table for C ABI version `abi_version`, or NULL (last error
-/// set) when this library does not provide that version. The table is
-/// static: never free it. Thread-safe.
+/// The function table for C ABI version `abi_version`, or NULL (last error set) when this library does not provide
+/// that version. The table is static: never free it.
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_get_api(abi_version: u32) -> *const npualloc_api {
     ffi_boundary!(fallible "npualloc_get_api", std::ptr::null(), {

@@ -1,7 +1,5 @@
-//! Private pools: `npualloc_pool_create / begin / end / destroy /
-//! get_stats / empty_cache` (Note [pools] in the core), and their live
-//! blocks listed and set back (`npualloc_pool_live_blocks / restore`, Note
-//! [pool checkpoints]).
+//! Private pools (Note [pools] in the core): create, begin, end, destroy, get_stats, empty_cache, and listing
+//! and restoring their live blocks (Note [pool checkpoints]).
 
 use super::handle::{npualloc_allocator, Allocator};
 use super::stats::npualloc_stats;
@@ -13,37 +11,25 @@ use crate::runtime::Stream;
 use crate::sys::aclrtStream;
 use std::ffi::{c_char, c_void};
 
-/// Creates a private pool and writes its id to `*out_pool`. Ids are never
-/// 0 (the default pool) and never reused. `config` is `"key:value,..."` or
-/// NULL for the defaults: `sleep` = `keep` (default) | `offload` |
-/// `discard`, what `npualloc_sleep` does to the pool's live blocks;
-/// `use_on_oom` (default false): when a request of the default pool runs
-/// out of memory, a free block of the pool on the request's stream serves
-/// it first, with no device call, as the pool's block (torch_npu's
-/// `MemPool(use_on_oom=True)`); failing that, for any request outside the
-/// pool, the pool's cached memory may be given back for it. Otherwise a
-/// pool's cached memory stays with it until `npualloc_pool_destroy`
-/// (`npualloc_empty_cache` leaves it). What the pool's blocks look like, for
-/// a library that registers them (HCCL, ADXL): `alignment` (`2m`, `64k` or
-/// bytes, a power of two up to 2 MiB; default 512) makes every block start
-/// on that boundary and its size a multiple of it; `no_split` (default
-/// false) makes every block 2 MiB-aligned memory of its own, never cut from
-/// a cached piece of memory: with fixed segments each block is a segment of
-/// its own, or a whole cached one; in an expandable range each block is
-/// whole physical handles that no other block touches (the pages it lacks
-/// get handles covering exactly them, and a request on cached pages takes
-/// each handle it touches whole; freed neighbours coalesce, and a later
-/// request takes only the handles it needs of them). In fixed mode an aligned segment
-/// the runtime places off the boundary costs one more `aclrtMalloc`, one
-/// unit larger.
+/// Creates a private pool and writes its id (never 0, the default pool, and never reused) to `*out_pool`.
+/// `config` is `"key:value,..."`, or NULL for the defaults:
+/// - `sleep` = `keep` (default) | `offload` | `discard`: what `npualloc_sleep` does to the pool's live blocks.
+/// - `use_on_oom` (default false): when a request of the default pool runs out of memory, a free block of the
+///   pool on the request's stream serves it first, with no device call, as the pool's block (torch_npu's
+///   `MemPool(use_on_oom=True)`); failing that, any request outside the pool may take the pool's cached memory.
+///   Otherwise a pool keeps its cached memory until `npualloc_pool_destroy` (`npualloc_empty_cache` leaves it).
+/// - For libraries that register the pool's blocks (HCCL, ADXL): `alignment` (`2m`, `64k` or bytes, a power of
+///   two up to 2 MiB; default 512) makes every block start on that boundary and its size a multiple of it;
+///   `no_split` (default false) makes every block 2 MiB-aligned memory of its own, never cut from cached
+///   memory: with fixed segments a segment of its own or a whole cached one; in an expandable range whole
+///   physical handles no other block touches (missing pages get handles covering exactly them; freed neighbours
+///   coalesce, and a later request takes only the handles it needs). In fixed mode an aligned segment the
+///   runtime places off the boundary costs one more `aclrtMalloc`, one unit larger.
 ///
-/// Returns NPUALLOC_ERR_BAD_CONFIG naming the key for an unknown key or a
-/// bad value; NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle or a
-/// NULL `out_pool`. Thread-safe.
+/// Returns NPUALLOC_ERR_BAD_CONFIG naming the key for an unknown key or a bad value.
 ///
 /// # Safety
-/// `a` is NULL or a live handle; `config` is NULL or a NUL-terminated
-/// string; `out_pool` is NULL or writable.
+/// `a` is NULL or a live handle; `config` is NULL or a NUL-terminated string; `out_pool` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_pool_create(
     a: *mut npualloc_allocator,
@@ -63,19 +49,13 @@ pub unsafe extern "C" fn npualloc_pool_create(
     })
 }
 
-/// From now until the matching `npualloc_pool_end`, every allocation on
-/// `stream` (from any thread, through every entry point: direct, desc,
-/// pluggable) is served from `pool`. `stream` NULL routes instead every
-/// allocation the calling thread makes, on any stream (PyTorch's
-/// `use_mem_pool`). Routes nest: the innermost (newest) wins. Frees always
-/// go to the block's own pool. A stream in graph capture may be routed; it
-/// is never queried or synchronized.
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a NULL or
-/// dead handle, a pool never created or destroyed, a stream the runtime
-/// does not know, or a thread route (NULL `stream`) asked for from a
-/// thread-local destructor once the thread's own state is gone (it could
-/// never end). Thread-safe.
+/// Until the matching `npualloc_pool_end`, every allocation on `stream` (from any thread, through every entry
+/// point: direct, desc, pluggable) is served from `pool`; `stream` NULL routes instead every allocation the
+/// calling thread makes, on any stream (PyTorch's `use_mem_pool`). Routes nest: the newest wins. Frees always go
+/// to the block's own pool. A stream in graph capture may be routed; it is never queried or synchronized.
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a pool never created or destroyed, an unknown
+/// stream, or a thread route asked for from a thread-local destructor once the thread's own state is gone (it
+/// could never end).
 ///
 /// # Safety
 /// `a` is NULL or a live handle.
@@ -93,14 +73,10 @@ pub unsafe extern "C" fn npualloc_pool_begin(
     })
 }
 
-/// Ends the innermost route of `stream` (NULL: of the calling thread),
-/// which must go to `pool`.
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, when that
-/// route goes to another pool, there is none, the pool does not exist, or
-/// the handle is NULL or dead. Thread-safe. Called for the calling thread
-/// from a thread-local destructor once the thread's own state is gone,
-/// returns NPUALLOC_OK: its routes ended with that state.
+/// Ends the newest route of `stream` (NULL: of the calling thread), which must go to `pool`. Returns
+/// NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, when that route goes to another pool, there is none, or the
+/// pool does not exist. For the calling thread from a thread-local destructor once the thread's own state is
+/// gone, returns NPUALLOC_OK: its routes ended with that state.
 ///
 /// # Safety
 /// `a` is NULL or a live handle.
@@ -118,14 +94,10 @@ pub unsafe extern "C" fn npualloc_pool_end(
     })
 }
 
-/// Destroys `pool`: it takes no more routes, its cached memory goes back
-/// to the device now (after synchronizing the streams that used it), and
-/// its live blocks stay valid, their memory going back when they are
-/// freed. Pool 0 cannot be destroyed.
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for pool 0, a
-/// pool never created or already destroyed, a pool with an active route,
-/// or a NULL or dead handle. Thread-safe.
+/// Destroys `pool`: it takes no more routes, its cached memory goes back to the device now (after synchronizing
+/// the streams that used it), and its live blocks stay valid, their memory going back when freed. Returns
+/// NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for pool 0, a pool never created or already destroyed, or
+/// a pool with an active route.
 ///
 /// # Safety
 /// `a` is NULL or a live handle.
@@ -138,14 +110,10 @@ pub unsafe extern "C" fn npualloc_pool_destroy(a: *mut npualloc_allocator, pool:
     })
 }
 
-/// Sets pool `pool`'s `use_on_oom` (its config key) from now on: nonzero
-/// `on` lets requests of other pools that run out of memory take its cached
-/// memory, 0 stops it. torch_npu's `MemPool` sets it at any time (its
-/// destructor clears it).
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for pool 0 (the
-/// default pool's cache always serves such requests), a pool never created
-/// or destroyed, or a NULL or dead handle. Thread-safe.
+/// Sets `pool`'s `use_on_oom` from now on: nonzero `on` lets requests of other pools that run out of memory
+/// take its cached memory, 0 stops it (torch_npu's `MemPool` sets it at any time; its destructor clears it).
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for pool 0 (the default pool's cache always serves
+/// such requests) or a pool never created or destroyed.
 ///
 /// # Safety
 /// `a` is NULL or a live handle.
@@ -162,19 +130,12 @@ pub unsafe extern "C" fn npualloc_pool_set_use_on_oom(
     })
 }
 
-/// Fills `*out` as `npualloc_get_stats` does, for one pool's blocks and
-/// memory (0: the default pool; a destroyed pool's live blocks still
-/// count). Counters of device calls (device mallocs and frees, maps,
-/// physical mallocs and frees, syncs, retries, OOMs) count the calls made
-/// for the pool's memory and its requests (sleep and wake, and the freeing
-/// of unmapped handles cached for any pool, count only in the allocator's);
-/// reserved bytes are the pool's segments; the peaks are the pool's own
-/// (allocated and requested as `npualloc_get_stats` keeps them, over the
-/// pool's streams; reserved the most its segments held).
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle, a pool
-/// never created, a NULL `out` or a `struct_size` below the header.
-/// Thread-safe.
+/// Fills `*out` as `npualloc_get_stats` does, for one pool (0: the default pool; a destroyed pool's live blocks
+/// still count). Counters of device calls, retries and OOMs count those made for the pool's memory and requests
+/// (sleep, wake and freeing unmapped handles cached for any pool count only in the allocator's); reserved bytes
+/// are the pool's segments; the peaks are the pool's own (allocated and requested as `npualloc_get_stats` keeps
+/// them, over the pool's streams; reserved the most its segments held). Returns NPUALLOC_ERR_INVALID_ARGUMENT
+/// for a pool never created or a `struct_size` below the header.
 ///
 /// # Safety
 /// `a` is NULL or a live handle; `out` as for `npualloc_get_stats`.
@@ -192,16 +153,11 @@ pub unsafe extern "C" fn npualloc_pool_get_stats(
     })
 }
 
-/// Gives back the cached memory of `pool` (0: the default pool's) after
-/// synchronizing only the streams that used it; its live blocks are
-/// untouched and the pool keeps working. A destroyed pool's remaining
-/// cached memory goes back too. A pool that served a graph capture and is
-/// not destroyed keeps its memory (the graph may replay until
-/// `npualloc_pool_destroy`): NPUALLOC_OK, nothing given back. The
-/// before-release hook runs first, as for `npualloc_empty_cache`.
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a pool
-/// never created or a NULL or dead handle. Thread-safe.
+/// Gives back the cached memory of `pool` (0: the default pool's; a destroyed pool's remainder too) after
+/// synchronizing only the streams that used it; live blocks are untouched. A pool that served a graph capture
+/// and is not destroyed keeps its memory (the graph may replay until `npualloc_pool_destroy`): NPUALLOC_OK,
+/// nothing given back. The before-release hook runs first, as for `npualloc_empty_cache`. Returns
+/// NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a pool never created.
 ///
 /// # Safety
 /// `a` is NULL or a live handle.
@@ -214,8 +170,7 @@ pub unsafe extern "C" fn npualloc_pool_empty_cache(a: *mut npualloc_allocator, p
     })
 }
 
-/// A live block of a pool, as `npualloc_pool_live_blocks` reports it and
-/// `npualloc_pool_restore` takes it back.
+/// A live block of a pool, as `npualloc_pool_live_blocks` reports it and `npualloc_pool_restore` takes it back.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 #[allow(non_camel_case_types)]
@@ -234,15 +189,10 @@ pub struct npualloc_live_block {
 #[allow(non_camel_case_types)]
 pub type npualloc_live_block_fn = Option<unsafe extern "C" fn(user: *mut c_void, block: *const npualloc_live_block)>;
 
-/// Calls `fn` with `user` for every live block of `pool` (0: the default
-/// pool), in address order: what `npualloc_pool_restore` can set the pool
-/// back to later (a checkpoint, as PyTorch's graph trees take of a graph
-/// pool after each recording). The pool's streams are read under their
-/// locks; `fn` runs after the reading with no npualloc lock held, on the
-/// calling thread, before this returns.
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL or dead handle, a NULL
-/// `fn`, or a pool never created or destroyed. Thread-safe.
+/// Calls `fn` with `user` for every live block of `pool` (0: the default pool), in address order: a checkpoint
+/// `npualloc_pool_restore` can set the pool back to (as PyTorch's graph trees take of a graph pool after each
+/// recording). `fn` runs on the calling thread after the blocks were read, with no npualloc lock held, before
+/// this returns. Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL `fn` or a pool never created or destroyed.
 ///
 /// # Safety
 /// `a` is NULL or a live handle; `fn` is called with `user` only as said.
@@ -273,34 +223,24 @@ pub unsafe extern "C" fn npualloc_pool_live_blocks(
     })
 }
 
-/// Sets the live blocks of `pool` to exactly the `n` blocks at `blocks`
-/// (a list `npualloc_pool_live_blocks` gave earlier; `n` 0 with NULL
-/// `blocks` frees them all): every other live block of the pool is freed,
-/// and each listed block not live now is allocated again at its address
-/// and size, from the pool's free memory there, on its old stream's pool
-/// (`stream` must be the one reported). A listed block live now at the
-/// same address and size stays as it is. Nothing else of the pool changes:
-/// no device call is made. What PyTorch's graph trees do with a graph
-/// pool's checkpoint before recording a new branch (torch_npu's
-/// `setCheckpointPoolState`).
+/// Sets the live blocks of `pool` to exactly the `n` blocks at `blocks` (a list from
+/// `npualloc_pool_live_blocks`; `n` 0 with NULL `blocks` frees them all): the pool's other live blocks are
+/// freed, and each listed block not live now is allocated again at its address and size, from the pool's free
+/// memory there, on its old stream's pool (`stream` must be the one reported); one live now at the same address
+/// and size stays. No device call is made. What PyTorch's graph trees do with a graph pool's checkpoint before
+/// recording a new branch (torch_npu's `setCheckpointPoolState`). The caller makes sure no other thread
+/// allocates in or frees into the pool meanwhile.
 ///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a NULL or
-/// dead handle, a NULL `blocks` with `n` above 0, pool 0 (the default
-/// pool's frees follow rules a restore would skip), a pool never created
-/// or destroyed, a block no listing could give (a request of 0 bytes or
-/// more than its size, an address or size off the pool's alignment or not
-/// whole 512-byte units, a stream other than its memory's), two listed
-/// blocks that overlap, a block whose memory is not the pool's (given back
-/// since, or another pool's), is not mapped, or will not be free once the
-/// pool's other blocks are (a freed block still waiting for other streams'
-/// work), or a live block that would be freed and that other streams used
-/// (`npualloc_record_stream`) or another process imported. The caller makes
-/// sure no other thread allocates in or frees into the pool meanwhile.
-/// Thread-safe.
+/// Returns NPUALLOC_ERR_INVALID_ARGUMENT, changing nothing, for a NULL `blocks` with `n` above 0, pool 0 (the
+/// default pool's frees follow rules a restore would skip), a pool never created or destroyed, a block no
+/// listing could give (a request of 0 bytes or more than its size, an address or size off the pool's alignment
+/// or not whole 512-byte units, a stream other than its memory's), overlapping blocks, a block whose memory is
+/// not the pool's (given back since, or another pool's), is not mapped, or will not be free once the pool's
+/// other blocks are (a freed block still waiting for other streams' work), or a live block to be freed that
+/// other streams used (`npualloc_record_stream`) or another process imported.
 ///
 /// # Safety
-/// `a` is NULL or a live handle; a non-NULL `blocks` points to `n`
-/// readable blocks.
+/// `a` is NULL or a live handle; a non-NULL `blocks` points to `n` readable blocks.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_pool_restore(
     a: *mut npualloc_allocator,

@@ -5,23 +5,14 @@ use super::status::npualloc_status;
 use crate::error::Error;
 use std::ffi::{c_char, CString};
 
-/// Version of the `npualloc_stats` layout this library fills: 2 added the
-/// fields from `num_physical_mallocs` on, 3 those from `segments_peak` on,
-/// 4 `num_handle_moves`, 5 those from `allocated_bytes_total` on, 6
-/// those from `exported_blocks` on, 7 `memory_limit`.
+/// Version of the `npualloc_stats` layout this library fills (the field docs say which version added each field).
 pub const NPUALLOC_STATS_VERSION: u32 = 7;
 
-/// Allocator statistics (PyTorch `memory_stats()` vocabulary, plus where the
-/// reserved memory is). The caller sets `struct_size` to
-/// `sizeof(npualloc_stats)`; fields past it are not written, so callers built
-/// against an older, smaller struct keep working. Fields are only ever added
-/// at the end. The same names are the keys of the snapshot's "stats" object.
-///
-/// reserved_bytes = segment_bytes + cached_handle_bytes; the cached part of
-/// the segments is segment_bytes - allocated_bytes - pending_free_bytes.
-// The fields mirror the one table in core/stats.rs (`stats_table!`): a
-// missing or extra field does not compile (`from_core`), and the order is
-// checked by a test.
+/// Allocator statistics in PyTorch `memory_stats()` vocabulary; the names are also the snapshot's "stats" keys. The
+/// caller sets `struct_size` to `sizeof(npualloc_stats)`; fields past it are not written, so callers built against an
+/// older, smaller struct keep working (fields are only ever added at the end). The cached part of the segments is
+/// segment_bytes - allocated_bytes - pending_free_bytes.
+// Mirrors `stats_table!` in core/stats.rs: a missing or extra field does not compile, and a test checks the order.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct npualloc_stats {
@@ -30,11 +21,9 @@ pub struct npualloc_stats {
     pub version: u32,
     /// Bytes of live blocks, as rounded.
     pub allocated_bytes: u64,
-    /// The most `allocated_bytes` at once: exact while one stream allocates;
-    /// with several, the highest total seen when some stream reached a new
-    /// high of its own (kept without a counter every stream writes; a peak
-    /// that streams each below their own high make together can be missed).
-    /// Likewise `requested_bytes_peak`.
+    /// The most `allocated_bytes` at once: exact while one stream allocates; with several, the highest total seen when
+    /// some stream reached a new high of its own (kept without a counter every stream writes; a peak that streams each
+    /// below their own high make together can be missed). Likewise `requested_bytes_peak`.
     pub allocated_bytes_peak: u64,
     /// Bytes of live blocks, as asked.
     pub requested_bytes: u64,
@@ -72,69 +61,54 @@ pub struct npualloc_stats {
     pub num_physical_mallocs: u64,
     /// aclrtFreePhysical calls that succeeded.
     pub num_physical_frees: u64,
-    /// Bytes freed by the caller and waiting for work on other streams
-    /// (record_stream) to complete.
+    /// Bytes freed by the caller and waiting for work on other streams (record_stream) to complete.
     pub pending_free_bytes: u64,
     /// Device memory held by segments: whole fixed segments, and the mapped
     /// pages of expandable ranges. The snapshot's segment sizes add up to it.
     pub segment_bytes: u64,
-    /// Physical handles unmapped and kept for reuse (expandable segments);
-    /// 0 with fixed segments.
+    /// Physical handles unmapped and kept for reuse (expandable segments); 0 with fixed segments.
     pub cached_handle_bytes: u64,
-    /// Address space of all segments: with expandable segments their
-    /// reserved virtual ranges; with fixed segments the part of each that
-    /// blocks tile (`segment_bytes` less any alignment slack).
+    /// Address space of all segments: with expandable segments their reserved virtual ranges; with fixed segments the
+    /// part of each that blocks tile (`segment_bytes` less any alignment slack).
     pub address_space_bytes: u64,
     /// The most `segments` at once. (Version 3 from here on.)
     pub segments_peak: u64,
-    /// Segments made: fixed segments obtained with aclrtMalloc plus
-    /// expandable ranges reserved.
+    /// Segments made: fixed segments obtained with aclrtMalloc plus expandable ranges reserved.
     pub num_segments_created: u64,
-    /// Segments given back; `num_segments_created - num_segments_released`
-    /// is `segments`.
+    /// Segments given back; `num_segments_created - num_segments_released` is `segments`.
     pub num_segments_released: u64,
-    /// Wholly free physical handles mapped a second time where an
-    /// expandable range grew, in place of a fresh handle (each also counts
-    /// in `num_maps`; its old address is unmapped later). (Version 4 from
-    /// here on.)
+    /// Wholly free physical handles mapped a second time where an expandable range grew, in place of a fresh handle
+    /// (each also counts in `num_maps`; its old address is unmapped later). (Version 4 from here on.)
     pub num_handle_moves: u64,
-    /// Bytes of the blocks handed out since the allocator was made, as
-    /// rounded: `allocated_bytes_total - allocated_bytes` bytes were freed.
-    /// (Version 5 from here on.)
+    /// Bytes of the blocks handed out since the allocator was made, as rounded: `allocated_bytes_total -
+    /// allocated_bytes` bytes were freed. (Version 5 from here on.)
     pub allocated_bytes_total: u64,
-    /// Device memory obtained since the allocator was made (fixed segments
-    /// and physical handles): `reserved_bytes_total - reserved_bytes` bytes
-    /// were given back.
+    /// Device memory obtained since the allocator was made (fixed segments and physical handles):
+    /// `reserved_bytes_total - reserved_bytes` bytes were given back.
     pub reserved_bytes_total: u64,
-    /// Blocks freed by the caller and waiting for work on other streams
-    /// (their bytes are `pending_free_bytes`).
+    /// Blocks freed by the caller and waiting for work on other streams (their bytes are `pending_free_bytes`).
     pub pending_free_blocks: u64,
     /// Free blocks of fixed segments that hold other blocks too: cached
     /// pieces of a split segment (none with expandable segments).
     pub inactive_split_blocks: u64,
     /// Bytes of those blocks.
     pub inactive_split_bytes: u64,
-    /// Blocks of at least this many bytes are never split
-    /// (`max_split_size_mb`); `UINT64_MAX` when no limit is set (PyTorch's
-    /// -1, read as a signed number).
+    /// Blocks of at least this many bytes are never split (`max_split_size_mb`); `UINT64_MAX` when no limit is set
+    /// (PyTorch's -1, read as a signed number).
     pub max_split_size: u64,
-    /// Live blocks exported to other processes (`npualloc_ipc_export`).
-    /// (Version 6 from here on.)
+    /// Live blocks exported to other processes (`npualloc_ipc_export`). (Version 6 from here on.)
     pub exported_blocks: u64,
-    /// Bytes of freed blocks that other processes still hold imported:
-    /// neither handed out nor given back until the last of them lets go
-    /// (counted in `pending_free_bytes` too).
+    /// Bytes of freed blocks that other processes still hold imported: neither handed out nor given back until the last
+    /// of them lets go (counted in `pending_free_bytes` too).
     pub held_for_importers_bytes: u64,
-    /// The most device memory this allocator may reserve
-    /// (`per_process_memory_fraction`, `npualloc_set_memory_fraction`) in
-    /// bytes; `UINT64_MAX` when there is no limit. (Version 7 from here on.)
+    /// The most device memory this allocator may reserve (`per_process_memory_fraction`,
+    /// `npualloc_set_memory_fraction`) in bytes; `UINT64_MAX` when there is no limit. (Version 7 from here on.)
     pub memory_limit: u64,
 }
 
 macro_rules! stats_from_core {
     ($($name:ident $doc:literal),* $(,)?) => {
         impl npualloc_stats {
-            /// Every field of `s`, with the header's two fields.
             fn from_core(s: &crate::core::Stats, struct_size: u32) -> Self {
                 npualloc_stats { struct_size, version: NPUALLOC_STATS_VERSION, $($name: s.$name),* }
             }
@@ -150,15 +124,12 @@ macro_rules! stats_from_core {
 
 crate::core::stats_table!(stats_from_core);
 
-/// Fills `*out` up to `out->struct_size` bytes, whole fields only, and
-/// writes back in `struct_size` how many bytes it filled.
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out`, or a
-/// `struct_size` smaller than the two header fields.
+/// Fills `*out` up to `out->struct_size` bytes, whole fields only, and writes back in `struct_size` how many bytes it
+/// filled. Returns NPUALLOC_ERR_INVALID_ARGUMENT for a NULL handle or `out`, or a `struct_size` smaller than the two
+/// header fields.
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out` is
-/// NULL or points to an `npualloc_stats` whose `struct_size` bytes are writable
+/// `a` is NULL or a live handle; `out` is NULL or points to an `npualloc_stats` whose `struct_size` bytes are writable
 /// (at least its two header fields).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_get_stats(a: *const npualloc_allocator, out: *mut npualloc_stats) -> npualloc_status {
@@ -170,12 +141,10 @@ pub unsafe extern "C" fn npualloc_get_stats(a: *const npualloc_allocator, out: *
     })
 }
 
-/// Checks `out` and its `struct_size`, then fills it from `stats()` (whole
-/// fields only, `struct_size` written back).
+/// Checks `out` and its `struct_size`, then fills it from `stats()` as `npualloc_get_stats` documents.
 ///
 /// # Safety
-/// `out` is NULL or points to an `npualloc_stats` whose `struct_size` bytes
-/// are writable (at least its two header fields).
+/// As for `out` of `npualloc_get_stats`.
 pub(super) unsafe fn fill_stats(
     out: *mut npualloc_stats,
     stats: impl FnOnce() -> crate::error::Result<crate::core::Stats>,
@@ -195,27 +164,18 @@ pub(super) unsafe fn fill_stats(
     Ok(())
 }
 
-/// The pool kind `npualloc_get_kind_stats` reports on: PyTorch's small pool
-/// (blocks of at most 1 MiB as rounded).
+/// Pool kind for `npualloc_get_kind_stats`: PyTorch's small pool (blocks of at most 1 MiB as rounded).
 pub const NPUALLOC_SMALL_BLOCKS: i32 = 0;
 
 /// The large pool (blocks over 1 MiB).
 pub const NPUALLOC_LARGE_BLOCKS: i32 = 1;
 
-/// Fills `*out` as `npualloc_get_stats` does, for the blocks of one pool
-/// kind (`NPUALLOC_SMALL_BLOCKS` or `NPUALLOC_LARGE_BLOCKS`) over every
-/// pool: PyTorch's "small_pool" and "large_pool" figures. Blocks, cumulative
-/// block figures, pending frees, inactive split blocks, segments and their
-/// bytes are the kind's own; reserved bytes are its segments' (unmapped
-/// handles cached for reuse belong to no kind); the peaks of allocated and
-/// requested bytes are the kind's sums at the moments `npualloc_get_stats`'s
-/// peaks are taken, so a high of one kind while the allocator's total stays
-/// below its peak is missed; the reserved and segment peaks read as their
-/// current figures, and the counters of device calls and
-/// `reserved_bytes_total` read 0 (kept for the whole allocator only).
-///
-/// Returns NPUALLOC_ERR_INVALID_ARGUMENT for another `kind`, a NULL or dead
-/// handle, a NULL `out` or a `struct_size` below the header. Thread-safe.
+/// Fills `*out` as `npualloc_get_stats` does, for the blocks of one pool kind (`NPUALLOC_SMALL_BLOCKS` or
+/// `NPUALLOC_LARGE_BLOCKS`) over every pool: PyTorch's "small_pool" and "large_pool" figures. Reserved bytes are the
+/// kind's segments' (cached unmapped handles belong to no kind); the allocated and requested peaks are the kind's sums
+/// at the moments the allocator's peaks are taken, so a high of one kind while the total stays below its peak is
+/// missed; the reserved and segment peaks read as their current figures; the device call counters and
+/// `reserved_bytes_total` read 0. Returns NPUALLOC_ERR_INVALID_ARGUMENT for another `kind`, or as `npualloc_get_stats`.
 ///
 /// # Safety
 /// `a` is NULL or a live handle; `out` as for `npualloc_get_stats`.
@@ -245,7 +205,7 @@ pub unsafe extern "C" fn npualloc_get_kind_stats(
 /// Resets the peak counters to the current values.
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed.
+/// `a` is NULL or a live handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_reset_peak_stats(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_reset_peak_stats", {
@@ -255,13 +215,11 @@ pub unsafe extern "C" fn npualloc_reset_peak_stats(a: *mut npualloc_allocator) -
     })
 }
 
-/// Writes a JSON snapshot (segments, their blocks with address, size, state
-/// — active / cached / pending-free — and stream, and the stats) to
-/// `*out_json`. Free it with `npualloc_string_free`. Costs O(blocks).
+/// Writes a JSON snapshot (segments, their blocks with address, size, state — active / cached / pending-free — and
+/// stream, and the stats) to `*out_json`; free it with `npualloc_string_free`. Costs O(blocks).
 ///
 /// # Safety
-/// `a` is NULL or a handle from `npualloc_create` not yet destroyed; `out_json`
-/// is NULL or valid for writing one pointer.
+/// `a` is NULL or a live handle; `out_json` is NULL or valid for writing one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_snapshot_json(
     a: *const npualloc_allocator,

@@ -1,18 +1,13 @@
-//! Status codes returned by every fallible export, and their names.
-//!
-//! The numbers are part of the ABI (see the API contract): 0 is success,
-//! 1-99 argument and usage errors, 100-199 capacity, 200-299 the ACL runtime,
-//! 900+ bugs. A released number never changes meaning.
+//! Status codes returned by every fallible export, and their names. The numbers are part of the ABI (see the API
+//! contract): 0 is success, 1-99 argument and usage errors, 100-199 capacity, 200-299 the ACL runtime, 900+ bugs. A
+//! released number never changes meaning.
 
 use crate::error::Error;
 use macro_rules_attribute::apply;
 use std::ffi::c_char;
 
-/// Re-emits the status enum unchanged and derives from its variants, so the
-/// list is written once: `ALL` (every status, in declaration order), each
-/// status's C name and its doc comment (the text cbindgen copies into the
-/// header). The enum stays plain source under `#[apply]`, which is what
-/// cbindgen reads.
+/// Re-emits the status enum unchanged and derives from its variants `ALL`, each C name and each doc comment, so the
+/// list is written once; the enum stays plain source under `#[apply]`, which is what cbindgen reads.
 macro_rules! status_table {
     (
         $(#[$meta:meta])*
@@ -45,10 +40,8 @@ macro_rules! status_table {
 }
 
 #[apply(status_table!)]
-/// The result of every npualloc function that can fail. `NPUALLOC_OK` is 0.
-///
-/// A 32-bit value. On failure `npualloc_last_error()` returns a message with
-/// the details, and `npualloc_status_name()` the name of the code.
+/// The result of every npualloc function that can fail (32 bits; `NPUALLOC_OK` is 0). On failure
+/// `npualloc_last_error()` returns a message with the details, and `npualloc_status_name()` the name of the code.
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[allow(non_camel_case_types)]
@@ -76,19 +69,14 @@ pub enum npualloc_status {
     NPUALLOC_ERR_INTERNAL = 900,
 }
 
-/// A status as C passes it in: any 32-bit value, possibly not a valid
-/// [`npualloc_status`]. Functions that *receive* a status take this type, so
-/// Rust never holds an enum with an invalid discriminant (which would be
-/// undefined behaviour); [`npualloc_status::from_raw`] converts it.
-/// cbindgen.toml renames it to `npualloc_status` (and does not emit it), so
-/// the header shows the enum type; both are `int32_t` underneath.
+/// A status as C passes it in: any 32-bit value. Functions that *receive* a status take this type, so Rust never holds
+/// an enum with an invalid discriminant (undefined behaviour); [`npualloc_status::from_raw`] converts it. cbindgen.toml
+/// renames it to `npualloc_status`, so the header shows the enum type; both are `int32_t` underneath.
 #[allow(non_camel_case_types)]
 pub type npualloc_status_raw = i32;
 
 impl npualloc_status {
-    /// Every status, in the order declared (which is numeric order). (A
-    /// function, not an associated constant, so cbindgen leaves it out of
-    /// the header.)
+    /// Every status, in numeric order (a function, not an associated constant, so cbindgen leaves it out).
     pub const fn all() -> [npualloc_status; ALL.len()] {
         ALL
     }
@@ -124,11 +112,8 @@ impl From<&Error> for npualloc_status {
 
 const UNKNOWN_STATUS: &str = "NPUALLOC_UNKNOWN_STATUS\0";
 
-/// The name of a status code as a static string, e.g. "NPUALLOC_ERR_OUT_OF_MEMORY".
-///
-/// Any value may be passed: one that is not a status code gives
-/// "NPUALLOC_UNKNOWN_STATUS". Never returns NULL; the string is static and must
-/// not be freed. Thread-safe; does not change the thread's last error.
+/// The name of a status code as a static string, e.g. "NPUALLOC_ERR_OUT_OF_MEMORY"; any other value gives
+/// "NPUALLOC_UNKNOWN_STATUS". Never returns NULL; do not free the string. Does not change the thread's last error.
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_status_name(status: npualloc_status_raw) -> *const c_char {
     ffi_boundary!("npualloc_status_name", UNKNOWN_STATUS.as_ptr().cast(), {

@@ -1,8 +1,5 @@
-//! Library and ABI versions.
-//!
-//! The `NPUALLOC_VERSION_*` constants become macros in `include/npualloc.h`;
-//! tests/header_current.rs checks them against Cargo.toml, and the unit test
-//! below against the version cargo compiled this crate with.
+//! Library and ABI versions. The `NPUALLOC_VERSION_*` constants become macros in `include/npualloc.h`;
+//! tests/header_current.rs checks them against Cargo.toml.
 
 use std::ffi::c_char;
 
@@ -13,30 +10,22 @@ pub const NPUALLOC_VERSION_MINOR: u32 = 4;
 /// Patch version of the library.
 pub const NPUALLOC_VERSION_PATCH: u32 = 0;
 
-/// The C ABI version this header describes. It changes only when an existing
-/// signature, struct layout or status number changes; `npualloc_abi_version()`
-/// returns the library's. The shared library's SONAME is
-/// `libnpualloc.so.<NPUALLOC_ABI_VERSION>` (build.rs and CMakeLists.txt read
-/// the number from this line).
+/// The C ABI version this header describes; it changes only when an existing signature, struct layout or status
+/// number changes. The SONAME is `libnpualloc.so.<NPUALLOC_ABI_VERSION>` (build.rs and CMakeLists.txt read the
+/// number from this line).
 pub const NPUALLOC_ABI_VERSION: u32 = 1;
 
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
 
-/// The library version as "MAJOR.MINOR.PATCH", e.g. "0.1.0".
-///
-/// Never returns NULL; the string is static and must not be freed.
-/// Thread-safe; does not change the thread's last error.
+/// The library version as "MAJOR.MINOR.PATCH": static, never NULL, not to be freed. Does not change the
+/// thread's last error.
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_version() -> *const c_char {
     ffi_boundary!("npualloc_version", VERSION.as_ptr().cast(), { VERSION.as_ptr().cast() })
 }
 
-/// The C ABI version the loaded library implements (`NPUALLOC_ABI_VERSION` of
-/// the header it was built with).
-///
-/// A host that compiled against this header should check
-/// `npualloc_abi_version() == NPUALLOC_ABI_VERSION` after loading the library.
-/// Thread-safe; does not change the thread's last error.
+/// The C ABI version the loaded library implements; a host compiled against this header checks
+/// `npualloc_abi_version() == NPUALLOC_ABI_VERSION` after loading it. Does not change the thread's last error.
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_abi_version() -> u32 {
     ffi_boundary!("npualloc_abi_version", NPUALLOC_ABI_VERSION, { NPUALLOC_ABI_VERSION })

@@ -1,27 +1,14 @@
-//! Pure validation of 2D copies (`aclrtMemcpy2d` / `aclrtMemcpy2dAsync`).
-//!
-//! No FFI and no runtime here: the functions take numbers and return a typed
-//! result, so the C shims, the emulator tests and the benches share them.
-//!
-//! A copy moves `height` rows of `width` bytes; row `i` starts at
-//! `dst + i*dpitch` and `src + i*spitch`. Two layers of checks:
-//!
+//! Pure validation of 2D copies (`aclrtMemcpy2d` / `aclrtMemcpy2dAsync`), with no FFI and no runtime, so the C
+//! shims, the emulator tests and the benches share it; the success path allocates nothing. A copy moves `height`
+//! rows of `width` bytes; row `i` starts at `dst + i*dpitch` and `src + i*spitch`. Two layers of checks:
 //! 1. [`check_rules`]: the runtime's documented rules (each cites its source,
-//!    docs/acl-api.md §5 "aclrtMemcpy2d / aclrtMemcpy2dAsync", or says it
-//!    is our own choice). Needs no allocator.
-//! 2. [`check_within_block`]: when an allocator is given, each device-side
-//!    pointer must lie in a block it owns and the copy's last byte,
-//!    `p + (height-1)*pitch + width - 1`, must lie inside that same block.
-//!    [`check_copy`] runs both with a caller-supplied block lookup.
-//!
-//! The success path allocates nothing; error messages are built only on
-//! failure, in `#[cold]` functions.
+//!    docs/acl-api.md §5 "aclrtMemcpy2d / aclrtMemcpy2dAsync", or says it is our own choice). Needs no allocator.
+//! 2. [`check_within_block`]: each device-side pointer, and the copy's last byte `p + (height-1)*pitch + width - 1`,
+//!    must lie in one block the allocator owns. [`check_copy`] runs both with a caller-supplied block lookup.
 
 use crate::error::Error;
 
-// aclrtMemcpyKind values (docs/acl-api.md §3, "aclrtMemcpyKind"; the
-// values are append-only). Kept here rather than taken from `sys`, which only
-// `runtime` may use.
+// aclrtMemcpyKind values (docs/acl-api.md §3, "aclrtMemcpyKind"; append-only): only `runtime` may use `sys`.
 pub const ACL_MEMCPY_HOST_TO_HOST: i32 = 0;
 pub const ACL_MEMCPY_HOST_TO_DEVICE: i32 = 1;
 pub const ACL_MEMCPY_DEVICE_TO_HOST: i32 = 2;
@@ -52,7 +39,6 @@ pub struct Copy2d {
     pub is_async: bool,
 }
 
-/// One end of a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
     Dst,
@@ -77,8 +63,7 @@ pub enum DeviceSides {
     Src,
     /// Device to device (the sync call answers it with "not supported").
     Both,
-    /// ACL_MEMCPY_DEFAULT: the runtime resolves the direction from the
-    /// addresses; npualloc checks the ends that lie in its own blocks.
+    /// ACL_MEMCPY_DEFAULT: the runtime resolves the direction from the addresses; we check the ends in our blocks.
     ByAddress,
 }
 
@@ -133,7 +118,6 @@ impl Copy2d {
         }
     }
 
-    /// One end of the copy.
     #[inline]
     pub fn region(&self, side: Side) -> DeviceRegion {
         match side {
@@ -142,10 +126,8 @@ impl Copy2d {
         }
     }
 
-    /// The device-side ends, as the kind says: H2D gives dst, D2H gives src,
-    /// D2D gives dst then src, DEFAULT gives both as candidates (the ones an
-    /// allocator owns are device memory). Empty for any other kind, so call
-    /// it after [`check_rules`] accepted the copy.
+    /// The device-side ends, as the kind says (DEFAULT: both, as candidates; those an allocator owns are device
+    /// memory). Empty for any other kind, so call it after [`check_rules`] accepted the copy.
     #[inline]
     pub fn device_regions(&self) -> impl Iterator<Item = DeviceRegion> {
         let sides = DeviceSides::for_kind(self.kind);
@@ -155,13 +137,11 @@ impl Copy2d {
     }
 }
 
-/// Checks the runtime's rules for a 2D copy, in the order the runtime applies
-/// them (ACL layer, then runtime layer), so the first broken rule is the one
-/// reported.
+/// Checks the runtime's rules for a 2D copy in the runtime's order (ACL layer, then runtime layer), so the
+/// first broken rule is the one reported.
 #[inline]
 pub fn check_rules(c: &Copy2d) -> Result<Checked, Error> {
-    // docs/acl-api.md §5, ACL layer (CheckMemcpy2dParam): a zero width or height is
-    // a successful no-op, decided before any pointer check.
+    // docs/acl-api.md §5, ACL layer (CheckMemcpy2dParam): a zero width or height is a no-op, before pointer checks.
     if c.width == 0 || c.height == 0 {
         return Ok(Checked::NoOp);
     }
@@ -172,9 +152,7 @@ pub fn check_rules(c: &Copy2d) -> Result<Checked, Error> {
     if c.src == 0 {
         return Err(null_pointer(c, Side::Src));
     }
-    // docs/acl-api.md §5, ACL layer and runtime layer: width <= dpitch and
-    // width <= spitch. With width > 0 this also gives the runtime's
-    // "pitches must be non-zero".
+    // docs/acl-api.md §5, ACL and runtime layers: width <= each pitch (so, as width > 0, pitches are non-zero).
     if c.width > c.dpitch {
         return Err(width_over_pitch(c, Side::Dst));
     }
@@ -186,27 +164,23 @@ pub fn check_rules(c: &Copy2d) -> Result<Checked, Error> {
     let Some(device_sides) = DeviceSides::for_kind(c.kind) else {
         return Err(bad_kind(c));
     };
-    // docs/runtime-behaviour.md "2D copies", runtime layer
-    // (`MemCopy2DCheckParam`): height <= 5242880 and width <= 5000000, for
-    // both calls, before the direction is looked at.
+    // docs/runtime-behaviour.md "2D copies", runtime layer (`MemCopy2DCheckParam`): the size limits, for both
+    // calls, before the direction is looked at.
     if c.height > MAX_HEIGHT {
         return Err(over_limit(c, "height", c.height, MAX_HEIGHT));
     }
     if c.width > MAX_WIDTH {
         return Err(over_limit(c, "width", c.width, MAX_WIDTH));
     }
-    // docs/runtime-behaviour.md "2D copies" (`MemCopy2DSync`): only then does
-    // the synchronous call refuse a D2D kind, as a feature it does not
-    // support (207000).
+    // docs/runtime-behaviour.md "2D copies" (`MemCopy2DSync`): only then does the sync call refuse D2D (207000).
     if device_sides == DeviceSides::Both && !c.is_async {
         return Err(sync_d2d(c));
     }
     Ok(Checked::Copy { device_sides })
 }
 
-/// Offset of the last byte a copy touches from its first byte:
-/// `(height-1)*pitch + width - 1`. `None` when the copy touches nothing
-/// (zero width or height) or the offset does not fit in `usize`.
+/// Offset of the last byte a copy touches from its first: `(height-1)*pitch + width - 1`. `None` when the copy
+/// touches nothing (zero width or height) or the offset does not fit in `usize`.
 #[inline]
 pub fn last_byte_offset(pitch: usize, width: usize, height: usize) -> Option<usize> {
     let last_row = height.checked_sub(1)?;
@@ -214,13 +188,10 @@ pub fn last_byte_offset(pitch: usize, width: usize, height: usize) -> Option<usi
     last_row.checked_mul(pitch)?.checked_add(last_col)
 }
 
-/// Checks that every byte of `region`'s side of a `width` x `height` copy lies
-/// in the block `[block_start, block_start + block_size)`: the first byte is
-/// not before the block and `p + (height-1)*pitch + width - 1` is before its
-/// end. Our own rule (api.md "2D copies"): the runtime cannot see allocation
-/// boundaries, so an overrun would silently corrupt a neighbouring block.
-/// Computed as offsets from `block_start` with checked arithmetic, so sizes
-/// near `usize::MAX` cannot wrap. A copy touching no byte is accepted.
+/// Checks that every byte of `region`'s side of a `width` x `height` copy lies in the block
+/// `[block_start, block_start + block_size)`. Our own rule (docs/runtime-behaviour.md "2D copies"): the runtime cannot see allocation
+/// boundaries, so an overrun would silently corrupt a neighbouring block. Offsets from `block_start` use checked
+/// arithmetic, so sizes near `usize::MAX` cannot wrap. A copy touching no byte is accepted.
 #[inline]
 pub fn check_within_block(
     region: &DeviceRegion,
@@ -242,9 +213,8 @@ pub fn check_within_block(
     }
 }
 
-/// [`check_rules`], then each device side against the block that owns its
-/// first byte. `find_block(addr)` returns that block's `(start, size)`, or
-/// `None` when the allocator does not own `addr` (`Error::UnknownPointer`).
+/// [`check_rules`], then each device side against the block that owns its first byte. `find_block(addr)` returns
+/// that block's `(start, size)`, or `None` when the allocator does not own `addr` (`Error::UnknownPointer`).
 #[inline]
 pub fn check_copy(c: &Copy2d, mut find_block: impl FnMut(usize) -> Option<(usize, usize)>) -> Result<Checked, Error> {
     let checked = check_rules(c)?;
@@ -252,13 +222,11 @@ pub fn check_copy(c: &Copy2d, mut find_block: impl FnMut(usize) -> Option<(usize
         let mut owned = 0;
         for region in c.device_regions() {
             let Some((start, size)) = find_block(region.addr) else {
-                // DEFAULT: an end outside our blocks is host memory or
-                // another allocator's; the runtime resolves it.
+                // DEFAULT: an end outside our blocks is host memory or another allocator's; the runtime resolves it.
                 if device_sides == DeviceSides::ByAddress {
                     continue;
                 }
-                // H2D or D2H whose host side is ours and whose device side
-                // is not: the kind is the mistake, not the pointer.
+                // H2D or D2H whose host side is ours and device side is not: the kind is the mistake, not the pointer.
                 let other = match region.side {
                     Side::Dst => Side::Src,
                     Side::Src => Side::Dst,
@@ -271,9 +239,8 @@ pub fn check_copy(c: &Copy2d, mut find_block: impl FnMut(usize) -> Option<(usize
             check_within_block(&region, c.width, c.height, start, size)?;
             owned += 1;
         }
-        // docs/runtime-behaviour.md "2D copies" (`MemcpyKindAutoCorrect`): a
-        // synchronous DEFAULT copy whose ends are both device memory resolves
-        // to D2D, which the runtime refuses as an invalid value (107000).
+        // docs/runtime-behaviour.md "2D copies" (`MemcpyKindAutoCorrect`): a synchronous DEFAULT copy between two
+        // device buffers resolves to D2D, which the runtime refuses as an invalid value (107000).
         if device_sides == DeviceSides::ByAddress && owned == 2 && !c.is_async {
             return Err(sync_default_d2d(c));
         }

@@ -1,9 +1,6 @@
-//! The names of the aclError codes, in one table: every message that shows
-//! an aclError shows it as "NAME (number)" through [`AclErrorCode`].
-//!
-//! Values are the ACL-level codes of `acl_base_rt.h` and the runtime-level
-//! codes of `rt_error_codes.h` (docs/acl-api.md §2). A code not listed
-//! is shown as "unnamed aclError (number)".
+//! The names of the aclError codes: every message shows an aclError as "NAME (number)" via [`AclErrorCode`].
+//! Values are the ACL-level codes of `acl_base_rt.h` and the runtime-level codes of `rt_error_codes.h`
+//! (docs/acl-api.md §2); an unlisted code shows as "unnamed aclError (number)".
 
 use std::fmt;
 

@@ -1,26 +1,14 @@
 //! Device switches through contexts, without leaking device references.
 //!
-//! `aclrtSetDevice` adds a reference to the device that only
-//! `aclrtResetDevice` drops, and makes the device's primary context the
-//! thread's current one in place of any context the thread had set
-//! (docs/runtime-behaviour.md, "Devices and contexts"). So npualloc:
-//! - takes one reference per device while an allocator of it lives
-//!   ([`Runtime::hold_device`], dropped by [`DeviceHold`]): `aclrtSetDevice`
-//!   once, `aclrtGetCurrentContext` to learn the primary context, the
-//!   caller's context put back with `aclrtSetCurrentContext`; the last
-//!   hold's release is the matching `aclrtResetDevice`. The primary context
-//!   (not a created one) because streams the host made after
-//!   `aclrtSetDevice` belong to it, and the runtime refuses a stream of
-//!   another context when an event is recorded on it;
-//! - switches in [`Runtime::on_device`] with `aclrtSetCurrentContext`, which
-//!   adds no reference, and puts the caller's context back afterwards.
-//!
-//! A thread with no context at all cannot be given "none" back (the
-//! runtime refuses `aclrtSetCurrentContext(NULL)`): it keeps the device's
-//! context current, which holds no reference. A device with no hold (a
-//! query before an allocator exists) is switched with a paired
-//! `aclrtSetDevice` / `aclrtResetDevice`. A runtime without the context
-//! calls falls back to `aclrtSetDevice` both ways.
+//! `aclrtSetDevice` adds a device reference that only `aclrtResetDevice` drops, and makes the device's primary
+//! context current in place of any the thread had set (docs/runtime-behaviour.md, "Devices and contexts"). So one
+//! reference is held per device while an allocator of it lives ([`Runtime::hold_device`], released by
+//! [`DeviceHold`]), on the primary context, not a created one: streams the host made after `aclrtSetDevice`
+//! belong to it, and the runtime refuses a stream of another context when an event is recorded on it.
+//! [`Runtime::on_device`] switches with `aclrtSetCurrentContext`, which adds no reference, and back; as the
+//! runtime refuses `aclrtSetCurrentContext(NULL)`, a thread that had no context keeps the device's (which holds
+//! no reference). A device with no hold (a query before an allocator exists) is switched with a paired
+//! `aclrtSetDevice` / `aclrtResetDevice`; a runtime without the context calls uses `aclrtSetDevice` both ways.
 
 use super::{check, AclCallError, Runtime, Stream};
 use crate::sys;
@@ -37,10 +25,8 @@ impl Context {
     }
 }
 
-/// Held devices with their primary contexts and how many allocators hold
-/// each, process-wide (allocators of one library may each have their own
-/// `Runtime`): keyed by the library (its `aclrtSetDevice` address) and the
-/// device.
+/// Held devices with their primary context and hold count, process-wide (allocators of one library may each
+/// have their own `Runtime`): keyed by the library (its `aclrtSetDevice` address) and the device.
 #[derive(Default)]
 struct Holds {
     by_device: HashMap<(usize, i32), (Context, usize)>,
@@ -48,8 +34,7 @@ struct Holds {
 
 static HOLDS: LazyLock<Mutex<Holds>> = LazyLock::new(Default::default);
 
-/// One allocator's hold on its device; releasing it is `aclrtResetDevice`
-/// for the last one.
+/// One allocator's hold on its device; releasing the last one is `aclrtResetDevice`.
 pub struct DeviceHold {
     rt: Arc<Runtime>,
     device: i32,
@@ -104,8 +89,7 @@ impl Runtime {
         check("aclrtResetDevice", unsafe { (self.api.aclrtResetDevice)(device) })
     }
 
-    /// Takes a reference to `device` for as long as the returned hold lives,
-    /// leaving the thread's current context as it was (see the module notes).
+    /// Takes a reference to `device` while the returned hold lives; the thread's context stays as it was.
     pub fn hold_device(self: &Arc<Self>, device: i32) -> Result<DeviceHold, AclCallError> {
         if self.features.contexts {
             let mut holds = self.holds();
@@ -150,8 +134,7 @@ impl Runtime {
         self.holds().by_device.get(&(self.library(), device)).map(|&(ctx, _)| ctx)
     }
 
-    /// Runs `f` with `device` current on this thread, and puts the thread's
-    /// context back afterwards; every device's reference count is as before.
+    /// Runs `f` with `device` current, then puts the thread's context back; reference counts end as before.
     pub fn on_device<T>(&self, device: i32, f: impl FnOnce() -> Result<T, AclCallError>) -> Result<T, AclCallError> {
         if !self.features.contexts {
             return self.on_device_by_set(device, f);
@@ -163,8 +146,7 @@ impl Runtime {
                 self.set_current_context(ctx)?;
                 let result = f();
                 if let Some(prev) = saved {
-                    // Restoring can only fail if the runtime is going away;
-                    // the result of `f` is what the caller needs either way.
+                    // Fails only if the runtime is going away; the caller needs `f`'s result either way.
                     let _ = self.set_current_context(prev);
                 }
                 result
@@ -181,8 +163,7 @@ impl Runtime {
         }
     }
 
-    /// `on_device` for a runtime without the context calls: switch and
-    /// switch back with `aclrtSetDevice` (each adds a reference).
+    /// `on_device` without the context calls: `aclrtSetDevice` there and back (each adds a reference).
     fn on_device_by_set<T>(&self, device: i32, f: impl FnOnce() -> Result<T, AclCallError>) -> Result<T, AclCallError> {
         let previous = self.current_device();
         if previous != Some(device) {
@@ -195,16 +176,13 @@ impl Runtime {
         result
     }
 
-    /// Whether `stream` belongs to the current context, asked with
-    /// `aclrtGetStreamOverflowSwitch`: a getter without side effects that
-    /// the runtime refuses with 107003 for a stream of another context
-    /// (`ApiImpl::GetStreamOverflowSwitch`). The runtime has no call that
-    /// names a stream's device. `None`: the runtime lacks the call.
+    /// Whether `stream` belongs to the current context (no runtime call names a stream's device). Asked with
+    /// `aclrtGetStreamOverflowSwitch`, a getter without side effects that the runtime refuses with 107003 for a
+    /// stream of another context (`ApiImpl::GetStreamOverflowSwitch`). `None`: the runtime lacks the call.
     pub fn stream_in_current_context(&self, stream: Stream) -> Result<Option<bool>, AclCallError> {
         let Some(get) = self.api.aclrtGetStreamOverflowSwitch else { return Ok(None) };
         let mut flag = 0u32;
-        // SAFETY: the handle is passed through (the runtime validates it);
-        // flag is a valid out-pointer.
+        // SAFETY: the runtime validates the handle; flag is a valid out-pointer.
         match check("aclrtGetStreamOverflowSwitch", unsafe { get(stream.raw(), &mut flag) }) {
             Ok(()) => Ok(Some(true)),
             Err(e) if e.code == sys::ACL_ERROR_RT_STREAM_CONTEXT => Ok(Some(false)),

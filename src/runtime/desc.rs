@@ -15,9 +15,8 @@ pub struct DescCallbacks {
 }
 
 impl Runtime {
-    /// Creates a desc with the object and all four callbacks set. The advise
-    /// callback is always set: the runtime leaves unset callbacks
-    /// uninitialised and GE's fallback for a NULL one deadlocks (docs/acl-api.md §6.3).
+    /// Creates a desc with the object and all four callbacks set. The advise callback is always set: the
+    /// runtime leaves unset ones uninitialised and GE's fallback for a NULL one deadlocks (docs/acl-api.md §6.3).
     pub fn create_desc(&self, cb: &DescCallbacks) -> Result<usize, AclCallError> {
         // SAFETY: no arguments.
         let desc = unsafe { (self.api.aclrtAllocatorCreateDesc)() };

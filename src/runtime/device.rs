@@ -18,8 +18,7 @@ impl Runtime {
         check("aclrtSetDevice", unsafe { (self.api.aclrtSetDevice)(device) })
     }
 
-    /// How many devices the runtime reports; `None` without the call or
-    /// when it fails.
+    /// How many devices the runtime reports; `None` without the call or when it fails.
     pub fn device_count(&self) -> Option<u32> {
         let count_fn = self.api.aclrtGetDeviceCount?;
         let mut count = 0u32;
@@ -62,10 +61,8 @@ impl Runtime {
         check("aclrtDestroyStream", unsafe { (self.api.aclrtDestroyStream)(stream.raw()) })
     }
 
-    /// Waits for `stream`'s queued work. A capturing stream (ACL graphs)
-    /// is never synchronized: the runtime refuses that, and the capture is
-    /// lost; the call fails with ACL_ERROR_RT_STREAM_CAPTURED instead, as
-    /// the runtime would, without reaching it.
+    /// Waits for `stream`'s queued work. A capturing stream (ACL graphs) fails with ACL_ERROR_RT_STREAM_CAPTURED
+    /// without reaching the runtime, which would refuse it too and lose the capture.
     pub fn synchronize_stream(&self, stream: Stream) -> Result<(), AclCallError> {
         // A failed capture query leaves the answer to the synchronize itself.
         if matches!(self.is_capturing(stream), Ok(true)) {
@@ -75,10 +72,8 @@ impl Runtime {
         check("aclrtSynchronizeStream", unsafe { (self.api.aclrtSynchronizeStream)(stream.raw()) })
     }
 
-    /// True if `stream` is in capture (`aclmdlRICaptureGetInfo` says
-    /// ACTIVE or INVALIDATED). False for the default stream, which cannot
-    /// capture, and when the runtime lacks the call. An unknown handle is
-    /// the runtime's error.
+    /// True if `stream` is in capture (`aclmdlRICaptureGetInfo` says ACTIVE or INVALIDATED). False for the
+    /// default stream (it cannot capture) and without the call; an unknown handle is the runtime's error.
     pub fn is_capturing(&self, stream: Stream) -> Result<bool, AclCallError> {
         let Some(get_info) = self.api.aclmdlRICaptureGetInfo else { return Ok(false) };
         if stream == Stream::DEFAULT {
@@ -86,20 +81,17 @@ impl Runtime {
         }
         let mut status: sys::aclmdlRICaptureStatus = sys::ACL_MODEL_RI_CAPTURE_STATUS_NONE;
         let mut model: sys::aclmdlRI = std::ptr::null_mut();
-        // SAFETY: the handle is passed through (the runtime validates it);
-        // both out-pointers are valid.
+        // SAFETY: the runtime validates the handle; both out-pointers are valid.
         check("aclmdlRICaptureGetInfo", unsafe { get_info(stream.raw(), &mut status, &mut model) })?;
         Ok(status != sys::ACL_MODEL_RI_CAPTURE_STATUS_NONE)
     }
 
-    /// Checks that `stream` names a live stream (`aclrtStreamQuery`, which
-    /// does not wait). `Ok(false)`: the runtime lacks the call, nothing was
-    /// checked.
+    /// Checks that `stream` names a live stream (`aclrtStreamQuery`, which does not wait). `Ok(false)`: the
+    /// runtime lacks the call, nothing was checked.
     pub fn check_stream(&self, stream: Stream) -> Result<bool, AclCallError> {
         let Some(query) = self.api.aclrtStreamQuery else { return Ok(false) };
         let mut status: sys::aclrtStreamStatus = sys::ACL_STREAM_STATUS_COMPLETE;
-        // SAFETY: the handle is passed through (the runtime validates it);
-        // status is a valid out-pointer.
+        // SAFETY: the runtime validates the handle; status is a valid out-pointer.
         check("aclrtStreamQuery", unsafe { query(stream.raw(), &mut status) })?;
         Ok(true)
     }
@@ -126,8 +118,7 @@ impl Runtime {
         check("aclrtQueryEventStatus", unsafe {
             (self.api.aclrtQueryEventStatus)(event.0 as sys::aclrtEvent, &mut status)
         })?;
-        // aclrtQueryEventStatus reports aclrtEventRecordedStatus, where
-        // COMPLETE is 1 (the reverse of the deprecated aclrtEventStatus).
+        // aclrtEventRecordedStatus, where COMPLETE is 1 (the reverse of the deprecated aclrtEventStatus).
         Ok(status == sys::ACL_EVENT_RECORDED_STATUS_COMPLETE)
     }
 
@@ -156,7 +147,6 @@ impl Runtime {
     }
 
     /// `aclrtMemcpy2d`, after the caller has validated the arguments.
-    ///
     /// # Safety
     /// The regions must be valid for the copy the arguments describe.
     #[allow(clippy::too_many_arguments)]
@@ -175,7 +165,6 @@ impl Runtime {
     }
 
     /// `aclrtMemcpy2dAsync`, after the caller has validated the arguments.
-    ///
     /// # Safety
     /// The regions must stay valid until the copy completes on `stream`.
     #[allow(clippy::too_many_arguments)]

@@ -1,23 +1,18 @@
-//! The ACL calls that share device memory with other processes of the host:
-//! `aclrtMalloc` allocations by key, physical handles by shareable handle
-//! (docs/runtime-behaviour.md, "Sharing memory between processes").
-//!
-//! npualloc exports without PID validation, as torch_npu does: any process
-//! of the host that receives the key or handle may import.
+//! The ACL calls that share device memory with other processes of the host: `aclrtMalloc` allocations by key,
+//! physical handles by shareable handle (docs/runtime-behaviour.md, "Sharing memory between processes").
+//! Exports skip PID validation, as torch_npu does: any process of the host holding the key or handle may import.
 
 use super::{check, AclCallError, PhysicalHandle, Runtime};
 use crate::sys;
 use std::os::raw::{c_char, c_void};
 
-/// An export key: 64 characters and the NUL, the buffer length the runtime
-/// wants.
+/// An export key: 64 characters and the NUL, the buffer length the runtime wants.
 pub const KEY_LEN: usize = 65;
 
 /// `ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION` and
 /// `ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION` (acl_rt.h).
 const NO_PID_VALIDATION: u64 = 1;
-/// `ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS` (acl_rt.h): an import on
-/// another device of the host works too.
+/// `ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS` (acl_rt.h): an import on another device of the host works too.
 const PEER_ACCESS: u64 = 1;
 
 const fn unsupported(function: &'static str) -> AclCallError {
@@ -25,8 +20,7 @@ const fn unsupported(function: &'static str) -> AclCallError {
 }
 
 impl Runtime {
-    /// The key of the `aclrtMalloc` allocation at `addr` (its start) of
-    /// `size` bytes.
+    /// The key of the `aclrtMalloc` allocation starting at `addr`, of `size` bytes.
     pub fn export_key(&self, addr: usize, size: usize) -> Result<[u8; KEY_LEN], AclCallError> {
         let f = self.api.aclrtIpcMemGetExportKey.ok_or(unsupported("aclrtIpcMemGetExportKey"))?;
         let mut key = [0u8; KEY_LEN];
@@ -38,8 +32,7 @@ impl Runtime {
         Ok(key)
     }
 
-    /// Maps the allocation another process exported under `key`; returns
-    /// its address here.
+    /// Maps the allocation another process exported under `key`; returns its address here.
     pub fn import_key(&self, key: &[u8; KEY_LEN]) -> Result<usize, AclCallError> {
         let f = self.api.aclrtIpcMemImportByKey.ok_or(unsupported("aclrtIpcMemImportByKey"))?;
         let mut p: *mut c_void = std::ptr::null_mut();
@@ -48,8 +41,7 @@ impl Runtime {
         Ok(p as usize)
     }
 
-    /// Ends an import of `key` (in an importer) or the export (in the
-    /// exporter).
+    /// Ends an import of `key` (in an importer) or the export (in the exporter).
     pub fn close_key(&self, key: &[u8; KEY_LEN]) -> Result<(), AclCallError> {
         let f = self.api.aclrtIpcMemClose.ok_or(unsupported("aclrtIpcMemClose"))?;
         // SAFETY: `key` is NUL-terminated.

@@ -1,10 +1,6 @@
-//! Loads libascendcl.so at run time and resolves the symbol table.
-//!
-//! Which library: the config key `acl_library`, else `NPUALLOC_ACL_LIBRARY`,
-//! else `$ASCEND_HOME_PATH/lib64/libascendcl.so` when that file exists, else
-//! the dynamic loader's own search for `libascendcl.so`. A library is opened
-//! once per path and kept open for the life of the process: allocators hold
-//! function pointers into it, so it must never be unloaded under them.
+//! Loads libascendcl.so at run time and resolves the symbol table. Which library: the config key `acl_library`,
+//! else `NPUALLOC_ACL_LIBRARY`, else `$ASCEND_HOME_PATH/lib64/libascendcl.so` if it exists, else the dynamic
+//! loader's search. Each path is opened once and never unloaded: allocators hold function pointers into it.
 
 use super::symbols::AclApi;
 use super::RuntimeError;
@@ -33,13 +29,11 @@ impl LoadedLibrary {
     }
 }
 
-/// Where the path of the ACL library came from. A failed load shows it with
-/// what to change (`Display`), since the loader's own message only says that
-/// a file could not be opened.
+/// Where the ACL library's path came from. A failed load shows it with what to change (`Display`), since the
+/// loader's own message only says that a file could not be opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LibrarySource {
-    /// A path given by the caller: the config key `acl_library` (or a
-    /// tool's `--acl-library`).
+    /// A path given by the caller: the config key `acl_library` (or a tool's `--acl-library`).
     Given,
     /// The environment variable `NPUALLOC_ACL_LIBRARY`.
     Env,
@@ -89,10 +83,7 @@ fn default_library() -> (String, LibrarySource) {
     )
 }
 
-/// The library path and where it came from, by the order in the module
-/// docs: `given`, else `env` (NPUALLOC_ACL_LIBRARY), else the file under
-/// `ascend_home` when it exists, else the loader's search. Empty strings
-/// count as unset.
+/// The library path and where it came from, in the module docs' order; empty strings count as unset.
 fn choose(given: Option<&str>, env: Option<String>, ascend_home: Option<PathBuf>) -> (String, LibrarySource) {
     if let Some(p) = given.filter(|p| !p.is_empty()) {
         return (p.to_string(), LibrarySource::Given);
@@ -134,8 +125,7 @@ fn open(path: &str, source: LibrarySource) -> Result<LoadedLibrary, RuntimeError
         reason: "the path contains a NUL byte".into(),
         origin: source,
     })?;
-    // SAFETY: c_path is a valid C string; dlopen has no other preconditions.
-    // The handle is deliberately never closed (see the module docs).
+    // SAFETY: c_path is a valid C string; dlopen has no other preconditions. Never closed (module docs).
     let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if handle.is_null() {
         return Err(RuntimeError::Unavailable { path: path.to_string(), reason: dl_error().into(), origin: source });
@@ -145,8 +135,7 @@ fn open(path: &str, source: LibrarySource) -> Result<LoadedLibrary, RuntimeError
         // SAFETY: handle is a live dlopen handle and c_name a valid C string.
         unsafe { libc::dlsym(handle, c_name.as_ptr()) }
     };
-    // SAFETY: the symbols come from a library that claims to be libascendcl;
-    // their signatures are the documented ACL ones the table declares.
+    // SAFETY: a library that claims to be libascendcl has the documented ACL signatures the table declares.
     let api = unsafe { AclApi::resolve(lookup) }
         .map_err(|symbol| RuntimeError::MissingSymbol { path: path.to_string(), symbol })?;
     Ok(LoadedLibrary { path: path.to_string(), missing_optional: api.missing_optional(), api })

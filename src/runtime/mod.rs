@@ -1,17 +1,10 @@
-//! The ACL runtime as the allocator sees it.
-//!
-//! Everything here goes through one table of function pointers loaded at run
-//! time (see `loader`); every failing call becomes an [`AclCallError`] that
-//! names the function and its aclError. Contract notes for each call cite
-//! docs/acl-api.md:
-//! - `aclrtMalloc` never synchronizes; `aclrtFree` does not wait for queued
-//!   work (§5), so memory is freed only after the streams that used it are
-//!   known complete.
-//! - Out of memory is 207001 (`ACL_ERROR_RT_MEMORY_ALLOCATION`) from both
-//!   `aclrtMalloc` and `aclrtMallocPhysical` (§2).
-//! - Calls that allocate act on the calling thread's current device, so they
-//!   run inside [`Runtime::on_device`], which switches contexts without
-//!   adding device references (`context`).
+//! The ACL runtime as the allocator sees it: one table of function pointers loaded at run time (`loader`);
+//! a failing call becomes an [`AclCallError`] naming the function and its aclError. Contracts (docs/acl-api.md):
+//! - `aclrtMalloc` never synchronizes; `aclrtFree` does not wait for queued work (§5), so memory is freed
+//!   only after the streams that used it are known complete.
+//! - Out of memory is 207001 (`ACL_ERROR_RT_MEMORY_ALLOCATION`) from `aclrtMalloc` and `aclrtMallocPhysical` (§2).
+//! - Calls that allocate act on the thread's current device, so they run inside [`Runtime::on_device`], which
+//!   switches contexts without adding device references (`context`).
 
 pub mod acl_error;
 mod context;
@@ -42,8 +35,7 @@ pub struct AclCallError {
 }
 
 impl AclCallError {
-    /// True for the codes the runtime uses for a handle it does not know
-    /// (for a stream: one already destroyed).
+    /// True for the codes the runtime uses for an unknown handle (for a stream: one already destroyed).
     pub fn is_invalid_handle(&self) -> bool {
         matches!(self.code, sys::ACL_ERROR_RT_INVALID_HANDLE | sys::ACL_ERROR_INVALID_RESOURCE_HANDLE)
     }
@@ -67,8 +59,7 @@ pub enum RuntimeError {
     MissingSymbol { path: String, symbol: &'static str },
 }
 
-/// A stream handle as the allocator keeps it (an `aclrtStream` value; 0 is the
-/// default stream). Plain data so allocator state stays `Send`.
+/// An `aclrtStream` value (0 is the default stream), as plain data so allocator state stays `Send`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Stream(pub usize);
 
@@ -122,7 +113,6 @@ impl Runtime {
         &self.api
     }
 
-    /// Which optional features the runtime has.
     pub fn features(&self) -> AclFeatures {
         self.features
     }

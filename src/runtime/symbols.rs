@@ -1,10 +1,6 @@
-//! The one list of ACL functions npualloc calls, and the table it yields.
-//!
-//! Required functions exist in every CANN release we support; a library that
-//! lacks one is refused. Optional ones come in feature groups, and a feature
-//! is on only when every function of its group exists: this list is the one
-//! place that decides which optional features a runtime has
-//! ([`AclApi::features`]).
+//! The one list of ACL functions npualloc calls, and the table it yields. Required functions exist in every
+//! supported CANN release; a library lacking one is refused. Optional ones come in feature groups: a feature is
+//! on only when every function of its group exists ([`AclApi::features`]).
 
 use crate::sys::*;
 use std::os::raw::{c_char, c_void};
@@ -32,20 +28,17 @@ macro_rules! acl_symbols {
         /// Names of the functions whose absence only turns a feature off.
         pub const OPTIONAL_SYMBOLS: &[&str] = &[$($(stringify!($opt)),*),*];
 
-        /// The optional features a runtime has: each is true when every
-        /// function of its group was found.
+        /// The optional features a runtime has: each is true when every function of its group was found.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub struct AclFeatures {
             $($(#[doc = $fdoc])* pub $feature: bool,)*
         }
 
         impl AclApi {
-            /// Which optional features this table supports.
             pub fn features(&self) -> AclFeatures {
                 AclFeatures { $($feature: true $(&& self.$opt.is_some())*,)* }
             }
 
-            /// The optional functions this table lacks.
             pub fn missing_optional(&self) -> Vec<&'static str> {
                 let mut missing = Vec::new();
                 $($(if self.$opt.is_none() {
@@ -54,13 +47,9 @@ macro_rules! acl_symbols {
                 missing
             }
 
-            /// Resolves every symbol through `lookup`, which returns the
-            /// address of a symbol or NULL. Fails with the first missing
-            /// required name.
-            ///
+            /// Resolves every symbol via `lookup` (address or NULL); fails with the first missing required name.
             /// # Safety
-            /// Every non-NULL address `lookup` returns must be a function with
-            /// the ACL signature of that name.
+            /// Every non-NULL address `lookup` returns must be a function with the ACL signature of that name.
             pub(crate) unsafe fn resolve(
                 mut lookup: impl FnMut(&str) -> *mut c_void,
             ) -> Result<Self, &'static str> {
@@ -83,10 +72,8 @@ macro_rules! acl_symbols {
                 })
             }
 
-            /// The table filled from the ACL symbols linked into this binary
-            /// (the emulator's rlib in unit tests). Assigning the bindgen
-            /// prototypes to the table's fields is also the compile-time proof
-            /// that the table's types match the headers.
+            /// The table of the ACL symbols linked into this binary (the emulator's rlib in unit tests); assigning
+            /// the bindgen prototypes to its fields proves at compile time that its types match the headers.
             #[cfg(test)]
             pub(crate) fn linked() -> Self {
                 AclApi {
@@ -149,13 +136,11 @@ acl_symbols! {
             aclrtUnmapMem: fn(*mut c_void) -> aclError;
             aclrtMemGetAllocationGranularity: fn(*mut aclrtPhysicalMemProp, aclrtMemGranularityOptions, *mut usize) -> aclError;
         }
-        /// `aclrtStreamQuery`, which validates stream handles the allocator
-        /// meets for the first time.
+        /// `aclrtStreamQuery`, which validates stream handles the allocator meets for the first time.
         stream_query {
             aclrtStreamQuery: fn(aclrtStream, *mut aclrtStreamStatus) -> aclError;
         }
-        /// `aclmdlRICaptureGetInfo`: whether a stream captures (ACL graphs),
-        /// so a capturing stream is never queried or synchronized.
+        /// `aclmdlRICaptureGetInfo`: whether a stream captures (ACL graphs), so it is never queried or synchronized.
         capture_info {
             aclmdlRICaptureGetInfo: fn(aclrtStream, *mut aclmdlRICaptureStatus, *mut aclmdlRI) -> aclError;
         }
@@ -164,25 +149,21 @@ acl_symbols! {
             aclrtGetCurrentContext: fn(*mut aclrtContext) -> aclError;
             aclrtSetCurrentContext: fn(aclrtContext) -> aclError;
         }
-        /// `aclrtGetStreamOverflowSwitch`, which tells whether a stream
-        /// belongs to the current context (107003 if not).
+        /// `aclrtGetStreamOverflowSwitch`: whether a stream belongs to the current context (107003 if not).
         stream_context {
             aclrtGetStreamOverflowSwitch: fn(aclrtStream, *mut u32) -> aclError;
         }
-        /// `aclrtGetDeviceCount`, which names the valid device ids in a
-        /// refusal of an unknown one.
+        /// `aclrtGetDeviceCount`, which names the valid device ids in a refusal of an unknown one.
         device_count {
             aclrtGetDeviceCount: fn(*mut u32) -> aclError;
         }
-        /// Sharing `aclrtMalloc` memory with other processes by key (fixed
-        /// segments' `npualloc_ipc_export`).
+        /// Sharing `aclrtMalloc` memory with other processes by key (fixed segments' `npualloc_ipc_export`).
         ipc_key {
             aclrtIpcMemGetExportKey: fn(*mut c_void, usize, *mut c_char, usize, u64) -> aclError;
             aclrtIpcMemImportByKey: fn(*mut *mut c_void, *const c_char, u64) -> aclError;
             aclrtIpcMemClose: fn(*const c_char) -> aclError;
         }
-        /// Sharing physical handles with other processes (expandable
-        /// segments' `npualloc_ipc_export`).
+        /// Sharing physical handles with other processes (expandable segments' `npualloc_ipc_export`).
         ipc_handle {
             aclrtMemExportToShareableHandle: fn(aclrtDrvMemHandle, aclrtMemHandleType, u64, *mut u64) -> aclError;
             aclrtMemImportFromShareableHandle: fn(u64, i32, *mut aclrtDrvMemHandle) -> aclError;

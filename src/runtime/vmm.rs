@@ -1,10 +1,7 @@
-//! The ACL virtual-memory calls behind expandable segments.
-//!
-//! Documented order (docs/acl-api.md §5 "Virtual memory"): reserve, malloc
-//! physical, map, use, unmap, free physical, release. A physical handle is
-//! mapped whole (map size == handle size, offset 0, flags 0), and sizes are
+//! The ACL virtual-memory calls behind expandable segments; only called when [`Runtime::has_vmm`] is true.
+//! Documented order (docs/acl-api.md §5 "Virtual memory"): reserve, malloc physical, map, use, unmap, free
+//! physical, release. A handle is mapped whole (map size == handle size, offset 0, flags 0); sizes are
 //! multiples of the allocation granularity (2 MiB for HUGE, 1 GiB for HUGE1G).
-//! Only called when [`Runtime::has_vmm`] is true.
 
 use super::{check, AclCallError, Runtime};
 use crate::sys;

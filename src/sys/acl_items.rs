@@ -1,8 +1,5 @@
-// Every ACL item the project uses: the allowlists for bindgen.
-//
-// One list, read with `include!` by build.rs (which generates the bindings)
-// and by tests/acl_headers_agree.rs (which checks that our own declarations in
-// acl_decls.h and the real ACL headers give identical bindings for each item).
+// Every ACL item the project uses: the bindgen allowlists, `include!`d by build.rs and by
+// tests/acl_headers_agree.rs (which checks that acl_decls.h and the real ACL headers bind each item identically).
 // Plain `//` comments only: an included file cannot carry inner doc comments.
 // Add an item here, and to acl_decls.h, before using it from `sys`.
 

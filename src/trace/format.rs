@@ -7,16 +7,14 @@
 //! | `u <id> <stream>` | work on `stream` also uses `id` (record_stream) |
 //! | `w <stream>` | the host waits for all work queued on `stream` |
 //!
-//! Ids are unique within a file (never reused); streams are small integers,
-//! 0 being the first stream. Lines starting with `#` are comments; the first
-//! is [`HEADER`].
+//! Ids are unique within a file (never reused); streams are small integers, 0 being the first. Lines starting
+//! with `#` are comments; the first is [`HEADER`].
 
 use std::fmt;
 
 /// The first line of every acl-trace v1 file.
 pub const HEADER: &str = "# acl-trace v1";
 
-/// One event of a trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     Alloc { id: u64, bytes: u64, stream: u32 },

@@ -1,8 +1,5 @@
-//! Allocation traces in the acl-trace v1 format.
-//!
-//! A trace is a text file of one event per line (`a`, `f`, `u`, `w`), usually
-//! gzip-compressed; see `format` for the lines. `parse` reads and validates
-//! one, `record` writes one from a live allocator (config key `trace`).
+//! Allocation traces in the acl-trace v1 format: one event per line (`a`, `f`, `u`, `w`; see `format`),
+//! usually gzipped. `parse` reads and validates one, `record` writes one from a live allocator (config key `trace`).
 
 pub mod format;
 pub mod parse;

@@ -1,10 +1,6 @@
-//! Reads acl-trace v1 text (plain or gzip) and checks it line by line.
-//!
-//! Checks: UTF-8 text, known op letter, field count, numeric fields,
-//! 0 < `bytes` < 2^60, streams below 1024, `f` and `u` naming a live id, `a`
-//! never reusing an id. The first problem stops the read with its 1-based
-//! line number. A missing `# acl-trace v1` header is accepted; a header
-//! naming another version is not, wherever it stands.
+//! Reads acl-trace v1 text (plain or gzip) and checks it line by line ([`LineError`]); the first problem stops
+//! the read with its 1-based line number. A missing `# acl-trace v1` header is accepted; a header naming another
+//! version is not, wherever it stands.
 
 use super::format::{Op, Trace, HEADER};
 use std::collections::HashSet;
@@ -67,18 +63,15 @@ impl ParseError {
         }
     }
 
-    /// True when the file could not be opened at all (as opposed to a
-    /// read error or a malformed line).
+    /// True when the file could not be opened at all (not a read error or a malformed line).
     pub fn is_open_error(&self) -> bool {
         matches!(self, ParseError::Open { .. })
     }
 }
 
-/// Stream numbers index a table of runtime streams (a replay creates one per
-/// number up to the highest); this bounds it.
+/// Bounds the table of runtime streams a replay creates (one per number up to the highest).
 const MAX_STREAM: u64 = 1 << 10;
-/// The largest allocation a trace may ask for: the allocator's own limit,
-/// which also keeps sums of live bytes far from overflowing.
+/// The largest allocation a trace may ask for: the allocator's own limit; it keeps sums of live bytes from overflow.
 pub const MAX_BYTES: u64 = 1 << 60;
 
 /// Reads a `.trace` or `.trace.gz` file (gzip is recognised by its magic bytes).
@@ -106,8 +99,7 @@ pub fn parse_reader<R: BufRead>(mut reader: R, name: &str) -> Result<Trace, Pars
     let mut line_no = 0usize;
     loop {
         buf.clear();
-        // Bytes, not `read_line`: text that is not UTF-8 is a problem of one
-        // line, reported with its number like any other.
+        // Bytes, not `read_line`: text that is not UTF-8 is one line's problem, reported with its number.
         let n =
             reader.read_until(b'\n', &mut buf).map_err(|source| ParseError::Io { name: name.to_string(), source })?;
         if n == 0 {

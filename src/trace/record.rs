@@ -1,26 +1,12 @@
 //! Records what a live allocator serves as an acl-trace v1 file.
 //!
-//! The allocator calls the recorder under its state lock, so the hot path
-//! does as little as possible: it appends one 16-byte binary event (address,
-//! size with the op in its top bits) to a buffer reserved when the recorder
-//! is created. The stream is not stored per event: a stream event goes in
-//! only when it differs from the previous event's (rare: most programs
-//! allocate on one or two streams). There is no thread, and nothing is
-//! formatted or written per event.
-//!
-//! Turning events into text happens only when the buffer is flushed, on the
-//! calling thread: it names each live address with a fresh id (ids are never
-//! reused, addresses are), numbers streams in order of first appearance,
-//! formats the lines and writes them. That happens
-//! - on [`TraceRecorder::flush`] (`DeviceAllocator::flush_trace`, teardown),
-//! - on drop,
-//! - and when the buffer holds [`EVENT_BOUND`] events: the call that fills
-//!   it converts and writes them before returning. This rare pause (tens of
-//!   milliseconds for a full buffer) happens under the allocator's lock; a
-//!   write error there is kept and reported by the next `flush`.
-//!
-//! The buffer costs `EVENT_BOUND * 16` bytes of address space (16 MiB) per
-//! recording allocator; pages are touched as events arrive.
+//! The allocator calls the recorder under its state lock, so an event only appends 16 bytes (address; size with
+//! the op in its top bits) to a buffer reserved up front, plus a stream event when the stream changes (rare: most
+//! programs allocate on one or two streams). Text is made on the calling thread by [`TraceRecorder::flush`]
+//! (`DeviceAllocator::flush_trace`, teardown), on drop, and when the buffer holds [`EVENT_BOUND`] events (a rare
+//! pause under the allocator's lock; its write error is reported by the next `flush`): each live address gets a
+//! fresh id (ids are never reused, addresses are), streams are numbered by first appearance. The buffer costs
+//! `EVENT_BOUND * 16` bytes of address space (16 MiB) per recording allocator, touched as events arrive.
 
 use super::format::HEADER;
 use crate::addr_hash::AddrMap;
@@ -52,7 +38,7 @@ const STREAM: u64 = 4;
 #[derive(Debug, Clone, Copy)]
 struct Event {
     addr: u64,
-    /// The op (top two bits) and, for an allocation, its size in bytes.
+    /// The op (top three bits) and, for an allocation, its size in bytes.
     word: u64,
 }
 
@@ -91,8 +77,7 @@ impl std::fmt::Debug for TraceRecorder {
 }
 
 impl TraceRecorder {
-    /// Creates (truncates) `path` and writes the header. A file that cannot
-    /// be created is a `BadConfig` naming the `trace` key.
+    /// Creates (truncates) `path` and writes the header; failure is a `BadConfig` naming the `trace` key.
     pub fn create(path: &Path, device: i32, config: &Config) -> Result<Self> {
         Self::with_bound(path, device, config, EVENT_BOUND)
     }
@@ -118,7 +103,6 @@ impl TraceRecorder {
         })
     }
 
-    /// The file being written.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -150,7 +134,6 @@ impl TraceRecorder {
         self.push(Event::new(WAIT, 0, 0));
     }
 
-    /// Buffers a stream event if `stream` is not the current one.
     #[inline]
     fn on_stream(&mut self, stream: Stream) {
         let s = stream.0 as u64;
@@ -160,8 +143,7 @@ impl TraceRecorder {
         }
     }
 
-    /// Converts and writes everything recorded so far; returns the first
-    /// write error since the recorder was created, if any.
+    /// Converts and writes everything recorded so far; returns the first write error since creation, if any.
     pub fn flush(&mut self) -> Result<()> {
         self.convert();
         self.text.write();
@@ -180,7 +162,6 @@ impl TraceRecorder {
         self.events.push(e);
     }
 
-    /// The buffer is full: convert and write it on this thread.
     #[cold]
     #[inline(never)]
     fn spill(&mut self) {
@@ -188,8 +169,7 @@ impl TraceRecorder {
         self.text.write();
     }
 
-    /// Turns the buffered events into text (written in `WRITE_AT` pieces)
-    /// and empties the buffer, keeping its memory.
+    /// Turns the buffered events into text (written in `WRITE_AT` pieces) and empties the buffer, keeping its memory.
     fn convert(&mut self) {
         for e in &self.events {
             self.text.line(e);
@@ -300,14 +280,13 @@ fn stream_number(streams: &mut Vec<u64>, stream: u64) -> usize {
     }
 }
 
-/// Appends the decimal digits of `v`.
 #[inline]
-/// `s` with control characters escaped, so it stays one comment line (a
-/// path in the config may hold a newline).
+/// `s` with control characters escaped, so it stays one comment line (a config path may hold a newline).
 fn one_line(s: &str) -> String {
     s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
+/// Appends the decimal digits of `v`.
 fn push_u64(buf: &mut Vec<u8>, mut v: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();

@@ -1,8 +1,5 @@
-//! Fixed segments: each growth is one `aclrtMalloc` of a segment sized by
-//! the policy (2 MiB for small blocks, 20 MiB or the rounded request for
-//! large ones); a segment goes back with `aclrtFree` only when entirely
-//! free. Everything in a segment is always mapped, so any free block that
-//! fits is ready.
+//! Fixed segments: each growth is one `aclrtMalloc` of a segment sized by the policy, given back with `aclrtFree`
+//! only when entirely free. Everything is always mapped, so any free block that fits is ready.
 
 use super::{
     Backing, Detached, Give, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, Sleeps, What,
@@ -19,9 +16,8 @@ use crate::core::shared::Shared;
 use crate::error::{Error, Result};
 use crate::runtime::{PhysicalHandle, Stream};
 
-/// The fixed-segment backing: what its shards share is the keys of the
-/// allocations exported to other processes, by allocation start (closed
-/// before the allocation goes back, as the runtime asks).
+/// The fixed-segment backing. Its shards share the keys of allocations exported to other processes, by allocation
+/// start (closed before the allocation goes back, as the runtime asks).
 #[derive(Debug, Default)]
 pub(crate) struct FixedSegments {
     keys: std::sync::Mutex<std::collections::HashMap<usize, [u8; crate::runtime::KEY_LEN]>>,
@@ -32,9 +28,7 @@ impl FixedSegments {
         self.keys.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Ends the export of the allocation at `at`, if any, before it is
-    /// freed. A refused close leaves the key to the runtime: the
-    /// allocation's free ends it too.
+    /// Ends the export of the allocation at `at`, if any, before it is freed (a refused close ends with the free).
     fn close_key(sh: &Shared<Self>, at: usize) {
         let key = sh.backing.keys().remove(&at);
         if let Some(key) = key {
@@ -111,9 +105,8 @@ impl Backing for FixedSegments {
         Ok((add_raw(&mut pool, raw, base, size), rounded))
     }
 
-    /// Whole free segments leave the shard entirely (its table and the
-    /// directory): once freed, their range may come straight back from the
-    /// runtime to this or another shard, before `settle` runs.
+    /// Whole free segments leave the shard and the directory here: once freed, their range may come straight back
+    /// from the runtime to any shard before `settle` runs.
     fn unused(pool: Parts<'_, Self>, _: Scope) -> Vec<Give> {
         let free: Vec<SegmentId> = pool.segments.ids().filter(|&s| pool.is_wholly_free(s)).collect();
         let mut out = Vec::with_capacity(free.len());
@@ -195,8 +188,7 @@ impl HeldOutside for FixedSegments {
         Ok(0)
     }
 
-    /// Fixed segments have no physical handles: a wake needs none
-    /// (`wake_needs` lists nothing), so there is never one to keep.
+    /// Never called: fixed segments have no physical handles, so a wake needs none.
     fn keep_unfreed(_: &Shared<Self>, _: crate::runtime::PhysicalHandle, _: usize) {
         debug_assert!(false, "fixed segments were given a physical handle to keep");
     }
@@ -242,26 +234,18 @@ impl Reports for FixedSegments {
     }
 }
 
-/// What `aclrtMalloc` returned for a segment: the address to free and the
-/// bytes held. Blocks tile the segment from the first boundary of the
-/// pool's alignment (512 bytes unless its shape asks for more): the runtime
-/// documents only 64-byte alignment.
+/// What `aclrtMalloc` returned for a segment: the address to free and the bytes held.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Raw {
     at: usize,
     len: usize,
 }
 
-/// A segment of `size` bytes from `aclrtMalloc` able to hold `rounded`
-/// bytes from a boundary of the pool's alignment (512 bytes unless its
-/// config asks for more; `size` is a multiple of it): (allocation, first
-/// byte blocks may use, bytes blocks may use). The runtime promises only
-/// 64-byte alignment. An unaligned result loses its first partial
-/// alignment unit, which is kept when the rest still serves the request;
-/// else the allocation is asked for again one unit larger (and the first
-/// one freed, or, if that fails, kept as a segment of its own rather than
-/// lost). A runtime that aligns, as every one met so far does to 512 bytes,
-/// costs nothing. Bytes are charged against the limit as they are obtained.
+/// A segment of `size` bytes from `aclrtMalloc` able to hold `rounded` bytes from a boundary of the pool's alignment
+/// (512 bytes unless its shape asks for more; `size` is a multiple of it): (allocation, first byte blocks may use,
+/// bytes blocks may use). The runtime promises only 64-byte alignment: an unaligned result loses its first partial
+/// unit if the rest still serves the request, else it is freed (or, if that fails, kept as a segment of its own)
+/// and asked for again one unit larger. Bytes are charged against the limit as they are obtained.
 fn obtain_aligned(
     pool: &mut Parts<'_, FixedSegments>,
     size: usize,
@@ -300,8 +284,7 @@ fn malloc_charged(sh: &Shared<FixedSegments>, len: usize) -> Result<Raw, GrowErr
     }
 }
 
-/// Adds a segment over `raw`, blocks at [base, base + size); returns its
-/// free block.
+/// Adds a segment over `raw`, blocks at [base, base + size); returns its free block.
 fn add_raw(pool: &mut Parts<'_, FixedSegments>, raw: Raw, base: usize, size: usize) -> BlockId {
     pool.sh.counters.segment_added(raw.len);
     pool.sh.history.record(Action::SegmentAlloc, base, size, pool.stream, pool.cache.pool);

@@ -1,26 +1,11 @@
-//! The device backing: where a shard's memory comes from and how it goes
-//! back (RMM's "upstream" seam). One trait, two implementations:
-//! - `FixedSegments` (`fixed`): one `aclrtMalloc` per segment, released
-//!   whole with `aclrtFree` once entirely free;
-//! - `ExpandableRanges` (`expandable`): reserved address ranges per shard
-//!   (another when one fills, released when they hold nothing), physical
-//!   handles mapped under the blocks handed out, unmapped and recycled when
-//!   free (page placement, handle cache, headroom moves).
-//!
-//! The backing owns growth, page placement, giving memory back, the memory
-//! limit and teardown. It sees a shard as `Parts` (its cache, the backing's
-//! part of it, the device's shared state), never as a `Pool`; shards and
-//! the reclaim paths call only these traits (`Backing`, and `HeldOutside`,
-//! `Sleeps`, `Reports` beside it), and nothing outside this module asks
-//! which backing it has.
-//!
-//! Giving memory back runs in three steps so that no shard lock is held
-//! across a device call: detach (under the shard's lock: the backing says
-//! what is `unused`, by address, and the cache takes it out as
-//! `Reclaiming` blocks or whole segments), `give_back` (no lock: the device
-//! calls, after the streams that used it were synchronized), and `settle`
-//! (under the lock again: forget what went back, or return to the pool
-//! what could not).
+//! The device backing: where a shard's memory comes from and how it goes back (RMM's "upstream" seam), as
+//! `FixedSegments` (`fixed`: one `aclrtMalloc` per segment) or `ExpandableRanges` (`expandable`: reserved ranges,
+//! physical handles mapped under the blocks handed out). It sees a shard as `Parts`, never as a `Pool`, and
+//! nothing outside this module asks which backing it has.
+//! Giving memory back runs in three steps so that no shard lock is held across a device call: detach (under the
+//! shard's lock: the backing lists what is `unused`, the cache takes it out as `Reclaiming` blocks or whole
+//! segments), `give_back` (no lock: the device calls, after synchronizing the streams that used it), and `settle`
+//! (under the lock again: forget what went back, return to the pool what could not).
 
 pub(crate) mod expandable;
 pub(crate) mod fixed;
@@ -45,27 +30,20 @@ pub(crate) struct GrowContext<'a, B: Backing> {
     /// Bytes allocated over all shards, and their peak.
     pub allocated: u64,
     pub allocated_peak: u64,
-    /// The growing stream's shard of the other pool kind: a
-    /// `reserved_headroom` move may take its free pieces when no one holds
-    /// it (it belongs to the same stream, so its lock may be held across the
-    /// calls; it is never waited for).
+    /// The growing stream's shard of the other pool kind: a `reserved_headroom` move may take its free pieces when
+    /// no one holds it (same stream, so its lock may be held across the calls; never waited for).
     pub sibling: Option<&'a dyn Sibling<B>>,
-    /// Whether a placement over `reserved_headroom` may stop and ask for
-    /// other shards' free pieces (`GrowError::NeedsRoom`) instead of growing.
+    /// Whether a placement over `reserved_headroom` may ask for other shards' free pieces (`GrowError::NeedsRoom`).
     pub may_borrow: bool,
-    /// Whether a wholly free handle may move without a synchronization
-    /// (Note [moves of wholly free handles]): the default pool's shards of
-    /// streams not seen capturing, whose old addresses no graph replays on.
+    /// Whether a wholly free handle may move without a synchronization (Note [moves of wholly free handles]): only
+    /// the default pool's shards of streams not seen capturing, whose old addresses no graph replays on.
     pub may_move: bool,
-    /// Whether a growth that would pass `garbage_collection_threshold` x
-    /// the memory limit stops and asks for garbage collection first
+    /// Whether a growth past `garbage_collection_threshold` x the memory limit asks for garbage collection first
     /// (`GrowError::Collect`): a request's first try, not the ladder's retry.
     pub may_collect: bool,
 }
 
-/// What a backing sees of one shard: its cache (blocks and segments), the
-/// backing's own part of the shard, and what every shard of the device
-/// shares. Made by `Pool::parts` under the shard's lock.
+/// What a backing sees of one shard; made by `Pool::parts` under the shard's lock.
 pub(crate) struct Parts<'a, B: Backing> {
     pub sh: &'a std::sync::Arc<Shared<B>>,
     pub cache: &'a mut Cache,
@@ -75,11 +53,8 @@ pub(crate) struct Parts<'a, B: Backing> {
 }
 
 impl<B: Backing> Parts<'_, B> {
-    /// Adds a segment [base, base + size) with one free block over it; the
-    /// directory gets `claim` (the whole range the runtime gave, which holds
-    /// the segment: at least 2 MiB, see `directory`), if any. Returns the
-    /// segment and its block; the backing records its side of the segment
-    /// under that id.
+    /// Adds a segment [base, base + size) with one free block over it, and `claim` (the whole range the runtime
+    /// gave, at least 2 MiB, see `directory`) to the directory. The backing records its side under the returned id.
     pub fn add_segment(&mut self, base: usize, size: usize, claim: Option<(usize, usize)>) -> (SegmentId, BlockId) {
         let serial = self.sh.next_serial.fetch_add(1, Ordering::Relaxed);
         let made = self.cache.add_segment(base, size, serial);
@@ -92,8 +67,7 @@ impl<B: Backing> Parts<'_, B> {
 }
 
 impl<B: Backing> Parts<'_, B> {
-    /// Tells the segment observer, if any, of `event` on [addr, addr + size)
-    /// of this shard's pool (`hooks` says when each event comes).
+    /// Tells the segment observer, if any, of `event` on [addr, addr + size) of this shard's pool.
     #[inline]
     pub fn segment_event(&self, event: SegmentEvent, addr: usize, size: usize, handle: Option<PhysicalHandle>) {
         self.sh.segment_event(event, addr, size, handle, self.cache.pool);
@@ -114,11 +88,8 @@ impl<B: Backing> std::ops::DerefMut for Parts<'_, B> {
     }
 }
 
-/// What a backing keeps for each segment of a shard, by the cache's
-/// segment id: recorded when the backing adds the segment (or settles one
-/// kept back), taken out when it removes it or gives it whole in `unused`
-/// (the cache removes the segment right after); an id is reused only after
-/// that.
+/// What a backing keeps for each segment of a shard, by the cache's segment id. An id is reused only after its
+/// record was taken out (segment removed, or given whole in `unused`).
 #[derive(Debug)]
 pub(crate) struct PerSegment<T>(Vec<Option<T>>);
 
@@ -155,14 +126,12 @@ impl<T> PerSegment<T> {
 
 /// The growing stream's other shard, reached only if no one holds it.
 pub(crate) trait Sibling<B: Backing> {
-    /// Runs `f` on the shard's parts if its lock is free now (never waits);
-    /// returns whether it ran.
+    /// Runs `f` on the shard's parts if its lock is free now (never waits); returns whether it ran.
     fn try_with(&self, f: &mut dyn FnMut(Parts<'_, B>)) -> bool;
 }
 
-/// What a backing gives back of a shard, named by address: the cache takes
-/// it out (`Pool::detach`) in the order the backing lists it, since the
-/// free index's order depends on it.
+/// What a backing gives back of a shard, by address. The cache takes it out in the order listed, since the free
+/// index's order depends on it.
 #[derive(Debug)]
 pub(crate) struct Give {
     pub what: What,
@@ -170,31 +139,23 @@ pub(crate) struct Give {
     pub segment: SegmentId,
     pub addr: usize,
     pub size: usize,
-    /// Bytes of device memory that giving it back returns: `size`, but 0
-    /// for an expandable range (address space only). An expandable piece
-    /// counts once its handle is freed; a moved handle's old address counts
-    /// its handle, which the next pass may then free.
+    /// Device bytes giving it back returns: `size`, but 0 for an expandable range (address space only). An
+    /// expandable piece counts once its handle is freed; a moved handle's old address counts its handle.
     pub memory: usize,
-    /// What goes back to the device: (address, bytes). A whole fixed
-    /// segment's allocation may start below `addr` (see `fixed`).
+    /// What goes back to the device: (address, bytes); a whole fixed segment's allocation may start below `addr`.
     pub device: (usize, usize),
-    /// Whether the streams that used the segment must be synchronized first
-    /// (not for a range with nothing mapped: no queued work can touch it).
+    /// Whether the streams that used it are synchronized first (not for a range with nothing mapped).
     pub sync: bool,
-    /// Whether the directory holds the segment by its `device` range (fixed
-    /// segments), so that a segment kept is claimed there again.
+    /// Whether the directory holds the segment by its `device` range (fixed segments), to claim again if kept.
     pub claim: bool,
-    /// An empty range made for a request the ladder tries again
-    /// (expandable ranges): restored with that mark when kept.
+    /// An empty range made for a request the ladder tries again (expandable ranges): kept with that mark.
     pub for_request: bool,
-    /// The physical handle mapped there (expandable pieces and retired
-    /// spans), for the segment observer.
+    /// The physical handle mapped there (expandable pieces and retired spans), for the segment observer.
     pub handle: Option<PhysicalHandle>,
 }
 
 impl Give {
-    /// Pages of segment `seg` at [addr, addr + size) that device memory
-    /// backs: a piece or a retired span, given back after its streams.
+    /// Pages of segment `seg` at [addr, addr + size) that device memory backs, given back after its streams.
     pub fn pages(what: What, segment: SegmentId, addr: usize, size: usize) -> Give {
         Give {
             what,
@@ -216,22 +177,18 @@ impl Give {
     }
 }
 
-/// What a `Give` is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum What {
-    /// A whole segment, which leaves the shard (the backing forgot its side
-    /// of it already).
+    /// A whole segment, which leaves the shard (the backing forgot its side of it already).
     Segment,
     /// Free pages of a segment, carved out as a `Reclaiming` block.
     Piece,
-    /// A moved handle's old address (expandable ranges): a `Reclaiming`
-    /// block already; unmapped, its handle stays mapped at its new address
-    /// (neither cached nor freed).
+    /// A moved handle's old address (expandable ranges), already a `Reclaiming` block: unmapped, while its handle
+    /// stays mapped at its new address.
     Retired,
 }
 
-/// A `Give` taken out of the shard's cache, to be given back with no lock
-/// held and settled after.
+/// A `Give` taken out of the shard's cache, to be given back with no lock held and settled after.
 #[derive(Debug)]
 pub(crate) struct Detached {
     pub give: Give,
@@ -260,47 +217,30 @@ pub(crate) enum Scope {
     All,
     /// Only whole free fixed segments (a destroyed pool's free).
     WholeSegments,
-    /// What garbage collection gives back, about this many bytes of device
-    /// memory: whole free fixed segments (all of them); of expandable
-    /// ranges, those that hold nothing, wholly free pieces (oldest range
-    /// first, largest first), and the old addresses of moved handles whose
-    /// live pages are wholly free (unmapped, they let those pages go next).
+    /// What garbage collection gives back, about this many device bytes: whole free fixed segments; of ranges, empty
+    /// ones, wholly free pieces (oldest range, largest piece first), and old addresses pinning wholly free handles.
     Unused(usize),
-    /// Free pieces of at least this many bytes in all, largest first (a
-    /// `reserved_headroom` move from other shards).
+    /// Free pieces of at least this many bytes in all, largest first (a `reserved_headroom` move).
     Pieces(usize),
-    /// After a free at `addr` with cached memory `bytes` over
-    /// `release_threshold`: what the free left unused, taken as by `Unused`
-    /// but looking only where the free could have changed anything (so that
-    /// a free that frees nothing costs no synchronization and no walk of the
-    /// shard). Fixed segments: every whole free segment of the shard.
+    /// After a free at `addr` leaving `bytes` cached over `release_threshold`: as `Unused`, looking only where the
+    /// free could have changed anything (a free that frees nothing costs nothing); fixed: every whole free segment.
     Freed { addr: usize, bytes: usize },
 }
 
-/// The seam: how a shard's memory is obtained and given back. What else a
-/// backing answers is in the traits it also implements (`Memory`):
-/// `HeldOutside` (memory the device holds outside any segment), `Sleeps`
-/// (taking live memory off the device and back) and `Reports` (what
-/// snapshots, statistics and the invariant checks read).
+/// The seam: how a shard's memory is obtained and given back (the rest is in the traits `Memory` gathers).
 pub(crate) trait Backing: Sized + Send + Sync + 'static {
-    /// What a shard of this backing keeps, its segments' device side
-    /// included (`PerSegment`).
+    /// What a shard of this backing keeps, its segments' device side included (`PerSegment`).
     type ShardState: Default + Send + std::fmt::Debug;
 
-    /// How many of free block `id`'s first bytes a request of `rounded`
-    /// bytes in a pool of `shape` takes with no device call: `rounded`, or
-    /// more where the shape asks for whole pieces; None when it needs the
-    /// device (then `obtain` places it).
+    /// How many of free block `id`'s first bytes a request of `rounded` bytes takes with no device call (`rounded`,
+    /// or more where the shape asks for whole pieces); None when it needs the device (`obtain` places it).
     fn ready(cache: &Cache, st: &Self::ShardState, shape: Shape, id: BlockId, rounded: usize) -> Option<usize>;
 
-    /// Whether taking `rounded` bytes of a free block of `size` in a pool
-    /// of `kind` and `shape` splits off the rest.
+    /// Whether taking `rounded` bytes of a free block of `size` splits off the rest.
     fn splits(sh: &Shared<Self>, shape: Shape, kind: PoolKind, size: usize, rounded: usize) -> bool;
 
-    /// A free block from `best_fit` or new device memory, and how many of
-    /// its first bytes, all ready, the request takes: `rounded`, or more
-    /// where the pool's shape asks for whole pieces. Fails changing nothing
-    /// (beyond handles cached).
+    /// A free block from `best_fit` or new device memory, and how many of its first bytes (all ready) the request
+    /// takes, as in `ready`. Fails changing nothing (beyond handles cached).
     fn obtain(
         p: Parts<'_, Self>,
         rounded: usize,
@@ -308,81 +248,63 @@ pub(crate) trait Backing: Sized + Send + Sync + 'static {
         ctx: &GrowContext<'_, Self>,
     ) -> Result<(BlockId, usize), GrowError>;
 
-    /// What the shard can give back, in the order the cache takes it out
-    /// (see the module comment); the backing forgets its side of each whole
-    /// segment it lists.
+    /// What the shard can give back, in the order the cache takes it out; forgets its side of each whole segment.
     fn unused(p: Parts<'_, Self>, scope: Scope) -> Vec<Give>;
 
-    /// The device calls that give `d` back; no lock is held. Returns the
-    /// bytes the device got back (0 when they stay cached as handles).
+    /// Gives `d` back to the device (no lock held); returns the bytes the device got back (0 if cached as handles).
     fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize>;
 
-    /// After `give_back`: forgets `g` if it went back, else keeps it; a
-    /// whole segment kept is back in the cache as `readded`, for the backing
-    /// to record its side again. Returns whether the cache returns the
-    /// give's block to its free blocks.
+    /// After `give_back`: forgets `g` if it went back, else keeps it (a whole segment kept is back in the cache as
+    /// `readded`, for the backing to record again). Returns whether the give's block returns to the free blocks.
     fn settle(p: Parts<'_, Self>, g: &Give, given_back: bool, readded: Option<SegmentId>) -> bool;
 
-    /// Gives every segment of the shard back (teardown; the streams were
-    /// synchronized), except those a `busy` stream (one that could not be
-    /// waited for) may still use. Returns the first error after trying all.
+    /// Gives every segment back (teardown; streams synchronized), except those a `busy` stream (one that could not
+    /// be waited for) may still use. Returns the first error after trying all.
     fn teardown(p: Parts<'_, Self>, busy: &[Stream]) -> Result<()>;
 }
 
-/// A backing with everything the core asks of one: the seam and the
-/// traits beside it. Code above the seam is generic over this.
+/// A backing with everything the core asks of one; code above the seam is generic over this.
 pub(crate) trait Memory: Backing + HeldOutside + Sleeps + Reports + Shares {}
 
 impl<B: Backing + HeldOutside + Sleeps + Reports + Shares> Memory for B {}
 
 /// Sharing a block's device memory with other processes.
 pub(crate) trait Shares: Backing {
-    /// Exports the device memory under the live block at [addr, addr +
-    /// size) of segment `seg`: a key per allocation, a shareable handle
-    /// per physical handle, each made once and kept while its memory is
-    /// (closed before the allocation goes back, forgotten with the handle).
+    /// Exports the device memory under the live block at [addr, addr + size) of `seg`: a key per allocation or a
+    /// shareable handle per physical handle, each made once and kept while its memory is.
     fn share(p: Parts<'_, Self>, seg: SegmentId, addr: usize, size: usize) -> Result<SharedMemory>;
 }
 
-/// Device memory a backing holds outside any segment, shared by the
-/// device's shards: cached physical handles, and reservations whose release
-/// the runtime refused.
+/// Device memory a backing holds outside any segment, shared by the device's shards.
 pub(crate) trait HeldOutside: Backing {
-    /// Gives back device memory held outside any block (cached physical
-    /// handles; for expandable ranges also reservations whose release was
-    /// refused before). Returns bytes of device memory freed.
+    /// Frees cached handles and reservations whose release was refused; returns bytes of device memory freed.
     fn free_cached(sh: &Shared<Self>) -> Result<usize>;
 
-    /// Frees cached physical handles until `bytes` are freed or none is
-    /// left (the smallest that covers what is left, else the largest);
-    /// returns bytes freed. Reservations kept unreleased are left alone.
+    /// Frees cached handles until `bytes` are freed or none is left (the smallest that covers the rest, else the
+    /// largest); returns bytes freed. Refused reservations are left alone.
     fn free_cached_upto(_sh: &Shared<Self>, _bytes: usize) -> Result<usize> {
         Ok(0)
     }
 
-    /// Keeps an unmapped physical handle of `bytes` that the runtime
-    /// refused to free (a wake's leftover, `Device::free_sized`): still held
-    /// and counted reserved, freed by a later `free_cached`.
+    /// Keeps an unmapped handle the runtime refused to free (a wake's leftover): still counted reserved, freed by
+    /// a later `free_cached`.
     fn keep_unfreed(sh: &Shared<Self>, handle: crate::runtime::PhysicalHandle, bytes: usize);
 
     /// Bytes held outside any segment (cached handles).
     fn cached_bytes(&self) -> usize;
 
-    /// Whether `free_cached` has anything besides cached handles to give
-    /// back (expandable: reservations whose release was refused before).
+    /// Whether `free_cached` has reservations whose release was refused to give back besides cached handles.
     fn keeps_reservations(&self) -> bool {
         false
     }
 }
 
-/// Taking a shard's live memory off the device and back (Note [sleep]).
-/// A backing that cannot (`SLEEPS_LIVE` false) keeps the defaults.
+/// Taking a shard's live memory off the device and back (Note [sleep]); a backing that cannot keeps the defaults.
 pub(crate) trait Sleeps: Backing {
     /// Whether sleep can take live blocks off the device.
     const SLEEPS_LIVE: bool = false;
 
-    /// Takes the shard's mapped memory off the device (to host memory with
-    /// `offload`); returns bytes given back. Only when `SLEEPS_LIVE`.
+    /// Takes the shard's mapped memory off the device (to host memory with `offload`); returns bytes given back.
     fn sleep_pool(_p: Parts<'_, Self>, _offload: bool) -> Result<usize> {
         Ok(0)
     }
@@ -390,16 +312,13 @@ pub(crate) trait Sleeps: Backing {
     /// Appends the (bytes, attr) of each physical handle `wake_map` needs.
     fn wake_needs(_p: Parts<'_, Self>, _out: &mut Vec<(usize, crate::sys::aclrtMemAttr)>) {}
 
-    /// Maps `handles` (in `wake_needs` order) under the shard's sleeping
-    /// memory and restores its contents, the memory still counted asleep
-    /// until `wake_commit`; on failure, the handles not mapped stay in
-    /// `handles` (Note [sleep]).
+    /// Maps `handles` (in `wake_needs` order) under the sleeping memory and restores its contents, still counted
+    /// asleep until `wake_commit`; on failure the handles not mapped stay in `handles` (Note [sleep]).
     fn wake_map(_p: Parts<'_, Self>, _handles: &mut WakeHandles) -> Result<()> {
         Ok(())
     }
 
-    /// Undoes `wake_map`: the handles it mapped, unmapped, onto `out` as
-    /// (handle, bytes).
+    /// Undoes `wake_map`: the handles it mapped, unmapped, onto `out` as (handle, bytes).
     fn wake_undo(_p: Parts<'_, Self>, _out: &mut Vec<(crate::runtime::PhysicalHandle, usize)>) -> Result<()> {
         Ok(())
     }
@@ -410,11 +329,9 @@ pub(crate) trait Sleeps: Backing {
     }
 }
 
-/// What a backing tells about a shard's segments: to statistics, snapshots,
-/// the out-of-memory report and the invariant checks. Read only.
+/// What a backing tells statistics, snapshots, the out-of-memory report and the invariant checks. Read only.
 pub(crate) trait Reports: Backing {
-    /// Device memory `seg` holds (mapped bytes of a range, a fixed
-    /// segment's size).
+    /// Device memory `seg` holds (mapped bytes of a range, a fixed segment's size).
     fn held_bytes(st: &Self::ShardState, seg: SegmentId) -> usize;
 
     /// The longest run a request could get from `cache` with no device call.
@@ -423,18 +340,14 @@ pub(crate) trait Reports: Backing {
     /// The segment's entry in a snapshot: (expandable, mapped bytes).
     fn describe(st: &Self::ShardState, seg: SegmentId) -> (bool, usize);
 
-    /// Appends to `out` the (address, bytes) runs of [addr, addr + size),
-    /// a block of `seg`, that device memory backs (a snapshot's blocks).
+    /// Appends the (address, bytes) runs of block [addr, addr + size) of `seg` that device memory backs.
     fn mapped_runs(st: &Self::ShardState, seg: SegmentId, addr: usize, size: usize, out: &mut Vec<(usize, usize)>);
 
     /// Backing-specific invariants of segment `seg`.
     fn check_segment(cache: &Cache, st: &Self::ShardState, seg: SegmentId) -> Result<(), String>;
 
-    /// What segment `seg` (at [base, base + size) in the cache) holds now,
-    /// as the segment observer would have been told it: RESERVE for an
-    /// expandable range, then MAP for each piece of memory mapped in it (a
-    /// handle each), or MAP for a fixed segment's allocation; each as
-    /// (event, address, bytes, handle).
+    /// What `seg` (at [base, base + size)) holds as the segment observer was told it, as (event, address, bytes,
+    /// handle): RESERVE for a range then MAP per mapped piece, or MAP for a fixed segment's allocation.
     fn held_pieces(
         st: &Self::ShardState,
         seg: SegmentId,
@@ -444,33 +357,28 @@ pub(crate) trait Reports: Backing {
     );
 }
 
-/// The physical handles a wake allocated, each with its size in bytes, in
-/// the order of the needs they were made for.
+/// The physical handles a wake allocated, with their sizes, in the order of the needs they were made for.
 pub type WakeHandles = std::collections::VecDeque<(crate::runtime::PhysicalHandle, usize)>;
 
 /// Why memory could not be obtained.
 #[derive(Debug)]
 pub(crate) enum GrowError {
-    /// The memory fraction limit would be exceeded: `size` more bytes with
-    /// `charged` counted against `limit` already.
+    /// The memory fraction limit would be exceeded: `size` more bytes with `charged` already against `limit`.
     OverLimit {
         size: usize,
         limit: usize,
         charged: usize,
     },
-    /// No address space for another expandable range of `range` bytes: the
-    /// process-wide budget (`refused` None) or the runtime refused it.
+    /// No address space for another range of `range` bytes: the process budget (`refused` None) or the runtime refused.
     AddressSpace {
         range: usize,
         refused: Option<crate::runtime::AclCallError>,
     },
-    /// Garbage collection is due before growing by `needed` bytes (see
-    /// `reclaim`).
+    /// Garbage collection is due before growing by `needed` bytes (see `reclaim`).
     Collect {
         needed: usize,
     },
-    /// `reserved_headroom` wants `bytes` of other shards' free pieces moved
-    /// here rather than new memory (see `ladder`).
+    /// `reserved_headroom` wants `bytes` of other shards' free pieces moved here (see `ladder`).
     NeedsRoom {
         bytes: usize,
     },
@@ -486,9 +394,7 @@ impl From<super::limit::OverLimit> for GrowError {
 }
 
 impl GrowError {
-    /// Whether the request is tried again after this (garbage collection,
-    /// or room moved from other shards): what the try reserved stays for
-    /// the retry.
+    /// Whether the request is tried again after this; what the try reserved stays for the retry.
     pub fn is_retried(&self) -> bool {
         matches!(self, GrowError::Collect { .. } | GrowError::NeedsRoom { .. })
     }

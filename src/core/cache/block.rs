@@ -1,16 +1,9 @@
-//! Blocks and the arena that holds them.
-//!
-//! A block is a piece of one segment: allocated to a caller, free (in a free
-//! index), pending (freed by the caller, waiting for events on other
-//! streams), held for reuse, or being given back to the device. Blocks are addressed by index, never by pointer, and slots are
-//! reused through a free-slot list, so the hot path never allocates.
-//!
-//! Invariants (checked by `invariants`): the blocks of a segment tile it in
-//! address order through `prev`/`next`; no two adjacent blocks are both free.
+//! Blocks (pieces of one segment) and the arena that holds them. Blocks are addressed by index, never by
+//! pointer, and slots are reused, so the hot path never allocates.
+//! Invariants (checked by `invariants`): the blocks of a segment tile it in address order through
+//! `prev`/`next`; no two adjacent blocks are both free.
 
-/// Index of a segment in its shard's table. Defined with the blocks, which
-/// name their segment by it, so that `block` needs nothing of `segment`
-/// (which builds on blocks and re-exports it).
+/// Index of a segment in its shard's table; defined here so that `block` needs nothing of `segment`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct SegmentId(pub u32);
 
@@ -25,11 +18,9 @@ pub(crate) enum BlockState {
     Allocated,
     /// Freed by the caller, not reusable until events on other streams complete.
     Pending,
-    /// Freed by the caller and held whole for a request of the same size
-    /// (see Note [exact-size reuse] in `reuse`).
+    /// Freed by the caller and held whole for a request of the same size (Note [exact-size reuse]).
     Held,
-    /// Taken out of the pool while its memory is given back to the device
-    /// with no lock held (see `reclaim`); nobody else may use or merge it.
+    /// Being given back with no lock held (`reclaim`); nobody else may use or merge it.
     Reclaiming,
 }
 
@@ -47,29 +38,20 @@ pub(crate) struct Block {
     pub free_prev: BlockId,
     pub free_next: BlockId,
     pub state: BlockState,
-    /// Its free takes the slow path: other streams used this block
-    /// (record_stream), or it is exported to other processes (`sharing`);
-    /// see `stream_order`.
+    /// Its free takes the slow path (`stream_order`): other streams used it, or it is exported (`sharing`).
     pub has_other_streams: bool,
-    /// The size class of the free list the block is on, set when a free
-    /// index takes it (so taking it off needs no `class_of`); meaningless
-    /// off the free index (the reuse lists compute their class). Fits the
-    /// struct's padding.
+    /// The class of the free list it is on (so removal needs no `class_of`); meaningless off the free index.
     pub class: u16,
-    /// When the free index filed the block on a list or as its top (its
-    /// count of insertions then), so that `find` orders a tie with the top
-    /// as the lists order theirs, newest first (Note [the top block]). 64 bits,
-    /// so that the count never wraps (a 32-bit one misordered a block
-    /// left filed while 2^31 others were); it takes what was padding.
+    /// The free index's insertion count when it filed the block, so that `find` orders a tie with the top
+    /// newest first, as the lists do (Note [the top block]). 64 bits, so the count never wraps.
     pub filed: u64,
 }
 
-// The filing count took the struct's padding: a block is still 56 bytes.
+// `class` and `filed` fit the struct's padding.
 const _: () = assert!(std::mem::size_of::<Block>() == 56);
 
 impl Block {
-    /// The one free block covering a new segment (its `segment` is set once
-    /// the segment has an id).
+    /// The one free block covering a new segment (its `segment` is set once the segment has an id).
     pub fn segment_root(addr: usize, size: usize) -> Block {
         Block {
             addr,
@@ -88,13 +70,8 @@ impl Block {
     }
 }
 
-/// Slab of blocks with reusable slots.
-///
-/// The freed slots are a stack: `free_slots` with `spare` on top. A warm
-/// pair through the top block frees one slot (the free's merge) and takes
-/// one (the next malloc's split), so the one in `spare` serves it with no
-/// vector push or pop; the order slots come back in is the stack's either
-/// way.
+/// Slab of blocks with reusable slots. The freed slots are a stack, `free_slots` with `spare` on top: a
+/// warm free/malloc pair frees one slot and takes one, which `spare` serves with no vector push or pop.
 #[derive(Debug)]
 pub(crate) struct BlockArena {
     blocks: Vec<Block>,
@@ -145,7 +122,7 @@ impl BlockArena {
         &mut self.blocks[id as usize]
     }
 
-    /// Number of live blocks (the debug invariant checks' pace).
+    /// Number of live blocks (paces the debug invariant checks).
     #[cfg(any(debug_assertions, test))]
     pub fn live(&self) -> usize {
         self.blocks.len() - self.free_slots.len() - usize::from(self.spare != NIL)

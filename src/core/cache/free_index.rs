@@ -1,22 +1,10 @@
-//! The free-block index of one pool: segregated free lists with bitmaps.
-//!
-//! Finding a block is O(1) in the number of classes (two bitmap look-ups)
-//! plus a bounded best-fit scan: inside the request's own class the smallest
-//! block that fits wins (an exact fit stops the scan), and if none fits, the
-//! smallest of the first few blocks of the next non-empty class. Pure
-//! "good fit" (take any block of a larger class) splits large blocks for
-//! small requests and multiplies reserved memory with exact-size segments;
-//! the bounded scan keeps
-//! best-fit's fragmentation at segregated-fit speed (docs/anchors.md §e,
-//! idea 1).
-//!
-//! One free block sits on no list, the top (`FreeIndex::top`); counts and walks
-//! include it where the lists would file it (docs/design.md, Note [the top block]).
-//!
-//! A block on a list carries its class (`Block::class`, set by `insert`), so
-//! taking it off (`remove`, twice in a warm pair through the index) reads
-//! it instead of computing `class_of` again; debug builds check that the
-//! two agree.
+//! The free-block index of one pool: segregated free lists with bitmaps. A find is two bitmap look-ups plus
+//! a bounded best-fit scan: the smallest fitting block of the request's class, else the smallest of the
+//! first few of the next non-empty class. Pure "good fit" splits large blocks for small requests and
+//! multiplies reserved memory; the bounded scan keeps best-fit's fragmentation at segregated-fit speed
+//! (docs/anchors.md §e, idea 1).
+//! One free block sits on no list, the top (`FreeIndex::top`); counts and walks include it where the lists
+//! would file it (docs/design.md, Note [the top block]).
 
 use super::block::{BlockArena, BlockId, NIL};
 use super::size_class::{class_of, CLASS_COUNT};
@@ -31,9 +19,7 @@ const _: () = assert!(CLASS_COUNT <= u16::MAX as usize);
 pub struct FreeIndex {
     /// The free block on no list (Note [the top block]), or NIL.
     top: BlockId,
-    /// Insertions so far (the top's `Block::filed` is their count when it
-    /// came). 64 bits never wrap (a billion frees a second for 584 years),
-    /// so the later of two filings is the larger count.
+    /// Insertions so far; 64 bits never wrap, so the later of two filings is the larger count.
     filed: u64,
     heads: Box<[BlockId; CLASS_COUNT]>,
     bitmap: [u64; WORDS],
@@ -100,7 +86,6 @@ impl FreeIndex {
         }
     }
 
-    /// `remove` of a block on a list.
     #[inline(never)]
     fn remove_listed(&mut self, arena: &mut BlockArena, id: BlockId) {
         let (size, prev, next, class) = {
@@ -149,17 +134,14 @@ impl FreeIndex {
         Some(w * 64 + self.bitmap[w].trailing_zeros() as usize)
     }
 
-    /// Finds a free block of at least `size` bytes that `accept` allows,
-    /// preferring the smallest (see the module docs). Does not remove it.
+    /// Finds (without removing) a free block of at least `size` bytes that `accept` allows, preferring the smallest.
     #[inline]
     pub fn find(&self, arena: &BlockArena, size: usize, accept: impl Fn(usize) -> bool) -> Option<BlockId> {
         self.find_in_class(arena, size, class_of(size), accept)
     }
 
-    /// `find` for a caller that has `class_of(size)` already. The warm
-    /// pair's case is inline: the top fits, and no listed block can beat it
-    /// (classes grow with size: when the first listed class at or above the
-    /// request's lies above the top's, every listed candidate is larger).
+    /// `find` for a caller that has `class_of(size)` already. Inline is the warm case: the top fits and no
+    /// listed block can beat it (the first listed class lies above the top's, so every candidate is larger).
     #[inline(always)]
     pub fn find_in_class(
         &self,
@@ -182,8 +164,7 @@ impl FreeIndex {
         self.find_weighed(arena, size, first?, &accept)
     }
 
-    /// `find_in_class` with listed blocks from class `first` on: the
-    /// lists' best fit weighed against the top.
+    /// The lists' best fit from class `first` on, weighed against the top.
     #[inline(never)]
     fn find_weighed(
         &self,
@@ -205,28 +186,22 @@ impl FreeIndex {
         listed
     }
 
-    /// Whether a list block filed at `filed` came after the top.
     #[inline]
     fn filed_after_top(&self, arena: &BlockArena, filed: u64) -> bool {
         filed > arena.get(self.top).filed
     }
 
-    /// An empty index whose insertions are counted from `filed` on (tests:
-    /// a long-running process's count).
     #[cfg(test)]
     fn counting_from(filed: u64) -> Self {
         FreeIndex { filed, ..Default::default() }
     }
 
-    /// Counts `n` insertions that came and went (tests: a long-running
-    /// process files billions of frees while a block stays put).
     #[cfg(test)]
     fn skip_filings(&mut self, n: u64) {
         self.filed += n;
     }
 
-    /// The lists' best fit (the top aside), from `class`, a non-empty
-    /// class (the first at or above the request's).
+    /// The lists' best fit (the top aside), from `class`, the first non-empty one at or above the request's.
     #[inline]
     fn find_listed(
         &self,
@@ -280,26 +255,22 @@ impl FreeIndex {
         largest.max(top)
     }
 
-    /// Every free block (the top included), for the invariant checker and
-    /// snapshots.
+    /// Every free block (the top included).
     pub fn iter<'a>(&'a self, arena: &'a BlockArena) -> impl Iterator<Item = BlockId> + 'a {
         self.iter_classes(arena, 0)
     }
 
-    /// Every block of at least `size` bytes' class or above (some blocks of
-    /// the first class may be smaller than `size`), smallest classes first.
+    /// Every block of `size`'s class or above (some of the first class may be smaller), smallest first.
     pub fn iter_from<'a>(&'a self, arena: &'a BlockArena, size: usize) -> impl Iterator<Item = BlockId> + 'a {
         self.iter_classes(arena, class_of(size))
     }
 
-    /// The blocks of classes `from` and above in class order, each list
-    /// newest first with the top in its place by `filed`.
+    /// Blocks of classes `from` and up in class order, each list newest first, the top in its place by `filed`.
     fn iter_classes<'a>(&'a self, arena: &'a BlockArena, from: usize) -> Walk<'a> {
         let top_class = if self.top == NIL { usize::MAX } else { class_of(arena.get(self.top).size) };
         Walk { index: self, arena, class: from, cur: self.heads[from], top_class, top_pending: top_class >= from }
     }
 
-    /// Whether `id` is the top or sits on the list of its class.
     pub fn contains(&self, arena: &BlockArena, id: BlockId) -> bool {
         if self.top != NIL && id == self.top {
             return true;
@@ -324,7 +295,7 @@ struct Walk<'a> {
     /// The next list block of `class`, or NIL.
     cur: BlockId,
     top_class: usize,
-    /// The top is still to come (`top_class` is at or above `class`).
+    /// The top is still to come.
     top_pending: bool,
 }
 

@@ -1,5 +1,4 @@
-//! A shard's read-only questions (which streams, which block, what is
-//! live or pending), apart from its transitions.
+//! A shard's read-only questions, apart from its transitions.
 
 use super::Cache;
 use crate::core::cache::block::{Block, BlockId, BlockState, NIL};
@@ -7,8 +6,7 @@ use crate::core::cache::segment::SegmentId;
 use crate::runtime::Stream;
 
 impl Cache {
-    /// Every stream whose work may use segment `seg`: its owner and the
-    /// streams recorded on its blocks.
+    /// Every stream whose work may use segment `seg`: its owner and those recorded on its blocks.
     pub fn streams_of(&self, seg: SegmentId) -> Vec<Stream> {
         let mut out = vec![self.stream];
         for &s in &self.segments.get(seg).other_streams {
@@ -37,13 +35,11 @@ impl Cache {
         self.blocks_of(seg).filter(|(_, b)| b.state == BlockState::Free).map(|(_, b)| (b.addr, b.size))
     }
 
-    /// Whether segment `seg` is one free block.
     pub fn is_wholly_free(&self, seg: SegmentId) -> bool {
         let b = self.blocks.get(self.segments.get(seg).first);
         b.state == BlockState::Free && b.next == NIL
     }
 
-    /// The block of segment `seg` that contains `addr`.
     pub fn block_containing(&self, seg: SegmentId, addr: usize) -> Option<BlockId> {
         self.blocks_of(seg).find(|(_, b)| addr >= b.addr && addr < b.addr + b.size).map(|(id, _)| id)
     }
@@ -58,7 +54,6 @@ impl Cache {
         (self.blocks.get(id).state == BlockState::Allocated).then_some(id)
     }
 
-    /// (address, size, requested) of block `id`.
     pub fn block(&self, id: BlockId) -> &Block {
         self.blocks.get(id)
     }
@@ -79,26 +74,22 @@ impl Cache {
         self.order.pending_events()
     }
 
-    /// Every event this shard owns, for teardown.
     pub fn take_all_events(&mut self) -> Vec<crate::runtime::Event> {
         self.order.take_all_events()
     }
 
-    /// Ends every export of this shard's live blocks (see
-    /// `StreamOrder::end_all_exports`).
+    /// Ends every export of this shard's live blocks (`StreamOrder::end_all_exports`).
     pub fn end_all_exports(&mut self, keep_held: bool) {
         let blocks = &self.blocks;
         self.order.end_all_exports(keep_held, |b| blocks.get(b).size);
     }
 
-    /// The address of a block another process holds imported (live or
-    /// freed), if any.
+    /// The address of a block another process holds imported (live or freed), if any.
     pub fn imported_block(&self) -> Option<usize> {
         self.order.imported_blocks().next().map(|b| self.blocks.get(b).addr)
     }
 
-    /// Whether a freed block of segment `seg` waits for other processes to
-    /// let go of it.
+    /// Whether a freed block of segment `seg` waits for other processes to let go of it.
     pub fn held_for_importers(&self, seg: SegmentId) -> bool {
         self.order.held_blocks().any(|b| self.blocks.get(b).segment == seg)
     }

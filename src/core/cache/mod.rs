@@ -1,10 +1,6 @@
-//! The caching layer's state for one shard (one stream, one pool kind):
-//! blocks tiling segments, the free index, blocks held for exact-size
-//! reuse, the registry of live starts, frees waiting for other streams,
-//! and the counters; and the block surgery on them (take with split,
-//! return with coalesce, carve). It knows nothing of where device memory
-//! comes from: a segment's device side is the backing's, kept by segment
-//! id, and nothing here makes a device call.
+//! The caching layer's state for one shard (one stream, one pool kind) and the block surgery on it (take
+//! with split, return with coalesce, carve). It knows nothing of where device memory comes from and makes
+//! no device call; a segment's device side is the backing's, kept by segment id.
 
 use super::policy::{Policy, PoolKind};
 use super::stats::ShardCounters;
@@ -34,23 +30,19 @@ pub(crate) struct Cache {
     pub(super) blocks: BlockArena,
     pub(super) segments: SegmentTable,
     pub(super) index: FreeIndex,
-    /// Freed blocks held for exact-size reuse.
     pub(super) reuse: ReuseLists,
     /// Start address of every allocated or held block.
     pub(super) registry: Registry,
     pub(super) order: StreamOrder,
-    /// When a free polls `order` (beside `id` and `kind`: no extra space).
+    /// When a free polls `order`.
     pub(super) poll: PollClock,
     pub(super) counters: ShardCounters,
-    /// The pool (`npualloc_pool_create`'s id, 0 for the default pool) the
-    /// shard serves, as its stream entry says; changed only while the shard
-    /// holds nothing. Segment events name it.
+    /// The pool the shard serves (0: the default pool); changed only while the shard holds nothing.
     pub(super) pool: u64,
 }
 
 impl Cache {
-    /// An empty cache; its small pool holds up to `reuse_bytes` for
-    /// exact-size reuse.
+    /// An empty cache; a small-pool one holds up to `reuse_bytes` for exact-size reuse.
     pub fn new(id: u32, kind: PoolKind, stream: Stream, pool: u64, reuse_bytes: usize) -> Self {
         let reuse = ReuseLists::new(if kind == PoolKind::Small { reuse_bytes } else { 0 });
         Cache {
@@ -73,7 +65,7 @@ impl Cache {
         &self.counters
     }
 
-    /// Hands out held block `id` again (see Note [exact-size reuse]).
+    /// Hands out held block `id` again (Note [exact-size reuse]).
     #[inline]
     pub fn reuse_block(&mut self, id: BlockId, requested: usize) -> usize {
         let b = self.blocks.get_mut(id);
@@ -84,8 +76,7 @@ impl Cache {
         addr
     }
 
-    /// Returns the held blocks to the free blocks, coalescing; returns how
-    /// many (only a growth weighs them: Note [resting reuse lists]).
+    /// Returns the held blocks to the free blocks; returns how many (Note [resting reuse lists]).
     pub fn drain_reuse(&mut self) -> usize {
         let mut drained = 0;
         while let Some(id) = self.reuse.pop_any(&self.blocks) {
@@ -103,9 +94,8 @@ impl Cache {
         self.index.find(&self.blocks, rounded, |b| policy.may_use(b, rounded))
     }
 
-    /// Moves free block `id` to allocated for a request of `requested`
-    /// bytes (rounded to `rounded`), splitting off the rest when `splits`
-    /// says so of the pool kind and the block's size.
+    /// Allocates free block `id` for `requested` bytes (rounded to `rounded`), splitting off the rest when
+    /// `splits(kind, block size)` says so.
     #[inline(always)]
     pub fn take(
         &mut self,
@@ -132,8 +122,7 @@ impl Cache {
         addr
     }
 
-    /// Splits free block `id` at `off` bytes; both parts stay free and
-    /// indexed (the caller takes the back part at once). Returns the back.
+    /// Splits free block `id` at `off` bytes; both parts stay free and indexed. Returns the back.
     pub fn split_front(&mut self, id: BlockId, off: usize) -> BlockId {
         self.index.remove(&mut self.blocks, id);
         let back = split_off(&mut self.blocks, id, off);
@@ -142,9 +131,8 @@ impl Cache {
         back
     }
 
-    /// Cuts free block `id` (on the index) so that [addr, addr + size)
-    /// becomes a block of its own in state `Reclaiming`, off the index; the
-    /// parts around it stay free. Returns the new block.
+    /// Cuts [addr, addr + size) out of free block `id` as a `Reclaiming` block off the index; the parts around
+    /// it stay free. Returns the new block.
     pub fn carve(&mut self, id: BlockId, addr: usize, size: usize) -> BlockId {
         self.index.remove(&mut self.blocks, id);
         let b = self.blocks.get(id);
@@ -164,9 +152,8 @@ impl Cache {
         mid
     }
 
-    /// Allocates [addr, addr + size) of free block `id` (on the index, and
-    /// holding the whole span) for `requested` bytes, as `take` does a
-    /// block's front: the parts around it stay free. Returns the new block.
+    /// Allocates [addr, addr + size) of free block `id` (which holds the whole span) for `requested` bytes;
+    /// the parts around it stay free. Returns the new block.
     pub fn claim(&mut self, id: BlockId, addr: usize, size: usize, requested: usize) -> BlockId {
         let mid = self.carve(id, addr, size);
         let b = self.blocks.get_mut(mid);
@@ -177,8 +164,7 @@ impl Cache {
         mid
     }
 
-    /// Puts a block back among the free ones, merging it with free
-    /// neighbours.
+    /// Puts a block back among the free ones, merging it with free neighbours.
     #[inline(always)]
     pub fn return_block(&mut self, mut id: BlockId) {
         let (prev, next) = {
@@ -217,9 +203,7 @@ impl Cache {
         self.blocks.remove(next);
     }
 
-    /// Adds a segment [base, base + size), the `serial`th made on the
-    /// device, with one free block over it. Returns the segment and its
-    /// block.
+    /// Adds a segment [base, base + size), the `serial`th on the device, with one free block over it.
     pub fn add_segment(&mut self, base: usize, size: usize, serial: u64) -> (SegmentId, BlockId) {
         let block = self.blocks.insert(Block::segment_root(base, size));
         let seg = self.segments.insert(Segment { base, size, first: block, other_streams: Vec::new(), serial });
@@ -228,8 +212,7 @@ impl Cache {
         (seg, block)
     }
 
-    /// Removes segment `seg`, which is one free block (taken off the
-    /// index here).
+    /// Removes segment `seg`, which is one free block.
     pub fn remove_segment(&mut self, seg: SegmentId) -> Segment {
         let first = self.segments.get(seg).first;
         debug_assert_eq!(self.blocks.get(first).next, NIL, "a segment of more than one block is removed");
@@ -239,8 +222,7 @@ impl Cache {
         s
     }
 
-    /// A message for a pointer this shard of device `device` does not hand
-    /// out.
+    /// A message for a pointer this shard of device `device` does not hand out.
     pub fn unknown_pointer(&self, device: i32, addr: usize, what: &str) -> Error {
         let detail = match self.segments.containing(addr) {
             Some(seg) => {
@@ -266,8 +248,8 @@ impl Cache {
     }
 }
 
-/// Cuts block `id` (off every free list) at `at` bytes: `id` keeps the
-/// front, a new free block (on no list) gets the rest. Returns the new block.
+/// Cuts block `id` (off every free list) at `at` bytes: `id` keeps the front, a new free block (on no list)
+/// gets the rest. Returns the new block.
 #[inline(always)]
 fn split_off(blocks: &mut BlockArena, id: BlockId, at: usize) -> BlockId {
     let b = blocks.get(id).clone();

@@ -1,6 +1,5 @@
-//! Pointer registry: device address of an allocated or held block → its id.
-//! An open-addressing table whose keys, block starts, are 512-byte aligned and
-//! never `usize::MAX`, the empty slot (docs/design.md, Note [a registry for
+//! Pointer registry: start of an allocated or held block → its id. An open-addressing table whose keys are
+//! 512-byte aligned and never `usize::MAX`, the empty slot (docs/design.md, Note [a registry for
 //! aligned addresses]).
 
 use super::block::BlockId;
@@ -67,8 +66,7 @@ impl Registry {
         }
     }
 
-    /// The id registered at `addr` (the map's signature, for callers that
-    /// only look).
+    /// The id registered at `addr` (the map's signature, for callers that only look).
     #[inline]
     pub fn get(&self, addr: &usize) -> Option<&BlockId> {
         let f = self.find(*addr)?;
@@ -92,7 +90,6 @@ impl Registry {
         self.len += 1;
     }
 
-    /// Unregisters `addr`; returns its id.
     #[inline]
     pub fn remove(&mut self, addr: &usize) -> Option<BlockId> {
         let f = self.find(*addr)?;
@@ -106,8 +103,7 @@ impl Registry {
         let mask = self.mask();
         let mut hole = f.slot;
         let mut i = hole;
-        // Backward shift: each later key of the run whose home does not lie
-        // cyclically in (hole, i] moves into the hole.
+        // Backward shift: each later key of the run whose home is not cyclically in (hole, i] fills the hole.
         loop {
             i = (i + 1) & mask;
             let s = self.slots[i];

@@ -1,7 +1,7 @@
-//! Exact-size reuse lists: the last blocks freed at each size, held unsplit for a
-//! request of exactly that size. A held block is in no free index: paths that need
-//! free memory whole drain them first (docs/design.md, Note [exact-size reuse]).
-//! Held only while drains do not outweigh hits (docs/design.md, Note [resting reuse lists]).
+//! Exact-size reuse lists: the last blocks freed at each size, held unsplit for a request of exactly that
+//! size. A held block is in no free index: paths that need free memory whole drain them first
+//! (docs/design.md, Note [exact-size reuse]). Held only while drains do not outweigh hits (docs/design.md,
+//! Note [resting reuse lists]).
 
 use super::block::{BlockArena, BlockId, NIL};
 use super::size_class::{class_of, CLASS_COUNT};
@@ -10,32 +10,26 @@ use crate::core::stats::{DeviceCounters, Stats};
 /// Blocks one size class holds at most.
 const PER_CLASS: u8 = 16;
 
-/// The largest block held: small-pool blocks only. A large block costs
-/// little more through the free index, and holding one keeps its memory
-/// from coalescing, which changes layouts enough to raise peak reserved
-/// memory.
+/// The largest block held: small-pool blocks only. A large block costs little more through the free index,
+/// and holding one keeps its memory from coalescing, which raises peak reserved memory.
 const MAX_BLOCK: usize = crate::core::policy::SMALL_SIZE;
 
 const WORDS: usize = CLASS_COUNT.div_ceil(64);
 
-/// Frees refused by the first rest, and by any rest at most (Note [resting
-/// reuse lists]).
+/// Frees refused by the first rest.
 const REST_FIRST: u32 = 256;
-/// A drain rests the lists when it returns more than this many blocks per
-/// hit since the last drain.
+/// A drain rests the lists when it returns more than this many blocks per hit since the last drain.
 const WASTED: usize = 4;
 /// A drain of fewer blocks costs too little to rest for.
 const MIN_WASTED: usize = 8;
 const REST_MAX: u32 = 1 << 16;
 
-/// The reuse lists of one shard.
 #[derive(Debug)]
 pub(crate) struct ReuseLists {
     heads: Box<[BlockId; CLASS_COUNT]>,
     counts: Box<[u8; CLASS_COUNT]>,
     /// Bit c set when class c's list is non-empty (for draining).
     used: [u64; WORDS],
-    /// Held blocks and their bytes.
     pub count: usize,
     pub bytes: usize,
     /// Held bytes at most now: `budget`, or 0 while resting.
@@ -66,9 +60,7 @@ impl ReuseLists {
         }
     }
 
-    /// A held block of exactly `size` bytes (of class `class`, which the
-    /// caller computed once for this list and the free index), taken off
-    /// its list.
+    /// A held block of exactly `size` bytes (of class `class`), taken off its list.
     #[inline]
     pub fn pop(&mut self, arena: &BlockArena, size: usize, class: usize) -> Option<BlockId> {
         debug_assert_eq!(class, class_of(size));
@@ -124,9 +116,8 @@ impl ReuseLists {
         }
     }
 
-    /// A drain returned `drained` held blocks to the pool: rests the lists
-    /// when they are at least `MIN_WASTED` and more than `WASTED` per hit
-    /// since the last drain (Note [resting reuse lists]).
+    /// A drain returned `drained` held blocks: rests the lists when they are at least `MIN_WASTED` and more
+    /// than `WASTED` per hit since the last drain.
     pub fn drained(&mut self, drained: usize) {
         let hits = std::mem::take(&mut self.hits) as usize;
         if drained >= MIN_WASTED && drained > WASTED * hits {
@@ -138,10 +129,8 @@ impl ReuseLists {
         }
     }
 
-    /// A drain of `drained` held blocks served the request that made it:
-    /// weighed (`drained`), unless the device ran short of memory before
-    /// (the out-of-memory ladder ran): then layouts count more than speed,
-    /// and the lists hold again.
+    /// A drain of `drained` held blocks served the request that made it: weighed, unless the out-of-memory
+    /// ladder ever ran (then layouts count more than speed, and the lists hold again).
     #[cold]
     #[inline(never)]
     pub fn weigh(&mut self, drained: usize, device: &DeviceCounters) {
@@ -162,23 +151,18 @@ impl ReuseLists {
         self.rest_len = REST_FIRST;
     }
 
-    /// Whether the lists are resting (refusing frees).
     #[cfg(test)]
     pub fn is_resting(&self) -> bool {
         self.resting != 0
     }
 
-    /// Whether any block is held.
     #[inline]
     pub fn holds(&self) -> bool {
         self.count != 0
     }
 
-    /// Takes some held block off its list; None once none is held. Draining
-    /// pops until None, with no buffer to allocate (the lists' links are the
-    /// blocks' own, and the caller returns each block before the next pop).
-    /// A class's bit stays set after `pop` empties its list (the hit path
-    /// does not clear it); such a bit is cleared here.
+    /// Takes some held block off its list (None once none is held; draining needs no buffer), and clears the
+    /// bits `pop` leaves set on the lists it emptied.
     pub fn pop_any(&mut self, arena: &BlockArena) -> Option<BlockId> {
         if self.count == 0 {
             return None;

@@ -1,10 +1,6 @@
-//! Segments: contiguous device ranges obtained from the runtime in one call.
-//!
-//! A segment belongs to one shard (one stream and pool kind); its blocks
-//! tile it. Segments never merge with each other (each came from its own
-//! runtime call), so free neighbours coalesce only inside one segment.
-//! What the device side keeps for a segment is the backing's own
-//! (`backing::PerSegment`), keyed by the segment's id.
+//! Segments: contiguous device ranges obtained from the runtime in one call, each of one shard. Segments
+//! never merge (each came from its own call), so free neighbours coalesce only inside one segment. The
+//! backing keeps its own per-segment state (`backing::PerSegment`), keyed by id.
 
 use super::block::BlockId;
 pub(crate) use super::block::SegmentId;
@@ -17,11 +13,9 @@ pub(crate) struct Segment {
     pub size: usize,
     /// Lowest-address block.
     pub first: BlockId,
-    /// Streams other than the owner that used blocks of this segment
-    /// (record_stream); all are synchronized before the segment is released.
+    /// Other streams that used its blocks (record_stream); all are synchronized before it is released.
     pub other_streams: Vec<Stream>,
-    /// Creation order over the device, for releasing the oldest cached
-    /// segments first.
+    /// Creation order over the device, for releasing the oldest cached segments first.
     pub serial: u64,
 }
 
@@ -67,7 +61,6 @@ impl SegmentTable {
         self.slots[id.0 as usize].as_mut().expect("live segment")
     }
 
-    /// The segment containing `addr`, if any.
     pub fn containing(&self, addr: usize) -> Option<SegmentId> {
         let (_, &id) = self.by_base.range(..=addr).next_back()?;
         let seg = self.get(id);

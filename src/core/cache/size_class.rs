@@ -1,8 +1,5 @@
-//! Size classes of the free-block index: a two-level segregated-fit layout.
-//!
-//! Sizes are counted in 512-byte units. Below 16 units every size has its
-//! own class; above, each power of two is cut into 16 classes of equal
-//! width, so the sizes in one class differ by at most 1/16 (6.25%).
+//! Size classes of the free-block index, two-level segregated fit: in 512-byte units, below 16 units every
+//! size has its own class; above, each power of two is cut into 16 equal classes (sizes within 1/16).
 
 /// Sub-classes per power of two (log2).
 const SL_BITS: u32 = 4;

@@ -1,6 +1,5 @@
-//! Stream ordering of a shard's frees: a block other streams used waits here
-//! for their events, polled by frees and misses, never on a cache hit
-//! (docs/design.md, Note [stream-ordered reuse]).
+//! Stream ordering of a shard's frees: a block other streams used waits here for their events, polled by
+//! frees and misses, never on a cache hit (docs/design.md, Note [stream-ordered reuse]).
 
 use super::block::BlockId;
 use crate::core::stats::DeviceCounters;
@@ -14,12 +13,9 @@ pub(crate) const POLL_THRESHOLD: usize = 64;
 /// The most frees between two polls while frees wait and none completes.
 pub(crate) const MAX_POLL_GAP: u8 = 64;
 
-/// When a free that finds frees waiting (`StreamOrder::should_poll`) polls
-/// them: at the first such free after a deferral or after a poll that
-/// reaped something, then after 2, 4, ... up to `MAX_POLL_GAP` more while
-/// polls find nothing done. Two bytes, kept in the pool beside its id and
-/// kind, where they take no space (a bigger shard costs the hot path
-/// instructions).
+/// When a free that finds frees waiting polls them: at the first such free after a deferral or a poll that
+/// reaped something, then after 2, 4, ... up to `MAX_POLL_GAP` more while polls find nothing done. Two
+/// bytes, so it fits in the pool's padding (a bigger shard costs the hot path instructions).
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct PollClock {
     countdown: u8,
@@ -33,13 +29,12 @@ impl PollClock {
         self.countdown == 0
     }
 
-    /// The next free that finds frees waiting polls (after a deferral).
+    /// After a deferral: the next free that finds frees waiting polls.
     pub fn poll_at_next_free(&mut self) {
         *self = PollClock { countdown: 1, gap: 1 };
     }
 
-    /// After a free's poll that reaped `reaped` frees: back off while nothing
-    /// completes, start again when something did.
+    /// After a free's poll that reaped `reaped` frees: back off while nothing completes.
     pub fn polled(&mut self, reaped: usize) {
         let gap = if reaped == 0 { self.gap.saturating_mul(2).clamp(1, MAX_POLL_GAP) } else { 1 };
         *self = PollClock { countdown: gap, gap };
@@ -51,8 +46,7 @@ struct PendingFree {
     block: BlockId,
     events: Vec<Event>,
     size: usize,
-    /// The export record other processes hold it by (`sharing`): it waits
-    /// until none does, then the record's slot is free again.
+    /// The export record other processes hold it by (`sharing`): it waits until none does.
     hold: Option<u32>,
 }
 
@@ -85,14 +79,12 @@ pub(crate) struct StreamOrder {
     quarantined_bytes: usize,
     /// Allocated blocks exported to other processes, and their records.
     exports: HashMap<BlockId, crate::core::sharing::table::Name>,
-    /// How many of `pending` wait for other processes (not for events):
-    /// they may wait long, so they do not count toward `POLL_THRESHOLD`.
+    /// How many of `pending` wait for other processes; they may wait long, so not counted for `POLL_THRESHOLD`.
     held: usize,
 }
 
 impl StreamOrder {
-    /// Notes that `stream` (not the owner) uses `block`. Returns false if
-    /// already noted.
+    /// Notes that `stream` (not the owner) uses `block`; false if already noted.
     pub fn note_use(&mut self, block: BlockId, stream: Stream) -> bool {
         let uses = self.uses.entry(block).or_default();
         if uses.contains(&stream) {
@@ -109,7 +101,6 @@ impl StreamOrder {
         }
     }
 
-    /// True if a graph stream used `block`.
     pub fn graph_used(&self, block: BlockId) -> bool {
         !self.graph_uses.is_empty() && self.graph_uses.contains(&block)
     }
@@ -131,9 +122,7 @@ impl StreamOrder {
         self.quarantined_bytes
     }
 
-    /// Forgets that `stream` uses `block` (torch_npu's `eraseStream`: the
-    /// host ordered that work some other way). Returns true when no other
-    /// stream uses the block any more; a stream never noted changes nothing.
+    /// Forgets that `stream` uses `block` (torch_npu's `eraseStream`); true when no other stream uses it now.
     pub fn forget_use(&mut self, block: BlockId, stream: Stream) -> bool {
         let Some(uses) = self.uses.get_mut(&block) else { return true };
         uses.retain(|&s| s != stream);
@@ -144,10 +133,8 @@ impl StreamOrder {
         false
     }
 
-    /// An event recorded on each other stream that used `block`, so its
-    /// free can wait for their work. A stream no event can be recorded on
-    /// is waited for now instead; if that fails too, the events go back to
-    /// the pool and nothing changes (the caller keeps the block allocated).
+    /// An event recorded on each other stream that used `block`. A stream no event can be recorded on is
+    /// synchronized instead; if that fails too, nothing changes (the caller keeps the block allocated).
     #[cold]
     #[inline(never)]
     pub fn free_events(&mut self, calls: &DeviceCalls<'_>, block: BlockId) -> Result<Vec<Event>> {
@@ -174,9 +161,7 @@ impl StreamOrder {
         Ok(events)
     }
 
-    /// Frees `block` (of `size` bytes) once `events` complete and no other
-    /// process holds export record `hold`; forgets its uses. Returns true
-    /// when it must wait (false: reuse now).
+    /// Frees `block` (forgetting its uses) once `events` complete and no process holds `hold`; true if it waits.
     pub fn defer(&mut self, block: BlockId, events: Vec<Event>, size: usize, hold: Option<u32>) -> bool {
         self.uses.remove(&block);
         self.graph_uses.retain(|&b| b != block);
@@ -200,8 +185,7 @@ impl StreamOrder {
             Ok(rt.record_event(ev, stream).map(|()| ev).map_err(|e| (e, ev)))
         })?;
         recorded.map_err(|(e, ev)| {
-            // Never recorded: as good as new. Pooled, it is reused or
-            // destroyed at teardown; destroying it here could fail and leak it.
+            // Never recorded: as good as new. Pooled rather than destroyed here, which could fail and leak it.
             self.event_pool.push(ev);
             e
         })
@@ -211,13 +195,11 @@ impl StreamOrder {
         !self.pending.is_empty()
     }
 
-    /// Whether a free should consult its `PollClock`: frees wait (one
-    /// predictable compare on the free path).
+    /// Whether a free should consult its `PollClock`: frees wait.
     pub fn should_poll(&self) -> bool {
         !self.pending.is_empty()
     }
 
-    /// More than `POLL_THRESHOLD` frees wait for events.
     pub fn over_threshold(&self) -> bool {
         self.pending.len() - self.held > POLL_THRESHOLD
     }
@@ -236,8 +218,7 @@ impl StreamOrder {
         self.pending.len() + self.quarantined.len()
     }
 
-    /// The blocks whose frees' events have all completed, taken off the
-    /// pending list (their events go back to the pool).
+    /// The blocks whose frees are done, taken off the pending list.
     pub fn poll(&mut self, rt: &Runtime) -> Vec<BlockId> {
         let mut done = Vec::new();
         let mut i = 0;
@@ -258,14 +239,12 @@ impl StreamOrder {
         done
     }
 
-    /// The events pending frees wait for (to synchronize them outside the
-    /// shard's lock; they stay owned here).
+    /// The events pending frees wait for (to synchronize outside the shard's lock; they stay owned here).
     pub fn pending_events(&self) -> Vec<Event> {
         self.pending.iter().flat_map(|p| p.events.iter().copied()).collect()
     }
 
-    /// Every event this shard owns (pending and pooled), for teardown.
-    /// Frees other processes hold stay listed (`held_blocks`).
+    /// Every event this shard owns, for teardown. Frees other processes hold stay listed (`held_blocks`).
     pub fn take_all_events(&mut self) -> Vec<Event> {
         let mut all: Vec<Event> = self.event_pool.drain(..).collect();
         for p in &mut self.pending {
@@ -277,11 +256,9 @@ impl StreamOrder {
         all
     }
 
-    /// Ends every export of a live block (sleep, teardown): no import can
-    /// take them from now on. With `keep_held`, a block some process holds
-    /// imported waits here as if freed (`size_of` its bytes), so that its
-    /// memory stays where it is (teardown); else its record's slot is left
-    /// unused (the block's memory is the caller's to keep or not).
+    /// Ends every export of a live block (sleep, teardown): no import can take them from now on. With
+    /// `keep_held`, a block some process holds imported waits here as if freed, so its memory stays where it
+    /// is; else its record's slot is left unused (the memory is the caller's to keep or not).
     pub fn end_all_exports(&mut self, keep_held: bool, size_of: impl Fn(BlockId) -> usize) {
         use crate::core::sharing::table;
         for (block, name) in std::mem::take(&mut self.exports) {
@@ -297,7 +274,6 @@ impl StreamOrder {
         }
     }
 
-    /// The export of allocated block `block`, if any.
     pub fn export_of(&self, block: BlockId) -> Option<crate::core::sharing::table::Name> {
         self.exports.get(&block).copied()
     }
@@ -306,13 +282,11 @@ impl StreamOrder {
         self.exports.insert(block, name);
     }
 
-    /// Whether allocated block `block` is exported.
     pub fn exported(&self, block: BlockId) -> bool {
         self.exports.contains_key(&block)
     }
 
-    /// Ends the export of `block`, being freed: no import can take it from
-    /// now on. Returns its record's slot if a process holds it (the free
+    /// Ends the export of `block`, being freed. Returns its record's slot if a process holds it (the free
     /// waits for it, `defer`); a record no one holds is free at once.
     pub fn end_export(&mut self, block: BlockId) -> Option<u32> {
         use crate::core::sharing::table;
@@ -331,15 +305,13 @@ impl StreamOrder {
         self.exports.contains_key(&block) || self.pending.iter().any(|p| p.block == block && p.hold.is_some())
     }
 
-    /// Blocks some process holds imported now: exported live ones and
-    /// freed ones waiting.
+    /// Blocks some process holds imported now, live or freed.
     pub fn imported_blocks(&self) -> impl Iterator<Item = BlockId> + '_ {
         use crate::core::sharing::table::held;
         let live = self.exports.iter().filter(|(_, n)| held(n.slot)).map(|(&b, _)| b);
         live.chain(self.pending.iter().filter(|p| p.hold.is_some_and(held)).map(|p| p.block))
     }
 
-    /// Live blocks exported.
     pub fn exported_count(&self) -> usize {
         self.exports.len()
     }

@@ -1,7 +1,5 @@
-//! A pool's live blocks, listed and set back: what PyTorch's graph trees
-//! ask of a private pool (torch_npu's `getCheckpointState`,
-//! `setCheckpointPoolState`, `checkPoolLiveAllocations`; docs/design.md,
-//! Note [pool checkpoints]).
+//! A pool's live blocks, listed and set back, for PyTorch's graph trees (torch_npu's `getCheckpointState`,
+//! `setCheckpointPoolState`, `checkPoolLiveAllocations`; docs/design.md, Note [pool checkpoints]).
 
 use super::super::backing::Memory;
 use super::super::cache::block::BlockState;
@@ -19,11 +17,9 @@ use std::sync::MutexGuard;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LiveBlock {
     pub addr: usize,
-    /// The block's bytes (its request rounded as the pool rounds).
     pub size: usize,
     /// The bytes its caller asked for.
     pub requested: usize,
-    /// The stream it was allocated on (its shard's).
     pub stream: Stream,
 }
 
@@ -32,13 +28,12 @@ pub struct LiveBlock {
 pub struct Restored {
     /// Blocks that were live and are freed (in address order).
     pub freed: Vec<usize>,
-    /// Blocks of the checkpoint made live again (in address order); a block
-    /// live at the same address and size already stays, and is in neither.
+    /// Blocks made live again (in address order); one live at the same address and size stays, in neither.
     pub made: Vec<usize>,
 }
 
 impl<B: Memory> Device<B> {
-    /// The live blocks of `pool` (0: the default pool's), in address order.
+    /// The live blocks of `pool`, in address order.
     pub fn pool_live_blocks(&self, pool: u64) -> Result<Vec<LiveBlock>> {
         self.check_open()?;
         self.check_pool(pool)?;
@@ -54,16 +49,11 @@ impl<B: Memory> Device<B> {
         Ok(out)
     }
 
-    /// Makes the live blocks of `pool` exactly `blocks` (a list
-    /// `pool_live_blocks` gave earlier): every other live block of the pool
-    /// is freed, and each of `blocks` not live now is allocated again at its
-    /// address, from the pool's free memory there. Checked before anything
-    /// changes: INVALID_ARGUMENT when a block is not one a listing could give
-    /// (sizes, alignment, stream), overlaps another, lies outside the pool's
-    /// memory or in memory no longer mapped, or in memory that is not free
-    /// once the pool's other blocks are (waiting for other streams' work),
-    /// and when a live block that goes was used by other streams or imported
-    /// by another process (its free would wait for them). Pool 0 is refused.
+    /// Makes the live blocks of `pool` exactly `blocks` (an earlier `pool_live_blocks`): other live blocks are
+    /// freed, and each of `blocks` not live is allocated again at its address. Checked before anything
+    /// changes: INVALID_ARGUMENT when a block is not one a listing could give, overlaps another, lies outside
+    /// the pool's free or mapped memory, or when a live block that goes was used by other streams or imported
+    /// (its free would wait for them). Pool 0 is refused.
     pub fn pool_restore(&self, pool: u64, blocks: &[LiveBlock]) -> Result<Restored> {
         self.check_open()?;
         if pool == 0 {
@@ -99,12 +89,10 @@ impl<B: Memory> Device<B> {
                 )));
             }
         }
-        // Nothing gives memory back meanwhile, and every shard of the pool
-        // stays locked from the checks to the end, taken in table order as
-        // teardown takes them (the lock rules in `device`).
+        // Nothing gives memory back meanwhile, and every shard of the pool stays locked from the checks to the
+        // end, taken in table order (the lock rules in `device`). Checked again: a pool destroyed meanwhile
+        // follows other rules (Note [pools]).
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        // Destroyed while this call waited for the ladder: its frees follow
-        // other rules (Note [pools]).
         self.check_pool(pool)?;
         let mut shards: Vec<(usize, MutexGuard<'_, Pool<B>>)> = Vec::new();
         for (i, e) in self.streams.iter().enumerate().filter(|(_, e)| e.pool() == pool) {
@@ -121,10 +109,8 @@ impl<B: Memory> Device<B> {
             let at = self.check_restorable(pool, &shards, b, &mut kept)?;
             place.push(at);
         }
-        // A live block that goes and that other streams used, or another
-        // process imported: its free would record events (device calls, which
-        // may fail halfway) and leave its memory waiting. torch_npu's own
-        // allocator refuses the same ("Events should have synchronized").
+        // A block that goes and that other streams used or another process imported would record events
+        // (device calls that may fail halfway); torch_npu refuses it too ("Events should have synchronized").
         for (_, p) in &shards {
             let mut live = Vec::new();
             live_of(p, &mut live);
@@ -175,9 +161,8 @@ impl<B: Memory> Device<B> {
         Ok(done)
     }
 
-    /// The index in `shards` of the shard block `b` would be restored in,
-    /// once it is checked that its memory will be free and mapped there;
-    /// a live block that is `b` already goes in `kept`.
+    /// The index in `shards` of the shard `b` would be restored in, once its memory is checked to be free
+    /// and mapped there; a live block that is `b` already goes in `kept`.
     fn check_restorable(
         &self,
         pool: u64,
@@ -251,8 +236,7 @@ impl<B: Memory> Device<B> {
         if next < end {
             return refuse(format!("is not mapped from {next:#x} on (given back since)"));
         }
-        // A no_split pool's block is whole handles no other block touches
-        // (in fixed mode, a whole segment): a restore may not cut one.
+        // A no_split pool's block is whole handles (or a whole segment): a restore may not cut one.
         if p.shape().no_split {
             let mut pieces = Vec::new();
             B::held_pieces(&p.backing, seg, base, size, &mut pieces);

@@ -1,8 +1,5 @@
-//! A pool's configuration (`npualloc_pool_create`'s `"key:value,..."`):
-//! `sleep` (what `npualloc_sleep` does to the pool's live blocks),
-//! `use_on_oom` (whether other requests may take its cached memory when
-//! they run out), and what its blocks look like: `alignment` and
-//! `no_split` (registrable memory, see `Shape`).
+//! A pool's configuration (`npualloc_pool_create`'s `"key:value,..."`): `sleep`, `use_on_oom` (whether
+//! requests that run out may take its cached memory), and its blocks' `Shape` (`alignment`, `no_split`).
 
 use crate::core::policy::{Shape, MAX_POOL_ALIGNMENT};
 use crate::error::{Error, Result};
@@ -29,7 +26,6 @@ impl SleepMode {
     }
 }
 
-/// A pool's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PoolConfig {
     pub sleep: SleepMode,
@@ -49,8 +45,7 @@ fn parse_bool(key: &str, value: &str) -> Result<bool> {
     }
 }
 
-/// `alignment`: bytes, or a number with `k` or `m` (KiB, MiB); a power of
-/// two up to 2 MiB.
+/// `alignment`: bytes, or a number with `k` or `m`; a power of two up to 2 MiB.
 fn parse_alignment(value: &str) -> Result<usize> {
     let lower = value.to_ascii_lowercase();
     let (digits, unit) = match lower.strip_suffix('m') {
@@ -71,8 +66,8 @@ fn parse_alignment(value: &str) -> Result<usize> {
 }
 
 impl PoolConfig {
-    /// Parses `"key:value,..."` (None or empty: the defaults). Unknown keys,
-    /// repeated keys and bad values are BadConfig naming the key.
+    /// Parses `"key:value,..."` (None or empty: the defaults). Unknown keys, repeated keys and bad values are
+    /// BadConfig naming the key.
     pub fn parse(text: Option<&str>) -> Result<PoolConfig> {
         let mut config = PoolConfig::default();
         let mut seen: Vec<&str> = Vec::new();
@@ -113,7 +108,6 @@ impl PoolConfig {
         Ok(config)
     }
 
-    /// What the pool's blocks look like.
     pub fn shape(&self) -> Shape {
         Shape::new(self.alignment, self.no_split)
     }

@@ -1,6 +1,5 @@
-//! Private pools (`npualloc_pool_create`, PyTorch's `MemPool`): a routing layer
-//! over the shards, each pool in its own stream entries; a free always goes to the
-//! block's own pool (docs/design.md, Note [pools]).
+//! Private pools (`npualloc_pool_create`, PyTorch's `MemPool`): a routing layer over the shards, each pool
+//! in its own stream entries; a free always goes to the block's own pool (docs/design.md, Note [pools]).
 
 pub mod checkpoint;
 pub mod config;
@@ -53,8 +52,7 @@ impl<B: Memory> Device<B> {
     /// Creates a pool; returns its id (never 0, never reused).
     pub fn pool_create(&self, config: PoolConfig) -> Result<u64> {
         self.check_open()?;
-        // While asleep, an offload or discard pool refuses allocations until
-        // wake, as the pools that slept do (api.md: sleep).
+        // Created asleep, an offload or discard pool refuses allocations until wake too (`npualloc_sleep`).
         self.sleep.while_settled(|asleep| {
             let id = {
                 let mut records = self.pools.lock();
@@ -67,8 +65,7 @@ impl<B: Memory> Device<B> {
         })
     }
 
-    /// OK when `pool` exists and is not destroyed (pool 0, the default
-    /// pool, always exists); INVALID_ARGUMENT naming it otherwise.
+    /// OK when `pool` exists and is not destroyed (pool 0 always exists); INVALID_ARGUMENT otherwise.
     pub fn check_pool(&self, pool: u64) -> Result<()> {
         let records = self.pools.lock();
         match records.get(pool as usize) {
@@ -117,8 +114,7 @@ impl<B: Memory> Device<B> {
         }
     }
 
-    /// Ends the innermost route of `stream` (None: of the calling thread),
-    /// which must go to `pool`; otherwise nothing changes.
+    /// Ends the innermost route of `stream` (None: the calling thread's), which must go to `pool`; else no change.
     pub fn pool_end(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
         self.check_open()?;
         self.reap_routes();
@@ -129,8 +125,7 @@ impl<B: Memory> Device<B> {
         }
         match self.routes.end(pool, target) {
             routing::Ended::Popped => {}
-            // The thread's routes ended with its locals, and were reaped
-            // above: their pools' counts are right already.
+            // The thread's routes ended with its locals and were reaped above.
             routing::Ended::ThreadGone => return Ok(()),
             routing::Ended::NotInnermost => return Err(self.not_innermost(pool, target)),
         }
@@ -138,7 +133,6 @@ impl<B: Memory> Device<B> {
         Ok(())
     }
 
-    /// The error of a `pool_end` that does not name the innermost route.
     fn not_innermost(&self, pool: u64, target: Target) -> Error {
         let found = match self.routes.innermost(target) {
             Some(p) => format!("its innermost route goes to pool {p}"),
@@ -150,8 +144,7 @@ impl<B: Memory> Device<B> {
         ))
     }
 
-    /// Sets whether other requests that run out of memory may take
-    /// `pool`'s cached memory (its config's `use_on_oom`), from now on.
+    /// Sets whether other requests that run out of memory may take `pool`'s cached memory (`use_on_oom`).
     pub fn pool_set_use_on_oom(&self, pool: u64, on: bool) -> Result<()> {
         self.check_open()?;
         let mut records = self.pools.lock();
@@ -164,8 +157,7 @@ impl<B: Memory> Device<B> {
             return Err(no_such_pool(pool, &records));
         };
         r.config.use_on_oom = on;
-        // Under the records lock, which every revival of a retired entry
-        // holds (it reads the config then): no entry misses the change.
+        // Under the records lock, which every revival of a retired entry holds: no entry misses the change.
         for e in self.streams.iter().filter(|e| e.pool() == pool) {
             e.set_use_on_oom(on);
         }
@@ -191,8 +183,7 @@ impl<B: Memory> Device<B> {
                 )));
             }
             r.destroyed = true;
-            // Marked under the records lock, which every revival of a
-            // retired entry holds: no entry changes pools meanwhile.
+            // Under the records lock, which every revival of a retired entry holds: no entry changes pools.
             for e in self.streams.iter().filter(|e| e.pool() == pool) {
                 e.mark_destroyed();
             }
@@ -202,23 +193,18 @@ impl<B: Memory> Device<B> {
         }
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        // Whatever cannot go back now (a stream that could not be waited
-        // for) goes with a later free, empty_cache or the ladder.
-        // The second pass releases the ranges the first one emptied.
+        // What cannot go back now goes with a later free, empty_cache or the ladder. Pass 2 releases the
+        // ranges pass 1 emptied.
         for _pass in 0..2 {
             let _ = self.release_free_where(Scope::All, |e| e.pool() == pool);
         }
         let _ = B::free_cached(&self.sh);
-        // Entries left with nothing give their slots back.
         self.retire_destroyed();
         Ok(())
     }
 
-    /// Gives back the cached memory of `pool` (0: the default pool's) after
-    /// synchronizing the streams that used it; returns the bytes given
-    /// back. A live pool that served a graph capture keeps its memory (the
-    /// graph may replay until `pool_destroy`, Note [capture]): 0, no
-    /// error. INVALID_ARGUMENT for a pool never created.
+    /// Gives back `pool`'s cached memory after synchronizing the streams that used it; returns the bytes. A live
+    /// pool that served a graph capture keeps it (Note [capture]): 0. INVALID_ARGUMENT for a pool never created.
     pub fn pool_empty_cache(&self, pool: u64) -> Result<usize> {
         self.check_open()?;
         let live = {
@@ -233,18 +219,16 @@ impl<B: Memory> Device<B> {
         }
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
-        // A default-pool entry of a graph stream keeps its memory (Note
-        // [capture]); every entry of a private pool here may give its back.
+        // A default-pool entry of a graph stream keeps its memory; a private pool's entries may give theirs.
         let pick = |e: &super::streams::StreamEntry<B>| e.pool() == pool && (pool != 0 || e.reclaimable());
-        // The second pass releases the ranges the first one emptied.
+        // Pass 2 releases the ranges pass 1 emptied.
         let released = self.release_free_where(Scope::All, pick)? + self.release_free_where(Scope::All, pick)?;
         let cached = B::free_cached(&self.sh)?;
         self.retire_destroyed();
         Ok(released + cached)
     }
 
-    /// One pool's statistics: its blocks, the memory of its segments, the
-    /// device calls made for them and its peaks as a whole (`tally`).
+    /// One pool's statistics: its blocks, segments, device calls and peaks as a whole (`tally`).
     pub fn pool_stats(&self, pool: u64) -> Result<Stats> {
         self.check_open()?;
         let Some(tally) = self.pools.tally(pool) else {
@@ -256,9 +240,7 @@ impl<B: Memory> Device<B> {
         Ok(s)
     }
 
-    /// True if a capture was routed to `pool`, or one of its streams
-    /// captures now (sleep's cold path; Note [sleep]). A retired entry
-    /// serves no stream: it is not asked about.
+    /// True if a capture was routed to `pool`, or one of its live entries' streams captures now (Note [sleep]).
     pub(crate) fn pool_captured(&self, pool: u64) -> bool {
         self.pools.captured(pool)
             || self.streams.iter().filter(|e| e.pool() == pool && !e.is_retired()).any(|e| {
@@ -285,10 +267,8 @@ impl<B: Memory> Device<B> {
 
 /// Where the pool figures are kept up to date (slow paths only).
 impl<B: Memory> Device<B> {
-    /// A request routed to `pool` on `stream` whose entry predates it: if
-    /// the stream captures now, the pool becomes a graph pool for good
-    /// (Note [capture]). Asked of the runtime once per routed request until
-    /// then, as torch_npu's route filter asks for every routed allocation.
+    /// A request routed to `pool` on `stream` whose entry predates it: if the stream captures now, the pool
+    /// becomes a graph pool for good (Note [capture]). Asked per routed request, as torch_npu's route filter does.
     #[cold]
     pub(in crate::core) fn note_routed_capture(&self, entry: &StreamEntry<B>, pool: u64, stream: Stream) {
         if !entry.saw_capture() && crate::core::capture::capturing_now(&self.sh.rt, self.sh.device, stream) {
@@ -297,9 +277,7 @@ impl<B: Memory> Device<B> {
         }
     }
 
-    /// After a growth of `shard`: publishes its held bytes and raises its
-    /// pool's reserved peak (`tally`, `tally_of(pool)` read once by the
-    /// growth) to the sum over the pool's shards.
+    /// After a growth of `pool`: publishes its held bytes and raises its pool's reserved peak (`tally`).
     #[cold]
     #[inline(never)]
     pub(in crate::core) fn pool_grew(&self, pool: &Pool<B>, tally: &PoolTally) {
@@ -316,8 +294,7 @@ impl<B: Memory> Device<B> {
         self.pools.tally(self.streams.entry_of(pool.cache.id).pool()).unwrap_or_default()
     }
 
-    /// A stream of `entry`'s pool passed its high-water mark: the pool's
-    /// peaks rise to the sums over its shards.
+    /// A stream of `entry`'s pool passed its high-water mark: the pool's peaks rise to the sums over its shards.
     pub(in crate::core) fn raise_pool_peaks(&self, entry: &StreamEntry<B>) {
         let id = entry.pool();
         let (mut a, mut r) = (0, 0);

@@ -1,24 +1,14 @@
-//! The route stacks of `pool_begin` / `pool_end`: per stream (shared by
-//! every thread) and per thread (`stream` NULL, in a thread-local).
-//!
-//! Routes nest: each gets a sequence number when it begins, and a request
-//! is served by the newest route that applies to it (its stream's
-//! innermost or its thread's innermost). While no route is active anywhere
-//! in the allocator, `any` is false and a malloc looks at nothing here: one
-//! relaxed load and one predictable branch.
-//!
-//! A thread that exits inside thread routes leaves them in its
-//! thread-local, whose destructor hands them to the allocator's `Exits`
-//! (shared with the thread-locals, so it outlives whichever goes first);
-//! the allocator takes them back on its next cold route call (`reap`),
-//! ending them as `pool_end` would, so the pool can be destroyed.
+//! The route stacks of `pool_begin` / `pool_end`: per stream (shared by every thread) and per thread (in a
+//! thread-local). A request is served by the newest route that applies (by sequence number: its stream's
+//! innermost or its thread's). While no route is active, a malloc does one relaxed load here (`any`).
+//! A thread that exits inside thread routes hands them to the allocator's `Exits` (shared, so it outlives
+//! whichever goes first); the next cold route call ends them (`reap`), so the pool can be destroyed.
 
 use crate::runtime::Stream;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// One route: the pool it sends requests to, and when it began.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Route {
     pool: u64,
@@ -34,12 +24,10 @@ struct Exits {
     pools: Mutex<Vec<u64>>,
 }
 
-/// One thread's routes, each with its allocator's `Exits` (which tells
-/// allocators apart too).
+/// One thread's routes, each with its allocator's `Exits` (which tells allocators apart too).
 struct ThreadRoutes(Vec<(Arc<Exits>, Route)>);
 
 impl Drop for ThreadRoutes {
-    /// The thread exits: its routes go to their allocators.
     fn drop(&mut self) {
         for (exits, route) in self.0.drain(..) {
             let mut pools = exits.pools.lock().unwrap_or_else(|e| e.into_inner());
@@ -50,17 +38,14 @@ impl Drop for ThreadRoutes {
 }
 
 thread_local! {
-    /// This thread's routes.
     static THREAD_ROUTES: RefCell<ThreadRoutes> = const { RefCell::new(ThreadRoutes(Vec::new())) };
 }
 
 pub(crate) struct Routes {
     /// Routes active now, over every stream and thread.
     active: AtomicUsize,
-    /// Sequence numbers of routes (nesting order).
     seq: AtomicU64,
-    /// Routes of exited threads (also this allocator's mark in
-    /// `THREAD_ROUTES`).
+    /// Routes of exited threads (also this allocator's mark in `THREAD_ROUTES`).
     exits: Arc<Exits>,
     /// Each routed stream's stack, innermost last.
     streams: Mutex<Vec<(Stream, Vec<Route>)>>,
@@ -77,7 +62,6 @@ impl Default for Routes {
     }
 }
 
-/// What `Routes::end` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ended {
     Popped,
@@ -99,8 +83,7 @@ impl Routes {
         self.active.load(Ordering::Relaxed) != 0
     }
 
-    /// The pool serving a request on `stream` from this thread (0 when no
-    /// route applies).
+    /// The pool serving a request on `stream` from this thread (0 when no route applies).
     #[cold]
     #[inline(never)]
     pub fn pool_for(&self, stream: Stream) -> u64 {
@@ -126,13 +109,11 @@ impl Routes {
         }
     }
 
-    /// True if `exits` is this allocator's.
     fn mine(&self, exits: &Arc<Exits>) -> bool {
         Arc::ptr_eq(exits, &self.exits)
     }
 
-    /// Ends the routes of threads that exited inside them; returns their
-    /// pools (one per route), for the pools' route counts.
+    /// Ends the routes of threads that exited inside them; returns their pools (one per route).
     #[cold]
     pub fn reap(&self) -> Vec<u64> {
         if self.exits.count.load(Ordering::Acquire) == 0 {
@@ -146,9 +127,8 @@ impl Routes {
         pools
     }
 
-    /// Pushes a route to `pool` on `target`. False, changing nothing, for
-    /// a thread route on a thread whose locals are gone (a call from a
-    /// thread-local destructor at exit): it could never be ended.
+    /// Pushes a route to `pool` on `target`. False, changing nothing, for a thread route on a thread whose
+    /// locals are gone: it could never be ended.
     pub fn begin(&self, pool: u64, target: Target) -> bool {
         let route = Route { pool, seq: self.seq.fetch_add(1, Ordering::Relaxed) };
         match target {
@@ -183,12 +163,8 @@ impl Routes {
         }
     }
 
-    /// Pops `target`'s innermost route if it goes to `pool` (`Popped`);
-    /// `NotInnermost`, changing nothing, otherwise. `ThreadGone` for a
-    /// thread route on a thread whose locals are gone (a call from a
-    /// thread-local destructor at exit): its routes ended already, handed
-    /// over with the thread's locals and reaped as those of an exited
-    /// thread.
+    /// Pops `target`'s innermost route if it goes to `pool` (`Popped`); `NotInnermost`, changing nothing,
+    /// otherwise. `ThreadGone` on a thread whose locals are gone: its routes were handed over already.
     pub fn end(&self, pool: u64, target: Target) -> Ended {
         let popped = match target {
             Target::Stream(stream) => {

@@ -1,20 +1,18 @@
-//! The pools' records (Note [pools] in `pools`): a leaf module, so
-//! `device` holds them without importing the pool calls, which import
-//! `device`.
+//! The pools' records (Note [pools]): a leaf module, so `device` holds them without importing the pool
+//! calls, which import `device`.
 
 use super::config::PoolConfig;
 use super::tally::PoolTally;
 use std::sync::{Arc, Mutex, RwLock};
 
-/// One pool's record.
 #[derive(Debug, Clone)]
 pub(super) struct Record {
     pub config: PoolConfig,
     pub destroyed: bool,
     /// Routes to it active now (stream and thread).
     pub routes: usize,
-    /// A capture was routed to it: its cached memory serves the graph's
-    /// replays and stays until `pool_destroy`, sleep included (Note [sleep]).
+    /// A capture was routed to it: its cached memory serves the graph's replays and stays until
+    /// `pool_destroy`, sleep included (Note [sleep]).
     pub captured: bool,
 }
 
@@ -27,11 +25,9 @@ impl Record {
 /// Every pool ever created; pool `i` is `records[i]` (0: the default pool).
 pub(crate) struct Pools {
     records: Mutex<Vec<Record>>,
-    /// Each pool's own figures (`pool_get_stats`), by id: a leaf lock, read
-    /// on slow paths under a shard lock.
+    /// Each pool's own figures, by id: a leaf lock, read on slow paths under a shard lock.
     tallies: RwLock<Vec<Arc<PoolTally>>>,
-    /// The default pool's figures, also `tallies[0]`: raised without the
-    /// lock (every stream's peaks, unless it is routed to a pool).
+    /// The default pool's figures, also `tallies[0]`: raised without the lock.
     default_tally: Arc<PoolTally>,
 }
 
@@ -51,15 +47,13 @@ impl Pools {
         self.records.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `f` of the pool's config, run under the pools lock, if the pool was
-    /// created and not destroyed: `pool_destroy` cannot mark the pool
+    /// `f` of the pool's config under the pools lock, if the pool is live: `pool_destroy` cannot mark the pool
     /// destroyed while `f` runs, so an entry `f` makes is one it marks.
     pub fn with_live<T>(&self, pool: u64, f: impl FnOnce(PoolConfig) -> T) -> Option<T> {
         let records = self.lock();
         records.get(pool as usize).filter(|r| !r.destroyed).map(|r| f(r.config))
     }
 
-    /// Adds the record of a new pool; returns its id.
     pub(super) fn push(&self, records: &mut Vec<Record>, record: Record) -> u64 {
         records.push(record);
         let mut tallies = self.tallies.write().unwrap_or_else(|e| e.into_inner());
@@ -72,8 +66,7 @@ impl Pools {
         self.tallies.read().unwrap_or_else(|e| e.into_inner()).get(pool as usize).cloned()
     }
 
-    /// `f` of the figures of `pool`, if it was ever created; the default
-    /// pool's take no lock and no reference count.
+    /// `f` of the figures of `pool`, if it was ever created; the default pool's take no lock.
     #[inline]
     pub fn with_tally(&self, pool: u64, f: impl FnOnce(&PoolTally)) {
         if pool == 0 {
@@ -84,7 +77,6 @@ impl Pools {
         }
     }
 
-    /// Every pool's figures, by id.
     pub fn tallies(&self) -> Vec<Arc<PoolTally>> {
         self.tallies.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -96,7 +88,6 @@ impl Pools {
         }
     }
 
-    /// True once a capture was routed to `pool`.
     pub fn captured(&self, pool: u64) -> bool {
         self.lock().get(pool as usize).is_some_and(|r| r.captured)
     }

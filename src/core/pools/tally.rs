@@ -1,16 +1,8 @@
-//! One pool's own figures for `pool_get_stats` (Note [pools]): the device
-//! calls made for its memory and its peaks as a whole, kept off the hit
-//! path. Device calls count for the pool while the thread making them is
-//! inside `stats::count_for` of the pool's counters (growth of one of its
-//! shards, giving back its memory, a request of its own in the ladder).
-//! Its allocated and requested peaks are raised when one of its streams
-//! passes its own high-water mark (the cold branch that raises the
-//! device's, Note [peaks without a shared counter]), to the sum over the
-//! pool's shards; its reserved peak when one of its shards grows, to the
-//! sum of its shards' held bytes.
-//!
-//! The `Device` methods that keep the figures up to date are in `pools`:
-//! the device holds them (`state`), so this module names nothing of it.
+//! One pool's own figures for `pool_get_stats` (Note [pools]), kept off the hit path: device calls count
+//! while the thread is inside `stats::count_for` of the pool's counters. Its allocated and requested peaks
+//! rise when one of its streams passes its high-water mark (Note [peaks without a shared counter]), its
+//! reserved peak when a shard grows, each to the sum over the pool's shards. The `Device` methods that keep
+//! them up to date are in `pools`.
 
 use crate::core::stats::{Cumulative, DeviceCounters, Stats};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -23,9 +15,7 @@ pub(crate) struct PoolTally {
     allocated_peak: AtomicU64,
     requested_peak: AtomicU64,
     reserved_peak: AtomicU64,
-    /// The cumulative figures of the pool's shards that went to another
-    /// pool since (a retired entry taken over), per pool kind: kept here,
-    /// out of those shards.
+    /// Per pool kind, the cumulative figures of the pool's shards that went to another pool since.
     left: [Left; 2],
 }
 
@@ -65,8 +55,7 @@ impl PoolTally {
         self.calls.reset_peak();
     }
 
-    /// The cumulative figures of one of the pool's shards, of pool kind
-    /// `kind`, that goes to another pool (`Device::add_entry`).
+    /// Keeps the cumulative figures of a shard of kind `kind` that goes to another pool (`Device::add_entry`).
     pub fn keep(&self, kind: usize, left: Cumulative) {
         let l = &self.left[kind & 1];
         l.allocs.fetch_add(left.allocs, Relaxed);
@@ -74,8 +63,7 @@ impl PoolTally {
         l.allocated_total.fetch_add(left.allocated_total, Relaxed);
     }
 
-    /// Adds the figures kept by `keep` to `s` (the device's totals and the
-    /// pool's own).
+    /// Adds the figures kept by `keep` to `s` (the device's totals and the pool's own).
     pub fn add_kept_counts(&self, s: &mut Stats) {
         self.left.iter().for_each(|l| l.add_to(s));
     }
@@ -85,14 +73,12 @@ impl PoolTally {
         self.left[kind & 1].add_to(s);
     }
 
-    /// Fills the device-call counters, the kept counts and the peaks of
-    /// `s`, whose block and segment figures are already the pool's shards'.
+    /// Fills the device-call counters, kept counts and peaks of `s`, which holds the pool's shards' figures.
     pub fn add_to(&self, s: &mut Stats) {
         self.add_kept_counts(s);
         let (reserved, segments) = (s.reserved_bytes, s.segments);
         self.calls.add_to(s);
-        // The pool's reserved memory is its segments' (cached handles
-        // belong to no pool), counted by the caller.
+        // The pool's reserved memory is its segments' (cached handles belong to no pool).
         s.reserved_bytes = reserved;
         s.segments = segments;
         s.segments_peak = s.segments_peak.max(segments);

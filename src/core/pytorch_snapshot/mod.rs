@@ -1,38 +1,13 @@
-//! The allocator's state and memory history in PyTorch's snapshot format:
-//! the dict `torch.cuda.memory._snapshot()` returns, which PyTorch's
-//! `_memory_viz.py` and the viewer at pytorch.org/memory_viz read.
-//!
-//! ```text
-//! {"segments": [{device, address, total_size, allocated_size, active_size,
-//!                requested_size, stream, segment_type, segment_pool_id,
-//!                is_expandable, frames, blocks: [{address, size,
-//!                requested_size, state, frames}]}],
-//!  "device_traces": [[{action, addr, size, stream, pool_id, time_us, frames}]]}
-//! ```
-//!
-//! - A segment is memory backed by the device: a fixed segment whole, or
-//!   each run of mapped pages of an expandable range (PyTorch shows the
-//!   mapped part of its expandable segments the same way), so the segments'
-//!   `total_size` adds up to the reserved bytes minus the physical pages
-//!   cached unmapped (and minus the alignment slack a fixed segment may
-//!   carry, see `backing::fixed`).
-//! - Block states: `active_allocated` (handed out), `active_pending_free`
-//!   (freed, waiting for other streams' work), `inactive` (free, or held for
-//!   exact-size reuse: either way no user holds it).
-//! - `device_traces` has one list per device index up to this allocator's
-//!   device; only its own is filled, from the memory history (`history`),
-//!   oldest first. An `oom` entry carries `device_free` instead of `addr`,
-//!   as PyTorch's does. Taking a snapshot adds a `snapshot` entry.
-//! - `frames` are always empty: the allocator sees no Python stacks.
-//! - `segment_pool_id` (and a trace entry's `pool_id`) is `(0, pool)`:
-//!   `(0, 0)` is PyTorch's id of the default pool, and a private pool's id
-//!   goes second, as in the ids PyTorch gives pools a user creates (Note
-//!   [pools]).
-//!
-//! This module is the format alone: `Device::pytorch_snapshot` (in
-//! `snapshot`) reads the shards into the views below, and the device's
-//! `oom_snapshot` file is `to_pickle` of that document, so nothing here
-//! names the device.
+//! The allocator's state and memory history in the format of PyTorch's `torch.cuda.memory._snapshot()`;
+//! this module is the format alone (`Device::pytorch_snapshot`, in `snapshot`, fills the views below).
+//! - A segment is memory backed by the device: a fixed segment whole, or each mapped run of an expandable
+//!   range (as PyTorch shows its own), so `total_size` adds up to the reserved bytes minus cached unmapped
+//!   pages (and a fixed segment's alignment slack, `backing::fixed`).
+//! - `inactive` blocks are free or held for exact-size reuse: either way no user holds them.
+//! - `device_traces` has one list per device index up to this device; only its own is filled. An `oom`
+//!   entry carries `device_free` instead of `addr`, as PyTorch's does. `frames` are always empty.
+//! - `segment_pool_id` and `pool_id` are `(0, pool)`: `(0, 0)` is PyTorch's id of the default pool
+//!   (Note [pools]).
 
 mod pickle;
 mod value;
@@ -69,8 +44,7 @@ pub(crate) struct BlockView {
     pub state: State,
 }
 
-/// One segment as PyTorch shows it: memory backed from `addr` for `size`
-/// bytes, tiled by `blocks`.
+/// One segment as PyTorch shows it: memory backed from `addr` for `size` bytes, tiled by `blocks`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SegmentView {
     pub addr: usize,
@@ -78,15 +52,13 @@ pub(crate) struct SegmentView {
     /// "small" or "large".
     pub kind: &'static str,
     pub stream: usize,
-    /// The pool (Note [pools]): `segment_pool_id` is `(0, pool)`.
     pub pool: u64,
     pub expandable: bool,
     pub blocks: Vec<BlockView>,
 }
 
-/// Cuts address-ordered `blocks` at the edges of `runs` (address-ordered,
-/// disjoint): for each run, the parts of blocks inside it. Parts of blocks
-/// outside every run (unmapped pages of free blocks) are dropped.
+/// Cuts address-ordered `blocks` at the edges of `runs` (address-ordered, disjoint): for each run, the parts
+/// of blocks inside it. Parts outside every run (unmapped pages of free blocks) are dropped.
 pub(crate) fn split_into_runs(blocks: &[BlockView], runs: &[(usize, usize)]) -> Vec<Vec<BlockView>> {
     let mut out = Vec::with_capacity(runs.len());
     let mut first = 0;

@@ -1,17 +1,12 @@
-//! A [`Value`] as a Python pickle, the file format of PyTorch's
-//! `torch.cuda.memory._dump_snapshot` that `_memory_viz.py` and
-//! pytorch.org/memory_viz open, written by serde-pickle through `Value`'s
-//! `Serialize` (protocol 2, which every Python 3 reads). Tuples stay tuples,
-//! as `_memory_viz.py` expects of `segment_pool_id`. Used by `oom_snapshot:PATH`
-//! and by the replay tool's `--snapshot`.
+//! A [`Value`] as a Python pickle, the file format of PyTorch's `torch.cuda.memory._dump_snapshot`
+//! (protocol 2, which every Python 3 reads). Tuples stay tuples, as `_memory_viz.py` expects of
+//! `segment_pool_id`.
 
 use super::Value;
 
 /// The pickle of `v`.
 pub fn to_pickle(v: &Value) -> Vec<u8> {
-    // Cannot fail: the output is a Vec (no I/O error), and serde-pickle
-    // refuses nothing `Value` serializes (none, bool, i64, f64, str, seq,
-    // tuple, map with string keys).
+    // Cannot fail: no I/O, and serde-pickle refuses nothing `Value` serializes.
     serde_pickle::to_vec(v, serde_pickle::SerOptions::new().proto_v2()).expect("a Value always pickles")
 }
 

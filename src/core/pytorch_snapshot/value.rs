@@ -1,6 +1,4 @@
-//! A small tree of plain values (what a Python `dict` of lists, strings and
-//! numbers holds), so one snapshot can be written as JSON (serde_json) and as
-//! a pickle (serde-pickle, `pickle.rs`) from the same tree.
+//! A small tree of plain Python values, so one snapshot can be written as JSON and as a pickle.
 
 use serde::ser::{Serialize, SerializeTuple, Serializer};
 
@@ -19,7 +17,6 @@ pub enum Value {
 }
 
 impl Value {
-    /// A dict from `(key, value)` pairs.
     pub fn dict<const N: usize>(pairs: [(&str, Value); N]) -> Value {
         Value::Dict(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
     }
@@ -63,18 +60,15 @@ impl Value {
         }
     }
 
-    /// Compact JSON. A float that is not finite becomes `null` (JSON has no
-    /// such numbers).
+    /// Compact JSON; a float that is not finite becomes `null`.
     pub fn to_json(&self) -> String {
         // Cannot fail: every map key is a string and no impl here errs.
         serde_json::to_string(self).expect("a Value always serializes")
     }
 }
 
-/// Python's types through serde's: `None` as serde's none, a tuple as a tuple, a
-/// dict as a map with string keys in insertion order. serde_json writes a
-/// tuple as a list and a non-finite float as `null`; serde-pickle keeps the
-/// tuple.
+/// Python's types through serde's. serde_json writes a tuple as a list and a non-finite float as `null`;
+/// serde-pickle keeps the tuple.
 impl Serialize for Value {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {

@@ -1,13 +1,8 @@
-//! Importing blocks other processes exported: process-wide, with no
-//! allocator of this process needed.
-//!
-//! The runtime wants one import of a shareable handle per process, and a
-//! key's close in an importer ends its oldest import, so what this process
-//! imported is counted: a key is imported once and its mapping shared by
-//! every import of a block in that allocation; a physical handle is
-//! imported once and mapped into each range that needs it. A hold on an
-//! export's record is taken once per record, through one descriptor of the
-//! exporter's table per exporter.
+//! Importing blocks other processes exported: process-wide, with no allocator of this process needed.
+//! The runtime wants one import of a shareable handle per process, and a key's close ends its oldest
+//! import, so imports are counted: a key is imported once and its mapping shared; a physical handle is
+//! imported once and mapped into each range that needs it. A record is held once, through one descriptor
+//! of each exporter's table.
 
 use super::table::{Memory, Name, Peer, Record, HANDLE_SIZE};
 use crate::error::{Error, Result};
@@ -15,8 +10,8 @@ use crate::runtime::{DeviceHold, PhysicalHandle, Runtime, KEY_LEN};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// An exporter's table, as (pid, descriptor number there, the table's
-/// random number: a later process with the same pid is another exporter).
+/// An exporter's table, as (pid, descriptor number there, the table's random number: a later process with
+/// the same pid is another exporter).
 type PeerId = (i32, i32, u64);
 /// An exporting process, as (pid, its table's random number).
 type Exporter = (i32, u64);
@@ -24,7 +19,7 @@ type Exporter = (i32, u64);
 /// One exporter's table and this process's holds on its records.
 struct PeerHolds {
     peer: Peer,
-    /// Holds by slot: how many imports of this process take each.
+    /// How many imports of this process hold each slot.
     holds: HashMap<u32, u32>,
 }
 
@@ -61,8 +56,7 @@ fn invalid(msg: String) -> Error {
     Error::InvalidArgument(msg)
 }
 
-/// Maps the block `handle` names on `device`; returns its first byte and
-/// usable size here.
+/// Maps the block `handle` names on `device`; returns its first byte and usable size here.
 pub(crate) fn import(handle: &[u8; HANDLE_SIZE], device: i32) -> Result<(usize, usize)> {
     let name = Name::parse(handle).ok_or_else(|| {
         invalid(
@@ -122,9 +116,8 @@ pub(crate) fn close(ptr: usize) -> Result<()> {
 }
 
 impl Imports {
-    /// Reads `name`'s record and holds it (a hold this process has is
-    /// counted again): the record read again under the hold must be the
-    /// same, or the exporter retired it meanwhile.
+    /// Reads `name`'s record and holds it (counted): the record read again under the hold must be the same,
+    /// or the exporter retired it meanwhile.
     fn take_hold(&mut self, name: &Name) -> Result<Record> {
         let id = (name.pid, name.fd, name.nonce);
         if let std::collections::hash_map::Entry::Vacant(slot) = self.peers.entry(id) {
@@ -180,8 +173,7 @@ impl Imports {
     fn map(&mut self, rt: &Arc<Runtime>, device: i32, name: &Name, record: &Record) -> Result<(usize, Mapped)> {
         match &record.memory {
             Memory::Key { key, offset } => {
-                // The key's count is of pointers handed out: a block
-                // imported again shares its pointer (`import` counts it).
+                // The key's count is of pointers handed out: a block imported again shares its pointer.
                 let base = match self.keys.get_mut(&((name.pid, name.nonce), *key)) {
                     Some((base, n)) => {
                         if !self.at.contains_key(&(*base + offset)) {
@@ -206,8 +198,7 @@ impl Imports {
         }
     }
 
-    /// Imports (or reuses) each handle and maps them in order into a new
-    /// range; on a refusal, undoes what it did.
+    /// Imports (or reuses) each handle and maps them in order into a new range; on a refusal, undoes it all.
     fn map_range(
         &mut self,
         rt: &Arc<Runtime>,

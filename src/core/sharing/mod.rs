@@ -1,12 +1,7 @@
-//! Blocks shared with other processes of the host (docs/sharing.md): an
-//! export publishes what device memory lies under a block in this process's
-//! table (`table`), and another process maps that memory (`import`).
-//!
-//! While any process holds an import of a block, its memory is neither
-//! handed to another request nor given back: the block's free succeeds at
-//! once and waits beside the stream-ordered frees until no process holds
-//! its record (`StreamOrder`, polled where those are). An export nobody
-//! imported yet ends with the free.
+//! Blocks shared with other processes of the host (docs/sharing.md): an export publishes the memory under a
+//! block in this process's `table`, and another process maps it (`import`). While any process holds an
+//! import, the memory is neither reused nor given back: the free succeeds at once and waits beside the
+//! stream-ordered frees (`StreamOrder`) until no process holds the record.
 
 pub(crate) mod import;
 pub(crate) mod table;
@@ -19,8 +14,7 @@ use crate::error::Result;
 use table::{Record, HANDLE_SIZE};
 
 impl<B: Memory> Pool<B> {
-    /// Exports the live block at `addr` (its start); exporting it again
-    /// names the same record.
+    /// Exports the live block at `addr` (its start); exporting it again names the same record.
     pub fn ipc_export(&mut self, addr: usize) -> Result<[u8; HANDLE_SIZE]> {
         let id = match self.cache.registry.get(&addr) {
             Some(&id) if self.cache.blocks.get(id).state == BlockState::Allocated => id,
@@ -43,10 +37,8 @@ impl<B: Memory> Pool<B> {
 }
 
 impl<B: Memory> Device<B> {
-    /// Exports the live block at `addr` to other processes. A physical
-    /// handle a communication library registered (and so exported itself,
-    /// docs/sharing.md "Export and registration of one handle") is refused
-    /// by the runtime: the error says so.
+    /// Exports the live block at `addr` to other processes. The runtime refuses a handle a communication
+    /// library registered (docs/sharing.md "Export and registration of one handle").
     pub fn ipc_export(&self, addr: usize) -> Result<[u8; HANDLE_SIZE]> {
         self.check_usable()?;
         self.owner(addr, "ipc_export")?.lock()?.ipc_export(addr)

@@ -1,21 +1,11 @@
-//! The process's export records, in one memfd that an importing process
-//! opens through `/proc/<pid>/fd/<fd>` and reads, and the 128-byte handle
-//! that names a record.
-//!
-//! A record is one slot of `SLOT` bytes: a header and the memory it shares
-//! (a key, or a list of shareable handles). Only this process writes its
-//! records (under `TABLE`'s lock), `state` last when publishing and first
-//! when retiring; an importer reads a record, takes its hold and reads it
-//! again, and uses it only if both reads show it live at the generation
-//! its handle names.
-//!
-//! A hold is an open-file-description read lock on the slot's first byte,
-//! taken on the importer's own descriptor of the table: the kernel drops it
-//! when that descriptor closes or the importer dies, in whatever PID
-//! namespace either runs, so the exporter learns that no process holds a
-//! record by testing for a conflicting write lock (`F_OFD_GETLK`), never by
-//! comparing pids. A thread that exits ends nothing (robust mutexes would:
-//! they belong to threads).
+//! The process's export records, one `SLOT` each in a memfd an importer opens through `/proc/<pid>/fd/<fd>`,
+//! and the 128-byte handle that names a record. Only this process writes its records (under `TABLE`'s
+//! lock), `state` last when publishing and first when retiring; an importer reads a record, takes its hold
+//! and reads it again, and uses it only if both reads show it live at the generation its handle names.
+//! A hold is an open-file-description read lock on the slot's first byte, on the importer's own
+//! descriptor: the kernel drops it when that descriptor closes or the importer dies, in any PID namespace,
+//! so the exporter tests for a conflicting lock (`F_OFD_GETLK`), never compares pids. A thread that exits
+//! ends nothing (robust mutexes would: they belong to threads).
 
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -23,9 +13,8 @@ use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
-/// Bytes of one record: room for the handles of the largest block (a
-/// reservation holds at most 128 GiB, 65536 pages of 2 MiB, 16 bytes
-/// each). The table is sparse: only written records take memory.
+/// Bytes of one record: room for the handles of the largest block (128 GiB of 2 MiB pages, 16 bytes each).
+/// The table is sparse: only written records take memory.
 pub(crate) const SLOT: usize = 2 << 20;
 /// Records of one process.
 const CAPACITY: usize = 16 << 10;
@@ -41,15 +30,12 @@ const GONE: u32 = 2;
 /// How a record's memory is shared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Memory {
-    /// An `aclrtMalloc` allocation, by key; the block starts `offset` bytes
-    /// into it.
+    /// An `aclrtMalloc` allocation, by key; the block starts `offset` bytes into it.
     Key { key: [u8; crate::runtime::KEY_LEN], offset: usize },
-    /// Physical handles, mapped in order into one range; the block starts
-    /// `offset` bytes into it. Each is (shareable handle, bytes).
+    /// (shareable handle, bytes) pairs, mapped in order into one range; the block starts `offset` bytes in.
     Handles { handles: Vec<(u64, usize)>, offset: usize },
 }
 
-/// What a record says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record {
     pub device: i32,
@@ -59,9 +45,7 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    /// Whether the record describes memory an import can map: a block
-    /// inside what it lists (handles of whole 2 MiB pages, at most the
-    /// 128 GiB a reservation holds).
+    /// Whether an import can map it: a block inside the whole 2 MiB pages it lists, at most 128 GiB in all.
     pub fn sane(&self) -> bool {
         const PAGE: usize = 2 << 20;
         const MOST: usize = 128 << 30;
@@ -78,8 +62,7 @@ impl Record {
     }
 }
 
-/// The fixed part of a record; a key record's key follows it, a handle
-/// record's (shareable, bytes) pairs.
+/// The fixed part of a record; the key or the (shareable, bytes) pairs follow it.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct Header {
@@ -94,15 +77,13 @@ struct Header {
     count: u32,
     size: u64,
     offset: u64,
-    /// The table's own random number: a handle of another table (a process
-    /// that had the same pid) never matches.
+    /// The table's own random number: a handle of another table (same pid, earlier process) never matches.
     nonce: u64,
 }
 
 const HEADER: usize = std::mem::size_of::<Header>();
 const KEY_AT: usize = HEADER;
 const PAIRS_AT: usize = HEADER;
-/// Handles one record can list.
 pub(crate) const MAX_HANDLES: usize = (SLOT - PAIRS_AT) / 16;
 // Every page of the largest block (a 128 GiB reservation of 2 MiB pages).
 const _: () = assert!(MAX_HANDLES >= (128 << 30) / (2 << 20));
@@ -198,8 +179,7 @@ impl Name {
     }
 }
 
-/// This process's table: its file, the free slots and each slot's last
-/// generation.
+/// This process's table: its file, the free slots and each slot's last generation.
 struct Own {
     file: File,
     nonce: u64,
@@ -218,7 +198,6 @@ fn io_error(what: &str, e: std::io::Error) -> Error {
     Error::Unsupported(format!("{what}: {e}"))
 }
 
-/// Publishes `record`; returns its name.
 pub(crate) fn publish(record: &Record) -> Result<Name> {
     let mut body = Vec::new();
     let (kind, count, offset) = match &record.memory {
@@ -270,8 +249,7 @@ pub(crate) fn publish(record: &Record) -> Result<Name> {
     };
     let at = slot as u64 * SLOT as u64;
     let hb = header.bytes();
-    // Everything but `state` first, then `state`: a reader never sees a
-    // live header over an old body.
+    // `state` last: a reader never sees a live header over an old body.
     let written = own
         .file
         .write_all_at(&body, at + HEADER as u64)
@@ -348,8 +326,7 @@ fn flock(slot: u32, kind: i16) -> libc::flock {
     fl
 }
 
-/// Whether a process holds `slot`; a failed test counts as held (memory
-/// kept a while longer, never reused under an importer).
+/// Whether a process holds `slot`; a failed test counts as held (never reused under an importer).
 fn lock_test(file: &File, slot: u32) -> bool {
     let mut fl = flock(slot, libc::F_WRLCK as i16);
     // SAFETY: a plain fcntl on our descriptor with a valid flock.
@@ -363,10 +340,8 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    /// Opens the table `name` points into: None if the exporter is gone,
-    /// this process may not open its descriptors, or the descriptor is not
-    /// an export table (a stale or forged handle). Read only: an importer
-    /// cannot change the exporter's records, and a read lock needs no more.
+    /// Opens the table `name` points into: None if the exporter is gone, its descriptors may not be opened,
+    /// or it is not an export table (a stale or forged handle). Read only: a read lock needs no more.
     pub fn open(name: &Name) -> Option<Peer> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = format!("/proc/{}/fd/{}", name.pid, name.fd);
@@ -422,7 +397,6 @@ impl Peer {
         unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_OFD_SETLK, &fl) == 0 }
     }
 
-    /// Gives a hold back.
     pub fn release(&self, slot: u32) {
         let fl = flock(slot, libc::F_UNLCK as i16);
         // SAFETY: a plain fcntl on our descriptor with a valid flock.

@@ -451,7 +451,7 @@ unsafe extern "C" fn slow_unmap(_: *mut c_void, _: i32, event: i32, _: *mut c_vo
     }
 }
 
-/// api.md: the observer runs "with no npualloc lock held that a malloc or
+/// `npualloc_set_segment_observer`: the observer runs "with no npualloc lock held that a malloc or
 /// free on another stream needs". While a free's give-back (the release
 /// threshold) waits inside UNMAP, another stream's growth, frees that would
 /// pass the threshold too, and a hit all finish; what those frees left

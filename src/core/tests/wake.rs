@@ -355,8 +355,8 @@ fn pools_wake_one_at_a_time() {
     super::support::drop_stream(s);
 }
 
-/// A pool destroyed while asleep keeps its live blocks (api.md:
-/// pool_destroy), asleep: naming it in a partial wake brings them back.
+/// A pool destroyed while asleep keeps its live blocks (`npualloc_pool_destroy`
+/// says so), asleep: naming it in a partial wake brings them back.
 #[test]
 fn a_pool_destroyed_while_asleep_wakes_by_name() {
     let _g = emu_lock();

@@ -1,6 +1,5 @@
-//! The process-wide budget of device address space: every expandable range is
-//! charged here, and the charge goes only with the reservation, so the budget
-//! equals what is reserved (docs/design.md, Note [address-space budget]).
+//! The process-wide budget of device address space: every expandable range is charged here, and the charge goes
+//! only with the reservation, so the budget equals what is reserved (docs/design.md, Note [address-space budget]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -18,7 +17,6 @@ static RESERVED: AtomicUsize = AtomicUsize::new(0);
 /// The budget (changed only by tests).
 static LIMIT: AtomicUsize = AtomicUsize::new(DEFAULT_BUDGET);
 
-/// Bytes every allocator of the process holds reserved.
 pub(crate) fn reserved() -> usize {
     RESERVED.load(Ordering::Relaxed)
 }

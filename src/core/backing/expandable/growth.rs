@@ -1,38 +1,27 @@
-//! How large a fresh physical handle is (mapped whole, never split): from the
-//! device's free memory and this allocator's peak of allocated bytes, never its
-//! reserved bytes (docs/design.md, Note [sizing a fresh handle]).
+//! How large a fresh physical handle is (mapped whole, never split): from the device's free memory and this
+//! allocator's peak of allocated bytes, never its reserved bytes (docs/design.md, Note [sizing a fresh handle]).
 
 use std::sync::Mutex;
 
-/// Fresh handles one answer of `aclrtGetMemInfo` may size while the device
-/// is roomy.
+/// Fresh handles one answer of `aclrtGetMemInfo` may size while the device is roomy.
 pub const REFRESH_EVERY: u32 = 8;
 
-/// Requests per fresh handle, over the stream's life (both pools), below which a
-/// fresh handle maps ahead; a burst maps ahead too. Read only when a fresh handle
-/// is made (docs/design.md, Note [mapping ahead while growth is frequent]).
+/// Requests per fresh handle over the stream's life (both pools) below which a fresh handle maps ahead; a burst
+/// maps ahead too (docs/design.md, Note [mapping ahead while growth is frequent]).
 pub const AHEAD_WHILE_REQUESTS_PER_HANDLE: u64 = 1000;
 
-/// Whether a fresh handle, made now, may map ahead: its stream has made
-/// `fresh` fresh handles so far and served `requests` requests (Note
-/// [mapping ahead while growth is frequent]).
+/// Whether a fresh handle made now may map ahead, the stream having made `fresh` of them and served `requests`.
 pub fn growth_is_frequent(requests: u64, fresh: u64) -> bool {
     fresh.saturating_add(1).saturating_mul(AHEAD_WHILE_REQUESTS_PER_HANDLE) > requests
 }
 
-/// Fresh handles, this one included, that make a burst within
-/// `BURST_REQUESTS` requests of the stream (Note [mapping ahead while
-/// growth is frequent]).
+/// Fresh handles, this one included, that make a burst within `BURST_REQUESTS` requests of the stream.
 pub const BURST_HANDLES: usize = 5;
 
-/// The window of a burst: `BURST_HANDLES` handles within it are the
-/// lifetime bound's rate, one fresh handle per
-/// `AHEAD_WHILE_REQUESTS_PER_HANDLE` requests.
+/// The window of a burst: `BURST_HANDLES` handles within it are the lifetime bound's rate.
 pub const BURST_REQUESTS: u64 = BURST_HANDLES as u64 * AHEAD_WHILE_REQUESTS_PER_HANDLE;
 
-/// The stream's request count at each of a shard's last `BURST_HANDLES - 1`
-/// fresh handles, oldest first (`None`: not made yet). Written only when a
-/// fresh handle is made.
+/// The stream's request count at a shard's last `BURST_HANDLES - 1` fresh handles, oldest first (`None`: not yet).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RecentHandles {
     at: [Option<u64>; BURST_HANDLES - 1],
@@ -51,12 +40,9 @@ impl RecentHandles {
     }
 }
 
-/// Whether a fresh handle, made when the stream has served `requests`,
-/// completes a burst: the stream's fresh handles at the request counts
-/// `recent` (each pool's last `BURST_HANDLES - 1`) include at least
-/// `BURST_HANDLES - 1` made within the last `BURST_REQUESTS` requests. A
-/// count above `requests` (from before counts were taken out) is not
-/// recent.
+/// Whether a fresh handle made when the stream has served `requests` completes a burst: at least `BURST_HANDLES - 1`
+/// of the stream's fresh handles at `recent` (each pool's last few) came within the last `BURST_REQUESTS` requests.
+/// A count above `requests` (from before counts were taken out) is not recent.
 pub fn in_burst(requests: u64, recent: impl IntoIterator<Item = u64>) -> bool {
     let within = recent.into_iter().filter(|&at| requests.checked_sub(at).is_some_and(|d| d < BURST_REQUESTS)).count();
     within + 1 >= BURST_HANDLES
@@ -78,11 +64,9 @@ struct Seen {
 }
 
 impl FreeMemory {
-    /// Free bytes to size a fresh handle with, this allocator holding
-    /// `reserved` bytes: the last answer less what was reserved since,
-    /// while that is at least twice `binds_below` (where the rule's share
-    /// starts to shrink handles) and fewer than `REFRESH_EVERY` handles used
-    /// it; else what `ask` reports now. `ask` runs without the lock held.
+    /// Free bytes to size a fresh handle with, this allocator holding `reserved`: the last answer less what was
+    /// reserved since, while that is at least twice `binds_below` and fewer than `REFRESH_EVERY` handles used it;
+    /// else what `ask` reports now (run without the lock held).
     pub fn get(&self, reserved: usize, binds_below: usize, ask: impl FnOnce() -> usize) -> usize {
         {
             let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
@@ -108,21 +92,16 @@ impl FreeMemory {
 /// What a growth knows when it sizes a fresh handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrowthView {
-    /// Free bytes the device reports (`aclrtGetMemInfo`), within what is
-    /// left of a memory fraction's limit.
+    /// Free bytes the device reports (`aclrtGetMemInfo`), within what is left of a memory fraction's limit.
     pub free: usize,
     /// The peak of bytes this allocator has had allocated, all shards.
     pub allocated_peak: usize,
 }
 
-/// How big a fresh physical handle is (Note [sizing a fresh handle]):
-/// `1/growth` of the allocator's peak of allocated bytes between `start`
-/// and `near_cap`, within `1/share` of the device's free memory; from
-/// `far_from` allocated, `1/far_growth` of it if that is more, within
-/// `1/far_share` of free memory; never above `ceiling` nor below `floor`.
-/// With `ahead`, a fresh handle maps that much even past the request, into
-/// the free block's unmapped pages; without it, never more than the pages
-/// a placement lacks.
+/// How big a fresh physical handle is (Note [sizing a fresh handle]): `1/growth` of the allocator's peak of
+/// allocated bytes between `start` and `near_cap`, within `1/share` of the device's free memory; from `far_from`
+/// allocated, `1/far_growth` of it if more, within `1/far_share` of free memory; never above `ceiling` nor below
+/// `floor`. With `ahead`, a fresh handle maps that much even past the request; without, only what a placement lacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PieceRule {
     pub floor: usize,
@@ -143,28 +122,10 @@ pub struct PieceRule {
 }
 
 impl PieceRule {
-    /// On a roomy device a fresh handle is half the peak of allocated bytes,
-    /// from 32 MiB to 48 MiB, mapped ahead of demand; as the device fills,
-    /// whoever fills it, handles shrink to a 128th of what it reports free,
-    /// down to 4 MiB, so a nearly full device still gets pieces small
-    /// enough to move (a larger share pins pages a nearly full device needs).
-    /// Growing with allocated bytes, not with what is reserved, keeps
-    /// memory mapped ahead from feeding the next handle's size; the 48 MiB
-    /// step bounds what one handle holds ahead on the small and mid-sized
-    /// traces. Past 3.5 GiB allocated (above the mid-sized traces' 3.1 GiB:
-    /// a model whose weights alone are GBs) a handle is a 32nd of the
-    /// allocated peak and at most a 32nd of what is free, up to 1 GiB: what
-    /// one handle may hold ahead is then a fixed fraction of what is live
-    /// (3%) and of what is left, and the count of handles grows with the
-    /// logarithm of the allocated peak (a 128th of free memory there would
-    /// keep handles small on a nearly full card and make the count grow
-    /// linearly). The 1 GiB cap bounds what one live block pins against
-    /// `empty_cache`. BENCHMARKS.md, "Models of placement and growth", says
-    /// how the constants were chosen. `map_ahead:false` maps
-    /// only what requests lack. With `reserved_headroom`, always 4 MiB and
-    /// nothing ahead: moving pages to stay within the headroom is that
-    /// mode's point, and large pieces rarely fit the place they would move
-    /// to.
+    /// The default rule; BENCHMARKS.md, "Models of placement and growth", says how the constants were chosen. Past
+    /// `far_from` a handle is a fixed fraction of what is live and of what is left, so the count of handles grows
+    /// with the logarithm of the allocated peak; the 1 GiB ceiling bounds what one live block pins. With
+    /// `reserved_headroom`, 4 MiB and nothing ahead: moving pages is that mode's point, and large pieces rarely fit.
     pub fn for_config(config: &crate::config::Config) -> Self {
         if config.reserved_headroom.is_some() {
             return PieceRule::fixed(4 << 20);
@@ -205,8 +166,7 @@ impl PieceRule {
         self.share != 0
     }
 
-    /// Free bytes below which `share` shrinks a handle for `allocated_peak`
-    /// (0 when free memory plays no part).
+    /// Free bytes below which `share` shrinks a handle for `allocated_peak` (0 when free memory plays no part).
     pub fn binds_below(&self, allocated_peak: usize) -> usize {
         let unbounded = self.fresh_bytes(GrowthView { free: usize::MAX, allocated_peak });
         unbounded.saturating_mul(self.share_at(allocated_peak))

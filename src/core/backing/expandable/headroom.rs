@@ -1,26 +1,17 @@
-//! `reserved_headroom`: keep reserved memory within a fraction over the peak
-//! of allocated bytes by moving free pieces instead of allocating new ones.
-//!
-//! When a placement needs a fresh handle and that would take reserved
-//! memory past `(1 + headroom) x peak allocated` (this request included),
-//! cached handles too large to serve it are freed first, then free pieces
-//! elsewhere in the shard's ranges are unmapped (largest first) so their
-//! handles back the request. Unmapping needs the streams that used the
-//! range synchronized: once per placement, and never when the headroom is
-//! not exceeded. Only the growing shard's own pieces move (its lock is
-//! held, so nobody else can take them meanwhile); other streams' free
-//! pieces reach it through the OOM ladder. Placement helps:
-//! with a headroom a request that needs pages goes where the fewest are
-//! missing (`placement`), so fewer pieces move. Off by default:
-//! on a busy device those synchronizations cost more than the memory they
-//! save (BENCHMARKS.md, "Models of placement and growth").
+//! `reserved_headroom`: keep reserved memory within a fraction over the peak of allocated bytes by moving free
+//! pieces instead of allocating new ones. When a fresh handle would take reserved memory past
+//! `(1 + headroom) x peak allocated` (this request included), cached handles too large to serve it are freed, then
+//! free pieces elsewhere in the shard's ranges are unmapped (largest first) so their handles back the request.
+//! Unmapping synchronizes the range's streams: once per placement, never within the headroom. Only the growing
+//! shard's own pieces move (its lock is held); other streams' free pieces reach it through the OOM ladder. Off by
+//! default: on a busy device those synchronizations cost more than the memory they save (BENCHMARKS.md, "Models of
+//! placement and growth").
 
 use super::mapping::{Placement, Victim};
 use super::{give_handle, RangePool};
 
 impl RangePool<'_> {
-    /// Whether `extra` fresh bytes would take reserved memory past the
-    /// headroom (always false when `reserved_headroom` is off).
+    /// Whether `extra` fresh bytes would take reserved memory past the headroom (false when it is off).
     pub(super) fn over_headroom(&self, ctx: &Placement<'_>, extra: usize) -> bool {
         let Some(headroom) = self.sh.backing.reserved_headroom else { return false };
         let d = ctx.device;
@@ -28,9 +19,8 @@ impl RangePool<'_> {
         (self.sh.counters.reserved() + extra) as f64 > peak * (1.0 + headroom)
     }
 
-    /// Puts a handle usable for `run` pages (of `avail` free) in the cache
-    /// if one can be had without allocating: frees cached handles no page
-    /// here can use, then moves the largest free piece that fits.
+    /// Puts a handle usable for `run` pages (of `avail` free) in the cache if one can be had without allocating:
+    /// frees cached handles no page here can use, then moves the largest free piece that fits.
     pub(super) fn make_room(&mut self, ctx: &mut Placement<'_>, page: usize, run: usize, avail: usize) {
         self.trim_cache(page, avail, run * page);
         if !self.over_headroom(ctx, run * page) {
@@ -52,8 +42,7 @@ impl RangePool<'_> {
         }
         if let Some(pos) = own {
             let v = victims.remove(pos);
-            // The placement's range is synchronized once; an older range of
-            // the shard each time one of its pieces moves (rare).
+            // The placement's range is synchronized once; an older range each time one of its pieces moves (rare).
             let synced = if v.seg == ctx.seg {
                 ctx.synced = ctx.synced || self.sync_streams_of(ctx.seg).is_ok();
                 ctx.synced
@@ -67,11 +56,9 @@ impl RangePool<'_> {
         ctx.victims = Some(victims);
     }
 
-    /// Moves the largest free piece of the stream's other pool that fits
-    /// `avail` pages here, if it is larger than `beat` pages, no one holds
-    /// that pool now (it is never waited for; it belongs to the same stream,
-    /// so holding it across the calls stalls no other stream) and its pages
-    /// are whole pages here. Returns whether a piece moved.
+    /// Moves the largest free piece of the stream's other pool that fits `avail` pages here, if it is larger than
+    /// `beat` pages, no one holds that pool now (never waited for; same stream, so holding it stalls no other
+    /// stream) and its pages are whole pages here. Returns whether a piece moved.
     fn move_from_sibling(&mut self, ctx: &mut Placement<'_>, page: usize, avail: usize, beat: usize) -> bool {
         let Some(sibling) = ctx.device.sibling else { return false };
         let mut moved = false;
@@ -79,7 +66,6 @@ impl RangePool<'_> {
         sibling.try_with(&mut |mut other| {
             // Its held blocks may coalesce into whole free pieces.
             other.drain_reuse();
-            // The largest piece that fits, over the sibling's ranges.
             let mut best: Option<(usize, crate::core::cache::segment::SegmentId, usize)> = None;
             for seg in other.backing.ranges.clone() {
                 let theirs = other.range(seg).page_size;
@@ -104,15 +90,12 @@ impl RangePool<'_> {
         moved
     }
 
-    /// Free pieces of the range outside the request: largest first (fewest
-    /// calls per byte moved), then lowest page, a deterministic order. Which
-    /// of equal pieces goes first changes how many move later, in no
-    /// direction that holds across workloads.
+    /// Free pieces outside the request: largest first (fewest calls per byte moved), then lowest page, for a
+    /// deterministic order (no order of equal pieces helps across workloads).
     fn movable_pieces(&self, ctx: &Placement<'_>) -> Vec<Victim> {
         let page = self.range(ctx.seg).page_size;
         let mut found: Vec<Victim> = Vec::new();
-        // Every range of the shard: a request that opened a new range may
-        // take the pages of the older ones.
+        // Every range of the shard: a request that opened a new range may take the older ones' pages.
         for &seg in &self.backing.ranges {
             let s = self.range(seg);
             if s.page_size != page {
@@ -133,9 +116,8 @@ impl RangePool<'_> {
         found
     }
 
-    /// Frees cached handles (of `page` multiples) larger than `avail` pages,
-    /// largest first, until `bytes` are freed: they cannot serve this
-    /// placement and only count against the headroom.
+    /// Frees cached handles (of `page` multiples) larger than `avail` pages, largest first, until `bytes` are freed:
+    /// they cannot serve this placement and only count against the headroom.
     fn trim_cache(&mut self, page: usize, avail: usize, bytes: usize) {
         let mut sizes: Vec<usize> = self
             .sh

@@ -8,14 +8,12 @@ use crate::core::history::Action;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 
-/// One placement being mapped: a request of `size` bytes at `addr` of
-/// segment `seg`.
+/// One placement being mapped: a request of `size` bytes at `addr` of segment `seg`.
 pub(super) struct Placement<'a> {
     pub(super) seg: SegmentId,
     pub(super) addr: usize,
     pub(super) size: usize,
-    /// Segments whose streams were synchronized for a page move (once per
-    /// placement).
+    /// Whether the placement's streams were synchronized for a page move (once per placement).
     pub(super) synced: bool,
     /// Free pieces that may move here, found on the first move.
     pub(super) victims: Option<Vec<Victim>>,
@@ -27,8 +25,7 @@ pub(super) struct Placement<'a> {
     pub(super) grew: bool,
 }
 
-/// A free piece that may move: its range, first page and length in pages.
-/// Kept with `Placement`, which caches the ones `headroom` finds.
+/// A free piece that may move: its range, first page and length in pages (`Placement` caches those found).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Victim {
     pub pages: usize,
@@ -36,9 +33,8 @@ pub(super) struct Victim {
     pub seg: SegmentId,
 }
 
-/// Pages from the one a handle is mapped at: `run` need mapping, `avail`
-/// are unmapped free pages a cached handle may cover; a fresh handle
-/// mapped ahead may cover unmapped free pages up to page `room_end`.
+/// Pages from the one a handle is mapped at: `run` need mapping, `avail` are unmapped free pages a cached handle
+/// may cover, and a fresh handle mapped ahead may cover unmapped free pages up to page `room_end`.
 #[derive(Debug, Clone, Copy)]
 struct Span {
     run: usize,
@@ -47,11 +43,9 @@ struct Span {
 }
 
 impl RangePool<'_> {
-    /// Maps every unmapped page under [addr, addr + size) of segment `seg`,
-    /// each run of unmapped pages with as few handles as the cache allows.
-    /// The free block being placed spans [addr, addr + room): a cached handle
-    /// may reach past `size` into its unmapped pages.
-    /// On failure, unmaps what this call mapped (handles go to the cache).
+    /// Maps every unmapped page under [addr, addr + size) of `seg`, each run with as few handles as the cache allows;
+    /// a cached handle may reach past `size` into the free block's unmapped pages, up to `addr + room`. On failure,
+    /// unmaps what this call mapped (handles go to the cache).
     pub(super) fn ensure_mapped(
         &mut self,
         seg: SegmentId,
@@ -63,8 +57,7 @@ impl RangePool<'_> {
         let (base, page, floor_pages) = (self.range(seg).base, self.range(seg).page_size, self.floor_pages(seg));
         let first = (addr - base) / page;
         let end = (addr + size - 1 - base) / page + 1;
-        // Whole pages inside the free block. Its first page may be shared
-        // with the previous block, but then that page is mapped already.
+        // Whole pages inside the free block (its first page, if shared with the previous block, is mapped already).
         let room_end = (addr + room - base) / page;
         let mut ctx =
             Placement { seg, addr, size, synced: false, victims: None, device, sibling_synced: false, grew: false };
@@ -75,8 +68,7 @@ impl RangePool<'_> {
                 i = p.end();
                 continue;
             }
-            // A sleeping page belongs to its run's blocks until wake maps it
-            // again: placement never puts a request over one (Note [sleep]).
+            // Placement never reaches a sleeping page: it belongs to its run's blocks until wake (Note [sleep]).
             if self.range(seg).slept_at(i) {
                 for head in mapped_now {
                     self.undo_piece(seg, head);
@@ -107,9 +99,7 @@ impl RangePool<'_> {
                         // Undo: the pages were never used, no sync needed.
                         self.undo_piece(seg, head);
                     }
-                    // The handles stay cached: the ladder's retry maps them
-                    // again, and a request that fails for good gives them
-                    // back (`reclaim`).
+                    // The handles stay cached: the ladder's retry maps them again, or `reclaim` gives them back.
                     return Err(e);
                 }
             }
@@ -117,8 +107,7 @@ impl RangePool<'_> {
         Ok(())
     }
 
-    /// The first page past the cell holding page `i` (Note [handles within
-    /// cells]); `usize::MAX` where handles have no cells.
+    /// The first page past the cell holding page `i` (Note [handles within cells]); `usize::MAX` if no cells.
     fn cell_end(&self, seg: SegmentId, i: usize) -> usize {
         let cell = self.sh.backing.cell;
         if cell == usize::MAX || self.kind != crate::core::PoolKind::Large {
@@ -137,8 +126,7 @@ impl RangePool<'_> {
             (r.base, PageSpec { size: r.page_size, attr: r.attr })
         };
         let mut cached = self.cached_handle(spec.size, run, avail);
-        // A wholly free handle of the range moves here before any fresh one
-        // is made or any page moves with a synchronization (`moves`).
+        // A wholly free handle moves here before any fresh handle or synchronized page move (`moves`).
         if cached.is_none() {
             if let Some(units) = self.move_free_handle(ctx, i, run, room_end) {
                 return Ok(units);
@@ -151,11 +139,9 @@ impl RangePool<'_> {
         {
             self.make_room(ctx, spec.size, run, avail);
             cached = self.cached_handle(spec.size, run, avail);
-            // Nothing here could move: other streams' free pieces may, but
-            // only with this shard's lock dropped (see `ladder`).
+            // Nothing here could move; other streams' pieces may, with this shard's lock dropped (see `ladder`).
             if cached.is_none() && ctx.device.may_borrow && self.over_headroom(ctx, run * spec.size) {
-                // Enough for the rest of the request, not just this run:
-                // the retry may not ask again.
+                // Enough for the rest of the request, not just this run: the retry may not ask again.
                 return Err(GrowError::NeedsRoom {
                     bytes: (ctx.addr + ctx.size - (base + i * spec.size)).max(run * spec.size),
                 });
@@ -164,18 +150,13 @@ impl RangePool<'_> {
         let (handle, bytes) = match cached {
             Some(cached) => cached,
             None => {
-                // Mapped ahead, what the run needs, the floor: each tried
-                // when the larger one is refused as out of memory (the
-                // estimate of free memory was too kind: another process
-                // holds some, or physical memory is fragmented).
+                // Mapped ahead, what the run needs, the floor: each tried when the larger one is refused as out of
+                // memory (another process holds some, or physical memory is fragmented).
                 let (fresh_pages, roomy) = self.fresh_piece(ctx);
                 let (requests, ahead_now) = self.pace(ctx.device.sibling);
-                // On a roomy device a request as large as a fresh handle gets
-                // handles of its own: the run it lacks, whole, nothing ahead
-                // (Note [handles of their own]).
+                // A request as large as a fresh handle gets handles of its own (Note [handles of their own]).
                 let own = roomy && self.owns_handles(ctx.size, fresh_pages * spec.size);
-                // A fresh handle may reach over every unmapped free page it
-                // covers, never over a sleeping one.
+                // A fresh handle may reach over the unmapped free pages it covers, never a sleeping one.
                 let mut ahead = run;
                 if ahead_now && !own {
                     let reach = room_end.min(i + fresh_pages.max(run));
@@ -183,11 +164,9 @@ impl RangePool<'_> {
                         ahead += 1;
                     }
                 }
-                // Refused as out of memory, each size tries the next smaller.
                 let first = if own { run } else { ahead.min(fresh_pages) };
                 if ctx.device.may_collect {
-                    // Garbage collection before growing past its threshold,
-                    // for all the pages the request still lacks.
+                    // Garbage collection before growing past its threshold, for all the pages the request lacks.
                     let needed = first.max(self.lacking(ctx, i)) * spec.size;
                     if self.sh.gc_due(needed) {
                         return Err(GrowError::Collect { needed });
@@ -206,8 +185,7 @@ impl RangePool<'_> {
                     }
                 }
                 let made = got?;
-                // The pacing counts growths: one that cells cut into several
-                // handles counts once (Note [handles within cells]).
+                // The pacing counts a growth that cells cut into several handles once (Note [handles within cells]).
                 if !ctx.grew || self.sh.backing.cell == usize::MAX {
                     self.backing.fresh += 1;
                     self.backing.recent.push(requests);
@@ -222,9 +200,7 @@ impl RangePool<'_> {
             sh.backing.cache_handle(bytes, handle);
             return Err(GrowError::Runtime(e));
         }
-        // Blocks handed out here can now be freed by address. The entry stays
-        // when the pages are unmapped, until the range itself is released
-        // (`ranges`).
+        // Blocks handed out here can now be freed by address; the entry stays until the range is released (`ranges`).
         sh.directory.insert(addr, bytes, self.id);
         let units = bytes / spec.size;
         let piece = Piece { handle, head: i as u32, units: units as u32 };
@@ -251,18 +227,11 @@ impl RangePool<'_> {
         }
     }
 
-    /// A cached handle for `run` pages that need mapping followed by
-    /// `avail` unmapped free pages: the largest of at most `run` pages, else
-    /// the smallest of at most `avail`. Taken off the cache.
-    ///
-    /// The cache is keyed by size alone, yet a handle fits only where its
-    /// page does (a 1 GiB-page handle maps only at a 1 GiB boundary, see
-    /// docs/runtime-behaviour.md "where a 1 GiB-page handle may be mapped").
-    /// Sizes keep the pools apart: a large-pool range takes whole
-    /// numbers of its pages, which no small-pool handle (at most
-    /// `SMALL_PIECE_CAP`) is with 1 GiB or 20 MiB pages, and a small-pool
-    /// placement reaches at most its floor past what it needs, far below a
-    /// 1 GiB handle's 512 pages (core tests `handle_cache_kinds`).
+    /// A cached handle for `run` pages that need mapping followed by `avail` unmapped free pages, taken off the
+    /// cache: the largest of at most `run` pages, else the smallest of at most `avail`. The cache is keyed by size
+    /// alone, though a handle fits only where its page does (docs/runtime-behaviour.md "where a 1 GiB-page handle
+    /// may be mapped"): sizes keep the pools apart, as no small-pool handle is a whole number of 1 GiB or 20 MiB
+    /// pages and a small-pool placement reaches far below a 1 GiB handle's 512 pages (core tests `handle_cache_kinds`).
     pub(super) fn cached_handle(&mut self, page: usize, run: usize, avail: usize) -> Option<(PhysicalHandle, usize)> {
         let mut cache = self.sh.backing.handles();
         let sizes = |limit: usize| {
@@ -276,8 +245,7 @@ impl RangePool<'_> {
         Some((h, bytes))
     }
 
-    /// Unmaps the piece whose first page is `head`; its handle goes to the
-    /// cache. The caller has made sure no queued work uses it.
+    /// Unmaps the piece at `head`, caching its handle; the caller made sure no queued work uses it.
     pub(super) fn unmap_piece(&mut self, seg: SegmentId, head: usize) -> Result<()> {
         let handle = self.unmap_leaving(seg, head)?;
         let page = self.range(seg).page_size;
@@ -285,8 +253,7 @@ impl RangePool<'_> {
         Ok(())
     }
 
-    /// Unmaps the piece at `head` whose handle is still mapped elsewhere
-    /// (teardown after a refused unmap of its old address): not cached.
+    /// Unmaps the piece at `head` (teardown) without caching its handle, which is still mapped at an old address.
     pub(super) fn unmap_leaving_handle(&mut self, seg: SegmentId, head: usize) -> Result<()> {
         self.unmap_leaving(seg, head).map(|_| ())
     }
@@ -308,13 +275,10 @@ impl RangePool<'_> {
         Ok((piece.handle, units))
     }
 
-    /// The stream's request count, and whether a fresh handle made now maps
-    /// ahead of the request: the rule says so and the stream grows often,
-    /// over its life or in a burst (Note [mapping ahead while growth is
-    /// frequent]). The stream's other pool is counted when its lock is free
-    /// (it always is on one thread); else this pool alone decides, by the
-    /// lifetime rule only (its own request count would make the other
-    /// pool's recent handles look more recent than they are).
+    /// The stream's request count, and whether a fresh handle made now maps ahead: the rule says so and the stream
+    /// grows often, over its life or in a burst (Note [mapping ahead while growth is frequent]). The other pool is
+    /// counted when its lock is free; else this pool alone decides, by the lifetime rule (its own request count
+    /// would make the other pool's handles look recent).
     pub(super) fn pace(&self, sibling: Option<&dyn Sibling<super::ExpandableRanges>>) -> (u64, bool) {
         use super::growth::{growth_is_frequent, in_burst};
         let (requests, fresh) = (self.counters().allocs, self.backing.fresh);

@@ -1,6 +1,5 @@
-//! Expandable segments: reserved ranges per shard, physical pages mapped only under
-//! blocks handed out, unmapped only after synchronizing the streams that used them
-//! (docs/design.md, Note [expandable segments on ACL VMM]).
+//! Expandable segments: reserved ranges per shard, physical pages mapped only under blocks handed out, unmapped
+//! only after synchronizing the streams that used them (docs/design.md, Note [expandable segments on ACL VMM]).
 
 pub(crate) mod budget;
 mod growth;
@@ -39,8 +38,7 @@ pub(crate) use growth::{FreeMemory, REFRESH_EVERY};
 pub use growth::{GrowthView, PieceRule};
 pub use vmm_range::{Piece, Retired, RetiredSpans, VmmRange};
 
-/// The largest fresh handle of a small pool: four of its 2 MiB pages (a
-/// fresh large-pool handle is 32 MiB or more on a roomy device).
+/// The largest fresh handle of a small pool: four of its 2 MiB pages.
 const SMALL_PIECE_CAP: usize = 4 * SMALL_BUFFER;
 
 /// Page geometry of one pool kind in expandable mode.
@@ -50,8 +48,7 @@ pub struct PageSpec {
     pub attr: sys::aclrtMemAttr,
 }
 
-/// The large pool's page for `page_size`, checked against the runtime's
-/// granularity.
+/// The large pool's page for `page_size`, checked against the runtime's granularity.
 pub(crate) fn large_page_spec(
     rt: &crate::runtime::Runtime,
     device: i32,
@@ -80,13 +77,11 @@ pub(crate) fn large_page_spec(
 pub(crate) struct ExpandableRanges {
     /// Unmapped physical handles kept for reuse, by size.
     handles: Mutex<HashMap<usize, Vec<PhysicalHandle>>>,
-    /// Reservations no range uses whose release the runtime refused, as
-    /// (address, bytes charged to the budget): still held and charged, and
-    /// released by a later `free_cached` (`ranges::release_unused`).
+    /// Reservations no range uses whose release the runtime refused, as (address, bytes charged to the budget):
+    /// still charged, released by a later `free_cached` (`ranges::release_unused`).
     unreleased: Mutex<Vec<(usize, usize)>>,
     /// How big fresh handles are.
     pieces: Mutex<PieceRule>,
-    /// The large pool's page.
     large_page: PageSpec,
     /// Total device memory, sizing ranges and fresh handles.
     device_total: usize,
@@ -94,14 +89,12 @@ pub(crate) struct ExpandableRanges {
     reserved_headroom: Option<f64>,
     /// Config key `handle_moves` (Note [moves of wholly free handles]).
     handle_moves: bool,
-    /// Config key `max_handle_mb` (Note [handles within cells]): the cell, in
-    /// bytes, no large-pool handle crosses the edge of; `usize::MAX`: none.
+    /// Config key `max_handle_mb` in bytes, the cell no large-pool handle crosses (Note [handles within cells]);
+    /// `usize::MAX`: no cells.
     cell: usize,
     /// The device's free memory as last reported, sizing fresh handles.
     free_memory: growth::FreeMemory,
-    /// The shareable handle of each handle exported to another process
-    /// (made once per handle, as the runtime allows; forgotten when the
-    /// handle is freed).
+    /// The shareable handle of each exported handle (made once, as the runtime allows; forgotten when it is freed).
     shareable: Mutex<HashMap<PhysicalHandle, u64>>,
 }
 
@@ -114,9 +107,8 @@ impl ExpandableRanges {
             large_page,
             device_total,
             reserved_headroom: config.reserved_headroom,
-            // Not with `reserved_headroom` (the key is refused there): that
-            // mode moves free pieces itself, and a moved handle is never one
-            // of them (Note [moves of wholly free handles]).
+            // Not with `reserved_headroom`: that mode moves free pieces itself, and a moved handle is never one of
+            // them (Note [moves of wholly free handles]).
             handle_moves: config.handle_moves.unwrap_or(config.reserved_headroom.is_none()),
             cell: config.max_handle.unwrap_or(usize::MAX),
             free_memory: growth::FreeMemory::default(),
@@ -175,11 +167,9 @@ impl RangeOf {
     }
 }
 
-/// What the backing sees of one shard (`Parts`).
 type RangePool<'a> = Parts<'a, ExpandableRanges>;
 
-/// A shard's ranges with its cache, read only: the questions that need both
-/// the blocks and the page tables.
+/// A shard's ranges with its cache, read only: the questions that need both the blocks and the page tables.
 #[derive(Clone, Copy)]
 pub(super) struct RangeView<'a> {
     cache: &'a Cache,
@@ -198,8 +188,7 @@ impl std::ops::Deref for RangeView<'_> {
 impl Backing for ExpandableRanges {
     type ShardState = RangeOf;
 
-    /// A no_split pool's request takes every handle it touches whole: ready
-    /// when those handles are mapped (`whole_handles_under`), else `obtain`
+    /// A no_split pool's request takes every handle it touches whole: ready when those are mapped, else `obtain`
     /// maps what it lacks (`place_unshared`).
     #[inline]
     fn ready(cache: &Cache, st: &RangeOf, shape: Shape, id: BlockId, rounded: usize) -> Option<usize> {
@@ -210,10 +199,8 @@ impl Backing for ExpandableRanges {
         (view.unmapped_under(id, rounded) == 0).then_some(rounded)
     }
 
-    /// Inside a range every remainder splits: unmapped tails cost nothing,
-    /// and the oversize rules exist for fixed segments. A no_split pool's
-    /// block ends where its last handle ends (`place_unshared`), so what splits
-    /// off starts a handle of its own or unmapped pages.
+    /// Inside a range every remainder splits (unmapped tails cost nothing); a no_split block ends where its last
+    /// handle ends, so what splits off starts a handle of its own or unmapped pages.
     #[inline]
     fn splits(_: &Shared<Self>, _: Shape, _: PoolKind, size: usize, rounded: usize) -> bool {
         size - rounded >= crate::core::policy::MIN_BLOCK_SIZE
@@ -235,8 +222,7 @@ impl Backing for ExpandableRanges {
             }),
         };
         match placed {
-            // The range it landed in is the request's now, whichever try
-            // made it.
+            // The range it landed in is the request's now, whichever try made it.
             Ok((id, _)) => {
                 let seg = pool.blocks.get(id).segment;
                 pool.range_mut(seg).for_request = false;
@@ -246,11 +232,9 @@ impl Backing for ExpandableRanges {
         placed
     }
 
-    /// Free pieces, each given as a block of its own, from every range;
-    /// with `Scope::All`, also the ranges that hold nothing (whole) and the
-    /// old addresses of moved handles (`moves`), last; with `Scope::Unused`,
-    /// the ranges that hold nothing and, after each range's pieces, the old
-    /// addresses that pin its wholly free handles (`unused`).
+    /// Free pieces, each a block of its own, from every range. `Scope::All` adds the ranges that hold nothing and,
+    /// last, moved handles' old addresses (`moves`); `Scope::Unused` adds the empty ranges and, after each range's
+    /// pieces, the old addresses that pin its wholly free handles (`unused`).
     fn unused(mut pool: RangePool<'_>, scope: Scope) -> Vec<Give> {
         let mut out = Vec::new();
         let mut left = match scope {
@@ -292,8 +276,7 @@ impl Backing for ExpandableRanges {
         }
         unmap_told(sh, d.pool, d.addr, d.size, d.handle).map_err(|e| Error::runtime(e, "unmapping a free page"))?;
         sh.counters.page_unmapped();
-        // The handle stays reserved, in the cache, until `free_cached` (a
-        // retired span's handle stays mapped at its new pages).
+        // The handle stays reserved, in the cache, until `free_cached` (a retired span's stays mapped where it moved).
         Ok(0)
     }
 
@@ -340,8 +323,7 @@ impl Backing for ExpandableRanges {
 }
 
 impl HeldOutside for ExpandableRanges {
-    /// Also releases the reservations kept unreleased (address space, not
-    /// counted in the bytes returned).
+    /// Also releases the reservations kept unreleased (address space, not counted in the bytes returned).
     fn free_cached(sh: &Shared<Self>) -> Result<usize> {
         let taken: Vec<(usize, Vec<PhysicalHandle>)> = sh.backing.handles().drain().collect();
         let mut freed = 0;
@@ -361,8 +343,7 @@ impl HeldOutside for ExpandableRanges {
         unused::free_cached_upto(sh, bytes)
     }
 
-    /// With the cached handles: `free_cached` tries it again, and a mapping
-    /// may take it first.
+    /// Into the handle cache: `free_cached` tries it again, and a mapping may take it first.
     fn keep_unfreed(sh: &Shared<Self>, handle: PhysicalHandle, bytes: usize) {
         sh.backing.cache_handle(bytes, handle);
     }
@@ -401,8 +382,7 @@ impl Sleeps for ExpandableRanges {
 }
 
 impl super::Shares for ExpandableRanges {
-    /// Every handle mapped under the block's pages, in address order; the
-    /// importer maps them into one range as here.
+    /// Every handle mapped under the block's pages, in address order; the importer maps them into one range as here.
     fn share(pool: RangePool<'_>, seg: SegmentId, addr: usize, size: usize) -> Result<super::SharedMemory> {
         let r = pool.range(seg);
         let (base, page) = (r.base, r.page_size);
@@ -496,9 +476,8 @@ impl Reports for ExpandableRanges {
         }
     }
 
-    /// Pieces mapped now: every page-table piece (a moved handle at its new
-    /// and, until flushed, its old address), and the pieces an undone wake
-    /// could not unmap; none of a sleeping run.
+    /// Pieces mapped now: every page-table piece (a moved handle at its new and, until flushed, its old address) and
+    /// the pieces an undone wake could not unmap; none of a sleeping run.
     fn held_pieces(
         st: &RangeOf,
         seg: SegmentId,
@@ -516,8 +495,7 @@ impl Reports for ExpandableRanges {
     }
 }
 
-/// Maps `handle` at [addr, addr + bytes), then tells the segment observer
-/// (pool `pool`).
+/// Maps `handle` at [addr, addr + bytes), then tells the segment observer (pool `pool`).
 fn map_told(
     sh: &Shared<ExpandableRanges>,
     pool: u64,
@@ -530,8 +508,7 @@ fn map_told(
     Ok(())
 }
 
-/// Tells the segment observer (pool `pool`), then unmaps the mapping of
-/// `bytes` at `addr`; a refused unmap is told as mapped again.
+/// Tells the segment observer (pool `pool`), then unmaps `bytes` at `addr`; a refused unmap is told as mapped again.
 fn unmap_told(
     sh: &Shared<ExpandableRanges>,
     pool: u64,
@@ -547,9 +524,7 @@ fn unmap_told(
     unmapped
 }
 
-/// Gives one unmapped handle of `size` bytes back to the runtime; one the
-/// runtime refuses goes to the handle cache (still held and counted
-/// reserved: a later `free_cached` tries again, a mapping may take it).
+/// Gives an unmapped handle of `size` bytes back to the runtime; a refused one goes to the handle cache.
 fn give_handle(
     sh: &Shared<ExpandableRanges>,
     h: PhysicalHandle,
@@ -567,23 +542,15 @@ fn give_handle(
 }
 
 impl RangePool<'_> {
-    /// Pages one fresh handle of the placement's segment covers at most,
-    /// now (Note [sizing a fresh handle]). Free memory is what the device
-    /// reports (`FreeMemory`: asked only when a fresh handle is wanted, and
-    /// not every time while the device is roomy); under a memory fraction,
-    /// what is left of the limit bounds it too. The peak of allocated bytes
-    /// counts the request being placed.
-    ///
-    /// Small-pool handles stay within `SMALL_PIECE_CAP`: every stream has a
-    /// small pool, its blocks are at most 1 MiB, and one live small block
-    /// pins its whole handle against `empty_cache` and the OOM ladder.
+    /// Pages one fresh handle of the placement's segment covers at most (Note [sizing a fresh handle]); the peak of
+    /// allocated bytes counts the request being placed. Small-pool handles stay within `SMALL_PIECE_CAP`: one live
+    /// small block pins its whole handle against `empty_cache` and the OOM ladder.
     fn fresh_piece_pages(&self, ctx: &mapping::Placement<'_>) -> usize {
         self.fresh_piece(ctx).0
     }
 
-    /// A fresh handle's pages, and whether the device is roomy for it: the
-    /// device's free memory did not make it smaller than the allocator's
-    /// own use asks for (Note [handles of their own]).
+    /// A fresh handle's pages, and whether the device is roomy: its free memory did not make the handle smaller than
+    /// the allocator's own use asks for (Note [handles of their own]).
     fn fresh_piece(&self, ctx: &mapping::Placement<'_>) -> (usize, bool) {
         let rule = self.sh.backing.pieces();
         let d = ctx.device;
@@ -604,10 +571,8 @@ impl RangePool<'_> {
         ((bytes / self.range(ctx.seg).page_size).max(1), roomy)
     }
 
-    /// Free device memory for sizing a handle: `aclrtGetMemInfo`'s free
-    /// bytes, within what is left of a memory fraction's limit. A failed
-    /// query falls back to the device's size less what this allocator
-    /// reserved (a wrong guess costs one refused call and a smaller retry).
+    /// Free device memory for sizing a handle, within a memory fraction's limit; a failed `aclrtGetMemInfo` falls
+    /// back to the device's size less what this allocator reserved (a wrong guess costs one refused call).
     fn device_free(&self) -> usize {
         let sh = &self.sh;
         let reserved = sh.counters.reserved();
@@ -618,13 +583,11 @@ impl RangePool<'_> {
         sh.limit.get().map_or(reported, |l| reported.min(l.saturating_sub(reserved)))
     }
 
-    /// Pages of a handle of the floor size: how far a cached handle may
-    /// reach past what a placement needs.
+    /// Pages of a floor-size handle: how far a cached handle may reach past what a placement needs.
     fn floor_pages(&self, seg: SegmentId) -> usize {
         (self.sh.backing.pieces().floor / self.range(seg).page_size).max(1)
     }
 
-    /// The shard's ranges with its cache (see `RangeView`).
     fn view(&self) -> RangeView<'_> {
         RangeView { cache: self.cache, st: self.backing }
     }
@@ -637,16 +600,14 @@ impl RangePool<'_> {
         self.backing.tables.get_mut(seg)
     }
 
-    /// Synchronizes the streams that used segment `seg` (before unmapping
-    /// its pages under this shard's lock, for a headroom move).
+    /// Synchronizes the streams that used `seg`, before unmapping its pages under this shard's lock (headroom move).
     fn sync_streams_of(&self, seg: SegmentId) -> Result<()> {
         let sh = &self.sh;
         for st in self.streams_of(seg) {
             sh.counters.synced();
             match sh.rt.on_device(sh.device, || sh.rt.synchronize_stream(st)) {
                 Ok(()) => {}
-                // A destroyed stream has no work left (ACL requires a
-                // synchronize before destroying one).
+                // A destroyed stream has no work left (ACL requires a synchronize before destroying one).
                 Err(e) if e.is_invalid_handle() => {}
                 Err(e) => return Err(Error::runtime(e, "synchronizing a stream before unmapping memory")),
             }

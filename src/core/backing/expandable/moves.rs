@@ -13,12 +13,9 @@ use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 
 impl RangePool<'_> {
-    /// Maps a wholly free handle of the placement's range at page `i`,
-    /// where `run` pages need mapping, instead of a fresh handle; it may
-    /// reach past the run over the free block's unmapped pages up to page
-    /// `room_end`, as a fresh handle mapped ahead does (the handle's pages
-    /// are physical already: covering free pages costs nothing). Returns the
-    /// pages it covers; None when no handle could move (nothing changed).
+    /// Maps a wholly free handle of the placement's range at page `i` instead of a fresh handle; past the `run` pages
+    /// that need mapping it may cover unmapped free pages up to `room_end`, as a fresh handle mapped ahead does (its
+    /// pages are physical already). Returns the pages it covers; None when no handle could move (nothing changed).
     pub(super) fn move_free_handle(
         &mut self,
         ctx: &Placement<'_>,
@@ -29,12 +26,8 @@ impl RangePool<'_> {
         if !self.sh.backing.handle_moves || self.kind != PoolKind::Large || !ctx.device.may_move {
             return None;
         }
-        // Nor while the stream grows often (in its life or in a burst): a
-        // move saves memory at the cost of calls (a run covered by several
-        // moved handles takes a call each, where one handle of its own takes
-        // two), and there calls matter more, as for mapping ahead (Note
-        // [mapping ahead while growth is frequent]). Asked first: it is
-        // the usual answer, and the cheapest (no scan of the range).
+        // Nor while the stream grows often: calls matter more then (Note [mapping ahead while growth is frequent]).
+        // Asked first: the usual answer, and the cheapest (no scan of the range).
         if self.pace(ctx.device.sibling).1 {
             return None;
         }
@@ -42,8 +35,7 @@ impl RangePool<'_> {
         let (base, page) = (self.range(seg).base, self.range(seg).page_size);
         let first = (ctx.addr - base) / page;
         let end = (ctx.addr + ctx.size - 1 - base) / page + 1;
-        // The placement's own free block: carving it would cut the block
-        // being placed.
+        // Not the placement's own free block: carving it would cut the block being placed.
         let (lo, hi) = self.block_containing(seg, ctx.addr).map_or((first, end), |id| {
             let b = self.blocks.get(id);
             ((b.addr - base) / page, (b.addr + b.size - base).div_ceil(page))
@@ -61,17 +53,13 @@ impl RangePool<'_> {
         while i + avail < reach && self.range(seg).mappable(i + avail) {
             avail += 1;
         }
-        // The old addresses a range keeps mapped stay within what it maps
-        // in use: nothing else bounds them on a roomy device, where nothing
-        // reclaims, and each costs address space (and, on a card, the
-        // driver's record of a mapping). Past that a fresh handle is made.
+        // Retired old addresses stay within what the range maps in use: on a roomy device nothing else bounds them,
+        // and each costs address space and a driver mapping record. Past that a fresh handle is made.
         let r = self.range(seg);
         let in_use = r.mapped - r.retired_units();
         fits.retain(|p| p.1 <= avail && r.retired_units() + p.1 <= in_use);
-        // Only on a roomy device, as handles of their own: near a full one a
-        // large handle moved under a small run would be pinned whole by it,
-        // where the rule's small fresh handles stay movable. (Asked only
-        // when a handle could move: the answer sizes fresh handles too.)
+        // Only on a roomy device, as handles of their own: near a full one a large handle moved under a small run
+        // would be pinned whole by it. (Asked only when a handle could move: the answer sizes fresh handles too.)
         if fits.is_empty() || (self.sh.backing.pieces().reads_free_memory() && !self.fresh_piece(ctx).1) {
             return None;
         }
@@ -99,10 +87,8 @@ impl RangePool<'_> {
         Some(units)
     }
 
-    /// Undoes a mapping a failed placement made at page `head` (never
-    /// used: no synchronization needed). A moved handle goes back to its old
-    /// pages, which are free again; any other goes to the handle cache. A
-    /// refused unmap leaves the pages mapped under the free block.
+    /// Undoes a never-used mapping a failed placement made at page `head` (no synchronization needed): a moved handle
+    /// goes back to its old (free) pages, any other to the handle cache. A refused unmap leaves the pages mapped.
     pub(super) fn undo_piece(&mut self, seg: SegmentId, head: usize) {
         let r = self.range(seg);
         let Some(p) = r.page(head) else { return };
@@ -129,16 +115,14 @@ impl RangePool<'_> {
         self.return_block(rec.block);
     }
 
-    /// The retired spans of every range not being flushed yet, given back
-    /// (`Backing::unused` with `Scope::All`).
+    /// Gives back every range's retired spans not being flushed yet (`Scope::All`).
     pub(super) fn give_retired(&mut self, out: &mut Vec<Give>) {
         for seg in self.backing.ranges.clone() {
             self.give_retired_of(seg, |_| true, out);
         }
     }
 
-    /// The retired spans of range `seg` not being flushed yet that map a
-    /// handle `pick` accepts, given back (each marked as being flushed).
+    /// Gives back the retired spans of `seg` not being flushed yet whose handle `pick` accepts, marked as flushing.
     pub(super) fn give_retired_of(
         &mut self,
         seg: SegmentId,
@@ -158,9 +142,8 @@ impl RangePool<'_> {
         }
     }
 
-    /// After `give_back` of a retired span: forgets it once unmapped (its
-    /// block then returns to the free ones: true), else keeps it retired for
-    /// the next reclaim.
+    /// After `give_back` of a retired span: forgets it once unmapped (its block then returns to the free ones: true),
+    /// else keeps it retired for the next reclaim.
     pub(super) fn settle_retired(&mut self, g: &Give, unmapped: bool) -> bool {
         let r = self.range_mut(g.segment);
         let head = ((g.addr - r.base) / r.page_size) as u32;
@@ -173,9 +156,8 @@ impl RangePool<'_> {
         false
     }
 
-    /// Unmaps every retired span of `seg` (the caller synchronized its
-    /// streams: sleep, teardown). One the runtime refuses stays retired;
-    /// the first refusal is the error.
+    /// Unmaps every retired span of `seg` (the caller synchronized its streams); one refused stays retired and the
+    /// first refusal is the error.
     pub(super) fn flush_retired(&mut self, seg: SegmentId) -> Result<()> {
         let sh = self.sh.clone();
         let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
@@ -199,10 +181,8 @@ impl RangePool<'_> {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// The retired span at page `head` just unmapped: its pages unmapped in
-    /// the page table (its block is the caller's to free); the handle stays
-    /// mapped at its new pages, neither cached nor freed. False when no span
-    /// starts there (nothing to free).
+    /// Forgets the just-unmapped retired span at page `head` in the page table (its block is the caller's to free;
+    /// the handle stays mapped at its new pages). False when no span starts there.
     fn forget_retired(&mut self, seg: SegmentId, head: u32) -> bool {
         let r = self.range_mut(seg);
         let (base, page) = (r.base, r.page_size);
@@ -216,8 +196,7 @@ impl RangePool<'_> {
 }
 
 impl RangeView<'_> {
-    /// Retired spans' invariants (`check_segment`): each covers a
-    /// `Reclaiming` block of exactly its pages, every page maps its handle,
+    /// Retired spans' invariants: each covers a `Reclaiming` block of exactly its pages, every page maps its handle,
     /// and that handle is mapped at one live piece of the range besides.
     pub(super) fn check_retired(&self, seg: SegmentId) -> Result<(), String> {
         let (s, r) = (self.segments.get(seg), self.range(seg));

@@ -1,5 +1,4 @@
-//! Where a request goes inside an expandable range, and what the range's
-//! free blocks hold mapped.
+//! Where a request goes inside an expandable range, and what the range's free blocks hold mapped.
 
 use super::{RangePool, RangeView};
 use crate::core::backing::{GrowContext, GrowError};
@@ -10,12 +9,9 @@ use crate::core::cache::segment::SegmentId;
 const MAPPED_FIT_SCAN: usize = 64;
 
 impl RangePool<'_> {
-    /// Places a request of `rounded` bytes given its best fit: as is when
-    /// its pages are mapped; else in a free block with a mapped run that
-    /// fits (no mapping at all); else, with a headroom, where the fewest
-    /// pages are missing, and without one at the best fit, mapping what it
-    /// lacks.
-    /// Returns the free block to take (its first `rounded` bytes mapped).
+    /// Places a request of `rounded` bytes given its best fit: as is when its pages are mapped; else in a free block
+    /// with a mapped run that fits; else, with a headroom, where the fewest pages are missing, and without one at the
+    /// best fit, mapping what it lacks. Returns the free block to take (its first `rounded` bytes mapped).
     pub(super) fn place_in_range(
         &mut self,
         best_fit: BlockId,
@@ -44,9 +40,8 @@ impl RangePool<'_> {
         Ok(if off > 0 { self.split_front(id, off) } else { id })
     }
 
-    /// A free block and offset for `rounded` bytes that touch no sleeping
-    /// page, in a new range if need be: while asleep, pages of sleeping runs
-    /// are owned by their blocks (Note [sleep]).
+    /// A free block and offset for `rounded` bytes that touch no sleeping page, in a new range if need be: while
+    /// asleep, pages of sleeping runs belong to their blocks (Note [sleep]).
     fn awake_place(&mut self, rounded: usize) -> Result<(BlockId, usize), GrowError> {
         if let Some(found) = self.view().find_awake_fit(rounded) {
             return Ok(found);
@@ -55,17 +50,12 @@ impl RangePool<'_> {
         Ok((self.segments.get(seg).first, 0))
     }
 
-    /// Places a request of a no_split pool: at the start of its best fit
-    /// (or of a new range), over whole handles no other block touches.
-    /// Returns the block and the bytes the request takes of it.
-    ///
-    /// Invariant of a no_split shard: every handle lies inside one block.
-    /// It holds because pages are mapped only under the request's own
-    /// pages (the free block's room ends with them: nothing is mapped
-    /// ahead, no cached handle reaches past them), and because the request
-    /// takes every handle it touches to its end. A free block then starts
-    /// where a handle starts (or on unmapped pages), and freeing and
-    /// coalescing keep handle boundaries on block boundaries.
+    /// Places a request of a no_split pool at the start of its best fit (or of a new range), over whole handles no
+    /// other block touches; returns the block and the bytes the request takes of it.
+    /// Invariant of a no_split shard: every handle lies inside one block. Pages are mapped only under the request's
+    /// own pages (nothing ahead, no cached handle past them) and the request takes every handle it touches to its
+    /// end, so a free block starts where a handle starts (or on unmapped pages), and freeing and coalescing keep
+    /// handle boundaries on block boundaries.
     pub(super) fn place_unshared(
         &mut self,
         rounded: usize,
@@ -82,8 +72,7 @@ impl RangePool<'_> {
             (b.segment, b.addr + off, b.size - off)
         };
         let (base, page) = (self.range(seg).base, self.range(seg).page_size);
-        // Whole pages: under `page_size:20m` or `1g` a page holds several
-        // 2 MiB units, and the page's handle is the block's.
+        // Whole pages: under `page_size:20m` or `1g` a page holds several 2 MiB units, and its handle is the block's.
         let pages = (addr + rounded - base).div_ceil(page) * page + base - addr;
         debug_assert!(pages <= size, "a no_split free block ends inside a page");
         let pages = pages.min(size);
@@ -100,8 +89,7 @@ impl RangePool<'_> {
 }
 
 impl RangeView<'_> {
-    /// Free blocks that can hold `size` bytes, smallest classes first, at
-    /// most `MAPPED_FIT_SCAN` of them.
+    /// Free blocks that can hold `size` bytes, smallest classes first, at most `MAPPED_FIT_SCAN` of them.
     fn fit_candidates(&self, size: usize) -> impl Iterator<Item = BlockId> + '_ {
         self.index
             .iter_from(&self.blocks, size)
@@ -109,10 +97,8 @@ impl RangeView<'_> {
             .take(MAPPED_FIT_SCAN)
     }
 
-    /// With a headroom, where every page mapped is one fewer to move: the
-    /// free block and offset (its start, or its end for a
-    /// block below the range's top) where `size` bytes lack the fewest
-    /// mapped pages. Smaller blocks win ties.
+    /// With a headroom (every page mapped is one fewer to move): the free block and offset (its start, or its end
+    /// below the range's top) where `size` bytes lack the fewest mapped pages; smaller blocks win ties.
     fn find_most_mapped(&self, size: usize) -> Option<(BlockId, usize)> {
         let mut best: Option<(usize, BlockId, usize)> = None;
         for id in self.fit_candidates(size) {
@@ -123,8 +109,7 @@ impl RangeView<'_> {
                 let (first, last) = ((at - r.base) / page, (at + size - 1 - r.base) / page);
                 (first..=last).filter(|&i| r.page(i).is_none()).count()
             };
-            // The end only below the top: the range's last block ends far
-            // past anything mapped.
+            // The end only below the top: the range's last block ends far past anything mapped.
             let below_top = b.addr + b.size <= r.base + r.top() * page;
             let end = if below_top && b.size > size { Some(b.size - size) } else { None };
             for off in std::iter::once(0).chain(end) {
@@ -140,8 +125,7 @@ impl RangeView<'_> {
         best.map(|(_, id, off)| (id, off))
     }
 
-    /// Whether `size` bytes at offset `off` of block `id` lie on a page of
-    /// a sleeping run (never while awake: one branch on an empty list).
+    /// Whether `size` bytes at offset `off` of block `id` lie on a sleeping page (awake: one branch on an empty list).
     fn touches_slept(&self, id: BlockId, off: usize, size: usize) -> bool {
         let b = self.blocks.get(id);
         let r = self.range(b.segment);
@@ -152,9 +136,8 @@ impl RangeView<'_> {
         r.slept_within(at / r.page_size, (at + size - 1) / r.page_size + 1)
     }
 
-    /// While asleep: a free block and offset where `size` bytes touch no
-    /// sleeping page (at the block's start, or just past a sleeping run
-    /// inside it), smallest classes first.
+    /// While asleep: a free block and offset where `size` bytes touch no sleeping page (at the block's start, or just
+    /// past a sleeping run inside it), smallest classes first.
     fn find_awake_fit(&self, size: usize) -> Option<(BlockId, usize)> {
         for id in self.fit_candidates(size) {
             let b = self.blocks.get(id);
@@ -171,11 +154,9 @@ impl RangeView<'_> {
         None
     }
 
-    /// A free block holding a fully mapped run of at least
-    /// `size` bytes, and the run's offset in it.
+    /// A free block holding a fully mapped run of at least `size` bytes, and the run's offset in it.
     fn find_mapped_fit(&self, size: usize) -> Option<(BlockId, usize)> {
-        // Candidates come smallest class first: the first run that fits is a
-        // good enough fit.
+        // Candidates come smallest class first: the first run that fits is a good enough fit.
         self.fit_candidates(size).find_map(|id| {
             let b = self.blocks.get(id);
             let r = self.range(b.segment);
@@ -191,16 +172,14 @@ impl RangeView<'_> {
         })
     }
 
-    /// Pages under the first `size` bytes of free block `id` that are not
-    /// mapped (a sleeping page counts: the block is not ready for a request).
+    /// Unmapped pages under the first `size` bytes of free block `id` (a sleeping page counts as unmapped).
     #[inline]
     pub(super) fn unmapped_under(&self, id: BlockId, size: usize) -> usize {
         let b = self.blocks.get(id);
         let r = self.range(b.segment);
         let end = b.addr + size;
-        // Every page below the top mapped (the range never gave one back):
-        // no need to look at the pages one by one, and a block that ends
-        // below the top (a cache hit) needs no division either.
+        // Every page below the top mapped (none ever given back): no per-page walk, and a block ending below the
+        // top (a cache hit) needs no division either.
         let dense = r.mapped == r.top();
         if dense && end <= r.base + r.top() * r.page_size {
             return 0;
@@ -213,9 +192,8 @@ impl RangeView<'_> {
         (first..=last).filter(|&i| r.page(i).is_none()).count()
     }
 
-    /// The bytes a no_split request of `size` takes of free block `id` with
-    /// no device call: to the end of the last handle under its first `size`
-    /// bytes, when every page there is mapped (None otherwise).
+    /// The bytes a no_split request of `size` takes of free block `id` with no device call: to the end of the last
+    /// handle under its first `size` bytes, if every page there is mapped.
     #[cold]
     #[inline(never)]
     pub(super) fn whole_handles_under(&self, id: BlockId, size: usize) -> Option<usize> {
@@ -235,8 +213,7 @@ impl RangeView<'_> {
         (taken <= b.size).then_some(taken)
     }
 
-    /// The longest run of mapped bytes inside one free block, over all
-    /// expandable segments: what a request can get without mapping.
+    /// The longest run of mapped bytes inside one free block, over all ranges: what a request gets without mapping.
     pub(in crate::core) fn largest_mapped_free(&self) -> usize {
         let mut best = 0;
         for seg in self.segments.ids() {
@@ -252,16 +229,13 @@ impl RangeView<'_> {
         best
     }
 
-    /// Pieces of `seg` that lie entirely inside free blocks, as (head,
-    /// pages), but for handles also mapped at a retired span (`moves`):
-    /// what may be unmapped into the cache.
+    /// `wholly_free_pieces` without moved handles, as (head, pages): what may be unmapped into the cache.
     pub(super) fn free_pieces(&self, seg: SegmentId) -> Vec<(usize, usize)> {
         self.wholly_free_pieces(seg, false)
     }
 
-    /// Pieces of `seg` that lie entirely inside free blocks; with `moved`,
-    /// also those of handles mapped at a retired span too (which may move
-    /// again, never be unmapped into the cache).
+    /// Pieces of `seg` wholly inside free blocks; with `moved`, also those of handles mapped at a retired span
+    /// (which may move again, never be unmapped into the cache).
     pub(super) fn wholly_free_pieces(&self, seg: SegmentId, moved: bool) -> Vec<(usize, usize)> {
         let r = self.range(seg);
         let mut out = Vec::new();
@@ -270,8 +244,7 @@ impl RangeView<'_> {
             let mut i = (addr - r.base).div_ceil(r.page_size);
             while i < end {
                 match r.page(i) {
-                    // A moved handle's new pages, while its old ones are
-                    // still mapped, neither move again nor are unmapped.
+                    // A moved handle's new pages are never unmapped while its old ones are still mapped.
                     Some(p) if p.head as usize == i && p.end() <= end && (moved || !r.is_moved(p.handle)) => {
                         out.push((i, p.units as usize));
                         i = p.end();

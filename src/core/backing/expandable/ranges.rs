@@ -1,12 +1,7 @@
-//! A shard's address ranges: how big a new one is, reserving it within the
-//! per-reservation cap and the process-wide budget (Note [address-space
-//! budget] in `budget`), giving back a range that holds nothing, and a
-//! range's teardown.
-//!
-//! A range is released whole only when nothing in it is mapped and no block
-//! of it is handed out (it is one free block): its pages' directory entries
-//! go with it, so a pointer into it is unknown again, and the runtime may
-//! hand the addresses to anyone.
+//! A shard's address ranges: sizing a new one, reserving it within the per-reservation cap and the process-wide
+//! budget (Note [address-space budget] in `budget`), giving back a range that holds nothing, and teardown.
+//! A range is released whole only when nothing in it is mapped and no block of it is handed out; its directory
+//! entries go with it, so a pointer into it is unknown again, and the runtime may hand the addresses to anyone.
 
 use super::{budget, ExpandableRanges, RangePool, RangeView, RetiredSpans, VmmRange, SMALL_BUFFER};
 use crate::core::backing::{Detached, Give, GrowError, HeldOutside, Scope, What};
@@ -19,22 +14,15 @@ use crate::error::{Error, Result};
 use crate::sys;
 
 impl RangePool<'_> {
-    /// Forgets a range's addresses in the directory: only the pages its
-    /// mapping ever registered (`VmmRange::registered_len`).
+    /// Forgets a range's addresses in the directory: only the pages its mapping ever registered.
     pub(super) fn unregister(&self, r: &VmmRange, size: usize) {
         self.sh.directory.remove(r.base, r.registered_len().min(size));
     }
 
-    /// Bytes of address space a new range of this shard gets for a request
-    /// of `rounded` bytes aligned to `align`: the device's size (large
-    /// pool; twice it with `reserved_headroom`, whose page moves leave holes
-    /// until a range of the device's size fills and the next one is
-    /// reserved, so a nearly full device would refuse sooner) or a
-    /// sixteenth of it (small pool), within the
-    /// budget's share,
-    /// never below the request, and within the per-reservation cap with the
-    /// alignment padding. None when even the request cannot fit one
-    /// reservation.
+    /// Address space for a new range serving `rounded` bytes aligned to `align`: the device's size (large pool;
+    /// twice it with `reserved_headroom`, whose page moves leave holes, so a nearly full device would refuse sooner)
+    /// or a sixteenth of it (small pool), within the budget's share, never below the request, and within the
+    /// per-reservation cap with the alignment padding. None when even the request cannot fit one reservation.
     fn range_bytes(&self, rounded: usize, page: usize, align: usize) -> Option<usize> {
         let total = self.sh.backing.device_total;
         let usual = match self.kind {
@@ -49,17 +37,14 @@ impl RangePool<'_> {
         (need <= cap).then(|| want.max(need).min(cap))
     }
 
-    /// Makes another range for this shard, large enough for `rounded`
-    /// bytes: reserves its address space, charged to the process budget.
+    /// Makes another range for this shard, large enough for `rounded` bytes, charged to the process budget.
     pub(super) fn make_range(&mut self, rounded: usize) -> Result<SegmentId, GrowError> {
         let sh = self.sh.clone();
         let spec = sh.backing.page_spec(self.kind);
-        // A 1 GiB page maps only at a 1 GiB boundary; other pages at their
-        // handles' 2 MiB granularity, which every reservation has.
+        // A 1 GiB page maps only at a 1 GiB boundary; other pages at 2 MiB, which every reservation has.
         let align = if spec.attr == sys::ACL_HBM_MEM_HUGE1G { spec.size } else { SMALL_BUFFER };
         let Some(va) = self.range_bytes(rounded, spec.size, align) else {
-            // Larger than any device this runtime drives: out of memory,
-            // with no recovery to try.
+            // Larger than any device this runtime drives: out of memory, with no recovery to try.
             return Err(GrowError::Other(Error::OutOfMemory(format!(
                 "cannot allocate {rounded} bytes: more than one reservation of address space holds (at most {} \
                  bytes with its alignment)",
@@ -87,8 +72,7 @@ impl RangePool<'_> {
             stuck: Vec::new(),
             retired: RetiredSpans::default(),
         };
-        // The directory learns a range's pages as they are mapped (`mapping`):
-        // registering a range of many GiB up front cost a millisecond.
+        // The directory learns a range's pages as they are mapped (`mapping`): registering many GiB up front is slow.
         let (seg, _) = self.add_segment(base, va, None);
         self.backing.tables.set(seg, range);
         self.backing.ranges.push(seg);
@@ -97,15 +81,10 @@ impl RangePool<'_> {
         Ok(seg)
     }
 
-    /// Reserves `va` bytes of address space starting at an `align` boundary:
-    /// (address to release, aligned start, bytes reserved). The runtime only
-    /// promises its own granularity, so an unaligned reservation is given
-    /// back and taken again `align` larger, its start rounded up. Each try
-    /// is charged to the budget first; a refusal (the budget's or the
-    /// runtime's 207001) is an address-space failure. An unaligned
-    /// reservation the runtime refuses to give back stays held and charged,
-    /// kept for `free_cached` to release (`release_unused`), and the padded
-    /// try goes on: the request need not fail for it.
+    /// Reserves `va` bytes of address space at an `align` boundary: (address to release, aligned start, bytes
+    /// reserved). The runtime only promises its own granularity, so an unaligned reservation is given back and taken
+    /// again `align` larger. Each try is charged to the budget first; a refusal (the budget's or the runtime's
+    /// 207001) is an address-space failure. A refused give-back is kept for `free_cached`; the padded try goes on.
     fn reserve_aligned(&self, va: usize, align: usize) -> Result<(usize, usize, usize), GrowError> {
         let at = self.reserve_charged(va)?;
         if at % align == 0 {
@@ -133,9 +112,7 @@ impl RangePool<'_> {
         })
     }
 
-    /// Forgets this backing's side of range `seg`, which holds nothing:
-    /// its place among the shard's ranges, its page table, its directory
-    /// entries. The cache still has the segment.
+    /// Forgets this backing's side of range `seg`, which holds nothing; the cache still has the segment.
     fn forget_range(&mut self, seg: SegmentId) -> VmmRange {
         self.backing.ranges.retain(|&r| r != seg);
         let r = self.backing.tables.take(seg);
@@ -143,8 +120,7 @@ impl RangePool<'_> {
         r
     }
 
-    /// Takes range `seg`, which holds nothing, out of the shard: the
-    /// backing's side, then the segment and its free block.
+    /// Takes range `seg`, which holds nothing, out of the shard: the backing's side, then the segment.
     fn take_out_range(&mut self, seg: SegmentId) -> VmmRange {
         let r = self.forget_range(seg);
         self.remove_segment(seg);
@@ -176,16 +152,14 @@ impl RangePool<'_> {
         out
     }
 
-    /// `make_range` for the request being served: given back by `refused`
-    /// if the request fails for good.
+    /// `make_range` for the request being served: given back by `refused` if the request fails for good.
     pub(super) fn make_range_for_request(&mut self, rounded: usize) -> Result<SegmentId, GrowError> {
         let seg = self.make_range(rounded)?;
         self.range_mut(seg).for_request = true;
         Ok(seg)
     }
 
-    /// After a try of a request failed with `e`: unless the ladder tries it
-    /// again, the ranges made for requests that are still empty go back (a
+    /// After a try failed with `e`: unless the ladder retries, the still-empty ranges made for requests go back (a
     /// refused request leaves the device's address space as it found it).
     #[cold]
     #[inline(never)]
@@ -201,27 +175,22 @@ impl RangePool<'_> {
         }
     }
 
-    /// Gives back range `seg` (one of this shard's), made by a request that
-    /// then failed, if it holds nothing. (Between the
-    /// ladder's tries the shard's lock may be dropped and another request
-    /// placed there; a piece whose unmap the runtime refused keeps it too,
-    /// a free mapped range like any other.)
-    /// A refused release is kept for `free_cached` (`release_unused`).
+    /// Gives back range `seg`, made by a request that then failed, if it holds nothing (between the ladder's tries
+    /// another request may have been placed there, or a refused unmap left a piece). A refused release is kept for
+    /// `free_cached` (`release_unused`).
     pub(super) fn unmake_range(&mut self, seg: SegmentId) {
         if !self.view().range_holds_nothing(seg) {
             return;
         }
         let size = self.segments.get(seg).size;
         let r = self.take_out_range(seg);
-        // No segment any more, released or kept for `free_cached`: the
-        // observer forgets it either way (nothing is mapped in it).
+        // No segment any more, released or kept: the observer forgets it either way (nothing is mapped in it).
         self.segment_event(SegmentEvent::Release, r.base, size, None);
         let _ = release_unused(self.sh, r.reserved_at, r.reserved_len);
         self.sh.counters.range_removed();
     }
 
-    /// A range `release_range` could not give back returns to the shard,
-    /// back in the cache as segment `seg`.
+    /// A range `release_range` could not give back returns to the shard as segment `seg`.
     pub(super) fn restore_range(&mut self, seg: SegmentId, g: &Give) {
         let spec = self.sh.backing.page_spec(self.kind);
         let (reserved_at, reserved_len) = g.device;
@@ -242,11 +211,9 @@ impl RangePool<'_> {
         self.backing.ranges.push(seg);
     }
 
-    /// Teardown of the range: unmap, free physical, release (the
-    /// documented order). The caller synchronized the streams. Moved
-    /// handles' old addresses go first, so each handle is freed once; one
-    /// whose old address stays mapped (a refused unmap) is unmapped at its
-    /// new pages but not freed (it is still mapped).
+    /// Teardown of the range: unmap, free physical, release (the documented order); the caller synchronized the
+    /// streams. Moved handles' old addresses go first, so each handle is freed once; one whose old address stays
+    /// mapped (a refused unmap) is unmapped at its new pages but not freed.
     pub(super) fn destroy_range(&mut self, seg: SegmentId) -> Result<()> {
         let mut first_error = self.flush_retired(seg).err();
         let heads: Vec<usize> = {
@@ -270,11 +237,8 @@ impl RangePool<'_> {
             first_error.get_or_insert(e);
         }
         let (reserved_at, reserved_len) = (self.range(seg).reserved_at, self.range(seg).reserved_len);
-        // A refused release is kept: teardown's `free_cached` tries it again
-        // and reports it if it is refused once more. The range is no
-        // segment of the allocator's any more either way; the observer is
-        // told so once nothing it was told of is mapped in it (a piece
-        // whose unmap was refused stays told, and the range with it).
+        // A refused release is kept for teardown's `free_cached` to retry. The observer hears of the release once
+        // nothing it was told of is mapped in it (a piece whose unmap was refused stays told, and so does the range).
         let r = self.range(seg);
         if r.mapped == 0 && r.stuck.is_empty() {
             self.segment_event(SegmentEvent::Release, r.base, self.segments.get(seg).size, None);
@@ -283,9 +247,8 @@ impl RangePool<'_> {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Free pieces of range `seg` (see `Backing::unused`), `bytes` of them
-    /// at most for `Scope::Pieces` and `Scope::Unused` (largest first), in
-    /// address order, onto `out`.
+    /// Free pieces of range `seg` onto `out` in address order; for `Scope::Pieces` and `Scope::Unused` at most
+    /// `bytes` of them, largest first.
     pub(super) fn give_pieces(&mut self, seg: SegmentId, scope: Scope, bytes: usize, out: &mut Vec<Give>) {
         let mut pieces = self.view().free_pieces(seg);
         let page = self.range(seg).page_size;
@@ -304,8 +267,7 @@ impl RangePool<'_> {
 }
 
 impl RangePool<'_> {
-    /// Pieces (first page, pages) of range `seg` as gives onto `out`, each
-    /// naming the handle mapped there (for the segment observer).
+    /// Pieces (first page, pages) of range `seg` as gives onto `out`, naming the handle mapped there.
     pub(super) fn give_pieces_of(&self, seg: SegmentId, pieces: Vec<(usize, usize)>, out: &mut Vec<Give>) {
         let r = self.range(seg);
         let (base, page) = (r.base, r.page_size);
@@ -320,19 +282,15 @@ impl RangePool<'_> {
 }
 
 impl RangeView<'_> {
-    /// Whether range `seg` holds nothing: one free block, no page mapped,
-    /// none asleep or stuck (what may be released whole).
+    /// Whether range `seg` holds nothing (may be released whole): one free block, no page mapped, asleep or stuck.
     fn range_holds_nothing(&self, seg: SegmentId) -> bool {
         let r = self.range(seg);
         r.mapped == 0 && r.slept.is_empty() && r.stuck.is_empty() && self.is_wholly_free(seg)
     }
 }
 
-/// Releases a reservation no range uses: `at` as the runtime returned it,
-/// `len` bytes charged to the budget. One the runtime refuses stays
-/// reserved, so it stays charged: it is kept with the backing
-/// (`ExpandableRanges::unreleased`) for `release_kept` to try again,
-/// instead of being forgotten, held and charged for the process's life.
+/// Releases a reservation no range uses (`at` as the runtime returned it, `len` bytes charged). One the runtime
+/// refuses stays charged and is kept (`ExpandableRanges::unreleased`) for `release_kept` to retry.
 pub(super) fn release_unused(
     sh: &Shared<ExpandableRanges>,
     at: usize,
@@ -350,9 +308,7 @@ pub(super) fn release_unused(
     }
 }
 
-/// Tries again to release every reservation `release_unused` kept (from
-/// `free_cached`: empty_cache, the OOM ladder, forget_stream, teardown);
-/// one refused again stays kept. The first refusal is the error.
+/// Retries every reservation `release_unused` kept; one refused again stays kept. The first refusal is the error.
 pub(super) fn release_kept(sh: &Shared<ExpandableRanges>) -> Result<()> {
     let kept = std::mem::take(&mut *sh.backing.unreleased.lock().unwrap_or_else(|e| e.into_inner()));
     let mut first_error = None;

@@ -1,12 +1,8 @@
-//! Sleep and wake of one shard's ranges (Note [sleep] in `core::sleep`).
-//!
-//! A *run* is a stretch of consecutive mapped pages of one range (one or
-//! more pieces back to back). Sleep takes each run whole: with offload, one
-//! pinned host buffer (`aclrtMallocHost`) and one device-to-host copy for
-//! the run, however many blocks lie on it; then its pieces are unmapped and
-//! their handles freed. The range stays reserved and keeps its blocks, so
-//! every address stays valid. Wake maps handles of the same sizes at the
-//! same pages, copies the run back in one call and frees the host buffer.
+//! Sleep and wake of one shard's ranges (Note [sleep] in `core::sleep`). A *run* is a stretch of consecutive mapped
+//! pages of one range; sleep takes each run whole: with offload, one pinned host buffer and one device-to-host copy
+//! per run, however many blocks lie on it; then its pieces are unmapped and their handles freed. The range stays
+//! reserved and keeps its blocks, so every address stays valid. Wake maps handles of the same sizes at the same
+//! pages, copies the run back in one call and frees the host buffer.
 
 use super::{Piece, RangePool};
 use crate::core::backing::WakeHandles;
@@ -16,21 +12,18 @@ use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 use crate::sys;
 
-/// The row of a run's 2D copy: every run is a whole number of 2 MiB pages
-/// (the smallest page), and `aclrtMemcpy2d` takes rows of at most 5000000
-/// bytes and at most 5242880 rows (10 TiB a copy).
+/// The row of a run's 2D copy: every run is a whole number of 2 MiB pages (the smallest page), and `aclrtMemcpy2d`
+/// takes rows of at most 5000000 bytes and at most 5242880 rows (10 TiB a copy).
 const COPY_ROW: usize = 2 << 20;
 
-/// Pages unmapped by sleep: pieces of `pieces[k]` pages each, back to back
-/// from page `head`; their contents in `host` (0: discarded).
+/// Pages unmapped by sleep: pieces of `pieces[k]` pages each, back to back from page `head`.
 #[derive(Debug, Clone)]
 pub struct SleptRun {
     pub head: u32,
     pub pieces: Vec<u32>,
     /// The pinned host buffer holding the run's bytes, 0 when discarded.
     pub host: usize,
-    /// The handles a wake under way mapped under the run, one per piece
-    /// (empty until `wake_map`; the run stays asleep until `wake_commit`).
+    /// The handles a wake under way mapped, one per piece (empty until `wake_map`; asleep until `wake_commit`).
     pub woken: Vec<PhysicalHandle>,
 }
 
@@ -46,8 +39,7 @@ impl SleptRun {
     }
 }
 
-/// aclrtMemcpyKind values (acl_rt.h: ACL_MEMCPY_HOST_TO_DEVICE 1,
-/// ACL_MEMCPY_DEVICE_TO_HOST 2).
+/// aclrtMemcpyKind values (acl_rt.h: ACL_MEMCPY_HOST_TO_DEVICE 1, ACL_MEMCPY_DEVICE_TO_HOST 2).
 const HOST_TO_DEVICE: u32 = 1;
 const DEVICE_TO_HOST: u32 = 2;
 
@@ -60,18 +52,15 @@ fn copy(
     kind: u32,
 ) -> Result<(), crate::runtime::AclCallError> {
     debug_assert_eq!(bytes % COPY_ROW, 0);
-    // SAFETY: both regions are `bytes` long and live: a mapped run of this
-    // allocator's range and a host buffer of at least that size from
-    // aclrtMallocHost; nothing else uses either during the copy.
+    // SAFETY: both regions are `bytes` long and live (a mapped run of this allocator's range and an aclrtMallocHost
+    // buffer at least that large), and nothing else uses either during the copy.
     unsafe { rt.memcpy2d(dst as *mut _, COPY_ROW, src as *const _, COPY_ROW, COPY_ROW, bytes / COPY_ROW, kind) }
 }
 
 impl RangePool<'_> {
-    /// Takes every mapped run of this shard's ranges off the device (its
-    /// contents to host memory with `offload`). The caller synchronized
-    /// nothing: the streams that used each range are synchronized here.
-    /// Returns the device bytes given back. On failure the runs already
-    /// taken stay asleep (the caller wakes them).
+    /// Takes every mapped run of this shard's ranges off the device (to host memory with `offload`), synchronizing
+    /// the streams that used each range first. Returns the device bytes given back; on failure the runs already taken
+    /// stay asleep (the caller wakes them).
     pub(crate) fn sleep_ranges(&mut self, offload: bool) -> Result<usize> {
         let mut freed = 0;
         for seg in self.backing.ranges.clone() {
@@ -159,13 +148,10 @@ impl RangePool<'_> {
         }
     }
 
-    /// First step of a wake (Note [sleep]): maps `handles` (from
-    /// `wake_needs`, in its order) under every sleeping run and copies
-    /// offloaded contents back, keeping each run asleep in the bookkeeping
-    /// (its pages still count as owned and unmapped, its host buffer kept)
-    /// until `wake_commit`. On failure the run that failed is undone (its
-    /// handles back at the front of `handles`); the runs mapped before it
-    /// wait for `wake_commit` or `wake_undo`.
+    /// First step of a wake (Note [sleep]): maps `handles` (in `wake_needs` order) under every sleeping run and copies
+    /// offloaded contents back, each run still asleep in the bookkeeping (pages owned and unmapped, host buffer kept)
+    /// until `wake_commit`. On failure the run that failed is undone (its handles back at the front of `handles`);
+    /// the runs mapped before it wait for `wake_commit` or `wake_undo`.
     pub(crate) fn wake_map(&mut self, handles: &mut WakeHandles) -> Result<()> {
         for seg in self.backing.ranges.clone() {
             for k in 0..self.range(seg).slept.len() {
@@ -238,9 +224,8 @@ impl RangePool<'_> {
         self.range_mut(seg).stuck.push(piece);
     }
 
-    /// Unmaps and frees the pieces an earlier undo left mapped on `run`'s
-    /// pages, so the run can be mapped again. A piece that still cannot be
-    /// unmapped stays as it was, and the run cannot wake.
+    /// Unmaps and frees the pieces an earlier undo left mapped on `run`'s pages, so the run can be mapped again; if
+    /// one still cannot be unmapped, the run cannot wake.
     fn unstick(&mut self, seg: SegmentId, run: &SleptRun) -> Result<()> {
         let (first, end) = (run.head as usize, run.head as usize + run.units());
         let on_run = |p: &Piece| (p.head as usize) < end && first < p.end();
@@ -262,8 +247,7 @@ impl RangePool<'_> {
         Ok(())
     }
 
-    /// Unmaps a stuck piece and gives its handle back (to the handle cache
-    /// if the runtime refuses the free); forgets it once unmapped.
+    /// Unmaps a stuck piece, forgets it, and gives its handle back (to the handle cache if the free is refused).
     fn free_stuck(&mut self, seg: SegmentId, p: Piece) -> Result<(), crate::runtime::AclCallError> {
         let sh = self.sh.clone();
         let page = self.range(seg).page_size;
@@ -275,10 +259,8 @@ impl RangePool<'_> {
         Ok(())
     }
 
-    /// Undoes `wake_map`: unmaps every run it mapped (they stay asleep with
-    /// their host copies); their handles are pushed on `out` as (handle,
-    /// bytes) for the caller to free. A piece that cannot be unmapped stays
-    /// mapped with its handle, kept by the range (`VmmRange::stuck`).
+    /// Undoes `wake_map`: unmaps every run it mapped (asleep again, host copies kept), handles onto `out` as
+    /// (handle, bytes) for the caller to free. A piece that cannot be unmapped stays mapped (`VmmRange::stuck`).
     pub(crate) fn wake_undo(&mut self, out: &mut Vec<(PhysicalHandle, usize)>) -> Result<()> {
         let sh = self.sh.clone();
         let pool = self.cache.pool;
@@ -307,9 +289,8 @@ impl RangePool<'_> {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Last step of a wake: every run `wake_map` mapped becomes mapped
-    /// pages of its range again and its host buffer is freed. Returns the
-    /// first host free that failed (the run is awake all the same).
+    /// Last step of a wake: every run `wake_map` mapped becomes mapped pages again and its host buffer is freed.
+    /// Returns the first host free that failed (the run is awake all the same).
     pub(crate) fn wake_commit(&mut self) -> Result<()> {
         let sh = self.sh.clone();
         let mut first_error = None;
@@ -339,8 +320,7 @@ impl RangePool<'_> {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Frees the host buffers of `seg`'s sleeping runs, and unmaps and
-    /// frees the pieces an undo left mapped on them (teardown).
+    /// Teardown: frees the host buffers of `seg`'s sleeping runs, and unmaps and frees the pieces an undo left on them.
     pub(super) fn drop_slept(&mut self, seg: SegmentId) -> Result<()> {
         let sh = self.sh.clone();
         let mut first_error = None;

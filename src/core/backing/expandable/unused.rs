@@ -1,6 +1,5 @@
-//! What garbage collection and the release threshold give back of expandable
-//! ranges: cached handles, wholly free pieces, empty ranges, moved handles' old
-//! addresses (docs/design.md, Note [unused memory of expandable ranges]).
+//! What garbage collection and the release threshold give back of expandable ranges: cached handles, wholly free
+//! pieces, empty ranges, moved handles' old addresses (docs/design.md, Note [unused memory of expandable ranges]).
 
 use super::{give_handle, ExpandableRanges, RangePool};
 use crate::core::backing::Give;
@@ -10,8 +9,7 @@ use crate::core::shared::Shared;
 use crate::error::{Error, Result};
 
 impl RangePool<'_> {
-    /// The old addresses of moved handles whose live pages in range `seg`
-    /// are wholly free, for about `bytes` of those handles, onto `out`.
+    /// Onto `out`: the old addresses of moved handles whose live pages in `seg` are wholly free, about `bytes` of them.
     pub(super) fn give_pinning(&mut self, seg: SegmentId, bytes: usize, out: &mut Vec<Give>) {
         let r = self.range(seg);
         if bytes == 0 || r.retired.is_empty() {
@@ -36,15 +34,11 @@ impl RangePool<'_> {
         }
     }
 
-    /// After the free of the block at `addr`: the pieces under it that the
-    /// free left wholly free, about `bytes` of them, onto `out`, and for a
-    /// moved handle among them its old addresses instead. Looks at the free
-    /// block that holds `addr` and the mapped pages from `addr` on, nothing
-    /// else.
+    /// After the free of the block at `addr`: the pieces under it the free left wholly free, about `bytes` of them,
+    /// onto `out` (for a moved handle, its old addresses instead). Looks only at the free block holding `addr`.
     pub(super) fn give_freed(&mut self, addr: usize, bytes: usize, out: &mut Vec<Give>) {
         let Some(seg) = self.segments.containing(addr) else { return };
-        // A range given whole just before (it came to hold nothing since the
-        // free, by another thread's reclaim) has nothing more to give.
+        // A range given whole just before (emptied since the free by another thread's reclaim) has nothing more.
         if !self.backing.ranges.contains(&seg) {
             return;
         }
@@ -86,8 +80,7 @@ impl RangePool<'_> {
     }
 }
 
-/// `Backing::free_cached_upto`: cached handles freed until `bytes` are,
-/// the smallest that covers what is left first, else the largest.
+/// `HeldOutside::free_cached_upto` for expandable ranges.
 pub(super) fn free_cached_upto(sh: &Shared<ExpandableRanges>, bytes: usize) -> Result<usize> {
     let mut freed = 0;
     while freed < bytes {
@@ -101,8 +94,7 @@ pub(super) fn free_cached_upto(sh: &Shared<ExpandableRanges>, bytes: usize) -> R
             cache.get_mut(&size).and_then(Vec::pop).map(|h| (size, h))
         };
         let Some((size, h)) = taken else { break };
-        // Kept on refusal for a later `free_cached`: asking again now would
-        // pick the same handle.
+        // Kept on refusal for a later `free_cached`: asking again now would pick the same handle.
         if let Err(e) = give_handle(sh, h, size) {
             return Err(Error::runtime(e, "freeing a cached physical page"));
         }

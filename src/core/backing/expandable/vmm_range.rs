@@ -1,6 +1,5 @@
-//! One expandable segment's page table: which physical handle (a piece)
-//! is mapped over each page, what sleep took off the device, and what a
-//! failed wake left mapped.
+//! One expandable segment's page table: which physical handle (a piece) is mapped over each page, what sleep took
+//! off the device, and what a failed wake left mapped.
 
 use super::sleep;
 use crate::runtime::PhysicalHandle;
@@ -28,37 +27,28 @@ pub struct VmmRange {
     /// The mapping unit: every handle is a whole number of these.
     pub page_size: usize,
     pub attr: sys::aclrtMemAttr,
-    /// Made for a request the ladder may try again (garbage collection,
-    /// room moved from other shards): given back, if still empty, when a
-    /// try fails for good; cleared when a request succeeds in it.
+    /// Made for a request the ladder may try again: given back, if still empty, when a try fails for good; cleared
+    /// when a request succeeds in it.
     pub for_request: bool,
-    /// The piece mapped over each page, if any; pages past the end have
-    /// never been mapped (the vector grows with the highest mapping).
+    /// The piece mapped over each page; pages past the end were never mapped (grows with the highest mapping).
     pub pages: Vec<Option<Piece>>,
     /// Pages mapped.
     pub mapped: usize,
-    /// The address `aclrtReserveMemAddress` returned: the range may start
-    /// above it, at the page attr's alignment (`reserve_aligned`).
+    /// The address `aclrtReserveMemAddress` returned; the range may start above it, aligned (`reserve_aligned`).
     pub reserved_at: usize,
-    /// Bytes reserved there (alignment padding included), charged to the
-    /// process-wide budget.
+    /// Bytes reserved there (alignment padding included), charged to the process-wide budget.
     pub reserved_len: usize,
     /// Runs of pages unmapped by `sleep`, to map again at `wake`.
     pub slept: Vec<sleep::SleptRun>,
-    /// Pieces a wake mapped under a sleeping run and then failed to unmap
-    /// when it undid itself: still mapped, their handles still held (and
-    /// counted reserved). Unmapped and freed before a later wake maps
-    /// their run again, or at teardown (`sleep`).
+    /// Pieces a wake mapped under a sleeping run and failed to unmap when undoing itself: still mapped and counted
+    /// reserved; unmapped and freed before a later wake of their run, or at teardown (`sleep`).
     pub stuck: Vec<Piece>,
-    /// Old addresses of handles moved without a synchronization (Note
-    /// [moves of wholly free handles] in `moves`): each still maps its
-    /// handle, which is also mapped (and counted) at its new pages.
+    /// Old addresses of handles moved without a synchronization (Note [moves of wholly free handles] in `moves`):
+    /// each still maps its handle, which is also mapped (and counted) at its new pages.
     pub retired: RetiredSpans,
 }
 
-/// A range's retired spans, boxed: a range with none (the usual case) costs
-/// one word, which keeps the page tables the hit path's `unmapped_under`
-/// indexes by segment id small.
+/// A range's retired spans, boxed so a range with none (the usual case) keeps the hit path's page tables small.
 #[derive(Debug, Clone, Default)]
 // One word when empty (a `Vec` is three): the box is the point.
 #[allow(clippy::box_collection)]
@@ -92,9 +82,8 @@ impl std::ops::Deref for RetiredSpans {
     }
 }
 
-/// A moved handle's old pages: `units` pages from `head`, still mapped,
-/// covered by `block` (a `Reclaiming` block of their own, so nobody is
-/// handed them) until a reclaim has synchronized and unmaps them.
+/// A moved handle's old pages: `units` pages from `head`, still mapped, covered by a `Reclaiming` `block` (so
+/// nobody is handed them) until a reclaim has synchronized and unmaps them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retired {
     pub head: u32,
@@ -133,18 +122,15 @@ impl VmmRange {
         self.pages.len()
     }
 
-    /// Bytes from the range's start that the directory may have entries
-    /// for: mapping registers each piece (`mapping`), and `pages` grows to
-    /// cover it and never shrinks; the rest of the range was never
-    /// registered, and its release has nothing there to remove.
+    /// Bytes from the range's start the directory may have entries for: mapping registers each piece and `pages`
+    /// never shrinks, so past this its release has nothing to remove.
     #[inline]
     pub fn registered_len(&self) -> usize {
         self.top() * self.page_size
     }
 
-    /// Whether page `i` lies on a run `sleep` took off the device: it is
-    /// unmapped but owned by the run's blocks, and nobody maps it until
-    /// wake brings the run back (Note [sleep]).
+    /// Whether page `i` lies on a run `sleep` took off the device: unmapped, but owned by the run's blocks until
+    /// wake (Note [sleep]).
     #[inline]
     pub fn slept_at(&self, i: usize) -> bool {
         !self.slept.is_empty() && self.slept.iter().any(|run| run.covers(i))
@@ -156,8 +142,7 @@ impl VmmRange {
         self.page(i).is_none() && !self.slept_at(i)
     }
 
-    /// Pages mapped at a moved handle's old address: mapped in the page
-    /// table, yet memory counted at the handle's new pages.
+    /// Pages mapped at moved handles' old addresses (mapped, yet counted at the handles' new pages).
     #[inline]
     pub fn retired_units(&self) -> usize {
         self.retired.iter().map(|r| r.units as usize).sum()
@@ -170,23 +155,19 @@ impl VmmRange {
             && self.retired.iter().any(|r| (r.head as usize..(r.head + r.units) as usize).contains(&i))
     }
 
-    /// Whether `handle` is mapped at a retired span too (its other mapping
-    /// must not be unmapped into the cache, nor moved, meanwhile).
+    /// Whether `handle` is also mapped at a retired span (its live mapping must not be unmapped into the cache).
     #[inline]
     pub fn is_moved(&self, handle: PhysicalHandle) -> bool {
         !self.retired.is_empty()
             && self.retired.iter().any(|r| self.page(r.head as usize).is_some_and(|p| p.handle == handle))
     }
 
-    /// The runs of pages in [first, end) that device memory backs, as page
-    /// ranges [from, to), in address order: mapped and not on a retired
-    /// span (whose memory is counted at its new pages; a free block never
-    /// holds one).
+    /// The page runs [from, to) in [first, end) that device memory backs, in address order: mapped and not on a
+    /// retired span (counted at its new pages; a free block never holds one).
     pub fn mapped_spans(&self, first: usize, end: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
         let end = end.min(self.top());
-        // Only a span crossing [first, end) is skipped page by page (a free
-        // block's pages never hold one); mapped exactly below the top and
-        // crossed by none, it is one run and no page is looked at.
+        // Only a span crossing [first, end) is skipped page by page; mapped densely below the top and crossed by
+        // none, it is one run and no page is looked at.
         let crossed = self.retired.iter().any(|r| (r.head as usize) < end && first < (r.head + r.units) as usize);
         let dense = self.mapped == self.top() && !crossed;
         let backs = move |i: usize| dense || (self.page(i).is_some() && !(crossed && self.retired_at(i)));
