@@ -44,7 +44,7 @@ use npualloc::ffi::last_error::last_error_message;
 use npualloc::ffi::npualloc_status::{self, *};
 use npualloc::ffi::stats::npualloc_stats;
 use npualloc::runtime::Stream;
-use npualloc::trace::{parse_file, Op};
+use npualloc_tools::trace::{parse_file, Op};
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::path::Path;

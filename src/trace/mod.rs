@@ -1,10 +1,19 @@
-//! Allocation traces in the acl-trace v1 format: one event per line (`a`, `f`, `u`, `w`; see `format`),
-//! usually gzipped. `parse` reads and validates one, `record` writes one from a live allocator (config key `trace`).
+//! Allocation traces in the acl-trace v1 format, usually gzipped; `record` writes one from a live allocator (config
+//! key `trace`). The replay tools read them (`npualloc-tools`, `trace`).
+//!
+//! | line | event |
+//! |---|---|
+//! | `a <id> <bytes> <stream>` | allocate `bytes` (> 0) on stream number `stream`, call it `id` |
+//! | `f <id>` | free `id` (stream-ordered on its allocation stream) |
+//! | `u <id> <stream>` | work on `stream` also uses `id` (record_stream) |
+//! | `w <stream>` | the host waits for all work queued on `stream` |
+//!
+//! Ids are unique within a file (never reused); streams are small integers, 0 being the first. Lines starting
+//! with `#` are comments; the first is [`HEADER`].
 
-pub mod format;
-pub mod parse;
 pub mod record;
 
-pub use format::{Op, Trace};
-pub use parse::{parse_file, parse_reader, parse_str, LineError, ParseError};
 pub use record::TraceRecorder;
+
+/// The first line of every acl-trace v1 file.
+pub const HEADER: &str = "# acl-trace v1";

@@ -29,8 +29,8 @@
 
 use npualloc::config::Config;
 use npualloc::core::DeviceAllocator;
-use npualloc::trace::parse_file;
 use npualloc_tools::replay::{replay_steps, Emulator, Prepared};
+use npualloc_tools::trace::parse_file;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

@@ -14,7 +14,7 @@
 //!   start together and end together.
 //! - Ids are numbered afresh from 0 in the order of the merged allocations.
 
-use npualloc::trace::{Op, Trace};
+use crate::trace::{Op, Trace};
 use std::collections::{HashMap, HashSet};
 
 /// One input trace and the name its `# source:` line gives it.
@@ -139,7 +139,7 @@ pub fn interleave(inputs: &[Input<'_>]) -> Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use npualloc::trace::parse_str;
+    use crate::trace::parse_str;
 
     fn trace(text: &str) -> Trace {
         parse_str(&format!("# acl-trace v1\n{text}"), "test").unwrap()

@@ -107,7 +107,7 @@ fn every_bundled_trace_replays_to_its_golden_figures() {
     let mut rows = BTreeMap::new();
     let mut replayed = Vec::new();
     for name in &names {
-        let trace = npualloc::trace::parse_file(&root.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let trace = npualloc_tools::trace::parse_file(&root.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         let prepared = Prepared::new(name, &trace);
         if cfg!(debug_assertions) && prepared.steps.len() >= DEBUG_OPS {
             continue;

@@ -5,8 +5,8 @@
 
 mod common;
 
-use npualloc::trace::parse_str;
 use npualloc_tools::replay::{replay_trace, Emulator, Options, Prepared, Target};
+use npualloc_tools::trace::parse_str;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 fn emulator() -> Emulator {

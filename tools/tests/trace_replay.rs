@@ -9,9 +9,9 @@ mod common;
 use common::{emulator_path, repo_file};
 use npualloc::config::Config;
 use npualloc::core::DeviceAllocator;
-use npualloc::trace::{parse_file, LineError, Op};
 use npualloc_tools::replay::svg::{self, Figure};
 use npualloc_tools::replay::{replay_trace, Emulator, Options, Prepared, Report, Target};
+use npualloc_tools::trace::{parse_file, LineError, Op};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
@@ -342,7 +342,7 @@ fn tool_prints_a_table_and_json() {
 fn a_trace_larger_than_any_device_gets_no_min_capacity_and_no_crash() {
     let (_g, emu) = emulator();
     // 128 GiB at once: past the emulated device's 64 GiB.
-    let t = npualloc::trace::parse_str("# acl-trace v1\na 0 137438953472 0\nf 0\n", "huge.trace").unwrap();
+    let t = npualloc_tools::trace::parse_str("# acl-trace v1\na 0 137438953472 0\nf 0\n", "huge.trace").unwrap();
     let p = Prepared::new("huge.trace", &t);
     let opts = Options { repeat: 1, min_capacity: true, series: false, segment_map: false, warm: false };
     let reports = replay_trace(&emu, &p, &[Target::Passthrough], &opts, &mut |_, _| {});
@@ -355,7 +355,7 @@ fn a_trace_larger_than_any_device_gets_no_min_capacity_and_no_crash() {
 #[test]
 fn svg_stays_well_formed_for_names_with_control_characters() {
     let (_g, emu) = emulator();
-    let t = npualloc::trace::parse_str("a 0 4096 0\nf 0\n", "t").unwrap();
+    let t = npualloc_tools::trace::parse_str("a 0 4096 0\nf 0\n", "t").unwrap();
     let p = Prepared::new("odd\u{1}name\u{1b}.trace", &t);
     let opts = Options { repeat: 1, min_capacity: false, series: true, segment_map: true, warm: false };
     let reports = replay_trace(&emu, &p, &[Target::npualloc("")], &opts, &mut |_, _| {});

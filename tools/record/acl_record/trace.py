@@ -1,4 +1,4 @@
-"""Writing acl-trace v1 (the format of src/trace/format.rs)."""
+"""Writing acl-trace v1 (the format of src/trace/mod.rs)."""
 
 import gzip
 

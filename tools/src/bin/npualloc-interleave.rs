@@ -2,8 +2,8 @@
 //! programs shared a device. See `--help` and `npualloc_tools::interleave`.
 
 use clap::Parser;
-use npualloc::trace::parse_file;
 use npualloc_tools::interleave::{interleave, Input};
+use npualloc_tools::trace::parse_file;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -244,7 +244,7 @@ fn main() -> ExitCode {
     // Every trace is read and checked before anything runs.
     let mut prepared = Vec::new();
     for path in &args.traces {
-        match npualloc::trace::parse_file(path) {
+        match npualloc_tools::trace::parse_file(path) {
             Ok(t) => {
                 let name =
                     path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());

@@ -2,10 +2,10 @@
 //! pieces instead of allocating new ones. When a fresh handle would take reserved memory past
 //! `(1 + headroom) x peak allocated` (this request included), cached handles too large to serve it are freed, then
 //! free pieces elsewhere in the shard's ranges are unmapped (largest first) so their handles back the request.
-//! Unmapping synchronizes the range's streams: once per placement, never within the headroom. Only the growing
-//! shard's own pieces move (its lock is held); other streams' free pieces reach it through the OOM ladder. Off by
-//! default: on a busy device those synchronizations cost more than the memory they save (BENCHMARKS.md, "Models of
-//! placement and growth").
+//! Unmapping synchronizes the range's streams: once per placement, never within the headroom. Pieces move from the
+//! growing shard and from the same stream's other shard (`move_from_sibling`, only when its lock is free); other
+//! streams' free pieces reach it through the OOM ladder. Off by default: on a busy device those synchronizations cost
+//! more than the memory they save (BENCHMARKS.md, "Models of placement and growth").
 
 use super::mapping::{Placement, Victim};
 use super::{give_handle, RangePool};

@@ -1,9 +1,9 @@
-//! Hostile input for the trace parser (`npualloc::trace`): arbitrary bytes
+//! Hostile input for the trace parser (`npualloc_tools::trace`): arbitrary bytes
 //! and near-miss trace text never make it panic; every rejection of text
 //! names the 1-based line of the first problem, and the lines before it are
 //! a valid trace; what it accepts prints back to itself.
 
-use npualloc::trace::{parse_file, parse_reader, parse_str, ParseError};
+use npualloc_tools::trace::{parse_file, parse_reader, parse_str, ParseError};
 use proptest::prelude::*;
 
 /// The number of lines `read_line` sees in `bytes` (a last line without "\n" counts).
@@ -14,7 +14,7 @@ fn line_count(bytes: &[u8]) -> usize {
 /// Checks what the parser said about `bytes`; returns the rejected line, if any.
 fn check_outcome(
     bytes: &[u8],
-    result: Result<npualloc::trace::Trace, ParseError>,
+    result: Result<npualloc_tools::trace::Trace, ParseError>,
 ) -> Result<Option<usize>, TestCaseError> {
     match result {
         Ok(trace) => {

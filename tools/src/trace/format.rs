@@ -1,19 +1,8 @@
-//! The events of an acl-trace v1 file and the summary a replay needs.
-//!
-//! | line | event |
-//! |---|---|
-//! | `a <id> <bytes> <stream>` | allocate `bytes` (> 0) on stream number `stream`, call it `id` |
-//! | `f <id>` | free `id` (stream-ordered on its allocation stream) |
-//! | `u <id> <stream>` | work on `stream` also uses `id` (record_stream) |
-//! | `w <stream>` | the host waits for all work queued on `stream` |
-//!
-//! Ids are unique within a file (never reused); streams are small integers, 0 being the first. Lines starting
-//! with `#` are comments; the first is [`HEADER`].
+//! The events of an acl-trace v1 file (the format is defined where the allocator writes it: `npualloc::trace`) and
+//! the summary a replay needs.
 
+pub use npualloc::trace::HEADER;
 use std::fmt;
-
-/// The first line of every acl-trace v1 file.
-pub const HEADER: &str = "# acl-trace v1";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
