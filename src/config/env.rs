@@ -77,10 +77,7 @@ pub(super) fn choose(
         return Err(Error::bad_config(name, format!("the variable is not valid UTF-8 ({where_})")));
     };
     let (config, ignored, fixed_by_default) =
-        parse::parse_torch_npu(&value, TORCH_NPU_ONLY_KEYS).map_err(|e| match e {
-            Error::BadConfig { key, reason } => Error::BadConfig { key, reason: format!("{reason} ({where_})") },
-            other => other,
-        })?;
+        parse::parse_torch_npu(&value, TORCH_NPU_ONLY_KEYS).map_err(|e| super::noted(e, &where_))?;
     let mut log = format!("npualloc: {unset}; config from {name}='{value}'");
     if let Some(other) = shadowed {
         log += &format!(" ({other} is set too and is not read)");

@@ -22,15 +22,10 @@ pub enum Key {
 }
 
 impl Key {
-    #[inline]
-    pub fn spec(self) -> &'static KeySpec {
-        &KEYS[self as usize]
-    }
-
     /// The key as users write it.
     #[inline]
     pub fn name(self) -> &'static str {
-        self.spec().name
+        KEYS[self as usize].name
     }
 
     /// Looks a key up by its exact (case-sensitive) name.
@@ -268,8 +263,7 @@ pub(crate) const FOREIGN_KEYS: &[&str] = &[
 ];
 
 pub fn key_list() -> String {
-    let names: Vec<&str> = KEYS.iter().map(|spec| spec.name).collect();
-    names.join(", ")
+    KEYS.iter().map(|spec| spec.name).collect::<Vec<_>>().join(", ")
 }
 
 /// A plain-text table of the keys, for documentation and `--help`.

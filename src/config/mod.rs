@@ -122,7 +122,9 @@ pub const DEFAULT_REUSE_CACHE: usize = 64 << 20;
 impl Config {
     /// Parses a config string (grammar in the module doc).
     pub fn parse(s: &str) -> Result<Config, Error> {
-        parse::parse(s)
+        let (config, seen, _) = parse::entries(s, &[])?;
+        parse::check_conflicts(&config, seen)?;
+        Ok(config)
     }
 
     pub fn reuse_cache_bytes(&self) -> usize {
@@ -153,66 +155,44 @@ fn from_env_value(value: Option<OsString>) -> Result<Config, Error> {
     let Ok(value) = value.into_string() else {
         return Err(Error::bad_config(ENV_VAR, "the variable is not valid UTF-8"));
     };
-    Config::parse(&value).map_err(|e| match e {
-        Error::BadConfig { key, reason } => Error::BadConfig { key, reason: format!("{reason} (in {ENV_VAR})") },
+    Config::parse(&value).map_err(|e| noted(e, &format!("in {ENV_VAR}")))
+}
+
+/// `e` with ` ({note})` after its reason, when it is a `BadConfig`.
+fn noted(e: Error, note: &str) -> Error {
+    match e {
+        Error::BadConfig { key, reason } => Error::BadConfig { key, reason: format!("{reason} ({note})") },
         other => other,
-    })
+    }
 }
 
 /// The canonical string: `key:value,...` for the keys that differ from the default, in table order (the default
 /// config is the empty string). `Config::parse` reads it back to an equal value.
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mib = |bytes: Option<usize>| bytes.map(size::format_mib);
+        let divisions = &self.roundup_power2_divisions;
+        let entries = [
+            (Key::ExpandableSegments, self.expandable_segments.map(|v| v.to_string())),
+            (Key::MaxSplitSizeMb, mib(self.max_split_size)),
+            (Key::GarbageCollectionThreshold, self.garbage_collection_threshold.map(|v| v.to_string())),
+            (Key::RoundupPower2Divisions, (*divisions != RoundupDivisions::none()).then(|| divisions.to_string())),
+            (Key::PerProcessMemoryFraction, self.per_process_memory_fraction.map(|v| v.to_string())),
+            (Key::PageSize, (self.page_size != PageSize::default()).then(|| self.page_size.to_string())),
+            (Key::ReleaseThresholdMb, mib(self.release_threshold)),
+            (Key::Trace, self.trace.as_ref().map(|p| p.display().to_string())),
+            (Key::AclLibrary, self.acl_library.clone()),
+            (Key::ReuseCacheMb, mib(self.reuse_cache)),
+            (Key::ReservedHeadroom, self.reserved_headroom.map(|v| v.to_string())),
+            (Key::MapAhead, self.map_ahead.map(|v| v.to_string())),
+            (Key::OomSnapshot, self.oom_snapshot.as_ref().map(|p| p.display().to_string())),
+            (Key::HandleMoves, self.handle_moves.map(|v| v.to_string())),
+            (Key::MaxHandleMb, mib(self.max_handle)),
+        ];
         let mut sep = "";
-        let mut entry = |f: &mut fmt::Formatter<'_>, key: Key, value: &dyn fmt::Display| {
-            let r = write!(f, "{sep}{}:{value}", key.name());
+        for (key, value) in entries.into_iter().filter_map(|(key, v)| Some((key, v?))) {
+            write!(f, "{sep}{}:{value}", key.name())?;
             sep = ",";
-            r
-        };
-        if let Some(on) = self.expandable_segments {
-            entry(f, Key::ExpandableSegments, &on)?;
-        }
-        if let Some(bytes) = self.max_split_size {
-            entry(f, Key::MaxSplitSizeMb, &size::format_mib(bytes))?;
-        }
-        if let Some(t) = self.garbage_collection_threshold {
-            entry(f, Key::GarbageCollectionThreshold, &t)?;
-        }
-        if self.roundup_power2_divisions != RoundupDivisions::none() {
-            entry(f, Key::RoundupPower2Divisions, &self.roundup_power2_divisions)?;
-        }
-        if let Some(fraction) = self.per_process_memory_fraction {
-            entry(f, Key::PerProcessMemoryFraction, &fraction)?;
-        }
-        if self.page_size != PageSize::default() {
-            entry(f, Key::PageSize, &self.page_size)?;
-        }
-        if let Some(bytes) = self.release_threshold {
-            entry(f, Key::ReleaseThresholdMb, &size::format_mib(bytes))?;
-        }
-        if let Some(path) = &self.trace {
-            entry(f, Key::Trace, &path.display())?;
-        }
-        if let Some(path) = &self.acl_library {
-            entry(f, Key::AclLibrary, path)?;
-        }
-        if let Some(bytes) = self.reuse_cache {
-            entry(f, Key::ReuseCacheMb, &size::format_mib(bytes))?;
-        }
-        if let Some(h) = self.reserved_headroom {
-            entry(f, Key::ReservedHeadroom, &h)?;
-        }
-        if let Some(on) = self.map_ahead {
-            entry(f, Key::MapAhead, &on)?;
-        }
-        if let Some(path) = &self.oom_snapshot {
-            entry(f, Key::OomSnapshot, &path.display())?;
-        }
-        if let Some(on) = self.handle_moves {
-            entry(f, Key::HandleMoves, &on)?;
-        }
-        if let Some(bytes) = self.max_handle {
-            entry(f, Key::MaxHandleMb, &size::format_mib(bytes))?;
         }
         Ok(())
     }

@@ -12,45 +12,34 @@ use crate::error::Error;
 /// docs/anchors.md §b); we accept 20 itself, since a split limit equal to the segment size is well defined.
 const MIN_MAX_SPLIT_SIZE: usize = 20 * MIB;
 
-pub(super) fn parse(s: &str) -> Result<Config, Error> {
-    parse_skipping(s, &[]).map(|(config, _)| config)
-}
-
-/// [`parse`], leaving out (unread) entries whose key is in `skip`; returns their names, in order.
-pub(super) fn parse_skipping<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, Vec<&'s str>), Error> {
-    let (config, seen, skipped) = entries(s, skip)?;
-    check_conflicts(&config, seen)?;
-    Ok((config, skipped))
-}
-
-/// [`parse_skipping`] of a `PYTORCH_NPU_ALLOC_CONF` value, read as torch_npu reads it: its segments are fixed
-/// unless `expandable_segments:True` (`NPUAllocatorConfig`), so `max_split_size_mb` without
-/// `expandable_segments` asks for fixed segments. The `bool` says that default was taken.
+/// `Config::parse` of a `PYTORCH_NPU_ALLOC_CONF` value, leaving out (unread) entries whose key is in `skip` and
+/// returning their names, in order. Read as torch_npu reads it: its segments are fixed unless
+/// `expandable_segments:True` (`NPUAllocatorConfig`), so `max_split_size_mb` without `expandable_segments` asks
+/// for fixed segments. The `bool` says that default was taken.
 pub(super) fn parse_torch_npu<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, Vec<&'s str>, bool), Error> {
     let (mut config, seen, skipped) = entries(s, skip)?;
     let fixed_by_default = config.expandable_segments.is_none() && config.max_split_size.is_some();
     if fixed_by_default {
         config.expandable_segments = Some(false);
     }
-    check_conflicts(&config, seen).map_err(|e| match e {
-        Error::BadConfig { key, reason } if fixed_by_default => Error::BadConfig {
-            key,
-            reason: format!(
-                "{reason} (segments are fixed here because max_split_size_mb is given without \
-                 expandable_segments, as torch_npu reads it)"
-            ),
-        },
-        other => other,
+    check_conflicts(&config, seen).map_err(|e| {
+        let why = "segments are fixed here because max_split_size_mb is given without expandable_segments, \
+                   as torch_npu reads it";
+        if fixed_by_default {
+            super::noted(e, why)
+        } else {
+            e
+        }
     })?;
     Ok((config, skipped, fixed_by_default))
 }
 
 /// The entries of `s` applied to the defaults, before cross-key checks: config, bits of keys given, keys left out.
-fn entries<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, u32, Vec<&'s str>), Error> {
+pub(super) fn entries<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, u32, Vec<&'s str>), Error> {
     let mut skipped = Vec::new();
     let mut config = Config::default();
     let mut seen = 0u32;
-    for entry in Entries::new(s) {
+    for entry in split_entries(s) {
         let entry = entry.trim();
         if entry.is_empty() {
             continue;
@@ -80,18 +69,18 @@ fn entries<'s>(s: &'s str, skip: &[&str]) -> Result<(Config, u32, Vec<&'s str>),
 }
 
 fn unknown_key(name: &str) -> Error {
-    let reason = if FOREIGN_KEYS.contains(&name) {
-        format!("a PyTorch/torch_npu allocator key that npualloc does not support; valid keys: {}", keys::key_list())
+    let what = if FOREIGN_KEYS.contains(&name) {
+        "a PyTorch/torch_npu allocator key that npualloc does not support"
     } else {
-        format!("unknown key; valid keys: {}", keys::key_list())
+        "unknown key"
     };
-    Error::bad_config(name, reason)
+    Error::bad_config(name, format!("{what}; valid keys: {}", keys::key_list()))
 }
 
 /// Keys that are valid alone but not together: a key with no effect in the configuration given is refused, and
 /// no key changes another key's default (`seen`: the bits of the keys given). `reserved_headroom` moves free pieces
 /// itself, never a whole handle, so `handle_moves` does nothing there (Note [moves of wholly free handles]).
-fn check_conflicts(config: &Config, seen: u32) -> Result<(), Error> {
+pub(super) fn check_conflicts(config: &Config, seen: u32) -> Result<(), Error> {
     let given = |key: Key| seen & key.bit() != 0;
     match (config.expandable_segments, config.max_split_size) {
         (Some(true), Some(_)) => {
@@ -171,21 +160,13 @@ fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
             config.max_split_size = Some(bytes);
         }
         Key::GarbageCollectionThreshold => {
-            let t = parse_number(key, value, "a number between 0 and 1 (exclusive)")?;
-            // Written so that NaN fails too.
-            if !(t > 0.0 && t < 1.0) {
-                return Err(bad_value(key, "a number between 0 and 1 (exclusive)", value));
-            }
-            config.garbage_collection_threshold = Some(t);
+            let what = "a number between 0 and 1 (exclusive)";
+            config.garbage_collection_threshold = Some(parse_number(key, value, what, |t| t > 0.0 && t < 1.0)?);
         }
         Key::RoundupPower2Divisions => config.roundup_power2_divisions = parse_divisions(key, value)?,
         Key::PerProcessMemoryFraction => {
             let what = "a number greater than 0 and at most 1";
-            let fraction = parse_number(key, value, what)?;
-            if !(fraction > 0.0 && fraction <= 1.0) {
-                return Err(bad_value(key, what, value));
-            }
-            config.per_process_memory_fraction = Some(fraction);
+            config.per_process_memory_fraction = Some(parse_number(key, value, what, |f| f > 0.0 && f <= 1.0)?);
         }
         Key::PageSize => {
             config.page_size = PageSize::from_name(value).ok_or_else(|| bad_value(key, "one of 2m, 20m, 1g", value))?;
@@ -197,12 +178,7 @@ fn apply(config: &mut Config, key: Key, value: &str) -> Result<(), Error> {
         Key::ReuseCacheMb => config.reuse_cache = Some(parse_size(key, value)?),
         Key::ReservedHeadroom => {
             let what = "a number of at least 0 (a fraction: 0.02 = 2%)";
-            let h = parse_number(key, value, what)?;
-            // NaN is refused too.
-            if h.is_nan() || h < 0.0 {
-                return Err(bad_value(key, what, value));
-            }
-            config.reserved_headroom = Some(h);
+            config.reserved_headroom = Some(parse_number(key, value, what, |h| h >= 0.0)?);
         }
         Key::MapAhead => config.map_ahead = Some(parse_bool(key, value)?),
         Key::HandleMoves => config.handle_moves = Some(parse_bool(key, value)?),
@@ -237,9 +213,10 @@ fn parse_size(key: Key, value: &str) -> Result<usize, Error> {
     })
 }
 
-fn parse_number(key: Key, value: &str, what: &str) -> Result<f64, Error> {
+/// A finite number for which `valid` holds; anything else (NaN included) is refused with `what`.
+fn parse_number(key: Key, value: &str, what: &str, valid: fn(f64) -> bool) -> Result<f64, Error> {
     match value.parse::<f64>() {
-        Ok(x) if x.is_finite() => Ok(x),
+        Ok(x) if x.is_finite() && valid(x) => Ok(x),
         _ => Err(bad_value(key, what, value)),
     }
 }
@@ -300,43 +277,28 @@ fn parse_divisions(key: Key, value: &str) -> Result<RoundupDivisions, Error> {
 
 /// Splits a config string at top-level commas; a `roundup_power2_divisions` value starting with `[` runs to the
 /// next `]`, commas included (an unclosed `[` takes the rest of the string; the value parser reports it).
-struct Entries<'a> {
-    rest: &'a str,
-    done: bool,
-}
-
-impl<'a> Entries<'a> {
-    fn new(s: &'a str) -> Self {
-        Entries { rest: s, done: false }
-    }
-}
-
-impl<'a> Iterator for Entries<'a> {
-    type Item = &'a str;
-
-    fn next(&mut self) -> Option<&'a str> {
-        if self.done {
-            return None;
-        }
+fn split_entries(s: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(s);
+    std::iter::from_fn(move || {
+        let s = rest?;
         let mut seen_colon = false;
         let mut value_start = false;
         let mut in_brackets = false;
-        for (i, c) in self.rest.char_indices() {
+        for (i, c) in s.char_indices() {
             if in_brackets {
                 in_brackets = c != ']';
                 continue;
             }
             match c {
                 ',' => {
-                    let entry = &self.rest[..i];
-                    self.rest = &self.rest[i + 1..];
-                    return Some(entry);
+                    rest = Some(&s[i + 1..]);
+                    return Some(&s[..i]);
                 }
                 ':' if !seen_colon => {
                     seen_colon = true;
                     // Only this key's value is a bracketed list: a path may
                     // start with '[' and must not swallow the keys after it.
-                    value_start = Key::from_name(self.rest[..i].trim()) == Some(Key::RoundupPower2Divisions);
+                    value_start = Key::from_name(s[..i].trim()) == Some(Key::RoundupPower2Divisions);
                 }
                 c if value_start && c.is_whitespace() => {}
                 '[' if value_start => {
@@ -346,9 +308,9 @@ impl<'a> Iterator for Entries<'a> {
                 _ => value_start = false,
             }
         }
-        self.done = true;
-        Some(self.rest)
-    }
+        rest = None;
+        Some(s)
+    })
 }
 
 #[cfg(test)]
@@ -356,7 +318,7 @@ mod tests {
     use super::*;
 
     fn split(s: &str) -> Vec<&str> {
-        Entries::new(s).collect()
+        split_entries(s).collect()
     }
 
     #[test]

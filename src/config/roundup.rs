@@ -60,37 +60,23 @@ impl RoundupDivisions {
     /// entry, 0 when absent) covers the sizes at or above the last bound.
     pub fn from_list(entries: &[(usize, usize)], rest: usize) -> Result<Self, DivisionsError> {
         let mut below = Vec::with_capacity(entries.len());
-        let mut previous: Option<usize> = None;
-        for &(bound_mib, divisions) in entries {
+        for (i, &(bound_mib, divisions)) in entries.iter().enumerate() {
             if !bound_mib.is_power_of_two() {
                 return Err(DivisionsError::BoundNotPowerOfTwo(bound_mib));
             }
-            if let Some(previous) = previous {
-                if bound_mib <= previous {
-                    return Err(DivisionsError::BoundsNotIncreasing { bound: bound_mib, previous });
-                }
+            if let Some(&(previous, _)) = entries[..i].last().filter(|&&(previous, _)| bound_mib <= previous) {
+                return Err(DivisionsError::BoundsNotIncreasing { bound: bound_mib, previous });
             }
             let bound = bound_mib.checked_mul(MIB).ok_or(DivisionsError::BoundTooLarge(bound_mib))?;
             below.push((bound, check_divisions(divisions)?));
-            previous = Some(bound_mib);
         }
         Ok(Self { below, rest: check_divisions(rest)? })
-    }
-
-    /// True when no size is rounded.
-    pub fn is_none(&self) -> bool {
-        self.rest <= 1 && self.below.iter().all(|&(_, d)| d <= 1)
     }
 
     /// The number of divisions for a request of `size` bytes (0 or 1: none).
     #[inline]
     pub fn divisions_for(&self, size: usize) -> usize {
-        for &(bound, divisions) in &self.below {
-            if size < bound {
-                return divisions;
-            }
-        }
-        self.rest
+        self.below.iter().find(|&&(bound, _)| size < bound).map_or(self.rest, |&(_, divisions)| divisions)
     }
 
     /// `size` rounded up to a multiple of 2^k / d (module doc). Unchanged: sizes <= 512 bytes (the block
@@ -135,6 +121,14 @@ impl fmt::Display for RoundupDivisions {
             write!(f, ",>:{}", self.rest)?;
         }
         f.write_str("]")
+    }
+}
+
+#[cfg(test)]
+impl RoundupDivisions {
+    /// True when no size is rounded.
+    pub fn is_none(&self) -> bool {
+        self.rest <= 1 && self.below.iter().all(|&(_, d)| d <= 1)
     }
 }
 

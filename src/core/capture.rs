@@ -24,10 +24,8 @@ impl<B: Memory> Pool<B> {
     pub(super) fn quarantine(&mut self, id: BlockId, addr: usize) {
         let _ = self.cache.order.end_export(id);
         self.cache.registry.remove(&addr);
-        let (size, requested) = {
-            let b = self.cache.blocks.get(id);
-            (b.size, b.requested)
-        };
+        let b = self.cache.blocks.get(id);
+        let (size, requested) = (b.size, b.requested);
         self.cache.counters.block_freed(size, requested);
         self.cache.order.quarantine(id, size);
         self.sh.history.freed(addr, requested, self.stream(), self.pool_id(), false);
@@ -41,8 +39,7 @@ impl<B: Memory> Pool<B> {
         if self.cache.order.graph_used(id) {
             return true;
         }
-        let (rt, device) = (&self.sh.rt, self.sh.device);
-        self.cache.order.uses_of(id).iter().any(|&s| rt.on_device(device, || rt.is_capturing(s)).unwrap_or(false))
+        self.cache.order.uses_of(id).iter().any(|&s| capturing_now(&self.sh.rt, self.sh.device, s))
     }
 
     /// Notes that a graph stream uses the allocated block at `addr`.

@@ -27,10 +27,7 @@ pub(super) fn check(config: &Config, expandable: bool, source: &str) -> Result<(
         ("handle_moves", config.handle_moves.is_some()),
         ("max_handle_mb", config.max_handle.is_some()),
     ];
-    match unused.into_iter().find(|&(_, given)| given) {
-        Some((key, _)) => {
-            Err(Error::bad_config(key, format!("has no effect {why}: {key} applies to expandable segments only")))
-        }
-        None => Ok(()),
-    }
+    unused.into_iter().find(|&(_, given)| given).map_or(Ok(()), |(key, _)| {
+        Err(Error::bad_config(key, format!("has no effect {why}: {key} applies to expandable segments only")))
+    })
 }

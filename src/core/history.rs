@@ -109,13 +109,10 @@ impl History {
     #[inline(always)]
     pub fn freed(&self, addr: usize, requested: usize, stream: Stream, pool: u64, completed: bool) {
         if self.is_on() {
-            let requested_entry = (Action::FreeRequested, addr, requested, stream.0, pool, 0);
-            if completed {
-                // One lock and one clock read for both.
-                self.push_all(&[requested_entry, (Action::FreeCompleted, addr, requested, stream.0, pool, 0)]);
-            } else {
-                self.push_all(&[requested_entry]);
-            }
+            let entry = |action| (action, addr, requested, stream.0, pool, 0);
+            // One lock and one clock read for both.
+            let both = [entry(Action::FreeRequested), entry(Action::FreeCompleted)];
+            self.push_all(&both[..1 + usize::from(completed)]);
         }
     }
 

@@ -13,8 +13,7 @@ impl<B: Memory> Device<B> {
     /// The live block containing `addr` (interior pointers allowed).
     pub fn query(&self, addr: usize) -> Result<BlockInfo> {
         self.check_usable()?;
-        let shard = self.owner(addr, "query")?;
-        let pool = shard.lock()?;
+        let pool = self.owner(addr, "query")?.lock()?;
         let Some(id) = pool.cache.allocated_block_at(addr) else {
             return Err(pool.unknown_pointer(addr, "query"));
         };
@@ -39,8 +38,7 @@ impl<B: Memory> Device<B> {
     /// Start and size of the segment holding the live block at `addr`.
     pub fn segment_of(&self, addr: usize) -> Result<(usize, usize)> {
         self.check_usable()?;
-        let shard = self.owner(addr, "segment look-up")?;
-        let pool = shard.lock()?;
+        let pool = self.owner(addr, "segment look-up")?.lock()?;
         let Some(id) = pool.cache.allocated_block_at(addr) else {
             return Err(pool.unknown_pointer(addr, "segment look-up"));
         };
@@ -57,9 +55,7 @@ impl<B: Memory> Device<B> {
     pub fn stats(&self) -> Result<Stats> {
         self.check_usable()?;
         let mut s = self.shard_figures(self.streams.shards())?;
-        for tally in self.pools.tallies() {
-            tally.add_kept_counts(&mut s);
-        }
+        self.pools.tallies().iter().for_each(|tally| tally.add_kept_counts(&mut s));
         self.sh.counters.add_to(&mut s);
         self.peaks.add_to(&mut s);
         s.cached_handle_bytes = self.sh.backing.cached_bytes() as u64;
@@ -71,9 +67,7 @@ impl<B: Memory> Device<B> {
     pub fn kind_stats(&self, kind: PoolKind) -> Result<Stats> {
         self.check_usable()?;
         let mut s = self.shard_figures(self.streams.iter().map(|e| &e.shards[kind as usize]))?;
-        for tally in self.pools.tallies() {
-            tally.add_kept_counts_of(kind as usize, &mut s);
-        }
+        self.pools.tallies().iter().for_each(|tally| tally.add_kept_counts_of(kind as usize, &mut s));
         s.reserved_bytes = s.segment_bytes;
         s.segments_peak = s.segments;
         s.reserved_bytes_peak = s.reserved_bytes;
@@ -102,12 +96,10 @@ impl<B: Memory> Device<B> {
         self.sh.counters.reset_peak();
         self.peaks.reset(self.streams.iter().map(|e| (&e.high, [&e.shards[0].lane, &e.shards[1].lane])));
         for (id, tally) in self.pools.tallies().iter().enumerate() {
-            let (mut a, mut r, mut held) = (0, 0, 0);
-            for shard in self.streams.iter().filter(|e| e.pool() == id as u64).flat_map(|e| &e.shards) {
-                a += shard.lane.allocated();
-                r += shard.lane.requested();
-                held += shard.lock_anyway().held_bytes() as u64;
-            }
+            let shards = self.streams.iter().filter(|e| e.pool() == id as u64).flat_map(|e| &e.shards);
+            let (a, r, held) = shards.fold((0, 0, 0), |(a, r, held), shard| {
+                (a + shard.lane.allocated(), r + shard.lane.requested(), held + shard.lock_anyway().held_bytes() as u64)
+            });
             tally.reset(a, r, held);
         }
         Ok(())

@@ -72,6 +72,11 @@ impl<B: Memory> Pool<B> {
                 if is_free && prev_free {
                     return Err(format!("block {:#x}: two free neighbours were not merged", b.addr));
                 }
+                let registered = matches!(b.state, BlockState::Allocated | BlockState::Held);
+                if registered && self.cache.registry.get(&b.addr) != Some(&id) {
+                    let what = if b.state == BlockState::Held { "held" } else { "allocated" };
+                    return Err(format!("{what} block {:#x} is missing from the registry", b.addr));
+                }
                 match b.state {
                     BlockState::Free => {
                         free_count += 1;
@@ -84,16 +89,10 @@ impl<B: Memory> Pool<B> {
                         allocated += b.size as u64;
                         requested += b.requested as u64;
                         active += 1;
-                        if self.cache.registry.get(&b.addr) != Some(&id) {
-                            return Err(format!("allocated block {:#x} is missing from the registry", b.addr));
-                        }
                     }
                     BlockState::Held => {
                         held += 1;
                         held_bytes += b.size;
-                        if self.cache.registry.get(&b.addr) != Some(&id) {
-                            return Err(format!("held block {:#x} is missing from the registry", b.addr));
-                        }
                     }
                     BlockState::Pending => {
                         pending += 1;

@@ -16,28 +16,10 @@ use super::backing::{GrowError, Memory, Scope};
 use super::device::Device;
 use super::oom_report::{AddressSpaceReport, Elsewhere, Mib, OomReport};
 use super::shard::Shard;
+use super::stats::DeviceCounters;
+use super::streams::StreamEntry;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
-
-/// The recovery steps after a failed growth, cheapest first.
-#[derive(Debug, Clone, Copy)]
-enum Step {
-    ReleaseCached,
-    FreeCachedPages,
-    WaitPending,
-}
-
-impl Step {
-    const LADDER: [Step; 3] = [Step::ReleaseCached, Step::FreeCachedPages, Step::WaitPending];
-
-    fn name(self) -> &'static str {
-        match self {
-            Step::ReleaseCached => "releasing cached memory",
-            Step::FreeCachedPages => "freeing cached physical handles",
-            Step::WaitPending => "waiting for other streams' pending frees",
-        }
-    }
-}
 
 impl GrowError {
     /// The caller's error for a failure that is not a memory shortage.
@@ -108,33 +90,29 @@ impl<B: Memory> Device<B> {
             drop(_ladder);
             return self.malloc_again(size, stream);
         }
-        let mut last = first;
-        // The report states the largest free block at the last attempt: a later figure could contradict the failure.
-        let mut seen = shard.lock_anyway().largest_free();
+        // The last failure. The report states the largest free block at the last attempt: a later figure could
+        // contradict the failure.
+        let mut failed = (first, shard.lock_anyway().largest_free());
         let mut tried: Vec<&'static str> = Vec::new();
-        if let GrowError::NeedsRoom { bytes } = last {
+        // After the step `$what`: notes it tried and retries; done if the request fits.
+        macro_rules! retry_after {
+            ($what:expr) => {
+                tried.push($what);
+                if let Some(addr) = self.attempt(shard, size, rounded, &mut failed)? {
+                    return Ok(addr);
+                }
+            };
+        }
+        if let GrowError::NeedsRoom { bytes } = failed.0 {
             // Not a shortage: `reserved_headroom` asks for other streams' free pieces before growing.
             let _ = self.release_free_except(shard, Scope::Pieces(bytes));
-            tried.push("moving other streams' free pages here (reserved_headroom)");
-            match self.attempt(shard, size, rounded)? {
-                Ok(addr) => return Ok(addr),
-                Err((e, largest)) => (last, seen) = (e, largest),
-            }
+            retry_after!("moving other streams' free pages here (reserved_headroom)");
         }
-        if let GrowError::Collect { needed } = last {
+        if let GrowError::Collect { needed } = failed.0 {
             self.collect_garbage(needed);
-            tried.push("garbage collection");
-            match self.attempt(shard, size, rounded)? {
-                Ok(addr) => return Ok(addr),
-                Err((e, largest)) => (last, seen) = (e, largest),
-            }
+            retry_after!("garbage collection");
         }
-        // The request's retry and refusal count for its pool too (Note [pools]).
-        let own_calls = self.tally_of(&shard.lock_anyway()).calls.clone();
-        {
-            let _pool_calls = super::stats::count_for(&own_calls);
-            self.sh.counters.retried();
-        }
+        self.count_with_pool(shard, DeviceCounters::retried);
         // Pools with use_on_oom give their cache to requests of other pools.
         let own = self.streams.entry_of(shard.lock_anyway().cache.id).pool();
         if own == 0 {
@@ -142,19 +120,25 @@ impl<B: Memory> Device<B> {
                 return Ok(addr);
             }
         }
-        for step in Step::LADDER {
-            if !self.reclaim(step, own) {
-                continue;
-            }
-            tried.push(step.name());
-            match self.attempt(shard, size, rounded)? {
-                Ok(addr) => return Ok(addr),
-                Err((e, largest)) => (last, seen) = (e, largest),
-            }
+        // The steps, cheapest first; failures only mean less came back.
+        let pick = |e: &StreamEntry<B>| e.reclaimable() || (e.use_on_oom() && e.pool() != own);
+        // The second pass releases ranges the first emptied.
+        let _ = self.release_free_where(Scope::All, pick);
+        let _ = self.release_free_where(Scope::All, pick);
+        retry_after!("releasing cached memory");
+        // Worth a retry if there were cached handles or kept reservations; a refusal among them does not undo what
+        // the rest gave back.
+        let had = self.sh.backing.cached_bytes() > 0 || self.sh.backing.keeps_reservations();
+        let _ = B::free_cached(&self.sh);
+        if had {
+            retry_after!("freeing cached physical handles");
+        }
+        if self.wait_pending(pick) {
+            retry_after!("waiting for other streams' pending frees");
         }
         // Ask the peers with no lock held: asking waits for their ladders, and their hooks may allocate from this
         // allocator. Not for our own memory fraction: others' memory does not count against it.
-        let _ladder = if matches!(last, GrowError::OverLimit { .. }) {
+        let _ladder = if matches!(failed.0, GrowError::OverLimit { .. }) {
             _ladder
         } else {
             drop(_ladder);
@@ -168,14 +152,11 @@ impl<B: Memory> Device<B> {
             // Retry whatever they gave back: another thread's ask may have got their cache first, or another thread
             // freed meanwhile.
             if asked > 0 {
-                tried.push("asking the device's other npualloc allocators for their free cache");
-                match self.attempt(shard, size, rounded)? {
-                    Ok(addr) => return Ok(addr),
-                    Err((e, largest)) => (last, seen) = (e, largest),
-                }
+                retry_after!("asking the device's other npualloc allocators for their free cache");
             }
             relocked
         };
+        let (last, seen) = failed;
         // Handles this request obtained go back before the message counts what is held.
         let _ = B::free_cached(&self.sh);
         let (rt, device) = (&self.sh.rt, self.sh.device);
@@ -243,14 +224,18 @@ impl<B: Memory> Device<B> {
         (own, elsewhere)
     }
 
+    /// Counts with `count` for the device and for `shard`'s pool too: the request's retry and refusal count for
+    /// its pool (Note [pools]).
+    fn count_with_pool(&self, shard: &Shard<B>, count: fn(&DeviceCounters)) {
+        let own_calls = self.tally_of(&shard.lock_anyway()).calls.clone();
+        let _pool_calls = super::stats::count_for(&own_calls);
+        count(&self.sh.counters);
+    }
+
     /// Counts a refusal for the device and the request's pool (Note [pools]) and records it in the history with
     /// the device's free memory.
     fn count_refusal(&self, shard: &Shard<B>, size: usize, device_free: u64) {
-        let own_calls = self.tally_of(&shard.lock_anyway()).calls.clone();
-        {
-            let _pool_calls = super::stats::count_for(&own_calls);
-            self.sh.counters.oom();
-        }
+        self.count_with_pool(shard, DeviceCounters::oom);
         // Its own statement: the guard must not live across the device call.
         let (stream, pool) = {
             let p = shard.lock_anyway();
@@ -259,9 +244,15 @@ impl<B: Memory> Device<B> {
         self.sh.history.oom(size, stream, pool, || device_free);
     }
 
-    /// One retry: an out-of-memory failure is the inner `Err`, with the shard's largest free block as seen; any
-    /// other fails the call.
-    fn attempt(&self, shard: &Shard<B>, size: usize, rounded: usize) -> Result<Result<usize, (GrowError, usize)>> {
+    /// One retry: the address if the request fits; an out-of-memory failure becomes `failed`, with the shard's
+    /// largest free block as seen; any other fails the call.
+    fn attempt(
+        &self,
+        shard: &Shard<B>,
+        size: usize,
+        rounded: usize,
+        failed: &mut (GrowError, usize),
+    ) -> Result<Option<usize>> {
         let mut pool = shard.lock()?;
         // A pool put to sleep since the request's check takes nothing now (Note [sleep]).
         if self.sleep.refusing() {
@@ -273,9 +264,12 @@ impl<B: Memory> Device<B> {
                 let stream = pool.stream();
                 self.sh.trace(|t| t.alloc(addr, size, stream));
                 self.sh.history.record(super::history::Action::Alloc, addr, size, stream, pool.pool_id());
-                Ok(Ok(addr))
+                Ok(Some(addr))
             }
-            Err(e) if e.is_out_of_memory() => Ok(Err((e, pool.largest_free()))),
+            Err(e) if e.is_out_of_memory() => {
+                *failed = (e, pool.largest_free());
+                Ok(None)
+            }
             Err(e) => {
                 drop(pool);
                 let _ = B::free_cached(&self.sh);
@@ -309,34 +303,5 @@ impl<B: Memory> Device<B> {
             }
         }
         Ok(None)
-    }
-
-    /// Runs one recovery step; false when it had nothing to do.
-    fn reclaim(&self, step: Step, own: u64) -> bool {
-        let pick = |e: &super::streams::StreamEntry<B>| e.reclaimable() || (e.use_on_oom() && e.pool() != own);
-        match step {
-            Step::ReleaseCached => {
-                // Failures only mean less came back. The second pass releases ranges the first emptied.
-                let _ = self.release_free_where(Scope::All, pick);
-                let _ = self.release_free_where(Scope::All, pick);
-                true
-            }
-            Step::FreeCachedPages => {
-                // Worth a retry if there were cached handles or kept reservations; a refusal among them does not
-                // undo what the rest gave back.
-                let had = self.sh.backing.cached_bytes() > 0 || self.sh.backing.keeps_reservations();
-                let _ = B::free_cached(&self.sh);
-                had
-            }
-            Step::WaitPending => {
-                if !self.streams.shards().any(|s| s.lock_anyway().cache.pending_bytes() > 0) {
-                    return false;
-                }
-                self.wait_pending();
-                let _ = self.release_free_where(Scope::All, pick);
-                let _ = B::free_cached(&self.sh);
-                true
-            }
-        }
     }
 }

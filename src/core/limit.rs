@@ -34,13 +34,10 @@ impl MemoryLimit {
     /// Charges `size` bytes, or says the limit would be passed.
     pub fn charge(&self, size: usize) -> Result<(), OverLimit> {
         let limit = self.limit.load(Ordering::Relaxed);
-        let mut cur = self.charged.load(Ordering::Relaxed);
-        loop {
-            let next = cur.checked_add(size).filter(|&n| n <= limit).ok_or(OverLimit { size, limit, charged: cur })?;
-            match self.charged.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(()),
-                Err(v) => cur = v,
-            }
+        let next = |cur: usize| cur.checked_add(size).filter(|&n| n <= limit);
+        match self.charged.fetch_update(Ordering::Relaxed, Ordering::Relaxed, next) {
+            Ok(_) => Ok(()),
+            Err(charged) => Err(OverLimit { size, limit, charged }),
         }
     }
 

@@ -76,7 +76,7 @@ use crate::error::{Error, Result};
 use crate::runtime::{Runtime, Stream};
 use crate::sys;
 use crate::trace::TraceRecorder;
-use backing::{ExpandableRanges, FixedSegments, Memory, MemoryLimit};
+use backing::{ExpandableRanges, FixedSegments, MemoryLimit};
 use device::Device;
 pub use hooks::{OomHook, ReleaseHook, SegmentEvent, SegmentHook, SegmentPiece};
 use policy::Policy;
@@ -177,48 +177,38 @@ impl DeviceAllocator {
         let large_page =
             if rt.has_vmm() { Some(backing::expandable::large_page_spec(&rt, device, &config)?) } else { None };
         let limit = config.per_process_memory_fraction.and_then(|f| fraction_limit(f, total));
-        let trace = match &config.trace {
-            Some(path) => Some(std::sync::Mutex::new(TraceRecorder::create(path, device, &config)?)),
-            None => None,
-        };
-        fn shared<B: Memory>(
-            rt: &Arc<Runtime>,
-            device: i32,
-            config: &Config,
-            limit: Option<usize>,
-            trace: Option<std::sync::Mutex<TraceRecorder>>,
-            backing: B,
-            hold: crate::runtime::DeviceHold,
-        ) -> Shared<B> {
-            Shared {
-                rt: rt.clone(),
-                device,
-                policy: Policy::new(config),
-                counters: Default::default(),
-                limit: MemoryLimit::new(limit),
-                directory: Default::default(),
-                backing,
-                release_threshold: config.release_threshold,
-                after_free: trace.is_some() || config.release_threshold.is_some(),
-                gc_threshold: config.garbage_collection_threshold,
-                reuse_bytes: config.reuse_cache_bytes(),
-                trace,
-                history: Default::default(),
-                next_serial: Default::default(),
-                hooks: Default::default(),
-                oom_snapshot: config.oom_snapshot.clone(),
-                _hold: hold,
-            }
+        let trace = config.trace.as_ref().map(|path| TraceRecorder::create(path, device, &config)).transpose()?;
+        let trace = trace.map(std::sync::Mutex::new);
+        // The allocator over `$backing`, with the state its shards share.
+        macro_rules! device_over {
+            ($backing:expr) => {
+                Device::new(
+                    Shared {
+                        rt: rt.clone(),
+                        device,
+                        policy: Policy::new(&config),
+                        counters: Default::default(),
+                        limit: MemoryLimit::new(limit),
+                        directory: Default::default(),
+                        backing: $backing,
+                        release_threshold: config.release_threshold,
+                        after_free: trace.is_some() || config.release_threshold.is_some(),
+                        gc_threshold: config.garbage_collection_threshold,
+                        reuse_bytes: config.reuse_cache_bytes(),
+                        trace,
+                        history: Default::default(),
+                        next_serial: Default::default(),
+                        hooks: Default::default(),
+                        oom_snapshot: config.oom_snapshot.clone(),
+                        _hold: hold,
+                    },
+                    max_streams,
+                )
+            };
         }
         let engine = match (expandable, large_page) {
-            (true, Some(page)) => {
-                let b = ExpandableRanges::new(&config, page, total);
-                Engine::Expandable(Device::new(shared(&rt, device, &config, limit, trace, b, hold), max_streams))
-            }
-            _ => Engine::Fixed(Device::new(
-                shared(&rt, device, &config, limit, trace, FixedSegments::default(), hold),
-                max_streams,
-            )),
+            (true, Some(page)) => Engine::Expandable(device_over!(ExpandableRanges::new(&config, page, total))),
+            _ => Engine::Fixed(device_over!(FixedSegments::default())),
         };
         Ok(DeviceAllocator { engine, device, rt, config, joined: Default::default() })
     }
@@ -303,7 +293,7 @@ impl DeviceAllocator {
 
     /// Returns cached, unused segments to the device (may synchronize the streams that used them).
     pub fn empty_cache(&self) -> Result<usize> {
-        with_device!(&self.engine, d => d.empty_cache())
+        with_device!(&self.engine, d => d.empty_cache_with(true))
     }
 
     /// `empty_cache`, keeping the handles it unmaps cached; UNSUPPORTED, nothing changed, with fixed segments.

@@ -90,25 +90,22 @@ impl fmt::Display for OomReport<'_> {
         if let Some(e) = self.largest_elsewhere.filter(|e| e.bytes > self.largest_seen.max(self.largest_own_now)) {
             use super::policy::{PoolKind, SMALL_SIZE};
             write!(f, "The largest free block of this allocator, {}, is in ", Mib(e.bytes))?;
+            let (small, stream) = (Mib(SMALL_SIZE as u64), e.stream.0);
             match (e.other_kind_of_own, e.other_pool) {
-                (Some(PoolKind::Small), _) => write!(
-                    f,
-                    "this stream's small pool, which serves only requests of {} or less. ",
-                    Mib(SMALL_SIZE as u64)
-                )?,
+                (Some(PoolKind::Small), _) => {
+                    write!(f, "this stream's small pool, which serves only requests of {small} or less. ")?
+                }
                 (Some(PoolKind::Large), _) => {
-                    write!(f, "this stream's large pool, which serves only requests over {}. ", Mib(SMALL_SIZE as u64))?
+                    write!(f, "this stream's large pool, which serves only requests over {small}. ")?
                 }
                 (None, Some(0)) => {
-                    write!(f, "the default pool (stream {:#x}), which this request's pool does not use. ", e.stream.0)?
+                    write!(f, "the default pool (stream {stream:#x}), which this request's pool does not use. ")?
                 }
-                (None, Some(pool)) => write!(
-                    f,
-                    "private pool {pool} (stream {:#x}), which this request's pool does not use. ",
-                    e.stream.0
-                )?,
+                (None, Some(pool)) => {
+                    write!(f, "private pool {pool} (stream {stream:#x}), which this request's pool does not use. ")?
+                }
                 (None, None) => {
-                    write!(f, "the pool of stream {:#x}: a stream reuses only its own free blocks. ", e.stream.0)?
+                    write!(f, "the pool of stream {stream:#x}: a stream reuses only its own free blocks. ")?
                 }
             }
         }

@@ -25,8 +25,13 @@ impl<B: Memory> Device<B> {
 
     /// `release_free` over the entries `pick` chooses.
     pub(super) fn release_free_where(&self, scope: Scope, pick: impl Fn(&StreamEntry<B>) -> bool) -> Result<usize> {
+        self.release_shards(self.streams.iter().filter(|e| pick(e)).flat_map(|e| e.shards.iter()), scope)
+    }
+
+    /// `release_free` over `shards`.
+    pub(super) fn release_shards<'a>(&self, shards: impl Iterator<Item = &'a Shard<B>>, scope: Scope) -> Result<usize> {
         let mut taken: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
-        for shard in self.streams.iter().filter(|e| pick(e)).flat_map(|e| e.shards.iter()) {
+        for shard in shards {
             let mut pool = shard.lock_anyway();
             pool.drain_reuse();
             pool.reap_pending();
@@ -66,11 +71,9 @@ impl<B: Memory> Device<B> {
     /// Synchronizes the streams that used `taken`, gives back what no busy stream may use, settles each shard.
     pub(super) fn give_back_all(&self, taken: Vec<(&Shard<B>, Vec<Detached>)>) -> Result<usize> {
         let mut streams: Vec<Stream> = Vec::new();
-        for d in taken.iter().flat_map(|(_, ds)| ds) {
-            for &s in &d.streams {
-                if !streams.contains(&s) {
-                    streams.push(s);
-                }
+        for &s in taken.iter().flat_map(|(_, ds)| ds).flat_map(|d| &d.streams) {
+            if !streams.contains(&s) {
+                streams.push(s);
             }
         }
         // Each pool counts the synchronizations for its memory once per stream (Note [pools]).
@@ -150,8 +153,13 @@ impl<B: Memory> Device<B> {
         (busy, first_error)
     }
 
-    /// Synchronizes every pending free's events (no shard lock held: the shards keep owning them), then reaps them.
-    pub(super) fn wait_pending(&self) {
+    /// If a free is pending: synchronizes every pending free's events (no shard lock held: the shards keep owning
+    /// them), reaps them, then releases the free memory of the entries `pick` chooses and the cached handles.
+    /// False when no free was pending.
+    pub(super) fn wait_pending(&self, pick: impl Fn(&StreamEntry<B>) -> bool) -> bool {
+        if !self.streams.shards().any(|s| s.lock_anyway().cache.pending_bytes() > 0) {
+            return false;
+        }
         let (rt, device) = (&self.sh.rt, self.sh.device);
         let events: Vec<_> = self.streams.shards().flat_map(|s| s.lock_anyway().cache.pending_events()).collect();
         for ev in events {
@@ -161,6 +169,10 @@ impl<B: Memory> Device<B> {
         for shard in self.streams.shards() {
             shard.lock_anyway().reap_pending();
         }
+        // Failures only mean less came back.
+        let _ = self.release_free_where(Scope::All, pick);
+        let _ = B::free_cached(&self.sh);
+        true
     }
 
     /// Before growing by `needed` past `garbage_collection_threshold` x limit, gives back the oldest unused cached
@@ -192,12 +204,11 @@ impl<B: Memory> Device<B> {
             let mut unpinned = false;
             for (shard, d) in all {
                 // A range with nothing mapped stays: it frees nothing, and may be the one this growth just reserved.
-                let memory = d.memory;
-                if to_free == 0 || memory == 0 {
+                if to_free == 0 || d.memory == 0 {
                     keep.push((shard, d));
                     continue;
                 }
-                to_free = to_free.saturating_sub(memory);
+                to_free = to_free.saturating_sub(d.memory);
                 unpinned |= d.what == What::Retired;
                 chosen.push((shard, vec![d]));
             }
@@ -238,35 +249,19 @@ impl<B: Memory> Device<B> {
     }
 
     /// Returns every cached, unused segment, handle and empty range to the device (may synchronize the streams that
-    /// used them). Everything is tried; the first error is the answer.
-    pub fn empty_cache(&self) -> Result<usize> {
-        self.empty_cache_with(true)
-    }
-
-    /// `empty_cache`; with `free_handles` false the unmapped handles stay cached (torch_npu's
-    /// `emptyCacheImpl(check_error, free_physical=false)`).
+    /// used them). Everything is tried; the first error is the answer. With `free_handles` false the unmapped
+    /// handles stay cached (torch_npu's `emptyCacheImpl(check_error, free_physical=false)`).
     pub fn empty_cache_with(&self, free_handles: bool) -> Result<usize> {
-        if self.broken.load(Ordering::Relaxed) {
-            return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
-        }
+        self.check_usable()?;
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         // The second pass releases the ranges the first emptied; the third those a moved handle emptied (its new
         // pages detach only once its old address is unmapped).
-        let mut released = 0;
-        let mut first_error = None;
         let passes = (0..3).map(|_| self.release_free(Scope::All));
         let handles = free_handles.then(|| std::iter::once_with(|| B::free_cached(&self.sh)));
-        for result in passes.chain(handles.into_iter().flatten()) {
-            match result {
-                Ok(n) => released += n,
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
+        let result = sum_all(passes.chain(handles.into_iter().flatten()));
         self.retire_destroyed();
-        first_error.map_or(Ok(released), Err)
+        result
     }
 
     /// After a free at `addr`, when cached memory passes `release_threshold`: gives back about the excess of what
@@ -348,7 +343,7 @@ impl<B: Memory> Device<B> {
                     unpinned = retired && gave_back;
                     // What frees that found the ladder busy left over the threshold, wherever it lies.
                     if self.release_owed.swap(false, Ordering::AcqRel) && over() > 0 {
-                        let _ = self.release_free_where(Scope::Unused(over()), |e| e.reclaimable());
+                        let _ = self.release_free(Scope::Unused(over()));
                     }
                     if self.sh.backing.cached_bytes() > 0 {
                         let _ = B::free_cached_upto(&self.sh, over());
@@ -366,4 +361,19 @@ impl<B: Memory> Device<B> {
             pool = shard.lock_anyway();
         }
     }
+}
+
+/// The sum of `results`, each one evaluated in turn, or the first error.
+pub(super) fn sum_all(results: impl IntoIterator<Item = Result<usize>>) -> Result<usize> {
+    let mut released = 0;
+    let mut first_error = None;
+    for result in results {
+        match result {
+            Ok(n) => released += n,
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    first_error.map_or(Ok(released), Err)
 }

@@ -59,10 +59,7 @@ impl<B> Shared<B> {
     /// With `garbage_collection_threshold` and a memory limit: threshold x limit, the reserved bytes a growth
     /// should not pass before garbage collection has given old cached memory back.
     pub fn gc_target(&self) -> Option<usize> {
-        let (Some(t), Some(limit)) = (self.gc_threshold, self.limit.get()) else {
-            return None;
-        };
-        Some((t * limit as f64) as usize)
+        Some((self.gc_threshold? * self.limit.get()? as f64) as usize)
     }
 
     /// Whether growing by `needed` bytes would pass `gc_target`.

@@ -10,7 +10,6 @@ use super::streams::StreamEntry;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
 impl SleepMode {
     /// Whether sleep takes the pool's live blocks off the device.
@@ -23,7 +22,7 @@ impl<B: Memory> Device<B> {
     /// Sleeps (Note [sleep]); `mode_of(pool id, its configured mode)` is the mode each pool sleeps in. Returns
     /// the device bytes given back; asleep already: 0, but after a partial wake INVALID_ARGUMENT, nothing changed.
     pub fn sleep(&self, mode_of: &dyn Fn(u64, SleepMode) -> SleepMode) -> Result<usize> {
-        self.check_alive()?;
+        self.check_usable()?;
         // Before any lock: the host's queue may still allocate as it drains.
         self.sh.hooks.before_release(self.sh.device);
         let mut state = self.sleep.lock();
@@ -45,16 +44,13 @@ impl<B: Memory> Device<B> {
                 continue;
             }
             // Memory another process maps must stay where it is.
-            for s in p.shards.iter() {
-                let pool = s.lock_anyway();
-                if let Some(addr) = pool.cache.imported_block() {
-                    return Err(Error::InvalidArgument(format!(
-                        "pool {} would sleep with sleep={} while another process holds its block {addr:#x} \
-                         imported (npualloc_ipc_import): that process must close it first; nothing was changed",
-                        p.id,
-                        mode.name()
-                    )));
-                }
+            if let Some(addr) = p.shards.iter().find_map(|s| s.lock_anyway().cache.imported_block()) {
+                return Err(Error::InvalidArgument(format!(
+                    "pool {} would sleep with sleep={} while another process holds its block {addr:#x} \
+                     imported (npualloc_ipc_import): that process must close it first; nothing was changed",
+                    p.id,
+                    mode.name()
+                )));
             }
             if !B::SLEEPS_LIVE && p.shards.iter().any(|s| s.lock_anyway().cache.live().0 > 0) {
                 return Err(Error::Unsupported(format!(
@@ -67,29 +63,19 @@ impl<B: Memory> Device<B> {
             modes.insert(p.id, mode);
         }
         // The other exports of those pools end: their memory goes off the device.
-        for p in self.pool_shards().into_iter().filter(|p| modes.contains_key(&p.id)) {
-            for s in p.shards.iter() {
-                s.lock_anyway().cache.end_all_exports(false);
-            }
+        for s in self.pool_shards().iter().filter(|p| modes.contains_key(&p.id)).flat_map(|p| p.shards.iter()) {
+            s.lock_anyway().cache.end_all_exports(false);
         }
         *state = Some(Asleep { partly_woken: false });
         self.sleep.publish(Some(&modes));
         let result = self.take_off(&modes);
-        if let Err(e) = result {
+        if let Err(e) = &result {
             // Undo: bring back what was taken (if handles are short, the memory stays asleep).
-            match self.bring_back(&|_| true, &HashMap::new(), false) {
-                Ok(()) => {
-                    *state = None;
-                    self.sleep.publish(None);
-                }
-                Err(w) => {
-                    return Err(Error::Internal(format!(
-                        "sleep failed ({e}), and waking again failed too: {}",
-                        w.error
-                    )));
-                }
+            if let Err(w) = self.bring_back(&|_| true, &HashMap::new(), false) {
+                return Err(Error::Internal(format!("sleep failed ({e}), and waking again failed too: {}", w.error)));
             }
-            return Err(e);
+            *state = None;
+            self.sleep.publish(None);
         }
         result
     }
@@ -145,13 +131,6 @@ impl<B: Memory> Device<B> {
                 B::keep_unfreed(sh, h, bytes);
             }
         }
-    }
-
-    pub(super) fn check_alive(&self) -> Result<()> {
-        if self.broken.load(Ordering::Relaxed) {
-            return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
-        }
-        Ok(())
     }
 }
 

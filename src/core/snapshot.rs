@@ -15,7 +15,7 @@ use super::pytorch_snapshot::{document, split_into_runs, BlockView, SegmentView,
 use super::stats::Stats;
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-/// What a block in a snapshot is doing (in JSON: its `name`).
+/// What a block in a snapshot is doing (in JSON: its name in kebab-case).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BlockSnapshotState {
@@ -25,16 +25,6 @@ pub enum BlockSnapshotState {
     Cached,
     /// Freed by the caller, waiting for other streams' work.
     PendingFree,
-}
-
-impl BlockSnapshotState {
-    pub fn name(self) -> &'static str {
-        match self {
-            BlockSnapshotState::Active => "active",
-            BlockSnapshotState::Cached => "cached",
-            BlockSnapshotState::PendingFree => "pending-free",
-        }
-    }
 }
 
 /// A piece of a segment's memory in one state.

@@ -187,7 +187,7 @@ impl DeviceCounters {
     /// Applies `f` to these counters and to those `count_for` names (a pool's, Note [pools]). Device calls are
     /// on slow paths only, so the thread-local read costs no hit.
     #[inline]
-    fn both(&self, f: impl Fn(&DeviceCounters)) {
+    fn both<R>(&self, f: impl Fn(&DeviceCounters) -> R) {
         f(self);
         // Gone at thread exit: the device's counters have the call already.
         let _ = ALSO.try_with(|also| {
@@ -248,9 +248,7 @@ impl DeviceCounters {
     /// A physical handle was obtained: it is reserved until freed.
     pub fn physical_allocated(&self, size: usize) {
         self.reserve(size);
-        self.both(|c| {
-            c.physical_mallocs.fetch_add(1, Relaxed);
-        });
+        self.both(|c| c.physical_mallocs.fetch_add(1, Relaxed));
     }
 
     pub fn physical_freed(&self, size: usize) {
@@ -261,9 +259,7 @@ impl DeviceCounters {
     }
 
     pub fn page_mapped(&self) {
-        self.both(|c| {
-            c.maps.fetch_add(1, Relaxed);
-        });
+        self.both(|c| c.maps.fetch_add(1, Relaxed));
     }
 
     /// A wholly free handle mapped a second time (its map counts too).
@@ -275,15 +271,11 @@ impl DeviceCounters {
     }
 
     pub fn page_unmapped(&self) {
-        self.both(|c| {
-            c.unmaps.fetch_add(1, Relaxed);
-        });
+        self.both(|c| c.unmaps.fetch_add(1, Relaxed));
     }
 
     pub fn synced(&self) {
-        self.both(|c| {
-            c.syncs.fetch_add(1, Relaxed);
-        });
+        self.both(|c| c.syncs.fetch_add(1, Relaxed));
     }
 
     /// A synchronization counted here alone (a pool's share of one made for several pools).
@@ -292,15 +284,11 @@ impl DeviceCounters {
     }
 
     pub fn retried(&self) {
-        self.both(|c| {
-            c.retries.fetch_add(1, Relaxed);
-        });
+        self.both(|c| c.retries.fetch_add(1, Relaxed));
     }
 
     pub fn oom(&self) {
-        self.both(|c| {
-            c.ooms.fetch_add(1, Relaxed);
-        });
+        self.both(|c| c.ooms.fetch_add(1, Relaxed));
     }
 
     pub fn reserved(&self) -> usize {
@@ -361,12 +349,8 @@ impl Lane {
     }
 }
 
-/// A pair of marks or peaks: (allocated, requested) bytes.
-#[derive(Debug, Default)]
-pub(crate) struct Mark {
-    allocated: AtomicU64,
-    requested: AtomicU64,
-}
+/// A pair of marks or peaks: (allocated, requested) bytes, as a lane holds.
+type Mark = Lane;
 
 impl Mark {
     #[inline(always)]
@@ -431,10 +415,7 @@ impl Peaks {
     #[inline(never)]
     pub fn raise<'a>(&self, high: &HighWater, totals: (u64, u64), entries: impl Iterator<Item = [&'a Lane; 2]>) {
         high.0.raise(totals);
-        let mut sums = [(0, 0); 2];
-        for lanes in entries {
-            sums = [plus(sums[0], figures(lanes[0])), plus(sums[1], figures(lanes[1]))];
-        }
+        let sums = entries.fold([(0, 0); 2], |s, lanes| [plus(s[0], figures(lanes[0])), plus(s[1], figures(lanes[1]))]);
         self.all.raise(plus(sums[0], sums[1]));
         self.kind[0].raise(sums[0]);
         self.kind[1].raise(sums[1]);

@@ -36,7 +36,7 @@ impl<B: Memory> Device<B> {
     /// Wakes the pools in `pools` (None: every pool); those not asleep: OK. INVALID_ARGUMENT, changing nothing, for a
     /// pool never created.
     pub fn wake(&self, pools: Option<&[u64]>) -> Result<()> {
-        self.check_alive()?;
+        self.check_usable()?;
         if let Some(list) = pools {
             let created = self.pool_shards().len() as u64;
             if let Some(p) = list.iter().find(|&&p| p >= created) {
@@ -146,11 +146,8 @@ impl<B: Memory> Device<B> {
                 Ok(h) => handles.push_back((h, bytes)),
                 Err(e) => {
                     self.free_sized(handles);
-                    let oom = match &e {
-                        Error::OutOfMemory(_) => true,
-                        Error::Runtime { call, .. } => call.is_out_of_memory(),
-                        _ => false,
-                    };
+                    let oom = matches!(&e, Error::OutOfMemory(_))
+                        || matches!(&e, Error::Runtime { call, .. } if call.is_out_of_memory());
                     if !oom {
                         return Err(Failed { error: e, short: false });
                     }
@@ -210,10 +207,6 @@ impl<B: Memory> Device<B> {
         let _ = self.release_free_where(Scope::All, pick);
         let _ = self.release_free_where(Scope::All, pick);
         let _ = B::free_cached(&self.sh);
-        if self.streams.shards().any(|s| s.lock_anyway().cache.pending_bytes() > 0) {
-            self.wait_pending();
-            let _ = self.release_free_where(Scope::All, pick);
-            let _ = B::free_cached(&self.sh);
-        }
+        self.wait_pending(pick);
     }
 }

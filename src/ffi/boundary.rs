@@ -17,8 +17,8 @@
 //!
 //! The two fallible forms clear the thread's last error first, so a successful call leaves "" behind. The body runs in
 //! a closure: `return` inside it returns from the closure, which is the function's result. Inside a fallible body,
-//! [`try_ref!`], [`try_mut!`], [`try_out!`] and [`try_str!`] turn a NULL (or misaligned, or non-UTF-8) argument into
-//! `Error::InvalidArgument` naming the parameter.
+//! [`try_ref!`], [`try_out!`] and [`try_str!`] (and, in tests, `try_mut!`) turn a NULL (or misaligned, or non-UTF-8)
+//! argument into `Error::InvalidArgument` naming the parameter.
 
 use super::last_error::{clear_last_error, fail, set_last_error};
 use super::status::npualloc_status;
@@ -53,7 +53,8 @@ macro_rules! try_ref {
     }};
 }
 
-/// `&mut T` from a pointer argument, or an early `Err(InvalidArgument)`.
+/// `&mut T` from a pointer argument, or an early `Err(InvalidArgument)` (used by tests only).
+#[cfg(test)]
 #[macro_export]
 #[doc(hidden)]
 macro_rules! try_mut {
@@ -107,61 +108,66 @@ pub fn utf8<'a>(s: &'a std::ffi::CStr, param: &str) -> Result<&'a str> {
     s.to_str().map_err(|e| Error::InvalidArgument(format!("{param} is not valid UTF-8: {e}")))
 }
 
+/// The `n` values at `ptr` (NULL allowed when `n` is 0), or `Err(InvalidArgument)` naming `param` for a NULL or
+/// misaligned `ptr`, or for a count too large for memory ("{param}: {n} {noun} is more than memory can hold").
+///
+/// # Safety
+/// A non-NULL `ptr` points to `n` readable `T`.
+pub(crate) unsafe fn slice_arg<'a, T>(ptr: *const T, n: usize, param: &str, noun: &str) -> Result<&'a [T]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    check_ptr(ptr, param)?;
+    if n > isize::MAX as usize / std::mem::size_of::<T>() {
+        return Err(Error::InvalidArgument(format!("{param}: {n} {noun} is more than memory can hold")));
+    }
+    // SAFETY: non-NULL, aligned and of a size memory can hold (checked above); readable by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, n) })
+}
+
 #[doc(hidden)]
 #[inline]
 pub fn run_status(name: &'static str, body: impl FnOnce() -> Result<()>) -> npualloc_status {
-    clear_last_error();
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => npualloc_status::NPUALLOC_OK,
-        Ok(Err(err)) => fail(err),
-        Err(payload) => record_panic(name, payload),
-    }
+    catch(name, body).err().unwrap_or(npualloc_status::NPUALLOC_OK)
 }
 
 #[doc(hidden)]
 #[inline]
 pub fn run_fallible<T>(name: &'static str, fallback: T, body: impl FnOnce() -> Result<T>) -> T {
-    clear_last_error();
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(value)) => value,
-        Ok(Err(err)) => {
-            let _ = fail(err);
-            fallback
-        }
-        Err(payload) => {
-            let _ = record_panic(name, payload);
-            fallback
-        }
-    }
+    catch(name, body).unwrap_or(fallback)
 }
 
 #[doc(hidden)]
 #[inline]
 pub fn run_infallible<T>(name: &'static str, fallback: T, body: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|payload| {
+        let _ = record_panic(name, payload);
+        fallback
+    })
+}
+
+/// The two fallible forms: clears the last error, runs `body`, and records an `Err` or a panic as the last error.
+#[inline]
+fn catch<T>(name: &'static str, body: impl FnOnce() -> Result<T>) -> std::result::Result<T, npualloc_status> {
+    clear_last_error();
     match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(value) => value,
-        Err(payload) => {
-            let _ = record_panic(name, payload);
-            fallback
-        }
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(err)) => Err(fail(err)),
+        Err(payload) => Err(record_panic(name, payload)),
     }
 }
 
 /// Records a caught panic and returns `NPUALLOC_ERR_INTERNAL`.
 #[cold]
 fn record_panic(name: &'static str, payload: Box<dyn Any + Send>) -> npualloc_status {
-    let message = if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic payload that is not a string".to_string()
-    };
+    let message =
+        payload.downcast_ref::<&str>().copied().or_else(|| payload.downcast_ref::<String>().map(String::as_str));
+    let text =
+        Error::Internal(format!("panic in {name}: {}", message.unwrap_or("a panic payload that is not a string")));
     // Dropping a payload runs arbitrary code that could panic again, outside any catch; leaking it is the lesser risk.
     std::mem::forget(payload);
-    let status = npualloc_status::NPUALLOC_ERR_INTERNAL;
-    set_last_error(&Error::Internal(format!("panic in {name}: {message}")).to_string());
-    status
+    set_last_error(&text.to_string());
+    npualloc_status::NPUALLOC_ERR_INTERNAL
 }
 
 #[cfg(test)]

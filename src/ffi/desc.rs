@@ -28,16 +28,6 @@ impl HandleKind for Binding {
 }
 
 impl Binding {
-    /// Borrows the binding behind a desc's `obj` (only the value of `b` is used).
-    ///
-    /// # Safety
-    /// As [`handle::borrow`]: `b` is not destroyed while the result is in use.
-    #[inline]
-    unsafe fn from_raw<'a>(b: *const c_void) -> Result<&'a Binding> {
-        // SAFETY: forwarded to the caller.
-        unsafe { handle::borrow(Handle::of(b)) }
-    }
-
     /// The binding's allocator, checked like any handle: a binding that outlived its allocator is refused on every
     /// callback, also once the allocator's slot issued another handle.
     #[inline]
@@ -52,25 +42,6 @@ impl Binding {
             e => e,
         })
     }
-}
-
-fn new_binding(allocator: *const npualloc_allocator, stream: Stream) -> Result<Handle> {
-    handle::register(Binding { allocator: Handle::of(allocator), stream })
-}
-
-fn callbacks(binding: Handle) -> DescCallbacks {
-    DescCallbacks {
-        obj: binding.as_ptr(),
-        alloc: npualloc_desc_alloc,
-        free: npualloc_desc_free,
-        alloc_advise: npualloc_desc_alloc_advise,
-        get_addr: npualloc_desc_get_addr,
-    }
-}
-
-/// Checks a stream the way `npualloc_malloc` checks one it meets for the first time; changes nothing.
-fn check_stream(allocator: &Allocator, stream: Stream) -> Result<()> {
-    allocator.core.check_stream(stream)
 }
 
 /// Registers the allocator on `stream` through an `aclrtAllocatorDesc` with all four callbacks set; blocks the runtime
@@ -98,25 +69,27 @@ pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: a
         if regs.contains_key(&stream) {
             return Ok(());
         }
-        check_stream(allocator, stream)?;
+        allocator.core.check_stream(stream)?;
         let rt = allocator.core.runtime();
-        let binding = new_binding(a, stream)?;
-        let registered = rt
-            .create_desc(&callbacks(binding))
-            .and_then(|desc| match rt.register_desc(stream, desc) {
-                Ok(()) => Ok(desc),
-                Err(e) => {
-                    let _ = rt.destroy_desc(desc);
-                    Err(e)
-                }
-            });
+        let binding = handle::register(Binding { allocator: Handle::of(a), stream })?;
+        let callbacks = DescCallbacks {
+            obj: binding.as_ptr(),
+            alloc: npualloc_desc_alloc,
+            free: npualloc_desc_free,
+            alloc_advise: npualloc_desc_alloc_advise,
+            get_addr: npualloc_desc_get_addr,
+        };
+        let registered = rt.create_desc(&callbacks).and_then(|desc| {
+            rt.register_desc(stream, desc).map(|()| desc).inspect_err(|_| {
+                let _ = rt.destroy_desc(desc);
+            })
+        });
         match registered {
             Ok(desc) => {
                 regs.insert(stream, Registration { desc, binding });
                 // GE keeps its own allocator for a stream that ran an op before anything was registered
                 // (docs/runtime-behaviour.md "How GE uses a registered allocator"); queued work is our one sign of it.
-                let on_device = rt.on_device(allocator.core.device(), || rt.stream_busy(stream));
-                if let Ok(Some(true)) = on_device {
+                if let Ok(Some(true)) = rt.on_device(allocator.core.device(), || rt.stream_busy(stream)) {
                     set_last_error(&format!(
                         "warning: registered on stream {:#x}, but work is already queued on it: if an op ran on \
                          the stream before this call, GE keeps its own allocator for it and this registration \
@@ -175,14 +148,7 @@ fn release(allocator: &Allocator, stream: Stream, regs: &mut HashMap<Stream, Reg
 pub(crate) fn unregister_all(allocator: &Allocator) -> Result<()> {
     let mut regs = allocator.registrations.lock().unwrap_or_else(|e| e.into_inner());
     let streams: Vec<Stream> = regs.keys().copied().collect();
-    let mut first = Ok(());
-    for stream in streams {
-        let r = release(allocator, stream, &mut regs);
-        if first.is_ok() {
-            first = r;
-        }
-    }
-    first
+    streams.into_iter().map(|stream| release(allocator, stream, &mut regs)).fold(Ok(()), Result::and)
 }
 
 /// The desc's allocation callback: allocates `size` bytes on the binding's stream and returns a block handle, or NULL
@@ -201,10 +167,10 @@ pub unsafe extern "C" fn npualloc_desc_alloc(binding: *mut c_void, size: usize) 
 /// The body of both allocation callbacks.
 ///
 /// # Safety
-/// As [`Binding::from_raw`].
+/// As [`handle::borrow`]: `binding` is not destroyed during the call.
 unsafe fn desc_malloc(binding: *mut c_void, size: usize) -> Result<*mut c_void> {
     // SAFETY: forwarded to the caller.
-    let b = unsafe { Binding::from_raw(binding) }?;
+    let b = unsafe { handle::borrow::<Binding>(Handle::of(binding)) }?;
     Ok(b.allocator()?.core.malloc(size, b.stream)? as *mut c_void)
 }
 
@@ -217,7 +183,7 @@ unsafe fn desc_malloc(binding: *mut c_void, size: usize) -> Result<*mut c_void> 
 pub unsafe extern "C" fn npualloc_desc_free(binding: *mut c_void, block: *mut c_void) {
     ffi_boundary!(fallible "npualloc_desc_free", (), {
         // SAFETY: as in npualloc_desc_alloc.
-        let b = unsafe { Binding::from_raw(binding) }?;
+        let b = unsafe { handle::borrow::<Binding>(Handle::of(binding)) }?;
         if block.is_null() {
             return Ok(());
         }
@@ -266,8 +232,8 @@ pub unsafe extern "C" fn npualloc_binding_create(
         let allocator = unsafe { Allocator::from_handle(a) }?;
         let out = try_out!(binding, "binding");
         let stream = Stream::from_raw(stream);
-        check_stream(allocator, stream)?;
-        let b = new_binding(a, stream)?;
+        allocator.core.check_stream(stream)?;
+        let b = handle::register(Binding { allocator: Handle::of(a), stream })?;
         // SAFETY: out was checked non-NULL and aligned.
         unsafe { out.write(b.as_ptr()) };
         Ok(())

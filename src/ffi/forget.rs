@@ -31,9 +31,6 @@ pub unsafe extern "C" fn npualloc_forget_stream(a: *mut npualloc_allocator, stre
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_pluggable_forget_stream(device: c_int, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_pluggable_forget_stream", {
-        match super::pluggable::existing(device)? {
-            Some(a) => a.forget_stream(Stream::from_raw(stream)).map(|_| ()),
-            None => Ok(()),
-        }
+        super::pluggable::existing(device)?.map_or(Ok(()), |a| a.forget_stream(Stream::from_raw(stream)).map(drop))
     })
 }

@@ -1,10 +1,9 @@
 //! Memory history and the snapshot in PyTorch's format.
 
 use super::handle::{npualloc_allocator, Allocator};
+use super::stats::write_json;
 use super::status::npualloc_status;
-use crate::core::DeviceAllocator;
-use crate::error::Error;
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::{c_char, c_int};
 
 /// Starts, resizes or stops the memory history: the allocator keeps its last `max_entries` events (alloc, free
 /// requested, free completed, segment alloc/free or map/unmap, out of memory) for
@@ -43,17 +42,9 @@ pub unsafe extern "C" fn npualloc_snapshot_pytorch_json(
     ffi_boundary!(status "npualloc_snapshot_pytorch_json", {
         // SAFETY: as in npualloc_record_history.
         let allocator = unsafe { Allocator::from_handle(a) }?;
-        let out = try_out!(out_json, "out_json");
-        let c = snapshot_string(&allocator.core)?;
-        // SAFETY: out was checked non-NULL and aligned.
-        unsafe { out.write(c.into_raw()) };
-        Ok(())
+        // SAFETY: the caller's contract on `out_json`, passed on.
+        unsafe { write_json(out_json, || Ok(allocator.core.pytorch_snapshot()?.to_json())) }
     })
-}
-
-fn snapshot_string(core: &DeviceAllocator) -> crate::error::Result<CString> {
-    let json = core.pytorch_snapshot()?.to_json();
-    CString::new(json).map_err(|_| Error::Internal("snapshot contains a NUL byte".into()))
 }
 
 /// `npualloc_record_history` for the pluggable entry points' process-wide allocator of `device`, created now
@@ -80,10 +71,7 @@ pub unsafe extern "C" fn npualloc_pluggable_snapshot_pytorch_json(
     out_json: *mut *mut c_char,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pluggable_snapshot_pytorch_json", {
-        let out = try_out!(out_json, "out_json");
-        let c = snapshot_string(super::pluggable::allocator(device)?)?;
-        // SAFETY: out was checked non-NULL and aligned.
-        unsafe { out.write(c.into_raw()) };
-        Ok(())
+        // SAFETY: the caller's contract on `out_json`, passed on.
+        unsafe { write_json(out_json, || Ok(super::pluggable::allocator(device)?.pytorch_snapshot()?.to_json())) }
     })
 }

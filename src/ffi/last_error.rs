@@ -4,7 +4,6 @@
 //!
 //! The buffer is a `thread_local!` with a destructor (it owns heap memory); glibc keeps a shared library loaded while
 //! threads that registered such destructors live, so `dlclose` of npualloc does not unload it under them.
-//! destructors live, so `dlclose` of npualloc does not unload it under them.
 
 use super::status::npualloc_status;
 use crate::error::Error;
@@ -17,32 +16,30 @@ thread_local! {
 
 const EMPTY: &[u8] = b"\0";
 
+/// Runs `f` on this thread's buffer, if it can be borrowed.
+fn edit(f: impl FnOnce(&mut Vec<u8>)) {
+    // During thread teardown the buffer may be gone already; then nobody is left to read a message.
+    let _ = LAST_ERROR.try_with(|cell| cell.try_borrow_mut().map(|mut buf| f(&mut buf)));
+}
+
 /// Records `msg` as this thread's last error (interior NUL bytes become '?').
 pub(crate) fn set_last_error(msg: &str) {
-    // During thread teardown the buffer may be gone already; then nobody is left to read a message.
-    let _ = LAST_ERROR.try_with(|cell| {
-        if let Ok(mut buf) = cell.try_borrow_mut() {
-            buf.clear();
-            buf.extend(msg.bytes().map(|b| if b == 0 { b'?' } else { b }));
-            buf.push(0);
-        }
+    edit(|buf| {
+        buf.clear();
+        buf.extend(msg.bytes().map(|b| if b == 0 { b'?' } else { b }));
+        buf.push(0);
     });
 }
 
 /// Forgets this thread's last error (`npualloc_last_error()` returns "" again), keeping the buffer's capacity.
 pub(crate) fn clear_last_error() {
-    let _ = LAST_ERROR.try_with(|cell| {
-        if let Ok(mut buf) = cell.try_borrow_mut() {
-            buf.clear();
-        }
-    });
+    edit(Vec::clear);
 }
 
 /// Records `err` (its `Display` text) and returns the status it maps to.
 pub(crate) fn fail(err: Error) -> npualloc_status {
-    let status = npualloc_status::from(&err);
     set_last_error(&err.to_string());
-    status
+    npualloc_status::from(&err)
 }
 
 /// This thread's last error as a Rust string ("" when there is none).

@@ -23,40 +23,30 @@ unsafe fn validate<'a>(a: *const npualloc_allocator, c: &Copy2d) -> Result<(Chec
     let allocator = unsafe { Allocator::from_handle(a) }?;
     // An unusable allocator (e.g. a poisoned lock) must surface as its own error, not as "unknown pointer".
     let mut lookup_error: Option<Error> = None;
-    let checked = check_copy(c, |addr| match allocator.core.block_range(addr) {
-        Ok(range) => range,
-        Err(e) => {
+    let checked = check_copy(c, |addr| {
+        allocator.core.block_range(addr).unwrap_or_else(|e| {
             lookup_error.get_or_insert(e);
             None
-        }
+        })
     });
-    match (checked, lookup_error) {
-        (Ok(checked), _) => Ok((checked, Some(allocator))),
-        (Err(_), Some(e)) => Err(e),
-        (Err(e), None) => Err(e),
-    }
+    checked.map(|checked| (checked, Some(allocator))).map_err(|e| lookup_error.unwrap_or(e))
 }
 
-/// The runtime a copy runs on: the allocator's, else the default library (loaded once per process).
-fn runtime_for(allocator: Option<&Allocator>) -> Result<Arc<Runtime>> {
-    match allocator {
-        Some(a) => Ok(a.core.runtime().clone()),
-        None => Ok(Runtime::load(None)?),
+/// [`validate`], then the runtime the copy runs on: the allocator's, else the default library (loaded once per
+/// process); None for a copy that is a no-op.
+///
+/// # Safety
+/// As for [`validate`].
+unsafe fn runtime_for(a: *const npualloc_allocator, c: &Copy2d) -> Result<Option<Arc<Runtime>>> {
+    // SAFETY: forwarded from the caller's contract.
+    let (checked, allocator) = unsafe { validate(a, c) }?;
+    if checked == Checked::NoOp {
+        return Ok(None);
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn copy2d(
-    dst: *const c_void,
-    dpitch: usize,
-    src: *const c_void,
-    spitch: usize,
-    width: usize,
-    height: usize,
-    kind: i32,
-    is_async: bool,
-) -> Copy2d {
-    Copy2d { dst: dst as usize, dpitch, src: src as usize, spitch, width, height, kind, is_async }
+    Ok(Some(match allocator {
+        Some(a) => a.core.runtime().clone(),
+        None => Runtime::load(None)?,
+    }))
 }
 
 /// Checks a 2D copy without performing it or calling the runtime, by the rules `npualloc_memcpy2d` (`is_async == 0`)
@@ -88,7 +78,8 @@ pub unsafe extern "C" fn npualloc_check_memcpy2d(
     is_async: i32,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_check_memcpy2d", {
-        let c = copy2d(dst, dpitch, src, spitch, width, height, kind, is_async != 0);
+        let is_async = is_async != 0;
+        let c = Copy2d { dst: dst as usize, dpitch, src: src as usize, spitch, width, height, kind, is_async };
         // SAFETY: handle validity is the caller's contract; dead handles are refused.
         unsafe { validate(a, &c) }?;
         Ok(())
@@ -119,13 +110,9 @@ pub unsafe extern "C" fn npualloc_memcpy2d(
     kind: i32,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_memcpy2d", {
-        let c = copy2d(dst, dpitch, src, spitch, width, height, kind, false);
+        let c = Copy2d { dst: dst as usize, dpitch, src: src as usize, spitch, width, height, kind, is_async: false };
         // SAFETY: handle validity is the caller's contract; dead handles are refused.
-        let (checked, allocator) = unsafe { validate(a, &c) }?;
-        if checked == Checked::NoOp {
-            return Ok(());
-        }
-        let rt = runtime_for(allocator)?;
+        let Some(rt) = unsafe { runtime_for(a, &c) }? else { return Ok(()) };
         // SAFETY: the arguments passed the runtime's documented rules (and, with an allocator, the owning block's
         // bounds); the host side is the caller's contract. kind is 1, 2 or 4 here, so the cast is exact.
         unsafe { rt.memcpy2d(dst, dpitch, src, spitch, width, height, kind as u32) }
@@ -154,13 +141,9 @@ pub unsafe extern "C" fn npualloc_memcpy2d_async(
     stream: aclrtStream,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_memcpy2d_async", {
-        let c = copy2d(dst, dpitch, src, spitch, width, height, kind, true);
+        let c = Copy2d { dst: dst as usize, dpitch, src: src as usize, spitch, width, height, kind, is_async: true };
         // SAFETY: handle validity is the caller's contract; dead handles are refused.
-        let (checked, allocator) = unsafe { validate(a, &c) }?;
-        if checked == Checked::NoOp {
-            return Ok(());
-        }
-        let rt = runtime_for(allocator)?;
+        let Some(rt) = unsafe { runtime_for(a, &c) }? else { return Ok(()) };
         // SAFETY: validated as in npualloc_memcpy2d; the caller keeps both regions alive until the stream completes.
         // kind is 1 to 4 here, so the cast is exact.
         unsafe { rt.memcpy2d_async(dst, dpitch, src, spitch, width, height, kind as u32, Stream::from_raw(stream)) }

@@ -37,21 +37,19 @@ fn check_device(device: c_int) -> Result<usize> {
         0 => NPUALLOC_PLUGGABLE_MAX_DEVICES,
         n => n,
     };
-    match usize::try_from(device) {
-        Ok(d) if d < limit => Ok(d),
+    usize::try_from(device).ok().filter(|&d| d < limit).ok_or_else(|| {
         // `limit` is at least 1: init refuses a device count of 0.
-        _ => Err(Error::InvalidArgument(format!("device {device} is not in 0 to {}", limit - 1))),
-    }
+        Error::InvalidArgument(format!("device {device} is not in 0 to {}", limit - 1))
+    })
 }
 
 /// The allocator of `device`, created from `NPUALLOC_CONF` on first use.
 pub(crate) fn allocator(device: c_int) -> Result<&'static DeviceAllocator> {
-    let d = check_device(device)?;
-    created_slot(d, device).map(|c| &c.allocator.core)
+    created_slot(device).map(|c| &c.allocator.core)
 }
 
-fn created_slot(d: usize, device: c_int) -> Result<&'static Created> {
-    let created = SLOTS[d].get_or_init(|| {
+fn created_slot(device: c_int) -> Result<&'static Created> {
+    let created = SLOTS[check_device(device)?].get_or_init(|| {
         let core = Config::from_env().and_then(|c| DeviceAllocator::new(c, device))?;
         let (handle, allocator) = Allocator::into_raw_process_wide(core)?;
         Ok(Created { handle, allocator })
@@ -61,8 +59,7 @@ fn created_slot(d: usize, device: c_int) -> Result<&'static Created> {
 
 /// The allocator of `device` if one was created successfully.
 pub(crate) fn existing(device: c_int) -> Result<Option<&'static DeviceAllocator>> {
-    let d = check_device(device)?;
-    Ok(SLOTS[d].get().and_then(|r| r.as_ref().ok()).map(|c| &c.allocator.core))
+    Ok(SLOTS[check_device(device)?].get().and_then(|r| r.as_ref().ok()).map(|c| &c.allocator.core))
 }
 
 /// Every allocator created successfully so far.
@@ -123,19 +120,12 @@ pub unsafe extern "C" fn npualloc_pluggable_free(ptr: *mut c_void, size: usize, 
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_pluggable_init(device_count: c_int) {
     ffi_boundary!(fallible "npualloc_pluggable_init", (), {
-        match usize::try_from(device_count) {
-            Ok(n) if (1..=NPUALLOC_PLUGGABLE_MAX_DEVICES).contains(&n) => {
-                DEVICE_COUNT.store(n, Ordering::Release);
-                Ok(())
-            }
-            _ => {
-                let e = Error::InvalidArgument(format!(
-                    "device_count {device_count} is not in 1..={NPUALLOC_PLUGGABLE_MAX_DEVICES}"
-                ));
-                report("init", &e);
-                Err(e)
-            }
-        }
+        let n = usize::try_from(device_count).ok().filter(|n| (1..=NPUALLOC_PLUGGABLE_MAX_DEVICES).contains(n));
+        let n = n.ok_or_else(|| {
+            Error::InvalidArgument(format!("device_count {device_count} is not in 1..={NPUALLOC_PLUGGABLE_MAX_DEVICES}"))
+        });
+        DEVICE_COUNT.store(n.inspect_err(|e| report("init", e))?, Ordering::Release);
+        Ok(())
     })
 }
 
@@ -144,18 +134,9 @@ pub extern "C" fn npualloc_pluggable_init(device_count: c_int) {
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_pluggable_empty_cache(check_error: bool) {
     ffi_boundary!(fallible "npualloc_pluggable_empty_cache", (), {
-        let mut first = Ok(());
-        for a in created() {
-            if let Err(e) = a.empty_cache() {
-                if check_error {
-                    report("empty_cache", &e);
-                }
-                if first.is_ok() {
-                    first = Err(e);
-                }
-            }
-        }
-        first
+        created()
+            .map(|a| a.empty_cache().map(drop).inspect_err(|e| if check_error { report("empty_cache", e) }))
+            .fold(Ok(()), Result::and)
     })
 }
 
@@ -199,19 +180,11 @@ pub unsafe extern "C" fn npualloc_pluggable_base_alloc(ptr: *mut c_void, size: *
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_pluggable_reset_peak_stats(device: c_int) {
     ffi_boundary!(fallible "npualloc_pluggable_reset_peak_stats", (), {
-        match existing(c_int::from(device_index(device))) {
-            Ok(Some(a)) => a.reset_peak_stats(),
-            Ok(None) => Ok(()),
-            Err(e) => Err(e),
-        }
-        .inspect_err(|e| report("reset_peak_stats", e))
+        // The `c10::DeviceIndex` (`int8_t`) in the low byte.
+        existing(c_int::from((device & 0xff) as u8 as i8))
+            .and_then(|a| a.map_or(Ok(()), DeviceAllocator::reset_peak_stats))
+            .inspect_err(|e| report("reset_peak_stats", e))
     })
-}
-
-/// The `c10::DeviceIndex` (`int8_t`) in the low byte of a hook argument.
-#[inline]
-fn device_index(raw: c_int) -> i8 {
-    (raw & 0xff) as u8 as i8
 }
 
 /// Test access: the statistics of `device`'s pluggable allocator.
@@ -234,8 +207,7 @@ pub unsafe extern "C" fn npualloc_pluggable_allocator(
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pluggable_allocator", {
         let out = try_out!(out, "out");
-        let d = check_device(device)?;
-        let created = created_slot(d, device)?;
+        let created = created_slot(device)?;
         // SAFETY: out was checked non-NULL and aligned.
         unsafe { out.write(created.handle.as_ptr()) };
         Ok(())

@@ -251,17 +251,8 @@ pub unsafe extern "C" fn npualloc_pool_restore(
     ffi_boundary!(status "npualloc_pool_restore", {
         // SAFETY: as in npualloc_pool_create.
         let allocator = unsafe { Allocator::from_handle(a) }?;
-        let list: &[npualloc_live_block] = if n == 0 {
-            &[]
-        } else {
-            super::boundary::check_ptr(blocks, "blocks")?;
-            if n > isize::MAX as usize / std::mem::size_of::<npualloc_live_block>() {
-                return Err(Error::InvalidArgument(format!("blocks: {n} blocks is more than memory can hold")));
-            }
-            // SAFETY: non-NULL, aligned and of a size memory can hold (checked above); readable by the caller's contract.
-            unsafe { std::slice::from_raw_parts(blocks, n) }
-        };
-        let list: Vec<LiveBlock> = list
+        // SAFETY: the caller's contract for the list; pointer and count are checked first.
+        let list: Vec<LiveBlock> = unsafe { super::boundary::slice_arg(blocks, n, "blocks", "blocks") }?
             .iter()
             .map(|b| LiveBlock {
                 addr: b.ptr as usize,

@@ -1,6 +1,7 @@
 //! `npualloc_sleep` / `npualloc_wake`: give back an allocator's device memory while every address it handed out stays
 //! valid, and bring it back (Note [sleep] in `core::sleep`).
 
+use super::boundary::slice_arg;
 use super::handle::{npualloc_allocator, Allocator};
 use super::status::npualloc_status;
 
@@ -64,9 +65,9 @@ pub unsafe extern "C" fn npualloc_sleep_with(
         // SAFETY: as in npualloc_malloc.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         // SAFETY: the caller's contract for each list; pointer and count are checked first.
-        let offload = unsafe { pool_list(offload_pools, n_offload, "offload_pools") }?;
+        let offload = unsafe { slice_arg(offload_pools, n_offload, "offload_pools", "pools") }?;
         // SAFETY: as above.
-        let discard = unsafe { pool_list(discard_pools, n_discard, "discard_pools") }?;
+        let discard = unsafe { slice_arg(discard_pools, n_discard, "discard_pools", "pools") }?;
         allocator.core.sleep_with(offload, discard).map(|_| ())
     })
 }
@@ -91,23 +92,7 @@ pub unsafe extern "C" fn npualloc_wake_with(
         // SAFETY: as in npualloc_malloc.
         let allocator = unsafe { Allocator::from_handle(a) }?;
         // SAFETY: the caller's contract for the list; pointer and count are checked first.
-        let pools = unsafe { pool_list(pools, n, "pools") }?;
+        let pools = unsafe { slice_arg(pools, n, "pools", "pools") }?;
         allocator.core.wake_with(pools)
     })
-}
-
-/// The `n` pool ids at `ptr` (NULL allowed when `n` is 0).
-///
-/// # Safety
-/// A non-NULL `ptr` points to `n` readable `u64`.
-unsafe fn pool_list<'a>(ptr: *const u64, n: usize, param: &str) -> crate::error::Result<&'a [u64]> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    super::boundary::check_ptr(ptr, param)?;
-    if n > isize::MAX as usize / std::mem::size_of::<u64>() {
-        return Err(crate::error::Error::InvalidArgument(format!("{param}: {n} pools is more than memory can hold")));
-    }
-    // SAFETY: non-NULL, aligned and of a size memory can hold (checked above); readable by the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(ptr, n) })
 }

@@ -2,7 +2,7 @@
 
 use super::handle::{npualloc_allocator, Allocator};
 use super::status::npualloc_status;
-use crate::error::Error;
+use crate::error::{Error, Result};
 use std::ffi::{c_char, CString};
 
 /// Version of the `npualloc_stats` layout this library fills (the field docs say which version added each field).
@@ -147,8 +147,8 @@ pub unsafe extern "C" fn npualloc_get_stats(a: *const npualloc_allocator, out: *
 /// As for `out` of `npualloc_get_stats`.
 pub(super) unsafe fn fill_stats(
     out: *mut npualloc_stats,
-    stats: impl FnOnce() -> crate::error::Result<crate::core::Stats>,
-) -> crate::error::Result<()> {
+    stats: impl FnOnce() -> Result<crate::core::Stats>,
+) -> Result<()> {
     let out = try_out!(out.cast::<u32>(), "out");
     // SAFETY: out is non-NULL and aligned; struct_size is its first field.
     let size = unsafe { out.read() } as usize;
@@ -228,13 +228,21 @@ pub unsafe extern "C" fn npualloc_snapshot_json(
     ffi_boundary!(status "npualloc_snapshot_json", {
         // SAFETY: as in npualloc_get_stats.
         let allocator = unsafe { Allocator::from_handle(a) }?;
-        let out = try_out!(out_json, "out_json");
-        let json = allocator.core.snapshot_json()?;
-        let c = CString::new(json).map_err(|_| Error::Internal("snapshot contains a NUL byte".into()))?;
-        // SAFETY: out was checked non-NULL and aligned.
-        unsafe { out.write(c.into_raw()) };
-        Ok(())
+        // SAFETY: the caller's contract on `out_json`, passed on.
+        unsafe { write_json(out_json, || allocator.core.snapshot_json()) }
     })
+}
+
+/// Checks `out_json`, then writes to it the text `json()` makes, as a string for `npualloc_string_free`.
+///
+/// # Safety
+/// `out_json` is NULL or valid for writing one pointer.
+pub(super) unsafe fn write_json(out_json: *mut *mut c_char, json: impl FnOnce() -> Result<String>) -> Result<()> {
+    let out = try_out!(out_json, "out_json");
+    let c = CString::new(json()?).map_err(|_| Error::Internal("snapshot contains a NUL byte".into()))?;
+    // SAFETY: out was checked non-NULL and aligned.
+    unsafe { out.write(c.into_raw()) };
+    Ok(())
 }
 
 /// Frees a string returned by npualloc. NULL is a no-op.

@@ -30,6 +30,7 @@ macro_rules! status_table {
             }
 
             /// The lines of the doc comment, which the header repeats.
+            #[cfg(test)]
             pub fn doc_lines(self) -> &'static [&'static str] {
                 match self {
                     $($enum::$variant => &[$($doc),*],)*
@@ -76,20 +77,9 @@ pub enum npualloc_status {
 pub type npualloc_status_raw = i32;
 
 impl npualloc_status {
-    /// Every status, in numeric order (a function, not an associated constant, so cbindgen leaves it out).
-    pub const fn all() -> [npualloc_status; ALL.len()] {
-        ALL
-    }
-
     /// The status with this number, or None for a number that is not one.
     pub fn from_raw(raw: npualloc_status_raw) -> Option<Self> {
         ALL.into_iter().find(|s| *s as i32 == raw)
-    }
-
-    /// The name as written in C, e.g. "NPUALLOC_ERR_OUT_OF_MEMORY".
-    pub fn name(self) -> &'static str {
-        let with_nul = self.name_with_nul();
-        &with_nul[..with_nul.len() - 1]
     }
 }
 
@@ -126,6 +116,19 @@ mod tests {
     use super::*;
     use crate::runtime::{AclCallError, RuntimeError};
     use std::ffi::CStr;
+
+    impl npualloc_status {
+        /// Every status, in numeric order (a function, not an associated constant, so cbindgen leaves it out).
+        pub const fn all() -> [npualloc_status; ALL.len()] {
+            ALL
+        }
+
+        /// The name as written in C, e.g. "NPUALLOC_ERR_OUT_OF_MEMORY".
+        pub fn name(self) -> &'static str {
+            let with_nul = self.name_with_nul();
+            &with_nul[..with_nul.len() - 1]
+        }
+    }
 
     #[test]
     fn numbers_are_the_contract() {

@@ -146,18 +146,12 @@ pub fn check_rules(c: &Copy2d) -> Result<Checked, Error> {
         return Ok(Checked::NoOp);
     }
     // docs/acl-api.md §5, ACL layer: NULL dst or src is ACL_ERROR_INVALID_PARAM.
-    if c.dst == 0 {
-        return Err(null_pointer(c, Side::Dst));
-    }
-    if c.src == 0 {
-        return Err(null_pointer(c, Side::Src));
+    if let Some(side) = [Side::Dst, Side::Src].into_iter().find(|&side| c.region(side).addr == 0) {
+        return Err(null_pointer(c, side));
     }
     // docs/acl-api.md §5, ACL and runtime layers: width <= each pitch (so, as width > 0, pitches are non-zero).
-    if c.width > c.dpitch {
-        return Err(width_over_pitch(c, Side::Dst));
-    }
-    if c.width > c.spitch {
-        return Err(width_over_pitch(c, Side::Src));
+    if let Some(side) = [Side::Dst, Side::Src].into_iter().find(|&side| c.width > c.region(side).pitch) {
+        return Err(width_over_pitch(c, side));
     }
     // docs/runtime-behaviour.md "2D copies", ACL layer (`CheckMemcpy2dParam`):
     // a kind other than H2D, D2H, D2D and DEFAULT is ACL_ERROR_INVALID_PARAM.

@@ -51,19 +51,14 @@ pub const ACL_ERROR_NAMES: &[(i32, &str)] = &[
     (507899, "ACL_ERROR_RT_DRV_INTERNAL_ERROR"),
 ];
 
-/// The name of aclError `code`, if the table has it.
-pub fn acl_error_name(code: i32) -> Option<&'static str> {
-    ACL_ERROR_NAMES.iter().find(|&&(c, _)| c == code).map(|&(_, n)| n)
-}
-
 /// An aclError as a message shows it: "ACL_ERROR_RT_MEMORY_ALLOCATION (207001)".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AclErrorCode(pub i32);
 
 impl fmt::Display for AclErrorCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match acl_error_name(self.0) {
-            Some(name) => write!(f, "{name} ({})", self.0),
+        match ACL_ERROR_NAMES.iter().find(|&&(code, _)| code == self.0) {
+            Some((_, name)) => write!(f, "{name} ({})", self.0),
             None => write!(f, "unnamed aclError ({})", self.0),
         }
     }
@@ -73,6 +68,10 @@ impl fmt::Display for AclErrorCode {
 mod tests {
     use super::*;
     use crate::sys;
+
+    fn acl_error_name(code: i32) -> Option<&'static str> {
+        ACL_ERROR_NAMES.iter().find(|&&(c, _)| c == code).map(|&(_, n)| n)
+    }
 
     #[test]
     fn codes_and_names_are_unique() {

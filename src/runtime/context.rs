@@ -27,10 +27,7 @@ impl Context {
 
 /// Held devices with their primary context and hold count, process-wide (allocators of one library may each
 /// have their own `Runtime`): keyed by the library (its `aclrtSetDevice` address) and the device.
-#[derive(Default)]
-struct Holds {
-    by_device: HashMap<(usize, i32), (Context, usize)>,
-}
+type Holds = HashMap<(usize, i32), (Context, usize)>;
 
 static HOLDS: LazyLock<Mutex<Holds>> = LazyLock::new(Default::default);
 
@@ -93,23 +90,19 @@ impl Runtime {
     pub fn hold_device(self: &Arc<Self>, device: i32) -> Result<DeviceHold, AclCallError> {
         if self.features.contexts {
             let mut holds = self.holds();
-            if let Some((_, n)) = holds.by_device.get_mut(&(self.library(), device)) {
+            if let Some((_, n)) = holds.get_mut(&(self.library(), device)) {
                 *n += 1;
             } else {
                 let saved = self.current_context();
                 self.set_device(device)?;
-                let primary = match self.get_current_context() {
-                    Ok(ctx) => ctx,
-                    Err(e) => {
-                        // Give the reference back: nothing is held on failure.
-                        let _ = self.reset_device(device);
-                        return Err(e);
-                    }
-                };
+                let primary = self.get_current_context().inspect_err(|_| {
+                    // Give the reference back: nothing is held on failure.
+                    let _ = self.reset_device(device);
+                })?;
                 if let Some(prev) = saved.filter(|&p| p != primary) {
                     let _ = self.set_current_context(prev);
                 }
-                holds.by_device.insert((self.library(), device), (primary, 1));
+                holds.insert((self.library(), device), (primary, 1));
             }
         }
         Ok(DeviceHold { rt: self.clone(), device })
@@ -120,10 +113,10 @@ impl Runtime {
             return;
         }
         let mut holds = self.holds();
-        let Some((_, n)) = holds.by_device.get_mut(&(self.library(), device)) else { return };
+        let Some((_, n)) = holds.get_mut(&(self.library(), device)) else { return };
         *n -= 1;
         if *n == 0 {
-            holds.by_device.remove(&(self.library(), device));
+            holds.remove(&(self.library(), device));
             // Failing here only means the runtime is going away.
             let _ = self.reset_device(device);
         }
@@ -131,7 +124,7 @@ impl Runtime {
 
     /// The primary context of a held device.
     fn held_context(&self, device: i32) -> Option<Context> {
-        self.holds().by_device.get(&(self.library(), device)).map(|&(ctx, _)| ctx)
+        self.holds().get(&(self.library(), device)).map(|&(ctx, _)| ctx)
     }
 
     /// Runs `f` with `device` current, then puts the thread's context back; reference counts end as before.
@@ -142,15 +135,7 @@ impl Runtime {
         let saved = self.current_context();
         match self.held_context(device) {
             Some(ctx) if saved == Some(ctx) => f(),
-            Some(ctx) => {
-                self.set_current_context(ctx)?;
-                let result = f();
-                if let Some(prev) = saved {
-                    // Fails only if the runtime is going away; the caller needs `f`'s result either way.
-                    let _ = self.set_current_context(prev);
-                }
-                result
-            }
+            Some(ctx) => self.switched(saved, ctx, f),
             None => {
                 self.set_device(device)?;
                 let result = f();
@@ -194,18 +179,24 @@ impl Runtime {
     pub fn held_device_of(&self, stream: Stream) -> Option<i32> {
         let lib = self.library();
         let held: Vec<(i32, Context)> =
-            self.holds().by_device.iter().filter(|(k, _)| k.0 == lib).map(|(&(_, d), &(c, _))| (d, c)).collect();
+            self.holds().iter().filter(|(k, _)| k.0 == lib).map(|(&(_, d), &(c, _))| (d, c)).collect();
         held.into_iter().find_map(|(d, c)| {
-            let found = self.on_context(c, || self.stream_in_current_context(stream));
+            let found = self.switched(self.current_context(), c, || self.stream_in_current_context(stream));
             matches!(found, Ok(Some(true))).then_some(d)
         })
     }
 
-    fn on_context<T>(&self, ctx: Context, f: impl FnOnce() -> Result<T, AclCallError>) -> Result<T, AclCallError> {
-        let saved = self.current_context();
+    /// Runs `f` with `ctx` current, then makes `saved` current again (if any).
+    fn switched<T>(
+        &self,
+        saved: Option<Context>,
+        ctx: Context,
+        f: impl FnOnce() -> Result<T, AclCallError>,
+    ) -> Result<T, AclCallError> {
         self.set_current_context(ctx)?;
         let result = f();
         if let Some(prev) = saved {
+            // Fails only if the runtime is going away; the caller needs `f`'s result either way.
             let _ = self.set_current_context(prev);
         }
         result

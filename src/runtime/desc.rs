@@ -45,13 +45,9 @@ impl Runtime {
                 )
             }
         })();
-        match filled {
-            Ok(()) => Ok(desc as usize),
-            Err(e) => {
-                let _ = self.destroy_desc(desc as usize);
-                Err(e)
-            }
-        }
+        filled.map(|()| desc as usize).inspect_err(|_| {
+            let _ = self.destroy_desc(desc as usize);
+        })
     }
 
     pub fn destroy_desc(&self, desc: usize) -> Result<(), AclCallError> {

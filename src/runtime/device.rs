@@ -89,11 +89,25 @@ impl Runtime {
     /// Checks that `stream` names a live stream (`aclrtStreamQuery`, which does not wait). `Ok(false)`: the
     /// runtime lacks the call, nothing was checked.
     pub fn check_stream(&self, stream: Stream) -> Result<bool, AclCallError> {
-        let Some(query) = self.api.aclrtStreamQuery else { return Ok(false) };
+        Ok(self.query_stream(stream)?.is_some())
+    }
+
+    /// `Some(true)` if work on `stream` is unfinished, `Some(false)` if idle, `None` if the runtime lacks
+    /// `aclrtStreamQuery` or the stream is capturing (the runtime refuses to query it: Note [capture]). Does not wait.
+    pub fn stream_busy(&self, stream: Stream) -> Result<Option<bool>, AclCallError> {
+        if self.api.aclrtStreamQuery.is_none() || self.is_capturing(stream).unwrap_or(false) {
+            return Ok(None);
+        }
+        Ok(self.query_stream(stream)?.map(|status| status == sys::ACL_STREAM_STATUS_NOT_READY))
+    }
+
+    /// `aclrtStreamQuery`'s status of `stream`; `None` without the call.
+    fn query_stream(&self, stream: Stream) -> Result<Option<sys::aclrtStreamStatus>, AclCallError> {
+        let Some(query) = self.api.aclrtStreamQuery else { return Ok(None) };
         let mut status: sys::aclrtStreamStatus = sys::ACL_STREAM_STATUS_COMPLETE;
         // SAFETY: the runtime validates the handle; status is a valid out-pointer.
         check("aclrtStreamQuery", unsafe { query(stream.raw(), &mut status) })?;
-        Ok(true)
+        Ok(Some(status))
     }
 
     /// An event usable for queries and stream waits.

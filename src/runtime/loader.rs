@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex};
 
 /// Environment variable naming the ACL library, after the config key.
 pub const ACL_LIBRARY_ENV: &str = "NPUALLOC_ACL_LIBRARY";
@@ -70,19 +70,6 @@ impl fmt::Display for LibrarySource {
     }
 }
 
-/// Where the library comes from when no path is configured.
-pub fn default_library_path() -> String {
-    default_library().0
-}
-
-fn default_library() -> (String, LibrarySource) {
-    choose(
-        None,
-        std::env::var_os(ACL_LIBRARY_ENV).map(|p| p.to_string_lossy().into_owned()),
-        std::env::var_os("ASCEND_HOME_PATH").map(PathBuf::from),
-    )
-}
-
 /// The library path and where it came from, in the module docs' order; empty strings count as unset.
 fn choose(given: Option<&str>, env: Option<String>, ascend_home: Option<PathBuf>) -> (String, LibrarySource) {
     if let Some(p) = given.filter(|p| !p.is_empty()) {
@@ -99,18 +86,16 @@ fn choose(given: Option<&str>, env: Option<String>, ascend_home: Option<PathBuf>
     (DEFAULT_LIBRARY.to_string(), LibrarySource::Search)
 }
 
-fn cache() -> &'static Mutex<HashMap<String, Arc<LoadedLibrary>>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<LoadedLibrary>>>> = OnceLock::new();
-    CACHE.get_or_init(Default::default)
-}
+static CACHE: LazyLock<Mutex<HashMap<String, Arc<LoadedLibrary>>>> = LazyLock::new(Default::default);
 
 /// Opens (once) the library at `path`, or the default one, and resolves it.
 pub fn load(path: Option<&str>) -> Result<Arc<LoadedLibrary>, RuntimeError> {
-    let (path, source) = match path {
-        Some(p) if !p.is_empty() => (p.to_string(), LibrarySource::Given),
-        _ => default_library(),
-    };
-    let mut cache = cache().lock().unwrap_or_else(|e| e.into_inner());
+    let (path, source) = choose(
+        path,
+        std::env::var_os(ACL_LIBRARY_ENV).map(|p| p.to_string_lossy().into_owned()),
+        std::env::var_os("ASCEND_HOME_PATH").map(PathBuf::from),
+    );
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(lib) = cache.get(&path) {
         return Ok(lib.clone());
     }
@@ -120,15 +105,20 @@ pub fn load(path: Option<&str>) -> Result<Arc<LoadedLibrary>, RuntimeError> {
 }
 
 fn open(path: &str, source: LibrarySource) -> Result<LoadedLibrary, RuntimeError> {
-    let c_path = CString::new(path).map_err(|_| RuntimeError::Unavailable {
-        path: path.to_string(),
-        reason: "the path contains a NUL byte".into(),
-        origin: source,
-    })?;
+    let unavailable =
+        |reason: String| RuntimeError::Unavailable { path: path.to_string(), reason: reason.into(), origin: source };
+    let c_path = CString::new(path).map_err(|_| unavailable("the path contains a NUL byte".into()))?;
     // SAFETY: c_path is a valid C string; dlopen has no other preconditions. Never closed (module docs).
     let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if handle.is_null() {
-        return Err(RuntimeError::Unavailable { path: path.to_string(), reason: dl_error().into(), origin: source });
+        // SAFETY: dlerror returns NULL or a valid C string owned by libc.
+        let msg = unsafe { libc::dlerror() };
+        return Err(unavailable(if msg.is_null() {
+            "unknown dlopen error".into()
+        } else {
+            // SAFETY: non-NULL, NUL-terminated, valid until the next dl* call on this thread.
+            unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned()
+        }));
     }
     let lookup = |name: &str| {
         let c_name = CString::new(name).expect("symbol names have no NUL");
@@ -139,17 +129,6 @@ fn open(path: &str, source: LibrarySource) -> Result<LoadedLibrary, RuntimeError
     let api = unsafe { AclApi::resolve(lookup) }
         .map_err(|symbol| RuntimeError::MissingSymbol { path: path.to_string(), symbol })?;
     Ok(LoadedLibrary { path: path.to_string(), missing_optional: api.missing_optional(), api })
-}
-
-fn dl_error() -> String {
-    // SAFETY: dlerror returns NULL or a valid C string owned by libc.
-    let msg = unsafe { libc::dlerror() };
-    if msg.is_null() {
-        "unknown dlopen error".into()
-    } else {
-        // SAFETY: non-NULL, NUL-terminated, valid until the next dl* call on this thread.
-        unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned()
-    }
 }
 
 #[cfg(test)]

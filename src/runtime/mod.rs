@@ -12,7 +12,6 @@ mod desc;
 mod device;
 mod ipc;
 pub mod loader;
-mod stream_status;
 pub mod symbols;
 mod vmm;
 
@@ -111,10 +110,6 @@ impl Runtime {
     /// The raw table, for the few callers that need a function directly.
     pub fn api(&self) -> &AclApi {
         &self.api
-    }
-
-    pub fn features(&self) -> AclFeatures {
-        self.features
     }
 
     /// Whether the virtual-memory functions (expandable segments) exist.

@@ -40,11 +40,8 @@ macro_rules! acl_symbols {
             }
 
             pub fn missing_optional(&self) -> Vec<&'static str> {
-                let mut missing = Vec::new();
-                $($(if self.$opt.is_none() {
-                    missing.push(stringify!($opt));
-                })*)*
-                missing
+                let all = [$($((stringify!($opt), self.$opt.is_none())),*),*];
+                all.into_iter().filter(|&(_, missing)| missing).map(|(name, _)| name).collect()
             }
 
             /// Resolves every symbol via `lookup` (address or NULL); fails with the first missing required name.

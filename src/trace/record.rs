@@ -103,10 +103,6 @@ impl TraceRecorder {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// `a <id> <bytes> <stream>` for a block just served at `addr`.
     #[inline]
     pub fn alloc(&mut self, addr: usize, bytes: usize, stream: Stream) {
@@ -145,8 +141,7 @@ impl TraceRecorder {
 
     /// Converts and writes everything recorded so far; returns the first write error since creation, if any.
     pub fn flush(&mut self) -> Result<()> {
-        self.convert();
-        self.text.write();
+        self.spill();
         match &self.text.failed {
             Some(why) => Err(Error::bad_config("trace", why.clone())),
             None => Ok(()),
@@ -162,19 +157,16 @@ impl TraceRecorder {
         self.events.push(e);
     }
 
+    /// Turns the buffered events into text (written in `WRITE_AT` pieces), writes it and empties the buffer,
+    /// keeping its memory.
     #[cold]
     #[inline(never)]
     fn spill(&mut self) {
-        self.convert();
-        self.text.write();
-    }
-
-    /// Turns the buffered events into text (written in `WRITE_AT` pieces) and empties the buffer, keeping its memory.
-    fn convert(&mut self) {
         for e in &self.events {
             self.text.line(e);
         }
         self.events.clear();
+        self.text.write();
     }
 }
 
@@ -215,8 +207,9 @@ impl Text {
     }
 
     fn line(&mut self, e: &Event) {
-        let t = &mut self.buf;
-        match e.kind() {
+        let s = self.stream as u64;
+        // The op's letter, then its numbers.
+        let (op, numbers, n) = match e.kind() {
             STREAM => {
                 self.stream = stream_number(&mut self.streams, e.addr);
                 return;
@@ -225,32 +218,23 @@ impl Text {
                 let id = self.next_id;
                 self.next_id += 1;
                 self.ids.insert(e.addr, id);
-                let s = self.stream;
-                t.extend_from_slice(b"a ");
-                push_u64(t, id);
-                t.push(b' ');
-                push_u64(t, e.bytes());
-                t.push(b' ');
-                push_u64(t, s as u64);
+                (b'a', [id, e.bytes(), s], 3)
             }
             FREE => {
                 let Some(id) = self.ids.remove(&e.addr) else { return };
-                t.extend_from_slice(b"f ");
-                push_u64(t, id);
+                (b'f', [id, 0, 0], 1)
             }
             USE => {
                 let Some(&id) = self.ids.get(&e.addr) else { return };
-                let s = self.stream;
-                t.extend_from_slice(b"u ");
-                push_u64(t, id);
-                t.push(b' ');
-                push_u64(t, s as u64);
+                (b'u', [id, s, 0], 2)
             }
-            _ => {
-                let s = self.stream;
-                t.extend_from_slice(b"w ");
-                push_u64(t, s as u64);
-            }
+            _ => (b'w', [s, 0, 0], 1),
+        };
+        let t = &mut self.buf;
+        t.push(op);
+        for &v in &numbers[..n] {
+            t.push(b' ');
+            push_u64(t, v);
         }
         t.push(b'\n');
         if t.len() >= WRITE_AT {
@@ -271,13 +255,10 @@ impl Text {
 /// The stream's number in the trace, assigned in order of first appearance.
 fn stream_number(streams: &mut Vec<u64>, stream: u64) -> usize {
     // A handful of streams: a linear scan beats hashing.
-    match streams.iter().position(|&s| s == stream) {
-        Some(n) => n,
-        None => {
-            streams.push(stream);
-            streams.len() - 1
-        }
-    }
+    streams.iter().position(|&s| s == stream).unwrap_or_else(|| {
+        streams.push(stream);
+        streams.len() - 1
+    })
 }
 
 #[inline]

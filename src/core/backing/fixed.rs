@@ -2,7 +2,7 @@
 //! only when entirely free. Everything is always mapped, so any free block that fits is ready.
 
 use super::{
-    Backing, Detached, Give, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, Sleeps, What,
+    lock, Backing, Detached, Give, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, Sleeps, What,
 };
 use crate::core::cache::block::BlockId;
 use crate::core::cache::segment::SegmentId;
@@ -24,16 +24,21 @@ pub(crate) struct FixedSegments {
 }
 
 impl FixedSegments {
-    fn keys(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<usize, [u8; crate::runtime::KEY_LEN]>> {
-        self.keys.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Ends the export of the allocation at `at`, if any, before it is freed (a refused close ends with the free).
-    fn close_key(sh: &Shared<Self>, at: usize) {
-        let key = sh.backing.keys().remove(&at);
+    /// Frees the allocation at `at` of `len` bytes (of pool `pool`), telling the segment observer: a refused free is
+    /// told as mapped again. Its export, if any, ends first (a refused close ends with the free).
+    fn free_raw(sh: &Shared<Self>, pool: u64, at: usize, len: usize) -> Result<(), crate::runtime::AclCallError> {
+        sh.segment_event(SegmentEvent::Unmap, at, len, None, pool);
+        let key = lock(&sh.backing.keys).remove(&at);
         if let Some(key) = key {
             let _ = sh.rt.on_device(sh.device, || sh.rt.close_key(&key));
         }
+        if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.free(at)) {
+            sh.segment_event(SegmentEvent::Map, at, len, None, pool);
+            return Err(e);
+        }
+        sh.limit.refund(len);
+        sh.counters.segment_removed(len);
+        Ok(())
     }
 }
 
@@ -42,7 +47,7 @@ impl super::Shares for FixedSegments {
         let raw = pool.backing.raws.get(seg);
         let (at, len) = (raw.at, raw.len);
         let sh = pool.sh;
-        let known = sh.backing.keys().get(&at).copied();
+        let known = lock(&sh.backing.keys).get(&at).copied();
         let key = match known {
             Some(key) => key,
             None => {
@@ -50,7 +55,7 @@ impl super::Shares for FixedSegments {
                     .rt
                     .on_device(sh.device, || sh.rt.export_key(at, len))
                     .map_err(|e| Error::runtime(e, "exporting a segment to another process"))?;
-                sh.backing.keys().insert(at, key);
+                lock(&sh.backing.keys).insert(at, key);
                 key
             }
         };
@@ -109,38 +114,20 @@ impl Backing for FixedSegments {
     /// from the runtime to any shard before `settle` runs.
     fn unused(pool: Parts<'_, Self>, _: Scope) -> Vec<Give> {
         let free: Vec<SegmentId> = pool.segments.ids().filter(|&s| pool.is_wholly_free(s)).collect();
-        let mut out = Vec::with_capacity(free.len());
-        for seg in free {
+        let give = |seg| {
             let s = pool.cache.segments.get(seg);
             let raw = pool.backing.raws.take(seg);
             pool.sh.directory.remove(raw.at, raw.len);
-            out.push(Give {
-                what: What::Segment,
-                segment: seg,
-                addr: s.base,
-                size: s.size,
-                memory: s.size,
-                device: (raw.at, raw.len),
-                sync: true,
-                claim: true,
-                for_request: false,
-                handle: None,
-            });
-        }
-        out
+            Give { device: (raw.at, raw.len), claim: true, ..Give::pages(What::Segment, seg, s.base, s.size) }
+        };
+        free.into_iter().map(give).collect()
     }
 
     fn give_back(sh: &Shared<Self>, d: &Detached) -> Result<usize> {
         let (at, len) = d.device;
-        sh.segment_event(SegmentEvent::Unmap, at, len, None, d.pool);
-        Self::close_key(sh, at);
-        if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.free(at)) {
-            // `settle` puts it back: still held.
-            sh.segment_event(SegmentEvent::Map, at, len, None, d.pool);
-            return Err(Error::runtime(e, "returning a cached segment to the device"));
-        }
-        sh.limit.refund(len);
-        sh.counters.segment_removed(len);
+        // Refused: `settle` puts it back, still held.
+        Self::free_raw(sh, d.pool, at, len)
+            .map_err(|e| Error::runtime(e, "returning a cached segment to the device"))?;
         Ok(len)
     }
 
@@ -166,17 +153,8 @@ impl Backing for FixedSegments {
             }
             let raw = *pool.backing.raws.get(seg);
             sh.directory.remove(raw.at, raw.len);
-            pool.segment_event(SegmentEvent::Unmap, raw.at, raw.len, None);
-            Self::close_key(&sh, raw.at);
-            match sh.rt.on_device(sh.device, || sh.rt.free(raw.at)) {
-                Ok(()) => {
-                    sh.limit.refund(raw.len);
-                    sh.counters.segment_removed(raw.len);
-                }
-                Err(e) => {
-                    pool.segment_event(SegmentEvent::Map, raw.at, raw.len, None);
-                    first_error.get_or_insert(Error::runtime(e, "returning a segment at teardown"));
-                }
+            if let Err(e) = Self::free_raw(&sh, pool.cache.pool, raw.at, raw.len) {
+                first_error.get_or_insert(Error::runtime(e, "returning a segment at teardown"));
             }
         }
         first_error.map_or(Ok(()), Err)

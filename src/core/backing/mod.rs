@@ -64,9 +64,7 @@ impl<B: Backing> Parts<'_, B> {
         }
         made
     }
-}
 
-impl<B: Backing> Parts<'_, B> {
     /// Tells the segment observer, if any, of `event` on [addr, addr + size) of this shard's pool.
     #[inline]
     pub fn segment_event(&self, event: SegmentEvent, addr: usize, size: usize, handle: Option<PhysicalHandle>) {
@@ -86,6 +84,11 @@ impl<B: Backing> std::ops::DerefMut for Parts<'_, B> {
     fn deref_mut(&mut self) -> &mut Cache {
         self.cache
     }
+}
+
+/// Locks `m`, poisoned or not.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What a backing keeps for each segment of a shard, by the cache's segment id. An id is reused only after its

@@ -42,7 +42,7 @@ impl<B: Memory> Device<B> {
             let p = shard.lock()?;
             // The entry may have retired and served another pool since.
             if p.pool_id() == pool {
-                live_of(&p, &mut out);
+                out.extend(live_of(&p));
             }
         }
         out.sort_unstable_by_key(|b| b.addr);
@@ -81,13 +81,11 @@ impl<B: Memory> Device<B> {
                 b.addr, b.size, b.requested
             )));
         }
-        for w in want.windows(2) {
-            if w[0].addr + w[0].size > w[1].addr {
-                return Err(Error::InvalidArgument(format!(
-                    "restore of pool {pool}: the blocks at {:#x} ({} bytes) and {:#x} overlap",
-                    w[0].addr, w[0].size, w[1].addr
-                )));
-            }
+        if let Some(w) = want.windows(2).find(|w| w[0].addr + w[0].size > w[1].addr) {
+            return Err(Error::InvalidArgument(format!(
+                "restore of pool {pool}: the blocks at {:#x} ({} bytes) and {:#x} overlap",
+                w[0].addr, w[0].size, w[1].addr
+            )));
         }
         // Nothing gives memory back meanwhile, and every shard of the pool stays locked from the checks to the
         // end, taken in table order (the lock rules in `device`). Checked again: a pool destroyed meanwhile
@@ -104,17 +102,12 @@ impl<B: Memory> Device<B> {
             }
         }
         let mut kept = HashSet::new();
-        let mut place = Vec::with_capacity(want.len());
-        for b in &want {
-            let at = self.check_restorable(pool, &shards, b, &mut kept)?;
-            place.push(at);
-        }
+        let place =
+            want.iter().map(|b| self.check_restorable(pool, &shards, b, &mut kept)).collect::<Result<Vec<_>>>()?;
         // A block that goes and that other streams used or another process imported would record events
         // (device calls that may fail halfway); torch_npu refuses it too ("Events should have synchronized").
         for (_, p) in &shards {
-            let mut live = Vec::new();
-            live_of(p, &mut live);
-            for l in live.iter().filter(|l| !kept.contains(&l.addr)) {
+            for l in live_of(p).filter(|l| !kept.contains(&l.addr)) {
                 let c = &p.cache;
                 let id = *c.registry.get(&l.addr).expect("a live block is registered");
                 if c.blocks.get(id).has_other_streams {
@@ -129,19 +122,15 @@ impl<B: Memory> Device<B> {
         }
         let mut done = Restored::default();
         for (_, p) in shards.iter_mut() {
-            let mut live = Vec::new();
-            live_of(p, &mut live);
-            for addr in live.iter().map(|l| l.addr).filter(|a| !kept.contains(a)) {
+            let gone: Vec<usize> = live_of(p).map(|l| l.addr).filter(|a| !kept.contains(a)).collect();
+            for addr in gone {
                 p.free(addr)?;
                 self.sh.trace(move |t| t.free(addr));
                 done.freed.push(addr);
             }
             p.drain_reuse();
         }
-        for (b, &at) in want.iter().zip(&place) {
-            if kept.contains(&b.addr) {
-                continue;
-            }
+        for (b, &at) in want.iter().zip(&place).filter(|(b, _)| !kept.contains(&b.addr)) {
             let p = &mut shards[at].1;
             let seg = p.cache.segments.containing(b.addr).expect("checked: the block lies in a segment");
             let id = p.cache.block_containing(seg, b.addr).expect("checked: a block holds the address");
@@ -226,13 +215,9 @@ impl<B: Memory> Device<B> {
         }
         let mut runs = Vec::new();
         B::mapped_runs(&p.backing, seg, b.addr, b.size, &mut runs);
-        let mut next = b.addr;
-        for (from, len) in runs {
-            if from != next {
-                break;
-            }
-            next = from + len;
-        }
+        // How far the memory is mapped from `b.addr` on.
+        let (Ok(next) | Err(next)) =
+            runs.iter().try_fold(b.addr, |next, &(from, len)| if from == next { Ok(from + len) } else { Err(next) });
         if next < end {
             return refuse(format!("is not mapped from {next:#x} on (given back since)"));
         }
@@ -255,12 +240,11 @@ impl<B: Memory> Device<B> {
     }
 }
 
-/// Appends the allocated blocks of shard `p` to `out`.
-fn live_of<B: Memory>(p: &Pool<B>, out: &mut Vec<LiveBlock>) {
+/// The allocated blocks of shard `p`.
+fn live_of<B: Memory>(p: &Pool<B>) -> impl Iterator<Item = LiveBlock> + '_ {
     let c = &p.cache;
-    for seg in c.segments.ids() {
-        for (_, b) in c.blocks_of(seg).filter(|(_, b)| b.state == BlockState::Allocated) {
-            out.push(LiveBlock { addr: b.addr, size: b.size, requested: b.requested, stream: c.stream });
-        }
-    }
+    c.segments
+        .ids()
+        .flat_map(move |seg| c.blocks_of(seg).filter(|(_, b)| b.state == BlockState::Allocated))
+        .map(move |(_, b)| LiveBlock { addr: b.addr, size: b.size, requested: b.requested, stream: c.stream })
 }

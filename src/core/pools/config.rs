@@ -81,17 +81,10 @@ impl PoolConfig {
             }
             match key {
                 "sleep" => {
-                    config.sleep = match value {
-                        "keep" => SleepMode::Keep,
-                        "offload" => SleepMode::Offload,
-                        "discard" => SleepMode::Discard,
-                        _ => {
-                            return Err(Error::bad_config(
-                                key,
-                                format!("sleep must be keep, offload or discard, got '{value}'"),
-                            ))
-                        }
-                    }
+                    let modes = [SleepMode::Keep, SleepMode::Offload, SleepMode::Discard];
+                    config.sleep = modes.into_iter().find(|m| m.name() == value).ok_or_else(|| {
+                        Error::bad_config(key, format!("sleep must be keep, offload or discard, got '{value}'"))
+                    })?;
                 }
                 "use_on_oom" => config.use_on_oom = parse_bool(key, value)?,
                 "no_split" => config.no_split = parse_bool(key, value)?,

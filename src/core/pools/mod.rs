@@ -22,30 +22,28 @@ use std::sync::Arc;
 use tally::PoolTally;
 
 /// One pool's shards, for the paths that visit pools (sleep).
-#[allow(dead_code)] // read by the sleep paths
 pub(crate) struct PoolShards<'a, B: Memory> {
     pub id: u64,
     pub sleep: SleepMode,
     pub shards: Vec<&'a Shard<B>>,
 }
 
-fn no_such_pool(pool: u64, records: &[Record]) -> Error {
-    if (pool as usize) < records.len() {
+fn no_such_pool(pool: u64, created: usize) -> Error {
+    if (pool as usize) < created {
         Error::InvalidArgument(format!("pool {pool} was destroyed; a destroyed pool takes no routes"))
     } else {
         Error::InvalidArgument(format!("pool {pool} does not exist (no npualloc_pool_create returned it)"))
     }
 }
 
-fn target_of(stream: Option<Stream>) -> Target {
-    stream.map_or(Target::Thread, Target::Stream)
+/// The record of `pool` if it exists and is not destroyed; INVALID_ARGUMENT otherwise.
+fn live_record(records: &mut [Record], pool: u64) -> Result<&mut Record> {
+    let created = records.len();
+    records.get_mut(pool as usize).filter(|r| !r.destroyed).ok_or_else(|| no_such_pool(pool, created))
 }
 
-fn describe(target: Target) -> String {
-    match target {
-        Target::Stream(s) => format!("stream {:#x}", s.0),
-        Target::Thread => "the calling thread".into(),
-    }
+fn target_of(stream: Option<Stream>) -> Target {
+    stream.map_or(Target::Thread, Target::Stream)
 }
 
 impl<B: Memory> Device<B> {
@@ -67,11 +65,7 @@ impl<B: Memory> Device<B> {
 
     /// OK when `pool` exists and is not destroyed (pool 0 always exists); INVALID_ARGUMENT otherwise.
     pub fn check_pool(&self, pool: u64) -> Result<()> {
-        let records = self.pools.lock();
-        match records.get(pool as usize) {
-            Some(r) if !r.destroyed => Ok(()),
-            _ => Err(no_such_pool(pool, &records)),
-        }
+        live_record(&mut self.pools.lock(), pool).map(|_| ())
     }
 
     /// Ends the routes of threads that exited inside them (`routing`).
@@ -98,20 +92,16 @@ impl<B: Memory> Device<B> {
             None => false,
         };
         let mut records = self.pools.lock();
-        match records.get_mut(pool as usize) {
-            Some(r) if !r.destroyed => {
-                if !self.routes.begin(pool, target_of(stream)) {
-                    return Err(Error::InvalidArgument(format!(
-                        "pool_begin for pool {pool} on the calling thread while the thread is exiting (called from \
-                         a thread-local destructor): a thread route cannot begin now; route a stream instead"
-                    )));
-                }
-                r.routes += 1;
-                r.captured |= capturing;
-                Ok(())
-            }
-            _ => Err(no_such_pool(pool, &records)),
+        let r = live_record(&mut records, pool)?;
+        if !self.routes.begin(pool, target_of(stream)) {
+            return Err(Error::InvalidArgument(format!(
+                "pool_begin for pool {pool} on the calling thread while the thread is exiting (called from a \
+                 thread-local destructor): a thread route cannot begin now; route a stream instead"
+            )));
         }
+        r.routes += 1;
+        r.captured |= capturing;
+        Ok(())
     }
 
     /// Ends the innermost route of `stream` (None: the calling thread's), which must go to `pool`; else no change.
@@ -121,7 +111,7 @@ impl<B: Memory> Device<B> {
         let target = target_of(stream);
         let mut records = self.pools.lock();
         if pool as usize >= records.len() {
-            return Err(no_such_pool(pool, &records));
+            return Err(no_such_pool(pool, records.len()));
         }
         match self.routes.end(pool, target) {
             routing::Ended::Popped => {}
@@ -138,9 +128,12 @@ impl<B: Memory> Device<B> {
             Some(p) => format!("its innermost route goes to pool {p}"),
             None => "it has no active route".into(),
         };
+        let whom = match target {
+            Target::Stream(s) => format!("stream {:#x}", s.0),
+            Target::Thread => "the calling thread".into(),
+        };
         Error::InvalidArgument(format!(
-            "pool_end names pool {pool} for {}, but {found}; routes end innermost first",
-            describe(target)
+            "pool_end names pool {pool} for {whom}, but {found}; routes end innermost first"
         ))
     }
 
@@ -153,10 +146,7 @@ impl<B: Memory> Device<B> {
                 "pool 0 is the default pool: its cached memory always goes to requests that run out".into(),
             ));
         }
-        let Some(r) = records.get_mut(pool as usize).filter(|r| !r.destroyed) else {
-            return Err(no_such_pool(pool, &records));
-        };
-        r.config.use_on_oom = on;
+        live_record(&mut records, pool)?.config.use_on_oom = on;
         // Under the records lock, which every revival of a retired entry holds: no entry misses the change.
         for e in self.streams.iter().filter(|e| e.pool() == pool) {
             e.set_use_on_oom(on);
@@ -173,9 +163,7 @@ impl<B: Memory> Device<B> {
             if pool == 0 {
                 return Err(Error::InvalidArgument("pool 0 is the default pool; it cannot be destroyed".into()));
             }
-            let Some(r) = records.get_mut(pool as usize).filter(|r| !r.destroyed) else {
-                return Err(no_such_pool(pool, &records));
-            };
+            let r = live_record(&mut records, pool)?;
             if r.routes > 0 {
                 return Err(Error::InvalidArgument(format!(
                     "pool {pool} still has {} active route(s); end them with npualloc_pool_end first",
@@ -211,7 +199,7 @@ impl<B: Memory> Device<B> {
             let records = self.pools.lock();
             match records.get(pool as usize) {
                 Some(r) => !r.destroyed,
-                None => return Err(no_such_pool(pool, &records)),
+                None => return Err(no_such_pool(pool, records.len())),
             }
         };
         if pool != 0 && live && self.pool_captured(pool) {
@@ -232,7 +220,7 @@ impl<B: Memory> Device<B> {
     pub fn pool_stats(&self, pool: u64) -> Result<Stats> {
         self.check_open()?;
         let Some(tally) = self.pools.tally(pool) else {
-            return Err(no_such_pool(pool, &self.pools.lock()));
+            return Err(no_such_pool(pool, self.pools.lock().len()));
         };
         let mut s = self.shard_figures(self.streams.iter().filter(|e| e.pool() == pool).flat_map(|e| &e.shards))?;
         s.reserved_bytes = s.segment_bytes;
@@ -250,7 +238,6 @@ impl<B: Memory> Device<B> {
     }
 
     /// Every pool ever created (0 first) with its sleep mode and shards.
-    #[allow(dead_code)] // the sleep paths' way in
     pub(crate) fn pool_shards(&self) -> Vec<PoolShards<'_, B>> {
         let records: Vec<Record> = self.pools.lock().clone();
         records
@@ -297,11 +284,8 @@ impl<B: Memory> Device<B> {
     /// A stream of `entry`'s pool passed its high-water mark: the pool's peaks rise to the sums over its shards.
     pub(in crate::core) fn raise_pool_peaks(&self, entry: &StreamEntry<B>) {
         let id = entry.pool();
-        let (mut a, mut r) = (0, 0);
-        for lane in self.streams.iter().filter(|e| e.pool() == id).flat_map(|e| &e.shards).map(|s| &s.lane) {
-            a += lane.allocated();
-            r += lane.requested();
-        }
+        let lanes = self.streams.iter().filter(|e| e.pool() == id).flat_map(|e| &e.shards).map(|s| &s.lane);
+        let (a, r) = lanes.fold((0, 0), |(a, r), lane| (a + lane.allocated(), r + lane.requested()));
         self.pools.with_tally(id, |t| t.raise(a, r));
     }
 }

@@ -87,26 +87,8 @@ impl Routes {
     #[cold]
     #[inline(never)]
     pub fn pool_for(&self, stream: Stream) -> u64 {
-        let by_stream = {
-            let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-            streams.iter().find(|(s, _)| *s == stream).and_then(|(_, stack)| stack.last().copied())
-        };
-        // Gone at thread exit: the thread's routes were handed over, none applies.
-        let by_thread = THREAD_ROUTES
-            .try_with(|t| t.borrow().0.iter().rev().find(|(o, _)| self.mine(o)).map(|&(_, r)| r))
-            .ok()
-            .flatten();
-        match (by_stream, by_thread) {
-            (Some(s), Some(t)) => {
-                if s.seq > t.seq {
-                    s.pool
-                } else {
-                    t.pool
-                }
-            }
-            (Some(r), None) | (None, Some(r)) => r.pool,
-            (None, None) => 0,
-        }
+        let by_stream = self.innermost_route(Target::Stream(stream));
+        by_stream.into_iter().chain(self.innermost_route(Target::Thread)).max_by_key(|r| r.seq).map_or(0, |r| r.pool)
     }
 
     fn mine(&self, exits: &Arc<Exits>) -> bool {
@@ -151,13 +133,18 @@ impl Routes {
 
     /// The pool of `target`'s innermost route, if it has one.
     pub fn innermost(&self, target: Target) -> Option<u64> {
+        self.innermost_route(target).map(|r| r.pool)
+    }
+
+    fn innermost_route(&self, target: Target) -> Option<Route> {
         match target {
             Target::Stream(stream) => {
                 let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-                streams.iter().find(|(s, _)| *s == stream).and_then(|(_, stack)| stack.last().map(|r| r.pool))
+                streams.iter().find(|(s, _)| *s == stream).and_then(|(_, stack)| stack.last().copied())
             }
+            // Gone at thread exit: the thread's routes were handed over, none applies.
             Target::Thread => THREAD_ROUTES
-                .try_with(|t| t.borrow().0.iter().rev().find(|(o, _)| self.mine(o)).map(|(_, r)| r.pool))
+                .try_with(|t| t.borrow().0.iter().rev().find(|(o, _)| self.mine(o)).map(|&(_, r)| r))
                 .ok()
                 .flatten(),
         }

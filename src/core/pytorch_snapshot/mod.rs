@@ -65,16 +65,12 @@ pub(crate) fn split_into_runs(blocks: &[BlockView], runs: &[(usize, usize)]) -> 
     for &(start, len) in runs {
         let end = start + len;
         // Blocks wholly below this run are below every later run too.
-        while first < blocks.len() && blocks[first].addr + blocks[first].size <= start {
-            first += 1;
-        }
-        let mut parts = Vec::new();
-        for b in blocks[first..].iter().take_while(|b| b.addr < end) {
-            let from = b.addr.max(start);
-            let to = (b.addr + b.size).min(end);
-            parts.push(BlockView { addr: from, size: to - from, ..*b });
-        }
-        out.push(parts);
+        first += blocks[first..].iter().take_while(|b| b.addr + b.size <= start).count();
+        let parts = blocks[first..].iter().take_while(|b| b.addr < end).map(|b| {
+            let (from, to) = (b.addr.max(start), (b.addr + b.size).min(end));
+            BlockView { addr: from, size: to - from, ..*b }
+        });
+        out.push(parts.collect());
     }
     out
 }

@@ -30,6 +30,16 @@ impl Value {
         Value::Int(n.try_into().unwrap_or(i64::MAX))
     }
 
+    /// Compact JSON; a float that is not finite becomes `null`.
+    pub fn to_json(&self) -> String {
+        // Cannot fail: every map key is a string and no impl here errs.
+        serde_json::to_string(self).expect("a Value always serializes")
+    }
+}
+
+/// Readers, for the tests.
+#[cfg(test)]
+impl Value {
     /// The value under `key` of a dict.
     pub fn get(&self, key: &str) -> Option<&Value> {
         match self {
@@ -59,12 +69,6 @@ impl Value {
             _ => None,
         }
     }
-
-    /// Compact JSON; a float that is not finite becomes `null`.
-    pub fn to_json(&self) -> String {
-        // Cannot fail: every map key is a string and no impl here errs.
-        serde_json::to_string(self).expect("a Value always serializes")
-    }
 }
 
 /// Python's types through serde's. serde_json writes a tuple as a list and a non-finite float as `null`;
@@ -80,9 +84,7 @@ impl Serialize for Value {
             Value::List(items) => s.collect_seq(items),
             Value::Tuple(items) => {
                 let mut t = s.serialize_tuple(items.len())?;
-                for item in items {
-                    t.serialize_element(item)?;
-                }
+                items.iter().try_for_each(|item| t.serialize_element(item))?;
                 t.end()
             }
             Value::Dict(pairs) => s.collect_map(pairs.iter().map(|(k, v)| (k, v))),

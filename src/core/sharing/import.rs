@@ -73,14 +73,7 @@ pub(crate) fn import(handle: &[u8; HANDLE_SIZE], device: i32) -> Result<(usize, 
     let mut guard = IMPORTS.lock().unwrap_or_else(|e| e.into_inner());
     let im = guard.get_or_insert_with(Imports::default);
     let record = im.take_hold(&name)?;
-    let mapped = match im.map(&rt, device, &name, &record) {
-        Ok(m) => m,
-        Err(e) => {
-            im.release_hold(&name);
-            return Err(e);
-        }
-    };
-    let (ptr, mapped) = mapped;
+    let (ptr, mapped) = im.map(&rt, device, &name, &record).inspect_err(|_| im.release_hold(&name))?;
     match im.at.get_mut(&ptr) {
         // A second import of a key's block: the same address, counted.
         Some(existing) => {
@@ -109,8 +102,7 @@ pub(crate) fn close(ptr: usize) -> Result<()> {
         return Ok(());
     }
     let import = im.at.remove(&ptr).expect("found above");
-    let device = import.name.device;
-    let result = im.unmap(&rt, device, (import.name.pid, import.name.nonce), &import.mapped);
+    let result = im.unmap(&rt, import.name.device, (import.name.pid, import.name.nonce), &import.mapped);
     im.release_hold(&import.name);
     result
 }

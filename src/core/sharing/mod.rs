@@ -23,10 +23,8 @@ impl<B: Memory> Pool<B> {
         if let Some(name) = self.cache.order.export_of(id) {
             return Ok(name.to_bytes());
         }
-        let (seg, size) = {
-            let b = self.cache.blocks.get(id);
-            (b.segment, b.size)
-        };
+        let b = self.cache.blocks.get(id);
+        let (seg, size) = (b.segment, b.size);
         let memory = B::share(self.parts(), seg, addr, size)?;
         let name = table::publish(&Record { device: self.sh.device, size, memory })?;
         self.cache.order.set_export(id, name);

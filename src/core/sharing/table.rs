@@ -90,7 +90,6 @@ const _: () = assert!(MAX_HANDLES >= (128 << 30) / (2 << 20));
 
 impl Header {
     fn bytes(&self) -> [u8; HEADER] {
-        let mut b = [0u8; HEADER];
         let fields: [&[u8]; 10] = [
             &self.magic.to_le_bytes(),
             &self.version.to_le_bytes(),
@@ -103,30 +102,32 @@ impl Header {
             &self.offset.to_le_bytes(),
             &self.nonce.to_le_bytes(),
         ];
-        let mut at = 0;
-        for f in fields {
-            b[at..at + f.len()].copy_from_slice(f);
-            at += f.len();
-        }
-        b
+        fields.concat().try_into().expect("the fields fill the header")
     }
 
     fn parse(b: &[u8; HEADER]) -> Header {
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         Header {
-            magic: u64_at(0),
-            version: u32_at(8),
-            state: u32_at(12),
-            generation: u32_at(16),
-            device: u32_at(20) as i32,
-            kind: u32_at(24),
-            count: u32_at(28),
-            size: u64_at(32),
-            offset: u64_at(40),
-            nonce: u64_at(48),
+            magic: u64_at(b, 0),
+            version: u32_at(b, 8),
+            state: u32_at(b, 12),
+            generation: u32_at(b, 16),
+            device: u32_at(b, 20) as i32,
+            kind: u32_at(b, 24),
+            count: u32_at(b, 28),
+            size: u64_at(b, 32),
+            offset: u64_at(b, 40),
+            nonce: u64_at(b, 48),
         }
     }
+}
+
+/// The little-endian numbers at `b[i..]`.
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
 }
 
 /// The 128 bytes that name an export (`npualloc_ipc_handle`).
@@ -162,18 +163,17 @@ impl Name {
 
     /// The name in `b`, if `b` is one this version writes.
     pub fn parse(b: &[u8; HANDLE_SIZE]) -> Option<Name> {
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        if b[..8] != HANDLE_MAGIC || u32_at(8) != VERSION || b[48..].iter().any(|&x| x != 0) {
+        if b[..8] != HANDLE_MAGIC || u32_at(b, 8) != VERSION || b[48..].iter().any(|&x| x != 0) {
             return None;
         }
         let name = Name {
-            pid: u32_at(12) as i32,
-            fd: u32_at(16) as i32,
-            slot: u32_at(20),
-            generation: u32_at(24),
-            device: u32_at(28) as i32,
-            size: u64::from_le_bytes(b[32..40].try_into().expect("8 bytes")),
-            nonce: u64::from_le_bytes(b[40..48].try_into().expect("8 bytes")),
+            pid: u32_at(b, 12) as i32,
+            fd: u32_at(b, 16) as i32,
+            slot: u32_at(b, 20),
+            generation: u32_at(b, 24),
+            device: u32_at(b, 28) as i32,
+            size: u64_at(b, 32),
+            nonce: u64_at(b, 40),
         };
         (name.pid > 0 && name.fd >= 0 && (name.slot as usize) < CAPACITY).then_some(name)
     }
@@ -199,12 +199,8 @@ fn io_error(what: &str, e: std::io::Error) -> Error {
 }
 
 pub(crate) fn publish(record: &Record) -> Result<Name> {
-    let mut body = Vec::new();
-    let (kind, count, offset) = match &record.memory {
-        Memory::Key { key, offset } => {
-            body.extend_from_slice(key);
-            (1, 0, *offset)
-        }
+    let (body, kind, count, offset) = match &record.memory {
+        Memory::Key { key, offset } => (key.to_vec(), 1, 0, *offset),
         Memory::Handles { handles, offset } => {
             if handles.len() > MAX_HANDLES {
                 return Err(Error::Unsupported(format!(
@@ -212,11 +208,8 @@ pub(crate) fn publish(record: &Record) -> Result<Name> {
                     handles.len()
                 )));
             }
-            for &(h, bytes) in handles {
-                body.extend_from_slice(&h.to_le_bytes());
-                body.extend_from_slice(&(bytes as u64).to_le_bytes());
-            }
-            (2, handles.len() as u32, *offset)
+            let pairs = handles.iter().flat_map(|&(h, bytes)| [h, bytes as u64]).flat_map(u64::to_le_bytes).collect();
+            (pairs, 2, handles.len() as u32, *offset)
         }
     };
     let mut guard = table();
@@ -374,14 +367,7 @@ impl Peer {
             2 if (1..=MAX_HANDLES).contains(&(h.count as usize)) => {
                 let mut raw = vec![0u8; h.count as usize * 16];
                 self.file.read_exact_at(&mut raw, at + PAIRS_AT as u64).ok()?;
-                let handles: Vec<(u64, usize)> = raw
-                    .chunks_exact(16)
-                    .map(|c| {
-                        let h = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
-                        let n = u64::from_le_bytes(c[8..].try_into().expect("8 bytes"));
-                        (h, n as usize)
-                    })
-                    .collect();
+                let handles = raw.chunks_exact(16).map(|c| (u64_at(c, 0), u64_at(c, 8) as usize)).collect();
                 Memory::Handles { handles, offset: h.offset as usize }
             }
             _ => return None,

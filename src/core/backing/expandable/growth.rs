@@ -1,6 +1,7 @@
 //! How large a fresh physical handle is (mapped whole, never split): from the device's free memory and this
 //! allocator's peak of allocated bytes, never its reserved bytes (docs/design.md, Note [sizing a fresh handle]).
 
+use crate::core::backing::lock;
 use std::sync::Mutex;
 
 /// Fresh handles one answer of `aclrtGetMemInfo` may size while the device is roomy.
@@ -69,7 +70,7 @@ impl FreeMemory {
     /// else what `ask` reports now (run without the lock held).
     pub fn get(&self, reserved: usize, binds_below: usize, ask: impl FnOnce() -> usize) -> usize {
         {
-            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            let mut seen = lock(&self.seen);
             if let Some(s) = seen.as_mut() {
                 let left = s.free.saturating_sub(reserved.saturating_sub(s.reserved));
                 if s.uses < REFRESH_EVERY && left >= binds_below.saturating_mul(2) {
@@ -79,13 +80,13 @@ impl FreeMemory {
             }
         }
         let free = ask();
-        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(Seen { free, reserved, uses: 1 });
+        *lock(&self.seen) = Some(Seen { free, reserved, uses: 1 });
         free
     }
 
     /// The next fresh handle asks again (the last answer was too kind).
     pub fn forget(&self) {
-        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *lock(&self.seen) = None;
     }
 }
 

@@ -9,6 +9,7 @@
 
 use super::mapping::{Placement, Victim};
 use super::{give_handle, RangePool};
+use crate::core::backing::lock;
 
 impl RangePool<'_> {
     /// Whether `extra` fresh bytes would take reserved memory past the headroom (false when it is off).
@@ -29,10 +30,7 @@ impl RangePool<'_> {
         // The victims stay valid through the placement because no handle
         // moves in this mode (Note [moves of wholly free handles]).
         debug_assert!(!self.sh.backing.handle_moves, "handle moves with reserved_headroom");
-        let mut victims = match ctx.victims.take() {
-            Some(v) => v,
-            None => self.movable_pieces(ctx),
-        };
+        let mut victims = ctx.victims.take().unwrap_or_else(|| self.movable_pieces(ctx));
         // Largest first, then lowest address: the first piece that fits,
         // here or in the stream's other pool (see `move_from_sibling`).
         let own = victims.iter().position(|v| v.pages <= avail);
@@ -73,7 +71,7 @@ impl RangePool<'_> {
                     continue;
                 }
                 let fits = |units: usize| units * theirs / page;
-                for (head, units) in other.view().free_pieces(seg) {
+                for (head, units) in other.view().wholly_free_pieces(seg, false) {
                     let n = fits(units);
                     if n <= avail && best.is_none_or(|(m, _, _)| n > m) {
                         best = Some((n, seg, head));
@@ -103,7 +101,7 @@ impl RangePool<'_> {
             }
             found.extend(
                 self.view()
-                    .free_pieces(seg)
+                    .wholly_free_pieces(seg, false)
                     .into_iter()
                     .filter(|&(head, units)| {
                         let (lo, hi) = (s.base + head * page, s.base + (head + units) * page);
@@ -119,10 +117,7 @@ impl RangePool<'_> {
     /// Frees cached handles (of `page` multiples) larger than `avail` pages, largest first, until `bytes` are freed:
     /// they cannot serve this placement and only count against the headroom.
     fn trim_cache(&mut self, page: usize, avail: usize, bytes: usize) {
-        let mut sizes: Vec<usize> = self
-            .sh
-            .backing
-            .handles()
+        let mut sizes: Vec<usize> = lock(&self.sh.backing.handles)
             .iter()
             .filter(|(&b, hs)| b % page == 0 && b / page > avail && !hs.is_empty())
             .map(|(&b, _)| b)
@@ -131,7 +126,7 @@ impl RangePool<'_> {
         let mut freed = 0;
         for size in sizes {
             while freed < bytes {
-                let Some(h) = self.sh.backing.handles().get_mut(&size).and_then(Vec::pop) else { break };
+                let Some(h) = lock(&self.sh.backing.handles).get_mut(&size).and_then(Vec::pop) else { break };
                 if give_handle(self.sh, h, size).is_err() {
                     return;
                 }

@@ -2,9 +2,11 @@
 //! which pages (cached or fresh), and rolling back a partial mapping.
 
 use super::{PageSpec, Piece, RangePool};
+use crate::core::backing::lock;
 use crate::core::backing::{GrowContext, GrowError, Sibling};
 use crate::core::cache::segment::SegmentId;
 use crate::core::history::Action;
+use crate::core::policy::PoolKind;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 
@@ -33,15 +35,6 @@ pub(super) struct Victim {
     pub seg: SegmentId,
 }
 
-/// Pages from the one a handle is mapped at: `run` need mapping, `avail` are unmapped free pages a cached handle
-/// may cover, and a fresh handle mapped ahead may cover unmapped free pages up to page `room_end`.
-#[derive(Debug, Clone, Copy)]
-struct Span {
-    run: usize,
-    avail: usize,
-    room_end: usize,
-}
-
 impl RangePool<'_> {
     /// Maps every unmapped page under [addr, addr + size) of `seg`, each run with as few handles as the cache allows;
     /// a cached handle may reach past `size` into the free block's unmapped pages, up to `addr + room`. On failure,
@@ -63,54 +56,45 @@ impl RangePool<'_> {
             Placement { seg, addr, size, synced: false, victims: None, device, sibling_synced: false, grew: false };
         let mut mapped_now = Vec::new();
         let mut i = first;
-        while i < end {
+        let failed = loop {
+            if i >= end {
+                return Ok(());
+            }
             if let Some(p) = self.range(seg).page(i) {
                 i = p.end();
                 continue;
             }
             // Placement never reaches a sleeping page: it belongs to its run's blocks until wake (Note [sleep]).
             if self.range(seg).slept_at(i) {
-                for head in mapped_now {
-                    self.undo_piece(seg, head);
-                }
-                return Err(GrowError::Other(Error::Internal(format!(
+                break GrowError::Other(Error::Internal(format!(
                     "a placement at {addr:#x} reached page {i}, which is asleep; nothing was mapped there"
-                ))));
+                )));
             }
-            let mappable = |pool: &Self, j: usize| pool.range(seg).mappable(j);
             let cell_end = self.cell_end(seg, i);
             let (end_here, room_here) = (end.min(cell_end), room_end.min(cell_end));
-            let mut run = 1;
-            while i + run < end_here && mappable(self, i + run) {
-                run += 1;
-            }
-            let mut avail = run;
-            let reach = room_here.min(i + floor_pages.max(run));
-            while i + avail < reach && mappable(self, i + avail) {
-                avail += 1;
-            }
-            match self.map_piece(&mut ctx, i, Span { run, avail, room_end: room_here }) {
+            let r = self.range(seg);
+            let run = r.mappable_end(i + 1, end_here) - i;
+            let avail = r.mappable_end(i + run, room_here.min(i + floor_pages.max(run))) - i;
+            match self.map_piece(&mut ctx, i, run, avail, room_here) {
                 Ok(units) => {
                     mapped_now.push(i);
                     i += units;
                 }
-                Err(e) => {
-                    for head in mapped_now {
-                        // Undo: the pages were never used, no sync needed.
-                        self.undo_piece(seg, head);
-                    }
-                    // The handles stay cached: the ladder's retry maps them again, or `reclaim` gives them back.
-                    return Err(e);
-                }
+                Err(e) => break e,
             }
+        };
+        for head in mapped_now {
+            // Undo: the pages were never used, no sync needed.
+            self.undo_piece(seg, head);
         }
-        Ok(())
+        // The handles stay cached: the ladder's retry maps them again, or `reclaim` gives them back.
+        Err(failed)
     }
 
     /// The first page past the cell holding page `i` (Note [handles within cells]); `usize::MAX` if no cells.
     fn cell_end(&self, seg: SegmentId, i: usize) -> usize {
         let cell = self.sh.backing.cell;
-        if cell == usize::MAX || self.kind != crate::core::PoolKind::Large {
+        if cell == usize::MAX || self.kind != PoolKind::Large {
             return usize::MAX;
         }
         // The parser made the cell a whole number of the large pool's pages.
@@ -118,9 +102,17 @@ impl RangePool<'_> {
         (i / pages + 1) * pages
     }
 
-    /// Maps one handle at page `i` (see `Span`). Returns the pages covered.
-    fn map_piece(&mut self, ctx: &mut Placement<'_>, i: usize, span: Span) -> Result<usize, GrowError> {
-        let Span { run, avail, room_end } = span;
+    /// Maps one handle at page `i`. From page `i`, `run` pages need mapping, `avail` are unmapped free pages a cached
+    /// handle may cover, and a fresh handle mapped ahead may cover unmapped free pages up to page `room_end`. Returns
+    /// the pages covered.
+    fn map_piece(
+        &mut self,
+        ctx: &mut Placement<'_>,
+        i: usize,
+        run: usize,
+        avail: usize,
+        room_end: usize,
+    ) -> Result<usize, GrowError> {
         let (base, spec) = {
             let r = self.range(ctx.seg);
             (r.base, PageSpec { size: r.page_size, attr: r.attr })
@@ -135,7 +127,7 @@ impl RangePool<'_> {
         // (Sizing a fresh handle may ask the device: only with a headroom.)
         if cached.is_none()
             && self.sh.backing.reserved_headroom.is_some()
-            && self.over_headroom(ctx, run.min(self.fresh_piece_pages(ctx)) * spec.size)
+            && self.over_headroom(ctx, run.min(self.fresh_piece(ctx).0) * spec.size)
         {
             self.make_room(ctx, spec.size, run, avail);
             cached = self.cached_handle(spec.size, run, avail);
@@ -154,16 +146,15 @@ impl RangePool<'_> {
                 // memory (another process holds some, or physical memory is fragmented).
                 let (fresh_pages, roomy) = self.fresh_piece(ctx);
                 let (requests, ahead_now) = self.pace(ctx.device.sibling);
-                // A request as large as a fresh handle gets handles of its own (Note [handles of their own]).
-                let own = roomy && self.owns_handles(ctx.size, fresh_pages * spec.size);
+                // On a roomy device, a large-pool request at least as large as a fresh handle gets handles of its
+                // own: exactly the pages it lacks, nothing mapped ahead (docs/design.md, Note [handles of their own]).
+                let own = roomy && self.kind == PoolKind::Large && ctx.size >= fresh_pages * spec.size;
                 // A fresh handle may reach over the unmapped free pages it covers, never a sleeping one.
-                let mut ahead = run;
-                if ahead_now && !own {
-                    let reach = room_end.min(i + fresh_pages.max(run));
-                    while i + ahead < reach && self.range(ctx.seg).mappable(i + ahead) {
-                        ahead += 1;
-                    }
-                }
+                let ahead = if ahead_now && !own {
+                    self.range(ctx.seg).mappable_end(i + run, room_end.min(i + fresh_pages.max(run))) - i
+                } else {
+                    run
+                };
                 let first = if own { run } else { ahead.min(fresh_pages) };
                 if ctx.device.may_collect {
                     // Garbage collection before growing past its threshold, for all the pages the request lacks.
@@ -233,7 +224,7 @@ impl RangePool<'_> {
     /// may be mapped"): sizes keep the pools apart, as no small-pool handle is a whole number of 1 GiB or 20 MiB
     /// pages and a small-pool placement reaches far below a 1 GiB handle's 512 pages (core tests `handle_cache_kinds`).
     pub(super) fn cached_handle(&mut self, page: usize, run: usize, avail: usize) -> Option<(PhysicalHandle, usize)> {
-        let mut cache = self.sh.backing.handles();
+        let mut cache = lock(&self.sh.backing.handles);
         let sizes = |limit: usize| {
             cache
                 .iter()
@@ -253,25 +244,18 @@ impl RangePool<'_> {
         Ok(())
     }
 
-    /// Unmaps the piece at `head` (teardown) without caching its handle, which is still mapped at an old address.
-    pub(super) fn unmap_leaving_handle(&mut self, seg: SegmentId, head: usize) -> Result<()> {
-        self.unmap_leaving(seg, head).map(|_| ())
-    }
-
-    /// Unmaps the piece at `head`; returns its handle and pages.
-    fn unmap_leaving(&mut self, seg: SegmentId, head: usize) -> Result<(PhysicalHandle, usize)> {
+    /// Unmaps the piece at `head`; returns its handle and pages (teardown leaves a handle still mapped at an old
+    /// address uncached).
+    pub(super) fn unmap_leaving(&mut self, seg: SegmentId, head: usize) -> Result<(PhysicalHandle, usize)> {
         let (addr, page, piece) = {
             let r = self.range(seg);
             (r.base + head * r.page_size, r.page_size, r.page(head).expect("mapped page"))
         };
         debug_assert_eq!(piece.head as usize, head);
-        let sh = self.sh.clone();
         let units = piece.units as usize;
-        super::unmap_told(&sh, self.cache.pool, addr, units * page, Some(piece.handle))
+        self.unmap_recorded(addr, units * page, piece.handle)
             .map_err(|e| Error::runtime(e, "unmapping a free page"))?;
         self.range_mut(seg).clear(head, units);
-        sh.counters.page_unmapped();
-        sh.history.record(Action::SegmentUnmap, addr, units * page, self.stream, self.cache.pool);
         Ok((piece.handle, units))
     }
 
@@ -297,9 +281,7 @@ impl RangePool<'_> {
         });
         paced.unwrap_or_else(|| (requests, growth_is_frequent(requests, fresh)))
     }
-}
 
-impl RangePool<'_> {
     /// Pages of the placement from page `i` on that are not mapped.
     fn lacking(&self, ctx: &Placement<'_>, i: usize) -> usize {
         let r = self.range(ctx.seg);

@@ -6,7 +6,6 @@ mod growth;
 mod headroom;
 mod mapping;
 mod moves;
-mod own;
 mod placement;
 mod ranges;
 pub(crate) mod sleep;
@@ -14,7 +13,7 @@ mod unused;
 mod vmm_range;
 
 use super::{
-    Backing, Detached, Give, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, Sleeps, What,
+    lock, Backing, Detached, Give, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, What,
 };
 use crate::core::cache::block::{BlockId, BlockState};
 use crate::core::cache::segment::SegmentId;
@@ -24,7 +23,7 @@ use crate::core::hooks::SegmentEvent;
 use crate::core::policy::{PoolKind, Shape, SMALL_BUFFER};
 use crate::core::shared::Shared;
 use crate::error::{Error, Result};
-use crate::runtime::{PhysicalHandle, Stream};
+use crate::runtime::{AclCallError, PhysicalHandle, Stream};
 use crate::sys;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -116,27 +115,19 @@ impl ExpandableRanges {
         }
     }
 
-    fn shareable(&self) -> std::sync::MutexGuard<'_, HashMap<PhysicalHandle, u64>> {
-        self.shareable.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     fn pieces(&self) -> PieceRule {
-        *self.pieces.lock().unwrap_or_else(|e| e.into_inner())
+        *lock(&self.pieces)
     }
 
     /// Replaces the handle-size rule (tests pin it to study placement).
     #[cfg(test)]
     pub fn set_pieces(&self, rule: PieceRule) {
-        *self.pieces.lock().unwrap_or_else(|e| e.into_inner()) = rule;
-    }
-
-    fn handles(&self) -> std::sync::MutexGuard<'_, HashMap<usize, Vec<PhysicalHandle>>> {
-        self.handles.lock().unwrap_or_else(|e| e.into_inner())
+        *lock(&self.pieces) = rule;
     }
 
     /// Keeps an unmapped handle of `size` bytes for reuse.
     fn cache_handle(&self, size: usize, h: PhysicalHandle) {
-        self.handles().entry(size).or_default().push(h);
+        lock(&self.handles).entry(size).or_default().push(h);
     }
 
     fn page_spec(&self, kind: PoolKind) -> PageSpec {
@@ -265,7 +256,9 @@ impl Backing for ExpandableRanges {
             left = left.saturating_sub(out[before..].iter().map(|g| g.size).sum());
         }
         if scope == Scope::All {
-            pool.give_retired(&mut out);
+            for seg in pool.backing.ranges.clone() {
+                pool.give_retired_of(seg, |_| true, &mut out);
+            }
         }
         out
     }
@@ -283,8 +276,9 @@ impl Backing for ExpandableRanges {
     fn settle(mut pool: RangePool<'_>, g: &Give, given_back: bool, readded: Option<SegmentId>) -> bool {
         match g.what {
             What::Segment => {
+                // A range `release_range` could not give back returns to the shard.
                 if let Some(seg) = readded {
-                    pool.restore_range(seg, g);
+                    pool.record_range(seg, g.addr, g.device, g.for_request);
                 }
                 false
             }
@@ -325,7 +319,7 @@ impl Backing for ExpandableRanges {
 impl HeldOutside for ExpandableRanges {
     /// Also releases the reservations kept unreleased (address space, not counted in the bytes returned).
     fn free_cached(sh: &Shared<Self>) -> Result<usize> {
-        let taken: Vec<(usize, Vec<PhysicalHandle>)> = sh.backing.handles().drain().collect();
+        let taken: Vec<(usize, Vec<PhysicalHandle>)> = lock(&sh.backing.handles).drain().collect();
         let mut freed = 0;
         let mut first_error = ranges::release_kept(sh).err();
         for (size, handles) in taken {
@@ -340,7 +334,25 @@ impl HeldOutside for ExpandableRanges {
     }
 
     fn free_cached_upto(sh: &Shared<Self>, bytes: usize) -> Result<usize> {
-        unused::free_cached_upto(sh, bytes)
+        let mut freed = 0;
+        while freed < bytes {
+            let want = bytes - freed;
+            let taken = {
+                let mut cache = lock(&sh.backing.handles);
+                let sizes = || cache.iter().filter(|(_, hs)| !hs.is_empty()).map(|(&size, _)| size);
+                let Some(size) = sizes().filter(|&size| size >= want).min().or_else(|| sizes().max()) else {
+                    break;
+                };
+                cache.get_mut(&size).and_then(Vec::pop).map(|h| (size, h))
+            };
+            let Some((size, h)) = taken else { break };
+            // Kept on refusal for a later `free_cached`: asking again now would pick the same handle.
+            if let Err(e) = give_handle(sh, h, size) {
+                return Err(Error::runtime(e, "freeing a cached physical page"));
+            }
+            freed += size;
+        }
+        Ok(freed)
     }
 
     /// Into the handle cache: `free_cached` tries it again, and a mapping may take it first.
@@ -349,35 +361,11 @@ impl HeldOutside for ExpandableRanges {
     }
 
     fn keeps_reservations(&self) -> bool {
-        !self.unreleased.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        !lock(&self.unreleased).is_empty()
     }
 
     fn cached_bytes(&self) -> usize {
-        self.handles().iter().map(|(size, hs)| size * hs.len()).sum()
-    }
-}
-
-impl Sleeps for ExpandableRanges {
-    const SLEEPS_LIVE: bool = true;
-
-    fn sleep_pool(mut pool: RangePool<'_>, offload: bool) -> Result<usize> {
-        pool.sleep_ranges(offload)
-    }
-
-    fn wake_needs(pool: RangePool<'_>, out: &mut Vec<(usize, sys::aclrtMemAttr)>) {
-        pool.wake_needs(out)
-    }
-
-    fn wake_map(mut pool: RangePool<'_>, handles: &mut super::WakeHandles) -> Result<()> {
-        pool.wake_map(handles)
-    }
-
-    fn wake_undo(mut pool: RangePool<'_>, out: &mut Vec<(PhysicalHandle, usize)>) -> Result<()> {
-        pool.wake_undo(out)
-    }
-
-    fn wake_commit(mut pool: RangePool<'_>) -> Result<()> {
-        pool.wake_commit()
+        lock(&self.handles).iter().map(|(size, hs)| size * hs.len()).sum()
     }
 }
 
@@ -387,17 +375,14 @@ impl super::Shares for ExpandableRanges {
         let r = pool.range(seg);
         let (base, page) = (r.base, r.page_size);
         let (first, last) = ((addr - base) / page, (addr + size - 1 - base) / page);
-        let mut pieces: Vec<vmm_range::Piece> = Vec::new();
-        for i in first..=last {
-            let p = r.page(i).ok_or_else(|| Error::Unsupported(format!("block {addr:#x} is not mapped (asleep?)")))?;
-            if pieces.last().is_none_or(|q| q.head != p.head) {
-                pieces.push(p);
-            }
-        }
+        let mut pieces = (first..=last)
+            .map(|i| r.page(i).ok_or_else(|| Error::Unsupported(format!("block {addr:#x} is not mapped (asleep?)"))))
+            .collect::<Result<Vec<_>>>()?;
+        pieces.dedup_by_key(|p| p.head);
         let sh = pool.sh;
         let mut handles = Vec::with_capacity(pieces.len());
         for p in &pieces {
-            let known = sh.backing.shareable().get(&p.handle).copied();
+            let known = lock(&sh.backing.shareable).get(&p.handle).copied();
             let shareable = match known {
                 Some(s) => s,
                 None => {
@@ -408,7 +393,7 @@ impl super::Shares for ExpandableRanges {
                                  per process: a communication library that registered it may have exported it)",
                         )
                     })?;
-                    sh.backing.shareable().insert(p.handle, s);
+                    lock(&sh.backing.shareable).insert(p.handle, s);
                     s
                 }
             };
@@ -502,7 +487,7 @@ fn map_told(
     addr: usize,
     bytes: usize,
     handle: PhysicalHandle,
-) -> Result<(), crate::runtime::AclCallError> {
+) -> Result<(), AclCallError> {
     sh.rt.on_device(sh.device, || sh.rt.map(addr, bytes, handle))?;
     sh.segment_event(SegmentEvent::Map, addr, bytes, Some(handle), pool);
     Ok(())
@@ -515,7 +500,7 @@ fn unmap_told(
     addr: usize,
     bytes: usize,
     handle: Option<PhysicalHandle>,
-) -> Result<(), crate::runtime::AclCallError> {
+) -> Result<(), AclCallError> {
     sh.segment_event(SegmentEvent::Unmap, addr, bytes, handle, pool);
     let unmapped = sh.rt.on_device(sh.device, || sh.rt.unmap(addr));
     if unmapped.is_err() {
@@ -525,32 +510,24 @@ fn unmap_told(
 }
 
 /// Gives an unmapped handle of `size` bytes back to the runtime; a refused one goes to the handle cache.
-fn give_handle(
-    sh: &Shared<ExpandableRanges>,
-    h: PhysicalHandle,
-    size: usize,
-) -> Result<(), crate::runtime::AclCallError> {
+fn give_handle(sh: &Shared<ExpandableRanges>, h: PhysicalHandle, size: usize) -> Result<(), AclCallError> {
     if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.free_physical(h)) {
         sh.backing.cache_handle(size, h);
         return Err(e);
     }
     // A later handle may get the same value.
-    sh.backing.shareable().remove(&h);
+    lock(&sh.backing.shareable).remove(&h);
     sh.limit.refund(size);
     sh.counters.physical_freed(size);
     Ok(())
 }
 
 impl RangePool<'_> {
-    /// Pages one fresh handle of the placement's segment covers at most (Note [sizing a fresh handle]); the peak of
-    /// allocated bytes counts the request being placed. Small-pool handles stay within `SMALL_PIECE_CAP`: one live
-    /// small block pins its whole handle against `empty_cache` and the OOM ladder.
-    fn fresh_piece_pages(&self, ctx: &mapping::Placement<'_>) -> usize {
-        self.fresh_piece(ctx).0
-    }
-
-    /// A fresh handle's pages, and whether the device is roomy: its free memory did not make the handle smaller than
-    /// the allocator's own use asks for (Note [handles of their own]).
+    /// Pages one fresh handle of the placement's segment covers at most (Note [sizing a fresh handle]), and whether
+    /// the device is roomy: its free memory did not make the handle smaller than the allocator's own use asks for
+    /// (Note [handles of their own]). The peak of allocated bytes counts the request being placed. Small-pool handles
+    /// stay within `SMALL_PIECE_CAP`: one live small block pins its whole handle against `empty_cache` and the OOM
+    /// ladder.
     fn fresh_piece(&self, ctx: &mapping::Placement<'_>) -> (usize, bool) {
         let rule = self.sh.backing.pieces();
         let d = ctx.device;
@@ -598,6 +575,14 @@ impl RangePool<'_> {
 
     fn range_mut(&mut self, seg: SegmentId) -> &mut VmmRange {
         self.backing.tables.get_mut(seg)
+    }
+
+    /// `unmap_told` of `handle` at [addr, addr + bytes) of this shard's pool, counted and recorded once unmapped.
+    fn unmap_recorded(&self, addr: usize, bytes: usize, handle: PhysicalHandle) -> Result<(), AclCallError> {
+        unmap_told(self.sh, self.cache.pool, addr, bytes, Some(handle))?;
+        self.sh.counters.page_unmapped();
+        self.sh.history.record(Action::SegmentUnmap, addr, bytes, self.stream, self.cache.pool);
+        Ok(())
     }
 
     /// Synchronizes the streams that used `seg`, before unmapping its pages under this shard's lock (headroom move).

@@ -48,11 +48,7 @@ impl RangePool<'_> {
             .filter(|&p| apart(p, first, end) && apart(p, lo, hi))
             .collect();
         // The unmapped free pages from page i, as far as the largest piece.
-        let reach = room_end.min(i + fits.iter().map(|p| p.1).max()?);
-        let mut avail = run;
-        while i + avail < reach && self.range(seg).mappable(i + avail) {
-            avail += 1;
-        }
+        let avail = self.range(seg).mappable_end(i + run, room_end.min(i + fits.iter().map(|p| p.1).max()?)) - i;
         // Retired old addresses stay within what the range maps in use: on a roomy device nothing else bounds them,
         // and each costs address space and a driver mapping record. Past that a fresh handle is made.
         let r = self.range(seg);
@@ -102,24 +98,14 @@ impl RangePool<'_> {
             return;
         };
         let (addr, bytes) = (self.segments.get(seg).base + head * r.page_size, p.units as usize * r.page_size);
-        let sh = self.sh.clone();
-        if super::unmap_told(&sh, self.cache.pool, addr, bytes, Some(p.handle)).is_err() {
+        if self.unmap_recorded(addr, bytes, p.handle).is_err() {
             // Still a consistent move: its new pages lie in a free block.
             return;
         }
-        sh.counters.page_unmapped();
-        sh.history.record(Action::SegmentUnmap, addr, bytes, self.stream, self.cache.pool);
         let r = self.range_mut(seg);
         r.clear(head, p.units as usize);
         let rec = r.retired.remove(k);
         self.return_block(rec.block);
-    }
-
-    /// Gives back every range's retired spans not being flushed yet (`Scope::All`).
-    pub(super) fn give_retired(&mut self, out: &mut Vec<Give>) {
-        for seg in self.backing.ranges.clone() {
-            self.give_retired_of(seg, |_| true, out);
-        }
     }
 
     /// Gives back the retired spans of `seg` not being flushed yet whose handle `pick` accepts, marked as flushing.

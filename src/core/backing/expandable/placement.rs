@@ -32,10 +32,8 @@ impl RangePool<'_> {
             (id, off) = self.awake_place(rounded)?;
         }
         // Mapped before the split: a failure leaves the block whole.
-        let (seg, addr, size) = {
-            let b = self.blocks.get(id);
-            (b.segment, b.addr, b.size)
-        };
+        let b = self.blocks.get(id);
+        let (seg, addr, size) = (b.segment, b.addr, b.size);
         self.ensure_mapped(seg, addr + off, rounded, size - off, device)?;
         Ok(if off > 0 { self.split_front(id, off) } else { id })
     }
@@ -67,10 +65,8 @@ impl RangePool<'_> {
             Some(id) if !self.view().touches_slept(id, 0, rounded) => (id, 0),
             _ => self.awake_place(rounded)?,
         };
-        let (seg, addr, size) = {
-            let b = self.blocks.get(id);
-            (b.segment, b.addr + off, b.size - off)
-        };
+        let b = self.blocks.get(id);
+        let (seg, addr, size) = (b.segment, b.addr + off, b.size - off);
         let (base, page) = (self.range(seg).base, self.range(seg).page_size);
         // Whole pages: under `page_size:20m` or `1g` a page holds several 2 MiB units, and its handle is the block's.
         let pages = (addr + rounded - base).div_ceil(page) * page + base - addr;
@@ -139,7 +135,7 @@ impl RangeView<'_> {
     /// While asleep: a free block and offset where `size` bytes touch no sleeping page (at the block's start, or just
     /// past a sleeping run inside it), smallest classes first.
     fn find_awake_fit(&self, size: usize) -> Option<(BlockId, usize)> {
-        for id in self.fit_candidates(size) {
+        self.fit_candidates(size).find_map(|id| {
             let b = self.blocks.get(id);
             let r = self.range(b.segment);
             let past_runs = r.slept.iter().map(|run| r.base + (run.head as usize + run.units()) * r.page_size);
@@ -147,11 +143,8 @@ impl RangeView<'_> {
                 .chain(past_runs.filter(|&end| end > b.addr && end + size <= b.addr + b.size).map(|end| end - b.addr));
             let mut offsets: Vec<usize> = offsets.collect();
             offsets.sort_unstable();
-            if let Some(off) = offsets.into_iter().find(|&off| !self.touches_slept(id, off, size)) {
-                return Some((id, off));
-            }
-        }
-        None
+            offsets.into_iter().find(|&off| !self.touches_slept(id, off, size)).map(|off| (id, off))
+        })
     }
 
     /// A free block holding a fully mapped run of at least `size` bytes, and the run's offset in it.
@@ -229,13 +222,9 @@ impl RangeView<'_> {
         best
     }
 
-    /// `wholly_free_pieces` without moved handles, as (head, pages): what may be unmapped into the cache.
-    pub(super) fn free_pieces(&self, seg: SegmentId) -> Vec<(usize, usize)> {
-        self.wholly_free_pieces(seg, false)
-    }
-
-    /// Pieces of `seg` wholly inside free blocks; with `moved`, also those of handles mapped at a retired span
-    /// (which may move again, never be unmapped into the cache).
+    /// Pieces of `seg` wholly inside free blocks, as (head, pages): without `moved`, what may be unmapped into the
+    /// cache; with it, also those of handles mapped at a retired span (which may move again, never be unmapped into
+    /// the cache).
     pub(super) fn wholly_free_pieces(&self, seg: SegmentId, moved: bool) -> Vec<(usize, usize)> {
         let r = self.range(seg);
         let mut out = Vec::new();

@@ -4,6 +4,7 @@
 //! entries go with it, so a pointer into it is unknown again, and the runtime may hand the addresses to anyone.
 
 use super::{budget, ExpandableRanges, RangePool, RangeView, RetiredSpans, VmmRange, SMALL_BUFFER};
+use crate::core::backing::lock;
 use crate::core::backing::{Detached, Give, GrowError, HeldOutside, Scope, What};
 use crate::core::cache::segment::SegmentId;
 use crate::core::directory::ADDRESS_LIMIT;
@@ -14,9 +15,10 @@ use crate::error::{Error, Result};
 use crate::sys;
 
 impl RangePool<'_> {
-    /// Forgets a range's addresses in the directory: only the pages its mapping ever registered.
+    /// Forgets a range's addresses in the directory: only the pages its mapping ever registered (mapping registers
+    /// each piece and `pages` never shrinks, so past its top the release has nothing to remove).
     pub(super) fn unregister(&self, r: &VmmRange, size: usize) {
-        self.sh.directory.remove(r.base, r.registered_len().min(size));
+        self.sh.directory.remove(r.base, (r.top() * r.page_size).min(size));
     }
 
     /// Address space for a new range serving `rounded` bytes aligned to `align`: the device's size (large pool;
@@ -59,23 +61,9 @@ impl RangePool<'_> {
                 base + va
             ))));
         }
-        let range = VmmRange {
-            base,
-            page_size: spec.size,
-            attr: spec.attr,
-            for_request: false,
-            pages: Vec::new(),
-            mapped: 0,
-            reserved_at,
-            reserved_len,
-            slept: Vec::new(),
-            stuck: Vec::new(),
-            retired: RetiredSpans::default(),
-        };
         // The directory learns a range's pages as they are mapped (`mapping`): registering many GiB up front is slow.
         let (seg, _) = self.add_segment(base, va, None);
-        self.backing.tables.set(seg, range);
-        self.backing.ranges.push(seg);
+        self.record_range(seg, base, (reserved_at, reserved_len), false);
         self.segment_event(SegmentEvent::Reserve, base, va, None);
         sh.counters.range_added();
         Ok(seg)
@@ -120,36 +108,23 @@ impl RangePool<'_> {
         r
     }
 
-    /// Takes range `seg`, which holds nothing, out of the shard: the backing's side, then the segment.
-    fn take_out_range(&mut self, seg: SegmentId) -> VmmRange {
-        let r = self.forget_range(seg);
-        self.remove_segment(seg);
-        r
-    }
-
     /// Every range that holds nothing, given whole (for `release_range`).
     pub(super) fn give_empty_ranges(&mut self) -> Vec<Give> {
         let empty: Vec<SegmentId> =
             self.backing.ranges.iter().copied().filter(|&seg| self.view().range_holds_nothing(seg)).collect();
-        let mut out = Vec::with_capacity(empty.len());
-        for seg in empty {
+        let give = |seg| {
             let r = self.forget_range(seg);
-            out.push(Give {
-                what: What::Segment,
-                segment: seg,
-                addr: r.base,
-                size: self.segments.get(seg).size,
+            Give {
                 // Address space only.
                 memory: 0,
                 device: (r.reserved_at, r.reserved_len),
                 // Nothing is mapped: no queued work can touch it.
                 sync: false,
-                claim: false,
                 for_request: r.for_request,
-                handle: None,
-            });
-        }
-        out
+                ..Give::pages(What::Segment, seg, r.base, self.segments.get(seg).size)
+            }
+        };
+        empty.into_iter().map(give).collect()
     }
 
     /// `make_range` for the request being served: given back by `refused` if the request fails for good.
@@ -183,22 +158,25 @@ impl RangePool<'_> {
             return;
         }
         let size = self.segments.get(seg).size;
-        let r = self.take_out_range(seg);
+        // Out of the shard: the backing's side, then the segment.
+        let r = self.forget_range(seg);
+        self.remove_segment(seg);
         // No segment any more, released or kept: the observer forgets it either way (nothing is mapped in it).
         self.segment_event(SegmentEvent::Release, r.base, size, None);
         let _ = release_unused(self.sh, r.reserved_at, r.reserved_len);
         self.sh.counters.range_removed();
     }
 
-    /// A range `release_range` could not give back returns to the shard as segment `seg`.
-    pub(super) fn restore_range(&mut self, seg: SegmentId, g: &Give) {
+    /// Records segment `seg` as a range of this shard with nothing mapped, at `base` over the reservation `reserved`
+    /// (address, bytes): a new one, or one `release_range` could not give back.
+    pub(super) fn record_range(&mut self, seg: SegmentId, base: usize, reserved: (usize, usize), for_request: bool) {
         let spec = self.sh.backing.page_spec(self.kind);
-        let (reserved_at, reserved_len) = g.device;
+        let (reserved_at, reserved_len) = reserved;
         let range = VmmRange {
-            base: g.addr,
+            base,
             page_size: spec.size,
             attr: spec.attr,
-            for_request: g.for_request,
+            for_request,
             pages: Vec::new(),
             mapped: 0,
             reserved_at,
@@ -223,7 +201,8 @@ impl RangePool<'_> {
         };
         for head in heads {
             let result = match self.range(seg).page(head) {
-                Some(p) if self.range(seg).is_moved(p.handle) => self.unmap_leaving_handle(seg, head),
+                // Not cached: the handle is still mapped at an old address.
+                Some(p) if self.range(seg).is_moved(p.handle) => self.unmap_leaving(seg, head).map(|_| ()),
                 _ => self.unmap_piece(seg, head),
             };
             if let Err(e) = result {
@@ -250,7 +229,7 @@ impl RangePool<'_> {
     /// Free pieces of range `seg` onto `out` in address order; for `Scope::Pieces` and `Scope::Unused` at most
     /// `bytes` of them, largest first.
     pub(super) fn give_pieces(&mut self, seg: SegmentId, scope: Scope, bytes: usize, out: &mut Vec<Give>) {
-        let mut pieces = self.view().free_pieces(seg);
+        let mut pieces = self.view().wholly_free_pieces(seg, false);
         let page = self.range(seg).page_size;
         if let Scope::Pieces(_) | Scope::Unused(_) = scope {
             pieces.sort_unstable_by_key(|&(head, units)| (std::cmp::Reverse(units), head));
@@ -264,9 +243,7 @@ impl RangePool<'_> {
         pieces.sort_unstable();
         self.give_pieces_of(seg, pieces, out);
     }
-}
 
-impl RangePool<'_> {
     /// Pieces (first page, pages) of range `seg` as gives onto `out`, naming the handle mapped there.
     pub(super) fn give_pieces_of(&self, seg: SegmentId, pieces: Vec<(usize, usize)>, out: &mut Vec<Give>) {
         let r = self.range(seg);
@@ -302,7 +279,7 @@ pub(super) fn release_unused(
             Ok(())
         }
         Err(e) => {
-            sh.backing.unreleased.lock().unwrap_or_else(|e| e.into_inner()).push((at, len));
+            lock(&sh.backing.unreleased).push((at, len));
             Err(e)
         }
     }
@@ -310,7 +287,7 @@ pub(super) fn release_unused(
 
 /// Retries every reservation `release_unused` kept; one refused again stays kept. The first refusal is the error.
 pub(super) fn release_kept(sh: &Shared<ExpandableRanges>) -> Result<()> {
-    let kept = std::mem::take(&mut *sh.backing.unreleased.lock().unwrap_or_else(|e| e.into_inner()));
+    let kept = std::mem::take(&mut *lock(&sh.backing.unreleased));
     let mut first_error = None;
     for (at, len) in kept {
         if let Err(e) = release_unused(sh, at, len) {

@@ -4,10 +4,11 @@
 //! reserved and keeps its blocks, so every address stays valid. Wake maps handles of the same sizes at the same
 //! pages, copies the run back in one call and frees the host buffer.
 
-use super::{Piece, RangePool};
-use crate::core::backing::WakeHandles;
+use super::{ExpandableRanges, Piece, RangePool};
+use crate::core::backing::{Sleeps, WakeHandles};
 use crate::core::cache::segment::SegmentId;
 use crate::core::history::Action;
+use crate::core::shared::Shared;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 use crate::sys;
@@ -57,39 +58,127 @@ fn copy(
     unsafe { rt.memcpy2d(dst as *mut _, COPY_ROW, src as *const _, COPY_ROW, COPY_ROW, bytes / COPY_ROW, kind) }
 }
 
-impl RangePool<'_> {
+impl Sleeps for ExpandableRanges {
+    const SLEEPS_LIVE: bool = true;
+
     /// Takes every mapped run of this shard's ranges off the device (to host memory with `offload`), synchronizing
     /// the streams that used each range first. Returns the device bytes given back; on failure the runs already taken
     /// stay asleep (the caller wakes them).
-    pub(crate) fn sleep_ranges(&mut self, offload: bool) -> Result<usize> {
+    fn sleep_pool(mut pool: RangePool<'_>, offload: bool) -> Result<usize> {
         let mut freed = 0;
-        for seg in self.backing.ranges.clone() {
-            if self.range(seg).mapped == 0 {
+        for seg in pool.backing.ranges.clone() {
+            if pool.range(seg).mapped == 0 {
                 continue;
             }
-            self.sync_streams_of(seg)?;
+            pool.sync_streams_of(seg)?;
             // Moved handles' old addresses are unmapped, not slept: their
             // memory sleeps at the new pages (Note [moves of wholly free handles]).
-            self.flush_retired(seg)?;
+            pool.flush_retired(seg)?;
             let mut i = 0;
-            while i < self.range(seg).top() {
-                let Some(first) = self.range(seg).page(i) else {
+            while i < pool.range(seg).top() {
+                let Some(first) = pool.range(seg).page(i) else {
                     i += 1;
                     continue;
                 };
                 let mut pieces = vec![first];
                 let mut end = first.end();
-                while let Some(p) = self.range(seg).page(end) {
+                while let Some(p) = pool.range(seg).page(end) {
                     pieces.push(p);
                     end = p.end();
                 }
-                freed += self.sleep_run(seg, &pieces, offload)?;
+                freed += pool.sleep_run(seg, &pieces, offload)?;
                 i = end;
             }
         }
         Ok(freed)
     }
 
+    /// Appends the (bytes, attr) of every handle this shard's wake needs.
+    fn wake_needs(pool: RangePool<'_>, out: &mut Vec<(usize, sys::aclrtMemAttr)>) {
+        for &seg in &pool.backing.ranges {
+            let r = pool.range(seg);
+            for run in r.slept.iter().filter(|run| run.woken.is_empty()) {
+                out.extend(run.pieces.iter().map(|&u| (u as usize * r.page_size, r.attr)));
+            }
+        }
+    }
+
+    /// First step of a wake (Note [sleep]): maps `handles` (in `wake_needs` order) under every sleeping run and copies
+    /// offloaded contents back, each run still asleep in the bookkeeping (pages owned and unmapped, host buffer kept)
+    /// until `wake_commit`. On failure the run that failed is undone (its handles back at the front of `handles`);
+    /// the runs mapped before it wait for `wake_commit` or `wake_undo`.
+    fn wake_map(mut pool: RangePool<'_>, handles: &mut WakeHandles) -> Result<()> {
+        for seg in pool.backing.ranges.clone() {
+            for k in 0..pool.range(seg).slept.len() {
+                if pool.range(seg).slept[k].woken.is_empty() {
+                    pool.wake_map_run(seg, k, handles)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Undoes `wake_map`: unmaps every run it mapped (asleep again, host copies kept), handles onto `out` as
+    /// (handle, bytes) for the caller to free. A piece that cannot be unmapped stays mapped (`VmmRange::stuck`).
+    fn wake_undo(mut pool: RangePool<'_>, out: &mut Vec<(PhysicalHandle, usize)>) -> Result<()> {
+        let sh = pool.sh.clone();
+        let id = pool.cache.pool;
+        let mut first_error = None;
+        for seg in pool.backing.ranges.clone() {
+            let (base, page) = (pool.segments.get(seg).base, pool.range(seg).page_size);
+            let mut stuck = Vec::new();
+            for run in &mut pool.range_mut(seg).slept {
+                let mut at = base + run.head as usize * page;
+                for (&units, h) in run.pieces.iter().zip(std::mem::take(&mut run.woken)) {
+                    let size = units as usize * page;
+                    match super::unmap_told(&sh, id, at, size, Some(h)) {
+                        Ok(()) => out.push((h, size)),
+                        Err(e) => {
+                            stuck.push((at, h, size));
+                            first_error.get_or_insert(Error::Internal(stuck_message(at, e)));
+                        }
+                    }
+                    at += size;
+                }
+            }
+            for (at, h, size) in stuck {
+                pool.keep_stuck(seg, at, h, size);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Last step of a wake: every run `wake_map` mapped becomes mapped pages again and its host buffer is freed.
+    /// Returns the first host free that failed (the run is awake all the same).
+    fn wake_commit(mut pool: RangePool<'_>) -> Result<()> {
+        let sh = pool.sh.clone();
+        let mut first_error = None;
+        for seg in pool.backing.ranges.clone() {
+            let (base, page) = (pool.segments.get(seg).base, pool.range(seg).page_size);
+            let (woken, asleep): (Vec<SleptRun>, Vec<SleptRun>) =
+                std::mem::take(&mut pool.range_mut(seg).slept).into_iter().partition(|r| !r.woken.is_empty());
+            pool.range_mut(seg).slept = asleep;
+            for run in woken {
+                let r = pool.range_mut(seg);
+                let mut head = run.head as usize;
+                for (&units, &handle) in run.pieces.iter().zip(&run.woken) {
+                    let piece = Piece { handle, head: head as u32, units };
+                    r.set(piece);
+                    head = piece.end();
+                    sh.counters.page_mapped();
+                }
+                let addr = base + run.head as usize * page;
+                sh.history.record(Action::SegmentMap, addr, run.units() * page, pool.stream, pool.cache.pool);
+                if let Err(e) = free_host(&sh, run.host) {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl RangePool<'_> {
     /// Sleeps one run made of `pieces` (consecutive, in page order).
     fn sleep_run(&mut self, seg: SegmentId, pieces: &[Piece], offload: bool) -> Result<usize> {
         let sh = self.sh.clone();
@@ -116,12 +205,10 @@ impl RangePool<'_> {
         for p in pieces {
             let at = base + p.head as usize * page;
             let size = p.units as usize * page;
-            if let Err(e) = super::unmap_told(&sh, self.cache.pool, at, size, Some(p.handle)) {
+            if let Err(e) = self.unmap_recorded(at, size, p.handle) {
                 failed = Some(Error::runtime(e, "unmapping a sleeping page"));
                 break;
             }
-            sh.counters.page_unmapped();
-            sh.history.record(Action::SegmentUnmap, at, size, self.stream, self.cache.pool);
             self.range_mut(seg).clear(p.head as usize, p.units as usize);
             run.pieces.push(p.units);
             if super::give_handle(&sh, p.handle, size).is_ok() {
@@ -129,38 +216,11 @@ impl RangePool<'_> {
             }
         }
         if run.pieces.is_empty() {
-            if host != 0 {
-                let _ = sh.rt.free_host(host);
-            }
+            let _ = free_host(&sh, host);
         } else {
             self.range_mut(seg).slept.push(run);
         }
         failed.map_or(Ok(freed), Err)
-    }
-
-    /// Appends the (bytes, attr) of every handle this shard's wake needs.
-    pub(crate) fn wake_needs(&self, out: &mut Vec<(usize, sys::aclrtMemAttr)>) {
-        for &seg in &self.backing.ranges {
-            let r = self.range(seg);
-            for run in r.slept.iter().filter(|run| run.woken.is_empty()) {
-                out.extend(run.pieces.iter().map(|&u| (u as usize * r.page_size, r.attr)));
-            }
-        }
-    }
-
-    /// First step of a wake (Note [sleep]): maps `handles` (in `wake_needs` order) under every sleeping run and copies
-    /// offloaded contents back, each run still asleep in the bookkeeping (pages owned and unmapped, host buffer kept)
-    /// until `wake_commit`. On failure the run that failed is undone (its handles back at the front of `handles`);
-    /// the runs mapped before it wait for `wake_commit` or `wake_undo`.
-    pub(crate) fn wake_map(&mut self, handles: &mut WakeHandles) -> Result<()> {
-        for seg in self.backing.ranges.clone() {
-            for k in 0..self.range(seg).slept.len() {
-                if self.range(seg).slept[k].woken.is_empty() {
-                    self.wake_map_run(seg, k, handles)?;
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Maps one run at its pages and copies it back; undone on failure.
@@ -229,9 +289,6 @@ impl RangePool<'_> {
     fn unstick(&mut self, seg: SegmentId, run: &SleptRun) -> Result<()> {
         let (first, end) = (run.head as usize, run.head as usize + run.units());
         let on_run = |p: &Piece| (p.head as usize) < end && first < p.end();
-        if !self.range(seg).stuck.iter().any(on_run) {
-            return Ok(());
-        }
         let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
         let pieces: Vec<Piece> = self.range(seg).stuck.iter().copied().filter(on_run).collect();
         for p in pieces {
@@ -259,67 +316,6 @@ impl RangePool<'_> {
         Ok(())
     }
 
-    /// Undoes `wake_map`: unmaps every run it mapped (asleep again, host copies kept), handles onto `out` as
-    /// (handle, bytes) for the caller to free. A piece that cannot be unmapped stays mapped (`VmmRange::stuck`).
-    pub(crate) fn wake_undo(&mut self, out: &mut Vec<(PhysicalHandle, usize)>) -> Result<()> {
-        let sh = self.sh.clone();
-        let pool = self.cache.pool;
-        let mut first_error = None;
-        for seg in self.backing.ranges.clone() {
-            let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
-            let mut stuck = Vec::new();
-            for run in &mut self.range_mut(seg).slept {
-                let mut at = base + run.head as usize * page;
-                for (&units, h) in run.pieces.iter().zip(std::mem::take(&mut run.woken)) {
-                    let size = units as usize * page;
-                    match super::unmap_told(&sh, pool, at, size, Some(h)) {
-                        Ok(()) => out.push((h, size)),
-                        Err(e) => {
-                            stuck.push((at, h, size));
-                            first_error.get_or_insert(Error::Internal(stuck_message(at, e)));
-                        }
-                    }
-                    at += size;
-                }
-            }
-            for (at, h, size) in stuck {
-                self.keep_stuck(seg, at, h, size);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
-
-    /// Last step of a wake: every run `wake_map` mapped becomes mapped pages again and its host buffer is freed.
-    /// Returns the first host free that failed (the run is awake all the same).
-    pub(crate) fn wake_commit(&mut self) -> Result<()> {
-        let sh = self.sh.clone();
-        let mut first_error = None;
-        for seg in self.backing.ranges.clone() {
-            let (base, page) = (self.segments.get(seg).base, self.range(seg).page_size);
-            let (woken, asleep): (Vec<SleptRun>, Vec<SleptRun>) =
-                std::mem::take(&mut self.range_mut(seg).slept).into_iter().partition(|r| !r.woken.is_empty());
-            self.range_mut(seg).slept = asleep;
-            for run in woken {
-                let r = self.range_mut(seg);
-                let mut head = run.head as usize;
-                for (&units, &handle) in run.pieces.iter().zip(&run.woken) {
-                    let piece = Piece { handle, head: head as u32, units };
-                    r.set(piece);
-                    head = piece.end();
-                    sh.counters.page_mapped();
-                }
-                let addr = base + run.head as usize * page;
-                sh.history.record(Action::SegmentMap, addr, run.units() * page, self.stream, self.cache.pool);
-                if run.host != 0 {
-                    if let Err(e) = sh.rt.free_host(run.host) {
-                        first_error.get_or_insert(Error::runtime(e, "freeing an offload buffer"));
-                    }
-                }
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
-
     /// Teardown: frees the host buffers of `seg`'s sleeping runs, and unmaps and frees the pieces an undo left on them.
     pub(super) fn drop_slept(&mut self, seg: SegmentId) -> Result<()> {
         let sh = self.sh.clone();
@@ -330,14 +326,20 @@ impl RangePool<'_> {
             }
         }
         for run in std::mem::take(&mut self.range_mut(seg).slept) {
-            if run.host != 0 {
-                if let Err(e) = sh.rt.free_host(run.host) {
-                    first_error.get_or_insert(Error::runtime(e, "freeing an offload buffer"));
-                }
+            if let Err(e) = free_host(&sh, run.host) {
+                first_error.get_or_insert(e);
             }
         }
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// Frees the offload buffer `host` (0: none).
+fn free_host(sh: &Shared<ExpandableRanges>, host: usize) -> Result<()> {
+    if host == 0 {
+        return Ok(());
+    }
+    sh.rt.free_host(host).map_err(|e| Error::runtime(e, "freeing an offload buffer"))
 }
 
 /// What a failed undo unmap left: said in the error of the wake.

@@ -1,12 +1,10 @@
 //! What garbage collection and the release threshold give back of expandable ranges: cached handles, wholly free
 //! pieces, empty ranges, moved handles' old addresses (docs/design.md, Note [unused memory of expandable ranges]).
 
-use super::{give_handle, ExpandableRanges, RangePool};
+use super::RangePool;
 use crate::core::backing::Give;
 use crate::core::cache::block::BlockState;
 use crate::core::cache::segment::SegmentId;
-use crate::core::shared::Shared;
-use crate::error::{Error, Result};
 
 impl RangePool<'_> {
     /// Onto `out`: the old addresses of moved handles whose live pages in `seg` are wholly free, about `bytes` of them.
@@ -43,16 +41,14 @@ impl RangePool<'_> {
             return;
         }
         let Some(holder) = self.block_containing(seg, addr) else { return };
-        let (lo, hi) = {
-            let b = self.blocks.get(holder);
-            if b.state != BlockState::Free {
-                // Held for reuse or waiting for other streams: in use still.
-                return;
-            }
-            (b.addr, b.addr + b.size)
-        };
-        let (base, page) = (self.range(seg).base, self.range(seg).page_size);
+        let b = self.blocks.get(holder);
+        if b.state != BlockState::Free {
+            // Held for reuse or waiting for other streams: in use still.
+            return;
+        }
+        let (lo, hi) = (b.addr, b.addr + b.size);
         let r = self.range(seg);
+        let (base, page) = (r.base, r.page_size);
         let Some(first) = r.page((addr - base) / page) else { return };
         let (mut pieces, mut moved, mut taken) = (Vec::new(), Vec::new(), 0);
         let mut i = first.head as usize;
@@ -78,27 +74,4 @@ impl RangePool<'_> {
             self.give_retired_of(seg, |h| moved.contains(&h), out);
         }
     }
-}
-
-/// `HeldOutside::free_cached_upto` for expandable ranges.
-pub(super) fn free_cached_upto(sh: &Shared<ExpandableRanges>, bytes: usize) -> Result<usize> {
-    let mut freed = 0;
-    while freed < bytes {
-        let want = bytes - freed;
-        let taken = {
-            let mut cache = sh.backing.handles();
-            let sizes = || cache.iter().filter(|(_, hs)| !hs.is_empty()).map(|(&size, _)| size);
-            let Some(size) = sizes().filter(|&size| size >= want).min().or_else(|| sizes().max()) else {
-                break;
-            };
-            cache.get_mut(&size).and_then(Vec::pop).map(|h| (size, h))
-        };
-        let Some((size, h)) = taken else { break };
-        // Kept on refusal for a later `free_cached`: asking again now would pick the same handle.
-        if let Err(e) = give_handle(sh, h, size) {
-            return Err(Error::runtime(e, "freeing a cached physical page"));
-        }
-        freed += size;
-    }
-    Ok(freed)
 }

@@ -122,13 +122,6 @@ impl VmmRange {
         self.pages.len()
     }
 
-    /// Bytes from the range's start the directory may have entries for: mapping registers each piece and `pages`
-    /// never shrinks, so past this its release has nothing to remove.
-    #[inline]
-    pub fn registered_len(&self) -> usize {
-        self.top() * self.page_size
-    }
-
     /// Whether page `i` lies on a run `sleep` took off the device: unmapped, but owned by the run's blocks until
     /// wake (Note [sleep]).
     #[inline]
@@ -140,6 +133,12 @@ impl VmmRange {
     #[inline]
     pub fn mappable(&self, i: usize) -> bool {
         self.page(i).is_none() && !self.slept_at(i)
+    }
+
+    /// The first page from `from` a placement may not map, at most `to` (`from` itself when `to` is below it).
+    #[inline]
+    pub fn mappable_end(&self, from: usize, to: usize) -> usize {
+        (from..to).find(|&j| !self.mappable(j)).unwrap_or(to.max(from))
     }
 
     /// Pages mapped at moved handles' old addresses (mapped, yet counted at the handles' new pages).
