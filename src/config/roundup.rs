@@ -73,10 +73,16 @@ impl RoundupDivisions {
         Ok(Self { below, rest: check_divisions(rest)? })
     }
 
-    /// The number of divisions for a request of `size` bytes (0 or 1: none).
+    /// The number of divisions for a request of `size` bytes (0 or 1: none). On the hot path: a plain loop
+    /// compiles to fewer instructions here than `find` with `map_or`.
     #[inline]
     pub fn divisions_for(&self, size: usize) -> usize {
-        self.below.iter().find(|&&(bound, _)| size < bound).map_or(self.rest, |&(_, divisions)| divisions)
+        for &(bound, divisions) in &self.below {
+            if size < bound {
+                return divisions;
+            }
+        }
+        self.rest
     }
 
     /// `size` rounded up to a multiple of 2^k / d (module doc). Unchanged: sizes <= 512 bytes (the block
