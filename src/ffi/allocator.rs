@@ -147,8 +147,7 @@ pub unsafe extern "C" fn npualloc_malloc(
     ffi_boundary!(status "npualloc_malloc", {
         #[cfg(test)]
         tests::panic_if_armed();
-        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         let out = try_out!(out_ptr, "out_ptr");
         let addr = allocator.core.malloc(size, Stream::from_raw(stream))?;
         // SAFETY: out was checked non-NULL and aligned.
@@ -169,8 +168,7 @@ pub unsafe extern "C" fn npualloc_malloc(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_free(a: *mut npualloc_allocator, ptr: *mut c_void) -> npualloc_status {
     ffi_boundary!(status "npualloc_free", {
-        // SAFETY: as in npualloc_malloc.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         if ptr.is_null() {
             return Ok(());
         }
@@ -191,8 +189,7 @@ pub unsafe extern "C" fn npualloc_record_stream(
     stream: aclrtStream,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_record_stream", {
-        // SAFETY: as in npualloc_malloc.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.record_stream(ptr as usize, Stream::from_raw(stream))
     })
 }
@@ -212,8 +209,7 @@ pub unsafe extern "C" fn npualloc_erase_stream(
     stream: aclrtStream,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_erase_stream", {
-        // SAFETY: as in npualloc_malloc.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.erase_stream(ptr as usize, Stream::from_raw(stream))
     })
 }
@@ -226,8 +222,7 @@ pub unsafe extern "C" fn npualloc_erase_stream(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_empty_cache(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_empty_cache", {
-        // SAFETY: as in npualloc_malloc.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.empty_cache().map(|_| ())
     })
 }
@@ -246,8 +241,7 @@ pub const NPUALLOC_EMPTY_KEEP_HANDLES: u32 = 1;
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_empty_cache_with(a: *mut npualloc_allocator, flags: u32) -> npualloc_status {
     ffi_boundary!(status "npualloc_empty_cache_with", {
-        // SAFETY: as in npualloc_malloc.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         match flags {
             0 => allocator.core.empty_cache().map(|_| ()),
             NPUALLOC_EMPTY_KEEP_HANDLES => allocator.core.empty_cache_keeping_handles().map(|_| ()),
@@ -269,8 +263,7 @@ pub unsafe extern "C" fn npualloc_empty_cache_with(a: *mut npualloc_allocator, f
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_set_memory_fraction(a: *mut npualloc_allocator, fraction: f64) -> npualloc_status {
     ffi_boundary!(status "npualloc_set_memory_fraction", {
-        // SAFETY: as in npualloc_malloc.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.set_memory_fraction(fraction)
     })
 }
@@ -287,8 +280,7 @@ pub unsafe extern "C" fn npualloc_query(
     out: *mut npualloc_block_info,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_query", {
-        // SAFETY: as in npualloc_malloc.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         let out = try_out!(out, "out");
         let info = allocator.core.query(ptr as usize)?;
         let value = npualloc_block_info {

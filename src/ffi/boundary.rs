@@ -17,7 +17,7 @@
 //!
 //! The two fallible forms clear the thread's last error first, so a successful call leaves "" behind. The body runs in
 //! a closure: `return` inside it returns from the closure, which is the function's result. Inside a fallible body,
-//! [`try_ref!`], [`try_out!`] and [`try_str!`] (and, in tests, `try_mut!`) turn a NULL (or misaligned, or non-UTF-8)
+//! [`try_live!`] turns a handle argument into its allocator. [`try_ref!`], [`try_out!`] and [`try_str!`] (and, in tests, `try_mut!`) turn a NULL (or misaligned, or non-UTF-8)
 //! argument into `Error::InvalidArgument` naming the parameter.
 
 use super::last_error::{clear_last_error, fail, set_last_error};
@@ -51,6 +51,16 @@ macro_rules! try_ref {
         // SAFETY: non-NULL and aligned (checked above); the caller's contract says it points to a live value.
         unsafe { &*ptr }
     }};
+}
+
+/// The allocator behind handle argument `$a`, or an early `Err(InvalidArgument)` for anything but a live handle.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! try_live {
+    ($a:expr) => {
+        // SAFETY: every export's contract: the handle is not destroyed during the call.
+        unsafe { $crate::ffi::handle::Allocator::from_handle($a) }?
+    };
 }
 
 /// `&mut T` from a pointer argument, or an early `Err(InvalidArgument)` (used by tests only).

@@ -57,8 +57,7 @@ impl Binding {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_register", {
-        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         if stream.is_null() {
             return Err(Error::InvalidArgument(
                 "stream must not be NULL: the runtime cannot apply an allocator to the default stream".into(),
@@ -116,8 +115,7 @@ pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: a
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_unregister(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_unregister", {
-        // SAFETY: as in npualloc_register.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         let stream = Stream::from_raw(stream);
         let mut regs = allocator.registrations.lock().unwrap_or_else(|e| e.into_inner());
         if !regs.contains_key(&stream) {
@@ -228,8 +226,7 @@ pub unsafe extern "C" fn npualloc_binding_create(
     binding: *mut *mut c_void,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_binding_create", {
-        // SAFETY: as in npualloc_register.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         let out = try_out!(binding, "binding");
         let stream = Stream::from_raw(stream);
         allocator.core.check_stream(stream)?;

@@ -1,6 +1,6 @@
 //! `npualloc_forget_stream` and its pluggable equivalent: a stream's cached memory and address ranges go back.
 
-use super::handle::{npualloc_allocator, Allocator};
+use super::handle::npualloc_allocator;
 use super::status::npualloc_status;
 use crate::runtime::Stream;
 use crate::sys::aclrtStream;
@@ -18,8 +18,7 @@ use std::ffi::c_int;
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_forget_stream(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_forget_stream", {
-        // SAFETY: as in npualloc_malloc.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.forget_stream(Stream::from_raw(stream)).map(|_| ())
     })
 }

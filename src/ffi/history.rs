@@ -1,6 +1,6 @@
 //! Memory history and the snapshot in PyTorch's format.
 
-use super::handle::{npualloc_allocator, Allocator};
+use super::handle::npualloc_allocator;
 use super::stats::write_json;
 use super::status::npualloc_status;
 use std::ffi::{c_char, c_int};
@@ -17,8 +17,7 @@ use std::ffi::{c_char, c_int};
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_record_history(a: *mut npualloc_allocator, max_entries: usize) -> npualloc_status {
     ffi_boundary!(status "npualloc_record_history", {
-        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.record_history(max_entries);
         Ok(())
     })
@@ -40,8 +39,7 @@ pub unsafe extern "C" fn npualloc_snapshot_pytorch_json(
     out_json: *mut *mut c_char,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_snapshot_pytorch_json", {
-        // SAFETY: as in npualloc_record_history.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         // SAFETY: the caller's contract on `out_json`, passed on.
         unsafe { write_json(out_json, || Ok(allocator.core.pytorch_snapshot()?.to_json())) }
     })

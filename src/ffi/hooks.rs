@@ -1,6 +1,6 @@
 //! Host hooks: functions of the host npualloc calls at fixed moments (`core::hooks` says when and under which locks).
 
-use super::handle::{npualloc_allocator, Allocator};
+use super::handle::npualloc_allocator;
 use super::status::npualloc_status;
 use crate::error::Error;
 use std::ffi::{c_char, c_void};
@@ -31,8 +31,7 @@ pub unsafe extern "C" fn npualloc_set_before_release(
     user: *mut c_void,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_set_before_release", {
-        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.set_before_release(r#fn.map(|f| (f, user)));
         Ok(())
     })
@@ -60,8 +59,7 @@ pub unsafe extern "C" fn npualloc_set_oom_observer(
     user: *mut c_void,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_set_oom_observer", {
-        // SAFETY: as in npualloc_set_before_release.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.set_out_of_memory_observer(r#fn.map(|f| (f, user)));
         Ok(())
     })
@@ -129,8 +127,7 @@ pub unsafe extern "C" fn npualloc_set_segment_observer(
     user: *mut c_void,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_set_segment_observer", {
-        // SAFETY: as in npualloc_set_before_release.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.set_segment_observer(r#fn.map(|f| (f, user)));
         Ok(())
     })
@@ -151,8 +148,7 @@ pub unsafe extern "C" fn npualloc_for_each_segment(
     user: *mut c_void,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_for_each_segment", {
-        // SAFETY: as in npualloc_set_before_release.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         let Some(f) = r#fn else {
             return Err(Error::InvalidArgument("fn is NULL: npualloc_for_each_segment needs a function to call".into()));
         };

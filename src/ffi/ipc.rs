@@ -1,7 +1,7 @@
 //! Sharing blocks with other processes of the host (`core::sharing`): export in the owner, import and close in
 //! another process.
 
-use super::handle::{npualloc_allocator, Allocator};
+use super::handle::npualloc_allocator;
 use super::status::npualloc_status;
 use crate::core::sharing::{import, table};
 use crate::error::Error;
@@ -41,8 +41,7 @@ pub unsafe extern "C" fn npualloc_ipc_export(
     out: *mut npualloc_ipc_handle,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_ipc_export", {
-        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         if ptr.is_null() {
             return Err(Error::InvalidArgument("ptr must not be NULL".into()));
         }

@@ -1,7 +1,7 @@
 //! Private pools (Note [pools] in the core): create, begin, end, destroy, get_stats, empty_cache, and listing
 //! and restoring their live blocks (Note [pool checkpoints]).
 
-use super::handle::{npualloc_allocator, Allocator};
+use super::handle::npualloc_allocator;
 use super::stats::npualloc_stats;
 use super::status::npualloc_status;
 use crate::core::pools::checkpoint::LiveBlock;
@@ -37,8 +37,7 @@ pub unsafe extern "C" fn npualloc_pool_create(
     out_pool: *mut u64,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_create", {
-        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         let out = try_out!(out_pool, "out_pool");
         let text = if config.is_null() { None } else { Some(try_str!(config, "config")) };
         let config = PoolConfig::parse(text)?;
@@ -66,8 +65,7 @@ pub unsafe extern "C" fn npualloc_pool_begin(
     stream: aclrtStream,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_begin", {
-        // SAFETY: as in npualloc_pool_create.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         let target = (!stream.is_null()).then(|| Stream::from_raw(stream));
         allocator.core.pool_begin(pool, target)
     })
@@ -87,8 +85,7 @@ pub unsafe extern "C" fn npualloc_pool_end(
     stream: aclrtStream,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_end", {
-        // SAFETY: as in npualloc_pool_create.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         let target = (!stream.is_null()).then(|| Stream::from_raw(stream));
         allocator.core.pool_end(pool, target)
     })
@@ -104,8 +101,7 @@ pub unsafe extern "C" fn npualloc_pool_end(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_pool_destroy(a: *mut npualloc_allocator, pool: u64) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_destroy", {
-        // SAFETY: as in npualloc_pool_create.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.pool_destroy(pool)
     })
 }
@@ -124,8 +120,7 @@ pub unsafe extern "C" fn npualloc_pool_set_use_on_oom(
     on: i32,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_set_use_on_oom", {
-        // SAFETY: as in npualloc_pool_create.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.pool_set_use_on_oom(pool, on != 0)
     })
 }
@@ -146,8 +141,7 @@ pub unsafe extern "C" fn npualloc_pool_get_stats(
     out: *mut npualloc_stats,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_get_stats", {
-        // SAFETY: as in npualloc_pool_create.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         // SAFETY: the caller's contract on `out`, passed on.
         unsafe { super::stats::fill_stats(out, || allocator.core.pool_stats(pool)) }
     })
@@ -164,8 +158,7 @@ pub unsafe extern "C" fn npualloc_pool_get_stats(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_pool_empty_cache(a: *mut npualloc_allocator, pool: u64) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_empty_cache", {
-        // SAFETY: as in npualloc_pool_create.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.pool_empty_cache(pool).map(|_| ())
     })
 }
@@ -204,8 +197,7 @@ pub unsafe extern "C" fn npualloc_pool_live_blocks(
     user: *mut c_void,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_live_blocks", {
-        // SAFETY: as in npualloc_pool_create.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         let Some(f) = r#fn else {
             return Err(Error::InvalidArgument("fn is NULL: npualloc_pool_live_blocks needs a function to call".into()));
         };
@@ -249,8 +241,7 @@ pub unsafe extern "C" fn npualloc_pool_restore(
     n: usize,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_restore", {
-        // SAFETY: as in npualloc_pool_create.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         // SAFETY: the caller's contract for the list; pointer and count are checked first.
         let list: Vec<LiveBlock> = unsafe { super::boundary::slice_arg(blocks, n, "blocks", "blocks") }?
             .iter()

@@ -2,7 +2,7 @@
 //! valid, and bring it back (Note [sleep] in `core::sleep`).
 
 use super::boundary::slice_arg;
-use super::handle::{npualloc_allocator, Allocator};
+use super::handle::npualloc_allocator;
 use super::status::npualloc_status;
 
 /// Sleeps: synchronizes every stream that used memory, gives back all cached memory, copies the live blocks of
@@ -19,8 +19,7 @@ use super::status::npualloc_status;
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_sleep(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_sleep", {
-        // SAFETY: as in npualloc_malloc.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.sleep_pools().map(|_| ())
     })
 }
@@ -37,8 +36,7 @@ pub unsafe extern "C" fn npualloc_sleep(a: *mut npualloc_allocator) -> npualloc_
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_wake(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_wake", {
-        // SAFETY: as in npualloc_malloc.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.wake()
     })
 }
@@ -62,8 +60,7 @@ pub unsafe extern "C" fn npualloc_sleep_with(
     n_discard: usize,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_sleep_with", {
-        // SAFETY: as in npualloc_malloc.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         // SAFETY: the caller's contract for each list; pointer and count are checked first.
         let offload = unsafe { slice_arg(offload_pools, n_offload, "offload_pools", "pools") }?;
         // SAFETY: as above.
@@ -89,8 +86,7 @@ pub unsafe extern "C" fn npualloc_wake_with(
     n: usize,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_wake_with", {
-        // SAFETY: as in npualloc_malloc.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         // SAFETY: the caller's contract for the list; pointer and count are checked first.
         let pools = unsafe { slice_arg(pools, n, "pools", "pools") }?;
         allocator.core.wake_with(pools)

@@ -1,6 +1,6 @@
 //! Statistics and snapshots.
 
-use super::handle::{npualloc_allocator, Allocator};
+use super::handle::npualloc_allocator;
 use super::status::npualloc_status;
 use crate::error::{Error, Result};
 use std::ffi::{c_char, CString};
@@ -134,8 +134,7 @@ crate::core::stats_table!(stats_from_core);
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_get_stats(a: *const npualloc_allocator, out: *mut npualloc_stats) -> npualloc_status {
     ffi_boundary!(status "npualloc_get_stats", {
-        // SAFETY: not destroyed during the call (the caller's contract); anything but a live handle is refused.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         // SAFETY: the caller's contract on `out`, passed on.
         unsafe { fill_stats(out, || allocator.core.stats()) }
     })
@@ -186,8 +185,7 @@ pub unsafe extern "C" fn npualloc_get_kind_stats(
     out: *mut npualloc_stats,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_get_kind_stats", {
-        // SAFETY: as in npualloc_get_stats.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         let kind = match kind {
             NPUALLOC_SMALL_BLOCKS => crate::core::PoolKind::Small,
             NPUALLOC_LARGE_BLOCKS => crate::core::PoolKind::Large,
@@ -209,8 +207,7 @@ pub unsafe extern "C" fn npualloc_get_kind_stats(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_reset_peak_stats(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_reset_peak_stats", {
-        // SAFETY: as in npualloc_get_stats.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         allocator.core.reset_peak_stats()
     })
 }
@@ -226,8 +223,7 @@ pub unsafe extern "C" fn npualloc_snapshot_json(
     out_json: *mut *mut c_char,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_snapshot_json", {
-        // SAFETY: as in npualloc_get_stats.
-        let allocator = unsafe { Allocator::from_handle(a) }?;
+        let allocator = try_live!(a);
         // SAFETY: the caller's contract on `out_json`, passed on.
         unsafe { write_json(out_json, || allocator.core.snapshot_json()) }
     })
