@@ -5,8 +5,8 @@
 //! - `runtime`: the ACL runtime loaded at run time, with safe wrappers.
 //! - `core`, `config`, `memcpy2d`: the allocator itself, safe Rust.
 //! - `ffi`: the `extern "C"` shims; the only place with exported symbols.
-//! - `trace`: allocation traces, recorded (config key `trace`) and read back. Replay lives in the
-//!   `npualloc-tools` crate (`tools/`), so the C library carries only the allocator.
+//! - `trace`: allocation traces, recorded (config key `trace`). Reading and replaying them lives in the
+//!   `npualloc-tools` crate (`tools/`), so the C library carries only the allocator and its recorder.
 pub mod addr_hash;
 pub mod config;
 pub mod core;

@@ -56,7 +56,7 @@ def find_library():
 
 class Stats(ctypes.Structure):
     # npualloc_stats: the names and order are the library's statistics table
-    # (src/core/stats.rs); a Rust test checks this list against it.
+    # (src/core/report/stats.rs); a Rust test checks this list against it.
     _fields_ = [("struct_size", ctypes.c_uint32), ("version", ctypes.c_uint32)] + [
         (name, ctypes.c_uint64)
         for name in (

@@ -3,7 +3,7 @@
 
 use super::backing::Memory;
 use super::cache::block::{BlockId, BlockState};
-use super::pool::Pool;
+use crate::core::alloc::pool::Pool;
 use crate::error::Result;
 use crate::runtime::Stream;
 

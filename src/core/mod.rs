@@ -16,15 +16,16 @@
 //! state is a per-shard part keeping each segment's device side by segment id (`PerSegment`), and a device-wide
 //! part.
 //!
-//! Above the seam:
-//! - `pool`, `shard`: a shard is one stream's pool of one kind (small or large), its cache and backing part behind
-//!   one lock. A cache hit takes that lock and no other; frees find their shard through the address directory
-//!   (`directory`), with no lock.
-//! - `device`, `streams`: the allocator of one device, its streams' shards.
-//! - giving memory back: `reclaim` (detach, give back, settle), `ladder` (the out-of-memory recovery, serialized by
-//!   one lock no cache hit takes), `forget` (a stream's shards), `teardown`.
-//! - features: `pools` (private pools and their routes), `capture`, `sleep`/`wake`, `snapshot`, `history`, `hooks`,
-//!   `stats`.
+//! Above the seam, one folder per role:
+//! - `alloc`, the hot path: `device` (one device's allocator), `streams` (its streams' shards), `shard` (one
+//!   stream's pool of one kind, small or large: its cache and backing part behind one lock), `pool`, and
+//!   `directory`, through which a free finds its shard with no lock. A cache hit takes its shard's lock and no
+//!   other.
+//! - `giveback`: `reclaim` (detach, give back, settle), `ladder` (the out-of-memory recovery, serialized by one
+//!   lock no cache hit takes), `peers` (other allocators of the device), `forget` (a stream's shards), `teardown`.
+//! - features: `pools` (private pools and their routes), `capture`, `sleep` (with `wake`), `sharing` (memory
+//!   other processes map), `hooks`.
+//! - `report`: `stats`, `snapshot`, `history`, `inspect`, the out-of-memory message, the consistency checks.
 //!
 //! Glossary:
 //! - *segment*: one contiguous range the backing obtained for a shard; its blocks tile it.
@@ -35,38 +36,19 @@
 //!
 //! `device` says which lock guards what; no shard lock is held across a device call made for another stream.
 
+mod alloc;
 mod backing;
 mod cache;
 mod capture;
 mod config_effect;
-mod device;
-mod directory;
-mod forget;
-pub mod history;
+mod giveback;
 mod hooks;
-mod inspect;
-mod invariants;
-mod ladder;
-mod limit;
-mod oom_report;
-mod peers;
-pub(crate) mod policy;
-mod pool;
 pub mod pools;
-pub mod pytorch_snapshot;
-mod reclaim;
-mod shard;
-mod shared;
+pub mod report;
 pub(crate) mod sharing;
 mod sleep;
-mod sleep_state;
-mod snapshot;
-mod stats;
-mod streams;
-mod teardown;
 #[cfg(test)]
 mod testpoint;
-mod wake;
 
 #[cfg(test)]
 mod tests;
@@ -76,16 +58,16 @@ use crate::error::{Error, Result};
 use crate::runtime::{Runtime, Stream};
 use crate::sys;
 use crate::trace::TraceRecorder;
+use alloc::device::Device;
+use alloc::policy::Policy;
+pub use alloc::policy::PoolKind;
+use alloc::shared::Shared;
 use backing::{ExpandableRanges, FixedSegments, MemoryLimit};
-use device::Device;
 pub use hooks::{OomHook, ReleaseHook, SegmentEvent, SegmentHook, SegmentPiece};
-use policy::Policy;
-pub use policy::PoolKind;
 pub use pools::config::SleepMode;
-use shared::Shared;
-pub use snapshot::{BlockSnapshot, BlockSnapshotState, SegmentSnapshot, Snapshot};
-pub(crate) use stats::stats_table;
-pub use stats::Stats;
+pub use report::snapshot::{BlockSnapshot, BlockSnapshotState, SegmentSnapshot, Snapshot};
+pub(crate) use report::stats::stats_table;
+pub use report::stats::Stats;
 use std::sync::Arc;
 
 /// What `query` reports about a live block.
@@ -147,7 +129,7 @@ impl DeviceAllocator {
     }
 
     pub fn with_runtime(config: Config, device: i32, rt: Arc<Runtime>) -> Result<Self> {
-        Self::build(config, device, rt, streams::MAX_STREAMS)
+        Self::build(config, device, rt, alloc::streams::MAX_STREAMS)
     }
 
     fn build(config: Config, device: i32, rt: Arc<Runtime>, max_streams: usize) -> Result<Self> {
@@ -243,7 +225,7 @@ impl DeviceAllocator {
 
     /// Checks that the runtime knows `stream` on this device, as a first malloc on it does. Changes nothing.
     pub fn check_stream(&self, stream: Stream) -> Result<()> {
-        device::check_live_stream(&self.rt, self.device, stream).map(|_| ())
+        alloc::device::check_live_stream(&self.rt, self.device, stream).map(|_| ())
     }
 
     /// Notes that work on `stream` uses the block at `addr`.
@@ -417,12 +399,12 @@ impl DeviceAllocator {
     }
 
     /// The recorded history, oldest first (empty while off).
-    pub fn history(&self) -> Vec<history::Event> {
+    pub fn history(&self) -> Vec<report::history::Event> {
         with_device!(&self.engine, d => d.sh.history.events())
     }
 
     /// Segments, blocks and the memory history in PyTorch's snapshot format. Locks each shard in turn.
-    pub fn pytorch_snapshot(&self) -> Result<pytorch_snapshot::Value> {
+    pub fn pytorch_snapshot(&self) -> Result<report::pytorch_snapshot::Value> {
         with_device!(&self.engine, d => d.pytorch_snapshot())
     }
 
@@ -480,7 +462,7 @@ impl DeviceAllocator {
 
     /// Synchronizes every stream used, returns all segments (live blocks included) and events; refuses further work.
     pub fn teardown(&self) -> Result<TeardownReport> {
-        peers::leave(self);
+        giveback::peers::leave(self);
         with_device!(&self.engine, d => d.teardown())
     }
 
@@ -490,12 +472,12 @@ impl DeviceAllocator {
     /// `self` stays at its address (boxed, or `'static`) until it is torn down or dropped.
     pub unsafe fn join_peers(&self) {
         // SAFETY: forwarded to the caller.
-        unsafe { peers::join(self) }
+        unsafe { giveback::peers::join(self) }
     }
 
     /// Leaves the peers; waits for every ask of it in progress, so must not be called from this allocator's own hook.
     pub fn leave_peers(&self) {
-        peers::leave(self);
+        giveback::peers::leave(self);
     }
 
     /// Identifies this allocator among its peers (`Device::peer_key`).
@@ -511,7 +493,7 @@ impl DeviceAllocator {
 
 impl Drop for DeviceAllocator {
     fn drop(&mut self) {
-        peers::leave(self);
+        giveback::peers::leave(self);
     }
 }
 
@@ -549,7 +531,7 @@ impl DeviceAllocator {
     /// wholly free handles]): mapped in the runtime, counted nowhere.
     pub(crate) fn retired_bytes(&self) -> usize {
         let Engine::Expandable(d) = &self.engine else { return 0 };
-        let of = |pool: &pool::Pool<backing::ExpandableRanges>| -> usize {
+        let of = |pool: &alloc::pool::Pool<backing::ExpandableRanges>| -> usize {
             pool.cache.segments.ids().map(|id| pool.backing.retired_bytes(id)).sum()
         };
         d.streams.shards().map(|s| of(&s.lock_anyway())).sum()

@@ -4,15 +4,15 @@
 use super::{
     lock, Backing, Detached, Give, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, Sleeps, What,
 };
+use crate::core::alloc::directory::ADDRESS_LIMIT;
+use crate::core::alloc::policy::MIN_BLOCK_SIZE;
+use crate::core::alloc::policy::{PoolKind, Shape};
+use crate::core::alloc::shared::Shared;
 use crate::core::cache::block::BlockId;
 use crate::core::cache::segment::SegmentId;
 use crate::core::cache::Cache;
-use crate::core::directory::ADDRESS_LIMIT;
-use crate::core::history::Action;
 use crate::core::hooks::SegmentEvent;
-use crate::core::policy::MIN_BLOCK_SIZE;
-use crate::core::policy::{PoolKind, Shape};
-use crate::core::shared::Shared;
+use crate::core::report::history::Action;
 use crate::error::{Error, Result};
 use crate::runtime::{PhysicalHandle, Stream};
 

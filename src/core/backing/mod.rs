@@ -9,21 +9,22 @@
 
 pub(crate) mod expandable;
 pub(crate) mod fixed;
+pub(super) mod limit;
 
 use super::cache::block::BlockId;
 use super::cache::segment::SegmentId;
 use super::cache::Cache;
 use super::hooks::SegmentEvent;
-use super::policy::{PoolKind, Shape};
-use super::shared::Shared;
 pub(crate) use super::sharing::table::Memory as SharedMemory;
+use crate::core::alloc::policy::{PoolKind, Shape};
+use crate::core::alloc::shared::Shared;
 use crate::error::Result;
 use crate::runtime::{PhysicalHandle, Stream};
 use std::sync::atomic::Ordering;
 
-pub(crate) use super::limit::MemoryLimit;
 pub(crate) use expandable::ExpandableRanges;
 pub(crate) use fixed::FixedSegments;
+pub(crate) use limit::MemoryLimit;
 
 /// What a growth needs to know about the whole device.
 pub(crate) struct GrowContext<'a, B: Backing> {
@@ -390,8 +391,8 @@ pub(crate) enum GrowError {
     Other(crate::error::Error),
 }
 
-impl From<super::limit::OverLimit> for GrowError {
-    fn from(e: super::limit::OverLimit) -> Self {
+impl From<limit::OverLimit> for GrowError {
+    fn from(e: limit::OverLimit) -> Self {
         GrowError::OverLimit { size: e.size, limit: e.limit, charged: e.charged }
     }
 }

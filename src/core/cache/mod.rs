@@ -2,8 +2,8 @@
 //! with split, return with coalesce, carve). It knows nothing of where device memory comes from and makes
 //! no device call; a segment's device side is the backing's, kept by segment id.
 
-use super::policy::{Policy, PoolKind};
-use super::stats::ShardCounters;
+use crate::core::alloc::policy::{Policy, PoolKind};
+use crate::core::report::stats::ShardCounters;
 use crate::error::Error;
 use crate::runtime::Stream;
 use block::{Block, BlockArena, BlockId, BlockState, NIL};

@@ -5,14 +5,14 @@
 
 use super::block::{BlockArena, BlockId, NIL};
 use super::size_class::{class_of, CLASS_COUNT};
-use crate::core::stats::{DeviceCounters, Stats};
+use crate::core::report::stats::{DeviceCounters, Stats};
 
 /// Blocks one size class holds at most.
 const PER_CLASS: u8 = 16;
 
 /// The largest block held: small-pool blocks only. A large block costs little more through the free index,
 /// and holding one keeps its memory from coalescing, which raises peak reserved memory.
-const MAX_BLOCK: usize = crate::core::policy::SMALL_SIZE;
+const MAX_BLOCK: usize = crate::core::alloc::policy::SMALL_SIZE;
 
 const WORDS: usize = CLASS_COUNT.div_ceil(64);
 

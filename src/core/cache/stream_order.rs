@@ -2,7 +2,7 @@
 //! frees and misses, never on a cache hit (docs/design.md, Note [stream-ordered reuse]).
 
 use super::block::BlockId;
-use crate::core::stats::DeviceCounters;
+use crate::core::report::stats::DeviceCounters;
 use crate::error::{Error, Result};
 use crate::runtime::{Event, Runtime, Stream};
 use std::collections::HashMap;

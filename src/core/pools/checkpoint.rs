@@ -3,11 +3,11 @@
 
 use super::super::backing::Memory;
 use super::super::cache::block::BlockState;
-use super::super::device::Device;
-use super::super::history::Action;
 use super::super::hooks::SegmentEvent;
-use super::super::policy::MIN_BLOCK_SIZE;
-use super::super::pool::Pool;
+use crate::core::alloc::device::Device;
+use crate::core::alloc::policy::MIN_BLOCK_SIZE;
+use crate::core::alloc::pool::Pool;
+use crate::core::report::history::Action;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use std::collections::HashSet;

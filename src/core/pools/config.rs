@@ -1,7 +1,7 @@
 //! A pool's configuration (`npualloc_pool_create`'s `"key:value,..."`): `sleep`, `use_on_oom` (whether
 //! requests that run out may take its cached memory), and its blocks' `Shape` (`alignment`, `no_split`).
 
-use crate::core::policy::{Shape, MAX_POOL_ALIGNMENT};
+use crate::core::alloc::policy::{Shape, MAX_POOL_ALIGNMENT};
 use crate::error::{Error, Result};
 
 /// What sleep does to a pool's live blocks.

@@ -8,11 +8,11 @@ pub(crate) mod state;
 pub(crate) mod tally;
 
 use super::backing::{Memory, Scope};
-use super::device::{check_live_stream, Device};
-use super::pool::Pool;
-use super::shard::Shard;
-use super::stats::Stats;
-use super::streams::StreamEntry;
+use crate::core::alloc::device::{check_live_stream, Device};
+use crate::core::alloc::pool::Pool;
+use crate::core::alloc::shard::Shard;
+use crate::core::alloc::streams::StreamEntry;
+use crate::core::report::stats::Stats;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use config::{PoolConfig, SleepMode};
@@ -208,7 +208,7 @@ impl<B: Memory> Device<B> {
         self.sh.hooks.before_release(self.sh.device);
         let _ladder = self.ladder.lock().unwrap_or_else(|e| e.into_inner());
         // A default-pool entry of a graph stream keeps its memory; a private pool's entries may give theirs.
-        let pick = |e: &super::streams::StreamEntry<B>| e.pool() == pool && (pool != 0 || e.reclaimable());
+        let pick = |e: &crate::core::alloc::streams::StreamEntry<B>| e.pool() == pool && (pool != 0 || e.reclaimable());
         // Pass 2 releases the ranges pass 1 emptied.
         let released = self.release_free_where(Scope::All, pick)? + self.release_free_where(Scope::All, pick)?;
         let cached = B::free_cached(&self.sh)?;

@@ -4,7 +4,7 @@
 //! reserved peak when a shard grows, each to the sum over the pool's shards. The `Device` methods that keep
 //! them up to date are in `pools`.
 
-use crate::core::stats::{Cumulative, DeviceCounters, Stats};
+use crate::core::report::stats::{Cumulative, DeviceCounters, Stats};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 

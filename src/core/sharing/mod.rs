@@ -8,8 +8,8 @@ pub(crate) mod table;
 
 use super::backing::Memory;
 use super::cache::block::BlockState;
-use super::device::Device;
-use super::pool::Pool;
+use crate::core::alloc::device::Device;
+use crate::core::alloc::pool::Pool;
 use crate::error::Result;
 use table::{Record, HANDLE_SIZE};
 

@@ -18,7 +18,7 @@ fn same_stream_reuse_is_immediate() {
     let s = a.stats().unwrap();
     assert_eq!((s.num_allocs, s.num_frees, s.num_device_mallocs), (2, 1, 1));
     assert_eq!((s.allocated_bytes, s.requested_bytes, s.active_blocks), (1024, 1000, 1));
-    assert_eq!(s.reserved_bytes, policy::SMALL_BUFFER as u64);
+    assert_eq!(s.reserved_bytes, alloc::policy::SMALL_BUFFER as u64);
     a.free(q).unwrap();
     finish(a);
 }
@@ -39,7 +39,7 @@ fn split_and_coalesce_restore_one_free_block() {
         a.check_invariants().unwrap();
     }
     let s = a.stats().unwrap();
-    assert_eq!(s.largest_free_block, policy::SMALL_BUFFER as u64, "all pieces merged back");
+    assert_eq!(s.largest_free_block, alloc::policy::SMALL_BUFFER as u64, "all pieces merged back");
     assert_eq!(s.allocated_bytes, 0);
     finish(a);
 }
@@ -93,7 +93,7 @@ fn bad_input_changes_nothing() {
     // The size check is one compare (0 wraps around): each end of the
     // refused range gets its own message (the largest supported request
     // passes it: below).
-    let max = crate::core::policy::MAX_REQUEST;
+    let max = crate::core::alloc::policy::MAX_REQUEST;
     assert!(matches!(a.malloc(0, Stream::DEFAULT), Err(Error::InvalidArgument(m)) if m.contains("size is 0")));
     assert!(matches!(a.malloc(max, Stream::DEFAULT), Err(Error::InvalidArgument(m)) if m.contains("exceeds")));
     assert!(matches!(a.free(0xdead_0000), Err(Error::UnknownPointer(m)) if m.contains("did not allocate")));

@@ -4,8 +4,8 @@
 use super::support::{
     allocator, drop_stream, emu_lock, finish, hold_stream, new_stream, release_stream, set_capacity, DEV,
 };
-use crate::core::history::Action;
-use crate::core::pytorch_snapshot::Value;
+use crate::core::report::history::Action;
+use crate::core::report::pytorch_snapshot::Value;
 use crate::core::*;
 
 fn actions(a: &DeviceAllocator) -> Vec<(Action, usize)> {

@@ -135,8 +135,8 @@ fn the_oom_event_and_the_message_state_the_same_free_memory() {
         let err = a.malloc(2 << 30, Stream::DEFAULT).unwrap_err();
         let Error::OutOfMemory(msg) = &err else { panic!("{config}: expected OOM, got {err:?}") };
         let last = *a.history().last().unwrap();
-        assert_eq!(last.action, crate::core::history::Action::Oom, "{config}");
-        let said = format!("Device {DEV} reports {} free of", crate::core::oom_report::Mib(last.device_free));
+        assert_eq!(last.action, crate::core::report::history::Action::Oom, "{config}");
+        let said = format!("Device {DEV} reports {} free of", crate::core::report::oom::Mib(last.device_free));
         assert!(msg.contains(&said), "{config}: the event says {} bytes free: {msg}", last.device_free);
         assert!(last.device_free > 0, "{config}: {msg}");
         a.record_history(0);
@@ -202,7 +202,7 @@ fn a_request_no_reservation_can_hold_counts_as_an_oom() {
     let pool = a.pool_stats(0).unwrap();
     assert_eq!(pool.num_ooms, 1, "the default pool's own figures count it too: {pool:?}");
     let last = a.history().last().map(|e| (e.action, e.size));
-    assert_eq!(last, Some((crate::core::history::Action::Oom, 1 << 40)));
+    assert_eq!(last, Some((crate::core::report::history::Action::Oom, 1 << 40)));
     // Nothing was taken: a request that fits is served as before.
     let p = a.malloc(4 << 20, Stream::DEFAULT).unwrap();
     a.free(p).unwrap();

@@ -222,7 +222,9 @@ fn pytorch_snapshot_shows_each_segments_pool() {
         let addr = seg.get("address").and_then(|v| v.as_int()).unwrap() as usize;
         let size = seg.get("total_size").and_then(|v| v.as_int()).unwrap() as usize;
         let id = match seg.get("segment_pool_id") {
-            Some(crate::core::pytorch_snapshot::Value::Tuple(t)) => (t[0].as_int().unwrap(), t[1].as_int().unwrap()),
+            Some(crate::core::report::pytorch_snapshot::Value::Tuple(t)) => {
+                (t[0].as_int().unwrap(), t[1].as_int().unwrap())
+            }
             other => panic!("segment_pool_id: {other:?}"),
         };
         let holds = |b: usize| (addr..addr + size).contains(&b);

@@ -6,7 +6,7 @@ use clap::{CommandFactory, Parser, ValueEnum};
 use clap_complete::Shell;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use npualloc::config::Config;
-use npualloc::core::pytorch_snapshot::to_pickle;
+use npualloc::core::report::pytorch_snapshot::to_pickle;
 use npualloc::runtime::loader::ACL_LIBRARY_ENV;
 use npualloc_tools::replay::svg::{self, Figure};
 use npualloc_tools::replay::{self, table, Emulator, Options, Prepared, Report, Target};

@@ -5,7 +5,7 @@ use super::emulator::{Emulator, DEFAULT_CAPACITY, DEVICE};
 use super::engine::{self, Npu, Quiet, Series};
 use super::prepared::Prepared;
 use crate::config::Config;
-use crate::core::pytorch_snapshot::Value;
+use crate::core::report::pytorch_snapshot::Value;
 use crate::core::DeviceAllocator;
 
 /// The file name for `trace_name`'s snapshot: the trace's name without

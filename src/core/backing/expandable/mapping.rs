@@ -2,11 +2,11 @@
 //! which pages (cached or fresh), and rolling back a partial mapping.
 
 use super::{PageSpec, Piece, RangePool};
+use crate::core::alloc::policy::PoolKind;
 use crate::core::backing::lock;
 use crate::core::backing::{GrowContext, GrowError, Sibling};
 use crate::core::cache::segment::SegmentId;
-use crate::core::history::Action;
-use crate::core::policy::PoolKind;
+use crate::core::report::history::Action;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 

@@ -15,13 +15,13 @@ mod vmm_range;
 use super::{
     lock, Backing, Detached, Give, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, What,
 };
+use crate::core::alloc::policy::{PoolKind, Shape, SMALL_BUFFER};
+use crate::core::alloc::shared::Shared;
 use crate::core::cache::block::{BlockId, BlockState};
 use crate::core::cache::segment::SegmentId;
 use crate::core::cache::Cache;
-use crate::core::history::Action;
 use crate::core::hooks::SegmentEvent;
-use crate::core::policy::{PoolKind, Shape, SMALL_BUFFER};
-use crate::core::shared::Shared;
+use crate::core::report::history::Action;
 use crate::error::{Error, Result};
 use crate::runtime::{AclCallError, PhysicalHandle, Stream};
 use crate::sys;
@@ -194,7 +194,7 @@ impl Backing for ExpandableRanges {
     /// handle ends, so what splits off starts a handle of its own or unmapped pages.
     #[inline]
     fn splits(_: &Shared<Self>, _: Shape, _: PoolKind, size: usize, rounded: usize) -> bool {
-        size - rounded >= crate::core::policy::MIN_BLOCK_SIZE
+        size - rounded >= crate::core::alloc::policy::MIN_BLOCK_SIZE
     }
 
     fn obtain(

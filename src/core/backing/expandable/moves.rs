@@ -4,11 +4,11 @@
 
 use super::mapping::Placement;
 use super::{Piece, RangePool, RangeView, Retired};
+use crate::core::alloc::policy::PoolKind;
 use crate::core::backing::{Give, What};
 use crate::core::cache::block::BlockState;
 use crate::core::cache::segment::SegmentId;
-use crate::core::history::Action;
-use crate::core::policy::PoolKind;
+use crate::core::report::history::Action;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 

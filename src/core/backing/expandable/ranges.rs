@@ -4,13 +4,13 @@
 //! entries go with it, so a pointer into it is unknown again, and the runtime may hand the addresses to anyone.
 
 use super::{budget, ExpandableRanges, RangePool, RangeView, RetiredSpans, VmmRange, SMALL_BUFFER};
+use crate::core::alloc::directory::ADDRESS_LIMIT;
+use crate::core::alloc::policy::PoolKind;
+use crate::core::alloc::shared::Shared;
 use crate::core::backing::lock;
 use crate::core::backing::{Detached, Give, GrowError, HeldOutside, Scope, What};
 use crate::core::cache::segment::SegmentId;
-use crate::core::directory::ADDRESS_LIMIT;
 use crate::core::hooks::SegmentEvent;
-use crate::core::policy::PoolKind;
-use crate::core::shared::Shared;
 use crate::error::{Error, Result};
 use crate::sys;
 

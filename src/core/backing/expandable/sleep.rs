@@ -5,10 +5,10 @@
 //! pages, copies the run back in one call and frees the host buffer.
 
 use super::{ExpandableRanges, Piece, RangePool};
+use crate::core::alloc::shared::Shared;
 use crate::core::backing::{Sleeps, WakeHandles};
 use crate::core::cache::segment::SegmentId;
-use crate::core::history::Action;
-use crate::core::shared::Shared;
+use crate::core::report::history::Action;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 use crate::sys;

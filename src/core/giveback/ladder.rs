@@ -12,12 +12,12 @@
 //! Releasing cached memory also releases empty expandable ranges, so an address-space shortage takes the same steps.
 //! The ladder holds the `ladder` lock but no shard lock across its device calls.
 
-use super::backing::{GrowError, Memory, Scope};
-use super::device::Device;
-use super::oom_report::{AddressSpaceReport, Elsewhere, Mib, OomReport};
-use super::shard::Shard;
-use super::stats::DeviceCounters;
-use super::streams::StreamEntry;
+use crate::core::alloc::device::Device;
+use crate::core::alloc::shard::Shard;
+use crate::core::alloc::streams::StreamEntry;
+use crate::core::backing::{GrowError, Memory, Scope};
+use crate::core::report::oom::{AddressSpaceReport, Elsewhere, Mib, OomReport};
+use crate::core::report::stats::DeviceCounters;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 
@@ -63,7 +63,7 @@ impl<B: Memory> Device<B> {
     /// The request of `size` bytes on `shard` could not grow: runs the ladder.
     #[cold]
     #[inline(never)]
-    pub(super) fn ladder(
+    pub(in crate::core) fn ladder(
         &self,
         shard: &Shard<B>,
         stream: Stream,
@@ -228,7 +228,7 @@ impl<B: Memory> Device<B> {
     /// its pool (Note [pools]).
     fn count_with_pool(&self, shard: &Shard<B>, count: fn(&DeviceCounters)) {
         let own_calls = self.tally_of(&shard.lock_anyway()).calls.clone();
-        let _pool_calls = super::stats::count_for(&own_calls);
+        let _pool_calls = crate::core::report::stats::count_for(&own_calls);
         count(&self.sh.counters);
     }
 
@@ -263,7 +263,7 @@ impl<B: Memory> Device<B> {
                 self.published(self.streams.entry_of(pool.cache.id), pool.cache.kind as usize, &pool);
                 let stream = pool.stream();
                 self.sh.trace(|t| t.alloc(addr, size, stream));
-                self.sh.history.record(super::history::Action::Alloc, addr, size, stream, pool.pool_id());
+                self.sh.history.record(crate::core::report::history::Action::Alloc, addr, size, stream, pool.pool_id());
                 Ok(Some(addr))
             }
             Err(e) if e.is_out_of_memory() => {
@@ -298,7 +298,7 @@ impl<B: Memory> Device<B> {
             if let Ok(addr) = pool.malloc_cached(size, rounded) {
                 self.published(entry, kind, &pool);
                 self.sh.trace(|t| t.alloc(addr, size, stream));
-                self.sh.history.record(super::history::Action::Alloc, addr, size, stream, pool.pool_id());
+                self.sh.history.record(crate::core::report::history::Action::Alloc, addr, size, stream, pool.pool_id());
                 return Ok(Some(addr));
             }
         }

@@ -3,14 +3,14 @@
 //! `reserved_headroom` move, which may take free pieces of the stream's other shard when no one holds it
 //! (`Sibling`); device calls made here block only these shards.
 
-use super::backing::{Detached, GrowContext, GrowError, Memory, Parts, Scope, What};
-use super::cache::block::{BlockId, BlockState, NIL};
-use super::cache::size_class::class_of;
-use super::cache::Cache;
-use super::history::Action;
 use super::policy::{PoolKind, Shape};
 use super::shared::Shared;
-use super::stats::{Cumulative, ShardCounters};
+use crate::core::backing::{Detached, GrowContext, GrowError, Memory, Parts, Scope, What};
+use crate::core::cache::block::{BlockId, BlockState, NIL};
+use crate::core::cache::size_class::class_of;
+use crate::core::cache::Cache;
+use crate::core::report::history::Action;
+use crate::core::report::stats::{Cumulative, ShardCounters};
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use std::sync::Arc;
@@ -24,9 +24,9 @@ pub(crate) enum Miss {
 
 /// A shard's cache and backing part, with what they share with the device's other shards.
 pub(crate) struct Pool<B: Memory> {
-    pub(super) sh: Arc<Shared<B>>,
-    pub(super) cache: Cache,
-    pub(super) backing: B::ShardState,
+    pub(in crate::core) sh: Arc<Shared<B>>,
+    pub(in crate::core) cache: Cache,
+    pub(in crate::core) backing: B::ShardState,
     /// What the pool's config asks of its blocks (set with the pool).
     shape: Shape,
     #[cfg(debug_assertions)]
@@ -252,7 +252,7 @@ impl<B: Memory> Pool<B> {
                     NIL
                 }
                 What::Piece => {
-                    let holds = |b: &super::cache::block::Block| {
+                    let holds = |b: &crate::core::cache::block::Block| {
                         b.state == BlockState::Free && b.addr <= give.addr && give.addr < b.addr + b.size
                     };
                     let holder = match after {

@@ -8,10 +8,10 @@
 //!
 //! The device-wide recount of reserved bytes is `Device::check_invariants`.
 
-use super::backing::Memory;
-use super::cache::block::{BlockState, NIL};
-use super::pool::Pool;
 use super::stats::Stats;
+use crate::core::alloc::pool::Pool;
+use crate::core::backing::Memory;
+use crate::core::cache::block::{BlockState, NIL};
 
 impl<B: Memory> Pool<B> {
     /// Device memory this shard's segments hold.
@@ -65,7 +65,7 @@ impl<B: Memory> Pool<B> {
                 if b.prev != prev || b.segment != seg_id {
                     return Err(format!("block {:#x}: links or ownership disagree with its segment", b.addr));
                 }
-                if b.size == 0 || b.size % super::policy::MIN_BLOCK_SIZE != 0 {
+                if b.size == 0 || b.size % crate::core::alloc::policy::MIN_BLOCK_SIZE != 0 {
                     return Err(format!("block {:#x}: size {} not a positive multiple of 512", b.addr, b.size));
                 }
                 let is_free = b.state == BlockState::Free;

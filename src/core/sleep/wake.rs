@@ -14,19 +14,19 @@
 //! A partial wake (`npualloc_wake_with`, e.g. vllm-ascend waking `weights` before `kv_cache`) brings back the chosen
 //! pools only; the allocator counts as asleep until every pool is awake.
 
-use super::backing::{Memory, Scope, WakeHandles};
-use super::device::Device;
-use super::pools::config::SleepMode;
-use super::shard::Shard;
-use super::sleep_state::Asleep;
-use super::streams::StreamEntry;
+use crate::core::alloc::device::Device;
+use crate::core::alloc::shard::Shard;
+use crate::core::alloc::streams::StreamEntry;
+use crate::core::backing::{Memory, Scope, WakeHandles};
+use crate::core::pools::config::SleepMode;
+use crate::core::sleep::state::Asleep;
 use crate::error::{Error, Result};
 use crate::sys::aclrtMemAttr;
 use std::collections::HashMap;
 
 /// Why a wake failed: `short` when its handles could not all be allocated (worth a retry after giving back cache).
-pub(super) struct Failed {
-    pub(super) error: Error,
+pub(in crate::core) struct Failed {
+    pub(in crate::core) error: Error,
     short: bool,
 }
 
@@ -80,7 +80,7 @@ impl<B: Memory> Device<B> {
 
     /// Maps every sleeping run of the entries `pick` chooses, or changes nothing; with `reclaim`, first gives back
     /// the cached memory of pools not in `asleep`.
-    pub(super) fn bring_back(
+    pub(in crate::core) fn bring_back(
         &self,
         pick: &dyn Fn(&StreamEntry<B>) -> bool,
         asleep: &HashMap<u64, SleepMode>,
@@ -108,7 +108,7 @@ impl<B: Memory> Device<B> {
         let needs: Needs = per_shard.iter().flatten().copied().collect();
         let mut handles = self.handles_for(&needs)?;
         #[cfg(test)]
-        super::testpoint::hit("wake: handles taken");
+        crate::core::testpoint::hit("wake: handles taken");
         let mut failure = None;
         for (&(_, _, shard), own) in shards.iter().zip(&per_shard) {
             if own.is_empty() {

@@ -1,10 +1,10 @@
 //! Teardown: every stream the allocator used is synchronized, and all its memory and events go back to the
 //! runtime; graph streams are never synchronized and their memory is left to the runtime (Note [capture]).
 
-use super::backing::Memory;
-use super::device::Device;
-use super::pool::Pool;
-use super::TeardownReport;
+use crate::core::alloc::device::Device;
+use crate::core::alloc::pool::Pool;
+use crate::core::backing::Memory;
+use crate::core::TeardownReport;
 use crate::error::Result;
 use crate::runtime::Stream;
 use std::sync::atomic::Ordering;

@@ -16,37 +16,37 @@
 //! shards in table order, an entry's small one before its large one. A growth may take its stream's other shard,
 //! but only with `try_lock` (to return that pool's held blocks, and for `reserved_headroom` moves).
 
-use super::backing::{GrowContext, GrowError, Memory};
-use super::history::Action;
 use super::policy::{PoolKind, Shape, MAX_REQUEST};
 use super::pool::Pool;
-use super::pools::routing::Routes;
-use super::pools::state::Pools;
 use super::shard::Shard;
 use super::shared::Shared;
-use super::sleep_state::SleepState;
-use super::stats::Peaks;
 use super::streams::{StreamEntry, StreamTable};
+use crate::core::backing::{GrowContext, GrowError, Memory};
+use crate::core::pools::routing::Routes;
+use crate::core::pools::state::Pools;
+use crate::core::report::history::Action;
+use crate::core::report::stats::Peaks;
+use crate::core::sleep::state::SleepState;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub(crate) struct Device<B: Memory> {
-    pub(super) sh: Arc<Shared<B>>,
-    pub(super) streams: StreamTable<B>,
-    pub(super) peaks: Peaks,
-    pub(super) ladder: Mutex<()>,
+    pub(in crate::core) sh: Arc<Shared<B>>,
+    pub(in crate::core) streams: StreamTable<B>,
+    pub(in crate::core) peaks: Peaks,
+    pub(in crate::core) ladder: Mutex<()>,
     /// Set once torn down: every call is refused.
-    pub(super) broken: AtomicBool,
+    pub(in crate::core) broken: AtomicBool,
     /// A free over the release threshold found `ladder` held: the next one that takes it gives back what is over
     /// the threshold anywhere (`release_over_threshold`).
-    pub(super) release_owed: AtomicBool,
+    pub(in crate::core) release_owed: AtomicBool,
     /// Private pools and the routes to them (Note [pools]).
-    pub(super) pools: Pools,
-    pub(super) routes: Routes,
+    pub(in crate::core) pools: Pools,
+    pub(in crate::core) routes: Routes,
     /// Asleep or awake (Note [sleep]).
-    pub(super) sleep: SleepState,
+    pub(in crate::core) sleep: SleepState,
 }
 
 impl<B: Memory> Device<B> {
@@ -65,12 +65,12 @@ impl<B: Memory> Device<B> {
     }
 
     /// Refuses every call once torn down.
-    pub(super) fn check_open(&self) -> Result<()> {
+    pub(in crate::core) fn check_open(&self) -> Result<()> {
         self.check_usable()
     }
 
     #[inline(always)]
-    pub(super) fn check_usable(&self) -> Result<()> {
+    pub(in crate::core) fn check_usable(&self) -> Result<()> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Internal("the allocator is unusable: it was destroyed".into()));
         }
@@ -190,7 +190,7 @@ impl<B: Memory> Device<B> {
             self.sleep.check(entry)?;
         }
         #[cfg(test)]
-        super::testpoint::hit("malloc: before the shard lock");
+        crate::core::testpoint::hit("malloc: before the shard lock");
         let shard = &entry.shards[kind as usize];
         let mut pool = shard.lock()?;
         // The entry may have been retired and taken over by another stream since the look-up
@@ -225,7 +225,7 @@ impl<B: Memory> Device<B> {
     /// The entry `malloc` looked up was retired before it took the shard's lock: look it up again.
     #[cold]
     #[inline(never)]
-    pub(super) fn malloc_again(&self, size: usize, stream: Stream) -> Result<usize> {
+    pub(in crate::core) fn malloc_again(&self, size: usize, stream: Stream) -> Result<usize> {
         self.malloc(size, stream)
     }
 
@@ -255,10 +255,11 @@ impl<B: Memory> Device<B> {
         if let Some(path) = &self.sh.oom_snapshot {
             // A failed write leaves the file as it was.
             let written = match self.pytorch_snapshot() {
-                Ok(doc) => write_replacing(path, &super::pytorch_snapshot::to_pickle(&doc)).map_err(|e| e.to_string()),
+                Ok(doc) => write_replacing(path, &crate::core::report::pytorch_snapshot::to_pickle(&doc))
+                    .map_err(|e| e.to_string()),
                 Err(e) => Err(format!("the snapshot could not be taken ({e})")),
             };
-            super::oom_report::add_snapshot_sentence(&mut report, path, written);
+            crate::core::report::oom::add_snapshot_sentence(&mut report, path, written);
         }
         self.sh.hooks.out_of_memory(self.sh.device, size, &report);
         report
@@ -267,7 +268,7 @@ impl<B: Memory> Device<B> {
     /// The miss path under the shard's lock; an out-of-memory failure is for the ladder (the caller drops the lock).
     #[cold]
     #[inline(never)]
-    pub(super) fn grow(
+    pub(in crate::core) fn grow(
         &self,
         shard: &Shard<B>,
         pool: &mut Pool<B>,
@@ -287,7 +288,7 @@ impl<B: Memory> Device<B> {
         // The device calls of the growth are the pool's (Note [pools]).
         let tally = self.tally_of(pool);
         let grown = {
-            let _pool_calls = super::stats::count_for(&tally.calls);
+            let _pool_calls = crate::core::report::stats::count_for(&tally.calls);
             pool.grow(size, rounded, &ctx)
         };
         if grown.is_ok() {
@@ -314,7 +315,7 @@ impl<B: Memory> Device<B> {
     /// Publishes `pool`'s counters to its lane and raises the peaks when its stream passed its high-water mark
     /// (Note [peaks without a shared counter]).
     #[inline(always)]
-    pub(super) fn published(&self, entry: &StreamEntry<B>, kind: usize, pool: &Pool<B>) {
+    pub(in crate::core) fn published(&self, entry: &StreamEntry<B>, kind: usize, pool: &Pool<B>) {
         let c = pool.counters();
         entry.shards[kind].lane.publish(c);
         let sibling = &entry.shards[kind ^ 1].lane;
@@ -414,7 +415,7 @@ impl<B: Memory> Device<B> {
 
     /// The shard owning `addr`, or the error for a pointer no shard owns.
     #[inline(always)]
-    pub(super) fn owner(&self, addr: usize, what: &'static str) -> Result<&Shard<B>> {
+    pub(in crate::core) fn owner(&self, addr: usize, what: &'static str) -> Result<&Shard<B>> {
         self.owner_entry(addr, what).map(|(e, kind)| &e.shards[kind])
     }
 
@@ -451,7 +452,7 @@ impl<B: Memory> Device<B> {
             }
         };
         // A stream capturing now becomes a graph stream (Note [capture]).
-        if !user.is_graph() && super::capture::capturing_now(&self.sh.rt, self.sh.device, stream) {
+        if !user.is_graph() && crate::core::capture::capturing_now(&self.sh.rt, self.sh.device, stream) {
             user.mark_graph();
         }
         let mut pool = shard.lock()?;

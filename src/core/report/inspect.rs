@@ -1,12 +1,12 @@
 //! The device's inspection, statistics and invariant-check calls. None is on the hot path; each locks the
 //! shards it reads one at a time (the lock order of `device`).
 
-use super::backing::Memory;
-use super::device::Device;
-use super::policy::PoolKind;
-use super::shard::Shard;
 use super::stats::Stats;
-use super::BlockInfo;
+use crate::core::alloc::device::Device;
+use crate::core::alloc::policy::PoolKind;
+use crate::core::alloc::shard::Shard;
+use crate::core::backing::Memory;
+use crate::core::BlockInfo;
 use crate::error::Result;
 
 impl<B: Memory> Device<B> {
@@ -76,7 +76,7 @@ impl<B: Memory> Device<B> {
     }
 
     /// The summed block and segment figures of `shards`, their largest free run and the split limit.
-    pub(super) fn shard_figures<'a>(&'a self, shards: impl Iterator<Item = &'a Shard<B>>) -> Result<Stats> {
+    pub(in crate::core) fn shard_figures<'a>(&'a self, shards: impl Iterator<Item = &'a Shard<B>>) -> Result<Stats> {
         let mut s = Stats::default();
         let mut largest = 0;
         for shard in shards {

@@ -3,13 +3,13 @@
 //! held across a device call: detach under each shard's lock, synchronize and give back with none held, settle under
 //! it again; meanwhile other streams' hits go on.
 
-use super::backing::{Detached, Memory, Scope, What};
-use super::device::Device;
-use super::pool::Pool;
-use super::pools::tally::PoolTally;
-use super::shard::Shard;
-use super::stats::count_for;
-use super::streams::StreamEntry;
+use crate::core::alloc::device::Device;
+use crate::core::alloc::pool::Pool;
+use crate::core::alloc::shard::Shard;
+use crate::core::alloc::streams::StreamEntry;
+use crate::core::backing::{Detached, Memory, Scope, What};
+use crate::core::pools::tally::PoolTally;
+use crate::core::report::stats::count_for;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
 use std::sync::atomic::Ordering;
@@ -19,17 +19,25 @@ use std::sync::MutexGuard;
 impl<B: Memory> Device<B> {
     /// Returns held blocks and completed cross-stream frees to their pools, then gives back what `scope` covers.
     /// Returns the bytes given back, or the first error after trying everything.
-    pub(super) fn release_free(&self, scope: Scope) -> Result<usize> {
+    pub(in crate::core) fn release_free(&self, scope: Scope) -> Result<usize> {
         self.release_free_where(scope, |e| e.reclaimable())
     }
 
     /// `release_free` over the entries `pick` chooses.
-    pub(super) fn release_free_where(&self, scope: Scope, pick: impl Fn(&StreamEntry<B>) -> bool) -> Result<usize> {
+    pub(in crate::core) fn release_free_where(
+        &self,
+        scope: Scope,
+        pick: impl Fn(&StreamEntry<B>) -> bool,
+    ) -> Result<usize> {
         self.release_shards(self.streams.iter().filter(|e| pick(e)).flat_map(|e| e.shards.iter()), scope)
     }
 
     /// `release_free` over `shards`.
-    pub(super) fn release_shards<'a>(&self, shards: impl Iterator<Item = &'a Shard<B>>, scope: Scope) -> Result<usize> {
+    pub(in crate::core) fn release_shards<'a>(
+        &self,
+        shards: impl Iterator<Item = &'a Shard<B>>,
+        scope: Scope,
+    ) -> Result<usize> {
         let mut taken: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
         for shard in shards {
             let mut pool = shard.lock_anyway();
@@ -46,7 +54,7 @@ impl<B: Memory> Device<B> {
 
     /// For a `reserved_headroom` move to `to`: unmaps `bytes` of free pieces of the other shards of its pool kind
     /// into the handle cache.
-    pub(super) fn release_free_except(&self, to: &Shard<B>, scope: Scope) -> Result<usize> {
+    pub(in crate::core) fn release_free_except(&self, to: &Shard<B>, scope: Scope) -> Result<usize> {
         let Scope::Pieces(mut bytes) = scope else { return self.release_free(scope) };
         let kind = to.lock_anyway().cache.kind;
         let mut taken: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
@@ -69,7 +77,7 @@ impl<B: Memory> Device<B> {
     }
 
     /// Synchronizes the streams that used `taken`, gives back what no busy stream may use, settles each shard.
-    pub(super) fn give_back_all(&self, taken: Vec<(&Shard<B>, Vec<Detached>)>) -> Result<usize> {
+    pub(in crate::core) fn give_back_all(&self, taken: Vec<(&Shard<B>, Vec<Detached>)>) -> Result<usize> {
         let mut streams: Vec<Stream> = Vec::new();
         for &s in taken.iter().flat_map(|(_, ds)| ds).flat_map(|d| &d.streams) {
             if !streams.contains(&s) {
@@ -129,7 +137,7 @@ impl<B: Memory> Device<B> {
     /// Synchronizes each of `streams` once; returns those that could not be waited for, and the first error. A
     /// destroyed stream counts as idle (ACL requires a synchronize before destroying one). A capturing stream
     /// (Note [capture]) counts as busy, becomes a graph stream, and is no error.
-    pub(super) fn synchronize(&self, streams: &[Stream], what: &str) -> (Vec<Stream>, Option<Error>) {
+    pub(in crate::core) fn synchronize(&self, streams: &[Stream], what: &str) -> (Vec<Stream>, Option<Error>) {
         let (rt, device) = (&self.sh.rt, self.sh.device);
         let mut busy = Vec::new();
         let mut first_error = None;
@@ -156,7 +164,7 @@ impl<B: Memory> Device<B> {
     /// If a free is pending: synchronizes every pending free's events (no shard lock held: the shards keep owning
     /// them), reaps them, then releases the free memory of the entries `pick` chooses and the cached handles.
     /// False when no free was pending.
-    pub(super) fn wait_pending(&self, pick: impl Fn(&StreamEntry<B>) -> bool) -> bool {
+    pub(in crate::core) fn wait_pending(&self, pick: impl Fn(&StreamEntry<B>) -> bool) -> bool {
         if !self.streams.shards().any(|s| s.lock_anyway().cache.pending_bytes() > 0) {
             return false;
         }
@@ -178,7 +186,7 @@ impl<B: Memory> Device<B> {
     /// Before growing by `needed` past `garbage_collection_threshold` x limit, gives back the oldest unused cached
     /// memory until the growth fits: cached handles first (no synchronization), then whole free segments or wholly
     /// free pieces. A moved handle's old address pinning a free handle is unmapped; a second round frees the handle.
-    pub(super) fn collect_garbage(&self, needed: usize) {
+    pub(in crate::core) fn collect_garbage(&self, needed: usize) {
         let Some(target) = self.sh.gc_target() else { return };
         for _round in 0..2 {
             let Some(mut to_free) = (self.sh.counters.reserved() + needed).checked_sub(target).filter(|&n| n > 0)
@@ -235,7 +243,7 @@ impl<B: Memory> Device<B> {
 
     /// A peer allocator is about to refuse a request (`peers`): the ladder's safe steps, then the cached handles.
     /// Waits for its own ladder if busy (the caller holds no npualloc lock).
-    pub(super) fn give_back_to_peer(&self) {
+    pub(in crate::core) fn give_back_to_peer(&self) {
         if self.broken.load(Ordering::Relaxed) {
             return;
         }
@@ -270,7 +278,7 @@ impl<B: Memory> Device<B> {
     /// a second round, over the whole shard, frees the handle.
     #[cold]
     #[inline(never)]
-    pub(super) fn release_over_threshold<'s>(
+    pub(in crate::core) fn release_over_threshold<'s>(
         &self,
         shard: &'s Shard<B>,
         mut pool: MutexGuard<'s, Pool<B>>,
@@ -364,7 +372,7 @@ impl<B: Memory> Device<B> {
 }
 
 /// The sum of `results`, each one evaluated in turn, or the first error.
-pub(super) fn sum_all(results: impl IntoIterator<Item = Result<usize>>) -> Result<usize> {
+pub(in crate::core) fn sum_all(results: impl IntoIterator<Item = Result<usize>>) -> Result<usize> {
     let mut released = 0;
     let mut first_error = None;
     for result in results {

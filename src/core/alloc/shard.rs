@@ -1,9 +1,9 @@
 //! A shard: one stream's pool of one kind behind its own lock, and what it publishes for the device-wide
 //! peaks (Note [peaks without a shared counter] in `stats`). A cache hit takes this lock and no other.
 
-use super::backing::{Memory, Parts, Sibling};
 use super::pool::Pool;
-use super::stats::Lane;
+use crate::core::backing::{Memory, Parts, Sibling};
+use crate::core::report::stats::Lane;
 use crate::error::{Error, Result};
 use std::sync::{Mutex, MutexGuard};
 

@@ -15,9 +15,9 @@
 //! the allocator is torn down or dropped. It is dereferenced only under `PEERS` or while pinned (`uses > 0`);
 //! `leave` marks it `leaving` (no new pin) and removes it once `uses` is 0. Entries are asked in join order.
 
-use super::backing::Memory;
-use super::device::Device;
-use super::DeviceAllocator;
+use crate::core::alloc::device::Device;
+use crate::core::backing::Memory;
+use crate::core::DeviceAllocator;
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -57,7 +57,7 @@ fn peers() -> MutexGuard<'static, Peers> {
 
 impl<B: Memory> Device<B> {
     /// Identifies this allocator among its peers: its shared state's address, stable while it lives.
-    pub(super) fn peer_key(&self) -> usize {
+    pub(in crate::core) fn peer_key(&self) -> usize {
         Arc::as_ptr(&self.sh) as *const () as usize
     }
 }
@@ -91,7 +91,7 @@ pub(crate) fn leave(allocator: &DeviceAllocator) {
         }
         peers.entries[i].leaving = true;
         #[cfg(test)]
-        super::testpoint::hit("peers: leave waits");
+        crate::core::testpoint::hit("peers: leave waits");
         peers = USE_ENDED.wait(peers).unwrap_or_else(|e| e.into_inner());
     }
 }
@@ -146,7 +146,7 @@ impl Drop for Asking {
 
 /// Asks every other allocator of `device` over `source` in turn to give back its free cache, waiting for
 /// each. The caller holds no npualloc lock. Returns how many were asked (0 if this thread is asking already).
-pub(super) fn ask_others(own: usize, device: i32, source: &str) -> usize {
+pub(in crate::core) fn ask_others(own: usize, device: i32, source: &str) -> usize {
     if ASKING.with(|a| a.replace(true)) {
         return 0;
     }

@@ -6,13 +6,13 @@
 //! call runs, the totals match the stats: segment sizes add up to `segment_bytes` (plus `cached_handle_bytes`:
 //! `reserved_bytes`), active blocks to `allocated_bytes`, pending-free ones to `pending_free_bytes`.
 
-use super::backing::Memory;
-use super::cache::block::BlockState;
-use super::device::Device;
 use super::history::Action;
-use super::hooks::{SegmentEvent, SegmentPiece};
 use super::pytorch_snapshot::{document, split_into_runs, BlockView, SegmentView, State, Value};
 use super::stats::Stats;
+use crate::core::alloc::device::Device;
+use crate::core::backing::Memory;
+use crate::core::cache::block::BlockState;
+use crate::core::hooks::{SegmentEvent, SegmentPiece};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 /// What a block in a snapshot is doing (in JSON: its name in kebab-case).

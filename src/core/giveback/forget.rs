@@ -6,10 +6,10 @@
 //! (`streams`); otherwise it stays for a reused stream handle to find. A destroyed pool's entries retire the
 //! same way, at `pool_destroy` or at the free that empties them.
 
-use super::backing::{Memory, Scope};
-use super::device::Device;
 use super::reclaim::sum_all;
-use super::streams::{StreamEntry, DESTROYED};
+use crate::core::alloc::device::Device;
+use crate::core::alloc::streams::{StreamEntry, DESTROYED};
+use crate::core::backing::{Memory, Scope};
 use crate::error::Result;
 use crate::runtime::Stream;
 
@@ -30,7 +30,7 @@ impl<B: Memory> Device<B> {
 
     /// Gives back what `entry` (of `stream`) caches and retires it if that leaves it empty. The caller holds
     /// the ladder lock.
-    pub(super) fn forget_entry(&self, entry: &StreamEntry<B>, stream: Stream) -> Result<usize> {
+    pub(in crate::core) fn forget_entry(&self, entry: &StreamEntry<B>, stream: Stream) -> Result<usize> {
         if !self.forgettable(entry) {
             return Ok(0);
         }
@@ -52,13 +52,13 @@ impl<B: Memory> Device<B> {
 
     /// Retires `entry` (of `stream`) if its shards hold nothing; true if it did. The caller holds the ladder
     /// lock and no shard lock (`adding` is taken before them; `retire` checks again, as a malloc may come in).
-    pub(super) fn retire_if_empty(&self, entry: &StreamEntry<B>, stream: Stream) -> bool {
+    pub(in crate::core) fn retire_if_empty(&self, entry: &StreamEntry<B>, stream: Stream) -> bool {
         let empty = entry.shards.iter().all(|s| s.lock_anyway().cache.holds_nothing());
         empty && self.streams.retire(entry, stream)
     }
 
     /// Retires every entry of destroyed pools that holds nothing. The caller holds the ladder lock.
-    pub(super) fn retire_destroyed(&self) {
+    pub(in crate::core) fn retire_destroyed(&self) {
         let done: Vec<_> = self.streams.iter().filter(|e| e.flags() & DESTROYED != 0).collect();
         for entry in done {
             self.retire_if_empty(entry, entry.stream_now());

@@ -6,11 +6,11 @@
 //! takes it over, so the table stays as long as the most streams at once. A private pool's entry (Note [pools])
 //! also retires when its pool is destroyed with nothing left in it.
 
-use super::backing::Memory;
 use super::directory::MAX_SHARDS;
 use super::policy::Shape;
 use super::shard::Shard;
-use super::stats::HighWater;
+use crate::core::backing::Memory;
+use crate::core::report::stats::HighWater;
 use crate::runtime::Stream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 

@@ -1,10 +1,10 @@
 //! What every shard of one device allocator shares. Nothing here is written by a cache hit.
 
-use super::cache::stream_order::DeviceCalls;
 use super::directory::Directory;
-use super::limit::MemoryLimit;
 use super::policy::Policy;
-use super::stats::DeviceCounters;
+use crate::core::backing::limit::MemoryLimit;
+use crate::core::cache::stream_order::DeviceCalls;
+use crate::core::report::stats::DeviceCounters;
 use crate::runtime::Runtime;
 use crate::trace::TraceRecorder;
 use std::sync::{Arc, Mutex};
@@ -28,11 +28,11 @@ pub(crate) struct Shared<B> {
     /// Config key `trace`. Events are recorded under the lock of the shard that handles them, so a block's
     /// alloc is always listed before its free.
     pub trace: Option<Mutex<TraceRecorder>>,
-    pub history: super::history::History,
+    pub history: crate::core::report::history::History,
     /// The next segment's serial (creation order over all shards).
     pub next_serial: std::sync::atomic::AtomicU64,
     /// Host hooks (`hooks`): read on the release paths only.
-    pub hooks: super::hooks::Hooks,
+    pub hooks: crate::core::hooks::Hooks,
     /// Config key `oom_snapshot`: read when a request is refused.
     pub oom_snapshot: Option<std::path::PathBuf>,
     /// The allocator's reference to its device; last, so it is released after everything above freed its memory.
@@ -44,7 +44,7 @@ impl<B> Shared<B> {
     #[inline]
     pub fn segment_event(
         &self,
-        event: super::hooks::SegmentEvent,
+        event: crate::core::hooks::SegmentEvent,
         addr: usize,
         size: usize,
         handle: Option<crate::runtime::PhysicalHandle>,
@@ -52,7 +52,7 @@ impl<B> Shared<B> {
     ) {
         if self.hooks.observes_segments() {
             let handle = handle.map_or(std::ptr::null_mut(), |h| h.0 as *mut std::ffi::c_void);
-            self.hooks.segment(self.device, event, super::hooks::SegmentPiece { addr, size, handle, pool });
+            self.hooks.segment(self.device, event, crate::core::hooks::SegmentPiece { addr, size, handle, pool });
         }
     }
 

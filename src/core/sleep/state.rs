@@ -1,9 +1,9 @@
 //! An allocator's sleep state (Note [sleep] in `sleep`): a leaf module, so
 //! `device` holds it without importing the sleep paths, which import `device`.
 
-use super::backing::Memory;
-use super::pools::config::SleepMode;
-use super::streams::StreamEntry;
+use crate::core::alloc::streams::StreamEntry;
+use crate::core::backing::Memory;
+use crate::core::pools::config::SleepMode;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,23 +12,23 @@ use std::sync::{Mutex, RwLock};
 #[derive(Debug, Default)]
 pub(crate) struct SleepState {
     /// Set while asleep with some pool not kept: a malloc checks `asleep`.
-    pub(super) refusing: AtomicBool,
+    pub(in crate::core) refusing: AtomicBool,
     /// Held by sleep and wake for their whole run.
-    pub(super) asleep: Mutex<Option<Asleep>>,
+    pub(in crate::core) asleep: Mutex<Option<Asleep>>,
     /// The modes of the pools asleep, apart from `asleep` so `check` never waits for a sleep or wake under
     /// way: written before sleep takes anything off, cleared once wake brought it back.
-    pub(super) modes: RwLock<Option<HashMap<u64, SleepMode>>>,
+    pub(in crate::core) modes: RwLock<Option<HashMap<u64, SleepMode>>>,
 }
 
 #[derive(Debug, Clone)]
 /// Present while asleep (the modes are `SleepState::modes`).
-pub(super) struct Asleep {
+pub(in crate::core) struct Asleep {
     /// A partial wake brought some pools back (a sleep then is refused).
     pub partly_woken: bool,
 }
 
 impl SleepState {
-    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Option<Asleep>> {
+    pub(in crate::core) fn lock(&self) -> std::sync::MutexGuard<'_, Option<Asleep>> {
         self.asleep.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -46,7 +46,7 @@ impl SleepState {
     }
 
     /// `check` for a request routed to `pool` (on a graph stream or not).
-    pub(super) fn refusal(&self, pool: u64, graph: bool) -> Result<()> {
+    pub(in crate::core) fn refusal(&self, pool: u64, graph: bool) -> Result<()> {
         let modes = self.modes.read().unwrap_or_else(|e| e.into_inner());
         let Some(modes) = modes.as_ref() else { return Ok(()) };
         match modes.get(&pool) {
@@ -59,7 +59,7 @@ impl SleepState {
     }
 
     /// The pools asleep whose mode gives their blocks back (none when awake).
-    pub(super) fn asleep_pools(&self) -> HashMap<u64, SleepMode> {
+    pub(in crate::core) fn asleep_pools(&self) -> HashMap<u64, SleepMode> {
         self.modes.read().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default()
     }
 
@@ -68,7 +68,7 @@ impl SleepState {
     }
 
     /// Publishes the modes of the pools asleep (None: awake), then `refusing`.
-    pub(super) fn publish(&self, modes: Option<&HashMap<u64, SleepMode>>) {
+    pub(in crate::core) fn publish(&self, modes: Option<&HashMap<u64, SleepMode>>) {
         let refusing = modes.is_some_and(|m| !m.is_empty());
         if refusing {
             *self.modes.write().unwrap_or_else(|e| e.into_inner()) = modes.cloned();
@@ -80,13 +80,13 @@ impl SleepState {
     }
 
     /// Runs `f(asleep)` with sleep and wake held off; lock order: this before the pools lock, as in sleep/wake.
-    pub(super) fn while_settled<T>(&self, f: impl FnOnce(bool) -> T) -> T {
+    pub(in crate::core) fn while_settled<T>(&self, f: impl FnOnce(bool) -> T) -> T {
         let state = self.lock();
         f(state.is_some())
     }
 
     /// A pool created while asleep whose mode gives its blocks back is refused allocations until wake too.
-    pub(super) fn add_sleeping_pool(&self, pool: u64, mode: SleepMode) {
+    pub(in crate::core) fn add_sleeping_pool(&self, pool: u64, mode: SleepMode) {
         let mut modes = self.modes.write().unwrap_or_else(|e| e.into_inner());
         modes.get_or_insert_with(HashMap::new).insert(pool, mode);
         self.refusing.store(true, Ordering::SeqCst);

@@ -8,7 +8,7 @@ use std::fmt::{self, Write};
 
 /// Everything the message says, gathered after the ladder gave back what the request obtained.
 #[derive(Debug)]
-pub(super) struct OomReport<'a> {
+pub(in crate::core) struct OomReport<'a> {
     pub device: i32,
     pub stream: Stream,
     pub size: usize,
@@ -30,17 +30,17 @@ pub(super) struct OomReport<'a> {
 
 /// A free block in a pool the request could not use.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Elsewhere {
+pub(in crate::core) struct Elsewhere {
     pub bytes: u64,
     pub stream: Stream,
     /// Its pool kind is the request's other one (same stream and pool).
-    pub other_kind_of_own: Option<super::policy::PoolKind>,
+    pub other_kind_of_own: Option<crate::core::alloc::policy::PoolKind>,
     /// Its private pool, when that is not the request's pool.
     pub other_pool: Option<u64>,
 }
 
 /// `bytes` in MiB, two decimals.
-pub(super) struct Mib(pub u64);
+pub(in crate::core) struct Mib(pub u64);
 
 impl fmt::Display for Mib {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -88,7 +88,7 @@ impl fmt::Display for OomReport<'_> {
             )?;
         }
         if let Some(e) = self.largest_elsewhere.filter(|e| e.bytes > self.largest_seen.max(self.largest_own_now)) {
-            use super::policy::{PoolKind, SMALL_SIZE};
+            use crate::core::alloc::policy::{PoolKind, SMALL_SIZE};
             write!(f, "The largest free block of this allocator, {}, is in ", Mib(e.bytes))?;
             let (small, stream) = (Mib(SMALL_SIZE as u64), e.stream.0);
             match (e.other_kind_of_own, e.other_pool) {
@@ -131,7 +131,7 @@ impl fmt::Display for OomReport<'_> {
 }
 
 /// Ends the message with where the `oom_snapshot` file was written, or why it could not be.
-pub(super) fn add_snapshot_sentence(report: &mut String, path: &std::path::Path, written: Result<(), String>) {
+pub(in crate::core) fn add_snapshot_sentence(report: &mut String, path: &std::path::Path, written: Result<(), String>) {
     if !report.ends_with('.') {
         report.push('.');
     }
@@ -146,7 +146,7 @@ pub(super) fn add_snapshot_sentence(report: &mut String, path: &std::path::Path,
 
 /// The message of a request refused because no address space was left for another expandable range.
 #[derive(Debug)]
-pub(super) struct AddressSpaceReport<'a> {
+pub(in crate::core) struct AddressSpaceReport<'a> {
     pub device: i32,
     pub stream: Stream,
     pub size: usize,
@@ -159,7 +159,7 @@ pub(super) struct AddressSpaceReport<'a> {
 }
 
 /// `bytes` in GiB, two decimals; in MiB below a GiB.
-pub(super) struct Gib(pub u64);
+pub(in crate::core) struct Gib(pub u64);
 
 impl fmt::Display for Gib {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -172,7 +172,7 @@ impl fmt::Display for Gib {
 
 impl fmt::Display for AddressSpaceReport<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use super::backing::expandable::budget;
+        use crate::core::backing::expandable::budget;
         let s = &self.stats;
         write!(
             f,
@@ -317,7 +317,7 @@ mod tests {
     /// named for what it is, and no other cause is offered.
     #[test]
     fn a_larger_block_the_request_cannot_use_is_named_where_it_is() {
-        use crate::core::policy::PoolKind;
+        use crate::core::alloc::policy::PoolKind;
         let at = |other_kind_of_own, other_pool| {
             OomReport {
                 device: 0,

@@ -2,11 +2,14 @@
 //! every address stays valid; wake is all or nothing. A malloc gets one branch
 //! (`refusing`), a free none (docs/design.md, Note [sleep]).
 
+pub(super) mod state;
+pub(super) mod wake;
+
 use super::backing::{Memory, Scope};
-use super::device::Device;
 pub use super::pools::config::SleepMode;
-use super::sleep_state::Asleep;
-use super::streams::StreamEntry;
+use crate::core::alloc::device::Device;
+use crate::core::alloc::streams::StreamEntry;
+use crate::core::sleep::state::Asleep;
 use crate::error::{Error, Result};
 use crate::runtime::PhysicalHandle;
 use std::collections::HashMap;
@@ -137,7 +140,7 @@ impl<B: Memory> Device<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::sleep_state::SleepState;
+    use crate::core::sleep::state::SleepState;
 
     /// While a sleep holds its mutex (taking memory off the device), a
     /// request's check answers at once: refused for the sleeping pool,
