@@ -140,10 +140,7 @@ impl Config {
     /// The config for `npualloc_create`: the given string, or the environment when there is none (NULL). An
     /// empty string gives the defaults without looking at the environment.
     pub fn from_c(config: Option<&str>) -> Result<Config, Error> {
-        match config {
-            Some(s) => Config::parse(s),
-            None => Config::from_env(),
-        }
+        config.map_or_else(Config::from_env, Config::parse)
     }
 }
 

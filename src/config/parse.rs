@@ -82,24 +82,17 @@ fn unknown_key(name: &str) -> Error {
 /// itself, never a whole handle, so `handle_moves` does nothing there (Note [moves of wholly free handles]).
 pub(super) fn check_conflicts(config: &Config, seen: u32) -> Result<(), Error> {
     let given = |key: Key| seen & key.bit() != 0;
-    match (config.expandable_segments, config.max_split_size) {
-        (Some(true), Some(_)) => {
-            return Err(Error::bad_config(
-                Key::MaxSplitSizeMb.name(),
-                "cannot be combined with expandable_segments:true: expandable segments rely on splitting \
-                 to reuse mapped pages, so a split limit makes reserved memory grow without bound \
-                 (PyTorch issue #123548; torch_npu refuses this combination too)",
-            ))
-        }
-        (None, Some(_)) => {
-            return Err(Error::bad_config(
-                Key::MaxSplitSizeMb.name(),
-                "applies to fixed segments only, and segments are expandable by default where the runtime \
-                 has the virtual-memory API; add expandable_segments:false to use it (npualloc does not \
-                 switch segment kinds because of another key)",
-            ))
-        }
-        _ => {}
+    if config.max_split_size.is_some() && config.expandable_segments != Some(false) {
+        let reason = if config.expandable_segments == Some(true) {
+            "cannot be combined with expandable_segments:true: expandable segments rely on splitting \
+             to reuse mapped pages, so a split limit makes reserved memory grow without bound \
+             (PyTorch issue #123548; torch_npu refuses this combination too)"
+        } else {
+            "applies to fixed segments only, and segments are expandable by default where the runtime \
+             has the virtual-memory API; add expandable_segments:false to use it (npualloc does not \
+             switch segment kinds because of another key)"
+        };
+        return Err(Error::bad_config(Key::MaxSplitSizeMb.name(), reason));
     }
     if config.expandable_segments == Some(false) {
         for key in [Key::PageSize, Key::ReservedHeadroom, Key::MapAhead, Key::HandleMoves, Key::MaxHandleMb] {
@@ -281,35 +274,25 @@ fn split_entries(s: &str) -> impl Iterator<Item = &str> {
     let mut rest = Some(s);
     std::iter::from_fn(move || {
         let s = rest?;
-        let mut seen_colon = false;
-        let mut value_start = false;
-        let mut in_brackets = false;
-        for (i, c) in s.char_indices() {
-            if in_brackets {
-                in_brackets = c != ']';
-                continue;
-            }
-            match c {
-                ',' => {
-                    rest = Some(&s[i + 1..]);
-                    return Some(&s[..i]);
-                }
-                ':' if !seen_colon => {
-                    seen_colon = true;
-                    // Only this key's value is a bracketed list: a path may
-                    // start with '[' and must not swallow the keys after it.
-                    value_start = Key::from_name(s[..i].trim()) == Some(Key::RoundupPower2Divisions);
-                }
-                c if value_start && c.is_whitespace() => {}
-                '[' if value_start => {
-                    in_brackets = true;
-                    value_start = false;
-                }
-                _ => value_start = false,
+        // The entry ends at the first comma from `from`: its start, or past the `]` of a bracketed list. Only this
+        // key's value is a bracketed list: a path may start with '[' and must not swallow the keys after it.
+        let mut from = 0;
+        if let Some((key, value)) = s.split_once(':') {
+            let value = value.trim_start();
+            if !key.contains(',')
+                && value.starts_with('[')
+                && Key::from_name(key.trim()) == Some(Key::RoundupPower2Divisions)
+            {
+                let open = s.len() - value.len();
+                from = s[open..].find(']').map_or(s.len(), |close| open + close);
             }
         }
-        rest = None;
-        Some(s)
+        let (entry, next) = match s[from..].find(',') {
+            Some(i) => (&s[..from + i], Some(&s[from + i + 1..])),
+            None => (s, None),
+        };
+        rest = next;
+        Some(entry)
     })
 }
 

@@ -116,13 +116,9 @@ impl fmt::Display for RoundupDivisions {
         if self.below.is_empty() {
             return write!(f, "{}", self.rest);
         }
-        f.write_str("[")?;
-        for (i, &(bound, divisions)) in self.below.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            write!(f, "{}:{}", bound / MIB, divisions)?;
-        }
+        let entries: Vec<String> =
+            self.below.iter().map(|&(bound, divisions)| format!("{}:{divisions}", bound / MIB)).collect();
+        write!(f, "[{}", entries.join(","))?;
         if self.rest != 0 {
             write!(f, ",>:{}", self.rest)?;
         }

@@ -36,10 +36,8 @@ impl<B: Memory> Pool<B> {
     /// True if the free of block `id`, used by other streams, must be quarantined: a graph stream used it, or
     /// one of its streams captures now (asked of the runtime; this path makes runtime calls anyway).
     pub(super) fn used_by_graph(&self, id: BlockId) -> bool {
-        if self.cache.order.graph_used(id) {
-            return true;
-        }
-        self.cache.order.uses_of(id).iter().any(|&s| capturing_now(&self.sh.rt, self.sh.device, s))
+        self.cache.order.graph_used(id)
+            || self.cache.order.uses_of(id).iter().any(|&s| capturing_now(&self.sh.rt, self.sh.device, s))
     }
 
     /// Notes that a graph stream uses the allocated block at `addr`.

@@ -71,24 +71,19 @@ pub struct SegmentPiece {
     pub pool: u64,
 }
 
-#[derive(Clone, Copy)]
-struct Registered<F> {
+/// One registration and the calls of it under way.
+struct Installed<F> {
     f: F,
     user: *mut c_void,
+    calls: Mutex<usize>,
+    done: Condvar,
 }
 
 // SAFETY: `user` is opaque, only handed back to the host's function, which the host promised (C API contract) may be
 // called from any thread with it.
-unsafe impl<F: Send> Send for Registered<F> {}
+unsafe impl<F: Send> Send for Installed<F> {}
 // SAFETY: as above; npualloc never dereferences `user`.
-unsafe impl<F: Sync> Sync for Registered<F> {}
-
-/// One registration and the calls of it under way.
-struct Installed<F> {
-    hook: Registered<F>,
-    calls: Mutex<usize>,
-    done: Condvar,
-}
+unsafe impl<F: Sync> Sync for Installed<F> {}
 
 thread_local! {
     /// How many hook calls this thread is inside. A plain counter has no destructor, so it stays readable from
@@ -100,7 +95,7 @@ thread_local! {
 /// host may then free what `user` points to. A setter inside any hook call does not wait (two hooks removing each
 /// other would wait forever); the old hook may then still run elsewhere. Neither side holds a lock a malloc or free
 /// needs: callers copy the registration out and count themselves in under the slot's short lock.
-struct Slot<F> {
+pub(super) struct Slot<F> {
     current: RwLock<Option<Arc<Installed<F>>>>,
     /// Whether `current` holds a hook, written under its write lock: one load tells there is nothing to call.
     occupied: std::sync::atomic::AtomicBool,
@@ -121,10 +116,8 @@ impl<F> Default for Slot<F> {
 }
 
 impl<F: Copy> Slot<F> {
-    fn set(&self, hook: Option<(F, *mut c_void)>) {
-        let fresh = hook.map(|(f, user)| {
-            Arc::new(Installed { hook: Registered { f, user }, calls: Mutex::new(0), done: Condvar::new() })
-        });
+    pub(super) fn set(&self, hook: Option<(F, *mut c_void)>) {
+        let fresh = hook.map(|(f, user)| Arc::new(Installed { f, user, calls: Mutex::new(0), done: Condvar::new() }));
         let old = {
             let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
             self.occupied.store(fresh.is_some(), std::sync::atomic::Ordering::Release);
@@ -143,6 +136,7 @@ impl<F: Copy> Slot<F> {
         }
     }
 
+    #[cfg(test)]
     fn is_set(&self) -> bool {
         self.current.read().map(|r| r.is_some()).unwrap_or(false)
     }
@@ -167,29 +161,19 @@ impl<F: Copy> Slot<F> {
             }
         }
         let _out = Out(&installed);
-        call(installed.hook.f, installed.hook.user);
+        call(installed.f, installed.user);
     }
 }
 
+/// The hook slots; a setter installs or removes (None) a hook, waiting as `Slot` says.
 #[derive(Default)]
 pub(crate) struct Hooks {
-    before_release: Slot<ReleaseHook>,
-    oom: Slot<OomHook>,
-    segment: Slot<SegmentHook>,
-}
-
-impl std::fmt::Debug for Hooks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hooks").field("before_release", &self.before_release.is_set()).finish()
-    }
+    pub(super) before_release: Slot<ReleaseHook>,
+    pub(super) oom: Slot<OomHook>,
+    pub(super) segment: Slot<SegmentHook>,
 }
 
 impl Hooks {
-    /// Installs or removes (None) the before-release hook; waits as `Slot` says.
-    pub fn set_before_release(&self, hook: Option<(ReleaseHook, *mut c_void)>) {
-        self.before_release.set(hook);
-    }
-
     /// Runs the before-release hook, if any. The caller holds no npualloc lock.
     #[cold]
     pub fn before_release(&self, device: i32) {
@@ -198,16 +182,6 @@ impl Hooks {
             // returns.
             unsafe { f(user, device) }
         });
-    }
-
-    /// Installs or removes (None) the out-of-memory observer; waits as `Slot` says.
-    pub fn set_out_of_memory(&self, hook: Option<(OomHook, *mut c_void)>) {
-        self.oom.set(hook);
-    }
-
-    /// Installs or removes (None) the segment observer; waits as `Slot` says.
-    pub fn set_segment(&self, hook: Option<(SegmentHook, *mut c_void)>) {
-        self.segment.set(hook);
     }
 
     /// Whether a segment observer is set (a caller may skip building events): one load, no lock.
@@ -271,13 +245,13 @@ mod tests {
         let (entered_tx, entered) = mpsc::sync_channel(1);
         let (go, go_rx) = mpsc::channel();
         let g = Gate { entered: entered_tx, go: Mutex::new(go_rx), calls: AtomicUsize::new(0) };
-        hooks.set_before_release(Some((gate, &g as *const Gate as *mut c_void)));
+        hooks.before_release.set(Some((gate, &g as *const Gate as *mut c_void)));
         let removed = AtomicBool::new(false);
         std::thread::scope(|s| {
             let caller = s.spawn(|| hooks.before_release(3));
             entered.recv().unwrap();
             let remover = s.spawn(|| {
-                hooks.set_before_release(None);
+                hooks.before_release.set(None);
                 removed.store(true, Ordering::SeqCst);
             });
             while !removed.load(Ordering::SeqCst) && hooks.before_release.waiting.load(Ordering::SeqCst) == 0 {
@@ -297,14 +271,14 @@ mod tests {
     unsafe extern "C" fn remove_self(user: *mut c_void, _device: i32) {
         // SAFETY: the test passes its `Hooks` as `user`.
         let hooks = unsafe { &*(user as *const Hooks) };
-        hooks.set_before_release(None);
+        hooks.before_release.set(None);
     }
 
     /// A hook that removes itself does not wait for its own call.
     #[test]
     fn a_hook_may_remove_itself() {
         let hooks = Hooks::default();
-        hooks.set_before_release(Some((remove_self, &hooks as *const Hooks as *mut c_void)));
+        hooks.before_release.set(Some((remove_self, &hooks as *const Hooks as *mut c_void)));
         hooks.before_release(0);
         assert!(!hooks.before_release.is_set());
     }
@@ -320,7 +294,7 @@ mod tests {
         while IN_OOM.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
-        hooks.set_out_of_memory(None);
+        hooks.oom.set(None);
         IN_RELEASE.store(2, Ordering::SeqCst);
     }
 
@@ -332,7 +306,7 @@ mod tests {
         while IN_RELEASE.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
-        hooks.set_before_release(None);
+        hooks.before_release.set(None);
         IN_OOM.store(2, Ordering::SeqCst);
     }
 
@@ -345,8 +319,8 @@ mod tests {
     fn hooks_removing_each_other_from_inside_their_calls_do_not_deadlock() {
         let hooks: &'static Hooks = Box::leak(Box::default());
         let user = hooks as *const Hooks as *mut c_void;
-        hooks.set_before_release(Some((remove_oom, user)));
-        hooks.set_out_of_memory(Some((remove_release, user)));
+        hooks.before_release.set(Some((remove_oom, user)));
+        hooks.oom.set(Some((remove_release, user)));
         std::thread::spawn(move || hooks.before_release(0));
         std::thread::spawn(move || hooks.out_of_memory(0, 1, "test"));
         loop {

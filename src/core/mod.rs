@@ -105,12 +105,20 @@ macro_rules! with_device {
     };
 }
 
+/// Methods that hand their arguments to the engine's device's method of the same name.
+macro_rules! forward {
+    ($($(#[$attr:meta])* $vis:vis fn $name:ident(&self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?;)*) => {
+        $($(#[$attr])* $vis fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
+            with_device!(&self.engine, d => d.$name($($arg),*))
+        })*
+    };
+}
+
 /// A caching allocator for one device.
 pub struct DeviceAllocator {
     engine: Engine,
     device: i32,
     rt: Arc<Runtime>,
-    config: Config,
     /// Among the allocators other allocators of the device ask (`peers`).
     joined: std::sync::atomic::AtomicBool,
 }
@@ -192,11 +200,7 @@ impl DeviceAllocator {
             (true, Some(page)) => Engine::Expandable(device_over!(ExpandableRanges::new(&config, page, total))),
             _ => Engine::Fixed(device_over!(FixedSegments::default())),
         };
-        Ok(DeviceAllocator { engine, device, rt, config, joined: Default::default() })
-    }
-
-    pub fn is_expandable(&self) -> bool {
-        matches!(self.engine, Engine::Expandable(_))
+        Ok(DeviceAllocator { engine, device, rt, joined: Default::default() })
     }
 
     pub fn device(&self) -> i32 {
@@ -205,10 +209,6 @@ impl DeviceAllocator {
 
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.rt
-    }
-
-    pub fn config(&self) -> &Config {
-        &self.config
     }
 
     /// Allocates `size` bytes for work on `stream`; returns the address.
@@ -233,44 +233,20 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.record_stream(addr, stream))
     }
 
-    /// Undoes `record_stream(addr, stream)`; a stream never recorded on the block is Ok.
-    pub fn erase_stream(&self, addr: usize, stream: Stream) -> Result<()> {
-        with_device!(&self.engine, d => d.erase_stream(addr, stream))
-    }
-
     /// Installs or removes (None) the hook run before each synchronization that precedes giving memory back.
     pub fn set_before_release(&self, hook: Option<(hooks::ReleaseHook, *mut std::ffi::c_void)>) {
-        with_device!(&self.engine, d => d.sh.hooks.set_before_release(hook))
+        with_device!(&self.engine, d => d.sh.hooks.before_release.set(hook))
     }
 
     /// Installs or removes (None) the segment observer; returns once no other thread is inside the old one, or at
     /// once from inside a hook call.
     pub fn set_segment_observer(&self, hook: Option<(hooks::SegmentHook, *mut std::ffi::c_void)>) {
-        with_device!(&self.engine, d => d.sh.hooks.set_segment(hook))
-    }
-
-    /// Exports the live block at `addr` to other processes of the host; returns the handle's bytes.
-    pub fn ipc_export(&self, addr: usize) -> Result<[u8; sharing::table::HANDLE_SIZE]> {
-        with_device!(&self.engine, d => d.ipc_export(addr))
-    }
-
-    /// What the device holds now, as the segment observer would have been told it.
-    pub fn held_segments(&self) -> Vec<(hooks::SegmentEvent, hooks::SegmentPiece)> {
-        with_device!(&self.engine, d => d.held_segments())
+        with_device!(&self.engine, d => d.sh.hooks.segment.set(hook))
     }
 
     /// Installs or removes (None) the observer run once per request refused for lack of memory.
     pub fn set_out_of_memory_observer(&self, hook: Option<(hooks::OomHook, *mut std::ffi::c_void)>) {
-        with_device!(&self.engine, d => d.sh.hooks.set_out_of_memory(hook))
-    }
-
-    /// Writes the buffered trace events to the `trace` file (no-op without one).
-    pub fn flush_trace(&self) -> Result<()> {
-        let trace = with_device!(&self.engine, d => &d.sh.trace);
-        match trace {
-            Some(t) => t.lock().unwrap_or_else(|e| e.into_inner()).flush(),
-            None => Ok(()),
-        }
+        with_device!(&self.engine, d => d.sh.hooks.oom.set(hook))
     }
 
     /// Returns cached, unused segments to the device (may synchronize the streams that used them).
@@ -340,12 +316,6 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.sleep.is_asleep())
     }
 
-    /// The host is about to destroy `stream`: its cached memory and ranges go back (returns the bytes); its live
-    /// blocks stay valid. An unknown stream is no error.
-    pub fn forget_stream(&self, stream: Stream) -> Result<usize> {
-        with_device!(&self.engine, d => d.forget_stream(stream))
-    }
-
     /// Caps this allocator's reserved memory at `fraction` of the device.
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
         check_memory_fraction(fraction)?;
@@ -353,44 +323,6 @@ impl DeviceAllocator {
         let (_, total) =
             rt.on_device(self.device, || rt.mem_info()).map_err(|e| Error::runtime(e, "querying device memory"))?;
         with_device!(&self.engine, d => d.set_limit(fraction_limit(fraction, total).unwrap_or(usize::MAX)))
-    }
-
-    /// The live block containing `addr` (interior pointers allowed).
-    pub fn query(&self, addr: usize) -> Result<BlockInfo> {
-        with_device!(&self.engine, d => d.query(addr))
-    }
-
-    /// Start and size of the live block containing `addr` (interior pointers allowed), if any.
-    #[inline]
-    pub fn block_range(&self, addr: usize) -> Result<Option<(usize, usize)>> {
-        with_device!(&self.engine, d => d.block_range(addr))
-    }
-
-    /// Start and size of the segment holding the live block at `addr`.
-    pub fn segment_of(&self, addr: usize) -> Result<(usize, usize)> {
-        with_device!(&self.engine, d => d.segment_of(addr))
-    }
-
-    pub fn stats(&self) -> Result<Stats> {
-        with_device!(&self.engine, d => d.stats())
-    }
-
-    /// The statistics of one pool kind's blocks (PyTorch's small and large pools), over every pool.
-    pub fn kind_stats(&self, kind: PoolKind) -> Result<Stats> {
-        with_device!(&self.engine, d => d.kind_stats(kind))
-    }
-
-    pub fn reset_peak_stats(&self) -> Result<()> {
-        with_device!(&self.engine, d => d.reset_peak_stats())
-    }
-
-    /// Segments and blocks (see `snapshot`); locks each shard in turn.
-    pub fn snapshot(&self) -> Result<Snapshot> {
-        with_device!(&self.engine, d => d.snapshot())
-    }
-
-    pub fn snapshot_json(&self) -> Result<String> {
-        with_device!(&self.engine, d => d.snapshot_json())
     }
 
     /// Keeps the last `max_entries` allocator events; 0 turns recording off and drops them.
@@ -403,61 +335,55 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.sh.history.events())
     }
 
-    /// Segments, blocks and the memory history in PyTorch's snapshot format. Locks each shard in turn.
-    pub fn pytorch_snapshot(&self) -> Result<report::pytorch_snapshot::Value> {
-        with_device!(&self.engine, d => d.pytorch_snapshot())
-    }
-
-    /// Creates a private pool (Note [pools]); returns its id.
-    pub fn pool_create(&self, config: pools::config::PoolConfig) -> Result<u64> {
-        with_device!(&self.engine, d => d.pool_create(config))
-    }
-
-    /// Routes allocations on `stream` (None: of the calling thread) to `pool`.
-    pub fn pool_begin(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
-        with_device!(&self.engine, d => d.pool_begin(pool, stream))
-    }
-
-    /// Ends the innermost route of `stream` (None: of the calling thread).
-    pub fn pool_end(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
-        with_device!(&self.engine, d => d.pool_end(pool, stream))
-    }
-
-    /// Sets a pool's `use_on_oom` from now on.
-    pub fn pool_set_use_on_oom(&self, pool: u64, on: bool) -> Result<()> {
-        with_device!(&self.engine, d => d.pool_set_use_on_oom(pool, on))
-    }
-
-    /// Destroys a pool: no more routes, its cached memory goes back.
-    pub fn pool_destroy(&self, pool: u64) -> Result<()> {
-        with_device!(&self.engine, d => d.pool_destroy(pool))
-    }
-
-    /// Gives back one pool's cached memory; returns the bytes given back.
-    pub fn pool_empty_cache(&self, pool: u64) -> Result<usize> {
-        with_device!(&self.engine, d => d.pool_empty_cache(pool))
-    }
-
-    /// The live blocks of a pool, in address order.
-    pub fn pool_live_blocks(&self, pool: u64) -> Result<Vec<pools::checkpoint::LiveBlock>> {
-        with_device!(&self.engine, d => d.pool_live_blocks(pool))
-    }
-
-    /// Sets a pool's live blocks back to a list `pool_live_blocks` gave.
-    pub fn pool_restore(
-        &self,
-        pool: u64,
-        blocks: &[pools::checkpoint::LiveBlock],
-    ) -> Result<pools::checkpoint::Restored> {
-        with_device!(&self.engine, d => d.pool_restore(pool, blocks))
-    }
-
-    pub fn pool_stats(&self, pool: u64) -> Result<Stats> {
-        with_device!(&self.engine, d => d.pool_stats(pool))
-    }
-
-    pub fn check_invariants(&self) -> Result<(), String> {
-        with_device!(&self.engine, d => d.check_invariants())
+    forward! {
+        /// Writes the buffered trace events to the `trace` file (no-op without one).
+        pub fn flush_trace(&self) -> Result<()>;
+        /// Undoes `record_stream(addr, stream)`; a stream never recorded on the block is Ok.
+        pub fn erase_stream(&self, addr: usize, stream: Stream) -> Result<()>;
+        /// Exports the live block at `addr` to other processes of the host; returns the handle's bytes.
+        pub fn ipc_export(&self, addr: usize) -> Result<[u8; sharing::table::HANDLE_SIZE]>;
+        /// What the device holds now, as the segment observer would have been told it.
+        pub fn held_segments(&self) -> Vec<(hooks::SegmentEvent, hooks::SegmentPiece)>;
+        /// The host is about to destroy `stream`: its cached memory and ranges go back (returns the bytes); its live
+        /// blocks stay valid. An unknown stream is no error.
+        pub fn forget_stream(&self, stream: Stream) -> Result<usize>;
+        /// The live block containing `addr` (interior pointers allowed).
+        pub fn query(&self, addr: usize) -> Result<BlockInfo>;
+        /// Start and size of the live block containing `addr` (interior pointers allowed), if any.
+        #[inline]
+        pub fn block_range(&self, addr: usize) -> Result<Option<(usize, usize)>>;
+        /// Start and size of the segment holding the live block at `addr`.
+        pub fn segment_of(&self, addr: usize) -> Result<(usize, usize)>;
+        pub fn stats(&self) -> Result<Stats>;
+        /// The statistics of one pool kind's blocks (PyTorch's small and large pools), over every pool.
+        pub fn kind_stats(&self, kind: PoolKind) -> Result<Stats>;
+        pub fn reset_peak_stats(&self) -> Result<()>;
+        /// Segments and blocks (see `snapshot`); locks each shard in turn.
+        pub fn snapshot(&self) -> Result<Snapshot>;
+        pub fn snapshot_json(&self) -> Result<String>;
+        /// Segments, blocks and the memory history in PyTorch's snapshot format. Locks each shard in turn.
+        pub fn pytorch_snapshot(&self) -> Result<report::pytorch_snapshot::Value>;
+        /// Creates a private pool (Note [pools]); returns its id.
+        pub fn pool_create(&self, config: pools::config::PoolConfig) -> Result<u64>;
+        /// Routes allocations on `stream` (None: of the calling thread) to `pool`.
+        pub fn pool_begin(&self, pool: u64, stream: Option<Stream>) -> Result<()>;
+        /// Ends the innermost route of `stream` (None: of the calling thread).
+        pub fn pool_end(&self, pool: u64, stream: Option<Stream>) -> Result<()>;
+        /// Sets a pool's `use_on_oom` from now on.
+        pub fn pool_set_use_on_oom(&self, pool: u64, on: bool) -> Result<()>;
+        /// Destroys a pool: no more routes, its cached memory goes back.
+        pub fn pool_destroy(&self, pool: u64) -> Result<()>;
+        /// Gives back one pool's cached memory; returns the bytes given back.
+        pub fn pool_empty_cache(&self, pool: u64) -> Result<usize>;
+        /// The live blocks of a pool, in address order.
+        pub fn pool_live_blocks(&self, pool: u64) -> Result<Vec<pools::checkpoint::LiveBlock>>;
+        /// Sets a pool's live blocks back to a list `pool_live_blocks` gave.
+        pub fn pool_restore(&self, pool: u64, blocks: &[pools::checkpoint::LiveBlock])
+            -> Result<pools::checkpoint::Restored>;
+        pub fn pool_stats(&self, pool: u64) -> Result<Stats>;
+        pub fn check_invariants(&self) -> Result<(), String>;
+        /// A peer is about to refuse a request: gives back free cache by this one's safe ladder steps.
+        fn give_back_to_peer(&self);
     }
 
     /// Synchronizes every stream used, returns all segments (live blocks included) and events; refuses further work.
@@ -484,11 +410,6 @@ impl DeviceAllocator {
     fn key(&self) -> usize {
         with_device!(&self.engine, d => d.peer_key())
     }
-
-    /// A peer is about to refuse a request: gives back free cache by this one's safe ladder steps.
-    fn give_back_to_peer(&self) {
-        with_device!(&self.engine, d => d.give_back_to_peer())
-    }
 }
 
 impl Drop for DeviceAllocator {
@@ -500,6 +421,10 @@ impl Drop for DeviceAllocator {
 /// What tests look at inside an allocator.
 #[cfg(test)]
 impl DeviceAllocator {
+    pub(crate) fn is_expandable(&self) -> bool {
+        matches!(self.engine, Engine::Expandable(_))
+    }
+
     /// Streams the allocator has given shards to.
     pub(crate) fn streams_served(&self) -> usize {
         with_device!(&self.engine, d => d.streams.len())
@@ -581,17 +506,13 @@ pub fn check_memory_fraction(fraction: f64) -> Result<()> {
 /// anything else is the runtime's error.
 fn setting_device(rt: &Runtime, device: i32, e: crate::runtime::AclCallError) -> Error {
     let unknown = e.code == sys::ACL_ERROR_RT_INVALID_DEVICEID;
-    match rt.device_count() {
-        Some(n) if unknown && device as u32 >= n && n > 0 => Error::InvalidArgument(format!(
-            "device {device} is not a device of this runtime: it has {n} device(s), 0 to {} (aclrtSetDevice: \
-             error {})",
-            n - 1,
-            e.code
-        )),
-        Some(0) if unknown => Error::InvalidArgument(format!(
-            "device {device} is not a device of this runtime: it reports no device (aclrtSetDevice: error {})",
-            e.code
-        )),
-        _ => Error::runtime(e, format!("setting device {device}")),
-    }
+    let has = match rt.device_count() {
+        Some(n) if unknown && device as u32 >= n && n > 0 => format!("it has {n} device(s), 0 to {}", n - 1),
+        Some(0) if unknown => "it reports no device".to_string(),
+        _ => return Error::runtime(e, format!("setting device {device}")),
+    };
+    Error::InvalidArgument(format!(
+        "device {device} is not a device of this runtime: {has} (aclrtSetDevice: error {})",
+        e.code
+    ))
 }

@@ -45,8 +45,7 @@ pub unsafe extern "C" fn npualloc_create(
     ffi_boundary!(status "npualloc_create", {
         let out = try_out!(out, "out");
         let text = if config.is_null() { None } else { Some(try_str!(config, "config")) };
-        let config = Config::from_c(text)?;
-        let handle = Allocator::into_raw(DeviceAllocator::new(config, device)?)?;
+        let handle = Allocator::into_raw(DeviceAllocator::new(Config::from_c(text)?, device)?)?;
         // SAFETY: out was checked non-NULL and aligned.
         unsafe { out.write(handle) };
         Ok(())
@@ -189,8 +188,7 @@ pub unsafe extern "C" fn npualloc_record_stream(
     stream: aclrtStream,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_record_stream", {
-        let allocator = try_live!(a);
-        allocator.core.record_stream(ptr as usize, Stream::from_raw(stream))
+        try_live!(a).core.record_stream(ptr as usize, Stream::from_raw(stream))
     })
 }
 
@@ -209,8 +207,7 @@ pub unsafe extern "C" fn npualloc_erase_stream(
     stream: aclrtStream,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_erase_stream", {
-        let allocator = try_live!(a);
-        allocator.core.erase_stream(ptr as usize, Stream::from_raw(stream))
+        try_live!(a).core.erase_stream(ptr as usize, Stream::from_raw(stream))
     })
 }
 
@@ -222,8 +219,7 @@ pub unsafe extern "C" fn npualloc_erase_stream(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_empty_cache(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_empty_cache", {
-        let allocator = try_live!(a);
-        allocator.core.empty_cache().map(|_| ())
+        try_live!(a).core.empty_cache().map(|_| ())
     })
 }
 
@@ -263,8 +259,7 @@ pub unsafe extern "C" fn npualloc_empty_cache_with(a: *mut npualloc_allocator, f
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_set_memory_fraction(a: *mut npualloc_allocator, fraction: f64) -> npualloc_status {
     ffi_boundary!(status "npualloc_set_memory_fraction", {
-        let allocator = try_live!(a);
-        allocator.core.set_memory_fraction(fraction)
+        try_live!(a).core.set_memory_fraction(fraction)
     })
 }
 

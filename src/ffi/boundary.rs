@@ -31,10 +31,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 #[doc(hidden)]
 macro_rules! ffi_boundary {
     (status $name:literal, $body:block) => {
-        $crate::ffi::boundary::run_status($name, || -> $crate::error::Result<()> { $body })
+        $crate::ffi::boundary::catch($name, || -> $crate::error::Result<()> { $body })
+            .err()
+            .unwrap_or($crate::ffi::status::npualloc_status::NPUALLOC_OK)
     };
     (fallible $name:literal, $fallback:expr, $body:block) => {
-        $crate::ffi::boundary::run_fallible($name, $fallback, || $body)
+        $crate::ffi::boundary::catch($name, || $body).unwrap_or($fallback)
     };
     ($name:literal, $fallback:expr, $body:block) => {
         $crate::ffi::boundary::run_infallible($name, $fallback, || $body)
@@ -137,18 +139,6 @@ pub(crate) unsafe fn slice_arg<'a, T>(ptr: *const T, n: usize, param: &str, noun
 
 #[doc(hidden)]
 #[inline]
-pub fn run_status(name: &'static str, body: impl FnOnce() -> Result<()>) -> npualloc_status {
-    catch(name, body).err().unwrap_or(npualloc_status::NPUALLOC_OK)
-}
-
-#[doc(hidden)]
-#[inline]
-pub fn run_fallible<T>(name: &'static str, fallback: T, body: impl FnOnce() -> Result<T>) -> T {
-    catch(name, body).unwrap_or(fallback)
-}
-
-#[doc(hidden)]
-#[inline]
 pub fn run_infallible<T>(name: &'static str, fallback: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|payload| {
         let _ = record_panic(name, payload);
@@ -157,8 +147,9 @@ pub fn run_infallible<T>(name: &'static str, fallback: T, body: impl FnOnce() ->
 }
 
 /// The two fallible forms: clears the last error, runs `body`, and records an `Err` or a panic as the last error.
+#[doc(hidden)]
 #[inline]
-fn catch<T>(name: &'static str, body: impl FnOnce() -> Result<T>) -> std::result::Result<T, npualloc_status> {
+pub fn catch<T>(name: &'static str, body: impl FnOnce() -> Result<T>) -> std::result::Result<T, npualloc_status> {
     clear_last_error();
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(value)) => Ok(value),

@@ -83,27 +83,23 @@ pub unsafe extern "C" fn npualloc_register(a: *mut npualloc_allocator, stream: a
                 let _ = rt.destroy_desc(desc);
             })
         });
-        match registered {
-            Ok(desc) => {
-                regs.insert(stream, Registration { desc, binding });
-                // GE keeps its own allocator for a stream that ran an op before anything was registered
-                // (docs/runtime-behaviour.md "How GE uses a registered allocator"); queued work is our one sign of it.
-                if let Ok(Some(true)) = rt.on_device(allocator.core.device(), || rt.stream_busy(stream)) {
-                    set_last_error(&format!(
-                        "warning: registered on stream {:#x}, but work is already queued on it: if an op ran on \
-                         the stream before this call, GE keeps its own allocator for it and this registration \
-                         has no effect; register before the first op on the stream",
-                        stream.raw() as usize
-                    ));
-                }
-                Ok(())
-            }
-            Err(e) => {
-                // SAFETY: binding was registered above and never shared.
-                drop(unsafe { handle::destroy::<Binding>(binding) });
-                Err(Error::runtime(e, "registering the allocator on a stream"))
-            }
+        let desc = registered.map_err(|e| {
+            // SAFETY: binding was registered above and never shared.
+            drop(unsafe { handle::destroy::<Binding>(binding) });
+            Error::runtime(e, "registering the allocator on a stream")
+        })?;
+        regs.insert(stream, Registration { desc, binding });
+        // GE keeps its own allocator for a stream that ran an op before anything was registered
+        // (docs/runtime-behaviour.md "How GE uses a registered allocator"); queued work is our one sign of it.
+        if let Ok(Some(true)) = rt.on_device(allocator.core.device(), || rt.stream_busy(stream)) {
+            set_last_error(&format!(
+                "warning: registered on stream {:#x}, but work is already queued on it: if an op ran on \
+                 the stream before this call, GE keeps its own allocator for it and this registration \
+                 has no effect; register before the first op on the stream",
+                stream.raw() as usize
+            ));
         }
+        Ok(())
     })
 }
 

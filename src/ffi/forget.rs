@@ -18,8 +18,7 @@ use std::ffi::c_int;
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_forget_stream(a: *mut npualloc_allocator, stream: aclrtStream) -> npualloc_status {
     ffi_boundary!(status "npualloc_forget_stream", {
-        let allocator = try_live!(a);
-        allocator.core.forget_stream(Stream::from_raw(stream)).map(|_| ())
+        try_live!(a).core.forget_stream(Stream::from_raw(stream)).map(|_| ())
     })
 }
 

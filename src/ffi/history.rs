@@ -17,8 +17,7 @@ use std::ffi::{c_char, c_int};
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_record_history(a: *mut npualloc_allocator, max_entries: usize) -> npualloc_status {
     ffi_boundary!(status "npualloc_record_history", {
-        let allocator = try_live!(a);
-        allocator.core.record_history(max_entries);
+        try_live!(a).core.record_history(max_entries);
         Ok(())
     })
 }
@@ -52,8 +51,7 @@ pub unsafe extern "C" fn npualloc_snapshot_pytorch_json(
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_pluggable_record_history(device: c_int, max_entries: usize) -> npualloc_status {
     ffi_boundary!(status "npualloc_pluggable_record_history", {
-        super::pluggable::allocator(device)?.record_history(max_entries);
-        Ok(())
+        super::pluggable::allocator(device).map(|a| a.record_history(max_entries))
     })
 }
 

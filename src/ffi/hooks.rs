@@ -31,8 +31,7 @@ pub unsafe extern "C" fn npualloc_set_before_release(
     user: *mut c_void,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_set_before_release", {
-        let allocator = try_live!(a);
-        allocator.core.set_before_release(r#fn.map(|f| (f, user)));
+        try_live!(a).core.set_before_release(r#fn.map(|f| (f, user)));
         Ok(())
     })
 }
@@ -59,8 +58,7 @@ pub unsafe extern "C" fn npualloc_set_oom_observer(
     user: *mut c_void,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_set_oom_observer", {
-        let allocator = try_live!(a);
-        allocator.core.set_out_of_memory_observer(r#fn.map(|f| (f, user)));
+        try_live!(a).core.set_out_of_memory_observer(r#fn.map(|f| (f, user)));
         Ok(())
     })
 }
@@ -127,8 +125,7 @@ pub unsafe extern "C" fn npualloc_set_segment_observer(
     user: *mut c_void,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_set_segment_observer", {
-        let allocator = try_live!(a);
-        allocator.core.set_segment_observer(r#fn.map(|f| (f, user)));
+        try_live!(a).core.set_segment_observer(r#fn.map(|f| (f, user)));
         Ok(())
     })
 }

@@ -42,9 +42,7 @@ pub unsafe extern "C" fn npualloc_ipc_export(
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_ipc_export", {
         let allocator = try_live!(a);
-        if ptr.is_null() {
-            return Err(Error::InvalidArgument("ptr must not be NULL".into()));
-        }
+        super::boundary::check_ptr(ptr.cast_const(), "ptr")?;
         let out = try_out!(out, "out");
         let bytes = allocator.core.ipc_export(ptr as usize)?;
         // SAFETY: checked non-NULL and aligned; the caller promises it is writable.

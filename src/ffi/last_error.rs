@@ -42,14 +42,14 @@ pub(crate) fn fail(err: Error) -> npualloc_status {
     npualloc_status::from(&err)
 }
 
+/// Runs `f` on this thread's message, NUL included; None when there is none or the buffer cannot be borrowed.
+fn read<R>(f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    LAST_ERROR.try_with(|cell| cell.try_borrow().ok().filter(|buf| !buf.is_empty()).map(|buf| f(&buf))).ok().flatten()
+}
+
 /// This thread's last error as a Rust string ("" when there is none).
 pub fn last_error_message() -> String {
-    LAST_ERROR
-        .try_with(|cell| match cell.try_borrow() {
-            Ok(buf) if !buf.is_empty() => String::from_utf8_lossy(&buf[..buf.len() - 1]).into_owned(),
-            _ => String::new(),
-        })
-        .unwrap_or_default()
+    read(|buf| String::from_utf8_lossy(&buf[..buf.len() - 1]).into_owned()).unwrap_or_default()
 }
 
 /// The message recorded by the most recent failing npualloc call on this thread, or "" when there is none. Every
@@ -60,13 +60,8 @@ pub fn last_error_message() -> String {
 #[unsafe(no_mangle)]
 pub extern "C" fn npualloc_last_error() -> *const c_char {
     ffi_boundary!("npualloc_last_error", EMPTY.as_ptr().cast(), {
-        LAST_ERROR
-            .try_with(|cell| match cell.try_borrow() {
-                // The pointer outlives the borrow: only later npualloc calls on this thread change the buffer.
-                Ok(buf) if !buf.is_empty() => buf.as_ptr().cast::<c_char>(),
-                _ => EMPTY.as_ptr().cast(),
-            })
-            .unwrap_or(EMPTY.as_ptr().cast())
+        // The pointer outlives the borrow: only later npualloc calls on this thread change the buffer.
+        read(|buf| buf.as_ptr().cast::<c_char>()).unwrap_or(EMPTY.as_ptr().cast())
     })
 }
 

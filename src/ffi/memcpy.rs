@@ -43,10 +43,7 @@ unsafe fn runtime_for(a: *const npualloc_allocator, c: &Copy2d) -> Result<Option
     if checked == Checked::NoOp {
         return Ok(None);
     }
-    Ok(Some(match allocator {
-        Some(a) => a.core.runtime().clone(),
-        None => Runtime::load(None)?,
-    }))
+    Ok(Some(allocator.map_or_else(|| Runtime::load(None), |a| Ok(a.core.runtime().clone()))?))
 }
 
 /// Checks a 2D copy without performing it or calling the runtime, by the rules `npualloc_memcpy2d` (`is_async == 0`)
@@ -81,8 +78,7 @@ pub unsafe extern "C" fn npualloc_check_memcpy2d(
         let is_async = is_async != 0;
         let c = Copy2d { dst: dst as usize, dpitch, src: src as usize, spitch, width, height, kind, is_async };
         // SAFETY: handle validity is the caller's contract; dead handles are refused.
-        unsafe { validate(a, &c) }?;
-        Ok(())
+        unsafe { validate(a, &c) }.map(drop)
     })
 }
 

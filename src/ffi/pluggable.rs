@@ -20,12 +20,7 @@ use std::sync::OnceLock;
 pub const NPUALLOC_PLUGGABLE_MAX_DEVICES: usize = 64;
 
 /// A device's allocator as a never-destroyed C handle (`Allocator::into_raw_process_wide`) and the allocator behind it.
-struct Created {
-    handle: Handle,
-    allocator: &'static Allocator,
-}
-
-type Slot = OnceLock<Result<Created>>;
+type Slot = OnceLock<Result<(Handle, &'static Allocator)>>;
 
 static SLOTS: [Slot; NPUALLOC_PLUGGABLE_MAX_DEVICES] = [const { OnceLock::new() }; NPUALLOC_PLUGGABLE_MAX_DEVICES];
 
@@ -45,26 +40,25 @@ fn check_device(device: c_int) -> Result<usize> {
 
 /// The allocator of `device`, created from `NPUALLOC_CONF` on first use.
 pub(crate) fn allocator(device: c_int) -> Result<&'static DeviceAllocator> {
-    created_slot(device).map(|c| &c.allocator.core)
+    created_slot(device).map(|(_, a)| &a.core)
 }
 
-fn created_slot(device: c_int) -> Result<&'static Created> {
+fn created_slot(device: c_int) -> Result<&'static (Handle, &'static Allocator)> {
     let created = SLOTS[check_device(device)?].get_or_init(|| {
         let core = Config::from_env().and_then(|c| DeviceAllocator::new(c, device))?;
-        let (handle, allocator) = Allocator::into_raw_process_wide(core)?;
-        Ok(Created { handle, allocator })
+        Allocator::into_raw_process_wide(core)
     });
     created.as_ref().map_err(|e| e.clone())
 }
 
 /// The allocator of `device` if one was created successfully.
 pub(crate) fn existing(device: c_int) -> Result<Option<&'static DeviceAllocator>> {
-    Ok(SLOTS[check_device(device)?].get().and_then(|r| r.as_ref().ok()).map(|c| &c.allocator.core))
+    Ok(SLOTS[check_device(device)?].get().and_then(|r| r.as_ref().ok()).map(|(_, a)| &a.core))
 }
 
 /// Every allocator created successfully so far.
 fn created() -> impl Iterator<Item = &'static DeviceAllocator> {
-    SLOTS.iter().filter_map(|s| s.get().and_then(|r| r.as_ref().ok())).map(|c| &c.allocator.core)
+    SLOTS.iter().filter_map(|s| s.get().and_then(|r| r.as_ref().ok())).map(|(_, a)| &a.core)
 }
 
 fn report(hook: &str, e: &Error) {
@@ -103,14 +97,12 @@ pub unsafe extern "C" fn npualloc_pluggable_free(ptr: *mut c_void, size: usize, 
         if ptr.is_null() {
             return Ok(());
         }
-        let result = match existing(device) {
-            Ok(Some(a)) => a.free(ptr as usize),
-            Ok(None) => Err(Error::UnknownPointer(format!(
-                "free of {ptr:p} on device {device}, which has allocated nothing"
-            ))),
-            Err(e) => Err(e),
-        };
-        result.inspect_err(|e| report("free refused", e))
+        let unknown =
+            || Error::UnknownPointer(format!("free of {ptr:p} on device {device}, which has allocated nothing"));
+        existing(device)
+            .and_then(|a| a.ok_or_else(unknown))
+            .and_then(|a| a.free(ptr as usize))
+            .inspect_err(|e| report("free refused", e))
     })
 }
 
@@ -207,9 +199,9 @@ pub unsafe extern "C" fn npualloc_pluggable_allocator(
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pluggable_allocator", {
         let out = try_out!(out, "out");
-        let created = created_slot(device)?;
+        let (handle, _) = created_slot(device)?;
         // SAFETY: out was checked non-NULL and aligned.
-        unsafe { out.write(created.handle.as_ptr()) };
+        unsafe { out.write(handle.as_ptr()) };
         Ok(())
     })
 }

@@ -40,8 +40,7 @@ pub unsafe extern "C" fn npualloc_pool_create(
         let allocator = try_live!(a);
         let out = try_out!(out_pool, "out_pool");
         let text = if config.is_null() { None } else { Some(try_str!(config, "config")) };
-        let config = PoolConfig::parse(text)?;
-        let id = allocator.core.pool_create(config)?;
+        let id = allocator.core.pool_create(PoolConfig::parse(text)?)?;
         // SAFETY: out was checked non-NULL and aligned.
         unsafe { out.write(id) };
         Ok(())
@@ -65,9 +64,7 @@ pub unsafe extern "C" fn npualloc_pool_begin(
     stream: aclrtStream,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_begin", {
-        let allocator = try_live!(a);
-        let target = (!stream.is_null()).then(|| Stream::from_raw(stream));
-        allocator.core.pool_begin(pool, target)
+        try_live!(a).core.pool_begin(pool, (!stream.is_null()).then(|| Stream::from_raw(stream)))
     })
 }
 
@@ -85,9 +82,7 @@ pub unsafe extern "C" fn npualloc_pool_end(
     stream: aclrtStream,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_end", {
-        let allocator = try_live!(a);
-        let target = (!stream.is_null()).then(|| Stream::from_raw(stream));
-        allocator.core.pool_end(pool, target)
+        try_live!(a).core.pool_end(pool, (!stream.is_null()).then(|| Stream::from_raw(stream)))
     })
 }
 
@@ -101,8 +96,7 @@ pub unsafe extern "C" fn npualloc_pool_end(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_pool_destroy(a: *mut npualloc_allocator, pool: u64) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_destroy", {
-        let allocator = try_live!(a);
-        allocator.core.pool_destroy(pool)
+        try_live!(a).core.pool_destroy(pool)
     })
 }
 
@@ -120,8 +114,7 @@ pub unsafe extern "C" fn npualloc_pool_set_use_on_oom(
     on: i32,
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_set_use_on_oom", {
-        let allocator = try_live!(a);
-        allocator.core.pool_set_use_on_oom(pool, on != 0)
+        try_live!(a).core.pool_set_use_on_oom(pool, on != 0)
     })
 }
 
@@ -158,8 +151,7 @@ pub unsafe extern "C" fn npualloc_pool_get_stats(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_pool_empty_cache(a: *mut npualloc_allocator, pool: u64) -> npualloc_status {
     ffi_boundary!(status "npualloc_pool_empty_cache", {
-        let allocator = try_live!(a);
-        allocator.core.pool_empty_cache(pool).map(|_| ())
+        try_live!(a).core.pool_empty_cache(pool).map(|_| ())
     })
 }
 

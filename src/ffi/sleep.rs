@@ -19,8 +19,7 @@ use super::status::npualloc_status;
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_sleep(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_sleep", {
-        let allocator = try_live!(a);
-        allocator.core.sleep_pools().map(|_| ())
+        try_live!(a).core.sleep_pools().map(|_| ())
     })
 }
 
@@ -36,8 +35,7 @@ pub unsafe extern "C" fn npualloc_sleep(a: *mut npualloc_allocator) -> npualloc_
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_wake(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_wake", {
-        let allocator = try_live!(a);
-        allocator.core.wake()
+        try_live!(a).core.wake()
     })
 }
 

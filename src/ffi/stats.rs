@@ -154,10 +154,9 @@ pub(super) unsafe fn fill_stats(
     if size < 8 {
         return Err(Error::InvalidArgument(format!("out->struct_size is {size}; set it to sizeof(npualloc_stats)")));
     }
-    let s = stats()?;
     // Whole fields only: the header, then as many 8-byte counters as fit.
     let n = 8 + (size.min(std::mem::size_of::<npualloc_stats>()) - 8) / 8 * 8;
-    let full = npualloc_stats::from_core(&s, n as u32);
+    let full = npualloc_stats::from_core(&stats()?, n as u32);
     // SAFETY: the caller promises `size` writable bytes at out; we write at most that.
     unsafe { std::ptr::copy_nonoverlapping((&full as *const npualloc_stats).cast::<u8>(), out.cast::<u8>(), n) };
     Ok(())
@@ -207,8 +206,7 @@ pub unsafe extern "C" fn npualloc_get_kind_stats(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npualloc_reset_peak_stats(a: *mut npualloc_allocator) -> npualloc_status {
     ffi_boundary!(status "npualloc_reset_peak_stats", {
-        let allocator = try_live!(a);
-        allocator.core.reset_peak_stats()
+        try_live!(a).core.reset_peak_stats()
     })
 }
 

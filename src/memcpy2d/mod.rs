@@ -197,11 +197,8 @@ pub fn check_within_block(
     if width == 0 || height == 0 {
         return Ok(());
     }
-    let end = match (region.addr.checked_sub(block_start), last_byte_offset(region.pitch, width, height)) {
-        (Some(offset), Some(last)) => offset.checked_add(last),
-        _ => None,
-    };
-    match end {
+    let offsets = region.addr.checked_sub(block_start).zip(last_byte_offset(region.pitch, width, height));
+    match offsets.and_then(|(offset, last)| offset.checked_add(last)) {
         Some(end) if end < block_size => Ok(()),
         _ => Err(out_of_bounds(region, width, height, block_start, block_size)),
     }

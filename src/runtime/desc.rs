@@ -23,26 +23,20 @@ impl Runtime {
         if desc.is_null() {
             return Err(AclCallError { function: "aclrtAllocatorCreateDesc", code: sys::ACL_ERROR_BAD_ALLOC });
         }
+        // `set!(f, v)` checks `f(desc, v)`, naming `f` once.
+        macro_rules! set {
+            ($f:ident, $v:expr) => {
+                check(stringify!($f), (self.api.$f)(desc, $v))
+            };
+        }
         let filled = (|| {
             // SAFETY: desc is live; the callbacks are valid extern "C" functions.
             unsafe {
-                check("aclrtAllocatorSetObjToDesc", (self.api.aclrtAllocatorSetObjToDesc)(desc, cb.obj))?;
-                check(
-                    "aclrtAllocatorSetAllocFuncToDesc",
-                    (self.api.aclrtAllocatorSetAllocFuncToDesc)(desc, Some(cb.alloc)),
-                )?;
-                check(
-                    "aclrtAllocatorSetFreeFuncToDesc",
-                    (self.api.aclrtAllocatorSetFreeFuncToDesc)(desc, Some(cb.free)),
-                )?;
-                check(
-                    "aclrtAllocatorSetAllocAdviseFuncToDesc",
-                    (self.api.aclrtAllocatorSetAllocAdviseFuncToDesc)(desc, Some(cb.alloc_advise)),
-                )?;
-                check(
-                    "aclrtAllocatorSetGetAddrFromBlockFuncToDesc",
-                    (self.api.aclrtAllocatorSetGetAddrFromBlockFuncToDesc)(desc, Some(cb.get_addr)),
-                )
+                set!(aclrtAllocatorSetObjToDesc, cb.obj)?;
+                set!(aclrtAllocatorSetAllocFuncToDesc, Some(cb.alloc))?;
+                set!(aclrtAllocatorSetFreeFuncToDesc, Some(cb.free))?;
+                set!(aclrtAllocatorSetAllocAdviseFuncToDesc, Some(cb.alloc_advise))?;
+                set!(aclrtAllocatorSetGetAddrFromBlockFuncToDesc, Some(cb.get_addr))
             }
         })();
         filled.map(|()| desc as usize).inspect_err(|_| {

@@ -61,7 +61,6 @@ impl Event {
 
 /// Writes one allocator's events to a trace file.
 pub struct TraceRecorder {
-    path: PathBuf,
     /// Reserved for `bound` events; never grows.
     events: Vec<Event>,
     bound: usize,
@@ -72,7 +71,7 @@ pub struct TraceRecorder {
 
 impl std::fmt::Debug for TraceRecorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TraceRecorder").field("path", &self.path).field("buffered", &self.events.len()).finish()
+        f.debug_struct("TraceRecorder").field("path", &self.text.path).field("buffered", &self.events.len()).finish()
     }
 }
 
@@ -94,13 +93,17 @@ impl TraceRecorder {
         );
         file.write_all(header.as_bytes()).map_err(|e| bad(format!("writing '{}': {e}", path.display())))?;
         let bound = bound.max(1);
-        Ok(TraceRecorder {
+        let text = Text {
+            file,
             path: path.to_path_buf(),
-            events: Vec::with_capacity(bound),
-            bound,
-            stream: None,
-            text: Text::new(file, path),
-        })
+            buf: Vec::new(),
+            ids: HashMap::default(),
+            next_id: 0,
+            streams: Vec::new(),
+            stream: 0,
+            failed: None,
+        };
+        Ok(TraceRecorder { events: Vec::with_capacity(bound), bound, stream: None, text })
     }
 
     /// `a <id> <bytes> <stream>` for a block just served at `addr`.
@@ -142,10 +145,7 @@ impl TraceRecorder {
     /// Converts and writes everything recorded so far; returns the first write error since creation, if any.
     pub fn flush(&mut self) -> Result<()> {
         self.spill();
-        match &self.text.failed {
-            Some(why) => Err(Error::bad_config("trace", why.clone())),
-            None => Ok(()),
-        }
+        self.text.failed.as_ref().map_or(Ok(()), |why| Err(Error::bad_config("trace", why.clone())))
     }
 
     #[inline]
@@ -193,25 +193,17 @@ struct Text {
 }
 
 impl Text {
-    fn new(file: File, path: &Path) -> Text {
-        Text {
-            file,
-            path: path.to_path_buf(),
-            buf: Vec::new(),
-            ids: HashMap::default(),
-            next_id: 0,
-            streams: Vec::new(),
-            stream: 0,
-            failed: None,
-        }
-    }
-
     fn line(&mut self, e: &Event) {
         let s = self.stream as u64;
         // The op's letter, then its numbers.
         let (op, numbers, n) = match e.kind() {
             STREAM => {
-                self.stream = stream_number(&mut self.streams, e.addr);
+                // The stream's number in the trace, by first appearance; a handful of streams: a linear scan beats
+                // hashing.
+                self.stream = self.streams.iter().position(|&known| known == e.addr).unwrap_or_else(|| {
+                    self.streams.push(e.addr);
+                    self.streams.len() - 1
+                });
                 return;
             }
             ALLOC => {
@@ -250,15 +242,6 @@ impl Text {
         }
         self.buf.clear();
     }
-}
-
-/// The stream's number in the trace, assigned in order of first appearance.
-fn stream_number(streams: &mut Vec<u64>, stream: u64) -> usize {
-    // A handful of streams: a linear scan beats hashing.
-    streams.iter().position(|&s| s == stream).unwrap_or_else(|| {
-        streams.push(stream);
-        streams.len() - 1
-    })
 }
 
 #[inline]

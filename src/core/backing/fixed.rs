@@ -2,7 +2,8 @@
 //! only when entirely free. Everything is always mapped, so any free block that fits is ready.
 
 use super::{
-    lock, Backing, Detached, Give, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, Sleeps, What,
+    keep_first, kept_or_made, lock, Backing, Detached, Give, GrowContext, GrowError, HeldOutside, Parts, PerSegment,
+    Reports, Scope, Sleeps, What,
 };
 use crate::core::alloc::directory::ADDRESS_LIMIT;
 use crate::core::alloc::policy::MIN_BLOCK_SIZE;
@@ -44,36 +45,23 @@ impl FixedSegments {
 
 impl super::Shares for FixedSegments {
     fn share(pool: Parts<'_, Self>, seg: SegmentId, addr: usize, _size: usize) -> Result<super::SharedMemory> {
-        let raw = pool.backing.raws.get(seg);
+        let raw = pool.backing.get(seg);
         let (at, len) = (raw.at, raw.len);
         let sh = pool.sh;
-        let known = lock(&sh.backing.keys).get(&at).copied();
-        let key = match known {
-            Some(key) => key,
-            None => {
-                let key = sh
-                    .rt
-                    .on_device(sh.device, || sh.rt.export_key(at, len))
-                    .map_err(|e| Error::runtime(e, "exporting a segment to another process"))?;
-                lock(&sh.backing.keys).insert(at, key);
-                key
-            }
-        };
+        let key = kept_or_made(&sh.backing.keys, at, || {
+            let key = sh.rt.on_device(sh.device, || sh.rt.export_key(at, len));
+            key.map_err(|e| Error::runtime(e, "exporting a segment to another process"))
+        })?;
         Ok(super::SharedMemory::Key { key, offset: addr - at })
     }
 }
 
-/// A shard's segments: what `aclrtMalloc` returned for each.
-#[derive(Debug, Default)]
-pub(crate) struct FixedOf {
-    raws: PerSegment<Raw>,
-}
-
 impl Backing for FixedSegments {
-    type ShardState = FixedOf;
+    /// A shard's segments: what `aclrtMalloc` returned for each.
+    type ShardState = PerSegment<Raw>;
 
     #[inline(always)]
-    fn ready(_: &Cache, _: &FixedOf, _: Shape, _: BlockId, rounded: usize) -> Option<usize> {
+    fn ready(_: &Cache, _: &PerSegment<Raw>, _: Shape, _: BlockId, rounded: usize) -> Option<usize> {
         Some(rounded)
     }
 
@@ -116,7 +104,7 @@ impl Backing for FixedSegments {
         let free: Vec<SegmentId> = pool.segments.ids().filter(|&s| pool.is_wholly_free(s)).collect();
         let give = |seg| {
             let s = pool.cache.segments.get(seg);
-            let raw = pool.backing.raws.take(seg);
+            let raw = pool.backing.take(seg);
             pool.sh.directory.remove(raw.at, raw.len);
             Give { device: (raw.at, raw.len), claim: true, ..Give::pages(What::Segment, seg, s.base, s.size) }
         };
@@ -133,7 +121,7 @@ impl Backing for FixedSegments {
 
     fn settle(pool: Parts<'_, Self>, g: &Give, given_back: bool, readded: Option<SegmentId>) -> bool {
         match readded {
-            Some(seg) => pool.backing.raws.set(seg, Raw { at: g.device.0, len: g.device.1 }),
+            Some(seg) => pool.backing.set(seg, Raw { at: g.device.0, len: g.device.1 }),
             None if given_back => {
                 pool.sh.history.record(Action::SegmentFree, g.addr, g.size, pool.stream, pool.cache.pool)
             }
@@ -151,28 +139,19 @@ impl Backing for FixedSegments {
             if pool.streams_of(seg).iter().any(|s| busy.contains(s)) || pool.held_for_importers(seg) {
                 continue;
             }
-            let raw = *pool.backing.raws.get(seg);
+            let raw = *pool.backing.get(seg);
             sh.directory.remove(raw.at, raw.len);
-            if let Err(e) = Self::free_raw(&sh, pool.cache.pool, raw.at, raw.len) {
-                first_error.get_or_insert(Error::runtime(e, "returning a segment at teardown"));
-            }
+            let freed = Self::free_raw(&sh, pool.cache.pool, raw.at, raw.len);
+            keep_first(&mut first_error, freed.map_err(|e| Error::runtime(e, "returning a segment at teardown")));
         }
         first_error.map_or(Ok(()), Err)
     }
 }
 
 impl HeldOutside for FixedSegments {
-    fn free_cached(_: &Shared<Self>) -> Result<usize> {
-        Ok(0)
-    }
-
     /// Never called: fixed segments have no physical handles, so a wake needs none.
     fn keep_unfreed(_: &Shared<Self>, _: crate::runtime::PhysicalHandle, _: usize) {
         debug_assert!(false, "fixed segments were given a physical handle to keep");
-    }
-
-    fn cached_bytes(&self) -> usize {
-        0
     }
 }
 
@@ -180,34 +159,30 @@ impl HeldOutside for FixedSegments {
 impl Sleeps for FixedSegments {}
 
 impl Reports for FixedSegments {
-    fn held_bytes(st: &FixedOf, seg: SegmentId) -> usize {
-        st.raws.get(seg).len
+    fn held_bytes(st: &PerSegment<Raw>, seg: SegmentId) -> usize {
+        st.get(seg).len
     }
 
-    fn largest_free(pool: &Cache, _: &FixedOf) -> usize {
+    fn largest_free(pool: &Cache, _: &PerSegment<Raw>) -> usize {
         pool.index.largest(&pool.blocks)
     }
 
-    fn check_segment(_: &Cache, _: &FixedOf, _: SegmentId) -> Result<(), String> {
-        Ok(())
+    fn describe(st: &PerSegment<Raw>, seg: SegmentId) -> (bool, usize) {
+        (false, st.get(seg).len)
     }
 
-    fn describe(st: &FixedOf, seg: SegmentId) -> (bool, usize) {
-        (false, st.raws.get(seg).len)
-    }
-
-    fn mapped_runs(_: &FixedOf, _: SegmentId, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
+    fn mapped_runs(_: &PerSegment<Raw>, _: SegmentId, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
         out.push((addr, size));
     }
 
     fn held_pieces(
-        st: &FixedOf,
+        st: &PerSegment<Raw>,
         seg: SegmentId,
         _: usize,
         _: usize,
         out: &mut Vec<(SegmentEvent, usize, usize, Option<PhysicalHandle>)>,
     ) {
-        let raw = st.raws.get(seg);
+        let raw = st.get(seg);
         out.push((SegmentEvent::Map, raw.at, raw.len, None));
     }
 }
@@ -252,14 +227,8 @@ fn obtain_aligned(
 
 /// `len` bytes from `aclrtMalloc`, charged against the limit.
 fn malloc_charged(sh: &Shared<FixedSegments>, len: usize) -> Result<Raw, GrowError> {
-    sh.limit.charge(len)?;
-    match sh.rt.on_device(sh.device, || sh.rt.malloc(len)) {
-        Ok(at) => Ok(Raw { at, len }),
-        Err(e) => {
-            sh.limit.refund(len);
-            Err(GrowError::Runtime(e))
-        }
-    }
+    let at = sh.limit.charged(len, || sh.rt.on_device(sh.device, || sh.rt.malloc(len)))?;
+    Ok(Raw { at, len })
 }
 
 /// Adds a segment over `raw`, blocks at [base, base + size); returns its free block.
@@ -267,7 +236,7 @@ fn add_raw(pool: &mut Parts<'_, FixedSegments>, raw: Raw, base: usize, size: usi
     pool.sh.counters.segment_added(raw.len);
     pool.sh.history.record(Action::SegmentAlloc, base, size, pool.stream, pool.cache.pool);
     let (seg, block) = pool.add_segment(base, size, Some((raw.at, raw.len)));
-    pool.backing.raws.set(seg, raw);
+    pool.backing.set(seg, raw);
     pool.segment_event(SegmentEvent::Map, raw.at, raw.len, None);
     block
 }

@@ -1,14 +1,8 @@
 //! The memory fraction limit (`set_memory_fraction`), shared by every shard of a device.
 
+use super::GrowError;
+use crate::runtime::AclCallError;
 use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// A charge the limit refused: `size` more bytes, with `charged` counted against `limit` already.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct OverLimit {
-    pub size: usize,
-    pub limit: usize,
-    pub charged: usize,
-}
 
 /// The limit and the device bytes charged against it. Bytes are charged before the device call that
 /// obtains them, so two shards growing at once cannot both pass the limit.
@@ -31,14 +25,23 @@ impl MemoryLimit {
         self.limit.store(limit, Ordering::Relaxed);
     }
 
-    /// Charges `size` bytes, or says the limit would be passed.
-    pub fn charge(&self, size: usize) -> Result<(), OverLimit> {
+    /// Charges `size` bytes, or says the limit would be passed (`GrowError::OverLimit`).
+    pub fn charge(&self, size: usize) -> Result<(), GrowError> {
         let limit = self.limit.load(Ordering::Relaxed);
         let next = |cur: usize| cur.checked_add(size).filter(|&n| n <= limit);
         match self.charged.fetch_update(Ordering::Relaxed, Ordering::Relaxed, next) {
             Ok(_) => Ok(()),
-            Err(charged) => Err(OverLimit { size, limit, charged }),
+            Err(charged) => Err(GrowError::OverLimit { size, limit, charged }),
         }
+    }
+
+    /// What `call` obtains, `size` bytes charged for it first and refunded if it fails.
+    pub fn charged<T>(&self, size: usize, call: impl FnOnce() -> Result<T, AclCallError>) -> Result<T, GrowError> {
+        self.charge(size)?;
+        call().map_err(|e| {
+            self.refund(size);
+            GrowError::Runtime(e)
+        })
     }
 
     /// Gives back a charge (the call failed, or the memory was freed).

@@ -92,6 +92,28 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `map[key]`, else what `make` returns (made with no lock held), kept there: an export is made once.
+pub(crate) fn kept_or_made<K: Eq + std::hash::Hash, V: Copy>(
+    map: &std::sync::Mutex<std::collections::HashMap<K, V>>,
+    key: K,
+    make: impl FnOnce() -> Result<V>,
+) -> Result<V> {
+    let known = lock(map).get(&key).copied();
+    if let Some(v) = known {
+        return Ok(v);
+    }
+    let v = make()?;
+    lock(map).insert(key, v);
+    Ok(v)
+}
+
+/// Keeps `r`'s error in `first` unless it holds one already: calls that all run report the first error.
+pub(crate) fn keep_first<T>(first: &mut Option<crate::error::Error>, r: Result<T>) {
+    if let Err(e) = r {
+        first.get_or_insert(e);
+    }
+}
+
 /// What a backing keeps for each segment of a shard, by the cache's segment id. An id is reused only after its
 /// record was taken out (segment removed, or given whole in `unused`).
 #[derive(Debug)]
@@ -175,9 +197,9 @@ impl Give {
         }
     }
 
-    /// The same, naming the handle mapped there.
-    pub fn with_handle(self, handle: PhysicalHandle) -> Give {
-        Give { handle: Some(handle), ..self }
+    /// The same, naming the handle mapped there (if any).
+    pub fn with_handle(self, handle: Option<PhysicalHandle>) -> Give {
+        Give { handle, ..self }
     }
 }
 
@@ -279,10 +301,12 @@ pub(crate) trait Shares: Backing {
     fn share(p: Parts<'_, Self>, seg: SegmentId, addr: usize, size: usize) -> Result<SharedMemory>;
 }
 
-/// Device memory a backing holds outside any segment, shared by the device's shards.
+/// Device memory a backing holds outside any segment, shared by the device's shards (none by default).
 pub(crate) trait HeldOutside: Backing {
     /// Frees cached handles and reservations whose release was refused; returns bytes of device memory freed.
-    fn free_cached(sh: &Shared<Self>) -> Result<usize>;
+    fn free_cached(_sh: &Shared<Self>) -> Result<usize> {
+        Ok(0)
+    }
 
     /// Frees cached handles until `bytes` are freed or none is left (the smallest that covers the rest, else the
     /// largest); returns bytes freed. Refused reservations are left alone.
@@ -295,7 +319,9 @@ pub(crate) trait HeldOutside: Backing {
     fn keep_unfreed(sh: &Shared<Self>, handle: crate::runtime::PhysicalHandle, bytes: usize);
 
     /// Bytes held outside any segment (cached handles).
-    fn cached_bytes(&self) -> usize;
+    fn cached_bytes(&self) -> usize {
+        0
+    }
 
     /// Whether `free_cached` has reservations whose release was refused to give back besides cached handles.
     fn keeps_reservations(&self) -> bool {
@@ -347,8 +373,10 @@ pub(crate) trait Reports: Backing {
     /// Appends the (address, bytes) runs of block [addr, addr + size) of `seg` that device memory backs.
     fn mapped_runs(st: &Self::ShardState, seg: SegmentId, addr: usize, size: usize, out: &mut Vec<(usize, usize)>);
 
-    /// Backing-specific invariants of segment `seg`.
-    fn check_segment(cache: &Cache, st: &Self::ShardState, seg: SegmentId) -> Result<(), String>;
+    /// Backing-specific invariants of segment `seg` (none by default).
+    fn check_segment(_cache: &Cache, _st: &Self::ShardState, _seg: SegmentId) -> Result<(), String> {
+        Ok(())
+    }
 
     /// What `seg` (at [base, base + size)) holds as the segment observer was told it, as (event, address, bytes,
     /// handle): RESERVE for a range then MAP per mapped piece, or MAP for a fixed segment's allocation.
@@ -389,12 +417,6 @@ pub(crate) enum GrowError {
     Runtime(crate::runtime::AclCallError),
     /// Not a memory shortage: fails the call as it is.
     Other(crate::error::Error),
-}
-
-impl From<limit::OverLimit> for GrowError {
-    fn from(e: limit::OverLimit) -> Self {
-        GrowError::OverLimit { size: e.size, limit: e.limit, charged: e.charged }
-    }
 }
 
 impl GrowError {

@@ -105,7 +105,7 @@ impl<B: Memory> Device<B> {
         }
         if let GrowError::NeedsRoom { bytes } = failed.0 {
             // Not a shortage: `reserved_headroom` asks for other streams' free pieces before growing.
-            let _ = self.release_free_except(shard, Scope::Pieces(bytes));
+            let _ = self.release_free_except(shard, bytes);
             retry_after!("moving other streams' free pages here (reserved_headroom)");
         }
         if let GrowError::Collect { needed } = failed.0 {

@@ -115,11 +115,6 @@ impl Pinned {
         entry.uses += 1;
         Some(Pinned { allocator: entry.allocator, serial: entry.serial })
     }
-
-    fn allocator(&self) -> &DeviceAllocator {
-        // SAFETY: pinned, so `leave` has not returned and the allocator is alive (module invariants).
-        unsafe { &*self.allocator }
-    }
 }
 
 impl Drop for Pinned {
@@ -155,7 +150,8 @@ pub(in crate::core) fn ask_others(own: usize, device: i32, source: &str) -> usiz
     let mut after = None;
     while let Some(peer) = Pinned::next(after, own, device, source) {
         after = Some(peer.serial);
-        peer.allocator().give_back_to_peer();
+        // SAFETY: pinned, so `leave` has not returned and the allocator is alive (module invariants).
+        unsafe { &*peer.allocator }.give_back_to_peer();
         asked += 1;
     }
     asked

@@ -8,7 +8,6 @@ use crate::core::alloc::pool::Pool;
 use crate::core::alloc::shard::Shard;
 use crate::core::alloc::streams::StreamEntry;
 use crate::core::backing::{Detached, Memory, Scope, What};
-use crate::core::pools::tally::PoolTally;
 use crate::core::report::stats::count_for;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
@@ -54,8 +53,7 @@ impl<B: Memory> Device<B> {
 
     /// For a `reserved_headroom` move to `to`: unmaps `bytes` of free pieces of the other shards of its pool kind
     /// into the handle cache.
-    pub(in crate::core) fn release_free_except(&self, to: &Shard<B>, scope: Scope) -> Result<usize> {
-        let Scope::Pieces(mut bytes) = scope else { return self.release_free(scope) };
+    pub(in crate::core) fn release_free_except(&self, to: &Shard<B>, mut bytes: usize) -> Result<usize> {
         let kind = to.lock_anyway().cache.kind;
         let mut taken: Vec<(&Shard<B>, Vec<Detached>)> = Vec::new();
         for shard in self.reclaimable_shards().filter(|s| !std::ptr::eq(*s, to)) {
@@ -78,17 +76,14 @@ impl<B: Memory> Device<B> {
 
     /// Synchronizes the streams that used `taken`, gives back what no busy stream may use, settles each shard.
     pub(in crate::core) fn give_back_all(&self, taken: Vec<(&Shard<B>, Vec<Detached>)>) -> Result<usize> {
-        let mut streams: Vec<Stream> = Vec::new();
-        for &s in taken.iter().flat_map(|(_, ds)| ds).flat_map(|d| &d.streams) {
-            if !streams.contains(&s) {
-                streams.push(s);
-            }
-        }
         // Each pool counts the synchronizations for its memory once per stream (Note [pools]).
         let tallies: Vec<_> = taken.iter().map(|(shard, _)| self.tally_of(&shard.lock_anyway())).collect();
-        let mut counted: Vec<(*const PoolTally, Stream)> = Vec::new();
+        let (mut streams, mut counted) = (Vec::new(), Vec::new());
         for ((_, ds), tally) in taken.iter().zip(&tallies) {
             for &s in ds.iter().flat_map(|d| &d.streams) {
+                if !streams.contains(&s) {
+                    streams.push(s);
+                }
                 if !counted.contains(&(Arc::as_ptr(tally), s)) {
                     counted.push((Arc::as_ptr(tally), s));
                     tally.calls.synced_here();
@@ -373,15 +368,9 @@ impl<B: Memory> Device<B> {
 
 /// The sum of `results`, each one evaluated in turn, or the first error.
 pub(in crate::core) fn sum_all(results: impl IntoIterator<Item = Result<usize>>) -> Result<usize> {
-    let mut released = 0;
-    let mut first_error = None;
-    for result in results {
-        match result {
-            Ok(n) => released += n,
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
+    let (released, first_error) = results.into_iter().fold((0, None), |(sum, first), result| match result {
+        Ok(n) => (sum + n, first),
+        Err(e) => (sum, first.or(Some(e))),
+    });
     first_error.map_or(Ok(released), Err)
 }

@@ -50,20 +50,18 @@ impl<B: Memory> Device<B> {
                 let _ = rt.on_device(device, || rt.destroy_event(ev));
             }
         }
+        // Each call runs; the first error is kept.
         for pool in &mut pools {
-            if let Err(e) = B::teardown(pool.parts(), &busy) {
-                first_error.get_or_insert(e);
-            }
+            first_error = first_error.or(B::teardown(pool.parts(), &busy).err());
         }
-        if let Err(e) = B::free_cached(&self.sh) {
-            first_error.get_or_insert(e);
-        }
-        if let Some(t) = &self.sh.trace {
-            if let Err(e) = t.lock().unwrap_or_else(|e| e.into_inner()).flush() {
-                first_error.get_or_insert(e);
-            }
-        }
+        first_error = first_error.or(B::free_cached(&self.sh).err());
+        first_error = first_error.or(self.flush_trace().err());
         self.broken.store(true, Ordering::Relaxed);
         first_error.map_or(Ok(report), Err)
+    }
+
+    /// Writes the buffered trace events to the `trace` file (no-op without one).
+    pub fn flush_trace(&self) -> Result<()> {
+        self.sh.trace.as_ref().map_or(Ok(()), |t| t.lock().unwrap_or_else(|e| e.into_inner()).flush())
     }
 }

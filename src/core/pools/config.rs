@@ -48,13 +48,10 @@ fn parse_bool(key: &str, value: &str) -> Result<bool> {
 /// `alignment`: bytes, or a number with `k` or `m`; a power of two up to 2 MiB.
 fn parse_alignment(value: &str) -> Result<usize> {
     let lower = value.to_ascii_lowercase();
-    let (digits, unit) = match lower.strip_suffix('m') {
-        Some(d) => (d, 1usize << 20),
-        None => match lower.strip_suffix('k') {
-            Some(d) => (d, 1 << 10),
-            None => (lower.as_str(), 1),
-        },
-    };
+    let (digits, unit) = [('m', 1usize << 20), ('k', 1 << 10)]
+        .into_iter()
+        .find_map(|(suffix, unit)| Some((lower.strip_suffix(suffix)?, unit)))
+        .unwrap_or((&lower, 1));
     let bytes = digits.trim().parse::<usize>().ok().and_then(|n| n.checked_mul(unit));
     match bytes {
         Some(b) if b.is_power_of_two() && b <= MAX_POOL_ALIGNMENT => Ok(b),

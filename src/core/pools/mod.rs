@@ -42,25 +42,18 @@ fn live_record(records: &mut [Record], pool: u64) -> Result<&mut Record> {
     records.get_mut(pool as usize).filter(|r| !r.destroyed).ok_or_else(|| no_such_pool(pool, created))
 }
 
-fn target_of(stream: Option<Stream>) -> Target {
-    stream.map_or(Target::Thread, Target::Stream)
-}
-
 impl<B: Memory> Device<B> {
     /// Creates a pool; returns its id (never 0, never reused).
     pub fn pool_create(&self, config: PoolConfig) -> Result<u64> {
         self.check_open()?;
-        // Created asleep, an offload or discard pool refuses allocations until wake too (`npualloc_sleep`).
-        self.sleep.while_settled(|asleep| {
-            let id = {
-                let mut records = self.pools.lock();
-                self.pools.push(&mut records, Record::new(config))
-            };
-            if asleep && config.sleep.releases() {
-                self.sleep.add_sleeping_pool(id, config.sleep);
-            }
-            Ok(id)
-        })
+        // Created asleep, an offload or discard pool refuses allocations until wake too (`npualloc_sleep`). Sleep
+        // and wake are held off meanwhile; lock order: the sleep lock before the pools lock, as in sleep/wake.
+        let state = self.sleep.lock();
+        let id = self.pools.push(Record { config, ..Default::default() });
+        if state.is_some() && config.sleep.releases() {
+            self.sleep.add_sleeping_pool(id, config.sleep);
+        }
+        Ok(id)
     }
 
     /// OK when `pool` exists and is not destroyed (pool 0 always exists); INVALID_ARGUMENT otherwise.
@@ -87,13 +80,10 @@ impl<B: Memory> Device<B> {
     pub fn pool_begin(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
         self.check_open()?;
         self.reap_routes();
-        let capturing = match stream {
-            Some(s) => check_live_stream(&self.sh.rt, self.sh.device, s)?,
-            None => false,
-        };
+        let capturing = stream.map(|s| check_live_stream(&self.sh.rt, self.sh.device, s)).transpose()?.unwrap_or(false);
         let mut records = self.pools.lock();
         let r = live_record(&mut records, pool)?;
-        if !self.routes.begin(pool, target_of(stream)) {
+        if !self.routes.begin(pool, stream.map_or(Target::Thread, Target::Stream)) {
             return Err(Error::InvalidArgument(format!(
                 "pool_begin for pool {pool} on the calling thread while the thread is exiting (called from a \
                  thread-local destructor): a thread route cannot begin now; route a stream instead"
@@ -108,7 +98,7 @@ impl<B: Memory> Device<B> {
     pub fn pool_end(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
         self.check_open()?;
         self.reap_routes();
-        let target = target_of(stream);
+        let target = stream.map_or(Target::Thread, Target::Stream);
         let mut records = self.pools.lock();
         if pool as usize >= records.len() {
             return Err(no_such_pool(pool, records.len()));
@@ -286,6 +276,6 @@ impl<B: Memory> Device<B> {
         let id = entry.pool();
         let lanes = self.streams.iter().filter(|e| e.pool() == id).flat_map(|e| &e.shards).map(|s| &s.lane);
         let (a, r) = lanes.fold((0, 0), |(a, r), lane| (a + lane.allocated(), r + lane.requested()));
-        self.pools.with_tally(id, |t| t.raise(a, r));
+        self.pools.with_tally(id, |t| t.peaks.raise((a, r)));
     }
 }

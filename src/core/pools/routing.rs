@@ -41,25 +41,16 @@ thread_local! {
     static THREAD_ROUTES: RefCell<ThreadRoutes> = const { RefCell::new(ThreadRoutes(Vec::new())) };
 }
 
+#[derive(Default)]
 pub(crate) struct Routes {
     /// Routes active now, over every stream and thread.
     active: AtomicUsize,
+    /// Numbers routes in the order they begin (only compared with each other).
     seq: AtomicU64,
     /// Routes of exited threads (also this allocator's mark in `THREAD_ROUTES`).
     exits: Arc<Exits>,
     /// Each routed stream's stack, innermost last.
     streams: Mutex<Vec<(Stream, Vec<Route>)>>,
-}
-
-impl Default for Routes {
-    fn default() -> Self {
-        Routes {
-            active: AtomicUsize::new(0),
-            seq: AtomicU64::new(1),
-            exits: Arc::default(),
-            streams: Mutex::new(Vec::new()),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

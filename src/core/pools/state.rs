@@ -5,7 +5,7 @@ use super::config::PoolConfig;
 use super::tally::PoolTally;
 use std::sync::{Arc, Mutex, RwLock};
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct Record {
     pub config: PoolConfig,
     pub destroyed: bool,
@@ -14,12 +14,6 @@ pub(super) struct Record {
     /// A capture was routed to it: its cached memory serves the graph's replays and stays until
     /// `pool_destroy`, sleep included (Note [sleep]).
     pub captured: bool,
-}
-
-impl Record {
-    pub fn new(config: PoolConfig) -> Self {
-        Record { config, destroyed: false, routes: 0, captured: false }
-    }
 }
 
 /// Every pool ever created; pool `i` is `records[i]` (0: the default pool).
@@ -35,7 +29,7 @@ impl Default for Pools {
     fn default() -> Self {
         let default_tally = Arc::<PoolTally>::default();
         Pools {
-            records: Mutex::new(vec![Record::new(PoolConfig::default())]),
+            records: Mutex::new(vec![Record::default()]),
             tallies: RwLock::new(vec![default_tally.clone()]),
             default_tally,
         }
@@ -54,7 +48,8 @@ impl Pools {
         records.get(pool as usize).filter(|r| !r.destroyed).map(|r| f(r.config))
     }
 
-    pub(super) fn push(&self, records: &mut Vec<Record>, record: Record) -> u64 {
+    pub(super) fn push(&self, record: Record) -> u64 {
+        let mut records = self.lock();
         records.push(record);
         let mut tallies = self.tallies.write().unwrap_or_else(|e| e.into_inner());
         tallies.push(Arc::default());

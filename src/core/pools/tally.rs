@@ -4,7 +4,7 @@
 //! reserved peak when a shard grows, each to the sum over the pool's shards. The `Device` methods that keep
 //! them up to date are in `pools`.
 
-use crate::core::report::stats::{Cumulative, DeviceCounters, Stats};
+use crate::core::report::stats::{Cumulative, DeviceCounters, Mark, Stats};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -12,8 +12,8 @@ use std::sync::Arc;
 pub(crate) struct PoolTally {
     /// Device calls made for the pool's memory.
     pub calls: Arc<DeviceCounters>,
-    allocated_peak: AtomicU64,
-    requested_peak: AtomicU64,
+    /// The pool's peaks of its summed (allocated, requested) bytes.
+    pub peaks: Mark,
     reserved_peak: AtomicU64,
     /// Per pool kind, the cumulative figures of the pool's shards that went to another pool since.
     left: [Left; 2],
@@ -36,12 +36,6 @@ impl Left {
 }
 
 impl PoolTally {
-    /// The pool's summed (allocated, requested) bytes seen by the peaks.
-    pub fn raise(&self, allocated: u64, requested: u64) {
-        self.allocated_peak.fetch_max(allocated, Relaxed);
-        self.requested_peak.fetch_max(requested, Relaxed);
-    }
-
     /// The pool's held bytes after a growth.
     pub fn raise_reserved(&self, held: u64) {
         self.reserved_peak.fetch_max(held, Relaxed);
@@ -49,8 +43,7 @@ impl PoolTally {
 
     /// Peaks become the given current figures (`reset_peak_stats`).
     pub fn reset(&self, allocated: u64, requested: u64, held: u64) {
-        self.allocated_peak.store(allocated, Relaxed);
-        self.requested_peak.store(requested, Relaxed);
+        self.peaks.set((allocated, requested));
         self.reserved_peak.store(held, Relaxed);
         self.calls.reset_peak();
     }
@@ -83,7 +76,6 @@ impl PoolTally {
         s.segments = segments;
         s.segments_peak = s.segments_peak.max(segments);
         s.reserved_bytes_peak = self.reserved_peak.load(Relaxed).max(reserved);
-        s.allocated_bytes_peak = self.allocated_peak.load(Relaxed).max(s.allocated_bytes);
-        s.requested_bytes_peak = self.requested_peak.load(Relaxed).max(s.requested_bytes);
+        self.peaks.add_to(s);
     }
 }

@@ -109,12 +109,10 @@ impl<B: Memory> Device<B> {
     /// while no other call runs).
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut held = 0usize;
-        let mut stats = Stats::default();
         for shard in self.streams.shards() {
             let pool = shard.lock_anyway();
             pool.check_invariants()?;
             held += pool.held_bytes();
-            pool.counters().add_to(&mut stats);
         }
         held += self.sh.backing.cached_bytes();
         let reserved = self.sh.counters.reserved();

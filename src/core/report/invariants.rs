@@ -48,17 +48,18 @@ impl<B: Memory> Pool<B> {
     }
 
     pub fn check_invariants(&self) -> Result<(), String> {
+        let c = &self.cache;
         let (mut allocated, mut requested, mut active) = (0u64, 0u64, 0u64);
         let (mut free_count, mut free_bytes) = (0usize, 0usize);
         let mut pending = 0usize;
         let (mut held, mut held_bytes) = (0usize, 0usize);
-        for seg_id in self.cache.segments.ids() {
-            let seg = self.cache.segments.get(seg_id);
-            B::check_segment(&self.cache, &self.backing, seg_id)?;
+        for seg_id in c.segments.ids() {
+            let seg = c.segments.get(seg_id);
+            B::check_segment(c, &self.backing, seg_id)?;
             let mut expect = seg.base;
             let mut prev = NIL;
             let mut prev_free = false;
-            for (id, b) in self.cache.blocks_of(seg_id) {
+            for (id, b) in c.blocks_of(seg_id) {
                 if b.addr != expect {
                     return Err(format!("segment {:#x}: block at {:#x}, expected {expect:#x}", seg.base, b.addr));
                 }
@@ -73,7 +74,7 @@ impl<B: Memory> Pool<B> {
                     return Err(format!("block {:#x}: two free neighbours were not merged", b.addr));
                 }
                 let registered = matches!(b.state, BlockState::Allocated | BlockState::Held);
-                if registered && self.cache.registry.get(&b.addr) != Some(&id) {
+                if registered && c.registry.get(&b.addr) != Some(&id) {
                     let what = if b.state == BlockState::Held { "held" } else { "allocated" };
                     return Err(format!("{what} block {:#x} is missing from the registry", b.addr));
                 }
@@ -81,7 +82,7 @@ impl<B: Memory> Pool<B> {
                     BlockState::Free => {
                         free_count += 1;
                         free_bytes += b.size;
-                        if !self.cache.index.contains(&self.cache.blocks, id) {
+                        if !c.index.contains(&c.blocks, id) {
                             return Err(format!("free block {:#x} is missing from its index", b.addr));
                         }
                     }
@@ -96,7 +97,7 @@ impl<B: Memory> Pool<B> {
                     }
                     BlockState::Pending => {
                         pending += 1;
-                        if !self.cache.order.is_pending(id) {
+                        if !c.order.is_pending(id) {
                             return Err(format!("pending block {:#x} is not waiting on any event", b.addr));
                         }
                     }
@@ -111,60 +112,49 @@ impl<B: Memory> Pool<B> {
                 return Err(format!("segment {:#x}: blocks end at {expect:#x}, not at its end", seg.base));
             }
         }
-        let (walked, walked_bytes) = self
-            .cache
-            .index
-            .iter(&self.cache.blocks)
-            .fold((0, 0), |(n, bytes), id| (n + 1, bytes + self.cache.blocks.get(id).size));
-        if self.cache.index.count != free_count || walked != free_count {
+        let (walked, walked_bytes) =
+            c.index.iter(&c.blocks).fold((0, 0), |(n, bytes), id| (n + 1, bytes + c.blocks.get(id).size));
+        if c.index.count != free_count || walked != free_count {
             return Err(format!(
                 "free index holds {} ({walked} walked) blocks, segments have {free_count}",
-                self.cache.index.count
+                c.index.count
             ));
         }
-        if self.cache.index.bytes != free_bytes || walked_bytes != free_bytes {
+        if c.index.bytes != free_bytes || walked_bytes != free_bytes {
             return Err(format!(
                 "free index counts {} bytes ({walked_bytes} walked), segments have {free_bytes} free",
-                self.cache.index.bytes
+                c.index.bytes
             ));
         }
-        if self.cache.registry.len() as u64 != active + held as u64 {
+        if c.registry.len() as u64 != active + held as u64 {
             return Err(format!(
                 "registry holds {} pointers, {} blocks are allocated and {held} held",
-                self.cache.registry.len(),
+                c.registry.len(),
                 active
             ));
         }
-        let listed = self
-            .cache
-            .reuse
-            .iter(&self.cache.blocks)
-            .filter(|&id| self.cache.blocks.get(id).state == BlockState::Held)
-            .count();
-        if listed != held || self.cache.reuse.count != held || self.cache.reuse.bytes != held_bytes {
+        let listed = c.reuse.iter(&c.blocks).filter(|&id| c.blocks.get(id).state == BlockState::Held).count();
+        if listed != held || c.reuse.count != held || c.reuse.bytes != held_bytes {
             return Err(format!(
                 "reuse lists hold {} blocks ({} bytes, {listed} held), segments have {held} ({held_bytes} bytes)",
-                self.cache.reuse.count, self.cache.reuse.bytes
+                c.reuse.count, c.reuse.bytes
             ));
         }
-        if self.cache.order.pending_count() != pending {
-            return Err(format!("{} pending frees, {} pending blocks", self.cache.order.pending_count(), pending));
+        if c.order.pending_count() != pending {
+            return Err(format!("{} pending frees, {} pending blocks", c.order.pending_count(), pending));
         }
-        for id in self.cache.order.blocks_with_uses() {
-            if self.cache.blocks.get(id).state != BlockState::Allocated {
-                return Err(format!(
-                    "block {:#x} has stream uses but is not allocated",
-                    self.cache.blocks.get(id).addr
-                ));
+        for id in c.order.blocks_with_uses() {
+            if c.blocks.get(id).state != BlockState::Allocated {
+                return Err(format!("block {:#x} has stream uses but is not allocated", c.blocks.get(id).addr));
             }
         }
-        let c = self.cache.counters;
-        if c.allocated != allocated || c.requested != requested || c.live() != active {
+        let n = c.counters;
+        if n.allocated != allocated || n.requested != requested || n.live() != active {
             return Err(format!(
                 "counters say {} allocated / {} requested / {} active, recount {allocated} / {requested} / {active}",
-                c.allocated,
-                c.requested,
-                c.live()
+                n.allocated,
+                n.requested,
+                n.live()
             ));
         }
         Ok(())

@@ -7,25 +7,14 @@
 //! `reserved_bytes`), active blocks to `allocated_bytes`, pending-free ones to `pending_free_bytes`.
 
 use super::history::Action;
-use super::pytorch_snapshot::{document, split_into_runs, BlockView, SegmentView, State, Value};
+pub use super::pytorch_snapshot::BlockSnapshotState;
+use super::pytorch_snapshot::{document, split_into_runs, BlockSnapshotState as State, BlockView, SegmentView, Value};
 use super::stats::Stats;
 use crate::core::alloc::device::Device;
 use crate::core::backing::Memory;
-use crate::core::cache::block::BlockState;
+use crate::core::cache::block::{Block, BlockState};
 use crate::core::hooks::{SegmentEvent, SegmentPiece};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
-
-/// What a block in a snapshot is doing (in JSON: its name in kebab-case).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BlockSnapshotState {
-    /// Allocated to a caller.
-    Active,
-    /// Free memory kept by the allocator.
-    Cached,
-    /// Freed by the caller, waiting for other streams' work.
-    PendingFree,
-}
 
 /// A piece of a segment's memory in one state.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -83,11 +72,7 @@ impl<B: Memory> Device<B> {
                 let mut blocks = Vec::new();
                 for (id, b) in pool.cache.blocks_of(seg_id) {
                     let exported = pool.cache.order.shared(id);
-                    let (state, requested) = match b.state {
-                        BlockState::Allocated => (BlockSnapshotState::Active, b.requested),
-                        BlockState::Pending => (BlockSnapshotState::PendingFree, b.requested),
-                        BlockState::Free | BlockState::Held | BlockState::Reclaiming => (BlockSnapshotState::Cached, 0),
-                    };
+                    let BlockView { state, requested, .. } = view_of(b);
                     runs.clear();
                     B::mapped_runs(&pool.backing, seg_id, b.addr, b.size, &mut runs);
                     blocks.extend(runs.iter().map(|&(address, size)| BlockSnapshot {
@@ -146,16 +131,7 @@ impl<B: Memory> Device<B> {
             let stream = pool.stream().0;
             for seg_id in pool.cache.segments.ids() {
                 let seg = pool.cache.segments.get(seg_id);
-                let mut blocks = Vec::new();
-                for (_, b) in pool.cache.blocks_of(seg_id) {
-                    let state = match b.state {
-                        BlockState::Allocated => State::Allocated,
-                        BlockState::Pending => State::PendingFree,
-                        BlockState::Free | BlockState::Held | BlockState::Reclaiming => State::Inactive,
-                    };
-                    let requested = if state == State::Inactive { 0 } else { b.requested };
-                    blocks.push(BlockView { addr: b.addr, size: b.size, requested, state });
-                }
+                let blocks: Vec<BlockView> = pool.cache.blocks_of(seg_id).map(|(_, b)| view_of(b)).collect();
                 let (expandable, _) = B::describe(&pool.backing, seg_id);
                 let mut runs = Vec::new();
                 B::mapped_runs(&pool.backing, seg_id, seg.base, seg.size, &mut runs);
@@ -174,10 +150,20 @@ impl<B: Memory> Device<B> {
         }
         segments.sort_by_key(|s| s.addr);
         let allocated: usize =
-            segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state == State::Allocated).map(|b| b.size).sum();
+            segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state == State::Active).map(|b| b.size).sum();
         self.sh.history.record(Action::Snapshot, 0, allocated, crate::runtime::Stream::DEFAULT, 0);
         Ok(document(self.sh.device, &segments, &self.sh.history.events()))
     }
+}
+
+/// A block as both snapshots show it (its requested bytes 0 when cached).
+fn view_of(b: &Block) -> BlockView {
+    let (state, requested) = match b.state {
+        BlockState::Allocated => (State::Active, b.requested),
+        BlockState::Pending => (State::PendingFree, b.requested),
+        BlockState::Free | BlockState::Held | BlockState::Reclaiming => (State::Cached, 0),
+    };
+    BlockView { addr: b.addr, size: b.size, requested, state }
 }
 
 impl Snapshot {

@@ -350,7 +350,7 @@ impl Lane {
 }
 
 /// A pair of marks or peaks: (allocated, requested) bytes, as a lane holds.
-type Mark = Lane;
+pub(crate) type Mark = Lane;
 
 impl Mark {
     #[inline(always)]
@@ -358,18 +358,18 @@ impl Mark {
         allocated > self.allocated.load(Relaxed) || requested > self.requested.load(Relaxed)
     }
 
-    fn raise(&self, (allocated, requested): (u64, u64)) {
+    pub fn raise(&self, (allocated, requested): (u64, u64)) {
         self.allocated.fetch_max(allocated, Relaxed);
         self.requested.fetch_max(requested, Relaxed);
     }
 
-    fn set(&self, (allocated, requested): (u64, u64)) {
+    pub fn set(&self, (allocated, requested): (u64, u64)) {
         self.allocated.store(allocated, Relaxed);
         self.requested.store(requested, Relaxed);
     }
 
     /// The peaks into `s`, none below its current figures.
-    fn add_to(&self, s: &mut Stats) {
+    pub fn add_to(&self, s: &mut Stats) {
         s.allocated_bytes_peak = self.allocated.load(Relaxed).max(s.allocated_bytes);
         s.requested_bytes_peak = self.requested.load(Relaxed).max(s.requested_bytes);
     }

@@ -62,23 +62,50 @@ impl Record {
     }
 }
 
-/// The fixed part of a record; the key or the (shareable, bytes) pairs follow it.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct Header {
-    magic: u64,
-    version: u32,
-    state: u32,
-    generation: u32,
-    device: i32,
-    /// 1: key, 2: handles.
-    kind: u32,
-    /// Handles listed (0 for a key).
-    count: u32,
-    size: u64,
-    offset: u64,
-    /// The table's own random number: a handle of another table (same pid, earlier process) never matches.
-    nonce: u64,
+/// Declares a struct of little-endian numbers laid out one after another, in declaration order: `le_bytes` are
+/// its fields' bytes, `from_le` reads them back from the start of `b`.
+macro_rules! le_fields {
+    ($(#[$m:meta])* $vis:vis struct $name:ident { $($(#[$fm:meta])* $fvis:vis $f:ident: $t:ty,)* }) => {
+        $(#[$m])*
+        $vis struct $name { $($(#[$fm])* $fvis $f: $t,)* }
+
+        impl $name {
+            fn le_bytes(&self) -> Vec<u8> {
+                [$(&self.$f.to_le_bytes()[..]),*].concat()
+            }
+
+            fn from_le(b: &[u8]) -> $name {
+                let mut at = 0;
+                $name {
+                    $($f: {
+                        at += std::mem::size_of::<$t>();
+                        <$t>::from_le_bytes(b[at - std::mem::size_of::<$t>()..at].try_into().expect("in bounds"))
+                    },)*
+                }
+            }
+        }
+    };
+}
+
+le_fields! {
+    /// The fixed part of a record; the key or the (shareable, bytes) pairs follow it.
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Header {
+        magic: u64,
+        version: u32,
+        state: u32,
+        generation: u32,
+        device: i32,
+        /// 1: key, 2: handles.
+        kind: u32,
+        /// Handles listed (0 for a key).
+        count: u32,
+        size: u64,
+        offset: u64,
+        /// The table's own random number: a handle of another table (same pid, earlier process) never matches.
+        nonce: u64,
+    }
 }
 
 const HEADER: usize = std::mem::size_of::<Header>();
@@ -87,39 +114,6 @@ const PAIRS_AT: usize = HEADER;
 pub(crate) const MAX_HANDLES: usize = (SLOT - PAIRS_AT) / 16;
 // Every page of the largest block (a 128 GiB reservation of 2 MiB pages).
 const _: () = assert!(MAX_HANDLES >= (128 << 30) / (2 << 20));
-
-impl Header {
-    fn bytes(&self) -> [u8; HEADER] {
-        let fields: [&[u8]; 10] = [
-            &self.magic.to_le_bytes(),
-            &self.version.to_le_bytes(),
-            &self.state.to_le_bytes(),
-            &self.generation.to_le_bytes(),
-            &self.device.to_le_bytes(),
-            &self.kind.to_le_bytes(),
-            &self.count.to_le_bytes(),
-            &self.size.to_le_bytes(),
-            &self.offset.to_le_bytes(),
-            &self.nonce.to_le_bytes(),
-        ];
-        fields.concat().try_into().expect("the fields fill the header")
-    }
-
-    fn parse(b: &[u8; HEADER]) -> Header {
-        Header {
-            magic: u64_at(b, 0),
-            version: u32_at(b, 8),
-            state: u32_at(b, 12),
-            generation: u32_at(b, 16),
-            device: u32_at(b, 20) as i32,
-            kind: u32_at(b, 24),
-            count: u32_at(b, 28),
-            size: u64_at(b, 32),
-            offset: u64_at(b, 40),
-            nonce: u64_at(b, 48),
-        }
-    }
-}
 
 /// The little-endian numbers at `b[i..]`.
 fn u32_at(b: &[u8], i: usize) -> u32 {
@@ -130,18 +124,20 @@ fn u64_at(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
 }
 
-/// The 128 bytes that name an export (`npualloc_ipc_handle`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Name {
-    pub pid: i32,
-    /// The exporter's descriptor of its table.
-    pub fd: RawFd,
-    pub slot: u32,
-    pub generation: u32,
-    pub device: i32,
-    pub size: u64,
-    /// The exporter's table's random number (see `Header::nonce`).
-    pub nonce: u64,
+le_fields! {
+    /// The 128 bytes that name an export (`npualloc_ipc_handle`): its magic, version, these fields, then zeros.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(crate) struct Name {
+        pub pid: i32,
+        /// The exporter's descriptor of its table.
+        pub fd: RawFd,
+        pub slot: u32,
+        pub generation: u32,
+        pub device: i32,
+        pub size: u64,
+        /// The exporter's table's random number (see `Header::nonce`).
+        pub nonce: u64,
+    }
 }
 
 pub(crate) const HANDLE_SIZE: usize = 128;
@@ -149,15 +145,8 @@ pub(crate) const HANDLE_SIZE: usize = 128;
 impl Name {
     pub fn to_bytes(self) -> [u8; HANDLE_SIZE] {
         let mut b = [0u8; HANDLE_SIZE];
-        b[..8].copy_from_slice(&HANDLE_MAGIC);
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&self.pid.to_le_bytes());
-        b[16..20].copy_from_slice(&self.fd.to_le_bytes());
-        b[20..24].copy_from_slice(&self.slot.to_le_bytes());
-        b[24..28].copy_from_slice(&self.generation.to_le_bytes());
-        b[28..32].copy_from_slice(&self.device.to_le_bytes());
-        b[32..40].copy_from_slice(&self.size.to_le_bytes());
-        b[40..48].copy_from_slice(&self.nonce.to_le_bytes());
+        let fields = [&HANDLE_MAGIC[..], &VERSION.to_le_bytes(), &self.le_bytes()].concat();
+        b[..fields.len()].copy_from_slice(&fields);
         b
     }
 
@@ -166,25 +155,16 @@ impl Name {
         if b[..8] != HANDLE_MAGIC || u32_at(b, 8) != VERSION || b[48..].iter().any(|&x| x != 0) {
             return None;
         }
-        let name = Name {
-            pid: u32_at(b, 12) as i32,
-            fd: u32_at(b, 16) as i32,
-            slot: u32_at(b, 20),
-            generation: u32_at(b, 24),
-            device: u32_at(b, 28) as i32,
-            size: u64_at(b, 32),
-            nonce: u64_at(b, 40),
-        };
+        let name = Name::from_le(&b[12..]);
         (name.pid > 0 && name.fd >= 0 && (name.slot as usize) < CAPACITY).then_some(name)
     }
 }
 
-/// This process's table: its file, the free slots and each slot's last generation.
+/// This process's table: its file, the free slots and the last generation of each slot handed out so far.
 struct Own {
     file: File,
     nonce: u64,
     free: Vec<u32>,
-    next: u32,
     generations: Vec<u32>,
 }
 
@@ -219,10 +199,9 @@ pub(crate) fn publish(record: &Record) -> Result<Name> {
     let own = guard.as_mut().expect("made above");
     let slot = match own.free.pop() {
         Some(s) => s,
-        None if (own.next as usize) < CAPACITY => {
-            own.next += 1;
+        None if own.generations.len() < CAPACITY => {
             own.generations.push(0);
-            own.next - 1
+            own.generations.len() as u32 - 1
         }
         None => return Err(Error::Unsupported(format!("this process has {CAPACITY} exports live; close some first"))),
     };
@@ -241,7 +220,7 @@ pub(crate) fn publish(record: &Record) -> Result<Name> {
         nonce: own.nonce,
     };
     let at = slot as u64 * SLOT as u64;
-    let hb = header.bytes();
+    let hb = header.le_bytes();
     // `state` last: a reader never sees a live header over an old body.
     let written = own
         .file
@@ -273,7 +252,7 @@ fn create() -> Result<Own> {
     // SAFETY: memfd_create returned a fresh descriptor we now own.
     let file = unsafe { File::from_raw_fd(fd) };
     file.set_len((CAPACITY * SLOT) as u64).map_err(|e| io_error("sizing the export table", e))?;
-    Ok(Own { file, nonce: nonce(), free: Vec::new(), next: 0, generations: Vec::new() })
+    Ok(Own { file, nonce: nonce(), free: Vec::new(), generations: Vec::new() })
 }
 
 /// A random number from the kernel (the clock and pid if it has none).
@@ -352,7 +331,7 @@ impl Peer {
         let at = name.slot as u64 * SLOT as u64;
         let mut hb = [0u8; HEADER];
         self.file.read_exact_at(&mut hb, at).ok()?;
-        let h = Header::parse(&hb);
+        let h = Header::from_le(&hb);
         let ours = h.magic == MAGIC && h.version == VERSION && h.nonce == name.nonce;
         let named = h.generation == name.generation && h.device == name.device && h.size == name.size;
         if !ours || h.state != LIVE || !named {
@@ -422,7 +401,7 @@ mod tests {
             offset: 12,
             nonce: 99,
         };
-        let back = Header::parse(&h.bytes());
+        let back = Header::from_le(&h.le_bytes());
         let got = (back.magic, back.generation, back.device, back.count, back.size, back.offset, back.nonce);
         assert_eq!(got, (MAGIC, 5, 3, 4, 77, 12, 99));
     }

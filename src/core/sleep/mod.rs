@@ -107,19 +107,14 @@ impl<B: Memory> Device<B> {
     /// One physical handle of `bytes`, within the memory limit.
     pub(super) fn fresh_handle(&self, bytes: usize, attr: crate::sys::aclrtMemAttr) -> Result<PhysicalHandle> {
         let sh = &self.sh;
-        if sh.limit.charge(bytes).is_err() {
-            return Err(Error::OutOfMemory("over the memory limit".into()));
-        }
-        match sh.rt.on_device(sh.device, || sh.rt.malloc_physical(sh.device, attr, bytes)) {
-            Ok(h) => {
-                sh.counters.physical_allocated(bytes);
-                Ok(h)
-            }
-            Err(e) => {
+        sh.limit.charge(bytes).map_err(|_| Error::OutOfMemory("over the memory limit".into()))?;
+        sh.rt
+            .on_device(sh.device, || sh.rt.malloc_physical(sh.device, attr, bytes))
+            .inspect(|_| sh.counters.physical_allocated(bytes))
+            .map_err(|e| {
                 sh.limit.refund(bytes);
-                Err(Error::runtime(e, "allocating device memory to wake into"))
-            }
-        }
+                Error::runtime(e, "allocating device memory to wake into")
+            })
     }
 
     /// Frees each unmapped (handle, bytes) of `handles` (a wake's leftovers). One the runtime refuses to free

@@ -79,12 +79,6 @@ impl SleepState {
         }
     }
 
-    /// Runs `f(asleep)` with sleep and wake held off; lock order: this before the pools lock, as in sleep/wake.
-    pub(in crate::core) fn while_settled<T>(&self, f: impl FnOnce(bool) -> T) -> T {
-        let state = self.lock();
-        f(state.is_some())
-    }
-
     /// A pool created while asleep whose mode gives its blocks back is refused allocations until wake too.
     pub(in crate::core) fn add_sleeping_pool(&self, pool: u64, mode: SleepMode) {
         let mut modes = self.modes.write().unwrap_or_else(|e| e.into_inner());

@@ -109,7 +109,6 @@ impl<B: Memory> Device<B> {
         let mut handles = self.handles_for(&needs)?;
         #[cfg(test)]
         crate::core::testpoint::hit("wake: handles taken");
-        let mut failure = None;
         for (&(_, _, shard), own) in shards.iter().zip(&per_shard) {
             if own.is_empty() {
                 continue;
@@ -118,13 +117,9 @@ impl<B: Memory> Device<B> {
             let result = B::wake_map(shard.lock_anyway().parts(), &mut mine);
             // Handles left over belong to the runs not mapped.
             self.free_sized(mine);
-            if let Err(e) = result {
-                failure = Some(e);
-                break;
+            if let Err(error) = result {
+                return Err(self.undo_wake(&shards, handles, error));
             }
-        }
-        if let Some(error) = failure {
-            return Err(self.undo_wake(&shards, handles, error));
         }
         self.free_sized(handles);
         let mut first_error = None;

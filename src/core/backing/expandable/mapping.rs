@@ -187,7 +187,7 @@ impl RangePool<'_> {
         };
         let sh = self.sh.clone();
         let addr = base + i * spec.size;
-        if let Err(e) = super::map_told(&sh, self.cache.pool, addr, bytes, handle) {
+        if let Err(e) = self.map_told(addr, bytes, handle) {
             sh.backing.cache_handle(bytes, handle);
             return Err(GrowError::Runtime(e));
         }
@@ -205,17 +205,11 @@ impl RangePool<'_> {
     fn fresh_handle(&mut self, spec: PageSpec, pages: usize) -> Result<(PhysicalHandle, usize), GrowError> {
         let bytes = pages * spec.size;
         let sh = &self.sh;
-        sh.limit.charge(bytes)?;
-        match sh.rt.on_device(sh.device, || sh.rt.malloc_physical(sh.device, spec.attr, bytes)) {
-            Ok(h) => {
-                sh.counters.physical_allocated(bytes);
-                Ok((h, bytes))
-            }
-            Err(e) => {
-                sh.limit.refund(bytes);
-                Err(GrowError::Runtime(e))
-            }
-        }
+        let h = sh
+            .limit
+            .charged(bytes, || sh.rt.on_device(sh.device, || sh.rt.malloc_physical(sh.device, spec.attr, bytes)))?;
+        sh.counters.physical_allocated(bytes);
+        Ok((h, bytes))
     }
 
     /// A cached handle for `run` pages that need mapping followed by `avail` unmapped free pages, taken off the

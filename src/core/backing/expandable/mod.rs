@@ -13,7 +13,8 @@ mod unused;
 mod vmm_range;
 
 use super::{
-    lock, Backing, Detached, Give, GrowContext, GrowError, HeldOutside, Parts, PerSegment, Reports, Scope, What,
+    keep_first, kept_or_made, lock, Backing, Detached, Give, GrowContext, GrowError, HeldOutside, Parts, PerSegment,
+    Reports, Scope, What,
 };
 use crate::core::alloc::policy::{PoolKind, Shape, SMALL_BUFFER};
 use crate::core::alloc::shared::Shared;
@@ -306,9 +307,7 @@ impl Backing for ExpandableRanges {
                 pool.backing.ranges.push(seg);
                 continue;
             }
-            if let Err(e) = pool.destroy_range(seg) {
-                first_error.get_or_insert(e);
-            }
+            keep_first(&mut first_error, pool.destroy_range(seg));
             pool.unregister(pool.range(seg), pool.segments.get(seg).size);
             pool.sh.counters.range_removed();
         }
@@ -340,16 +339,12 @@ impl HeldOutside for ExpandableRanges {
             let taken = {
                 let mut cache = lock(&sh.backing.handles);
                 let sizes = || cache.iter().filter(|(_, hs)| !hs.is_empty()).map(|(&size, _)| size);
-                let Some(size) = sizes().filter(|&size| size >= want).min().or_else(|| sizes().max()) else {
-                    break;
-                };
-                cache.get_mut(&size).and_then(Vec::pop).map(|h| (size, h))
+                let size = sizes().filter(|&size| size >= want).min().or_else(|| sizes().max());
+                size.and_then(|size| cache.get_mut(&size).and_then(Vec::pop).map(|h| (size, h)))
             };
             let Some((size, h)) = taken else { break };
             // Kept on refusal for a later `free_cached`: asking again now would pick the same handle.
-            if let Err(e) = give_handle(sh, h, size) {
-                return Err(Error::runtime(e, "freeing a cached physical page"));
-            }
+            give_handle(sh, h, size).map_err(|e| Error::runtime(e, "freeing a cached physical page"))?;
             freed += size;
         }
         Ok(freed)
@@ -382,21 +377,15 @@ impl super::Shares for ExpandableRanges {
         let sh = pool.sh;
         let mut handles = Vec::with_capacity(pieces.len());
         for p in &pieces {
-            let known = lock(&sh.backing.shareable).get(&p.handle).copied();
-            let shareable = match known {
-                Some(s) => s,
-                None => {
-                    let s = sh.rt.on_device(sh.device, || sh.rt.export_handle(p.handle)).map_err(|e| {
-                        Error::runtime(
-                            e,
-                            "exporting a physical handle to another process (the runtime exports a handle once \
+            let shareable = kept_or_made(&sh.backing.shareable, p.handle, || {
+                sh.rt.on_device(sh.device, || sh.rt.export_handle(p.handle)).map_err(|e| {
+                    Error::runtime(
+                        e,
+                        "exporting a physical handle to another process (the runtime exports a handle once \
                                  per process: a communication library that registered it may have exported it)",
-                        )
-                    })?;
-                    lock(&sh.backing.shareable).insert(p.handle, s);
-                    s
-                }
-            };
+                    )
+                })
+            })?;
             handles.push((shareable, p.units as usize * page));
         }
         let offset = addr - (base + pieces[0].head as usize * page);
@@ -454,11 +443,7 @@ impl Reports for ExpandableRanges {
 
     fn mapped_runs(st: &RangeOf, seg: SegmentId, addr: usize, size: usize, out: &mut Vec<(usize, usize)>) {
         let r = st.tables.get(seg);
-        let (page, base, end) = (r.page_size, r.base, addr + size);
-        for (from, to) in r.mapped_spans((addr - base) / page, (end - base).div_ceil(page)) {
-            let (from, to) = ((base + from * page).max(addr), (base + to * page).min(end));
-            out.push((from, to - from));
-        }
+        out.extend(r.mapped_spans(addr - r.base, addr + size - r.base).map(|(from, to)| (r.base + from, to - from)));
     }
 
     /// Pieces mapped now: every page-table piece (a moved handle at its new and, until flushed, its old address) and
@@ -473,24 +458,10 @@ impl Reports for ExpandableRanges {
         let r = st.tables.get(seg);
         out.push((SegmentEvent::Reserve, base, size, None));
         let page = r.page_size;
-        let heads = r.pages.iter().enumerate().filter_map(|(i, p)| p.filter(|p| p.head as usize == i));
-        for p in heads.chain(r.stuck.iter().copied()) {
+        for p in r.pieces().chain(r.stuck.iter().copied()) {
             out.push((SegmentEvent::Map, r.base + p.head as usize * page, p.units as usize * page, Some(p.handle)));
         }
     }
-}
-
-/// Maps `handle` at [addr, addr + bytes), then tells the segment observer (pool `pool`).
-fn map_told(
-    sh: &Shared<ExpandableRanges>,
-    pool: u64,
-    addr: usize,
-    bytes: usize,
-    handle: PhysicalHandle,
-) -> Result<(), AclCallError> {
-    sh.rt.on_device(sh.device, || sh.rt.map(addr, bytes, handle))?;
-    sh.segment_event(SegmentEvent::Map, addr, bytes, Some(handle), pool);
-    Ok(())
 }
 
 /// Tells the segment observer (pool `pool`), then unmaps `bytes` at `addr`; a refused unmap is told as mapped again.
@@ -575,6 +546,13 @@ impl RangePool<'_> {
 
     fn range_mut(&mut self, seg: SegmentId) -> &mut VmmRange {
         self.backing.tables.get_mut(seg)
+    }
+
+    /// Maps `handle` at [addr, addr + bytes), then tells the segment observer.
+    fn map_told(&self, addr: usize, bytes: usize, handle: PhysicalHandle) -> Result<(), AclCallError> {
+        self.sh.rt.on_device(self.sh.device, || self.sh.rt.map(addr, bytes, handle))?;
+        self.segment_event(SegmentEvent::Map, addr, bytes, Some(handle));
+        Ok(())
     }
 
     /// `unmap_told` of `handle` at [addr, addr + bytes) of this shard's pool, counted and recorded once unmapped.

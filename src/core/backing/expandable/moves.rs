@@ -69,7 +69,7 @@ impl RangePool<'_> {
         debug_assert_eq!(self.blocks.get(holder).state, BlockState::Free);
         let block = self.carve(holder, old, bytes);
         let sh = self.sh.clone();
-        if super::map_told(&sh, self.cache.pool, new, bytes, handle).is_err() {
+        if self.map_told(new, bytes, handle).is_err() {
             // A fresh handle is tried instead.
             self.return_block(block);
             return None;
@@ -119,11 +119,10 @@ impl RangePool<'_> {
         let (base, page, pages) = (r.base, r.page_size, &r.pages);
         for x in r.retired.iter_mut() {
             let mapped = pages.get(x.head as usize).copied().flatten();
-            let picked = !x.flushing && mapped.is_some_and(|p| pick(p.handle));
-            if let (true, Some(p)) = (picked, mapped) {
+            if let Some(p) = mapped.filter(|p| !x.flushing && pick(p.handle)) {
                 x.flushing = true;
                 let give = Give::pages(What::Retired, seg, base + x.head as usize * page, x.units as usize * page);
-                out.push(give.with_handle(p.handle));
+                out.push(give.with_handle(Some(p.handle)));
             }
         }
     }

@@ -153,14 +153,8 @@ impl RangeView<'_> {
         self.fit_candidates(size).find_map(|id| {
             let b = self.blocks.get(id);
             let r = self.range(b.segment);
-            let (lo, hi) = (b.addr - r.base, b.addr + b.size - r.base);
-            let page = r.page_size;
-            // Each run in bytes, clipped to the block.
-            let mut runs = r.mapped_spans(lo / page, hi.div_ceil(page));
-            let run_lo = runs.find_map(|(from, to)| {
-                let run_lo = (from * page).max(lo);
-                ((to * page).min(hi) - run_lo >= size).then_some(run_lo)
-            })?;
+            let lo = b.addr - r.base;
+            let (run_lo, _) = r.mapped_spans(lo, lo + b.size).find(|&(from, to)| to - from >= size)?;
             Some((id, run_lo - lo))
         })
     }
@@ -211,11 +205,9 @@ impl RangeView<'_> {
         let mut best = 0;
         for seg in self.segments.ids() {
             let r = self.range(seg);
-            let page = r.page_size;
             for (addr, size) in self.free_runs(seg) {
-                let (lo, hi) = (addr - r.base, addr + size - r.base);
-                for (from, to) in r.mapped_spans(lo / page, hi.div_ceil(page)) {
-                    best = best.max((to * page).min(hi) - (from * page).max(lo));
+                for (from, to) in r.mapped_spans(addr - r.base, addr + size - r.base) {
+                    best = best.max(to - from);
                 }
             }
         }

@@ -7,7 +7,7 @@ use super::{budget, ExpandableRanges, RangePool, RangeView, RetiredSpans, VmmRan
 use crate::core::alloc::directory::ADDRESS_LIMIT;
 use crate::core::alloc::policy::PoolKind;
 use crate::core::alloc::shared::Shared;
-use crate::core::backing::lock;
+use crate::core::backing::{keep_first, lock};
 use crate::core::backing::{Detached, Give, GrowError, HeldOutside, Scope, What};
 use crate::core::cache::segment::SegmentId;
 use crate::core::hooks::SegmentEvent;
@@ -194,27 +194,18 @@ impl RangePool<'_> {
     /// mapped (a refused unmap) is unmapped at its new pages but not freed.
     pub(super) fn destroy_range(&mut self, seg: SegmentId) -> Result<()> {
         let mut first_error = self.flush_retired(seg).err();
-        let heads: Vec<usize> = {
-            let r = self.range(seg);
-            let heads = r.pages.iter().enumerate().filter_map(|(i, p)| p.filter(|p| p.head as usize == i).map(|_| i));
-            heads.filter(|&i| !r.retired_at(i)).collect()
-        };
+        let r = self.range(seg);
+        let heads: Vec<usize> = r.pieces().map(|p| p.head as usize).filter(|&i| !r.retired_at(i)).collect();
         for head in heads {
             let result = match self.range(seg).page(head) {
                 // Not cached: the handle is still mapped at an old address.
                 Some(p) if self.range(seg).is_moved(p.handle) => self.unmap_leaving(seg, head).map(|_| ()),
                 _ => self.unmap_piece(seg, head),
             };
-            if let Err(e) = result {
-                first_error.get_or_insert(e);
-            }
+            keep_first(&mut first_error, result);
         }
-        if let Err(e) = ExpandableRanges::free_cached(self.sh) {
-            first_error.get_or_insert(e);
-        }
-        if let Err(e) = self.drop_slept(seg) {
-            first_error.get_or_insert(e);
-        }
+        keep_first(&mut first_error, ExpandableRanges::free_cached(self.sh));
+        keep_first(&mut first_error, self.drop_slept(seg));
         let (reserved_at, reserved_len) = (self.range(seg).reserved_at, self.range(seg).reserved_len);
         // A refused release is kept for teardown's `free_cached` to retry. The observer hears of the release once
         // nothing it was told of is mapped in it (a piece whose unmap was refused stays told, and so does the range).
@@ -249,11 +240,7 @@ impl RangePool<'_> {
         let r = self.range(seg);
         let (base, page) = (r.base, r.page_size);
         out.extend(pieces.into_iter().map(|(head, units)| {
-            let give = Give::pages(What::Piece, seg, base + head * page, units * page);
-            match r.page(head) {
-                Some(p) => give.with_handle(p.handle),
-                None => give,
-            }
+            Give::pages(What::Piece, seg, base + head * page, units * page).with_handle(r.page(head).map(|p| p.handle))
         }));
     }
 }

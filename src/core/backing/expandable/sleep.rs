@@ -6,7 +6,7 @@
 
 use super::{ExpandableRanges, Piece, RangePool};
 use crate::core::alloc::shared::Shared;
-use crate::core::backing::{Sleeps, WakeHandles};
+use crate::core::backing::{keep_first, Sleeps, WakeHandles};
 use crate::core::cache::segment::SegmentId;
 use crate::core::report::history::Action;
 use crate::error::{Error, Result};
@@ -74,20 +74,10 @@ impl Sleeps for ExpandableRanges {
             // Moved handles' old addresses are unmapped, not slept: their
             // memory sleeps at the new pages (Note [moves of wholly free handles]).
             pool.flush_retired(seg)?;
-            let mut i = 0;
-            while i < pool.range(seg).top() {
-                let Some(first) = pool.range(seg).page(i) else {
-                    i += 1;
-                    continue;
-                };
-                let mut pieces = vec![first];
-                let mut end = first.end();
-                while let Some(p) = pool.range(seg).page(end) {
-                    pieces.push(p);
-                    end = p.end();
-                }
-                freed += pool.sleep_run(seg, &pieces, offload)?;
-                i = end;
+            // A run: pieces back to back (sleeping one leaves the others' pages as they are).
+            let pieces: Vec<Piece> = pool.range(seg).pieces().collect();
+            for run in pieces.chunk_by(|a, b| a.end() == b.head as usize) {
+                freed += pool.sleep_run(seg, run, offload)?;
             }
         }
         Ok(freed)
@@ -169,9 +159,7 @@ impl Sleeps for ExpandableRanges {
                 }
                 let addr = base + run.head as usize * page;
                 sh.history.record(Action::SegmentMap, addr, run.units() * page, pool.stream, pool.cache.pool);
-                if let Err(e) = free_host(&sh, run.host) {
-                    first_error.get_or_insert(e);
-                }
+                keep_first(&mut first_error, free_host(&sh, run.host));
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -237,7 +225,7 @@ impl RangePool<'_> {
                 failed = Some(Error::Internal("wake has no handle left for a sleeping piece".into()));
                 break;
             };
-            if let Err(e) = super::map_told(&sh, self.cache.pool, at, units as usize * page, h) {
+            if let Err(e) = self.map_told(at, units as usize * page, h) {
                 handles.push_front((h, size));
                 failed = Some(Error::OutOfMemory(format!(
                     "mapping {} bytes of device memory at {at:#x} under a sleeping block was refused ({e})",
@@ -326,9 +314,7 @@ impl RangePool<'_> {
             }
         }
         for run in std::mem::take(&mut self.range_mut(seg).slept) {
-            if let Err(e) = free_host(&sh, run.host) {
-                first_error.get_or_insert(e);
-            }
+            keep_first(&mut first_error, free_host(&sh, run.host));
         }
         first_error.map_or(Ok(()), Err)
     }

@@ -19,17 +19,12 @@ impl RangePool<'_> {
             if taken >= bytes {
                 break;
             }
-            match r.page(head) {
-                Some(p) if r.is_moved(p.handle) => {
-                    handles.push(p.handle);
-                    taken += units * page;
-                }
-                _ => {}
+            if let Some(p) = r.page(head).filter(|p| r.is_moved(p.handle)) {
+                handles.push(p.handle);
+                taken += units * page;
             }
         }
-        if !handles.is_empty() {
-            self.give_retired_of(seg, |h| handles.contains(&h), out);
-        }
+        self.give_retired_of(seg, |h| handles.contains(&h), out);
     }
 
     /// After the free of the block at `addr`: the pieces under it the free left wholly free, about `bytes` of them,
@@ -70,8 +65,7 @@ impl RangePool<'_> {
             i = p.end();
         }
         self.give_pieces_of(seg, pieces, out);
-        if !moved.is_empty() {
-            self.give_retired_of(seg, |h| moved.contains(&h), out);
-        }
+        // With nothing moved, none is picked.
+        self.give_retired_of(seg, |h| moved.contains(&h), out);
     }
 }

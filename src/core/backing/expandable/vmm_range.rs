@@ -116,6 +116,11 @@ impl VmmRange {
         self.pages.get(i).copied().flatten()
     }
 
+    /// Every piece mapped over the pages, in page order.
+    pub fn pieces(&self) -> impl Iterator<Item = Piece> + '_ {
+        self.pages.iter().enumerate().filter_map(|(i, p)| p.filter(|p| p.head as usize == i))
+    }
+
     /// No page at or above this index has ever been mapped.
     #[inline]
     pub fn top(&self) -> usize {
@@ -161,10 +166,11 @@ impl VmmRange {
             && self.retired.iter().any(|r| self.page(r.head as usize).is_some_and(|p| p.handle == handle))
     }
 
-    /// The page runs [from, to) in [first, end) that device memory backs, in address order: mapped and not on a
-    /// retired span (counted at its new pages; a free block never holds one).
-    pub fn mapped_spans(&self, first: usize, end: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
-        let end = end.min(self.top());
+    /// The runs [from, to) of bytes from `base` within [lo, hi) that device memory backs, in address order: pages
+    /// mapped and not on a retired span (counted at its new pages; a free block never holds one), clipped to [lo, hi).
+    pub fn mapped_spans(&self, lo: usize, hi: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let page = self.page_size;
+        let (first, end) = (lo / page, hi.div_ceil(page).min(self.top()));
         // Only a span crossing [first, end) is skipped page by page; mapped densely below the top and crossed by
         // none, it is one run and no page is looked at.
         let crossed = self.retired.iter().any(|r| (r.head as usize) < end && first < (r.head + r.units) as usize);
@@ -179,7 +185,7 @@ impl VmmRange {
             while i < end && backs(i) {
                 i += 1;
             }
-            (from < i).then_some((from, i))
+            (from < i).then(|| ((from * page).max(lo), (i * page).min(hi)))
         })
     }
 

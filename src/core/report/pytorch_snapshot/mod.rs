@@ -17,20 +17,25 @@ pub use value::Value;
 
 use super::history::{Action, Event};
 
-/// A block's state in PyTorch's words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum State {
-    Allocated,
+/// What a block in a snapshot is doing (in JSON: its name in kebab-case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BlockSnapshotState {
+    /// Allocated to a caller.
+    Active,
+    /// Free memory kept by the allocator.
+    Cached,
+    /// Freed by the caller, waiting for other streams' work.
     PendingFree,
-    Inactive,
 }
 
-impl State {
+impl BlockSnapshotState {
+    /// The state in PyTorch's words.
     fn name(self) -> &'static str {
         match self {
-            State::Allocated => "active_allocated",
-            State::PendingFree => "active_pending_free",
-            State::Inactive => "inactive",
+            BlockSnapshotState::Active => "active_allocated",
+            BlockSnapshotState::PendingFree => "active_pending_free",
+            BlockSnapshotState::Cached => "inactive",
         }
     }
 }
@@ -41,7 +46,7 @@ pub(crate) struct BlockView {
     pub size: usize,
     /// Bytes asked for (0 for an inactive block).
     pub requested: usize,
-    pub state: State,
+    pub state: BlockSnapshotState,
 }
 
 /// One segment as PyTorch shows it: memory backed from `addr` for `size` bytes, tiled by `blocks`.
@@ -93,8 +98,8 @@ fn segment_value(device: i32, s: &SegmentView) -> Value {
             ])
         })
         .collect();
-    let allocated = |b: &BlockView| b.state == State::Allocated;
-    let active = |b: &BlockView| b.state != State::Inactive;
+    let allocated = |b: &BlockView| b.state == BlockSnapshotState::Active;
+    let active = |b: &BlockView| b.state != BlockSnapshotState::Cached;
     Value::dict([
         ("device", Value::int(device)),
         ("address", Value::int(s.addr)),
@@ -138,6 +143,7 @@ pub(crate) fn document(device: i32, segments: &[SegmentView], events: &[Event]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use BlockSnapshotState as State;
 
     fn block(addr: usize, size: usize, requested: usize, state: State) -> BlockView {
         BlockView { addr, size, requested, state }
@@ -148,8 +154,8 @@ mod tests {
         // [0x0, 0x100) allocated, [0x100, 0x500) free across a hole at
         // [0x200, 0x400), [0x500, 0x600) pending.
         let blocks = [
-            block(0x0, 0x100, 0x80, State::Allocated),
-            block(0x100, 0x400, 0, State::Inactive),
+            block(0x0, 0x100, 0x80, State::Active),
+            block(0x100, 0x400, 0, State::Cached),
             block(0x500, 0x100, 0x100, State::PendingFree),
         ];
         let runs = [(0x0, 0x200), (0x400, 0x200)];
@@ -157,8 +163,8 @@ mod tests {
         assert_eq!(
             parts,
             [
-                vec![block(0x0, 0x100, 0x80, State::Allocated), block(0x100, 0x100, 0, State::Inactive)],
-                vec![block(0x400, 0x100, 0, State::Inactive), block(0x500, 0x100, 0x100, State::PendingFree)],
+                vec![block(0x0, 0x100, 0x80, State::Active), block(0x100, 0x100, 0, State::Cached)],
+                vec![block(0x400, 0x100, 0, State::Cached), block(0x500, 0x100, 0x100, State::PendingFree)],
             ]
         );
         for (run, parts) in runs.iter().zip(&parts) {
@@ -176,9 +182,9 @@ mod tests {
             pool: 0,
             expandable: true,
             blocks: vec![
-                block(0x1000, 0x200, 0x1f0, State::Allocated),
+                block(0x1000, 0x200, 0x1f0, State::Active),
                 block(0x1200, 0x100, 0x100, State::PendingFree),
-                block(0x1300, 0x100, 0, State::Inactive),
+                block(0x1300, 0x100, 0, State::Cached),
             ],
         };
         let v = segment_value(2, &seg);
