@@ -46,10 +46,6 @@ impl<B: Memory> Pool<B> {
             self.cache.order.note_graph_use(id);
         }
     }
-
-    pub fn quarantined_bytes(&self) -> usize {
-        self.cache.order.quarantined_bytes()
-    }
 }
 
 /// True if the runtime says `stream` captures now (false if it cannot tell).

@@ -312,10 +312,6 @@ impl DeviceAllocator {
         with_device!(&self.engine, d => d.wake(Some(pools)))
     }
 
-    pub fn is_asleep(&self) -> bool {
-        with_device!(&self.engine, d => d.sleep.is_asleep())
-    }
-
     /// Caps this allocator's reserved memory at `fraction` of the device.
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
         check_memory_fraction(fraction)?;
@@ -421,6 +417,10 @@ impl Drop for DeviceAllocator {
 /// What tests look at inside an allocator.
 #[cfg(test)]
 impl DeviceAllocator {
+    pub(crate) fn is_asleep(&self) -> bool {
+        with_device!(&self.engine, d => d.sleep.is_asleep())
+    }
+
     pub(crate) fn is_expandable(&self) -> bool {
         matches!(self.engine, Engine::Expandable(_))
     }

@@ -65,10 +65,6 @@ impl<B: Memory> Device<B> {
     }
 
     /// Refuses every call once torn down.
-    pub(in crate::core) fn check_open(&self) -> Result<()> {
-        self.check_usable()
-    }
-
     #[inline(always)]
     pub(in crate::core) fn check_usable(&self) -> Result<()> {
         if self.broken.load(Ordering::Relaxed) {

@@ -35,7 +35,7 @@ pub struct Restored {
 impl<B: Memory> Device<B> {
     /// The live blocks of `pool`, in address order.
     pub fn pool_live_blocks(&self, pool: u64) -> Result<Vec<LiveBlock>> {
-        self.check_open()?;
+        self.check_usable()?;
         self.check_pool(pool)?;
         let mut out = Vec::new();
         for shard in self.streams.iter().filter(|e| e.pool() == pool).flat_map(|e| &e.shards) {
@@ -55,7 +55,7 @@ impl<B: Memory> Device<B> {
     /// the pool's free or mapped memory, or when a live block that goes was used by other streams or imported
     /// (its free would wait for them). Pool 0 is refused.
     pub fn pool_restore(&self, pool: u64, blocks: &[LiveBlock]) -> Result<Restored> {
-        self.check_open()?;
+        self.check_usable()?;
         if pool == 0 {
             return Err(Error::InvalidArgument(
                 "restore of pool 0: only a private pool's live blocks can be set back (the default pool's \

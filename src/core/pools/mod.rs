@@ -45,7 +45,7 @@ fn live_record(records: &mut [Record], pool: u64) -> Result<&mut Record> {
 impl<B: Memory> Device<B> {
     /// Creates a pool; returns its id (never 0, never reused).
     pub fn pool_create(&self, config: PoolConfig) -> Result<u64> {
-        self.check_open()?;
+        self.check_usable()?;
         // Created asleep, an offload or discard pool refuses allocations until wake too (`npualloc_sleep`). Sleep
         // and wake are held off meanwhile; lock order: the sleep lock before the pools lock, as in sleep/wake.
         let state = self.sleep.lock();
@@ -78,7 +78,7 @@ impl<B: Memory> Device<B> {
 
     /// Routes allocations on `stream` (None: of the calling thread) to `pool`.
     pub fn pool_begin(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
-        self.check_open()?;
+        self.check_usable()?;
         self.reap_routes();
         let capturing = stream.map(|s| check_live_stream(&self.sh.rt, self.sh.device, s)).transpose()?.unwrap_or(false);
         let mut records = self.pools.lock();
@@ -96,7 +96,7 @@ impl<B: Memory> Device<B> {
 
     /// Ends the innermost route of `stream` (None: the calling thread's), which must go to `pool`; else no change.
     pub fn pool_end(&self, pool: u64, stream: Option<Stream>) -> Result<()> {
-        self.check_open()?;
+        self.check_usable()?;
         self.reap_routes();
         let target = stream.map_or(Target::Thread, Target::Stream);
         let mut records = self.pools.lock();
@@ -129,7 +129,7 @@ impl<B: Memory> Device<B> {
 
     /// Sets whether other requests that run out of memory may take `pool`'s cached memory (`use_on_oom`).
     pub fn pool_set_use_on_oom(&self, pool: u64, on: bool) -> Result<()> {
-        self.check_open()?;
+        self.check_usable()?;
         let mut records = self.pools.lock();
         if pool == 0 {
             return Err(Error::InvalidArgument(
@@ -146,7 +146,7 @@ impl<B: Memory> Device<B> {
 
     /// Destroys `pool` (see Note [pools]).
     pub fn pool_destroy(&self, pool: u64) -> Result<()> {
-        self.check_open()?;
+        self.check_usable()?;
         self.reap_routes();
         {
             let mut records = self.pools.lock();
@@ -184,7 +184,7 @@ impl<B: Memory> Device<B> {
     /// Gives back `pool`'s cached memory after synchronizing the streams that used it; returns the bytes. A live
     /// pool that served a graph capture keeps it (Note [capture]): 0. INVALID_ARGUMENT for a pool never created.
     pub fn pool_empty_cache(&self, pool: u64) -> Result<usize> {
-        self.check_open()?;
+        self.check_usable()?;
         let live = {
             let records = self.pools.lock();
             match records.get(pool as usize) {
@@ -208,7 +208,7 @@ impl<B: Memory> Device<B> {
 
     /// One pool's statistics: its blocks, segments, device calls and peaks as a whole (`tally`).
     pub fn pool_stats(&self, pool: u64) -> Result<Stats> {
-        self.check_open()?;
+        self.check_usable()?;
         let Some(tally) = self.pools.tally(pool) else {
             return Err(no_such_pool(pool, self.pools.lock().len()));
         };

@@ -27,7 +27,7 @@ impl<B: Memory> Pool<B> {
     /// Adds this shard's block and segment figures to `s` (not its largest free run, a maximum).
     pub fn add_figures(&self, s: &mut Stats) {
         self.counters().add_to(s);
-        s.pending_free_bytes += (self.cache.pending_bytes() + self.quarantined_bytes()) as u64;
+        s.pending_free_bytes += (self.cache.pending_bytes() + self.cache.order.quarantined_bytes()) as u64;
         s.pending_free_blocks += self.cache.order.pending_count() as u64;
         s.exported_blocks += self.cache.order.exported_count() as u64;
         s.held_for_importers_bytes += self.cache.order.held_bytes() as u64;

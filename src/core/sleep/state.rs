@@ -63,6 +63,7 @@ impl SleepState {
         self.modes.read().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default()
     }
 
+    #[cfg(test)]
     pub fn is_asleep(&self) -> bool {
         self.lock().is_some()
     }
