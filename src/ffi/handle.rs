@@ -277,9 +277,8 @@ impl<T: HandleKind> Registry<T> {
                         let table: Box<Table<T>> = Box::new([const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS]);
                         self.rest.store(Box::into_raw(table), Ordering::Release);
                     }
-                    let chunk: Box<Chunk<T>> = Box::new(Chunk::fresh());
-                    let table = self.table().expect("the table was just published");
-                    table[c].store(Box::into_raw(chunk), Ordering::Release);
+                    let chunk = Box::into_raw(Box::new(Chunk::fresh()));
+                    self.table().expect("the table was just published")[c].store(chunk, Ordering::Release);
                 }
                 spare.fresh += 1;
                 index

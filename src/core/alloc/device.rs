@@ -137,14 +137,14 @@ impl<B: Memory> Device<B> {
         };
         // Made or taken over under the pools lock (before `adding`), so a racing pool_destroy marks it, and never
         // one that changes pools meanwhile (Note [pools]).
-        let made = match self.pools.with_live(pool, |c| {
-            let use_on_oom = pool != 0 && c.use_on_oom;
-            shape.set(c.shape());
-            self.streams.get_or_add((stream, pool, use_on_oom, shape.get()), make, revive)
-        }) {
-            Some(made) => made,
-            None => return Err(Error::InvalidArgument(format!("pool {pool} was destroyed"))),
-        };
+        let made = self
+            .pools
+            .with_live(pool, |c| {
+                let use_on_oom = pool != 0 && c.use_on_oom;
+                shape.set(c.shape());
+                self.streams.get_or_add((stream, pool, use_on_oom, shape.get()), make, revive)
+            })
+            .ok_or_else(|| Error::InvalidArgument(format!("pool {pool} was destroyed")))?;
         if let Some(entry) = made {
             // A routed capture keeps its memory by the pool's rules; only an unrouted one needs the quarantine
             // (Note [capture]).

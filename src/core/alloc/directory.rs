@@ -87,12 +87,6 @@ impl Default for Directory {
     }
 }
 
-impl std::fmt::Debug for Directory {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Directory")
-    }
-}
-
 impl Directory {
     /// The shard owning `addr`, if a segment registered here covers it.
     #[inline]
@@ -115,19 +109,23 @@ impl Directory {
     /// Records that `shard` owns [base, base + size). The caller checked `base + size <= ADDRESS_LIMIT` and
     /// `shard < MAX_SHARDS`.
     pub fn insert(&self, base: usize, size: usize, shard: u32) {
-        self.update(base, size, |e, head, tail_end| {
-            let id = shard as u64 + 1;
-            match (head, tail_end) {
-                // Starts inside this granule: owns from its start on.
-                (Some(off), _) => Entry { from: id, boundary: off as u64, ..e },
-                // Ends inside it: owns below its end, unless a later segment set the boundary at its start.
-                (None, Some(end)) => {
-                    let boundary = if e.from != 0 { e.boundary } else { end as u64 };
-                    Entry { below: id, boundary, ..e }
+        let end = base + size;
+        let (first, last) = (base >> GRANULE_SHIFT, (end - 1) >> GRANULE_SHIFT);
+        let id = shard as u64 + 1;
+        for g in first..=last {
+            Self::apply(self.slot(g), Self::span(g, first, last, base, end), |e, head, tail_end| {
+                match (head, tail_end) {
+                    // Starts inside this granule: owns from its start on.
+                    (Some(off), _) => Entry { from: id, boundary: off as u64, ..e },
+                    // Ends inside it: owns below its end, unless a later segment set the boundary at its start.
+                    (None, Some(end)) => {
+                        let boundary = if e.from != 0 { e.boundary } else { end as u64 };
+                        Entry { below: id, boundary, ..e }
+                    }
+                    (None, None) => Entry { below: id, from: id, boundary: 0 },
                 }
-                (None, None) => Entry { below: id, from: id, boundary: 0 },
-            }
-        });
+            });
+        }
     }
 
     /// Forgets [base, base + size), registered whole or in parts. A missing leaf is skipped, not made; an empty
@@ -158,15 +156,6 @@ impl Directory {
                 });
             }
             g = leaf_last + 1;
-        }
-    }
-
-    /// Applies `f(entry, start offset if the range starts in it, end offset if it ends in it)` to each granule.
-    fn update(&self, base: usize, size: usize, f: impl Fn(Entry, Option<usize>, Option<usize>) -> Entry) {
-        let end = base + size;
-        let (first, last) = (base >> GRANULE_SHIFT, (end - 1) >> GRANULE_SHIFT);
-        for g in first..=last {
-            Self::apply(self.slot(g), Self::span(g, first, last, base, end), &f);
         }
     }
 
@@ -215,8 +204,7 @@ impl Directory {
         let root = &self.root[g >> LEAF_BITS];
         let mut leaf = root.load(Ordering::Acquire);
         if leaf.is_null() {
-            let fresh = zeroed::<Leaf>();
-            let fresh = Box::into_raw(fresh);
+            let fresh = Box::into_raw(zeroed::<Leaf>());
             match root.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => leaf = fresh,
                 Err(existing) => {

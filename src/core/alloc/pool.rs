@@ -122,14 +122,13 @@ impl<B: Memory> Pool<B> {
             self.reap_pending();
         }
         let best_fit = self.cache.find_free(&self.sh.policy, rounded);
-        if let Some(id) = best_fit {
-            if let Some(taken) = B::ready(&self.cache, &self.backing, self.shape, id, rounded) {
-                // Held blocks alone kept the request from a fit.
-                if drained != 0 {
-                    self.cache.reuse.weigh(drained, &self.sh.counters);
-                }
-                return Ok(self.take_block(id, taken, size));
+        let ready = best_fit.and_then(|id| Some((id, B::ready(&self.cache, &self.backing, self.shape, id, rounded)?)));
+        if let Some((id, taken)) = ready {
+            // Held blocks alone kept the request from a fit.
+            if drained != 0 {
+                self.cache.reuse.weigh(drained, &self.sh.counters);
             }
+            return Ok(self.take_block(id, taken, size));
         }
         let (id, taken) = B::obtain(self.parts(), rounded, best_fit, ctx)?;
         Ok(self.take_block(id, taken, size))

@@ -25,12 +25,6 @@ impl<B: Memory> Shard<B> {
         self.pool.lock().map_err(|_| poisoned_error())
     }
 
-    /// The pool if no one holds it now (never waits); None if held, or
-    /// poisoned by a panic under its lock.
-    pub fn try_lock(&self) -> Option<MutexGuard<'_, Pool<B>>> {
-        self.pool.try_lock().ok()
-    }
-
     /// Locks the pool even after a panic under its lock (teardown, checks).
     pub fn lock_anyway(&self) -> MutexGuard<'_, Pool<B>> {
         self.pool.lock().unwrap_or_else(|e| e.into_inner())
@@ -46,13 +40,10 @@ fn poisoned_error() -> Error {
 
 impl<B: Memory> Sibling<B> for Shard<B> {
     fn try_with(&self, f: &mut dyn FnMut(Parts<'_, B>)) -> bool {
-        match self.try_lock() {
-            Some(mut pool) => {
-                f(pool.parts());
-                pool.after_transition();
-                true
-            }
-            None => false,
-        }
+        // Never waits: false if held, or poisoned by a panic under its lock.
+        let Ok(mut pool) = self.pool.try_lock() else { return false };
+        f(pool.parts());
+        pool.after_transition();
+        true
     }
 }

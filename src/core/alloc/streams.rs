@@ -116,17 +116,6 @@ impl<B: Memory> StreamEntry<B> {
         self.flags.fetch_or(GRAPH, Ordering::Relaxed);
     }
 
-    /// A retired entry taken over starts as a plain one of its new pool (quarantined blocks keep a graph stream's
-    /// entry from retiring; a destroyed pool's entry retires holding nothing).
-    pub fn reset_for_revival(&self, pool: u64, use_on_oom: bool, shape: Shape) {
-        self.flags.store(0, Ordering::Relaxed);
-        self.saw_capture.store(false, Ordering::Relaxed);
-        self.pool.store(pool, Ordering::Relaxed);
-        self.use_on_oom.store(use_on_oom, Ordering::Relaxed);
-        self.shape_shift.store(shape.shift, Ordering::Relaxed);
-        self.no_split.store(shape.no_split, Ordering::Relaxed);
-    }
-
     pub fn mark_destroyed(&self) {
         self.flags.fetch_or(DESTROYED, Ordering::Relaxed);
     }
@@ -233,7 +222,14 @@ impl<B: Memory> StreamTable<B> {
             let e = self.entry(slot);
             revive(e);
             e.high.clear();
-            e.reset_for_revival(pool, use_on_oom, shape);
+            // It starts as a plain entry of its new pool (quarantined blocks keep a graph stream's entry from
+            // retiring; a destroyed pool's entry retires holding nothing).
+            e.flags.store(0, Ordering::Relaxed);
+            e.saw_capture.store(false, Ordering::Relaxed);
+            e.pool.store(pool, Ordering::Relaxed);
+            e.use_on_oom.store(use_on_oom, Ordering::Relaxed);
+            e.shape_shift.store(shape.shift, Ordering::Relaxed);
+            e.no_split.store(shape.no_split, Ordering::Relaxed);
             e.stream.store(stream.0, Ordering::Release);
             return Some(e);
         }
@@ -295,8 +291,7 @@ impl<B: Memory> StreamTable<B> {
     /// The shard with id `id`.
     #[inline]
     pub fn by_id(&self, id: u32) -> Option<&Shard<B>> {
-        let slot = id as usize / 2;
-        (slot < self.len.load(Ordering::Acquire)).then(|| &self.entry(slot).shards[id as usize % 2])
+        self.entry_by_id(id).map(|(e, kind)| &e.shards[kind])
     }
 
     pub fn len(&self) -> usize {
@@ -313,10 +308,9 @@ impl<B: Memory> StreamTable<B> {
         }
         let mut retired = self.adding.lock().unwrap_or_else(|e| e.into_inner());
         let mut pools: Vec<_> = entry.shards.iter().map(|s| s.lock_anyway()).collect();
-        if !pools.iter().all(|p| p.cache.holds_nothing() && p.stream() == stream) {
-            return false;
-        }
-        if entry.stream.compare_exchange(stream.0, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        if !pools.iter().all(|p| p.cache.holds_nothing() && p.stream() == stream)
+            || entry.stream.compare_exchange(stream.0, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_err()
+        {
             return false;
         }
         for p in &mut pools {

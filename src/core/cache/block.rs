@@ -122,6 +122,13 @@ impl BlockArena {
         &mut self.blocks[id as usize]
     }
 
+    /// The blocks from `first` (NIL: none) along the link `next` reads, up to NIL.
+    pub fn walk(&self, first: BlockId, next: fn(&Block) -> BlockId) -> impl Iterator<Item = BlockId> + '_ {
+        std::iter::successors((first != NIL).then_some(first), move |&id| {
+            Some(next(self.get(id))).filter(|&n| n != NIL)
+        })
+    }
+
     /// Number of live blocks (paces the debug invariant checks).
     #[cfg(any(debug_assertions, test))]
     pub fn live(&self) -> usize {

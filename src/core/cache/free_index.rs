@@ -245,83 +245,35 @@ impl FreeIndex {
             return top;
         };
         let class = w * 64 + 63 - self.bitmap[w].leading_zeros() as usize;
-        let mut id = self.heads[class];
-        let mut largest = 0;
-        while id != NIL {
-            let b = arena.get(id);
-            largest = largest.max(b.size);
-            id = b.free_next;
-        }
-        largest.max(top)
+        let listed = arena.walk(self.heads[class], |b| b.free_next).map(|id| arena.get(id).size);
+        listed.fold(top, usize::max)
     }
 
     /// Every free block (the top included).
     pub fn iter<'a>(&'a self, arena: &'a BlockArena) -> impl Iterator<Item = BlockId> + 'a {
-        self.iter_classes(arena, 0)
+        self.iter_from(arena, 0) // class_of(0) is 0, the first class
     }
 
-    /// Every block of `size`'s class or above (some of the first class may be smaller), smallest first.
+    /// Every block of `size`'s class or above (some of the first class may be smaller), smallest first: in class
+    /// order, each list newest first, the top in its place by `filed`.
     pub fn iter_from<'a>(&'a self, arena: &'a BlockArena, size: usize) -> impl Iterator<Item = BlockId> + 'a {
-        self.iter_classes(arena, class_of(size))
-    }
-
-    /// Blocks of classes `from` and up in class order, each list newest first, the top in its place by `filed`.
-    fn iter_classes<'a>(&'a self, arena: &'a BlockArena, from: usize) -> Walk<'a> {
         let top_class = if self.top == NIL { usize::MAX } else { class_of(arena.get(self.top).size) };
-        Walk { index: self, arena, class: from, cur: self.heads[from], top_class, top_pending: top_class >= from }
+        (class_of(size)..CLASS_COUNT).flat_map(move |class| {
+            let mut top = (class == top_class).then_some(self.top);
+            let mut list = arena.walk(self.heads[class], |b| b.free_next).peekable();
+            // The top goes just before the first list block not filed after it.
+            std::iter::from_fn(move || {
+                if top.is_some() && list.peek().is_none_or(|&id| !self.filed_after_top(arena, arena.get(id).filed)) {
+                    return top.take();
+                }
+                list.next()
+            })
+        })
     }
 
     pub fn contains(&self, arena: &BlockArena, id: BlockId) -> bool {
-        if self.top != NIL && id == self.top {
-            return true;
-        }
-        let class = class_of(arena.get(id).size);
-        let mut cur = self.heads[class];
-        while cur != NIL {
-            if cur == id {
-                return true;
-            }
-            cur = arena.get(cur).free_next;
-        }
-        false
-    }
-}
-
-/// The walk of `FreeIndex::iter_classes`.
-struct Walk<'a> {
-    index: &'a FreeIndex,
-    arena: &'a BlockArena,
-    class: usize,
-    /// The next list block of `class`, or NIL.
-    cur: BlockId,
-    top_class: usize,
-    /// The top is still to come.
-    top_pending: bool,
-}
-
-impl Iterator for Walk<'_> {
-    type Item = BlockId;
-
-    fn next(&mut self) -> Option<BlockId> {
-        loop {
-            if self.top_pending
-                && self.class == self.top_class
-                && (self.cur == NIL || !self.index.filed_after_top(self.arena, self.arena.get(self.cur).filed))
-            {
-                self.top_pending = false;
-                return Some(self.index.top);
-            }
-            if self.cur != NIL {
-                let id = self.cur;
-                self.cur = self.arena.get(id).free_next;
-                return Some(id);
-            }
-            self.class += 1;
-            if self.class >= CLASS_COUNT {
-                return None;
-            }
-            self.cur = self.index.heads[self.class];
-        }
+        (self.top != NIL && id == self.top)
+            || arena.walk(self.heads[class_of(arena.get(id).size)], |b| b.free_next).any(|cur| cur == id)
     }
 }
 

@@ -8,8 +8,13 @@ use crate::runtime::Stream;
 impl Cache {
     /// Every stream whose work may use segment `seg`: its owner and those recorded on its blocks.
     pub fn streams_of(&self, seg: SegmentId) -> Vec<Stream> {
+        self.owner_and(&self.segments.get(seg).other_streams)
+    }
+
+    /// The owner, then each of `others` not listed yet, in their order.
+    fn owner_and<'a>(&self, others: impl IntoIterator<Item = &'a Stream>) -> Vec<Stream> {
         let mut out = vec![self.stream];
-        for &s in &self.segments.get(seg).other_streams {
+        for &s in others {
             if !out.contains(&s) {
                 out.push(s);
             }
@@ -19,15 +24,7 @@ impl Cache {
 
     /// The blocks of segment `seg`, in address order (they tile it).
     pub fn blocks_of(&self, seg: SegmentId) -> impl Iterator<Item = (BlockId, &Block)> + '_ {
-        let mut id = self.segments.get(seg).first;
-        std::iter::from_fn(move || {
-            let at = id;
-            (at != NIL).then(|| {
-                let b = self.blocks.get(at);
-                id = b.next;
-                (at, b)
-            })
-        })
+        self.blocks.walk(self.segments.get(seg).first, |b| b.next).map(|id| (id, self.blocks.get(id)))
     }
 
     /// The free blocks of segment `seg` as (address, size), in address order.
@@ -46,11 +43,10 @@ impl Cache {
 
     /// The allocated block containing `addr` (interior pointers allowed).
     pub fn allocated_block_at(&self, addr: usize) -> Option<BlockId> {
-        if let Some(&id) = self.registry.get(&addr) {
-            return (self.blocks.get(id).state == BlockState::Allocated).then_some(id);
-        }
-        let seg = self.segments.containing(addr)?;
-        let id = self.block_containing(seg, addr)?;
+        let id = match self.registry.get(&addr) {
+            Some(&id) => id,
+            None => self.block_containing(self.segments.containing(addr)?, addr)?,
+        };
         (self.blocks.get(id).state == BlockState::Allocated).then_some(id)
     }
 
@@ -96,15 +92,7 @@ impl Cache {
 
     /// Streams any segment of this shard was used on (teardown).
     pub fn all_streams(&self) -> Vec<Stream> {
-        let mut out = vec![self.stream];
-        for seg in self.segments.ids() {
-            for &s in &self.segments.get(seg).other_streams {
-                if !out.contains(&s) {
-                    out.push(s);
-                }
-            }
-        }
-        out
+        self.owner_and(self.segments.ids().flat_map(|seg| &self.segments.get(seg).other_streams))
     }
 
     /// No segment, so no block of any state: the shard may change stream.

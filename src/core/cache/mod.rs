@@ -44,7 +44,6 @@ pub(crate) struct Cache {
 impl Cache {
     /// An empty cache; a small-pool one holds up to `reuse_bytes` for exact-size reuse.
     pub fn new(id: u32, kind: PoolKind, stream: Stream, pool: u64, reuse_bytes: usize) -> Self {
-        let reuse = ReuseLists::new(if kind == PoolKind::Small { reuse_bytes } else { 0 });
         Cache {
             id,
             kind,
@@ -52,7 +51,7 @@ impl Cache {
             blocks: Default::default(),
             segments: Default::default(),
             index: Default::default(),
-            reuse,
+            reuse: ReuseLists::new(if kind == PoolKind::Small { reuse_bytes } else { 0 }),
             registry: Default::default(),
             order: Default::default(),
             poll: PollClock::default(),
@@ -80,8 +79,7 @@ impl Cache {
     pub fn drain_reuse(&mut self) -> usize {
         let mut drained = 0;
         while let Some(id) = self.reuse.pop_any(&self.blocks) {
-            let addr = self.blocks.get(id).addr;
-            self.registry.remove(&addr);
+            self.registry.remove(&self.blocks.get(id).addr);
             self.return_block(id);
             drained += 1;
         }
@@ -224,24 +222,18 @@ impl Cache {
 
     /// A message for a pointer this shard of device `device` does not hand out.
     pub fn unknown_pointer(&self, device: i32, addr: usize, what: &str) -> Error {
-        let detail = match self.segments.containing(addr) {
-            Some(seg) => {
-                let inside = self.block_containing(seg, addr).map(|id| self.blocks.get(id));
-                match inside {
-                    Some(b) if b.addr == addr && b.state == BlockState::Pending => {
-                        "it was already freed (its free waits for other streams)".to_string()
-                    }
-                    Some(b) if b.addr == addr => "it was already freed".to_string(),
-                    Some(b) if b.state == BlockState::Allocated => {
-                        format!(
-                            "it points {} bytes inside the block at {:#x}; pass the block's start",
-                            addr - b.addr,
-                            b.addr
-                        )
-                    }
-                    _ => "it lies in this allocator's memory but not at a live block".to_string(),
-                }
+        // None: outside every segment; Some(None): in one, but in none of its blocks.
+        let inside =
+            self.segments.containing(addr).map(|seg| self.block_containing(seg, addr).map(|id| self.blocks.get(id)));
+        let detail = match inside {
+            Some(Some(b)) if b.addr == addr && b.state == BlockState::Pending => {
+                "it was already freed (its free waits for other streams)".to_string()
             }
+            Some(Some(b)) if b.addr == addr => "it was already freed".to_string(),
+            Some(Some(b)) if b.state == BlockState::Allocated => {
+                format!("it points {} bytes inside the block at {:#x}; pass the block's start", addr - b.addr, b.addr)
+            }
+            Some(_) => "it lies in this allocator's memory but not at a live block".to_string(),
             None => "this allocator did not allocate it".to_string(),
         };
         Error::UnknownPointer(format!("{what} of {addr:#x} on device {device}: {detail}"))

@@ -189,12 +189,7 @@ impl ReuseLists {
 
     /// Every held block, for the invariant checker.
     pub fn iter<'a>(&'a self, arena: &'a BlockArena) -> impl Iterator<Item = BlockId> + 'a {
-        self.heads.iter().flat_map(move |&head| {
-            std::iter::successors((head != NIL).then_some(head), move |&id| {
-                let next = arena.get(id).free_next;
-                (next != NIL).then_some(next)
-            })
-        })
+        self.heads.iter().flat_map(move |&head| arena.walk(head, |b| b.free_next))
     }
 }
 

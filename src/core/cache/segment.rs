@@ -29,18 +29,13 @@ pub(crate) struct SegmentTable {
 
 impl SegmentTable {
     pub fn insert(&mut self, seg: Segment) -> SegmentId {
-        let base = seg.base;
-        let id = SegmentId(match self.free_slots.pop() {
-            Some(id) => {
-                self.slots[id as usize] = Some(seg);
-                id
-            }
-            None => {
-                self.slots.push(Some(seg));
-                (self.slots.len() - 1) as u32
-            }
+        let slot = self.free_slots.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            (self.slots.len() - 1) as u32
         });
-        self.by_base.insert(base, id);
+        let id = SegmentId(slot);
+        self.by_base.insert(seg.base, id);
+        self.slots[slot as usize] = Some(seg);
         id
     }
 
