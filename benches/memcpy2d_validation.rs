@@ -112,6 +112,7 @@ fn with_allocator(c: &mut Criterion) {
                     copy.width,
                     copy.height,
                     copy.kind as u32,
+                    None,
                 )
             }
             .unwrap()

@@ -128,7 +128,7 @@ fn copy_out(host: &mut [u8], src: usize, s: Stream, dev: i32) {
     // SAFETY: `host` outlives every replay of the copy (the tests keep it
     // until the end); `src` is a live block of at least n bytes.
     rt.on_device(dev, || unsafe {
-        rt.memcpy2d_async(host.as_mut_ptr().cast(), n, src as *const c_void, n, n, 1, D2H, s)
+        rt.memcpy2d(host.as_mut_ptr().cast(), n, src as *const c_void, n, n, 1, D2H, Some(s))
     })
     .unwrap();
 }

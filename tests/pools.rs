@@ -243,7 +243,7 @@ fn copy2d(dst: usize, dpitch: usize, src: usize, spitch: usize, width: usize, ro
     rt.on_device(dev, || {
         // SAFETY: the tests keep every host buffer alive while any replay may
         // run, and the device ranges are live blocks at least that large.
-        unsafe { rt.memcpy2d_async(dst as *mut c_void, dpitch, src as *const c_void, spitch, width, rows, kind, s) }
+        unsafe { rt.memcpy2d(dst as *mut c_void, dpitch, src as *const c_void, spitch, width, rows, kind, Some(s)) }
     })
     .unwrap();
 }

@@ -8,7 +8,6 @@ use crate::memcpy2d::{check_copy, check_rules, Checked, Copy2d};
 use crate::runtime::{Runtime, Stream};
 use crate::sys::aclrtStream;
 use std::ffi::c_void;
-use std::sync::Arc;
 
 /// Runs the documented rules, and with an allocator the bounds checks; returns the allocator, if any.
 ///
@@ -32,18 +31,25 @@ unsafe fn validate<'a>(a: *const npualloc_allocator, c: &Copy2d) -> Result<(Chec
     checked.map(|checked| (checked, Some(allocator))).map_err(|e| lookup_error.unwrap_or(e))
 }
 
-/// [`validate`], then the runtime the copy runs on: the allocator's, else the default library (loaded once per
-/// process); None for a copy that is a no-op.
+/// [`validate`], then the copy on the runtime it runs on: the allocator's, else the default library (loaded once per
+/// process); a no-op calls nothing. An async copy is enqueued on `stream`.
 ///
 /// # Safety
-/// As for [`validate`].
-unsafe fn runtime_for(a: *const npualloc_allocator, c: &Copy2d) -> Result<Option<Arc<Runtime>>> {
+/// As for [`validate`]; the regions are valid for the copy (an async one's until `stream` has run it).
+unsafe fn perform(a: *const npualloc_allocator, c: &Copy2d, stream: aclrtStream) -> Result<()> {
     // SAFETY: forwarded from the caller's contract.
     let (checked, allocator) = unsafe { validate(a, c) }?;
     if checked == Checked::NoOp {
-        return Ok(None);
+        return Ok(());
     }
-    Ok(Some(allocator.map_or_else(|| Runtime::load(None), |a| Ok(a.core.runtime().clone()))?))
+    let rt = allocator.map_or_else(|| Runtime::load(None), |a| Ok(a.core.runtime().clone()))?;
+    let stream = c.is_async.then(|| Stream::from_raw(stream));
+    let (dst, src) = (c.dst as *mut c_void, c.src as *const c_void);
+    // SAFETY: the arguments passed the runtime's documented rules (and, with an allocator, the owning block's
+    // bounds); the host side and the regions' lifetime are the caller's contract. kind is 1 to 4 here (never 3 for
+    // a synchronous copy), so the cast is exact.
+    unsafe { rt.memcpy2d(dst, c.dpitch, src, c.spitch, c.width, c.height, c.kind as u32, stream) }
+        .map_err(|e| Error::runtime(e, if c.is_async { "2D copy (async)" } else { "2D copy" }))
 }
 
 /// Checks a 2D copy without performing it or calling the runtime, by the rules `npualloc_memcpy2d` (`is_async == 0`)
@@ -107,12 +113,8 @@ pub unsafe extern "C" fn npualloc_memcpy2d(
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_memcpy2d", {
         let c = Copy2d { dst: dst as usize, dpitch, src: src as usize, spitch, width, height, kind, is_async: false };
-        // SAFETY: handle validity is the caller's contract; dead handles are refused.
-        let Some(rt) = unsafe { runtime_for(a, &c) }? else { return Ok(()) };
-        // SAFETY: the arguments passed the runtime's documented rules (and, with an allocator, the owning block's
-        // bounds); the host side is the caller's contract. kind is 1, 2 or 4 here, so the cast is exact.
-        unsafe { rt.memcpy2d(dst, dpitch, src, spitch, width, height, kind as u32) }
-            .map_err(|e| Error::runtime(e, "2D copy"))
+        // SAFETY: handle validity and the regions are the caller's contract; dead handles are refused.
+        unsafe { perform(a, &c, std::ptr::null_mut()) }
     })
 }
 
@@ -138,12 +140,8 @@ pub unsafe extern "C" fn npualloc_memcpy2d_async(
 ) -> npualloc_status {
     ffi_boundary!(status "npualloc_memcpy2d_async", {
         let c = Copy2d { dst: dst as usize, dpitch, src: src as usize, spitch, width, height, kind, is_async: true };
-        // SAFETY: handle validity is the caller's contract; dead handles are refused.
-        let Some(rt) = unsafe { runtime_for(a, &c) }? else { return Ok(()) };
-        // SAFETY: validated as in npualloc_memcpy2d; the caller keeps both regions alive until the stream completes.
-        // kind is 1 to 4 here, so the cast is exact.
-        unsafe { rt.memcpy2d_async(dst, dpitch, src, spitch, width, height, kind as u32, Stream::from_raw(stream)) }
-            .map_err(|e| Error::runtime(e, "2D copy (async)"))
+        // SAFETY: as in npualloc_memcpy2d; the caller keeps both regions alive until the stream completes.
+        unsafe { perform(a, &c, stream) }
     })
 }
 

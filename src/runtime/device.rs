@@ -160,9 +160,11 @@ impl Runtime {
         check("aclrtFreeHost", unsafe { (self.api.aclrtFreeHost)(ptr as *mut c_void) })
     }
 
-    /// `aclrtMemcpy2d`, after the caller has validated the arguments.
+    /// A 2D copy after the caller has validated the arguments: `aclrtMemcpy2d` without a stream, else
+    /// `aclrtMemcpy2dAsync` enqueued on `stream` (`Some(Stream::DEFAULT)` is the default stream, still async).
     /// # Safety
-    /// The regions must be valid for the copy the arguments describe.
+    /// The regions must be valid for the copy the arguments describe, and with a stream stay valid until the copy
+    /// completes on it.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn memcpy2d(
         &self,
@@ -173,29 +175,18 @@ impl Runtime {
         width: usize,
         height: usize,
         kind: u32,
+        stream: Option<Stream>,
     ) -> Result<(), AclCallError> {
         // SAFETY: forwarded from the caller's contract.
-        check("aclrtMemcpy2d", unsafe { (self.api.aclrtMemcpy2d)(dst, dpitch, src, spitch, width, height, kind) })
-    }
-
-    /// `aclrtMemcpy2dAsync`, after the caller has validated the arguments.
-    /// # Safety
-    /// The regions must stay valid until the copy completes on `stream`.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn memcpy2d_async(
-        &self,
-        dst: *mut c_void,
-        dpitch: usize,
-        src: *const c_void,
-        spitch: usize,
-        width: usize,
-        height: usize,
-        kind: u32,
-        stream: Stream,
-    ) -> Result<(), AclCallError> {
-        // SAFETY: forwarded from the caller's contract.
-        check("aclrtMemcpy2dAsync", unsafe {
-            (self.api.aclrtMemcpy2dAsync)(dst, dpitch, src, spitch, width, height, kind, stream.raw())
-        })
+        let (function, code) = unsafe {
+            match stream {
+                None => ("aclrtMemcpy2d", (self.api.aclrtMemcpy2d)(dst, dpitch, src, spitch, width, height, kind)),
+                Some(s) => (
+                    "aclrtMemcpy2dAsync",
+                    (self.api.aclrtMemcpy2dAsync)(dst, dpitch, src, spitch, width, height, kind, s.raw()),
+                ),
+            }
+        };
+        check(function, code)
     }
 }

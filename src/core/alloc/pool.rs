@@ -118,7 +118,7 @@ impl<B: Memory> Pool<B> {
     /// reaped, then the backing places the request or grows.
     pub fn grow(&mut self, size: usize, rounded: usize, ctx: &GrowContext<'_, B>) -> Result<usize, GrowError> {
         let drained = self.drain_reuse();
-        if self.cache.order.has_pending() {
+        if self.cache.order.should_poll() {
             self.reap_pending();
         }
         let best_fit = self.cache.find_free(&self.sh.policy, rounded);
@@ -298,7 +298,7 @@ impl<B: Memory> Pool<B> {
     /// Returns to the free blocks the pending frees whose events completed.
     pub fn reap_pending(&mut self) -> usize {
         let c = &mut self.cache;
-        if !c.order.has_pending() {
+        if !c.order.should_poll() {
             return 0;
         }
         let done = c.order.poll(&self.sh.rt);

@@ -191,10 +191,6 @@ impl StreamOrder {
         })
     }
 
-    pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
-    }
-
     /// Whether a free should consult its `PollClock`: frees wait.
     pub fn should_poll(&self) -> bool {
         !self.pending.is_empty()

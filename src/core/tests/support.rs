@@ -193,7 +193,7 @@ pub(crate) fn queue_copy_out(a: &DeviceAllocator, dst: &mut [u8], src: usize, st
     // the stream or waits for an event recorded after it); src is a live block
     // of at least len bytes.
     rt.on_device(DEV, || unsafe {
-        rt.memcpy2d_async(dst.as_mut_ptr().cast(), len, src as *const _, len, len, 1, kind, stream)
+        rt.memcpy2d(dst.as_mut_ptr().cast(), len, src as *const _, len, len, 1, kind, Some(stream))
     })
     .unwrap();
 }

@@ -55,7 +55,7 @@ fn copy(
     debug_assert_eq!(bytes % COPY_ROW, 0);
     // SAFETY: both regions are `bytes` long and live (a mapped run of this allocator's range and an aclrtMallocHost
     // buffer at least that large), and nothing else uses either during the copy.
-    unsafe { rt.memcpy2d(dst as *mut _, COPY_ROW, src as *const _, COPY_ROW, COPY_ROW, bytes / COPY_ROW, kind) }
+    unsafe { rt.memcpy2d(dst as *mut _, COPY_ROW, src as *const _, COPY_ROW, COPY_ROW, bytes / COPY_ROW, kind, None) }
 }
 
 impl Sleeps for ExpandableRanges {
