@@ -29,6 +29,10 @@ pub(crate) struct Pool<B: Memory> {
     pub(in crate::core) backing: B::ShardState,
     /// What the pool's config asks of its blocks (set with the pool).
     shape: Shape,
+    /// Whole segments detached for a give-back and not settled yet. While one is out the shard is not empty: a
+    /// refused give-back brings it back, so the entry must not retire and pass to another (pool, stream) meanwhile
+    /// (a destroyed pool's free gives back with no ladder lock held).
+    segments_out: u32,
     #[cfg(debug_assertions)]
     transitions: u64,
 }
@@ -47,6 +51,7 @@ impl<B: Memory> Pool<B> {
             cache,
             backing: Default::default(),
             shape,
+            segments_out: 0,
             #[cfg(debug_assertions)]
             transitions: 0,
         }
@@ -234,6 +239,11 @@ impl<B: Memory> Pool<B> {
         self.detach(Scope::WholeSegments)
     }
 
+    /// Whether the shard holds nothing: no segment, live block or pending free, and none out for a give-back.
+    pub fn holds_nothing(&self) -> bool {
+        self.segments_out == 0 && self.cache.holds_nothing()
+    }
+
     /// Takes out of the cache what the backing says `scope` gives back, in the backing's order.
     pub fn detach(&mut self, scope: Scope) -> Vec<Detached> {
         let gives = B::unused(self.parts(), scope);
@@ -248,6 +258,7 @@ impl<B: Memory> Pool<B> {
             let block = match give.what {
                 What::Segment => {
                     c.remove_segment(seg);
+                    self.segments_out += 1;
                     NIL
                 }
                 What::Piece => {
@@ -271,6 +282,9 @@ impl<B: Memory> Pool<B> {
 
     /// After `give_back`: what went back is forgotten; what did not returns to the pool with its age and streams.
     pub fn settle(&mut self, d: Detached, given_back: bool) {
+        if d.what == What::Segment {
+            self.segments_out -= 1;
+        }
         let readded = (d.what == What::Segment && !given_back).then(|| {
             let mut p = self.parts();
             let (seg, _) = p.add_segment(d.addr, d.size, d.claim.then_some(d.device));

@@ -308,7 +308,7 @@ impl<B: Memory> StreamTable<B> {
         }
         let mut retired = self.adding.lock().unwrap_or_else(|e| e.into_inner());
         let mut pools: Vec<_> = entry.shards.iter().map(|s| s.lock_anyway()).collect();
-        if !pools.iter().all(|p| p.cache.holds_nothing() && p.stream() == stream)
+        if !pools.iter().all(|p| p.holds_nothing() && p.stream() == stream)
             || entry.stream.compare_exchange(stream.0, RETIRED, Ordering::AcqRel, Ordering::Acquire).is_err()
         {
             return false;

@@ -53,7 +53,7 @@ impl<B: Memory> Device<B> {
     /// Retires `entry` (of `stream`) if its shards hold nothing; true if it did. The caller holds the ladder
     /// lock and no shard lock (`adding` is taken before them; `retire` checks again, as a malloc may come in).
     pub(in crate::core) fn retire_if_empty(&self, entry: &StreamEntry<B>, stream: Stream) -> bool {
-        let empty = entry.shards.iter().all(|s| s.lock_anyway().cache.holds_nothing());
+        let empty = entry.shards.iter().all(|s| s.lock_anyway().holds_nothing());
         empty && self.streams.retire(entry, stream)
     }
 

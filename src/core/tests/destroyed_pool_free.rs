@@ -4,7 +4,8 @@
 //! captured graph pool's, must stay.
 
 use super::support::{
-    allocator, drop_stream, emu_lock, finish, hold_stream, new_stream, release_stream, set_capacity, MIB,
+    allocator, drop_stream, emu_lock, fail_nth, fault_pending, finish, hold_stream, new_stream, release_stream,
+    set_capacity, MIB,
 };
 use crate::core::pools::config::PoolConfig;
 use crate::core::DeviceAllocator;
@@ -107,4 +108,77 @@ fn free_of_a_destroyed_pools_last_block_keeps_a_graph_pools_memory() {
     let (in_hook, after) = free_last_block_of_destroyed_pool(true);
     assert!(in_hook > 0, "setup: q cached nothing");
     assert_eq!(after, in_hook, "a live graph pool's memory went back at another pool's free");
+}
+
+/// What the refusing hook needs, and what it saw.
+struct Refuse {
+    a: *const DeviceAllocator,
+    p: u64,
+    r: u64,
+    s2: Stream,
+    armed: bool,
+    y: usize,
+    r_reserved_in_hook: u64,
+}
+
+/// The before-release hook of a fixed-segment free in destroyed pool p,
+/// while p's whole segment is out of its cache: empties p (which retires
+/// its entries that hold nothing), lets a new pool r allocate on its own
+/// stream (a new (pool, stream) takes a retired entry over), and makes
+/// the segment's aclrtFree fail.
+unsafe extern "C" fn refusing_hook(user: *mut c_void, _device: i32) {
+    // SAFETY: the test's Refuse outlives the hook, which runs on the test's thread.
+    let c = unsafe { &mut *(user as *mut Refuse) };
+    if !c.armed {
+        return;
+    }
+    c.armed = false;
+    // SAFETY: as above; the allocator outlives the hook.
+    let a = unsafe { &*c.a };
+    a.pool_empty_cache(c.p).unwrap();
+    a.pool_begin(c.r, Some(c.s2)).unwrap();
+    c.y = a.malloc(8 * MIB, c.s2).unwrap();
+    a.pool_end(c.r, Some(c.s2)).unwrap();
+    c.r_reserved_in_hook = a.pool_stats(c.r).unwrap().reserved_bytes;
+    fail_nth("aclrtFree", 1);
+}
+
+/// A destroyed pool's segment whose aclrtFree is refused at the free of its
+/// last block goes back to that pool's entry: never into the cache of a
+/// pool that took the entry over while the segment was out.
+#[test]
+fn a_refused_segment_of_a_destroyed_pool_stays_out_of_the_pool_that_took_its_entry() {
+    let _g = emu_lock();
+    set_capacity(1 << 30);
+    let a = allocator("expandable_segments:false");
+    let p = a.pool_create(PoolConfig::default()).unwrap();
+    let r = a.pool_create(PoolConfig::default()).unwrap();
+    let (s1, s2) = (new_stream(), new_stream());
+    a.pool_begin(p, Some(s1)).unwrap();
+    let x = a.malloc(8 * MIB, s1).unwrap();
+    a.pool_end(p, Some(s1)).unwrap();
+    a.pool_destroy(p).unwrap();
+    let mut c = Refuse { a: &a, p, r, s2, armed: true, y: 0, r_reserved_in_hook: 0 };
+    a.set_before_release(Some((refusing_hook, &mut c as *mut Refuse as *mut c_void)));
+    a.free(x).unwrap();
+    a.set_before_release(None);
+    let refused = fault_pending("aclrtFree") == 0;
+    fail_nth("aclrtFree", 0);
+    assert!(!c.armed, "setup: the hook did not run");
+    assert!(refused, "setup: the segment's aclrtFree was not called");
+    let r_reserved = a.pool_stats(r).unwrap().reserved_bytes;
+    a.check_invariants().unwrap();
+    a.free(c.y).unwrap();
+    a.pool_destroy(r).unwrap();
+    assert_eq!(
+        r_reserved, c.r_reserved_in_hook,
+        "pool r's cache took in the destroyed pool's segment whose give-back was refused"
+    );
+    // What p's entry kept is given back by the next empty_cache at the latest.
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().unwrap().reserved_bytes, 0, "the refused segment was not given back later");
+    finish(a);
+    for s in [s1, s2] {
+        drop_stream(s);
+    }
 }
