@@ -188,11 +188,10 @@ impl<B: Memory> Device<B> {
             else {
                 return;
             };
-            if self.sh.backing.cached_bytes() > 0 {
-                to_free = to_free.saturating_sub(B::free_cached_upto(&self.sh, to_free).unwrap_or(0));
-                if to_free == 0 {
-                    return;
-                }
+            // Cached handles first (no synchronization); `to_free` is above 0 here, so 0 only if they covered it.
+            to_free = to_free.saturating_sub(self.free_handles_upto(|| to_free));
+            if to_free == 0 {
+                return;
             }
             let mut all: Vec<(&Shard<B>, Detached)> = Vec::new();
             for shard in self.reclaimable_shards() {
@@ -226,14 +225,20 @@ impl<B: Memory> Device<B> {
             // A refused call ends it: a second round would only ask the runtime again at once.
             let gave_back = self.give_back_all(chosen).is_ok();
             // Expandable pieces went to the handle cache: free them.
-            if self.sh.backing.cached_bytes() > 0 {
-                let left = (self.sh.counters.reserved() + needed).saturating_sub(target);
-                let _ = B::free_cached_upto(&self.sh, left);
-            }
+            self.free_handles_upto(|| (self.sh.counters.reserved() + needed).saturating_sub(target));
             if !unpinned || !gave_back {
                 return;
             }
         }
+    }
+
+    /// If handles are cached, frees them up to `bytes()` (read only then); returns the bytes freed. A failure only
+    /// means less came back.
+    fn free_handles_upto(&self, bytes: impl FnOnce() -> usize) -> usize {
+        if self.sh.backing.cached_bytes() == 0 {
+            return 0;
+        }
+        B::free_cached_upto(&self.sh, bytes()).unwrap_or(0)
     }
 
     /// A peer allocator is about to refuse a request (`peers`): the ladder's safe steps, then the cached handles.
@@ -326,9 +331,7 @@ impl<B: Memory> Device<B> {
                         Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
                         Err(std::sync::TryLockError::WouldBlock) => {
                             self.release_owed.store(true, Ordering::Release);
-                            if self.sh.backing.cached_bytes() > 0 {
-                                let _ = B::free_cached_upto(&self.sh, over());
-                            }
+                            self.free_handles_upto(over);
                             return;
                         }
                     };
@@ -348,9 +351,7 @@ impl<B: Memory> Device<B> {
                     if self.release_owed.swap(false, Ordering::AcqRel) && over() > 0 {
                         let _ = self.release_free(Scope::Unused(over()));
                     }
-                    if self.sh.backing.cached_bytes() > 0 {
-                        let _ = B::free_cached_upto(&self.sh, over());
-                    }
+                    self.free_handles_upto(over);
                 }
             } else {
                 drop(pool);
