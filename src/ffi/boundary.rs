@@ -1,15 +1,15 @@
 //! The panic boundary and the pointer checks every export uses.
 //!
-//! **The rule:** the whole body of every `#[unsafe(no_mangle)]` function is the argument of one [`ffi_boundary!`]
+//! **The rule:** the whole body of every `#[unsafe(no_mangle)]` function is the argument of one `ffi_boundary!`
 //! call, nothing before or after it (`tests/ffi_boundary.rs` checks this). A panic unwinding out of an `extern "C"`
 //! function aborts the process, and an allocator plugin must never take its host down, so the boundary catches the
-//! panic, records "internal error: panic in <function>: <message>" as the thread's last error and returns
+//! panic, records `internal error: panic in <function>: <message>` as the thread's last error and returns
 //! `NPUALLOC_ERR_INTERNAL`, or the function's documented fallback (NULL, nothing). The default panic hook still prints
 //! the panic to stderr, which is what a user reporting the bug needs.
 //!
 //! Three forms, by what the function returns:
 //! - `ffi_boundary!(status "npualloc_x", { ... })`: the body is a `Result<(), Error>` block; `Ok` becomes
-//!   `NPUALLOC_OK`, `Err` is recorded and mapped by [`fail`](super::last_error::fail).
+//!   `NPUALLOC_OK`, `Err` is recorded and mapped by `last_error::fail`.
 //! - `ffi_boundary!(fallible "npualloc_x", fallback, { ... })`: the body is a `Result<T, Error>` block; `Err` is
 //!   recorded and `fallback` returned.
 //! - `ffi_boundary!("npualloc_x", fallback, { ... })`: the body cannot fail and yields `T`; `fallback` is returned
@@ -17,7 +17,7 @@
 //!
 //! The two fallible forms clear the thread's last error first, so a successful call leaves "" behind. The body runs in
 //! a closure: `return` inside it returns from the closure, which is the function's result. Inside a fallible body,
-//! [`try_live!`] turns a handle argument into its allocator. [`try_ref!`], [`try_out!`] and [`try_str!`] (and, in tests, `try_mut!`) turn a NULL (or misaligned, or non-UTF-8)
+//! `try_live!` turns a handle argument into its allocator. `try_ref!`, `try_out!` and `try_str!` (and, in tests, `try_mut!`) turn a NULL (or misaligned, or non-UTF-8)
 //! argument into `Error::InvalidArgument` naming the parameter.
 
 use super::last_error::{clear_last_error, fail, set_last_error};

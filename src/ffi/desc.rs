@@ -10,7 +10,7 @@ use crate::sys::aclrtStream;
 use std::collections::HashMap;
 use std::ffi::c_void;
 
-/// What a desc's `obj` names (registered in [`BINDINGS`]): the allocator's handle and the stream its blocks belong to.
+/// What a desc's `obj` names (registered in `BINDINGS`): the allocator's handle and the stream its blocks belong to.
 pub struct Binding {
     allocator: Handle,
     stream: Stream,

@@ -1,6 +1,6 @@
 //! The objects C holds by pointer, and the one check every use makes.
 //!
-//! A handle is not an address: its value names a slot of its kind's [`Registry`] and the slot's generation:
+//! A handle is not an address: its value names a slot of its kind's `Registry` and the slot's generation:
 //!
 //! ```text
 //! bit   63   62..60   59..21       20..11   10..3   2..0
@@ -17,7 +17,7 @@
 //!   every user-space address of x86-64 and AArch64 (below 2^57), so no pointer to memory equals a live handle.
 //! - A slot's word is its live handle, that value with bit 0 set once destroyed, and 1 before first use. A
 //!   value with bit 0 set is refused before the look-up, so only a live handle matches a word.
-//! - Each kind has a tag of its own ([`Kind`]): a handle of one kind never matches another's word.
+//! - Each kind has a tag of its own (`Kind`): a handle of one kind never matches another's word.
 //! - Slots come in chunks of 256, never moved or freed. Chunk 0 is inside the registry (a static) and freed
 //!   slots are reused first, so up to 256 live handles need no pointer load to find their slot. Look-ups take no
 //!   lock and write nothing; creation and destruction take the registry's lock.

@@ -15,7 +15,7 @@
 //! - Everything is thread-safe unless its doc comment says otherwise.
 //!
 //! Shims stay thin: they check pointers, convert types and call safe code, mapping [`crate::error::Error`] to a
-//! status with [`last_error::fail`].
+//! status with `last_error::fail`.
 
 #[macro_use]
 pub mod boundary;
