@@ -95,7 +95,8 @@ impl Cache {
         self.owner_and(self.segments.ids().flat_map(|seg| &self.segments.get(seg).other_streams))
     }
 
-    /// No segment, so no block of any state: the shard may change stream.
+    /// No segment, so no block of any state. The shard may change stream only if `Pool::holds_nothing` too: a whole
+    /// segment out for a give-back is not in the cache but may come back.
     pub fn holds_nothing(&self) -> bool {
         self.segments.ids().next().is_none() && self.counters.live() == 0 && self.pending_bytes() == 0
     }
