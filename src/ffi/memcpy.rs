@@ -32,18 +32,17 @@ unsafe fn validate<'a>(a: *const npualloc_allocator, c: &Copy2d) -> Result<(Chec
 }
 
 /// [`validate`], then the copy on the runtime it runs on: the allocator's, else the default library (loaded once per
-/// process); a no-op calls nothing. An async copy is enqueued on `stream`.
+/// process); a no-op calls nothing. With `stream` (an async copy, `c.is_async`) it is enqueued there.
 ///
 /// # Safety
 /// As for [`validate`]; the regions are valid for the copy (an async one's until `stream` has run it).
-unsafe fn perform(a: *const npualloc_allocator, c: &Copy2d, stream: aclrtStream) -> Result<()> {
+unsafe fn perform(a: *const npualloc_allocator, c: &Copy2d, stream: Option<Stream>) -> Result<()> {
     // SAFETY: forwarded from the caller's contract.
     let (checked, allocator) = unsafe { validate(a, c) }?;
     if checked == Checked::NoOp {
         return Ok(());
     }
     let rt = allocator.map_or_else(|| Runtime::load(None), |a| Ok(a.core.runtime().clone()))?;
-    let stream = c.is_async.then(|| Stream::from_raw(stream));
     let (dst, src) = (c.dst as *mut c_void, c.src as *const c_void);
     // SAFETY: the arguments passed the runtime's documented rules (and, with an allocator, the owning block's
     // bounds); the host side and the regions' lifetime are the caller's contract. kind is 1 to 4 here (never 3 for
@@ -114,7 +113,7 @@ pub unsafe extern "C" fn npualloc_memcpy2d(
     ffi_boundary!(status "npualloc_memcpy2d", {
         let c = Copy2d { dst: dst as usize, dpitch, src: src as usize, spitch, width, height, kind, is_async: false };
         // SAFETY: handle validity and the regions are the caller's contract; dead handles are refused.
-        unsafe { perform(a, &c, std::ptr::null_mut()) }
+        unsafe { perform(a, &c, None) }
     })
 }
 
@@ -141,7 +140,7 @@ pub unsafe extern "C" fn npualloc_memcpy2d_async(
     ffi_boundary!(status "npualloc_memcpy2d_async", {
         let c = Copy2d { dst: dst as usize, dpitch, src: src as usize, spitch, width, height, kind, is_async: true };
         // SAFETY: as in npualloc_memcpy2d; the caller keeps both regions alive until the stream completes.
-        unsafe { perform(a, &c, stream) }
+        unsafe { perform(a, &c, Some(Stream::from_raw(stream))) }
     })
 }
 
