@@ -148,12 +148,8 @@ impl Backing for FixedSegments {
     }
 }
 
-impl HeldOutside for FixedSegments {
-    /// Never called: fixed segments have no physical handles, so a wake needs none.
-    fn keep_unfreed(_: &Shared<Self>, _: crate::runtime::PhysicalHandle, _: usize) {
-        debug_assert!(false, "fixed segments were given a physical handle to keep");
-    }
-}
+/// Fixed segments hold nothing outside a segment.
+impl HeldOutside for FixedSegments {}
 
 /// Fixed segments never sleep while live (`SLEEPS_LIVE` false).
 impl Sleeps for FixedSegments {}

@@ -314,10 +314,6 @@ pub(crate) trait HeldOutside: Backing {
         Ok(0)
     }
 
-    /// Keeps an unmapped handle the runtime refused to free (a wake's leftover): still counted reserved, freed by
-    /// a later `free_cached`.
-    fn keep_unfreed(sh: &Shared<Self>, handle: crate::runtime::PhysicalHandle, bytes: usize);
-
     /// Bytes held outside any segment (cached handles).
     fn cached_bytes(&self) -> usize {
         0
@@ -342,6 +338,19 @@ pub(crate) trait Sleeps: Backing {
     /// Appends the (bytes, attr) of each physical handle `wake_map` needs.
     fn wake_needs(_p: Parts<'_, Self>, _out: &mut Vec<(usize, crate::sys::aclrtMemAttr)>) {}
 
+    /// One physical handle of a `wake_needs` size, within the memory limit. Never called for a backing whose
+    /// `wake_needs` names none.
+    fn wake_handle(_sh: &Shared<Self>, _bytes: usize, _attr: crate::sys::aclrtMemAttr) -> Result<PhysicalHandle> {
+        Err(crate::error::Error::Internal("this kind of segment maps no physical handle to wake into".into()))
+    }
+
+    /// Frees the unmapped (handle, bytes) a wake did not keep. One the runtime refuses to free stays with the
+    /// backing's cached handles, counted reserved, and the next `free_cached` tries again.
+    fn free_wake_handles(_sh: &Shared<Self>, handles: impl IntoIterator<Item = (PhysicalHandle, usize)>) {
+        // Only `wake_handle` makes them, and by default it makes none.
+        debug_assert!(handles.into_iter().next().is_none(), "a physical handle to free without wake_handle");
+    }
+
     /// Maps `handles` (in `wake_needs` order) under the sleeping memory and restores its contents, still counted
     /// asleep until `wake_commit`; on failure the handles not mapped stay in `handles` (Note [sleep]).
     fn wake_map(_p: Parts<'_, Self>, _handles: &mut WakeHandles) -> Result<()> {
@@ -349,7 +358,7 @@ pub(crate) trait Sleeps: Backing {
     }
 
     /// Undoes `wake_map`: the handles it mapped, unmapped, onto `out` as (handle, bytes).
-    fn wake_undo(_p: Parts<'_, Self>, _out: &mut Vec<(crate::runtime::PhysicalHandle, usize)>) -> Result<()> {
+    fn wake_undo(_p: Parts<'_, Self>, _out: &mut Vec<(PhysicalHandle, usize)>) -> Result<()> {
         Ok(())
     }
 
@@ -390,7 +399,7 @@ pub(crate) trait Reports: Backing {
 }
 
 /// The physical handles a wake allocated, with their sizes, in the order of the needs they were made for.
-pub type WakeHandles = std::collections::VecDeque<(crate::runtime::PhysicalHandle, usize)>;
+pub type WakeHandles = std::collections::VecDeque<(PhysicalHandle, usize)>;
 
 /// Why memory could not be obtained.
 #[derive(Debug)]

@@ -11,7 +11,6 @@ use crate::core::alloc::device::Device;
 use crate::core::alloc::streams::StreamEntry;
 use crate::core::sleep::state::Asleep;
 use crate::error::{Error, Result};
-use crate::runtime::PhysicalHandle;
 use std::collections::HashMap;
 
 impl SleepMode {
@@ -102,33 +101,6 @@ impl<B: Memory> Device<B> {
             }
         }
         Ok(freed + B::free_cached(&self.sh)?)
-    }
-
-    /// One physical handle of `bytes`, within the memory limit.
-    pub(super) fn fresh_handle(&self, bytes: usize, attr: crate::sys::aclrtMemAttr) -> Result<PhysicalHandle> {
-        let sh = &self.sh;
-        sh.limit.charge(bytes).map_err(|_| Error::OutOfMemory("over the memory limit".into()))?;
-        sh.rt
-            .on_device(sh.device, || sh.rt.malloc_physical(sh.device, attr, bytes))
-            .inspect(|_| sh.counters.physical_allocated(bytes))
-            .map_err(|e| {
-                sh.limit.refund(bytes);
-                Error::runtime(e, "allocating device memory to wake into")
-            })
-    }
-
-    /// Frees each unmapped (handle, bytes) of `handles` (a wake's leftovers). One the runtime refuses to free
-    /// stays with the backing's cached handles, counted reserved, and the next `free_cached` tries again.
-    pub(super) fn free_sized(&self, handles: impl IntoIterator<Item = (PhysicalHandle, usize)>) {
-        let sh = &self.sh;
-        for (h, bytes) in handles {
-            if sh.rt.on_device(sh.device, || sh.rt.free_physical(h)).is_ok() {
-                sh.limit.refund(bytes);
-                sh.counters.physical_freed(bytes);
-            } else {
-                B::keep_unfreed(sh, h, bytes);
-            }
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! offloaded contents copied back, still counted asleep (pages owned, host buffer kept). Only when every run is
 //! mapped and copied do they become mapped pages again. On any failure every run mapped so far is unmapped, every
 //! handle freed, and every block stays asleep with its host copy: nothing changed, a later wake may succeed. A
-//! handle the runtime refuses to free stays cached, counted reserved (`free_sized`). If an unmap of that undo fails
+//! handle the runtime refuses to free stays cached, counted reserved (`Sleeps::free_wake_handles`). If an unmap of that undo fails
 //! too, the page stays mapped under its sleeping block, its handle kept by the range; the error says so, and the
 //! next wake of that run, or teardown, unmaps and frees it first.
 //!
@@ -116,12 +116,12 @@ impl<B: Memory> Device<B> {
             let mut mine: WakeHandles = handles.drain(..own.len().min(handles.len())).collect();
             let result = B::wake_map(shard.lock_anyway().parts(), &mut mine);
             // Handles left over belong to the runs not mapped.
-            self.free_sized(mine);
+            B::free_wake_handles(&self.sh, mine);
             if let Err(error) = result {
                 return Err(self.undo_wake(&shards, handles, error));
             }
         }
-        self.free_sized(handles);
+        B::free_wake_handles(&self.sh, handles);
         let mut first_error = None;
         for &(e, kind, shard) in &shards {
             let mut pool = shard.lock_anyway();
@@ -137,10 +137,10 @@ impl<B: Memory> Device<B> {
     fn handles_for(&self, needs: &Needs) -> Result<WakeHandles, Failed> {
         let mut handles = WakeHandles::with_capacity(needs.len());
         for (i, &(bytes, attr)) in needs.iter().enumerate() {
-            match self.fresh_handle(bytes, attr) {
+            match B::wake_handle(&self.sh, bytes, attr) {
                 Ok(h) => handles.push_back((h, bytes)),
                 Err(e) => {
-                    self.free_sized(handles);
+                    B::free_wake_handles(&self.sh, handles);
                     let oom = matches!(&e, Error::OutOfMemory(_))
                         || matches!(&e, Error::Runtime { call, .. } if call.is_out_of_memory());
                     if !oom {
@@ -173,8 +173,8 @@ impl<B: Memory> Device<B> {
                 undo_error.get_or_insert(e);
             }
         }
-        self.free_sized(back);
-        self.free_sized(handles);
+        B::free_wake_handles(&self.sh, back);
+        B::free_wake_handles(&self.sh, handles);
         let error = match (error, undo_error) {
             (e, Some(u)) => Error::Internal(format!("wake on device {}: {e}; {u}", self.sh.device)),
             (Error::OutOfMemory(m), None) => Error::OutOfMemory(format!(

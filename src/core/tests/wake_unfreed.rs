@@ -1,7 +1,7 @@
 //! A wake that fails part-way frees the handles it took; when the runtime
 //! refuses to free one, the handle is still held: the backing keeps it with
 //! its cached handles, counted reserved, and `empty_cache` or teardown frees
-//! it later (`Device::free_sized`). Dropping it leaked the device memory
+//! it later (`Sleeps::free_wake_handles`). Dropping it leaked the device memory
 //! with every counter saying it was gone.
 
 use super::support::{check_accounting, emu_lock, fail_nth, fault_pending, host_usage, Baseline, Vmm};

@@ -204,12 +204,7 @@ impl RangePool<'_> {
     /// A new physical handle of `pages` pages, within the memory limit.
     fn fresh_handle(&mut self, spec: PageSpec, pages: usize) -> Result<(PhysicalHandle, usize), GrowError> {
         let bytes = pages * spec.size;
-        let sh = &self.sh;
-        let h = sh
-            .limit
-            .charged(bytes, || sh.rt.on_device(sh.device, || sh.rt.malloc_physical(sh.device, spec.attr, bytes)))?;
-        sh.counters.physical_allocated(bytes);
-        Ok((h, bytes))
+        Ok((super::new_handle(self.sh, spec.attr, bytes)?, bytes))
     }
 
     /// A cached handle for `run` pages that need mapping followed by `avail` unmapped free pages, taken off the

@@ -350,11 +350,6 @@ impl HeldOutside for ExpandableRanges {
         Ok(freed)
     }
 
-    /// Into the handle cache: `free_cached` tries it again, and a mapping may take it first.
-    fn keep_unfreed(sh: &Shared<Self>, handle: PhysicalHandle, bytes: usize) {
-        sh.backing.cache_handle(bytes, handle);
-    }
-
     fn keeps_reservations(&self) -> bool {
         !lock(&self.unreleased).is_empty()
     }
@@ -478,6 +473,17 @@ fn unmap_told(
         sh.segment_event(SegmentEvent::Map, addr, bytes, handle, pool);
     }
     unmapped
+}
+
+/// A new physical handle of `bytes`, within the memory limit.
+fn new_handle(
+    sh: &Shared<ExpandableRanges>,
+    attr: sys::aclrtMemAttr,
+    bytes: usize,
+) -> Result<PhysicalHandle, GrowError> {
+    let h = sh.limit.charged(bytes, || sh.rt.on_device(sh.device, || sh.rt.malloc_physical(sh.device, attr, bytes)))?;
+    sh.counters.physical_allocated(bytes);
+    Ok(h)
 }
 
 /// Gives an unmapped handle of `size` bytes back to the runtime; a refused one goes to the handle cache.

@@ -6,7 +6,7 @@
 
 use super::{ExpandableRanges, Piece, RangePool};
 use crate::core::alloc::shared::Shared;
-use crate::core::backing::{keep_first, Sleeps, WakeHandles};
+use crate::core::backing::{keep_first, GrowError, Sleeps, WakeHandles};
 use crate::core::cache::segment::SegmentId;
 use crate::core::report::history::Action;
 use crate::error::{Error, Result};
@@ -60,6 +60,20 @@ fn copy(
 
 impl Sleeps for ExpandableRanges {
     const SLEEPS_LIVE: bool = true;
+
+    fn wake_handle(sh: &Shared<Self>, bytes: usize, attr: sys::aclrtMemAttr) -> Result<PhysicalHandle> {
+        super::new_handle(sh, attr, bytes).map_err(|e| match e {
+            GrowError::Runtime(e) => Error::runtime(e, "allocating device memory to wake into"),
+            _ => Error::OutOfMemory("over the memory limit".into()),
+        })
+    }
+
+    /// A handle the runtime refuses to free goes to the handle cache: a mapping may take it first.
+    fn free_wake_handles(sh: &Shared<Self>, handles: impl IntoIterator<Item = (PhysicalHandle, usize)>) {
+        for (h, bytes) in handles {
+            let _ = super::give_handle(sh, h, bytes);
+        }
+    }
 
     /// Takes every mapped run of this shard's ranges off the device (to host memory with `offload`), synchronizing
     /// the streams that used each range first. Returns the device bytes given back; on failure the runs already taken
