@@ -4,9 +4,9 @@
 //! offloaded contents copied back, still counted asleep (pages owned, host buffer kept). Only when every run is
 //! mapped and copied do they become mapped pages again. On any failure every run mapped so far is unmapped, every
 //! handle freed, and every block stays asleep with its host copy: nothing changed, a later wake may succeed. A
-//! handle the runtime refuses to free stays cached, counted reserved (`Sleeps::free_wake_handles`). If an unmap of that undo fails
-//! too, the page stays mapped under its sleeping block, its handle kept by the range; the error says so, and the
-//! next wake of that run, or teardown, unmaps and frees it first.
+//! handle the runtime refuses to free stays cached, counted reserved (`Sleeps::free_wake_handles`). If an unmap of
+//! that undo fails too, the page stays mapped under its sleeping block, its handle kept by the range; the error says
+//! so, and the next wake of that run, or teardown, unmaps and frees it first.
 //!
 //! When the handles do not fit, the wake first gives back the awake pools' cached memory as the OOM ladder does
 //! (never a graph stream's or another private pool's), then tries once more before OUT_OF_MEMORY.

@@ -11,6 +11,7 @@ mod destroyed_pool_free;
 mod empty_cache_errors;
 mod erase;
 mod expandable;
+mod export_kept;
 mod growth_rule;
 mod handle_cache_kinds;
 mod handle_moves;

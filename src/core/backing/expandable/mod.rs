@@ -488,12 +488,16 @@ fn new_handle(
 
 /// Gives an unmapped handle of `size` bytes back to the runtime; a refused one goes to the handle cache.
 fn give_handle(sh: &Shared<ExpandableRanges>, h: PhysicalHandle, size: usize) -> Result<(), AclCallError> {
+    // Forgotten before the free: a handle made once this one is freed may get its value, and another thread may
+    // export it at once. Nothing else can share this one meanwhile: it is unmapped and out of the handle cache.
+    let exported = lock(&sh.backing.shareable).remove(&h);
     if let Err(e) = sh.rt.on_device(sh.device, || sh.rt.free_physical(h)) {
+        if let Some(shareable) = exported {
+            lock(&sh.backing.shareable).insert(h, shareable);
+        }
         sh.backing.cache_handle(size, h);
         return Err(e);
     }
-    // A later handle may get the same value.
-    lock(&sh.backing.shareable).remove(&h);
     sh.limit.refund(size);
     sh.counters.physical_freed(size);
     Ok(())
